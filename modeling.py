@@ -1,0 +1,643 @@
+# coding=utf-8
+"""T-TA, biLM, uniLM and Google-BERT-compatible Transformer language models.
+
+TensorFlow 2 / Keras 3 reimplementation of T-TA (Shin et al., ACL 2020,
+"Fast and Accurate Deep Bidirectional Language Representations for
+Unsupervised Learning") and its same-size baselines.
+
+T-TA differs from a BERT encoder in exactly three places, all in
+`TransformerLM.encode`:
+  1. input isolation: every layer takes its keys/values from the fixed
+     embedding output E, never from the previous layer;
+  2. the first layer's query is LN([MASK] embedding + position): no token
+     identity enters the query stream;
+  3. the diagonal of the attention mask is removed (DMSA).
+Together they make output i a function of the tokens j != i only, so one
+forward pass gives p(x_i | x_\\i) at every position.
+
+Dimension legend (as in google-research/bert):
+  B = batch size, F = from (query) length, T = to (key/value) length,
+  N = number of attention heads, H = size per head, D = hidden size,
+  V = vocabulary size.
+
+Example:
+  >>> config = TTAConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2,
+  ...                    num_attention_heads=4, intermediate_size=37)
+  >>> model = build_model(config, model_type="tta")
+  >>> out = model({"input_ids": ids, "input_mask": mask}, training=False)
+  >>> out["log_probs"]  # float32 [B, T, V]: log p(x_t | x_\\t)
+"""
+
+import collections
+import copy
+import json
+import math
+import re
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+MODEL_TYPES = ("tta", "bilm", "unilm", "bert")
+
+# Large enough that exp() of it underflows to exactly 0 in float32, so masked
+# keys contribute nothing (BERT's -10000 only makes them negligible).
+_MASK_ADDER = -1e9
+
+
+class TTAConfig(object):
+  """Configuration of a `TransformerLM` (BERT's config fields, T-TA defaults)."""
+
+  _FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
+             "num_attention_heads", "intermediate_size", "hidden_act",
+             "hidden_dropout_prob", "attention_probs_dropout_prob",
+             "max_position_embeddings", "type_vocab_size",
+             "initializer_range", "mask_token_id", "model_type")
+
+  def __init__(self,
+               vocab_size,
+               hidden_size=512,
+               num_hidden_layers=3,
+               num_attention_heads=8,
+               intermediate_size=2048,
+               hidden_act="gelu",
+               hidden_dropout_prob=0.1,
+               attention_probs_dropout_prob=0.1,
+               max_position_embeddings=128,
+               type_vocab_size=0,
+               initializer_range=0.02,
+               mask_token_id=4,
+               model_type=None,
+               **extra):
+    """Constructs a TTAConfig.
+
+    Args:
+      vocab_size: int. Size of the WordPiece vocabulary.
+      hidden_size: int. Width D of every layer.
+      num_hidden_layers: int. Number of Transformer blocks.
+      num_attention_heads: int. N; must divide hidden_size.
+      intermediate_size: int. Width of the feed-forward layer.
+      hidden_act: str. Feed-forward activation; "gelu" is the exact erf form.
+      hidden_dropout_prob: float. Dropout on embeddings and block outputs.
+      attention_probs_dropout_prob: float. Dropout on attention weights.
+      max_position_embeddings: int. Longest sequence the model accepts.
+      type_vocab_size: int. Token-type (segment) vocabulary; 0 for T-TA and
+        our biLM/uniLM (no segment embedding), 2 for Google BERT checkpoints.
+      initializer_range: float. Stddev of the truncated-normal initialiser.
+      mask_token_id: int. Id of [MASK]; T-TA's first query is its embedding
+        ([MASK] is 4 in the authors' vocab and in every vocab we build).
+      model_type: str or None. One of MODEL_TYPES; stored so a model
+        directory is self-describing.
+      **extra: further keys found in a JSON file (e.g. the authors'
+        "vocab_file"); kept so the file round-trips, never used.
+    """
+    self.vocab_size = vocab_size
+    self.hidden_size = hidden_size
+    self.num_hidden_layers = num_hidden_layers
+    self.num_attention_heads = num_attention_heads
+    self.intermediate_size = intermediate_size
+    self.hidden_act = hidden_act
+    self.hidden_dropout_prob = hidden_dropout_prob
+    self.attention_probs_dropout_prob = attention_probs_dropout_prob
+    self.max_position_embeddings = max_position_embeddings
+    self.type_vocab_size = type_vocab_size
+    self.initializer_range = initializer_range
+    self.mask_token_id = mask_token_id
+    self.model_type = model_type
+    self.extra = dict(extra)
+    self.validate()
+
+  def validate(self):
+    """Raises ValueError naming the offending field."""
+    if not isinstance(self.vocab_size, int) or self.vocab_size <= 0:
+      raise ValueError("vocab_size must be a positive int, got %r" %
+                       (self.vocab_size,))
+    if self.hidden_size % self.num_attention_heads:
+      raise ValueError(
+          "hidden_size (%d) is not a multiple of num_attention_heads (%d)" %
+          (self.hidden_size, self.num_attention_heads))
+    if self.hidden_act not in _ACTIVATIONS:
+      raise ValueError("hidden_act %r is not one of %s" %
+                       (self.hidden_act, sorted(_ACTIVATIONS)))
+    if self.model_type is not None and self.model_type not in MODEL_TYPES:
+      raise ValueError("model_type %r is not one of %s" %
+                       (self.model_type, MODEL_TYPES))
+    if not 0 <= self.mask_token_id < self.vocab_size:
+      raise ValueError("mask_token_id %d is outside the vocabulary [0, %d)" %
+                       (self.mask_token_id, self.vocab_size))
+
+  @classmethod
+  def from_dict(cls, json_object):
+    return cls(**json_object)
+
+  @classmethod
+  def from_json_file(cls, json_file):
+    with tf.io.gfile.GFile(json_file, "r") as reader:
+      text = reader.read()
+    try:
+      return cls.from_dict(json.loads(text))
+    except (TypeError, ValueError) as e:
+      raise ValueError("%s: bad model config: %s" % (json_file, e)) from e
+
+  def to_dict(self):
+    output = {name: getattr(self, name) for name in self._FIELDS}
+    output.update(copy.deepcopy(self.extra))
+    return output
+
+  def to_json_string(self):
+    return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+  def to_json_file(self, json_file):
+    with tf.io.gfile.GFile(json_file, "w") as writer:
+      writer.write(self.to_json_string())
+
+  def __eq__(self, other):
+    return isinstance(other, TTAConfig) and self.to_dict() == other.to_dict()
+
+
+def gelu(x):
+  """Exact GELU, x * Phi(x) with the erf form (BERT's, not the tanh one)."""
+  return 0.5 * x * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
+
+
+_ACTIVATIONS = {"gelu": gelu, "relu": tf.nn.relu, "tanh": tf.tanh}
+
+
+def create_initializer(initializer_range=0.02):
+  # Keras' TruncatedNormal re-draws beyond 2 stddev, like TF1's.
+  return keras.initializers.TruncatedNormal(stddev=initializer_range)
+
+
+def dropout(x, rate, training):
+  if not training or not rate:
+    return x
+  return tf.nn.dropout(x, rate=rate)
+
+
+class Dense(keras.layers.Layer):
+  """x @ kernel + bias over the last axis; kernel [in, out] as TF1's dense."""
+
+  def __init__(self, input_size, units, initializer_range, activation=None,
+               **kwargs):
+    super().__init__(**kwargs)
+    self.input_size = input_size
+    self.units = units
+    self.initializer_range = initializer_range
+    self.activation = activation
+
+  def build(self, input_shape=None):
+    self.kernel = self.add_weight(
+        name="kernel", shape=(self.input_size, self.units),
+        initializer=create_initializer(self.initializer_range))
+    self.bias = self.add_weight(name="bias", shape=(self.units,),
+                                initializer="zeros")
+
+  def call(self, x):
+    # A rank-2 MatMul is faster on CPU than a batched one.
+    shape = tf.shape(x)
+    y = tf.matmul(tf.reshape(x, [-1, self.input_size]), self.kernel)
+    y = tf.nn.bias_add(y, self.bias)
+    if self.activation is not None:
+      y = self.activation(y)
+    return tf.reshape(y, tf.concat([shape[:-1], [self.units]], 0))
+
+  def tf1_variables(self):
+    return {"kernel": self.kernel, "bias": self.bias}
+
+
+class LayerNorm(keras.layers.Layer):
+  """LayerNorm with epsilon 1e-12 (BERT's); always computed in float32."""
+
+  def __init__(self, hidden_size, **kwargs):
+    super().__init__(dtype="float32", **kwargs)
+    self.hidden_size = hidden_size
+
+  def build(self, input_shape=None):
+    self.gamma = self.add_weight(name="gamma", shape=(self.hidden_size,),
+                                 initializer="ones")
+    self.beta = self.add_weight(name="beta", shape=(self.hidden_size,),
+                                initializer="zeros")
+
+  def call(self, x):
+    x = tf.cast(x, tf.float32)
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    return tf.nn.batch_normalization(x, mean, variance, self.beta, self.gamma,
+                                     variance_epsilon=1e-12)
+
+  def tf1_variables(self):
+    return {"gamma": self.gamma, "beta": self.beta}
+
+
+class Embeddings(keras.layers.Layer):
+  """bert/embeddings: word + position (+ token type) -> LayerNorm -> dropout."""
+
+  def __init__(self, config, **kwargs):
+    super().__init__(name="embeddings", dtype="float32", **kwargs)
+    self.config = config
+    self.layer_norm = LayerNorm(config.hidden_size, name="LayerNorm")
+
+  def build(self, input_shape=None):
+    c = self.config
+    init = create_initializer(c.initializer_range)
+    self.word_embeddings = self.add_weight(
+        name="word_embeddings", shape=(c.vocab_size, c.hidden_size),
+        initializer=init)
+    self.position_embeddings = self.add_weight(
+        name="position_embeddings",
+        shape=(c.max_position_embeddings, c.hidden_size), initializer=init)
+    self.token_type_embeddings = None
+    if c.type_vocab_size:
+      self.token_type_embeddings = self.add_weight(
+          name="token_type_embeddings",
+          shape=(c.type_vocab_size, c.hidden_size), initializer=init)
+    self.layer_norm.build()
+
+  def call(self, input_ids, token_type_ids=None, training=False):
+    """Returns float32 [B, T, D], the embedding output E."""
+    seq_length = tf.shape(input_ids)[1]
+    x = tf.gather(self.word_embeddings, input_ids)
+    x += self.position_embeddings[tf.newaxis, :seq_length]
+    if self.token_type_embeddings is not None:
+      if token_type_ids is None:
+        token_type_ids = tf.zeros_like(input_ids)
+      x += tf.gather(self.token_type_embeddings, token_type_ids)
+    return dropout(self.layer_norm(x), self.config.hidden_dropout_prob,
+                   training)
+
+  def mask_query(self, batch_size, seq_length, training=False):
+    """T-TA's first query: LN(W[[MASK]] + P), float32 [B, T, D].
+
+    Only the position tells the query where it is; the token identity is
+    withheld (the authors feed [PAD] at padded positions; their outputs are
+    never read, so [MASK] everywhere gives the same real outputs). The
+    LayerNorm is shared with the key/value stream, as in the authors' code.
+    """
+    x = (self.word_embeddings[self.config.mask_token_id][tf.newaxis] +
+         self.position_embeddings[:seq_length])
+    x = tf.broadcast_to(self.layer_norm(x)[tf.newaxis],
+                        [batch_size, seq_length, self.config.hidden_size])
+    return dropout(x, self.config.hidden_dropout_prob, training)
+
+  def tf1_variables(self):
+    names = {"word_embeddings": self.word_embeddings,
+             "position_embeddings": self.position_embeddings}
+    if self.token_type_embeddings is not None:
+      names["token_type_embeddings"] = self.token_type_embeddings
+    names.update(_prefixed("LayerNorm", self.layer_norm.tf1_variables()))
+    return names
+
+
+class TransformerBlock(keras.layers.Layer):
+  """bert/encoder/layer_N: post-LN attention + feed-forward block.
+
+  The call takes the query stream and the key/value stream separately (as
+  tensorflow/models' TransformerEncoderBlock does), so T-TA's input isolation
+  is an argument, not a fork of the block. The residuals add the query
+  stream only.
+  """
+
+  def __init__(self, config, **kwargs):
+    super().__init__(**kwargs)
+    c = config
+    self.config = c
+    self.num_heads = c.num_attention_heads
+    self.head_size = c.hidden_size // c.num_attention_heads
+    r = c.initializer_range
+    d = c.hidden_size
+    self.query = Dense(d, d, r, name="query")
+    self.key = Dense(d, d, r, name="key")
+    self.value = Dense(d, d, r, name="value")
+    self.attention_output = Dense(d, d, r, name="dense")
+    self.attention_layer_norm = LayerNorm(d, name="LayerNorm")
+    self.intermediate = Dense(d, c.intermediate_size, r,
+                              activation=_ACTIVATIONS[c.hidden_act],
+                              name="dense")
+    self.output_dense = Dense(c.intermediate_size, d, r, name="dense")
+    self.output_layer_norm = LayerNorm(d, name="LayerNorm")
+
+  def build(self, input_shape=None):
+    for layer in self._sublayers():
+      layer.build()
+
+  def _sublayers(self):
+    return (self.query, self.key, self.value, self.attention_output,
+            self.attention_layer_norm, self.intermediate, self.output_dense,
+            self.output_layer_norm)
+
+  def _split_heads(self, x):
+    # [B, T, N*H] -> [B, N, T, H]
+    batch_size, seq_length = tf.shape(x)[0], tf.shape(x)[1]
+    x = tf.reshape(x, [batch_size, seq_length, self.num_heads, self.head_size])
+    return tf.transpose(x, [0, 2, 1, 3])
+
+  def attend(self, query_input, key, value, attention_mask, training):
+    """Multi-head attention of query_input over projected key/value.
+
+    Args:
+      query_input: [B, F, D] query stream (not yet projected).
+      key: [B, N, T, H] projected keys.
+      value: [B, N, T, H] projected values.
+      attention_mask: float32 [B, 1, F, T], 1 where attending is allowed.
+      training: bool.
+
+    Returns:
+      [B, F, D] attention context (before the output projection).
+    """
+    q = self._split_heads(self.query(query_input))  # [B, N, F, H]
+    scores = tf.matmul(q, key, transpose_b=True)     # [B, N, F, T]
+    scores = tf.cast(scores, tf.float32) * (1.0 / math.sqrt(self.head_size))
+    scores += (1.0 - attention_mask) * _MASK_ADDER
+    # Multiplying by the mask zeroes rows with no attendable key at all
+    # (a 1-token T-TA input), which softmax alone would make uniform over
+    # every key -- including the one the row must not see.
+    probs = tf.nn.softmax(scores) * attention_mask
+    # Dropping attention weights drops whole tokens to attend to, as in the
+    # original Transformer and BERT.
+    probs = dropout(probs, self.config.attention_probs_dropout_prob, training)
+    context = tf.matmul(tf.cast(probs, value.dtype), value)  # [B, N, F, H]
+    context = tf.transpose(context, [0, 2, 1, 3])            # [B, F, N, H]
+    return tf.reshape(context, [tf.shape(context)[0], tf.shape(context)[1],
+                                self.config.hidden_size])
+
+  def project_key_value(self, kv_input):
+    """[B, T, D] -> key, value, each [B, N, T, H]."""
+    return (self._split_heads(self.key(kv_input)),
+            self._split_heads(self.value(kv_input)))
+
+  def call(self, query_input, kv_input, attention_mask, training=False):
+    """Returns float32 [B, F, D].
+
+    Args:
+      query_input: [B, F, D] query stream (previous layer, or T-TA's first
+        query).
+      kv_input: [B, T, D] key/value stream (T-TA: the embedding output for
+        every layer; BERT: the same tensor as query_input).
+      attention_mask: float32 [B, 1, F, T], 1 where attending is allowed.
+      training: bool; enables dropout.
+    """
+    key, value = self.project_key_value(kv_input)
+    return self.feed_forward(
+        query_input,
+        self.attend(query_input, key, value, attention_mask, training),
+        training)
+
+  def feed_forward(self, query_input, context, training):
+    """Output projection, residual on the query stream, and the FFN."""
+    rate = self.config.hidden_dropout_prob
+    attention = dropout(self.attention_output(context), rate, training)
+    attention = self.attention_layer_norm(
+        tf.cast(query_input, tf.float32) + tf.cast(attention, tf.float32))
+    ffn = dropout(self.output_dense(self.intermediate(attention)), rate,
+                  training)
+    return self.output_layer_norm(attention + tf.cast(ffn, tf.float32))
+
+  def tf1_variables(self):
+    names = {}
+    for scope, layer in (("attention/self/query", self.query),
+                         ("attention/self/key", self.key),
+                         ("attention/self/value", self.value),
+                         ("attention/output/dense", self.attention_output),
+                         ("attention/output/LayerNorm",
+                          self.attention_layer_norm),
+                         ("intermediate/dense", self.intermediate),
+                         ("output/dense", self.output_dense),
+                         ("output/LayerNorm", self.output_layer_norm)):
+      names.update(_prefixed(scope, layer.tf1_variables()))
+    return names
+
+
+class LMHead(keras.layers.Layer):
+  """cls/predictions: dense(gelu) -> LayerNorm -> tied logits + output_bias."""
+
+  def __init__(self, config, **kwargs):
+    super().__init__(name="predictions", **kwargs)
+    c = config
+    self.config = c
+    self.transform = Dense(c.hidden_size, c.hidden_size, c.initializer_range,
+                           activation=_ACTIVATIONS[c.hidden_act],
+                           name="dense")
+    self.layer_norm = LayerNorm(c.hidden_size, name="LayerNorm")
+
+  def build(self, input_shape=None):
+    self.transform.build()
+    self.layer_norm.build()
+    self.output_bias = self.add_weight(
+        name="output_bias", shape=(self.config.vocab_size,),
+        initializer="zeros")
+
+  def call(self, hidden, embedding_table):
+    """Returns float32 logits [..., V] for hidden [..., D]."""
+    h = self.layer_norm(self.transform(hidden))
+    table = tf.cast(embedding_table, self.compute_dtype)
+    # einsum beat matmul(transpose_b=True) for this shape on CPU (DESIGN §6).
+    logits = tf.einsum("...d,vd->...v", tf.cast(h, self.compute_dtype), table)
+    return tf.cast(logits, tf.float32) + self.output_bias
+
+  def tf1_variables(self):
+    names = _prefixed("transform/dense", self.transform.tf1_variables())
+    names.update(_prefixed("transform/LayerNorm",
+                           self.layer_norm.tf1_variables()))
+    names["output_bias"] = self.output_bias
+    return names
+
+
+def _prefixed(scope, names):
+  return {scope + "/" + name: var for name, var in names.items()}
+
+
+def create_attention_mask(input_mask, model_type):
+  """Which keys each query may attend to.
+
+  Args:
+    input_mask: int32 [B, T], 1 for real tokens, 0 for padding.
+    model_type: one of MODEL_TYPES.
+
+  Returns:
+    float32 [B, 1, F=T, T]; 1 where query f may attend key t.
+  """
+  seq_length = tf.shape(input_mask)[1]
+  # Padded keys are never attendable (the authors' first release let T-TA
+  # attend to them, joongbo/tta#4; we do not reproduce that).
+  mask = tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]
+  if model_type == "tta":
+    # DMSA: query i must not see key i, which carries token i.
+    mask *= 1.0 - tf.eye(seq_length)
+  elif model_type == "unilm":
+    mask *= tf.linalg.band_part(tf.ones([seq_length, seq_length]), -1, 0)
+  return mask
+
+
+class TransformerLM(keras.Model):
+  """A Transformer LM of one of MODEL_TYPES; call contract in DESIGN.md §2."""
+
+  def __init__(self, config, model_type, **kwargs):
+    super().__init__(name="bert", **kwargs)
+    if model_type not in MODEL_TYPES:
+      raise ValueError("model_type %r is not one of %s" %
+                       (model_type, MODEL_TYPES))
+    if model_type == "bert" and not config.type_vocab_size:
+      raise ValueError("model_type 'bert' needs type_vocab_size > 0 (Google "
+                       "BERT checkpoints use 2)")
+    self.config = config
+    self.model_type = model_type
+    self.embeddings = Embeddings(config)
+    self.encoder_layers = [
+        TransformerBlock(config, name="layer_%d" % i)
+        for i in range(config.num_hidden_layers)
+    ]
+    self.lm_head = LMHead(config)
+
+  def build(self, input_shape=None):
+    self.embeddings.build()
+    for layer in self.encoder_layers:
+      layer.build()
+    self.lm_head.build()
+
+  def encode(self, inputs, training=False):
+    """Runs the encoder.
+
+    Args:
+      inputs: dict with "input_ids" and "input_mask", int32 [B, T], and for
+        model_type "bert" optionally "segment_ids" int32 [B, T].
+      training: bool; enables dropout.
+
+    Returns:
+      (sequence_output, embedding_output), float32 [B, T, D] each.
+    """
+    input_ids = inputs["input_ids"]
+    input_mask = inputs["input_mask"]
+    embedding_output = self.embeddings(
+        input_ids, inputs.get("segment_ids"), training=training)
+    attention_mask = create_attention_mask(input_mask, self.model_type)
+    if self.model_type == "tta":
+      batch_size, seq_length = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
+      hidden = self.embeddings.mask_query(batch_size, seq_length, training)
+    else:
+      hidden = embedding_output
+    for layer in self.encoder_layers:
+      # Input isolation: T-TA's keys/values always come from the embedding
+      # output; BERT's from the previous layer.
+      kv_input = embedding_output if self.model_type == "tta" else hidden
+      hidden = layer(hidden, kv_input, attention_mask, training=training)
+    return hidden, embedding_output
+
+  def call(self, inputs, training=False):
+    """Returns dict of sequence_output, embedding_output, log_probs [B,T,V]."""
+    sequence_output, embedding_output = self.encode(inputs, training)
+    logits = self.lm_head(sequence_output, self.embeddings.word_embeddings)
+    return {
+        "sequence_output": sequence_output,
+        "embedding_output": embedding_output,
+        "log_probs": tf.nn.log_softmax(logits, axis=-1),
+    }
+
+  def tf1_variables(self):
+    """OrderedDict: Google-BERT/T-TA TF1 variable name -> model variable."""
+    names = collections.OrderedDict()
+    names.update(_prefixed("bert/embeddings",
+                           self.embeddings.tf1_variables()))
+    for i, layer in enumerate(self.encoder_layers):
+      names.update(_prefixed("bert/encoder/layer_%d" % i,
+                             layer.tf1_variables()))
+    names.update(_prefixed("cls/predictions", self.lm_head.tf1_variables()))
+    return names
+
+
+def build_model(config, model_type=None):
+  """Builds a `TransformerLM` with all variables created.
+
+  Args:
+    config: `TTAConfig`.
+    model_type: "tta" | "bilm" | "unilm" | "bert"; defaults to
+      config.model_type.
+
+  Returns:
+    `TransformerLM`.
+  """
+  model_type = model_type or config.model_type
+  if model_type is None:
+    raise ValueError("model_type not given and the config has none")
+  model = TransformerLM(config, model_type)
+  model.build()
+  return model
+
+
+# Checkpoint variables that a Google BERT or T-TA TF1 checkpoint holds but our
+# models do not use: optimizer slots, the step counter, the NSP pooler/head.
+IGNORED_CHECKPOINT_VARIABLES = (r"(^|/)adam_[mv]$", r"^global_step$",
+                                r"^bert/pooler/", r"^cls/seq_relationship/")
+
+
+class CheckpointMismatchError(ValueError):
+  pass
+
+
+def load_tf1_checkpoint(model, checkpoint_path, strict=True):
+  """Loads a Google-BERT or T-TA-authors TF1 checkpoint into `model`.
+
+  Every model variable must be found with the right shape; otherwise nothing
+  is assigned and the error lists every missing and mis-shaped name.
+
+  Args:
+    model: a built `TransformerLM`.
+    checkpoint_path: checkpoint prefix or directory.
+    strict: if True, checkpoint variables that are neither used nor in
+      IGNORED_CHECKPOINT_VARIABLES are an error too; if False they are only
+      reported.
+
+  Returns:
+    dict with "loaded", "ignored" and "unexpected" lists of names.
+
+  Raises:
+    CheckpointMismatchError: naming every offending variable.
+  """
+  reader = tf.train.load_checkpoint(checkpoint_path)
+  shapes = reader.get_variable_to_shape_map()
+  wanted = model.tf1_variables()
+  missing = [n for n in wanted if n not in shapes]
+  mis_shaped = [
+      "%s: checkpoint %s, model %s" % (n, shapes[n], list(v.shape))
+      for n, v in wanted.items()
+      if n in shapes and list(shapes[n]) != list(v.shape)
+  ]
+  extra = sorted(n for n in shapes if n not in wanted)
+  ignored = [n for n in extra
+             if any(re.search(p, n) for p in IGNORED_CHECKPOINT_VARIABLES)]
+  unexpected = [n for n in extra if n not in ignored]
+  problems = []
+  if missing:
+    problems.append("missing from checkpoint: " + ", ".join(missing))
+  if mis_shaped:
+    problems.append("shape mismatch: " + "; ".join(mis_shaped))
+  if unexpected and strict:
+    problems.append("unexpected in checkpoint: " + ", ".join(unexpected))
+  if problems:
+    raise CheckpointMismatchError(
+        "cannot load %s into a %s model: %s" %
+        (checkpoint_path, model.model_type, " | ".join(problems)))
+  for name, var in wanted.items():
+    var.assign(reader.get_tensor(name))
+  return {"loaded": list(wanted), "ignored": ignored,
+          "unexpected": unexpected}
+
+
+def save_tf1_checkpoint(model, checkpoint_prefix):
+  """Writes `model`'s variables under their Google-BERT TF1 names.
+
+  Returns:
+    The path prefix written (loadable by `load_tf1_checkpoint` and by TF1
+    BERT code).
+  """
+  arrays = {n: v.numpy() for n, v in model.tf1_variables().items()}
+  return write_tf1_checkpoint(arrays, checkpoint_prefix)
+
+
+def write_tf1_checkpoint(arrays, checkpoint_prefix):
+  """Writes a name-keyed dict of numpy arrays as a TF1 (name-based) checkpoint."""
+  with tf.Graph().as_default():
+    variables = [tf.compat.v1.Variable(np.asarray(a), name=n)
+                 for n, a in arrays.items()]
+    saver = tf.compat.v1.train.Saver(variables)
+    with tf.compat.v1.Session() as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      return saver.save(sess, checkpoint_prefix, write_meta_graph=False)

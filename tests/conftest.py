@@ -1,0 +1,6 @@
+"""Makes the flat top-level modules importable and keeps TF quiet."""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))

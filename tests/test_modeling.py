@@ -1,0 +1,401 @@
+"""Tests of modeling.py: the T-TA self-unknown property, masks, checkpoints.
+
+The NumPy reference below is written from the papers and BERT's TF1 variable
+layout, independently of modeling.py, so agreement checks the architecture
+(epsilon, erf-GELU, post-LN, input isolation, DMSA, tied head) and the
+variable-name mapping at once.
+"""
+
+import math
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy.special import erf
+
+import modeling
+
+VOCAB = 99
+TINY = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+            num_attention_heads=4, intermediate_size=37,
+            max_position_embeddings=16)
+
+
+def tiny_config(**overrides):
+  kwargs = dict(TINY)
+  kwargs.update(overrides)
+  return modeling.TTAConfig(**kwargs)
+
+
+def random_batch(rng, lengths, seq_length):
+  ids = np.zeros((len(lengths), seq_length), np.int32)
+  mask = np.zeros((len(lengths), seq_length), np.int32)
+  for b, n in enumerate(lengths):
+    ids[b, :n] = rng.integers(5, VOCAB, size=n)
+    mask[b, :n] = 1
+  return ids, mask
+
+
+def run(model, ids, mask):
+  out = model({"input_ids": tf.constant(ids), "input_mask": tf.constant(mask)},
+              training=False)
+  return {k: v.numpy() for k, v in out.items()}
+
+
+@pytest.fixture(scope="module")
+def models():
+  tf.keras.utils.set_random_seed(1)
+  config = tiny_config()
+  return {t: modeling.build_model(config, t) for t in ("tta", "bilm", "unilm")}
+
+
+# ---------------------------------------------------------------- properties
+
+
+def test_tta_output_i_never_sees_token_i(models):
+  """Exact self-unknown: changing token i leaves output i as it was."""
+  rng = np.random.default_rng(0)
+  lengths = [9, 6, 1, 3]  # padding in all but the first; a 1-token row too
+  ids, mask = random_batch(rng, lengths, 9)
+  base = run(models["tta"], ids, mask)
+  for i in range(9):
+    changed = ids.copy()
+    real = mask[:, i] == 1
+    changed[real, i] = (ids[real, i] - 5 + 1 + rng.integers(0, VOCAB - 6,
+                                                             real.sum())) % (
+                                                                 VOCAB - 5) + 5
+    assert np.all(changed[real, i] != ids[real, i])
+    out = run(models["tta"], changed, mask)
+    for key in ("sequence_output", "log_probs"):
+      diff = np.abs(out[key][real, i] - base[key][real, i]).max()
+      assert diff <= 1e-6, (key, i, diff)
+    # ...while the token does reach the other real positions of its row.
+    for b in np.flatnonzero(real):
+      others = [j for j in range(lengths[b]) if j != i]
+      if others:
+        diff = np.abs(out["sequence_output"][b, others] -
+                      base["sequence_output"][b, others]).max(axis=-1)
+        assert diff.min() > 1e-4, (b, i, diff)
+
+
+def test_unilm_output_t_never_sees_later_tokens(models):
+  rng = np.random.default_rng(1)
+  ids, mask = random_batch(rng, [8, 5], 8)
+  base = run(models["unilm"], ids, mask)
+  for t in range(7):
+    changed = ids.copy()
+    changed[:, t + 1:] = (ids[:, t + 1:] - 5 + 7) % (VOCAB - 5) + 5
+    out = run(models["unilm"], changed, mask)
+    diff = np.abs(out["sequence_output"][:, :t + 1] -
+                  base["sequence_output"][:, :t + 1]).max()
+    assert diff <= 1e-6, (t, diff)
+    assert np.abs(out["sequence_output"][0, t + 1:] -
+                  base["sequence_output"][0, t + 1:]).max() > 1e-4
+
+
+def test_bilm_every_output_sees_every_token(models):
+  rng = np.random.default_rng(2)
+  ids, mask = random_batch(rng, [7], 7)
+  base = run(models["bilm"], ids, mask)
+  for i in range(7):
+    changed = ids.copy()
+    changed[0, i] = (ids[0, i] - 5 + 3) % (VOCAB - 5) + 5
+    out = run(models["bilm"], changed, mask)
+    diff = np.abs(out["sequence_output"][0] -
+                  base["sequence_output"][0]).max(axis=-1)
+    assert diff.min() > 1e-4, (i, diff)
+
+
+@pytest.mark.parametrize("model_type", ["tta", "bilm", "unilm"])
+def test_appending_padding_changes_no_real_output(models, model_type):
+  rng = np.random.default_rng(3)
+  ids, mask = random_batch(rng, [6, 4], 6)
+  padded_ids = np.pad(ids, [(0, 0), (0, 5)])
+  padded_ids[:, 6:] = 17  # whatever sits under the padding must not matter
+  padded_mask = np.pad(mask, [(0, 0), (0, 5)])
+  short = run(models[model_type], ids, mask)
+  long = run(models[model_type], padded_ids, padded_mask)
+  for key in ("sequence_output", "embedding_output", "log_probs"):
+    for b, n in enumerate([6, 4]):
+      np.testing.assert_allclose(long[key][b, :n], short[key][b, :n],
+                                 atol=1e-5, err_msg=key)
+
+
+@pytest.mark.parametrize("model_type", ["tta", "bilm", "unilm"])
+def test_inference_is_deterministic_and_training_uses_dropout(models,
+                                                              model_type):
+  rng = np.random.default_rng(4)
+  ids, mask = random_batch(rng, [6, 3], 6)
+  model = models[model_type]
+  first, second = run(model, ids, mask), run(model, ids, mask)
+  for key in first:
+    np.testing.assert_array_equal(first[key], second[key])
+  trained = model({"input_ids": tf.constant(ids),
+                   "input_mask": tf.constant(mask)}, training=True)
+  assert np.abs(trained["sequence_output"].numpy() -
+                first["sequence_output"]).max() > 1e-3
+
+
+def test_log_probs_are_normalised(models):
+  rng = np.random.default_rng(5)
+  ids, mask = random_batch(rng, [5], 5)
+  out = run(models["tta"], ids, mask)
+  np.testing.assert_allclose(np.exp(out["log_probs"]).sum(-1), 1.0, atol=1e-5)
+
+
+# -------------------------------------------------------------------- config
+
+
+def test_config_json_round_trip(tmp_path):
+  config = tiny_config(model_type="tta", hidden_dropout_prob=0.2)
+  path = str(tmp_path / "config.json")
+  config.to_json_file(path)
+  again = modeling.TTAConfig.from_json_file(path)
+  assert again == config
+  assert again.hidden_dropout_prob == 0.2 and again.model_type == "tta"
+
+
+def test_authors_config_loads_and_keeps_extra_keys():
+  path = os.path.join(
+      os.environ.get("TTA_DATA", os.path.join(os.path.dirname(__file__), "..",
+                                              "..", "shared", "data")),
+      "reference-vocab", "tta-config.layer-3.vocab-lower.sub-32k.json")
+  if not os.path.exists(path):
+    pytest.skip("reference-vocab data folder not found: %s" % path)
+  config = modeling.TTAConfig.from_json_file(path)
+  assert (config.vocab_size, config.hidden_size, config.num_hidden_layers,
+          config.num_attention_heads, config.intermediate_size,
+          config.max_position_embeddings) == (29530, 512, 3, 8, 2048, 128)
+  assert config.type_vocab_size == 0
+  assert config.to_dict()["vocab_file"] == "vocab-lower.sub-32k.txt"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(hidden_size=30), "not a multiple of num_attention_heads"),
+    (dict(hidden_act="swish"), "hidden_act"),
+    (dict(model_type="gpt"), "model_type"),
+    (dict(mask_token_id=VOCAB), "mask_token_id"),
+])
+def test_bad_config_is_rejected_by_name(overrides, message):
+  with pytest.raises(ValueError, match=message):
+    tiny_config(**overrides)
+
+
+def test_bad_config_file_names_the_file(tmp_path):
+  path = tmp_path / "config.json"
+  path.write_text('{"vocab_size": 10, "hidden_size": 30}')
+  with pytest.raises(ValueError, match="config.json"):
+    modeling.TTAConfig.from_json_file(str(path))
+
+
+# ------------------------------------------------- NumPy reference and loads
+
+
+def google_bert_arrays(config, rng, with_extras=True):
+  """Random arrays under Google BERT's TF1 names, as its checkpoints hold."""
+  d, f, v = config.hidden_size, config.intermediate_size, config.vocab_size
+  arrays = {
+      "bert/embeddings/word_embeddings": (v, d),
+      "bert/embeddings/position_embeddings":
+          (config.max_position_embeddings, d),
+      "bert/embeddings/LayerNorm/gamma": (d,),
+      "bert/embeddings/LayerNorm/beta": (d,),
+      "cls/predictions/transform/dense/kernel": (d, d),
+      "cls/predictions/transform/dense/bias": (d,),
+      "cls/predictions/transform/LayerNorm/gamma": (d,),
+      "cls/predictions/transform/LayerNorm/beta": (d,),
+      "cls/predictions/output_bias": (v,),
+  }
+  if config.type_vocab_size:
+    arrays["bert/embeddings/token_type_embeddings"] = (config.type_vocab_size,
+                                                       d)
+  for l in range(config.num_hidden_layers):
+    p = "bert/encoder/layer_%d/" % l
+    for name in ("query", "key", "value"):
+      arrays[p + "attention/self/%s/kernel" % name] = (d, d)
+      arrays[p + "attention/self/%s/bias" % name] = (d,)
+    arrays[p + "attention/output/dense/kernel"] = (d, d)
+    arrays[p + "attention/output/dense/bias"] = (d,)
+    arrays[p + "attention/output/LayerNorm/gamma"] = (d,)
+    arrays[p + "attention/output/LayerNorm/beta"] = (d,)
+    arrays[p + "intermediate/dense/kernel"] = (d, f)
+    arrays[p + "intermediate/dense/bias"] = (f,)
+    arrays[p + "output/dense/kernel"] = (f, d)
+    arrays[p + "output/dense/bias"] = (d,)
+    arrays[p + "output/LayerNorm/gamma"] = (d,)
+    arrays[p + "output/LayerNorm/beta"] = (d,)
+  if with_extras:  # present in real checkpoints, unused by an LM
+    arrays["bert/pooler/dense/kernel"] = (d, d)
+    arrays["bert/pooler/dense/bias"] = (d,)
+    arrays["cls/seq_relationship/output_weights"] = (2, d)
+    arrays["cls/seq_relationship/output_bias"] = (2,)
+    arrays["bert/embeddings/word_embeddings/adam_m"] = (v, d)
+    arrays["global_step"] = ()
+  out = {}
+  for name, shape in arrays.items():
+    if name == "global_step":
+      out[name] = np.array(1000, np.int64)
+    elif name.endswith("gamma"):
+      out[name] = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+    else:
+      out[name] = (0.2 * rng.standard_normal(shape)).astype(np.float32)
+  return out
+
+
+def np_layer_norm(x, gamma, beta):
+  mean = x.mean(-1, keepdims=True)
+  var = ((x - mean)**2).mean(-1, keepdims=True)
+  return (x - mean) / np.sqrt(var + 1e-12) * gamma + beta
+
+
+def np_gelu(x):
+  return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+
+
+def np_softmax(x):
+  x = x - x.max(-1, keepdims=True)
+  e = np.exp(x)
+  return e / e.sum(-1, keepdims=True)
+
+
+def np_reference(w, config, model_type, ids, mask, segment_ids=None):
+  """A from-the-paper NumPy forward pass; returns (sequence, log_probs)."""
+  ids = ids.astype(np.int64)
+  b, t = ids.shape
+  n = config.num_attention_heads
+  h = config.hidden_size // n
+  emb = w["bert/embeddings/"]
+  table = emb("word_embeddings")
+  pos = emb("position_embeddings")[:t]
+  x = table[ids] + pos
+  if config.type_vocab_size:
+    seg = np.zeros_like(ids) if segment_ids is None else segment_ids
+    x = x + emb("token_type_embeddings")[seg]
+  ln = lambda x, p: np_layer_norm(x, p("gamma"), p("beta"))
+  e = ln(x, w["bert/embeddings/LayerNorm/"])
+  allowed = np.broadcast_to(mask[:, None, :].astype(bool), (b, t, t)).copy()
+  if model_type == "tta":
+    allowed &= ~np.eye(t, dtype=bool)
+    hidden = ln(table[config.mask_token_id] + pos,
+                w["bert/embeddings/LayerNorm/"])[None].repeat(b, 0)
+  else:
+    hidden = e
+    if model_type == "unilm":
+      allowed &= np.tril(np.ones((t, t), bool))
+  dense = lambda x, p: x @ p("kernel") + p("bias")
+  for l in range(config.num_hidden_layers):
+    p = lambda s: w["bert/encoder/layer_%d/%s/" % (l, s)]
+    kv = e if model_type == "tta" else hidden
+    q = dense(hidden, p("attention/self/query")).reshape(b, t, n, h)
+    k = dense(kv, p("attention/self/key")).reshape(b, t, n, h)
+    v = dense(kv, p("attention/self/value")).reshape(b, t, n, h)
+    scores = np.einsum("bfnh,btnh->bnft", q, k) / math.sqrt(h)
+    scores = np.where(allowed[:, None], scores, -np.inf)
+    probs = np.nan_to_num(np_softmax(scores))  # rows with no key -> 0
+    ctx = np.einsum("bnft,btnh->bfnh", probs, v).reshape(b, t, n * h)
+    a = ln(hidden + dense(ctx, p("attention/output/dense")),
+           p("attention/output/LayerNorm"))
+    ffn = dense(np_gelu(dense(a, p("intermediate/dense"))), p("output/dense"))
+    hidden = ln(a + ffn, p("output/LayerNorm"))
+  z = ln(np_gelu(dense(hidden, w["cls/predictions/transform/dense"])),
+         w["cls/predictions/transform/LayerNorm"])
+  logits = z @ table.T + w["cls/predictions"]("output_bias")
+  logits -= logits.max(-1, keepdims=True)
+  log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  return hidden, log_probs
+
+
+class Arrays(dict):
+  """arrays["scope/"]("name") -> arrays["scope/name"] (for the reference)."""
+
+  def __getitem__(self, prefix):
+    prefix = prefix if prefix.endswith("/") else prefix + "/"
+    return lambda name: dict.__getitem__(self, prefix + name).astype(
+        np.float64)
+
+
+@pytest.mark.parametrize("model_type", ["bert", "tta", "bilm", "unilm"])
+def test_tf1_checkpoint_loads_and_matches_reference(tmp_path, model_type):
+  type_vocab_size = 2 if model_type == "bert" else 0
+  config = tiny_config(type_vocab_size=type_vocab_size)
+  rng = np.random.default_rng(6)
+  arrays = google_bert_arrays(config, rng)
+  prefix = modeling.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
+  model = modeling.build_model(config, model_type)
+  report = modeling.load_tf1_checkpoint(model, prefix)
+  assert len(report["loaded"]) == len(model.trainable_variables)
+  assert "bert/pooler/dense/kernel" in report["ignored"]
+  assert "global_step" in report["ignored"]
+  ids, mask = random_batch(rng, [7, 4], 7)
+  inputs = {"input_ids": tf.constant(ids), "input_mask": tf.constant(mask)}
+  segments = None
+  if model_type == "bert":
+    segments = np.zeros_like(ids)
+    segments[:, 4:] = 1
+    inputs["segment_ids"] = tf.constant(segments)
+  out = model(inputs, training=False)
+  want_seq, want_lp = np_reference(Arrays(arrays), config, model_type, ids,
+                                   mask, segments)
+  for b, n in enumerate([7, 4]):
+    np.testing.assert_allclose(out["sequence_output"].numpy()[b, :n],
+                               want_seq[b, :n], atol=2e-4, rtol=1e-4)
+    np.testing.assert_allclose(out["log_probs"].numpy()[b, :n],
+                               want_lp[b, :n], atol=2e-4, rtol=1e-4)
+
+
+def test_saved_tf1_checkpoint_round_trips(tmp_path, models):
+  prefix = modeling.save_tf1_checkpoint(models["tta"],
+                                        str(tmp_path / "tta.ckpt"))
+  fresh = modeling.build_model(tiny_config(), "tta")
+  modeling.load_tf1_checkpoint(fresh, prefix)
+  ids, mask = random_batch(np.random.default_rng(7), [6, 2], 6)
+  a, b = run(models["tta"], ids, mask), run(fresh, ids, mask)
+  for key in a:
+    np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_missing_variable_fails_by_name_and_assigns_nothing(tmp_path):
+  config = tiny_config(type_vocab_size=2)
+  arrays = google_bert_arrays(config, np.random.default_rng(8))
+  del arrays["bert/encoder/layer_1/attention/self/key/bias"]
+  prefix = modeling.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
+  model = modeling.build_model(config, "bert")
+  before = model.embeddings.word_embeddings.numpy().copy()
+  with pytest.raises(modeling.CheckpointMismatchError,
+                     match="layer_1/attention/self/key/bias"):
+    modeling.load_tf1_checkpoint(model, prefix)
+  np.testing.assert_array_equal(model.embeddings.word_embeddings.numpy(),
+                                before)
+
+
+def test_mis_shaped_variable_fails_by_name(tmp_path):
+  config = tiny_config(type_vocab_size=2)
+  arrays = google_bert_arrays(config, np.random.default_rng(9))
+  arrays["bert/encoder/layer_0/intermediate/dense/kernel"] = np.zeros(
+      (32, 36), np.float32)
+  prefix = modeling.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
+  with pytest.raises(modeling.CheckpointMismatchError,
+                     match=r"layer_0/intermediate/dense/kernel: checkpoint "
+                     r"\[32, 36\], model \[32, 37\]"):
+    modeling.load_tf1_checkpoint(modeling.build_model(config, "bert"), prefix)
+
+
+def test_unexpected_variable_fails_when_strict(tmp_path):
+  config = tiny_config()
+  arrays = google_bert_arrays(config, np.random.default_rng(10))
+  arrays["bert/encoder/layer_2/output/dense/kernel"] = np.zeros((32, 32),
+                                                                np.float32)
+  prefix = modeling.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
+  model = modeling.build_model(config, "tta")
+  with pytest.raises(modeling.CheckpointMismatchError,
+                     match="unexpected in checkpoint: "
+                     "bert/encoder/layer_2/output/dense/kernel"):
+    modeling.load_tf1_checkpoint(model, prefix)
+  report = modeling.load_tf1_checkpoint(model, prefix, strict=False)
+  assert report["unexpected"] == ["bert/encoder/layer_2/output/dense/kernel"]
+
+
+def test_bert_without_token_types_is_rejected():
+  with pytest.raises(ValueError, match="type_vocab_size"):
+    modeling.build_model(tiny_config(), "bert")
