@@ -1,0 +1,219 @@
+"""Tests for ngram.py: natural-log KenLM scores against a hand-written ARPA, and lmplz training."""
+
+import math
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import ngram  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+kenlm = pytest.importorskip("kenlm")
+
+# A bigram model with hand-picked log10 probabilities and backoffs.
+# Unigram lines: log10 p, word, log10 backoff. Bigram lines: log10 p, context word, word.
+_ARPA = """\\data\\
+ngram 1=5
+ngram 2=4
+
+\\1-grams:
+-1.0\t<unk>
+-99\t<s>\t-0.5
+-0.6\t</s>
+-0.4\ta\t-0.3
+-0.7\tb\t-0.2
+
+\\2-grams:
+-0.2\t<s> a
+-0.3\ta b
+-0.25\tb </s>
+-0.5\ta </s>
+
+\\end\\
+"""
+
+_LOG10 = {  # the same numbers, for computing expected scores by hand
+    "p": {"<unk>": -1.0, "</s>": -0.6, "a": -0.4, "b": -0.7},
+    "bo": {"<s>": -0.5, "a": -0.3, "b": -0.2, "<unk>": 0.0, "</s>": 0.0},
+    "p2": {("<s>", "a"): -0.2, ("a", "b"): -0.3, ("b", "</s>"): -0.25, ("a", "</s>"): -0.5},
+}
+
+
+def _hand_log10(prev, word):
+  """log10 p(word | prev) by the ARPA backoff rule: bigram if listed, else bo(prev) + p(word)."""
+  if prev is not None and (prev, word) in _LOG10["p2"]:
+    return _LOG10["p2"][(prev, word)]
+  backoff = _LOG10["bo"].get(prev, 0.0) if prev is not None else 0.0
+  return backoff + _LOG10["p"][word]
+
+
+@pytest.fixture(name="arpa_path")
+def fixture_arpa_path(tmp_path):
+  path = tmp_path / "toy.arpa"
+  path.write_text(_ARPA)
+  return str(path)
+
+
+def test_log10_to_ln():
+  assert ngram.LN10 == pytest.approx(math.log(10.0), abs=1e-15)
+  for v in (0.0, -1.0, -0.25, -3.7):
+    # ln p = log10 p * ln 10, i.e. 10**v == e**(converted)
+    assert ngram.log10_to_ln(v) == pytest.approx(math.log(10.0 ** v), abs=1e-12)
+    assert math.exp(ngram.log10_to_ln(v)) == pytest.approx(10.0 ** v, rel=1e-12)
+
+
+@pytest.mark.parametrize("text,expected_words", [
+    # <s> a b </s>: three listed bigrams.
+    ("a b", [("<s>", "a"), ("a", "b"), ("b", "</s>")]),
+    # <s> b a </s>: p(b|<s>) and p(a|b) back off; p(</s>|a) is listed.
+    ("b a", [("<s>", "b"), ("b", "a"), ("a", "</s>")]),
+    # <s> a a </s>: p(a|a) backs off through bo(a).
+    ("a a", [("<s>", "a"), ("a", "a"), ("a", "</s>")]),
+])
+def test_scores_match_hand_computed_arpa(arpa_path, text, expected_words):
+  scorer = ngram.NgramScorer(arpa_path)
+  assert scorer.order == 2
+  (score,) = scorer.score_sentences([text])
+  logprob, word_logprobs, n_words = score  # unpacks as a 3-tuple
+  expected = [_hand_log10(prev, w) * math.log(10.0) for prev, w in expected_words]
+  assert n_words == len(expected) == len(text.split()) + 1  # </s> counts as a word
+  assert word_logprobs == pytest.approx(expected, abs=1e-5)
+  assert logprob == pytest.approx(sum(expected), abs=1e-5)
+  assert score.n_oov == 0
+  # Same number as kenlm's own log10 sentence score, converted.
+  assert logprob == pytest.approx(kenlm.Model(arpa_path).score(text) * math.log(10.0), abs=1e-5)
+
+
+def test_hand_values_spelled_out(arpa_path):
+  """The backoff case written out in numbers, so the expectation is not only code."""
+  scorer = ngram.NgramScorer(arpa_path)
+  (logprob, word_logprobs, _), = scorer.score_sentences(["b a"])
+  ln10 = math.log(10.0)
+  # p(b|<s>) = bo(<s>) + p(b) = -0.5 - 0.7; p(a|b) = bo(b) + p(a) = -0.2 - 0.4; p(</s>|a) = -0.5
+  assert word_logprobs == pytest.approx([-1.2 * ln10, -0.6 * ln10, -0.5 * ln10], abs=1e-5)
+  assert logprob == pytest.approx(-2.3 * ln10, abs=1e-5)
+
+
+def test_bos_eos_flags(arpa_path):
+  scorer = ngram.NgramScorer(arpa_path)
+  ln10 = math.log(10.0)
+  # No <s> context: p(a) unigram, then p(b|a); no </s>.
+  (logprob, word_logprobs, n_words), = scorer.score_sentences(["a b"], bos=False, eos=False)
+  assert n_words == 2
+  assert word_logprobs == pytest.approx([-0.4 * ln10, -0.3 * ln10], abs=1e-5)
+  assert logprob == pytest.approx(-0.7 * ln10, abs=1e-5)
+  # bos only: p(a|<s>) p(b|a).
+  (logprob, _, n_words), = scorer.score_sentences(["a b"], bos=True, eos=False)
+  assert n_words == 2
+  assert logprob == pytest.approx(-0.5 * ln10, abs=1e-5)
+  # Empty sentence with eos: just p(</s>|<s>) = bo(<s>) + p(</s>).
+  (logprob, _, n_words), = scorer.score_sentences([""])
+  assert n_words == 1
+  assert logprob == pytest.approx(-1.1 * ln10, abs=1e-5)
+  with pytest.raises(ValueError, match="<s>"):
+    scorer.score_sentences(["<s> a b"])
+
+
+def test_oov_uses_unk(arpa_path):
+  scorer = ngram.NgramScorer(arpa_path)
+  ln10 = math.log(10.0)
+  (s,) = scorer.score_sentences(["a zebra"])
+  # p(<unk>|a) = bo(a) + p(<unk>) = -0.3 - 1.0; after an OOV KenLM's context is empty: p(</s>).
+  assert s.word_logprobs == pytest.approx([-0.2 * ln10, -1.3 * ln10, -0.6 * ln10], abs=1e-5)
+  assert s.n_oov == 1
+  assert s.oov == [False, True, False]
+  assert scorer.total_oov == 1
+  assert "a" in scorer and "zebra" not in scorer
+
+
+def test_missing_model_names_file(tmp_path):
+  missing = str(tmp_path / "no_such_model.bin")
+  with pytest.raises(FileNotFoundError, match="no_such_model.bin"):
+    ngram.NgramScorer(missing)
+
+
+def test_malformed_arpa_names_file(tmp_path):
+  bad = tmp_path / "broken.arpa"
+  bad.write_text("this is not an ARPA file\n")
+  with pytest.raises(ValueError, match="broken.arpa"):
+    ngram.NgramScorer(str(bad))
+  truncated = tmp_path / "truncated.arpa"
+  truncated.write_text(_ARPA[:_ARPA.index("\\2-grams:")])  # promises bigrams, has none
+  with pytest.raises(ValueError, match="truncated.arpa"):
+    ngram.NgramScorer(str(truncated))
+
+
+def test_find_kenlm_bin_error_mentions_build_script(monkeypatch, tmp_path):
+  monkeypatch.setattr(ngram, "KENLM_BIN_DIR", str(tmp_path))
+  monkeypatch.setenv("PATH", str(tmp_path))
+  with pytest.raises(FileNotFoundError, match="build_kenlm.sh"):
+    ngram.find_kenlm_bin("lmplz")
+
+
+def _have_lmplz():
+  try:
+    ngram.find_kenlm_bin("lmplz")
+    ngram.find_kenlm_bin("build_binary")
+    return True
+  except FileNotFoundError:
+    return False
+
+
+_CORPUS = [
+    "the cat sat on the mat",
+    "the dog sat on the log",
+    "a cat and a dog sat together",
+    "the cat ate the fish",
+    "the dog ate the bone",
+    "on the mat the cat sat",
+    "the bird sang on the tree",
+    "a dog barked at the cat",
+]
+
+
+@pytest.mark.skipif(not _have_lmplz(),
+                    reason="KenLM's lmplz/build_binary not built: run bash scripts/build_kenlm.sh")
+@pytest.mark.parametrize("binary", [True, False])
+def test_train_ngram_tiny_corpus(tmp_path, binary):
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("\n".join(_CORPUS * 3) + "\n")
+  out = str(tmp_path / ("lm.bin" if binary else "lm.arpa"))
+  assert ngram.train_ngram(str(corpus), out, order=3, memory="64M", discount_fallback=True,
+                           binary=binary) == out
+  assert os.path.isfile(out)
+  # Atomic write: nothing temporary left beside the model.
+  assert sorted(os.listdir(tmp_path)) == sorted(["corpus.txt", os.path.basename(out)])
+  with open(out, "rb") as f:
+    head = f.read(16)
+  assert head.startswith(b"mmap lm") if binary else head.lstrip().startswith(b"\\data\\")
+
+  scorer = ngram.NgramScorer(out)
+  assert scorer.order == 3
+  sentence = "the cat sat on the mat"
+  shuffled = "mat on the sat cat the"  # same words, different order
+  ours, theirs = scorer.score_sentences([sentence, shuffled])
+  for s in (ours, theirs):
+    assert all(math.isfinite(v) and v < 0 for v in s.word_logprobs)
+    assert s.n_words == 7 and s.n_oov == 0
+  assert ours.logprob > theirs.logprob
+
+
+@pytest.mark.skipif(not _have_lmplz(),
+                    reason="KenLM's lmplz/build_binary not built: run bash scripts/build_kenlm.sh")
+def test_train_ngram_failure_reports_lmplz_output(tmp_path):
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("\n".join(_CORPUS) + "\n")
+  out = tmp_path / "lm.bin"
+  # Without --discount_fallback lmplz can't estimate discounts from 8 sentences and fails.
+  with pytest.raises(RuntimeError, match="lmplz failed") as info:
+    ngram.train_ngram(str(corpus), str(out), order=3, memory="64M", discount_fallback=False)
+  assert "discount" in str(info.value)
+  assert not out.exists()
+  assert os.listdir(tmp_path) == ["corpus.txt"]
+
+
+def test_train_ngram_missing_text(tmp_path):
+  with pytest.raises(FileNotFoundError, match="nope.txt"):
+    ngram.train_ngram(str(tmp_path / "nope.txt"), str(tmp_path / "lm.bin"))
