@@ -1,0 +1,175 @@
+"""STS-B and SICK readers and the correlation metric for unsupervised STS.
+
+Both readers return `StsPair(sent1, sent2, score)` tuples with the gold similarity score
+(STS-B in [0, 5], SICK relatedness in [1, 5]); sentences are stripped of surrounding whitespace
+and otherwise untouched. Malformed input raises ValueError naming `file:line`.
+"""
+
+import collections
+import math
+import os
+
+import scipy.stats
+
+import nbest
+
+STSB_DIR = "stsb"
+STSB_SPLITS = ("train", "dev", "test")
+SICK_FILE = os.path.join("sick", "SICK.txt")
+SICK_SPLITS = ("TRAIN", "TRIAL", "TEST")
+# Columns the SICK reader needs, located by name in the header.
+_SICK_COLUMNS = ("sentence_A", "sentence_B", "relatedness_score", "SemEval_set")
+
+StsPair = collections.namedtuple("StsPair", ["sent1", "sent2", "score"])
+
+
+def _score(text, where, low, high):
+  try:
+    value = float(text)
+  except ValueError:
+    value = math.nan
+  if not low <= value <= high:  # NaN fails this too
+    raise ValueError(f"{where}: expected a score in [{low}, {high}], found {text!r}")
+  return value
+
+
+def _sentence(text, where, column):
+  text = text.strip()
+  if not text:
+    raise ValueError(f"{where}: blank sentence in column {column}")
+  return text
+
+
+def _lines(path):
+  """Lines of a UTF-8 file split on '\\n' only, with a CR before it removed."""
+  with open(path, encoding="utf-8", newline="") as f:
+    lines = f.read().split("\n")
+  if lines[-1] == "":
+    lines.pop()
+  return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def read_stsb_file(path):
+  """Reads one STS Benchmark file.
+
+  Format: tab-separated, no header, no quoting (sentences may contain `"`, so this splits on
+  tabs instead of using a CSV reader): genre, file, year, id, score, sentence1, sentence2, and on
+  some lines 2 extra source/license fields, which are ignored.
+
+  Args:
+    path: str, e.g. `.../stsb/sts-dev.csv`.
+
+  Returns:
+    list[StsPair], in file order.
+
+  Raises:
+    ValueError: fewer than 7 fields, a score outside [0, 5] or not a number, a blank sentence
+      or line; the message names `file:line`.
+  """
+  pairs = []
+  for lineno, line in enumerate(_lines(path), 1):
+    where = f"{path}:{lineno}"
+    fields = line.split("\t")
+    if len(fields) < 7:
+      raise ValueError(f"{where}: expected at least 7 tab-separated fields "
+                       f"(genre file year id score sent1 sent2), found {len(fields)}")
+    pairs.append(StsPair(_sentence(fields[5], where, 6), _sentence(fields[6], where, 7),
+                         _score(fields[4], where, 0.0, 5.0)))
+  if not pairs:
+    raise ValueError(f"{path}:1: no pairs")
+  return pairs
+
+
+def read_stsb(split, data_dir=None):
+  """Reads STS-B `split` ("train" 5749, "dev" 1500, "test" 1379 pairs) from the data root.
+
+  Args:
+    split: str, one of STSB_SPLITS.
+    data_dir: str or None, the data root (see `nbest.default_data_dir`).
+
+  Returns:
+    list[StsPair].
+  """
+  if split not in STSB_SPLITS:
+    raise ValueError(f"unknown STS-B split {split!r}; expected one of {STSB_SPLITS}")
+  return read_stsb_file(os.path.join(nbest.default_data_dir(data_dir), STSB_DIR,
+                                     f"sts-{split}.csv"))
+
+
+def read_sick_file(path, split="TEST"):
+  """Reads the full SICK corpus file (`SICK.txt`) and keeps one SemEval split.
+
+  Format: tab-separated with a header row naming the columns (CRLF line endings in the shipped
+  file); sentence_A, sentence_B, relatedness_score (in [1, 5]) and SemEval_set
+  (TRAIN/TRIAL/TEST) are used.
+
+  Args:
+    path: str, the SICK.txt file.
+    split: str or None, one of SICK_SPLITS, or None for every row.
+
+  Returns:
+    list[StsPair] with the relatedness score, in file order.
+
+  Raises:
+    ValueError: a header without the needed columns, a row with another number of fields than
+      the header, a bad score, an unknown SemEval_set, a blank sentence; `file:line`.
+  """
+  if split is not None and split not in SICK_SPLITS:
+    raise ValueError(f"unknown SICK split {split!r}; expected one of {SICK_SPLITS} or None")
+  lines = _lines(path)
+  if not lines:
+    raise ValueError(f"{path}:1: empty file, expected a header row")
+  header = lines[0].split("\t")
+  missing = [name for name in _SICK_COLUMNS if name not in header]
+  if missing:
+    raise ValueError(f"{path}:1: header lacks columns {missing}: {lines[0]!r}")
+  a, b, score, semeval = (header.index(name) for name in _SICK_COLUMNS)
+  pairs = []
+  for lineno, line in enumerate(lines[1:], 2):
+    where = f"{path}:{lineno}"
+    fields = line.split("\t")
+    if len(fields) != len(header):
+      raise ValueError(f"{where}: expected {len(header)} tab-separated fields like the header, "
+                       f"found {len(fields)}")
+    if fields[semeval] not in SICK_SPLITS:
+      raise ValueError(f"{where}: SemEval_set must be one of {SICK_SPLITS}, "
+                       f"found {fields[semeval]!r}")
+    if split is None or fields[semeval] == split:
+      pairs.append(StsPair(_sentence(fields[a], where, a + 1), _sentence(fields[b], where, b + 1),
+                           _score(fields[score], where, 1.0, 5.0)))
+  if not pairs:
+    raise ValueError(f"{path}: no rows with SemEval_set == {split!r}")
+  return pairs
+
+
+def read_sick(data_dir=None, split="TEST"):
+  """Reads SICK from `<data_root>/sick/SICK.txt`; the TEST split has the paper's 4906 pairs.
+
+  Args:
+    data_dir: str or None, the data root (see `nbest.default_data_dir`).
+    split: str or None, see `read_sick_file`.
+
+  Returns:
+    list[StsPair].
+  """
+  return read_sick_file(os.path.join(nbest.default_data_dir(data_dir), SICK_FILE), split)
+
+
+def pearson_spearman(pred, gold):
+  """Correlations between predicted similarities and gold scores, as the paper reports them.
+
+  Args:
+    pred: sequence of float, e.g. cosine similarities.
+    gold: sequence of float, gold scores aligned with pred.
+
+  Returns:
+    tuple (float, float): Pearson r x 100 and Spearman ρ x 100 (scipy). A constant input gives
+    NaN (scipy warns), which is reported as is rather than hidden.
+  """
+  if len(pred) != len(gold):
+    raise ValueError(f"{len(pred)} predictions for {len(gold)} gold scores")
+  if len(pred) < 2:
+    raise ValueError(f"correlation needs at least 2 pairs, got {len(pred)}")
+  pearson = scipy.stats.pearsonr(pred, gold).statistic
+  spearman = scipy.stats.spearmanr(pred, gold).statistic
+  return 100.0 * float(pearson), 100.0 * float(spearman)
