@@ -1,0 +1,380 @@
+# coding=utf-8
+"""BERT's optimizer for a TF2 custom training loop.
+
+Three pieces, as in google-research/bert `optimization.py`:
+
+* `AdamWeightDecay`: Adam with decoupled weight decay and *no* bias correction.
+* Global-norm gradient clipping at 1.0, applied to the whole gradient before the update.
+* `LinearWarmupLinearDecay`: linear warmup from 0, then BERT's linear (power 1) decay to 0.
+
+`create_optimizer` puts them together the way BERT's `create_optimizer` does.
+
+Where the clipping happens (the one design choice that matters under `tf.distribute`):
+`AdamWeightDecay(clip_norm=...)` clips inside the optimizer, *after* the gradients have been
+summed over replicas and *before* the Adam update. The training step therefore hands the raw
+per-replica gradients to `apply_gradients` and must NOT clip them itself. Clipping per replica
+(what Keras' own `global_clipnorm` does: it runs before Keras' cross-replica sum; and what BERT's
+TF1 code did on TPU, where `CrossShardOptimizer` summed the already-clipped per-core gradients)
+would make the update depend on the number of replicas; clipping the sum is BERT's one-device
+behaviour on any number of replicas. `clip_gradients` is the same operation as a free
+function, for loops that do not use this optimizer or want the clipped values for logging.
+
+Usage in a custom loop. Checked: one device, `MirroredStrategy` (two CPU replicas, in the tests)
+and `MultiWorkerMirroredStrategy` (two local workers, by hand) give the same update as one
+device on the same global batch. `TPUStrategy` and XLA-compiled GPU steps go through the same
+Keras merge-call / replica-context update path but were not run.
+
+```python
+with strategy.scope():
+  model = modeling.build_model(config, model_type="tta")
+  optimizer = optimization.create_optimizer(1e-4, num_train_steps, num_warmup_steps)
+  optimizer.build(model.trainable_variables)   # slots exist before restore / tf.function
+  checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+
+@tf.function
+def train_step(iterator):
+  def step_fn(features):
+    with tf.GradientTape() as tape:
+      loss = per_example_loss_sum(features) / global_batch_size
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))  # sums, clips, updates
+    return loss
+  return strategy.run(step_fn, args=(next(iterator),))
+```
+"""
+
+import re
+
+import keras
+import tensorflow as tf
+
+# BERT's default: LayerNorm scales/offsets and every bias are not decayed. "layer_norm" covers
+# Keras-style layer names; matching is `re.search` on the variable path, as in BERT.
+DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
+
+
+def create_optimizer(init_lr, num_train_steps, num_warmup_steps, weight_decay_rate=0.01,
+                     clip_norm=1.0):
+  """Creates BERT's optimizer: AdamWeightDecay + global-norm clipping + warmup/decay schedule.
+
+  Call it under `strategy.scope()` when training with a `tf.distribute` strategy: the optimizer
+  remembers the strategy it was created under and creates its slots and updates through it.
+
+  Args:
+    init_lr: float. Peak learning rate (BERT's `init_lr`), e.g. 1e-4.
+    num_train_steps: int. Total number of optimizer steps; the learning rate reaches 0 here.
+    num_warmup_steps: int. Steps of linear warmup from 0; 0 disables warmup.
+    weight_decay_rate: float. Decoupled weight decay coefficient (BERT: 0.01).
+    clip_norm: float or None. Global-norm clip applied to the cross-replica-summed gradient
+      before each update (BERT: 1.0). None disables clipping.
+
+  Returns:
+    An `AdamWeightDecay` whose learning rate is a `LinearWarmupLinearDecay`.
+  """
+  schedule = LinearWarmupLinearDecay(
+      peak_learning_rate=init_lr,
+      num_train_steps=num_train_steps,
+      num_warmup_steps=num_warmup_steps)
+  return AdamWeightDecay(
+      learning_rate=schedule,
+      weight_decay_rate=weight_decay_rate,
+      beta_1=0.9,
+      beta_2=0.999,
+      epsilon=1e-6,
+      exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+      clip_norm=clip_norm)
+
+
+def clip_gradients(grads, clip_norm=1.0):
+  """Scales a list of gradients so that their global L2 norm is at most `clip_norm`.
+
+  This is `tf.clip_by_global_norm`, as BERT uses it: if the norm over *all* gradients exceeds
+  `clip_norm`, every gradient is multiplied by the same factor `clip_norm / global_norm`, which
+  keeps the update direction; otherwise they are returned unchanged. `None` entries (variables
+  without a gradient) stay `None`; `tf.IndexedSlices` are supported.
+
+  `AdamWeightDecay(clip_norm=...)` already does this after the cross-replica sum; do not call
+  this as well on gradients that go to such an optimizer (see the module docstring).
+
+  Args:
+    grads: list of float Tensors / `tf.IndexedSlices` / None.
+    clip_norm: positive float. The maximum global norm.
+
+  Returns:
+    List of the clipped gradients, same structure as `grads`.
+  """
+  clipped, _ = tf.clip_by_global_norm(grads, clip_norm)
+  return clipped
+
+
+@keras.saving.register_keras_serializable(package="tta")
+class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+  """BERT's learning-rate schedule: linear warmup, then linear decay to 0.
+
+  With `P = peak_learning_rate`, `W = num_warmup_steps`, `N = num_train_steps`:
+
+      lr(step) = P * step / W                  if step < W
+      lr(step) = P * (1 - min(step, N) / N)    otherwise
+
+  This is exactly BERT's `polynomial_decay(P, step, N, end_learning_rate=0, power=1)` with the
+  warmup overriding it while `step < W`. Note that the decay line is anchored at step 0, not at
+  the end of warmup (again as in BERT): at `step == W` the rate is `P * (1 - W / N)`, a little
+  below `P` (0.99 P for W = 1% of N), and it reaches 0 at `step == N` and stays there.
+
+  `step` is the optimizer's iteration count *before* the update, so the very first update uses
+  lr = 0 when there is warmup — also as in BERT, where `global_step` starts at 0.
+  """
+
+  def __init__(self, peak_learning_rate, num_train_steps, num_warmup_steps=0, name=None):
+    """Creates the schedule.
+
+    Args:
+      peak_learning_rate: float. Learning rate at the end of warmup (before decay).
+      num_train_steps: int > 0. Step at which the learning rate reaches 0.
+      num_warmup_steps: int >= 0. Length of the linear warmup; 0 means no warmup.
+      name: optional string, used as the name scope.
+
+    Raises:
+      ValueError: if the step counts are out of range.
+    """
+    super().__init__()
+    if num_train_steps <= 0:
+      raise ValueError(f"num_train_steps must be > 0, got {num_train_steps}")
+    if num_warmup_steps < 0 or num_warmup_steps > num_train_steps:
+      raise ValueError(
+          f"num_warmup_steps must be in [0, num_train_steps={num_train_steps}], "
+          f"got {num_warmup_steps}")
+    self.peak_learning_rate = float(peak_learning_rate)
+    self.num_train_steps = int(num_train_steps)
+    self.num_warmup_steps = int(num_warmup_steps)
+    self.name = name
+
+  def __call__(self, step):
+    """Returns the learning rate at `step` as a float32 scalar Tensor.
+
+    Args:
+      step: int or float scalar (Tensor or variable), the optimizer iteration count.
+    """
+    with tf.name_scope(self.name or "LinearWarmupLinearDecay"):
+      # float32 counts exactly up to 2**24 (16.7M) steps, far beyond any run here.
+      step = tf.cast(tf.convert_to_tensor(step), tf.float32)
+      peak = tf.constant(self.peak_learning_rate, tf.float32)
+      total = tf.constant(float(self.num_train_steps), tf.float32)
+      decayed = peak * (1.0 - tf.minimum(step, total) / total)
+      if self.num_warmup_steps == 0:
+        return decayed
+      warmup_steps = tf.constant(float(self.num_warmup_steps), tf.float32)
+      warmup = peak * step / warmup_steps
+      return tf.where(step < warmup_steps, warmup, decayed)
+
+  def get_config(self):
+    return {
+        "peak_learning_rate": self.peak_learning_rate,
+        "num_train_steps": self.num_train_steps,
+        "num_warmup_steps": self.num_warmup_steps,
+        "name": self.name,
+    }
+
+
+@keras.saving.register_keras_serializable(package="tta")
+class AdamWeightDecay(keras.optimizers.Optimizer):
+  """BERT's AdamWeightDecayOptimizer as a Keras 3 optimizer.
+
+  Per variable `w` with gradient `g` (summed over replicas, then clipped if `clip_norm`):
+
+      m = beta_1 * m + (1 - beta_1) * g
+      v = beta_2 * v + (1 - beta_2) * g**2
+      update = m / (sqrt(v) + epsilon) + weight_decay_rate * w     # decay term only if decayed
+      w = w - lr * update
+
+  Two deliberate departures from textbook Adam / Keras' AdamW, both to match the optimizer that
+  trained BERT's (and T-TA's) released checkpoints:
+  * No bias correction of `m` and `v`. Early updates are therefore *larger* than bias-corrected
+    Adam's (for a steady gradient by (1 - beta_1**t) / sqrt(1 - beta_2**t): about 6.5x around
+    step 10, still 1.26x at step 1000); BERT's warmup absorbs this, and its hyper-parameters
+    (lr 1e-4, epsilon 1e-6, warmup) were tuned with it.
+  * The decay is decoupled (Loshchilov & Hutter): `weight_decay_rate * w` is added to the Adam
+    direction, not to the gradient, so it does not pass through `m`/`v` and is not clipped.
+    It is scaled by the same learning rate (and so follows the schedule), as in BERT.
+
+  Variables whose path matches any regex in `exclude_from_weight_decay` (`re.search`) get no
+  decay. The path is Keras 3's `variable.path`
+  ("bert/encoder/layer_0/attention/output/LayerNorm/gamma"); Keras 3's `variable.name` is only
+  the last component ("gamma"), which is why matching uses the path (falling back to `.name`
+  for plain `tf.Variable`s). The decision is taken once, in `build`, from the variables given.
+
+  Distribution: Keras' TF optimizer, called from `apply_gradients` inside `strategy.run`, sums
+  the per-replica gradients across replicas and updates each mirrored variable in a merge call.
+  This class keeps that machinery and only inserts the global-norm clip between the sum and the
+  update. Create (and `build`) the optimizer under `strategy.scope()`. The per-replica loss
+  must be scaled by the *global* batch size so that the sum is the global-batch gradient.
+
+  Mixed precision: with Keras' "mixed_bfloat16" policy the variables (and so the slots) stay
+  float32 and gradients arrive in float32; any lower-precision gradient is cast to the
+  variable's dtype before use. No loss scaling is needed for bfloat16.
+
+  Checkpointing: `tf.train.Checkpoint(optimizer=...)` saves the iteration count and the
+  `adam_m`/`adam_v` slots; the learning rate is a function of the iteration count, so restoring
+  both resumes the run exactly. Build the optimizer before restoring.
+  """
+
+  def __init__(self,
+               learning_rate=0.001,
+               weight_decay_rate=0.01,
+               beta_1=0.9,
+               beta_2=0.999,
+               epsilon=1e-6,
+               exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+               clip_norm=None,
+               name="AdamWeightDecay",
+               **kwargs):
+    """Creates the optimizer.
+
+    Args:
+      learning_rate: float or `keras.optimizers.schedules.LearningRateSchedule`.
+      weight_decay_rate: float >= 0. Decoupled weight decay coefficient (BERT: 0.01).
+      beta_1: float. Decay of the first-moment estimate.
+      beta_2: float. Decay of the second-moment estimate.
+      epsilon: float. Added to sqrt(v); BERT uses 1e-6 (Keras Adam's default is 1e-7).
+      exclude_from_weight_decay: sequence of regex strings; a variable whose path matches any
+        of them (`re.search`) is not decayed. None or empty: decay every variable.
+      clip_norm: float or None. If set, the cross-replica-summed gradients are clipped to this
+        global norm before the update (`create_optimizer` uses 1.0, like BERT).
+      name: string, the optimizer's name scope.
+      **kwargs: other `keras.optimizers.Optimizer` arguments (e.g. `loss_scale_factor`).
+        Keras' own `weight_decay`, `clipnorm`, `global_clipnorm` and `clipvalue` are rejected:
+        Keras applies them per replica and matches decay exclusions on the short `.name`.
+
+    Raises:
+      ValueError: if a rejected Keras argument is set or a value is out of range.
+    """
+    for key in ("weight_decay", "clipnorm", "global_clipnorm", "clipvalue"):
+      if kwargs.get(key) is not None:
+        raise ValueError(
+            f"AdamWeightDecay: Keras' `{key}` is not supported (got {key}={kwargs[key]!r}); "
+            "use `weight_decay_rate`, `exclude_from_weight_decay` and `clip_norm`, which act "
+            "on the cross-replica gradient and the variable path")
+    super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+    if weight_decay_rate < 0:
+      raise ValueError(f"weight_decay_rate must be >= 0, got {weight_decay_rate}")
+    if clip_norm is not None and clip_norm <= 0:
+      raise ValueError(f"clip_norm must be > 0 or None, got {clip_norm}")
+    self.weight_decay_rate = float(weight_decay_rate)
+    self.beta_1 = float(beta_1)
+    self.beta_2 = float(beta_2)
+    self.epsilon = float(epsilon)
+    self.exclude_from_weight_decay = (
+        tuple(exclude_from_weight_decay) if exclude_from_weight_decay else ())
+    self.clip_norm = None if clip_norm is None else float(clip_norm)
+
+  def _do_use_weight_decay(self, variable_name):
+    """Whether to decay the variable with this path (BERT's `_do_use_weight_decay`)."""
+    if not self.weight_decay_rate:
+      return False
+    return not any(re.search(pattern, variable_name)
+                   for pattern in self.exclude_from_weight_decay)
+
+  def build(self, var_list):
+    """Creates the `adam_m` and `adam_v` slots and fixes which variables are decayed.
+
+    Args:
+      var_list: list of the model's trainable variables (Keras or tf.Variables).
+
+    Raises:
+      RuntimeError: if called under a different `tf.distribute` strategy than the one the
+        optimizer was created under.
+    """
+    if self.built:
+      return
+    strategy = tf.distribute.get_strategy()
+    if strategy is not self._distribution_strategy:
+      raise RuntimeError(
+          f"AdamWeightDecay '{self.name}' was created under "
+          f"{type(self._distribution_strategy).__name__} but is being built under "
+          f"{type(strategy).__name__}; create the optimizer inside `strategy.scope()`")
+    if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():
+      # Keras builds lazily on the first `apply_gradients`; inside `strategy.run` that creates
+      # the slots in a replica context, which MirroredStrategy rejects inside a tf.function
+      # with an obscure graph error. Say what to do instead.
+      raise RuntimeError(
+          f"AdamWeightDecay '{self.name}' is being built inside `strategy.run`; call "
+          "`optimizer.build(model.trainable_variables)` under `strategy.scope()` before the "
+          "first training step")
+    super().build(var_list)
+    self._adam_m, self._adam_v = self.add_optimizer_variables(var_list, ["adam_m", "adam_v"])
+    # A plain Python tuple keyed by the optimizer's variable index: decided here once because
+    # inside the update the variable may be a per-replica component without a Keras path.
+    self._decay_flags = tuple(
+        self._do_use_weight_decay(getattr(v, "path", None) or v.name) for v in var_list)
+
+  def _backend_update_step(self, grads, trainable_variables, learning_rate):
+    # Keras' `apply` calls this hook (private, keras 3.15) with the gradients of *this replica*,
+    # None entries already dropped. Keras' TF version sums them over replicas and then updates;
+    # the global clip must sit in between, so we do the sum here ourselves and then update the
+    # same way Keras does. Like Keras, this needs a replica context: call `apply_gradients`
+    # inside `strategy.run`, or with no strategy (the default replica context; the sum is then
+    # the identity). tests/test_optimization.py fails if a Keras upgrade bypasses this hook.
+    variables = [v.value if isinstance(v, keras.Variable) else v for v in trainable_variables]
+    grads = list(grads)
+    replica_context = tf.distribute.get_replica_context()
+    if replica_context is not None:
+      grads = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+    if self.clip_norm is not None:
+      grads, _ = tf.clip_by_global_norm(grads, self.clip_norm)
+    # `maybe_merge_call` is a merge call, except for strategies that update in replica context
+    # (Mirrored/MultiWorker under XLA on GPUs), where it calls the function directly.
+    tf.__internal__.distribute.interim.maybe_merge_call(
+        self._update_variables, self._distribution_strategy, grads, variables, learning_rate)
+
+  def _update_variables(self, strategy, grads, variables, learning_rate):
+    """Applies `update_step` to every variable on every device that holds a copy of it."""
+    for grad, variable in zip(grads, variables):
+      strategy.extended.update(
+          variable,
+          lambda var, g, lr: self.update_step(g, var, lr),
+          args=(grad, learning_rate),
+          group=False)
+
+  def update_step(self, gradient, variable, learning_rate):
+    """One AdamWeightDecay update of one variable.
+
+    Args:
+      gradient: float Tensor or `tf.IndexedSlices`, the (summed, clipped) gradient.
+      variable: the variable to update (under a strategy: this device's component).
+      learning_rate: float scalar Tensor, the learning rate for this step.
+    """
+    index = self._get_variable_index(variable)
+    m = self._adam_m[index]
+    v = self._adam_v[index]
+    dtype = variable.dtype
+    if isinstance(gradient, tf.IndexedSlices):
+      # BERT's update is dense: every row's moments decay every step, even rows (embeddings)
+      # that got no gradient. Densifying keeps that exact behaviour.
+      gradient = tf.convert_to_tensor(gradient)
+    gradient = tf.cast(gradient, dtype)
+    lr = tf.cast(learning_rate, dtype)
+    beta_1 = tf.constant(self.beta_1, dtype)
+    beta_2 = tf.constant(self.beta_2, dtype)
+
+    next_m = beta_1 * m.value + (1.0 - beta_1) * gradient
+    next_v = beta_2 * v.value + (1.0 - beta_2) * tf.square(gradient)
+    # No bias correction (see the class docstring): this is the whole Adam direction.
+    update = next_m / (tf.sqrt(next_v) + tf.constant(self.epsilon, dtype))
+    if self._decay_flags[index]:
+      # Decoupled decay of the pre-update weight, scaled by lr together with the Adam term.
+      update += tf.constant(self.weight_decay_rate, dtype) * tf.convert_to_tensor(variable)
+    self.assign(m, next_m)
+    self.assign(v, next_v)
+    self.assign_sub(variable, lr * update)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update({
+        "weight_decay_rate": self.weight_decay_rate,
+        "beta_1": self.beta_1,
+        "beta_2": self.beta_2,
+        "epsilon": self.epsilon,
+        "exclude_from_weight_decay": list(self.exclude_from_weight_decay),
+        "clip_norm": self.clip_norm,
+    })
+    return config
