@@ -1,0 +1,574 @@
+# coding=utf-8
+"""BERT-compatible WordPiece tokenization, in-graph with tensorflow-text.
+
+There is ONE tokenizer implementation: `InGraphTokenizer`, a `tf.Module` built
+from tensorflow-text ops (`BasicTokenizer` for splitting into words,
+`FastWordpieceTokenizer` for greedy longest-match-first pieces) plus a few
+`tf.strings` steps that make it agree with Google BERT's Python tokenizer. It
+runs inside `tf.function`s and SavedModels. `FullTokenizer` is the
+plain-Python entry point for scripts: it calls the same graph in batches
+(eagerly) and converts the results to Python lists, so scripts and exported
+models cannot tokenize differently.
+
+Where tensorflow-text's `BertTokenizer` differs from BERT, and what we do:
+  * It does not clean the text: NUL, U+FFFD and control/format characters
+    (Cc, Cf) become spaces (splitting "a<NUL>b" in two) where BERT drops them,
+    and it splits only on ASCII whitespace where BERT also splits on Unicode
+    spaces (Zs, and U+2028/U+2029 via Python's `str.split`). `_clean_text`
+    does BERT's cleaning before tensorflow-text sees the text.
+  * Its `lower_case=True` uses NFKC case folding (`case_fold_utf8`): "ß" ->
+    "ss", "ﬁ" -> "fi", "Ⅻ" -> "xii", final "ς" -> "σ". BERT uses Python's
+    `str.lower()`, which `tf.strings.lower(encoding="utf-8")` matches (full
+    case mapping, final sigma included). So we lower-case, NFD and strip Mn
+    ourselves and call `BasicTokenizer(lower_case=False)` only to split.
+  * Its word-piece step limits words in UTF-8 bytes (`max_bytes_per_word`),
+    BERT in characters (`max_input_chars_per_word`). We count characters and
+    turn an over-long word into a string the byte limit is sure to reject, so
+    it becomes one [UNK] exactly as in BERT.
+Checked against a transcription of BERT's algorithm on every code point
+(alone and inside words, both casings) and on 20k random sentences with the
+T-TA vocab: the only differences left are ~100 characters new in Unicode
+14/15, where TF's Unicode tables (ICU, RE2) and Python 3.11's (14.0) disagree
+on category or case.
+
+Vocab files hold one token per line; a token's id is its 0-based line number.
+Special tokens are looked up by name, never assumed to sit at fixed ids: the
+T-TA authors' vocab starts with `SPECIAL_TOKENS` (ids 0..6), Google BERT's
+vocab.txt has [PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103 and no
+[SOS]/[EOS].
+
+Dimensions: B = batch size (sentences), W = words, P = word pieces,
+T = max_seq_length.
+"""
+
+from __future__ import absolute_import
+from __future__ import division
+from __future__ import print_function
+
+import collections
+import collections.abc
+import functools
+import os
+import tempfile
+
+from absl import logging
+import tensorflow as tf
+import tensorflow_text as tf_text
+# Not exported at the top level of tensorflow_text; its own vocab tool
+# (bert_vocab_from_dataset) imports it from here too.
+from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
+from tensorflow_text.tools.wordpiece_vocab import (
+    wordpiece_tokenizer_learner_lib as vocab_learner)
+
+# The T-TA authors' vocab order; build_vocab writes them first in this order.
+SPECIAL_TOKENS = ("[PAD]", "[EOS]", "[UNK]", "[SOS]", "[MASK]", "[CLS]",
+                  "[SEP]")
+
+# FullTokenizer attribute -> token it names.
+_SPECIAL_ID_ATTRS = (
+    ("pad_id", "[PAD]"),
+    ("eos_id", "[EOS]"),
+    ("unk_id", "[UNK]"),
+    ("sos_id", "[SOS]"),
+    ("mask_id", "[MASK]"),
+    ("cls_id", "[CLS]"),
+    ("sep_id", "[SEP]"),
+)
+
+_SUFFIX_INDICATOR = "##"
+
+# RE2 classes for BERT's `_clean_text`. Cc is exactly U+0000-001F and
+# U+007F-009F; RE2 has no class subtraction, so \t \n \r (Cc, but whitespace
+# to BERT) are kept by listing the Cc ranges around them.
+_DROP_CHARS_REGEX = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x9F\p{Cf}\x{FFFD}]"
+# BERT maps \t \n \r and Zs to " "; Zl and Zp (U+2028, U+2029) are left in
+# place by BERT but then split on by Python's `str.split`, so the effect is
+# the same as a space.
+_SPACE_CHARS_REGEX = r"[\t\n\r\p{Zs}\p{Zl}\p{Zp}]"
+
+# Sentences per graph call in FullTokenizer: enough to amortise the call
+# overhead, few enough to bound memory on a whole corpus.
+_PYTHON_BATCH_SIZE = 8192
+
+
+def load_vocab(vocab_file):
+  """Loads a vocab file (one token per line, id = 0-based line number).
+
+  Line endings (LF or CRLF) are removed and, as in BERT, surrounding
+  whitespace is stripped from each token.
+
+  Args:
+    vocab_file: path of a UTF-8 text file; anything `tf.io.gfile` can open.
+
+  Returns:
+    `collections.OrderedDict` mapping token (str) -> id (int), in file order.
+
+  Raises:
+    ValueError: naming `vocab_file:line` for an empty or whitespace-only line
+      or a token seen before (with the line it was first seen on), or for a
+      file holding no tokens.
+  """
+  with tf.io.gfile.GFile(vocab_file, "rb") as f:
+    # utf-8-sig: a byte-order mark would otherwise glue itself to token 0.
+    text = f.read().decode("utf-8-sig")
+  lines = text.split("\n")
+  if lines and lines[-1] == "":
+    lines.pop()  # The newline that ends the last line.
+  vocab = collections.OrderedDict()
+  for index, line in enumerate(lines):
+    token = line.strip()
+    if not token:
+      what = "an empty line" if not line.rstrip("\r") else (
+          "a line holding only whitespace %r" % line)
+      raise ValueError(
+          "%s:%d: found %s; a vocab file must hold one token per line with "
+          "no blank lines (each line's number gives its token's id)." %
+          (vocab_file, index + 1, what))
+    if token in vocab:
+      raise ValueError(
+          "%s:%d: duplicate token %r, first seen on line %d; tokens must be "
+          "unique." % (vocab_file, index + 1, token, vocab[token] + 1))
+    vocab[token] = index
+  if not vocab:
+    raise ValueError("%s: the vocab file holds no tokens." % vocab_file)
+  return vocab
+
+
+def write_vocab(tokens, vocab_file):
+  """Writes tokens one per line, atomically (temporary file + os.replace).
+
+  Args:
+    tokens: iterable of str; token i gets id i.
+    vocab_file: local path to write. Readers never see a half-written file.
+
+  Raises:
+    ValueError: for an empty token, one with surrounding whitespace or a line
+      break, or a duplicate (with both positions), since `load_vocab` could not
+      read it back with the same ids.
+  """
+  tokens = list(tokens)
+  seen = {}
+  for index, token in enumerate(tokens):
+    if not token or token != token.strip() or "\n" in token or "\r" in token:
+      raise ValueError("token %d (%r) is empty, has surrounding whitespace or "
+                       "a line break; it cannot be a vocab line." %
+                       (index, token))
+    if token in seen:
+      raise ValueError("duplicate token %r at positions %d and %d." %
+                       (token, seen[token], index))
+    seen[token] = index
+  directory = os.path.dirname(os.path.abspath(vocab_file))
+  fd, tmp_path = tempfile.mkstemp(
+      dir=directory, prefix=os.path.basename(vocab_file) + ".", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+      for token in tokens:
+        f.write(token + "\n")
+    os.replace(tmp_path, vocab_file)
+  except BaseException:
+    if os.path.exists(tmp_path):
+      os.remove(tmp_path)
+    raise
+
+
+def _clean_text(texts, do_lower_case):
+  """BERT's text cleaning and lower-casing with tf.strings ops.
+
+  Args:
+    texts: tf.string Tensor of any shape.
+    do_lower_case: Python bool; lower-case (Python `str.lower` semantics),
+      NFD-normalise and drop non-spacing marks (accents).
+
+  Returns:
+    tf.string Tensor of the same shape: control characters, NUL and U+FFFD
+    removed, every whitespace character a plain space.
+  """
+  texts = tf.strings.regex_replace(texts, _DROP_CHARS_REGEX, "")
+  texts = tf.strings.regex_replace(texts, _SPACE_CHARS_REGEX, " ")
+  if do_lower_case:
+    # Not tf_text.case_fold_utf8: NFKC case folding changes more than BERT's
+    # lower() does (see the module docstring).
+    texts = tf.strings.lower(texts, encoding="utf-8")
+    texts = tf_text.normalize_utf8(texts, "NFD")
+    texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
+  return texts
+
+
+def basic_tokenize(texts, do_lower_case=True):
+  """BERT's BasicTokenizer in-graph: clean, lower-case, split into words.
+
+  Splitting (whitespace, BERT's punctuation: ASCII 33-47, 58-64, 91-96,
+  123-126 and Unicode P*, each CJK ideograph on its own) is
+  tensorflow-text's `BasicTokenizer`; it runs on text already cleaned (and
+  lower-cased) the way BERT does it.
+
+  Args:
+    texts: tf.string Tensor of shape [B].
+    do_lower_case: Python bool.
+
+  Returns:
+    tf.string RaggedTensor of shape [B, (W)].
+  """
+  texts = _clean_text(texts, do_lower_case)
+  # lower_case=False: no case folding, no normalisation; what remains is its
+  # Cc/Cf -> " " step (a no-op after _clean_text) and the split.
+  return BasicTokenizer(lower_case=False).tokenize(texts)
+
+
+def _vocab_list(vocab):
+  """Tokens in id order from a token->id mapping or a token list.
+
+  Raises:
+    ValueError: if a mapping's ids are not exactly 0..len-1.
+  """
+  if not isinstance(vocab, collections.abc.Mapping):
+    return list(vocab)
+  tokens = [None] * len(vocab)
+  for token, index in vocab.items():
+    if not 0 <= index < len(tokens) or tokens[index] is not None:
+      raise ValueError("vocab ids must be 0..%d, each once; token %r has id "
+                       "%r." % (len(tokens) - 1, token, index))
+    tokens[index] = token
+  return tokens
+
+
+class InGraphTokenizer(tf.Module):
+  """WordPiece tokenizer made of TF ops; usable in tf.function and SavedModel.
+
+  Example:
+    tokenizer = InGraphTokenizer(load_vocab("vocab.txt"))
+    ids = tokenizer(tf.constant(["Hello world!"]))          # [1, (P)] int32
+    input_ids, input_mask = tokenizer.encode(texts, 128)    # [B, 128] int32
+
+  Word pieces come from tensorflow-text's `FastWordpieceTokenizer` (linear-
+  time WordPiece; the same output as the classic greedy longest-match-first
+  `WordpieceTokenizer`, about 4x faster here). Its compiled vocab is a uint8
+  constant, so a SavedModel carries it without a separate asset file.
+  """
+
+  def __init__(self, vocab, do_lower_case=True, max_input_chars_per_word=200,
+               boundary_tokens=("[SOS]", "[EOS]"), name=None):
+    """Compiles the vocab into tensorflow-text's FastWordpieceTokenizer.
+
+    Args:
+      vocab: mapping token -> id with ids 0..V-1 (as from `load_vocab`), or
+        the list of tokens in id order.
+      do_lower_case: lower-case and strip accents before splitting.
+      max_input_chars_per_word: a longer word (in characters) becomes [UNK].
+      boundary_tokens: (start, end) tokens `encode` puts around a sentence;
+        ("[CLS]", "[SEP]") for a Google BERT vocab, which has no [SOS]/[EOS].
+        Missing ones only make `encode` fail.
+      name: tf.Module name.
+
+    Raises:
+      ValueError: if the vocab has no [UNK] or [PAD] token.
+    """
+    super(InGraphTokenizer, self).__init__(name=name)
+    tokens = _vocab_list(vocab)
+    token_to_id = {token: index for index, token in enumerate(tokens)}
+    for required in ("[UNK]", "[PAD]"):
+      if required not in token_to_id:
+        raise ValueError("the vocab has no %s token; the tokenizer needs it."
+                         % required)
+    self.do_lower_case = bool(do_lower_case)
+    self.max_input_chars_per_word = int(max_input_chars_per_word)
+    self.vocab_size = len(tokens)
+    self.pad_id = token_to_id["[PAD]"]
+    self.boundary_tokens = tuple(boundary_tokens)
+    self._start_id = token_to_id.get(self.boundary_tokens[0])
+    self._end_id = token_to_id.get(self.boundary_tokens[1])
+    # Any word of at most max_input_chars_per_word characters is at most 4x
+    # as many UTF-8 bytes, so the byte limit never fires on its own; the
+    # character limit is applied in __call__ by swapping in _too_long_word.
+    max_bytes = 4 * self.max_input_chars_per_word
+    self._too_long_word = tf.constant("x" * (max_bytes + 1))
+    # no_pretokenization: words come from basic_tokenize; the tokenizer's own
+    # splitting would skip BERT's text cleaning.
+    self._wordpiece = tf_text.FastWordpieceTokenizer(
+        vocab=tokens,
+        suffix_indicator=_SUFFIX_INDICATOR,
+        max_bytes_per_word=max_bytes,
+        token_out_type=tf.int32,
+        unknown_token="[UNK]",
+        no_pretokenization=True)
+
+  # autograph=False: no tensor-dependent Python control flow here, and
+  # tracing is several times faster without the conversion.
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)],
+               autograph=False)
+  def __call__(self, texts):
+    """Tokenizes sentences into word-piece ids (no [SOS]/[EOS]).
+
+    Args:
+      texts: tf.string Tensor of shape [B], UTF-8.
+
+    Returns:
+      int32 RaggedTensor of shape [B, (P)].
+    """
+    words = basic_tokenize(texts, self.do_lower_case)  # [B, (W)]
+    flat_words = words.flat_values
+    n_chars = tf.strings.length(flat_words, unit="UTF8_CHAR")
+    flat_words = tf.where(n_chars > self.max_input_chars_per_word,
+                          self._too_long_word, flat_words)
+    pieces = self._wordpiece.tokenize(flat_words)  # [sum(W), (P)]
+    pieces = words.with_flat_values(pieces)  # [B, (W), (P)]
+    return pieces.merge_dims(1, 2)
+
+  def encode(self, texts, max_seq_length, pad_to_max_length=True):
+    """Tokenizes, adds boundary tokens, truncates and pads.
+
+    A sentence is `[SOS] pieces [EOS]` (or the boundary tokens given to the
+    constructor); a longer one loses pieces from its end, so [SOS] stays
+    first and [EOS] last, within max_seq_length.
+
+    Args:
+      texts: tf.string Tensor of shape [B].
+      max_seq_length: Python int >= 2 (T).
+      pad_to_max_length: if False, pad only to the longest sentence of the
+        batch (at most T) instead of T.
+
+    Returns:
+      (input_ids, input_mask): int32 Tensors of shape [B, T]; ids padded with
+      [PAD], mask 1 for real tokens and 0 for padding.
+
+    Raises:
+      ValueError: if max_seq_length < 2 or a boundary token is missing from
+        the vocab.
+    """
+    if max_seq_length < 2:
+      raise ValueError("max_seq_length must be >= 2 to hold the boundary "
+                       "tokens, got %d." % max_seq_length)
+    start_id, end_id = self.boundary_ids()
+    pieces = self(texts)[:, :max_seq_length - 2]  # [B, (P)]
+    batch_size = tf.shape(texts, out_type=tf.int64)[0]
+    column = tf.ones([batch_size, 1], tf.int32)
+    ids = tf.concat([column * start_id, pieces, column * end_id], axis=1)
+    length = max_seq_length
+    if not pad_to_max_length:
+      # max(., 2): reduce_max of an empty batch is the smallest int64.
+      length = tf.maximum(tf.reduce_max(ids.row_lengths()), 2)
+    input_ids, input_mask = tf_text.pad_model_inputs(
+        ids, max_seq_length=length, pad_value=self.pad_id)
+    return input_ids, tf.cast(input_mask, tf.int32)
+
+  def boundary_ids(self):
+    """Returns (start id, end id) of the boundary tokens.
+
+    Raises:
+      ValueError: naming the boundary tokens the vocab lacks.
+    """
+    missing = [t for t, i in zip(self.boundary_tokens,
+                                 (self._start_id, self._end_id)) if i is None]
+    if missing:
+      raise ValueError(
+          "encode() needs the boundary tokens %s but the vocab has no %s; for "
+          "a Google BERT vocab pass boundary_tokens=('[CLS]', '[SEP]')." %
+          (self.boundary_tokens, ", ".join(missing)))
+    return self._start_id, self._end_id
+
+
+class FullTokenizer(object):
+  """Plain-Python tokenizer for scripts; runs InGraphTokenizer in batches.
+
+  Example:
+    tokenizer = FullTokenizer("vocab.txt", do_lower_case=True)
+    tokenizer.tokenize("Héllo, world!")   # ['hello', ',', 'world', '!']
+    tokenizer.encode("Hello", max_seq_length=8)   # [sos_id, id, eos_id]
+
+  Attributes:
+    vocab: OrderedDict token -> id. inv_vocab: dict id -> token.
+    pad_id, eos_id, unk_id, sos_id, mask_id, cls_id, sep_id: int ids of the
+      special tokens, or None where the vocab lacks one.
+  """
+
+  def __init__(self, vocab_file, do_lower_case=True,
+               max_input_chars_per_word=200,
+               boundary_tokens=("[SOS]", "[EOS]")):
+    """Loads the vocab and builds the graph tokenizer.
+
+    Args:
+      vocab_file: vocab path (see `load_vocab`).
+      do_lower_case: lower-case and strip accents (uncased models).
+      max_input_chars_per_word: a longer word becomes [UNK].
+      boundary_tokens: tokens `encode` puts around a sentence.
+
+    Raises:
+      ValueError: for a malformed vocab file, or one without [UNK] or [PAD].
+    """
+    self.vocab_file = vocab_file
+    self.vocab = load_vocab(vocab_file)
+    self.inv_vocab = {i: t for t, i in self.vocab.items()}
+    self.do_lower_case = do_lower_case
+    for attr, token in _SPECIAL_ID_ATTRS:
+      setattr(self, attr, self.vocab.get(token))
+    for required in ("[UNK]", "[PAD]"):
+      if required not in self.vocab:
+        raise ValueError("%s: the vocab has no %s token; the tokenizer needs "
+                         "it." % (vocab_file, required))
+    self.boundary_tokens = tuple(boundary_tokens)
+    self._graph = InGraphTokenizer(
+        self.vocab, do_lower_case=do_lower_case,
+        max_input_chars_per_word=max_input_chars_per_word,
+        boundary_tokens=boundary_tokens)
+    # Id -> token as a list: indexing beats dict lookups on large batches.
+    size = max(self.inv_vocab) + 1
+    self._id_to_token = [self.inv_vocab.get(i) for i in range(size)]
+
+  @property
+  def vocab_size(self):
+    return len(self.vocab)
+
+  def graph_tokenizer(self):
+    """Returns the InGraphTokenizer this tokenizer runs."""
+    return self._graph
+
+  def piece_ids_batch(self, texts):
+    """Word-piece ids of many sentences, without [SOS]/[EOS].
+
+    Args:
+      texts: list of B str (or UTF-8 bytes).
+
+    Returns:
+      list of B lists of int.
+    """
+    if isinstance(texts, (str, bytes)):
+      raise TypeError("expected a list of strings, got a single string; use "
+                      "tokenize()/encode() for one sentence.")
+    texts = list(texts)
+    result = []
+    for begin in range(0, len(texts), _PYTHON_BATCH_SIZE):
+      chunk = texts[begin:begin + _PYTHON_BATCH_SIZE]
+      pieces = self._graph(tf.constant(chunk, tf.string, shape=[len(chunk)]))
+      # One bulk conversion, then list slicing: far cheaper than
+      # RaggedTensor.to_list() or per-row numpy slicing.
+      values = pieces.flat_values.numpy().tolist()
+      splits = pieces.row_splits.numpy().tolist()
+      result.extend(values[splits[i]:splits[i + 1]]
+                    for i in range(len(chunk)))
+    return result
+
+
+  def tokenize(self, text):
+    """Word pieces of one sentence (str) as a list of str."""
+    return self.tokenize_batch([text])[0]
+
+  def tokenize_batch(self, texts):
+    """Word pieces of many sentences: list of str -> list of lists of str."""
+    id_to_token = self._id_to_token
+    return [[id_to_token[i] for i in ids]
+            for ids in self.piece_ids_batch(texts)]
+
+  def convert_tokens_to_ids(self, tokens):
+    """Maps tokens to ids; raises KeyError naming an unknown token."""
+    try:
+      return [self.vocab[token] for token in tokens]
+    except KeyError as e:
+      raise KeyError("token %r is not in the vocab %s" %
+                     (e.args[0], self.vocab_file)) from None
+
+  def convert_ids_to_tokens(self, ids):
+    """Maps ids to tokens; raises KeyError naming an unknown id."""
+    try:
+      return [self.inv_vocab[int(i)] for i in ids]
+    except KeyError as e:
+      raise KeyError("id %r is not in the vocab %s (size %d)" %
+                     (e.args[0], self.vocab_file, len(self.vocab))) from None
+
+  def encode(self, text, max_seq_length=None):
+    """Ids of `[SOS] pieces [EOS]` for one sentence (see encode_batch)."""
+    return self.encode_batch([text], max_seq_length)[0]
+
+  def encode_batch(self, texts, max_seq_length=None):
+    """Ids of `[SOS] pieces [EOS]` per sentence, unpadded.
+
+    Truncation matches `InGraphTokenizer.encode`: pieces are cut from the end
+    so [SOS] stays first and [EOS] last within max_seq_length.
+
+    Args:
+      texts: list of str.
+      max_seq_length: None (no limit) or int >= 2.
+
+    Returns:
+      list of B lists of int.
+
+    Raises:
+      ValueError: if max_seq_length < 2 or a boundary token is missing.
+    """
+    start_id, end_id = self._graph.boundary_ids()
+    if max_seq_length is not None and max_seq_length < 2:
+      raise ValueError("max_seq_length must be >= 2 to hold the boundary "
+                       "tokens, got %d." % max_seq_length)
+    keep = None if max_seq_length is None else max_seq_length - 2
+    return [[start_id] + ids[:keep] + [end_id]
+            for ids in self.piece_ids_batch(texts)]
+
+
+@functools.lru_cache(maxsize=None)
+def _basic_tokenize_function(do_lower_case):
+  """basic_tokenize as a tf.function over [B] strings, traced once per case."""
+  return tf.function(
+      lambda texts: basic_tokenize(texts, do_lower_case),
+      input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+
+
+def build_vocab(sentences, vocab_size, do_lower_case=True,
+                reserved_tokens=SPECIAL_TOKENS, batch_size=4096,
+                learn_params=None):
+  """Learns a WordPiece vocab from sentences with tensorflow-text's learner.
+
+  Words are counted after the same `basic_tokenize` the tokenizer uses, so
+  the vocab fits the tokenizer. Then tensorflow-text's
+  `wordpiece_tokenizer_learner_lib.learn` (the algorithm behind
+  `bert_vocab_from_dataset`) picks the pieces: it binary-searches a count
+  threshold for a vocab of at most vocab_size (within 5% below by default)
+  and always keeps every character (alone and as "##c"), so a corpus with a
+  large alphabet can exceed vocab_size; that is logged.
+
+  Deterministic: word counts are handed over sorted by (-count, word) and the
+  learner sorts its output by (-count, token) after the reserved tokens and
+  the sorted single characters.
+
+  Args:
+    sentences: iterable of str.
+    vocab_size: target size (an upper bound, see above).
+    do_lower_case: as for the tokenizer that will use the vocab.
+    reserved_tokens: tokens placed first, in this order.
+    batch_size: sentences per in-graph tokenization call.
+    learn_params: dict of extra keyword arguments for the learner, e.g.
+      {"lower_thresh": 1} for a tiny corpus (its default, 10, drops every
+      piece seen fewer than 10 times).
+
+  Returns:
+    list of str: reserved_tokens, then the learned tokens.
+
+  Raises:
+    ValueError: if the corpus holds no words or reserved_tokens repeats one.
+  """
+  reserved_tokens = list(reserved_tokens)
+  if len(set(reserved_tokens)) != len(reserved_tokens):
+    raise ValueError("reserved_tokens must be unique: %r" % (reserved_tokens,))
+  split = _basic_tokenize_function(bool(do_lower_case))
+  counts = collections.Counter()
+
+  def count(batch):
+    words = split(tf.constant(batch, tf.string, shape=[len(batch)]))
+    counts.update(words.flat_values.numpy().tolist())
+
+  batch = []
+  for sentence in sentences:
+    batch.append(sentence)
+    if len(batch) == batch_size:
+      count(batch)
+      batch = []
+  if batch:
+    count(batch)
+  if not counts:
+    raise ValueError("build_vocab: the corpus holds no words.")
+  word_counts = sorted(((w.decode("utf-8"), c) for w, c in counts.items()),
+                       key=lambda wc: (-wc[1], wc[0]))
+  vocab = vocab_learner.learn(
+      word_counts, vocab_size, reserved_tokens, **(learn_params or {}))
+  if len(vocab) > vocab_size:
+    logging.warning("build_vocab: %d tokens, more than vocab_size=%d (every "
+                    "character of the corpus is kept).", len(vocab), vocab_size)
+  return vocab
