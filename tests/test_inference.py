@@ -1,0 +1,152 @@
+"""Tests of inference.py against brute-force computations with the raw model."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import inference
+import modeling
+import tokenization
+
+WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "far", "away",
+         "##s", "##ed", "run", "walk", "##ing", ".", ","]
+SENTENCES = ["the cat sat on the mat .", "a dog ran", "cats walking far away",
+             "", "the dog , the cat , a mat , the runs walked on"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+  path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+  path.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + WORDS) + "\n")
+  return tokenization.FullTokenizer(str(path), do_lower_case=True)
+
+
+def lm_for(model_type, tokenizer, **kwargs):
+  tf.keras.utils.set_random_seed(11)
+  config = modeling.TTAConfig(
+      vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+      num_attention_heads=4, intermediate_size=40, max_position_embeddings=32)
+  model = modeling.build_model(config, model_type)
+  return inference.NeuralLM(model, tokenizer, **kwargs)
+
+
+def ids_of(lm, sentence):
+  return [lm.bos_id] + lm.tokenizer.convert_tokens_to_ids(
+      lm.tokenizer.tokenize(sentence)) + [lm.eos_id]
+
+
+def forward(lm, ids):
+  out = lm.model({"input_ids": tf.constant([ids], tf.int32),
+                  "input_mask": tf.ones([1, len(ids)], tf.int32)})
+  return {k: v.numpy()[0] for k, v in out.items()}
+
+
+def test_tta_scores_are_the_gathered_log_probs_of_one_pass(tokenizer):
+  lm = lm_for("tta", tokenizer)
+  results = lm.score(SENTENCES)
+  for sentence, result in zip(SENTENCES, results):
+    ids = ids_of(lm, sentence)
+    log_probs = forward(lm, ids)["log_probs"]
+    want = [log_probs[t, ids[t]] for t in range(1, len(ids))]  # [EOS] in
+    np.testing.assert_allclose(result.token_logprobs, want, atol=1e-5)
+    assert result.tokens[-1] == "[EOS]" and len(result.tokens) == len(ids) - 1
+    assert result.total == pytest.approx(sum(want), abs=1e-4)
+
+
+def test_bilm_batched_pll_equals_masked_copy_loop(tokenizer):
+  # A budget of 64 tokens forces several batches and splits between them.
+  lm = lm_for("bilm", tokenizer, token_budget=64)
+  results = lm.score(SENTENCES)
+  for sentence, result in zip(SENTENCES, results):
+    ids = ids_of(lm, sentence)
+    want = []
+    for t in range(1, len(ids)):
+      masked = list(ids)
+      masked[t] = lm.mask_id
+      want.append(forward(lm, masked)["log_probs"][t, ids[t]])
+    np.testing.assert_allclose(result.token_logprobs, want, atol=1e-4)
+
+
+def test_unilm_equals_chain_rule_token_by_token(tokenizer):
+  lm = lm_for("unilm", tokenizer)
+  results = lm.score(SENTENCES)
+  for sentence, result in zip(SENTENCES, results):
+    ids = ids_of(lm, sentence)
+    # Feed each prefix alone: nothing to the right can leak in.
+    want = [forward(lm, ids[:t])["log_probs"][t - 1, ids[t]]
+            for t in range(1, len(ids))]
+    np.testing.assert_allclose(result.token_logprobs, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_type", ["tta", "bilm"])
+def test_scored_special_tokens_follow_the_flags(tokenizer, model_type):
+  sentence = ["the cat sat"]
+  default = lm_for(model_type, tokenizer).score(sentence)[0]
+  both = lm_for(model_type, tokenizer, score_sos=True).score(sentence)[0]
+  neither = lm_for(model_type, tokenizer, score_eos=False).score(sentence)[0]
+  assert default.tokens == ["the", "cat", "sat", "[EOS]"]
+  assert both.tokens == ["[SOS]", "the", "cat", "sat", "[EOS]"]
+  assert neither.tokens == ["the", "cat", "sat"]
+  np.testing.assert_allclose(both.token_logprobs[1:], default.token_logprobs,
+                             atol=1e-5)
+
+
+def test_over_long_sentences_are_truncated_and_flagged(tokenizer):
+  lm = lm_for("tta", tokenizer, max_seq_length=6)
+  long, short = lm.score(["the cat sat on the mat", "a dog"])
+  assert long.truncated and not short.truncated
+  assert long.tokens == ["the", "cat", "sat", "on", "[EOS]"]
+  assert lm.stats["truncated"] == 1
+
+
+def test_word_logprobs_sum_the_pieces_of_each_word():
+  scored = inference.ScoredSentence(["cat", "##s", "walk", "##ing", "[EOS]"],
+                                    np.array([-1.0, -2.0, -3.0, -4.0, -5.0]))
+  assert scored.word_logprobs() == [-3.0, -7.0, -5.0]
+  assert scored.mean == pytest.approx(-3.0)
+
+
+def test_tta_context_vectors_are_the_mean_over_words(tokenizer):
+  lm = lm_for("tta", tokenizer)
+  vectors = lm.sentence_vectors(SENTENCES, pooling="context")
+  embeds = lm.sentence_vectors(SENTENCES, pooling="embed")
+  firsts = lm.sentence_vectors(SENTENCES, pooling="first")
+  for i, sentence in enumerate(SENTENCES):
+    ids = ids_of(lm, sentence)
+    out = forward(lm, ids)
+    if len(ids) > 2:
+      np.testing.assert_allclose(vectors[i],
+                                 out["sequence_output"][1:-1].mean(0),
+                                 atol=1e-5)
+      np.testing.assert_allclose(embeds[i],
+                                 out["embedding_output"][1:-1].mean(0),
+                                 atol=1e-5)
+    else:  # the empty sentence
+      assert not vectors[i].any()
+    np.testing.assert_allclose(firsts[i], out["sequence_output"][0],
+                               atol=1e-5)
+
+
+def test_bilm_context_vectors_come_from_the_masked_copies(tokenizer):
+  lm = lm_for("bilm", tokenizer, token_budget=64)
+  masked = lm.sentence_vectors(SENTENCES[:3], pooling="context")
+  intact = lm.sentence_vectors(SENTENCES[:3], pooling="context", masked=False)
+  for i, sentence in enumerate(SENTENCES[:3]):
+    ids = ids_of(lm, sentence)
+    copies = []
+    for t in range(1, len(ids) - 1):
+      m = list(ids)
+      m[t] = lm.mask_id
+      copies.append(forward(lm, m)["sequence_output"][t])
+    np.testing.assert_allclose(masked[i], np.mean(copies, 0), atol=1e-5)
+    np.testing.assert_allclose(
+        intact[i], forward(lm, ids)["sequence_output"][1:-1].mean(0),
+        atol=1e-5)
+
+
+def test_vocab_model_mismatch_is_an_error(tokenizer):
+  config = modeling.TTAConfig(vocab_size=tokenizer.vocab_size + 1,
+                              hidden_size=16, num_hidden_layers=1,
+                              num_attention_heads=2, intermediate_size=16)
+  with pytest.raises(ValueError, match="vocab_size"):
+    inference.NeuralLM(modeling.build_model(config, "tta"), tokenizer)
