@@ -481,10 +481,13 @@ class TransformerLM(keras.Model):
     self.config = config
     self.model_type = model_type
     self.embeddings = Embeddings(config)
-    self.encoder_layers = [
-        TransformerBlock(config, name="layer_%d" % i)
-        for i in range(config.num_hidden_layers)
-    ]
+    # Each block is also an attribute: tf.train.Checkpoint does not see
+    # layers inside a Keras 3 TrackedList, and would silently skip them.
+    self.encoder_layers = []
+    for i in range(config.num_hidden_layers):
+      block = TransformerBlock(config, name="layer_%d" % i)
+      setattr(self, "layer_%d" % i, block)
+      self.encoder_layers.append(block)
     self.lm_head = LMHead(config)
 
   def build(self, input_shape=None):

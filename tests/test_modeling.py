@@ -399,3 +399,17 @@ def test_unexpected_variable_fails_when_strict(tmp_path):
 def test_bert_without_token_types_is_rejected():
   with pytest.raises(ValueError, match="type_vocab_size"):
     modeling.build_model(tiny_config(), "bert")
+
+
+@pytest.mark.parametrize("model_type", ["tta", "bilm"])
+def test_object_checkpoint_saves_every_variable(tmp_path, model_type):
+  """tf.train.Checkpoint(model=...) must hold every weight, blocks included."""
+  tf.keras.utils.set_random_seed(12)
+  model = modeling.build_model(tiny_config(), model_type)
+  path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+  tf.keras.utils.set_random_seed(13)
+  fresh = modeling.build_model(tiny_config(), model_type)
+  tf.train.Checkpoint(model=fresh).read(path).assert_consumed()
+  assert len(fresh.weights) == len(model.tf1_variables())
+  for a, b in zip(model.weights, fresh.weights):
+    np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
