@@ -71,7 +71,7 @@ def cached_scores(lm, lm_id, texts, cache):
   before the next begins, so an interrupted run resumes where it stopped.
   """
   texts = sorted(set(texts))
-  done = cache.get_many(lm_id, texts) if cache else {}
+  done = cache.get_many(lm_id, texts) if cache is not None else {}
   todo = [t for t in texts if t not in done]
   logging.info("%s: %d distinct sentences, %d cached, %d to score", lm_id,
                len(texts), len(done), len(todo))
@@ -80,7 +80,7 @@ def cached_scores(lm, lm_id, texts, cache):
     chunk = todo[begin:begin + FLAGS.chunk_size]
     results = {t: [r.total, r.num_tokens, r.truncated]
                for t, r in zip(chunk, lm.score(chunk))}
-    if cache:
+    if cache is not None:
       cache.put_many(lm_id, results)
     done.update(results)
     finished = begin + len(chunk)
