@@ -1,0 +1,480 @@
+# coding=utf-8
+"""tf.data input pipeline: sentence TFRecords -> batches for every LM objective.
+
+The records (create_pretraining_data.py) hold one UNPADDED sentence each,
+`[SOS] pieces [EOS]`. This module pads, buckets by length and turns a batch
+into inputs and targets for the three objectives, so that ONE data set serves
+T-TA, the biLM and the uniLM, and the loss has the same form for all:
+
+  loss = sum(target_weights * CE(log_probs, target_ids)) / sum(target_weights)
+
+  model_type   input_ids              target_ids           target_weights
+  tta          x                      x                    1 at real tokens
+  bilm         x with 15% corrupted   x                    1 at chosen tokens
+  unilm        x                      x shifted left by 1  1 where x_{t+1} real
+  (bert is trained like bilm.)
+
+Dimension legend: B = sentences per batch, L = padded length of the batch
+(a bucket length, at most max_seq_length), n = one sentence's length.
+
+Determinism and resuming (`skip_batches`): every stage is deterministic for a
+given `seed`: the file order and the record shuffle are seeded tf.data
+shuffles, interleave and map keep their order (deterministic=True), length
+bucketing is a pure function of that order, and the biLM's masks come from
+stateless random ops keyed by (seed, input pipeline id, batch index). A
+resumed run therefore rebuilds the same stream and `skip(skip_batches)` drops
+exactly the batches the interrupted run consumed. It is cheap because records
+are bucketed on their `length` feature alone and the ids are parsed per batch
+AFTER the skip: skipped batches are read but never parsed or masked (about
+1800 batches of 64 per second on a busy 2-core machine, so ~1 minute for
+10^5 steps). This is exact only with the same seed, files, batch size, bucket
+boundaries, number of input pipelines and the same global TF seed
+(tf.random.set_seed), which tf.data folds into its shuffle seeds. Masks
+differ from epoch to epoch because the batch index keeps growing across
+epochs (dynamic masking).
+
+Pipeline (training): files (shuffled each epoch, repeated) -> interleave 8
+-> record shuffle -> parse `length` (512 at a time) -> group_by_window on the
+length bucket -> batches of serialized records -> enumerate -> skip ->
+parse ids, pad to the bucket length, make targets -> prefetch.
+"""
+
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+import tokenization
+
+MODEL_TYPES = ("tta", "bilm", "unilm", "bert")
+
+# Bucket lengths (inclusive upper bounds) used when none are given. Sentences
+# average ~30 tokens, so most batches pad to 32 or 48 instead of 128.
+DEFAULT_BUCKET_BOUNDARIES = (16, 32, 48, 64, 96)
+
+# Records in the training shuffle buffer. The shards are already globally
+# shuffled by create_pretraining_data, so this only decorrelates the epochs.
+_SHUFFLE_BUFFER = 10000
+# Files read concurrently in training.
+_CYCLE_LENGTH = 8
+# [PAD] is id 0 in the authors' vocab, in every vocab we build and in Google
+# BERT's; batches are padded with it.
+_PAD_ID = 0
+
+
+def special_ids_from_vocab(vocab):
+  """Ids of the special tokens present in a vocab.
+
+  Args:
+    vocab: mapping token -> id (e.g. tokenization.load_vocab(path)).
+
+  Returns:
+    sorted list of int: ids of [PAD] [EOS] [UNK] [SOS] [MASK] [CLS] [SEP]
+    (those the vocab has). Pass it as `special_ids` to `make_dataset`.
+  """
+  return sorted(vocab[t] for t in tokenization.SPECIAL_TOKENS if t in vocab)
+
+
+def bucket_lengths(max_seq_length, bucket_boundaries=None):
+  """Padded lengths of the length buckets.
+
+  Args:
+    max_seq_length: int, the longest sentence (T).
+    bucket_boundaries: increasing ints or None (DEFAULT_BUCKET_BOUNDARIES);
+      boundaries >= max_seq_length are dropped.
+
+  Returns:
+    list of int, strictly increasing, ending with max_seq_length: bucket i
+    holds sentences with lengths[i-1] < n <= lengths[i] and pads to lengths[i].
+
+  Raises:
+    ValueError: for boundaries that are not positive and increasing.
+  """
+  if bucket_boundaries is None:
+    bucket_boundaries = DEFAULT_BUCKET_BOUNDARIES
+  bucket_boundaries = [int(b) for b in bucket_boundaries]
+  if any(b <= 0 for b in bucket_boundaries) or any(
+      a >= b for a, b in zip(bucket_boundaries, bucket_boundaries[1:])):
+    raise ValueError("bucket_boundaries must be positive and strictly "
+                     "increasing, got %s" % (bucket_boundaries,))
+  return [b for b in bucket_boundaries if b < max_seq_length] + [
+      max_seq_length]
+
+
+def _list_files(file_pattern):
+  """Sorted files matching a comma-separated list of globs; raises if none."""
+  patterns = file_pattern.split(",") if isinstance(file_pattern, str) else (
+      list(file_pattern))
+  files = []
+  for pattern in (p.strip() for p in patterns):
+    if not pattern:
+      continue
+    matches = sorted(tf.io.gfile.glob(pattern))
+    if not matches:
+      raise ValueError("file pattern %r matches no file" % pattern)
+    files.extend(m for m in matches if m not in files)
+  if not files:
+    raise ValueError("no input files in %r" % (file_pattern,))
+  return files
+
+
+_FEATURES = {
+    "input_ids": tf.io.RaggedFeature(tf.int64),
+    "input_mask": tf.io.RaggedFeature(tf.int64),
+    "length": tf.io.FixedLenFeature([], tf.int64),
+}
+_IDS_FEATURES = {
+    "input_ids": tf.io.RaggedFeature(tf.int64),
+    "length": tf.io.FixedLenFeature([], tf.int64),
+}
+_LENGTH_FEATURE = {"length": tf.io.FixedLenFeature([], tf.int64)}
+
+
+def _parse(serialized, max_seq_length=None):
+  """Parses one record; truncates it to max_seq_length the authors' way.
+
+  Args:
+    serialized: tf.string scalar, a tf.train.Example.
+    max_seq_length: None or int; a longer sentence keeps its first
+      max_seq_length-1 tokens and its last one ([EOS]).
+
+  Returns:
+    dict: input_ids int32 [n], input_mask int32 [n], length int32 [].
+  """
+  features = tf.io.parse_single_example(serialized, _FEATURES)
+  input_ids = tf.cast(features["input_ids"], tf.int32)
+  input_mask = tf.cast(features["input_mask"], tf.int32)
+  length = tf.size(input_ids)
+  # A record whose fields disagree was not written by create_pretraining_data.
+  tf.debugging.assert_equal(
+      tf.cast(features["length"], tf.int32), length,
+      message="record: `length` differs from the size of `input_ids`")
+  tf.debugging.assert_equal(
+      tf.size(input_mask), length,
+      message="record: `input_mask` and `input_ids` differ in size")
+  if max_seq_length is not None:
+    # Records built with a larger max_seq_length: keep [SOS] ... and [EOS].
+    input_ids = tf.cond(
+        length > max_seq_length,
+        lambda: tf.concat([input_ids[:max_seq_length - 1], input_ids[-1:]], 0),
+        lambda: input_ids)
+    length = tf.minimum(length, max_seq_length)
+    input_mask = input_mask[:length]
+  return {"input_ids": input_ids, "input_mask": input_mask, "length": length}
+
+
+def read_sentences_dataset(file_pattern, max_seq_length=None):
+  """Reads records in file order (files sorted by name), unpadded.
+
+  Args:
+    file_pattern: comma-separated globs (str) or list of str.
+    max_seq_length: None, or truncate longer sentences to this length.
+
+  Returns:
+    tf.data.Dataset of dicts: input_ids int32 [n], input_mask int32 [n],
+    length int32 [].
+  """
+  files = _list_files(file_pattern)
+  ds = tf.data.TFRecordDataset(files)
+  return ds.map(lambda s: _parse(s, max_seq_length),
+                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def _bucket_and_batch(ds, batch_size, lengths, drop_remainder):
+  """Groups serialized records of similar length into batches.
+
+  Only the `length` feature is parsed here (vectorised, 512 records per
+  call); the ids are parsed per batch by `_parse_batch`, after `skip`, so
+  that skipped batches (resuming) never pay for parsing their ids.
+
+  Args:
+    ds: Dataset of serialized tf.train.Example (tf.string scalars).
+    batch_size: sentences per batch (B).
+    lengths: bucket lengths from `bucket_lengths`; the last is T.
+    drop_remainder: drop partial batches (training: static batch size).
+
+  Returns:
+    Dataset of dicts: serialized tf.string [B], bucket int64 [] (index into
+    `lengths`).
+  """
+  lengths_t = tf.constant(lengths, tf.int64)
+
+  def parse_lengths(serialized):
+    n = tf.io.parse_example(serialized, _LENGTH_FEATURE)["length"]  # [512]
+    # Bucket i holds lengths[i-1] < min(n, T) <= lengths[i].
+    n = tf.minimum(n, lengths_t[-1])
+    bucket = tf.reduce_sum(
+        tf.cast(n[:, tf.newaxis] > lengths_t[tf.newaxis], tf.int64), axis=1)
+    return {"serialized": serialized, "bucket": bucket}
+
+  ds = ds.batch(512).map(parse_lengths, num_parallel_calls=tf.data.AUTOTUNE,
+                         deterministic=True).unbatch()
+
+  def reduce_func(key, window):
+    return window.batch(batch_size, drop_remainder=drop_remainder).map(
+        lambda f: {"serialized": f["serialized"], "bucket": key})
+
+  return ds.group_by_window(key_func=lambda f: f["bucket"],
+                            reduce_func=reduce_func, window_size=batch_size)
+
+
+def _parse_batch(serialized, padded_length, vocab_size,
+                 static_batch_size=None):
+  """Parses a batch of records and pads it to its bucket length.
+
+  A record longer than padded_length (only possible in the last bucket,
+  padded_length = max_seq_length) keeps its first padded_length-1 tokens and
+  its last one ([EOS]), as create_pretraining_data truncates.
+
+  Args:
+    serialized: tf.string Tensor [B].
+    padded_length: int Tensor [], L.
+    vocab_size: int; every id must be below it.
+    static_batch_size: int or None, B when every batch has exactly B rows.
+
+  Returns:
+    dict: input_ids int32 [B, L] (padded with [PAD] = 0), input_mask int32
+    [B, L].
+  """
+  features = tf.io.parse_example(serialized, _IDS_FEATURES)
+  ids = tf.cast(features["input_ids"], tf.int32)  # [B, (n)] ragged
+  n = tf.cast(ids.row_lengths(), tf.int32)  # [B]
+  # A record whose fields disagree was not written by create_pretraining_data.
+  tf.debugging.assert_equal(
+      tf.cast(features["length"], tf.int32), n,
+      message="record: `length` differs from the size of `input_ids`")
+  # Catches records built with another (larger) vocab before the model
+  # gathers out of range.
+  tf.debugging.assert_less(
+      tf.reduce_max(ids.flat_values), vocab_size,
+      message="input_ids >= vocab_size: were the records built with another "
+              "vocab?")
+  shape = tf.stack([ids.nrows(out_type=tf.int32), padded_length])
+  input_ids = ids.to_tensor(default_value=_PAD_ID, shape=shape)  # [B, L]
+  last = tf.gather(ids.flat_values, ids.row_limits() - 1)  # [B], [EOS]
+  columns = tf.range(padded_length)[tf.newaxis]  # [1, L]
+  cut = tf.logical_and((n > padded_length)[:, tf.newaxis],
+                       columns == padded_length - 1)  # [B, L]
+  input_ids = tf.where(cut, last[:, tf.newaxis], input_ids)
+  input_mask = tf.sequence_mask(tf.minimum(n, padded_length), padded_length,
+                                dtype=tf.int32)
+  # Static B where the batch size is fixed (training), as TPUs need.
+  input_ids.set_shape([static_batch_size, None])
+  input_mask.set_shape([static_batch_size, None])
+  return {"input_ids": input_ids, "input_mask": input_mask}
+
+
+def _is_in(ids, values):
+  """bool Tensor like `ids`: whether each id is in the int list `values`."""
+  if not values:
+    return tf.zeros_like(ids, tf.bool)
+  values = tf.constant(sorted(values), tf.int32)
+  return tf.reduce_any(ids[..., tf.newaxis] == values, axis=-1)
+
+
+def mask_for_mlm(input_ids, input_mask, seed, vocab_size, mask_id,
+                 special_ids, mlm_probability=0.15):
+  """BERT's MLM corruption of a padded batch, with stateless randomness.
+
+  Candidates are real tokens whose id is not in special_ids (so never [PAD],
+  [SOS], [EOS], [CLS], [SEP]). Each sentence gets k of its c candidates,
+  k = floor(p*c + u) with u ~ U[0, 1) (stochastic rounding, so E[k] = p*c
+  exactly rather than BERT's round(), which biases short sentences), and at
+  least one when c > 0. Of the chosen: 80% -> [MASK], 10% -> a random
+  non-special id, 10% unchanged.
+
+  Args:
+    input_ids: int32 Tensor [B, L].
+    input_mask: int32 Tensor [B, L], 1 at real tokens.
+    seed: int32/int64 Tensor [2], a stateless-random seed.
+    vocab_size: int, V.
+    mask_id: int, id of [MASK].
+    special_ids: list of int never chosen nor drawn as random replacement.
+    mlm_probability: float, p.
+
+  Returns:
+    (masked_ids, target_ids, target_weights): int32 [B, L], int32 [B, L]
+    (the original ids) and float32 [B, L] (1.0 at chosen positions).
+  """
+  seeds = tf.random.experimental.stateless_split(seed, num=5)
+  shape = tf.shape(input_ids)
+  candidates = tf.logical_and(input_mask > 0,
+                              tf.logical_not(_is_in(input_ids, special_ids)))
+  num_candidates = tf.reduce_sum(tf.cast(candidates, tf.float32), axis=1)
+  # k = floor(p*c + u), at least 1 where the sentence has a candidate.
+  u = tf.random.stateless_uniform([shape[0]], seeds[0])
+  k = tf.floor(mlm_probability * num_candidates + u)
+  k = tf.where(num_candidates > 0, tf.maximum(k, 1.0), 0.0)
+  # Choose k candidates uniformly: random scores, non-candidates last, the k
+  # smallest scores win (rank = position in the sorted order).
+  scores = tf.random.stateless_uniform(shape, seeds[1])
+  scores = tf.where(candidates, scores, 2.0)
+  ranks = tf.argsort(tf.argsort(scores, axis=1, stable=True), axis=1,
+                     stable=True)
+  chosen = tf.logical_and(
+      candidates, tf.cast(ranks, tf.float32) < k[:, tf.newaxis])
+  # 80% [MASK], 10% random token, 10% unchanged.
+  action = tf.random.stateless_uniform(shape, seeds[2])
+  to_mask = tf.logical_and(chosen, action < 0.8)
+  to_random = tf.logical_and(chosen,
+                             tf.logical_and(action >= 0.8, action < 0.9))
+  excluded = set(special_ids) | {mask_id}
+  normal_ids = tf.constant(
+      [i for i in range(vocab_size) if i not in excluded], tf.int32)
+  random_ids = tf.gather(normal_ids, tf.random.stateless_uniform(
+      shape, seeds[3], minval=0, maxval=tf.size(normal_ids), dtype=tf.int32))
+  masked_ids = tf.where(to_mask, tf.cast(mask_id, tf.int32),
+                        tf.where(to_random, random_ids, input_ids))
+  return masked_ids, input_ids, tf.cast(chosen, tf.float32)
+
+
+def make_targets(batch, model_type, seed, vocab_size, mask_id, special_ids,
+                 mlm_probability=0.15):
+  """Turns a padded batch into model inputs and targets.
+
+  Args:
+    batch: dict with input_ids, input_mask int32 [B, L].
+    model_type: one of MODEL_TYPES.
+    seed: int Tensor [2], stateless seed (used by bilm/bert only).
+    vocab_size, mask_id, special_ids, mlm_probability: see `mask_for_mlm`.
+
+  Returns:
+    dict: input_ids int32 [B, L], input_mask int32 [B, L],
+    target_ids int32 [B, L], target_weights float32 [B, L].
+  """
+  input_ids = batch["input_ids"]
+  input_mask = batch["input_mask"]
+  if model_type == "tta":
+    # p(x_t | x_\t) at every real token, [SOS] and [EOS] included.
+    target_ids = input_ids
+    target_weights = tf.cast(input_mask, tf.float32)
+  elif model_type in ("bilm", "bert"):
+    input_ids, target_ids, target_weights = mask_for_mlm(
+        input_ids, input_mask, seed, vocab_size, mask_id, special_ids,
+        mlm_probability)
+  elif model_type == "unilm":
+    # Position t predicts x_{t+1}; the last real token ([EOS]) predicts
+    # nothing, [SOS] is never a target.
+    pad = tf.zeros_like(input_ids[:, :1])
+    target_ids = tf.concat([input_ids[:, 1:], pad], axis=1)
+    target_weights = tf.cast(tf.concat([input_mask[:, 1:], pad], axis=1),
+                             tf.float32)
+  else:
+    raise ValueError("model_type must be one of %s, got %r" %
+                     (MODEL_TYPES, model_type))
+  return {"input_ids": input_ids, "input_mask": input_mask,
+          "target_ids": target_ids, "target_weights": target_weights}
+
+
+def make_dataset(file_pattern,
+                 batch_size,
+                 model_type,
+                 max_seq_length,
+                 is_training,
+                 vocab_size,
+                 mask_id,
+                 special_ids,
+                 seed=None,
+                 mlm_probability=0.15,
+                 bucket_boundaries=None,
+                 input_context=None,
+                 skip_batches=0,
+                 shuffle_buffer_size=_SHUFFLE_BUFFER):
+  """Builds the training or evaluation input pipeline.
+
+  Training: files shuffled every epoch and repeated forever, read 8 at a time
+  (interleaved), records shuffled in a buffer, bucketed by length, batches
+  of exactly batch_size (partial ones dropped, so shapes are static in B).
+  Evaluation: one pass over the files in sorted order, no shuffle; the last
+  batch of each bucket may be smaller; biLM masks are still drawn (seed 0
+  when none is given) so that eval losses of different checkpoints compare.
+
+  Args:
+    file_pattern: comma-separated globs of TFRecord files (or a list).
+    batch_size: sentences per batch yielded by this pipeline (with
+      tf.distribute: input_context.get_per_replica_batch_size(global)).
+    model_type: "tta", "bilm", "unilm" or "bert" (as bilm).
+    max_seq_length: int; longer records are truncated ([SOS] ... [EOS] kept).
+    is_training: bool.
+    vocab_size: int; ids must be below it (checked).
+    mask_id: int, id of [MASK].
+    special_ids: list of int (e.g. `special_ids_from_vocab`): never masked,
+      never drawn as a random replacement.
+    seed: int or None. None in training draws a random seed (logged);
+      resuming with skip_batches needs the same fixed seed.
+    mlm_probability: float, share of candidate tokens the biLM predicts.
+    bucket_boundaries: see `bucket_lengths`.
+    input_context: tf.distribute.InputContext or None. With several input
+      pipelines each reads a disjoint part: whole files when there are at
+      least as many files as pipelines, else every n-th record.
+    skip_batches: int, batches to drop from the start (resuming; see the
+      module docstring for when this is exact).
+    shuffle_buffer_size: int, records in the training shuffle buffer.
+
+  Returns:
+    tf.data.Dataset of dicts: input_ids int32 [B, L], input_mask int32
+    [B, L], target_ids int32 [B, L], target_weights float32 [B, L], with L
+    one of `bucket_lengths(max_seq_length, bucket_boundaries)`.
+
+  Raises:
+    ValueError: for an unknown model_type, no matching files, bad buckets.
+  """
+  if model_type not in MODEL_TYPES:
+    raise ValueError("model_type must be one of %s, got %r" %
+                     (MODEL_TYPES, model_type))
+  if batch_size < 1:
+    raise ValueError("batch_size must be >= 1, got %d" % batch_size)
+  if not 0 <= mask_id < vocab_size:
+    raise ValueError("mask_id %d is outside the vocabulary [0, %d)" %
+                     (mask_id, vocab_size))
+  special_ids = sorted(int(i) for i in special_ids)
+  lengths = bucket_lengths(max_seq_length, bucket_boundaries)
+  files = _list_files(file_pattern)
+  num_pipelines, pipeline_id = 1, 0
+  if input_context is not None:
+    num_pipelines = input_context.num_input_pipelines
+    pipeline_id = input_context.input_pipeline_id
+  if seed is None:
+    if is_training:
+      seed = int(np.random.SeedSequence().entropy % (2**31 - 1))
+      logging.info("input pipeline: no seed given, using %d (pass it to "
+                   "reproduce this stream)", seed)
+    else:
+      seed = 0
+  # Whole files per pipeline when there are enough (no pipeline reads a
+  # record it then throws away); else every num_pipelines-th record.
+  shard_files = num_pipelines > 1 and len(files) >= num_pipelines
+  if shard_files:
+    files = files[pipeline_id::num_pipelines]
+
+  if is_training:
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    ds = ds.shuffle(len(files), seed=seed,
+                    reshuffle_each_iteration=True).repeat()
+    ds = ds.interleave(tf.data.TFRecordDataset,
+                       cycle_length=min(len(files), _CYCLE_LENGTH),
+                       num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  else:
+    ds = tf.data.TFRecordDataset(files)
+  if num_pipelines > 1 and not shard_files:
+    ds = ds.shard(num_pipelines, pipeline_id)
+  if is_training:
+    ds = ds.shuffle(shuffle_buffer_size, seed=seed)
+  ds = _bucket_and_batch(ds, batch_size, lengths, drop_remainder=is_training)
+  lengths_t = tf.constant(lengths, tf.int32)
+  base_seed = tf.constant([seed, pipeline_id], tf.int64)
+
+  def finish(index, batch):
+    batch = _parse_batch(batch["serialized"], lengths_t[batch["bucket"]],
+                         vocab_size, batch_size if is_training else None)
+    batch_seed = tf.random.experimental.stateless_fold_in(base_seed, index)
+    return make_targets(batch, model_type, batch_seed, vocab_size, mask_id,
+                        special_ids, mlm_probability)
+
+  # The batch index keys the masks: skipping batches does not change the
+  # masks of the batches that follow, and every epoch gets new masks.
+  ds = ds.enumerate()
+  if skip_batches:
+    ds = ds.skip(skip_batches)
+  ds = ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  return ds.prefetch(tf.data.AUTOTUNE)
