@@ -39,6 +39,7 @@ import numpy as np
 import tensorflow as tf
 
 MODEL_TYPES = ("tta", "bilm", "unilm", "bert")
+OUTPUT_LAYERS = ("softmax", "continuous")
 
 # Large enough that exp() of it underflows to exactly 0 in float32, so masked
 # keys contribute nothing (BERT's -10000 only makes them negligible).
@@ -52,7 +53,9 @@ class TTAConfig(object):
              "num_attention_heads", "intermediate_size", "hidden_act",
              "hidden_dropout_prob", "attention_probs_dropout_prob",
              "max_position_embeddings", "type_vocab_size",
-             "initializer_range", "mask_token_id", "model_type")
+             "initializer_range", "mask_token_id", "model_type",
+             "output_layer", "target_embedding_size",
+             "continuous_logit_scale")
 
   def __init__(self,
                vocab_size,
@@ -68,6 +71,9 @@ class TTAConfig(object):
                initializer_range=0.02,
                mask_token_id=4,
                model_type=None,
+               output_layer="softmax",
+               target_embedding_size=None,
+               continuous_logit_scale=10.0,
                **extra):
     """Constructs a TTAConfig.
 
@@ -88,6 +94,13 @@ class TTAConfig(object):
         ([MASK] is 4 in the authors' vocab and in every vocab we build).
       model_type: str or None. One of MODEL_TYPES; stored so a model
         directory is self-describing.
+      output_layer: str. "softmax" (BERT's tied vocabulary softmax) or
+        "continuous" (ELMo-C: predict a frozen pretrained embedding of the
+        target, cosine loss; see `ContinuousHead`).
+      target_embedding_size: int or None. Width of the frozen target
+        embeddings of a continuous output layer; None means hidden_size.
+      continuous_logit_scale: float. A continuous model scores token t as
+        log_softmax(scale * cos(W h, e(t))) over the vocabulary at inference.
       **extra: further keys found in a JSON file (e.g. the authors'
         "vocab_file"); kept so the file round-trips, never used.
     """
@@ -104,6 +117,9 @@ class TTAConfig(object):
     self.initializer_range = initializer_range
     self.mask_token_id = mask_token_id
     self.model_type = model_type
+    self.output_layer = output_layer
+    self.target_embedding_size = target_embedding_size
+    self.continuous_logit_scale = continuous_logit_scale
     self.extra = dict(extra)
     self.validate()
 
@@ -122,6 +138,9 @@ class TTAConfig(object):
     if self.model_type is not None and self.model_type not in MODEL_TYPES:
       raise ValueError("model_type %r is not one of %s" %
                        (self.model_type, MODEL_TYPES))
+    if self.output_layer not in OUTPUT_LAYERS:
+      raise ValueError("output_layer %r is not one of %s" %
+                       (self.output_layer, OUTPUT_LAYERS))
     if not 0 <= self.mask_token_id < self.vocab_size:
       raise ValueError("mask_token_id %d is outside the vocabulary [0, %d)" %
                        (self.mask_token_id, self.vocab_size))
@@ -488,7 +507,10 @@ class TransformerLM(keras.Model):
       block = TransformerBlock(config, name="layer_%d" % i)
       setattr(self, "layer_%d" % i, block)
       self.encoder_layers.append(block)
-    self.lm_head = LMHead(config)
+    # The continuous head (ELMo-C) has the same call signature and returns
+    # cosine logits, so every caller of lm_head / log_probs works unchanged.
+    self.lm_head = (ContinuousHead(config)
+                    if config.output_layer == "continuous" else LMHead(config))
 
   def build(self, input_shape=None):
     self.embeddings.build()
@@ -644,3 +666,94 @@ def write_tf1_checkpoint(arrays, checkpoint_prefix):
     with tf.compat.v1.Session() as sess:
       sess.run(tf.compat.v1.global_variables_initializer())
       return saver.save(sess, checkpoint_prefix, write_meta_graph=False)
+
+
+class ContinuousHead(keras.layers.Layer):
+  """ELMo-C's continuous output layer (Wang et al., TACL 2019), used in place
+  of `LMHead` when config.output_layer == "continuous".
+
+  Training predicts a vector and compares it with a FIXED pretrained
+  embedding of the target, e(y), by cosine distance 1 - cos(W h, e(y)): the
+  cost is O(E) per token instead of the O(V * D) vocabulary softmax, and the
+  output layer adds no V-sized trainable parameters.
+
+    h -> dense(D->D, gelu) -> LayerNorm -> projection(D->E) = W h   [..., E]
+
+  The transform is BERT's `cls/predictions/transform`; the projection maps to
+  the target embedding width E (the paper's footnote 2). `target_embeddings`
+  [V, E] is a non-trainable variable holding unit-normalised rows (all-zero
+  rows for tokens without a vector); it is filled once by
+  `set_target_embeddings` and saved with the checkpoint, so a model dir is
+  self-contained.
+
+  Inference: `call` keeps `LMHead`'s contract (logits [..., V]) with
+  logits = continuous_logit_scale * cos(W h, e(v)) for every v, so
+  log_softmax gives a distribution (a von Mises-Fisher-like model with a
+  fixed concentration) and `TransformerLM.call()["log_probs"]` and every
+  scorer built on `lm_head` work unchanged. The scale is not learnt: it
+  sets how peaked the distribution is and so the size of sentence scores
+  and perplexities, not the ranking of tokens at one position.
+  """
+
+  def __init__(self, config, **kwargs):
+    # float32 layer (its dense sublayers still compute in the global policy's
+    # dtype): the frozen table and the cosine are read and computed in fp32.
+    super().__init__(name="predictions", dtype="float32", **kwargs)
+    c = config
+    self.config = c
+    self.target_size = c.target_embedding_size or c.hidden_size
+    self.transform = Dense(c.hidden_size, c.hidden_size, c.initializer_range,
+                           activation=_ACTIVATIONS[c.hidden_act],
+                           name="dense")
+    self.layer_norm = LayerNorm(c.hidden_size, name="LayerNorm")
+    self.projection = Dense(c.hidden_size, self.target_size,
+                            c.initializer_range, name="projection")
+
+  def build(self, input_shape=None):
+    self.transform.build()
+    self.layer_norm.build()
+    self.projection.build()
+    self.target_embeddings = self.add_weight(
+        name="target_embeddings",
+        shape=(self.config.vocab_size, self.target_size),
+        initializer="zeros", trainable=False)
+
+  def set_target_embeddings(self, table):
+    """Stores `table` (float [V, E]) with rows scaled to unit length."""
+    table = np.asarray(table, np.float32)
+    expected = (self.config.vocab_size, self.target_size)
+    if table.shape != expected:
+      raise ValueError("target embeddings have shape %s, the continuous head "
+                       "expects [vocab_size, target_embedding_size] = %s" %
+                       (table.shape, expected))
+    norms = np.linalg.norm(table, axis=-1, keepdims=True)
+    self.target_embeddings.assign(table / np.maximum(norms, 1e-12))
+
+  def predict_vectors(self, hidden):
+    """W h: float32 [..., E] for hidden [..., D] (not normalised)."""
+    return tf.cast(self.projection(self.layer_norm(self.transform(hidden))),
+                   tf.float32)
+
+  def call(self, hidden, embedding_table=None):
+    """Returns float32 cosine logits [..., V] over the frozen target table.
+
+    Args:
+      hidden: [..., D] final hidden states.
+      embedding_table: ignored (accepted so the call matches `LMHead`'s); a
+        continuous model always scores against its target embeddings.
+    """
+    del embedding_table
+    pred = tf.math.l2_normalize(self.predict_vectors(hidden), axis=-1)
+    # A rank-2 einsum: the "...e" form has a [N, V, E] gradient.
+    flat = tf.reshape(pred, [-1, self.target_size])
+    cosine = tf.einsum("ne,ve->nv", flat, self.target_embeddings)
+    cosine = tf.reshape(cosine, tf.concat([tf.shape(pred)[:-1], [-1]], 0))
+    return cosine * self.config.continuous_logit_scale
+
+  def tf1_variables(self):
+    names = _prefixed("transform/dense", self.transform.tf1_variables())
+    names.update(_prefixed("transform/LayerNorm",
+                           self.layer_norm.tf1_variables()))
+    names.update(_prefixed("projection", self.projection.tf1_variables()))
+    names["target_embeddings"] = self.target_embeddings
+    return names

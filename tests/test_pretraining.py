@@ -1,0 +1,551 @@
+"""Tests of run_pretraining.py: losses, training, resume, signals, multi-worker.
+
+Tiny models (hidden 32, 2 layers) on records made by create_pretraining_data
+from a real excerpt of the Gutenberg corpus (shared/data), so the whole file
+runs in well under 3 minutes on 2 CPU cores. The subprocess tests run the
+script exactly as a user would.
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import modeling
+import run_pretraining as rp
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GUTENBERG = os.path.join(REPO, "..", "shared", "data", "gutenberg-books-subset",
+                         "texts.tar.xz")
+TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "intermediate_size": 64, "max_position_embeddings": 64}
+
+
+# ------------------------------------------------------------------ fixtures
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  """Records of ~1000 real sentences (the first book of the Gutenberg subset:
+  licence header, wrapped lines and all) with a 600-piece WordPiece vocab."""
+  import create_pretraining_data  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp("pretraining_data")
+  if not os.path.exists(GUTENBERG):
+    pytest.skip("Gutenberg corpus not found at %s" % GUTENBERG)
+  with tarfile.open(GUTENBERG, "r:xz") as tar:
+    member = next(m for m in tar if m.isfile())
+    text = tar.extractfile(member).read().decode("utf-8")
+  excerpt = root / "excerpt.txt"
+  excerpt.write_text("\n".join(text.splitlines()[:3000]) + "\n")
+  out = root / "data"
+  create_pretraining_data.create_pretraining_data(
+      [str(excerpt)], str(out), vocab_size=600, input_format="raw",
+      num_shards=2, eval_fraction=0.1, max_seq_length=48,
+      vocab_learn_params={"lower_thresh": 2})
+  assert tf.io.gfile.glob(str(out / "train-*.tfrecord"))
+  assert tf.io.gfile.glob(str(out / "eval-*.tfrecord"))
+  return str(out)
+
+
+def tiny_params(data_dir, output_dir, **kwargs):
+  params = dict(
+      output_dir=str(output_dir), model_type="tta",
+      input_file=os.path.join(data_dir, "train-*.tfrecord"),
+      eval_file=os.path.join(data_dir, "eval-*.tfrecord"),
+      config_overrides=dict(TINY), train_batch_size=16, eval_batch_size=32,
+      learning_rate=2e-3, num_train_steps=30, num_warmup_steps=3,
+      max_seq_length=48, save_checkpoints_steps=15, eval_every_steps=0,
+      max_eval_steps=4, steps_per_loop=10, log_every_steps=20,
+      install_signal_handlers=False)
+  params.update(kwargs)
+  return rp.TrainParams(**params)
+
+
+# ------------------------------------------------------- (e), (f) the losses
+
+def _log_softmax(x):
+  x = np.asarray(x, np.float64)
+  return x - np.log(np.sum(np.exp(x)))
+
+
+def test_cross_entropy_weights_select_positions():
+  logits = np.array([[[2.0, 1.0, 0.0], [0.0, 0.0, 0.0]],
+                     [[1.0, 3.0, 0.0], [5.0, -1.0, 2.0]]], np.float32)
+  targets = np.array([[0, 2], [1, 0]], np.int32)
+  weights = np.array([[1.0, 0.0], [1.0, 1.0]], np.float32)
+  # By hand: -log softmax at (0,0): -log(e^2/(e^2+e+1)); (1,0): -log(e^3/(e+e^3+1));
+  # (1,1): -log(e^5/(e^5+e^-1+e^2)); (0,1) has weight 0.
+  expected = (-_log_softmax([2, 1, 0])[0] - _log_softmax([1, 3, 0])[1]
+              - _log_softmax([5, -1, 2])[0])
+  loss_sum, weight_sum, correct = rp.weighted_cross_entropy(
+      tf.constant(logits), tf.constant(targets), tf.constant(weights))
+  assert float(weight_sum) == 3.0
+  np.testing.assert_allclose(float(loss_sum), expected, rtol=1e-6)
+  assert float(correct) == 3.0  # argmax hits at all three counted positions
+  # Whatever the logits and target at a weight-0 position, nothing changes.
+  logits[0, 1] = [9.0, -9.0, 4.0]
+  targets[0, 1] = 1
+  again, _, _ = rp.weighted_cross_entropy(
+      tf.constant(logits), tf.constant(targets), tf.constant(weights))
+  assert float(again) == pytest.approx(float(loss_sum), rel=1e-7)
+  # The mean loss is the weighted mean over the selected positions only.
+  assert float(loss_sum) / float(weight_sum) == pytest.approx(expected / 3)
+
+
+def test_cosine_distance_matches_numpy():
+  rng = np.random.RandomState(0)
+  predicted = rng.normal(size=(2, 3, 5)).astype(np.float32)
+  table = rng.normal(size=(7, 5)).astype(np.float32)
+  table[6] = 0.0  # a token without a vector: cos 0, distance 1
+  targets = np.array([[1, 6, 3], [0, 2, 2]], np.int32)
+  weights = np.array([[1.0, 1.0, 0.0], [0.5, 1.0, 1.0]], np.float32)
+  loss_sum, weight_sum = rp.weighted_cosine_distance(
+      tf.constant(predicted), tf.constant(table), tf.constant(targets),
+      tf.constant(weights))
+  e = table[targets]
+  norm = np.linalg.norm
+  cos = np.sum(predicted * e, -1) / (norm(predicted, axis=-1) *
+                                     np.maximum(norm(e, axis=-1), 1e-30))
+  cos[0, 1] = 0.0
+  np.testing.assert_allclose(float(loss_sum), np.sum(weights * (1.0 - cos)),
+                             rtol=1e-5)
+  assert float(weight_sum) == pytest.approx(4.5)
+
+
+def test_continuous_head_logits_and_log_probs():
+  config = modeling.TTAConfig(vocab_size=11, output_layer="continuous",
+                              target_embedding_size=6,
+                              continuous_logit_scale=5.0, **TINY)
+  model = modeling.build_model(config, "tta")
+  assert isinstance(model.lm_head, modeling.ContinuousHead)
+  table = np.random.RandomState(1).normal(size=(11, 6))
+  model.lm_head.set_target_embeddings(table)
+  hidden = tf.random.normal([2, 3, 32])
+  pred = model.lm_head.predict_vectors(hidden).numpy()
+  cos = (pred / np.linalg.norm(pred, axis=-1, keepdims=True)) @ (
+      table / np.linalg.norm(table, axis=-1, keepdims=True)).T
+  np.testing.assert_allclose(model.lm_head(hidden).numpy(), 5.0 * cos,
+                             rtol=1e-4, atol=1e-5)
+  ids = tf.constant([[3, 5, 7]])
+  out = model({"input_ids": ids, "input_mask": tf.ones_like(ids)})
+  np.testing.assert_allclose(np.exp(out["log_probs"].numpy()).sum(-1), 1.0,
+                             rtol=1e-5)
+  again = modeling.TTAConfig.from_dict(json.loads(config.to_json_string()))
+  assert again.output_layer == "continuous" and again == config
+
+
+def test_gathered_and_dense_heads_agree():
+  config = modeling.TTAConfig(vocab_size=50, **TINY)
+  model = modeling.build_model(config, "bilm")
+  rng = np.random.RandomState(2)
+  ids = rng.randint(7, 50, size=(3, 9)).astype(np.int32)
+  mask = np.ones_like(ids)
+  mask[1, 6:] = 0
+  weights = (rng.uniform(size=ids.shape) < 0.4).astype(np.float32) * mask
+  features = {"input_ids": tf.constant(ids), "input_mask": tf.constant(mask),
+              "target_ids": tf.constant(ids),
+              "target_weights": tf.constant(weights)}
+  gathered = rp.forward_loss_terms(model, features, False, True)
+  dense = rp.forward_loss_terms(model, features, False, False)
+  for key in ("loss_sum", "weight_sum", "correct_sum"):
+    np.testing.assert_allclose(float(gathered[key]), float(dense[key]),
+                               rtol=1e-5)
+  # softmax_head_logits is LMHead.call with a trainable-friendly einsum.
+  hidden = tf.random.normal([2, 4, 32])
+  np.testing.assert_allclose(
+      rp.softmax_head_logits(model.lm_head, hidden,
+                             model.embeddings.word_embeddings).numpy(),
+      model.lm_head(hidden, model.embeddings.word_embeddings).numpy(),
+      rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("output_layer", ["softmax", "continuous"])
+def test_mixed_bfloat16_loss_and_gradients(output_layer):
+  """--mixed_precision: bf16 matmuls, float32 loss, finite fp32 gradients."""
+  rp.set_precision_policy(True)
+  try:
+    config = modeling.TTAConfig(vocab_size=40, output_layer=output_layer,
+                                **TINY)
+    model = modeling.build_model(config, "tta")
+    rp.allow_mixed_precision(model)
+    if output_layer == "continuous":
+      model.lm_head.set_target_embeddings(
+          np.random.RandomState(0).normal(size=(40, 32)))
+    ids = tf.constant(np.random.RandomState(1).randint(7, 40, (2, 5)),
+                      tf.int32)
+    features = {"input_ids": ids, "input_mask": tf.ones_like(ids),
+                "target_ids": ids, "target_weights": tf.ones([2, 5])}
+    with tf.GradientTape() as tape:
+      terms = rp.forward_loss_terms(model, features, training=True)
+    grads = tape.gradient(terms["loss_sum"], model.trainable_variables)
+    assert model.encoder_layers[0].query.compute_dtype == "bfloat16"
+    assert terms["loss_sum"].dtype == tf.float32
+    assert all(g is not None and g.dtype == tf.float32 and
+               np.all(np.isfinite(tf.convert_to_tensor(g).numpy()))
+               for g in grads)
+  finally:
+    rp.set_precision_policy(False)
+
+
+def test_xla_compiled_optimizer_update_matches_plain():
+  """--xla_optimizer only fuses the AdamWeightDecay update; same numbers."""
+  import optimization  # pylint: disable=g-import-not-at-top
+  config = modeling.TTAConfig(vocab_size=40, hidden_dropout_prob=0.0,
+                              attention_probs_dropout_prob=0.0, **TINY)
+  rng = np.random.RandomState(3)
+  ids = rng.randint(7, 40, size=(4, 6)).astype(np.int32)
+  batch = {"input_ids": ids, "input_mask": np.ones_like(ids),
+           "target_ids": ids, "target_weights": np.ones((4, 6), np.float32)}
+  results = []
+  for xla in (False, True):
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    tf.keras.utils.set_random_seed(5)
+    with strategy.scope():
+      model = modeling.build_model(config, "tta")
+      optimizer = optimization.create_optimizer(1e-3, 10, 1)
+      optimizer.build(model.trainable_variables)
+    iterator = iter(strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensors(batch).repeat()))
+    loop = rp.make_train_loop(strategy, model, optimizer,
+                              xla_optimizer=xla)
+    rows = loop(iterator, tf.constant(3)).numpy()
+    results.append((rows, [v.numpy() for v in model.trainable_variables],
+                    int(optimizer.iterations.numpy())))
+  (rows1, vars1, it1), (rows2, vars2, it2) = results
+  assert it1 == it2 == 3
+  np.testing.assert_allclose(rows1, rows2, rtol=1e-5)
+  for a, b in zip(vars1, vars2):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_flops_formula_matches_design_figures():
+  paper = modeling.TTAConfig(vocab_size=30000)
+  encoder, head = rp.flops_per_token(paper, seq_length=32)
+  # DESIGN.md §6: ~20 MFLOP encoder and ~31 MFLOP softmax per token.
+  assert 18e6 < encoder < 21e6 and 30e6 < head < 32e6
+  _, continuous = rp.flops_per_token(paper, 32, "continuous", 512)
+  assert continuous == 4 * 512 * 512
+  assert rp.training_flops(paper, 10, 5, 32) == 3 * (10 * encoder + 5 * head)
+
+
+# --------------------------------------------- (a), (g) training end to end
+
+@pytest.fixture(scope="module")
+def trained(data_dir, tmp_path_factory):
+  """Trains each model type for 30 steps; returns {type: (dir, summary)}."""
+  root = tmp_path_factory.mktemp("trained")
+  results = {}
+  for model_type in ("tta", "bilm", "unilm"):
+    out = root / model_type
+    results[model_type] = (str(out), rp.run_training(
+        tiny_params(data_dir, out, model_type=model_type)))
+  return results
+
+
+@pytest.mark.parametrize("model_type", ["tta", "bilm", "unilm"])
+def test_loss_goes_down(trained, model_type):
+  _, summary = trained[model_type]
+  losses = summary["step_losses"]
+  assert len(losses) == 30 and summary["final_step"] == 30
+  first, last = np.mean(losses[:3]), np.mean(losses[-3:])
+  # ln(600) = 6.4 at the start; a few dozen steps learn the unigram at least.
+  assert last < first - 0.5, (model_type, first, last)
+  assert summary["eval"]["loss"] < first - 0.5
+  assert summary["eval"]["perplexity"] == pytest.approx(
+      np.exp(summary["eval"]["loss"]), rel=1e-6)
+  assert summary["tokens_per_second"] > 0 and summary["gflops_per_second"] > 0
+
+
+def test_model_dir_is_self_describing(trained, data_dir):
+  model_dir, _ = trained["tta"]
+  config = json.load(open(os.path.join(model_dir, "config.json")))
+  assert config["model_type"] == "tta"
+  assert config["output_layer"] == "softmax"
+  assert config["do_lower_case"] is True
+  assert config["hidden_size"] == 32
+  assert config["vocab_size"] == len(
+      open(os.path.join(data_dir, "vocab.txt")).read().splitlines())
+  assert (open(os.path.join(model_dir, "vocab.txt")).read() ==
+          open(os.path.join(data_dir, "vocab.txt")).read())
+  # --model_dir alone is enough to rebuild and restore the model.
+  rebuilt = modeling.build_model(
+      modeling.TTAConfig.from_json_file(os.path.join(model_dir,
+                                                     "config.json")))
+  status = tf.train.Checkpoint(model=rebuilt).read(
+      tf.train.latest_checkpoint(model_dir))
+  status.assert_existing_objects_matched()
+  assert rebuilt.model_type == "tta"
+  assert os.path.exists(os.path.join(model_dir, "train"))
+  assert tf.io.gfile.glob(os.path.join(model_dir, "train", "events.*"))
+  assert tf.io.gfile.glob(os.path.join(model_dir, "eval", "events.*"))
+
+
+def test_continuous_output_layer_trains(trained, data_dir, tmp_path):
+  """ELMo-C head with the trained tta model's embeddings as targets."""
+  source_dir, _ = trained["tta"]
+  out = tmp_path / "continuous"
+  summary = rp.run_training(tiny_params(
+      data_dir, out, output_layer="continuous", target_embeddings=source_dir,
+      num_train_steps=20, save_checkpoints_steps=0))
+  losses = summary["step_losses"]
+  assert np.mean(losses[-3:]) < np.mean(losses[:3]) - 0.05
+  assert 0.0 <= summary["eval"]["loss"] <= 2.0
+  config = modeling.TTAConfig.from_json_file(str(out / "config.json"))
+  assert config.output_layer == "continuous"
+  assert config.target_embedding_size == 32
+  # The inference scale of the cosine logits was calibrated on the eval set.
+  assert config.continuous_logit_scale == summary["eval"]["best_logit_scale"]
+  assert config.continuous_logit_scale in rp.LOGIT_SCALES
+  assert summary["eval"]["best_scale_perplexity"] <= (
+      summary["eval"]["perplexity"] * (1 + 1e-6))
+  model = modeling.build_model(config)
+  tf.train.Checkpoint(model=model).read(
+      tf.train.latest_checkpoint(str(out))).assert_existing_objects_matched()
+  # The frozen targets are the source model's embeddings, unit-normalised.
+  source = tf.train.load_checkpoint(tf.train.latest_checkpoint(source_dir))
+  table = source.get_tensor(
+      "model/embeddings/word_embeddings/.ATTRIBUTES/VARIABLE_VALUE")
+  np.testing.assert_allclose(
+      model.lm_head.target_embeddings.numpy(),
+      table / np.linalg.norm(table, axis=-1, keepdims=True), rtol=1e-5)
+
+
+def test_word_vector_file_alignment(tmp_path):
+  vocab = {"[PAD]": 0, "the": 1, "Cat": 2, "##s": 3, "zzz": 4}
+  path = tmp_path / "vectors.vec"
+  path.write_text("3 2\nthe 1 0\ncat 0 1\ns 0.5 0.5\n")
+  table, info = rp.load_target_embeddings(str(path), vocab)
+  assert table.shape == (5, 2)
+  np.testing.assert_array_equal(table[1], [1, 0])
+  np.testing.assert_array_equal(table[2], [0, 1])      # lower-cased match
+  np.testing.assert_array_equal(table[3], [0.5, 0.5])  # "##s" -> "s"
+  assert info["exact"] == 1 and info["lower"] == 1 and info["piece"] == 1
+  assert info["random"] == 2  # [PAD] and zzz get fixed random unit vectors
+  np.testing.assert_allclose(np.linalg.norm(table[[0, 4]], axis=-1), 1.0,
+                             rtol=1e-6)
+
+
+# ------------------------------------------------------------- (b) resume
+
+def test_resume_continues_step_and_input_position(data_dir, tmp_path):
+  out = tmp_path / "resume"
+  first = rp.run_training(tiny_params(
+      data_dir, out, num_train_steps=20, save_checkpoints_steps=10,
+      eval_file=None))
+  assert first["final_step"] == 20 and first["input_batches"] == 20
+  assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-20")
+  second = rp.run_training(tiny_params(
+      data_dir, out, num_train_steps=30, save_checkpoints_steps=10,
+      eval_file=None))
+  assert second["start_step"] == 20
+  assert second["skip_batches"] == 20   # the pipeline skipped what was used
+  assert second["final_step"] == 30 and second["input_batches"] == 30
+  assert len(second["step_losses"]) == 10
+  assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-30")
+  # Restarting a finished run does nothing and keeps the step.
+  third = rp.run_training(tiny_params(
+      data_dir, out, num_train_steps=30, eval_file=None))
+  assert third["start_step"] == 30 and third["step_losses"] == []
+  # A different architecture in the same output_dir is refused.
+  with pytest.raises(ValueError, match="hidden_size"):
+    rp.run_training(tiny_params(
+        data_dir, out, eval_file=None,
+        config_overrides=dict(TINY, hidden_size=16)))
+
+
+# -------------------------------------------------- (c) kill -9 and SIGTERM
+
+def _script_args(data_dir, output_dir, *extra):
+  return [sys.executable, os.path.join(REPO, "run_pretraining.py"),
+          "--input_file=" + os.path.join(data_dir, "train-*.tfrecord"),
+          "--output_dir=" + str(output_dir),
+          "--hidden_size=32", "--num_hidden_layers=2",
+          "--num_attention_heads=4", "--intermediate_size=64",
+          "--max_position_embeddings=64", "--max_seq_length=48",
+          "--train_batch_size=8", "--num_warmup_steps=2",
+          "--learning_rate=1e-3", "--steps_per_loop=5",
+          "--log_every_steps=5"] + list(extra)
+
+
+def _env():
+  env = dict(os.environ)
+  env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+  env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+  env["PYTHONUNBUFFERED"] = "1"
+  return env
+
+
+def _wait_for(log_path, pattern, proc, timeout=90.0):
+  """Polls the log for a regex; returns the match (or fails)."""
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    with open(log_path) as f:
+      matches = list(re.finditer(pattern, f.read()))
+    if matches:
+      return matches[-1]
+    if proc.poll() is not None:
+      break
+    time.sleep(0.2)
+  with open(log_path) as f:
+    log = f.read()
+  raise AssertionError("no %r in the log (rc=%s):\n%s" %
+                       (pattern, proc.poll(), log[-3000:]))
+
+
+def test_kill_and_sigterm(data_dir, tmp_path):
+  out = tmp_path / "killed"
+  log1 = tmp_path / "run1.log"
+  args = _script_args(data_dir, out, "--num_train_steps=100000",
+                      "--save_checkpoints_steps=5")
+  with open(log1, "w") as log:
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                            env=_env())
+  try:
+    saved = int(_wait_for(str(log1), r"saved checkpoint for step (\d+)",
+                          proc).group(1))
+    proc.kill()  # kill -9: no handler runs, nothing is flushed
+    proc.wait(timeout=30)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert proc.returncode == -signal.SIGKILL
+
+  log2 = tmp_path / "run2.log"
+  with open(log2, "w") as log:
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                            env=_env())
+  try:
+    resumed = int(_wait_for(str(log2), r"resumed from .* at step (\d+)",
+                            proc).group(1))
+    # At most one checkpoint interval is lost.
+    assert resumed >= saved
+    _wait_for(str(log2), r"saved checkpoint for step %d " % (resumed + 5),
+              proc)
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=60)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  text = open(log2).read()
+  assert rc == 0, text[-3000:]
+  # The handler only sets a flag: the loop ends its current tf.function
+  # call, saves (unless that step was just saved at the interval) and
+  # returns normally.
+  final = int(re.search(r"stopping at step (\d+) \(signal 15\)",
+                        text).group(1))
+  assert final >= resumed + 5
+  assert int(re.findall(r"saved checkpoint for step (\d+)", text)[-1]) == final
+  assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-%d" % final)
+
+
+# ---------------------------------------------------------- (d) multi-worker
+
+def _free_ports(n):
+  sockets = [socket.socket() for _ in range(n)]
+  for s in sockets:
+    s.bind(("127.0.0.1", 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports
+
+
+def test_multi_worker_two_processes(data_dir, tmp_path):
+  out = tmp_path / "multi"
+  workers = ["127.0.0.1:%d" % p for p in _free_ports(2)]
+  procs, logs = [], []
+  for index in range(2):
+    env = _env()
+    env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
+                                   "task": {"type": "worker",
+                                            "index": index}})
+    logs.append(tmp_path / ("worker%d.log" % index))
+    with open(logs[-1], "w") as log:
+      procs.append(subprocess.Popen(
+          _script_args(data_dir, out, "--strategy=multi_worker",
+                       "--num_train_steps=4", "--save_checkpoints_steps=2",
+                       "--steps_per_loop=2", "--log_every_steps=2"),
+          stdout=log, stderr=subprocess.STDOUT, env=env))
+  try:
+    rcs = [p.wait(timeout=150) for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+  texts = [open(l).read() for l in logs]
+  assert rcs == [0, 0], "\n----\n".join(t[-2500:] for t in texts)
+  assert "2 replicas" in texts[0]
+  summary = json.load(open(out / "train_summary.json"))
+  assert summary["final_step"] == 4 and summary["replicas"] == 2
+  # Only the chief wrote into output_dir; its checkpoint loads.
+  latest = tf.train.latest_checkpoint(str(out))
+  assert latest.endswith("ckpt-4")
+  config = modeling.TTAConfig.from_json_file(str(out / "config.json"))
+  model = modeling.build_model(config)
+  tf.train.Checkpoint(model=model).read(latest).assert_existing_objects_matched()
+  ids = tf.constant([[3, 10, 11, 1]])
+  logp = model({"input_ids": ids, "input_mask": tf.ones_like(ids)})["log_probs"]
+  assert np.all(np.isfinite(logp.numpy()))
+
+
+# --------------------------------- replicas: the GLOBAL weight normalisation
+
+_REPLICA_SCRIPT = r"""
+import numpy as np, tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(
+    cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import modeling, run_pretraining as rp
+
+config = modeling.TTAConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1,
+                            num_attention_heads=2, intermediate_size=24,
+                            hidden_dropout_prob=0.0,
+                            attention_probs_dropout_prob=0.0)
+rng = np.random.RandomState(0)
+ids = rng.randint(7, 40, size=(4, 6)).astype(np.int32)
+# Unequal target counts in the two halves: 1 + 2 vs 5 + 6, so a per-replica
+# mean would weight the replicas wrongly.
+weights = np.zeros((4, 6), np.float32)
+for row, count in enumerate((1, 2, 5, 6)):
+  weights[row, :count] = 1.0
+batch = {"input_ids": ids, "input_mask": np.ones_like(ids),
+         "target_ids": ids, "target_weights": weights}
+results = []
+for strategy in (tf.distribute.OneDeviceStrategy("/cpu:0"),
+                 tf.distribute.MirroredStrategy(
+                     ["/cpu:0", "/cpu:1"],
+                     cross_device_ops=tf.distribute.ReductionToOneDevice())):
+  tf.keras.utils.set_random_seed(1)
+  with strategy.scope():
+    model = modeling.build_model(config, "bilm")
+    # Plain SGD: its update is linear in the gradient, so any error in the
+    # loss normalisation shows (Adam's first steps are ~sign(g) and hide it).
+    optimizer = tf.keras.optimizers.SGD(learning_rate=0.5)
+    optimizer.build(model.trainable_variables)
+  dataset = tf.data.Dataset.from_tensors(batch).repeat()
+  iterator = iter(strategy.experimental_distribute_dataset(dataset))
+  loop = rp.make_train_loop(strategy, model, optimizer)
+  rows = loop(iterator, tf.constant(2)).numpy()
+  results.append((rows, [v.numpy() for v in model.trainable_variables]))
+(rows1, vars1), (rows2, vars2) = results
+assert rows1[0, 1] == rows2[0, 1] == 14.0, (rows1, rows2)
+np.testing.assert_allclose(rows1[:, 0], rows2[:, 0], rtol=1e-5)
+for a, b in zip(vars1, vars2):
+  np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+print("REPLICAS_OK")
+"""
+
+
+def test_two_replicas_match_one_device():
+  """A global batch split over 2 replicas trains exactly like 1 device."""
+  proc = subprocess.run([sys.executable, "-c", _REPLICA_SCRIPT], env=_env(),
+                        capture_output=True, text=True, timeout=120, cwd=REPO)
+  assert "REPLICAS_OK" in proc.stdout, proc.stderr[-3000:]
