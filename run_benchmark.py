@@ -1,0 +1,860 @@
+"""Runtime of T-TA, biLM and uniLM vs sentence length (paper §5.2, Fig. 4).
+
+Per-sentence latency (batch 1) is timed for the two tasks of the paper:
+  sts:    `NeuralLM.sentence_vectors([s], pooling="context")`, the sentence
+          vector for unsupervised STS. T-TA and uniLM need one pass; the biLM
+          needs one masked copy per word piece (mask-and-predict).
+  rerank: `NeuralLM.score([s])`, the sentence score for N-best reranking.
+          T-TA: one pass; uniLM: one pass (chain rule); biLM: one masked copy
+          per scored token (pseudo-log-likelihood), the LM head only at the
+          masked position.
+Only the call through the public inference API is timed (tokenization
+included, as a user sees it). The time spent inside the compiled TF graph
+calls is recorded alongside ("graph" time: the model and the LM head, no
+tokenization, padding or Python glue) by wrapping the NeuralLM's graph
+functions for the duration of the runs (an extra ~1 us per call).
+
+Sentences are real: for each length, the first STS-B sentence (train, dev,
+test in file order) of exactly that many whitespace words; lengths no STS-B
+sentence has (40, 80) are made by joining consecutive sentences and cutting
+at the word count.
+
+Timing protocol: threads pinned before TF starts; per (task, length) every
+model is warmed up, then the models are timed in round-robin order for
+`--runs` rounds, the order rotating each round, so slow drifts of the load on
+a shared machine hit every model alike and the ratios stay fair. Median,
+p10 and p90 are reported, with the 1-minute load average around each cell.
+
+Also measured: throughput (sentences/s) of batched scoring of a whole N-best
+set (ESPnet2 LibriSpeech 30-best, `--nbest_set`), the analytic FLOPs of each
+call (see `call_flops`), the achieved GFLOP/s, and the machine's float32
+matmul peak for comparison (taken at the start and at the end of the run,
+which brackets the load).
+
+Outputs in --output_dir (each written atomically): benchmark.json,
+benchmark.md (tables), latency.png (Fig. 4-style plot, log y).
+
+Example:
+  python run_benchmark.py --output_dir=results/benchmark
+  python run_benchmark.py --quick --output_dir=/tmp/bench      # smoke run
+  python run_benchmark.py --model_dir=runs/tta,runs/bilm,runs/unilm \\
+      --output_dir=results/benchmark_trained
+"""
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+
+FLAGS = flags.FLAGS
+
+# Matmul shapes [m, k] x [k, n] for the peak: a large square one, the
+# FFN-like shape of a 512-token batch, and that of one 24-token sentence.
+MATMUL_SHAPES = ((2048, 2048, 2048), (512, 512, 2048), (24, 512, 2048))
+
+
+def define_flags():
+  """Defines the command-line flags (called from __main__ only, so that
+  tests can import this module beside other scripts with the same flag
+  names)."""
+  flags.DEFINE_list("model_dir", None,
+                    "Trained model directories (config.json, vocab.txt, "
+                    "checkpoint); name=DIR sets the row name. Default: random "
+                    "models of --models with the size flags below.")
+  flags.DEFINE_list("models", ["tta", "bilm", "unilm"],
+                    "Model types to build with random weights when no "
+                    "--model_dir is given.")
+  flags.DEFINE_string("vocab_file", None,
+                      "Vocab of the random models (default: the T-TA authors' "
+                      "vocab, <data_dir>/reference-vocab/"
+                      "tta-vocab-lower.sub-32k.txt, 29,530 pieces).")
+  flags.DEFINE_bool("do_lower_case", True, "Lower-case the input.")
+  flags.DEFINE_integer("hidden_size", 512, "Random models: hidden size.")
+  flags.DEFINE_integer("num_hidden_layers", 3, "Random models: layers.")
+  flags.DEFINE_integer("num_attention_heads", 8, "Random models: heads.")
+  flags.DEFINE_integer("intermediate_size", 2048, "Random models: FFN size.")
+  flags.DEFINE_integer("max_seq_length", 128,
+                       "Random models: max_position_embeddings, and the "
+                       "longest input in tokens.")
+  flags.DEFINE_integer("seed", 1, "Random seed of the random weights.")
+  flags.DEFINE_list("lengths", ["5", "10", "20", "40", "80"],
+                    "Sentence lengths in whitespace words.")
+  flags.DEFINE_list("tasks", ["sts", "rerank"], "Tasks to time.")
+  flags.DEFINE_integer("runs", 50, "Timed runs per model, task and length.")
+  flags.DEFINE_integer("warmup", 5, "Untimed runs before timing (traces the "
+                       "graphs, warms caches).")
+  flags.DEFINE_integer("intra_op", 0, "Intra-op threads (0: all cores this "
+                       "process may use).")
+  flags.DEFINE_integer("inter_op", 0, "Inter-op threads (0: all cores this "
+                       "process may use).")
+  flags.DEFINE_string("nbest_set", "test_clean",
+                      "ESPnet2 N-best set for the throughput of batched "
+                      "scoring (a set name or path); empty to skip.")
+  flags.DEFINE_integer("max_lists", 20,
+                       "Score only the first N lists of --nbest_set (0: all; "
+                       "the whole test_clean set is 78,600 hypotheses, hours "
+                       "for the biLM on 2 cores).")
+  flags.DEFINE_integer("token_budget", 16384, "NeuralLM token budget per "
+                       "forward pass (bounds the biLM's masked copies).")
+  flags.DEFINE_integer("matmul_runs", 10, "Timed runs per matmul shape for the "
+                       "peak measurement (0 to skip).")
+  flags.DEFINE_list("matmul_shapes", ["%dx%dx%d" % shape
+                                      for shape in MATMUL_SHAPES],
+                    "Shapes MxKxN ([M,K] x [K,N]) of the matmul peak.")
+  flags.DEFINE_string("data_dir", None, "Data root (default: $TTA_DATA or "
+                      "../shared/data).")
+  flags.DEFINE_string("output_dir", None, "Where to write benchmark.json, "
+                      "benchmark.md and latency.png.")
+  flags.DEFINE_bool("quick", False,
+                    "Smoke run: lengths 5,20, 10 runs, 2 warm-up runs, a tiny "
+                    "config (2 layers x 64, 4 heads, FFN 256), 2 N-best lists, "
+                    "3 matmul runs. Flags given explicitly still win.")
+
+
+TASKS = ("sts", "rerank")
+# Short task names used in the plot legend, as in the paper's Figure 4.
+TASK_LABELS = {"sts": "sts", "rerank": "rrk"}
+# The paper's CPU figures (i7-6850K, TF 1.12) at 20 words.
+PAPER_RATIO_20 = {"sts": 12.7, "rerank": 6.35}
+PAPER_TTA_STS_MS_20 = 9.85
+HEADLINE_WORDS = 20
+
+_QUICK = {"lengths": ["5", "20"], "runs": 10, "warmup": 2, "hidden_size": 64,
+          "num_hidden_layers": 2, "num_attention_heads": 4,
+          "intermediate_size": 256, "max_lists": 2, "matmul_runs": 3}
+
+# The NeuralLM attributes holding its compiled graph functions; wrapped to
+# separate graph time from tokenization and glue. Missing ones are skipped.
+_GRAPH_FUNCTIONS = ("_encode", "_one_pass_scores", "_masked_copy_scores")
+
+
+
+# ----------------------------------------------------------- environment
+
+def cpu_model():
+  """The CPU's model name from /proc/cpuinfo (platform.processor() else)."""
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or "unknown"
+
+
+def usable_cores():
+  """Cores this process may run on (affinity), not the machine's total."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:
+    return os.cpu_count() or 1
+
+
+def load_average():
+  """The 1-minute load average, or None where the OS has none."""
+  try:
+    return round(os.getloadavg()[0], 2)
+  except OSError:
+    return None
+
+
+def pin_threads(intra_op, inter_op):
+  """Sets TF's thread pools; must run before TF executes its first op.
+
+  Returns:
+    (intra_op, inter_op) actually set.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  cores = usable_cores()
+  intra_op = intra_op or cores
+  inter_op = inter_op or cores
+  tf.config.threading.set_intra_op_parallelism_threads(intra_op)
+  tf.config.threading.set_inter_op_parallelism_threads(inter_op)
+  return (tf.config.threading.get_intra_op_parallelism_threads(),
+          tf.config.threading.get_inter_op_parallelism_threads())
+
+
+def environment(threads):
+  import keras  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return {
+      "cpu": cpu_model(),
+      "cores_usable": usable_cores(),
+      "cores_total": os.cpu_count(),
+      "intra_op_threads": threads[0],
+      "inter_op_threads": threads[1],
+      "devices": [d.name for d in tf.config.list_logical_devices()],
+      "tensorflow": tf.__version__,
+      "keras": keras.__version__,
+      "python": platform.python_version(),
+      "platform": platform.platform(),
+      "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(
+          timespec="seconds"),
+  }
+
+
+# ------------------------------------------------------------- sentences
+
+def stsb_sentences(data_dir=None):
+  """STS-B sentences in file order (train, dev, test), first occurrence only.
+
+  Returns:
+    list of (text, origin) where origin is like "stsb train:12 sentence1".
+  """
+  import sts_data  # pylint: disable=g-import-not-at-top
+  seen, out = set(), []
+  for split in sts_data.STSB_SPLITS:
+    for line, pair in enumerate(sts_data.read_stsb(split, data_dir), 1):
+      for column, text in (("sentence1", pair.sent1),
+                           ("sentence2", pair.sent2)):
+        if text not in seen:
+          seen.add(text)
+          out.append((text, "stsb %s:%d %s" % (split, line, column)))
+  return out
+
+
+def sentences_of_lengths(sentences, lengths):
+  """One real sentence of exactly n whitespace words for each n.
+
+  Args:
+    sentences: list of (text, origin), in a fixed order.
+    lengths: list of int >= 1.
+
+  Returns:
+    dict n -> (text, origin): the first sentence of exactly n words; where
+    there is none, consecutive sentences from the start joined and cut after
+    n words (origin "joined: <first origin> .. <last origin>").
+
+  Raises:
+    ValueError: if all sentences together have fewer than n words.
+  """
+  out = {}
+  for n in lengths:
+    exact = [(t, o) for t, o in sentences if len(t.split()) == n]
+    if exact:
+      out[n] = exact[0]
+      continue
+    words, used = [], []
+    for text, origin in sentences:
+      words.extend(text.split())
+      used.append(origin)
+      if len(words) >= n:
+        break
+    if len(words) < n:
+      raise ValueError("the sentences hold %d words in all, fewer than the "
+                       "%d asked for" % (len(words), n))
+    out[n] = (" ".join(words[:n]),
+              "joined: %s .. %s (%d sentences)" % (used[0], used[-1],
+                                                    len(used)))
+  return out
+
+
+# ----------------------------------------------------------------- FLOPs
+
+def encoder_flops(config, seq_length):
+  """Matmul FLOPs of the encoder layers on one sequence of `seq_length`.
+
+  Per layer with n = seq_length, D = hidden_size, I = intermediate_size
+  (a multiply-add counts as 2 FLOPs):
+    query, key, value and output projections  4 * 2nD^2
+    attention scores Q K^T and context P V    2 * 2n^2 D   (all heads)
+    feed-forward D -> I -> D                  2 * 2nDI
+  T-TA's keys/values come from the embedding output rather than the
+  previous layer, but each layer still projects them, so the count is the
+  same for every model type. The uniLM's causal mask and T-TA's diagonal
+  mask do not shrink the dense matmuls, so they are counted in full.
+  Embedding lookups, LayerNorm, softmax and GELU are elementwise and not
+  counted.
+
+  Returns:
+    int.
+  """
+  n = seq_length
+  d = config.hidden_size
+  per_layer = (8 * n * d * d + 4 * n * n * d +
+               4 * n * d * config.intermediate_size)
+  return config.num_hidden_layers * per_layer
+
+
+def head_flops(config, positions):
+  """Matmul FLOPs of the LM head evaluated at `positions` positions.
+
+  Softmax head: transform D -> D (2D^2) and the tied V-wide output
+  projection (2DV) per position. Continuous head (ELMo-C): transform,
+  projection D -> E (2DE) and the cosine against all V targets (2EV).
+  """
+  d, v = config.hidden_size, config.vocab_size
+  if config.output_layer == "continuous":
+    e = config.target_embedding_size or d
+    per_position = 2 * d * d + 2 * d * e + 2 * e * v
+  else:
+    per_position = 2 * d * d + 2 * d * v
+  return positions * per_position
+
+
+def scored_positions(model_type, num_tokens, score_sos=False,
+                     score_eos=True):
+  """How many tokens a sentence of `num_tokens` (boundaries included) scores.
+
+  Follows inference.py: the start token never for unilm (nothing predicts
+  it), on request otherwise; the end token unless score_eos is False.
+  """
+  if model_type == "unilm":
+    score_sos = False
+  return max(num_tokens - (0 if score_sos else 1) - (0 if score_eos else 1),
+             0)
+
+
+def call_flops(config, model_type, task, num_tokens, score_sos=False,
+               score_eos=True):
+  """Analytic matmul FLOPs of one sentence through the inference API.
+
+  n = num_tokens (word pieces plus [SOS] and [EOS]); m = scored tokens
+  (n - 1 by default: [EOS] scored, [SOS] not); w = n - 2 word pieces.
+
+    task    tta / unilm                   bilm / bert
+    sts     enc(n)                        w * enc(n)          (w copies)
+    rerank  enc(n) + head(m)              m * enc(n) + head(m)
+
+  with enc = `encoder_flops` and head = `head_flops`. The biLM runs one
+  masked copy of the whole sentence per position, but its head only at the
+  masked position (inference.py gathers it first), so its head cost equals
+  T-TA's. Counted on the real length n: the up to 7 pad positions that
+  inference.py adds (batches are padded to a multiple of 8) are not useful
+  work and not counted, so GFLOP/s figures are "useful" FLOP rates.
+
+  Args:
+    config: `modeling.TTAConfig`.
+    model_type: "tta", "bilm", "bert" or "unilm".
+    task: "sts" or "rerank".
+    num_tokens: int, n.
+    score_sos, score_eos: as in `inference.NeuralLM`.
+
+  Returns:
+    dict with int "encoder", "head" and "total".
+  """
+  if task not in TASKS:
+    raise ValueError("task %r is not one of %s" % (task, TASKS))
+  copies = model_type in ("bilm", "bert")
+  if task == "sts":
+    passes = max(num_tokens - 2, 0) if copies else 1
+    head = 0
+  else:
+    m = scored_positions(model_type, num_tokens, score_sos, score_eos)
+    passes = m if copies else 1
+    head = head_flops(config, m)
+  encoder = passes * encoder_flops(config, num_tokens)
+  return {"encoder": encoder, "head": head, "total": encoder + head}
+
+
+# ---------------------------------------------------------------- timing
+
+class GraphTimer(object):
+  """Accumulates the wall time spent inside a NeuralLM's graph functions.
+
+  Used as a context manager: the NeuralLM instance's compiled functions
+  (`_GRAPH_FUNCTIONS`) are replaced by timing wrappers and restored on exit.
+  CPU eager execution is synchronous, so a call returns when its kernels
+  are done and the wrapper's clock covers the whole graph execution.
+  """
+
+  def __init__(self, lm):
+    self.lm = lm
+    self.seconds = 0.0
+    self.wrapped = []
+    self._saved = {}
+
+  def __enter__(self):
+    for name in _GRAPH_FUNCTIONS:
+      function = self.lm.__dict__.get(name)
+      if function is None or not callable(function):
+        continue
+      self._saved[name] = function
+      setattr(self.lm, name, self._wrap(function))
+      self.wrapped.append(name)
+    return self
+
+  def __exit__(self, *exc_info):
+    for name, function in self._saved.items():
+      setattr(self.lm, name, function)
+    self._saved = {}
+
+  def _wrap(self, function):
+    def timed(*args, **kwargs):
+      start = time.perf_counter()
+      result = function(*args, **kwargs)
+      self.seconds += time.perf_counter() - start
+      return result
+    return timed
+
+  def take(self):
+    """Returns the seconds accumulated since the last take() and resets."""
+    seconds, self.seconds = self.seconds, 0.0
+    return seconds
+
+
+def summarize(seconds):
+  """Median, p10, p90, mean, min and max in ms of a list of durations (s)."""
+  ms = np.asarray(seconds, np.float64) * 1e3
+  return {"median_ms": float(np.median(ms)),
+          "p10_ms": float(np.percentile(ms, 10)),
+          "p90_ms": float(np.percentile(ms, 90)),
+          "mean_ms": float(ms.mean()), "min_ms": float(ms.min()),
+          "max_ms": float(ms.max()), "runs": int(ms.size)}
+
+
+def task_call(lm, task, sentence):
+  """The public API call a user makes for one sentence of `task`."""
+  if task == "sts":
+    return lambda: lm.sentence_vectors([sentence], pooling="context",
+                                       masked=True)
+  return lambda: lm.score([sentence])
+
+
+def time_cell(lms, task, sentence, runs, warmup):
+  """Times every model on one sentence of one task, round-robin.
+
+  Args:
+    lms: dict name -> NeuralLM.
+    task: "sts" or "rerank".
+    sentence: str.
+    runs, warmup: ints.
+
+  Returns:
+    dict name -> (list of total seconds, list of graph seconds or None).
+  """
+  calls = {name: task_call(lm, task, sentence) for name, lm in lms.items()}
+  for call in calls.values():
+    for _ in range(warmup):
+      call()
+  names = list(lms)
+  totals = {name: [] for name in names}
+  graphs = {name: [] for name in names}
+  timers = {name: GraphTimer(lm) for name, lm in lms.items()}
+  for timer in timers.values():
+    timer.__enter__()
+  try:
+    for r in range(runs):
+      # Rotating the order keeps any "runs right after model X" effect (cache
+      # state, a burst of load) from always falling on the same model.
+      for name in names[r % len(names):] + names[:r % len(names)]:
+        timers[name].take()
+        start = time.perf_counter()
+        calls[name]()
+        totals[name].append(time.perf_counter() - start)
+        graphs[name].append(timers[name].take())
+  finally:
+    for timer in timers.values():
+      timer.__exit__(None, None, None)
+  return {name: (totals[name], graphs[name] if timers[name].wrapped else None)
+          for name in names}
+
+
+def parse_shapes(specs):
+  """["2048x2048x2048", ...] -> [(2048, 2048, 2048), ...]."""
+  shapes = []
+  for spec in specs:
+    parts = spec.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+      raise app.UsageError("--matmul_shapes: %r is not MxKxN with positive "
+                           "ints" % spec)
+    shapes.append(tuple(int(p) for p in parts))
+  return shapes
+
+
+def matmul_peak(shapes, runs, when=""):
+  """Float32 matmul rates of a tf.function, the machine's practical peak.
+
+  Args:
+    shapes: list of (m, k, n): [m, k] x [k, n].
+    runs: timed runs per shape after 2 warm-up runs.
+    when: label stored in each record ("start", "end").
+
+  Returns:
+    list of dicts with the shape, median ms and GFLOP/s (2mkn / median).
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  matmul = tf.function(lambda a, b: tf.matmul(a, b), autograph=False)
+  out = []
+  for m, k, n in shapes:
+    a = tf.random.normal([m, k], seed=1)
+    b = tf.random.normal([k, n], seed=2)
+    for _ in range(2):
+      matmul(a, b)
+    times = []
+    for _ in range(runs):
+      start = time.perf_counter()
+      matmul(a, b)  # CPU eager calls return when the kernel is done.
+      times.append(time.perf_counter() - start)
+    median = statistics.median(times)
+    out.append({"when": when,
+                "shape": "[%d,%d]x[%d,%d]" % (m, k, k, n), "m": m, "k": k,
+                "n": n, "median_ms": median * 1e3,
+                "gflops": 2.0 * m * k * n / median / 1e9,
+                "load_avg_1m": load_average()})
+  return out
+
+
+# ------------------------------------------------------------ the models
+
+def build_lms(data_dir):
+  """dict name -> NeuralLM: trained ones from --model_dir, else random ones."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import inference  # pylint: disable=g-import-not-at-top
+  import modeling  # pylint: disable=g-import-not-at-top
+  import nbest  # pylint: disable=g-import-not-at-top
+  import tokenization  # pylint: disable=g-import-not-at-top
+  lms = {}
+  if FLAGS.model_dir:
+    for spec in FLAGS.model_dir:
+      name, _, path = spec.rpartition("=")
+      lm = inference.NeuralLM.from_model_dir(
+          path, max_seq_length=None, token_budget=FLAGS.token_budget)
+      name = name or lm.model_type
+      if name in lms:
+        name = "%s_%d" % (name, len(lms))
+      lms[name] = lm
+    return lms
+  vocab_file = FLAGS.vocab_file or os.path.join(
+      nbest.default_data_dir(data_dir), "reference-vocab",
+      "tta-vocab-lower.sub-32k.txt")
+  tokenizer = tokenization.FullTokenizer(vocab_file, FLAGS.do_lower_case)
+  for model_type in FLAGS.models:
+    tf.keras.utils.set_random_seed(FLAGS.seed)
+    config = modeling.TTAConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=FLAGS.hidden_size,
+        num_hidden_layers=FLAGS.num_hidden_layers,
+        num_attention_heads=FLAGS.num_attention_heads,
+        intermediate_size=FLAGS.intermediate_size,
+        max_position_embeddings=FLAGS.max_seq_length,
+        mask_token_id=tokenizer.mask_id, model_type=model_type)
+    model = modeling.build_model(config, model_type)
+    lms[model_type] = inference.NeuralLM(model, tokenizer,
+                                         token_budget=FLAGS.token_budget)
+  return lms
+
+
+def describe_lm(lm):
+  config = lm.model.config
+  return {"model_type": lm.model_type,
+          "config": json.loads(config.to_json_string()),
+          "parameters": int(sum(int(np.prod(v.shape))
+                                for v in lm.model.weights)),
+          "vocab_file": lm.tokenizer.vocab_file,
+          "max_seq_length": lm.max_seq_length, "score_sos": lm.score_sos,
+          "score_eos": lm.score_eos, "token_budget": lm.token_budget}
+
+
+# -------------------------------------------------------------- measuring
+
+def latency_records(lms, sentences, tasks, runs, warmup):
+  """Times every (task, length, model); returns a list of record dicts."""
+  records = []
+  for task in tasks:
+    for words, (text, origin) in sorted(sentences.items()):
+      load_before = load_average()
+      timed = time_cell(lms, task, text, runs, warmup)
+      load_after = load_average()
+      for name, lm in lms.items():
+        ids, truncated = lm.tokenize([text])
+        num_tokens = len(ids[0])
+        totals, graphs = timed[name]
+        flops = call_flops(lm.model.config, lm.model_type, task, num_tokens,
+                           lm.score_sos, lm.score_eos)
+        record = {"model": name, "model_type": lm.model_type, "task": task,
+                  "words": words, "tokens": num_tokens,
+                  "truncated": bool(truncated[0]), "sentence": text,
+                  "origin": origin, "load_avg_1m": [load_before, load_after]}
+        record.update(summarize(totals))
+        record["graph_median_ms"] = (float(np.median(graphs)) * 1e3
+                                     if graphs else None)
+        record["flops"] = flops["total"]
+        record["gflops_per_s"] = flops["total"] / record["median_ms"] / 1e6
+        record["graph_gflops_per_s"] = (
+            flops["total"] / record["graph_median_ms"] / 1e6
+            if record["graph_median_ms"] else None)
+        records.append(record)
+        logging.info("%-6s %-6s %2d words %3d tokens: median %8.2f ms "
+                     "(p10 %.2f, p90 %.2f; graph %s ms) %.2f GFLOP/s, "
+                     "load %s", task, name, words, num_tokens,
+                     record["median_ms"], record["p10_ms"], record["p90_ms"],
+                     "%.2f" % record["graph_median_ms"]
+                     if record["graph_median_ms"] is not None else "n/a",
+                     record["gflops_per_s"], record["load_avg_1m"])
+  return records
+
+
+def throughput_records(lms, texts, source):
+  """Batched scoring of `texts` by each model: sentences/s, tokens/s."""
+  records = []
+  for name, lm in lms.items():
+    ids, _ = lm.tokenize(texts)
+    tokens = sum(len(x) for x in ids)
+    flops = sum(call_flops(lm.model.config, lm.model_type, "rerank", len(x),
+                           lm.score_sos, lm.score_eos)["total"] for x in ids)
+    lm.score(texts[:16])  # Traces the graphs outside the timing.
+    load_before = load_average()
+    with GraphTimer(lm) as timer:
+      start = time.perf_counter()
+      lm.score(texts)
+      seconds = time.perf_counter() - start
+    record = {"model": name, "model_type": lm.model_type, "source": source,
+              "sentences": len(texts), "tokens": tokens, "seconds": seconds,
+              "graph_seconds": timer.seconds if timer.wrapped else None,
+              "sentences_per_s": len(texts) / seconds,
+              "tokens_per_s": tokens / seconds, "flops": flops,
+              "gflops_per_s": flops / seconds / 1e9,
+              "load_avg_1m": [load_before, load_average()]}
+    records.append(record)
+    logging.info("throughput %s: %d sentences in %.1f s = %.1f sentences/s, "
+                 "%.0f tokens/s, %.1f GFLOP/s, load %s", name, len(texts),
+                 seconds, record["sentences_per_s"], record["tokens_per_s"],
+                 record["gflops_per_s"], record["load_avg_1m"])
+  return records
+
+
+def headline(records, words=HEADLINE_WORDS, slow="bilm", fast="tta"):
+  """slow/fast median latency ratio per task at `words` (nearest length).
+
+  Returns:
+    dict task -> {"words", "ratio", slow + "_ms", fast + "_ms"}; tasks
+    missing either model are left out.
+  """
+  out = {}
+  for task in TASKS:
+    rows = [r for r in records if r["task"] == task]
+    by_model = {}
+    for r in rows:
+      by_model.setdefault(r["model_type"], {})[r["words"]] = r
+    if slow not in by_model or fast not in by_model:
+      continue
+    common = sorted(set(by_model[slow]) & set(by_model[fast]),
+                    key=lambda n: (abs(n - words), n))
+    if not common:
+      continue
+    n = common[0]
+    a, b = by_model[slow][n]["median_ms"], by_model[fast][n]["median_ms"]
+    out[task] = {"words": n, "ratio": a / b, slow + "_ms": a, fast + "_ms": b,
+                 "paper_ratio": PAPER_RATIO_20[task]}
+  return out
+
+
+# --------------------------------------------------------------- reports
+
+def markdown_report(result):
+  """The tables of benchmark.md."""
+  env = result["environment"]
+  lines = ["# Runtime benchmark", "",
+           "CPU: %s, %d usable cores; threads intra-op %d, inter-op %d; "
+           "TensorFlow %s, Keras %s. Load average (1 min) at start %s, "
+           "end %s." % (env["cpu"], env["cores_usable"],
+                        env["intra_op_threads"], env["inter_op_threads"],
+                        env["tensorflow"], env["keras"],
+                        result["load_avg_1m"]["start"],
+                        result["load_avg_1m"]["end"]), ""]
+  records = result["latency"]
+  names = list(dict.fromkeys(r["model"] for r in records))
+  for task in TASKS:
+    rows = [r for r in records if r["task"] == task]
+    if not rows:
+      continue
+    lines += ["## %s: median latency per sentence, ms (batch 1)" % task, "",
+              "| words | tokens | " + " | ".join(names) +
+              " | bilm/tta | load |",
+              "|---:|---:|" + "---:|" * len(names) + "---:|---|"]
+    for words in sorted({r["words"] for r in rows}):
+      cell = {r["model"]: r for r in rows if r["words"] == words}
+      first = next(iter(cell.values()))
+      ratio = ""
+      if "bilm" in cell and "tta" in cell:
+        ratio = "%.1fx" % (cell["bilm"]["median_ms"] /
+                           cell["tta"]["median_ms"])
+      lines.append("| %d | %d | %s | %s | %s |" % (
+          words, first["tokens"],
+          " | ".join("%.2f" % cell[n]["median_ms"] if n in cell else "-"
+                     for n in names),
+          ratio, "%s-%s" % tuple(first["load_avg_1m"])))
+    lines.append("")
+  lines += ["## Details", "",
+            "| task | model | words | tokens | median ms | p10 | p90 | "
+            "graph ms | MFLOP | GFLOP/s | load |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+  for r in records:
+    lines.append("| %s | %s | %d | %d | %.2f | %.2f | %.2f | %s | %.1f | "
+                 "%.2f | %s-%s |" % (
+                     r["task"], r["model"], r["words"], r["tokens"],
+                     r["median_ms"], r["p10_ms"], r["p90_ms"],
+                     "%.2f" % r["graph_median_ms"]
+                     if r["graph_median_ms"] is not None else "-",
+                     r["flops"] / 1e6, r["gflops_per_s"],
+                     *r["load_avg_1m"]))
+  lines.append("")
+  if result["headline"]:
+    lines += ["## Headline", ""]
+    for task, h in result["headline"].items():
+      lines.append("- %s at %d words: biLM %.2f ms / T-TA %.2f ms = %.1fx "
+                   "(paper, CPU: %.2fx)" % (task, h["words"], h["bilm_ms"],
+                                            h["tta_ms"], h["ratio"],
+                                            h["paper_ratio"]))
+    lines.append("")
+  if result["throughput"]:
+    lines += ["## Throughput: batched scoring of %s" %
+              result["throughput"][0]["source"], "",
+              "| model | sentences | tokens | seconds | sentences/s | "
+              "tokens/s | GFLOP/s | load |",
+              "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in result["throughput"]:
+      lines.append("| %s | %d | %d | %.2f | %.1f | %.0f | %.2f | %s-%s |" % (
+          r["model"], r["sentences"], r["tokens"], r["seconds"],
+          r["sentences_per_s"], r["tokens_per_s"], r["gflops_per_s"],
+          *r["load_avg_1m"]))
+    lines.append("")
+  if result["matmul_peak"]:
+    lines += ["## float32 matmul peak (tf.function)", "",
+              "| when | shape | median ms | GFLOP/s | load |",
+              "|---|---|---:|---:|---:|"]
+    for r in result["matmul_peak"]:
+      lines.append("| %s | %s | %.3f | %.1f | %s |" % (
+          r["when"], r["shape"], r["median_ms"], r["gflops"],
+          r["load_avg_1m"]))
+    lines.append("")
+  return "\n".join(lines)
+
+
+def plot(result, path):
+  """Figure 4-style plot: median latency vs words, log y, p10-p90 bands."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.ticker  # pylint: disable=g-import-not-at-top
+  import io_utils  # pylint: disable=g-import-not-at-top
+  records = result["latency"]
+  fig, ax = plt.subplots(figsize=(6.4, 4.4))
+  names = list(dict.fromkeys(r["model"] for r in records))
+  colors = {n: "C%d" % i for i, n in enumerate(names)}
+  styles = {"sts": ("-", "o"), "rerank": ("--", "s")}
+  for task in TASKS:
+    for name in names:
+      rows = sorted((r for r in records
+                     if r["task"] == task and r["model"] == name),
+                    key=lambda r: r["words"])
+      if not rows:
+        continue
+      x = [r["words"] for r in rows]
+      line, marker = styles[task]
+      ax.plot(x, [r["median_ms"] for r in rows], linestyle=line,
+              marker=marker, color=colors[name],
+              label="%s$_{%s}$" % (name, TASK_LABELS[task]))
+      ax.fill_between(x, [r["p10_ms"] for r in rows],
+                      [r["p90_ms"] for r in rows], color=colors[name],
+                      alpha=0.12, linewidth=0)
+  env = result["environment"]
+  ax.set_yscale("log")
+  # Plain numbers (20, 500) read better than 2x10^1 on a latency axis.
+  ax.yaxis.set_major_formatter(
+      matplotlib.ticker.FuncFormatter(lambda v, _: "%g" % v))
+  ax.set_xticks(sorted({r["words"] for r in records}))
+  ax.set_xlabel("number of words")
+  ax.set_ylabel("latency per sentence (ms, median; band p10-p90)")
+  load = result["load_avg_1m"]
+  ax.set_title("%s, %d threads, TF %s; load avg %s-%s" % (
+      env["cpu"], env["intra_op_threads"], env["tensorflow"],
+      load["start"], load["end"]), fontsize=9)
+  ax.grid(True, which="both", alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  with io_utils.atomic_open(path, "wb") as f:
+    fig.savefig(f, format="png", dpi=120)
+  plt.close(fig)
+
+
+def apply_quick():
+  """--quick sets the smoke-run values of flags not given explicitly."""
+  for name, value in _QUICK.items():
+    if not FLAGS[name].present:
+      FLAGS[name].value = value
+
+
+def main(argv):
+  del argv
+  if FLAGS.quick:
+    apply_quick()
+  for task in FLAGS.tasks:
+    if task not in TASKS:
+      raise app.UsageError("--tasks: %r is not one of %s" % (task, TASKS))
+  lengths = sorted({int(n) for n in FLAGS.lengths})
+  if not lengths or lengths[0] < 1:
+    raise app.UsageError("--lengths must be positive word counts")
+  if FLAGS.runs < 1:
+    raise app.UsageError("--runs must be >= 1")
+  # Before anything else touches TF: the thread pools are fixed at start-up.
+  threads = pin_threads(FLAGS.intra_op, FLAGS.inter_op)
+  import io_utils  # pylint: disable=g-import-not-at-top
+  import nbest  # pylint: disable=g-import-not-at-top
+
+  result = {"environment": environment(threads),
+            "load_avg_1m": {"start": load_average()},
+            "flags": {name: FLAGS[name].value for name in (
+                "model_dir", "models", "lengths", "tasks", "runs", "warmup",
+                "nbest_set", "max_lists", "token_budget", "quick", "seed")},
+            "command": " ".join([os.path.basename(sys.argv[0])] +
+                                sys.argv[1:])}
+  logging.info("environment: %s", result["environment"])
+  # The peak is taken at the start and at the end: on a shared machine the
+  # load (and so the peak) moves during a run; the two bracket it.
+  shapes = parse_shapes(FLAGS.matmul_shapes)
+  result["matmul_peak"] = (matmul_peak(shapes, FLAGS.matmul_runs, "start")
+                           if FLAGS.matmul_runs else [])
+  lms = build_lms(FLAGS.data_dir)
+  result["models"] = {name: describe_lm(lm) for name, lm in lms.items()}
+  sentences = sentences_of_lengths(stsb_sentences(FLAGS.data_dir), lengths)
+  result["latency"] = latency_records(lms, sentences, FLAGS.tasks,
+                                      FLAGS.runs, FLAGS.warmup)
+  result["headline"] = headline(result["latency"])
+
+  result["throughput"] = []
+  if FLAGS.nbest_set:
+    lists = nbest.read_espnet_nbest(FLAGS.nbest_set, FLAGS.data_dir)
+    if FLAGS.max_lists:
+      lists = lists[:FLAGS.max_lists]
+    texts = [h.text for l in lists for h in l.hyps]
+    source = "%s (%d lists, %d hypotheses)" % (FLAGS.nbest_set, len(lists),
+                                               len(texts))
+    result["throughput"] = throughput_records(lms, texts, source)
+
+  if FLAGS.matmul_runs:
+    result["matmul_peak"] += matmul_peak(shapes, FLAGS.matmul_runs, "end")
+  result["load_avg_1m"]["end"] = load_average()
+
+  report = markdown_report(result)
+  print(report)
+  for task, h in result["headline"].items():
+    print("HEADLINE %s: biLM/T-TA = %.1fx at %d words (biLM %.2f ms, T-TA "
+          "%.2f ms; paper CPU %.2fx, T-TA %.2f ms for sts); load %s-%s" % (
+              task, h["ratio"], h["words"], h["bilm_ms"], h["tta_ms"],
+              h["paper_ratio"], PAPER_TTA_STS_MS_20,
+              result["load_avg_1m"]["start"], result["load_avg_1m"]["end"]))
+  if FLAGS.output_dir:
+    os.makedirs(FLAGS.output_dir, exist_ok=True)
+    io_utils.write_atomically(os.path.join(FLAGS.output_dir,
+                                           "benchmark.json"),
+                              json.dumps(result, indent=2) + "\n")
+    io_utils.write_atomically(os.path.join(FLAGS.output_dir, "benchmark.md"),
+                              report)
+    plot(result, os.path.join(FLAGS.output_dir, "latency.png"))
+    logging.info("wrote benchmark.json, benchmark.md and latency.png to %s",
+                 FLAGS.output_dir)
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

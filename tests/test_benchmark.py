@@ -1,0 +1,180 @@
+"""Mechanics of run_benchmark.py: sentence picking, FLOP counts, timing
+wrappers and the report files. Nothing here asserts a speed."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import inference
+import modeling
+import nbest
+import run_benchmark
+import tokenization
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "."]
+
+
+def tiny_config(**kwargs):
+  values = dict(vocab_size=50, hidden_size=4, num_hidden_layers=1,
+                num_attention_heads=2, intermediate_size=8,
+                max_position_embeddings=16)
+  values.update(kwargs)
+  return modeling.TTAConfig(**values)
+
+
+def test_sentences_of_lengths_prefers_a_real_sentence_then_joins():
+  sentences = [("a b c", "s1"), ("d e", "s2"), ("f g h i", "s3"),
+               ("j k", "s4")]
+  picked = run_benchmark.sentences_of_lengths(sentences, [2, 4, 6])
+  assert picked[2] == ("d e", "s2")
+  assert picked[4] == ("f g h i", "s3")
+  text, origin = picked[6]
+  assert text == "a b c d e f" and origin.startswith("joined: s1 .. s3")
+  with pytest.raises(ValueError, match="fewer than the 99"):
+    run_benchmark.sentences_of_lengths(sentences, [99])
+
+
+def test_encoder_flops_by_hand():
+  # n=3, D=4, I=8, one layer: QKVO 4*2*3*4*4=384, QK^T and PV 2*2*9*4=144,
+  # FFN 2*2*3*4*8=384.
+  assert run_benchmark.encoder_flops(tiny_config(), 3) == 912
+  assert run_benchmark.encoder_flops(tiny_config(num_hidden_layers=3),
+                                     3) == 3 * 912
+  # Head: 2*D*D + 2*D*V per position.
+  assert run_benchmark.head_flops(tiny_config(), 2) == 2 * (32 + 400)
+
+
+def test_call_flops_follow_the_inference_protocol():
+  config = tiny_config()
+  enc = run_benchmark.encoder_flops(config, 7)
+  head = lambda m: run_benchmark.head_flops(config, m)
+  flops = lambda kind, task, **kw: run_benchmark.call_flops(
+      config, kind, task, 7, **kw)["total"]
+  # n = 7 tokens: 5 word pieces, 6 scored tokens ([EOS] in, [SOS] out).
+  assert flops("tta", "sts") == flops("unilm", "sts") == enc
+  assert flops("bilm", "sts") == 5 * enc
+  assert flops("tta", "rerank") == enc + head(6)
+  assert flops("unilm", "rerank") == enc + head(6)
+  assert flops("bilm", "rerank") == 6 * enc + head(6)
+  assert flops("tta", "rerank", score_sos=True) == enc + head(7)
+  # Nothing predicts the uniLM's [SOS].
+  assert flops("unilm", "rerank", score_sos=True) == enc + head(6)
+  assert flops("bilm", "rerank", score_eos=False) == 5 * enc + head(5)
+  # An empty sentence ([SOS] [EOS]): no masked copies for its vector.
+  assert run_benchmark.call_flops(config, "bilm", "sts", 2)["total"] == 0
+  with pytest.raises(ValueError, match="task"):
+    run_benchmark.call_flops(config, "tta", "translate", 7)
+
+
+def test_scored_positions_match_inference(tmp_path):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + WORDS) +
+                   "\n")
+  tokenizer = tokenization.FullTokenizer(str(vocab))
+  config = tiny_config(vocab_size=tokenizer.vocab_size)
+  for kind in ("tta", "bilm", "unilm"):
+    for score_sos in (False, True):
+      lm = inference.NeuralLM(modeling.build_model(config, kind), tokenizer,
+                              score_sos=score_sos)
+      result = lm.score(["the cat sat on the mat ."])[0]
+      assert result.num_tokens == run_benchmark.scored_positions(
+          kind, 9, score_sos=score_sos)
+
+
+def test_graph_timer_wraps_and_restores(tmp_path):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + WORDS) +
+                   "\n")
+  tokenizer = tokenization.FullTokenizer(str(vocab))
+  tf.keras.utils.set_random_seed(3)
+  model = modeling.build_model(
+      tiny_config(vocab_size=tokenizer.vocab_size), "bilm")
+  lm = inference.NeuralLM(model, tokenizer)
+  want = lm.score(["a dog ran ."])[0].token_logprobs
+  originals = {name: lm.__dict__.get(name)
+               for name in run_benchmark._GRAPH_FUNCTIONS}
+  with run_benchmark.GraphTimer(lm) as timer:
+    assert timer.wrapped  # inference.py still has graph functions to time
+    got = lm.score(["a dog ran ."])[0].token_logprobs
+    assert timer.seconds > 0
+    assert timer.take() > 0 and timer.seconds == 0
+  np.testing.assert_array_equal(got, want)
+  assert {name: lm.__dict__.get(name) for name in originals} == originals
+
+
+def test_parse_shapes():
+  assert run_benchmark.parse_shapes(["2048x2048x2048", "24X512x2048"]) == [
+      (2048, 2048, 2048), (24, 512, 2048)]
+  with pytest.raises(Exception, match="MxKxN"):
+    run_benchmark.parse_shapes(["2048x2048"])
+
+
+def test_summarize_and_headline():
+  stats = run_benchmark.summarize([0.001 * i for i in range(1, 11)])
+  assert stats["median_ms"] == pytest.approx(5.5)
+  assert stats["p10_ms"] < stats["median_ms"] < stats["p90_ms"]
+  assert stats["runs"] == 10
+  records = [{"task": task, "model_type": kind, "words": words,
+              "median_ms": ms}
+             for task in ("sts", "rerank")
+             for kind, ms in (("tta", 2.0), ("bilm", 10.0))
+             for words in (5, 25)]
+  head = run_benchmark.headline(records)
+  assert head["sts"]["ratio"] == pytest.approx(5.0)
+  assert head["sts"]["words"] == 25  # the length nearest 20
+  assert run_benchmark.headline(records, fast="unilm") == {}
+
+
+def test_quick_run_writes_json_markdown_and_plot(tmp_path):
+  try:
+    nbest.default_data_dir()
+  except FileNotFoundError:
+    pytest.skip("no data directory (STS-B, N-best lists)")
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + WORDS) +
+                   "\n")
+  out = tmp_path / "out"
+  # A subprocess: thread pools can only be set before TF starts, and this
+  # process has started it.
+  command = [sys.executable, os.path.join(REPO, "run_benchmark.py"),
+             "--quick", "--vocab_file=%s" % vocab, "--lengths=3,70",
+             "--runs=2", "--warmup=1", "--hidden_size=8",
+             "--intermediate_size=16", "--max_lists=1", "--matmul_runs=1",
+             "--matmul_shapes=64x32x16,8x8x8",
+             "--intra_op=1", "--inter_op=1", "--output_dir=%s" % out]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  proc = subprocess.run(command, capture_output=True, text=True, env=env,
+                        timeout=300, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "HEADLINE sts: biLM/T-TA" in proc.stdout
+  result = json.loads((out / "benchmark.json").read_text())
+  env_info = result["environment"]
+  assert env_info["intra_op_threads"] == 1
+  assert env_info["inter_op_threads"] == 1
+  assert env_info["cpu"] and env_info["tensorflow"] == tf.__version__
+  cells = {(r["task"], r["model"], r["words"]) for r in result["latency"]}
+  assert cells == {(t, m, w) for t in ("sts", "rerank")
+                   for m in ("tta", "bilm", "unilm") for w in (3, 70)}
+  for record in result["latency"]:
+    assert len(record["sentence"].split()) == record["words"]
+    assert record["runs"] == 2
+    assert record["p10_ms"] <= record["median_ms"] <= record["p90_ms"]
+    assert record["graph_median_ms"] is not None
+    assert record["flops"] > 0
+  long = [r for r in result["latency"] if r["words"] == 70]
+  assert all(r["origin"].startswith("joined:") for r in long)
+  assert {r["model"] for r in result["throughput"]} == {"tta", "bilm",
+                                                        "unilm"}
+  assert all(r["sentences"] > 0 for r in result["throughput"])
+  assert [(r["when"], r["shape"]) for r in result["matmul_peak"]] == [
+      ("start", "[64,32]x[32,16]"), ("start", "[8,8]x[8,8]"),
+      ("end", "[64,32]x[32,16]"), ("end", "[8,8]x[8,8]")]
+  assert "## sts" in (out / "benchmark.md").read_text()
+  assert (out / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  assert not [p for p in os.listdir(out) if p.startswith(".")]
