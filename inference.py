@@ -156,6 +156,13 @@ class NeuralLM(object):
     # left unknown in the signatures so no length ever retraces.
     model = self.model
     table = model.embeddings.word_embeddings
+    head_kwargs = {}
+    if isinstance(model.lm_head, modeling.LMHead):
+      # A transposed snapshot of the tied table: the output projection then
+      # reads it in place (4-6x faster than einsum on the 2-core CPU). Taken
+      # once, so a NeuralLM scores with the weights it was built with.
+      self._output_kernel = tf.Variable(tf.transpose(table), trainable=False)
+      head_kwargs["output_kernel"] = self._output_kernel
     spec = tf.TensorSpec([None, None], tf.int32)
     rows = tf.TensorSpec([None], tf.int32)
 
@@ -163,7 +170,7 @@ class NeuralLM(object):
       # hidden [N, D], targets [N] -> log p(targets) [N]; the V-wide logits
       # are needed for the normaliser anyway, the gather avoids a [N, V]
       # log_softmax copy.
-      logits = model.lm_head(hidden, table)
+      logits = model.lm_head(hidden, table, **head_kwargs)
       picked = tf.gather(logits, targets, batch_dims=1)
       return picked - tf.reduce_logsumexp(logits, axis=-1)
 
