@@ -42,6 +42,8 @@ from absl import app
 from absl import flags
 from absl import logging
 
+import io_utils
+
 # Bumped whenever a rule changes the output, so that an existing output directory built by an
 # older rule set is not mistaken for a complete, up-to-date one (see `prepare_corpus`).
 PIPELINE_VERSION = 1
@@ -1039,11 +1041,7 @@ class _Writer:
 
 
 def _write_json_atomic(path: str, obj) -> None:
-  tmp = f"{path}.tmp-{os.getpid()}"
-  with open(tmp, "w", encoding="utf-8") as f:
-    json.dump(obj, f, indent=2, sort_keys=True)
-    f.write("\n")
-  os.replace(tmp, path)
+  io_utils.write_atomically(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def _file_size(path: str) -> int:

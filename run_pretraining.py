@@ -298,14 +298,18 @@ def weighted_cosine_distance(predicted, target_table, target_ids,
 
 
 def softmax_head_logits(head, hidden, embedding_table):
-  """`modeling.LMHead`'s logits, computed with a rank-2 einsum for training.
+  """`modeling.LMHead`'s logits, safe under the mixed_bfloat16 policy.
 
-  Same value as `head(hidden, embedding_table)`. LMHead uses
-  einsum("...d,vd->...v"), whose GRADIENT with respect to the table TF
-  builds as a broadcast product of shape [N, V, D] before reducing it: 0.9 s
-  instead of 8 ms for N=768, V=578, D=32, and out of memory at the paper's
-  size (2048 x 30000 x 512 floats). A rank-2 MatMul on [N, D] is a MatMul
-  forward and backward.
+  The same computation as `head(hidden, embedding_table)` (a rank-2 MatMul
+  against the tied table, plus output_bias), but with the head's sublayers
+  called from outside `LMHead.call`: inside it Keras autocasts every
+  variable read to the compute dtype, so under mixed_bfloat16 output_bias
+  arrives as bfloat16 and `float32 logits + bias` fails. Here the bias stays
+  float32 and only the two matmuls run in bfloat16.
+
+  (An earlier LMHead used einsum("...d,vd->...v"), whose gradient TF builds
+  as a broadcast [N, V, D] product: out of memory at the paper's size. The
+  MatMul here, and in LMHead since, has MatMul gradients.)
 
   Args:
     head: `modeling.LMHead`.
@@ -319,8 +323,8 @@ def softmax_head_logits(head, hidden, embedding_table):
   flat = tf.reshape(hidden, [-1, d])
   h = head.layer_norm(head.transform(flat))
   dtype = head.compute_dtype
-  # A plain MatMul: as fast as einsum("nd,vd->nv") in float32, and in
-  # bfloat16 on a CPU without native bf16 (AVX2 only) 15x faster than it.
+  # A plain MatMul: einsum("nd,vd->nv") is as fast in float32 but 15x slower
+  # in bfloat16 on a CPU without native bf16 (AVX2 only).
   logits = tf.matmul(tf.cast(h, dtype), tf.cast(embedding_table, dtype),
                      transpose_b=True)
   logits = tf.cast(logits, tf.float32) + head.output_bias
@@ -1091,7 +1095,8 @@ def run_training(params, strategy=None):
       and params.strategy != "tpu" and cpu_has_native_bfloat16() is False):
     logging.warning("--mixed_precision on a CPU without AMX/AVX512_BF16: "
                     "bfloat16 is emulated here and trains SLOWER than "
-                    "float32 (measured 3-30x); leave it off on this host")
+                    "float32 (measured 0.75-0.95x the fp32 speed); leave "
+                    "it off on this host")
   # input_pipeline's resume is exact only under the same global seed (tf.data
   # folds it into its shuffle seeds).
   tf.random.set_seed(params.seed)

@@ -49,7 +49,6 @@ import collections
 import collections.abc
 import functools
 import os
-import tempfile
 
 from absl import logging
 import tensorflow as tf
@@ -59,6 +58,8 @@ import tensorflow_text as tf_text
 from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
 from tensorflow_text.tools.wordpiece_vocab import (
     wordpiece_tokenizer_learner_lib as vocab_learner)
+
+import io_utils
 
 # The T-TA authors' vocab order; build_vocab writes them first in this order.
 SPECIAL_TOKENS = ("[PAD]", "[EOS]", "[UNK]", "[SOS]", "[MASK]", "[CLS]",
@@ -157,18 +158,9 @@ def write_vocab(tokens, vocab_file):
       raise ValueError("duplicate token %r at positions %d and %d." %
                        (token, seen[token], index))
     seen[token] = index
-  directory = os.path.dirname(os.path.abspath(vocab_file))
-  fd, tmp_path = tempfile.mkstemp(
-      dir=directory, prefix=os.path.basename(vocab_file) + ".", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-      for token in tokens:
-        f.write(token + "\n")
-    os.replace(tmp_path, vocab_file)
-  except BaseException:
-    if os.path.exists(tmp_path):
-      os.remove(tmp_path)
-    raise
+  with io_utils.atomic_open(vocab_file) as f:
+    for token in tokens:
+      f.write(token + "\n")
 
 
 def _clean_text(texts, do_lower_case):

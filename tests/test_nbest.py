@@ -15,6 +15,7 @@ import jiwer
 import pytest
 import sacrebleu
 
+import conftest
 import nbest
 
 # From asr-librispeech-espnet2-30best/SOURCE.md: utterances, reference words, and the WERs it
@@ -27,14 +28,7 @@ ESPNET_EXPECTED = {
 }
 
 
-def _data_dir_or_skip(subdir):
-  try:
-    root = nbest.default_data_dir()
-  except FileNotFoundError as e:
-    pytest.skip(f"shared data not available: {e}")
-  if not os.path.isdir(os.path.join(root, subdir)):
-    pytest.skip(f"shared data folder {subdir} missing under {root}")
-  return root
+_data_dir_or_skip = conftest.data_dir_or_skip
 
 
 @pytest.fixture(scope="module")

@@ -318,6 +318,22 @@ def test_continuous_output_layer_trains(trained, data_dir, tmp_path):
       table / np.linalg.norm(table, axis=-1, keepdims=True), rtol=1e-5)
 
 
+def test_init_checkpoint_ours_and_tf1(trained, tmp_path):
+  """--init_checkpoint: our model dir, and a Google-BERT-named TF1 one."""
+  model_dir, _ = trained["tta"]
+  config = modeling.TTAConfig.from_json_file(
+      os.path.join(model_dir, "config.json"))
+  source = modeling.build_model(config)
+  tf.train.Checkpoint(model=source).read(
+      tf.train.latest_checkpoint(model_dir)).expect_partial()
+  tf1_prefix = modeling.save_tf1_checkpoint(source, str(tmp_path / "tf1"))
+  for init in (model_dir, tf1_prefix):
+    fresh = modeling.build_model(config)
+    rp.warm_start(fresh, init)
+    for a, b in zip(source.trainable_variables, fresh.trainable_variables):
+      np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
 def test_word_vector_file_alignment(tmp_path):
   vocab = {"[PAD]": 0, "the": 1, "Cat": 2, "##s": 3, "zzz": 4}
   path = tmp_path / "vectors.vec"

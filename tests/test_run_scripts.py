@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import conftest
 import inference
 import modeling
 import nbest
@@ -18,11 +19,7 @@ import sts_data
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 
-def data_dir_or_skip():
-  try:
-    return nbest.default_data_dir()
-  except FileNotFoundError as e:
-    pytest.skip(str(e))
+data_dir_or_skip = conftest.data_dir_or_skip
 
 
 @pytest.fixture(scope="module")

@@ -9,18 +9,12 @@ import os
 import pytest
 import scipy.stats
 
+import conftest
 import nbest
 import sts_data
 
 
-def _data_dir_or_skip(subdir):
-  try:
-    root = nbest.default_data_dir()
-  except FileNotFoundError as e:
-    pytest.skip(f"shared data not available: {e}")
-  if not os.path.isdir(os.path.join(root, subdir)):
-    pytest.skip(f"shared data folder {subdir} missing under {root}")
-  return root
+_data_dir_or_skip = conftest.data_dir_or_skip
 
 
 @pytest.mark.parametrize("split, count", [("train", 5749), ("dev", 1500), ("test", 1379)])
