@@ -489,11 +489,34 @@ def _latest_checkpoint(model_dir):
   return os.path.join(model_dir, "ckpt-%d" % max(steps)) if steps else None
 
 
+def load_google_bert(bert_dir, do_lower_case=True):
+  """Loads a Google BERT release dir (bert_config.json, vocab.txt,
+  bert_model.ckpt) as model_type "bert"; returns (model, tokenizer).
+
+  Sentences are wrapped in [CLS] ... [SEP], as BERT was trained.
+  """
+  config = modeling.TTAConfig.from_json_file(
+      os.path.join(bert_dir, "bert_config.json"))
+  vocab_file = os.path.join(bert_dir, "vocab.txt")
+  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case,
+                                         boundary_tokens=("[CLS]", "[SEP]"))
+  config.mask_token_id = tokenizer.mask_id
+  model = modeling.build_model(config, "bert")
+  report = modeling.load_tf1_checkpoint(
+      model, os.path.join(bert_dir, "bert_model.ckpt"))
+  logging.info("loaded Google BERT from %s (ignored: %s)", bert_dir,
+               ", ".join(report["ignored"]) or "none")
+  return model, tokenizer
+
+
 def load_lm(spec, **kwargs):
-  """An LM from a spec: a model dir, or "kenlm:PATH" for an n-gram model."""
+  """An LM from a spec: a model dir, "kenlm:PATH" for an n-gram model, or
+  "bert:DIR" for a Google BERT release."""
   if spec.startswith("kenlm:"):
     return NgramLM(spec[len("kenlm:"):],
                    score_eos=kwargs.get("score_eos", True))
+  if spec.startswith("bert:"):
+    return NeuralLM(*load_google_bert(spec[len("bert:"):]), **kwargs)
   return NeuralLM.from_model_dir(spec, **kwargs)
 
 

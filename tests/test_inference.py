@@ -150,3 +150,30 @@ def test_vocab_model_mismatch_is_an_error(tokenizer):
                               num_attention_heads=2, intermediate_size=16)
   with pytest.raises(ValueError, match="vocab_size"):
     inference.NeuralLM(modeling.build_model(config, "tta"), tokenizer)
+
+
+def test_google_bert_release_dir_loads_as_bert(tmp_path):
+  """bert:DIR -> [CLS] ... [SEP] inputs, PLL scores from the released weights."""
+  tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
+  (tmp_path / "vocab.txt").write_text("\n".join(tokens) + "\n")
+  config = modeling.TTAConfig(vocab_size=len(tokens), hidden_size=16,
+                              num_hidden_layers=1, num_attention_heads=2,
+                              intermediate_size=16, type_vocab_size=2,
+                              mask_token_id=4)
+  tf.keras.utils.set_random_seed(21)
+  original = modeling.build_model(config, "bert")
+  modeling.save_tf1_checkpoint(original, str(tmp_path / "bert_model.ckpt"))
+  config.to_json_file(str(tmp_path / "bert_config.json"))
+  lm = inference.load_lm("bert:%s" % tmp_path)
+  assert lm.model_type == "bert"
+  scored = lm.score(["the cat sat"])[0]
+  assert scored.tokens == ["the", "cat", "sat", "[SEP]"]
+  ids = [2] + lm.tokenizer.convert_tokens_to_ids(["the", "cat", "sat"]) + [3]
+  want = []
+  for t in range(1, len(ids)):
+    masked = list(ids)
+    masked[t] = 4
+    out = original({"input_ids": tf.constant([masked]),
+                    "input_mask": tf.ones([1, len(ids)], tf.int32)})
+    want.append(out["log_probs"].numpy()[0, t, ids[t]])
+  np.testing.assert_allclose(scored.token_logprobs, want, atol=1e-5)
