@@ -706,9 +706,11 @@ class ContinuousHead(keras.layers.Layer):
   logits = continuous_logit_scale * cos(W h, e(v)) for every v, so
   log_softmax gives a distribution (a von Mises-Fisher-like model with a
   fixed concentration) and `TransformerLM.call()["log_probs"]` and every
-  scorer built on `lm_head` work unchanged. The scale is not learnt: it
-  sets how peaked the distribution is and so the size of sentence scores
-  and perplexities, not the ranking of tokens at one position.
+  scorer built on `lm_head` work unchanged. The scale is not trained by
+  the cosine loss: it sets how peaked the distribution is and so the size
+  of sentence scores and perplexities, not the ranking of tokens at one
+  position; run_pretraining.py picks the best of a grid on the eval set
+  after training and stores it in config.json.
   """
 
   def __init__(self, config, **kwargs):
