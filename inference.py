@@ -23,6 +23,14 @@ pieces is truncated (its last pieces dropped, [EOS] kept); each such sentence
 is flagged `truncated=True` in its result and counted in `stats`, and a
 warning is logged, so a number computed on a truncated sentence is never
 silent.
+
+Text normalization: a model trained on normalized text (config.json
+"normalization": "librispeech", or a KenLM model whose info file says so)
+gets its input normalized the same way before tokenization, so STS pairs and
+WMT candidates with digits and punctuation meet the vocabulary the model
+learned. Sentences the normalizer rejects (numbers it will not read aloud,
+non-Latin letters) are spelled digit by digit / folded to ASCII instead, and
+counted in `stats["normalization_fallbacks"]`.
 """
 
 import copy
@@ -30,11 +38,14 @@ import dataclasses
 import json
 import math
 import os
+import re
+import unicodedata
 
 from absl import logging
 import numpy as np
 import tensorflow as tf
 
+import corpus
 import io_utils
 import modeling
 import tokenization
@@ -95,6 +106,41 @@ class Encoded:
   truncated: np.ndarray
 
 
+NORMALIZATIONS = ("none", "librispeech")
+
+
+def normalizer(name, stats):
+  """A function str -> str applying the named normalization.
+
+  Args:
+    name: one of NORMALIZATIONS.
+    stats: dict; "normalization_fallbacks" counts the sentences that needed
+      the lenient path.
+  """
+  if name not in NORMALIZATIONS:
+    raise ValueError("unknown normalization %r; expected one of %s" %
+                     (name, NORMALIZATIONS))
+  if name == "none":
+    return lambda text: text
+
+  def librispeech(text):
+    try:
+      return corpus.normalize_librispeech(text)
+    except corpus.NormalizationError:
+      stats["normalization_fallbacks"] = (
+          stats.get("normalization_fallbacks", 0) + 1)
+      # The reader says "$3.50" or "1,000,000" somehow; digit by digit is the
+      # reading that keeps every token, and ASCII folding drops what cannot
+      # be spelled in A-Z.
+      spelled = re.sub(r"\d", lambda m: " %s " % corpus.spell_number(
+          int(m.group())), text)
+      folded = unicodedata.normalize("NFKD", spelled).encode(
+          "ascii", "ignore").decode("ascii")
+      return corpus.normalize_librispeech(folded)
+
+  return librispeech
+
+
 def _pad_to(length, multiple):
   # Padding batches to a multiple of 8 keeps the number of distinct shapes
   # (and of traced/compiled kernels) small at a cost of < 8 pad tokens.
@@ -111,7 +157,7 @@ class NeuralLM(object):
   """
 
   def __init__(self, model, tokenizer, max_seq_length=None, score_sos=False,
-               score_eos=True, token_budget=16384):
+               score_eos=True, token_budget=16384, normalization=None):
     """Wraps a built model.
 
     Args:
@@ -123,6 +169,8 @@ class NeuralLM(object):
       score_eos: score the end token.
       token_budget: max tokens (rows x length) per forward pass; bounds
         memory for the n masked copies of bilm/bert.
+      normalization: text normalization applied before tokenization; default
+        the config's "normalization" (that of the training text), else none.
     """
     self.model = model
     self.model_type = model.model_type
@@ -140,6 +188,9 @@ class NeuralLM(object):
     self.bos_id, self.eos_id = _boundary_ids(tokenizer)
     self.mask_id = tokenizer.mask_id
     self.stats = {"sentences": 0, "truncated": 0}
+    self.normalization = normalization or config.extra.get("normalization",
+                                                           "none")
+    self._normalize = normalizer(self.normalization, self.stats)
     self._compile()
 
   @classmethod
@@ -206,7 +257,8 @@ class NeuralLM(object):
 
   def tokenize(self, sentences):
     """Sentences -> list of id lists `[BOS] pieces [EOS]` and truncation flags."""
-    pieces = self.tokenizer.piece_ids_batch(sentences)
+    pieces = self.tokenizer.piece_ids_batch(
+        [self._normalize(s) for s in sentences])
     keep = self.max_seq_length - 2
     ids, truncated = [], []
     for sentence_pieces in pieces:
@@ -386,15 +438,27 @@ class NeuralLM(object):
 class NgramLM(object):
   """A KenLM n-gram model behind the same `score` interface."""
 
-  def __init__(self, model_path, score_eos=True):
+  def __init__(self, model_path, score_eos=True, normalization=None):
+    """Loads a KenLM model.
+
+    Args:
+      model_path: ARPA or KenLM binary.
+      score_eos: score </s>.
+      normalization: applied to sentences before scoring; default the one
+        recorded beside the model by ngram.train_ngram, else none.
+    """
     import ngram  # pylint: disable=g-import-not-at-top
     self.scorer = ngram.NgramScorer(model_path)
     self.model_type = "kenlm"
     self.score_eos = score_eos
     self.stats = {"sentences": 0, "truncated": 0}
+    self.normalization = normalization or ngram.read_model_info(
+        model_path).get("normalization", "none")
+    self._normalize = normalizer(self.normalization, self.stats)
 
   def score(self, sentences):
     results = []
+    sentences = [self._normalize(s) for s in sentences]
     for text, s in zip(sentences, self.scorer.score_sentences(
         sentences, bos=True, eos=self.score_eos)):
       tokens = text.split() + (["</s>"] if self.score_eos else [])
@@ -523,7 +587,9 @@ def load_lm(spec, **kwargs):
 def describe(lm):
   """A JSON-able identity of an LM, for caches and reports."""
   if isinstance(lm, NgramLM):
-    return {"kind": "kenlm", "path": os.path.abspath(lm.scorer.model_path)}
+    return {"kind": "kenlm", "path": os.path.abspath(lm.scorer.model_path),
+            "normalization": lm.normalization}
   return {"kind": lm.model_type, "config": json.loads(
       lm.model.config.to_json_string()), "score_sos": lm.score_sos,
-          "score_eos": lm.score_eos, "max_seq_length": lm.max_seq_length}
+          "score_eos": lm.score_eos, "max_seq_length": lm.max_seq_length,
+          "normalization": lm.normalization}

@@ -19,6 +19,7 @@ Usage:
 """
 
 import collections
+import json
 import math
 import os
 import shutil
@@ -26,6 +27,8 @@ import subprocess
 import tempfile
 
 from absl import logging
+
+import io_utils
 
 # ln(10): multiplies a log10 probability into a natural-log one.
 LN10 = math.log(10.0)
@@ -125,8 +128,22 @@ def _prune_args(prune):
   return ["--prune"] + values
 
 
+def model_info_path(model_path):
+  """Where the JSON description of a trained model lives (beside it)."""
+  return model_path + ".json"
+
+
+def read_model_info(model_path):
+  """The model's JSON description ({"normalization": ..., ...}), {} if none."""
+  path = model_info_path(model_path)
+  if not os.path.exists(path):
+    return {}
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
 def train_ngram(text_file, output_path, order=5, memory="20%", prune=None,
-                discount_fallback=False, binary=True):
+                discount_fallback=False, binary=True, normalization=None):
   """Trains a modified Kneser-Ney n-gram LM with KenLM's lmplz (and build_binary).
 
   The output appears atomically: everything is written to temporary files next to `output_path`
@@ -144,6 +161,9 @@ def train_ngram(text_file, output_path, order=5, memory="20%", prune=None,
     discount_fallback: bool, pass --discount_fallback, which lets lmplz fall back to default
       discounts when the counts of counts can't give them (needed for tiny corpora, e.g. tests).
     binary: bool, convert the ARPA to KenLM's binary format with build_binary.
+    normalization: the text normalization of `text_file` ("librispeech" or
+      "none"); stored in `model_info_path(output_path)` so that scorers
+      normalize their input the same way (see inference.NgramLM).
 
   Returns:
     str, `output_path`.
@@ -177,6 +197,11 @@ def train_ngram(text_file, output_path, order=5, memory="20%", prune=None,
     if binary:
       result = os.path.join(tmp_dir, "model.bin")
       _run_streaming([build_binary, arpa, result], "build_binary")
+    if normalization is not None:
+      info = {"normalization": normalization, "order": order,
+              "train_text": os.path.abspath(text_file)}
+      io_utils.write_atomically(model_info_path(output_path),
+                                json.dumps(info, indent=2))
     os.replace(result, output_path)
   finally:
     shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -313,6 +338,9 @@ def _define_flags():
   flags.DEFINE_list("prune", None, "lmplz --prune count thresholds per order, e.g. 0,0,1.")
   flags.DEFINE_bool("discount_fallback", False, "lmplz --discount_fallback (tiny corpora).")
   flags.DEFINE_bool("binary", True, "Write a KenLM binary (else ARPA).")
+  flags.DEFINE_enum("normalization", None, ["none", "librispeech"],
+                    "Normalization of --train_text, stored beside the model "
+                    "so that scoring normalizes text the same way.")
   flags.DEFINE_string("model", None, "ARPA or KenLM binary model to score with.")
   flags.DEFINE_string("score_file", None,
                       "Sentences to score, one per line; prints ln p, n_words, n_oov, text.")
@@ -333,7 +361,7 @@ def main(argv):
       raise app.UsageError("--train_text needs --output")
     train_ngram(FLAGS.train_text, FLAGS.output, order=FLAGS.order, memory=FLAGS.memory,
                 prune=FLAGS.prune, discount_fallback=FLAGS.discount_fallback,
-                binary=FLAGS.binary)
+                binary=FLAGS.binary, normalization=FLAGS.normalization)
     print(FLAGS.output)
     return
   if not FLAGS.model:

@@ -177,3 +177,31 @@ def test_google_bert_release_dir_loads_as_bert(tmp_path):
                     "input_mask": tf.ones([1, len(ids)], tf.int32)})
     want.append(out["log_probs"].numpy()[0, t, ids[t]])
   np.testing.assert_allclose(scored.token_logprobs, want, atol=1e-5)
+
+
+def test_librispeech_normalizer_matches_corpus_and_falls_back_on_digits():
+  stats = {}
+  normalize = inference.normalizer("librispeech", stats)
+  assert normalize("Mr. Smith's café, 1894!") == "MISTER SMITH'S CAFE EIGHTEEN NINETY FOUR"
+  assert stats.get("normalization_fallbacks", 0) == 0
+  # corpus.normalize_librispeech refuses "$3.50"; the fallback reads digits.
+  assert normalize("It costs $3.50.") == "IT COSTS THREE FIVE ZERO"
+  assert stats["normalization_fallbacks"] == 1
+  assert inference.normalizer("none", stats)("Keep It.") == "Keep It."
+  with pytest.raises(ValueError, match="unknown normalization"):
+    inference.normalizer("nfc", stats)
+
+
+def test_model_trained_on_normalized_text_scores_normalized_input(tokenizer):
+  # A model whose config says its training text was LibriSpeech-normalized
+  # must score "The cat sat, 2 dogs." exactly as "the cat sat two dogs".
+  plain = lm_for("tta", tokenizer)
+  lm = lm_for("tta", tokenizer)
+  lm.model.config.extra["normalization"] = "librispeech"
+  normalizing = inference.NeuralLM(lm.model, tokenizer)
+  assert normalizing.normalization == "librispeech"
+  got = normalizing.score(["The cat sat, on the mat."])[0]
+  want = plain.score(["THE CAT SAT ON THE MAT"])[0]
+  np.testing.assert_allclose(got.token_logprobs, want.token_logprobs,
+                             atol=1e-6)
+  assert got.tokens == want.tokens

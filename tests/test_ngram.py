@@ -217,3 +217,24 @@ def test_train_ngram_failure_reports_lmplz_output(tmp_path):
 def test_train_ngram_missing_text(tmp_path):
   with pytest.raises(FileNotFoundError, match="nope.txt"):
     ngram.train_ngram(str(tmp_path / "nope.txt"), str(tmp_path / "lm.bin"))
+
+
+@pytest.mark.skipif(not _have_lmplz(),
+                    reason="KenLM's lmplz/build_binary not built: run bash scripts/build_kenlm.sh")
+def test_normalization_travels_with_the_model(tmp_path):
+  import inference  # pylint: disable=g-import-not-at-top
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("\n".join(_CORPUS * 3).upper() + "\n")
+  out = str(tmp_path / "lm.bin")
+  ngram.train_ngram(str(corpus), out, order=3, memory="64M", discount_fallback=True,
+                    normalization="librispeech")
+  assert ngram.read_model_info(out)["normalization"] == "librispeech"
+  lm = inference.NgramLM(out)
+  assert lm.normalization == "librispeech"
+  raw, = lm.score(["The cat sat on the mat."])
+  want, = ngram.NgramScorer(out).score_sentences(["THE CAT SAT ON THE MAT"])
+  assert raw.tokens == "THE CAT SAT ON THE MAT".split() + ["</s>"]
+  assert list(raw.token_logprobs) == pytest.approx(want.word_logprobs)
+  # Without an info file nothing is normalized.
+  os.remove(ngram.model_info_path(out))
+  assert inference.NgramLM(out).normalization == "none"

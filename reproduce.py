@@ -1,0 +1,573 @@
+"""Reproduces the paper's evaluation at CPU scale, as one resumable job.
+
+Trains T-TA, biLM and uniLM of one config on the same Gutenberg text for the
+same number of steps, a KenLM 5-gram on the same sentences, then evaluates
+all of them and writes one report shaped like the paper's tables:
+
+  Table 1  LibriSpeech 30-best reranking WER (AM-only and full first pass,
+           lambda tuned on the matching dev set)
+  Table 2  WMT21 de-en LM-only candidate selection BLEU (the paper used
+           WMT13 with NMT scores; our candidates carry no scores)
+  Table 3  STS-B dev/test Pearson r x 100, context and embed representations
+  Table 4  SICK test Pearson r x 100
+  Table 7  (pseudo-)perplexity, mean and median over sentences, with WER
+
+Stages, in order; each is skipped when its outputs exist for the same inputs
+(so re-running after an interruption goes on where it stopped, and training
+resumes from its last checkpoint):
+
+  data   create_pretraining_data.py: books -> LibriSpeech-normalized sentences
+         (upper case, numbers spelled, no punctuation: the style of the ASR
+         references) -> WordPiece vocab -> TFRecords. One normalization
+         serves every task: models record it in config.json and inference
+         normalizes STS and WMT text the same way (inference.normalizer).
+  kenlm  ngram.py: modified Kneser-Ney 5-gram on the same training sentences.
+  plan   a short T-TA run measures steps/s; --budget_minutes then fixes the
+         step count that all three models train (same steps = same tokens,
+         same data order), recorded in plan.json.
+  train  run_pretraining.py for each of --models.
+  sts, asr, nmt   run_sts.py and run_rescoring.py (asr, nmt).
+  report report.md and report.json in --work_dir.
+
+  python reproduce.py --mode=quick      # minutes: tiny config, data slices
+  python reproduce.py --mode=full --budget_minutes=40
+"""
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+
+import io_utils
+
+FLAGS = flags.FLAGS
+
+REPO = os.path.dirname(os.path.abspath(__file__))
+MODEL_TYPES = ("tta", "bilm", "unilm")
+MODEL_NAMES = {"tta": "T-TA", "bilm": "biLM", "unilm": "uniLM"}
+KENLM_NAME = "5-gram"
+
+# What each mode trains and evaluates. quick: a few minutes in all on 2 CPU
+# cores, to check that every stage works end to end (the numbers mean
+# little). full: the CPU-scale reproduction (see README, "Reproducing the
+# paper at CPU scale", for why this config).
+MODES = {
+    "quick": {
+        "max_books": 8, "vocab_size": 2000, "vocab_max_sentences": None,
+        "vocab_lower_thresh": 2,
+        "num_hidden_layers": 3, "hidden_size": 128, "num_attention_heads": 2,
+        "intermediate_size": 512, "train_batch_size": 32,
+        "learning_rate": 1e-3, "budget_minutes": 1.0, "calibration_steps": 20,
+        "ngram_order": 5, "discount_fallback": True,
+        "sts_max_pairs": 200, "asr_max_lists": 10, "nmt_max_lists": 20,
+    },
+    "full": {
+        "max_books": None, "vocab_size": 8000, "vocab_max_sentences": 200000,
+        "vocab_lower_thresh": None,
+        "num_hidden_layers": 3, "hidden_size": 256, "num_attention_heads": 4,
+        "intermediate_size": 1024, "train_batch_size": 64,
+        "learning_rate": 5e-4, "budget_minutes": 40.0, "calibration_steps": 60,
+        "ngram_order": 5, "discount_fallback": False,
+        "sts_max_pairs": None, "asr_max_lists": 100, "nmt_max_lists": 200,
+    },
+}
+
+# Files each stage reads from the data root, and where to get them.
+_STSB = ("STS Benchmark: https://ixa2.si.ehu.eus/stswiki (Stsbenchmark.tar.gz;"
+         " sts-dev.csv and sts-test.csv)")
+_LIBRISPEECH = ("ESPnet2 LibriSpeech 30-best lists {dev,test}_{clean,other}"
+                ".tar.xz (see the SOURCE.md of that folder in the project's "
+                "shared data)")
+REQUIRED_DATA = (
+    ("gutenberg-books-subset/texts.tar.xz",
+     "Project Gutenberg books from https://www.gutenberg.org (the book list "
+     "is MANIFEST.tsv of this folder in the project's shared data; any "
+     "English books as .txt files in one tar.xz work)"),
+    ("stsb/sts-dev.csv", _STSB),
+    ("stsb/sts-test.csv", _STSB),
+    ("sick/SICK.txt", "SICK: https://marcobaroni.org/composes/sick.html "
+     "(SICK.zip -> SICK.txt)"),
+    ("asr-librispeech-espnet2-30best/dev_clean.tar.xz", _LIBRISPEECH),
+    ("asr-librispeech-espnet2-30best/test_clean.tar.xz", _LIBRISPEECH),
+    ("asr-librispeech-espnet2-30best/dev_other.tar.xz", _LIBRISPEECH),
+    ("asr-librispeech-espnet2-30best/test_other.tar.xz", _LIBRISPEECH),
+    ("nmt-wmt21-deen-multisystem/references",
+     "WMT21 de-en: https://github.com/wmt-conference/wmt21-news-systems "
+     "(sources/, references/, system-outputs/ for newstest2021 de-en)"),
+)
+
+# The paper's full-scale figures (ACL 2020, Tables 1, 3, 4), for orientation
+# only: 3 layers x 512, ~30k vocab, 1M steps on Wikipedia + BookCorpus.
+PAPER = {
+    "sts": {"T-TA": {"stsb_dev": (71.88, 54.75), "stsb_test": (62.27, 44.74)},
+            "biLM": {"stsb_dev": (59.99, None), "stsb_test": (50.76, None)},
+            "uniLM": {"stsb_dev": (56.25, 63.87),
+                      "stsb_test": (39.57, 55.00)}},
+}
+
+
+def define_flags():
+  flags.DEFINE_enum("mode", "quick", sorted(MODES),
+                    "quick: minutes, tiny config and data slices (checks the "
+                    "whole pipeline); full: the CPU-scale reproduction.")
+  flags.DEFINE_string("work_dir", None,
+                      "Where every stage writes (default runs/reproduce/"
+                      "<mode> in the repository).")
+  flags.DEFINE_string("data_dir", None, "Data root (default: $TTA_DATA, else "
+                      "../shared/data beside the repository).")
+  flags.DEFINE_float("budget_minutes", None, "Training time per neural model "
+                     "(default: 1 in quick mode, 40 in full mode); converted "
+                     "to a step count once, by the calibration run.")
+  flags.DEFINE_integer("train_steps", None, "Train exactly this many steps "
+                       "per model instead of converting --budget_minutes.")
+  flags.DEFINE_list("models", list(MODEL_TYPES), "Neural LMs to train.")
+  flags.DEFINE_integer("asr_max_lists", None, "First N lists of each "
+                       "LibriSpeech set (0: all; default per mode). The biLM "
+                       "needs one pass per token of every hypothesis.")
+  flags.DEFINE_integer("nmt_max_lists", None, "First N WMT21 segments (0: "
+                       "all; default per mode).")
+  flags.DEFINE_integer("sts_max_pairs", None, "First N pairs of each STS set "
+                       "(0: all; default per mode).")
+  flags.DEFINE_integer("max_books", None, "Read only this many Gutenberg "
+                       "books (0: all; default per mode).")
+
+
+# ------------------------------------------------------------------- helpers
+
+
+def data_root():
+  if FLAGS.data_dir:
+    return os.path.abspath(FLAGS.data_dir)
+  env = os.environ.get("TTA_DATA")
+  if env:
+    return os.path.abspath(env)
+  return os.path.normpath(os.path.join(REPO, "..", "shared", "data"))
+
+
+def missing_data(root):
+  """[(relative path, where to get it)] of the required files not under root."""
+  return [(rel, how) for rel, how in REQUIRED_DATA
+          if not os.path.exists(os.path.join(root, rel))]
+
+
+def missing_data_message(root, missing):
+  lines = ["The data root %s lacks %d required file(s). Place the official "
+           "downloads there (or point --data_dir / $TTA_DATA at a folder "
+           "that has them):" % (root, len(missing))]
+  lines += ["  %s\n      <- %s" % (rel, how) for rel, how in missing]
+  return "\n".join(lines)
+
+
+def read_json(path):
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def stage_done(work_dir, name, key, outputs):
+  """True if stage `name` finished with this exact `key` and its outputs."""
+  stamp = os.path.join(work_dir, "stamps", name + ".json")
+  return (os.path.exists(stamp) and read_json(stamp) == key and
+          all(os.path.exists(p) for p in outputs))
+
+
+def mark_done(work_dir, name, key):
+  io_utils.write_atomically(os.path.join(work_dir, "stamps", name + ".json"),
+                            json.dumps(key, indent=2, sort_keys=True))
+
+
+def run_step(work_dir, name, args):
+  """Runs `python <args>` in the repository, its output to logs/<name>.log
+  and, line by line, to our stderr; raises with the log's tail on failure."""
+  log_path = os.path.join(work_dir, "logs", name + ".log")
+  os.makedirs(os.path.dirname(log_path), exist_ok=True)
+  cmd = [sys.executable] + args
+  logging.info("[%s] %s", name, " ".join(cmd))
+  start = time.time()
+  with open(log_path, "a", encoding="utf-8") as log:
+    log.write("\n# %s %s\n" % (datetime.datetime.now().isoformat(),
+                               " ".join(cmd)))
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:
+      log.write(line)
+      log.flush()
+      sys.stderr.write("[%s] %s" % (name, line))
+    code = proc.wait()
+  if code != 0:
+    with open(log_path, encoding="utf-8") as f:
+      tail = "".join(f.readlines()[-30:])
+    raise RuntimeError("stage %s failed (exit %d); log %s ends with:\n%s" %
+                       (name, code, log_path, tail))
+  logging.info("[%s] done in %.1f min", name, (time.time() - start) / 60)
+  return time.time() - start
+
+
+def settings():
+  """The mode's preset with the command-line overrides applied."""
+  s = dict(MODES[FLAGS.mode])
+  for name in ("budget_minutes", "asr_max_lists", "nmt_max_lists",
+               "sts_max_pairs", "max_books"):
+    if FLAGS[name].value is not None:
+      s[name] = FLAGS[name].value or None
+  return s
+
+
+def model_flags(s):
+  return ["--num_hidden_layers=%d" % s["num_hidden_layers"],
+          "--hidden_size=%d" % s["hidden_size"],
+          "--num_attention_heads=%d" % s["num_attention_heads"],
+          "--intermediate_size=%d" % s["intermediate_size"],
+          "--train_batch_size=%d" % s["train_batch_size"],
+          "--learning_rate=%g" % s["learning_rate"]]
+
+
+# -------------------------------------------------------------------- stages
+
+
+def stage_data(work_dir, root, s):
+  out = os.path.join(work_dir, "data")
+  args = ["create_pretraining_data.py",
+          "--input_file=" + os.path.join(root, "gutenberg-books-subset",
+                                         "texts.tar.xz"),
+          "--normalization=librispeech", "--vocab_size=%d" % s["vocab_size"],
+          "--output_dir=" + out]
+  if s["max_books"]:
+    args.append("--max_books=%d" % s["max_books"])
+  if s["vocab_max_sentences"]:
+    args.append("--vocab_max_sentences=%d" % s["vocab_max_sentences"])
+  if s["vocab_lower_thresh"]:
+    args.append("--vocab_lower_thresh=%d" % s["vocab_lower_thresh"])
+  # create_pretraining_data.py skips itself when its inputs are unchanged.
+  run_step(work_dir, "data", args)
+  return out
+
+
+def stage_kenlm(work_dir, data_dir, s):
+  text = os.path.join(data_dir, "corpus", "train.txt")
+  out = os.path.join(work_dir, "kenlm", "%dgram.bin" % s["ngram_order"])
+  key = {"text_bytes": os.path.getsize(text),
+         "text_mtime": os.path.getmtime(text), "order": s["ngram_order"]}
+  if not stage_done(work_dir, "kenlm", key, [out]):
+    args = ["ngram.py", "--train_text=" + text, "--output=" + out,
+            "--order=%d" % s["ngram_order"], "--normalization=librispeech"]
+    if s["discount_fallback"]:
+      args.append("--discount_fallback")
+    run_step(work_dir, "kenlm", args)
+    mark_done(work_dir, "kenlm", key)
+  return out
+
+
+def train_args(data_dir, s, model_type, output_dir, steps):
+  args = ["run_pretraining.py", "--model_type=" + model_type,
+          "--input_file=" + os.path.join(data_dir, "train-*.tfrecord")]
+  stats = read_json(os.path.join(data_dir, "data_stats.json"))
+  if stats["eval"]["sentences"]:  # a corpus of very few books may have none
+    args.append("--eval_file=" + os.path.join(data_dir, "eval-*.tfrecord"))
+  return (args + [
+           "--output_dir=" + output_dir, "--num_train_steps=%d" % steps,
+           "--num_warmup_steps=%d" % max(1, steps // 10),
+           "--save_checkpoints_steps=%d" % max(20, steps // 10),
+           "--log_every_steps=%d" % max(10, steps // 20),
+           "--max_eval_steps=50"] + model_flags(s))
+
+
+def stage_plan(work_dir, data_dir, s):
+  """Fixes the number of training steps; returns the plan dict."""
+  path = os.path.join(work_dir, "plan.json")
+  key = {"model": model_flags(s), "budget_minutes": s["budget_minutes"],
+         "train_steps": FLAGS.train_steps}
+  if os.path.exists(path) and read_json(path)["key"] == key:
+    return read_json(path)
+  plan = {"key": key}
+  if FLAGS.train_steps:
+    plan["train_steps"] = FLAGS.train_steps
+  else:
+    calib_dir = os.path.join(work_dir, "calibration")
+    run_step(work_dir, "calibration",
+             train_args(data_dir, s, "tta", calib_dir,
+                        s["calibration_steps"]) + ["--max_eval_steps=1"])
+    summary = read_json(os.path.join(calib_dir, "train_summary.json"))
+    plan["calibration"] = {k: summary[k] for k in (
+        "steps_per_second", "tokens_per_second", "gflops_per_second")}
+    plan["train_steps"] = max(
+        20, int(s["budget_minutes"] * 60 * summary["steps_per_second"]))
+  logging.info("plan: %d steps per model", plan["train_steps"])
+  io_utils.write_atomically(path, json.dumps(plan, indent=2))
+  return plan
+
+
+def stage_train(work_dir, data_dir, s, plan):
+  """Trains each model to plan["train_steps"]; {type: model dir}."""
+  dirs = {}
+  for model_type in FLAGS.models:
+    out = os.path.join(work_dir, "models", model_type)
+    summary_path = os.path.join(out, "train_summary.json")
+    done = (os.path.exists(summary_path) and
+            read_json(summary_path)["final_step"] >= plan["train_steps"])
+    if not done:
+      run_step(work_dir, "train_" + model_type,
+               train_args(data_dir, s, model_type, out, plan["train_steps"]))
+    dirs[model_type] = out
+  return dirs
+
+
+def _checkpoint_key(model_dirs):
+  # A stage's results depend on exactly these checkpoints.
+  return {t: read_json(os.path.join(d, "train_summary.json"))["checkpoint"]
+          for t, d in model_dirs.items()}
+
+
+def stage_eval(work_dir, name, args, result_file, key):
+  out = os.path.join(work_dir, "eval", name)
+  result = os.path.join(out, result_file)
+  if not stage_done(work_dir, name, key, [result]):
+    run_step(work_dir, name, args + ["--output_dir=" + out])
+    mark_done(work_dir, name, key)
+  return read_json(result)
+
+
+def named_specs(model_dirs):
+  return ["%s=%s" % (MODEL_NAMES[t], d) for t, d in model_dirs.items()]
+
+
+# -------------------------------------------------------------------- report
+
+
+def _fmt(value, digits=2):
+  return "-" if value is None else "%.*f" % (digits, value)
+
+
+def wer_table(asr):
+  """Table 1: rows first pass / each LM; columns test sets x settings."""
+  cols = [(r["test"], r["setting"]) for r in asr[0]["results"]]
+  head = "| method | " + " | ".join("%s %s" % (t.replace("_", " "), st)
+                                      for t, st in cols) + " |"
+  lines = [head, "|---|" + "---:|" * len(cols)]
+  first = {(r["test"], r["setting"]): r for r in asr[0]["results"]}
+  lines.append("| first pass | " + " | ".join(
+      _fmt(first[c]["first_pass"]) for c in cols) + " |")
+  for row in asr:
+    by = {(r["test"], r["setting"]): r for r in row["results"]}
+    lines.append("| + %s | " % row["lm"] + " | ".join(
+        "%s (λ %.2f)" % (_fmt(by[c]["reranked"]), by[c]["lambda"])
+        for c in cols) + " |")
+  lines.append("| oracle | " + " | ".join(
+      _fmt(first[c]["oracle"]) for c in cols) + " |")
+  return "\n".join(lines)
+
+
+def bleu_table(nmt):
+  r0 = nmt[0]["results"][0]
+  lines = ["| method | BLEU |", "|---|---:|",
+           "| first system in file order | %s |" % _fmt(r0["first_pass"])]
+  lines += ["| %s alone | %s |" % (row["lm"], _fmt(row["results"][0]
+                                                   ["reranked"]))
+            for row in nmt]
+  lines.append("| oracle | %s |" % _fmt(r0["oracle"]))
+  return "\n".join(lines)
+
+
+def sts_table(sts, set_names, paper_sets=()):
+  """Pearson x100 per model, context and embed side by side per set."""
+  reps = ("context", "embed")
+  head = "| model | " + " | ".join("%s %s" % (n, r) for n in set_names
+                                   for r in reps) + " |"
+  lines = [head, "|---|" + "---:|" * (2 * len(set_names))]
+  models = list(dict.fromkeys(r["model"] for r in sts))
+  by = {(r["model"], r["representation"]): r["scores"] for r in sts}
+  for m in models:
+    lines.append("| %s | " % m + " | ".join(
+        _fmt(by[(m, r)][n][0]) if (m, r) in by else "-"
+        for n in set_names for r in reps) + " |")
+  for m, sets in PAPER["sts"].items():
+    if paper_sets and all(n in sets for n in set_names):
+      lines.append("| paper %s (full scale) | " % m + " | ".join(
+          _fmt(v) for n in set_names for v in sets[n]) + " |")
+  return "\n".join(lines)
+
+
+def pppl_table(asr, sets=("dev_clean", "test_clean", "dev_other",
+                          "test_other")):
+  """Table 7: (pseudo-)perplexity mean / median per LM and set, with the
+  full-setting WER of that LM on that set when it is a test set."""
+  lines = ["| LM | " + " | ".join(s.replace("_", " ") for s in sets) + " |",
+           "|---|" + "---:|" * len(sets)]
+  for row in asr:
+    wer = {r["test"]: r["reranked"] for r in row["results"]
+           if r["setting"] == "full"}
+    cells = []
+    for name in sets:
+      p = row["perplexity"].get(name)
+      cell = "-" if p is None else "%.1f / %.1f" % (p["mean"], p["median"])
+      if name in wer:
+        cell += " [%.2f]" % wer[name]
+      cells.append(cell)
+    lines.append("| %s | %s |" % (row["lm"], " | ".join(cells)))
+  return "\n".join(lines)
+
+
+def render_report(report):
+  """The markdown report from the report dict (see `build_report`)."""
+  setup = report["setup"]
+  parts = [
+      "# T-TA reproduction at CPU scale (%s mode)" % setup["mode"],
+      "",
+      "Command: `%s`; commit %s; %s; %s. Data: %d training sentences "
+      "(%d tokens), vocab %d. Every neural LM: %s, trained %d steps of %d "
+      "sentences." % (setup["command"], setup["commit"], setup["machine"],
+                      setup["finished"], setup["train_sentences"],
+                      setup["train_tokens"], setup["vocab_size"],
+                      setup["model"], setup["train_steps"],
+                      setup["batch_size"]),
+      "",
+      "| model | train min | tokens/s | eval loss |",
+      "|---|---:|---:|---:|",
+  ]
+  for name, t in report["training"].items():
+    parts.append("| %s | %.1f | %.0f | %s |" % (
+        name, t["wall_seconds"] / 60, t["tokens_per_second"],
+        _fmt(t["eval_loss"], 3)))
+  if "asr" in report:
+    parts += ["", "## Table 1: LibriSpeech reranking, WER %% (first %s "
+              "lists per set; λ tuned on dev)" % (setup["asr_max_lists"] or
+                                                  "all"),
+              "", wer_table(report["asr"]),
+              "", "## Table 7: (pseudo-)perplexity mean / median per "
+              "sentence [full-setting WER]; word pieces for the neural LMs, "
+              "words for the 5-gram", "", pppl_table(report["asr"])]
+  if "nmt" in report:
+    parts += ["", "## Table 2: WMT21 de-en, LM-only selection among the "
+              "systems' outputs (first %s segments)" %
+              (setup["nmt_max_lists"] or "all"), "", bleu_table(report["nmt"])]
+  if "sts" in report:
+    parts += ["", "## Table 3: STS-B, Pearson r x 100%s" % (
+        " (first %d pairs)" % setup["sts_max_pairs"]
+        if setup["sts_max_pairs"] else ""),
+              "", sts_table(report["sts"], ["stsb_dev", "stsb_test"], True),
+              "", "## Table 4: SICK test, Pearson r x 100", "",
+              sts_table(report["sts"], ["sick_test"])]
+  return "\n".join(parts) + "\n"
+
+
+def git_commit():
+  try:
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                          capture_output=True, text=True, check=True).stdout
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "*.py",
+                            "scripts"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout
+    return head.strip() + ("+uncommitted" if dirty.strip() else "")
+  except (OSError, subprocess.CalledProcessError):
+    return "unknown"
+
+
+def machine():
+  cpu = platform.processor() or platform.machine()
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      cpu = next(l.split(":", 1)[1].strip() for l in f
+                 if l.startswith("model name"))
+  except (OSError, StopIteration):
+    pass
+  return "%s, %d cores" % (cpu, os.cpu_count() or 0)
+
+
+def build_report(s, plan, data_stats, model_dirs, results):
+  training = {}
+  for model_type, d in model_dirs.items():
+    summary = read_json(os.path.join(d, "train_summary.json"))
+    loss = (summary.get("eval") or {}).get("loss")
+    training[MODEL_NAMES[model_type]] = {
+        "wall_seconds": summary["wall_seconds"],
+        "tokens_per_second": summary["tokens_per_second"],
+        "final_step": summary["final_step"], "eval_loss": loss}
+  report = {
+      "setup": {
+          "mode": FLAGS.mode, "command": " ".join(["python"] + sys.argv),
+          "commit": git_commit(), "machine": machine(),
+          "finished": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+          "train_sentences": data_stats["train"]["sentences"],
+          "train_tokens": data_stats["train"]["tokens"],
+          "vocab_size": data_stats["vocab_size"],
+          "model": "%d layers x %d hidden, %d heads, FFN %d" % (
+              s["num_hidden_layers"], s["hidden_size"],
+              s["num_attention_heads"], s["intermediate_size"]),
+          "train_steps": plan["train_steps"],
+          "batch_size": s["train_batch_size"],
+          "budget_minutes": s["budget_minutes"],
+          "calibration": plan.get("calibration"),
+          "asr_max_lists": s["asr_max_lists"],
+          "nmt_max_lists": s["nmt_max_lists"],
+          "sts_max_pairs": s["sts_max_pairs"]},
+      "training": training}
+  report.update(results)
+  return report
+
+
+# ---------------------------------------------------------------------- main
+
+
+def main(argv):
+  del argv
+  unknown = sorted(set(FLAGS.models) - set(MODEL_TYPES))
+  if unknown:
+    raise app.UsageError("--models: unknown %s (choose from %s)" %
+                         (unknown, MODEL_TYPES))
+  root = data_root()
+  missing = missing_data(root)
+  if missing:
+    sys.stderr.write(missing_data_message(root, missing) + "\n")
+    sys.exit(2)
+  s = settings()
+  work_dir = os.path.abspath(FLAGS.work_dir or os.path.join(
+      REPO, "runs", "reproduce", FLAGS.mode))
+  os.makedirs(work_dir, exist_ok=True)
+  logging.info("mode %s, work dir %s, data %s", FLAGS.mode, work_dir, root)
+  start = time.time()
+
+  data_dir = stage_data(work_dir, root, s)
+  data_stats = read_json(os.path.join(data_dir, "data_stats.json"))
+  kenlm_path = stage_kenlm(work_dir, data_dir, s)
+  plan = stage_plan(work_dir, data_dir, s)
+  model_dirs = stage_train(work_dir, data_dir, s, plan)
+
+  key = {"checkpoints": _checkpoint_key(model_dirs), "data": root}
+  results = {}
+  sts_args = ["run_sts.py", "--data_dir=" + root,
+              "--model_dir=" + ",".join(named_specs(model_dirs)),
+              "--representations=context,embed"]
+  if s["sts_max_pairs"]:
+    sts_args.append("--max_pairs=%d" % s["sts_max_pairs"])
+  results["sts"] = stage_eval(work_dir, "sts", sts_args, "sts_results.json",
+                              dict(key, max_pairs=s["sts_max_pairs"]))
+  lms = named_specs(model_dirs) + ["%s=kenlm:%s" % (KENLM_NAME, kenlm_path)]
+  for task, max_lists in (("asr", s["asr_max_lists"]),
+                          ("nmt", s["nmt_max_lists"])):
+    args = ["run_rescoring.py", "--task=" + task, "--data_dir=" + root,
+            "--lm=" + ",".join(lms)]
+    if max_lists:
+      args.append("--max_lists=%d" % max_lists)
+    results[task] = stage_eval(
+        work_dir, task, args, "rescoring_results.json",
+        dict(key, kenlm=kenlm_path, max_lists=max_lists))
+
+  report = build_report(s, plan, data_stats, model_dirs, results)
+  text = render_report(report)
+  io_utils.write_atomically(os.path.join(work_dir, "report.json"),
+                            json.dumps(report, indent=2))
+  io_utils.write_atomically(os.path.join(work_dir, "report.md"), text)
+  print(text)
+  logging.info("report: %s (%.1f min in this run)",
+               os.path.join(work_dir, "report.md"), (time.time() - start) / 60)
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)
