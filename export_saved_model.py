@@ -115,6 +115,14 @@ class ExportModule(tf.Module):
     self._score_eos = bool(lm.score_eos)
     self._token_budget = int(lm.token_budget)
     self._masked_copies_kind = lm.model_type in ("bilm", "bert")
+    # T-TA: the NeuralLM's fused key/value snapshot, saved with the module.
+    self._fused_key_value = lm.fused_key_value
+    self._normalization = lm.normalization
+    if lm.normalization != "none":
+      logging.warning(
+          "the model was trained on %s-normalized text; the SavedModel "
+          "tokenizes its input as given, so normalize texts before calling "
+          "it (inference.normalizer)", lm.normalization)
 
   def info(self):
     """The conventions baked into the graph, JSON-able."""
@@ -124,6 +132,7 @@ class ExportModule(tf.Module):
             "mask_id": self._mask_id, "pad_id": self._pad_id,
             "score_sos": self._score_sos, "score_eos": self._score_eos,
             "token_budget": self._token_budget,
+            "normalization": self._normalization,
             "config": json.loads(self.model.config.to_json_string())}
 
   # ------------------------------------------------------------ inputs
@@ -154,7 +163,8 @@ class ExportModule(tf.Module):
 
   def _encode(self, input_ids, input_mask):
     return self.model.encode({"input_ids": input_ids,
-                              "input_mask": input_mask}, training=False)
+                              "input_mask": input_mask}, training=False,
+                             fused_key_value=self._fused_key_value)
 
   def _target_log_probs(self, hidden, targets):
     """hidden [N, D], targets int32 [N] -> log p(target) float32 [N].

@@ -142,8 +142,6 @@ def normalizer(name, stats):
 
 
 def _pad_to(length, multiple):
-  # Padding batches to a multiple of 8 keeps the number of distinct shapes
-  # (and of traced/compiled kernels) small at a cost of < 8 pad tokens.
   return int(math.ceil(length / multiple) * multiple)
 
 
@@ -157,7 +155,8 @@ class NeuralLM(object):
   """
 
   def __init__(self, model, tokenizer, max_seq_length=None, score_sos=False,
-               score_eos=True, token_budget=16384, normalization=None):
+               score_eos=True, token_budget=16384, normalization=None,
+               pad_multiple=8):
     """Wraps a built model.
 
     Args:
@@ -171,6 +170,11 @@ class NeuralLM(object):
         memory for the n masked copies of bilm/bert.
       normalization: text normalization applied before tokenization; default
         the config's "normalization" (that of the training text), else none.
+      pad_multiple: batches of rows of different lengths are padded to a
+        multiple of this many tokens, which bounds the number of distinct
+        shapes oneDNN prepares kernels for; rows of one length (one sentence,
+        or the masked copies of one) are not padded (at 22 tokens, padding
+        to 24 cost 17% of a T-TA encode).
     """
     self.model = model
     self.model_type = model.model_type
@@ -185,6 +189,7 @@ class NeuralLM(object):
     self.score_sos = score_sos and self.model_type != "unilm"
     self.score_eos = score_eos
     self.token_budget = token_budget
+    self.pad_multiple = pad_multiple
     self.bos_id, self.eos_id = _boundary_ids(tokenizer)
     self.mask_id = tokenizer.mask_id
     self.stats = {"sentences": 0, "truncated": 0}
@@ -214,8 +219,22 @@ class NeuralLM(object):
       # once, so a NeuralLM scores with the weights it was built with.
       self._output_kernel = tf.Variable(tf.transpose(table), trainable=False)
       head_kwargs["output_kernel"] = self._output_kernel
+    encode_kwargs = {}
+    self.fused_key_value = None
+    if model.model_type == "tta":
+      # Input isolation: all layers' keys/values come from the embedding
+      # output, so one matmul against a snapshot of the side-by-side kernels
+      # replaces 2L small ones.
+      kernel, bias = model.fused_key_value_weights()
+      self.fused_key_value = (tf.Variable(kernel, trainable=False),
+                              tf.Variable(bias, trainable=False))
+      encode_kwargs["fused_key_value"] = self.fused_key_value
     spec = tf.TensorSpec([None, None], tf.int32)
     rows = tf.TensorSpec([None], tf.int32)
+
+    def run_encoder(input_ids, input_mask):
+      return model.encode({"input_ids": input_ids, "input_mask": input_mask},
+                          **encode_kwargs)
 
     def target_log_probs(hidden, targets):
       # hidden [N, D], targets [N] -> log p(targets) [N]; the V-wide logits
@@ -229,8 +248,7 @@ class NeuralLM(object):
     def one_pass_scores(input_ids, input_mask, targets, score_mask):
       # [B, T] each -> log p [B, T] at score_mask, 0 elsewhere. The head runs
       # on scored positions only.
-      hidden, _ = model.encode({"input_ids": input_ids,
-                                "input_mask": input_mask})
+      hidden, _ = run_encoder(input_ids, input_mask)
       where = tf.where(score_mask > 0)
       picked = target_log_probs(tf.gather_nd(hidden, where),
                                 tf.gather_nd(targets, where))
@@ -240,14 +258,13 @@ class NeuralLM(object):
     def masked_copy_scores(input_ids, input_mask, positions, targets):
       # Row r is a copy with positions[r] masked -> (log p of targets[r]
       # [R], hidden at the masked position [R, D]).
-      hidden, _ = model.encode({"input_ids": input_ids,
-                                "input_mask": input_mask})
+      hidden, _ = run_encoder(input_ids, input_mask)
       at_mask = tf.gather(hidden, positions, batch_dims=1)
       return target_log_probs(at_mask, targets), at_mask
 
     @tf.function(input_signature=[spec, spec], autograph=False)
     def encode(input_ids, input_mask):
-      return model.encode({"input_ids": input_ids, "input_mask": input_mask})
+      return run_encoder(input_ids, input_mask)
 
     self._one_pass_scores = one_pass_scores
     self._masked_copy_scores = masked_copy_scores
@@ -286,7 +303,8 @@ class NeuralLM(object):
     for i in order + [None]:
       if i is not None:
         candidate = batch + [i]
-        width = _pad_to(max(len(ids[j]) for j in candidate), 8)
+        width = _pad_to(max(len(ids[j]) for j in candidate),
+                        self.pad_multiple)
         rows = sum(rows_per_sentence(len(ids[j])) for j in candidate)
         if rows * width <= self.token_budget or not batch:
           batch = candidate
@@ -296,7 +314,10 @@ class NeuralLM(object):
       batch = [i] if i is not None else []
 
   def _pad(self, id_lists):
-    width = _pad_to(max(len(x) for x in id_lists), 8)
+    lengths = {len(x) for x in id_lists}
+    width = max(lengths)
+    if len(lengths) > 1:
+      width = _pad_to(width, self.pad_multiple)
     input_ids = np.full((len(id_lists), width), self.tokenizer.pad_id,
                         np.int32)
     input_mask = np.zeros((len(id_lists), width), np.int32)

@@ -343,7 +343,7 @@ class TransformerBlock(keras.layers.Layer):
             self.attention_layer_norm, self.intermediate, self.output_dense,
             self.output_layer_norm)
 
-  def _split_heads(self, x):
+  def split_heads(self, x):
     # [B, T, N*H] -> [B, N, T, H]
     batch_size, seq_length = tf.shape(x)[0], tf.shape(x)[1]
     x = tf.reshape(x, [batch_size, seq_length, self.num_heads, self.head_size])
@@ -362,7 +362,7 @@ class TransformerBlock(keras.layers.Layer):
     Returns:
       [B, F, D] attention context (before the output projection).
     """
-    q = self._split_heads(self.query(query_input))  # [B, N, F, H]
+    q = self.split_heads(self.query(query_input))  # [B, N, F, H]
     scores = tf.matmul(q, key, transpose_b=True)     # [B, N, F, T]
     scores = tf.cast(scores, tf.float32) * (1.0 / math.sqrt(self.head_size))
     scores += (1.0 - attention_mask) * _MASK_ADDER
@@ -380,21 +380,29 @@ class TransformerBlock(keras.layers.Layer):
 
   def project_key_value(self, kv_input):
     """[B, T, D] -> key, value, each [B, N, T, H]."""
-    return (self._split_heads(self.key(kv_input)),
-            self._split_heads(self.value(kv_input)))
+    return (self.split_heads(self.key(kv_input)),
+            self.split_heads(self.value(kv_input)))
 
-  def call(self, query_input, kv_input, attention_mask, training=False):
+  def call(self, query_input, kv_input, attention_mask, training=False,
+           key_value=None):
     """Returns float32 [B, F, D].
 
     Args:
       query_input: [B, F, D] query stream (previous layer, or T-TA's first
         query).
       kv_input: [B, T, D] key/value stream (T-TA: the embedding output for
-        every layer; BERT: the same tensor as query_input).
+        every layer; BERT: the same tensor as query_input). Ignored when
+        key_value is given.
       attention_mask: float32 [B, 1, F, T], 1 where attending is allowed.
       training: bool; enables dropout.
+      key_value: optional (key, value), each [B, N, T, H], already projected
+        (T-TA inference projects all layers at once, see
+        `TransformerLM.fused_key_value_weights`).
     """
-    key, value = self.project_key_value(kv_input)
+    if key_value is None:
+      key, value = self.project_key_value(kv_input)
+    else:
+      key, value = key_value
     return self.feed_forward(
         query_input,
         self.attend(query_input, key, value, attention_mask, training),
@@ -534,13 +542,15 @@ class TransformerLM(keras.Model):
       layer.build()
     self.lm_head.build()
 
-  def encode(self, inputs, training=False):
+  def encode(self, inputs, training=False, fused_key_value=None):
     """Runs the encoder.
 
     Args:
       inputs: dict with "input_ids" and "input_mask", int32 [B, T], and for
         model_type "bert" optionally "segment_ids" int32 [B, T].
       training: bool; enables dropout.
+      fused_key_value: T-TA only: `fused_key_value_weights()` (or a variable
+        snapshot of them) to project every layer's key/value in one matmul.
 
     Returns:
       (sequence_output, embedding_output), float32 [B, T, D] each.
@@ -555,12 +565,48 @@ class TransformerLM(keras.Model):
       hidden = self.embeddings.mask_query(batch_size, seq_length, training)
     else:
       hidden = embedding_output
-    for layer in self.encoder_layers:
+    key_values = [None] * len(self.encoder_layers)
+    if fused_key_value is not None:
+      key_values = self._fused_key_values(embedding_output, fused_key_value)
+    for layer, key_value in zip(self.encoder_layers, key_values):
       # Input isolation: T-TA's keys/values always come from the embedding
       # output; BERT's from the previous layer.
       kv_input = embedding_output if self.model_type == "tta" else hidden
-      hidden = layer(hidden, kv_input, attention_mask, training=training)
+      hidden = layer(hidden, kv_input, attention_mask, training=training,
+                     key_value=key_value)
     return hidden, embedding_output
+
+  def fused_key_value_weights(self):
+    """T-TA: every layer's key and value projection side by side.
+
+    Input isolation makes all 2L projections read the same embedding output,
+    so inference can do them in one [B*T, D] x [D, 2LD] matmul instead of 2L
+    small ones.
+
+    Returns:
+      (kernel float32 [D, 2*L*D], bias float32 [2*L*D]), columns ordered
+      key_0, value_0, key_1, ... (new tensors: a snapshot of the weights).
+    """
+    if self.model_type != "tta":
+      raise ValueError("only T-TA's keys/values share one input; %s's come "
+                       "from the previous layer" % self.model_type)
+    parts = [(p.kernel, p.bias) for layer in self.encoder_layers
+             for p in (layer.key, layer.value)]
+    return (tf.concat([k for k, _ in parts], axis=1),
+            tf.concat([b for _, b in parts], axis=0))
+
+  def _fused_key_values(self, embedding_output, fused_key_value):
+    # [B, T, D] -> per layer (key, value), each [B, N, T, H].
+    kernel, bias = fused_key_value
+    d = self.config.hidden_size
+    flat = tf.reshape(embedding_output, [-1, d])
+    projected = tf.nn.bias_add(tf.matmul(flat, kernel), bias)
+    shape = tf.shape(embedding_output)
+    projected = tf.reshape(projected, [shape[0], shape[1], -1])
+    pieces = tf.split(projected, 2 * len(self.encoder_layers), axis=-1)
+    return [(layer.split_heads(pieces[2 * i]),
+             layer.split_heads(pieces[2 * i + 1]))
+            for i, layer in enumerate(self.encoder_layers)]
 
   def call(self, inputs, training=False):
     """Returns dict of sequence_output, embedding_output, log_probs [B,T,V]."""

@@ -413,3 +413,30 @@ def test_object_checkpoint_saves_every_variable(tmp_path, model_type):
   assert len(fresh.weights) == len(model.tf1_variables())
   for a, b in zip(model.weights, fresh.weights):
     np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+
+
+def test_fused_key_value_projection_matches_per_layer_and_stays_self_unknown():
+  tf.keras.utils.set_random_seed(5)
+  config = modeling.TTAConfig(vocab_size=40, hidden_size=16, num_hidden_layers=3,
+                              num_attention_heads=4, intermediate_size=24,
+                              max_position_embeddings=16)
+  model = modeling.build_model(config, "tta")
+  fused = model.fused_key_value_weights()
+  assert fused[0].shape == (16, 2 * 3 * 16) and fused[1].shape == (2 * 3 * 16,)
+  ids = np.array([[2, 7, 9, 11, 13, 3], [2, 8, 3, 0, 0, 0]], np.int32)
+  mask = (ids > 0).astype(np.int32)
+  inputs = {"input_ids": tf.constant(ids), "input_mask": tf.constant(mask)}
+  plain, _ = model.encode(inputs)
+  got, _ = model.encode(inputs, fused_key_value=fused)
+  np.testing.assert_allclose(got.numpy(), plain.numpy(), atol=1e-5)
+  for i in range(6):
+    changed = ids.copy()
+    changed[0, i] = 30
+    out, _ = model.encode({"input_ids": tf.constant(changed),
+                           "input_mask": tf.constant(mask)},
+                          fused_key_value=fused)
+    np.testing.assert_allclose(out.numpy()[0, i], got.numpy()[0, i], atol=1e-6)
+    assert np.abs(np.delete(out.numpy()[0], i, 0) -
+                  np.delete(got.numpy()[0], i, 0))[:5].max() > 1e-4
+  with pytest.raises(ValueError, match="only T-TA"):
+    modeling.build_model(config, "bilm").fused_key_value_weights()
