@@ -156,7 +156,7 @@ class NeuralLM(object):
 
   def __init__(self, model, tokenizer, max_seq_length=None, score_sos=False,
                score_eos=True, token_budget=16384, normalization=None,
-               pad_multiple=8):
+               pad_multiple=8, jit_compile=False):
     """Wraps a built model.
 
     Args:
@@ -175,6 +175,10 @@ class NeuralLM(object):
         shapes oneDNN prepares kernels for; rows of one length (one sentence,
         or the masked copies of one) are not padded (at 22 tokens, padding
         to 24 cost 17% of a T-TA encode).
+      jit_compile: compile the graphs with XLA. XLA fuses the many small
+        element-wise ops, but compiles once per distinct batch shape: worth
+        it when shapes repeat (a benchmark, fixed-size serving batches), not
+        for N-best sets of many lengths.
     """
     self.model = model
     self.model_type = model.model_type
@@ -190,6 +194,7 @@ class NeuralLM(object):
     self.score_eos = score_eos
     self.token_budget = token_budget
     self.pad_multiple = pad_multiple
+    self.jit_compile = jit_compile
     self.bos_id, self.eos_id = _boundary_ids(tokenizer)
     self.mask_id = tokenizer.mask_id
     self.stats = {"sentences": 0, "truncated": 0}
@@ -244,7 +249,8 @@ class NeuralLM(object):
       picked = tf.gather(logits, targets, batch_dims=1)
       return picked - tf.reduce_logsumexp(logits, axis=-1)
 
-    @tf.function(input_signature=[spec, spec, spec, spec], autograph=False)
+    @tf.function(input_signature=[spec, spec, spec, spec], autograph=False,
+                 jit_compile=self.jit_compile)
     def one_pass_scores(input_ids, input_mask, targets, score_mask):
       # [B, T] each -> log p [B, T] at score_mask, 0 elsewhere. The head runs
       # on scored positions only.
@@ -254,7 +260,8 @@ class NeuralLM(object):
                                 tf.gather_nd(targets, where))
       return tf.scatter_nd(where, picked, tf.shape(input_ids, tf.int64))
 
-    @tf.function(input_signature=[spec, spec, rows, rows], autograph=False)
+    @tf.function(input_signature=[spec, spec, rows, rows], autograph=False,
+                 jit_compile=self.jit_compile)
     def masked_copy_scores(input_ids, input_mask, positions, targets):
       # Row r is a copy with positions[r] masked -> (log p of targets[r]
       # [R], hidden at the masked position [R, D]).
@@ -262,7 +269,8 @@ class NeuralLM(object):
       at_mask = tf.gather(hidden, positions, batch_dims=1)
       return target_log_probs(at_mask, targets), at_mask
 
-    @tf.function(input_signature=[spec, spec], autograph=False)
+    @tf.function(input_signature=[spec, spec], autograph=False,
+                 jit_compile=self.jit_compile)
     def encode(input_ids, input_mask):
       return run_encoder(input_ids, input_mask)
 

@@ -362,6 +362,10 @@ class TransformerBlock(keras.layers.Layer):
     Returns:
       [B, F, D] attention context (before the output projection).
     """
+    # Keras autocasts float32 call arguments to the compute dtype: under
+    # mixed_bfloat16 the mask arrives as bfloat16, and the scores it is
+    # combined with are float32.
+    attention_mask = tf.cast(attention_mask, tf.float32)
     q = self.split_heads(self.query(query_input))  # [B, N, F, H]
     scores = tf.matmul(q, key, transpose_b=True)     # [B, N, F, T]
     scores = tf.cast(scores, tf.float32) * (1.0 / math.sqrt(self.head_size))
@@ -448,9 +452,11 @@ class LMHead(keras.layers.Layer):
   def build(self, input_shape=None):
     self.transform.build()
     self.layer_norm.build()
+    # autocast=False: under mixed_bfloat16 the bias is added to float32
+    # logits and must stay float32 (Keras would hand it over as bfloat16).
     self.output_bias = self.add_weight(
         name="output_bias", shape=(self.config.vocab_size,),
-        initializer="zeros")
+        initializer="zeros", autocast=False)
 
   def call(self, hidden, embedding_table, output_kernel=None):
     """Returns float32 logits [..., V] for hidden [..., D].

@@ -104,6 +104,8 @@ def define_flags():
                        "for the biLM on 2 cores).")
   flags.DEFINE_integer("token_budget", 16384, "NeuralLM token budget per "
                        "forward pass (bounds the biLM's masked copies).")
+  flags.DEFINE_bool("jit_compile", False, "XLA-compile the inference graphs "
+                    "of every model (inference.NeuralLM jit_compile).")
   flags.DEFINE_integer("matmul_runs", 10, "Timed runs per matmul shape for the "
                        "peak measurement (0 to skip).")
   flags.DEFINE_list("matmul_shapes", ["%dx%dx%d" % shape
@@ -518,7 +520,8 @@ def build_lms(data_dir):
     for spec in FLAGS.model_dir:
       name, _, path = spec.rpartition("=")
       lm = inference.NeuralLM.from_model_dir(
-          path, max_seq_length=None, token_budget=FLAGS.token_budget)
+          path, max_seq_length=None, token_budget=FLAGS.token_budget,
+          jit_compile=FLAGS.jit_compile)
       name = name or lm.model_type
       if name in lms:
         name = "%s_%d" % (name, len(lms))
@@ -539,7 +542,8 @@ def build_lms(data_dir):
         mask_token_id=tokenizer.mask_id, model_type=model_type)
     model = modeling.build_model(config, model_type)
     lms[model_type] = inference.NeuralLM(model, tokenizer,
-                                         token_budget=FLAGS.token_budget)
+                                         token_budget=FLAGS.token_budget,
+                                         jit_compile=FLAGS.jit_compile)
   return lms
 
 
@@ -648,6 +652,30 @@ def headline(records, words=HEADLINE_WORDS, slow="bilm", fast="tta"):
   return out
 
 
+def add_flop_floors(headlines, records, peaks):
+  """Adds T-TA's FLOP floors to each headline, in place.
+
+  floor_ms: the call's FLOPs at the best measured matmul rate (a large
+  square matmul), the limit no batch-1 call reaches. floor_ms_shape: at the
+  rate of the measured shape with the fewest rows (the [24, 512] x [512,
+  2048] FFN matmul of one sentence by default), the limit of a batch-1 call
+  whose matmuls all have ~T rows; vs_floor_* = median latency / floor.
+  """
+  if not peaks:
+    return
+  best = max(p["gflops"] for p in peaks)
+  smallest_m = min(p["m"] for p in peaks)
+  shape_rate = max(p["gflops"] for p in peaks if p["m"] == smallest_m)
+  for task, h in headlines.items():
+    record = next(r for r in records if r["task"] == task and
+                  r["model_type"] == "tta" and r["words"] == h["words"])
+    h["tta_mflop"] = record["flops"] / 1e6
+    h["floor_ms"] = record["flops"] / (best * 1e9) * 1e3
+    h["floor_ms_shape"] = record["flops"] / (shape_rate * 1e9) * 1e3
+    h["vs_floor"] = h["tta_ms"] / h["floor_ms"]
+    h["vs_floor_shape"] = h["tta_ms"] / h["floor_ms_shape"]
+
+
 # --------------------------------------------------------------- reports
 
 def markdown_report(result):
@@ -705,6 +733,13 @@ def markdown_report(result):
                    "(paper, CPU: %.2fx)" % (task, h["words"], h["bilm_ms"],
                                             h["tta_ms"], h["ratio"],
                                             h["paper_ratio"]))
+      if "floor_ms" in h:
+        lines.append(
+            "  - T-TA %.1f MFLOP: FLOP floor %.2f ms at the best matmul rate "
+            "(latency %.1fx it), %.2f ms at the rate of the one-sentence "
+            "matmul shape (%.1fx)" % (h["tta_mflop"], h["floor_ms"],
+                                      h["vs_floor"], h["floor_ms_shape"],
+                                      h["vs_floor_shape"]))
     lines.append("")
   if result["throughput"]:
     lines += ["## Throughput: batched scoring of %s" %
@@ -805,7 +840,8 @@ def main(argv):
             "load_avg_1m": {"start": load_average()},
             "flags": {name: FLAGS[name].value for name in (
                 "model_dir", "models", "lengths", "tasks", "runs", "warmup",
-                "nbest_set", "max_lists", "token_budget", "quick", "seed")},
+                "nbest_set", "max_lists", "token_budget", "quick", "seed",
+                "jit_compile")},
             "command": " ".join([os.path.basename(sys.argv[0])] +
                                 sys.argv[1:])}
   logging.info("environment: %s", result["environment"])
@@ -833,6 +869,8 @@ def main(argv):
 
   if FLAGS.matmul_runs:
     result["matmul_peak"] += matmul_peak(shapes, FLAGS.matmul_runs, "end")
+    add_flop_floors(result["headline"], result["latency"],
+                    result["matmul_peak"])
   result["load_avg_1m"]["end"] = load_average()
 
   report = markdown_report(result)

@@ -322,40 +322,6 @@ def weighted_cosine_distance(predicted, target_table, target_ids,
           tf.reduce_sum(target_weights))
 
 
-def softmax_head_logits(head, hidden, embedding_table):
-  """`modeling.LMHead`'s logits, safe under the mixed_bfloat16 policy.
-
-  The same computation as `head(hidden, embedding_table)` (a rank-2 MatMul
-  against the tied table, plus output_bias), but with the head's sublayers
-  called from outside `LMHead.call`: inside it Keras autocasts every
-  variable read to the compute dtype, so under mixed_bfloat16 output_bias
-  arrives as bfloat16 and `float32 logits + bias` fails. Here the bias stays
-  float32 and only the two matmuls run in bfloat16.
-
-  (An earlier LMHead used einsum("...d,vd->...v"), whose gradient TF builds
-  as a broadcast [N, V, D] product: out of memory at the paper's size. The
-  MatMul here, and in LMHead since, has MatMul gradients.)
-
-  Args:
-    head: `modeling.LMHead`.
-    hidden: float [..., D].
-    embedding_table: float32 [V, D], the tied word embeddings.
-
-  Returns:
-    float32 logits [..., V].
-  """
-  d = hidden.shape[-1]
-  flat = tf.reshape(hidden, [-1, d])
-  h = head.layer_norm(head.transform(flat))
-  dtype = head.compute_dtype
-  # A plain MatMul: einsum("nd,vd->nv") is as fast in float32 but 15x slower
-  # in bfloat16 on a CPU without native bf16 (AVX2 only).
-  logits = tf.matmul(tf.cast(h, dtype), tf.cast(embedding_table, dtype),
-                     transpose_b=True)
-  logits = tf.cast(logits, tf.float32) + head.output_bias
-  return tf.reshape(logits, tf.concat([tf.shape(hidden)[:-1], [-1]], 0))
-
-
 def forward_loss_terms(model, features, training, gather_targets=True,
                        with_logits=False):
   """Encoder + head + loss sums for one (per-replica) batch.
@@ -399,7 +365,7 @@ def forward_loss_terms(model, features, training, gather_targets=True,
           weighted_cross_entropy(scale * cosine, targets, weights)[0]
           for scale in LOGIT_SCALES])}
   else:
-    logits = softmax_head_logits(head, hidden, model.embeddings.word_embeddings)
+    logits = head(hidden, model.embeddings.word_embeddings)
     loss_sum, weight_sum, correct_sum = weighted_cross_entropy(
         logits, targets, weights)
     ce_sum = loss_sum
@@ -1070,22 +1036,6 @@ def cpu_has_native_bfloat16():
   return bool(words & {"amx_bf16", "avx512_bf16"})
 
 
-def allow_mixed_precision(model):
-  """Lets `modeling.TransformerBlock` run under the mixed_bfloat16 policy.
-
-  Keras autocasts a layer's float32 tensor inputs to its compute dtype, so
-  the block receives attention_mask in bfloat16 and `scores (float32) +=
-  (1 - mask) * -1e9` fails with a dtype error. Switching the block's input
-  autocast off keeps the mask (and the residual stream) float32; its Dense
-  sublayers still autocast their own inputs and multiply in bfloat16, and
-  LayerNorm/softmax stay float32 as modeling.py intends. (The fix inside
-  modeling.py would be casting the mask to float32 in `attend`; then this
-  becomes a no-op.)
-  """
-  for layer in model.encoder_layers:
-    layer.autocast = False
-
-
 def run_training(params, strategy=None):
   """Trains (or resumes) according to `params`.
 
@@ -1141,8 +1091,6 @@ def run_training(params, strategy=None):
 
   with strategy.scope():
     model = modeling.build_model(config, params.model_type)
-    if params.mixed_precision:
-      allow_mixed_precision(model)
     optimizer = optimization.create_optimizer(
         params.learning_rate, params.num_train_steps,
         params.num_warmup_steps, params.weight_decay_rate)

@@ -131,6 +131,20 @@ def test_summarize_and_headline():
   assert run_benchmark.headline(records, fast="unilm") == {}
 
 
+def test_flop_floors_use_the_best_and_the_one_sentence_matmul_rates():
+  records = [{"task": "sts", "model_type": "tta", "words": 20,
+              "flops": 400e6, "median_ms": 10.0}]
+  heads = {"sts": {"words": 20, "tta_ms": 10.0}}
+  peaks = [{"m": 2048, "gflops": 100.0}, {"m": 24, "gflops": 40.0},
+           {"m": 24, "gflops": 50.0}, {"m": 512, "gflops": 80.0}]
+  run_benchmark.add_flop_floors(heads, records, peaks)
+  h = heads["sts"]
+  assert h["floor_ms"] == pytest.approx(4.0)        # 400 MFLOP / 100 GFLOP/s
+  assert h["floor_ms_shape"] == pytest.approx(8.0)  # / the best 24-row rate
+  assert h["vs_floor"] == pytest.approx(2.5)
+  assert h["vs_floor_shape"] == pytest.approx(1.25)
+
+
 def test_quick_run_writes_json_markdown_and_plot(tmp_path):
   try:
     nbest.default_data_dir()

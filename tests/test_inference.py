@@ -205,3 +205,16 @@ def test_model_trained_on_normalized_text_scores_normalized_input(tokenizer):
   np.testing.assert_allclose(got.token_logprobs, want.token_logprobs,
                              atol=1e-6)
   assert got.tokens == want.tokens
+
+
+@pytest.mark.parametrize("model_type", ["tta", "bilm"])
+def test_xla_compiled_graphs_give_the_same_scores_and_vectors(tokenizer,
+                                                              model_type):
+  plain = lm_for(model_type, tokenizer)
+  compiled = inference.NeuralLM(plain.model, tokenizer, jit_compile=True)
+  sentences = [s for s in SENTENCES if s]
+  np.testing.assert_allclose([r.total for r in compiled.score(sentences)],
+                             [r.total for r in plain.score(sentences)],
+                             atol=1e-5)
+  np.testing.assert_allclose(compiled.sentence_vectors(sentences),
+                             plain.sentence_vectors(sentences), atol=1e-5)
