@@ -45,6 +45,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+import corpus
 import io_utils
 
 FLAGS = flags.FLAGS
@@ -143,12 +144,7 @@ def define_flags():
 
 
 def data_root():
-  if FLAGS.data_dir:
-    return os.path.abspath(FLAGS.data_dir)
-  env = os.environ.get("TTA_DATA")
-  if env:
-    return os.path.abspath(env)
-  return os.path.normpath(os.path.join(REPO, "..", "shared", "data"))
+  return os.path.abspath(FLAGS.data_dir or corpus.default_data_dir())
 
 
 def missing_data(root):

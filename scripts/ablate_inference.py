@@ -1,0 +1,110 @@
+"""Before/after timings of each inference optimisation, one at a time.
+
+Paper-size random models (3 x 512, 8 heads, FFN 2048, the authors' 29,530
+piece vocab), one real 20-word STS-B sentence, batch 1, median of --runs:
+
+  fused K/V      T-TA encoder graph: per-layer key/value projections vs the
+                 one fused matmul (inference.NeuralLM's snapshot)
+  no padding     T-TA encoder graph on the sentence padded to a multiple of
+                 8 (the old rule for every batch) vs unpadded
+  XLA            STS and reranking calls of tta/bilm/unilm through the
+                 public API with and without jit_compile
+
+  python scripts/ablate_inference.py [--runs=50] [--data_dir=...]
+"""
+
+import os
+import sys
+import time
+
+from absl import app
+from absl import flags
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("runs", 50, "Timed runs per cell.")
+flags.DEFINE_integer("warmup", 5, "Untimed runs per cell.")
+flags.DEFINE_integer("words", 20, "Sentence length in words.")
+flags.DEFINE_string("data_dir", None, "Data root (default: $TTA_DATA or "
+                    "../shared/data).")
+
+
+def median_ms(call, runs, warmup):
+  for _ in range(warmup):
+    call()
+  seconds = []
+  for _ in range(runs):
+    start = time.perf_counter()
+    call()
+    seconds.append(time.perf_counter() - start)
+  return 1e3 * float(np.median(seconds))
+
+
+def main(argv):
+  del argv
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import corpus  # pylint: disable=g-import-not-at-top
+  import inference  # pylint: disable=g-import-not-at-top
+  import modeling  # pylint: disable=g-import-not-at-top
+  import run_benchmark  # pylint: disable=g-import-not-at-top
+  import tokenization  # pylint: disable=g-import-not-at-top
+
+  root = FLAGS.data_dir or corpus.default_data_dir()
+  vocab = os.path.join(root, "reference-vocab", "tta-vocab-lower.sub-32k.txt")
+  tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
+  sentence = run_benchmark.sentences_of_lengths(
+      run_benchmark.stsb_sentences(root), [FLAGS.words])[FLAGS.words][0]
+  config = modeling.TTAConfig(vocab_size=tokenizer.vocab_size)
+  models = {}
+  for model_type in ("tta", "bilm", "unilm"):
+    tf.keras.utils.set_random_seed(1)
+    models[model_type] = modeling.build_model(config, model_type)
+  print("sentence (%d words): %s" % (FLAGS.words, sentence))
+  print("load average at start: %.2f" % os.getloadavg()[0])
+
+  tta = inference.NeuralLM(models["tta"], tokenizer)
+  ids, _ = tta.tokenize([sentence])
+  exact = tta._pad(ids)  # pylint: disable=protected-access
+  width = -(-len(ids[0]) // 8) * 8
+  padded = (np.pad(exact.input_ids, [[0, 0], [0, width - len(ids[0])]]),
+            np.pad(exact.input_mask, [[0, 0], [0, width - len(ids[0])]]))
+
+  @tf.function(autograph=False)
+  def per_layer_kv(input_ids, input_mask):
+    return models["tta"].encode({"input_ids": input_ids,
+                                 "input_mask": input_mask})[0]
+
+  def fused(input_ids, input_mask):
+    return tta._encode(input_ids, input_mask)[0]  # pylint: disable=protected-access
+
+  rows = []
+  for name, before, after in (
+      ("T-TA encoder: fused K/V (%d tokens)" % len(ids[0]),
+       lambda: per_layer_kv(exact.input_ids, exact.input_mask).numpy(),
+       lambda: fused(exact.input_ids, exact.input_mask).numpy()),
+      ("T-TA encoder: no padding (%d -> %d tokens before)" %
+       (len(ids[0]), width),
+       lambda: fused(*padded).numpy(),
+       lambda: fused(exact.input_ids, exact.input_mask).numpy())):
+    rows.append((name, median_ms(before, FLAGS.runs, FLAGS.warmup),
+                 median_ms(after, FLAGS.runs, FLAGS.warmup)))
+  for model_type, model in models.items():
+    plain = inference.NeuralLM(model, tokenizer)
+    xla = inference.NeuralLM(model, tokenizer, jit_compile=True)
+    for task in ("sts", "rerank"):
+      rows.append(("%s %s: XLA" % (model_type, task),
+                   median_ms(run_benchmark.task_call(plain, task, sentence),
+                             FLAGS.runs, FLAGS.warmup),
+                   median_ms(run_benchmark.task_call(xla, task, sentence),
+                             FLAGS.runs, FLAGS.warmup)))
+  print("\n| optimisation | before ms | after ms | speed-up |")
+  print("|---|---:|---:|---:|")
+  for name, before, after in rows:
+    print("| %s | %.2f | %.2f | %.2fx |" % (name, before, after, before / after))
+  print("\nload average at end: %.2f" % os.getloadavg()[0])
+
+
+if __name__ == "__main__":
+  app.run(main)
