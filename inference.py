@@ -35,6 +35,7 @@ counted in `stats["normalization_fallbacks"]`.
 
 import copy
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -613,12 +614,30 @@ def load_lm(spec, **kwargs):
   return NeuralLM.from_model_dir(spec, **kwargs)
 
 
+def weights_fingerprint(model):
+  """sha256 of every weight of `model` (names, shapes and values), hex."""
+  digest = hashlib.sha256()
+  for name, variable in model.tf1_variables().items():
+    value = np.ascontiguousarray(variable.numpy())
+    digest.update(("%s %s\n" % (name, value.shape)).encode("utf-8"))
+    digest.update(value.tobytes())
+  return digest.hexdigest()
+
+
 def describe(lm):
-  """A JSON-able identity of an LM, for caches and reports."""
+  """A JSON-able identity of an LM, for caches and reports.
+
+  It includes the weights (a fingerprint; for KenLM the file's size and
+  modification time), so scores cached for one checkpoint are never served
+  for another of the same config.
+  """
   if isinstance(lm, NgramLM):
-    return {"kind": "kenlm", "path": os.path.abspath(lm.scorer.model_path),
+    path = os.path.abspath(lm.scorer.model_path)
+    return {"kind": "kenlm", "path": path,
+            "bytes": os.path.getsize(path), "mtime": os.path.getmtime(path),
             "normalization": lm.normalization}
   return {"kind": lm.model_type, "config": json.loads(
       lm.model.config.to_json_string()), "score_sos": lm.score_sos,
           "score_eos": lm.score_eos, "max_seq_length": lm.max_seq_length,
-          "normalization": lm.normalization}
+          "normalization": lm.normalization,
+          "weights_sha256": weights_fingerprint(lm.model)}

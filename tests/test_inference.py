@@ -218,3 +218,15 @@ def test_xla_compiled_graphs_give_the_same_scores_and_vectors(tokenizer,
                              atol=1e-5)
   np.testing.assert_allclose(compiled.sentence_vectors(sentences),
                              plain.sentence_vectors(sentences), atol=1e-5)
+
+
+def test_identity_changes_with_the_weights_so_caches_never_mix_checkpoints(
+    tokenizer):
+  lm = lm_for("tta", tokenizer)
+  same = lm_for("tta", tokenizer)  # same seed, same weights
+  assert inference.describe(lm) == inference.describe(same)
+  variable = same.model.encoder_layers[1].output_dense.bias
+  variable.assign(variable + 1e-3)
+  assert inference.describe(lm) != inference.describe(same)
+  assert (inference.describe(lm)["weights_sha256"] !=
+          inference.describe(same)["weights_sha256"])
