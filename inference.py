@@ -549,6 +549,9 @@ def load_model_dir(model_dir, checkpoint=None):
   except AssertionError as e:
     raise ValueError("checkpoint %s does not match config %s: %s" %
                      (checkpoint, config_file, e)) from e
+  # Every model weight was found; the optimizer slots and step counter that
+  # training checkpoints also hold are not needed here (no warning per slot).
+  status.expect_partial()
   logging.info("loaded %s model from %s", config.model_type, checkpoint)
   return model, tokenizer
 
