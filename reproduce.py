@@ -279,8 +279,10 @@ def stage_plan(work_dir, data_dir, s):
   path = os.path.join(work_dir, "plan.json")
   key = {"model": model_flags(s), "budget_minutes": s["budget_minutes"],
          "train_steps": FLAGS.train_steps}
-  if os.path.exists(path) and read_json(path)["key"] == key:
-    return read_json(path)
+  if os.path.exists(path):
+    plan = read_json(path)
+    if plan["key"] == key:
+      return plan
   plan = {"key": key}
   if FLAGS.train_steps:
     plan["train_steps"] = FLAGS.train_steps
