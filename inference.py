@@ -142,6 +142,17 @@ def normalizer(name, stats):
   return librispeech
 
 
+def scored_positions(model_type, length, score_sos=False, score_eos=True):
+  """Positions whose token is scored, for a sentence of `length` tokens.
+
+  `[BOS] pieces [EOS]`: the start token never for unilm (nothing predicts
+  it), on request otherwise; the end token unless score_eos is False.
+  """
+  first = 0 if score_sos and model_type != "unilm" else 1
+  last = length if score_eos else length - 1
+  return list(range(first, last))
+
+
 def _pad_to(length, multiple):
   return int(math.ceil(length / multiple) * multiple)
 
@@ -338,10 +349,8 @@ class NeuralLM(object):
                    np.zeros(len(id_lists), bool))
 
   def _scored_positions(self, length):
-    """Positions whose token is scored, for a sentence of `length` tokens."""
-    first = 0 if self.score_sos else 1
-    last = length if self.score_eos else length - 1
-    return list(range(first, last))
+    return scored_positions(self.model_type, length, self.score_sos,
+                            self.score_eos)
 
   # ------------------------------------------------------------------ score
 

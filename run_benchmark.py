@@ -27,7 +27,7 @@ p10 and p90 are reported, with the 1-minute load average around each cell.
 
 Also measured: throughput (sentences/s) of batched scoring of a whole N-best
 set (ESPnet2 LibriSpeech 30-best, `--nbest_set`), the analytic FLOPs of each
-call (see `call_flops`), the achieved GFLOP/s, and the machine's float32
+call (see `flops.call_flops`), the achieved GFLOP/s, and the machine's float32
 matmul peak for comparison (taken at the start and at the end of the run,
 which brackets the load).
 
@@ -53,6 +53,8 @@ from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
+
+import flops
 
 FLAGS = flags.FLAGS
 
@@ -121,7 +123,6 @@ def define_flags():
                     "3 matmul runs. Flags given explicitly still win.")
 
 
-TASKS = ("sts", "rerank")
 # Short task names used in the plot legend, as in the paper's Figure 4.
 TASK_LABELS = {"sts": "sts", "rerank": "rrk"}
 # The paper's CPU figures (i7-6850K, TF 1.12) at 20 words.
@@ -258,104 +259,6 @@ def sentences_of_lengths(sentences, lengths):
               "joined: %s .. %s (%d sentences)" % (used[0], used[-1],
                                                     len(used)))
   return out
-
-
-# ----------------------------------------------------------------- FLOPs
-
-def encoder_flops(config, seq_length):
-  """Matmul FLOPs of the encoder layers on one sequence of `seq_length`.
-
-  Per layer with n = seq_length, D = hidden_size, I = intermediate_size
-  (a multiply-add counts as 2 FLOPs):
-    query, key, value and output projections  4 * 2nD^2
-    attention scores Q K^T and context P V    2 * 2n^2 D   (all heads)
-    feed-forward D -> I -> D                  2 * 2nDI
-  T-TA's keys/values come from the embedding output rather than the
-  previous layer, but each layer still projects them, so the count is the
-  same for every model type. The uniLM's causal mask and T-TA's diagonal
-  mask do not shrink the dense matmuls, so they are counted in full.
-  Embedding lookups, LayerNorm, softmax and GELU are elementwise and not
-  counted.
-
-  Returns:
-    int.
-  """
-  n = seq_length
-  d = config.hidden_size
-  per_layer = (8 * n * d * d + 4 * n * n * d +
-               4 * n * d * config.intermediate_size)
-  return config.num_hidden_layers * per_layer
-
-
-def head_flops(config, positions):
-  """Matmul FLOPs of the LM head evaluated at `positions` positions.
-
-  Softmax head: transform D -> D (2D^2) and the tied V-wide output
-  projection (2DV) per position. Continuous head (ELMo-C): transform,
-  projection D -> E (2DE) and the cosine against all V targets (2EV).
-  """
-  d, v = config.hidden_size, config.vocab_size
-  if config.output_layer == "continuous":
-    e = config.target_embedding_size or d
-    per_position = 2 * d * d + 2 * d * e + 2 * e * v
-  else:
-    per_position = 2 * d * d + 2 * d * v
-  return positions * per_position
-
-
-def scored_positions(model_type, num_tokens, score_sos=False,
-                     score_eos=True):
-  """How many tokens a sentence of `num_tokens` (boundaries included) scores.
-
-  Follows inference.py: the start token never for unilm (nothing predicts
-  it), on request otherwise; the end token unless score_eos is False.
-  """
-  if model_type == "unilm":
-    score_sos = False
-  return max(num_tokens - (0 if score_sos else 1) - (0 if score_eos else 1),
-             0)
-
-
-def call_flops(config, model_type, task, num_tokens, score_sos=False,
-               score_eos=True):
-  """Analytic matmul FLOPs of one sentence through the inference API.
-
-  n = num_tokens (word pieces plus [SOS] and [EOS]); m = scored tokens
-  (n - 1 by default: [EOS] scored, [SOS] not); w = n - 2 word pieces.
-
-    task    tta / unilm                   bilm / bert
-    sts     enc(n)                        w * enc(n)          (w copies)
-    rerank  enc(n) + head(m)              m * enc(n) + head(m)
-
-  with enc = `encoder_flops` and head = `head_flops`. The biLM runs one
-  masked copy of the whole sentence per position, but its head only at the
-  masked position (inference.py gathers it first), so its head cost equals
-  T-TA's. Counted on the real length n: the up to 7 pad positions that
-  inference.py adds (batches are padded to a multiple of 8) are not useful
-  work and not counted, so GFLOP/s figures are "useful" FLOP rates.
-
-  Args:
-    config: `modeling.TTAConfig`.
-    model_type: "tta", "bilm", "bert" or "unilm".
-    task: "sts" or "rerank".
-    num_tokens: int, n.
-    score_sos, score_eos: as in `inference.NeuralLM`.
-
-  Returns:
-    dict with int "encoder", "head" and "total".
-  """
-  if task not in TASKS:
-    raise ValueError("task %r is not one of %s" % (task, TASKS))
-  copies = model_type in ("bilm", "bert")
-  if task == "sts":
-    passes = max(num_tokens - 2, 0) if copies else 1
-    head = 0
-  else:
-    m = scored_positions(model_type, num_tokens, score_sos, score_eos)
-    passes = m if copies else 1
-    head = head_flops(config, m)
-  encoder = passes * encoder_flops(config, num_tokens)
-  return {"encoder": encoder, "head": head, "total": encoder + head}
 
 
 # ---------------------------------------------------------------- timing
@@ -572,8 +475,8 @@ def latency_records(lms, sentences, tasks, runs, warmup):
         ids, truncated = lm.tokenize([text])
         num_tokens = len(ids[0])
         totals, graphs = timed[name]
-        flops = call_flops(lm.model.config, lm.model_type, task, num_tokens,
-                           lm.score_sos, lm.score_eos)
+        call = flops.call_flops(lm.model.config, lm.model_type, task,
+                                num_tokens, lm.score_sos, lm.score_eos)
         record = {"model": name, "model_type": lm.model_type, "task": task,
                   "words": words, "tokens": num_tokens,
                   "truncated": bool(truncated[0]), "sentence": text,
@@ -581,10 +484,10 @@ def latency_records(lms, sentences, tasks, runs, warmup):
         record.update(summarize(totals))
         record["graph_median_ms"] = (float(np.median(graphs)) * 1e3
                                      if graphs else None)
-        record["flops"] = flops["total"]
-        record["gflops_per_s"] = flops["total"] / record["median_ms"] / 1e6
+        record["flops"] = call["total"]
+        record["gflops_per_s"] = call["total"] / record["median_ms"] / 1e6
         record["graph_gflops_per_s"] = (
-            flops["total"] / record["graph_median_ms"] / 1e6
+            call["total"] / record["graph_median_ms"] / 1e6
             if record["graph_median_ms"] else None)
         records.append(record)
         logging.info("%-6s %-6s %2d words %3d tokens: median %8.2f ms "
@@ -603,8 +506,9 @@ def throughput_records(lms, texts, source):
   for name, lm in lms.items():
     ids, _ = lm.tokenize(texts)
     tokens = sum(len(x) for x in ids)
-    flops = sum(call_flops(lm.model.config, lm.model_type, "rerank", len(x),
-                           lm.score_sos, lm.score_eos)["total"] for x in ids)
+    total_flops = sum(
+        flops.call_flops(lm.model.config, lm.model_type, "rerank", len(x),
+                         lm.score_sos, lm.score_eos)["total"] for x in ids)
     lm.score(texts[:16])  # Traces the graphs outside the timing.
     load_before = load_average()
     with GraphTimer(lm) as timer:
@@ -615,8 +519,8 @@ def throughput_records(lms, texts, source):
               "sentences": len(texts), "tokens": tokens, "seconds": seconds,
               "graph_seconds": timer.seconds if timer.wrapped else None,
               "sentences_per_s": len(texts) / seconds,
-              "tokens_per_s": tokens / seconds, "flops": flops,
-              "gflops_per_s": flops / seconds / 1e9,
+              "tokens_per_s": tokens / seconds, "flops": total_flops,
+              "gflops_per_s": total_flops / seconds / 1e9,
               "load_avg_1m": [load_before, load_average()]}
     records.append(record)
     logging.info("throughput %s: %d sentences in %.1f s = %.1f sentences/s, "
@@ -634,7 +538,7 @@ def headline(records, words=HEADLINE_WORDS, slow="bilm", fast="tta"):
     missing either model are left out.
   """
   out = {}
-  for task in TASKS:
+  for task in flops.TASKS:
     rows = [r for r in records if r["task"] == task]
     by_model = {}
     for r in rows:
@@ -691,7 +595,7 @@ def markdown_report(result):
                         result["load_avg_1m"]["end"]), ""]
   records = result["latency"]
   names = list(dict.fromkeys(r["model"] for r in records))
-  for task in TASKS:
+  for task in flops.TASKS:
     rows = [r for r in records if r["task"] == task]
     if not rows:
       continue
@@ -777,7 +681,7 @@ def plot(result, path):
   names = list(dict.fromkeys(r["model"] for r in records))
   colors = {n: "C%d" % i for i, n in enumerate(names)}
   styles = {"sts": ("-", "o"), "rerank": ("--", "s")}
-  for task in TASKS:
+  for task in flops.TASKS:
     for name in names:
       rows = sorted((r for r in records
                      if r["task"] == task and r["model"] == name),
@@ -824,8 +728,9 @@ def main(argv):
   if FLAGS.quick:
     apply_quick()
   for task in FLAGS.tasks:
-    if task not in TASKS:
-      raise app.UsageError("--tasks: %r is not one of %s" % (task, TASKS))
+    if task not in flops.TASKS:
+      raise app.UsageError("--tasks: %r is not one of %s" %
+                           (task, flops.TASKS))
   lengths = sorted({int(n) for n in FLAGS.lengths})
   if not lengths or lengths[0] < 1:
     raise app.UsageError("--lengths must be positive word counts")

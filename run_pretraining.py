@@ -54,7 +54,7 @@ Speed on the 2-core development host (AMD EPYC, AVX2, no AVX-512/AMX; shared
 with other jobs: a reference 2048x512x2048 fp32 MatMul ran at 53-65 GFLOP/s
 during these runs), T-TA, vocab 30k, batch 64 x ~32 tokens, the variants
 trained interleaved in one process (tokens/s and the achieved GFLOP/s of
-`training_flops`):
+`flops.training_flops`):
 
   config              precision  softmax            continuous      speed-up
   3x512, 8h, FFN 2048 fp32        350 tok/s  53 GF   705 tok/s  43 GF   2.0x
@@ -92,6 +92,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import flops
 import input_pipeline
 import modeling
 import optimization
@@ -371,58 +372,6 @@ def forward_loss_terms(model, features, training, gather_targets=True,
     ce_sum = loss_sum
   return dict(extra, loss_sum=loss_sum, weight_sum=weight_sum,
               correct_sum=correct_sum, ce_sum=ce_sum)
-
-
-# --------------------------------------------------------------------- FLOPs
-
-def flops_per_token(config, seq_length, output_layer="softmax",
-                    target_size=None):
-  """Analytic matmul FLOPs of one FORWARD pass, per token.
-
-  Counting 2 FLOPs per multiply-add and matmuls only (embedding gathers,
-  LayerNorm, softmax, GELU and the optimizer are ignored), with D = hidden,
-  F = intermediate, L = layers, V = vocab, E = target embedding width and
-  T = the (padded) sequence length each query attends over:
-
-    encoder, per token and layer:  8 D^2        Q, K, V, output projections
-                                 + 4 D F        the two feed-forward matmuls
-                                 + 4 T D        Q K^T and probs V
-    (T-TA projects its K/V stream E instead of the previous layer: the same
-    count.)
-    head, per TARGET token:  softmax     2 D^2 + 2 D V  (transform, logits)
-                             continuous  2 D^2 + 2 D E  (transform, W h)
-
-  Training (forward + backward) is about 3x the forward: the backward pass
-  computes two matmuls (input and weight gradients) per forward matmul.
-
-  Args:
-    config: `modeling.TTAConfig`.
-    seq_length: float, mean padded length T of the batches.
-    output_layer: "softmax" or "continuous".
-    target_size: E for the continuous head (default hidden_size).
-
-  Returns:
-    (encoder_flops, head_flops): forward FLOPs per input token and per
-    target token.
-  """
-  d = config.hidden_size
-  encoder = config.num_hidden_layers * (8 * d * d +
-                                        4 * d * config.intermediate_size +
-                                        4 * seq_length * d)
-  if output_layer == "continuous":
-    head = 2 * d * d + 2 * d * (target_size or d)
-  else:
-    head = 2 * d * d + 2 * d * config.vocab_size
-  return float(encoder), float(head)
-
-
-def training_flops(config, num_tokens, num_head_tokens, seq_length,
-                   output_layer="softmax", target_size=None):
-  """Training FLOPs (3x forward) for num_tokens through the encoder and
-  num_head_tokens through the output head; see `flops_per_token`."""
-  encoder, head = flops_per_token(config, seq_length, output_layer,
-                                  target_size)
-  return 3.0 * (num_tokens * encoder + num_head_tokens * head)
 
 
 # ------------------------------------------------------------- distribution
@@ -1205,7 +1154,7 @@ def run_training(params, strategy=None):
       seq_length = m["positions"] / max(m["sequences"], 1.0)
       head_tokens = m["weight_sum"] if (
           not params.use_xla) else m["positions"]
-      flops = training_flops(config, m["tokens"], head_tokens, seq_length,
+      flops = flops.training_flops(config, m["tokens"], head_tokens, seq_length,
                              config.output_layer, target_size)
       if first_loop:
         first_loop = False  # includes tracing; not timed
@@ -1246,7 +1195,7 @@ def run_training(params, strategy=None):
             "" if continuous else " acc %.3f" % (
                 w["correct_sum"] / max(w["weight_sum"], 1e-9)),
             lr, rate, w["tokens"] / max(window_time, 1e-9),
-            training_flops(config, w["tokens"],
+            flops.training_flops(config, w["tokens"],
                            w["weight_sum"] if not params.use_xla
                            else w["positions"],
                            w["positions"] / max(w["sequences"], 1.0),

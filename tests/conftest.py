@@ -4,8 +4,22 @@ import sys
 
 import pytest
 
+import modeling
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+
+# BERT's test habit: a tiny config that builds and runs in milliseconds. Tests
+# override what their case needs (a vocab size, a layer count).
+TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2,
+            num_attention_heads=4, intermediate_size=37,
+            max_position_embeddings=16)
+
+
+def tiny_config(**overrides):
+  """A `modeling.TTAConfig` of TINY updated with `overrides`."""
+  return modeling.TTAConfig(**dict(TINY, **overrides))
 
 
 def data_dir_or_skip(subdir=""):

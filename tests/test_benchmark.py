@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import conftest
 import inference
 import modeling
 import nbest
@@ -20,12 +21,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "."]
 
 
-def tiny_config(**kwargs):
-  values = dict(vocab_size=50, hidden_size=4, num_hidden_layers=1,
-                num_attention_heads=2, intermediate_size=8,
-                max_position_embeddings=16)
-  values.update(kwargs)
-  return modeling.TTAConfig(**values)
+def tiny_config(**overrides):
+  return conftest.tiny_config(**dict(
+      dict(vocab_size=50, hidden_size=4, num_hidden_layers=1,
+           num_attention_heads=2, intermediate_size=8), **overrides))
 
 
 def test_sentences_of_lengths_prefers_a_real_sentence_then_joins():
@@ -38,53 +37,6 @@ def test_sentences_of_lengths_prefers_a_real_sentence_then_joins():
   assert text == "a b c d e f" and origin.startswith("joined: s1 .. s3")
   with pytest.raises(ValueError, match="fewer than the 99"):
     run_benchmark.sentences_of_lengths(sentences, [99])
-
-
-def test_encoder_flops_by_hand():
-  # n=3, D=4, I=8, one layer: QKVO 4*2*3*4*4=384, QK^T and PV 2*2*9*4=144,
-  # FFN 2*2*3*4*8=384.
-  assert run_benchmark.encoder_flops(tiny_config(), 3) == 912
-  assert run_benchmark.encoder_flops(tiny_config(num_hidden_layers=3),
-                                     3) == 3 * 912
-  # Head: 2*D*D + 2*D*V per position.
-  assert run_benchmark.head_flops(tiny_config(), 2) == 2 * (32 + 400)
-
-
-def test_call_flops_follow_the_inference_protocol():
-  config = tiny_config()
-  enc = run_benchmark.encoder_flops(config, 7)
-  head = lambda m: run_benchmark.head_flops(config, m)
-  flops = lambda kind, task, **kw: run_benchmark.call_flops(
-      config, kind, task, 7, **kw)["total"]
-  # n = 7 tokens: 5 word pieces, 6 scored tokens ([EOS] in, [SOS] out).
-  assert flops("tta", "sts") == flops("unilm", "sts") == enc
-  assert flops("bilm", "sts") == 5 * enc
-  assert flops("tta", "rerank") == enc + head(6)
-  assert flops("unilm", "rerank") == enc + head(6)
-  assert flops("bilm", "rerank") == 6 * enc + head(6)
-  assert flops("tta", "rerank", score_sos=True) == enc + head(7)
-  # Nothing predicts the uniLM's [SOS].
-  assert flops("unilm", "rerank", score_sos=True) == enc + head(6)
-  assert flops("bilm", "rerank", score_eos=False) == 5 * enc + head(5)
-  # An empty sentence ([SOS] [EOS]): no masked copies for its vector.
-  assert run_benchmark.call_flops(config, "bilm", "sts", 2)["total"] == 0
-  with pytest.raises(ValueError, match="task"):
-    run_benchmark.call_flops(config, "tta", "translate", 7)
-
-
-def test_scored_positions_match_inference(tmp_path):
-  vocab = tmp_path / "vocab.txt"
-  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + WORDS) +
-                   "\n")
-  tokenizer = tokenization.FullTokenizer(str(vocab))
-  config = tiny_config(vocab_size=tokenizer.vocab_size)
-  for kind in ("tta", "bilm", "unilm"):
-    for score_sos in (False, True):
-      lm = inference.NeuralLM(modeling.build_model(config, kind), tokenizer,
-                              score_sos=score_sos)
-      result = lm.score(["the cat sat on the mat ."])[0]
-      assert result.num_tokens == run_benchmark.scored_positions(
-          kind, 9, score_sos=score_sos)
 
 
 def test_graph_timer_wraps_and_restores(tmp_path):

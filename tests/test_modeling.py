@@ -16,16 +16,10 @@ from scipy.special import erf
 
 import modeling
 
-VOCAB = 99
-TINY = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
-            num_attention_heads=4, intermediate_size=37,
-            max_position_embeddings=16)
+from conftest import TINY
+from conftest import tiny_config
 
-
-def tiny_config(**overrides):
-  kwargs = dict(TINY)
-  kwargs.update(overrides)
-  return modeling.TTAConfig(**kwargs)
+VOCAB = TINY["vocab_size"]
 
 
 def random_batch(rng, lengths, seq_length):
