@@ -1,7 +1,7 @@
 # coding=utf-8
 """Corpus preparation: raw text -> clean sentences, one per line.
 
-This is the text half of the pretraining pipeline (DESIGN.md section 3). It turns Project
+This is the text half of the pretraining pipeline (docs/DESIGN.md §3). It turns Project
 Gutenberg books (the `texts.tar.xz` of `gutenberg-books-subset`, read as a stream) or plain text
 files into `train.txt` and `eval.txt` with one sentence per line, plus `stats.json` that accounts
 for every paragraph and sentence that was dropped and why. `create_pretraining_data.py` tokenizes
@@ -16,17 +16,21 @@ Pipeline for one Gutenberg book:
     -> unwrap + inline cleaning         [Illustration: ...] tags, footnote markers, _italics_
     -> split_sentences()                rule based (abbreviations, initials, quotes, ellipses)
     -> sentence filter                  non-letters, all caps, too short/long, ... (*)
-    -> normalization                    "none" (cleaned text) or "librispeech"
+    -> normalization                    "none" (cleaned text) or "librispeech" (normalization.py)
     -> dedup, train/eval split          held-out BOOKS for Gutenberg, line hash for plain files
 
 (*) every drop is counted under its reason, so that for both levels
     candidates == kept + sum(dropped) (+ duplicates for sentences).
+
+stats.json is the stage's stamp (io_utils.write_stamp): written last, it records the arguments,
+so a rerun with the same arguments finds the output complete and returns at once.
 
 Example:
   python corpus.py --output_dir=/tmp/tta_corpus_librispeech --normalization=librispeech
 """
 
 import collections
+import contextlib
 import hashlib
 import html
 import json
@@ -43,12 +47,13 @@ from absl import flags
 from absl import logging
 
 import io_utils
+import normalization as normalization_lib
 
 # Bumped whenever a rule changes the output, so that an existing output directory built by an
 # older rule set is not mistaken for a complete, up-to-date one (see `prepare_corpus`).
 PIPELINE_VERSION = 1
 
-NORMALIZATIONS = ("none", "librispeech")
+STATS_FILE = "stats.json"
 INPUT_FORMATS = ("lines", "paragraphs")
 
 GUTENBERG_SUBDIR = "gutenberg-books-subset"
@@ -64,18 +69,9 @@ SENTENCE_REASONS = ("foreign_script", "non_letters", "non_latin", "all_caps", "d
                     "too_short", "too_long")
 
 
-def default_data_dir() -> str:
-  """Returns the data root: $TTA_DATA, else `../shared/data` next to this repository."""
-  env = os.environ.get("TTA_DATA")
-  if env:
-    return env
-  repo_root = os.path.dirname(os.path.abspath(__file__))
-  return os.path.normpath(os.path.join(repo_root, "..", "shared", "data"))
-
-
 def default_gutenberg_tar(data_dir: Optional[str] = None) -> str:
-  """Returns the path of the Gutenberg `texts.tar.xz` under `data_dir` (default data root)."""
-  return os.path.join(data_dir or default_data_dir(), GUTENBERG_SUBDIR, GUTENBERG_TAR)
+  """Returns the path of the Gutenberg `texts.tar.xz` under `io_utils.data_root(data_dir)`."""
+  return os.path.join(io_utils.data_root(data_dir), GUTENBERG_SUBDIR, GUTENBERG_TAR)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -165,7 +161,8 @@ def unescape_entities(text: str) -> str:
   return _HTML_ENTITY_RE.sub(lambda m: html.unescape(m.group(0)), text)
 
 
-def _is_tar(path: str) -> bool:
+def is_tar(path: str) -> bool:
+  """True for a path read as a Gutenberg archive (a tar, compressed or not)."""
   return bool(re.search(r"\.(tar|tar\.xz|txz|tar\.gz|tgz|tar\.bz2|tbz2)$", path))
 
 
@@ -580,7 +577,7 @@ def clean_paragraph(text: str, counts: Optional[collections.Counter] = None) -> 
   tags ("{62a}"), italics underscores, asterisks, "=bold=" equals signs; spaces out dashes glued
   between two words ("word--word" -> "word -- word") so that whitespace-tokenised models (KenLM)
   see two words; turns ". . ." into "...". Case and other punctuation are left alone (that is
-  `normalize_librispeech`'s job).
+  `normalization.normalize_librispeech`'s job).
   """
   counts = counts if counts is not None else collections.Counter()
   text, n = _ILLUSTRATION_TAG_RE.subn(" ", text)
@@ -619,252 +616,17 @@ def sentence_reason(sentence: str, check_caps: bool = True) -> Optional[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# LibriSpeech normalization
-# ---------------------------------------------------------------------------------------------
-
-
-class NormalizationError(ValueError):
-  """Raised by `normalize_librispeech` for a sentence that cannot be normalized.
-
-  Attributes:
-    reason: "digits" (a number we do not spell out) or "non_latin" (letters that do not fold to
-      A-Z, e.g. Greek or Cyrillic).
-  """
-
-  def __init__(self, reason: str, detail: str):
-    super().__init__(f"{reason}: {detail}")
-    self.reason = reason
-
-
-_ONES = ("ZERO ONE TWO THREE FOUR FIVE SIX SEVEN EIGHT NINE TEN ELEVEN TWELVE THIRTEEN FOURTEEN "
-         "FIFTEEN SIXTEEN SEVENTEEN EIGHTEEN NINETEEN").split()
-_TENS = "_ _ TWENTY THIRTY FORTY FIFTY SIXTY SEVENTY EIGHTY NINETY".split()
-_ORDINAL_IRREGULAR = {"ONE": "FIRST", "TWO": "SECOND", "THREE": "THIRD", "FIVE": "FIFTH",
-                      "EIGHT": "EIGHTH", "NINE": "NINTH", "TWELVE": "TWELFTH"}
-
-
-def _below_thousand(n: int) -> List[str]:
-  words = []
-  hundreds, rest = divmod(n, 100)
-  if hundreds:
-    words += [_ONES[hundreds], "HUNDRED"]
-    if rest:
-      words.append("AND")
-  if rest >= 20:
-    words.append(_TENS[rest // 10])
-    if rest % 10:
-      words.append(_ONES[rest % 10])
-  elif rest or not hundreds:
-    words.append(_ONES[rest])
-  return words
-
-
-def spell_number(n: int, ordinal: bool = False) -> str:
-  """Spells an integer 0..999999 the way LibriSpeech transcripts do.
-
-  British "AND" after hundreds and before a final part under 100 ("ONE HUNDRED AND FIFTY",
-  "TWO THOUSAND AND FIVE"), no hyphens ("TWENTY ONE"): both as in the LibriSpeech references.
-
-  Args:
-    n: the number.
-    ordinal: spell "FIRST", "TWENTY SECOND", "ONE HUNDREDTH" instead.
-
-  Returns:
-    Upper-case words separated by single spaces.
-
-  Raises:
-    ValueError: n outside 0..999999.
-  """
-  if not 0 <= n <= 999999:
-    raise ValueError(f"spell_number: expected 0..999999, got {n}")
-  thousands, rest = divmod(n, 1000)
-  words = []
-  if thousands:
-    words += _below_thousand(thousands) + ["THOUSAND"]
-    if rest and rest < 100:
-      words.append("AND")
-  if rest or not thousands:
-    words += _below_thousand(rest)
-  if ordinal:
-    last = words[-1]
-    if last in _ORDINAL_IRREGULAR:
-      last = _ORDINAL_IRREGULAR[last]
-    elif last.endswith("Y"):
-      last = last[:-1] + "IETH"
-    else:
-      last += "TH"
-    words[-1] = last
-  return " ".join(words)
-
-
-def spell_year(n: int) -> str:
-  """Spells a year 1100..1999 in pairs: 1894 -> EIGHTEEN NINETY FOUR, 1707 -> SEVENTEEN O SEVEN."""
-  high, low = divmod(n, 100)
-  if low == 0:
-    return f"{_ONES[high]} HUNDRED"
-  if low < 10:
-    return f"{_ONES[high]} O {_ONES[low]}"
-  return f"{_ONES[high]} {spell_number(low)}"
-
-
-# Spoken forms, as the LibriSpeech references write them (MISTER, MISSUS, DOCTOR, SAINT).
-_ABBREVIATIONS = {
-    "Mr": "MISTER", "Mrs": "MISSUS", "Messrs": "MESSIEURS", "Dr": "DOCTOR", "Mt": "MOUNT",
-    "Ft": "FORT", "Prof": "PROFESSOR", "Rev": "REVEREND", "Capt": "CAPTAIN", "Col": "COLONEL",
-    "Gen": "GENERAL", "Lieut": "LIEUTENANT", "Lt": "LIEUTENANT", "Maj": "MAJOR", "Sgt": "SERGEANT",
-    "Hon": "HONOURABLE", "Gov": "GOVERNOR", "Mme": "MADAME", "Mlle": "MADEMOISELLE",
-    "Jr": "JUNIOR", "Sr": "SENIOR", "Esq": "ESQUIRE", "Bros": "BROTHERS", "Co": "COMPANY",
-    "e.g": "FOR EXAMPLE", "i.e": "THAT IS", "etc": "ET CETERA", "&c": "ET CETERA",
-    "viz": "NAMELY", "vs": "VERSUS", "cf": "COMPARE",
-}
-_ABBREV_RE = re.compile(
-    r"(?<![\w.])(" + "|".join(re.escape(k) for k in sorted(_ABBREVIATIONS, key=len, reverse=True))
-    + r")\.|(?<![\w.])(Mr|Mrs|Dr)\b(?=\s+[A-Z])")
-# "St." is SAINT before a name ("St. Paul"), STREET after one ("Baker St.").
-_SAINT_RE = re.compile(r"(?<![\w.])St\.(?=\s*[A-Z])")
-_STREET_RE = re.compile(r"(?<![\w.])St\.")
-_NUMBER_ABBREV_RE = re.compile(r"(?<![\w.])No\.?(?=\s*\d)|(?<![\w.])Nos\.(?=\s*\d)")
-_FRACTIONS = {"1/2": "ONE HALF", "1/3": "ONE THIRD", "2/3": "TWO THIRDS", "1/4": "ONE QUARTER",
-              "3/4": "THREE QUARTERS", "1/8": "ONE EIGHTH"}
-_FRACTION_RE = re.compile(r"(?<![\w/])(\d+)/(\d+)(?![\w/])")
-_CURRENCY = {"$": ("DOLLAR", "DOLLARS"), "£": ("POUND", "POUNDS")}
-# An integer (optionally with thousands commas), with a currency sign before, and a decimal part
-# or an ordinal suffix after. Letters glued on ("6d", "8vo", "10s") make it unspellable.
-_NUMBER_RE = re.compile(
-    r"(?P<cur>[$£]\s?)?(?<![\w.,])(?P<int>\d{1,3}(?:,\d{3})+|\d+|(?=\.\d))"
-    r"(?:(?P<dec>\.\d+)|(?P<ord>st|nd|rd|th|d))?(?![\w])")
-# Letters that NFKD does not decompose into ASCII + combining marks.
-_FOLD = str.maketrans({"Æ": "AE", "æ": "ae", "Œ": "OE", "œ": "oe", "Ø": "O", "ø": "o",
-                       "ß": "ss", "Ł": "L", "ł": "l", "Đ": "D", "đ": "d", "Ð": "D", "ð": "d",
-                       "Þ": "TH", "þ": "th", "ı": "i", "ſ": "s"})
-_QUOTES = str.maketrans({"’": "'", "‘": "'", "ʼ": "'", "`": "'", "´": "'",
-                         "“": '"', "”": '"', "«": '"', "»": '"'})
-_WORD_APOSTROPHE_RE = re.compile(r"(?<=[A-Z])'(?=[A-Z])")
-_DIGIT_RE = re.compile(r"\d")
-_COMBINING_RE = re.compile("[" + "".join(re.escape(chr(i)) for i in range(0x3000)
-                                         if unicodedata.combining(chr(i))) + "]")
-# A letter (word character that is not a digit or "_") outside A-Z, after upper-casing.
-_NON_ASCII_LETTER_RE = re.compile(r"[^\W\d_A-Z]")
-
-
-def _spell_number_match(match: "re.Match[str]") -> str:
-  text = match.group(0)
-  digits = match.group("int").replace(",", "")
-  if not digits:  # ".55 of an inch"
-    if match.group("cur"):
-      raise NormalizationError("digits", text)
-    return " POINT {} ".format(" ".join(_ONES[int(d)] for d in match.group("dec")[1:]))
-  value = int(digits)
-  currency = (match.group("cur") or "").strip()
-  suffix = match.group("ord")
-  decimal = match.group("dec")
-  if value > 999999:
-    raise NormalizationError("digits", text)
-  if suffix:
-    # "2d"/"3d" are old ordinals; "6d" is pence and must not become SIXTH.
-    if suffix == "d" and not (value % 10 in (2, 3) and value % 100 not in (12, 13)):
-      raise NormalizationError("digits", text)
-    if currency:
-      raise NormalizationError("digits", text)
-    return " " + spell_number(value, ordinal=True) + " "
-  if decimal:
-    if currency:
-      raise NormalizationError("digits", text)
-    return " {} POINT {} ".format(spell_number(value), " ".join(_ONES[int(d)] for d in decimal[1:]))
-  if currency:
-    singular, plural = _CURRENCY[currency]
-    return " {} {} ".format(spell_number(value), singular if value == 1 else plural)
-  # A 4-digit number without a comma in 1100..1999 is read as a year or in hundreds, which is
-  # also how "1500 men" is read aloud (FIFTEEN HUNDRED).
-  if len(digits) == 4 and "," not in match.group("int") and 1100 <= value <= 1999:
-    return " " + spell_year(value) + " "
-  return " " + spell_number(value) + " "
-
-
-def normalize_librispeech(sentence: str,
-                          counts: Optional[collections.Counter] = None) -> str:
-  """Normalizes a sentence to LibriSpeech transcript style.
-
-  Upper case; abbreviations spelled as read (Mr. -> MISTER, Mrs. -> MISSUS, Dr. -> DOCTOR,
-  St. -> SAINT/STREET, e.g. -> FOR EXAMPLE, etc. -> ET CETERA, No. 7 -> NUMBER SEVEN);
-  numbers spelled out: integers 0..999999 ("ONE HUNDRED AND FIFTY"), years 1100..1999 in pairs
-  ("EIGHTEEN NINETY FOUR", "SEVENTEEN O SEVEN"), ordinals 1st/2nd/3rd/4th/2d ("TWENTY FIRST"),
-  decimals ("THREE POINT ONE FOUR"), $/£ amounts, common fractions; "&" -> AND, "%" -> PERCENT;
-  accented letters folded to ASCII (café -> CAFE, Æ -> AE); hyphens and dashes -> spaces; all
-  other punctuation removed, except apostrophes between two letters (O'BRIEN'S, DON'T); a leading
-  or trailing apostrophe ('TIS, SOLDIERS') is removed, as in the LibriSpeech references.
-  Why spell numbers rather than drop sentences with digits: the references spell them
-  ("EIGHTEEN SIXTY THREE", "FIVE HUNDRED AND SIXTY") and dropping would bias the corpus against
-  dates and quantities; numbers we cannot say with confidence are dropped instead (see Raises).
-
-  Example: "Mr. O'Brien's café, 1894!" -> "MISTER O'BRIEN'S CAFE EIGHTEEN NINETY FOUR".
-
-  Args:
-    sentence: one cleaned sentence.
-    counts: optional Counter; "edits/abbreviations_expanded" and "edits/numbers_spelled" are
-      added to it.
-
-  Returns:
-    The normalized sentence: words of [A-Z'] separated by single spaces (possibly "").
-
-  Raises:
-    NormalizationError: reason "digits" for a number that is not spelled (over 999999, "6d",
-      "8vo", "3/7", "$3.50"); reason "non_latin" for letters that do not fold to A-Z.
-  """
-  text = unicodedata.normalize("NFKC", sentence).translate(_QUOTES)
-  n_abbrev = 0
-
-  def expand(match: "re.Match[str]") -> str:
-    nonlocal n_abbrev
-    n_abbrev += 1
-    key = match.group(1) or match.group(2)
-    return " " + _ABBREVIATIONS[key] + " "
-
-  text, n = _SAINT_RE.subn(" SAINT ", text)
-  n_abbrev += n
-  text, n = _STREET_RE.subn(" STREET ", text)
-  n_abbrev += n
-  text, n = _NUMBER_ABBREV_RE.subn(" NUMBER ", text)
-  n_abbrev += n
-  text = _ABBREV_RE.sub(expand, text)
-
-  n_numbers = 0
-
-  def fraction(match: "re.Match[str]") -> str:
-    nonlocal n_numbers
-    key = match.group(0)
-    if key not in _FRACTIONS:
-      raise NormalizationError("digits", key)
-    n_numbers += 1
-    return " " + _FRACTIONS[key] + " "
-
-  text = _FRACTION_RE.sub(fraction, text)
-  text, n = _NUMBER_RE.subn(_spell_number_match, text)
-  n_numbers += n
-  if _DIGIT_RE.search(text):
-    raise NormalizationError("digits", sentence)
-
-  text = text.replace("&", " AND ").replace("%", " PERCENT ")
-  if not text.isascii():
-    # Fold accents: NFKD splits "é" into "e" + a combining mark, which is then dropped.
-    text = unicodedata.normalize("NFKD", text.translate(_FOLD))
-    text = _COMBINING_RE.sub("", text)
-  text = text.upper()
-  if _NON_ASCII_LETTER_RE.search(text):
-    raise NormalizationError("non_latin", sentence)
-  # Keep apostrophes only inside words; everything that is not A-Z becomes a space (this also
-  # turns hyphens and dashes into spaces: "TO-MORROW" -> "TO MORROW", as in the references).
-  text = _WORD_APOSTROPHE_RE.sub("\x00", text)
-  text = re.sub(r"[^A-Z\x00]+", " ", text).replace("\x00", "'")
-  if counts is not None:
-    counts["edits/abbreviations_expanded"] += n_abbrev
-    counts["edits/numbers_spelled"] += n_numbers
-  return " ".join(text.split())
-
-
-# ---------------------------------------------------------------------------------------------
 # Documents
 # ---------------------------------------------------------------------------------------------
+
+
+def _check_formats(normalization: str, input_format: str) -> None:
+  """Raises ValueError for an unknown normalization or input format."""
+  if normalization not in normalization_lib.NORMALIZATIONS:
+    raise ValueError(f"normalization: expected one of {normalization_lib.NORMALIZATIONS}, "
+                     f"got {normalization!r}")
+  if input_format not in INPUT_FORMATS:
+    raise ValueError(f"input_format: expected one of {INPUT_FORMATS}, got {input_format!r}")
 
 
 def _finish_sentence(sentence: str, normalization: str, min_words: int, max_words: int,
@@ -875,8 +637,8 @@ def _finish_sentence(sentence: str, normalization: str, min_words: int, max_word
   out = sentence
   if reason is None and normalization == "librispeech":
     try:
-      out = normalize_librispeech(sentence, counts)
-    except NormalizationError as e:
+      out = normalization_lib.normalize_librispeech(sentence, counts)
+    except normalization_lib.NormalizationError as e:
       reason = e.reason
   if reason is None:
     n_words = len(out.split())
@@ -913,10 +675,7 @@ def process_document(text: str,
     "paragraphs/candidates", "paragraphs/kept", "paragraphs/dropped/<reason>",
     "sentences/candidates", "sentences/dropped/<reason>", "edits/<kind>", "books/...".
   """
-  if normalization not in NORMALIZATIONS:
-    raise ValueError(f"normalization: expected one of {NORMALIZATIONS}, got {normalization!r}")
-  if input_format not in INPUT_FORMATS:
-    raise ValueError(f"input_format: expected one of {INPUT_FORMATS}, got {input_format!r}")
+  _check_formats(normalization, input_format)
   counts = collections.Counter()
   out = []
   if input_format == "lines":
@@ -972,12 +731,6 @@ def _process_job(job):
 # ---------------------------------------------------------------------------------------------
 
 
-def _unit_hash(seed: int, key: str) -> float:
-  """A deterministic uniform number in [0, 1) for (seed, key); independent of PYTHONHASHSEED."""
-  digest = hashlib.sha256(f"{seed}\t{key}".encode("utf-8")).digest()
-  return int.from_bytes(digest[:8], "big") / 2.0**64
-
-
 def choose_eval_books(books: Sequence[Tuple[str, int]], eval_fraction: float,
                       seed: int) -> List[str]:
   """Chooses the held-out books: a seeded random order, taken until eval_fraction of the bytes.
@@ -993,7 +746,7 @@ def choose_eval_books(books: Sequence[Tuple[str, int]], eval_fraction: float,
   if eval_fraction <= 0 or len(books) < 2:
     return []
   target = eval_fraction * sum(size for _, size in books)
-  ordered = sorted(books, key=lambda b: _unit_hash(seed, "book:" + b[0]))
+  ordered = sorted(books, key=lambda b: io_utils.unit_hash(seed, "book:" + b[0]))
   # Take every book that still fits under the target, in the seeded order; skipping one that does
   # not fit (rather than stopping) keeps the eval share close to the target.
   chosen, size_sum = [], 0
@@ -1011,57 +764,207 @@ def _nest(counts: collections.Counter, prefix: str, keys: Sequence[str] = ()) ->
   return dict(sorted(nested.items()))
 
 
-class _Writer:
-  """Writes train.txt/eval.txt to temporary files, renamed into place by `commit`."""
+def _corpus_args(inputs: Sequence[str], normalization: str, eval_fraction: float, seed: int,
+                 dedup: bool, min_words: int, max_words: int, input_format: str,
+                 max_books: Optional[int]) -> dict:
+  """Checks the arguments of `prepare_corpus`; returns them as stats.json records them.
 
-  def __init__(self, output_dir: str):
-    self.paths = {name: os.path.join(output_dir, name + ".txt") for name in ("train", "eval")}
-    self._tmp = {name: f"{path}.tmp-{os.getpid()}" for name, path in self.paths.items()}
-    self._files = {name: open(tmp, "w", encoding="utf-8") for name, tmp in self._tmp.items()}
-    self.sentences = collections.Counter()
-    self.words = collections.Counter()
-
-  def write(self, split: str, sentence: str):
-    self._files[split].write(sentence + "\n")
-    self.sentences[split] += 1
-    self.words[split] += len(sentence.split())
-
-  def commit(self):
-    for name, f in self._files.items():
-      f.flush()
-      os.fsync(f.fileno())
-      f.close()
-      os.replace(self._tmp[name], self.paths[name])
-
-  def abort(self):
-    for name, f in self._files.items():
-      f.close()
-      if os.path.exists(self._tmp[name]):
-        os.remove(self._tmp[name])
-
-
-def _write_json_atomic(path: str, obj) -> None:
-  io_utils.write_atomically(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+  Raises:
+    ValueError: naming a bad argument; FileNotFoundError for a missing input.
+  """
+  _check_formats(normalization, input_format)
+  if not inputs:
+    raise ValueError("inputs: expected at least one path, got none")
+  if not 0 <= eval_fraction < 1:
+    raise ValueError(f"eval_fraction: expected 0 <= f < 1, got {eval_fraction}")
+  if not 0 <= min_words <= max_words:
+    raise ValueError(f"min_words/max_words: expected 0 <= {min_words} <= {max_words}")
+  for path in inputs:
+    if not os.path.isfile(path):
+      raise FileNotFoundError(f"input {path!r} not found (pass --input, or --data_dir / "
+                              "$TTA_DATA for the default archive)")
+  return {
+      "inputs": [{"path": os.path.abspath(p), "bytes": os.path.getsize(p)} for p in inputs],
+      "normalization": normalization, "eval_fraction": eval_fraction, "seed": seed,
+      "dedup": dedup, "min_words": min_words, "max_words": max_words,
+      "input_format": input_format, "max_books": max_books,
+      "pipeline_version": PIPELINE_VERSION,
+  }
 
 
-def _file_size(path: str) -> int:
-  return os.path.getsize(path) if os.path.exists(path) else -1
+class _Source(NamedTuple):
+  """One input of `prepare_corpus`.
+
+  Attributes:
+    path: the file.
+    is_tar: a Gutenberg archive (else a plain text file).
+    items: [(book_id, bytes)] of the books read (a tar), or [(path, bytes)] (a plain file).
+    eval_ids: the held-out book ids (a tar; chosen among ALL its books, before max_books).
+  """
+  path: str
+  is_tar: bool
+  items: List[Tuple[str, int]]
+  eval_ids: frozenset
 
 
-def _is_complete(output_dir: str, args: dict) -> Optional[dict]:
-  """Returns the stats of an existing complete output built with `args`, else None."""
-  stats_path = os.path.join(output_dir, "stats.json")
+def _list_sources(inputs: Sequence[str], eval_fraction: float, seed: int,
+                  max_books: Optional[int]) -> List[_Source]:
+  """Lists every input; costs one decompression pass per tar (sizes for the ETA, held-out books)."""
+  sources = []
+  for path in inputs:
+    if is_tar(path):
+      books = list_gutenberg_books(path)
+      eval_ids = frozenset(choose_eval_books(books, eval_fraction, seed))
+      sources.append(_Source(path, True, books[:max_books], eval_ids))
+    else:
+      sources.append(_Source(path, False, [(path, os.path.getsize(path))], frozenset()))
+  return sources
+
+
+def _jobs(sources: Sequence[_Source], doc_kwargs: dict, input_format: str):
+  """Yields the pool jobs (key, text, kwargs): one per book or plain file, in input order."""
+  for source in sources:
+    if source.is_tar:
+      kwargs = dict(doc_kwargs, gutenberg=True, input_format="paragraphs")
+      # zip stops reading the stream after the last book wanted (max_books).
+      for _, (book_id, text) in zip(source.items, iter_gutenberg_books(source.path)):
+        yield (source.path, book_id), text, kwargs
+    else:
+      with open(source.path, "rb") as f:
+        text = _decode(f.read())
+      yield (source.path, None), text, dict(doc_kwargs, gutenberg=False,
+                                            input_format=input_format)
+
+
+@contextlib.contextmanager
+def _mapper(num_workers: int):
+  """An ordered `map` over the jobs: in-process for one worker, else a pool of processes."""
+  if num_workers <= 1:
+    yield map
+    return
+  # "spawn", not the Linux default "fork": callers such as create_pretraining_data.py import
+  # TensorFlow first, and forking a process that runs TF's thread pools can deadlock.
+  pool = multiprocessing.get_context("spawn").Pool(num_workers)
   try:
-    with open(stats_path, encoding="utf-8") as f:
-      stats = json.load(f)
-  except (OSError, ValueError):
-    return None
-  if stats.get("args") != args:
-    return None
-  for name, info in stats.get("files", {}).items():
-    if _file_size(os.path.join(output_dir, name)) != info.get("bytes"):
-      return None
-  return stats
+    yield pool.imap
+  finally:
+    pool.terminate()
+    pool.join()
+
+
+class _Collector:
+  """Merges the per-document results in input order into train.txt and eval.txt.
+
+  Dedup is global and exact (first occurrence wins); a Gutenberg sentence goes where its book
+  goes, a plain-file sentence by a seeded hash of its text.
+  """
+
+  def __init__(self, files: Dict[str, object], sources: Sequence[_Source], dedup: bool,
+               eval_fraction: float, seed: int):
+    self._files = files
+    self._eval_books = {(s.path, b) for s in sources if s.is_tar for b in s.eval_ids}
+    self._dedup = dedup
+    self._eval_fraction = eval_fraction
+    self._seed = seed
+    self._seen = set()
+    self.counts = collections.Counter()
+    self.missing = {"start": [], "end": []}
+    self.eval_ids = []
+    self.sentences = collections.Counter()  # per split
+    self.words = collections.Counter()  # per split
+
+  def add(self, path: str, book_id: Optional[str], sentences: Sequence[str],
+          doc_counts: collections.Counter) -> None:
+    """Adds one document's sentences (book_id None for a plain file)."""
+    self.counts.update(doc_counts)
+    if book_id is not None:
+      self._count_book(book_id, doc_counts)
+    is_eval_book = (path, book_id) in self._eval_books
+    if is_eval_book:
+      self.eval_ids.append(book_id)
+    for sentence in sentences:
+      if self._is_duplicate(sentence):
+        continue
+      if book_id is not None:
+        split = "eval" if is_eval_book else "train"
+      else:
+        held_out = io_utils.unit_hash(self._seed, "line:" + sentence) < self._eval_fraction
+        split = "eval" if held_out else "train"
+      self._files[split].write(sentence + "\n")
+      self.sentences[split] += 1
+      self.words[split] += len(sentence.split())
+
+  def _count_book(self, book_id: str, doc_counts: collections.Counter) -> None:
+    self.counts["books/total"] += 1
+    if doc_counts["books/missing_start_marker"]:
+      self.missing["start"].append(book_id)
+      logging.warning("corpus: %s: no Gutenberg START marker; header kept (the boilerplate "
+                      "filter still drops licence paragraphs)", book_id)
+    if doc_counts["books/missing_end_marker"]:
+      self.missing["end"].append(book_id)
+      logging.warning("corpus: %s: no Gutenberg END marker; footer kept", book_id)
+
+  def _is_duplicate(self, sentence: str) -> bool:
+    if not self._dedup:
+      return False
+    digest = hashlib.blake2b(sentence.encode("utf-8"), digest_size=8).digest()
+    if digest in self._seen:
+      self.counts["sentences/duplicates"] += 1
+      return True
+    self._seen.add(digest)
+    return False
+
+
+class _Progress:
+  """Logs documents, megabytes, sentences and an ETA every `log_every` documents."""
+
+  def __init__(self, sources: Sequence[_Source], log_every: int):
+    self._sizes = {(s.path, key if s.is_tar else None): size
+                   for s in sources for key, size in s.items}
+    self._total_bytes = sum(size for s in sources for _, size in s.items)
+    self._total_docs = sum(len(s.items) for s in sources)
+    self._log_every = log_every
+    self._start = time.time()
+    self._docs = 0
+    self._bytes = 0
+
+  def update(self, path: str, book_id: Optional[str], collector: _Collector) -> None:
+    self._docs += 1
+    self._bytes += self._sizes[(path, book_id)]
+    if self._docs % self._log_every and self._docs != self._total_docs:
+      return
+    elapsed = time.time() - self._start
+    eta = elapsed * (self._total_bytes - self._bytes) / max(self._bytes, 1)
+    logging.info("corpus: %d/%d documents, %.1f/%.1f MB, %d sentences kept, %d duplicates, "
+                 "%.0f s elapsed, ETA %.0f s", self._docs, self._total_docs, self._bytes / 1e6,
+                 self._total_bytes / 1e6, sum(collector.sentences.values()),
+                 collector.counts["sentences/duplicates"], elapsed, eta)
+
+
+def _corpus_stats(args: dict, collector: _Collector, elapsed: float) -> dict:
+  """The stats.json record: every candidate accounted for as kept or dropped (with its reason)."""
+  counts, sentences, words = collector.counts, collector.sentences, collector.words
+  kept = sum(sentences.values())
+  total_words = sum(words.values())
+  return {
+      "args": args,
+      "books": {"total": counts["books/total"], "eval": len(collector.eval_ids),
+                "eval_ids": sorted(collector.eval_ids),
+                "missing_start_marker": sorted(collector.missing["start"]),
+                "missing_end_marker": sorted(collector.missing["end"])},
+      "paragraphs": {"candidates": counts["paragraphs/candidates"],
+                     "kept": counts["paragraphs/kept"],
+                     "dropped": _nest(counts, "paragraphs/dropped/", PARAGRAPH_REASONS)},
+      "sentences": {"candidates": counts["sentences/candidates"], "kept": kept,
+                    "dropped": _nest(counts, "sentences/dropped/", SENTENCE_REASONS),
+                    "duplicates": counts["sentences/duplicates"]},
+      "edits": _nest(counts, "edits/"),
+      "train": {"sentences": sentences["train"], "words": words["train"]},
+      "eval": {"sentences": sentences["eval"], "words": words["eval"]},
+      "words": total_words,
+      "mean_words_per_sentence": round(total_words / kept, 3) if kept else 0.0,
+      "elapsed_s": round(elapsed, 1),
+  }
 
 
 def prepare_corpus(inputs: Sequence[str],
@@ -1088,9 +991,9 @@ def prepare_corpus(inputs: Sequence[str],
   for plain files, each sentence by a seeded hash of its output text. Dedup is global and exact
   (on the output line, first occurrence wins), so no eval line also appears in train.
 
-  Files are written to temporaries and renamed when complete; stats.json is written last. If
-  `output_dir` already holds a complete output whose stats.json records the same arguments (and
-  file sizes), nothing is recomputed unless `force`.
+  Files are written to temporaries and renamed when complete; stats.json is the stage's stamp
+  (`io_utils.write_stamp`), written last. If `output_dir` already holds a complete output whose
+  stamp records the same arguments (and file sizes), nothing is recomputed unless `force`.
 
   Args:
     inputs: paths; a `.tar.xz` (or other tar) is read as a Gutenberg archive, anything else as a
@@ -1112,152 +1015,37 @@ def prepare_corpus(inputs: Sequence[str],
   Returns:
     The stats dict that is also written to stats.json.
   """
-  if normalization not in NORMALIZATIONS:
-    raise ValueError(f"normalization: expected one of {NORMALIZATIONS}, got {normalization!r}")
-  if input_format not in INPUT_FORMATS:
-    raise ValueError(f"input_format: expected one of {INPUT_FORMATS}, got {input_format!r}")
-  if not inputs:
-    raise ValueError("inputs: expected at least one path, got none")
-  if not 0 <= eval_fraction < 1:
-    raise ValueError(f"eval_fraction: expected 0 <= f < 1, got {eval_fraction}")
-  if not 0 <= min_words <= max_words:
-    raise ValueError(f"min_words/max_words: expected 0 <= {min_words} <= {max_words}")
-  for path in inputs:
-    if not os.path.isfile(path):
-      raise FileNotFoundError(f"input {path!r} not found (data root: {default_data_dir()!r}; "
-                              "set --data_dir or $TTA_DATA)")
-
-  args = {
-      "inputs": [{"path": os.path.abspath(p), "bytes": os.path.getsize(p)} for p in inputs],
-      "normalization": normalization, "eval_fraction": eval_fraction, "seed": seed,
-      "dedup": dedup, "min_words": min_words, "max_words": max_words,
-      "input_format": input_format, "max_books": max_books,
-      "pipeline_version": PIPELINE_VERSION,
-  }
+  args = _corpus_args(inputs, normalization, eval_fraction, seed, dedup, min_words, max_words,
+                      input_format, max_books)
   os.makedirs(output_dir, exist_ok=True)
-  if not force:
-    stats = _is_complete(output_dir, args)
-    if stats is not None:
-      logging.info("corpus: %s is complete for these arguments; skipping (force=True rebuilds)",
-                   output_dir)
-      return stats
+  stamp_path = os.path.join(output_dir, STATS_FILE)
+  stats = None if force else io_utils.read_stamp(stamp_path, args)
+  if stats is not None:
+    logging.info("corpus: %s is complete for these arguments; skipping (force=True rebuilds)",
+                 output_dir)
+    return stats
+  io_utils.remove_stamp(stamp_path)
 
   start_time = time.time()
+  sources = _list_sources(inputs, eval_fraction, seed, max_books)
   doc_kwargs = {"normalization": normalization, "min_words": min_words, "max_words": max_words}
-  # One pass to list every tar (sizes for the ETA and the held-out choice).
-  plan = []  # (path, is_tar, [(key, bytes)], eval_ids)
-  for path in inputs:
-    if _is_tar(path):
-      books = list_gutenberg_books(path)
-      eval_ids = set(choose_eval_books(books, eval_fraction, seed))
-      if max_books is not None:
-        books = books[:max_books]
-      plan.append((path, True, books, eval_ids))
-    else:
-      plan.append((path, False, [(path, os.path.getsize(path))], set()))
-  total_bytes = sum(size for _, _, items, _ in plan for _, size in items)
-  total_docs = sum(len(items) for _, _, items, _ in plan)
+  paths = {split: os.path.join(output_dir, split + ".txt") for split in ("train", "eval")}
+  with contextlib.ExitStack() as stack:
+    files = {split: stack.enter_context(io_utils.atomic_open(path))
+             for split, path in paths.items()}
+    collector = _Collector(files, sources, dedup, eval_fraction, seed)
+    progress = _Progress(sources, log_every)
+    results = stack.enter_context(_mapper(num_workers or os.cpu_count() or 1))(
+        _process_job, _jobs(sources, doc_kwargs, input_format))
+    for (path, book_id), sentences, doc_counts in results:
+      collector.add(path, book_id, sentences, doc_counts)
+      progress.update(path, book_id, collector)
 
-  def jobs():
-    for path, is_tar, items, _ in plan:
-      if is_tar:
-        wanted = len(items)
-        for i, (book_id, text) in enumerate(iter_gutenberg_books(path)):
-          if i >= wanted:
-            break  # max_books: stop reading the stream early.
-          kwargs = dict(doc_kwargs, gutenberg=True, input_format="paragraphs")
-          yield (path, book_id), text, kwargs
-      else:
-        with open(path, "rb") as f:
-          text = _decode(f.read())
-        kwargs = dict(doc_kwargs, gutenberg=False, input_format=input_format)
-        yield (path, None), text, kwargs
-
-  eval_books = {(path, b) for path, is_tar, _, ids in plan if is_tar for b in ids}
-  sizes = {(path, key if is_tar else None): size
-           for path, is_tar, items, _ in plan for key, size in items}
-  counts = collections.Counter()
-  missing = {"start": [], "end": []}
-  eval_ids = []
-  seen = set()
-  writer = _Writer(output_dir)
-  num_workers = num_workers or os.cpu_count() or 1
-  # "spawn", not the Linux default "fork": callers such as create_pretraining_data.py import
-  # TensorFlow first, and forking a process that runs TF's thread pools can deadlock.
-  pool = (multiprocessing.get_context("spawn").Pool(num_workers) if num_workers > 1 else None)
-  try:
-    results = pool.imap(_process_job, jobs()) if pool else map(_process_job, jobs())
-    done_bytes = 0
-    for n_docs, ((path, book_id), sentences, doc_counts) in enumerate(results, 1):
-      counts.update(doc_counts)
-      if book_id is not None:
-        counts["books/total"] += 1
-        if doc_counts["books/missing_start_marker"]:
-          missing["start"].append(book_id)
-          logging.warning("corpus: %s: no Gutenberg START marker; header kept (the boilerplate "
-                          "filter still drops licence paragraphs)", book_id)
-        if doc_counts["books/missing_end_marker"]:
-          missing["end"].append(book_id)
-          logging.warning("corpus: %s: no Gutenberg END marker; footer kept", book_id)
-      is_eval_book = (path, book_id) in eval_books
-      if is_eval_book:
-        eval_ids.append(book_id)
-      for sentence in sentences:
-        if dedup:
-          digest = hashlib.blake2b(sentence.encode("utf-8"), digest_size=8).digest()
-          if digest in seen:
-            counts["sentences/duplicates"] += 1
-            continue
-          seen.add(digest)
-        if book_id is not None:
-          split = "eval" if is_eval_book else "train"
-        else:
-          split = "eval" if _unit_hash(seed, "line:" + sentence) < eval_fraction else "train"
-        writer.write(split, sentence)
-      done_bytes += sizes[(path, book_id)]
-      if n_docs % log_every == 0 or n_docs == total_docs:
-        elapsed = time.time() - start_time
-        eta = elapsed * (total_bytes - done_bytes) / max(done_bytes, 1)
-        logging.info("corpus: %d/%d documents, %.1f/%.1f MB, %d sentences kept, %d duplicates, "
-                     "%.0f s elapsed, ETA %.0f s", n_docs, total_docs, done_bytes / 1e6,
-                     total_bytes / 1e6, sum(writer.sentences.values()),
-                     counts["sentences/duplicates"], elapsed, eta)
-    writer.commit()
-  except BaseException:
-    writer.abort()
-    raise
-  finally:
-    if pool:
-      pool.terminate()
-      pool.join()
-
-  kept = sum(writer.sentences.values())
-  words = sum(writer.words.values())
-  stats = {
-      "args": args,
-      "books": {"total": counts["books/total"], "eval": len(eval_ids),
-                "eval_ids": sorted(eval_ids),
-                "missing_start_marker": sorted(missing["start"]),
-                "missing_end_marker": sorted(missing["end"])},
-      "paragraphs": {"candidates": counts["paragraphs/candidates"],
-                     "kept": counts["paragraphs/kept"],
-                     "dropped": _nest(counts, "paragraphs/dropped/", PARAGRAPH_REASONS)},
-      "sentences": {"candidates": counts["sentences/candidates"], "kept": kept,
-                    "dropped": _nest(counts, "sentences/dropped/", SENTENCE_REASONS),
-                    "duplicates": counts["sentences/duplicates"]},
-      "edits": _nest(counts, "edits/"),
-      "train": {"sentences": writer.sentences["train"], "words": writer.words["train"]},
-      "eval": {"sentences": writer.sentences["eval"], "words": writer.words["eval"]},
-      "words": words,
-      "mean_words_per_sentence": round(words / kept, 3) if kept else 0.0,
-      "files": {name + ".txt": {"bytes": _file_size(path)}
-                for name, path in writer.paths.items()},
-      "elapsed_s": round(time.time() - start_time, 1),
-  }
-  _write_json_atomic(os.path.join(output_dir, "stats.json"), stats)
+  stats = _corpus_stats(args, collector, time.time() - start_time)
+  stats = io_utils.write_stamp(stamp_path, args, outputs=paths.values(), record=stats)
   logging.info("corpus: wrote %s: %d sentences (%d train, %d eval), %d words, %.1f s",
-               output_dir, kept, writer.sentences["train"], writer.sentences["eval"], words,
-               stats["elapsed_s"])
+               output_dir, stats["sentences"]["kept"], stats["train"]["sentences"],
+               stats["eval"]["sentences"], stats["words"], stats["elapsed_s"])
   return stats
 
 
@@ -1277,10 +1065,9 @@ def define_flags():
   flags.DEFINE_list("input", None,
                     "Comma-separated input paths: Gutenberg .tar.xz archives and/or plain text "
                     "files. Default: <data_dir>/gutenberg-books-subset/texts.tar.xz.")
-  flags.DEFINE_string("data_dir", None, "Data root (default: $TTA_DATA, else ../shared/data "
-                      "relative to the repository).")
+  io_utils.define_data_dir_flag()
   flags.DEFINE_string("output_dir", None, "Where train.txt, eval.txt and stats.json go.")
-  flags.DEFINE_enum("normalization", "none", NORMALIZATIONS,
+  flags.DEFINE_enum("normalization", "none", normalization_lib.NORMALIZATIONS,
                     "none: cleaned text; librispeech: upper case, no punctuation but apostrophes, "
                     "numbers spelled out.")
   flags.DEFINE_enum("input_format", "lines", INPUT_FORMATS,

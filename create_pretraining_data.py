@@ -1,11 +1,12 @@
 # coding=utf-8
 """Sentences -> sharded TFRecords for T-TA, biLM and uniLM pretraining.
 
-Pipeline (DESIGN.md section 3):
+Pipeline (docs/DESIGN.md §3):
 
   --input_file  (glob, comma list)
-    -> Gutenberg .tar.xz / raw text: corpus.py (boilerplate, sentence split,
-       normalization, dedup, held-out books) -> train.txt / eval.txt
+    -> Gutenberg .tar.xz / raw text: corpus.prepare_corpus (boilerplate,
+       sentence split, normalization, dedup, held-out books) -> train.txt /
+       eval.txt
     -> sentence files (one sentence per line): used as they are; held out by a
        seeded hash of the sentence unless --eval_file gives the eval set
     -> vocab: --vocab_file, or WordPiece learned from the TRAINING split only
@@ -34,10 +35,11 @@ Malformed input: a line that is not valid UTF-8 raises ValueError naming
 file:line, unless --skip_malformed, which skips such lines and counts them
 (`malformed_lines` in data_stats.json). Empty lines are skipped and counted.
 
-Every file is written to a temporary name and renamed into place;
-data_stats.json is written last and records the arguments and a fingerprint
-of the inputs, so a rerun with the same arguments finds a complete output and
-returns at once (--force rebuilds).
+Every file is written to a temporary name and renamed into place
+(io_utils.atomic_open); data_stats.json is the stage's stamp
+(io_utils.write_stamp): written last, it records a fingerprint of the
+arguments and inputs, so a rerun with the same arguments finds a complete
+output and returns at once (--force rebuilds).
 
 Example:
   python create_pretraining_data.py \
@@ -47,14 +49,13 @@ Example:
 """
 
 import concurrent.futures
+import dataclasses
 import hashlib
 import json
 import os
 import re
-import subprocess
-import sys
-import tempfile
 import time
+from typing import Optional
 
 from absl import app
 from absl import flags
@@ -62,11 +63,16 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+import corpus
+import io_utils
+import normalization as normalization_lib
 import tokenization
 
 # Bumped whenever the record format or the processing changes, so an output
 # directory written by an older version is never reused as complete.
-FORMAT_VERSION = 1
+# 2: sentence files are held out by io_utils.unit_hash (sha256, as corpus.py)
+# instead of a blake2b hash of our own.
+FORMAT_VERSION = 2
 
 STATS_FILE = "data_stats.json"
 VOCAB_FILE = "vocab.txt"
@@ -74,8 +80,6 @@ CORPUS_SUBDIR = "corpus"
 SPLITS = ("train", "eval")
 INPUT_FORMATS = ("auto", "sentences", "raw")
 
-# Suffixes read as Gutenberg archives by corpus.py (its own _is_tar rule).
-_TAR_RE = re.compile(r"\.(tar|tar\.xz|txz|tar\.gz|tgz|tar\.bz2|tbz2)$")
 # Shards a previous run may have left behind with another --num_shards.
 _SHARD_RE = re.compile(r"^(train|eval)-\d{5}-of-\d{5}\.tfrecord$")
 # Sentences per tokenizer call: amortises the graph call, bounds memory.
@@ -93,43 +97,73 @@ def shard_name(split, index, num_shards):
   return "%s-%05d-of-%05d.tfrecord" % (split, index, num_shards)
 
 
-def expand_patterns(patterns):
-  """Expands a comma-separated list (or list) of globs into sorted paths.
+# ----------------------------------------------------------------------------
+# Arguments
+# ----------------------------------------------------------------------------
 
-  Args:
-    patterns: str ("a/*.txt,b.txt") or list of str.
 
-  Returns:
-    list of str: each pattern's matches sorted (local paths made absolute);
-    patterns in the given order; duplicates removed (first one kept).
+@dataclasses.dataclass(frozen=True)
+class _Arguments:
+  """The arguments of `create_pretraining_data`, checked on construction.
 
-  Raises:
-    ValueError: naming a pattern that matches no file.
+  Recorded as "args" in data_stats.json and part of the fingerprint: input
+  globs are expanded to absolute paths, vocab_file is absolute. The fields
+  are described in `create_pretraining_data`.
   """
-  if isinstance(patterns, str):
-    patterns = patterns.split(",")
-  paths = []
-  for pattern in (p.strip() for p in patterns):
-    if not pattern:
-      continue
-    matches = sorted(tf.io.gfile.glob(pattern))
-    if not matches:
-      raise ValueError("input pattern %r matches no file" % pattern)
-    # Absolute local paths, so that data_stats.json (and the rerun check)
-    # does not depend on the working directory.
-    matches = [m if "://" in m else os.path.abspath(m) for m in matches]
-    paths.extend(m for m in matches if m not in paths)
-  return paths
+  input_files: list
+  eval_files: list
+  vocab_file: Optional[str]
+  vocab_size: Optional[int]
+  do_lower_case: bool
+  normalization: str
+  max_seq_length: int
+  num_shards: int
+  num_eval_shards: int
+  eval_fraction: float
+  random_seed: int
+  input_format: str
+  skip_malformed: bool
+  max_books: Optional[int]
+  vocab_learn_params: Optional[dict]
+  vocab_max_sentences: Optional[int]
+
+  def __post_init__(self):
+    """Raises ValueError naming the flag of a bad argument."""
+    if (self.vocab_file is None) == (self.vocab_size is None):
+      raise ValueError(
+          f"give exactly one of --vocab_file and --vocab_size (got "
+          f"vocab_file={self.vocab_file!r}, vocab_size={self.vocab_size!r})")
+    num_special = len(tokenization.SPECIAL_TOKENS)
+    if self.vocab_size is not None and self.vocab_size <= num_special:
+      raise ValueError(f"--vocab_size must exceed the {num_special} special "
+                       f"tokens, got {self.vocab_size}")
+    if self.max_seq_length < 3:
+      raise ValueError("--max_seq_length must be >= 3 ([SOS], one piece, "
+                       f"[EOS]), got {self.max_seq_length}")
+    if self.num_shards < 1 or self.num_eval_shards < 1:
+      raise ValueError("--num_shards and --num_eval_shards must be >= 1, got "
+                       f"{self.num_shards} and {self.num_eval_shards}")
+    if not 0 <= self.eval_fraction < 1:
+      raise ValueError(
+          f"--eval_fraction must be in [0, 1), got {self.eval_fraction!r}")
+    if self.input_format not in INPUT_FORMATS:
+      raise ValueError(f"--input_format must be one of {INPUT_FORMATS}, got "
+                       f"{self.input_format!r}")
 
 
-class SentenceReadStats(object):
+# ----------------------------------------------------------------------------
+# Sentences: corpus.py for raw input, sentence files as they are.
+# ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class SentenceReadStats:
   """Counts of what `read_sentence_file` skipped."""
-
-  def __init__(self):
-    self.lines = 0
-    self.empty_lines = 0
-    self.malformed_lines = 0
-    self.malformed_examples = []  # "file:line" of the first few, for the log.
+  lines: int = 0
+  empty_lines: int = 0
+  malformed_lines: int = 0
+  # "file:line" of the first few, for the log.
+  malformed_examples: list = dataclasses.field(default_factory=list)
 
 
 def read_sentence_file(path, skip_malformed=False, stats=None):
@@ -197,17 +231,6 @@ def read_sentence_file(path, skip_malformed=False, stats=None):
   return result
 
 
-def _unit_hash(seed, text):
-  """Deterministic uniform float in [0, 1) for (seed, text).
-
-  Hashing the sentence (not its position) puts repeated sentences in the same
-  split and does not depend on PYTHONHASHSEED or on input order.
-  """
-  digest = hashlib.blake2b(("%d\t%s" % (seed, text)).encode("utf-8"),
-                           digest_size=8).digest()
-  return int.from_bytes(digest, "big") / 2.0**64
-
-
 def _sha256_file(path):
   digest = hashlib.sha256()
   with tf.io.gfile.GFile(path, "rb") as f:
@@ -217,38 +240,6 @@ def _sha256_file(path):
         break
       digest.update(block)
   return digest.hexdigest()
-
-
-def _atomic_write_bytes(path, data):
-  """Writes data to path via a temporary file in the same directory + rename."""
-  tmp = "%s.tmp-%d" % (path, os.getpid())
-  try:
-    with tf.io.gfile.GFile(tmp, "wb") as f:
-      f.write(data)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
-  except BaseException:
-    if tf.io.gfile.exists(tmp):
-      tf.io.gfile.remove(tmp)
-    raise
-
-
-def _atomic_write_json(path, obj):
-  text = json.dumps(obj, indent=2, sort_keys=True) + "\n"
-  _atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def _write_vocab_file(tokens, path):
-  """Writes a vocab atomically with tokenization.write_vocab's validation."""
-  local_dir = tempfile.mkdtemp(prefix="tta_vocab_")
-  try:
-    local = os.path.join(local_dir, VOCAB_FILE)
-    tokenization.write_vocab(tokens, local)  # Validates every token.
-    with open(local, "rb") as f:
-      _atomic_write_bytes(path, f.read())
-  finally:
-    for name in os.listdir(local_dir):
-      os.remove(os.path.join(local_dir, name))
-    os.rmdir(local_dir)
 
 
 class _Progress(object):
@@ -275,24 +266,6 @@ class _Progress(object):
                  eta)
 
 
-# ----------------------------------------------------------------------------
-# Sentences: corpus.py for raw input, sentence files as they are.
-# ----------------------------------------------------------------------------
-
-# corpus.py defines absl flags at import time (--output_dir, --normalization,
-# ...) with the same names as ours, so importing it into this process would
-# raise DuplicateFlagError. It runs in a child Python instead, through its
-# Python API (prepare_corpus), with its progress going to our stderr.
-_CORPUS_CHILD = r"""
-import json, sys
-sys.path.insert(0, sys.argv[1])
-from absl import logging
-logging.set_verbosity(logging.INFO)
-import corpus
-corpus.prepare_corpus(**json.loads(sys.argv[2]))
-"""
-
-
 def evenly_spaced(items, max_items):
   """At most max_items of items, evenly spaced and in order (all if None).
 
@@ -310,7 +283,10 @@ def evenly_spaced(items, max_items):
 
 def run_corpus(raw_inputs, corpus_dir, normalization, eval_fraction, seed,
                max_books=None, force=False):
-  """Runs corpus.prepare_corpus on raw inputs in a child process.
+  """Runs corpus.prepare_corpus on raw inputs.
+
+  corpus.py spawns its worker processes; each imports the main module, so
+  under this script a worker loads TensorFlow once before its first book.
 
   Args:
     raw_inputs: list of paths (Gutenberg tar archives or raw text files).
@@ -323,34 +299,172 @@ def run_corpus(raw_inputs, corpus_dir, normalization, eval_fraction, seed,
 
   Returns:
     dict: corpus.py's stats.json.
-
-  Raises:
-    RuntimeError: if corpus.py fails; its stderr went to ours.
   """
-  kwargs = {
-      "inputs": list(raw_inputs), "output_dir": corpus_dir,
-      "normalization": normalization, "eval_fraction": eval_fraction,
-      "seed": seed, "max_books": max_books, "force": force,
-      # Plain raw files are prose, not sentence lines (those are read
-      # directly, without corpus.py).
-      "input_format": "paragraphs",
-  }
-  repo_dir = os.path.dirname(os.path.abspath(__file__))
   logging.info("corpus.py: %s -> %s", ", ".join(raw_inputs), corpus_dir)
-  result = subprocess.run(
-      [sys.executable, "-c", _CORPUS_CHILD, repo_dir, json.dumps(kwargs)],
-      check=False)
-  if result.returncode:
-    raise RuntimeError("corpus.prepare_corpus failed (exit status %d) on %s; "
-                       "see its log above." % (result.returncode, raw_inputs))
-  with open(os.path.join(corpus_dir, "stats.json"), encoding="utf-8") as f:
-    return json.load(f)
+  # Plain raw files are prose, not sentence lines (those are read directly,
+  # without corpus.py).
+  return corpus.prepare_corpus(
+      list(raw_inputs), corpus_dir, normalization=normalization,
+      eval_fraction=eval_fraction, seed=seed, max_books=max_books,
+      force=force, input_format="paragraphs")
 
 
 def _is_raw(path, input_format):
   if input_format == "auto":
-    return bool(_TAR_RE.search(path))
+    return corpus.is_tar(path)
   return input_format == "raw"
+
+
+@dataclasses.dataclass
+class _Sources:
+  """The sentence files of each split.
+
+  Attributes:
+    hashed: files split between train and eval by a seeded hash of each
+      sentence when split_by_hash, else all training data.
+    train: files that are training data as a whole (corpus.py's train.txt).
+    eval: files that are eval data as a whole (--eval_file, corpus.py's
+      eval.txt).
+    split_by_hash: whether `hashed` is split (no --eval_file, eval_fraction
+      > 0).
+    corpus_stats: corpus.py's stats.json, or None without raw inputs.
+  """
+  hashed: list
+  train: list
+  eval: list
+  split_by_hash: bool
+  corpus_stats: Optional[dict]
+
+  def files(self):
+    return sorted(set(self.hashed + self.train + self.eval))
+
+
+def _prepare_sources(args, output_dir, force):
+  """Runs corpus.py on the raw inputs; returns every split's `_Sources`.
+
+  Raises:
+    ValueError: for --normalization with sentence files, which are used as
+      they are.
+  """
+  raw = [p for p in args.input_files if _is_raw(p, args.input_format)]
+  sentence_files = [p for p in args.input_files if p not in raw]
+  if args.normalization != "none" and sentence_files:
+    raise ValueError(
+        f"--normalization={args.normalization} applies to raw inputs "
+        f"(corpus.py) only, but {', '.join(sentence_files)} are sentence "
+        "files, used as they are. Normalize them with corpus.py "
+        "(--input_format=lines) or pass --normalization=none.")
+  sources = _Sources(
+      hashed=sentence_files, train=[], eval=list(args.eval_files),
+      split_by_hash=not args.eval_files and args.eval_fraction > 0,
+      corpus_stats=None)
+  if raw:
+    corpus_dir = os.path.join(output_dir, CORPUS_SUBDIR)
+    sources.corpus_stats = run_corpus(
+        raw, corpus_dir, args.normalization, args.eval_fraction,
+        args.random_seed, args.max_books, force)
+    sources.train.append(os.path.join(corpus_dir, "train.txt"))
+    sources.eval.append(os.path.join(corpus_dir, "eval.txt"))
+  return sources
+
+
+def _fingerprint(args, sources):
+  """Hashes what the records depend on.
+
+  That is the arguments and the exact bytes of every sentence file read
+  (corpus.py output included) and of the vocab.
+
+  Returns:
+    (fingerprint, input_sha256): a sha256 hex digest, and {path: sha256} of
+    the sentence files.
+  """
+  input_sha256 = {p: _sha256_file(p) for p in sources.files()}
+  fingerprint_src = {
+      "format_version": FORMAT_VERSION, "args": dataclasses.asdict(args),
+      "files": input_sha256,
+      "vocab_sha256": args.vocab_file and _sha256_file(args.vocab_file),
+  }
+  fingerprint = hashlib.sha256(
+      json.dumps(fingerprint_src, sort_keys=True).encode("utf-8")).hexdigest()
+  return fingerprint, input_sha256
+
+
+def _read_splits(sources, args):
+  """Reads every sentence file into its split.
+
+  Returns:
+    (sentences, read_stats): {split: list of str}, {split: SentenceReadStats}.
+
+  Raises:
+    ValueError: if there is no training sentence.
+  """
+  start = time.time()
+  read_stats = {split: SentenceReadStats() for split in SPLITS}
+  sentences = {split: [] for split in SPLITS}
+  for path in sources.hashed:
+    for _, sentence in read_sentence_file(path, args.skip_malformed,
+                                          read_stats["train"]):
+      held_out = sources.split_by_hash and (
+          io_utils.unit_hash(args.random_seed, sentence) < args.eval_fraction)
+      sentences["eval" if held_out else "train"].append(sentence)
+  for split, paths in (("train", sources.train), ("eval", sources.eval)):
+    for path in paths:
+      sentences[split].extend(
+          s for _, s in read_sentence_file(path, args.skip_malformed,
+                                           read_stats[split]))
+  logging.info("read %d train and %d eval sentences from %d files (%d empty "
+               "and %d malformed lines skipped) in %.1f s",
+               len(sentences["train"]), len(sentences["eval"]),
+               len(sources.files()),
+               sum(s.empty_lines for s in read_stats.values()),
+               sum(s.malformed_lines for s in read_stats.values()),
+               time.time() - start)
+  if not sentences["train"]:
+    raise ValueError(
+        f"no training sentences in {sources.hashed + sources.train}")
+  return sentences, read_stats
+
+
+# ----------------------------------------------------------------------------
+# Vocab
+# ----------------------------------------------------------------------------
+
+
+def _make_vocab(train_sentences, vocab_path, args):
+  """Writes vocab.txt.
+
+  A copy of --vocab_file, or WordPiece learned from the training split only,
+  so eval text stays unseen.
+
+  Returns:
+    (tokens, seconds): the tokens in id order, and the time taken.
+  """
+  start = time.time()
+  if args.vocab_file is not None:
+    tokens = list(tokenization.load_vocab(args.vocab_file))
+  else:
+    sample = evenly_spaced(train_sentences, args.vocab_max_sentences)
+    logging.info("learning a WordPiece vocab of size %d from %d of %d "
+                 "training sentences", args.vocab_size, len(sample),
+                 len(train_sentences))
+    tokens = tokenization.build_vocab(sample, args.vocab_size,
+                                      do_lower_case=args.do_lower_case,
+                                      learn_params=args.vocab_learn_params)
+  tokenization.write_vocab(tokens, vocab_path)
+  seconds = time.time() - start
+  logging.info("vocab: %d tokens -> %s (%.1f s)", len(tokens), vocab_path,
+               seconds)
+  return tokens, seconds
+
+
+def _make_tokenizer(tokens, vocab_path, do_lower_case):
+  """The records' tokenizer; tokenization.boundary_tokens frames sentences."""
+  boundary = tokenization.boundary_tokens(tokens)
+  if boundary != ("[SOS]", "[EOS]"):
+    logging.warning("the vocab has no [SOS]/[EOS] (a Google BERT vocab?); "
+                    "sentences are framed by %s ... %s instead.", *boundary)
+  return tokenization.FullTokenizer(vocab_path, do_lower_case,
+                                    boundary_tokens=boundary)
 
 
 # ----------------------------------------------------------------------------
@@ -389,18 +503,12 @@ def write_records(path, examples):
   Returns:
     int: number of records written.
   """
-  tmp = "%s.tmp-%d" % (path, os.getpid())
   count = 0
-  try:
+  with io_utils.atomic_path(path) as tmp:
     with tf.io.TFRecordWriter(tmp) as writer:
       for example in examples:
         writer.write(example)
         count += 1
-    tf.io.gfile.rename(tmp, path, overwrite=True)
-  except BaseException:
-    if tf.io.gfile.exists(tmp):
-      tf.io.gfile.remove(tmp)
-    raise
   return count
 
 
@@ -530,37 +638,109 @@ def write_shards(output_dir, split, examples, num_shards, seed):
 # ----------------------------------------------------------------------------
 
 
-def _find_complete(output_dir, fingerprint):
-  """Returns the stats of a complete output with this fingerprint, or None."""
-  path = os.path.join(output_dir, STATS_FILE)
-  if not tf.io.gfile.exists(path):
-    return None
-  try:
-    with tf.io.gfile.GFile(path, "r") as f:
-      stats = json.load(f)
-  except ValueError:
-    return None
-  if stats.get("fingerprint") != fingerprint:
-    return None
-  for info in stats.get("files", []) + [{"file": VOCAB_FILE,
-                                         "bytes": stats.get("vocab_bytes")}]:
-    path = os.path.join(output_dir, info["file"])
-    if (not tf.io.gfile.exists(path) or
-        tf.io.gfile.stat(path).length != info["bytes"]):
-      return None
+def _write_splits(tokenizer, sentences, read_stats, output_dir, args):
+  """Tokenizes each split and writes its shards; frees each split's text.
+
+  Returns:
+    (files, split_stats, seconds): the shards written ({"file", "records",
+    "bytes"}), {split: tokenize_sentences stats + read counts}, and the time
+    spent tokenizing.
+  """
+  files = []
+  split_stats = {}
+  seconds = 0.0
+  shards = {"train": args.num_shards, "eval": args.num_eval_shards}
+  for split in SPLITS:
+    start = time.time()
+    examples, split_stats[split] = tokenize_sentences(
+        tokenizer, sentences[split], args.max_seq_length,
+        what="tokenize " + split)
+    sentences[split] = None  # Free the text before the next split.
+    seconds += time.time() - start
+    split_stats[split].update(dataclasses.asdict(read_stats[split]))
+    if not examples:
+      logging.warning("no %s sentences; no %s shards written", split, split)
+      continue
+    t = split_stats[split]
+    logging.info("%s: %d sentences, %d tokens, mean length %.1f, %d (%.2f%%) "
+                 "truncated to %d, UNK rate %.4f%%", split, t["sentences"],
+                 t["tokens"], t["lengths"]["mean"], t["truncated"],
+                 100 * t["truncated_fraction"], args.max_seq_length,
+                 100 * t["unk_rate"])
+    files.extend(write_shards(output_dir, split, examples, shards[split],
+                              args.random_seed))
+    del examples
+  return files, split_stats, seconds
+
+
+def _remove_stale_shards(output_dir, files):
+  """Removes shards of earlier runs (another --num_shards).
+
+  A glob like train-* would otherwise pick them up with the new ones.
+  """
+  current = {f["file"] for f in files}
+  for name in tf.io.gfile.listdir(output_dir):
+    if _SHARD_RE.match(name) and name not in current:
+      logging.info("removing stale shard %s", name)
+      tf.io.gfile.remove(os.path.join(output_dir, name))
+
+
+def _build(args, output_dir, force):
+  """The steps of `create_pretraining_data` once its arguments are checked."""
+  start = time.time()
+  tf.io.gfile.makedirs(output_dir)
+  sources = _prepare_sources(args, output_dir, force)
+  fingerprint, input_sha256 = _fingerprint(args, sources)
+  stamp_path = os.path.join(output_dir, STATS_FILE)
+  stats = None if force else io_utils.read_stamp(stamp_path, fingerprint)
+  if stats is not None:
+    logging.info("%s already holds a complete output for these arguments "
+                 "(%d train, %d eval sentences); nothing to do (--force "
+                 "rebuilds).", output_dir, stats["train"]["sentences"],
+                 stats["eval"]["sentences"])
+    return dict(stats, reused=True)
+  # From here on the directory is being rewritten: without its stamp an
+  # interrupted run can never be mistaken for a complete one.
+  io_utils.remove_stamp(stamp_path)
+
+  sentences, read_stats = _read_splits(sources, args)
+  vocab_path = os.path.join(output_dir, VOCAB_FILE)
+  tokens, vocab_seconds = _make_vocab(sentences["train"], vocab_path, args)
+  tokenizer = _make_tokenizer(tokens, vocab_path, args.do_lower_case)
+  files, split_stats, tokenize_seconds = _write_splits(
+      tokenizer, sentences, read_stats, output_dir, args)
+  _remove_stale_shards(output_dir, files)
+
+  num_sentences = sum(split_stats[s]["sentences"] for s in SPLITS)
+  corpus_stats = sources.corpus_stats
+  stats = {
+      "format_version": FORMAT_VERSION,
+      "fingerprint": fingerprint,
+      "args": dataclasses.asdict(args),
+      "input_sha256": input_sha256,
+      "vocab_size": len(tokens),
+      "special_ids": {t: tokenizer.vocab[t] for t in tokenization.SPECIAL_TOKENS
+                      if t in tokenizer.vocab},
+      "boundary_tokens": list(tokenizer.boundary_tokens),
+      "train": split_stats["train"],
+      "eval": split_stats["eval"],
+      "files": files,
+      "corpus": corpus_stats and {k: corpus_stats.get(k) for k in
+                                  ("train", "eval", "books", "sentences")},
+      "seconds": {"total": round(time.time() - start, 1),
+                  "vocab": round(vocab_seconds, 1),
+                  "tokenize": round(tokenize_seconds, 1)},
+      "sentences_per_second": round(
+          num_sentences / max(tokenize_seconds, 1e-9), 1),
+  }
+  outputs = [os.path.join(output_dir, f["file"]) for f in files] + [vocab_path]
+  stats = io_utils.write_stamp(stamp_path, fingerprint, outputs, stats)
+  logging.info("wrote %d train + %d eval sentences (%d + %d tokens) in %d "
+               "files to %s in %.1f s", stats["train"]["sentences"],
+               stats["eval"]["sentences"], stats["train"]["tokens"],
+               stats["eval"]["tokens"], len(files), output_dir,
+               stats["seconds"]["total"])
   return stats
-
-
-def _boundary_tokens(vocab):
-  """[SOS]/[EOS] when the vocab has them, else BERT's [CLS]/[SEP]."""
-  if "[SOS]" in vocab and "[EOS]" in vocab:
-    return ("[SOS]", "[EOS]")
-  if "[CLS]" in vocab and "[SEP]" in vocab:
-    logging.warning("the vocab has no [SOS]/[EOS] (a Google BERT vocab?); "
-                    "sentences are framed by [CLS] ... [SEP] instead.")
-    return ("[CLS]", "[SEP]")
-  raise ValueError("the vocab has neither [SOS]/[EOS] nor [CLS]/[SEP] to "
-                   "frame a sentence")
 
 
 def create_pretraining_data(input_files,
@@ -623,204 +803,24 @@ def create_pretraining_data(input_files,
     ValueError: for bad arguments (naming the flag) or malformed input
       (naming file:line).
   """
-  start = time.time()
-  if (vocab_file is None) == (vocab_size is None):
-    raise ValueError("give exactly one of --vocab_file and --vocab_size "
-                     "(got vocab_file=%r, vocab_size=%r)" % (vocab_file,
-                                                              vocab_size))
-  if vocab_size is not None and vocab_size <= len(tokenization.SPECIAL_TOKENS):
-    raise ValueError("--vocab_size must exceed the %d special tokens, got %d"
-                     % (len(tokenization.SPECIAL_TOKENS), vocab_size))
-  if max_seq_length < 3:
-    raise ValueError("--max_seq_length must be >= 3 ([SOS], one piece, "
-                     "[EOS]), got %d" % max_seq_length)
-  if num_shards < 1 or num_eval_shards < 1:
-    raise ValueError("--num_shards and --num_eval_shards must be >= 1, got "
-                     "%d and %d" % (num_shards, num_eval_shards))
-  if not 0 <= eval_fraction < 1:
-    raise ValueError("--eval_fraction must be in [0, 1), got %r" %
-                     eval_fraction)
-  if input_format not in INPUT_FORMATS:
-    raise ValueError("--input_format must be one of %s, got %r" %
-                     (INPUT_FORMATS, input_format))
-  inputs = expand_patterns(input_files)
-  eval_inputs = expand_patterns(eval_files) if eval_files else []
-  raw_inputs = [p for p in inputs if _is_raw(p, input_format)]
-  sentence_inputs = [p for p in inputs if not _is_raw(p, input_format)]
-  if normalization != "none" and sentence_inputs:
-    raise ValueError(
-        "--normalization=%s applies to raw inputs (corpus.py) only, but %s "
-        "are sentence files, used as they are. Normalize them with corpus.py "
-        "(--input_format=lines) or pass --normalization=none." %
-        (normalization, ", ".join(sentence_inputs)))
-  tf.io.gfile.makedirs(output_dir)
-
-  # 1. Sentence files: corpus.py output for raw inputs, the rest as given.
-  corpus_stats = None
-  train_sources = list(sentence_inputs)  # Split by hash unless eval_inputs.
-  eval_sources = list(eval_inputs)
-  fixed_train = []
-  if raw_inputs:
-    corpus_dir = os.path.join(output_dir, CORPUS_SUBDIR)
-    corpus_stats = run_corpus(raw_inputs, corpus_dir, normalization,
-                              eval_fraction, random_seed, max_books, force)
-    fixed_train.append(os.path.join(corpus_dir, "train.txt"))
-    eval_sources.append(os.path.join(corpus_dir, "eval.txt"))
-  split_by_hash = not eval_inputs and eval_fraction > 0
-
-  args = {
-      "input_files": inputs, "eval_files": eval_inputs,
-      "vocab_file": vocab_file and os.path.abspath(vocab_file),
-      "vocab_size": vocab_size, "do_lower_case": bool(do_lower_case),
-      "normalization": normalization, "max_seq_length": max_seq_length,
-      "num_shards": num_shards, "num_eval_shards": num_eval_shards,
-      "eval_fraction": eval_fraction, "random_seed": random_seed,
-      "input_format": input_format, "skip_malformed": bool(skip_malformed),
-      "max_books": max_books, "vocab_learn_params": vocab_learn_params,
-      "vocab_max_sentences": vocab_max_sentences,
-  }
-  # What the records depend on: the arguments, the exact bytes of every
-  # sentence file read (corpus.py output included) and of the vocab.
-  read_files = sorted(set(train_sources + fixed_train + eval_sources))
-  fingerprint_src = {
-      "format_version": FORMAT_VERSION, "args": args,
-      "files": {p: _sha256_file(p) for p in read_files},
-      "vocab_sha256": vocab_file and _sha256_file(vocab_file),
-  }
-  fingerprint = hashlib.sha256(
-      json.dumps(fingerprint_src, sort_keys=True).encode("utf-8")).hexdigest()
-  if not force:
-    stats = _find_complete(output_dir, fingerprint)
-    if stats is not None:
-      logging.info("%s already holds a complete output for these arguments "
-                   "(%d train, %d eval sentences); nothing to do (--force "
-                   "rebuilds).", output_dir, stats["train"]["sentences"],
-                   stats["eval"]["sentences"])
-      stats["reused"] = True
-      return stats
-  # From here on the directory is being rewritten: without data_stats.json
-  # an interrupted run can never be mistaken for a complete one.
-  stats_path = os.path.join(output_dir, STATS_FILE)
-  if tf.io.gfile.exists(stats_path):
-    tf.io.gfile.remove(stats_path)
-
-  # 2. Read.
-  read_start = time.time()
-  read_stats = {split: SentenceReadStats() for split in SPLITS}
-  sentences = {split: [] for split in SPLITS}
-  for path in train_sources:
-    for _, sentence in read_sentence_file(path, skip_malformed,
-                                          read_stats["train"]):
-      if split_by_hash and _unit_hash(random_seed, sentence) < eval_fraction:
-        sentences["eval"].append(sentence)
-      else:
-        sentences["train"].append(sentence)
-  for split, paths in (("train", fixed_train), ("eval", eval_sources)):
-    for path in paths:
-      sentences[split].extend(
-          s for _, s in read_sentence_file(path, skip_malformed,
-                                           read_stats[split]))
-  logging.info("read %d train and %d eval sentences from %d files (%d empty "
-               "and %d malformed lines skipped) in %.1f s",
-               len(sentences["train"]), len(sentences["eval"]),
-               len(read_files),
-               sum(s.empty_lines for s in read_stats.values()),
-               sum(s.malformed_lines for s in read_stats.values()),
-               time.time() - read_start)
-  if not sentences["train"]:
-    raise ValueError("no training sentences in %s" % (train_sources +
-                                                      fixed_train))
-
-  # 3. Vocab: from the training split only, so eval text stays unseen.
-  vocab_path = os.path.join(output_dir, VOCAB_FILE)
-  vocab_start = time.time()
-  if vocab_file is not None:
-    tokens = list(tokenization.load_vocab(vocab_file))
-  else:
-    vocab_sample = evenly_spaced(sentences["train"], vocab_max_sentences)
-    logging.info("learning a WordPiece vocab of size %d from %d of %d "
-                 "training sentences", vocab_size, len(vocab_sample),
-                 len(sentences["train"]))
-    tokens = tokenization.build_vocab(vocab_sample, vocab_size,
-                                      do_lower_case=do_lower_case,
-                                      learn_params=vocab_learn_params)
-  _write_vocab_file(tokens, vocab_path)
-  vocab_seconds = time.time() - vocab_start
-  logging.info("vocab: %d tokens -> %s (%.1f s)", len(tokens), vocab_path,
-               vocab_seconds)
-  boundary = _boundary_tokens(set(tokens))
-  tokenizer = tokenization.FullTokenizer(vocab_path, do_lower_case,
-                                         boundary_tokens=boundary)
-
-  # 4. Tokenize, shuffle, write.
-  files = []
-  split_stats = {}
-  tokenize_seconds = 0.0
-  for split, shards in (("train", num_shards), ("eval", num_eval_shards)):
-    split_start = time.time()
-    examples, split_stats[split] = tokenize_sentences(
-        tokenizer, sentences[split], max_seq_length, what="tokenize " + split)
-    sentences[split] = None  # Free the text before the next split.
-    tokenize_seconds += time.time() - split_start
-    rs = read_stats[split]
-    split_stats[split].update(lines=rs.lines, empty_lines=rs.empty_lines,
-                              malformed_lines=rs.malformed_lines,
-                              malformed_examples=rs.malformed_examples)
-    if not examples:
-      logging.warning("no %s sentences; no %s shards written", split, split)
-      continue
-    t = split_stats[split]
-    logging.info("%s: %d sentences, %d tokens, mean length %.1f, %d (%.2f%%) "
-                 "truncated to %d, UNK rate %.4f%%", split, t["sentences"],
-                 t["tokens"], t["lengths"]["mean"], t["truncated"],
-                 100 * t["truncated_fraction"], max_seq_length,
-                 100 * t["unk_rate"])
-    files.extend(write_shards(output_dir, split, examples, shards,
-                              random_seed))
-    del examples
-
-  # 5. Remove shards of earlier runs (another --num_shards) that a glob
-  # like train-* would otherwise pick up with the new ones.
-  current = {f["file"] for f in files}
-  for name in tf.io.gfile.listdir(output_dir):
-    if _SHARD_RE.match(name) and name not in current:
-      logging.info("removing stale shard %s", name)
-      tf.io.gfile.remove(os.path.join(output_dir, name))
-
-  elapsed = time.time() - start
-  special_ids = {t: tokenizer.vocab[t] for t in tokenization.SPECIAL_TOKENS
-                 if t in tokenizer.vocab}
-  stats = {
-      "format_version": FORMAT_VERSION,
-      "fingerprint": fingerprint,
-      "args": args,
-      "input_sha256": fingerprint_src["files"],
-      "vocab_size": len(tokens),
-      "vocab_bytes": tf.io.gfile.stat(vocab_path).length,
-      "special_ids": special_ids,
-      "boundary_tokens": list(boundary),
-      "train": split_stats["train"],
-      "eval": split_stats["eval"],
-      "files": files,
-      "corpus": corpus_stats and {k: corpus_stats.get(k) for k in
-                                  ("train", "eval", "books", "sentences")},
-      "seconds": {"total": round(elapsed, 1), "vocab": round(vocab_seconds, 1),
-                  "tokenize": round(tokenize_seconds, 1)},
-      "sentences_per_second": round(
-          (split_stats["train"]["sentences"] + split_stats["eval"]["sentences"])
-          / max(tokenize_seconds, 1e-9), 1),
-  }
-  _atomic_write_json(stats_path, stats)
-  logging.info("wrote %d train + %d eval sentences (%d + %d tokens) in %d "
-               "files to %s in %.1f s", stats["train"]["sentences"],
-               stats["eval"]["sentences"], stats["train"]["tokens"],
-               stats["eval"]["tokens"], len(files), output_dir, elapsed)
-  return stats
+  args = _Arguments(
+      input_files=io_utils.expand_globs(input_files),
+      eval_files=io_utils.expand_globs(eval_files) if eval_files else [],
+      vocab_file=vocab_file and os.path.abspath(vocab_file),
+      vocab_size=vocab_size, do_lower_case=bool(do_lower_case),
+      normalization=normalization, max_seq_length=max_seq_length,
+      num_shards=num_shards, num_eval_shards=num_eval_shards,
+      eval_fraction=eval_fraction, random_seed=random_seed,
+      input_format=input_format, skip_malformed=bool(skip_malformed),
+      max_books=max_books, vocab_learn_params=vocab_learn_params,
+      vocab_max_sentences=vocab_max_sentences)
+  return _build(args, output_dir, force)
 
 
 # ----------------------------------------------------------------------------
 # Command line
 # ----------------------------------------------------------------------------
+
 
 FLAGS = flags.FLAGS
 
@@ -828,9 +828,9 @@ FLAGS = flags.FLAGS
 def define_flags():
   """Defines the command-line flags (BERT's names where BERT has them).
 
-  Called from __main__ only: corpus.py and other modules define flags with
-  the same names at import time, and absl refuses a second definition, so
-  this module must stay importable (tests, other scripts) without them.
+  Called from __main__ only, like corpus.define_flags: a script importing
+  this module may define flags of the same names (--output_dir, ...) itself,
+  and absl refuses a second definition.
   """
   flags.DEFINE_string(
       "input_file", None,
@@ -844,7 +844,7 @@ def define_flags():
                        "size from the training split.")
   flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents "
                     "(uncased model).")
-  flags.DEFINE_enum("normalization", "none", ("none", "librispeech"),
+  flags.DEFINE_enum("normalization", "none", normalization_lib.NORMALIZATIONS,
                     "corpus.py normalization of raw inputs.")
   flags.DEFINE_integer("max_seq_length", 128, "Longest sentence in tokens, "
                        "[SOS] and [EOS] included; longer ones are truncated.")

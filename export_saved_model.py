@@ -23,13 +23,17 @@ signatures, both taking `texts`: tf.string [B] (UTF-8 sentences):
                         the batch in tokens, boundaries included,
              "truncated":      bool [B]        the sentence was cut to fit}
 
-The numbers are those of `inference.NeuralLM.score` / `.sentence_vectors`
-(tests/test_export.py checks it): tta one pass, log p(x_t | x_\\t); unilm
-the chain rule, output t-1 predicting token t; bilm/bert the pseudo-log-
-likelihood from one masked copy per scored position, built in the graph,
-the LM head evaluated at the masked position only. A sentence longer than
-max_seq_length - 2 word pieces loses its last pieces, keeping [SOS] ... [EOS],
-and is flagged in "truncated".
+The numbers are those of `inference.NeuralLM.score` / `.sentence_vectors`:
+the signatures call the NeuralLM's own `inference.ScoringGraph` (its weight
+snapshots saved with it), and tests/test_export.py checks the outputs. tta
+one pass, log p(x_t | x_\\t); unilm the chain rule, output t-1 predicting
+token t; bilm/bert the pseudo-log-likelihood from one masked copy per scored
+position, built in the graph, the LM head evaluated at the masked position
+only. A sentence longer than max_seq_length - 2 word pieces loses its last
+pieces, keeping [SOS] ... [EOS], and is flagged in "truncated".
+
+The SavedModel also holds the NeuralLM's transposed copy of the embedding
+table (V x D floats, the fast LM-head layout) beside the table itself.
 
 Loading needs tensorflow_text imported first (it registers the tokenizer
 ops):
@@ -86,12 +90,15 @@ _TEXTS = tf.TensorSpec([None], tf.string, name="texts")
 class ExportModule(tf.Module):
   """Tokenizer + model with `encode` and `score` taking raw strings.
 
-  The scoring conventions (boundary ids, max_seq_length, which tokens are
-  scored, the [MASK] id) are read from an `inference.NeuralLM`, so the
-  exported graph and the Python path cannot disagree on them.
+  The computations are those of the NeuralLM's `inference.ScoringGraph`
+  (encoder, pooling, target log-probabilities, masked-copy scoring), held
+  by this module with its weight snapshots; the conventions (boundary ids,
+  max_seq_length, which tokens are scored, the [MASK] id) are read from the
+  NeuralLM too. What is added here is what the Python path does outside the
+  graph: tokenization, padding, and building the masked copies.
 
   Dimensions: B = sentences, T = the batch's longest length in tokens,
-  R = masked copies, D = hidden size, V = vocab size.
+  R = masked copies, D = hidden size.
   """
 
   def __init__(self, lm, name=None):
@@ -102,7 +109,7 @@ class ExportModule(tf.Module):
       name: tf.Module name.
     """
     super().__init__(name=name)
-    self.model = lm.model
+    self.graph = lm.graph
     self.tokenizer = lm.tokenizer.graph_tokenizer()
     # Plain Python values: baked into the graph as constants.
     self._model_type = lm.model_type
@@ -115,14 +122,12 @@ class ExportModule(tf.Module):
     self._score_eos = bool(lm.score_eos)
     self._token_budget = int(lm.token_budget)
     self._masked_copies_kind = lm.model_type in ("bilm", "bert")
-    # T-TA: the NeuralLM's fused key/value snapshot, saved with the module.
-    self._fused_key_value = lm.fused_key_value
     self._normalization = lm.normalization
     if lm.normalization != "none":
       logging.warning(
           "the model was trained on %s-normalized text; the SavedModel "
           "tokenizes its input as given, so normalize texts before calling "
-          "it (inference.normalizer)", lm.normalization)
+          "it (normalization.normalizer)", lm.normalization)
 
   def info(self):
     """The conventions baked into the graph, JSON-able."""
@@ -133,7 +138,7 @@ class ExportModule(tf.Module):
             "score_sos": self._score_sos, "score_eos": self._score_eos,
             "token_budget": self._token_budget,
             "normalization": self._normalization,
-            "config": json.loads(self.model.config.to_json_string())}
+            "config": json.loads(self.graph.model.config.to_json_string())}
 
   # ------------------------------------------------------------ inputs
 
@@ -161,63 +166,69 @@ class ExportModule(tf.Module):
     input_mask = tf.sequence_mask(lengths, tf.shape(input_ids)[1], tf.int32)
     return input_ids, input_mask, lengths, truncated
 
-  def _encode(self, input_ids, input_mask):
-    return self.model.encode({"input_ids": input_ids,
-                              "input_mask": input_mask}, training=False,
-                             fused_key_value=self._fused_key_value)
+  def _scored_span(self, lengths):
+    """[starts, limits) int32 [B] of the scored positions of each sentence.
 
-  def _target_log_probs(self, hidden, targets):
-    """hidden [N, D], targets int32 [N] -> log p(target) float32 [N].
-
-    The same formula as inference.py (logit of the target minus the
-    log-sum-exp), so the two paths round alike.
+    The rule of `inference.scored_positions` on a batch: [SOS] only with
+    score_sos (never for unilm: NeuralLM clears the flag), [EOS] unless
+    score_eos is off.
     """
-    logits = self.model.lm_head(hidden, self.model.embeddings.word_embeddings)
-    picked = tf.gather(logits, targets, batch_dims=1)
-    return picked - tf.reduce_logsumexp(logits, axis=-1)
+    starts = tf.fill(tf.shape(lengths), 0 if self._score_sos else 1)
+    limits = lengths if self._score_eos else lengths - 1
+    return starts, tf.maximum(limits, starts)
 
-  def _masked_copies(self, input_ids, input_mask, starts, limits,
-                     with_head):
+  # ------------------------------------------------------- masked copies
+
+  def _mask_copies(self, input_ids, input_mask, starts, limits):
     """One copy per (sentence b, position p in [starts[b], limits[b])) with
-    token p replaced by [MASK], run in chunks within the token budget.
-
-    Args:
-      input_ids, input_mask: int32 [B, T].
-      starts, limits: int32 [B].
-      with_head: Python bool; also return log p of the masked tokens.
+    token p replaced by [MASK].
 
     Returns:
       rows int32 [R] (the sentence of each copy), positions int32 [R],
-      hidden at the masked position float32 [R, D], and log p of the
-      original token there float32 [R] (None unless with_head).
+      copies and copy_mask int32 [R, T], targets int32 [R] (the token each
+      [MASK] replaced).
     """
     positions = tf.ragged.range(starts, limits)  # [B, (R_b)]
     rows = tf.cast(positions.value_rowids(), tf.int32)  # [R]
     positions = positions.flat_values  # [R]
-    width = tf.shape(input_ids)[1]
     copies = tf.gather(input_ids, rows)  # [R, T]
     targets = tf.gather(copies, positions, batch_dims=1)  # [R]
-    copies = tf.where(tf.one_hot(positions, width, on_value=True,
-                                 off_value=False, dtype=tf.bool),
+    copies = tf.where(tf.one_hot(positions, tf.shape(input_ids)[1],
+                                 on_value=True, off_value=False,
+                                 dtype=tf.bool),
                       self._mask_id, copies)
-    copy_mask = tf.gather(input_mask, rows)  # [R, T]
-    num_copies = tf.shape(rows)[0]
+    return rows, positions, copies, tf.gather(input_mask, rows), targets
+
+  def _run_copies(self, copies, copy_mask, positions, targets, with_head):
+    """Runs the masked copies in chunks within the token budget.
+
+    Args:
+      copies, copy_mask: int32 [R, T].
+      positions, targets: int32 [R].
+      with_head: Python bool; also return log p of the masked tokens.
+
+    Returns:
+      hidden at the masked position float32 [R, D], and log p of the
+      original token there float32 [R] (None unless with_head).
+    """
+    num_copies = tf.shape(copies)[0]
     # Rows per forward pass: a sentence of 128 tokens has up to 127 copies,
     # and a batch of sentences many more; the budget bounds the memory.
     # (max(width, 1): an empty batch has width 0.)
-    chunk = tf.maximum(self._token_budget // tf.maximum(width, 1), 1)
-    dim = self.model.config.hidden_size
+    chunk = tf.maximum(
+        self._token_budget // tf.maximum(tf.shape(copies)[1], 1), 1)
+    dim = self.graph.model.config.hidden_size
 
     def body(begin, hidden_acc, logp_acc):
       end = tf.minimum(begin + chunk, num_copies)
-      hidden, _ = self._encode(copies[begin:end], copy_mask[begin:end])
-      at_mask = tf.gather(hidden, positions[begin:end], batch_dims=1)
-      hidden_acc = tf.concat([hidden_acc, at_mask], 0)
+      part = (copies[begin:end], copy_mask[begin:end], positions[begin:end])
       if with_head:
-        logp_acc = tf.concat(
-            [logp_acc, self._target_log_probs(at_mask, targets[begin:end])],
-            0)
-      return end, hidden_acc, logp_acc
+        logp, at_mask = self.graph.masked_copy_scores(*part,
+                                                      targets[begin:end])
+        logp_acc = tf.concat([logp_acc, logp], 0)
+      else:
+        at_mask = self.graph.masked_hidden(*part)
+      return end, tf.concat([hidden_acc, at_mask], 0), logp_acc
 
     # A while_loop (not a Python loop) because R is only known at run time;
     # concatenating the chunks' results costs little next to the model.
@@ -226,7 +237,7 @@ class ExportModule(tf.Module):
         (tf.constant(0), tf.zeros([0, dim]), tf.zeros([0])),
         shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, dim]),
                           tf.TensorShape([None])))
-    return rows, positions, hidden, (logp if with_head else None)
+    return hidden, (logp if with_head else None)
 
   # --------------------------------------------------------- signatures
 
@@ -241,31 +252,18 @@ class ExportModule(tf.Module):
       context_intact for bilm/bert); see the module docstring.
     """
     input_ids, input_mask, lengths, _ = self._inputs(texts)
-    hidden, embedding = self._encode(input_ids, input_mask)  # [B, T, D]
-    width = tf.shape(input_ids)[1]
-    # Word pieces only: positions 1 .. n-2.
-    words = tf.logical_and(tf.range(width)[tf.newaxis] >= 1,
-                           tf.range(width)[tf.newaxis] < (lengths - 1)[:, None])
-    words = tf.cast(words, tf.float32)[:, :, tf.newaxis]  # [B, T, 1]
-    # max(., 1): a sentence without pieces sums nothing and stays all zero.
-    count = tf.maximum(tf.reduce_sum(words, axis=1), 1.0)  # [B, 1]
-
-    def word_mean(x):
-      return tf.reduce_sum(x * words, axis=1) / count
-
-    out = {"embed": word_mean(embedding),
-           "first": hidden[:, 0],
-           "last": tf.gather(hidden, lengths - 1, batch_dims=1)}
+    out = self.graph.sentence_vectors(input_ids, input_mask)
     if self._masked_copies_kind:
-      out["context_intact"] = word_mean(hidden)
-      rows, _, at_mask, _ = self._masked_copies(
+      # Position i's vector from the copy with token i masked, i over the
+      # word pieces 1 .. n-2; a sentence without pieces gets zeros.
+      rows, positions, copies, copy_mask, targets = self._mask_copies(
           input_ids, input_mask, tf.ones_like(lengths),
-          tf.maximum(lengths - 1, 1), with_head=False)
-      sums = tf.math.unsorted_segment_sum(at_mask, rows,
-                                          tf.shape(lengths)[0])
-      out["context"] = sums / count
-    else:
-      out["context"] = word_mean(hidden)
+          tf.maximum(lengths - 1, 1))
+      at_mask, _ = self._run_copies(copies, copy_mask, positions, targets,
+                                    with_head=False)
+      out["context_intact"] = out["context"]
+      out["context"] = tf.math.unsorted_segment_mean(
+          at_mask, rows, tf.shape(lengths)[0])
     return out
 
   def score(self, texts):
@@ -279,25 +277,20 @@ class ExportModule(tf.Module):
       float32 [B, T], truncated bool [B]; see the module docstring.
     """
     input_ids, input_mask, lengths, truncated = self._inputs(texts)
-    # Scored token positions [starts, limits); unilm never scores [SOS].
-    starts = tf.fill(tf.shape(lengths), 0 if self._score_sos else 1)
-    limits = lengths if self._score_eos else lengths - 1
-    limits = tf.maximum(limits, starts)
+    starts, limits = self._scored_span(lengths)
     if self._masked_copies_kind:
-      rows, positions, _, logp = self._masked_copies(
-          input_ids, input_mask, starts, limits, with_head=True)
+      rows, positions, copies, copy_mask, targets = self._mask_copies(
+          input_ids, input_mask, starts, limits)
+      _, logp = self._run_copies(copies, copy_mask, positions, targets,
+                                 with_head=True)
+      token_logprobs = tf.scatter_nd(tf.stack([rows, positions], 1), logp,
+                                     tf.shape(input_ids))  # [B, T]
     else:
-      hidden, _ = self._encode(input_ids, input_mask)  # [B, T, D]
-      positions = tf.ragged.range(starts, limits)
-      rows = tf.cast(positions.value_rowids(), tf.int32)
-      positions = positions.flat_values
-      # uniLM output t predicts token t+1, so token p is read at p - 1.
-      shift = 1 if self._model_type == "unilm" else 0
-      at = tf.gather_nd(hidden, tf.stack([rows, positions - shift], 1))
-      targets = tf.gather_nd(input_ids, tf.stack([rows, positions], 1))
-      logp = self._target_log_probs(at, targets)
-    token_logprobs = tf.scatter_nd(tf.stack([rows, positions], 1), logp,
-                                   tf.shape(input_ids))  # [B, T]
+      width = tf.range(tf.shape(input_ids)[1])[tf.newaxis]  # [1, T]
+      score_mask = tf.logical_and(width >= starts[:, None],
+                                  width < limits[:, None])
+      token_logprobs = self.graph.token_log_probs(
+          input_ids, input_mask, tf.cast(score_mask, tf.int32))
     return {"total": tf.reduce_sum(token_logprobs, axis=1),
             "num_tokens": limits - starts,
             "token_logprobs": token_logprobs,

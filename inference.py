@@ -26,29 +26,25 @@ silent.
 
 Text normalization: a model trained on normalized text (config.json
 "normalization": "librispeech", or a KenLM model whose info file says so)
-gets its input normalized the same way before tokenization, so STS pairs and
-WMT candidates with digits and punctuation meet the vocabulary the model
-learned. Sentences the normalizer rejects (numbers it will not read aloud,
-non-Latin letters) are spelled digit by digit / folded to ASCII instead, and
-counted in `stats["normalization_fallbacks"]`.
+gets its input normalized the same way (`normalization.normalizer`) before
+tokenization, so STS pairs and WMT candidates with digits and punctuation meet
+the vocabulary the model learned. Sentences the normalizer rejects (numbers it
+will not read aloud, non-Latin letters) are spelled digit by digit / folded to
+ASCII instead, and counted in `stats["normalization_fallbacks"]`.
 """
 
-import copy
 import dataclasses
-import hashlib
 import json
 import math
 import os
-import re
-import unicodedata
 
 from absl import logging
 import numpy as np
 import tensorflow as tf
 
-import corpus
-import io_utils
+import model_dir as model_dir_lib
 import modeling
+import normalization as normalization_lib
 import tokenization
 
 POOLINGS = ("context", "embed", "first", "last")
@@ -107,41 +103,6 @@ class Encoded:
   truncated: np.ndarray
 
 
-NORMALIZATIONS = ("none", "librispeech")
-
-
-def normalizer(name, stats):
-  """A function str -> str applying the named normalization.
-
-  Args:
-    name: one of NORMALIZATIONS.
-    stats: dict; "normalization_fallbacks" counts the sentences that needed
-      the lenient path.
-  """
-  if name not in NORMALIZATIONS:
-    raise ValueError("unknown normalization %r; expected one of %s" %
-                     (name, NORMALIZATIONS))
-  if name == "none":
-    return lambda text: text
-
-  def librispeech(text):
-    try:
-      return corpus.normalize_librispeech(text)
-    except corpus.NormalizationError:
-      stats["normalization_fallbacks"] = (
-          stats.get("normalization_fallbacks", 0) + 1)
-      # The reader says "$3.50" or "1,000,000" somehow; digit by digit is the
-      # reading that keeps every token, and ASCII folding drops what cannot
-      # be spelled in A-Z.
-      spelled = re.sub(r"\d", lambda m: " %s " % corpus.spell_number(
-          int(m.group())), text)
-      folded = unicodedata.normalize("NFKD", spelled).encode(
-          "ascii", "ignore").decode("ascii")
-      return corpus.normalize_librispeech(folded)
-
-  return librispeech
-
-
 def scored_positions(model_type, length, score_sos=False, score_eos=True):
   """Positions whose token is scored, for a sentence of `length` tokens.
 
@@ -157,8 +118,144 @@ def _pad_to(length, multiple):
   return int(math.ceil(length / multiple) * multiple)
 
 
+def _word_mean(values, lengths):
+  """Mean over the word pieces (positions 1 .. n-2, boundaries excluded).
+
+  Args:
+    values: float32 [B, T, D].
+    lengths: int32 [B], tokens per row, boundaries included.
+
+  Returns:
+    float32 [B, D]; zeros for a row without word pieces.
+  """
+  positions = tf.range(tf.shape(values)[1])[tf.newaxis]  # [1, T]
+  words = tf.logical_and(positions >= 1, positions < (lengths - 1)[:, None])
+  words = tf.cast(words, values.dtype)[:, :, tf.newaxis]  # [B, T, 1]
+  # max(., 1): a row without pieces sums nothing and stays all zero.
+  count = tf.maximum(tf.reduce_sum(words, axis=1), 1.0)  # [B, 1]
+  return tf.reduce_sum(values * words, axis=1) / count
+
+
+class ScoringGraph(tf.Module):
+  """The model's inference computations, as tf-traceable methods.
+
+  The one definition of encoding, pooling and target log-probabilities:
+  `NeuralLM` compiles these methods into its graph functions and the
+  SavedModel (export_saved_model.py) traces them into its signatures, so the
+  Python path and the served model compute the same numbers by construction.
+
+  Weight snapshots are taken once, when the graph is built, so a NeuralLM
+  (and its export) scores with the weights it was built with. Being a
+  tf.Module, whatever module holds this one saves the snapshots with it.
+
+  Dimensions: B = rows, T = tokens per row, R = masked copies, N = scored
+  positions, D = hidden size, V = vocab size.
+  """
+
+  def __init__(self, model):
+    """Takes the weight snapshots of `model` (`modeling.TransformerLM`)."""
+    super().__init__(name="scoring_graph")
+    self.model = model
+    self.output_kernel = None
+    if isinstance(model.lm_head, modeling.LMHead):
+      # A transposed snapshot of the tied table: the output projection then
+      # reads it in place (4-6x faster than einsum on the 2-core CPU).
+      self.output_kernel = tf.Variable(
+          tf.transpose(model.embeddings.word_embeddings), trainable=False)
+    self.fused_key_value = None
+    if model.model_type == "tta":
+      # Input isolation: all layers' keys/values come from the embedding
+      # output, so one matmul against a snapshot of the side-by-side kernels
+      # replaces 2L small ones.
+      kernel, bias = model.fused_key_value_weights()
+      self.fused_key_value = (tf.Variable(kernel, trainable=False),
+                              tf.Variable(bias, trainable=False))
+
+  def encode(self, input_ids, input_mask):
+    """int32 [B, T] each -> (sequence_output, embedding_output) [B, T, D]."""
+    return self.model.encode({"input_ids": input_ids,
+                              "input_mask": input_mask}, training=False,
+                             fused_key_value=self.fused_key_value)
+
+  def target_log_probs(self, hidden, targets):
+    """hidden [N, D], targets int32 [N] -> log p(targets) float32 [N]."""
+    head_kwargs = {}
+    if self.output_kernel is not None:
+      head_kwargs["output_kernel"] = self.output_kernel
+    logits = self.model.lm_head(hidden, self.model.embeddings.word_embeddings,
+                                **head_kwargs)  # [N, V]
+    # The V-wide logits are needed for the normaliser anyway; the gather
+    # avoids a [N, V] log_softmax copy.
+    picked = tf.gather(logits, targets, batch_dims=1)
+    return picked - tf.reduce_logsumexp(logits, axis=-1)
+
+  def token_log_probs(self, input_ids, input_mask, score_mask):
+    """One pass (tta, unilm): log p of each scored token of the input.
+
+    tta reads token t's distribution at output t (x_t is hidden from it);
+    unilm at output t-1 (it has seen x_<t only), so unilm must not score
+    position 0. The LM head runs on the scored positions only.
+
+    Args:
+      input_ids, input_mask: int32 [B, T].
+      score_mask: int32 [B, T], 1 at the positions to score.
+
+    Returns:
+      float32 [B, T]: log p(input_ids) where score_mask is 1, 0 elsewhere.
+    """
+    hidden, _ = self.encode(input_ids, input_mask)  # [B, T, D]
+    where = tf.where(score_mask > 0)  # [N, 2] (row, position)
+    read_at = where
+    if self.model.model_type == "unilm":
+      read_at = where - tf.constant([[0, 1]], tf.int64)
+    picked = self.target_log_probs(tf.gather_nd(hidden, read_at),
+                                   tf.gather_nd(input_ids, where))
+    return tf.scatter_nd(where, picked, tf.shape(input_ids, tf.int64))
+
+  def masked_hidden(self, copies, copy_mask, positions):
+    """Masked copies (bilm, bert) -> last layer at the masked position.
+
+    Args:
+      copies, copy_mask: int32 [R, T]; row r has token positions[r] replaced
+        by [MASK].
+      positions: int32 [R].
+
+    Returns:
+      float32 [R, D].
+    """
+    hidden, _ = self.encode(copies, copy_mask)
+    return tf.gather(hidden, positions, batch_dims=1)
+
+  def masked_copy_scores(self, copies, copy_mask, positions, targets):
+    """Masked copies -> (log p(targets) [R], hidden at the mask [R, D]).
+
+    targets: int32 [R], the token each copy's [MASK] replaced.
+    """
+    at_mask = self.masked_hidden(copies, copy_mask, positions)
+    return self.target_log_probs(at_mask, targets), at_mask
+
+  def sentence_vectors(self, input_ids, input_mask):
+    """Every pooling of one pass over intact input, float32 [B, D] each.
+
+    Returns:
+      dict: "context" / "embed", the mean of the last layer / embedding
+      output over the word pieces (zeros for a row without any); "first" /
+      "last", the last layer at the start / end token.
+    """
+    sequence, embedding = self.encode(input_ids, input_mask)
+    lengths = tf.reduce_sum(input_mask, axis=1)  # [B]
+    return {"context": _word_mean(sequence, lengths),
+            "embed": _word_mean(embedding, lengths),
+            "first": sequence[:, 0],
+            "last": tf.gather(sequence, lengths - 1, batch_dims=1)}
+
+
 class NeuralLM(object):
   """A tta/bilm/unilm/bert model with its tokenizer, ready to score/encode.
+
+  Tokenization, batching and masked-copy building happen here, in Python;
+  the tensor work is `self.graph`, a `ScoringGraph` (shared with the
+  SavedModel export), compiled into tf.functions.
 
   Example:
     lm = NeuralLM.from_model_dir("runs/tta")
@@ -210,85 +307,40 @@ class NeuralLM(object):
     self.bos_id, self.eos_id = _boundary_ids(tokenizer)
     self.mask_id = tokenizer.mask_id
     self.stats = {"sentences": 0, "truncated": 0}
-    self.normalization = normalization or config.extra.get("normalization",
-                                                           "none")
-    self._normalize = normalizer(self.normalization, self.stats)
+    self.normalization = normalization or config.normalization
+    self._normalize = normalization_lib.normalizer(self.normalization,
+                                                   self.stats)
+    self.graph = ScoringGraph(model)
     self._compile()
 
   @classmethod
   def from_model_dir(cls, model_dir, **kwargs):
     """Loads config.json, vocab.txt and the latest checkpoint of a model dir."""
-    model, tokenizer = load_model_dir(model_dir)
+    model, tokenizer = model_dir_lib.load_model_dir(model_dir)
     return cls(model, tokenizer, **kwargs)
 
   # ------------------------------------------------------------ tf.functions
 
   def _compile(self):
-    # autograph=False: the model has no tensor-dependent Python control flow,
-    # and autograph mis-converts calls into Keras 3 model methods. Shapes are
-    # left unknown in the signatures so no length ever retraces.
-    model = self.model
-    table = model.embeddings.word_embeddings
-    head_kwargs = {}
-    if isinstance(model.lm_head, modeling.LMHead):
-      # A transposed snapshot of the tied table: the output projection then
-      # reads it in place (4-6x faster than einsum on the 2-core CPU). Taken
-      # once, so a NeuralLM scores with the weights it was built with.
-      self._output_kernel = tf.Variable(tf.transpose(table), trainable=False)
-      head_kwargs["output_kernel"] = self._output_kernel
-    encode_kwargs = {}
-    self.fused_key_value = None
-    if model.model_type == "tta":
-      # Input isolation: all layers' keys/values come from the embedding
-      # output, so one matmul against a snapshot of the side-by-side kernels
-      # replaces 2L small ones.
-      kernel, bias = model.fused_key_value_weights()
-      self.fused_key_value = (tf.Variable(kernel, trainable=False),
-                              tf.Variable(bias, trainable=False))
-      encode_kwargs["fused_key_value"] = self.fused_key_value
+    """Compiles the graph functions of `self.graph`, the shared ScoringGraph.
+
+    autograph=False: the model has no tensor-dependent Python control flow,
+    and autograph mis-converts calls into Keras 3 model methods. Shapes are
+    left unknown in the signatures so no length ever retraces.
+    """
     spec = tf.TensorSpec([None, None], tf.int32)
     rows = tf.TensorSpec([None], tf.int32)
 
-    def run_encoder(input_ids, input_mask):
-      return model.encode({"input_ids": input_ids, "input_mask": input_mask},
-                          **encode_kwargs)
+    def compiled(method, signature):
+      return tf.function(method, input_signature=signature, autograph=False,
+                         jit_compile=self.jit_compile)
 
-    def target_log_probs(hidden, targets):
-      # hidden [N, D], targets [N] -> log p(targets) [N]; the V-wide logits
-      # are needed for the normaliser anyway, the gather avoids a [N, V]
-      # log_softmax copy.
-      logits = model.lm_head(hidden, table, **head_kwargs)
-      picked = tf.gather(logits, targets, batch_dims=1)
-      return picked - tf.reduce_logsumexp(logits, axis=-1)
-
-    @tf.function(input_signature=[spec, spec, spec, spec], autograph=False,
-                 jit_compile=self.jit_compile)
-    def one_pass_scores(input_ids, input_mask, targets, score_mask):
-      # [B, T] each -> log p [B, T] at score_mask, 0 elsewhere. The head runs
-      # on scored positions only.
-      hidden, _ = run_encoder(input_ids, input_mask)
-      where = tf.where(score_mask > 0)
-      picked = target_log_probs(tf.gather_nd(hidden, where),
-                                tf.gather_nd(targets, where))
-      return tf.scatter_nd(where, picked, tf.shape(input_ids, tf.int64))
-
-    @tf.function(input_signature=[spec, spec, rows, rows], autograph=False,
-                 jit_compile=self.jit_compile)
-    def masked_copy_scores(input_ids, input_mask, positions, targets):
-      # Row r is a copy with positions[r] masked -> (log p of targets[r]
-      # [R], hidden at the masked position [R, D]).
-      hidden, _ = run_encoder(input_ids, input_mask)
-      at_mask = tf.gather(hidden, positions, batch_dims=1)
-      return target_log_probs(at_mask, targets), at_mask
-
-    @tf.function(input_signature=[spec, spec], autograph=False,
-                 jit_compile=self.jit_compile)
-    def encode(input_ids, input_mask):
-      return run_encoder(input_ids, input_mask)
-
-    self._one_pass_scores = one_pass_scores
-    self._masked_copy_scores = masked_copy_scores
-    self._encode = encode
+    self._one_pass_scores = compiled(self.graph.token_log_probs,
+                                     [spec, spec, spec])
+    self._masked_copy_scores = compiled(self.graph.masked_copy_scores,
+                                        [spec, spec, rows, rows])
+    self._sentence_vectors = compiled(self.graph.sentence_vectors,
+                                      [spec, spec])
 
   # ---------------------------------------------------------- tokenization
 
@@ -372,16 +424,11 @@ class NeuralLM(object):
     """tta: log p(x_t | x_\\t); unilm: log p(x_t | x_<t) from the left."""
     out = [None] * len(ids)
     for indices, batch in self._batches(ids, lambda n: 1):
-      targets = batch.input_ids.copy()
       score_mask = np.zeros_like(batch.input_mask)
       for row, n in enumerate(batch.lengths):
         score_mask[row, self._scored_positions(n)] = 1
-      if self.model_type == "unilm":
-        # Output t predicts token t+1: shift targets and mask left by one.
-        targets = np.roll(targets, -1, axis=1)
-        score_mask = np.roll(score_mask, -1, axis=1)
       logprobs = self._one_pass_scores(batch.input_ids, batch.input_mask,
-                                       targets, score_mask).numpy()
+                                       score_mask).numpy()
       for row, i in enumerate(indices):
         out[i] = logprobs[row][score_mask[row] > 0].astype(np.float64)
     return out
@@ -461,16 +508,8 @@ class NeuralLM(object):
   def _pooled(self, ids, pooling):
     out = np.zeros((len(ids), self.model.config.hidden_size), np.float32)
     for indices, batch in self._batches(ids, lambda n: 1):
-      sequence, embedding = self._encode(batch.input_ids, batch.input_mask)
-      source = (embedding if pooling == "embed" else sequence).numpy()
-      for row, i in enumerate(indices):
-        n = batch.lengths[row]
-        if pooling == "first":
-          out[i] = source[row, 0]
-        elif pooling == "last":
-          out[i] = source[row, n - 1]
-        elif n > 2:
-          out[i] = source[row, 1:n - 1].mean(0)
+      out[indices] = self._sentence_vectors(batch.input_ids,
+                                            batch.input_mask)[pooling].numpy()
     return out
 
 
@@ -493,7 +532,8 @@ class NgramLM(object):
     self.stats = {"sentences": 0, "truncated": 0}
     self.normalization = normalization or ngram.read_model_info(
         model_path).get("normalization", "none")
-    self._normalize = normalizer(self.normalization, self.stats)
+    self._normalize = normalization_lib.normalizer(self.normalization,
+                                                   self.stats)
 
   def score(self, sentences):
     results = []
@@ -507,112 +547,25 @@ class NgramLM(object):
 
 
 def cosine(a, b):
-  """Row-wise cosine similarity of float [N, D] arrays; 0 for a zero vector."""
+  """Row-wise cosine similarity of float [N, D] arrays; 0 for a zero vector.
+
+  Computed in float64: similar sentences give cosines within float32 rounding
+  of each other (and of 1), and their ranks (Spearman) must not depend on it.
+  """
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
   norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
   return np.where(norms > 0, (a * b).sum(1) / np.maximum(norms, 1e-30), 0.0)
 
 
 def _boundary_ids(tokenizer):
-  """(start, end) ids: [SOS]/[EOS], or [CLS]/[SEP] for Google BERT vocabs."""
-  start = tokenizer.sos_id if tokenizer.sos_id is not None else tokenizer.cls_id
-  end = tokenizer.eos_id if tokenizer.eos_id is not None else tokenizer.sep_id
-  if start is None or end is None or tokenizer.mask_id is None:
-    raise ValueError("vocab %s lacks boundary or [MASK] tokens: need [SOS]/"
-                     "[EOS] (or [CLS]/[SEP]) and [MASK]" %
-                     tokenizer.vocab_file)
-  return start, end
-
-
-def load_model_dir(model_dir, checkpoint=None):
-  """Loads a model directory written by run_pretraining.py.
-
-  The directory holds config.json (with model_type and do_lower_case),
-  vocab.txt, and tf.train.Checkpoint files whose model object is "model".
-
-  Args:
-    model_dir: str.
-    checkpoint: a specific checkpoint prefix; default the latest one.
-
-  Returns:
-    (model, tokenizer).
-
-  Raises:
-    ValueError / FileNotFoundError naming the missing or mismatched piece.
-  """
-  config_file = os.path.join(model_dir, "config.json")
-  vocab_file = os.path.join(model_dir, "vocab.txt")
-  for path in (config_file, vocab_file):
-    if not os.path.exists(path):
-      raise FileNotFoundError("%s not found; a model dir needs config.json, "
-                              "vocab.txt and a checkpoint" % path)
-  config = modeling.TTAConfig.from_json_file(config_file)
-  do_lower_case = config.extra.get("do_lower_case", True)
-  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
-  model = modeling.build_model(config)
-  checkpoint = checkpoint or _latest_checkpoint(model_dir)
-  if checkpoint is None:
-    raise FileNotFoundError("no checkpoint in %s" % model_dir)
-  status = tf.train.Checkpoint(model=model).read(checkpoint)
+  """(start, end) ids of the pair `tokenization.boundary_tokens` chooses."""
+  if tokenizer.mask_id is None:
+    raise ValueError("vocab %s has no [MASK] token" % tokenizer.vocab_file)
   try:
-    status.assert_existing_objects_matched()
-  except AssertionError as e:
-    raise ValueError("checkpoint %s does not match config %s: %s" %
-                     (checkpoint, config_file, e)) from e
-  # Every model weight was found; the optimizer slots and step counter that
-  # training checkpoints also hold are not needed here (no warning per slot).
-  status.expect_partial()
-  logging.info("loaded %s model from %s", config.model_type, checkpoint)
-  return model, tokenizer
-
-
-def save_model_dir(model, vocab_file, model_dir, do_lower_case=True):
-  """Writes a self-describing model dir that `load_model_dir` reads.
-
-  Returns:
-    The checkpoint prefix written.
-  """
-  os.makedirs(model_dir, exist_ok=True)
-  config = copy.deepcopy(model.config)
-  config.model_type = model.model_type
-  config.extra["do_lower_case"] = do_lower_case
-  io_utils.write_atomically(os.path.join(model_dir, "config.json"),
-                            config.to_json_string())
-  with open(vocab_file, encoding="utf-8") as f:
-    io_utils.write_atomically(os.path.join(model_dir, "vocab.txt"), f.read())
-  return tf.train.Checkpoint(model=model).write(
-      os.path.join(model_dir, "ckpt-0"))
-
-
-def _latest_checkpoint(model_dir):
-  """The newest checkpoint prefix: from the `checkpoint` index file a
-  CheckpointManager keeps, else the highest-numbered ckpt-N in the dir."""
-  latest = tf.train.latest_checkpoint(model_dir)
-  if latest:
-    return latest
-  steps = [int(name[5:-6]) for name in os.listdir(model_dir)
-           if name.startswith("ckpt-") and name.endswith(".index")
-           and name[5:-6].isdigit()]
-  return os.path.join(model_dir, "ckpt-%d" % max(steps)) if steps else None
-
-
-def load_google_bert(bert_dir, do_lower_case=True):
-  """Loads a Google BERT release dir (bert_config.json, vocab.txt,
-  bert_model.ckpt) as model_type "bert"; returns (model, tokenizer).
-
-  Sentences are wrapped in [CLS] ... [SEP], as BERT was trained.
-  """
-  config = modeling.TTAConfig.from_json_file(
-      os.path.join(bert_dir, "bert_config.json"))
-  vocab_file = os.path.join(bert_dir, "vocab.txt")
-  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case,
-                                         boundary_tokens=("[CLS]", "[SEP]"))
-  config.mask_token_id = tokenizer.mask_id
-  model = modeling.build_model(config, "bert")
-  report = modeling.load_tf1_checkpoint(
-      model, os.path.join(bert_dir, "bert_model.ckpt"))
-  logging.info("loaded Google BERT from %s (ignored: %s)", bert_dir,
-               ", ".join(report["ignored"]) or "none")
-  return model, tokenizer
+    start, end = tokenization.boundary_tokens(tokenizer.vocab)
+  except ValueError as e:
+    raise ValueError("vocab %s: %s" % (tokenizer.vocab_file, e)) from None
+  return tokenizer.vocab[start], tokenizer.vocab[end]
 
 
 def load_lm(spec, **kwargs):
@@ -622,18 +575,9 @@ def load_lm(spec, **kwargs):
     return NgramLM(spec[len("kenlm:"):],
                    score_eos=kwargs.get("score_eos", True))
   if spec.startswith("bert:"):
-    return NeuralLM(*load_google_bert(spec[len("bert:"):]), **kwargs)
+    return NeuralLM(*model_dir_lib.load_google_bert(spec[len("bert:"):]),
+                    **kwargs)
   return NeuralLM.from_model_dir(spec, **kwargs)
-
-
-def weights_fingerprint(model):
-  """sha256 of every weight of `model` (names, shapes and values), hex."""
-  digest = hashlib.sha256()
-  for name, variable in model.tf1_variables().items():
-    value = np.ascontiguousarray(variable.numpy())
-    digest.update(("%s %s\n" % (name, value.shape)).encode("utf-8"))
-    digest.update(value.tobytes())
-  return digest.hexdigest()
 
 
 def describe(lm):
@@ -652,4 +596,4 @@ def describe(lm):
       lm.model.config.to_json_string()), "score_sos": lm.score_sos,
           "score_eos": lm.score_eos, "max_seq_length": lm.max_seq_length,
           "normalization": lm.normalization,
-          "weights_sha256": weights_fingerprint(lm.model)}
+          "weights_sha256": model_dir_lib.weights_fingerprint(lm.model)}

@@ -44,9 +44,9 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+import io_utils
+import modeling
 import tokenization
-
-MODEL_TYPES = ("tta", "bilm", "unilm", "bert")
 
 # Bucket lengths (inclusive upper bounds) used when none are given. Sentences
 # average ~30 tokens, so most batches pad to 32 or 48 instead of 128.
@@ -99,23 +99,6 @@ def bucket_lengths(max_seq_length, bucket_boundaries=None):
                      "increasing, got %s" % (bucket_boundaries,))
   return [b for b in bucket_boundaries if b < max_seq_length] + [
       max_seq_length]
-
-
-def _list_files(file_pattern):
-  """Sorted files matching a comma-separated list of globs; raises if none."""
-  patterns = file_pattern.split(",") if isinstance(file_pattern, str) else (
-      list(file_pattern))
-  files = []
-  for pattern in (p.strip() for p in patterns):
-    if not pattern:
-      continue
-    matches = sorted(tf.io.gfile.glob(pattern))
-    if not matches:
-      raise ValueError("file pattern %r matches no file" % pattern)
-    files.extend(m for m in matches if m not in files)
-  if not files:
-    raise ValueError("no input files in %r" % (file_pattern,))
-  return files
 
 
 _FEATURES = {
@@ -174,7 +157,7 @@ def read_sentences_dataset(file_pattern, max_seq_length=None):
     tf.data.Dataset of dicts: input_ids int32 [n], input_mask int32 [n],
     length int32 [].
   """
-  files = _list_files(file_pattern)
+  files = io_utils.expand_globs(file_pattern)
   ds = tf.data.TFRecordDataset(files)
   return ds.map(lambda s: _parse(s, max_seq_length),
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -334,7 +317,7 @@ def make_targets(batch, model_type, seed, vocab_size, mask_id, special_ids,
 
   Args:
     batch: dict with input_ids, input_mask int32 [B, L].
-    model_type: one of MODEL_TYPES.
+    model_type: one of modeling.MODEL_TYPES.
     seed: int Tensor [2], stateless seed (used by bilm/bert only).
     vocab_size, mask_id, special_ids, mlm_probability: see `mask_for_mlm`.
 
@@ -361,9 +344,65 @@ def make_targets(batch, model_type, seed, vocab_size, mask_id, special_ids,
                              tf.float32)
   else:
     raise ValueError("model_type must be one of %s, got %r" %
-                     (MODEL_TYPES, model_type))
+                     (modeling.MODEL_TYPES, model_type))
   return {"input_ids": input_ids, "input_mask": input_mask,
           "target_ids": target_ids, "target_weights": target_weights}
+
+
+def _check_dataset_args(model_type, batch_size, mask_id, vocab_size):
+  """Raises ValueError for an argument `make_dataset` cannot work with."""
+  if model_type not in modeling.MODEL_TYPES:
+    raise ValueError("model_type must be one of %s, got %r" %
+                     (modeling.MODEL_TYPES, model_type))
+  if batch_size < 1:
+    raise ValueError("batch_size must be >= 1, got %d" % batch_size)
+  if not 0 <= mask_id < vocab_size:
+    raise ValueError("mask_id %d is outside the vocabulary [0, %d)" %
+                     (mask_id, vocab_size))
+
+
+def _pipeline_seed(seed, is_training):
+  """The given seed; else a logged random one (training) or 0 (eval)."""
+  if seed is not None:
+    return seed
+  if not is_training:
+    return 0
+  seed = int(np.random.SeedSequence().entropy % (2**31 - 1))
+  logging.info("input pipeline: no seed given, using %d (pass it to "
+               "reproduce this stream)", seed)
+  return seed
+
+
+def _read_records(files, is_training, seed, num_pipelines, pipeline_id,
+                  shuffle_buffer_size):
+  """Serialized records of this input pipeline's part of `files`.
+
+  Training: files shuffled every epoch and repeated forever, read
+  _CYCLE_LENGTH at a time, records shuffled in a buffer. Evaluation: one pass
+  in file order. With several pipelines, each reads whole files when there
+  are enough (no pipeline reads a record it then throws away), else every
+  num_pipelines-th record.
+
+  Returns:
+    tf.data.Dataset of tf.string scalars.
+  """
+  shard_files = num_pipelines > 1 and len(files) >= num_pipelines
+  if shard_files:
+    files = files[pipeline_id::num_pipelines]
+  if is_training:
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    ds = ds.shuffle(len(files), seed=seed,
+                    reshuffle_each_iteration=True).repeat()
+    ds = ds.interleave(tf.data.TFRecordDataset,
+                       cycle_length=min(len(files), _CYCLE_LENGTH),
+                       num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  else:
+    ds = tf.data.TFRecordDataset(files)
+  if num_pipelines > 1 and not shard_files:
+    ds = ds.shard(num_pipelines, pipeline_id)
+  if is_training:
+    ds = ds.shuffle(shuffle_buffer_size, seed=seed)
+  return ds
 
 
 def make_dataset(file_pattern,
@@ -419,47 +458,16 @@ def make_dataset(file_pattern,
   Raises:
     ValueError: for an unknown model_type, no matching files, bad buckets.
   """
-  if model_type not in MODEL_TYPES:
-    raise ValueError("model_type must be one of %s, got %r" %
-                     (MODEL_TYPES, model_type))
-  if batch_size < 1:
-    raise ValueError("batch_size must be >= 1, got %d" % batch_size)
-  if not 0 <= mask_id < vocab_size:
-    raise ValueError("mask_id %d is outside the vocabulary [0, %d)" %
-                     (mask_id, vocab_size))
+  _check_dataset_args(model_type, batch_size, mask_id, vocab_size)
   special_ids = sorted(int(i) for i in special_ids)
   lengths = bucket_lengths(max_seq_length, bucket_boundaries)
-  files = _list_files(file_pattern)
-  num_pipelines, pipeline_id = 1, 0
-  if input_context is not None:
-    num_pipelines = input_context.num_input_pipelines
-    pipeline_id = input_context.input_pipeline_id
-  if seed is None:
-    if is_training:
-      seed = int(np.random.SeedSequence().entropy % (2**31 - 1))
-      logging.info("input pipeline: no seed given, using %d (pass it to "
-                   "reproduce this stream)", seed)
-    else:
-      seed = 0
-  # Whole files per pipeline when there are enough (no pipeline reads a
-  # record it then throws away); else every num_pipelines-th record.
-  shard_files = num_pipelines > 1 and len(files) >= num_pipelines
-  if shard_files:
-    files = files[pipeline_id::num_pipelines]
-
-  if is_training:
-    ds = tf.data.Dataset.from_tensor_slices(files)
-    ds = ds.shuffle(len(files), seed=seed,
-                    reshuffle_each_iteration=True).repeat()
-    ds = ds.interleave(tf.data.TFRecordDataset,
-                       cycle_length=min(len(files), _CYCLE_LENGTH),
-                       num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  else:
-    ds = tf.data.TFRecordDataset(files)
-  if num_pipelines > 1 and not shard_files:
-    ds = ds.shard(num_pipelines, pipeline_id)
-  if is_training:
-    ds = ds.shuffle(shuffle_buffer_size, seed=seed)
+  files = io_utils.expand_globs(file_pattern)
+  num_pipelines, pipeline_id = (
+      (input_context.num_input_pipelines, input_context.input_pipeline_id)
+      if input_context is not None else (1, 0))
+  seed = _pipeline_seed(seed, is_training)
+  ds = _read_records(files, is_training, seed, num_pipelines, pipeline_id,
+                     shuffle_buffer_size)
   ds = _bucket_and_batch(ds, batch_size, lengths, drop_remainder=is_training)
   lengths_t = tf.constant(lengths, tf.int32)
   base_seed = tf.constant([seed, pipeline_id], tf.int64)

@@ -32,13 +32,15 @@ import collections
 import copy
 import json
 import math
-import re
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 MODEL_TYPES = ("tta", "bilm", "unilm", "bert")
+# The kinds run_pretraining.py trains from scratch; "bert" is the biLM with
+# token types, loaded from Google's released checkpoints (model_dir.py).
+PRETRAINING_MODEL_TYPES = ("tta", "bilm", "unilm")
 OUTPUT_LAYERS = ("softmax", "continuous")
 
 # Large enough that exp() of it underflows to exactly 0 in float32, so masked
@@ -55,7 +57,7 @@ class TTAConfig(object):
              "max_position_embeddings", "type_vocab_size",
              "initializer_range", "mask_token_id", "model_type",
              "output_layer", "target_embedding_size",
-             "continuous_logit_scale")
+             "continuous_logit_scale", "do_lower_case", "normalization")
 
   def __init__(self,
                vocab_size,
@@ -74,6 +76,8 @@ class TTAConfig(object):
                output_layer="softmax",
                target_embedding_size=None,
                continuous_logit_scale=10.0,
+               do_lower_case=True,
+               normalization="none",
                **extra):
     """Constructs a TTAConfig.
 
@@ -101,6 +105,11 @@ class TTAConfig(object):
         embeddings of a continuous output layer; None means hidden_size.
       continuous_logit_scale: float. A continuous model scores token t as
         log_softmax(scale * cos(W h, e(t))) over the vocabulary at inference.
+      do_lower_case: bool. How the tokenizer treats the model's input: the
+        setting the training records were made with.
+      normalization: str. The text normalization of the training text
+        ("none" or "librispeech", see normalization.py); inference applies
+        it to its input too.
       **extra: further keys found in a JSON file (e.g. the authors'
         "vocab_file"); kept so the file round-trips, never used.
     """
@@ -120,6 +129,8 @@ class TTAConfig(object):
     self.output_layer = output_layer
     self.target_embedding_size = target_embedding_size
     self.continuous_logit_scale = continuous_logit_scale
+    self.do_lower_case = do_lower_case
+    self.normalization = normalization
     self.extra = dict(extra)
     self.validate()
 
@@ -517,7 +528,10 @@ def create_attention_mask(input_mask, model_type):
 
 
 class TransformerLM(keras.Model):
-  """A Transformer LM of one of MODEL_TYPES; call contract in DESIGN.md §2."""
+  """A Transformer LM of one of MODEL_TYPES.
+
+  Call contract in docs/DESIGN.md §2.
+  """
 
   def __init__(self, config, model_type, **kwargs):
     super().__init__(name="bert", **kwargs)
@@ -625,7 +639,11 @@ class TransformerLM(keras.Model):
     }
 
   def tf1_variables(self):
-    """OrderedDict: Google-BERT/T-TA TF1 variable name -> model variable."""
+    """OrderedDict: Google-BERT/T-TA TF1 variable name -> model variable.
+
+    The model's naming only; model_dir.py reads and writes TF1 checkpoints
+    under these names.
+    """
     names = collections.OrderedDict()
     names.update(_prefixed("bert/embeddings",
                            self.embeddings.tf1_variables()))
@@ -655,87 +673,6 @@ def build_model(config, model_type=None):
   return model
 
 
-# Checkpoint variables that a Google BERT or T-TA TF1 checkpoint holds but our
-# models do not use: optimizer slots, the step counter, the NSP pooler/head.
-IGNORED_CHECKPOINT_VARIABLES = (r"(^|/)adam_[mv]$", r"^global_step$",
-                                r"^bert/pooler/", r"^cls/seq_relationship/")
-
-
-class CheckpointMismatchError(ValueError):
-  pass
-
-
-def load_tf1_checkpoint(model, checkpoint_path, strict=True):
-  """Loads a Google-BERT or T-TA-authors TF1 checkpoint into `model`.
-
-  Every model variable must be found with the right shape; otherwise nothing
-  is assigned and the error lists every missing and mis-shaped name.
-
-  Args:
-    model: a built `TransformerLM`.
-    checkpoint_path: checkpoint prefix or directory.
-    strict: if True, checkpoint variables that are neither used nor in
-      IGNORED_CHECKPOINT_VARIABLES are an error too; if False they are only
-      reported.
-
-  Returns:
-    dict with "loaded", "ignored" and "unexpected" lists of names.
-
-  Raises:
-    CheckpointMismatchError: naming every offending variable.
-  """
-  reader = tf.train.load_checkpoint(checkpoint_path)
-  shapes = reader.get_variable_to_shape_map()
-  wanted = model.tf1_variables()
-  missing = [n for n in wanted if n not in shapes]
-  mis_shaped = [
-      "%s: checkpoint %s, model %s" % (n, shapes[n], list(v.shape))
-      for n, v in wanted.items()
-      if n in shapes and list(shapes[n]) != list(v.shape)
-  ]
-  extra = sorted(n for n in shapes if n not in wanted)
-  ignored = [n for n in extra
-             if any(re.search(p, n) for p in IGNORED_CHECKPOINT_VARIABLES)]
-  unexpected = [n for n in extra if n not in ignored]
-  problems = []
-  if missing:
-    problems.append("missing from checkpoint: " + ", ".join(missing))
-  if mis_shaped:
-    problems.append("shape mismatch: " + "; ".join(mis_shaped))
-  if unexpected and strict:
-    problems.append("unexpected in checkpoint: " + ", ".join(unexpected))
-  if problems:
-    raise CheckpointMismatchError(
-        "cannot load %s into a %s model: %s" %
-        (checkpoint_path, model.model_type, " | ".join(problems)))
-  for name, var in wanted.items():
-    var.assign(reader.get_tensor(name))
-  return {"loaded": list(wanted), "ignored": ignored,
-          "unexpected": unexpected}
-
-
-def save_tf1_checkpoint(model, checkpoint_prefix):
-  """Writes `model`'s variables under their Google-BERT TF1 names.
-
-  Returns:
-    The path prefix written (loadable by `load_tf1_checkpoint` and by TF1
-    BERT code).
-  """
-  arrays = {n: v.numpy() for n, v in model.tf1_variables().items()}
-  return write_tf1_checkpoint(arrays, checkpoint_prefix)
-
-
-def write_tf1_checkpoint(arrays, checkpoint_prefix):
-  """Writes a name-keyed dict of numpy arrays as a TF1 (name-based) checkpoint."""
-  with tf.Graph().as_default():
-    variables = [tf.compat.v1.Variable(np.asarray(a), name=n)
-                 for n, a in arrays.items()]
-    saver = tf.compat.v1.train.Saver(variables)
-    with tf.compat.v1.Session() as sess:
-      sess.run(tf.compat.v1.global_variables_initializer())
-      return saver.save(sess, checkpoint_prefix, write_meta_graph=False)
-
-
 class ContinuousHead(keras.layers.Layer):
   """ELMo-C's continuous output layer (Wang et al., TACL 2019), used in place
   of `LMHead` when config.output_layer == "continuous".
@@ -761,7 +698,7 @@ class ContinuousHead(keras.layers.Layer):
   scorer built on `lm_head` work unchanged. The scale is not trained by
   the cosine loss: it sets how peaked the distribution is and so the size
   of sentence scores and perplexities, not the ranking of tokens at one
-  position; run_pretraining.py picks the best of a grid on the eval set
+  position; training.py picks the best of a grid on the eval set
   after training and stores it in config.json.
   """
 

@@ -31,6 +31,8 @@ import tarfile
 import jiwer
 import sacrebleu
 
+import io_utils
+
 ESPNET_DIR = "asr-librispeech-espnet2-30best"
 ESPNET_SETS = ("dev_clean", "dev_other", "test_clean", "test_other")
 WMT_DIR = "nmt-wmt21-deen-multisystem"
@@ -110,33 +112,6 @@ class SweepResult:
   best_value: float
 
 
-def default_data_dir(data_dir=None):
-  """Finds the shared data root.
-
-  Args:
-    data_dir: str or None, an explicit root (a flag); wins over everything else.
-
-  Returns:
-    str, the argument, else $TTA_DATA, else `../shared/data` next to the repository root.
-
-  Raises:
-    FileNotFoundError: the chosen directory does not exist.
-  """
-  if data_dir:
-    origin = "the data_dir argument"
-  elif os.environ.get("TTA_DATA"):
-    data_dir, origin = os.environ["TTA_DATA"], "$TTA_DATA"
-  else:
-    repo_root = os.path.dirname(os.path.abspath(__file__))
-    data_dir = os.path.normpath(os.path.join(repo_root, "..", "shared", "data"))
-    origin = "the default (../shared/data next to the repository)"
-  if not os.path.isdir(data_dir):
-    raise FileNotFoundError(
-        f"data directory {data_dir} (from {origin}) does not exist; "
-        "pass --data_dir or set TTA_DATA")
-  return data_dir
-
-
 # ---------------------------------------------------------------------------------------------
 # Small parsing helpers shared by the readers.
 
@@ -210,7 +185,7 @@ def _espnet_set_path(path_or_set_name, data_dir):
   if name not in ESPNET_SETS:
     raise FileNotFoundError(
         f"{path_or_set_name!r} is neither an existing path nor one of {ESPNET_SETS}")
-  return os.path.join(default_data_dir(data_dir), ESPNET_DIR, name + ".tar.xz")
+  return os.path.join(io_utils.data_root(data_dir), ESPNET_DIR, name + ".tar.xz")
 
 
 def _load_espnet_files(path):
@@ -329,7 +304,7 @@ def read_espnet_nbest(path_or_set_name, data_dir=None):
   Args:
     path_or_set_name: str, a `.tar.xz` / set directory, or a set name (`dev_clean`, `test-other`)
       looked up in `<data_dir>/asr-librispeech-espnet2-30best/`.
-    data_dir: str or None, the data root (see `default_data_dir`), used with a set name only.
+    data_dir: str or None, the data root (see `io_utils.data_root`), used with a set name only.
 
   Returns:
     list[NBestList], in reference-file order, each with one reference and the hypotheses of
@@ -656,7 +631,7 @@ def read_wmt_candidates(data_dir=None, pair="de-en", testset="newstest2021"):
   """Reads the WMT21 system outputs as candidate lists (no model scores).
 
   Args:
-    data_dir: str or None, the data root (see `default_data_dir`).
+    data_dir: str or None, the data root (see `io_utils.data_root`).
     pair: str, language pair in the file names.
     testset: str, test set in the file names.
 
@@ -668,7 +643,7 @@ def read_wmt_candidates(data_dir=None, pair="de-en", testset="newstest2021"):
   Raises:
     ValueError: files of different line counts, a blank reference, no systems; `file:line`.
   """
-  root = os.path.join(default_data_dir(data_dir), WMT_DIR)
+  root = os.path.join(io_utils.data_root(data_dir), WMT_DIR)
   ref_paths = sorted(glob.glob(os.path.join(root, "references", f"{testset}.{pair}.ref.*")))
   hyp_paths = sorted(glob.glob(os.path.join(root, "system-outputs", f"{testset}.{pair}.hyp.*")))
   if not ref_paths or not hyp_paths:

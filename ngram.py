@@ -1,7 +1,7 @@
 # coding=utf-8
 """KenLM n-gram language model baseline: training with lmplz and natural-log sentence scoring.
 
-The n-gram baseline of the paper's reranking experiments (DESIGN.md section 4). Training shells out
+The n-gram baseline of the paper's reranking experiments (docs/DESIGN.md §4). Training shells out
 to KenLM's `lmplz` (modified Kneser-Ney estimation, ARPA output) and `build_binary` (ARPA -> binary,
 which loads in milliseconds); scripts/build_kenlm.sh builds both into third_party/kenlm/bin/.
 Scoring uses the `kenlm` Python module, which reads either format.
@@ -29,6 +29,7 @@ import tempfile
 from absl import logging
 
 import io_utils
+import normalization as normalization_lib
 
 # ln(10): multiplies a log10 probability into a natural-log one.
 LN10 = math.log(10.0)
@@ -338,7 +339,7 @@ def _define_flags():
   flags.DEFINE_list("prune", None, "lmplz --prune count thresholds per order, e.g. 0,0,1.")
   flags.DEFINE_bool("discount_fallback", False, "lmplz --discount_fallback (tiny corpora).")
   flags.DEFINE_bool("binary", True, "Write a KenLM binary (else ARPA).")
-  flags.DEFINE_enum("normalization", None, ["none", "librispeech"],
+  flags.DEFINE_enum("normalization", None, normalization_lib.NORMALIZATIONS,
                     "Normalization of --train_text, stored beside the model "
                     "so that scoring normalizes text the same way.")
   flags.DEFINE_string("model", None, "ARPA or KenLM binary model to score with.")

@@ -12,15 +12,15 @@ all of them and writes one report shaped like the paper's tables:
   Table 4  SICK test Pearson r x 100
   Table 7  (pseudo-)perplexity, mean and median over sentences, with WER
 
-Stages, in order; each is skipped when its outputs exist for the same inputs
-(so re-running after an interruption goes on where it stopped, and training
-resumes from its last checkpoint):
+Stages, in order; each is skipped when its stamp (io_utils.write_stamp) says
+its outputs exist for the same inputs (so re-running after an interruption goes
+on where it stopped, and training resumes from its last checkpoint):
 
   data   create_pretraining_data.py: books -> LibriSpeech-normalized sentences
          (upper case, numbers spelled, no punctuation: the style of the ASR
          references) -> WordPiece vocab -> TFRecords. One normalization
          serves every task: models record it in config.json and inference
-         normalizes STS and WMT text the same way (inference.normalizer).
+         normalizes STS and WMT text the same way (normalization.normalizer).
   kenlm  ngram.py: modified Kneser-Ney 5-gram on the same training sentences.
   plan   a short T-TA run measures steps/s; --budget_minutes then fixes the
          step count that all three models train (same steps = same tokens,
@@ -36,7 +36,6 @@ resumes from its last checkpoint):
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -45,8 +44,8 @@ from absl import app
 from absl import flags
 from absl import logging
 
-import corpus
 import io_utils
+import machine
 
 FLAGS = flags.FLAGS
 
@@ -121,8 +120,7 @@ def define_flags():
   flags.DEFINE_string("work_dir", None,
                       "Where every stage writes (default runs/reproduce/"
                       "<mode> in the repository).")
-  flags.DEFINE_string("data_dir", None, "Data root (default: $TTA_DATA, else "
-                      "../shared/data beside the repository).")
+  io_utils.define_data_dir_flag()
   flags.DEFINE_float("budget_minutes", None, "Training time per neural model "
                      "(default: 1 in quick mode, 40 in full mode); converted "
                      "to a step count once, by the calibration run.")
@@ -141,10 +139,6 @@ def define_flags():
 
 
 # ------------------------------------------------------------------- helpers
-
-
-def data_root():
-  return os.path.abspath(FLAGS.data_dir or corpus.default_data_dir())
 
 
 def missing_data(root):
@@ -166,16 +160,18 @@ def read_json(path):
     return json.load(f)
 
 
-def stage_done(work_dir, name, key, outputs):
-  """True if stage `name` finished with this exact `key` and its outputs."""
+def run_stage(work_dir, name, key, outputs, args):
+  """Runs step `name` (see run_step) unless its stamp says it is complete.
+
+  Complete: stamps/<name>.json holds this exact `key` and every path of
+  `outputs` exists (io_utils.read_stamp).
+  """
   stamp = os.path.join(work_dir, "stamps", name + ".json")
-  return (os.path.exists(stamp) and read_json(stamp) == key and
-          all(os.path.exists(p) for p in outputs))
-
-
-def mark_done(work_dir, name, key):
-  io_utils.write_atomically(os.path.join(work_dir, "stamps", name + ".json"),
-                            json.dumps(key, indent=2, sort_keys=True))
+  if io_utils.read_stamp(stamp, key, outputs) is not None:
+    return
+  io_utils.remove_stamp(stamp)
+  run_step(work_dir, name, args)
+  io_utils.write_stamp(stamp, key)
 
 
 def run_step(work_dir, name, args):
@@ -250,13 +246,11 @@ def stage_kenlm(work_dir, data_dir, s):
   out = os.path.join(work_dir, "kenlm", "%dgram.bin" % s["ngram_order"])
   key = {"text_bytes": os.path.getsize(text),
          "text_mtime": os.path.getmtime(text), "order": s["ngram_order"]}
-  if not stage_done(work_dir, "kenlm", key, [out]):
-    args = ["ngram.py", "--train_text=" + text, "--output=" + out,
-            "--order=%d" % s["ngram_order"], "--normalization=librispeech"]
-    if s["discount_fallback"]:
-      args.append("--discount_fallback")
-    run_step(work_dir, "kenlm", args)
-    mark_done(work_dir, "kenlm", key)
+  args = ["ngram.py", "--train_text=" + text, "--output=" + out,
+          "--order=%d" % s["ngram_order"], "--normalization=librispeech"]
+  if s["discount_fallback"]:
+    args.append("--discount_fallback")
+  run_stage(work_dir, "kenlm", key, [out], args)
   return out
 
 
@@ -279,11 +273,10 @@ def stage_plan(work_dir, data_dir, s):
   path = os.path.join(work_dir, "plan.json")
   key = {"model": model_flags(s), "budget_minutes": s["budget_minutes"],
          "train_steps": FLAGS.train_steps}
-  if os.path.exists(path):
-    plan = read_json(path)
-    if plan["key"] == key:
-      return plan
-  plan = {"key": key}
+  plan = io_utils.read_stamp(path, key)
+  if plan is not None:
+    return plan
+  plan = {}
   if FLAGS.train_steps:
     plan["train_steps"] = FLAGS.train_steps
   else:
@@ -297,8 +290,7 @@ def stage_plan(work_dir, data_dir, s):
     plan["train_steps"] = max(
         20, int(s["budget_minutes"] * 60 * summary["steps_per_second"]))
   logging.info("plan: %d steps per model", plan["train_steps"])
-  io_utils.write_atomically(path, json.dumps(plan, indent=2))
-  return plan
+  return io_utils.write_stamp(path, key, record=plan)
 
 
 def stage_train(work_dir, data_dir, s, plan):
@@ -325,9 +317,7 @@ def _checkpoint_key(model_dirs):
 def stage_eval(work_dir, name, args, result_file, key):
   out = os.path.join(work_dir, "eval", name)
   result = os.path.join(out, result_file)
-  if not stage_done(work_dir, name, key, [result]):
-    run_step(work_dir, name, args + ["--output_dir=" + out])
-    mark_done(work_dir, name, key)
+  run_stage(work_dir, name, key, [result], args + ["--output_dir=" + out])
   return read_json(result)
 
 
@@ -454,29 +444,6 @@ def render_report(report):
   return "\n".join(parts) + "\n"
 
 
-def git_commit():
-  try:
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                          capture_output=True, text=True, check=True).stdout
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "*.py",
-                            "scripts"], cwd=REPO, capture_output=True,
-                           text=True, check=True).stdout
-    return head.strip() + ("+uncommitted" if dirty.strip() else "")
-  except (OSError, subprocess.CalledProcessError):
-    return "unknown"
-
-
-def machine():
-  cpu = platform.processor() or platform.machine()
-  try:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-      cpu = next(l.split(":", 1)[1].strip() for l in f
-                 if l.startswith("model name"))
-  except (OSError, StopIteration):
-    pass
-  return "%s, %d cores" % (cpu, os.cpu_count() or 0)
-
-
 def build_report(s, plan, data_stats, model_dirs, results):
   training = {}
   for model_type, d in model_dirs.items():
@@ -489,7 +456,7 @@ def build_report(s, plan, data_stats, model_dirs, results):
   report = {
       "setup": {
           "mode": FLAGS.mode, "command": " ".join(["python"] + sys.argv),
-          "commit": git_commit(), "machine": machine(),
+          "commit": machine.git_commit(), "machine": machine.machine(),
           "finished": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
           "train_sentences": data_stats["train"]["sentences"],
           "train_tokens": data_stats["train"]["tokens"],
@@ -518,7 +485,11 @@ def main(argv):
   if unknown:
     raise app.UsageError("--models: unknown %s (choose from %s)" %
                          (unknown, MODEL_TYPES))
-  root = data_root()
+  try:
+    root = os.path.abspath(io_utils.data_root(FLAGS.data_dir))
+  except FileNotFoundError as e:
+    sys.stderr.write("%s\n" % e)
+    sys.exit(2)
   missing = missing_data(root)
   if missing:
     sys.stderr.write(missing_data_message(root, missing) + "\n")

@@ -32,7 +32,9 @@ matmul peak for comparison (taken at the start and at the end of the run,
 which brackets the load).
 
 Outputs in --output_dir (each written atomically): benchmark.json,
-benchmark.md (tables), latency.png (Fig. 4-style plot, log y).
+benchmark.md (tables), latency.png (Fig. 4-style plot, log y). This script
+measures; benchmark_report.py writes the report (headline ratios, FLOP
+floors, tables, plot) and machine.py describes the machine.
 
 Example:
   python run_benchmark.py --output_dir=results/benchmark
@@ -41,10 +43,8 @@ Example:
       --output_dir=results/benchmark_trained
 """
 
-import datetime
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -54,7 +54,10 @@ from absl import flags
 from absl import logging
 import numpy as np
 
+import benchmark_report
 import flops
+import io_utils
+import machine
 
 FLAGS = flags.FLAGS
 
@@ -113,8 +116,7 @@ def define_flags():
   flags.DEFINE_list("matmul_shapes", ["%dx%dx%d" % shape
                                       for shape in MATMUL_SHAPES],
                     "Shapes MxKxN ([M,K] x [K,N]) of the matmul peak.")
-  flags.DEFINE_string("data_dir", None, "Data root (default: $TTA_DATA or "
-                      "../shared/data).")
+  io_utils.define_data_dir_flag()
   flags.DEFINE_string("output_dir", None, "Where to write benchmark.json, "
                       "benchmark.md and latency.png.")
   flags.DEFINE_bool("quick", False,
@@ -123,86 +125,15 @@ def define_flags():
                     "3 matmul runs. Flags given explicitly still win.")
 
 
-# Short task names used in the plot legend, as in the paper's Figure 4.
-TASK_LABELS = {"sts": "sts", "rerank": "rrk"}
-# The paper's CPU figures (i7-6850K, TF 1.12) at 20 words.
-PAPER_RATIO_20 = {"sts": 12.7, "rerank": 6.35}
-PAPER_TTA_STS_MS_20 = 9.85
-HEADLINE_WORDS = 20
-
 _QUICK = {"lengths": ["5", "20"], "runs": 10, "warmup": 2, "hidden_size": 64,
           "num_hidden_layers": 2, "num_attention_heads": 4,
           "intermediate_size": 256, "max_lists": 2, "matmul_runs": 3}
 
 # The NeuralLM attributes holding its compiled graph functions; wrapped to
 # separate graph time from tokenization and glue. Missing ones are skipped.
-_GRAPH_FUNCTIONS = ("_encode", "_one_pass_scores", "_masked_copy_scores")
+_GRAPH_FUNCTIONS = ("_sentence_vectors", "_one_pass_scores",
+                    "_masked_copy_scores")
 
-
-
-# ----------------------------------------------------------- environment
-
-def cpu_model():
-  """The CPU's model name from /proc/cpuinfo (platform.processor() else)."""
-  try:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or "unknown"
-
-
-def usable_cores():
-  """Cores this process may run on (affinity), not the machine's total."""
-  try:
-    return len(os.sched_getaffinity(0))
-  except AttributeError:
-    return os.cpu_count() or 1
-
-
-def load_average():
-  """The 1-minute load average, or None where the OS has none."""
-  try:
-    return round(os.getloadavg()[0], 2)
-  except OSError:
-    return None
-
-
-def pin_threads(intra_op, inter_op):
-  """Sets TF's thread pools; must run before TF executes its first op.
-
-  Returns:
-    (intra_op, inter_op) actually set.
-  """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  cores = usable_cores()
-  intra_op = intra_op or cores
-  inter_op = inter_op or cores
-  tf.config.threading.set_intra_op_parallelism_threads(intra_op)
-  tf.config.threading.set_inter_op_parallelism_threads(inter_op)
-  return (tf.config.threading.get_intra_op_parallelism_threads(),
-          tf.config.threading.get_inter_op_parallelism_threads())
-
-
-def environment(threads):
-  import keras  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return {
-      "cpu": cpu_model(),
-      "cores_usable": usable_cores(),
-      "cores_total": os.cpu_count(),
-      "intra_op_threads": threads[0],
-      "inter_op_threads": threads[1],
-      "devices": [d.name for d in tf.config.list_logical_devices()],
-      "tensorflow": tf.__version__,
-      "keras": keras.__version__,
-      "python": platform.python_version(),
-      "platform": platform.platform(),
-      "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(
-          timespec="seconds"),
-  }
 
 
 # ------------------------------------------------------------- sentences
@@ -405,7 +336,7 @@ def matmul_peak(shapes, runs, when=""):
                 "shape": "[%d,%d]x[%d,%d]" % (m, k, k, n), "m": m, "k": k,
                 "n": n, "median_ms": median * 1e3,
                 "gflops": 2.0 * m * k * n / median / 1e9,
-                "load_avg_1m": load_average()})
+                "load_avg_1m": machine.load_average()})
   return out
 
 
@@ -416,7 +347,6 @@ def build_lms(data_dir):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import inference  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
-  import nbest  # pylint: disable=g-import-not-at-top
   import tokenization  # pylint: disable=g-import-not-at-top
   lms = {}
   if FLAGS.model_dir:
@@ -431,7 +361,7 @@ def build_lms(data_dir):
       lms[name] = lm
     return lms
   vocab_file = FLAGS.vocab_file or os.path.join(
-      nbest.default_data_dir(data_dir), "reference-vocab",
+      io_utils.data_root(data_dir), "reference-vocab",
       "tta-vocab-lower.sub-32k.txt")
   tokenizer = tokenization.FullTokenizer(vocab_file, FLAGS.do_lower_case)
   for model_type in FLAGS.models:
@@ -468,9 +398,9 @@ def latency_records(lms, sentences, tasks, runs, warmup):
   records = []
   for task in tasks:
     for words, (text, origin) in sorted(sentences.items()):
-      load_before = load_average()
+      load_before = machine.load_average()
       timed = time_cell(lms, task, text, runs, warmup)
-      load_after = load_average()
+      load_after = machine.load_average()
       for name, lm in lms.items():
         ids, truncated = lm.tokenize([text])
         num_tokens = len(ids[0])
@@ -510,7 +440,7 @@ def throughput_records(lms, texts, source):
         flops.call_flops(lm.model.config, lm.model_type, "rerank", len(x),
                          lm.score_sos, lm.score_eos)["total"] for x in ids)
     lm.score(texts[:16])  # Traces the graphs outside the timing.
-    load_before = load_average()
+    load_before = machine.load_average()
     with GraphTimer(lm) as timer:
       start = time.perf_counter()
       lm.score(texts)
@@ -521,7 +451,7 @@ def throughput_records(lms, texts, source):
               "sentences_per_s": len(texts) / seconds,
               "tokens_per_s": tokens / seconds, "flops": total_flops,
               "gflops_per_s": total_flops / seconds / 1e9,
-              "load_avg_1m": [load_before, load_average()]}
+              "load_avg_1m": [load_before, machine.load_average()]}
     records.append(record)
     logging.info("throughput %s: %d sentences in %.1f s = %.1f sentences/s, "
                  "%.0f tokens/s, %.1f GFLOP/s, load %s", name, len(texts),
@@ -530,191 +460,7 @@ def throughput_records(lms, texts, source):
   return records
 
 
-def headline(records, words=HEADLINE_WORDS, slow="bilm", fast="tta"):
-  """slow/fast median latency ratio per task at `words` (nearest length).
-
-  Returns:
-    dict task -> {"words", "ratio", slow + "_ms", fast + "_ms"}; tasks
-    missing either model are left out.
-  """
-  out = {}
-  for task in flops.TASKS:
-    rows = [r for r in records if r["task"] == task]
-    by_model = {}
-    for r in rows:
-      by_model.setdefault(r["model_type"], {})[r["words"]] = r
-    if slow not in by_model or fast not in by_model:
-      continue
-    common = sorted(set(by_model[slow]) & set(by_model[fast]),
-                    key=lambda n: (abs(n - words), n))
-    if not common:
-      continue
-    n = common[0]
-    a, b = by_model[slow][n]["median_ms"], by_model[fast][n]["median_ms"]
-    out[task] = {"words": n, "ratio": a / b, slow + "_ms": a, fast + "_ms": b,
-                 "paper_ratio": PAPER_RATIO_20[task]}
-  return out
-
-
-def add_flop_floors(headlines, records, peaks):
-  """Adds T-TA's FLOP floors to each headline, in place.
-
-  floor_ms: the call's FLOPs at the best measured matmul rate (a large
-  square matmul), the limit no batch-1 call reaches. floor_ms_shape: at the
-  rate of the measured shape with the fewest rows (the [24, 512] x [512,
-  2048] FFN matmul of one sentence by default), the limit of a batch-1 call
-  whose matmuls all have ~T rows; vs_floor_* = median latency / floor.
-  """
-  if not peaks:
-    return
-  best = max(p["gflops"] for p in peaks)
-  smallest_m = min(p["m"] for p in peaks)
-  shape_rate = max(p["gflops"] for p in peaks if p["m"] == smallest_m)
-  for task, h in headlines.items():
-    record = next(r for r in records if r["task"] == task and
-                  r["model_type"] == "tta" and r["words"] == h["words"])
-    h["tta_mflop"] = record["flops"] / 1e6
-    h["floor_ms"] = record["flops"] / (best * 1e9) * 1e3
-    h["floor_ms_shape"] = record["flops"] / (shape_rate * 1e9) * 1e3
-    h["vs_floor"] = h["tta_ms"] / h["floor_ms"]
-    h["vs_floor_shape"] = h["tta_ms"] / h["floor_ms_shape"]
-
-
-# --------------------------------------------------------------- reports
-
-def markdown_report(result):
-  """The tables of benchmark.md."""
-  env = result["environment"]
-  lines = ["# Runtime benchmark", "",
-           "CPU: %s, %d usable cores; threads intra-op %d, inter-op %d; "
-           "TensorFlow %s, Keras %s. Load average (1 min) at start %s, "
-           "end %s." % (env["cpu"], env["cores_usable"],
-                        env["intra_op_threads"], env["inter_op_threads"],
-                        env["tensorflow"], env["keras"],
-                        result["load_avg_1m"]["start"],
-                        result["load_avg_1m"]["end"]), ""]
-  records = result["latency"]
-  names = list(dict.fromkeys(r["model"] for r in records))
-  for task in flops.TASKS:
-    rows = [r for r in records if r["task"] == task]
-    if not rows:
-      continue
-    lines += ["## %s: median latency per sentence, ms (batch 1)" % task, "",
-              "| words | tokens | " + " | ".join(names) +
-              " | bilm/tta | load |",
-              "|---:|---:|" + "---:|" * len(names) + "---:|---|"]
-    for words in sorted({r["words"] for r in rows}):
-      cell = {r["model"]: r for r in rows if r["words"] == words}
-      first = next(iter(cell.values()))
-      ratio = ""
-      if "bilm" in cell and "tta" in cell:
-        ratio = "%.1fx" % (cell["bilm"]["median_ms"] /
-                           cell["tta"]["median_ms"])
-      lines.append("| %d | %d | %s | %s | %s |" % (
-          words, first["tokens"],
-          " | ".join("%.2f" % cell[n]["median_ms"] if n in cell else "-"
-                     for n in names),
-          ratio, "%s-%s" % tuple(first["load_avg_1m"])))
-    lines.append("")
-  lines += ["## Details", "",
-            "| task | model | words | tokens | median ms | p10 | p90 | "
-            "graph ms | MFLOP | GFLOP/s | load |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-  for r in records:
-    lines.append("| %s | %s | %d | %d | %.2f | %.2f | %.2f | %s | %.1f | "
-                 "%.2f | %s-%s |" % (
-                     r["task"], r["model"], r["words"], r["tokens"],
-                     r["median_ms"], r["p10_ms"], r["p90_ms"],
-                     "%.2f" % r["graph_median_ms"]
-                     if r["graph_median_ms"] is not None else "-",
-                     r["flops"] / 1e6, r["gflops_per_s"],
-                     *r["load_avg_1m"]))
-  lines.append("")
-  if result["headline"]:
-    lines += ["## Headline", ""]
-    for task, h in result["headline"].items():
-      lines.append("- %s at %d words: biLM %.2f ms / T-TA %.2f ms = %.1fx "
-                   "(paper, CPU: %.2fx)" % (task, h["words"], h["bilm_ms"],
-                                            h["tta_ms"], h["ratio"],
-                                            h["paper_ratio"]))
-      if "floor_ms" in h:
-        lines.append(
-            "  - T-TA %.1f MFLOP: FLOP floor %.2f ms at the best matmul rate "
-            "(latency %.1fx it), %.2f ms at the rate of the one-sentence "
-            "matmul shape (%.1fx)" % (h["tta_mflop"], h["floor_ms"],
-                                      h["vs_floor"], h["floor_ms_shape"],
-                                      h["vs_floor_shape"]))
-    lines.append("")
-  if result["throughput"]:
-    lines += ["## Throughput: batched scoring of %s" %
-              result["throughput"][0]["source"], "",
-              "| model | sentences | tokens | seconds | sentences/s | "
-              "tokens/s | GFLOP/s | load |",
-              "|---|---:|---:|---:|---:|---:|---:|---|"]
-    for r in result["throughput"]:
-      lines.append("| %s | %d | %d | %.2f | %.1f | %.0f | %.2f | %s-%s |" % (
-          r["model"], r["sentences"], r["tokens"], r["seconds"],
-          r["sentences_per_s"], r["tokens_per_s"], r["gflops_per_s"],
-          *r["load_avg_1m"]))
-    lines.append("")
-  if result["matmul_peak"]:
-    lines += ["## float32 matmul peak (tf.function)", "",
-              "| when | shape | median ms | GFLOP/s | load |",
-              "|---|---|---:|---:|---:|"]
-    for r in result["matmul_peak"]:
-      lines.append("| %s | %s | %.3f | %.1f | %s |" % (
-          r["when"], r["shape"], r["median_ms"], r["gflops"],
-          r["load_avg_1m"]))
-    lines.append("")
-  return "\n".join(lines)
-
-
-def plot(result, path):
-  """Figure 4-style plot: median latency vs words, log y, p10-p90 bands."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  import matplotlib.ticker  # pylint: disable=g-import-not-at-top
-  import io_utils  # pylint: disable=g-import-not-at-top
-  records = result["latency"]
-  fig, ax = plt.subplots(figsize=(6.4, 4.4))
-  names = list(dict.fromkeys(r["model"] for r in records))
-  colors = {n: "C%d" % i for i, n in enumerate(names)}
-  styles = {"sts": ("-", "o"), "rerank": ("--", "s")}
-  for task in flops.TASKS:
-    for name in names:
-      rows = sorted((r for r in records
-                     if r["task"] == task and r["model"] == name),
-                    key=lambda r: r["words"])
-      if not rows:
-        continue
-      x = [r["words"] for r in rows]
-      line, marker = styles[task]
-      ax.plot(x, [r["median_ms"] for r in rows], linestyle=line,
-              marker=marker, color=colors[name],
-              label="%s$_{%s}$" % (name, TASK_LABELS[task]))
-      ax.fill_between(x, [r["p10_ms"] for r in rows],
-                      [r["p90_ms"] for r in rows], color=colors[name],
-                      alpha=0.12, linewidth=0)
-  env = result["environment"]
-  ax.set_yscale("log")
-  # Plain numbers (20, 500) read better than 2x10^1 on a latency axis.
-  ax.yaxis.set_major_formatter(
-      matplotlib.ticker.FuncFormatter(lambda v, _: "%g" % v))
-  ax.set_xticks(sorted({r["words"] for r in records}))
-  ax.set_xlabel("number of words")
-  ax.set_ylabel("latency per sentence (ms, median; band p10-p90)")
-  load = result["load_avg_1m"]
-  ax.set_title("%s, %d threads, TF %s; load avg %s-%s" % (
-      env["cpu"], env["intra_op_threads"], env["tensorflow"],
-      load["start"], load["end"]), fontsize=9)
-  ax.grid(True, which="both", alpha=0.3)
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  with io_utils.atomic_open(path, "wb") as f:
-    fig.savefig(f, format="png", dpi=120)
-  plt.close(fig)
-
+# ------------------------------------------------------------------ main
 
 def apply_quick():
   """--quick sets the smoke-run values of flags not given explicitly."""
@@ -723,10 +469,8 @@ def apply_quick():
       FLAGS[name].value = value
 
 
-def main(argv):
-  del argv
-  if FLAGS.quick:
-    apply_quick()
+def check_flags():
+  """Validates --tasks, --lengths and --runs; returns the sorted lengths."""
   for task in FLAGS.tasks:
     if task not in flops.TASKS:
       raise app.UsageError("--tasks: %r is not one of %s" %
@@ -736,13 +480,27 @@ def main(argv):
     raise app.UsageError("--lengths must be positive word counts")
   if FLAGS.runs < 1:
     raise app.UsageError("--runs must be >= 1")
-  # Before anything else touches TF: the thread pools are fixed at start-up.
-  threads = pin_threads(FLAGS.intra_op, FLAGS.inter_op)
-  import io_utils  # pylint: disable=g-import-not-at-top
-  import nbest  # pylint: disable=g-import-not-at-top
+  return lengths
 
-  result = {"environment": environment(threads),
-            "load_avg_1m": {"start": load_average()},
+
+def nbest_throughput(lms):
+  """Throughput records on the first --max_lists lists of --nbest_set."""
+  import nbest  # pylint: disable=g-import-not-at-top
+  if not FLAGS.nbest_set:
+    return []
+  lists = nbest.read_espnet_nbest(FLAGS.nbest_set, FLAGS.data_dir)
+  if FLAGS.max_lists:
+    lists = lists[:FLAGS.max_lists]
+  texts = [h.text for l in lists for h in l.hyps]
+  source = "%s (%d lists, %d hypotheses)" % (FLAGS.nbest_set, len(lists),
+                                             len(texts))
+  return throughput_records(lms, texts, source)
+
+
+def measure(lengths, threads):
+  """Runs every measurement of the flags; returns the result dict."""
+  result = {"environment": machine.environment(threads),
+            "load_avg_1m": {"start": machine.load_average()},
             "flags": {name: FLAGS[name].value for name in (
                 "model_dir", "models", "lengths", "tasks", "runs", "warmup",
                 "nbest_set", "max_lists", "token_budget", "quick", "seed",
@@ -760,40 +518,30 @@ def main(argv):
   sentences = sentences_of_lengths(stsb_sentences(FLAGS.data_dir), lengths)
   result["latency"] = latency_records(lms, sentences, FLAGS.tasks,
                                       FLAGS.runs, FLAGS.warmup)
-  result["headline"] = headline(result["latency"])
-
-  result["throughput"] = []
-  if FLAGS.nbest_set:
-    lists = nbest.read_espnet_nbest(FLAGS.nbest_set, FLAGS.data_dir)
-    if FLAGS.max_lists:
-      lists = lists[:FLAGS.max_lists]
-    texts = [h.text for l in lists for h in l.hyps]
-    source = "%s (%d lists, %d hypotheses)" % (FLAGS.nbest_set, len(lists),
-                                               len(texts))
-    result["throughput"] = throughput_records(lms, texts, source)
-
+  result["headline"] = benchmark_report.headline(result["latency"])
+  result["throughput"] = nbest_throughput(lms)
   if FLAGS.matmul_runs:
     result["matmul_peak"] += matmul_peak(shapes, FLAGS.matmul_runs, "end")
-    add_flop_floors(result["headline"], result["latency"],
-                    result["matmul_peak"])
-  result["load_avg_1m"]["end"] = load_average()
+    benchmark_report.add_flop_floors(result["headline"], result["latency"],
+                                     result["matmul_peak"])
+  result["load_avg_1m"]["end"] = machine.load_average()
+  return result
 
-  report = markdown_report(result)
+
+def main(argv):
+  del argv
+  if FLAGS.quick:
+    apply_quick()
+  lengths = check_flags()
+  # Before anything else touches TF: the thread pools are fixed at start-up.
+  threads = machine.pin_threads(FLAGS.intra_op, FLAGS.inter_op)
+  result = measure(lengths, threads)
+  report = benchmark_report.markdown_report(result)
   print(report)
-  for task, h in result["headline"].items():
-    print("HEADLINE %s: biLM/T-TA = %.1fx at %d words (biLM %.2f ms, T-TA "
-          "%.2f ms; paper CPU %.2fx, T-TA %.2f ms for sts); load %s-%s" % (
-              task, h["ratio"], h["words"], h["bilm_ms"], h["tta_ms"],
-              h["paper_ratio"], PAPER_TTA_STS_MS_20,
-              result["load_avg_1m"]["start"], result["load_avg_1m"]["end"]))
+  for line in benchmark_report.headline_lines(result):
+    print(line)
   if FLAGS.output_dir:
-    os.makedirs(FLAGS.output_dir, exist_ok=True)
-    io_utils.write_atomically(os.path.join(FLAGS.output_dir,
-                                           "benchmark.json"),
-                              json.dumps(result, indent=2) + "\n")
-    io_utils.write_atomically(os.path.join(FLAGS.output_dir, "benchmark.md"),
-                              report)
-    plot(result, os.path.join(FLAGS.output_dir, "latency.png"))
+    benchmark_report.write_outputs(result, report, FLAGS.output_dir)
     logging.info("wrote benchmark.json, benchmark.md and latency.png to %s",
                  FLAGS.output_dir)
 

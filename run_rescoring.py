@@ -51,8 +51,7 @@ flags.DEFINE_enum("sentence_score", "sum", ["sum", "mean"], "LM sentence "
                   "score: sum of token log-probs, or their mean.")
 flags.DEFINE_bool("score_eos", True, "Score the end-of-sentence token.")
 flags.DEFINE_bool("score_sos", False, "Score the start token (tta/bilm).")
-flags.DEFINE_string("data_dir", None, "Data root (default $TTA_DATA or "
-                    "../shared/data).")
+io_utils.define_data_dir_flag()
 flags.DEFINE_string("output_dir", None, "Results (rescoring_results.json, "
                     ".md) and the score cache.")
 flags.DEFINE_integer("max_lists", None, "Use only the first N lists of each "

@@ -35,8 +35,7 @@ flags.DEFINE_list("representations", ["context", "embed"],
                   "bilm/bert intact-input variants.")
 flags.DEFINE_list("sets", ["stsb_dev", "stsb_test", "sick_test"],
                   "Evaluation sets.")
-flags.DEFINE_string("data_dir", None, "Data root (default: $TTA_DATA or "
-                    "../shared/data).")
+io_utils.define_data_dir_flag()
 flags.DEFINE_string("output_dir", None, "Where to write sts_results.json and "
                     "sts_results.md (optional).")
 flags.DEFINE_integer("max_pairs", None, "Evaluate only the first N pairs of "

@@ -11,7 +11,7 @@ import os
 
 import scipy.stats
 
-import nbest
+import io_utils
 
 STSB_DIR = "stsb"
 STSB_SPLITS = ("train", "dev", "test")
@@ -85,14 +85,14 @@ def read_stsb(split, data_dir=None):
 
   Args:
     split: str, one of STSB_SPLITS.
-    data_dir: str or None, the data root (see `nbest.default_data_dir`).
+    data_dir: str or None, the data root (see `io_utils.data_root`).
 
   Returns:
     list[StsPair].
   """
   if split not in STSB_SPLITS:
     raise ValueError(f"unknown STS-B split {split!r}; expected one of {STSB_SPLITS}")
-  return read_stsb_file(os.path.join(nbest.default_data_dir(data_dir), STSB_DIR,
+  return read_stsb_file(os.path.join(io_utils.data_root(data_dir), STSB_DIR,
                                      f"sts-{split}.csv"))
 
 
@@ -146,13 +146,13 @@ def read_sick(data_dir=None, split="TEST"):
   """Reads SICK from `<data_root>/sick/SICK.txt`; the TEST split has the paper's 4906 pairs.
 
   Args:
-    data_dir: str or None, the data root (see `nbest.default_data_dir`).
+    data_dir: str or None, the data root (see `io_utils.data_root`).
     split: str or None, see `read_sick_file`.
 
   Returns:
     list[StsPair].
   """
-  return read_sick_file(os.path.join(nbest.default_data_dir(data_dir), SICK_FILE), split)
+  return read_sick_file(os.path.join(io_utils.data_root(data_dir), SICK_FILE), split)
 
 
 def pearson_spearman(pred, gold):

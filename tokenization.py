@@ -48,7 +48,6 @@ from __future__ import print_function
 import collections
 import collections.abc
 import functools
-import os
 
 from absl import logging
 import tensorflow as tf
@@ -133,6 +132,29 @@ def load_vocab(vocab_file):
   if not vocab:
     raise ValueError("%s: the vocab file holds no tokens." % vocab_file)
   return vocab
+
+
+def boundary_tokens(vocab):
+  """The (start, end) tokens that frame a sentence in this vocab.
+
+  [SOS]/[EOS] (the T-TA authors' vocab and every vocab `build_vocab` makes),
+  else Google BERT's [CLS]/[SEP]: a BERT vocab has no [SOS]/[EOS], and BERT
+  was trained on [CLS] ... [SEP].
+
+  Args:
+    vocab: container of tokens (e.g. the mapping from `load_vocab`).
+
+  Returns:
+    ("[SOS]", "[EOS]") or ("[CLS]", "[SEP]").
+
+  Raises:
+    ValueError: if the vocab has neither pair.
+  """
+  for pair in (("[SOS]", "[EOS]"), ("[CLS]", "[SEP]")):
+    if pair[0] in vocab and pair[1] in vocab:
+      return pair
+  raise ValueError("the vocab has neither [SOS]/[EOS] nor [CLS]/[SEP] to "
+                   "frame a sentence")
 
 
 def write_vocab(tokens, vocab_file):
@@ -248,7 +270,8 @@ class InGraphTokenizer(tf.Module):
       do_lower_case: lower-case and strip accents before splitting.
       max_input_chars_per_word: a longer word (in characters) becomes [UNK].
       boundary_tokens: (start, end) tokens `encode` puts around a sentence;
-        ("[CLS]", "[SEP]") for a Google BERT vocab, which has no [SOS]/[EOS].
+        ("[CLS]", "[SEP]") for a Google BERT vocab, which has no [SOS]/[EOS]
+        (`boundary_tokens(vocab)` chooses the pair a vocab supports).
         Missing ones only make `encode` fail.
       name: tf.Module name.
 

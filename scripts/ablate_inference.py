@@ -4,7 +4,7 @@ Paper-size random models (3 x 512, 8 heads, FFN 2048, the authors' 29,530
 piece vocab), one real 20-word STS-B sentence, batch 1, median of --runs:
 
   fused K/V      T-TA encoder graph: per-layer key/value projections vs the
-                 one fused matmul (inference.NeuralLM's snapshot)
+                 one fused matmul (inference.ScoringGraph's snapshot)
   no padding     T-TA encoder graph on the sentence padded to a multiple of
                  8 (the old rule for every batch) vs unpadded
   XLA            STS and reranking calls of tta/bilm/unilm through the
@@ -23,12 +23,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import io_utils  # noqa: E402  pylint: disable=g-import-not-at-top
+import machine  # noqa: E402  pylint: disable=g-import-not-at-top
+
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("runs", 50, "Timed runs per cell.")
 flags.DEFINE_integer("warmup", 5, "Untimed runs per cell.")
 flags.DEFINE_integer("words", 20, "Sentence length in words.")
-flags.DEFINE_string("data_dir", None, "Data root (default: $TTA_DATA or "
-                    "../shared/data).")
+io_utils.define_data_dir_flag()
 
 
 def median_ms(call, runs, warmup):
@@ -45,13 +47,12 @@ def median_ms(call, runs, warmup):
 def main(argv):
   del argv
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import corpus  # pylint: disable=g-import-not-at-top
   import inference  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
   import run_benchmark  # pylint: disable=g-import-not-at-top
   import tokenization  # pylint: disable=g-import-not-at-top
 
-  root = FLAGS.data_dir or corpus.default_data_dir()
+  root = io_utils.data_root(FLAGS.data_dir)
   vocab = os.path.join(root, "reference-vocab", "tta-vocab-lower.sub-32k.txt")
   tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
   sentence = run_benchmark.sentences_of_lengths(
@@ -62,7 +63,7 @@ def main(argv):
     tf.keras.utils.set_random_seed(1)
     models[model_type] = modeling.build_model(config, model_type)
   print("sentence (%d words): %s" % (FLAGS.words, sentence))
-  print("load average at start: %.2f" % os.getloadavg()[0])
+  print("load average at start: %s" % machine.load_average())
 
   tta = inference.NeuralLM(models["tta"], tokenizer)
   ids, _ = tta.tokenize([sentence])
@@ -76,8 +77,10 @@ def main(argv):
     return models["tta"].encode({"input_ids": input_ids,
                                  "input_mask": input_mask})[0]
 
+  @tf.function(autograph=False)
   def fused(input_ids, input_mask):
-    return tta._encode(input_ids, input_mask)[0]  # pylint: disable=protected-access
+    # The NeuralLM's encoder: its ScoringGraph holds the fused K/V snapshot.
+    return tta.graph.encode(input_ids, input_mask)[0]
 
   rows = []
   for name, before, after in (
@@ -103,7 +106,7 @@ def main(argv):
   print("|---|---:|---:|---:|")
   for name, before, after in rows:
     print("| %s | %.2f | %.2f | %.2fx |" % (name, before, after, before / after))
-  print("\nload average at end: %.2f" % os.getloadavg()[0])
+  print("\nload average at end: %s" % machine.load_average())
 
 
 if __name__ == "__main__":

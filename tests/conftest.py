@@ -24,9 +24,9 @@ def tiny_config(**overrides):
 
 def data_dir_or_skip(subdir=""):
   """The shared data root, or a skip naming what is missing."""
-  import nbest  # pylint: disable=g-import-not-at-top
+  import io_utils  # pylint: disable=g-import-not-at-top
   try:
-    root = nbest.default_data_dir()
+    root = io_utils.data_root()
   except FileNotFoundError as e:
     pytest.skip(f"shared data not available: {e}")
   if not os.path.isdir(os.path.join(root, subdir)):

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops for loading)
 
+from conftest import tiny_config
 import export_saved_model
 import inference
 import modeling
@@ -40,9 +41,9 @@ def tokenizer(tmp_path_factory):
 def exported(request, tokenizer, tmp_path_factory):
   """(NeuralLM, loaded SavedModel, export dir) for one model type."""
   tf.keras.utils.set_random_seed(5)
-  config = modeling.TTAConfig(
-      vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=2,
-      num_attention_heads=2, intermediate_size=24, max_position_embeddings=32)
+  config = tiny_config(vocab_size=tokenizer.vocab_size, hidden_size=16,
+                       num_attention_heads=2, intermediate_size=24,
+                       max_position_embeddings=32)
   model = modeling.build_model(config, request.param)
   # A budget of 40 tokens makes the bilm's in-graph copies run in several
   # chunks (and inference.py in several batches).

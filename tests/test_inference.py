@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import tiny_config
 import inference
+import model_dir
 import modeling
 import tokenization
 
@@ -23,9 +25,8 @@ def tokenizer(tmp_path_factory):
 
 def lm_for(model_type, tokenizer, **kwargs):
   tf.keras.utils.set_random_seed(11)
-  config = modeling.TTAConfig(
-      vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-      num_attention_heads=4, intermediate_size=40, max_position_embeddings=32)
+  config = tiny_config(vocab_size=tokenizer.vocab_size, intermediate_size=40,
+                       max_position_embeddings=32)
   model = modeling.build_model(config, model_type)
   return inference.NeuralLM(model, tokenizer, **kwargs)
 
@@ -162,7 +163,7 @@ def test_google_bert_release_dir_loads_as_bert(tmp_path):
                               mask_token_id=4)
   tf.keras.utils.set_random_seed(21)
   original = modeling.build_model(config, "bert")
-  modeling.save_tf1_checkpoint(original, str(tmp_path / "bert_model.ckpt"))
+  model_dir.save_tf1_checkpoint(original, str(tmp_path / "bert_model.ckpt"))
   config.to_json_file(str(tmp_path / "bert_config.json"))
   lm = inference.load_lm("bert:%s" % tmp_path)
   assert lm.model_type == "bert"
@@ -179,25 +180,12 @@ def test_google_bert_release_dir_loads_as_bert(tmp_path):
   np.testing.assert_allclose(scored.token_logprobs, want, atol=1e-5)
 
 
-def test_librispeech_normalizer_matches_corpus_and_falls_back_on_digits():
-  stats = {}
-  normalize = inference.normalizer("librispeech", stats)
-  assert normalize("Mr. Smith's café, 1894!") == "MISTER SMITH'S CAFE EIGHTEEN NINETY FOUR"
-  assert stats.get("normalization_fallbacks", 0) == 0
-  # corpus.normalize_librispeech refuses "$3.50"; the fallback reads digits.
-  assert normalize("It costs $3.50.") == "IT COSTS THREE FIVE ZERO"
-  assert stats["normalization_fallbacks"] == 1
-  assert inference.normalizer("none", stats)("Keep It.") == "Keep It."
-  with pytest.raises(ValueError, match="unknown normalization"):
-    inference.normalizer("nfc", stats)
-
-
 def test_model_trained_on_normalized_text_scores_normalized_input(tokenizer):
   # A model whose config says its training text was LibriSpeech-normalized
   # must score "The cat sat, 2 dogs." exactly as "the cat sat two dogs".
   plain = lm_for("tta", tokenizer)
   lm = lm_for("tta", tokenizer)
-  lm.model.config.extra["normalization"] = "librispeech"
+  lm.model.config.normalization = "librispeech"
   normalizing = inference.NeuralLM(lm.model, tokenizer)
   assert normalizing.normalization == "librispeech"
   got = normalizing.score(["The cat sat, on the mat."])[0]

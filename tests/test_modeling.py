@@ -6,6 +6,7 @@ layout, independently of modeling.py, so agreement checks the architecture
 variable-name mapping at once.
 """
 
+import json
 import math
 import os
 
@@ -14,6 +15,7 @@ import pytest
 import tensorflow as tf
 from scipy.special import erf
 
+import model_dir
 import modeling
 
 from conftest import TINY
@@ -315,9 +317,9 @@ def test_tf1_checkpoint_loads_and_matches_reference(tmp_path, model_type):
   config = tiny_config(type_vocab_size=type_vocab_size)
   rng = np.random.default_rng(6)
   arrays = google_bert_arrays(config, rng)
-  prefix = modeling.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
+  prefix = model_dir.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
   model = modeling.build_model(config, model_type)
-  report = modeling.load_tf1_checkpoint(model, prefix)
+  report = model_dir.load_tf1_checkpoint(model, prefix)
   assert len(report["loaded"]) == len(model.trainable_variables)
   assert "bert/pooler/dense/kernel" in report["ignored"]
   assert "global_step" in report["ignored"]
@@ -336,58 +338,6 @@ def test_tf1_checkpoint_loads_and_matches_reference(tmp_path, model_type):
                                want_seq[b, :n], atol=2e-4, rtol=1e-4)
     np.testing.assert_allclose(out["log_probs"].numpy()[b, :n],
                                want_lp[b, :n], atol=2e-4, rtol=1e-4)
-
-
-def test_saved_tf1_checkpoint_round_trips(tmp_path, models):
-  prefix = modeling.save_tf1_checkpoint(models["tta"],
-                                        str(tmp_path / "tta.ckpt"))
-  fresh = modeling.build_model(tiny_config(), "tta")
-  modeling.load_tf1_checkpoint(fresh, prefix)
-  ids, mask = random_batch(np.random.default_rng(7), [6, 2], 6)
-  a, b = run(models["tta"], ids, mask), run(fresh, ids, mask)
-  for key in a:
-    np.testing.assert_array_equal(a[key], b[key])
-
-
-def test_missing_variable_fails_by_name_and_assigns_nothing(tmp_path):
-  config = tiny_config(type_vocab_size=2)
-  arrays = google_bert_arrays(config, np.random.default_rng(8))
-  del arrays["bert/encoder/layer_1/attention/self/key/bias"]
-  prefix = modeling.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
-  model = modeling.build_model(config, "bert")
-  before = model.embeddings.word_embeddings.numpy().copy()
-  with pytest.raises(modeling.CheckpointMismatchError,
-                     match="layer_1/attention/self/key/bias"):
-    modeling.load_tf1_checkpoint(model, prefix)
-  np.testing.assert_array_equal(model.embeddings.word_embeddings.numpy(),
-                                before)
-
-
-def test_mis_shaped_variable_fails_by_name(tmp_path):
-  config = tiny_config(type_vocab_size=2)
-  arrays = google_bert_arrays(config, np.random.default_rng(9))
-  arrays["bert/encoder/layer_0/intermediate/dense/kernel"] = np.zeros(
-      (32, 36), np.float32)
-  prefix = modeling.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
-  with pytest.raises(modeling.CheckpointMismatchError,
-                     match=r"layer_0/intermediate/dense/kernel: checkpoint "
-                     r"\[32, 36\], model \[32, 37\]"):
-    modeling.load_tf1_checkpoint(modeling.build_model(config, "bert"), prefix)
-
-
-def test_unexpected_variable_fails_when_strict(tmp_path):
-  config = tiny_config()
-  arrays = google_bert_arrays(config, np.random.default_rng(10))
-  arrays["bert/encoder/layer_2/output/dense/kernel"] = np.zeros((32, 32),
-                                                                np.float32)
-  prefix = modeling.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
-  model = modeling.build_model(config, "tta")
-  with pytest.raises(modeling.CheckpointMismatchError,
-                     match="unexpected in checkpoint: "
-                     "bert/encoder/layer_2/output/dense/kernel"):
-    modeling.load_tf1_checkpoint(model, prefix)
-  report = modeling.load_tf1_checkpoint(model, prefix, strict=False)
-  assert report["unexpected"] == ["bert/encoder/layer_2/output/dense/kernel"]
 
 
 def test_bert_without_token_types_is_rejected():
@@ -434,3 +384,28 @@ def test_fused_key_value_projection_matches_per_layer_and_stays_self_unknown():
                   np.delete(got.numpy()[0], i, 0))[:5].max() > 1e-4
   with pytest.raises(ValueError, match="only T-TA"):
     modeling.build_model(config, "bilm").fused_key_value_weights()
+
+
+# ---------------------------------------------------------- continuous head
+
+
+def test_continuous_head_logits_and_log_probs():
+  config = tiny_config(vocab_size=11, intermediate_size=64,
+                       max_position_embeddings=64, output_layer="continuous",
+                       target_embedding_size=6, continuous_logit_scale=5.0)
+  model = modeling.build_model(config, "tta")
+  assert isinstance(model.lm_head, modeling.ContinuousHead)
+  table = np.random.RandomState(1).normal(size=(11, 6))
+  model.lm_head.set_target_embeddings(table)
+  hidden = tf.random.normal([2, 3, 32])
+  pred = model.lm_head.predict_vectors(hidden).numpy()
+  cos = (pred / np.linalg.norm(pred, axis=-1, keepdims=True)) @ (
+      table / np.linalg.norm(table, axis=-1, keepdims=True)).T
+  np.testing.assert_allclose(model.lm_head(hidden).numpy(), 5.0 * cos,
+                             rtol=1e-4, atol=1e-5)
+  ids = tf.constant([[3, 5, 7]])
+  out = model({"input_ids": ids, "input_mask": tf.ones_like(ids)})
+  np.testing.assert_allclose(np.exp(out["log_probs"].numpy()).sum(-1), 1.0,
+                             rtol=1e-5)
+  again = modeling.TTAConfig.from_dict(json.loads(config.to_json_string()))
+  assert again.output_layer == "continuous" and again == config

@@ -7,7 +7,6 @@ recomputed here with jiwer directly, not through nbest's helpers.
 import io
 import json
 import math
-import os
 import statistics
 import tarfile
 
@@ -489,15 +488,6 @@ def test_wmt_reader_rejects_misaligned_files(tmp_path):
   (root / "references" / "newstest2021.de-en.ref.A.en").write_text("one\n\n")
   with pytest.raises(ValueError, match=r"ref\.A\.en:2: blank reference"):
     nbest.read_wmt_candidates(str(tmp_path))
-
-
-def test_default_data_dir(tmp_path, monkeypatch):
-  monkeypatch.setenv("TTA_DATA", str(tmp_path))
-  assert nbest.default_data_dir() == str(tmp_path)
-  assert nbest.default_data_dir(str(tmp_path / "..")) == str(tmp_path / "..")
-  monkeypatch.setenv("TTA_DATA", str(tmp_path / "absent"))
-  with pytest.raises(FileNotFoundError, match=r"\$TTA_DATA"):
-    nbest.default_data_dir()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Tests of run_pretraining.py: losses, training, resume, signals, multi-worker.
+"""Tests of pretraining (run_pretraining.py, training.py, training_setup.py,
+losses.py): losses, training, resume, signals, multi-worker.
 
 Tiny models (hidden 32, 2 layers) on records made by create_pretraining_data
 from a real excerpt of the Gutenberg corpus (shared/data), so the whole file
@@ -20,14 +21,22 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import conftest
+from conftest import tiny_config
+import losses as losses_lib
+import model_dir
 import modeling
-import run_pretraining as rp
+import training
+import training_setup
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GUTENBERG = os.path.join(REPO, "..", "shared", "data", "gutenberg-books-subset",
                          "texts.tar.xz")
-TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "intermediate_size": 64, "max_position_embeddings": 64}
+# conftest.TINY with a wider FFN and room for the 48-token records.
+WIDER = {"intermediate_size": 64, "max_position_embeddings": 64}
+# The size overrides of a training run (the vocab file gives vocab_size).
+TINY = {k: v for k, v in dict(conftest.TINY, **WIDER).items()
+        if k != "vocab_size"}
 
 
 # ------------------------------------------------------------------ fixtures
@@ -66,7 +75,7 @@ def tiny_params(data_dir, output_dir, **kwargs):
       max_eval_steps=4, steps_per_loop=10, log_every_steps=20,
       install_signal_handlers=False)
   params.update(kwargs)
-  return rp.TrainParams(**params)
+  return training.TrainParams(**params)
 
 
 # ------------------------------------------------------- (e), (f) the losses
@@ -86,7 +95,7 @@ def test_cross_entropy_weights_select_positions():
   # (0,1) has weight 0.
   expected = (-_log_softmax([2, 1, 0])[0] - _log_softmax([1, 3, 0])[1]
               - _log_softmax([5, -1, 2])[0])
-  loss_sum, weight_sum, correct = rp.weighted_cross_entropy(
+  loss_sum, weight_sum, correct = losses_lib.weighted_cross_entropy(
       tf.constant(logits), tf.constant(targets), tf.constant(weights))
   assert float(weight_sum) == 3.0
   np.testing.assert_allclose(float(loss_sum), expected, rtol=1e-6)
@@ -94,7 +103,7 @@ def test_cross_entropy_weights_select_positions():
   # Whatever the logits and target at a weight-0 position, nothing changes.
   logits[0, 1] = [9.0, -9.0, 4.0]
   targets[0, 1] = 1
-  again, _, _ = rp.weighted_cross_entropy(
+  again, _, _ = losses_lib.weighted_cross_entropy(
       tf.constant(logits), tf.constant(targets), tf.constant(weights))
   assert float(again) == pytest.approx(float(loss_sum), rel=1e-7)
   # The mean loss is the weighted mean over the selected positions only.
@@ -108,7 +117,7 @@ def test_cosine_distance_matches_numpy():
   table[6] = 0.0  # a token without a vector: cos 0, distance 1
   targets = np.array([[1, 6, 3], [0, 2, 2]], np.int32)
   weights = np.array([[1.0, 1.0, 0.0], [0.5, 1.0, 1.0]], np.float32)
-  loss_sum, weight_sum = rp.weighted_cosine_distance(
+  loss_sum, weight_sum = losses_lib.weighted_cosine_distance(
       tf.constant(predicted), tf.constant(table), tf.constant(targets),
       tf.constant(weights))
   e = table[targets]
@@ -121,30 +130,8 @@ def test_cosine_distance_matches_numpy():
   assert float(weight_sum) == pytest.approx(4.5)
 
 
-def test_continuous_head_logits_and_log_probs():
-  config = modeling.TTAConfig(vocab_size=11, output_layer="continuous",
-                              target_embedding_size=6,
-                              continuous_logit_scale=5.0, **TINY)
-  model = modeling.build_model(config, "tta")
-  assert isinstance(model.lm_head, modeling.ContinuousHead)
-  table = np.random.RandomState(1).normal(size=(11, 6))
-  model.lm_head.set_target_embeddings(table)
-  hidden = tf.random.normal([2, 3, 32])
-  pred = model.lm_head.predict_vectors(hidden).numpy()
-  cos = (pred / np.linalg.norm(pred, axis=-1, keepdims=True)) @ (
-      table / np.linalg.norm(table, axis=-1, keepdims=True)).T
-  np.testing.assert_allclose(model.lm_head(hidden).numpy(), 5.0 * cos,
-                             rtol=1e-4, atol=1e-5)
-  ids = tf.constant([[3, 5, 7]])
-  out = model({"input_ids": ids, "input_mask": tf.ones_like(ids)})
-  np.testing.assert_allclose(np.exp(out["log_probs"].numpy()).sum(-1), 1.0,
-                             rtol=1e-5)
-  again = modeling.TTAConfig.from_dict(json.loads(config.to_json_string()))
-  assert again.output_layer == "continuous" and again == config
-
-
 def test_gathered_and_dense_heads_agree():
-  config = modeling.TTAConfig(vocab_size=50, **TINY)
+  config = tiny_config(vocab_size=50, **WIDER)
   model = modeling.build_model(config, "bilm")
   rng = np.random.RandomState(2)
   ids = rng.randint(7, 50, size=(3, 9)).astype(np.int32)
@@ -154,8 +141,8 @@ def test_gathered_and_dense_heads_agree():
   features = {"input_ids": tf.constant(ids), "input_mask": tf.constant(mask),
               "target_ids": tf.constant(ids),
               "target_weights": tf.constant(weights)}
-  gathered = rp.forward_loss_terms(model, features, False, True)
-  dense = rp.forward_loss_terms(model, features, False, False)
+  gathered = losses_lib.forward_loss_terms(model, features, False, True)
+  dense = losses_lib.forward_loss_terms(model, features, False, False)
   for key in ("loss_sum", "weight_sum", "correct_sum"):
     np.testing.assert_allclose(float(gathered[key]), float(dense[key]),
                                rtol=1e-5)
@@ -164,10 +151,9 @@ def test_gathered_and_dense_heads_agree():
 @pytest.mark.parametrize("output_layer", ["softmax", "continuous"])
 def test_mixed_bfloat16_loss_and_gradients(output_layer):
   """--mixed_precision: bf16 matmuls, float32 loss, finite fp32 gradients."""
-  rp.set_precision_policy(True)
+  training.set_precision_policy(True)
   try:
-    config = modeling.TTAConfig(vocab_size=40, output_layer=output_layer,
-                                **TINY)
+    config = tiny_config(vocab_size=40, output_layer=output_layer, **WIDER)
     model = modeling.build_model(config, "tta")
     if output_layer == "continuous":
       model.lm_head.set_target_embeddings(
@@ -177,7 +163,7 @@ def test_mixed_bfloat16_loss_and_gradients(output_layer):
     features = {"input_ids": ids, "input_mask": tf.ones_like(ids),
                 "target_ids": ids, "target_weights": tf.ones([2, 5])}
     with tf.GradientTape() as tape:
-      terms = rp.forward_loss_terms(model, features, training=True)
+      terms = losses_lib.forward_loss_terms(model, features, training=True)
     grads = tape.gradient(terms["loss_sum"], model.trainable_variables)
     assert model.encoder_layers[0].query.compute_dtype == "bfloat16"
     assert terms["loss_sum"].dtype == tf.float32
@@ -185,7 +171,7 @@ def test_mixed_bfloat16_loss_and_gradients(output_layer):
                np.all(np.isfinite(tf.convert_to_tensor(g).numpy()))
                for g in grads)
   finally:
-    rp.set_precision_policy(False)
+    training.set_precision_policy(False)
 
 
 # --------------------------------------------- (a), (g) training end to end
@@ -197,7 +183,7 @@ def trained(data_dir, tmp_path_factory):
   results = {}
   for model_type in ("tta", "bilm", "unilm"):
     out = root / model_type
-    results[model_type] = (str(out), rp.run_training(
+    results[model_type] = (str(out), training.train(
         tiny_params(data_dir, out, model_type=model_type)))
   return results
 
@@ -244,7 +230,7 @@ def test_continuous_output_layer_trains(trained, data_dir, tmp_path):
   """ELMo-C head with the trained tta model's embeddings as targets."""
   source_dir, _ = trained["tta"]
   out = tmp_path / "continuous"
-  summary = rp.run_training(tiny_params(
+  summary = training.train(tiny_params(
       data_dir, out, output_layer="continuous", target_embeddings=source_dir,
       num_train_steps=20, save_checkpoints_steps=0))
   losses = summary["step_losses"]
@@ -255,7 +241,7 @@ def test_continuous_output_layer_trains(trained, data_dir, tmp_path):
   assert config.target_embedding_size == 32
   # The inference scale of the cosine logits was calibrated on the eval set.
   assert config.continuous_logit_scale == summary["eval"]["best_logit_scale"]
-  assert config.continuous_logit_scale in rp.LOGIT_SCALES
+  assert config.continuous_logit_scale in losses_lib.LOGIT_SCALES
   assert summary["eval"]["best_scale_perplexity"] <= (
       summary["eval"]["perplexity"] * (1 + 1e-6))
   model = modeling.build_model(config)
@@ -272,16 +258,16 @@ def test_continuous_output_layer_trains(trained, data_dir, tmp_path):
 
 def test_init_checkpoint_ours_and_tf1(trained, tmp_path):
   """--init_checkpoint: our model dir, and a Google-BERT-named TF1 one."""
-  model_dir, _ = trained["tta"]
+  source_dir, _ = trained["tta"]
   config = modeling.TTAConfig.from_json_file(
-      os.path.join(model_dir, "config.json"))
+      os.path.join(source_dir, "config.json"))
   source = modeling.build_model(config)
   tf.train.Checkpoint(model=source).read(
-      tf.train.latest_checkpoint(model_dir)).expect_partial()
-  tf1_prefix = modeling.save_tf1_checkpoint(source, str(tmp_path / "tf1"))
-  for init in (model_dir, tf1_prefix):
+      tf.train.latest_checkpoint(source_dir)).expect_partial()
+  tf1_prefix = model_dir.save_tf1_checkpoint(source, str(tmp_path / "tf1"))
+  for init in (source_dir, tf1_prefix):
     fresh = modeling.build_model(config)
-    rp.warm_start(fresh, init)
+    model_dir.warm_start(fresh, init)
     for a, b in zip(source.trainable_variables, fresh.trainable_variables):
       np.testing.assert_array_equal(a.numpy(), b.numpy())
 
@@ -290,7 +276,7 @@ def test_word_vector_file_alignment(tmp_path):
   vocab = {"[PAD]": 0, "the": 1, "Cat": 2, "##s": 3, "zzz": 4}
   path = tmp_path / "vectors.vec"
   path.write_text("3 2\nthe 1 0\ncat 0 1\ns 0.5 0.5\n")
-  table, info = rp.load_target_embeddings(str(path), vocab)
+  table, info = training_setup.load_target_embeddings(str(path), vocab)
   assert table.shape == (5, 2)
   np.testing.assert_array_equal(table[1], [1, 0])
   np.testing.assert_array_equal(table[2], [0, 1])      # lower-cased match
@@ -305,12 +291,12 @@ def test_word_vector_file_alignment(tmp_path):
 
 def test_resume_continues_step_and_input_position(data_dir, tmp_path):
   out = tmp_path / "resume"
-  first = rp.run_training(tiny_params(
+  first = training.train(tiny_params(
       data_dir, out, num_train_steps=20, save_checkpoints_steps=10,
       eval_file=None))
   assert first["final_step"] == 20 and first["input_batches"] == 20
   assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-20")
-  second = rp.run_training(tiny_params(
+  second = training.train(tiny_params(
       data_dir, out, num_train_steps=30, save_checkpoints_steps=10,
       eval_file=None))
   assert second["start_step"] == 20
@@ -319,12 +305,12 @@ def test_resume_continues_step_and_input_position(data_dir, tmp_path):
   assert len(second["step_losses"]) == 10
   assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-30")
   # Restarting a finished run does nothing and keeps the step.
-  third = rp.run_training(tiny_params(
+  third = training.train(tiny_params(
       data_dir, out, num_train_steps=30, eval_file=None))
   assert third["start_step"] == 30 and third["step_losses"] == []
   # A different architecture in the same output_dir is refused.
   with pytest.raises(ValueError, match="hidden_size"):
-    rp.run_training(tiny_params(
+    training.train(tiny_params(
         data_dir, out, eval_file=None,
         config_overrides=dict(TINY, hidden_size=16)))
 
@@ -472,7 +458,7 @@ import numpy as np, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(
     cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-import modeling, run_pretraining as rp
+import modeling, training
 
 config = modeling.TTAConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1,
                             num_attention_heads=2, intermediate_size=24,
@@ -501,7 +487,7 @@ for strategy in (tf.distribute.OneDeviceStrategy("/cpu:0"),
     optimizer.build(model.trainable_variables)
   dataset = tf.data.Dataset.from_tensors(batch).repeat()
   iterator = iter(strategy.experimental_distribute_dataset(dataset))
-  loop = rp.make_train_loop(strategy, model, optimizer)
+  loop = training.make_train_loop(strategy, model, optimizer)
   rows = loop(iterator, tf.constant(2)).numpy()
   results.append((rows, [v.numpy() for v in model.trainable_variables]))
 (rows1, vars1), (rows2, vars2) = results

@@ -1,13 +1,11 @@
-"""Tests of reproduce.py: missing data, stage bookkeeping, report tables, and
-one tiny end-to-end run on real data slices that must resume without redoing
-any stage."""
+"""Tests of reproduce.py: missing data, report tables, and one tiny end-to-end
+run on real data slices that must resume without redoing any stage (the stage
+stamps themselves are tested in test_io_utils.py)."""
 
 import json
 import os
 import subprocess
 import sys
-
-import pytest
 
 from conftest import data_dir_or_skip
 import reproduce
@@ -31,18 +29,6 @@ def test_missing_data_names_every_file_and_its_source(tmp_path):
   assert "ixa2.si.ehu.eus/stswiki" in proc.stderr
   assert "wmt21-news-systems" in proc.stderr
   assert not (tmp_path / "work").exists()
-
-
-def test_stage_is_done_only_for_the_same_key_and_existing_outputs(tmp_path):
-  out = tmp_path / "result.json"
-  key = {"checkpoints": {"tta": "ckpt-10"}, "max_pairs": None}
-  assert not reproduce.stage_done(str(tmp_path), "sts", key, [str(out)])
-  reproduce.mark_done(str(tmp_path), "sts", key)
-  assert not reproduce.stage_done(str(tmp_path), "sts", key, [str(out)])
-  out.write_text("{}")
-  assert reproduce.stage_done(str(tmp_path), "sts", key, [str(out)])
-  newer = dict(key, checkpoints={"tta": "ckpt-20"})
-  assert not reproduce.stage_done(str(tmp_path), "sts", newer, [str(out)])
 
 
 def _asr_row(lm, reranked, lam, ppl):

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import conftest
 import inference
+import model_dir
 import modeling
 import nbest
 import sts_data
@@ -36,7 +37,7 @@ def model_dirs(tmp_path_factory):
         num_attention_heads=2, intermediate_size=16,
         max_position_embeddings=128)
     dirs[model_type] = str(root / model_type)
-    inference.save_model_dir(modeling.build_model(config, model_type), vocab,
+    model_dir.save_model_dir(modeling.build_model(config, model_type), vocab,
                              dirs[model_type])
   return dirs
 
@@ -115,8 +116,15 @@ def test_sts_end_to_end(model_dirs, tmp_path):
   assert [r["representation"] for r in rows] == ["context", "embed"]
   lm = inference.NeuralLM.from_model_dir(model_dirs["tta"])
   pairs = sts_data.read_stsb("dev", data_dir)[:40]
-  a = lm.sentence_vectors([p.sent1 for p in pairs], pooling="context")
-  b = lm.sentence_vectors([p.sent2 for p in pairs], pooling="context")
+  # One call over the same sentences as run_sts.py, so both see the same
+  # batches, and cosines in float64: a random 16-wide model gives cosines
+  # within float32 rounding of 1, whose noise (it differs between CPUs) would
+  # reorder them.
+  sentences = sorted({s for p in pairs for s in (p.sent1, p.sent2)})
+  vectors = dict(zip(sentences, lm.sentence_vectors(sentences,
+                                                    pooling="context")))
+  a = np.stack([vectors[p.sent1] for p in pairs]).astype(np.float64)
+  b = np.stack([vectors[p.sent2] for p in pairs]).astype(np.float64)
   cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
   want = sts_data.pearson_spearman(cos, [p.score for p in pairs])
   pearson, spearman = rows[0]["scores"]["stsb_dev"]

@@ -9,24 +9,20 @@ import os
 import pytest
 import scipy.stats
 
-import conftest
-import nbest
+from conftest import data_dir_or_skip
 import sts_data
-
-
-_data_dir_or_skip = conftest.data_dir_or_skip
 
 
 @pytest.mark.parametrize("split, count", [("train", 5749), ("dev", 1500), ("test", 1379)])
 def test_stsb_real_counts(split, count):
-  _data_dir_or_skip("stsb")
+  data_dir_or_skip("stsb")
   pairs = sts_data.read_stsb(split)
   assert len(pairs) == count
   assert all(0.0 <= p.score <= 5.0 and p.sent1 and p.sent2 for p in pairs)
 
 
 def test_stsb_real_content():
-  _data_dir_or_skip("stsb")
+  data_dir_or_skip("stsb")
   dev = sts_data.read_stsb("dev")
   assert dev[0] == ("A man with a hard hat is dancing.", "A man wearing a hard hat is dancing.",
                     5.0)
@@ -37,7 +33,7 @@ def test_stsb_real_content():
 
 
 def test_sick_real_counts():
-  root = _data_dir_or_skip("sick")
+  root = data_dir_or_skip("sick")
   test = sts_data.read_sick()
   assert len(test) == 4906
   assert all(1.0 <= p.score <= 5.0 for p in test)

@@ -1,0 +1,130 @@
+# coding=utf-8
+"""The pretraining losses, as global sums (docs/DESIGN.md §3).
+
+For every model type the loss is
+
+    sum(w * loss(head(h), target)) / sum(w)        (global sums over replicas)
+
+with tta: target = the input token itself (the model never sees it),
+bilm: dynamic MLM targets (w = 1 at the ~15% chosen positions), unilm: the
+next token; `input_pipeline` makes `target_ids` and `target_weights` [B, T].
+The head is BERT's tied vocabulary softmax (cross-entropy), or ELMo-C's
+continuous output layer (cosine distance to a frozen pretrained embedding of
+the target; no V-sized softmax; `modeling.ContinuousHead`).
+
+Everything here returns SUMS, not means: training.py divides by the weight
+sum of the whole global batch, so the gradients the optimizer sums over
+replicas are exactly those of the global-batch mean loss.
+"""
+
+import tensorflow as tf
+
+import modeling
+
+# Candidate inference scales of a continuous model's cosine logits; the eval
+# reports the cross-entropy under each so the best one can be kept.
+LOGIT_SCALES = (1.0, 2.0, 3.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0, 50.0, 75.0,
+                100.0)
+
+
+def weighted_cross_entropy(logits, target_ids, target_weights):
+  """Sums of the weighted token cross-entropy.
+
+  Args:
+    logits: float [..., V] unnormalised scores.
+    target_ids: int32 [...] targets.
+    target_weights: float32 [...]; 0 drops a position, 1 counts it once.
+
+  Returns:
+    (loss_sum, weight_sum, correct_sum), float32 scalars:
+    sum(w * -log softmax(logits)[target]), sum(w), sum(w * [argmax == target]).
+    The mean loss is loss_sum / weight_sum -- divided by the GLOBAL weight
+    sum when the batch is split over replicas.
+  """
+  logits = tf.cast(logits, tf.float32)
+  target_weights = tf.cast(target_weights, tf.float32)
+  ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=target_ids,
+                                                      logits=logits)
+  correct = tf.cast(
+      tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), target_ids),
+      tf.float32)
+  return (tf.reduce_sum(target_weights * ce), tf.reduce_sum(target_weights),
+          tf.reduce_sum(target_weights * correct))
+
+
+def weighted_cosine_distance(predicted, target_table, target_ids,
+                             target_weights):
+  """ELMo-C's loss: sums of w * (1 - cos(predicted, e(target))).
+
+  Args:
+    predicted: float [..., E], the continuous head's W h.
+    target_table: float [V, E], the frozen target embeddings e.
+    target_ids: int32 [...].
+    target_weights: float32 [...].
+
+  Returns:
+    (loss_sum, weight_sum), float32 scalars. A target whose embedding is all
+    zeros has cos 0 (distance 1) and gives no gradient.
+  """
+  target_weights = tf.cast(target_weights, tf.float32)
+  targets = tf.gather(tf.cast(target_table, tf.float32), target_ids)
+  cosine = tf.reduce_sum(
+      tf.math.l2_normalize(tf.cast(predicted, tf.float32), axis=-1) *
+      tf.math.l2_normalize(targets, axis=-1), axis=-1)
+  return (tf.reduce_sum(target_weights * (1.0 - cosine)),
+          tf.reduce_sum(target_weights))
+
+
+def forward_loss_terms(model, features, training, gather_targets=True,
+                       with_logits=False):
+  """Encoder + head + loss sums for one (per-replica) batch.
+
+  Args:
+    model: `modeling.TransformerLM` (softmax or continuous head).
+    features: dict of [B, T] tensors from `input_pipeline.make_dataset`.
+    training: bool; dropout on.
+    gather_targets: run the head on positions with weight > 0 only (a
+      dynamic shape: skips padding, and 85% of the biLM's positions). Off
+      under XLA/TPU, where the head runs densely and w masks.
+    with_logits: continuous head only: also compute the cosine-logit
+      cross-entropy and nearest-neighbour accuracy over the whole table
+      (V-sized; for evaluation), and "ce_by_scale", the cross-entropy sums
+      at each of LOGIT_SCALES [12].
+
+  Returns:
+    dict of float32 scalars: loss_sum, weight_sum, correct_sum, ce_sum
+    (= loss_sum for the softmax head).
+  """
+  hidden, _ = model.encode(features, training=training)
+  targets = features["target_ids"]
+  weights = tf.cast(features["target_weights"], tf.float32)
+  if gather_targets:
+    where = tf.where(weights > 0)
+    hidden = tf.gather_nd(hidden, where)      # [n, D]
+    targets = tf.gather_nd(targets, where)    # [n]
+    weights = tf.gather_nd(weights, where)    # [n]
+  if isinstance(model.lm_head, modeling.ContinuousHead):
+    return _continuous_loss_terms(model.lm_head, hidden, targets, weights,
+                                  with_logits)
+  logits = model.lm_head(hidden, model.embeddings.word_embeddings)
+  loss_sum, weight_sum, correct_sum = weighted_cross_entropy(
+      logits, targets, weights)
+  return dict(loss_sum=loss_sum, weight_sum=weight_sum,
+              correct_sum=correct_sum, ce_sum=loss_sum)
+
+
+def _continuous_loss_terms(head, hidden, targets, weights, with_logits):
+  """`forward_loss_terms` of a `modeling.ContinuousHead` ([n, D] hidden)."""
+  loss_sum, weight_sum = weighted_cosine_distance(
+      head.predict_vectors(hidden), head.target_embeddings, targets, weights)
+  terms = dict(loss_sum=loss_sum, weight_sum=weight_sum,
+               correct_sum=tf.constant(0.0), ce_sum=tf.constant(0.0))
+  if with_logits:
+    logits = head(hidden)
+    terms["ce_sum"], _, terms["correct_sum"] = weighted_cross_entropy(
+        logits, targets, weights)
+    cosine = logits / head.config.continuous_logit_scale
+    terms["ce_by_scale"] = tf.stack([
+        weighted_cross_entropy(scale * cosine, targets, weights)[0]
+        for scale in LOGIT_SCALES])
+  return terms

@@ -1,0 +1,130 @@
+"""What machine and which commit produced a figure.
+
+One owner for the facts a result file records about where it was made: the
+CPU, the cores this process may use, the load, TF's thread pools, the library
+versions and the git commit. run_benchmark.py and reproduce.py both write
+them next to their numbers, so that a timing or a score can be traced to the
+machine and the code that made it.
+
+TensorFlow and Keras are imported inside the functions that need them, so
+that reproduce.py can describe the machine without starting TF.
+"""
+
+import datetime
+import os
+import platform
+import subprocess
+
+REPO = os.path.dirname(os.path.abspath(__file__))
+
+
+def cpu_model():
+  """The CPU's model name from /proc/cpuinfo (platform's guess else)."""
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or platform.machine() or "unknown"
+
+
+def usable_cores():
+  """Cores this process may run on (affinity), not the machine's total."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:
+    return os.cpu_count() or 1
+
+
+def load_average():
+  """The 1-minute load average, or None where the OS has none."""
+  try:
+    return round(os.getloadavg()[0], 2)
+  except OSError:
+    return None
+
+
+def pin_threads(intra_op, inter_op):
+  """Sets TF's thread pools; must run before TF executes its first op.
+
+  Args:
+    intra_op: threads inside one op; 0 means one per usable core.
+    inter_op: ops run in parallel; 0 means one per usable core.
+
+  Returns:
+    (intra_op, inter_op) actually set.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  cores = usable_cores()
+  intra_op = intra_op or cores
+  inter_op = inter_op or cores
+  tf.config.threading.set_intra_op_parallelism_threads(intra_op)
+  tf.config.threading.set_inter_op_parallelism_threads(inter_op)
+  return (tf.config.threading.get_intra_op_parallelism_threads(),
+          tf.config.threading.get_inter_op_parallelism_threads())
+
+
+def environment(threads):
+  """The machine, TF's setup and the versions, for a result file.
+
+  Args:
+    threads: (intra_op, inter_op) as returned by `pin_threads`.
+
+  Returns:
+    A JSON-ready dict.
+  """
+  import keras  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return {
+      "cpu": cpu_model(),
+      "cores_usable": usable_cores(),
+      "cores_total": os.cpu_count(),
+      "intra_op_threads": threads[0],
+      "inter_op_threads": threads[1],
+      "devices": [d.name for d in tf.config.list_logical_devices()],
+      "tensorflow": tf.__version__,
+      "keras": keras.__version__,
+      "python": platform.python_version(),
+      "platform": platform.platform(),
+      "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(
+          timespec="seconds"),
+  }
+
+
+def machine():
+  """One line for a report: "<cpu model>, <N> cores" (the machine's total)."""
+  return "%s, %d cores" % (cpu_model(), os.cpu_count() or 0)
+
+
+def git_commit():
+  """The short HEAD commit, "+uncommitted" if code differs, else "unknown".
+
+  Only Python files and scripts/ count as code: a result written into the
+  tree (results/, runs/) must not mark its own commit as dirty.
+  """
+  try:
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                          capture_output=True, text=True, check=True).stdout
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "*.py",
+                            "scripts"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout
+    return head.strip() + ("+uncommitted" if dirty.strip() else "")
+  except (OSError, subprocess.CalledProcessError):
+    return "unknown"
+
+
+def cpu_has_native_bfloat16():
+  """Whether this x86 CPU has bf16 matmul instructions (AMX or AVX512_BF16).
+
+  Without them (e.g. AMD Zen 3, AVX2 only) TF emulates bfloat16 and mixed
+  precision trains slower than float32. None when /proc/cpuinfo is absent.
+  """
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      flags_line = next((l for l in f if l.startswith("flags")), "")
+  except OSError:
+    return None
+  words = set(flags_line.split())
+  return bool(words & {"amx_bf16", "avx512_bf16"})

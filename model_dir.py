@@ -1,0 +1,350 @@
+# coding=utf-8
+"""The model directory: the one place that reads and writes a model on disk.
+
+A model dir, written by training.py (or `save_model_dir`), holds
+
+  config.json  `modeling.TTAConfig` in BERT's JSON format, with the fields
+               that make the dir self-describing: model_type, output_layer,
+               do_lower_case and normalization (the tokenizer and text
+               settings of the training data);
+  vocab.txt    the WordPiece vocab, one token per line (token i has id i);
+  ckpt-N.*     `tf.train.Checkpoint` files whose model object is "model"
+               (training checkpoints also hold "optimizer" and
+               "input_batches"), and the `checkpoint` index file that a
+               `tf.train.CheckpointManager` keeps beside them;
+
+so every run_* script takes --model_dir alone (docs/DESIGN.md §2). Older
+config.json files, which kept do_lower_case and normalization as untyped
+extra keys, load unchanged: the keys have the same names.
+
+Also here, because they are other ways a model arrives on disk: Google BERT
+release dirs (bert_config.json, vocab.txt, bert_model.ckpt) and the TF1
+name-based checkpoints of Google BERT and the T-TA authors, read and written
+under the names of `TransformerLM.tf1_variables()`.
+
+Example:
+  model, tokenizer = model_dir.load_model_dir("runs/tta")
+  model_dir.save_model_dir(model, "runs/tta/vocab.txt", "/tmp/copy")
+"""
+
+import copy
+import hashlib
+import os
+import re
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+import io_utils
+import modeling
+import tokenization
+
+CONFIG_FILE = "config.json"
+VOCAB_FILE = "vocab.txt"
+# Checkpoint prefix: ckpt-N, N = the global step.
+CHECKPOINT_NAME = "ckpt"
+
+# Checkpoint variables that a Google BERT or T-TA TF1 checkpoint holds but our
+# models do not use: optimizer slots, the step counter, the NSP pooler/head.
+IGNORED_CHECKPOINT_VARIABLES = (r"(^|/)adam_[mv]$", r"^global_step$",
+                                r"^bert/pooler/", r"^cls/seq_relationship/")
+
+# A variable every TF1 checkpoint of a BERT-style model has: it tells a TF1
+# checkpoint from one of our object-based ones.
+_TF1_WORD_EMBEDDINGS = "bert/embeddings/word_embeddings"
+
+
+class CheckpointMismatchError(ValueError):
+  pass
+
+
+# ------------------------------------------------------------ files and paths
+
+def config_path(model_dir):
+  return os.path.join(model_dir, CONFIG_FILE)
+
+
+def vocab_path(model_dir):
+  return os.path.join(model_dir, VOCAB_FILE)
+
+
+def read_config(model_dir):
+  """The `modeling.TTAConfig` of a model dir (FileNotFoundError if none)."""
+  path = config_path(model_dir)
+  if not tf.io.gfile.exists(path):
+    raise FileNotFoundError("%s not found; a model dir needs %s, %s and a "
+                            "checkpoint" % (path, CONFIG_FILE, VOCAB_FILE))
+  return modeling.TTAConfig.from_json_file(path)
+
+
+def write_config_and_vocab(model_dir, config, vocab_file=None, tokens=None):
+  """Writes config.json and vocab.txt, each atomically.
+
+  Other workers and tools reading the dir meanwhile never see a half-written
+  file.
+
+  Args:
+    model_dir: str, created if missing.
+    config: `modeling.TTAConfig`.
+    vocab_file: the vocab to copy in (nothing is copied when it already is
+      the dir's vocab.txt).
+    tokens: without vocab_file, the token list to write as vocab.txt; an
+      existing vocab.txt is then kept.
+  """
+  io_utils.write_atomically(config_path(model_dir), config.to_json_string())
+  dest = vocab_path(model_dir)
+  if vocab_file and os.path.abspath(vocab_file) != os.path.abspath(dest):
+    with tf.io.gfile.GFile(vocab_file, "rb") as source:
+      data = source.read()
+    with io_utils.atomic_open(dest, "wb") as f:
+      f.write(data)
+  elif not vocab_file and tokens and not tf.io.gfile.exists(dest):
+    tokenization.write_vocab(tokens, dest)
+
+
+def latest_checkpoint(model_dir):
+  """The newest checkpoint prefix in `model_dir`, or None.
+
+  From the `checkpoint` index file a CheckpointManager keeps, else the
+  highest-numbered ckpt-N (`save_model_dir` and `tf.train.Checkpoint.write`
+  write no index file).
+  """
+  latest = tf.train.latest_checkpoint(model_dir)
+  if latest or not tf.io.gfile.isdir(model_dir):
+    return latest
+  pattern = re.compile(r"^%s-(\d+)\.index$" % CHECKPOINT_NAME)
+  steps = [int(m.group(1)) for m in map(pattern.match,
+                                         tf.io.gfile.listdir(model_dir)) if m]
+  if not steps:
+    return None
+  return os.path.join(model_dir, "%s-%d" % (CHECKPOINT_NAME, max(steps)))
+
+
+def resolve_checkpoint(path):
+  """A checkpoint prefix from a model dir (its latest) or a prefix itself."""
+  if not tf.io.gfile.isdir(path):
+    return path
+  checkpoint = latest_checkpoint(path)
+  if checkpoint is None:
+    raise FileNotFoundError("no checkpoint in %s" % path)
+  return checkpoint
+
+
+# ----------------------------------------------------------- our model dirs
+
+def load_model_dir(model_dir, checkpoint=None):
+  """Loads a model dir: (model, tokenizer).
+
+  Args:
+    model_dir: str.
+    checkpoint: a specific checkpoint prefix; default the latest one.
+
+  Raises:
+    ValueError / FileNotFoundError naming the missing or mismatched piece.
+  """
+  config = read_config(model_dir)
+  vocab_file = vocab_path(model_dir)
+  if not tf.io.gfile.exists(vocab_file):
+    raise FileNotFoundError("%s not found; a model dir needs %s, %s and a "
+                            "checkpoint" % (vocab_file, CONFIG_FILE,
+                                            VOCAB_FILE))
+  tokenizer = tokenization.FullTokenizer(vocab_file, config.do_lower_case)
+  model = modeling.build_model(config)
+  checkpoint = checkpoint or resolve_checkpoint(model_dir)
+  status = tf.train.Checkpoint(model=model).read(checkpoint)
+  try:
+    status.assert_existing_objects_matched()
+  except AssertionError as e:
+    raise ValueError("checkpoint %s does not match config %s: %s" %
+                     (checkpoint, config_path(model_dir), e)) from e
+  # Every model weight was found; the optimizer slots and step counter that
+  # training checkpoints also hold are not needed here (no warning per slot).
+  status.expect_partial()
+  logging.info("loaded %s model from %s", config.model_type, checkpoint)
+  return model, tokenizer
+
+
+def save_model_dir(model, vocab_file, model_dir):
+  """Writes a model dir that `load_model_dir` reads.
+
+  Args:
+    model: `modeling.TransformerLM`; its config (with do_lower_case and
+      normalization) becomes config.json.
+    vocab_file: the model's vocab, copied to vocab.txt.
+    model_dir: str, created if missing.
+
+  Returns:
+    The checkpoint prefix written.
+  """
+  config = copy.deepcopy(model.config)
+  config.model_type = model.model_type
+  write_config_and_vocab(model_dir, config, vocab_file)
+  return tf.train.Checkpoint(model=model).write(
+      os.path.join(model_dir, "%s-0" % CHECKPOINT_NAME))
+
+
+def warm_start(model, init_checkpoint):
+  """Loads a model dir / checkpoint's weights into a fresh model.
+
+  Our object-based checkpoints and TF1 ones (Google BERT or T-TA names) both
+  work; the optimizer is not touched. A partial match (e.g. a continuous
+  head started from a softmax model: the encoder loads, the new head keeps
+  its initialisation) is logged, not an error.
+  """
+  checkpoint = resolve_checkpoint(init_checkpoint)
+  if is_tf1_checkpoint(checkpoint):
+    report = load_tf1_checkpoint(model, checkpoint, strict=False)
+    logging.info("warm start from TF1 checkpoint %s: %d variables loaded, "
+                 "ignored %s, unexpected %s", checkpoint,
+                 len(report["loaded"]), report["ignored"],
+                 report["unexpected"])
+    return
+  status = tf.train.Checkpoint(model=model).read(checkpoint)
+  status.expect_partial()
+  try:
+    status.assert_existing_objects_matched()
+  except AssertionError as e:
+    logging.warning("warm start from %s is partial: %s", checkpoint, e)
+  logging.info("warm start from %s", checkpoint)
+
+
+def load_word_embeddings(path, vocab):
+  """The word embedding table of a model dir / checkpoint, for `vocab`.
+
+  Args:
+    path: our model dir or one of its checkpoint prefixes, or a TF1
+      checkpoint (Google BERT / T-TA names).
+    vocab: OrderedDict token -> id the table must line up with.
+
+  Returns:
+    (float32 [V, D] numpy array, the checkpoint prefix read).
+
+  Raises:
+    ValueError: when our model dir's vocab differs from `vocab`, or the
+      table's row count from len(vocab).
+  """
+  checkpoint = resolve_checkpoint(path)
+  if is_tf1_checkpoint(checkpoint):
+    table = tf.train.load_checkpoint(checkpoint).get_tensor(
+        _TF1_WORD_EMBEDDINGS)
+  else:
+    source = os.path.dirname(checkpoint)
+    model, tokenizer = load_model_dir(source, checkpoint)
+    if list(tokenizer.vocab) != list(vocab):
+      raise ValueError("%s has a different vocab from ours; its embeddings "
+                       "would not line up with our token ids" %
+                       vocab_path(source))
+    table = model.embeddings.word_embeddings.numpy()
+  if table.shape[0] != len(vocab):
+    raise ValueError("%s: word_embeddings has %d rows, the vocab %d" %
+                     (checkpoint, table.shape[0], len(vocab)))
+  return table.astype(np.float32), checkpoint
+
+
+def weights_fingerprint(model):
+  """sha256 of every weight of `model` (names, shapes and values), hex."""
+  digest = hashlib.sha256()
+  for name, variable in model.tf1_variables().items():
+    value = np.ascontiguousarray(variable.numpy())
+    digest.update(("%s %s\n" % (name, value.shape)).encode("utf-8"))
+    digest.update(value.tobytes())
+  return digest.hexdigest()
+
+
+# ------------------------------------------------ Google BERT and TF1 files
+
+def load_google_bert(bert_dir, do_lower_case=True):
+  """Loads a Google BERT release dir (bert_config.json, vocab.txt,
+  bert_model.ckpt) as model_type "bert"; returns (model, tokenizer).
+
+  Sentences are wrapped in [CLS] ... [SEP], as BERT was trained.
+  """
+  config = modeling.TTAConfig.from_json_file(
+      os.path.join(bert_dir, "bert_config.json"))
+  tokenizer = tokenization.FullTokenizer(vocab_path(bert_dir), do_lower_case,
+                                         boundary_tokens=("[CLS]", "[SEP]"))
+  config.mask_token_id = tokenizer.mask_id
+  model = modeling.build_model(config, "bert")
+  report = load_tf1_checkpoint(model, os.path.join(bert_dir,
+                                                   "bert_model.ckpt"))
+  logging.info("loaded Google BERT from %s (ignored: %s)", bert_dir,
+               ", ".join(report["ignored"]) or "none")
+  return model, tokenizer
+
+
+def is_tf1_checkpoint(checkpoint):
+  """Whether a checkpoint prefix holds TF1 (Google BERT / T-TA) names."""
+  return any(name == _TF1_WORD_EMBEDDINGS
+             for name, _ in tf.train.list_variables(checkpoint))
+
+
+def load_tf1_checkpoint(model, checkpoint_path, strict=True):
+  """Loads a Google-BERT or T-TA-authors TF1 checkpoint into `model`.
+
+  Every model variable must be found with the right shape; otherwise nothing
+  is assigned and the error lists every missing and mis-shaped name.
+
+  Args:
+    model: a built `TransformerLM`.
+    checkpoint_path: checkpoint prefix or directory.
+    strict: if True, checkpoint variables that are neither used nor in
+      IGNORED_CHECKPOINT_VARIABLES are an error too; if False they are only
+      reported.
+
+  Returns:
+    dict with "loaded", "ignored" and "unexpected" lists of names.
+
+  Raises:
+    CheckpointMismatchError: naming every offending variable.
+  """
+  reader = tf.train.load_checkpoint(checkpoint_path)
+  shapes = reader.get_variable_to_shape_map()
+  wanted = model.tf1_variables()
+  missing = [n for n in wanted if n not in shapes]
+  mis_shaped = [
+      "%s: checkpoint %s, model %s" % (n, shapes[n], list(v.shape))
+      for n, v in wanted.items()
+      if n in shapes and list(shapes[n]) != list(v.shape)
+  ]
+  extra = sorted(n for n in shapes if n not in wanted)
+  ignored = [n for n in extra
+             if any(re.search(p, n) for p in IGNORED_CHECKPOINT_VARIABLES)]
+  unexpected = [n for n in extra if n not in ignored]
+  problems = []
+  if missing:
+    problems.append("missing from checkpoint: " + ", ".join(missing))
+  if mis_shaped:
+    problems.append("shape mismatch: " + "; ".join(mis_shaped))
+  if unexpected and strict:
+    problems.append("unexpected in checkpoint: " + ", ".join(unexpected))
+  if problems:
+    raise CheckpointMismatchError(
+        "cannot load %s into a %s model: %s" %
+        (checkpoint_path, model.model_type, " | ".join(problems)))
+  for name, var in wanted.items():
+    var.assign(reader.get_tensor(name))
+  return {"loaded": list(wanted), "ignored": ignored,
+          "unexpected": unexpected}
+
+
+def save_tf1_checkpoint(model, checkpoint_prefix):
+  """Writes `model`'s variables under their Google-BERT TF1 names.
+
+  Returns:
+    The path prefix written (loadable by `load_tf1_checkpoint` and by TF1
+    BERT code).
+  """
+  arrays = {n: v.numpy() for n, v in model.tf1_variables().items()}
+  return write_tf1_checkpoint(arrays, checkpoint_prefix)
+
+
+def write_tf1_checkpoint(arrays, checkpoint_prefix):
+  """Writes a name-keyed dict of numpy arrays as a TF1 name-based checkpoint."""
+  with tf.Graph().as_default():
+    variables = [tf.compat.v1.Variable(np.asarray(a), name=n)
+                 for n, a in arrays.items()]
+    saver = tf.compat.v1.train.Saver(variables)
+    with tf.compat.v1.Session() as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      return saver.save(sess, checkpoint_prefix, write_meta_graph=False)

@@ -1,0 +1,64 @@
+"""Tests for io_utils.py: the data root, atomic writes, stage stamps, seeded hashing."""
+
+import os
+
+import pytest
+
+import io_utils
+
+
+def test_data_root(tmp_path, monkeypatch):
+  monkeypatch.setenv("TTA_DATA", str(tmp_path))
+  assert io_utils.data_root() == str(tmp_path)
+  assert io_utils.data_root(str(tmp_path / "..")) == str(tmp_path / "..")
+  monkeypatch.setenv("TTA_DATA", str(tmp_path / "absent"))
+  with pytest.raises(FileNotFoundError, match=r"\$TTA_DATA"):
+    io_utils.data_root()
+
+
+def test_atomic_open_keeps_the_old_file_on_failure(tmp_path):
+  path = str(tmp_path / "sub" / "result.txt")
+  io_utils.write_atomically(path, "old\n")
+  with pytest.raises(RuntimeError):
+    with io_utils.atomic_open(path) as f:
+      f.write("half")
+      raise RuntimeError("crash")
+  assert open(path, encoding="utf-8").read() == "old\n"
+  assert os.listdir(tmp_path / "sub") == ["result.txt"]
+
+
+def test_stage_is_done_only_for_the_same_key_and_existing_outputs(tmp_path):
+  stamp = str(tmp_path / "stamps" / "sts.json")
+  out = tmp_path / "result.json"
+  key = {"checkpoints": {"tta": "ckpt-10"}, "max_pairs": None}
+  assert io_utils.read_stamp(stamp, key, [str(out)]) is None
+  io_utils.write_stamp(stamp, key)
+  assert io_utils.read_stamp(stamp, key, [str(out)]) is None
+  out.write_text("{}")
+  assert io_utils.read_stamp(stamp, key, [str(out)]) is not None
+  newer = dict(key, checkpoints={"tta": "ckpt-20"})
+  assert io_utils.read_stamp(stamp, newer, [str(out)]) is None
+
+
+def test_stamp_records_outputs_and_the_stage_record(tmp_path):
+  out = tmp_path / "train.txt"
+  out.write_text("one\ntwo\n")
+  stamp = str(tmp_path / "stats.json")
+  key = {"seed": 1, "inputs": ("a", "b")}  # a tuple reads back as a list
+  written = io_utils.write_stamp(stamp, key, outputs=[str(out)], record={"sentences": 2})
+  assert written == {"sentences": 2, "key": {"seed": 1, "inputs": ["a", "b"]},
+                     "outputs": {"train.txt": 8}}
+  assert io_utils.read_stamp(stamp, key) == written
+  out.write_text("one\n")  # an output changed after the stamp: incomplete
+  assert io_utils.read_stamp(stamp, key) is None
+  io_utils.remove_stamp(stamp)
+  assert not os.path.exists(stamp)
+  io_utils.remove_stamp(stamp)  # removing a missing stamp is fine
+
+
+def test_unit_hash_is_seeded_and_uniform():
+  values = [io_utils.unit_hash(7, f"sentence {i}") for i in range(2000)]
+  assert values == [io_utils.unit_hash(7, f"sentence {i}") for i in range(2000)]
+  assert values != [io_utils.unit_hash(8, f"sentence {i}") for i in range(2000)]
+  assert all(0 <= v < 1 for v in values)
+  assert abs(sum(v < 0.25 for v in values) / len(values) - 0.25) < 0.05

@@ -1,0 +1,743 @@
+# coding=utf-8
+"""The pretraining loop: a T-TA, biLM or uniLM under tf.distribute.
+
+`train(params)` is the whole run; run_pretraining.py turns flags into
+`TrainParams` and calls it. Around this module: losses.py (the losses),
+training_setup.py (a run's vocab, config, continuous targets and datasets),
+distribute_utils.py (strategy, chief, cross-worker agreement) and
+model_dir.py (config.json, vocab.txt, checkpoints).
+
+Why a custom loop and not `model.fit`: Keras 3 `fit` does not run under
+MultiWorkerMirroredStrategy (keras-team/keras#20585). Its steps:
+  * Strategy (`distribute_utils`): one device, mirrored GPUs (or logical CPUs),
+    multi-worker, TPU. Only the chief writes --output_dir; the other workers
+    write their checkpoints to a temporary directory, as the tf.distribute
+    guide recommends.
+  * Step loop (`make_train_loop`): one `tf.function` runs --steps_per_loop
+    steps, each under `strategy.run`; the per-replica loss sum is divided by
+    the GLOBAL sum of target weights (an all-reduce), so the gradients the
+    optimizer sums over replicas are exactly those of the global-batch mean
+    loss; `optimization.AdamWeightDecay` clips their global norm to 1.0 after
+    that sum and applies BERT's warmup + linear decay.
+  * Checkpoints (`tf.train.CheckpointManager`, the last --keep_checkpoint_max)
+    every --save_checkpoints_steps, at the end, on SIGTERM/SIGINT and when
+    --train_minutes is used up. A run restarted with the same --output_dir
+    resumes from its latest checkpoint: model, optimizer slots and
+    iterations (= the global step), and the input position (the number of
+    batches consumed, given back to the pipeline as `skip_batches`, so the
+    data order continues where it stopped). config.json and vocab.txt are
+    written first, so every run_* script takes --model_dir alone.
+  * Stop requests (`StopRequest`, `_StopCondition`): a signal or the
+    --train_minutes deadline on any worker stops all of them at the same
+    step (a one-scalar all-reduce per loop), so none waits forever in a
+    collective.
+  * Logging (`_Throughput`): TensorBoard scalars in output_dir/train (loss,
+    lr, accuracy, steps/s, tokens/s, GFLOP/s of `flops.training_flops`) and
+    a progress line with ETA every --log_every_steps.
+  * Eval (`_Evaluator`): loss / perplexity / accuracy on --eval_file every
+    --eval_every_steps and at the end, into output_dir/eval; a continuous
+    head also gets its inference logit scale calibrated there.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import signal
+import threading
+import time
+
+from absl import logging
+import keras
+import numpy as np
+import tensorflow as tf
+
+import distribute_utils
+import flops
+import losses
+import machine
+import model_dir
+import modeling
+import optimization
+import training_setup
+
+# The per-step global sums a train/eval step returns, in this order.
+_METRICS = ("loss_sum", "weight_sum", "correct_sum", "ce_sum", "tokens",
+            "positions", "sequences")
+
+
+# ----------------------------------------------------------------- parameters
+
+def _flag(help_text, default=dataclasses.MISSING, enum=None):
+  """A `TrainParams` field that run_pretraining.py exposes as a flag."""
+  return dataclasses.field(default=default,
+                           metadata={"help": help_text, "enum": enum})
+
+
+@dataclasses.dataclass
+class TrainParams:
+  """Everything `train` needs.
+
+  The single statement of each default: run_pretraining.py generates its
+  flags (same names, these defaults, the help texts below) from the fields
+  made with `_flag`. config_overrides (from --config_json and the size
+  flags) and install_signal_handlers are for callers only.
+  """
+  output_dir: str = _flag("Checkpoints, config.json, vocab.txt, TensorBoard "
+                          "logs.")
+  model_type: str = _flag("Which LM to train.", "tta",
+                          modeling.PRETRAINING_MODEL_TYPES)
+  input_file: str = _flag(
+      "Glob of training TFRecords (create_pretraining_data.py).", None)
+  eval_file: str = _flag("Glob of evaluation TFRecords.", None)
+  vocab_file: str = _flag("WordPiece vocab; default the vocab.txt beside "
+                          "--input_file, or the one already in --output_dir.",
+                          None)
+  do_lower_case: bool = _flag(
+      "Stored in config.json for the tokenizer; default: from the data dir's "
+      "data_stats.json, else True.", None)
+  bert_config_file: str = _flag(
+      "Model config JSON (TTAConfig / BERT format).", None)
+  config_overrides: dict = dataclasses.field(default_factory=dict)
+  init_checkpoint: str = _flag(
+      "Warm start (ignored when --output_dir already holds a checkpoint): "
+      "our model dir / checkpoint, or a Google-BERT / T-TA TF1 checkpoint.",
+      None)
+  train_batch_size: int = _flag("Global batch size (sentences).", 64)
+  eval_batch_size: int = _flag("Global eval batch size.", 64)
+  learning_rate: float = _flag("Peak learning rate.", 1e-4)
+  weight_decay_rate: float = _flag("Decoupled weight decay.", 0.01)
+  num_train_steps: int = _flag("Total optimizer steps.", 100000)
+  num_warmup_steps: int = _flag("Linear warmup steps.", 10000)
+  max_seq_length: int = _flag("Longest sentence in tokens.", 128)
+  mlm_probability: float = _flag("biLM masking rate.", 0.15)
+  bucket_boundaries: list = _flag(
+      "Sequence-length bucket boundaries for batching, e.g. 16,24,32,48,64 "
+      "(default: the pipeline's).", None)
+  seed: int = _flag("Seed of the data order and masking.", 12345)
+  save_checkpoints_steps: int = _flag("Checkpoint interval.", 1000)
+  keep_checkpoint_max: int = _flag("Checkpoints kept.", 5)
+  eval_every_steps: int = _flag(
+      "Evaluate every N steps (0: only at the end).", 0)
+  max_eval_steps: int = _flag(
+      "Eval batches per evaluation (0: the whole eval file).", 100)
+  steps_per_loop: int = _flag(
+      "Steps per tf.function call (cuts Python overhead).", 20)
+  log_every_steps: int = _flag("Progress line interval.", 100)
+  strategy: str = _flag("tf.distribute.", "one_device",
+                        distribute_utils.STRATEGIES)
+  tpu: str = _flag("TPU name/address for --strategy=tpu.", None)
+  num_cpu_devices: int = _flag(
+      "Split the CPU into this many logical devices (for "
+      "--strategy=mirrored without GPUs; testing).", 0)
+  mixed_precision: bool = _flag(
+      "bfloat16 compute, float32 variables; LayerNorm, softmax and the loss "
+      "stay float32 (1.4-1.7x faster on AMX CPUs).", False)
+  use_xla: bool = _flag(
+      "jit_compile the forward/backward pass (on CPU slower than TF's oneDNN "
+      "kernels: measured 2.8 vs 2.3 s/step at the paper's size).", False)
+  train_minutes: float = _flag(
+      "Wall-clock budget; when used up the run saves a checkpoint and exits 0 "
+      "(0: no limit).", 0.0)
+  output_layer: str = _flag(
+      "softmax: tied vocabulary softmax; continuous: ELMo-C cosine loss "
+      "against --target_embeddings.", "softmax", modeling.OUTPUT_LAYERS)
+  target_embeddings: str = _flag(
+      "For --output_layer=continuous: a word-vector text file "
+      "(word2vec/fastText .vec) aligned to the vocab, or a trained model dir "
+      "(its word_embeddings are used).", None)
+  continuous_logit_scale: float = _flag(
+      "Inference scale of a continuous model's cosine logits: "
+      "log p(v) = log_softmax(scale * cos(W h, e(v))).", 10.0)
+  calibrate_logit_scale: bool = _flag(
+      "Continuous head: after the final eval, store in config.json the scale "
+      "(of losses.LOGIT_SCALES) with the lowest eval cross-entropy.", True)
+  synthetic_data: bool = _flag(
+      "Random ids instead of --input_file (benchmarking).", False)
+  synthetic_length: int = _flag(
+      "Mean sentence length of --synthetic_data.", 32)
+  install_signal_handlers: bool = True
+
+
+def set_precision_policy(mixed_precision):
+  keras.mixed_precision.set_global_policy(
+      "mixed_bfloat16" if mixed_precision else "float32")
+
+
+def _warn_if_bfloat16_is_emulated(params):
+  if (params.mixed_precision and not tf.config.list_physical_devices("GPU")
+      and params.strategy != "tpu"
+      and machine.cpu_has_native_bfloat16() is False):
+    logging.warning("--mixed_precision on a CPU without AMX/AVX512_BF16: "
+                    "bfloat16 is emulated here and trains SLOWER than "
+                    "float32 (measured 0.7-0.98x the fp32 speed); leave "
+                    "it off on this host")
+
+
+# ------------------------------------------------------------ stop requests
+
+class StopRequest(object):
+  """Set by SIGTERM/SIGINT; the loop saves a checkpoint and returns."""
+
+  def __init__(self):
+    self.signal = None
+    self._previous = {}
+
+  def install(self):
+    if threading.current_thread() is not threading.main_thread():
+      return
+    for signum in (signal.SIGTERM, signal.SIGINT):
+      self._previous[signum] = signal.signal(signum, self._handle)
+
+  def _handle(self, signum, frame):
+    del frame
+    if self.signal is not None and signum == signal.SIGINT:
+      raise KeyboardInterrupt  # a second Ctrl-C aborts without saving
+    self.signal = signum
+    logging.warning("received signal %d: stopping after this loop and "
+                    "saving a checkpoint", signum)
+
+  def uninstall(self):
+    for signum, handler in self._previous.items():
+      signal.signal(signum, handler)
+    self._previous = {}
+
+
+class _StopCondition(object):
+  """A signal or the --train_minutes deadline, agreed on by all workers."""
+
+  def __init__(self, strategy, params):
+    self.request = StopRequest()
+    if params.install_signal_handlers:
+      self.request.install()
+    self.deadline = (time.time() + 60.0 * params.train_minutes
+                     if params.train_minutes > 0 else None)
+    self._any_worker = distribute_utils.any_worker_agreement(strategy)
+
+  def seconds_left(self):
+    """Until the deadline (>= 0), or None without one."""
+    if self.deadline is None:
+      return None
+    return max(self.deadline - time.time(), 0.0)
+
+  def reason(self):
+    """Why to stop now ("signal 15", "train_minutes", "another worker"), or
+    None to go on. Every worker must call it at the same step."""
+    expired = self.deadline is not None and time.time() >= self.deadline
+    if not self._any_worker(self.request.signal is not None or expired):
+      return None
+    if self.request.signal is not None:
+      return "signal %d" % self.request.signal
+    return "train_minutes" if expired else "another worker"
+
+  def uninstall(self):
+    self.request.uninstall()
+
+
+# ---------------------------------------------------------- train and eval
+
+def _batch_counts(features):
+  mask = tf.cast(features["input_mask"], tf.float32)
+  return {"tokens": tf.reduce_sum(mask),
+          "positions": tf.cast(tf.size(mask), tf.float32),
+          "sequences": tf.cast(tf.shape(mask)[0], tf.float32)}
+
+
+def make_train_loop(strategy, model, optimizer, use_xla=False):
+  """Returns train_loop(iterator, num_steps) -> float32 [num_steps, 7].
+
+  Each row holds the global sums of _METRICS for one step.
+
+  Args:
+    strategy: the tf.distribute strategy the model was built under.
+    model: `modeling.TransformerLM`.
+    optimizer: `optimization.AdamWeightDecay` (any Keras optimizer works).
+    use_xla: jit_compile the forward/backward pass (dense head, no gather).
+  """
+  gather = not (use_xla or isinstance(strategy, tf.distribute.TPUStrategy))
+  variables = model.trainable_variables
+
+  def compute_gradients(features, global_weight):
+    with tf.GradientTape() as tape:
+      terms = losses.forward_loss_terms(model, features, training=True,
+                                        gather_targets=gather)
+      # Divide by the GLOBAL weight sum: the optimizer sums the replicas'
+      # gradients, which then equal the gradient of the global mean loss.
+      loss = terms["loss_sum"] / global_weight
+    return tape.gradient(loss, variables), terms
+
+  if use_xla:
+    compute_gradients = tf.function(compute_gradients, jit_compile=True)
+
+  def step_fn(features):
+    local_weight = tf.reduce_sum(
+        tf.cast(features["target_weights"], tf.float32))
+    global_weight = tf.distribute.get_replica_context().all_reduce(
+        tf.distribute.ReduceOp.SUM, local_weight)
+    grads, terms = compute_gradients(features,
+                                     tf.maximum(global_weight, 1e-6))
+    # AdamWeightDecay sums over replicas, clips the global norm to 1.0, then
+    # applies the update (optimization.py); we must not clip here as well.
+    optimizer.apply_gradients(zip(grads, variables))
+    terms.update(_batch_counts(features))
+    return tf.stack([terms[k] for k in _METRICS])
+
+  @tf.function
+  def train_loop(iterator, num_steps):
+    rows = tf.TensorArray(tf.float32, size=num_steps)
+    for i in tf.range(num_steps):
+      per_replica = strategy.run(step_fn, args=(next(iterator),))
+      rows = rows.write(i, distribute_utils.sum_replicas(strategy, per_replica))
+    return rows.stack()
+
+  return train_loop
+
+
+def make_eval_step(strategy, model, use_xla=False, element_spec=None):
+  """Returns eval_step(distributed batch) -> float32 [7 + 12] global sums:
+  _METRICS, then (continuous head) the cosine-logit cross-entropy sum at
+  each of losses.LOGIT_SCALES.
+
+  element_spec: the distributed eval dataset's; as the input signature it
+  makes one trace serve every bucket length and the partial last batches.
+  """
+  gather = not (use_xla or isinstance(strategy, tf.distribute.TPUStrategy))
+
+  def step_fn(features):
+    terms = losses.forward_loss_terms(model, features, training=False,
+                                      gather_targets=gather, with_logits=True)
+    terms.update(_batch_counts(features))
+    by_scale = terms.get("ce_by_scale",
+                         tf.zeros([len(losses.LOGIT_SCALES)], tf.float32))
+    return tf.concat([tf.stack([terms[k] for k in _METRICS]), by_scale], 0)
+
+  @tf.function(reduce_retracing=True,
+               input_signature=None if element_spec is None else [
+                   element_spec])
+  def eval_step(features):
+    return distribute_utils.sum_replicas(
+        strategy, strategy.run(step_fn, args=(features,)))
+  return eval_step
+
+
+def evaluate(eval_step, dist_dataset, continuous):
+  """Runs the eval set; returns a dict of eval metrics.
+
+  loss: mean CE per target (softmax) or mean cosine distance (continuous).
+  perplexity: exp(mean CE) over the targets. For tta this is the
+  pseudo-perplexity exp(-mean log p(x_t | x_\\t)); for bilm it is over the
+  masked positions of one random masking (an estimate of the
+  pseudo-perplexity); for unilm the ordinary perplexity. A continuous model
+  uses its cosine logits (`modeling.ContinuousHead`) at the config's scale;
+  best_logit_scale / best_scale_perplexity give the scale of LOGIT_SCALES
+  with the lowest eval cross-entropy.
+  """
+  totals = np.zeros(len(_METRICS) + len(losses.LOGIT_SCALES), np.float64)
+  batches = 0
+  for features in dist_dataset:
+    totals += eval_step(features).numpy()
+    batches += 1
+  m = dict(zip(_METRICS, totals))
+  weight = max(m["weight_sum"], 1e-9)
+  result = {"loss": m["loss_sum"] / weight,
+            "accuracy": m["correct_sum"] / weight,
+            "perplexity": math.exp(min(m["ce_sum"] / weight, 700.0)),
+            "batches": batches, "targets": m["weight_sum"]}
+  if continuous:
+    result["cosine_logit_ce"] = m["ce_sum"] / weight
+    by_scale = totals[len(_METRICS):] / weight
+    best = int(np.argmin(by_scale))
+    result["best_logit_scale"] = losses.LOGIT_SCALES[best]
+    result["best_scale_perplexity"] = math.exp(min(by_scale[best], 700.0))
+  return result
+
+
+class _Evaluator(object):
+  """Evaluates on --eval_file (or synthetic data) into output_dir/eval."""
+
+  def __init__(self, strategy, model, params, setup, writer):
+    self._strategy = strategy
+    self._dataset_fn = training_setup.make_dataset_fn(
+        params, setup.config, setup.vocab, False)
+    self._continuous = setup.config.output_layer == "continuous"
+    self._writer = writer
+    self._eval_step = make_eval_step(
+        strategy, model, params.use_xla,
+        strategy.distribute_datasets_from_function(
+            self._dataset_fn).element_spec)
+
+  def run(self, step):
+    dist = self._strategy.distribute_datasets_from_function(self._dataset_fn)
+    result = evaluate(self._eval_step, dist, self._continuous)
+    logging.info("eval at step %d: %s", step,
+                 " ".join("%s %.4g" % kv for kv in sorted(result.items())))
+    with self._writer.as_default():
+      for name in ("loss", "perplexity", "accuracy", "cosine_logit_ce"):
+        if name in result:
+          write_scalar(name, result[name], step)
+    return result
+
+
+# ------------------------------------------------------------------ logging
+
+def _scalar_metadata():
+  # What tensorboard's tf.summary.scalar writes; built from TF's own proto so
+  # that logging scalars does not need the tensorboard package installed
+  # (only viewing them does).
+  # pylint: disable-next=g-import-not-at-top
+  from tensorflow.core.framework import summary_pb2
+  metadata = summary_pb2.SummaryMetadata()
+  metadata.plugin_data.plugin_name = "scalars"
+  metadata.data_class = summary_pb2.DATA_CLASS_SCALAR
+  return metadata.SerializeToString()
+
+
+def write_scalar(name, value, step):
+  """A TensorBoard scalar into the default summary writer."""
+  tf.summary.write(name, tf.constant(float(value), tf.float32), step=step,
+                   metadata=_scalar_metadata())
+
+
+def _format_eta(seconds):
+  if seconds is None or not math.isfinite(seconds):
+    return "?"
+  seconds = int(seconds)
+  return "%d:%02d:%02d" % (seconds // 3600, seconds // 60 % 60, seconds % 60)
+
+
+def _ratio(numerator, denominator):
+  return numerator / max(denominator, 1e-9)
+
+
+class _Throughput(object):
+  """Speed and loss sums: per tf.function call, per log window, per run.
+
+  The first call is not timed: it includes tracing.
+  """
+
+  def __init__(self, config, use_xla):
+    self._config = config
+    self._use_xla = use_xla
+    self._continuous = config.output_layer == "continuous"
+    self._window = np.zeros(len(_METRICS))
+    self._window_seconds = self._window_steps = 0
+    self._timed = {"seconds": 0.0, "steps": 0, "tokens": 0.0, "targets": 0.0,
+                   "flops": 0.0}
+    self._first_call = True
+
+  def flops(self, m):
+    """Training FLOPs of the steps summed in m (a dict of _METRICS)."""
+    # The head runs on the targets only, except under XLA (dense).
+    head_tokens = m["positions"] if self._use_xla else m["weight_sum"]
+    return flops.training_flops(
+        self._config, m["tokens"], head_tokens,
+        _ratio(m["positions"], m["sequences"]), self._config.output_layer,
+        self._config.target_embedding_size or self._config.hidden_size)
+
+  def add(self, sums, num_steps, seconds, learning_rate):
+    """Adds one call's sums [7]; returns its TensorBoard scalars."""
+    m = dict(zip(_METRICS, sums))
+    call_flops = self.flops(m)
+    if self._first_call:
+      self._first_call = False
+    else:
+      for key, value in (("seconds", seconds), ("steps", num_steps),
+                         ("tokens", m["tokens"]),
+                         ("targets", m["weight_sum"]), ("flops", call_flops)):
+        self._timed[key] += value
+    self._window += sums
+    self._window_seconds += seconds
+    self._window_steps += num_steps
+    scalars = {"loss": _ratio(m["loss_sum"], m["weight_sum"]),
+               "learning_rate": learning_rate,
+               "steps_per_second": num_steps / seconds,
+               "tokens_per_second": m["tokens"] / seconds,
+               "target_tokens_per_second": m["weight_sum"] / seconds,
+               "gflops_per_second": call_flops / seconds / 1e9}
+    if not self._continuous:
+      scalars["accuracy"] = _ratio(m["correct_sum"], m["weight_sum"])
+    return scalars
+
+  def log_window(self, step, num_train_steps, learning_rate, elapsed,
+                 seconds_left):
+    """Logs the progress line of the steps since the last one."""
+    w = dict(zip(_METRICS, self._window))
+    rate = _ratio(self._window_steps, self._window_seconds)
+    eta = (num_train_steps - step) / rate if rate else None
+    if seconds_left is not None:
+      eta = seconds_left if eta is None else min(eta, seconds_left)
+    logging.info(
+        "step %d/%d loss %.4f%s lr %.3g | %.2f steps/s %.0f tokens/s "
+        "%.1f GFLOP/s | elapsed %s ETA %s", step, num_train_steps,
+        _ratio(w["loss_sum"], w["weight_sum"]),
+        "" if self._continuous else " acc %.3f" % _ratio(w["correct_sum"],
+                                                         w["weight_sum"]),
+        learning_rate, rate, _ratio(w["tokens"], self._window_seconds),
+        _ratio(self.flops(w), self._window_seconds) / 1e9,
+        _format_eta(elapsed), _format_eta(eta))
+    self._window[:] = 0
+    self._window_seconds = self._window_steps = 0
+
+  def summary(self):
+    """Speed over the timed calls, for train_summary.json."""
+    seconds = max(self._timed["seconds"], 1e-9)
+    return {"timed_steps": self._timed["steps"],
+            "steps_per_second": self._timed["steps"] / seconds,
+            "tokens_per_second": float(self._timed["tokens"] / seconds),
+            "target_tokens_per_second": float(self._timed["targets"] /
+                                              seconds),
+            "gflops_per_second": float(self._timed["flops"] / seconds / 1e9)}
+
+
+# -------------------------------------------------------------------- train
+
+@dataclasses.dataclass
+class _TrainState:
+  """The checkpointed objects of a run."""
+  model: modeling.TransformerLM
+  optimizer: keras.optimizers.Optimizer
+  # The input position: global batches consumed (one per step, but kept
+  # apart from the step so the data stream is explicit in the checkpoint).
+  input_batches: tf.Variable
+  checkpoint: tf.train.Checkpoint
+  manager: tf.train.CheckpointManager
+
+  @classmethod
+  def create(cls, params, config, strategy, write_dir):
+    with strategy.scope():
+      model = modeling.build_model(config, params.model_type)
+      optimizer = optimization.create_optimizer(
+          params.learning_rate, params.num_train_steps,
+          params.num_warmup_steps, params.weight_decay_rate)
+      optimizer.build(model.trainable_variables)
+    input_batches = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                name="input_batches")
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,
+                                     input_batches=input_batches)
+    manager = tf.train.CheckpointManager(
+        checkpoint, write_dir, max_to_keep=params.keep_checkpoint_max,
+        step_counter=optimizer.iterations,
+        checkpoint_name=model_dir.CHECKPOINT_NAME)
+    return cls(model, optimizer, input_batches, checkpoint, manager)
+
+  def restore_or_initialise(self, latest, params, target_table):
+    """Resumes from `latest`, else warm-starts / sets continuous targets."""
+    if latest:
+      self.checkpoint.restore(latest).assert_existing_objects_matched()
+      logging.info("resumed from %s at step %d (input position %d batches)",
+                   latest, self.step, int(self.input_batches.numpy()))
+      return
+    if params.init_checkpoint:
+      model_dir.warm_start(self.model, params.init_checkpoint)
+    if target_table is not None:
+      self.model.lm_head.set_target_embeddings(target_table)
+
+  @property
+  def step(self):
+    return int(self.optimizer.iterations.numpy())
+
+  def learning_rate(self):
+    lr = self.optimizer.learning_rate
+    return float(lr.numpy()) if hasattr(lr, "numpy") else float(lr)
+
+
+def _at_boundary(step, every):
+  return every > 0 and step % every == 0
+
+
+def _next_boundary(step, every):
+  return (step // every + 1) * every if every > 0 else float("inf")
+
+
+class _Run(object):
+  """The step loop of one `train` call and what it accumulates."""
+
+  def __init__(self, params, strategy, setup, state, latest):
+    self.params, self.strategy, self.setup = params, strategy, setup
+    self.state = state
+    self.chief = distribute_utils.is_chief(strategy)
+    self.start_step = self.step = state.step
+    self.skip_batches = int(state.input_batches.numpy())
+    self.step_losses = []
+    self.stopped_by = "num_train_steps"
+    self.last_saved = self.start_step if latest else None
+    self.last_path = latest
+    self.eval_result = None
+    self.run_start = time.time()
+    self.meter = _Throughput(setup.config, params.use_xla)
+    self.iterator = iter(strategy.distribute_datasets_from_function(
+        training_setup.make_dataset_fn(params, setup.config, setup.vocab, True,
+                        self.skip_batches)))
+    self.train_loop = make_train_loop(strategy, state.model, state.optimizer,
+                                      params.use_xla)
+    self.train_writer, eval_writer = self._summary_writers()
+    self.evaluator = None
+    if params.eval_file or (params.synthetic_data and params.eval_every_steps):
+      self.evaluator = _Evaluator(strategy, state.model, params, setup,
+                                  eval_writer)
+    self._writers = (self.train_writer, eval_writer)
+
+  def _summary_writers(self):
+    if not self.chief:
+      return tf.summary.create_noop_writer(), tf.summary.create_noop_writer()
+    return tuple(tf.summary.create_file_writer(
+        os.path.join(self.params.output_dir, name))
+                 for name in ("train", "eval"))
+
+  def loop(self):
+    """Trains until num_train_steps or a stop request."""
+    p = self.params
+    stop = _StopCondition(self.strategy, p)
+    logging.info("training %s (%s head) from step %d to %d, %d replicas, "
+                 "global batch %d, %s", p.model_type,
+                 self.setup.config.output_layer, self.start_step,
+                 p.num_train_steps, self.strategy.num_replicas_in_sync,
+                 p.train_batch_size, "bf16" if p.mixed_precision else "fp32")
+    try:
+      while self.step < p.num_train_steps:
+        self._run_steps(self._steps_until_next_event(), stop)
+        if _at_boundary(self.step, p.save_checkpoints_steps):
+          self._save("interval")
+        if self.evaluator and _at_boundary(self.step, p.eval_every_steps):
+          self.eval_result = self.evaluator.run(self.step)
+        reason = stop.reason()
+        if reason:
+          self.stopped_by = reason
+          logging.info("stopping at step %d (%s)", self.step, reason)
+          break
+    finally:
+      stop.uninstall()
+
+  def _steps_until_next_event(self):
+    """Steps of the next tf.function call: up to --steps_per_loop, ending at
+    the next checkpoint, progress line or eval."""
+    p, step = self.params, self.step
+    num = min(p.steps_per_loop, p.num_train_steps - step,
+              _next_boundary(step, p.save_checkpoints_steps) - step,
+              _next_boundary(step, p.log_every_steps) - step,
+              _next_boundary(step, p.eval_every_steps) - step
+              if self.evaluator else float("inf"))
+    return int(max(1, num))
+
+  def _run_steps(self, num, stop):
+    """One train_loop call of `num` steps, with its scalars and logging."""
+    t0 = time.time()
+    rows = self.train_loop(self.iterator, tf.constant(num, tf.int32)).numpy()
+    seconds = time.time() - t0
+    self.step += num
+    self.state.input_batches.assign_add(num)
+    self.step_losses.extend(float(row[0] / max(row[1], 1e-9)) for row in rows)
+    learning_rate = self.state.learning_rate()
+    scalars = self.meter.add(rows.sum(0), num, seconds, learning_rate)
+    with self.train_writer.as_default():
+      for name, value in scalars.items():
+        write_scalar(name, value, self.step)
+    if (_at_boundary(self.step, self.params.log_every_steps) or
+        self.step >= self.params.num_train_steps):
+      self.meter.log_window(self.step, self.params.num_train_steps,
+                            learning_rate, time.time() - self.run_start,
+                            stop.seconds_left())
+
+  def _save(self, why):
+    self.last_path = self.state.manager.save(checkpoint_number=self.step)
+    self.last_saved = self.step
+    logging.info("saved checkpoint for step %d (%s): %s", self.step, why,
+                 self.last_path)
+
+  def finish(self):
+    """Final checkpoint, eval and calibration; returns the run's summary."""
+    if self.last_saved != self.step:
+      self._save(self.stopped_by if self.stopped_by != "num_train_steps"
+                 else "final")
+    finished = (self.step >= self.params.num_train_steps and
+                self.stopped_by == "num_train_steps")
+    if (self.evaluator and finished and
+        not _at_boundary(self.step, self.params.eval_every_steps)):
+      self.eval_result = self.evaluator.run(self.step)
+    self._calibrate_logit_scale()
+    for writer in self._writers:
+      writer.flush()
+    summary = self._summary()
+    if self.chief:
+      with tf.io.gfile.GFile(os.path.join(self.params.output_dir,
+                                          "train_summary.json"), "w") as f:
+        json.dump({k: v for k, v in summary.items() if k != "step_losses"},
+                  f, indent=2, sort_keys=True)
+    logging.info("done: step %d, %.2f steps/s, %.0f tokens/s, %.1f GFLOP/s "
+                 "(stopped by %s)", self.step, summary["steps_per_second"],
+                 summary["tokens_per_second"], summary["gflops_per_second"],
+                 self.stopped_by)
+    return summary
+
+  def _calibrate_logit_scale(self):
+    """A continuous head's inference scale: the one that fits the eval data
+    best (it changes the size of scores and perplexities, not which token
+    ranks first), stored in config.json."""
+    config = self.setup.config
+    if not (config.output_layer == "continuous" and self.eval_result and
+            self.params.calibrate_logit_scale and
+            self.step >= self.params.num_train_steps):
+      return
+    config.continuous_logit_scale = self.eval_result["best_logit_scale"]
+    logging.info("continuous_logit_scale calibrated on the eval set: %g "
+                 "(perplexity %.4g)", config.continuous_logit_scale,
+                 self.eval_result["best_scale_perplexity"])
+    if self.chief:
+      self.setup.write_model_files(self.params.output_dir)
+
+  def _summary(self):
+    p = self.params
+    return dict({
+        "model_type": p.model_type,
+        "output_layer": self.setup.config.output_layer,
+        "mixed_precision": p.mixed_precision,
+        "use_xla": p.use_xla,
+        "strategy": p.strategy,
+        "replicas": self.strategy.num_replicas_in_sync,
+        "start_step": self.start_step,
+        "final_step": self.step,
+        "skip_batches": self.skip_batches,
+        "input_batches": int(self.state.input_batches.numpy()),
+        "stopped_by": self.stopped_by,
+        "checkpoint": self.last_path,
+        "step_losses": self.step_losses,
+        "eval": self.eval_result,
+        "wall_seconds": time.time() - self.run_start,
+    }, **self.meter.summary())
+
+
+def train(params, strategy=None):
+  """Trains (or resumes) according to `params`.
+
+  Args:
+    params: `TrainParams`.
+    strategy: an existing strategy (tests); default from params.strategy.
+
+  Returns:
+    dict summary: start_step, final_step, skip_batches, step_losses (the
+    per-step mean losses of this run), stopped_by, throughput figures, the
+    final eval (if any), checkpoint path.
+  """
+  strategy = strategy or distribute_utils.get_strategy(
+      params.strategy, params.tpu, params.num_cpu_devices)
+  write_dir = distribute_utils.worker_write_dir(params.output_dir, strategy)
+  tf.io.gfile.makedirs(write_dir)
+  set_precision_policy(params.mixed_precision)
+  _warn_if_bfloat16_is_emulated(params)
+  # input_pipeline's resume is exact only under the same global seed (tf.data
+  # folds it into its shuffle seeds).
+  tf.random.set_seed(params.seed)
+
+  latest = model_dir.latest_checkpoint(params.output_dir)
+  setup = training_setup.prepare_model(params, resuming=latest is not None)
+  if distribute_utils.is_chief(strategy):
+    setup.write_model_files(params.output_dir)
+  state = _TrainState.create(params, setup.config, strategy, write_dir)
+  state.restore_or_initialise(latest, params, setup.target_table)
+  run = _Run(params, strategy, setup, state, latest)
+  run.loop()
+  summary = run.finish()
+  if write_dir != params.output_dir:
+    shutil.rmtree(write_dir, ignore_errors=True)
+  return summary
