@@ -29,6 +29,7 @@ HEADLINE_WORDS = 20
 
 # ------------------------------------------------------------- headline
 
+
 def headline(records, words=HEADLINE_WORDS, slow="bilm", fast="tta"):
   """slow/fast median latency ratio per task at `words` (nearest length).
 
@@ -44,14 +45,18 @@ def headline(records, words=HEADLINE_WORDS, slow="bilm", fast="tta"):
       by_model.setdefault(r["model_type"], {})[r["words"]] = r
     if slow not in by_model or fast not in by_model:
       continue
-    common = sorted(set(by_model[slow]) & set(by_model[fast]),
-                    key=lambda n: (abs(n - words), n))
+    common = sorted(set(by_model[slow]) & set(by_model[fast]), key=lambda n: (abs(n - words), n))
     if not common:
       continue
     n = common[0]
     a, b = by_model[slow][n]["median_ms"], by_model[fast][n]["median_ms"]
-    out[task] = {"words": n, "ratio": a / b, slow + "_ms": a, fast + "_ms": b,
-                 "paper_ratio": PAPER_RATIO_20[task]}
+    out[task] = {
+      "words": n,
+      "ratio": a / b,
+      slow + "_ms": a,
+      fast + "_ms": b,
+      "paper_ratio": PAPER_RATIO_20[task],
+    }
   return out
 
 
@@ -70,8 +75,11 @@ def add_flop_floors(headlines, records, peaks):
   smallest_m = min(p["m"] for p in peaks)
   shape_rate = max(p["gflops"] for p in peaks if p["m"] == smallest_m)
   for task, h in headlines.items():
-    record = next(r for r in records if r["task"] == task and
-                  r["model_type"] == "tta" and r["words"] == h["words"])
+    record = next(
+      r
+      for r in records
+      if r["task"] == task and r["model_type"] == "tta" and r["words"] == h["words"]
+    )
     h["tta_mflop"] = record["flops"] / 1e6
     h["floor_ms"] = record["flops"] / (best * 1e9) * 1e3
     h["floor_ms_shape"] = record["flops"] / (shape_rate * 1e9) * 1e3
@@ -82,15 +90,16 @@ def add_flop_floors(headlines, records, peaks):
 def headline_lines(result):
   """One "HEADLINE <task>: ..." line per task, for the run's stdout."""
   load = result["load_avg_1m"]
-  return ["HEADLINE %s: biLM/T-TA = %.1fx at %d words (biLM %.2f ms, T-TA "
-          "%.2f ms; paper CPU %.2fx, T-TA %.2f ms for sts); load %s-%s" % (
-              task, h["ratio"], h["words"], h["bilm_ms"], h["tta_ms"],
-              h["paper_ratio"], PAPER_TTA_STS_MS_20, load["start"],
-              load["end"])
-          for task, h in result["headline"].items()]
+  return [
+    f"HEADLINE {task}: biLM/T-TA = {h['ratio']:.1f}x at {h['words']:d} words (biLM "
+    f"{h['bilm_ms']:.2f} ms, T-TA {h['tta_ms']:.2f} ms; paper CPU {h['paper_ratio']:.2f}x, "
+    f"T-TA {PAPER_TTA_STS_MS_20:.2f} ms for sts); load {load['start']}-{load['end']}"
+    for task, h in result["headline"].items()
+  ]
 
 
 # ------------------------------------------------------------- markdown
+
 
 def markdown_report(result):
   """The tables of benchmark.md."""
@@ -105,13 +114,13 @@ def markdown_report(result):
 
 def _environment_line(result):
   env = result["environment"]
-  return ("CPU: %s, %d usable cores; threads intra-op %d, inter-op %d; "
-          "TensorFlow %s, Keras %s. Load average (1 min) at start %s, "
-          "end %s." % (env["cpu"], env["cores_usable"],
-                       env["intra_op_threads"], env["inter_op_threads"],
-                       env["tensorflow"], env["keras"],
-                       result["load_avg_1m"]["start"],
-                       result["load_avg_1m"]["end"]))
+  load = result["load_avg_1m"]
+  return (
+    f"CPU: {env['cpu']}, {env['cores_usable']:d} usable cores; threads intra-op "
+    f"{env['intra_op_threads']:d}, inter-op {env['inter_op_threads']:d}; TensorFlow "
+    f"{env['tensorflow']}, Keras {env['keras']}. Load average (1 min) at start "
+    f"{load['start']}, end {load['end']}."
+  )
 
 
 def _model_names(records):
@@ -127,40 +136,42 @@ def _latency_tables(records):
     rows = [r for r in records if r["task"] == task]
     if not rows:
       continue
-    lines += ["## %s: median latency per sentence, ms (batch 1)" % task, "",
-              "| words | tokens | " + " | ".join(names) +
-              " | bilm/tta | load |",
-              "|---:|---:|" + "---:|" * len(names) + "---:|---|"]
+    lines += [
+      f"## {task}: median latency per sentence, ms (batch 1)",
+      "",
+      "| words | tokens | " + " | ".join(names) + " | bilm/tta | load |",
+      "|---:|---:|" + "---:|" * len(names) + "---:|---|",
+    ]
     for words in sorted({r["words"] for r in rows}):
       cell = {r["model"]: r for r in rows if r["words"] == words}
       first = next(iter(cell.values()))
       ratio = ""
       if "bilm" in cell and "tta" in cell:
-        ratio = "%.1fx" % (cell["bilm"]["median_ms"] /
-                           cell["tta"]["median_ms"])
-      lines.append("| %d | %d | %s | %s | %s |" % (
-          words, first["tokens"],
-          " | ".join("%.2f" % cell[n]["median_ms"] if n in cell else "-"
-                     for n in names),
-          ratio, "%s-%s" % tuple(first["load_avg_1m"])))
+        ratio = f"{cell['bilm']['median_ms'] / cell['tta']['median_ms']:.1f}x"
+      medians = " | ".join(f"{cell[n]['median_ms']:.2f}" if n in cell else "-" for n in names)
+      load_start, load_end = first["load_avg_1m"]
+      lines.append(
+        f"| {words:d} | {first['tokens']:d} | {medians} | {ratio} | {load_start}-{load_end} |"
+      )
     lines.append("")
   return lines
 
 
 def _details_table(records):
-  lines = ["## Details", "",
-           "| task | model | words | tokens | median ms | p10 | p90 | "
-           "graph ms | MFLOP | GFLOP/s | load |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+  lines = [
+    "## Details",
+    "",
+    "| task | model | words | tokens | median ms | p10 | p90 | graph ms | MFLOP | GFLOP/s | load |",
+    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+  ]
   for r in records:
-    lines.append("| %s | %s | %d | %d | %.2f | %.2f | %.2f | %s | %.1f | "
-                 "%.2f | %s-%s |" % (
-                     r["task"], r["model"], r["words"], r["tokens"],
-                     r["median_ms"], r["p10_ms"], r["p90_ms"],
-                     "%.2f" % r["graph_median_ms"]
-                     if r["graph_median_ms"] is not None else "-",
-                     r["flops"] / 1e6, r["gflops_per_s"],
-                     *r["load_avg_1m"]))
+    graph_ms = f"{r['graph_median_ms']:.2f}" if r["graph_median_ms"] is not None else "-"
+    load_start, load_end = r["load_avg_1m"]
+    lines.append(
+      f"| {r['task']} | {r['model']} | {r['words']:d} | {r['tokens']:d} | "
+      f"{r['median_ms']:.2f} | {r['p10_ms']:.2f} | {r['p90_ms']:.2f} | {graph_ms} | "
+      f"{r['flops'] / 1e6:.1f} | {r['gflops_per_s']:.2f} | {load_start}-{load_end} |"
+    )
   lines.append("")
   return lines
 
@@ -170,17 +181,16 @@ def _headline_section(headlines):
     return []
   lines = ["## Headline", ""]
   for task, h in headlines.items():
-    lines.append("- %s at %d words: biLM %.2f ms / T-TA %.2f ms = %.1fx "
-                 "(paper, CPU: %.2fx)" % (task, h["words"], h["bilm_ms"],
-                                          h["tta_ms"], h["ratio"],
-                                          h["paper_ratio"]))
+    lines.append(
+      f"- {task} at {h['words']:d} words: biLM {h['bilm_ms']:.2f} ms / T-TA "
+      f"{h['tta_ms']:.2f} ms = {h['ratio']:.1f}x (paper, CPU: {h['paper_ratio']:.2f}x)"
+    )
     if "floor_ms" in h:
       lines.append(
-          "  - T-TA %.1f MFLOP: FLOP floor %.2f ms at the best matmul rate "
-          "(latency %.1fx it), %.2f ms at the rate of the one-sentence "
-          "matmul shape (%.1fx)" % (h["tta_mflop"], h["floor_ms"],
-                                    h["vs_floor"], h["floor_ms_shape"],
-                                    h["vs_floor_shape"]))
+        f"  - T-TA {h['tta_mflop']:.1f} MFLOP: FLOP floor {h['floor_ms']:.2f} ms at the best "
+        f"matmul rate (latency {h['vs_floor']:.1f}x it), {h['floor_ms_shape']:.2f} ms at the "
+        f"rate of the one-sentence matmul shape ({h['vs_floor_shape']:.1f}x)"
+      )
   lines.append("")
   return lines
 
@@ -188,15 +198,19 @@ def _headline_section(headlines):
 def _throughput_table(records):
   if not records:
     return []
-  lines = ["## Throughput: batched scoring of %s" % records[0]["source"], "",
-           "| model | sentences | tokens | seconds | sentences/s | "
-           "tokens/s | GFLOP/s | load |",
-           "|---|---:|---:|---:|---:|---:|---:|---|"]
+  lines = [
+    f"## Throughput: batched scoring of {records[0]['source']}",
+    "",
+    "| model | sentences | tokens | seconds | sentences/s | tokens/s | GFLOP/s | load |",
+    "|---|---:|---:|---:|---:|---:|---:|---|",
+  ]
   for r in records:
-    lines.append("| %s | %d | %d | %.2f | %.1f | %.0f | %.2f | %s-%s |" % (
-        r["model"], r["sentences"], r["tokens"], r["seconds"],
-        r["sentences_per_s"], r["tokens_per_s"], r["gflops_per_s"],
-        *r["load_avg_1m"]))
+    load_start, load_end = r["load_avg_1m"]
+    lines.append(
+      f"| {r['model']} | {r['sentences']:d} | {r['tokens']:d} | {r['seconds']:.2f} | "
+      f"{r['sentences_per_s']:.1f} | {r['tokens_per_s']:.0f} | {r['gflops_per_s']:.2f} | "
+      f"{load_start}-{load_end} |"
+    )
   lines.append("")
   return lines
 
@@ -204,44 +218,61 @@ def _throughput_table(records):
 def _matmul_table(peaks):
   if not peaks:
     return []
-  lines = ["## float32 matmul peak (tf.function)", "",
-           "| when | shape | median ms | GFLOP/s | load |",
-           "|---|---|---:|---:|---:|"]
+  lines = [
+    "## float32 matmul peak (tf.function)",
+    "",
+    "| when | shape | median ms | GFLOP/s | load |",
+    "|---|---|---:|---:|---:|",
+  ]
   for r in peaks:
-    lines.append("| %s | %s | %.3f | %.1f | %s |" % (
-        r["when"], r["shape"], r["median_ms"], r["gflops"],
-        r["load_avg_1m"]))
+    lines.append(
+      f"| {r['when']} | {r['shape']} | {r['median_ms']:.3f} | {r['gflops']:.1f} | "
+      f"{r['load_avg_1m']} |"
+    )
   lines.append("")
   return lines
 
 
 # ----------------------------------------------------------------- plot
 
+
 def plot(result, path):
   """Figure 4-style plot: median latency vs words, log y, p10-p90 bands."""
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
   records = result["latency"]
   fig, ax = plt.subplots(figsize=(6.4, 4.4))
   names = _model_names(records)
-  colors = {n: "C%d" % i for i, n in enumerate(names)}
+  colors = {n: f"C{i}" for i, n in enumerate(names)}
   styles = {"sts": ("-", "o"), "rerank": ("--", "s")}
   for task in flops.TASKS:
     for name in names:
-      rows = sorted((r for r in records
-                     if r["task"] == task and r["model"] == name),
-                    key=lambda r: r["words"])
+      rows = sorted(
+        (r for r in records if r["task"] == task and r["model"] == name), key=lambda r: r["words"]
+      )
       if not rows:
         continue
       x = [r["words"] for r in rows]
       line, marker = styles[task]
-      ax.plot(x, [r["median_ms"] for r in rows], linestyle=line,
-              marker=marker, color=colors[name],
-              label="%s$_{%s}$" % (name, TASK_LABELS[task]))
-      ax.fill_between(x, [r["p10_ms"] for r in rows],
-                      [r["p90_ms"] for r in rows], color=colors[name],
-                      alpha=0.12, linewidth=0)
+      ax.plot(
+        x,
+        [r["median_ms"] for r in rows],
+        linestyle=line,
+        marker=marker,
+        color=colors[name],
+        label=f"{name}$_{{{TASK_LABELS[task]}}}$",
+      )
+      ax.fill_between(
+        x,
+        [r["p10_ms"] for r in rows],
+        [r["p90_ms"] for r in rows],
+        color=colors[name],
+        alpha=0.12,
+        linewidth=0,
+      )
   _label_axes(ax, result)
   fig.tight_layout()
   with io_utils.atomic_open(path, "wb") as f:
@@ -252,28 +283,32 @@ def plot(result, path):
 def _label_axes(ax, result):
   """Log y with plain numbers, the lengths as x ticks, the machine as title."""
   import matplotlib.ticker  # pylint: disable=g-import-not-at-top
+
   env = result["environment"]
   ax.set_yscale("log")
   # Plain numbers (20, 500) read better than 2x10^1 on a latency axis.
-  ax.yaxis.set_major_formatter(
-      matplotlib.ticker.FuncFormatter(lambda v, _: "%g" % v))
+  ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
   ax.set_xticks(sorted({r["words"] for r in result["latency"]}))
   ax.set_xlabel("number of words")
   ax.set_ylabel("latency per sentence (ms, median; band p10-p90)")
   load = result["load_avg_1m"]
-  ax.set_title("%s, %d threads, TF %s; load avg %s-%s" % (
-      env["cpu"], env["intra_op_threads"], env["tensorflow"],
-      load["start"], load["end"]), fontsize=9)
+  ax.set_title(
+    f"{env['cpu']}, {env['intra_op_threads']:d} threads, TF {env['tensorflow']}; "
+    f"load avg {load['start']}-{load['end']}",
+    fontsize=9,
+  )
   ax.grid(True, which="both", alpha=0.3)
   ax.legend(fontsize=8)
 
 
 # ---------------------------------------------------------------- files
 
+
 def write_outputs(result, report, output_dir):
   """Writes benchmark.json, benchmark.md (`report`) and latency.png."""
   os.makedirs(output_dir, exist_ok=True)
-  io_utils.write_atomically(os.path.join(output_dir, "benchmark.json"),
-                            json.dumps(result, indent=2) + "\n")
+  io_utils.write_atomically(
+    os.path.join(output_dir, "benchmark.json"), json.dumps(result, indent=2) + "\n"
+  )
   io_utils.write_atomically(os.path.join(output_dir, "benchmark.md"), report)
   plot(result, os.path.join(output_dir, "latency.png"))

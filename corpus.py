@@ -39,8 +39,14 @@ import os
 import re
 import tarfile
 import time
+from typing import Dict
+from typing import Iterator
+from typing import List
+from typing import NamedTuple
+from typing import Optional
+from typing import Sequence
+from typing import Tuple
 import unicodedata
-from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from absl import app
 from absl import flags
@@ -60,13 +66,28 @@ GUTENBERG_SUBDIR = "gutenberg-books-subset"
 GUTENBERG_TAR = "texts.tar.xz"
 
 # Paragraph-level drop reasons, in the order the filter tries them.
-PARAGRAPH_REASONS = ("boilerplate", "toc", "footnote", "illustration", "non_letters", "heading",
-                     "all_caps", "empty")
+PARAGRAPH_REASONS = (
+  "boilerplate",
+  "toc",
+  "footnote",
+  "illustration",
+  "non_letters",
+  "heading",
+  "all_caps",
+  "empty",
+)
 # Sentence-level drop reasons, in the order the filter tries them. "digits" only fires with
 # normalization="librispeech"; "non_latin" fires in both modes for mostly non-Latin sentences
 # (Greek, Cyrillic) and with "librispeech" also for any letter that does not fold to A-Z.
-SENTENCE_REASONS = ("foreign_script", "non_letters", "non_latin", "all_caps", "digits",
-                    "too_short", "too_long")
+SENTENCE_REASONS = (
+  "foreign_script",
+  "non_letters",
+  "non_latin",
+  "all_caps",
+  "digits",
+  "too_short",
+  "too_long",
+)
 
 
 def default_gutenberg_tar(data_dir: Optional[str] = None) -> str:
@@ -130,8 +151,9 @@ def list_gutenberg_books(tar_path: str) -> List[Tuple[str, int]]:
 # One book of the subset (0184.txt, Conrad's "A Set of Six") is an HTML file saved as .txt.
 _HTML_PARAGRAPH_TAGS_RE = re.compile(r"<p[\s>]|</p>", re.IGNORECASE)
 _HTML_BLOCK_TAG_RE = re.compile(
-    r"</?(?:p|div|h[1-6]|pre|blockquote|li|ul|ol|table|tr|td|hr|body|html|head|title)\b[^>]*>",
-    re.IGNORECASE)
+  r"</?(?:p|div|h[1-6]|pre|blockquote|li|ul|ol|table|tr|td|hr|body|html|head|title)\b[^>]*>",
+  re.IGNORECASE,
+)
 _HTML_BREAK_RE = re.compile(r"<br\s*/?>", re.IGNORECASE)
 _HTML_TAG_RE = re.compile(r"</?[A-Za-z][^<>]*>")
 _HTML_STYLE_RE = re.compile(r"<(style|script)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
@@ -172,10 +194,12 @@ def is_tar(path: str) -> bool:
 
 # Modern markers: "*** START OF THIS PROJECT GUTENBERG EBOOK X ***", "***START OF THE PROJECT
 # GUTENBERG EBOOK X***", "*** END OF THE PROJECT GUTENBERG EBOOK X ***" (224 + 57 of 288 books).
-_START_RE = re.compile(r"^[ \t]*\*{3}[ \t]*START OF (?:THE|THIS) PROJECT GUTENBERG[^\n]*$",
-                       re.IGNORECASE | re.MULTILINE)
-_END_RE = re.compile(r"^[ \t]*\*{3}[ \t]*END OF (?:THE|THIS) PROJECT GUTENBERG[^\n]*$",
-                     re.IGNORECASE | re.MULTILINE)
+_START_RE = re.compile(
+  r"^[ \t]*\*{3}[ \t]*START OF (?:THE|THIS) PROJECT GUTENBERG[^\n]*$", re.IGNORECASE | re.MULTILINE
+)
+_END_RE = re.compile(
+  r"^[ \t]*\*{3}[ \t]*END OF (?:THE|THIS) PROJECT GUTENBERG[^\n]*$", re.IGNORECASE | re.MULTILINE
+)
 # Legacy files (1990s etexts, 7 of 288 books) have no START marker; their licence ends with a line
 # like "*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*" (or a "Small Print"
 # version line). Only looked for where the header lives: the first quarter, or first 30 kB.
@@ -185,8 +209,9 @@ _LEGACY_START_RE = re.compile(r"^[^\n]*small print[^\n]*$", re.IGNORECASE | re.M
 # also carry an "End of the Project Gutenberg EBook of X" line just above the END marker; taking the
 # earliest footer line removes it too.
 _LEGACY_END_RE = re.compile(
-    r"^\W*end\W+(?:of\W+)?(?:the\W+|this\W+)?(?:project\W+gutenb[eu]rg|e-?text|e-?book)[^\n]*$",
-    re.IGNORECASE | re.MULTILINE)
+  r"^\W*end\W+(?:of\W+)?(?:the\W+|this\W+)?(?:project\W+gutenb[eu]rg|e-?text|e-?book)[^\n]*$",
+  re.IGNORECASE | re.MULTILINE,
+)
 
 
 class StrippedText(NamedTuple):
@@ -197,6 +222,7 @@ class StrippedText(NamedTuple):
     start_marker: "modern", "legacy" or None when no header end was found.
     end_marker: "modern", "legacy" or None when no footer start was found.
   """
+
   body: str
   start_marker: Optional[str]
   end_marker: Optional[str]
@@ -306,12 +332,14 @@ def paragraphs(text: str) -> List[str]:
 # Abbreviations after which a period does not end a sentence: titles and words that are followed by
 # a name ("Mr. Smith", "St. Paul"), and Latin connectives ("e.g. London").
 _NON_FINAL_ABBREVS = frozenset(
-    "mr mrs messrs mme mlle mmes dr drs st ste mt ft prof rev revd capt col gen lieut lt maj "
-    "sgt cpl adm gov hon sen pres supt rt e.g i.e viz cf vs ca".split())
+  "mr mrs messrs mme mlle mmes dr drs st ste mt ft prof rev revd capt col gen lieut lt maj "
+  "sgt cpl adm gov hon sen pres supt rt e.g i.e viz cf vs ca".split()
+)
 # Abbreviations that precede a number ("No. 7", "p. 12", "Feb. 26"): no split before a digit.
 _NUMBER_ABBREVS = frozenset(
-    "no nos vol vols p pp ch chap fig figs art sec sect par op l ll jan feb mar apr jun jul aug "
-    "sep sept oct nov dec".split())
+  "no nos vol vols p pp ch chap fig figs art sec sect par op l ll jan feb mar apr jun jul aug "
+  "sep sept oct nov dec".split()
+)
 _OPENERS = "\"'“‘«([_"
 # A run of terminal punctuation (".", "?", "!", "...", "…"), then any closing quotes/brackets,
 # then the whitespace a boundary needs.
@@ -337,7 +365,7 @@ def _is_boundary(text: str, match: "re.Match[str]") -> bool:
   if closers:
     # 'He said "Go." Then': a period inside closing quotes ends the sentence.
     return True
-  word = text[text.rfind(" ", 0, match.start()) + 1:match.start()].lstrip(_OPENERS)
+  word = text[text.rfind(" ", 0, match.start()) + 1 : match.start()].lstrip(_OPENERS)
   lower = word.lower()
   if lower in _NON_FINAL_ABBREVS:
     return False
@@ -370,7 +398,7 @@ def split_sentences(paragraph: str) -> List[str]:
   start = 0
   for match in _TERMINAL_RE.finditer(text):
     if _is_boundary(text, match):
-      sentences.append(text[start:match.end(2)])
+      sentences.append(text[start : match.end(2)])
       start = match.end()
   if start < len(text):
     sentences.append(text[start:])
@@ -384,66 +412,82 @@ def split_sentences(paragraph: str) -> List[str]:
 # Licence and production notes that survive outside the markers (legacy books, "Produced by ..."
 # credits at the top of modern bodies, transcriber notes, the Shakespeare CD-ROM notice).
 _BOILERPLATE_RE = re.compile(
-    r"gutenb[eu]rg|\be-?texts?\b|\be-?books?\b|https?:|www\.|\w@\w|small print|\bISBN\b"
-    r"|^\W*(?:produced|prepared|transcribed|digitized|scanned|proofread|e-text prepared)"
-    r"\s+(?:by|from)\b"
-    r"|proofreading team|transcriber'?’?s?\s+note|^\W*copyright\b|all rights reserved",
-    re.IGNORECASE)
+  r"gutenb[eu]rg|\be-?texts?\b|\be-?books?\b|https?:|www\.|\w@\w|small print|\bISBN\b"
+  r"|^\W*(?:produced|prepared|transcribed|digitized|scanned|proofread|e-text prepared)"
+  r"\s+(?:by|from)\b"
+  r"|proofreading team|transcriber'?’?s?\s+note|^\W*copyright\b|all rights reserved",
+  re.IGNORECASE,
+)
 _CONTENTS_RE = re.compile(
-    r"^\W*(?:table of contents|contents|list of illustrations|illustrations|index)\W*$",
-    re.IGNORECASE)
+  r"^\W*(?:table of contents|contents|list of illustrations|illustrations|index)\W*$", re.IGNORECASE
+)
 _NUMERAL = r"(?:[IVXLCDM]+|[ivxlcdm]+|\d+)"
-_NUMBER_WORDS = (r"(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|"
-                 r"fourteen|fifteen|sixteen|seventeen|eighteen|nineteen|twenty|first|second|"
-                 r"third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|last|"
-                 r"the\s+(?:first|second|third|last|\w+th))")
+_NUMBER_WORDS = (
+  r"(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|"
+  r"fourteen|fifteen|sixteen|seventeen|eighteen|nineteen|twenty|first|second|"
+  r"third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|last|"
+  r"the\s+(?:first|second|third|last|\w+th))"
+)
 # "CHAPTER IV", "Chapter 12: The Beginning", "BOOK II.", "ACT I. SCENE 2", "STAVE ONE", "Canto XX".
 _HEADING_RE = re.compile(
-    r"^\W*(?:chapter|chap|book|part|section|sect|canto|act|scene|volume|vol|stave|letter|lecture|"
-    r"article|psalm|sonnet|fytte|adventure|story|essay)\.?\s+(?:" + _NUMERAL + "|" +
-    _NUMBER_WORDS + r")\b", re.IGNORECASE)
+  r"^\W*(?:chapter|chap|book|part|section|sect|canto|act|scene|volume|vol|stave|letter|lecture|"
+  r"article|psalm|sonnet|fytte|adventure|story|essay)\.?\s+(?:"
+  + _NUMERAL
+  + "|"
+  + _NUMBER_WORDS
+  + r")\b",
+  re.IGNORECASE,
+)
 # A paragraph that is only a numeral ("IV.", "12") or a structural word ("PREFACE", "The End.").
 _BARE_HEADING_RE = re.compile(
-    r"^\W*(?:" + _NUMERAL + r"|preface|introduction|introductory|prologue|epilogue|appendix|"
-    r"conclusion|dedication|postscript|afterword|foreword|glossary|notes|footnotes|the end|finis|"
-    r"contents|index)\W*$", re.IGNORECASE)
+  r"^\W*(?:" + _NUMERAL + r"|preface|introduction|introductory|prologue|epilogue|appendix|"
+  r"conclusion|dedication|postscript|afterword|foreword|glossary|notes|footnotes|the end|finis|"
+  r"contents|index)\W*$",
+  re.IGNORECASE,
+)
 _FOOTNOTE_START_RE = re.compile(
-    r"^\W{0,2}(?:\[?footnotes?\b|\[\s*(?:\d+|[A-Za-z]|\*+|†|‡)\s*\]|\{\d+\})", re.IGNORECASE)
+  r"^\W{0,2}(?:\[?footnotes?\b|\[\s*(?:\d+|[A-Za-z]|\*+|†|‡)\s*\]|\{\d+\})", re.IGNORECASE
+)
 # Page references in a table of contents: a page number after dot leaders or a column gap.
 # An index entry ends in page numbers after a comma ("Abbott, Lyman, 23, 45-47").
 _PAGE_REF_RE = re.compile(
-    r"(?:\.\s?){3,}\s*(?:\d+|[ivxlc]+)\s*$|\s{2,}(?:\d+|[ivxlc]+)\s*$|^\s*page\s*$"
-    r"|,\s*\d+(?:\s*[-–,]\s*\d+)*\.?\s*$",
-    re.IGNORECASE)
+  r"(?:\.\s?){3,}\s*(?:\d+|[ivxlc]+)\s*$|\s{2,}(?:\d+|[ivxlc]+)\s*$|^\s*page\s*$"
+  r"|,\s*\d+(?:\s*[-–,]\s*\d+)*\.?\s*$",
+  re.IGNORECASE,
+)
 # "I. The Old House", "XIV  A Duel to the Death", "12) Notes": the numeral needs punctuation or
 # a column gap after it, so that a line of prose such as "I went home" or "did he" is no entry.
 _NUMBERED_ENTRY_RE = re.compile(r"^\W*(?:[IVXLCDM]+|[ivxlcdm]+|\d+)(?:[.):]\s*|\s{2,})\S")
 # Tags that are removed from the running text in place.
 _ILLUSTRATION_TAG_RE = re.compile(
-    r"\[\s*(?:illustration|sidenote|side-note|map|decoration|frontispiece|plate|picture|image|"
-    r"transcriber'?’?s?\s+note)\b[^\]]*\]", re.IGNORECASE)
+  r"\[\s*(?:illustration|sidenote|side-note|map|decoration|frontispiece|plate|picture|image|"
+  r"transcriber'?’?s?\s+note)\b[^\]]*\]",
+  re.IGNORECASE,
+)
 _FOOTNOTE_BLOCK_RE = re.compile(r"\[\s*footnote\b[^\]]*\]", re.IGNORECASE)
 _FOOTNOTE_MARKER_RE = re.compile(r"\[\s*(?:\d{1,3}|[A-Za-z]|\*+|†|‡)\s*\]")
 # Curly braces never occur in prose: page anchors ("{62a}") and image notes ("{... p184.jpg}").
 _BRACE_TAG_RE = re.compile(r"\{[^{}]{0,300}\}")
 # Transliterations of other scripts ("[Greek: logos]"): removing them leaves a sentence with a
 # hole, so the sentence is dropped instead.
-_FOREIGN_TAG_RE = re.compile(r"\[\s*(?:greek|hebrew|arabic|sanskrit|syriac|coptic)\s*:",
-                             re.IGNORECASE)
+_FOREIGN_TAG_RE = re.compile(
+  r"\[\s*(?:greek|hebrew|arabic|sanskrit|syriac|coptic)\s*:", re.IGNORECASE
+)
 # A dash glued between two words ("word--word", "word—word").
 _DASH_RE = re.compile(r"(?<=\w)(-{2,}|—+|―)(?=\w)")
 _SPACED_ELLIPSIS_RE = re.compile(r"\.(?:\s\.){2,}")
 # "=Bold=" markup of transcribers.
 _BOLD_RE = re.compile(r"(?<=[\w.!?])=|=(?=\w)")
 # Latin-script letters (ASCII, Latin-1, Latin Extended-A/B, Latin Extended Additional).
-_LATIN_RE = re.compile("[A-Za-z\u00C0-\u00D6\u00D8-\u00F6\u00F8-\u024F\u1E00-\u1EFF]")
+_LATIN_RE = re.compile("[A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u1e00-\u1eff]")
 
 
 # Character classes for counting letters by case. A per-character Python loop was 40 % of the
 # run time; `re` counts in C. Code points below U+3000 cover Latin, Greek and Cyrillic.
 def _char_class(predicate) -> "re.Pattern[str]":
-  return re.compile("[" + "".join(re.escape(chr(i)) for i in range(0x3000)
-                                  if predicate(chr(i))) + "]")
+  return re.compile(
+    "[" + "".join(re.escape(chr(i)) for i in range(0x3000) if predicate(chr(i))) + "]"
+  )
 
 
 _UPPER_RE = _char_class(str.isupper)
@@ -457,8 +501,11 @@ def _mostly_non_letters(text: str, min_letter_ratio: float = 0.5, min_chars: int
   # they have no letter at all ("* * *").
   nonspace = len(_SPACE_RE.sub("", text))
   letters = len(_NON_LETTER_RE.sub("", text))
-  return (nonspace > 0 and letters < min_letter_ratio * nonspace and
-          (nonspace >= min_chars or letters == 0))
+  return (
+    nonspace > 0
+    and letters < min_letter_ratio * nonspace
+    and (nonspace >= min_chars or letters == 0)
+  )
 
 
 def _is_all_caps(text: str, min_cased: int = 4) -> bool:
@@ -492,8 +539,8 @@ def _is_heading(text: str) -> bool:
   match = _HEADING_RE.match(text)
   if not match:
     return False
-  rest = text[match.end():].strip()
-  return (not rest or rest[0] in ".:,;—–-)" or _is_title_like(rest) or _is_all_caps(rest, 2))
+  rest = text[match.end() :].strip()
+  return not rest or rest[0] in ".:,;—–-)" or _is_title_like(rest) or _is_all_caps(rest, 2)
 
 
 def _is_toc_entry(line: str) -> bool:
@@ -533,8 +580,9 @@ class ParagraphFilter:
       self._in_toc, self._toc_lines = True, len(lines)
       return "toc"
     if self._in_toc:
-      if (self._toc_lines + len(lines) <= self._MAX_TOC_LINES and
-          all(_is_toc_entry(line) for line in lines)):
+      if self._toc_lines + len(lines) <= self._MAX_TOC_LINES and all(
+        _is_toc_entry(line) for line in lines
+      ):
         self._toc_lines += len(lines)
         return "toc"
       self._in_toc = False
@@ -558,14 +606,16 @@ class ParagraphFilter:
       return "toc"
     # A list of titles without sentence punctuation (an index of characters, a list of works):
     # unwrapped, it would become one long pseudo-sentence.
-    if len(lines) >= 3 and all(_is_title_like(l, 8) and not re.search(r"[.?!;:]\W*$", l)
-                               for l in lines):
+    if len(lines) >= 3 and all(
+      _is_title_like(l, 8) and not re.search(r"[.?!;:]\W*$", l) for l in lines
+    ):
       return "toc"
     # A lone title line: after a heading ("CHAPTER I" / "The Dream of Little Tuk"), or anywhere
     # when it has no sentence punctuation ("By Louisa May Alcott", "The Old Street-Lamp").
     if len(lines) <= 2 and _is_title_like(text):
-      if after_heading or (_is_title_like(text, 10, 0.75) and
-                           not re.search(r"[.?!:;,\"'”’]\W*$", text)):
+      if after_heading or (
+        _is_title_like(text, 10, 0.75) and not re.search(r"[.?!:;,\"'”’]\W*$", text)
+      ):
         return "heading"
     return None
 
@@ -623,14 +673,21 @@ def sentence_reason(sentence: str, check_caps: bool = True) -> Optional[str]:
 def _check_formats(normalization: str, input_format: str) -> None:
   """Raises ValueError for an unknown normalization or input format."""
   if normalization not in normalization_lib.NORMALIZATIONS:
-    raise ValueError(f"normalization: expected one of {normalization_lib.NORMALIZATIONS}, "
-                     f"got {normalization!r}")
+    raise ValueError(
+      f"normalization: expected one of {normalization_lib.NORMALIZATIONS}, got {normalization!r}"
+    )
   if input_format not in INPUT_FORMATS:
     raise ValueError(f"input_format: expected one of {INPUT_FORMATS}, got {input_format!r}")
 
 
-def _finish_sentence(sentence: str, normalization: str, min_words: int, max_words: int,
-                     counts: collections.Counter, check_caps: bool) -> Optional[str]:
+def _finish_sentence(
+  sentence: str,
+  normalization: str,
+  min_words: int,
+  max_words: int,
+  counts: collections.Counter,
+  check_caps: bool,
+) -> Optional[str]:
   """Filters and normalizes one candidate sentence; counts it; returns the output line or None."""
   counts["sentences/candidates"] += 1
   reason = sentence_reason(sentence, check_caps=check_caps)
@@ -652,12 +709,14 @@ def _finish_sentence(sentence: str, normalization: str, min_words: int, max_word
   return out
 
 
-def process_document(text: str,
-                     gutenberg: bool = True,
-                     input_format: str = "paragraphs",
-                     normalization: str = "none",
-                     min_words: int = 3,
-                     max_words: int = 100) -> Tuple[List[str], collections.Counter]:
+def process_document(
+  text: str,
+  gutenberg: bool = True,
+  input_format: str = "paragraphs",
+  normalization: str = "none",
+  min_words: int = 3,
+  max_words: int = 100,
+) -> Tuple[List[str], collections.Counter]:
   """Turns one document into output sentences (before dedup and the train/eval split).
 
   Args:
@@ -731,8 +790,9 @@ def _process_job(job):
 # ---------------------------------------------------------------------------------------------
 
 
-def choose_eval_books(books: Sequence[Tuple[str, int]], eval_fraction: float,
-                      seed: int) -> List[str]:
+def choose_eval_books(
+  books: Sequence[Tuple[str, int]], eval_fraction: float, seed: int
+) -> List[str]:
   """Chooses the held-out books: a seeded random order, taken until eval_fraction of the bytes.
 
   Args:
@@ -760,13 +820,21 @@ def choose_eval_books(books: Sequence[Tuple[str, int]], eval_fraction: float,
 def _nest(counts: collections.Counter, prefix: str, keys: Sequence[str] = ()) -> Dict[str, int]:
   """{suffix: count} for the keys under `prefix`; every name in `keys` appears, 0 if unseen."""
   nested = {key: 0 for key in keys}
-  nested.update((k[len(prefix):], v) for k, v in counts.items() if k.startswith(prefix))
+  nested.update((k[len(prefix) :], v) for k, v in counts.items() if k.startswith(prefix))
   return dict(sorted(nested.items()))
 
 
-def _corpus_args(inputs: Sequence[str], normalization: str, eval_fraction: float, seed: int,
-                 dedup: bool, min_words: int, max_words: int, input_format: str,
-                 max_books: Optional[int]) -> dict:
+def _corpus_args(
+  inputs: Sequence[str],
+  normalization: str,
+  eval_fraction: float,
+  seed: int,
+  dedup: bool,
+  min_words: int,
+  max_words: int,
+  input_format: str,
+  max_books: Optional[int],
+) -> dict:
   """Checks the arguments of `prepare_corpus`; returns them as stats.json records them.
 
   Raises:
@@ -781,14 +849,21 @@ def _corpus_args(inputs: Sequence[str], normalization: str, eval_fraction: float
     raise ValueError(f"min_words/max_words: expected 0 <= {min_words} <= {max_words}")
   for path in inputs:
     if not os.path.isfile(path):
-      raise FileNotFoundError(f"input {path!r} not found (pass --input, or --data_dir / "
-                              "$TTA_DATA for the default archive)")
+      raise FileNotFoundError(
+        f"input {path!r} not found (pass --input, or --data_dir / "
+        "$TTA_DATA for the default archive)"
+      )
   return {
-      "inputs": [{"path": os.path.abspath(p), "bytes": os.path.getsize(p)} for p in inputs],
-      "normalization": normalization, "eval_fraction": eval_fraction, "seed": seed,
-      "dedup": dedup, "min_words": min_words, "max_words": max_words,
-      "input_format": input_format, "max_books": max_books,
-      "pipeline_version": PIPELINE_VERSION,
+    "inputs": [{"path": os.path.abspath(p), "bytes": os.path.getsize(p)} for p in inputs],
+    "normalization": normalization,
+    "eval_fraction": eval_fraction,
+    "seed": seed,
+    "dedup": dedup,
+    "min_words": min_words,
+    "max_words": max_words,
+    "input_format": input_format,
+    "max_books": max_books,
+    "pipeline_version": PIPELINE_VERSION,
   }
 
 
@@ -801,14 +876,16 @@ class _Source(NamedTuple):
     items: [(book_id, bytes)] of the books read (a tar), or [(path, bytes)] (a plain file).
     eval_ids: the held-out book ids (a tar; chosen among ALL its books, before max_books).
   """
+
   path: str
   is_tar: bool
   items: List[Tuple[str, int]]
   eval_ids: frozenset
 
 
-def _list_sources(inputs: Sequence[str], eval_fraction: float, seed: int,
-                  max_books: Optional[int]) -> List[_Source]:
+def _list_sources(
+  inputs: Sequence[str], eval_fraction: float, seed: int, max_books: Optional[int]
+) -> List[_Source]:
   """Lists every input; costs one decompression pass per tar (sizes for the ETA, held-out books)."""
   sources = []
   for path in inputs:
@@ -832,8 +909,7 @@ def _jobs(sources: Sequence[_Source], doc_kwargs: dict, input_format: str):
     else:
       with open(source.path, "rb") as f:
         text = _decode(f.read())
-      yield (source.path, None), text, dict(doc_kwargs, gutenberg=False,
-                                            input_format=input_format)
+      yield (source.path, None), text, dict(doc_kwargs, gutenberg=False, input_format=input_format)
 
 
 @contextlib.contextmanager
@@ -859,8 +935,14 @@ class _Collector:
   goes, a plain-file sentence by a seeded hash of its text.
   """
 
-  def __init__(self, files: Dict[str, object], sources: Sequence[_Source], dedup: bool,
-               eval_fraction: float, seed: int):
+  def __init__(
+    self,
+    files: Dict[str, object],
+    sources: Sequence[_Source],
+    dedup: bool,
+    eval_fraction: float,
+    seed: int,
+  ):
     self._files = files
     self._eval_books = {(s.path, b) for s in sources if s.is_tar for b in s.eval_ids}
     self._dedup = dedup
@@ -873,8 +955,13 @@ class _Collector:
     self.sentences = collections.Counter()  # per split
     self.words = collections.Counter()  # per split
 
-  def add(self, path: str, book_id: Optional[str], sentences: Sequence[str],
-          doc_counts: collections.Counter) -> None:
+  def add(
+    self,
+    path: str,
+    book_id: Optional[str],
+    sentences: Sequence[str],
+    doc_counts: collections.Counter,
+  ) -> None:
     """Adds one document's sentences (book_id None for a plain file)."""
     self.counts.update(doc_counts)
     if book_id is not None:
@@ -898,8 +985,11 @@ class _Collector:
     self.counts["books/total"] += 1
     if doc_counts["books/missing_start_marker"]:
       self.missing["start"].append(book_id)
-      logging.warning("corpus: %s: no Gutenberg START marker; header kept (the boilerplate "
-                      "filter still drops licence paragraphs)", book_id)
+      logging.warning(
+        "corpus: %s: no Gutenberg START marker; header kept (the boilerplate "
+        "filter still drops licence paragraphs)",
+        book_id,
+      )
     if doc_counts["books/missing_end_marker"]:
       self.missing["end"].append(book_id)
       logging.warning("corpus: %s: no Gutenberg END marker; footer kept", book_id)
@@ -919,8 +1009,9 @@ class _Progress:
   """Logs documents, megabytes, sentences and an ETA every `log_every` documents."""
 
   def __init__(self, sources: Sequence[_Source], log_every: int):
-    self._sizes = {(s.path, key if s.is_tar else None): size
-                   for s in sources for key, size in s.items}
+    self._sizes = {
+      (s.path, key if s.is_tar else None): size for s in sources for key, size in s.items
+    }
     self._total_bytes = sum(size for s in sources for _, size in s.items)
     self._total_docs = sum(len(s.items) for s in sources)
     self._log_every = log_every
@@ -935,10 +1026,18 @@ class _Progress:
       return
     elapsed = time.time() - self._start
     eta = elapsed * (self._total_bytes - self._bytes) / max(self._bytes, 1)
-    logging.info("corpus: %d/%d documents, %.1f/%.1f MB, %d sentences kept, %d duplicates, "
-                 "%.0f s elapsed, ETA %.0f s", self._docs, self._total_docs, self._bytes / 1e6,
-                 self._total_bytes / 1e6, sum(collector.sentences.values()),
-                 collector.counts["sentences/duplicates"], elapsed, eta)
+    logging.info(
+      "corpus: %d/%d documents, %.1f/%.1f MB, %d sentences kept, %d duplicates, "
+      "%.0f s elapsed, ETA %.0f s",
+      self._docs,
+      self._total_docs,
+      self._bytes / 1e6,
+      self._total_bytes / 1e6,
+      sum(collector.sentences.values()),
+      collector.counts["sentences/duplicates"],
+      elapsed,
+      eta,
+    )
 
 
 def _corpus_stats(args: dict, collector: _Collector, elapsed: float) -> dict:
@@ -947,39 +1046,49 @@ def _corpus_stats(args: dict, collector: _Collector, elapsed: float) -> dict:
   kept = sum(sentences.values())
   total_words = sum(words.values())
   return {
-      "args": args,
-      "books": {"total": counts["books/total"], "eval": len(collector.eval_ids),
-                "eval_ids": sorted(collector.eval_ids),
-                "missing_start_marker": sorted(collector.missing["start"]),
-                "missing_end_marker": sorted(collector.missing["end"])},
-      "paragraphs": {"candidates": counts["paragraphs/candidates"],
-                     "kept": counts["paragraphs/kept"],
-                     "dropped": _nest(counts, "paragraphs/dropped/", PARAGRAPH_REASONS)},
-      "sentences": {"candidates": counts["sentences/candidates"], "kept": kept,
-                    "dropped": _nest(counts, "sentences/dropped/", SENTENCE_REASONS),
-                    "duplicates": counts["sentences/duplicates"]},
-      "edits": _nest(counts, "edits/"),
-      "train": {"sentences": sentences["train"], "words": words["train"]},
-      "eval": {"sentences": sentences["eval"], "words": words["eval"]},
-      "words": total_words,
-      "mean_words_per_sentence": round(total_words / kept, 3) if kept else 0.0,
-      "elapsed_s": round(elapsed, 1),
+    "args": args,
+    "books": {
+      "total": counts["books/total"],
+      "eval": len(collector.eval_ids),
+      "eval_ids": sorted(collector.eval_ids),
+      "missing_start_marker": sorted(collector.missing["start"]),
+      "missing_end_marker": sorted(collector.missing["end"]),
+    },
+    "paragraphs": {
+      "candidates": counts["paragraphs/candidates"],
+      "kept": counts["paragraphs/kept"],
+      "dropped": _nest(counts, "paragraphs/dropped/", PARAGRAPH_REASONS),
+    },
+    "sentences": {
+      "candidates": counts["sentences/candidates"],
+      "kept": kept,
+      "dropped": _nest(counts, "sentences/dropped/", SENTENCE_REASONS),
+      "duplicates": counts["sentences/duplicates"],
+    },
+    "edits": _nest(counts, "edits/"),
+    "train": {"sentences": sentences["train"], "words": words["train"]},
+    "eval": {"sentences": sentences["eval"], "words": words["eval"]},
+    "words": total_words,
+    "mean_words_per_sentence": round(total_words / kept, 3) if kept else 0.0,
+    "elapsed_s": round(elapsed, 1),
   }
 
 
-def prepare_corpus(inputs: Sequence[str],
-                   output_dir: str,
-                   normalization: str = "none",
-                   eval_fraction: float = 0.01,
-                   seed: int = 12345,
-                   dedup: bool = True,
-                   min_words: int = 3,
-                   max_words: int = 100,
-                   input_format: str = "lines",
-                   num_workers: Optional[int] = None,
-                   log_every: int = 20,
-                   max_books: Optional[int] = None,
-                   force: bool = False) -> dict:
+def prepare_corpus(
+  inputs: Sequence[str],
+  output_dir: str,
+  normalization: str = "none",
+  eval_fraction: float = 0.01,
+  seed: int = 12345,
+  dedup: bool = True,
+  min_words: int = 3,
+  max_words: int = 100,
+  input_format: str = "lines",
+  num_workers: Optional[int] = None,
+  log_every: int = 20,
+  max_books: Optional[int] = None,
+  force: bool = False,
+) -> dict:
   """Builds train.txt, eval.txt and stats.json in `output_dir` from raw text.
 
   Inputs are processed in the given order; within a tar archive, books in archive order; output
@@ -1015,14 +1124,16 @@ def prepare_corpus(inputs: Sequence[str],
   Returns:
     The stats dict that is also written to stats.json.
   """
-  args = _corpus_args(inputs, normalization, eval_fraction, seed, dedup, min_words, max_words,
-                      input_format, max_books)
+  args = _corpus_args(
+    inputs, normalization, eval_fraction, seed, dedup, min_words, max_words, input_format, max_books
+  )
   os.makedirs(output_dir, exist_ok=True)
   stamp_path = os.path.join(output_dir, STATS_FILE)
   stats = None if force else io_utils.read_stamp(stamp_path, args)
   if stats is not None:
-    logging.info("corpus: %s is complete for these arguments; skipping (force=True rebuilds)",
-                 output_dir)
+    logging.info(
+      "corpus: %s is complete for these arguments; skipping (force=True rebuilds)", output_dir
+    )
     return stats
   io_utils.remove_stamp(stamp_path)
 
@@ -1031,21 +1142,29 @@ def prepare_corpus(inputs: Sequence[str],
   doc_kwargs = {"normalization": normalization, "min_words": min_words, "max_words": max_words}
   paths = {split: os.path.join(output_dir, split + ".txt") for split in ("train", "eval")}
   with contextlib.ExitStack() as stack:
-    files = {split: stack.enter_context(io_utils.atomic_open(path))
-             for split, path in paths.items()}
+    files = {
+      split: stack.enter_context(io_utils.atomic_open(path)) for split, path in paths.items()
+    }
     collector = _Collector(files, sources, dedup, eval_fraction, seed)
     progress = _Progress(sources, log_every)
     results = stack.enter_context(_mapper(num_workers or os.cpu_count() or 1))(
-        _process_job, _jobs(sources, doc_kwargs, input_format))
+      _process_job, _jobs(sources, doc_kwargs, input_format)
+    )
     for (path, book_id), sentences, doc_counts in results:
       collector.add(path, book_id, sentences, doc_counts)
       progress.update(path, book_id, collector)
 
   stats = _corpus_stats(args, collector, time.time() - start_time)
   stats = io_utils.write_stamp(stamp_path, args, outputs=paths.values(), record=stats)
-  logging.info("corpus: wrote %s: %d sentences (%d train, %d eval), %d words, %.1f s",
-               output_dir, stats["sentences"]["kept"], stats["train"]["sentences"],
-               stats["eval"]["sentences"], stats["words"], stats["elapsed_s"])
+  logging.info(
+    "corpus: wrote %s: %d sentences (%d train, %d eval), %d words, %.1f s",
+    output_dir,
+    stats["sentences"]["kept"],
+    stats["train"]["sentences"],
+    stats["eval"]["sentences"],
+    stats["words"],
+    stats["elapsed_s"],
+  )
   return stats
 
 
@@ -1062,17 +1181,27 @@ def define_flags():
   Not at import time: create_pretraining_data.py has flags of the same names (--output_dir,
   --normalization), so importing this module there would raise DuplicateFlagError.
   """
-  flags.DEFINE_list("input", None,
-                    "Comma-separated input paths: Gutenberg .tar.xz archives and/or plain text "
-                    "files. Default: <data_dir>/gutenberg-books-subset/texts.tar.xz.")
+  flags.DEFINE_list(
+    "input",
+    None,
+    "Comma-separated input paths: Gutenberg .tar.xz archives and/or plain text "
+    "files. Default: <data_dir>/gutenberg-books-subset/texts.tar.xz.",
+  )
   io_utils.define_data_dir_flag()
   flags.DEFINE_string("output_dir", None, "Where train.txt, eval.txt and stats.json go.")
-  flags.DEFINE_enum("normalization", "none", normalization_lib.NORMALIZATIONS,
-                    "none: cleaned text; librispeech: upper case, no punctuation but apostrophes, "
-                    "numbers spelled out.")
-  flags.DEFINE_enum("input_format", "lines", INPUT_FORMATS,
-                    "Format of plain text inputs: one sentence per line, or blank-line separated "
-                    "paragraphs.")
+  flags.DEFINE_enum(
+    "normalization",
+    "none",
+    normalization_lib.NORMALIZATIONS,
+    "none: cleaned text; librispeech: upper case, no punctuation but apostrophes, "
+    "numbers spelled out.",
+  )
+  flags.DEFINE_enum(
+    "input_format",
+    "lines",
+    INPUT_FORMATS,
+    "Format of plain text inputs: one sentence per line, or blank-line separated paragraphs.",
+  )
   flags.DEFINE_float("eval_fraction", 0.01, "Share held out for eval.txt.")
   flags.DEFINE_integer("seed", 12345, "Seed of the held-out choice.")
   flags.DEFINE_bool("dedup", True, "Drop exact duplicate sentences.")
@@ -1090,14 +1219,38 @@ def main(argv):
     raise app.UsageError("--output_dir is required")
   inputs = FLAGS.input or [default_gutenberg_tar(FLAGS.data_dir)]
   stats = prepare_corpus(
-      inputs, FLAGS.output_dir, normalization=FLAGS.normalization,
-      eval_fraction=FLAGS.eval_fraction, seed=FLAGS.seed, dedup=FLAGS.dedup,
-      min_words=FLAGS.min_words, max_words=FLAGS.max_words, input_format=FLAGS.input_format,
-      num_workers=FLAGS.num_workers, log_every=FLAGS.log_every, max_books=FLAGS.max_books,
-      force=FLAGS.force)
-  print(json.dumps({k: stats[k] for k in ("books", "paragraphs", "sentences", "train", "eval",
-                                          "words", "mean_words_per_sentence", "elapsed_s")},
-                   indent=2))
+    inputs,
+    FLAGS.output_dir,
+    normalization=FLAGS.normalization,
+    eval_fraction=FLAGS.eval_fraction,
+    seed=FLAGS.seed,
+    dedup=FLAGS.dedup,
+    min_words=FLAGS.min_words,
+    max_words=FLAGS.max_words,
+    input_format=FLAGS.input_format,
+    num_workers=FLAGS.num_workers,
+    log_every=FLAGS.log_every,
+    max_books=FLAGS.max_books,
+    force=FLAGS.force,
+  )
+  print(
+    json.dumps(
+      {
+        k: stats[k]
+        for k in (
+          "books",
+          "paragraphs",
+          "sentences",
+          "train",
+          "eval",
+          "words",
+          "mean_words_per_sentence",
+          "elapsed_s",
+        )
+      },
+      indent=2,
+    )
+  )
 
 
 if __name__ == "__main__":

@@ -94,7 +94,7 @@ _PROGRESS_SECONDS = 15.0
 
 def shard_name(split, index, num_shards):
   """Returns e.g. "train-00003-of-00008.tfrecord"."""
-  return "%s-%05d-of-%05d.tfrecord" % (split, index, num_shards)
+  return f"{split}-{index:05d}-of-{num_shards:05d}.tfrecord"
 
 
 # ----------------------------------------------------------------------------
@@ -110,6 +110,7 @@ class _Arguments:
   globs are expanded to absolute paths, vocab_file is absolute. The fields
   are described in `create_pretraining_data`.
   """
+
   input_files: list
   eval_files: list
   vocab_file: Optional[str]
@@ -131,24 +132,27 @@ class _Arguments:
     """Raises ValueError naming the flag of a bad argument."""
     if (self.vocab_file is None) == (self.vocab_size is None):
       raise ValueError(
-          f"give exactly one of --vocab_file and --vocab_size (got "
-          f"vocab_file={self.vocab_file!r}, vocab_size={self.vocab_size!r})")
+        f"give exactly one of --vocab_file and --vocab_size (got "
+        f"vocab_file={self.vocab_file!r}, vocab_size={self.vocab_size!r})"
+      )
     num_special = len(tokenization.SPECIAL_TOKENS)
     if self.vocab_size is not None and self.vocab_size <= num_special:
-      raise ValueError(f"--vocab_size must exceed the {num_special} special "
-                       f"tokens, got {self.vocab_size}")
-    if self.max_seq_length < 3:
-      raise ValueError("--max_seq_length must be >= 3 ([SOS], one piece, "
-                       f"[EOS]), got {self.max_seq_length}")
-    if self.num_shards < 1 or self.num_eval_shards < 1:
-      raise ValueError("--num_shards and --num_eval_shards must be >= 1, got "
-                       f"{self.num_shards} and {self.num_eval_shards}")
-    if not 0 <= self.eval_fraction < 1:
       raise ValueError(
-          f"--eval_fraction must be in [0, 1), got {self.eval_fraction!r}")
+        f"--vocab_size must exceed the {num_special} special tokens, got {self.vocab_size}"
+      )
+    if self.max_seq_length < 3:
+      raise ValueError(
+        f"--max_seq_length must be >= 3 ([SOS], one piece, [EOS]), got {self.max_seq_length}"
+      )
+    if self.num_shards < 1 or self.num_eval_shards < 1:
+      raise ValueError(
+        "--num_shards and --num_eval_shards must be >= 1, got "
+        f"{self.num_shards} and {self.num_eval_shards}"
+      )
+    if not 0 <= self.eval_fraction < 1:
+      raise ValueError(f"--eval_fraction must be in [0, 1), got {self.eval_fraction!r}")
     if self.input_format not in INPUT_FORMATS:
-      raise ValueError(f"--input_format must be one of {INPUT_FORMATS}, got "
-                       f"{self.input_format!r}")
+      raise ValueError(f"--input_format must be one of {INPUT_FORMATS}, got {self.input_format!r}")
 
 
 # ----------------------------------------------------------------------------
@@ -159,6 +163,7 @@ class _Arguments:
 @dataclasses.dataclass
 class SentenceReadStats:
   """Counts of what `read_sentence_file` skipped."""
+
   lines: int = 0
   empty_lines: int = 0
   malformed_lines: int = 0
@@ -198,21 +203,20 @@ def read_sentence_file(path, skip_malformed=False, stats=None):
   try:
     # One decode of the whole file is far faster than one per line; the
     # per-line path below only runs when the file has a bad byte.
-    lines = data.decode("utf-8").split("\n")[:len(raw_lines)]
+    lines = data.decode("utf-8").split("\n")[: len(raw_lines)]
   except UnicodeDecodeError:
     lines = []
     for number, raw in enumerate(raw_lines, 1):
       try:
         lines.append(raw.decode("utf-8"))
       except UnicodeDecodeError as e:
-        where = "%s:%d" % (path, number)
+        where = f"{path}:{number}"
         if not skip_malformed:
           raise ValueError(
-              "%s: not valid UTF-8 (byte %r at column %d: %s); expected UTF-8 "
-              "text, one sentence per line. Fix the file or pass "
-              "--skip_malformed to skip and count such lines." %
-              (where, raw[e.start:e.start + 1], e.start + 1,
-               e.reason)) from None
+            f"{where}: not valid UTF-8 (byte {raw[e.start : e.start + 1]!r} at column "
+            f"{e.start + 1}: {e.reason}); expected UTF-8 text, one sentence per line. Fix the "
+            "file or pass --skip_malformed to skip and count such lines."
+          ) from None
         stats.malformed_lines += 1
         if len(stats.malformed_examples) < 10:
           stats.malformed_examples.append(where)
@@ -260,10 +264,18 @@ class _Progress(object):
     elapsed = max(now - self.start, 1e-9)
     rate = done / elapsed
     eta = (self.total - done) / rate if rate > 0 else float("inf")
-    logging.info("%s: %d/%d %s (%.1f%%), %.0f %s/s, %.0f s elapsed, ETA %.0f s",
-                 self.what, done, self.total, self.unit,
-                 100.0 * done / max(self.total, 1), rate, self.unit, elapsed,
-                 eta)
+    logging.info(
+      "%s: %d/%d %s (%.1f%%), %.0f %s/s, %.0f s elapsed, ETA %.0f s",
+      self.what,
+      done,
+      self.total,
+      self.unit,
+      100.0 * done / max(self.total, 1),
+      rate,
+      self.unit,
+      elapsed,
+      eta,
+    )
 
 
 def evenly_spaced(items, max_items):
@@ -275,14 +287,14 @@ def evenly_spaced(items, max_items):
   if max_items is None or len(items) <= max_items:
     return items
   if max_items <= 0:
-    raise ValueError("vocab_max_sentences must be positive, got %d" %
-                     max_items)
+    raise ValueError(f"vocab_max_sentences must be positive, got {max_items:d}")
   step = len(items) / max_items
   return [items[int(i * step)] for i in range(max_items)]
 
 
-def run_corpus(raw_inputs, corpus_dir, normalization, eval_fraction, seed,
-               max_books=None, force=False):
+def run_corpus(
+  raw_inputs, corpus_dir, normalization, eval_fraction, seed, max_books=None, force=False
+):
   """Runs corpus.prepare_corpus on raw inputs.
 
   corpus.py spawns its worker processes; each imports the main module, so
@@ -304,9 +316,15 @@ def run_corpus(raw_inputs, corpus_dir, normalization, eval_fraction, seed,
   # Plain raw files are prose, not sentence lines (those are read directly,
   # without corpus.py).
   return corpus.prepare_corpus(
-      list(raw_inputs), corpus_dir, normalization=normalization,
-      eval_fraction=eval_fraction, seed=seed, max_books=max_books,
-      force=force, input_format="paragraphs")
+    list(raw_inputs),
+    corpus_dir,
+    normalization=normalization,
+    eval_fraction=eval_fraction,
+    seed=seed,
+    max_books=max_books,
+    force=force,
+    input_format="paragraphs",
+  )
 
 
 def _is_raw(path, input_format):
@@ -329,6 +347,7 @@ class _Sources:
       > 0).
     corpus_stats: corpus.py's stats.json, or None without raw inputs.
   """
+
   hashed: list
   train: list
   eval: list
@@ -350,19 +369,29 @@ def _prepare_sources(args, output_dir, force):
   sentence_files = [p for p in args.input_files if p not in raw]
   if args.normalization != "none" and sentence_files:
     raise ValueError(
-        f"--normalization={args.normalization} applies to raw inputs "
-        f"(corpus.py) only, but {', '.join(sentence_files)} are sentence "
-        "files, used as they are. Normalize them with corpus.py "
-        "(--input_format=lines) or pass --normalization=none.")
+      f"--normalization={args.normalization} applies to raw inputs "
+      f"(corpus.py) only, but {', '.join(sentence_files)} are sentence "
+      "files, used as they are. Normalize them with corpus.py "
+      "(--input_format=lines) or pass --normalization=none."
+    )
   sources = _Sources(
-      hashed=sentence_files, train=[], eval=list(args.eval_files),
-      split_by_hash=not args.eval_files and args.eval_fraction > 0,
-      corpus_stats=None)
+    hashed=sentence_files,
+    train=[],
+    eval=list(args.eval_files),
+    split_by_hash=not args.eval_files and args.eval_fraction > 0,
+    corpus_stats=None,
+  )
   if raw:
     corpus_dir = os.path.join(output_dir, CORPUS_SUBDIR)
     sources.corpus_stats = run_corpus(
-        raw, corpus_dir, args.normalization, args.eval_fraction,
-        args.random_seed, args.max_books, force)
+      raw,
+      corpus_dir,
+      args.normalization,
+      args.eval_fraction,
+      args.random_seed,
+      args.max_books,
+      force,
+    )
     sources.train.append(os.path.join(corpus_dir, "train.txt"))
     sources.eval.append(os.path.join(corpus_dir, "eval.txt"))
   return sources
@@ -380,12 +409,14 @@ def _fingerprint(args, sources):
   """
   input_sha256 = {p: _sha256_file(p) for p in sources.files()}
   fingerprint_src = {
-      "format_version": FORMAT_VERSION, "args": dataclasses.asdict(args),
-      "files": input_sha256,
-      "vocab_sha256": args.vocab_file and _sha256_file(args.vocab_file),
+    "format_version": FORMAT_VERSION,
+    "args": dataclasses.asdict(args),
+    "files": input_sha256,
+    "vocab_sha256": args.vocab_file and _sha256_file(args.vocab_file),
   }
   fingerprint = hashlib.sha256(
-      json.dumps(fingerprint_src, sort_keys=True).encode("utf-8")).hexdigest()
+    json.dumps(fingerprint_src, sort_keys=True).encode("utf-8")
+  ).hexdigest()
   return fingerprint, input_sha256
 
 
@@ -402,26 +433,28 @@ def _read_splits(sources, args):
   read_stats = {split: SentenceReadStats() for split in SPLITS}
   sentences = {split: [] for split in SPLITS}
   for path in sources.hashed:
-    for _, sentence in read_sentence_file(path, args.skip_malformed,
-                                          read_stats["train"]):
+    for _, sentence in read_sentence_file(path, args.skip_malformed, read_stats["train"]):
       held_out = sources.split_by_hash and (
-          io_utils.unit_hash(args.random_seed, sentence) < args.eval_fraction)
+        io_utils.unit_hash(args.random_seed, sentence) < args.eval_fraction
+      )
       sentences["eval" if held_out else "train"].append(sentence)
   for split, paths in (("train", sources.train), ("eval", sources.eval)):
     for path in paths:
       sentences[split].extend(
-          s for _, s in read_sentence_file(path, args.skip_malformed,
-                                           read_stats[split]))
-  logging.info("read %d train and %d eval sentences from %d files (%d empty "
-               "and %d malformed lines skipped) in %.1f s",
-               len(sentences["train"]), len(sentences["eval"]),
-               len(sources.files()),
-               sum(s.empty_lines for s in read_stats.values()),
-               sum(s.malformed_lines for s in read_stats.values()),
-               time.time() - start)
+        s for _, s in read_sentence_file(path, args.skip_malformed, read_stats[split])
+      )
+  logging.info(
+    "read %d train and %d eval sentences from %d files (%d empty "
+    "and %d malformed lines skipped) in %.1f s",
+    len(sentences["train"]),
+    len(sentences["eval"]),
+    len(sources.files()),
+    sum(s.empty_lines for s in read_stats.values()),
+    sum(s.malformed_lines for s in read_stats.values()),
+    time.time() - start,
+  )
   if not sentences["train"]:
-    raise ValueError(
-        f"no training sentences in {sources.hashed + sources.train}")
+    raise ValueError(f"no training sentences in {sources.hashed + sources.train}")
   return sentences, read_stats
 
 
@@ -444,16 +477,21 @@ def _make_vocab(train_sentences, vocab_path, args):
     tokens = list(tokenization.load_vocab(args.vocab_file))
   else:
     sample = evenly_spaced(train_sentences, args.vocab_max_sentences)
-    logging.info("learning a WordPiece vocab of size %d from %d of %d "
-                 "training sentences", args.vocab_size, len(sample),
-                 len(train_sentences))
-    tokens = tokenization.build_vocab(sample, args.vocab_size,
-                                      do_lower_case=args.do_lower_case,
-                                      learn_params=args.vocab_learn_params)
+    logging.info(
+      "learning a WordPiece vocab of size %d from %d of %d training sentences",
+      args.vocab_size,
+      len(sample),
+      len(train_sentences),
+    )
+    tokens = tokenization.build_vocab(
+      sample,
+      args.vocab_size,
+      do_lower_case=args.do_lower_case,
+      learn_params=args.vocab_learn_params,
+    )
   tokenization.write_vocab(tokens, vocab_path)
   seconds = time.time() - start
-  logging.info("vocab: %d tokens -> %s (%.1f s)", len(tokens), vocab_path,
-               seconds)
+  logging.info("vocab: %d tokens -> %s (%.1f s)", len(tokens), vocab_path, seconds)
   return tokens, seconds
 
 
@@ -461,10 +499,12 @@ def _make_tokenizer(tokens, vocab_path, do_lower_case):
   """The records' tokenizer; tokenization.boundary_tokens frames sentences."""
   boundary = tokenization.boundary_tokens(tokens)
   if boundary != ("[SOS]", "[EOS]"):
-    logging.warning("the vocab has no [SOS]/[EOS] (a Google BERT vocab?); "
-                    "sentences are framed by %s ... %s instead.", *boundary)
-  return tokenization.FullTokenizer(vocab_path, do_lower_case,
-                                    boundary_tokens=boundary)
+    logging.warning(
+      "the vocab has no [SOS]/[EOS] (a Google BERT vocab?); "
+      "sentences are framed by %s ... %s instead.",
+      *boundary,
+    )
+  return tokenization.FullTokenizer(vocab_path, do_lower_case, boundary_tokens=boundary)
 
 
 # ----------------------------------------------------------------------------
@@ -484,13 +524,11 @@ def make_example(ids):
   """
   n = len(ids)
   feature = {
-      "input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=ids)),
-      "input_mask": tf.train.Feature(
-          int64_list=tf.train.Int64List(value=[1] * n)),
-      "length": tf.train.Feature(int64_list=tf.train.Int64List(value=[n])),
+    "input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=ids)),
+    "input_mask": tf.train.Feature(int64_list=tf.train.Int64List(value=[1] * n)),
+    "length": tf.train.Feature(int64_list=tf.train.Int64List(value=[n])),
   }
-  return tf.train.Example(
-      features=tf.train.Features(feature=feature)).SerializeToString()
+  return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
 def write_records(path, examples):
@@ -518,16 +556,13 @@ def _length_stats(lengths):
     return {"mean": 0.0, "max": 0, "percentiles": {}, "histogram": {}}
   array = np.asarray(lengths, np.int64)
   edges = [e for e in _HISTOGRAM_EDGES if e < array.max()] + [int(array.max())]
-  counts = np.bincount(np.searchsorted(edges, array, side="left"),
-                       minlength=len(edges))
+  counts = np.bincount(np.searchsorted(edges, array, side="left"), minlength=len(edges))
   lower = [1] + [e + 1 for e in edges[:-1]]
   return {
-      "mean": round(float(array.mean()), 3),
-      "max": int(array.max()),
-      "percentiles": {str(p): float(np.percentile(array, p))
-                      for p in _PERCENTILES},
-      "histogram": {"%d-%d" % (lo, hi): int(c)
-                    for lo, hi, c in zip(lower, edges, counts)},
+    "mean": round(float(array.mean()), 3),
+    "max": int(array.max()),
+    "percentiles": {str(p): float(np.percentile(array, p)) for p in _PERCENTILES},
+    "histogram": {f"{lo}-{hi}": int(c) for lo, hi, c in zip(lower, edges, counts)},
   }
 
 
@@ -557,8 +592,7 @@ def tokenize_sentences(tokenizer, sentences, max_seq_length, what="tokenize"):
   untruncated = []
   unk = 0
   progress = _Progress(what, len(sentences))
-  batches = [sentences[i:i + _TOKENIZE_BATCH]
-             for i in range(0, len(sentences), _TOKENIZE_BATCH)]
+  batches = [sentences[i : i + _TOKENIZE_BATCH] for i in range(0, len(sentences), _TOKENIZE_BATCH)]
   with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
     pending = batches and pool.submit(tokenizer.encode_batch, batches[0])
     for index in range(len(batches)):
@@ -581,16 +615,16 @@ def tokenize_sentences(tokenizer, sentences, max_seq_length, what="tokenize"):
   pieces = sum(untruncated) - 2 * num
   truncated = sum(1 for n in untruncated if n > max_seq_length)
   stats = {
-      "sentences": num,
-      "tokens": int(sum(lengths)),
-      "pieces": int(pieces),
-      "unk_pieces": int(unk),
-      "unk_rate": round(unk / pieces, 6) if pieces else 0.0,
-      "truncated": int(truncated),
-      "truncated_fraction": round(truncated / num, 6) if num else 0.0,
-      "truncated_pieces": int(sum(untruncated) - sum(lengths)),
-      "lengths": _length_stats(lengths),
-      "untruncated_lengths": _length_stats(untruncated),
+    "sentences": num,
+    "tokens": int(sum(lengths)),
+    "pieces": int(pieces),
+    "unk_pieces": int(unk),
+    "unk_rate": round(unk / pieces, 6) if pieces else 0.0,
+    "truncated": int(truncated),
+    "truncated_fraction": round(truncated / num, 6) if num else 0.0,
+    "truncated_pieces": int(sum(untruncated) - sum(lengths)),
+    "lengths": _length_stats(lengths),
+    "untruncated_lengths": _length_stats(untruncated),
   }
   return examples, stats
 
@@ -618,15 +652,13 @@ def write_shards(output_dir, split, examples, num_shards, seed):
   split_key = SPLITS.index(split) if split in SPLITS else len(SPLITS)
   order = np.random.default_rng([seed, split_key]).permutation(len(examples))
   files = []
-  progress = _Progress("write %s" % split, len(examples), unit="records")
+  progress = _Progress(f"write {split}", len(examples), unit="records")
   done = 0
-  for index, (begin, end) in enumerate(_shard_bounds(len(examples),
-                                                      num_shards)):
+  for index, (begin, end) in enumerate(_shard_bounds(len(examples), num_shards)):
     name = shard_name(split, index, num_shards)
     path = os.path.join(output_dir, name)
     count = write_records(path, (examples[i] for i in order[begin:end]))
-    files.append({"file": name, "records": count,
-                  "bytes": tf.io.gfile.stat(path).length})
+    files.append({"file": name, "records": count, "bytes": tf.io.gfile.stat(path).length})
     done += count
     progress.update(done)
   progress.update(done, force=True)
@@ -653,8 +685,8 @@ def _write_splits(tokenizer, sentences, read_stats, output_dir, args):
   for split in SPLITS:
     start = time.time()
     examples, split_stats[split] = tokenize_sentences(
-        tokenizer, sentences[split], args.max_seq_length,
-        what="tokenize " + split)
+      tokenizer, sentences[split], args.max_seq_length, what="tokenize " + split
+    )
     sentences[split] = None  # Free the text before the next split.
     seconds += time.time() - start
     split_stats[split].update(dataclasses.asdict(read_stats[split]))
@@ -662,13 +694,18 @@ def _write_splits(tokenizer, sentences, read_stats, output_dir, args):
       logging.warning("no %s sentences; no %s shards written", split, split)
       continue
     t = split_stats[split]
-    logging.info("%s: %d sentences, %d tokens, mean length %.1f, %d (%.2f%%) "
-                 "truncated to %d, UNK rate %.4f%%", split, t["sentences"],
-                 t["tokens"], t["lengths"]["mean"], t["truncated"],
-                 100 * t["truncated_fraction"], args.max_seq_length,
-                 100 * t["unk_rate"])
-    files.extend(write_shards(output_dir, split, examples, shards[split],
-                              args.random_seed))
+    logging.info(
+      "%s: %d sentences, %d tokens, mean length %.1f, %d (%.2f%%) truncated to %d, UNK rate %.4f%%",
+      split,
+      t["sentences"],
+      t["tokens"],
+      t["lengths"]["mean"],
+      t["truncated"],
+      100 * t["truncated_fraction"],
+      args.max_seq_length,
+      100 * t["unk_rate"],
+    )
+    files.extend(write_shards(output_dir, split, examples, shards[split], args.random_seed))
     del examples
   return files, split_stats, seconds
 
@@ -694,10 +731,14 @@ def _build(args, output_dir, force):
   stamp_path = os.path.join(output_dir, STATS_FILE)
   stats = None if force else io_utils.read_stamp(stamp_path, fingerprint)
   if stats is not None:
-    logging.info("%s already holds a complete output for these arguments "
-                 "(%d train, %d eval sentences); nothing to do (--force "
-                 "rebuilds).", output_dir, stats["train"]["sentences"],
-                 stats["eval"]["sentences"])
+    logging.info(
+      "%s already holds a complete output for these arguments "
+      "(%d train, %d eval sentences); nothing to do (--force "
+      "rebuilds).",
+      output_dir,
+      stats["train"]["sentences"],
+      stats["eval"]["sentences"],
+    )
     return dict(stats, reused=True)
   # From here on the directory is being rewritten: without its stamp an
   # interrupted run can never be mistaken for a complete one.
@@ -708,59 +749,69 @@ def _build(args, output_dir, force):
   tokens, vocab_seconds = _make_vocab(sentences["train"], vocab_path, args)
   tokenizer = _make_tokenizer(tokens, vocab_path, args.do_lower_case)
   files, split_stats, tokenize_seconds = _write_splits(
-      tokenizer, sentences, read_stats, output_dir, args)
+    tokenizer, sentences, read_stats, output_dir, args
+  )
   _remove_stale_shards(output_dir, files)
 
   num_sentences = sum(split_stats[s]["sentences"] for s in SPLITS)
   corpus_stats = sources.corpus_stats
   stats = {
-      "format_version": FORMAT_VERSION,
-      "fingerprint": fingerprint,
-      "args": dataclasses.asdict(args),
-      "input_sha256": input_sha256,
-      "vocab_size": len(tokens),
-      "special_ids": {t: tokenizer.vocab[t] for t in tokenization.SPECIAL_TOKENS
-                      if t in tokenizer.vocab},
-      "boundary_tokens": list(tokenizer.boundary_tokens),
-      "train": split_stats["train"],
-      "eval": split_stats["eval"],
-      "files": files,
-      "corpus": corpus_stats and {k: corpus_stats.get(k) for k in
-                                  ("train", "eval", "books", "sentences")},
-      "seconds": {"total": round(time.time() - start, 1),
-                  "vocab": round(vocab_seconds, 1),
-                  "tokenize": round(tokenize_seconds, 1)},
-      "sentences_per_second": round(
-          num_sentences / max(tokenize_seconds, 1e-9), 1),
+    "format_version": FORMAT_VERSION,
+    "fingerprint": fingerprint,
+    "args": dataclasses.asdict(args),
+    "input_sha256": input_sha256,
+    "vocab_size": len(tokens),
+    "special_ids": {
+      t: tokenizer.vocab[t] for t in tokenization.SPECIAL_TOKENS if t in tokenizer.vocab
+    },
+    "boundary_tokens": list(tokenizer.boundary_tokens),
+    "train": split_stats["train"],
+    "eval": split_stats["eval"],
+    "files": files,
+    "corpus": corpus_stats
+    and {k: corpus_stats.get(k) for k in ("train", "eval", "books", "sentences")},
+    "seconds": {
+      "total": round(time.time() - start, 1),
+      "vocab": round(vocab_seconds, 1),
+      "tokenize": round(tokenize_seconds, 1),
+    },
+    "sentences_per_second": round(num_sentences / max(tokenize_seconds, 1e-9), 1),
   }
   outputs = [os.path.join(output_dir, f["file"]) for f in files] + [vocab_path]
   stats = io_utils.write_stamp(stamp_path, fingerprint, outputs, stats)
-  logging.info("wrote %d train + %d eval sentences (%d + %d tokens) in %d "
-               "files to %s in %.1f s", stats["train"]["sentences"],
-               stats["eval"]["sentences"], stats["train"]["tokens"],
-               stats["eval"]["tokens"], len(files), output_dir,
-               stats["seconds"]["total"])
+  logging.info(
+    "wrote %d train + %d eval sentences (%d + %d tokens) in %d files to %s in %.1f s",
+    stats["train"]["sentences"],
+    stats["eval"]["sentences"],
+    stats["train"]["tokens"],
+    stats["eval"]["tokens"],
+    len(files),
+    output_dir,
+    stats["seconds"]["total"],
+  )
   return stats
 
 
-def create_pretraining_data(input_files,
-                            output_dir,
-                            vocab_file=None,
-                            vocab_size=None,
-                            do_lower_case=True,
-                            normalization="none",
-                            max_seq_length=128,
-                            num_shards=8,
-                            num_eval_shards=1,
-                            eval_fraction=0.01,
-                            eval_files=None,
-                            random_seed=12345,
-                            input_format="auto",
-                            skip_malformed=False,
-                            max_books=None,
-                            vocab_learn_params=None,
-                            vocab_max_sentences=None,
-                            force=False):
+def create_pretraining_data(
+  input_files,
+  output_dir,
+  vocab_file=None,
+  vocab_size=None,
+  do_lower_case=True,
+  normalization="none",
+  max_seq_length=128,
+  num_shards=8,
+  num_eval_shards=1,
+  eval_fraction=0.01,
+  eval_files=None,
+  random_seed=12345,
+  input_format="auto",
+  skip_malformed=False,
+  max_books=None,
+  vocab_learn_params=None,
+  vocab_max_sentences=None,
+  force=False,
+):
   """Builds the TFRecord data set; see the module docstring for the layout.
 
   Args:
@@ -804,16 +855,23 @@ def create_pretraining_data(input_files,
       (naming file:line).
   """
   args = _Arguments(
-      input_files=io_utils.expand_globs(input_files),
-      eval_files=io_utils.expand_globs(eval_files) if eval_files else [],
-      vocab_file=vocab_file and os.path.abspath(vocab_file),
-      vocab_size=vocab_size, do_lower_case=bool(do_lower_case),
-      normalization=normalization, max_seq_length=max_seq_length,
-      num_shards=num_shards, num_eval_shards=num_eval_shards,
-      eval_fraction=eval_fraction, random_seed=random_seed,
-      input_format=input_format, skip_malformed=bool(skip_malformed),
-      max_books=max_books, vocab_learn_params=vocab_learn_params,
-      vocab_max_sentences=vocab_max_sentences)
+    input_files=io_utils.expand_globs(input_files),
+    eval_files=io_utils.expand_globs(eval_files) if eval_files else [],
+    vocab_file=vocab_file and os.path.abspath(vocab_file),
+    vocab_size=vocab_size,
+    do_lower_case=bool(do_lower_case),
+    normalization=normalization,
+    max_seq_length=max_seq_length,
+    num_shards=num_shards,
+    num_eval_shards=num_eval_shards,
+    eval_fraction=eval_fraction,
+    random_seed=random_seed,
+    input_format=input_format,
+    skip_malformed=bool(skip_malformed),
+    max_books=max_books,
+    vocab_learn_params=vocab_learn_params,
+    vocab_max_sentences=vocab_max_sentences,
+  )
   return _build(args, output_dir, force)
 
 
@@ -833,68 +891,107 @@ def define_flags():
   and absl refuses a second definition.
   """
   flags.DEFINE_string(
-      "input_file", None,
-      "Comma-separated globs: Gutenberg .tar.xz archives (cleaned by "
-      "corpus.py) and/or UTF-8 files with one sentence per line.")
-  flags.DEFINE_string("output_dir", None, "Where the TFRecords, vocab.txt "
-                      "and data_stats.json go.")
-  flags.DEFINE_string("vocab_file", None, "Existing vocab (one token per "
-                      "line). Exclusive with --vocab_size.")
-  flags.DEFINE_integer("vocab_size", None, "Learn a WordPiece vocab of this "
-                       "size from the training split.")
-  flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents "
-                    "(uncased model).")
-  flags.DEFINE_enum("normalization", "none", normalization_lib.NORMALIZATIONS,
-                    "corpus.py normalization of raw inputs.")
-  flags.DEFINE_integer("max_seq_length", 128, "Longest sentence in tokens, "
-                       "[SOS] and [EOS] included; longer ones are truncated.")
+    "input_file",
+    None,
+    "Comma-separated globs: Gutenberg .tar.xz archives (cleaned by "
+    "corpus.py) and/or UTF-8 files with one sentence per line.",
+  )
+  flags.DEFINE_string("output_dir", None, "Where the TFRecords, vocab.txt and data_stats.json go.")
+  flags.DEFINE_string(
+    "vocab_file", None, "Existing vocab (one token per line). Exclusive with --vocab_size."
+  )
+  flags.DEFINE_integer(
+    "vocab_size", None, "Learn a WordPiece vocab of this size from the training split."
+  )
+  flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased model).")
+  flags.DEFINE_enum(
+    "normalization",
+    "none",
+    normalization_lib.NORMALIZATIONS,
+    "corpus.py normalization of raw inputs.",
+  )
+  flags.DEFINE_integer(
+    "max_seq_length",
+    128,
+    "Longest sentence in tokens, [SOS] and [EOS] included; longer ones are truncated.",
+  )
   flags.DEFINE_integer("num_shards", 8, "Number of training shards.")
   flags.DEFINE_integer("num_eval_shards", 1, "Number of eval shards.")
-  flags.DEFINE_float("eval_fraction", 0.01, "Held-out share (books for a "
-                     "tar archive, sentences for sentence files).")
-  flags.DEFINE_string("eval_file", None, "Comma-separated globs of eval "
-                      "sentence files; then --input_file sentence files are "
-                      "all training data.")
-  flags.DEFINE_integer("random_seed", 12345, "Seed of the shuffles and the "
-                       "held-out choice.")
-  flags.DEFINE_enum("input_format", "auto", INPUT_FORMATS,
-                    "auto: tar archives are raw (corpus.py), other files are "
-                    "sentences; or force one kind for all inputs.")
-  flags.DEFINE_bool("skip_malformed", False, "Skip (and count) lines that "
-                    "are not UTF-8 instead of failing with file:line.")
-  flags.DEFINE_integer("max_books", None, "corpus.py reads only this many "
-                       "books per archive (quick runs).")
-  flags.DEFINE_integer("vocab_lower_thresh", None, "Minimum count of a "
-                       "learned word piece (the learner's default is 10; "
-                       "lower it for tiny corpora).")
-  flags.DEFINE_integer("vocab_max_sentences", None, "Learn the vocab from an "
-                       "evenly spaced sample of at most this many training "
-                       "sentences (default: all).")
-  flags.DEFINE_bool("force", False, "Rebuild even if --output_dir is "
-                    "complete for these arguments.")
+  flags.DEFINE_float(
+    "eval_fraction", 0.01, "Held-out share (books for a tar archive, sentences for sentence files)."
+  )
+  flags.DEFINE_string(
+    "eval_file",
+    None,
+    "Comma-separated globs of eval "
+    "sentence files; then --input_file sentence files are "
+    "all training data.",
+  )
+  flags.DEFINE_integer("random_seed", 12345, "Seed of the shuffles and the held-out choice.")
+  flags.DEFINE_enum(
+    "input_format",
+    "auto",
+    INPUT_FORMATS,
+    "auto: tar archives are raw (corpus.py), other files are "
+    "sentences; or force one kind for all inputs.",
+  )
+  flags.DEFINE_bool(
+    "skip_malformed",
+    False,
+    "Skip (and count) lines that are not UTF-8 instead of failing with file:line.",
+  )
+  flags.DEFINE_integer(
+    "max_books", None, "corpus.py reads only this many books per archive (quick runs)."
+  )
+  flags.DEFINE_integer(
+    "vocab_lower_thresh",
+    None,
+    "Minimum count of a "
+    "learned word piece (the learner's default is 10; "
+    "lower it for tiny corpora).",
+  )
+  flags.DEFINE_integer(
+    "vocab_max_sentences",
+    None,
+    "Learn the vocab from an "
+    "evenly spaced sample of at most this many training "
+    "sentences (default: all).",
+  )
+  flags.DEFINE_bool("force", False, "Rebuild even if --output_dir is complete for these arguments.")
 
 
 def main(argv):
   del argv  # Unused.
   for name in ("input_file", "output_dir"):
     if not FLAGS[name].value:
-      raise app.UsageError("--%s is required" % name)
+      raise app.UsageError(f"--{name} is required")
   learn_params = None
   if FLAGS.vocab_lower_thresh is not None:
     learn_params = {"lower_thresh": FLAGS.vocab_lower_thresh}
   stats = create_pretraining_data(
-      FLAGS.input_file, FLAGS.output_dir, vocab_file=FLAGS.vocab_file,
-      vocab_size=FLAGS.vocab_size, do_lower_case=FLAGS.do_lower_case,
-      normalization=FLAGS.normalization, max_seq_length=FLAGS.max_seq_length,
-      num_shards=FLAGS.num_shards, num_eval_shards=FLAGS.num_eval_shards,
-      eval_fraction=FLAGS.eval_fraction, eval_files=FLAGS.eval_file,
-      random_seed=FLAGS.random_seed, input_format=FLAGS.input_format,
-      skip_malformed=FLAGS.skip_malformed, max_books=FLAGS.max_books,
-      vocab_learn_params=learn_params,
-      vocab_max_sentences=FLAGS.vocab_max_sentences, force=FLAGS.force)
-  summary = {split: {k: stats[split][k] for k in
-                     ("sentences", "tokens", "truncated", "unk_rate")}
-             for split in SPLITS}
+    FLAGS.input_file,
+    FLAGS.output_dir,
+    vocab_file=FLAGS.vocab_file,
+    vocab_size=FLAGS.vocab_size,
+    do_lower_case=FLAGS.do_lower_case,
+    normalization=FLAGS.normalization,
+    max_seq_length=FLAGS.max_seq_length,
+    num_shards=FLAGS.num_shards,
+    num_eval_shards=FLAGS.num_eval_shards,
+    eval_fraction=FLAGS.eval_fraction,
+    eval_files=FLAGS.eval_file,
+    random_seed=FLAGS.random_seed,
+    input_format=FLAGS.input_format,
+    skip_malformed=FLAGS.skip_malformed,
+    max_books=FLAGS.max_books,
+    vocab_learn_params=learn_params,
+    vocab_max_sentences=FLAGS.vocab_max_sentences,
+    force=FLAGS.force,
+  )
+  summary = {
+    split: {k: stats[split][k] for k in ("sentences", "tokens", "truncated", "unk_rate")}
+    for split in SPLITS
+  }
   summary["seconds"] = stats["seconds"]
   summary["reused"] = stats.get("reused", False)
   print(json.dumps(summary, indent=2, sort_keys=True))

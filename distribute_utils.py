@@ -27,7 +27,8 @@ def get_strategy(name, tpu=None, num_cpu_devices=0):
   if num_cpu_devices > 1:
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * num_cpu_devices)
+      cpu, [tf.config.LogicalDeviceConfiguration()] * num_cpu_devices
+    )
   # Physical, not logical, devices: listing logical ones initialises the
   # runtime, after which MultiWorkerMirroredStrategy can no longer configure
   # its collectives ("must be configured at program startup").
@@ -39,23 +40,24 @@ def get_strategy(name, tpu=None, num_cpu_devices=0):
       return tf.distribute.MirroredStrategy()
     devices = [d.name for d in tf.config.list_logical_devices("CPU")]
     return tf.distribute.MirroredStrategy(
-        devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+      devices, cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
   if name == "multi_worker":
     # RING collectives work on CPU; NCCL is picked automatically on GPUs.
     options = tf.distribute.experimental.CommunicationOptions(
-        implementation=(tf.distribute.experimental.CommunicationImplementation
-                        .AUTO if gpus else
-                        tf.distribute.experimental.CommunicationImplementation
-                        .RING))
-    return tf.distribute.MultiWorkerMirroredStrategy(
-        communication_options=options)
+      implementation=(
+        tf.distribute.experimental.CommunicationImplementation.AUTO
+        if gpus
+        else tf.distribute.experimental.CommunicationImplementation.RING
+      )
+    )
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
   if name == "tpu":
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
-  raise ValueError("unknown strategy %r; expected one of %s" %
-                   (name, STRATEGIES))
+  raise ValueError(f"unknown strategy {name!r}; expected one of {STRATEGIES}")
 
 
 def is_chief(strategy):
@@ -76,8 +78,10 @@ def worker_write_dir(output_dir, strategy):
   if is_chief(strategy):
     return output_dir
   resolver = strategy.cluster_resolver
-  return os.path.join(tempfile.gettempdir(), "tta_worker_%s_%d_%d" %
-                      (resolver.task_type, resolver.task_id, os.getpid()))
+  return os.path.join(
+    tempfile.gettempdir(),
+    f"tta_worker_{resolver.task_type}_{resolver.task_id:d}_{os.getpid()}",
+  )
 
 
 def any_worker_agreement(strategy):
@@ -90,13 +94,13 @@ def any_worker_agreement(strategy):
   def any_worker(flag):
     per_replica = strategy.run(lambda f: tf.identity(f), args=(flag,))
     # ReduceOp has no MAX: the sum of 0/1 flags is > 0 when any is set.
-    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica,
-                           axis=None)
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
   return lambda flag: bool(any_worker(tf.constant(float(flag))).numpy() > 0)
 
 
 def sum_replicas(strategy, per_replica):
   """The cross-replica sum of each tensor of a per-replica structure."""
   return tf.nest.map_structure(
-      lambda v: strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None),
-      per_replica)
+    lambda v: strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None), per_replica
+  )

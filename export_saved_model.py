@@ -64,18 +64,24 @@ def define_flags():
   """Defines the command-line flags (called from __main__ only, so that
   tests can import this module beside other scripts with the same flag
   names)."""
-  flags.DEFINE_string("model_dir", None,
-                      "Model directory (config.json, vocab.txt, checkpoint), "
-                      "as written by run_pretraining.py.")
+  flags.DEFINE_string(
+    "model_dir",
+    None,
+    "Model directory (config.json, vocab.txt, checkpoint), as written by run_pretraining.py.",
+  )
   flags.DEFINE_string("export_dir", None, "Where to write the SavedModel.")
-  flags.DEFINE_integer("max_seq_length", None, "Longest input in tokens, "
-                       "boundaries included (default: the model's "
-                       "max_position_embeddings).")
-  flags.DEFINE_bool("score_sos", False, "Also score the start token (tta, "
-                    "bilm, bert).")
+  flags.DEFINE_integer(
+    "max_seq_length",
+    None,
+    "Longest input in tokens, boundaries included (default: the model's max_position_embeddings).",
+  )
+  flags.DEFINE_bool("score_sos", False, "Also score the start token (tta, bilm, bert).")
   flags.DEFINE_bool("score_eos", True, "Score the end token.")
-  flags.DEFINE_integer("token_budget", 16384, "bilm/bert: most tokens (masked "
-                       "copies x length) per forward pass inside the graph.")
+  flags.DEFINE_integer(
+    "token_budget",
+    16384,
+    "bilm/bert: most tokens (masked copies x length) per forward pass inside the graph.",
+  )
   flags.DEFINE_bool("overwrite", False, "Replace an existing --export_dir.")
 
 
@@ -125,20 +131,27 @@ class ExportModule(tf.Module):
     self._normalization = lm.normalization
     if lm.normalization != "none":
       logging.warning(
-          "the model was trained on %s-normalized text; the SavedModel "
-          "tokenizes its input as given, so normalize texts before calling "
-          "it (normalization.normalizer)", lm.normalization)
+        "the model was trained on %s-normalized text; the SavedModel "
+        "tokenizes its input as given, so normalize texts before calling "
+        "it (normalization.normalizer)",
+        lm.normalization,
+      )
 
   def info(self):
     """The conventions baked into the graph, JSON-able."""
-    return {"model_type": self._model_type,
-            "max_seq_length": self._max_seq_length,
-            "bos_id": self._bos_id, "eos_id": self._eos_id,
-            "mask_id": self._mask_id, "pad_id": self._pad_id,
-            "score_sos": self._score_sos, "score_eos": self._score_eos,
-            "token_budget": self._token_budget,
-            "normalization": self._normalization,
-            "config": json.loads(self.graph.model.config.to_json_string())}
+    return {
+      "model_type": self._model_type,
+      "max_seq_length": self._max_seq_length,
+      "bos_id": self._bos_id,
+      "eos_id": self._eos_id,
+      "mask_id": self._mask_id,
+      "pad_id": self._pad_id,
+      "score_sos": self._score_sos,
+      "score_eos": self._score_eos,
+      "token_budget": self._token_budget,
+      "normalization": self._normalization,
+      "config": json.loads(self.graph.model.config.to_json_string()),
+    }
 
   # ------------------------------------------------------------ inputs
 
@@ -154,15 +167,16 @@ class ExportModule(tf.Module):
     truncated = pieces.row_lengths() > keep
     pieces = pieces[:, :keep]
     column = tf.ones([tf.shape(texts)[0], 1], tf.int32)
-    ids = tf.concat([column * self._bos_id, pieces, column * self._eos_id],
-                    axis=1)  # [B, (P + 2)]
+    ids = tf.concat([column * self._bos_id, pieces, column * self._eos_id], axis=1)  # [B, (P + 2)]
     lengths = tf.cast(ids.row_lengths(), tf.int32)
     input_ids = ids.to_tensor(default_value=self._pad_id)  # [B, T]
     # An empty batch comes out [0, 0]; every sentence has at least its two
     # boundary tokens, so make T >= 2 and the slices below valid for B = 0.
-    input_ids = tf.pad(input_ids,
-                       [[0, 0], [0, tf.maximum(2 - tf.shape(input_ids)[1], 0)]],
-                       constant_values=self._pad_id)
+    input_ids = tf.pad(
+      input_ids,
+      [[0, 0], [0, tf.maximum(2 - tf.shape(input_ids)[1], 0)]],
+      constant_values=self._pad_id,
+    )
     input_mask = tf.sequence_mask(lengths, tf.shape(input_ids)[1], tf.int32)
     return input_ids, input_mask, lengths, truncated
 
@@ -193,10 +207,11 @@ class ExportModule(tf.Module):
     positions = positions.flat_values  # [R]
     copies = tf.gather(input_ids, rows)  # [R, T]
     targets = tf.gather(copies, positions, batch_dims=1)  # [R]
-    copies = tf.where(tf.one_hot(positions, tf.shape(input_ids)[1],
-                                 on_value=True, off_value=False,
-                                 dtype=tf.bool),
-                      self._mask_id, copies)
+    copies = tf.where(
+      tf.one_hot(positions, tf.shape(input_ids)[1], on_value=True, off_value=False, dtype=tf.bool),
+      self._mask_id,
+      copies,
+    )
     return rows, positions, copies, tf.gather(input_mask, rows), targets
 
   def _run_copies(self, copies, copy_mask, positions, targets, with_head):
@@ -215,16 +230,14 @@ class ExportModule(tf.Module):
     # Rows per forward pass: a sentence of 128 tokens has up to 127 copies,
     # and a batch of sentences many more; the budget bounds the memory.
     # (max(width, 1): an empty batch has width 0.)
-    chunk = tf.maximum(
-        self._token_budget // tf.maximum(tf.shape(copies)[1], 1), 1)
+    chunk = tf.maximum(self._token_budget // tf.maximum(tf.shape(copies)[1], 1), 1)
     dim = self.graph.model.config.hidden_size
 
     def body(begin, hidden_acc, logp_acc):
       end = tf.minimum(begin + chunk, num_copies)
       part = (copies[begin:end], copy_mask[begin:end], positions[begin:end])
       if with_head:
-        logp, at_mask = self.graph.masked_copy_scores(*part,
-                                                      targets[begin:end])
+        logp, at_mask = self.graph.masked_copy_scores(*part, targets[begin:end])
         logp_acc = tf.concat([logp_acc, logp], 0)
       else:
         at_mask = self.graph.masked_hidden(*part)
@@ -233,10 +246,11 @@ class ExportModule(tf.Module):
     # A while_loop (not a Python loop) because R is only known at run time;
     # concatenating the chunks' results costs little next to the model.
     _, hidden, logp = tf.while_loop(
-        lambda begin, *_: begin < num_copies, body,
-        (tf.constant(0), tf.zeros([0, dim]), tf.zeros([0])),
-        shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, dim]),
-                          tf.TensorShape([None])))
+      lambda begin, *_: begin < num_copies,
+      body,
+      (tf.constant(0), tf.zeros([0, dim]), tf.zeros([0])),
+      shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, dim]), tf.TensorShape([None])),
+    )
     return hidden, (logp if with_head else None)
 
   # --------------------------------------------------------- signatures
@@ -257,13 +271,11 @@ class ExportModule(tf.Module):
       # Position i's vector from the copy with token i masked, i over the
       # word pieces 1 .. n-2; a sentence without pieces gets zeros.
       rows, positions, copies, copy_mask, targets = self._mask_copies(
-          input_ids, input_mask, tf.ones_like(lengths),
-          tf.maximum(lengths - 1, 1))
-      at_mask, _ = self._run_copies(copies, copy_mask, positions, targets,
-                                    with_head=False)
+        input_ids, input_mask, tf.ones_like(lengths), tf.maximum(lengths - 1, 1)
+      )
+      at_mask, _ = self._run_copies(copies, copy_mask, positions, targets, with_head=False)
       out["context_intact"] = out["context"]
-      out["context"] = tf.math.unsorted_segment_mean(
-          at_mask, rows, tf.shape(lengths)[0])
+      out["context"] = tf.math.unsorted_segment_mean(at_mask, rows, tf.shape(lengths)[0])
     return out
 
   def score(self, texts):
@@ -280,21 +292,24 @@ class ExportModule(tf.Module):
     starts, limits = self._scored_span(lengths)
     if self._masked_copies_kind:
       rows, positions, copies, copy_mask, targets = self._mask_copies(
-          input_ids, input_mask, starts, limits)
-      _, logp = self._run_copies(copies, copy_mask, positions, targets,
-                                 with_head=True)
-      token_logprobs = tf.scatter_nd(tf.stack([rows, positions], 1), logp,
-                                     tf.shape(input_ids))  # [B, T]
+        input_ids, input_mask, starts, limits
+      )
+      _, logp = self._run_copies(copies, copy_mask, positions, targets, with_head=True)
+      token_logprobs = tf.scatter_nd(
+        tf.stack([rows, positions], 1), logp, tf.shape(input_ids)
+      )  # [B, T]
     else:
       width = tf.range(tf.shape(input_ids)[1])[tf.newaxis]  # [1, T]
-      score_mask = tf.logical_and(width >= starts[:, None],
-                                  width < limits[:, None])
+      score_mask = tf.logical_and(width >= starts[:, None], width < limits[:, None])
       token_logprobs = self.graph.token_log_probs(
-          input_ids, input_mask, tf.cast(score_mask, tf.int32))
-    return {"total": tf.reduce_sum(token_logprobs, axis=1),
-            "num_tokens": limits - starts,
-            "token_logprobs": token_logprobs,
-            "truncated": truncated}
+        input_ids, input_mask, tf.cast(score_mask, tf.int32)
+      )
+    return {
+      "total": tf.reduce_sum(token_logprobs, axis=1),
+      "num_tokens": limits - starts,
+      "token_logprobs": token_logprobs,
+      "truncated": truncated,
+    }
 
 
 def export(lm, export_dir, overwrite=False):
@@ -316,25 +331,24 @@ def export(lm, export_dir, overwrite=False):
   """
   export_dir = os.path.abspath(export_dir)
   if os.path.exists(export_dir) and not overwrite:
-    raise FileExistsError("%s exists; pass --overwrite to replace it" %
-                          export_dir)
+    raise FileExistsError(f"{export_dir} exists; pass --overwrite to replace it")
   module = ExportModule(lm)
   # The signatures are traced here from plain methods: a tf.function held by
   # the module would be traced a second time by tf.saved_model.save (and
   # the export take twice as long) for no gain over the signatures.
   signatures = {
-      name: tf.function(getattr(module, name), input_signature=[_TEXTS],
-                        autograph=False).get_concrete_function()
-      for name in SIGNATURES}
+    name: tf.function(
+      getattr(module, name), input_signature=[_TEXTS], autograph=False
+    ).get_concrete_function()
+    for name in SIGNATURES
+  }
   parent = os.path.dirname(export_dir)
   os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(dir=parent,
-                         prefix="." + os.path.basename(export_dir) + ".")
+  tmp = tempfile.mkdtemp(dir=parent, prefix="." + os.path.basename(export_dir) + ".")
   try:
     tf.saved_model.save(module, tmp, signatures=signatures)
     os.makedirs(os.path.join(tmp, EXTRA_DIR), exist_ok=True)
-    with open(os.path.join(tmp, EXTRA_DIR, EXPORT_INFO), "w",
-              encoding="utf-8") as f:
+    with open(os.path.join(tmp, EXTRA_DIR, EXPORT_INFO), "w", encoding="utf-8") as f:
       json.dump(module.info(), f, indent=2, sort_keys=True)
       f.write("\n")
     if os.path.exists(export_dir):
@@ -350,18 +364,24 @@ def export(lm, export_dir, overwrite=False):
 def main(argv):
   del argv
   lm = inference.NeuralLM.from_model_dir(
-      FLAGS.model_dir, max_seq_length=FLAGS.max_seq_length,
-      score_sos=FLAGS.score_sos, score_eos=FLAGS.score_eos,
-      token_budget=FLAGS.token_budget)
+    FLAGS.model_dir,
+    max_seq_length=FLAGS.max_seq_length,
+    score_sos=FLAGS.score_sos,
+    score_eos=FLAGS.score_eos,
+    token_budget=FLAGS.token_budget,
+  )
   export(lm, FLAGS.export_dir, overwrite=FLAGS.overwrite)
   # Reload and run once, so a broken export fails here, not in a server.
   loaded = tf.saved_model.load(FLAGS.export_dir)
   texts = tf.constant(["the cat sat on the mat ."])
   scores = loaded.signatures["score"](texts=texts)
   vectors = loaded.signatures["encode"](texts=texts)
-  logging.info("check: total %.4f over %d tokens; context vector of %d dims",
-               float(scores["total"][0]), int(scores["num_tokens"][0]),
-               int(vectors["context"].shape[-1]))
+  logging.info(
+    "check: total %.4f over %d tokens; context vector of %d dims",
+    float(scores["total"][0]),
+    int(scores["num_tokens"][0]),
+    int(vectors["context"].shape[-1]),
+  )
 
 
 if __name__ == "__main__":

@@ -35,8 +35,7 @@ def encoder_flops(config, seq_length):
   """
   n = seq_length
   d = config.hidden_size
-  per_layer = (8 * n * d * d + 4 * n * n * d +
-               4 * n * d * config.intermediate_size)
+  per_layer = 8 * n * d * d + 4 * n * n * d + 4 * n * d * config.intermediate_size
   return config.num_hidden_layers * per_layer
 
 
@@ -57,8 +56,7 @@ def head_flops(config, positions):
   return positions * per_position
 
 
-def call_flops(config, model_type, task, num_tokens, score_sos=False,
-               score_eos=True):
+def call_flops(config, model_type, task, num_tokens, score_sos=False, score_eos=True):
   """Analytic matmul FLOPs of one sentence through the inference API.
 
   n = num_tokens (word pieces plus [SOS] and [EOS]); m = scored tokens
@@ -85,22 +83,20 @@ def call_flops(config, model_type, task, num_tokens, score_sos=False,
     dict with int "encoder", "head" and "total".
   """
   if task not in TASKS:
-    raise ValueError("task %r is not one of %s" % (task, TASKS))
+    raise ValueError(f"task {task!r} is not one of {TASKS}")
   copies = model_type in ("bilm", "bert")
   if task == "sts":
     passes = max(num_tokens - 2, 0) if copies else 1
     head = 0
   else:
-    m = len(inference.scored_positions(model_type, num_tokens, score_sos,
-                                       score_eos))
+    m = len(inference.scored_positions(model_type, num_tokens, score_sos, score_eos))
     passes = m if copies else 1
     head = head_flops(config, m)
   encoder = passes * encoder_flops(config, num_tokens)
   return {"encoder": encoder, "head": head, "total": encoder + head}
 
 
-def training_flops_per_token(config, seq_length, output_layer="softmax",
-                             target_size=None):
+def training_flops_per_token(config, seq_length, output_layer="softmax", target_size=None):
   """Forward FLOPs of training, per input token and per target token.
 
   The encoder term is `encoder_flops` per token of a batch padded to
@@ -122,19 +118,18 @@ def training_flops_per_token(config, seq_length, output_layer="softmax",
   """
   d = config.hidden_size
   encoder = encoder_flops(config, float(seq_length)) / float(seq_length)
-  width = (target_size or d) if output_layer == "continuous" else (
-      config.vocab_size)
+  width = (target_size or d) if output_layer == "continuous" else (config.vocab_size)
   return float(encoder), float(2 * d * d + 2 * d * width)
 
 
-def training_flops(config, num_tokens, num_head_tokens, seq_length,
-                   output_layer="softmax", target_size=None):
+def training_flops(
+  config, num_tokens, num_head_tokens, seq_length, output_layer="softmax", target_size=None
+):
   """Training FLOPs for num_tokens through the encoder and num_head_tokens
   through the output head; see `training_flops_per_token`.
 
   Forward + backward is about 3x the forward: the backward pass computes two
   matmuls (input and weight gradients) per forward matmul.
   """
-  encoder, head = training_flops_per_token(config, seq_length, output_layer,
-                                           target_size)
+  encoder, head = training_flops_per_token(config, seq_length, output_layer, target_size)
   return 3.0 * (num_tokens * encoder + num_head_tokens * head)

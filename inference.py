@@ -60,6 +60,7 @@ class ScoredSentence:
     token_logprobs: float64 [n] log-probability of each unit.
     truncated: whether the sentence was cut to fit max_seq_length.
   """
+
   tokens: list
   token_logprobs: np.ndarray
   truncated: bool = False
@@ -97,6 +98,7 @@ class Encoded:
     lengths: int [B], real tokens per sentence (boundaries included).
     truncated: bool [B].
   """
+
   input_ids: np.ndarray
   input_mask: np.ndarray
   lengths: np.ndarray
@@ -161,29 +163,35 @@ class ScoringGraph(tf.Module):
       # A transposed snapshot of the tied table: the output projection then
       # reads it in place (4-6x faster than einsum on the 2-core CPU).
       self.output_kernel = tf.Variable(
-          tf.transpose(model.embeddings.word_embeddings), trainable=False)
+        tf.transpose(model.embeddings.word_embeddings), trainable=False
+      )
     self.fused_key_value = None
     if model.model_type == "tta":
       # Input isolation: all layers' keys/values come from the embedding
       # output, so one matmul against a snapshot of the side-by-side kernels
       # replaces 2L small ones.
       kernel, bias = model.fused_key_value_weights()
-      self.fused_key_value = (tf.Variable(kernel, trainable=False),
-                              tf.Variable(bias, trainable=False))
+      self.fused_key_value = (
+        tf.Variable(kernel, trainable=False),
+        tf.Variable(bias, trainable=False),
+      )
 
   def encode(self, input_ids, input_mask):
     """int32 [B, T] each -> (sequence_output, embedding_output) [B, T, D]."""
-    return self.model.encode({"input_ids": input_ids,
-                              "input_mask": input_mask}, training=False,
-                             fused_key_value=self.fused_key_value)
+    return self.model.encode(
+      {"input_ids": input_ids, "input_mask": input_mask},
+      training=False,
+      fused_key_value=self.fused_key_value,
+    )
 
   def target_log_probs(self, hidden, targets):
     """hidden [N, D], targets int32 [N] -> log p(targets) float32 [N]."""
     head_kwargs = {}
     if self.output_kernel is not None:
       head_kwargs["output_kernel"] = self.output_kernel
-    logits = self.model.lm_head(hidden, self.model.embeddings.word_embeddings,
-                                **head_kwargs)  # [N, V]
+    logits = self.model.lm_head(
+      hidden, self.model.embeddings.word_embeddings, **head_kwargs
+    )  # [N, V]
     # The V-wide logits are needed for the normaliser anyway; the gather
     # avoids a [N, V] log_softmax copy.
     picked = tf.gather(logits, targets, batch_dims=1)
@@ -208,8 +216,7 @@ class ScoringGraph(tf.Module):
     read_at = where
     if self.model.model_type == "unilm":
       read_at = where - tf.constant([[0, 1]], tf.int64)
-    picked = self.target_log_probs(tf.gather_nd(hidden, read_at),
-                                   tf.gather_nd(input_ids, where))
+    picked = self.target_log_probs(tf.gather_nd(hidden, read_at), tf.gather_nd(input_ids, where))
     return tf.scatter_nd(where, picked, tf.shape(input_ids, tf.int64))
 
   def masked_hidden(self, copies, copy_mask, positions):
@@ -244,10 +251,12 @@ class ScoringGraph(tf.Module):
     """
     sequence, embedding = self.encode(input_ids, input_mask)
     lengths = tf.reduce_sum(input_mask, axis=1)  # [B]
-    return {"context": _word_mean(sequence, lengths),
-            "embed": _word_mean(embedding, lengths),
-            "first": sequence[:, 0],
-            "last": tf.gather(sequence, lengths - 1, batch_dims=1)}
+    return {
+      "context": _word_mean(sequence, lengths),
+      "embed": _word_mean(embedding, lengths),
+      "first": sequence[:, 0],
+      "last": tf.gather(sequence, lengths - 1, batch_dims=1),
+    }
 
 
 class NeuralLM(object):
@@ -263,9 +272,18 @@ class NeuralLM(object):
     vectors = lm.sentence_vectors(["a sentence"], pooling="context")
   """
 
-  def __init__(self, model, tokenizer, max_seq_length=None, score_sos=False,
-               score_eos=True, token_budget=16384, normalization=None,
-               pad_multiple=8, jit_compile=False):
+  def __init__(
+    self,
+    model,
+    tokenizer,
+    max_seq_length=None,
+    score_sos=False,
+    score_eos=True,
+    token_budget=16384,
+    normalization=None,
+    pad_multiple=8,
+    jit_compile=False,
+  ):
     """Wraps a built model.
 
     Args:
@@ -295,10 +313,12 @@ class NeuralLM(object):
     config = model.config
     if tokenizer.vocab_size != config.vocab_size:
       raise ValueError(
-          "vocab %s has %d tokens but the model expects vocab_size %d" %
-          (tokenizer.vocab_file, tokenizer.vocab_size, config.vocab_size))
-    self.max_seq_length = min(max_seq_length or config.max_position_embeddings,
-                              config.max_position_embeddings)
+        f"vocab {tokenizer.vocab_file} has {tokenizer.vocab_size:d} tokens but the model expects "
+        f"vocab_size {config.vocab_size:d}"
+      )
+    self.max_seq_length = min(
+      max_seq_length or config.max_position_embeddings, config.max_position_embeddings
+    )
     self.score_sos = score_sos and self.model_type != "unilm"
     self.score_eos = score_eos
     self.token_budget = token_budget
@@ -308,8 +328,7 @@ class NeuralLM(object):
     self.mask_id = tokenizer.mask_id
     self.stats = {"sentences": 0, "truncated": 0}
     self.normalization = normalization or config.normalization
-    self._normalize = normalization_lib.normalizer(self.normalization,
-                                                   self.stats)
+    self._normalize = normalization_lib.normalizer(self.normalization, self.stats)
     self.graph = ScoringGraph(model)
     self._compile()
 
@@ -332,22 +351,19 @@ class NeuralLM(object):
     rows = tf.TensorSpec([None], tf.int32)
 
     def compiled(method, signature):
-      return tf.function(method, input_signature=signature, autograph=False,
-                         jit_compile=self.jit_compile)
+      return tf.function(
+        method, input_signature=signature, autograph=False, jit_compile=self.jit_compile
+      )
 
-    self._one_pass_scores = compiled(self.graph.token_log_probs,
-                                     [spec, spec, spec])
-    self._masked_copy_scores = compiled(self.graph.masked_copy_scores,
-                                        [spec, spec, rows, rows])
-    self._sentence_vectors = compiled(self.graph.sentence_vectors,
-                                      [spec, spec])
+    self._one_pass_scores = compiled(self.graph.token_log_probs, [spec, spec, spec])
+    self._masked_copy_scores = compiled(self.graph.masked_copy_scores, [spec, spec, rows, rows])
+    self._sentence_vectors = compiled(self.graph.sentence_vectors, [spec, spec])
 
   # ---------------------------------------------------------- tokenization
 
   def tokenize(self, sentences):
     """Sentences -> list of id lists `[BOS] pieces [EOS]` and truncation flags."""
-    pieces = self.tokenizer.piece_ids_batch(
-        [self._normalize(s) for s in sentences])
+    pieces = self.tokenizer.piece_ids_batch([self._normalize(s) for s in sentences])
     keep = self.max_seq_length - 2
     ids, truncated = [], []
     for sentence_pieces in pieces:
@@ -357,9 +373,12 @@ class NeuralLM(object):
     self.stats["sentences"] += len(ids)
     self.stats["truncated"] += n_truncated
     if n_truncated:
-      logging.warning("%d of %d sentences are longer than %d tokens and were "
-                      "truncated (flagged in the results)", n_truncated,
-                      len(ids), self.max_seq_length)
+      logging.warning(
+        "%d of %d sentences are longer than %d tokens and were truncated (flagged in the results)",
+        n_truncated,
+        len(ids),
+        self.max_seq_length,
+      )
     return ids, truncated
 
   def _batches(self, ids, rows_per_sentence):
@@ -375,8 +394,7 @@ class NeuralLM(object):
     for i in order + [None]:
       if i is not None:
         candidate = batch + [i]
-        width = _pad_to(max(len(ids[j]) for j in candidate),
-                        self.pad_multiple)
+        width = _pad_to(max(len(ids[j]) for j in candidate), self.pad_multiple)
         rows = sum(rows_per_sentence(len(ids[j])) for j in candidate)
         if rows * width <= self.token_budget or not batch:
           batch = candidate
@@ -390,19 +408,16 @@ class NeuralLM(object):
     width = max(lengths)
     if len(lengths) > 1:
       width = _pad_to(width, self.pad_multiple)
-    input_ids = np.full((len(id_lists), width), self.tokenizer.pad_id,
-                        np.int32)
+    input_ids = np.full((len(id_lists), width), self.tokenizer.pad_id, np.int32)
     input_mask = np.zeros((len(id_lists), width), np.int32)
     for row, x in enumerate(id_lists):
-      input_ids[row, :len(x)] = x
-      input_mask[row, :len(x)] = 1
+      input_ids[row, : len(x)] = x
+      input_mask[row, : len(x)] = 1
     lengths = np.array([len(x) for x in id_lists])
-    return Encoded(input_ids, input_mask, lengths,
-                   np.zeros(len(id_lists), bool))
+    return Encoded(input_ids, input_mask, lengths, np.zeros(len(id_lists), bool))
 
   def _scored_positions(self, length):
-    return scored_positions(self.model_type, length, self.score_sos,
-                            self.score_eos)
+    return scored_positions(self.model_type, length, self.score_sos, self.score_eos)
 
   # ------------------------------------------------------------------ score
 
@@ -427,8 +442,7 @@ class NeuralLM(object):
       score_mask = np.zeros_like(batch.input_mask)
       for row, n in enumerate(batch.lengths):
         score_mask[row, self._scored_positions(n)] = 1
-      logprobs = self._one_pass_scores(batch.input_ids, batch.input_mask,
-                                       score_mask).numpy()
+      logprobs = self._one_pass_scores(batch.input_ids, batch.input_mask, score_mask).numpy()
       for row, i in enumerate(indices):
         out[i] = logprobs[row][score_mask[row] > 0].astype(np.float64)
     return out
@@ -445,8 +459,7 @@ class NeuralLM(object):
       [n, D] float32), in the order of positions_of.
     """
     out = [None] * len(ids)
-    for indices, batch in self._batches(ids,
-                                        lambda n: len(positions_of(n))):
+    for indices, batch in self._batches(ids, lambda n: len(positions_of(n))):
       rows, positions, targets, owner = [], [], [], []
       for row, i in enumerate(indices):
         for p in positions_of(batch.lengths[row]):
@@ -457,8 +470,11 @@ class NeuralLM(object):
       input_ids = batch.input_ids[rows]
       input_ids[np.arange(len(rows)), positions] = self.mask_id
       logprobs, hidden = self._masked_copy_scores(
-          input_ids, batch.input_mask[rows], np.array(positions, np.int32),
-          np.array(targets, np.int32))
+        input_ids,
+        batch.input_mask[rows],
+        np.array(positions, np.int32),
+        np.array(targets, np.int32),
+      )
       logprobs, hidden = logprobs.numpy().astype(np.float64), hidden.numpy()
       owner = np.array(owner)
       for i in indices:
@@ -490,26 +506,25 @@ class NeuralLM(object):
       "context"/"embed" (counted in stats["empty"]).
     """
     if pooling not in POOLINGS:
-      raise ValueError("pooling %r is not one of %s" % (pooling, POOLINGS))
+      raise ValueError(f"pooling {pooling!r} is not one of {POOLINGS}")
     ids, _ = self.tokenize(sentences)
-    if (pooling == "context" and masked and
-        self.model_type in ("bilm", "bert")):
-      words = lambda n: list(range(1, n - 1))
+    if pooling == "context" and masked and self.model_type in ("bilm", "bert"):
+
+      def words(n):
+        return list(range(1, n - 1))
+
       copies = self._masked_copies(ids, words)
       dim = self.model.config.hidden_size
-      vectors = np.stack([h.mean(0) if len(h) else np.zeros(dim, np.float32)
-                          for _, h in copies])
+      vectors = np.stack([h.mean(0) if len(h) else np.zeros(dim, np.float32) for _, h in copies])
     else:
       vectors = self._pooled(ids, pooling)
-    self.stats["empty"] = self.stats.get("empty", 0) + sum(
-        len(x) == 2 for x in ids)
+    self.stats["empty"] = self.stats.get("empty", 0) + sum(len(x) == 2 for x in ids)
     return vectors
 
   def _pooled(self, ids, pooling):
     out = np.zeros((len(ids), self.model.config.hidden_size), np.float32)
     for indices, batch in self._batches(ids, lambda n: 1):
-      out[indices] = self._sentence_vectors(batch.input_ids,
-                                            batch.input_mask)[pooling].numpy()
+      out[indices] = self._sentence_vectors(batch.input_ids, batch.input_mask)[pooling].numpy()
     return out
 
 
@@ -526,20 +541,22 @@ class NgramLM(object):
         recorded beside the model by ngram.train_ngram, else none.
     """
     import ngram  # pylint: disable=g-import-not-at-top
+
     self.scorer = ngram.NgramScorer(model_path)
     self.model_type = "kenlm"
     self.score_eos = score_eos
     self.stats = {"sentences": 0, "truncated": 0}
-    self.normalization = normalization or ngram.read_model_info(
-        model_path).get("normalization", "none")
-    self._normalize = normalization_lib.normalizer(self.normalization,
-                                                   self.stats)
+    self.normalization = normalization or ngram.read_model_info(model_path).get(
+      "normalization", "none"
+    )
+    self._normalize = normalization_lib.normalizer(self.normalization, self.stats)
 
   def score(self, sentences):
     results = []
     sentences = [self._normalize(s) for s in sentences]
-    for text, s in zip(sentences, self.scorer.score_sentences(
-        sentences, bos=True, eos=self.score_eos)):
+    for text, s in zip(
+      sentences, self.scorer.score_sentences(sentences, bos=True, eos=self.score_eos)
+    ):
       tokens = text.split() + (["</s>"] if self.score_eos else [])
       results.append(ScoredSentence(tokens, np.array(s.word_logprobs)))
     self.stats["sentences"] += len(results)
@@ -560,11 +577,11 @@ def cosine(a, b):
 def _boundary_ids(tokenizer):
   """(start, end) ids of the pair `tokenization.boundary_tokens` chooses."""
   if tokenizer.mask_id is None:
-    raise ValueError("vocab %s has no [MASK] token" % tokenizer.vocab_file)
+    raise ValueError(f"vocab {tokenizer.vocab_file} has no [MASK] token")
   try:
     start, end = tokenization.boundary_tokens(tokenizer.vocab)
   except ValueError as e:
-    raise ValueError("vocab %s: %s" % (tokenizer.vocab_file, e)) from None
+    raise ValueError(f"vocab {tokenizer.vocab_file}: {e}") from None
   return tokenizer.vocab[start], tokenizer.vocab[end]
 
 
@@ -572,11 +589,9 @@ def load_lm(spec, **kwargs):
   """An LM from a spec: a model dir, "kenlm:PATH" for an n-gram model, or
   "bert:DIR" for a Google BERT release."""
   if spec.startswith("kenlm:"):
-    return NgramLM(spec[len("kenlm:"):],
-                   score_eos=kwargs.get("score_eos", True))
+    return NgramLM(spec[len("kenlm:") :], score_eos=kwargs.get("score_eos", True))
   if spec.startswith("bert:"):
-    return NeuralLM(*model_dir_lib.load_google_bert(spec[len("bert:"):]),
-                    **kwargs)
+    return NeuralLM(*model_dir_lib.load_google_bert(spec[len("bert:") :]), **kwargs)
   return NeuralLM.from_model_dir(spec, **kwargs)
 
 
@@ -589,11 +604,19 @@ def describe(lm):
   """
   if isinstance(lm, NgramLM):
     path = os.path.abspath(lm.scorer.model_path)
-    return {"kind": "kenlm", "path": path,
-            "bytes": os.path.getsize(path), "mtime": os.path.getmtime(path),
-            "normalization": lm.normalization}
-  return {"kind": lm.model_type, "config": json.loads(
-      lm.model.config.to_json_string()), "score_sos": lm.score_sos,
-          "score_eos": lm.score_eos, "max_seq_length": lm.max_seq_length,
-          "normalization": lm.normalization,
-          "weights_sha256": model_dir_lib.weights_fingerprint(lm.model)}
+    return {
+      "kind": "kenlm",
+      "path": path,
+      "bytes": os.path.getsize(path),
+      "mtime": os.path.getmtime(path),
+      "normalization": lm.normalization,
+    }
+  return {
+    "kind": lm.model_type,
+    "config": json.loads(lm.model.config.to_json_string()),
+    "score_sos": lm.score_sos,
+    "score_eos": lm.score_eos,
+    "max_seq_length": lm.max_seq_length,
+    "normalization": lm.normalization,
+    "weights_sha256": model_dir_lib.weights_fingerprint(lm.model),
+  }

@@ -39,7 +39,6 @@ length bucket -> batches of serialized records -> enumerate -> skip ->
 parse ids, pad to the bucket length, make targets -> prefetch.
 """
 
-
 from absl import logging
 import numpy as np
 import tensorflow as tf
@@ -94,21 +93,22 @@ def bucket_lengths(max_seq_length, bucket_boundaries=None):
     bucket_boundaries = DEFAULT_BUCKET_BOUNDARIES
   bucket_boundaries = [int(b) for b in bucket_boundaries]
   if any(b <= 0 for b in bucket_boundaries) or any(
-      a >= b for a, b in zip(bucket_boundaries, bucket_boundaries[1:])):
-    raise ValueError("bucket_boundaries must be positive and strictly "
-                     "increasing, got %s" % (bucket_boundaries,))
-  return [b for b in bucket_boundaries if b < max_seq_length] + [
-      max_seq_length]
+    a >= b for a, b in zip(bucket_boundaries, bucket_boundaries[1:])
+  ):
+    raise ValueError(
+      f"bucket_boundaries must be positive and strictly increasing, got {bucket_boundaries}"
+    )
+  return [b for b in bucket_boundaries if b < max_seq_length] + [max_seq_length]
 
 
 _FEATURES = {
-    "input_ids": tf.io.RaggedFeature(tf.int64),
-    "input_mask": tf.io.RaggedFeature(tf.int64),
-    "length": tf.io.FixedLenFeature([], tf.int64),
+  "input_ids": tf.io.RaggedFeature(tf.int64),
+  "input_mask": tf.io.RaggedFeature(tf.int64),
+  "length": tf.io.FixedLenFeature([], tf.int64),
 }
 _IDS_FEATURES = {
-    "input_ids": tf.io.RaggedFeature(tf.int64),
-    "length": tf.io.FixedLenFeature([], tf.int64),
+  "input_ids": tf.io.RaggedFeature(tf.int64),
+  "length": tf.io.FixedLenFeature([], tf.int64),
 }
 _LENGTH_FEATURE = {"length": tf.io.FixedLenFeature([], tf.int64)}
 
@@ -130,17 +130,20 @@ def _parse(serialized, max_seq_length=None):
   length = tf.size(input_ids)
   # A record whose fields disagree was not written by create_pretraining_data.
   tf.debugging.assert_equal(
-      tf.cast(features["length"], tf.int32), length,
-      message="record: `length` differs from the size of `input_ids`")
+    tf.cast(features["length"], tf.int32),
+    length,
+    message="record: `length` differs from the size of `input_ids`",
+  )
   tf.debugging.assert_equal(
-      tf.size(input_mask), length,
-      message="record: `input_mask` and `input_ids` differ in size")
+    tf.size(input_mask), length, message="record: `input_mask` and `input_ids` differ in size"
+  )
   if max_seq_length is not None:
     # Records built with a larger max_seq_length: keep [SOS] ... and [EOS].
     input_ids = tf.cond(
-        length > max_seq_length,
-        lambda: tf.concat([input_ids[:max_seq_length - 1], input_ids[-1:]], 0),
-        lambda: input_ids)
+      length > max_seq_length,
+      lambda: tf.concat([input_ids[: max_seq_length - 1], input_ids[-1:]], 0),
+      lambda: input_ids,
+    )
     length = tf.minimum(length, max_seq_length)
     input_mask = input_mask[:length]
   return {"input_ids": input_ids, "input_mask": input_mask, "length": length}
@@ -159,8 +162,9 @@ def read_sentences_dataset(file_pattern, max_seq_length=None):
   """
   files = io_utils.expand_globs(file_pattern)
   ds = tf.data.TFRecordDataset(files)
-  return ds.map(lambda s: _parse(s, max_seq_length),
-                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  return ds.map(
+    lambda s: _parse(s, max_seq_length), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+  )
 
 
 def _bucket_and_batch(ds, batch_size, lengths, drop_remainder):
@@ -186,23 +190,26 @@ def _bucket_and_batch(ds, batch_size, lengths, drop_remainder):
     n = tf.io.parse_example(serialized, _LENGTH_FEATURE)["length"]  # [512]
     # Bucket i holds lengths[i-1] < min(n, T) <= lengths[i].
     n = tf.minimum(n, lengths_t[-1])
-    bucket = tf.reduce_sum(
-        tf.cast(n[:, tf.newaxis] > lengths_t[tf.newaxis], tf.int64), axis=1)
+    bucket = tf.reduce_sum(tf.cast(n[:, tf.newaxis] > lengths_t[tf.newaxis], tf.int64), axis=1)
     return {"serialized": serialized, "bucket": bucket}
 
-  ds = ds.batch(512).map(parse_lengths, num_parallel_calls=tf.data.AUTOTUNE,
-                         deterministic=True).unbatch()
+  ds = (
+    ds.batch(512)
+    .map(parse_lengths, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    .unbatch()
+  )
 
   def reduce_func(key, window):
     return window.batch(batch_size, drop_remainder=drop_remainder).map(
-        lambda f: {"serialized": f["serialized"], "bucket": key})
+      lambda f: {"serialized": f["serialized"], "bucket": key}
+    )
 
-  return ds.group_by_window(key_func=lambda f: f["bucket"],
-                            reduce_func=reduce_func, window_size=batch_size)
+  return ds.group_by_window(
+    key_func=lambda f: f["bucket"], reduce_func=reduce_func, window_size=batch_size
+  )
 
 
-def _parse_batch(serialized, padded_length, vocab_size,
-                 static_batch_size=None):
+def _parse_batch(serialized, padded_length, vocab_size, static_batch_size=None):
   """Parses a batch of records and pads it to its bucket length.
 
   A record longer than padded_length (only possible in the last bucket,
@@ -224,23 +231,24 @@ def _parse_batch(serialized, padded_length, vocab_size,
   n = tf.cast(ids.row_lengths(), tf.int32)  # [B]
   # A record whose fields disagree was not written by create_pretraining_data.
   tf.debugging.assert_equal(
-      tf.cast(features["length"], tf.int32), n,
-      message="record: `length` differs from the size of `input_ids`")
+    tf.cast(features["length"], tf.int32),
+    n,
+    message="record: `length` differs from the size of `input_ids`",
+  )
   # Catches records built with another (larger) vocab before the model
   # gathers out of range.
   tf.debugging.assert_less(
-      tf.reduce_max(ids.flat_values), vocab_size,
-      message="input_ids >= vocab_size: were the records built with another "
-              "vocab?")
+    tf.reduce_max(ids.flat_values),
+    vocab_size,
+    message="input_ids >= vocab_size: were the records built with another vocab?",
+  )
   shape = tf.stack([ids.nrows(out_type=tf.int32), padded_length])
   input_ids = ids.to_tensor(default_value=_PAD_ID, shape=shape)  # [B, L]
   last = tf.gather(ids.flat_values, ids.row_limits() - 1)  # [B], [EOS]
   columns = tf.range(padded_length)[tf.newaxis]  # [1, L]
-  cut = tf.logical_and((n > padded_length)[:, tf.newaxis],
-                       columns == padded_length - 1)  # [B, L]
+  cut = tf.logical_and((n > padded_length)[:, tf.newaxis], columns == padded_length - 1)  # [B, L]
   input_ids = tf.where(cut, last[:, tf.newaxis], input_ids)
-  input_mask = tf.sequence_mask(tf.minimum(n, padded_length), padded_length,
-                                dtype=tf.int32)
+  input_mask = tf.sequence_mask(tf.minimum(n, padded_length), padded_length, dtype=tf.int32)
   # Static B where the batch size is fixed (training), as TPUs need.
   input_ids.set_shape([static_batch_size, None])
   input_mask.set_shape([static_batch_size, None])
@@ -255,8 +263,9 @@ def _is_in(ids, values):
   return tf.reduce_any(ids[..., tf.newaxis] == values, axis=-1)
 
 
-def mask_for_mlm(input_ids, input_mask, seed, vocab_size, mask_id,
-                 special_ids, mlm_probability=0.15):
+def mask_for_mlm(
+  input_ids, input_mask, seed, vocab_size, mask_id, special_ids, mlm_probability=0.15
+):
   """BERT's MLM corruption of a padded batch, with stateless randomness.
 
   Candidates are real tokens whose id is not in special_ids (so never [PAD],
@@ -281,8 +290,7 @@ def mask_for_mlm(input_ids, input_mask, seed, vocab_size, mask_id,
   """
   seeds = tf.random.experimental.stateless_split(seed, num=5)
   shape = tf.shape(input_ids)
-  candidates = tf.logical_and(input_mask > 0,
-                              tf.logical_not(_is_in(input_ids, special_ids)))
+  candidates = tf.logical_and(input_mask > 0, tf.logical_not(_is_in(input_ids, special_ids)))
   num_candidates = tf.reduce_sum(tf.cast(candidates, tf.float32), axis=1)
   # k = floor(p*c + u), at least 1 where the sentence has a candidate.
   u = tf.random.stateless_uniform([shape[0]], seeds[0])
@@ -292,27 +300,27 @@ def mask_for_mlm(input_ids, input_mask, seed, vocab_size, mask_id,
   # smallest scores win (rank = position in the sorted order).
   scores = tf.random.stateless_uniform(shape, seeds[1])
   scores = tf.where(candidates, scores, 2.0)
-  ranks = tf.argsort(tf.argsort(scores, axis=1, stable=True), axis=1,
-                     stable=True)
-  chosen = tf.logical_and(
-      candidates, tf.cast(ranks, tf.float32) < k[:, tf.newaxis])
+  ranks = tf.argsort(tf.argsort(scores, axis=1, stable=True), axis=1, stable=True)
+  chosen = tf.logical_and(candidates, tf.cast(ranks, tf.float32) < k[:, tf.newaxis])
   # 80% [MASK], 10% random token, 10% unchanged.
   action = tf.random.stateless_uniform(shape, seeds[2])
   to_mask = tf.logical_and(chosen, action < 0.8)
-  to_random = tf.logical_and(chosen,
-                             tf.logical_and(action >= 0.8, action < 0.9))
+  to_random = tf.logical_and(chosen, tf.logical_and(action >= 0.8, action < 0.9))
   excluded = set(special_ids) | {mask_id}
-  normal_ids = tf.constant(
-      [i for i in range(vocab_size) if i not in excluded], tf.int32)
-  random_ids = tf.gather(normal_ids, tf.random.stateless_uniform(
-      shape, seeds[3], minval=0, maxval=tf.size(normal_ids), dtype=tf.int32))
-  masked_ids = tf.where(to_mask, tf.cast(mask_id, tf.int32),
-                        tf.where(to_random, random_ids, input_ids))
+  normal_ids = tf.constant([i for i in range(vocab_size) if i not in excluded], tf.int32)
+  random_ids = tf.gather(
+    normal_ids,
+    tf.random.stateless_uniform(
+      shape, seeds[3], minval=0, maxval=tf.size(normal_ids), dtype=tf.int32
+    ),
+  )
+  masked_ids = tf.where(
+    to_mask, tf.cast(mask_id, tf.int32), tf.where(to_random, random_ids, input_ids)
+  )
   return masked_ids, input_ids, tf.cast(chosen, tf.float32)
 
 
-def make_targets(batch, model_type, seed, vocab_size, mask_id, special_ids,
-                 mlm_probability=0.15):
+def make_targets(batch, model_type, seed, vocab_size, mask_id, special_ids, mlm_probability=0.15):
   """Turns a padded batch into model inputs and targets.
 
   Args:
@@ -333,32 +341,32 @@ def make_targets(batch, model_type, seed, vocab_size, mask_id, special_ids,
     target_weights = tf.cast(input_mask, tf.float32)
   elif model_type in ("bilm", "bert"):
     input_ids, target_ids, target_weights = mask_for_mlm(
-        input_ids, input_mask, seed, vocab_size, mask_id, special_ids,
-        mlm_probability)
+      input_ids, input_mask, seed, vocab_size, mask_id, special_ids, mlm_probability
+    )
   elif model_type == "unilm":
     # Position t predicts x_{t+1}; the last real token ([EOS]) predicts
     # nothing, [SOS] is never a target.
     pad = tf.zeros_like(input_ids[:, :1])
     target_ids = tf.concat([input_ids[:, 1:], pad], axis=1)
-    target_weights = tf.cast(tf.concat([input_mask[:, 1:], pad], axis=1),
-                             tf.float32)
+    target_weights = tf.cast(tf.concat([input_mask[:, 1:], pad], axis=1), tf.float32)
   else:
-    raise ValueError("model_type must be one of %s, got %r" %
-                     (modeling.MODEL_TYPES, model_type))
-  return {"input_ids": input_ids, "input_mask": input_mask,
-          "target_ids": target_ids, "target_weights": target_weights}
+    raise ValueError(f"model_type must be one of {modeling.MODEL_TYPES}, got {model_type!r}")
+  return {
+    "input_ids": input_ids,
+    "input_mask": input_mask,
+    "target_ids": target_ids,
+    "target_weights": target_weights,
+  }
 
 
 def _check_dataset_args(model_type, batch_size, mask_id, vocab_size):
   """Raises ValueError for an argument `make_dataset` cannot work with."""
   if model_type not in modeling.MODEL_TYPES:
-    raise ValueError("model_type must be one of %s, got %r" %
-                     (modeling.MODEL_TYPES, model_type))
+    raise ValueError(f"model_type must be one of {modeling.MODEL_TYPES}, got {model_type!r}")
   if batch_size < 1:
-    raise ValueError("batch_size must be >= 1, got %d" % batch_size)
+    raise ValueError(f"batch_size must be >= 1, got {batch_size:d}")
   if not 0 <= mask_id < vocab_size:
-    raise ValueError("mask_id %d is outside the vocabulary [0, %d)" %
-                     (mask_id, vocab_size))
+    raise ValueError(f"mask_id {mask_id:d} is outside the vocabulary [0, {vocab_size:d})")
 
 
 def _pipeline_seed(seed, is_training):
@@ -368,13 +376,11 @@ def _pipeline_seed(seed, is_training):
   if not is_training:
     return 0
   seed = int(np.random.SeedSequence().entropy % (2**31 - 1))
-  logging.info("input pipeline: no seed given, using %d (pass it to "
-               "reproduce this stream)", seed)
+  logging.info("input pipeline: no seed given, using %d (pass it to reproduce this stream)", seed)
   return seed
 
 
-def _read_records(files, is_training, seed, num_pipelines, pipeline_id,
-                  shuffle_buffer_size):
+def _read_records(files, is_training, seed, num_pipelines, pipeline_id, shuffle_buffer_size):
   """Serialized records of this input pipeline's part of `files`.
 
   Training: files shuffled every epoch and repeated forever, read
@@ -391,11 +397,13 @@ def _read_records(files, is_training, seed, num_pipelines, pipeline_id,
     files = files[pipeline_id::num_pipelines]
   if is_training:
     ds = tf.data.Dataset.from_tensor_slices(files)
-    ds = ds.shuffle(len(files), seed=seed,
-                    reshuffle_each_iteration=True).repeat()
-    ds = ds.interleave(tf.data.TFRecordDataset,
-                       cycle_length=min(len(files), _CYCLE_LENGTH),
-                       num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
+    ds = ds.interleave(
+      tf.data.TFRecordDataset,
+      cycle_length=min(len(files), _CYCLE_LENGTH),
+      num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=True,
+    )
   else:
     ds = tf.data.TFRecordDataset(files)
   if num_pipelines > 1 and not shard_files:
@@ -405,20 +413,22 @@ def _read_records(files, is_training, seed, num_pipelines, pipeline_id,
   return ds
 
 
-def make_dataset(file_pattern,
-                 batch_size,
-                 model_type,
-                 max_seq_length,
-                 is_training,
-                 vocab_size,
-                 mask_id,
-                 special_ids,
-                 seed=None,
-                 mlm_probability=0.15,
-                 bucket_boundaries=None,
-                 input_context=None,
-                 skip_batches=0,
-                 shuffle_buffer_size=_SHUFFLE_BUFFER):
+def make_dataset(
+  file_pattern,
+  batch_size,
+  model_type,
+  max_seq_length,
+  is_training,
+  vocab_size,
+  mask_id,
+  special_ids,
+  seed=None,
+  mlm_probability=0.15,
+  bucket_boundaries=None,
+  input_context=None,
+  skip_batches=0,
+  shuffle_buffer_size=_SHUFFLE_BUFFER,
+):
   """Builds the training or evaluation input pipeline.
 
   Training: files shuffled every epoch and repeated forever, read 8 at a time
@@ -463,21 +473,27 @@ def make_dataset(file_pattern,
   lengths = bucket_lengths(max_seq_length, bucket_boundaries)
   files = io_utils.expand_globs(file_pattern)
   num_pipelines, pipeline_id = (
-      (input_context.num_input_pipelines, input_context.input_pipeline_id)
-      if input_context is not None else (1, 0))
+    (input_context.num_input_pipelines, input_context.input_pipeline_id)
+    if input_context is not None
+    else (1, 0)
+  )
   seed = _pipeline_seed(seed, is_training)
-  ds = _read_records(files, is_training, seed, num_pipelines, pipeline_id,
-                     shuffle_buffer_size)
+  ds = _read_records(files, is_training, seed, num_pipelines, pipeline_id, shuffle_buffer_size)
   ds = _bucket_and_batch(ds, batch_size, lengths, drop_remainder=is_training)
   lengths_t = tf.constant(lengths, tf.int32)
   base_seed = tf.constant([seed, pipeline_id], tf.int64)
 
   def finish(index, batch):
-    batch = _parse_batch(batch["serialized"], lengths_t[batch["bucket"]],
-                         vocab_size, batch_size if is_training else None)
+    batch = _parse_batch(
+      batch["serialized"],
+      lengths_t[batch["bucket"]],
+      vocab_size,
+      batch_size if is_training else None,
+    )
     batch_seed = tf.random.experimental.stateless_fold_in(base_seed, index)
-    return make_targets(batch, model_type, batch_seed, vocab_size, mask_id,
-                        special_ids, mlm_probability)
+    return make_targets(
+      batch, model_type, batch_seed, vocab_size, mask_id, special_ids, mlm_probability
+    )
 
   # The batch index keys the masks: skipping batches does not change the
   # masks of the batches that follow, and every epoch gets new masks.

@@ -23,8 +23,7 @@ import modeling
 
 # Candidate inference scales of a continuous model's cosine logits; the eval
 # reports the cross-entropy under each so the best one can be kept.
-LOGIT_SCALES = (1.0, 2.0, 3.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0, 50.0, 75.0,
-                100.0)
+LOGIT_SCALES = (1.0, 2.0, 3.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0, 50.0, 75.0, 100.0)
 
 
 def weighted_cross_entropy(logits, target_ids, target_weights):
@@ -43,17 +42,18 @@ def weighted_cross_entropy(logits, target_ids, target_weights):
   """
   logits = tf.cast(logits, tf.float32)
   target_weights = tf.cast(target_weights, tf.float32)
-  ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=target_ids,
-                                                      logits=logits)
+  ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=target_ids, logits=logits)
   correct = tf.cast(
-      tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), target_ids),
-      tf.float32)
-  return (tf.reduce_sum(target_weights * ce), tf.reduce_sum(target_weights),
-          tf.reduce_sum(target_weights * correct))
+    tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), target_ids), tf.float32
+  )
+  return (
+    tf.reduce_sum(target_weights * ce),
+    tf.reduce_sum(target_weights),
+    tf.reduce_sum(target_weights * correct),
+  )
 
 
-def weighted_cosine_distance(predicted, target_table, target_ids,
-                             target_weights):
+def weighted_cosine_distance(predicted, target_table, target_ids, target_weights):
   """ELMo-C's loss: sums of w * (1 - cos(predicted, e(target))).
 
   Args:
@@ -69,14 +69,14 @@ def weighted_cosine_distance(predicted, target_table, target_ids,
   target_weights = tf.cast(target_weights, tf.float32)
   targets = tf.gather(tf.cast(target_table, tf.float32), target_ids)
   cosine = tf.reduce_sum(
-      tf.math.l2_normalize(tf.cast(predicted, tf.float32), axis=-1) *
-      tf.math.l2_normalize(targets, axis=-1), axis=-1)
-  return (tf.reduce_sum(target_weights * (1.0 - cosine)),
-          tf.reduce_sum(target_weights))
+    tf.math.l2_normalize(tf.cast(predicted, tf.float32), axis=-1)
+    * tf.math.l2_normalize(targets, axis=-1),
+    axis=-1,
+  )
+  return (tf.reduce_sum(target_weights * (1.0 - cosine)), tf.reduce_sum(target_weights))
 
 
-def forward_loss_terms(model, features, training, gather_targets=True,
-                       with_logits=False):
+def forward_loss_terms(model, features, training, gather_targets=True, with_logits=False):
   """Encoder + head + loss sums for one (per-replica) batch.
 
   Args:
@@ -100,31 +100,29 @@ def forward_loss_terms(model, features, training, gather_targets=True,
   weights = tf.cast(features["target_weights"], tf.float32)
   if gather_targets:
     where = tf.where(weights > 0)
-    hidden = tf.gather_nd(hidden, where)      # [n, D]
-    targets = tf.gather_nd(targets, where)    # [n]
-    weights = tf.gather_nd(weights, where)    # [n]
+    hidden = tf.gather_nd(hidden, where)  # [n, D]
+    targets = tf.gather_nd(targets, where)  # [n]
+    weights = tf.gather_nd(weights, where)  # [n]
   if isinstance(model.lm_head, modeling.ContinuousHead):
-    return _continuous_loss_terms(model.lm_head, hidden, targets, weights,
-                                  with_logits)
+    return _continuous_loss_terms(model.lm_head, hidden, targets, weights, with_logits)
   logits = model.lm_head(hidden, model.embeddings.word_embeddings)
-  loss_sum, weight_sum, correct_sum = weighted_cross_entropy(
-      logits, targets, weights)
-  return dict(loss_sum=loss_sum, weight_sum=weight_sum,
-              correct_sum=correct_sum, ce_sum=loss_sum)
+  loss_sum, weight_sum, correct_sum = weighted_cross_entropy(logits, targets, weights)
+  return dict(loss_sum=loss_sum, weight_sum=weight_sum, correct_sum=correct_sum, ce_sum=loss_sum)
 
 
 def _continuous_loss_terms(head, hidden, targets, weights, with_logits):
   """`forward_loss_terms` of a `modeling.ContinuousHead` ([n, D] hidden)."""
   loss_sum, weight_sum = weighted_cosine_distance(
-      head.predict_vectors(hidden), head.target_embeddings, targets, weights)
-  terms = dict(loss_sum=loss_sum, weight_sum=weight_sum,
-               correct_sum=tf.constant(0.0), ce_sum=tf.constant(0.0))
+    head.predict_vectors(hidden), head.target_embeddings, targets, weights
+  )
+  terms = dict(
+    loss_sum=loss_sum, weight_sum=weight_sum, correct_sum=tf.constant(0.0), ce_sum=tf.constant(0.0)
+  )
   if with_logits:
     logits = head(hidden)
-    terms["ce_sum"], _, terms["correct_sum"] = weighted_cross_entropy(
-        logits, targets, weights)
+    terms["ce_sum"], _, terms["correct_sum"] = weighted_cross_entropy(logits, targets, weights)
     cosine = logits / head.config.continuous_logit_scale
-    terms["ce_by_scale"] = tf.stack([
-        weighted_cross_entropy(scale * cosine, targets, weights)[0]
-        for scale in LOGIT_SCALES])
+    terms["ce_by_scale"] = tf.stack(
+      [weighted_cross_entropy(scale * cosine, targets, weights)[0] for scale in LOGIT_SCALES]
+    )
   return terms

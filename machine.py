@@ -57,13 +57,16 @@ def pin_threads(intra_op, inter_op):
     (intra_op, inter_op) actually set.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   cores = usable_cores()
   intra_op = intra_op or cores
   inter_op = inter_op or cores
   tf.config.threading.set_intra_op_parallelism_threads(intra_op)
   tf.config.threading.set_inter_op_parallelism_threads(inter_op)
-  return (tf.config.threading.get_intra_op_parallelism_threads(),
-          tf.config.threading.get_inter_op_parallelism_threads())
+  return (
+    tf.config.threading.get_intra_op_parallelism_threads(),
+    tf.config.threading.get_inter_op_parallelism_threads(),
+  )
 
 
 def environment(threads):
@@ -77,25 +80,25 @@ def environment(threads):
   """
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   return {
-      "cpu": cpu_model(),
-      "cores_usable": usable_cores(),
-      "cores_total": os.cpu_count(),
-      "intra_op_threads": threads[0],
-      "inter_op_threads": threads[1],
-      "devices": [d.name for d in tf.config.list_logical_devices()],
-      "tensorflow": tf.__version__,
-      "keras": keras.__version__,
-      "python": platform.python_version(),
-      "platform": platform.platform(),
-      "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(
-          timespec="seconds"),
+    "cpu": cpu_model(),
+    "cores_usable": usable_cores(),
+    "cores_total": os.cpu_count(),
+    "intra_op_threads": threads[0],
+    "inter_op_threads": threads[1],
+    "devices": [d.name for d in tf.config.list_logical_devices()],
+    "tensorflow": tf.__version__,
+    "keras": keras.__version__,
+    "python": platform.python_version(),
+    "platform": platform.platform(),
+    "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
   }
 
 
 def machine():
   """One line for a report: "<cpu model>, <N> cores" (the machine's total)."""
-  return "%s, %d cores" % (cpu_model(), os.cpu_count() or 0)
+  return f"{cpu_model()}, {os.cpu_count() or 0} cores"
 
 
 def git_commit():
@@ -105,11 +108,16 @@ def git_commit():
   tree (results/, runs/) must not mark its own commit as dirty.
   """
   try:
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                          capture_output=True, text=True, check=True).stdout
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "*.py",
-                            "scripts"], cwd=REPO, capture_output=True,
-                           text=True, check=True).stdout
+    head = subprocess.run(
+      ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    dirty = subprocess.run(
+      ["git", "status", "--porcelain", "--", "*.py", "scripts"],
+      cwd=REPO,
+      capture_output=True,
+      text=True,
+      check=True,
+    ).stdout
     return head.strip() + ("+uncommitted" if dirty.strip() else "")
   except (OSError, subprocess.CalledProcessError):
     return "unknown"

@@ -47,8 +47,12 @@ CHECKPOINT_NAME = "ckpt"
 
 # Checkpoint variables that a Google BERT or T-TA TF1 checkpoint holds but our
 # models do not use: optimizer slots, the step counter, the NSP pooler/head.
-IGNORED_CHECKPOINT_VARIABLES = (r"(^|/)adam_[mv]$", r"^global_step$",
-                                r"^bert/pooler/", r"^cls/seq_relationship/")
+IGNORED_CHECKPOINT_VARIABLES = (
+  r"(^|/)adam_[mv]$",
+  r"^global_step$",
+  r"^bert/pooler/",
+  r"^cls/seq_relationship/",
+)
 
 # A variable every TF1 checkpoint of a BERT-style model has: it tells a TF1
 # checkpoint from one of our object-based ones.
@@ -60,6 +64,7 @@ class CheckpointMismatchError(ValueError):
 
 
 # ------------------------------------------------------------ files and paths
+
 
 def config_path(model_dir):
   return os.path.join(model_dir, CONFIG_FILE)
@@ -73,8 +78,9 @@ def read_config(model_dir):
   """The `modeling.TTAConfig` of a model dir (FileNotFoundError if none)."""
   path = config_path(model_dir)
   if not tf.io.gfile.exists(path):
-    raise FileNotFoundError("%s not found; a model dir needs %s, %s and a "
-                            "checkpoint" % (path, CONFIG_FILE, VOCAB_FILE))
+    raise FileNotFoundError(
+      f"{path} not found; a model dir needs {CONFIG_FILE}, {VOCAB_FILE} and a checkpoint"
+    )
   return modeling.TTAConfig.from_json_file(path)
 
 
@@ -113,12 +119,11 @@ def latest_checkpoint(model_dir):
   latest = tf.train.latest_checkpoint(model_dir)
   if latest or not tf.io.gfile.isdir(model_dir):
     return latest
-  pattern = re.compile(r"^%s-(\d+)\.index$" % CHECKPOINT_NAME)
-  steps = [int(m.group(1)) for m in map(pattern.match,
-                                         tf.io.gfile.listdir(model_dir)) if m]
+  pattern = re.compile(rf"^{CHECKPOINT_NAME}-(\d+)\.index$")
+  steps = [int(m.group(1)) for m in map(pattern.match, tf.io.gfile.listdir(model_dir)) if m]
   if not steps:
     return None
-  return os.path.join(model_dir, "%s-%d" % (CHECKPOINT_NAME, max(steps)))
+  return os.path.join(model_dir, f"{CHECKPOINT_NAME}-{max(steps)}")
 
 
 def resolve_checkpoint(path):
@@ -127,11 +132,12 @@ def resolve_checkpoint(path):
     return path
   checkpoint = latest_checkpoint(path)
   if checkpoint is None:
-    raise FileNotFoundError("no checkpoint in %s" % path)
+    raise FileNotFoundError(f"no checkpoint in {path}")
   return checkpoint
 
 
 # ----------------------------------------------------------- our model dirs
+
 
 def load_model_dir(model_dir, checkpoint=None):
   """Loads a model dir: (model, tokenizer).
@@ -146,9 +152,9 @@ def load_model_dir(model_dir, checkpoint=None):
   config = read_config(model_dir)
   vocab_file = vocab_path(model_dir)
   if not tf.io.gfile.exists(vocab_file):
-    raise FileNotFoundError("%s not found; a model dir needs %s, %s and a "
-                            "checkpoint" % (vocab_file, CONFIG_FILE,
-                                            VOCAB_FILE))
+    raise FileNotFoundError(
+      f"{vocab_file} not found; a model dir needs {CONFIG_FILE}, {VOCAB_FILE} and a checkpoint"
+    )
   tokenizer = tokenization.FullTokenizer(vocab_file, config.do_lower_case)
   model = modeling.build_model(config)
   checkpoint = checkpoint or resolve_checkpoint(model_dir)
@@ -156,8 +162,9 @@ def load_model_dir(model_dir, checkpoint=None):
   try:
     status.assert_existing_objects_matched()
   except AssertionError as e:
-    raise ValueError("checkpoint %s does not match config %s: %s" %
-                     (checkpoint, config_path(model_dir), e)) from e
+    raise ValueError(
+      f"checkpoint {checkpoint} does not match config {config_path(model_dir)}: {e}"
+    ) from e
   # Every model weight was found; the optimizer slots and step counter that
   # training checkpoints also hold are not needed here (no warning per slot).
   status.expect_partial()
@@ -180,8 +187,7 @@ def save_model_dir(model, vocab_file, model_dir):
   config = copy.deepcopy(model.config)
   config.model_type = model.model_type
   write_config_and_vocab(model_dir, config, vocab_file)
-  return tf.train.Checkpoint(model=model).write(
-      os.path.join(model_dir, "%s-0" % CHECKPOINT_NAME))
+  return tf.train.Checkpoint(model=model).write(os.path.join(model_dir, f"{CHECKPOINT_NAME}-0"))
 
 
 def warm_start(model, init_checkpoint):
@@ -195,10 +201,13 @@ def warm_start(model, init_checkpoint):
   checkpoint = resolve_checkpoint(init_checkpoint)
   if is_tf1_checkpoint(checkpoint):
     report = load_tf1_checkpoint(model, checkpoint, strict=False)
-    logging.info("warm start from TF1 checkpoint %s: %d variables loaded, "
-                 "ignored %s, unexpected %s", checkpoint,
-                 len(report["loaded"]), report["ignored"],
-                 report["unexpected"])
+    logging.info(
+      "warm start from TF1 checkpoint %s: %d variables loaded, ignored %s, unexpected %s",
+      checkpoint,
+      len(report["loaded"]),
+      report["ignored"],
+      report["unexpected"],
+    )
     return
   status = tf.train.Checkpoint(model=model).read(checkpoint)
   status.expect_partial()
@@ -226,19 +235,20 @@ def load_word_embeddings(path, vocab):
   """
   checkpoint = resolve_checkpoint(path)
   if is_tf1_checkpoint(checkpoint):
-    table = tf.train.load_checkpoint(checkpoint).get_tensor(
-        _TF1_WORD_EMBEDDINGS)
+    table = tf.train.load_checkpoint(checkpoint).get_tensor(_TF1_WORD_EMBEDDINGS)
   else:
     source = os.path.dirname(checkpoint)
     model, tokenizer = load_model_dir(source, checkpoint)
     if list(tokenizer.vocab) != list(vocab):
-      raise ValueError("%s has a different vocab from ours; its embeddings "
-                       "would not line up with our token ids" %
-                       vocab_path(source))
+      raise ValueError(
+        f"{vocab_path(source)} has a different vocab from ours; its embeddings "
+        "would not line up with our token ids"
+      )
     table = model.embeddings.word_embeddings.numpy()
   if table.shape[0] != len(vocab):
-    raise ValueError("%s: word_embeddings has %d rows, the vocab %d" %
-                     (checkpoint, table.shape[0], len(vocab)))
+    raise ValueError(
+      f"{checkpoint}: word_embeddings has {table.shape[0]:d} rows, the vocab {len(vocab)}"
+    )
   return table.astype(np.float32), checkpoint
 
 
@@ -247,12 +257,13 @@ def weights_fingerprint(model):
   digest = hashlib.sha256()
   for name, variable in model.tf1_variables().items():
     value = np.ascontiguousarray(variable.numpy())
-    digest.update(("%s %s\n" % (name, value.shape)).encode("utf-8"))
+    digest.update((f"{name} {value.shape}\n").encode("utf-8"))
     digest.update(value.tobytes())
   return digest.hexdigest()
 
 
 # ------------------------------------------------ Google BERT and TF1 files
+
 
 def load_google_bert(bert_dir, do_lower_case=True):
   """Loads a Google BERT release dir (bert_config.json, vocab.txt,
@@ -260,23 +271,22 @@ def load_google_bert(bert_dir, do_lower_case=True):
 
   Sentences are wrapped in [CLS] ... [SEP], as BERT was trained.
   """
-  config = modeling.TTAConfig.from_json_file(
-      os.path.join(bert_dir, "bert_config.json"))
-  tokenizer = tokenization.FullTokenizer(vocab_path(bert_dir), do_lower_case,
-                                         boundary_tokens=("[CLS]", "[SEP]"))
+  config = modeling.TTAConfig.from_json_file(os.path.join(bert_dir, "bert_config.json"))
+  tokenizer = tokenization.FullTokenizer(
+    vocab_path(bert_dir), do_lower_case, boundary_tokens=("[CLS]", "[SEP]")
+  )
   config.mask_token_id = tokenizer.mask_id
   model = modeling.build_model(config, "bert")
-  report = load_tf1_checkpoint(model, os.path.join(bert_dir,
-                                                   "bert_model.ckpt"))
-  logging.info("loaded Google BERT from %s (ignored: %s)", bert_dir,
-               ", ".join(report["ignored"]) or "none")
+  report = load_tf1_checkpoint(model, os.path.join(bert_dir, "bert_model.ckpt"))
+  logging.info(
+    "loaded Google BERT from %s (ignored: %s)", bert_dir, ", ".join(report["ignored"]) or "none"
+  )
   return model, tokenizer
 
 
 def is_tf1_checkpoint(checkpoint):
   """Whether a checkpoint prefix holds TF1 (Google BERT / T-TA) names."""
-  return any(name == _TF1_WORD_EMBEDDINGS
-             for name, _ in tf.train.list_variables(checkpoint))
+  return any(name == _TF1_WORD_EMBEDDINGS for name, _ in tf.train.list_variables(checkpoint))
 
 
 def load_tf1_checkpoint(model, checkpoint_path, strict=True):
@@ -303,13 +313,12 @@ def load_tf1_checkpoint(model, checkpoint_path, strict=True):
   wanted = model.tf1_variables()
   missing = [n for n in wanted if n not in shapes]
   mis_shaped = [
-      "%s: checkpoint %s, model %s" % (n, shapes[n], list(v.shape))
-      for n, v in wanted.items()
-      if n in shapes and list(shapes[n]) != list(v.shape)
+    f"{n}: checkpoint {shapes[n]}, model {list(v.shape)}"
+    for n, v in wanted.items()
+    if n in shapes and list(shapes[n]) != list(v.shape)
   ]
   extra = sorted(n for n in shapes if n not in wanted)
-  ignored = [n for n in extra
-             if any(re.search(p, n) for p in IGNORED_CHECKPOINT_VARIABLES)]
+  ignored = [n for n in extra if any(re.search(p, n) for p in IGNORED_CHECKPOINT_VARIABLES)]
   unexpected = [n for n in extra if n not in ignored]
   problems = []
   if missing:
@@ -320,12 +329,11 @@ def load_tf1_checkpoint(model, checkpoint_path, strict=True):
     problems.append("unexpected in checkpoint: " + ", ".join(unexpected))
   if problems:
     raise CheckpointMismatchError(
-        "cannot load %s into a %s model: %s" %
-        (checkpoint_path, model.model_type, " | ".join(problems)))
+      f"cannot load {checkpoint_path} into a {model.model_type} model: {' | '.join(problems)}"
+    )
   for name, var in wanted.items():
     var.assign(reader.get_tensor(name))
-  return {"loaded": list(wanted), "ignored": ignored,
-          "unexpected": unexpected}
+  return {"loaded": list(wanted), "ignored": ignored, "unexpected": unexpected}
 
 
 def save_tf1_checkpoint(model, checkpoint_prefix):
@@ -342,8 +350,7 @@ def save_tf1_checkpoint(model, checkpoint_prefix):
 def write_tf1_checkpoint(arrays, checkpoint_prefix):
   """Writes a name-keyed dict of numpy arrays as a TF1 name-based checkpoint."""
   with tf.Graph().as_default():
-    variables = [tf.compat.v1.Variable(np.asarray(a), name=n)
-                 for n, a in arrays.items()]
+    variables = [tf.compat.v1.Variable(np.asarray(a), name=n) for n, a in arrays.items()]
     saver = tf.compat.v1.train.Saver(variables)
     with tf.compat.v1.Session() as sess:
       sess.run(tf.compat.v1.global_variables_initializer())

@@ -51,34 +51,49 @@ _MASK_ADDER = -1e9
 class TTAConfig(object):
   """Configuration of a `TransformerLM` (BERT's config fields, T-TA defaults)."""
 
-  _FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
-             "num_attention_heads", "intermediate_size", "hidden_act",
-             "hidden_dropout_prob", "attention_probs_dropout_prob",
-             "max_position_embeddings", "type_vocab_size",
-             "initializer_range", "mask_token_id", "model_type",
-             "output_layer", "target_embedding_size",
-             "continuous_logit_scale", "do_lower_case", "normalization")
+  _FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "initializer_range",
+    "mask_token_id",
+    "model_type",
+    "output_layer",
+    "target_embedding_size",
+    "continuous_logit_scale",
+    "do_lower_case",
+    "normalization",
+  )
 
-  def __init__(self,
-               vocab_size,
-               hidden_size=512,
-               num_hidden_layers=3,
-               num_attention_heads=8,
-               intermediate_size=2048,
-               hidden_act="gelu",
-               hidden_dropout_prob=0.1,
-               attention_probs_dropout_prob=0.1,
-               max_position_embeddings=128,
-               type_vocab_size=0,
-               initializer_range=0.02,
-               mask_token_id=4,
-               model_type=None,
-               output_layer="softmax",
-               target_embedding_size=None,
-               continuous_logit_scale=10.0,
-               do_lower_case=True,
-               normalization="none",
-               **extra):
+  def __init__(
+    self,
+    vocab_size,
+    hidden_size=512,
+    num_hidden_layers=3,
+    num_attention_heads=8,
+    intermediate_size=2048,
+    hidden_act="gelu",
+    hidden_dropout_prob=0.1,
+    attention_probs_dropout_prob=0.1,
+    max_position_embeddings=128,
+    type_vocab_size=0,
+    initializer_range=0.02,
+    mask_token_id=4,
+    model_type=None,
+    output_layer="softmax",
+    target_embedding_size=None,
+    continuous_logit_scale=10.0,
+    do_lower_case=True,
+    normalization="none",
+    **extra,
+  ):
     """Constructs a TTAConfig.
 
     Args:
@@ -137,24 +152,22 @@ class TTAConfig(object):
   def validate(self):
     """Raises ValueError naming the offending field."""
     if not isinstance(self.vocab_size, int) or self.vocab_size <= 0:
-      raise ValueError("vocab_size must be a positive int, got %r" %
-                       (self.vocab_size,))
+      raise ValueError(f"vocab_size must be a positive int, got {self.vocab_size!r}")
     if self.hidden_size % self.num_attention_heads:
       raise ValueError(
-          "hidden_size (%d) is not a multiple of num_attention_heads (%d)" %
-          (self.hidden_size, self.num_attention_heads))
+        f"hidden_size ({self.hidden_size:d}) is not a multiple of num_attention_heads "
+        f"({self.num_attention_heads:d})"
+      )
     if self.hidden_act not in _ACTIVATIONS:
-      raise ValueError("hidden_act %r is not one of %s" %
-                       (self.hidden_act, sorted(_ACTIVATIONS)))
+      raise ValueError(f"hidden_act {self.hidden_act!r} is not one of {sorted(_ACTIVATIONS)}")
     if self.model_type is not None and self.model_type not in MODEL_TYPES:
-      raise ValueError("model_type %r is not one of %s" %
-                       (self.model_type, MODEL_TYPES))
+      raise ValueError(f"model_type {self.model_type!r} is not one of {MODEL_TYPES}")
     if self.output_layer not in OUTPUT_LAYERS:
-      raise ValueError("output_layer %r is not one of %s" %
-                       (self.output_layer, OUTPUT_LAYERS))
+      raise ValueError(f"output_layer {self.output_layer!r} is not one of {OUTPUT_LAYERS}")
     if not 0 <= self.mask_token_id < self.vocab_size:
-      raise ValueError("mask_token_id %d is outside the vocabulary [0, %d)" %
-                       (self.mask_token_id, self.vocab_size))
+      raise ValueError(
+        f"mask_token_id {self.mask_token_id:d} is outside the vocabulary [0, {self.vocab_size:d})"
+      )
 
   @classmethod
   def from_dict(cls, json_object):
@@ -167,7 +180,7 @@ class TTAConfig(object):
     try:
       return cls.from_dict(json.loads(text))
     except (TypeError, ValueError) as e:
-      raise ValueError("%s: bad model config: %s" % (json_file, e)) from e
+      raise ValueError(f"{json_file}: bad model config: {e}") from e
 
   def to_dict(self):
     output = {name: getattr(self, name) for name in self._FIELDS}
@@ -207,8 +220,7 @@ def dropout(x, rate, training):
 class Dense(keras.layers.Layer):
   """x @ kernel + bias over the last axis; kernel [in, out] as TF1's dense."""
 
-  def __init__(self, input_size, units, initializer_range, activation=None,
-               **kwargs):
+  def __init__(self, input_size, units, initializer_range, activation=None, **kwargs):
     super().__init__(**kwargs)
     self.input_size = input_size
     self.units = units
@@ -217,10 +229,11 @@ class Dense(keras.layers.Layer):
 
   def build(self, input_shape=None):
     self.kernel = self.add_weight(
-        name="kernel", shape=(self.input_size, self.units),
-        initializer=create_initializer(self.initializer_range))
-    self.bias = self.add_weight(name="bias", shape=(self.units,),
-                                initializer="zeros")
+      name="kernel",
+      shape=(self.input_size, self.units),
+      initializer=create_initializer(self.initializer_range),
+    )
+    self.bias = self.add_weight(name="bias", shape=(self.units,), initializer="zeros")
 
   def call(self, x):
     # A rank-2 MatMul is faster on CPU than a batched one.
@@ -243,16 +256,15 @@ class LayerNorm(keras.layers.Layer):
     self.hidden_size = hidden_size
 
   def build(self, input_shape=None):
-    self.gamma = self.add_weight(name="gamma", shape=(self.hidden_size,),
-                                 initializer="ones")
-    self.beta = self.add_weight(name="beta", shape=(self.hidden_size,),
-                                initializer="zeros")
+    self.gamma = self.add_weight(name="gamma", shape=(self.hidden_size,), initializer="ones")
+    self.beta = self.add_weight(name="beta", shape=(self.hidden_size,), initializer="zeros")
 
   def call(self, x):
     x = tf.cast(x, tf.float32)
     mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
-    return tf.nn.batch_normalization(x, mean, variance, self.beta, self.gamma,
-                                     variance_epsilon=1e-12)
+    return tf.nn.batch_normalization(
+      x, mean, variance, self.beta, self.gamma, variance_epsilon=1e-12
+    )
 
   def tf1_variables(self):
     return {"gamma": self.gamma, "beta": self.beta}
@@ -270,16 +282,16 @@ class Embeddings(keras.layers.Layer):
     c = self.config
     init = create_initializer(c.initializer_range)
     self.word_embeddings = self.add_weight(
-        name="word_embeddings", shape=(c.vocab_size, c.hidden_size),
-        initializer=init)
+      name="word_embeddings", shape=(c.vocab_size, c.hidden_size), initializer=init
+    )
     self.position_embeddings = self.add_weight(
-        name="position_embeddings",
-        shape=(c.max_position_embeddings, c.hidden_size), initializer=init)
+      name="position_embeddings", shape=(c.max_position_embeddings, c.hidden_size), initializer=init
+    )
     self.token_type_embeddings = None
     if c.type_vocab_size:
       self.token_type_embeddings = self.add_weight(
-          name="token_type_embeddings",
-          shape=(c.type_vocab_size, c.hidden_size), initializer=init)
+        name="token_type_embeddings", shape=(c.type_vocab_size, c.hidden_size), initializer=init
+      )
     self.layer_norm.build()
 
   def call(self, input_ids, token_type_ids=None, training=False):
@@ -291,8 +303,7 @@ class Embeddings(keras.layers.Layer):
       if token_type_ids is None:
         token_type_ids = tf.zeros_like(input_ids)
       x += tf.gather(self.token_type_embeddings, token_type_ids)
-    return dropout(self.layer_norm(x), self.config.hidden_dropout_prob,
-                   training)
+    return dropout(self.layer_norm(x), self.config.hidden_dropout_prob, training)
 
   def mask_query(self, batch_size, seq_length, training=False):
     """T-TA's first query: LN(W[[MASK]] + P), float32 [B, T, D].
@@ -302,15 +313,20 @@ class Embeddings(keras.layers.Layer):
     never read, so [MASK] everywhere gives the same real outputs). The
     LayerNorm is shared with the key/value stream, as in the authors' code.
     """
-    x = (self.word_embeddings[self.config.mask_token_id][tf.newaxis] +
-         self.position_embeddings[:seq_length])
-    x = tf.broadcast_to(self.layer_norm(x)[tf.newaxis],
-                        [batch_size, seq_length, self.config.hidden_size])
+    x = (
+      self.word_embeddings[self.config.mask_token_id][tf.newaxis]
+      + self.position_embeddings[:seq_length]
+    )
+    x = tf.broadcast_to(
+      self.layer_norm(x)[tf.newaxis], [batch_size, seq_length, self.config.hidden_size]
+    )
     return dropout(x, self.config.hidden_dropout_prob, training)
 
   def tf1_variables(self):
-    names = {"word_embeddings": self.word_embeddings,
-             "position_embeddings": self.position_embeddings}
+    names = {
+      "word_embeddings": self.word_embeddings,
+      "position_embeddings": self.position_embeddings,
+    }
     if self.token_type_embeddings is not None:
       names["token_type_embeddings"] = self.token_type_embeddings
     names.update(_prefixed("LayerNorm", self.layer_norm.tf1_variables()))
@@ -339,9 +355,9 @@ class TransformerBlock(keras.layers.Layer):
     self.value = Dense(d, d, r, name="value")
     self.attention_output = Dense(d, d, r, name="dense")
     self.attention_layer_norm = LayerNorm(d, name="LayerNorm")
-    self.intermediate = Dense(d, c.intermediate_size, r,
-                              activation=_ACTIVATIONS[c.hidden_act],
-                              name="dense")
+    self.intermediate = Dense(
+      d, c.intermediate_size, r, activation=_ACTIVATIONS[c.hidden_act], name="dense"
+    )
     self.output_dense = Dense(c.intermediate_size, d, r, name="dense")
     self.output_layer_norm = LayerNorm(d, name="LayerNorm")
 
@@ -350,9 +366,16 @@ class TransformerBlock(keras.layers.Layer):
       layer.build()
 
   def _sublayers(self):
-    return (self.query, self.key, self.value, self.attention_output,
-            self.attention_layer_norm, self.intermediate, self.output_dense,
-            self.output_layer_norm)
+    return (
+      self.query,
+      self.key,
+      self.value,
+      self.attention_output,
+      self.attention_layer_norm,
+      self.intermediate,
+      self.output_dense,
+      self.output_layer_norm,
+    )
 
   def split_heads(self, x):
     # [B, T, N*H] -> [B, N, T, H]
@@ -378,7 +401,7 @@ class TransformerBlock(keras.layers.Layer):
     # combined with are float32.
     attention_mask = tf.cast(attention_mask, tf.float32)
     q = self.split_heads(self.query(query_input))  # [B, N, F, H]
-    scores = tf.matmul(q, key, transpose_b=True)     # [B, N, F, T]
+    scores = tf.matmul(q, key, transpose_b=True)  # [B, N, F, T]
     scores = tf.cast(scores, tf.float32) * (1.0 / math.sqrt(self.head_size))
     scores += (1.0 - attention_mask) * _MASK_ADDER
     # Multiplying by the mask zeroes rows with no attendable key at all
@@ -389,17 +412,16 @@ class TransformerBlock(keras.layers.Layer):
     # original Transformer and BERT.
     probs = dropout(probs, self.config.attention_probs_dropout_prob, training)
     context = tf.matmul(tf.cast(probs, value.dtype), value)  # [B, N, F, H]
-    context = tf.transpose(context, [0, 2, 1, 3])            # [B, F, N, H]
-    return tf.reshape(context, [tf.shape(context)[0], tf.shape(context)[1],
-                                self.config.hidden_size])
+    context = tf.transpose(context, [0, 2, 1, 3])  # [B, F, N, H]
+    return tf.reshape(
+      context, [tf.shape(context)[0], tf.shape(context)[1], self.config.hidden_size]
+    )
 
   def project_key_value(self, kv_input):
     """[B, T, D] -> key, value, each [B, N, T, H]."""
-    return (self.split_heads(self.key(kv_input)),
-            self.split_heads(self.value(kv_input)))
+    return (self.split_heads(self.key(kv_input)), self.split_heads(self.value(kv_input)))
 
-  def call(self, query_input, kv_input, attention_mask, training=False,
-           key_value=None):
+  def call(self, query_input, kv_input, attention_mask, training=False, key_value=None):
     """Returns float32 [B, F, D].
 
     Args:
@@ -419,31 +441,31 @@ class TransformerBlock(keras.layers.Layer):
     else:
       key, value = key_value
     return self.feed_forward(
-        query_input,
-        self.attend(query_input, key, value, attention_mask, training),
-        training)
+      query_input, self.attend(query_input, key, value, attention_mask, training), training
+    )
 
   def feed_forward(self, query_input, context, training):
     """Output projection, residual on the query stream, and the FFN."""
     rate = self.config.hidden_dropout_prob
     attention = dropout(self.attention_output(context), rate, training)
     attention = self.attention_layer_norm(
-        tf.cast(query_input, tf.float32) + tf.cast(attention, tf.float32))
-    ffn = dropout(self.output_dense(self.intermediate(attention)), rate,
-                  training)
+      tf.cast(query_input, tf.float32) + tf.cast(attention, tf.float32)
+    )
+    ffn = dropout(self.output_dense(self.intermediate(attention)), rate, training)
     return self.output_layer_norm(attention + tf.cast(ffn, tf.float32))
 
   def tf1_variables(self):
     names = {}
-    for scope, layer in (("attention/self/query", self.query),
-                         ("attention/self/key", self.key),
-                         ("attention/self/value", self.value),
-                         ("attention/output/dense", self.attention_output),
-                         ("attention/output/LayerNorm",
-                          self.attention_layer_norm),
-                         ("intermediate/dense", self.intermediate),
-                         ("output/dense", self.output_dense),
-                         ("output/LayerNorm", self.output_layer_norm)):
+    for scope, layer in (
+      ("attention/self/query", self.query),
+      ("attention/self/key", self.key),
+      ("attention/self/value", self.value),
+      ("attention/output/dense", self.attention_output),
+      ("attention/output/LayerNorm", self.attention_layer_norm),
+      ("intermediate/dense", self.intermediate),
+      ("output/dense", self.output_dense),
+      ("output/LayerNorm", self.output_layer_norm),
+    ):
       names.update(_prefixed(scope, layer.tf1_variables()))
     return names
 
@@ -455,9 +477,13 @@ class LMHead(keras.layers.Layer):
     super().__init__(name="predictions", **kwargs)
     c = config
     self.config = c
-    self.transform = Dense(c.hidden_size, c.hidden_size, c.initializer_range,
-                           activation=_ACTIVATIONS[c.hidden_act],
-                           name="dense")
+    self.transform = Dense(
+      c.hidden_size,
+      c.hidden_size,
+      c.initializer_range,
+      activation=_ACTIVATIONS[c.hidden_act],
+      name="dense",
+    )
     self.layer_norm = LayerNorm(c.hidden_size, name="LayerNorm")
 
   def build(self, input_shape=None):
@@ -466,8 +492,8 @@ class LMHead(keras.layers.Layer):
     # autocast=False: under mixed_bfloat16 the bias is added to float32
     # logits and must stay float32 (Keras would hand it over as bfloat16).
     self.output_bias = self.add_weight(
-        name="output_bias", shape=(self.config.vocab_size,),
-        initializer="zeros", autocast=False)
+      name="output_bias", shape=(self.config.vocab_size,), initializer="zeros", autocast=False
+    )
 
   def call(self, hidden, embedding_table, output_kernel=None):
     """Returns float32 logits [..., V] for hidden [..., D].
@@ -486,17 +512,13 @@ class LMHead(keras.layers.Layer):
     if output_kernel is not None:
       logits = tf.matmul(flat, tf.cast(output_kernel, self.compute_dtype))
     else:
-      logits = tf.matmul(flat, tf.cast(embedding_table, self.compute_dtype),
-                         transpose_b=True)
-    logits = tf.reshape(logits,
-                        tf.concat([tf.shape(h)[:-1], [self.config.vocab_size]],
-                                  0))
+      logits = tf.matmul(flat, tf.cast(embedding_table, self.compute_dtype), transpose_b=True)
+    logits = tf.reshape(logits, tf.concat([tf.shape(h)[:-1], [self.config.vocab_size]], 0))
     return tf.cast(logits, tf.float32) + self.output_bias
 
   def tf1_variables(self):
     names = _prefixed("transform/dense", self.transform.tf1_variables())
-    names.update(_prefixed("transform/LayerNorm",
-                           self.layer_norm.tf1_variables()))
+    names.update(_prefixed("transform/LayerNorm", self.layer_norm.tf1_variables()))
     names["output_bias"] = self.output_bias
     return names
 
@@ -536,11 +558,11 @@ class TransformerLM(keras.Model):
   def __init__(self, config, model_type, **kwargs):
     super().__init__(name="bert", **kwargs)
     if model_type not in MODEL_TYPES:
-      raise ValueError("model_type %r is not one of %s" %
-                       (model_type, MODEL_TYPES))
+      raise ValueError(f"model_type {model_type!r} is not one of {MODEL_TYPES}")
     if model_type == "bert" and not config.type_vocab_size:
-      raise ValueError("model_type 'bert' needs type_vocab_size > 0 (Google "
-                       "BERT checkpoints use 2)")
+      raise ValueError(
+        "model_type 'bert' needs type_vocab_size > 0 (Google BERT checkpoints use 2)"
+      )
     self.config = config
     self.model_type = model_type
     self.embeddings = Embeddings(config)
@@ -548,13 +570,12 @@ class TransformerLM(keras.Model):
     # layers inside a Keras 3 TrackedList, and would silently skip them.
     self.encoder_layers = []
     for i in range(config.num_hidden_layers):
-      block = TransformerBlock(config, name="layer_%d" % i)
-      setattr(self, "layer_%d" % i, block)
+      block = TransformerBlock(config, name=f"layer_{i}")
+      setattr(self, f"layer_{i}", block)
       self.encoder_layers.append(block)
     # The continuous head (ELMo-C) has the same call signature and returns
     # cosine logits, so every caller of lm_head / log_probs works unchanged.
-    self.lm_head = (ContinuousHead(config)
-                    if config.output_layer == "continuous" else LMHead(config))
+    self.lm_head = ContinuousHead(config) if config.output_layer == "continuous" else LMHead(config)
 
   def build(self, input_shape=None):
     self.embeddings.build()
@@ -577,8 +598,7 @@ class TransformerLM(keras.Model):
     """
     input_ids = inputs["input_ids"]
     input_mask = inputs["input_mask"]
-    embedding_output = self.embeddings(
-        input_ids, inputs.get("segment_ids"), training=training)
+    embedding_output = self.embeddings(input_ids, inputs.get("segment_ids"), training=training)
     attention_mask = create_attention_mask(input_mask, self.model_type)
     if self.model_type == "tta":
       batch_size, seq_length = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
@@ -592,8 +612,7 @@ class TransformerLM(keras.Model):
       # Input isolation: T-TA's keys/values always come from the embedding
       # output; BERT's from the previous layer.
       kv_input = embedding_output if self.model_type == "tta" else hidden
-      hidden = layer(hidden, kv_input, attention_mask, training=training,
-                     key_value=key_value)
+      hidden = layer(hidden, kv_input, attention_mask, training=training, key_value=key_value)
     return hidden, embedding_output
 
   def fused_key_value_weights(self):
@@ -608,12 +627,11 @@ class TransformerLM(keras.Model):
       key_0, value_0, key_1, ... (new tensors: a snapshot of the weights).
     """
     if self.model_type != "tta":
-      raise ValueError("only T-TA's keys/values share one input; %s's come "
-                       "from the previous layer" % self.model_type)
-    parts = [(p.kernel, p.bias) for layer in self.encoder_layers
-             for p in (layer.key, layer.value)]
-    return (tf.concat([k for k, _ in parts], axis=1),
-            tf.concat([b for _, b in parts], axis=0))
+      raise ValueError(
+        f"only T-TA's keys/values share one input; {self.model_type}'s come from the previous layer"
+      )
+    parts = [(p.kernel, p.bias) for layer in self.encoder_layers for p in (layer.key, layer.value)]
+    return (tf.concat([k for k, _ in parts], axis=1), tf.concat([b for _, b in parts], axis=0))
 
   def _fused_key_values(self, embedding_output, fused_key_value):
     # [B, T, D] -> per layer (key, value), each [B, N, T, H].
@@ -624,18 +642,19 @@ class TransformerLM(keras.Model):
     shape = tf.shape(embedding_output)
     projected = tf.reshape(projected, [shape[0], shape[1], -1])
     pieces = tf.split(projected, 2 * len(self.encoder_layers), axis=-1)
-    return [(layer.split_heads(pieces[2 * i]),
-             layer.split_heads(pieces[2 * i + 1]))
-            for i, layer in enumerate(self.encoder_layers)]
+    return [
+      (layer.split_heads(pieces[2 * i]), layer.split_heads(pieces[2 * i + 1]))
+      for i, layer in enumerate(self.encoder_layers)
+    ]
 
   def call(self, inputs, training=False):
     """Returns dict of sequence_output, embedding_output, log_probs [B,T,V]."""
     sequence_output, embedding_output = self.encode(inputs, training)
     logits = self.lm_head(sequence_output, self.embeddings.word_embeddings)
     return {
-        "sequence_output": sequence_output,
-        "embedding_output": embedding_output,
-        "log_probs": tf.nn.log_softmax(logits, axis=-1),
+      "sequence_output": sequence_output,
+      "embedding_output": embedding_output,
+      "log_probs": tf.nn.log_softmax(logits, axis=-1),
     }
 
   def tf1_variables(self):
@@ -645,11 +664,9 @@ class TransformerLM(keras.Model):
     under these names.
     """
     names = collections.OrderedDict()
-    names.update(_prefixed("bert/embeddings",
-                           self.embeddings.tf1_variables()))
+    names.update(_prefixed("bert/embeddings", self.embeddings.tf1_variables()))
     for i, layer in enumerate(self.encoder_layers):
-      names.update(_prefixed("bert/encoder/layer_%d" % i,
-                             layer.tf1_variables()))
+      names.update(_prefixed(f"bert/encoder/layer_{i}", layer.tf1_variables()))
     names.update(_prefixed("cls/predictions", self.lm_head.tf1_variables()))
     return names
 
@@ -709,37 +726,42 @@ class ContinuousHead(keras.layers.Layer):
     c = config
     self.config = c
     self.target_size = c.target_embedding_size or c.hidden_size
-    self.transform = Dense(c.hidden_size, c.hidden_size, c.initializer_range,
-                           activation=_ACTIVATIONS[c.hidden_act],
-                           name="dense")
+    self.transform = Dense(
+      c.hidden_size,
+      c.hidden_size,
+      c.initializer_range,
+      activation=_ACTIVATIONS[c.hidden_act],
+      name="dense",
+    )
     self.layer_norm = LayerNorm(c.hidden_size, name="LayerNorm")
-    self.projection = Dense(c.hidden_size, self.target_size,
-                            c.initializer_range, name="projection")
+    self.projection = Dense(c.hidden_size, self.target_size, c.initializer_range, name="projection")
 
   def build(self, input_shape=None):
     self.transform.build()
     self.layer_norm.build()
     self.projection.build()
     self.target_embeddings = self.add_weight(
-        name="target_embeddings",
-        shape=(self.config.vocab_size, self.target_size),
-        initializer="zeros", trainable=False)
+      name="target_embeddings",
+      shape=(self.config.vocab_size, self.target_size),
+      initializer="zeros",
+      trainable=False,
+    )
 
   def set_target_embeddings(self, table):
     """Stores `table` (float [V, E]) with rows scaled to unit length."""
     table = np.asarray(table, np.float32)
     expected = (self.config.vocab_size, self.target_size)
     if table.shape != expected:
-      raise ValueError("target embeddings have shape %s, the continuous head "
-                       "expects [vocab_size, target_embedding_size] = %s" %
-                       (table.shape, expected))
+      raise ValueError(
+        f"target embeddings have shape {table.shape}, the continuous head "
+        f"expects [vocab_size, target_embedding_size] = {expected}"
+      )
     norms = np.linalg.norm(table, axis=-1, keepdims=True)
     self.target_embeddings.assign(table / np.maximum(norms, 1e-12))
 
   def predict_vectors(self, hidden):
     """W h: float32 [..., E] for hidden [..., D] (not normalised)."""
-    return tf.cast(self.projection(self.layer_norm(self.transform(hidden))),
-                   tf.float32)
+    return tf.cast(self.projection(self.layer_norm(self.transform(hidden))), tf.float32)
 
   def call(self, hidden, embedding_table=None):
     """Returns float32 cosine logits [..., V] over the frozen target table.
@@ -759,8 +781,7 @@ class ContinuousHead(keras.layers.Layer):
 
   def tf1_variables(self):
     names = _prefixed("transform/dense", self.transform.tf1_variables())
-    names.update(_prefixed("transform/LayerNorm",
-                           self.layer_norm.tf1_variables()))
+    names.update(_prefixed("transform/LayerNorm", self.layer_norm.tf1_variables()))
     names.update(_prefixed("projection", self.projection.tf1_variables()))
     names["target_embeddings"] = self.target_embeddings
     return names

@@ -62,6 +62,7 @@ class Hypothesis:
     scores: dict[str, float], first-pass scores by name ("decoder", "ctc", "lm", "score", ...).
     system: str, the system that produced it for multi-system lists, else "".
   """
+
   text: str
   scores: dict = dataclasses.field(default_factory=dict)
   system: str = ""
@@ -76,6 +77,7 @@ class NBestList:
     refs: list[str], one reference (ASR) or several (MT).
     hyps: list[Hypothesis], in first-pass rank order (rank 1 first).
   """
+
   key: str
   refs: list
   hyps: list
@@ -84,6 +86,7 @@ class NBestList:
 @dataclasses.dataclass
 class WerDetails:
   """Corpus WER and its edit counts (jiwer's alignment)."""
+
   wer: float  # percent
   substitutions: int
   deletions: int
@@ -106,6 +109,7 @@ class SweepResult:
       least from the first pass.
     best_value: float, the metric at best_lam.
   """
+
   metric: str
   curve: list
   best_lam: float
@@ -157,8 +161,9 @@ def _parse_espnet_float(value, where, what):
   else:
     number = math.nan
   if not math.isfinite(number):
-    raise ValueError(f"{where}: {what}: expected a finite number or tensor(<number>), "
-                     f"found {value!r}")
+    raise ValueError(
+      f"{where}: {what}: expected a finite number or tensor(<number>), found {value!r}"
+    )
   return number
 
 
@@ -184,7 +189,8 @@ def _espnet_set_path(path_or_set_name, data_dir):
   name = path_or_set_name.replace("-", "_")
   if name not in ESPNET_SETS:
     raise FileNotFoundError(
-        f"{path_or_set_name!r} is neither an existing path nor one of {ESPNET_SETS}")
+      f"{path_or_set_name!r} is neither an existing path nor one of {ESPNET_SETS}"
+    )
   return os.path.join(io_utils.data_root(data_dir), ESPNET_DIR, name + ".tar.xz")
 
 
@@ -217,7 +223,7 @@ def _load_espnet_files(path):
         continue  # utt2spk and friends are not needed
       roots.add(root)
       text = tar.extractfile(member).read().decode("utf-8")
-      files[member.name[len(root):]] = (f"{path}:{member.name}", text)
+      files[member.name[len(root) :]] = (f"{path}:{member.name}", text)
   if len(roots) > 1:
     raise ValueError(f"{path}: expected one decode set, found several roots {sorted(roots)}")
   return files
@@ -256,8 +262,9 @@ def _espnet_scores(rest, where):
   for name in AM_WEIGHTS:
     if name not in raw:
       raise ValueError(f"{where}: scores lack the {name!r} field: {rest!r}")
-  return {name: _parse_espnet_float(value, where, f"scores[{name!r}]")
-          for name, value in raw.items()}
+  return {
+    name: _parse_espnet_float(value, where, f"scores[{name!r}]") for name, value in raw.items()
+  }
 
 
 def _parse_trn(label, text):
@@ -343,8 +350,10 @@ def read_espnet_nbest(path_or_set_name, data_dir=None):
   for trn_id, ref, where in _parse_trn(*files[trn_name]):
     key = _match_trn_id(trn_id, first_seen)
     if key is None:
-      raise ValueError(f"{where}: reference id {trn_id!r} matches no hypothesis utterance "
-                       "(an utterance without hypotheses)")
+      raise ValueError(
+        f"{where}: reference id {trn_id!r} matches no hypothesis utterance "
+        "(an utterance without hypotheses)"
+      )
     if key in refs_seen:
       raise ValueError(f"{where}: second reference for {key!r} (first at {refs_seen[key]})")
     refs_seen[key] = where
@@ -366,8 +375,9 @@ def _read_espnet_rank(path, files, rank, has_total):
       raise ValueError(f"{path}: missing {prefix + kind} (other ranks have it)")
     parsed[kind] = _parse_espnet_keyed(*files[prefix + kind], parsers[kind])
   for kind in needed[1:]:
-    _check_same_keys(parsed["text"], files[prefix + "text"][0],
-                     parsed[kind], files[prefix + kind][0])
+    _check_same_keys(
+      parsed["text"], files[prefix + "text"][0], parsed[kind], files[prefix + kind][0]
+    )
   out = {}
   for key, (text, where) in parsed["text"].items():
     scores = dict(parsed["scores"][key][0])
@@ -391,8 +401,10 @@ def _collect_ranks(ranks, key):
   for rank, by_key in enumerate(ranks, 1):
     if key in by_key:
       if len(hyps) != rank - 1:
-        raise ValueError(f"{by_key[key][1]}: utterance {key!r} appears at rank {rank} "
-                         f"but not at rank {len(hyps) + 1}")
+        raise ValueError(
+          f"{by_key[key][1]}: utterance {key!r} appears at rank {rank} "
+          f"but not at rank {len(hyps) + 1}"
+        )
       hyps.append(by_key[key][0])
   return hyps
 
@@ -553,7 +565,7 @@ def read_tsv_nbest(path):
     score_names = _parse_tsv_header(lines[0], f"{path}:1")
     first = 2
   refs, hyps, where_first = {}, {}, {}
-  for lineno, line in enumerate(lines[first - 1:], first):
+  for lineno, line in enumerate(lines[first - 1 :], first):
     where = f"{path}:{lineno}"
     fields = line.split("\t")
     if not fields[0].strip():
@@ -582,8 +594,9 @@ def read_tsv_nbest(path):
 def _parse_tsv_header(line, where):
   names = line[1:].split("\t")
   if len(names) < 3 or names[:2] != ["key", "rank"] or names[-1] != "text":
-    raise ValueError(f"{where}: header must be '#key<TAB>rank<TAB>[scores...]<TAB>text', "
-                     f"found {line!r}")
+    raise ValueError(
+      f"{where}: header must be '#key<TAB>rank<TAB>[scores...]<TAB>text', found {line!r}"
+    )
   score_names = names[2:-1]
   if len(set(score_names)) != len(score_names) or not all(score_names):
     raise ValueError(f"{where}: score column names must be distinct and non-empty: {line!r}")
@@ -592,13 +605,18 @@ def _parse_tsv_header(line, where):
 
 def _parse_tsv_hyp(fields, score_names, expected_rank, where):
   if len(fields) != len(score_names) + 3:
-    raise ValueError(f"{where}: a hypothesis row has {len(score_names) + 3} fields "
-                     f"(key, rank, {', '.join(score_names + ['text'])}), found {len(fields)}")
+    raise ValueError(
+      f"{where}: a hypothesis row has {len(score_names) + 3} fields "
+      f"(key, rank, {', '.join(score_names + ['text'])}), found {len(fields)}"
+    )
   if fields[1] != str(expected_rank):
-    raise ValueError(f"{where}: expected rank {expected_rank} for key {fields[0]!r} "
-                     f"(or 'ref'), found {fields[1]!r}")
-  scores = {name: _parse_number(value, where, name)
-            for name, value in zip(score_names, fields[2:-1])}
+    raise ValueError(
+      f"{where}: expected rank {expected_rank} for key {fields[0]!r} "
+      f"(or 'ref'), found {fields[1]!r}"
+    )
+  scores = {
+    name: _parse_number(value, where, name) for name, value in zip(score_names, fields[2:-1])
+  }
   return Hypothesis(text=fields[-1].strip(), scores=scores)
 
 
@@ -647,27 +665,40 @@ def read_wmt_candidates(data_dir=None, pair="de-en", testset="newstest2021"):
   ref_paths = sorted(glob.glob(os.path.join(root, "references", f"{testset}.{pair}.ref.*")))
   hyp_paths = sorted(glob.glob(os.path.join(root, "system-outputs", f"{testset}.{pair}.hyp.*")))
   if not ref_paths or not hyp_paths:
-    raise ValueError(f"{root}: expected references/{testset}.{pair}.ref.* and "
-                     f"system-outputs/{testset}.{pair}.hyp.*, found {len(ref_paths)} and "
-                     f"{len(hyp_paths)} files")
-  ref_columns = [[_check_reference(line, f"{path}:{n}")
-                  for n, line in enumerate(_split_lines(_read_text_file(path)), 1)]
-                 for path in ref_paths]
-  hyp_columns = [[line.strip() for line in _split_lines(_read_text_file(path))]
-                 for path in hyp_paths]
+    raise ValueError(
+      f"{root}: expected references/{testset}.{pair}.ref.* and "
+      f"system-outputs/{testset}.{pair}.hyp.*, found {len(ref_paths)} and "
+      f"{len(hyp_paths)} files"
+    )
+  ref_columns = [
+    [
+      _check_reference(line, f"{path}:{n}")
+      for n, line in enumerate(_split_lines(_read_text_file(path)), 1)
+    ]
+    for path in ref_paths
+  ]
+  hyp_columns = [
+    [line.strip() for line in _split_lines(_read_text_file(path))] for path in hyp_paths
+  ]
   n_segments = len(ref_columns[0])
   if n_segments == 0:
     raise ValueError(f"{ref_paths[0]}:1: no segments")
   for path, column in zip(ref_paths + hyp_paths, ref_columns + hyp_columns):
     if len(column) != n_segments:
-      raise ValueError(f"{path}:{min(len(column), n_segments) + 1}: {len(column)} lines, "
-                       f"but {ref_paths[0]} has {n_segments} (files must be line-aligned)")
+      raise ValueError(
+        f"{path}:{min(len(column), n_segments) + 1}: {len(column)} lines, "
+        f"but {ref_paths[0]} has {n_segments} (files must be line-aligned)"
+      )
   prefix = f"{testset}.{pair}.hyp."
-  systems = [os.path.basename(path)[len(prefix):].rsplit(".", 1)[0] for path in hyp_paths]
-  return [NBestList(key=str(i + 1), refs=[column[i] for column in ref_columns],
-                    hyps=[Hypothesis(text=column[i], system=name)
-                          for name, column in zip(systems, hyp_columns)])
-          for i in range(n_segments)]
+  systems = [os.path.basename(path)[len(prefix) :].rsplit(".", 1)[0] for path in hyp_paths]
+  return [
+    NBestList(
+      key=str(i + 1),
+      refs=[column[i] for column in ref_columns],
+      hyps=[Hypothesis(text=column[i], system=name) for name, column in zip(systems, hyp_columns)],
+    )
+    for i in range(n_segments)
+  ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -698,13 +729,16 @@ def s2s_score(hyp, setting):
   if setting == "am":
     missing = [name for name in AM_WEIGHTS if name not in hyp.scores]
     if missing:
-      raise ValueError(f"setting 'am' needs scores {list(AM_WEIGHTS)}; hypothesis "
-                       f"{hyp.text!r} has {sorted(hyp.scores)}")
+      raise ValueError(
+        f"setting 'am' needs scores {list(AM_WEIGHTS)}; hypothesis "
+        f"{hyp.text!r} has {sorted(hyp.scores)}"
+      )
     return sum(weight * hyp.scores[name] for name, weight in AM_WEIGHTS.items())
   if setting == "full":
     if "score" not in hyp.scores:
-      raise ValueError(f"setting 'full' needs score 'score'; hypothesis {hyp.text!r} has "
-                       f"{sorted(hyp.scores)}")
+      raise ValueError(
+        f"setting 'full' needs score 'score'; hypothesis {hyp.text!r} has {sorted(hyp.scores)}"
+      )
     return hyp.scores["score"]
   raise ValueError(f"unknown setting {setting!r}; expected one of {SETTINGS}")
 
@@ -720,11 +754,17 @@ def wer_details(refs, hyps):
     WerDetails, with wer in percent = 100 * (S + D + I) / (S + D + H).
   """
   if len(refs) != len(hyps) or not refs:
-    raise ValueError(f"need equally many refs and hyps (at least one), got {len(refs)} "
-                     f"and {len(hyps)}")
+    raise ValueError(
+      f"need equally many refs and hyps (at least one), got {len(refs)} and {len(hyps)}"
+    )
   out = jiwer.process_words(list(refs), list(hyps))
-  return WerDetails(wer=100.0 * out.wer, substitutions=out.substitutions,
-                    deletions=out.deletions, insertions=out.insertions, hits=out.hits)
+  return WerDetails(
+    wer=100.0 * out.wer,
+    substitutions=out.substitutions,
+    deletions=out.deletions,
+    insertions=out.insertions,
+    hits=out.hits,
+  )
 
 
 def corpus_wer(refs, hyps):
@@ -744,12 +784,15 @@ def corpus_bleu(refs_list, hyps):
     float, BLEU in [0, 100].
   """
   if len(refs_list) != len(hyps) or not hyps:
-    raise ValueError(f"need equally many reference sets and hyps (at least one), got "
-                     f"{len(refs_list)} and {len(hyps)}")
+    raise ValueError(
+      f"need equally many reference sets and hyps (at least one), got "
+      f"{len(refs_list)} and {len(hyps)}"
+    )
   n_refs = {len(refs) for refs in refs_list}
   if len(n_refs) != 1 or 0 in n_refs:
-    raise ValueError(f"every segment needs the same, non-zero number of references; "
-                     f"found counts {sorted(n_refs)}")
+    raise ValueError(
+      f"every segment needs the same, non-zero number of references; found counts {sorted(n_refs)}"
+    )
   # sacrebleu wants one stream per reference index: [[ref_a of seg 1, ...], [ref_b ...]].
   streams = [list(stream) for stream in zip(*refs_list)]
   return sacrebleu.corpus_bleu(list(hyps), streams).score
@@ -797,8 +840,9 @@ def _check_lm_scores(lists, lm_scores):
     raise ValueError(f"lm_scores has {len(lm_scores)} entries for {len(lists)} lists")
   for nbest, scores in zip(lists, lm_scores):
     if len(scores) != len(nbest.hyps):
-      raise ValueError(f"list {nbest.key!r}: {len(scores)} LM scores for {len(nbest.hyps)} "
-                       "hypotheses")
+      raise ValueError(
+        f"list {nbest.key!r}: {len(scores)} LM scores for {len(nbest.hyps)} hypotheses"
+      )
     for score in scores:
       # NaN would make every comparison false and silently pick rank 1.
       if not math.isfinite(score):
@@ -808,8 +852,10 @@ def _check_lm_scores(lists, lm_scores):
 def _choose(s2s, lm_scores, lam):
   if lm_scores is None:
     return [_argmax(row) for row in s2s]
-  return [_argmax([(1.0 - lam) * s + lam * lm for s, lm in zip(s_row, lm_row)])
-          for s_row, lm_row in zip(s2s, lm_scores)]
+  return [
+    _argmax([(1.0 - lam) * s + lam * lm for s, lm in zip(s_row, lm_row)])
+    for s_row, lm_row in zip(s2s, lm_scores)
+  ]
 
 
 def rerank(lists, lm_scores, lam, setting="full"):
@@ -902,8 +948,10 @@ def oracle(lists, metric="wer"):
     choice = [_argmax([-next(errors) for _ in nbest.hyps]) for nbest in lists]
   elif metric == "bleu":
     bleu = sacrebleu.metrics.BLEU(effective_order=True)
-    choice = [_argmax([bleu.sentence_score(hyp.text, nbest.refs).score for hyp in nbest.hyps])
-              for nbest in lists]
+    choice = [
+      _argmax([bleu.sentence_score(hyp.text, nbest.refs).score for hyp in nbest.hyps])
+      for nbest in lists
+    ]
   else:
     raise ValueError(f"unknown metric {metric!r}; expected one of {METRICS}")
   return evaluate(lists, choice, metric), choice
@@ -951,8 +999,7 @@ def pppl_summary(token_logprob_sums, token_counts):
     raise ValueError("no sentences")
   exponent = -sum(token_logprob_sums) / sum(token_counts)
   corpus = math.exp(exponent) if exponent < 709.0 else math.inf
-  return {"mean": statistics.fmean(values), "median": statistics.median(values),
-          "corpus": corpus}
+  return {"mean": statistics.fmean(values), "median": statistics.median(values), "corpus": corpus}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -993,8 +1040,12 @@ class ScoreCache:
         record = json.loads(line.decode("utf-8"))
       except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{where}: not a JSON cache record ({e})") from None
-      if (not isinstance(record, dict) or not isinstance(record.get("model"), str)
-          or not isinstance(record.get("text"), str) or "value" not in record):
+      if (
+        not isinstance(record, dict)
+        or not isinstance(record.get("model"), str)
+        or not isinstance(record.get("text"), str)
+        or "value" not in record
+      ):
         raise ValueError(f"{where}: expected {{'model': str, 'text': str, 'value': ...}}")
       self._data[(record["model"], record["text"])] = record["value"]
 
@@ -1006,8 +1057,7 @@ class ScoreCache:
 
   def get_many(self, model_id, texts):
     """Returns {text: payload} for the texts of `model_id` that are cached (others omitted)."""
-    return {text: self._data[(model_id, text)] for text in texts
-            if (model_id, text) in self._data}
+    return {text: self._data[(model_id, text)] for text in texts if (model_id, text) in self._data}
 
   def put_many(self, model_id, items):
     """Stores payloads and makes them durable before returning.
@@ -1019,8 +1069,10 @@ class ScoreCache:
     pairs = list(items.items()) if isinstance(items, dict) else list(items)
     if not pairs:
       return
-    lines = [json.dumps({"model": model_id, "text": text, "value": value}, ensure_ascii=False)
-             for text, value in pairs]
+    lines = [
+      json.dumps({"model": model_id, "text": text, "value": value}, ensure_ascii=False)
+      for text, value in pairs
+    ]
     directory = os.path.dirname(os.path.abspath(self.path))
     os.makedirs(directory, exist_ok=True)
     with open(self.path, "a", encoding="utf-8") as f:

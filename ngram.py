@@ -73,8 +73,9 @@ def find_kenlm_bin(name):
   if on_path:
     return os.path.abspath(on_path)
   raise FileNotFoundError(
-      f"KenLM executable '{name}' not found: looked in {KENLM_BIN_DIR} and on PATH. "
-      f"Build it with: bash {os.path.join(_REPO_ROOT, 'scripts', 'build_kenlm.sh')}")
+    f"KenLM executable '{name}' not found: looked in {KENLM_BIN_DIR} and on PATH. "
+    f"Build it with: bash {os.path.join(_REPO_ROOT, 'scripts', 'build_kenlm.sh')}"
+  )
 
 
 def _run_streaming(cmd, what):
@@ -92,8 +93,9 @@ def _run_streaming(cmd, what):
   """
   logging.info("%s: %s", what, " ".join(cmd))
   lines = []
-  with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                        errors="replace") as proc:
+  with subprocess.Popen(
+    cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+  ) as proc:
     # stdout is merged into stderr: with --arpa lmplz writes nothing else there, build_binary
     # writes its progress to both.
     for line in proc.stdout:
@@ -106,10 +108,13 @@ def _run_streaming(cmd, what):
     status = f"signal {-rc}" if rc < 0 else f"exit status {rc}"
     hint = ""
     if "discount_fallback" in output:
-      hint = ("\nHint: the corpus is too small to estimate Kneser-Ney discounts; "
-              "pass discount_fallback=True (--discount_fallback).")
-    raise RuntimeError(f"{what} failed ({status}): {' '.join(cmd)}\n"
-                       f"--- its output ---\n{output.rstrip()}{hint}")
+      hint = (
+        "\nHint: the corpus is too small to estimate Kneser-Ney discounts; "
+        "pass discount_fallback=True (--discount_fallback)."
+      )
+    raise RuntimeError(
+      f"{what} failed ({status}): {' '.join(cmd)}\n--- its output ---\n{output.rstrip()}{hint}"
+    )
   return output
 
 
@@ -143,8 +148,16 @@ def read_model_info(model_path):
     return json.load(f)
 
 
-def train_ngram(text_file, output_path, order=5, memory="20%", prune=None,
-                discount_fallback=False, binary=True, normalization=None):
+def train_ngram(
+  text_file,
+  output_path,
+  order=5,
+  memory="20%",
+  prune=None,
+  discount_fallback=False,
+  binary=True,
+  normalization=None,
+):
   """Trains a modified Kneser-Ney n-gram LM with KenLM's lmplz (and build_binary).
 
   The output appears atomically: everything is written to temporary files next to `output_path`
@@ -188,8 +201,19 @@ def train_ngram(text_file, output_path, order=5, memory="20%", prune=None,
   tmp_dir = tempfile.mkdtemp(prefix=f".{base}.tmp-", dir=out_dir)
   try:
     arpa = os.path.join(tmp_dir, "model.arpa")
-    cmd = [lmplz, "-o", str(order), "-S", str(memory), "-T", tmp_dir,
-           "--text", text_file, "--arpa", arpa]
+    cmd = [
+      lmplz,
+      "-o",
+      str(order),
+      "-S",
+      str(memory),
+      "-T",
+      tmp_dir,
+      "--text",
+      text_file,
+      "--arpa",
+      arpa,
+    ]
     cmd += _prune_args(prune)
     if discount_fallback:
       cmd.append("--discount_fallback")
@@ -199,20 +223,28 @@ def train_ngram(text_file, output_path, order=5, memory="20%", prune=None,
       result = os.path.join(tmp_dir, "model.bin")
       _run_streaming([build_binary, arpa, result], "build_binary")
     if normalization is not None:
-      info = {"normalization": normalization, "order": order,
-              "train_text": os.path.abspath(text_file)}
-      io_utils.write_atomically(model_info_path(output_path),
-                                json.dumps(info, indent=2))
+      info = {
+        "normalization": normalization,
+        "order": order,
+        "train_text": os.path.abspath(text_file),
+      }
+      io_utils.write_atomically(model_info_path(output_path), json.dumps(info, indent=2))
     os.replace(result, output_path)
   finally:
     shutil.rmtree(tmp_dir, ignore_errors=True)
-  logging.info("wrote %s-gram %s model %s (%d bytes)", order, "binary" if binary else "ARPA",
-               output_path, os.path.getsize(output_path))
+  logging.info(
+    "wrote %s-gram %s model %s (%d bytes)",
+    order,
+    "binary" if binary else "ARPA",
+    output_path,
+    os.path.getsize(output_path),
+  )
   return output_path
 
 
-class SentenceScore(collections.namedtuple("SentenceScore",
-                                           ["logprob", "word_logprobs", "n_words"])):
+class SentenceScore(
+  collections.namedtuple("SentenceScore", ["logprob", "word_logprobs", "n_words"])
+):
   """One sentence's score; unpacks as (logprob, word_logprobs, n_words).
 
   Attributes:
@@ -260,23 +292,28 @@ class NgramScorer(object):
     try:
       import kenlm  # pylint: disable=g-import-not-at-top
     except ImportError as e:
-      raise ImportError("the `kenlm` Python module is required for n-gram scoring: "
-                        "pip install kenlm==0.3.0 (see requirements.txt)") from e
+      raise ImportError(
+        "the `kenlm` Python module is required for n-gram scoring: "
+        "pip install kenlm==0.3.0 (see requirements.txt)"
+      ) from e
     if not os.path.exists(model_path):
       raise FileNotFoundError(f"n-gram model file not found: {model_path}")
     if os.path.isdir(model_path):
-      raise ValueError(f"n-gram model path is a directory, expected an ARPA or KenLM binary "
-                       f"file: {model_path}")
+      raise ValueError(
+        f"n-gram model path is a directory, expected an ARPA or KenLM binary file: {model_path}"
+      )
     config = kenlm.Config()
     config.show_progress = False  # no "****" bar on stderr for each load
     try:
       self._model = kenlm.Model(model_path, config)
     except (OSError, RuntimeError) as e:
-      raise ValueError(f"cannot load n-gram model {model_path}: expected an ARPA file or a "
-                       f"KenLM binary. KenLM says: {e}") from e
+      raise ValueError(
+        f"cannot load n-gram model {model_path}: expected an ARPA file or a "
+        f"KenLM binary. KenLM says: {e}"
+      ) from e
     self.model_path = model_path
     self.order = self._model.order
-    self.total_oov = 0    # running totals over every score_sentences call
+    self.total_oov = 0  # running totals over every score_sentences call
     self.total_words = 0
 
   def __contains__(self, word):
@@ -314,8 +351,9 @@ class NgramScorer(object):
       n_oov = sum(oov)
       self.total_oov += n_oov
       self.total_words += len(word_logprobs)
-      results.append(SentenceScore(math.fsum(word_logprobs), word_logprobs, len(word_logprobs),
-                                   n_oov, oov))
+      results.append(
+        SentenceScore(math.fsum(word_logprobs), word_logprobs, len(word_logprobs), n_oov, oov)
+      )
     return results
 
   def score(self, text, bos=True, eos=True):
@@ -332,6 +370,7 @@ def _define_flags():
   """Defines the CLI flags. Only for `python ngram.py`: defining them at import time would clash
   with the flags of the run_* scripts that import this module."""
   from absl import flags  # pylint: disable=g-import-not-at-top
+
   flags.DEFINE_string("train_text", None, "Training text, one sentence per line: trains a model.")
   flags.DEFINE_string("output", None, "Where the trained model goes (with --train_text).")
   flags.DEFINE_integer("order", 5, "n-gram order.")
@@ -339,12 +378,17 @@ def _define_flags():
   flags.DEFINE_list("prune", None, "lmplz --prune count thresholds per order, e.g. 0,0,1.")
   flags.DEFINE_bool("discount_fallback", False, "lmplz --discount_fallback (tiny corpora).")
   flags.DEFINE_bool("binary", True, "Write a KenLM binary (else ARPA).")
-  flags.DEFINE_enum("normalization", None, normalization_lib.NORMALIZATIONS,
-                    "Normalization of --train_text, stored beside the model "
-                    "so that scoring normalizes text the same way.")
+  flags.DEFINE_enum(
+    "normalization",
+    None,
+    normalization_lib.NORMALIZATIONS,
+    "Normalization of --train_text, stored beside the model "
+    "so that scoring normalizes text the same way.",
+  )
   flags.DEFINE_string("model", None, "ARPA or KenLM binary model to score with.")
-  flags.DEFINE_string("score_file", None,
-                      "Sentences to score, one per line; prints ln p, n_words, n_oov, text.")
+  flags.DEFINE_string(
+    "score_file", None, "Sentences to score, one per line; prints ln p, n_words, n_oov, text."
+  )
   flags.DEFINE_bool("bos", True, "Condition the first word on <s>.")
   flags.DEFINE_bool("eos", True, "Score </s> (counted as a word).")
   return flags.FLAGS
@@ -354,15 +398,23 @@ def main(argv):
   del argv
   from absl import app  # pylint: disable=g-import-not-at-top
   from absl import flags  # pylint: disable=g-import-not-at-top
+
   FLAGS = flags.FLAGS  # pylint: disable=invalid-name
   if bool(FLAGS.train_text) == bool(FLAGS.score_file):
     raise app.UsageError("give either --train_text (with --output) or --score_file (with --model)")
   if FLAGS.train_text:
     if not FLAGS.output:
       raise app.UsageError("--train_text needs --output")
-    train_ngram(FLAGS.train_text, FLAGS.output, order=FLAGS.order, memory=FLAGS.memory,
-                prune=FLAGS.prune, discount_fallback=FLAGS.discount_fallback,
-                binary=FLAGS.binary, normalization=FLAGS.normalization)
+    train_ngram(
+      FLAGS.train_text,
+      FLAGS.output,
+      order=FLAGS.order,
+      memory=FLAGS.memory,
+      prune=FLAGS.prune,
+      discount_fallback=FLAGS.discount_fallback,
+      binary=FLAGS.binary,
+      normalization=FLAGS.normalization,
+    )
     print(FLAGS.output)
     return
   if not FLAGS.model:
@@ -378,12 +430,19 @@ def main(argv):
       n_words += s.n_words
       n_sents += 1
   ppl = math.exp(-total / n_words) if n_words else float("nan")
-  logging.info("%d sentences, %d scored words (</s> %s), %d OOV, total ln p %.4f, perplexity %.3f",
-               n_sents, n_words, "included" if FLAGS.eos else "excluded", scorer.total_oov,
-               total, ppl)
+  logging.info(
+    "%d sentences, %d scored words (</s> %s), %d OOV, total ln p %.4f, perplexity %.3f",
+    n_sents,
+    n_words,
+    "included" if FLAGS.eos else "excluded",
+    scorer.total_oov,
+    total,
+    ppl,
+  )
 
 
 if __name__ == "__main__":
   from absl import app  # pylint: disable=g-import-not-at-top
+
   _define_flags()
   app.run(main)

@@ -53,8 +53,9 @@ import tensorflow as tf
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 
 
-def create_optimizer(init_lr, num_train_steps, num_warmup_steps, weight_decay_rate=0.01,
-                     clip_norm=1.0):
+def create_optimizer(
+  init_lr, num_train_steps, num_warmup_steps, weight_decay_rate=0.01, clip_norm=1.0
+):
   """Creates BERT's optimizer: AdamWeightDecay + global-norm clipping + warmup/decay schedule.
 
   Call it under `strategy.scope()` when training with a `tf.distribute` strategy: the optimizer
@@ -72,17 +73,17 @@ def create_optimizer(init_lr, num_train_steps, num_warmup_steps, weight_decay_ra
     An `AdamWeightDecay` whose learning rate is a `LinearWarmupLinearDecay`.
   """
   schedule = LinearWarmupLinearDecay(
-      peak_learning_rate=init_lr,
-      num_train_steps=num_train_steps,
-      num_warmup_steps=num_warmup_steps)
+    peak_learning_rate=init_lr, num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps
+  )
   return AdamWeightDecay(
-      learning_rate=schedule,
-      weight_decay_rate=weight_decay_rate,
-      beta_1=0.9,
-      beta_2=0.999,
-      epsilon=1e-6,
-      exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
-      clip_norm=clip_norm)
+    learning_rate=schedule,
+    weight_decay_rate=weight_decay_rate,
+    beta_1=0.9,
+    beta_2=0.999,
+    epsilon=1e-6,
+    exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+    clip_norm=clip_norm,
+  )
 
 
 def clip_gradients(grads, clip_norm=1.0):
@@ -142,8 +143,9 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
       raise ValueError(f"num_train_steps must be > 0, got {num_train_steps}")
     if num_warmup_steps < 0 or num_warmup_steps > num_train_steps:
       raise ValueError(
-          f"num_warmup_steps must be in [0, num_train_steps={num_train_steps}], "
-          f"got {num_warmup_steps}")
+        f"num_warmup_steps must be in [0, num_train_steps={num_train_steps}], "
+        f"got {num_warmup_steps}"
+      )
     self.peak_learning_rate = float(peak_learning_rate)
     self.num_train_steps = int(num_train_steps)
     self.num_warmup_steps = int(num_warmup_steps)
@@ -169,10 +171,10 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
   def get_config(self):
     return {
-        "peak_learning_rate": self.peak_learning_rate,
-        "num_train_steps": self.num_train_steps,
-        "num_warmup_steps": self.num_warmup_steps,
-        "name": self.name,
+      "peak_learning_rate": self.peak_learning_rate,
+      "num_train_steps": self.num_train_steps,
+      "num_warmup_steps": self.num_warmup_steps,
+      "name": self.name,
     }
 
 
@@ -218,16 +220,18 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
   both resumes the run exactly. Build the optimizer before restoring.
   """
 
-  def __init__(self,
-               learning_rate=0.001,
-               weight_decay_rate=0.01,
-               beta_1=0.9,
-               beta_2=0.999,
-               epsilon=1e-6,
-               exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
-               clip_norm=None,
-               name="AdamWeightDecay",
-               **kwargs):
+  def __init__(
+    self,
+    learning_rate=0.001,
+    weight_decay_rate=0.01,
+    beta_1=0.9,
+    beta_2=0.999,
+    epsilon=1e-6,
+    exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+    clip_norm=None,
+    name="AdamWeightDecay",
+    **kwargs,
+  ):
     """Creates the optimizer.
 
     Args:
@@ -251,9 +255,10 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
     for key in ("weight_decay", "clipnorm", "global_clipnorm", "clipvalue"):
       if kwargs.get(key) is not None:
         raise ValueError(
-            f"AdamWeightDecay: Keras' `{key}` is not supported (got {key}={kwargs[key]!r}); "
-            "use `weight_decay_rate`, `exclude_from_weight_decay` and `clip_norm`, which act "
-            "on the cross-replica gradient and the variable path")
+          f"AdamWeightDecay: Keras' `{key}` is not supported (got {key}={kwargs[key]!r}); "
+          "use `weight_decay_rate`, `exclude_from_weight_decay` and `clip_norm`, which act "
+          "on the cross-replica gradient and the variable path"
+        )
     super().__init__(learning_rate=learning_rate, name=name, **kwargs)
     if weight_decay_rate < 0:
       raise ValueError(f"weight_decay_rate must be >= 0, got {weight_decay_rate}")
@@ -264,15 +269,15 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
     self.beta_2 = float(beta_2)
     self.epsilon = float(epsilon)
     self.exclude_from_weight_decay = (
-        tuple(exclude_from_weight_decay) if exclude_from_weight_decay else ())
+      tuple(exclude_from_weight_decay) if exclude_from_weight_decay else ()
+    )
     self.clip_norm = None if clip_norm is None else float(clip_norm)
 
   def _do_use_weight_decay(self, variable_name):
     """Whether to decay the variable with this path (BERT's `_do_use_weight_decay`)."""
     if not self.weight_decay_rate:
       return False
-    return not any(re.search(pattern, variable_name)
-                   for pattern in self.exclude_from_weight_decay)
+    return not any(re.search(pattern, variable_name) for pattern in self.exclude_from_weight_decay)
 
   def build(self, var_list):
     """Creates the `adam_m` and `adam_v` slots and fixes which variables are decayed.
@@ -289,23 +294,26 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
     strategy = tf.distribute.get_strategy()
     if strategy is not self._distribution_strategy:
       raise RuntimeError(
-          f"AdamWeightDecay '{self.name}' was created under "
-          f"{type(self._distribution_strategy).__name__} but is being built under "
-          f"{type(strategy).__name__}; create the optimizer inside `strategy.scope()`")
+        f"AdamWeightDecay '{self.name}' was created under "
+        f"{type(self._distribution_strategy).__name__} but is being built under "
+        f"{type(strategy).__name__}; create the optimizer inside `strategy.scope()`"
+      )
     if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():
       # Keras builds lazily on the first `apply_gradients`; inside `strategy.run` that creates
       # the slots in a replica context, which MirroredStrategy rejects inside a tf.function
       # with an obscure graph error. Say what to do instead.
       raise RuntimeError(
-          f"AdamWeightDecay '{self.name}' is being built inside `strategy.run`; call "
-          "`optimizer.build(model.trainable_variables)` under `strategy.scope()` before the "
-          "first training step")
+        f"AdamWeightDecay '{self.name}' is being built inside `strategy.run`; call "
+        "`optimizer.build(model.trainable_variables)` under `strategy.scope()` before the "
+        "first training step"
+      )
     super().build(var_list)
     self._adam_m, self._adam_v = self.add_optimizer_variables(var_list, ["adam_m", "adam_v"])
     # A plain Python tuple keyed by the optimizer's variable index: decided here once because
     # inside the update the variable may be a per-replica component without a Keras path.
     self._decay_flags = tuple(
-        self._do_use_weight_decay(getattr(v, "path", None) or v.name) for v in var_list)
+      self._do_use_weight_decay(getattr(v, "path", None) or v.name) for v in var_list
+    )
 
   def _backend_update_step(self, grads, trainable_variables, learning_rate):
     # Keras' `apply` calls this hook (private, keras 3.15) with the gradients of *this replica*,
@@ -324,16 +332,18 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
     # `maybe_merge_call` is a merge call, except for strategies that update in replica context
     # (Mirrored/MultiWorker under XLA on GPUs), where it calls the function directly.
     tf.__internal__.distribute.interim.maybe_merge_call(
-        self._update_variables, self._distribution_strategy, grads, variables, learning_rate)
+      self._update_variables, self._distribution_strategy, grads, variables, learning_rate
+    )
 
   def _update_variables(self, strategy, grads, variables, learning_rate):
     """Applies `update_step` to every variable on every device that holds a copy of it."""
     for grad, variable in zip(grads, variables):
       strategy.extended.update(
-          variable,
-          lambda var, g, lr: self.update_step(g, var, lr),
-          args=(grad, learning_rate),
-          group=False)
+        variable,
+        lambda var, g, lr: self.update_step(g, var, lr),
+        args=(grad, learning_rate),
+        group=False,
+      )
 
   def update_step(self, gradient, variable, learning_rate):
     """One AdamWeightDecay update of one variable.
@@ -369,12 +379,14 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
 
   def get_config(self):
     config = super().get_config()
-    config.update({
+    config.update(
+      {
         "weight_decay_rate": self.weight_decay_rate,
         "beta_1": self.beta_1,
         "beta_2": self.beta_2,
         "epsilon": self.epsilon,
         "exclude_from_weight_decay": list(self.exclude_from_weight_decay),
         "clip_norm": self.clip_norm,
-    })
+      }
+    )
     return config

@@ -59,83 +59,127 @@ KENLM_NAME = "5-gram"
 # little). full: the CPU-scale reproduction (see README, "Reproducing the
 # paper at CPU scale", for why this config).
 MODES = {
-    "quick": {
-        "max_books": 8, "vocab_size": 2000, "vocab_max_sentences": None,
-        "vocab_lower_thresh": 2,
-        "num_hidden_layers": 3, "hidden_size": 128, "num_attention_heads": 2,
-        "intermediate_size": 512, "train_batch_size": 32,
-        "learning_rate": 1e-3, "budget_minutes": 1.0, "calibration_steps": 20,
-        "ngram_order": 5, "discount_fallback": True,
-        "sts_max_pairs": 200, "asr_max_lists": 10, "nmt_max_lists": 20,
-    },
-    "full": {
-        "max_books": None, "vocab_size": 8000, "vocab_max_sentences": 200000,
-        "vocab_lower_thresh": None,
-        "num_hidden_layers": 3, "hidden_size": 256, "num_attention_heads": 4,
-        "intermediate_size": 1024, "train_batch_size": 64,
-        "learning_rate": 5e-4, "budget_minutes": 40.0, "calibration_steps": 60,
-        "ngram_order": 5, "discount_fallback": False,
-        "sts_max_pairs": None, "asr_max_lists": 100, "nmt_max_lists": 200,
-    },
+  "quick": {
+    "max_books": 8,
+    "vocab_size": 2000,
+    "vocab_max_sentences": None,
+    "vocab_lower_thresh": 2,
+    "num_hidden_layers": 3,
+    "hidden_size": 128,
+    "num_attention_heads": 2,
+    "intermediate_size": 512,
+    "train_batch_size": 32,
+    "learning_rate": 1e-3,
+    "budget_minutes": 1.0,
+    "calibration_steps": 20,
+    "ngram_order": 5,
+    "discount_fallback": True,
+    "sts_max_pairs": 200,
+    "asr_max_lists": 10,
+    "nmt_max_lists": 20,
+  },
+  "full": {
+    "max_books": None,
+    "vocab_size": 8000,
+    "vocab_max_sentences": 200000,
+    "vocab_lower_thresh": None,
+    "num_hidden_layers": 3,
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "intermediate_size": 1024,
+    "train_batch_size": 64,
+    "learning_rate": 5e-4,
+    "budget_minutes": 40.0,
+    "calibration_steps": 60,
+    "ngram_order": 5,
+    "discount_fallback": False,
+    "sts_max_pairs": None,
+    "asr_max_lists": 100,
+    "nmt_max_lists": 200,
+  },
 }
 
 # Files each stage reads from the data root, and where to get them.
-_STSB = ("STS Benchmark: https://ixa2.si.ehu.eus/stswiki (Stsbenchmark.tar.gz;"
-         " sts-dev.csv and sts-test.csv)")
-_LIBRISPEECH = ("ESPnet2 LibriSpeech 30-best lists {dev,test}_{clean,other}"
-                ".tar.xz (see the SOURCE.md of that folder in the project's "
-                "shared data)")
+_STSB = (
+  "STS Benchmark: https://ixa2.si.ehu.eus/stswiki (Stsbenchmark.tar.gz;"
+  " sts-dev.csv and sts-test.csv)"
+)
+_LIBRISPEECH = (
+  "ESPnet2 LibriSpeech 30-best lists {dev,test}_{clean,other}"
+  ".tar.xz (see the SOURCE.md of that folder in the project's "
+  "shared data)"
+)
 REQUIRED_DATA = (
-    ("gutenberg-books-subset/texts.tar.xz",
-     "Project Gutenberg books from https://www.gutenberg.org (the book list "
-     "is MANIFEST.tsv of this folder in the project's shared data; any "
-     "English books as .txt files in one tar.xz work)"),
-    ("stsb/sts-dev.csv", _STSB),
-    ("stsb/sts-test.csv", _STSB),
-    ("sick/SICK.txt", "SICK: https://marcobaroni.org/composes/sick.html "
-     "(SICK.zip -> SICK.txt)"),
-    ("asr-librispeech-espnet2-30best/dev_clean.tar.xz", _LIBRISPEECH),
-    ("asr-librispeech-espnet2-30best/test_clean.tar.xz", _LIBRISPEECH),
-    ("asr-librispeech-espnet2-30best/dev_other.tar.xz", _LIBRISPEECH),
-    ("asr-librispeech-espnet2-30best/test_other.tar.xz", _LIBRISPEECH),
-    ("nmt-wmt21-deen-multisystem/references",
-     "WMT21 de-en: https://github.com/wmt-conference/wmt21-news-systems "
-     "(sources/, references/, system-outputs/ for newstest2021 de-en)"),
+  (
+    "gutenberg-books-subset/texts.tar.xz",
+    "Project Gutenberg books from https://www.gutenberg.org (the book list "
+    "is MANIFEST.tsv of this folder in the project's shared data; any "
+    "English books as .txt files in one tar.xz work)",
+  ),
+  ("stsb/sts-dev.csv", _STSB),
+  ("stsb/sts-test.csv", _STSB),
+  ("sick/SICK.txt", "SICK: https://marcobaroni.org/composes/sick.html (SICK.zip -> SICK.txt)"),
+  ("asr-librispeech-espnet2-30best/dev_clean.tar.xz", _LIBRISPEECH),
+  ("asr-librispeech-espnet2-30best/test_clean.tar.xz", _LIBRISPEECH),
+  ("asr-librispeech-espnet2-30best/dev_other.tar.xz", _LIBRISPEECH),
+  ("asr-librispeech-espnet2-30best/test_other.tar.xz", _LIBRISPEECH),
+  (
+    "nmt-wmt21-deen-multisystem/references",
+    "WMT21 de-en: https://github.com/wmt-conference/wmt21-news-systems "
+    "(sources/, references/, system-outputs/ for newstest2021 de-en)",
+  ),
 )
 
 # The paper's full-scale figures (ACL 2020, Tables 1, 3, 4), for orientation
 # only: 3 layers x 512, ~30k vocab, 1M steps on Wikipedia + BookCorpus.
 PAPER = {
-    "sts": {"T-TA": {"stsb_dev": (71.88, 54.75), "stsb_test": (62.27, 44.74)},
-            "biLM": {"stsb_dev": (59.99, None), "stsb_test": (50.76, None)},
-            "uniLM": {"stsb_dev": (56.25, 63.87),
-                      "stsb_test": (39.57, 55.00)}},
+  "sts": {
+    "T-TA": {"stsb_dev": (71.88, 54.75), "stsb_test": (62.27, 44.74)},
+    "biLM": {"stsb_dev": (59.99, None), "stsb_test": (50.76, None)},
+    "uniLM": {"stsb_dev": (56.25, 63.87), "stsb_test": (39.57, 55.00)},
+  },
 }
 
 
 def define_flags():
-  flags.DEFINE_enum("mode", "quick", sorted(MODES),
-                    "quick: minutes, tiny config and data slices (checks the "
-                    "whole pipeline); full: the CPU-scale reproduction.")
-  flags.DEFINE_string("work_dir", None,
-                      "Where every stage writes (default runs/reproduce/"
-                      "<mode> in the repository).")
+  flags.DEFINE_enum(
+    "mode",
+    "quick",
+    sorted(MODES),
+    "quick: minutes, tiny config and data slices (checks the "
+    "whole pipeline); full: the CPU-scale reproduction.",
+  )
+  flags.DEFINE_string(
+    "work_dir", None, "Where every stage writes (default runs/reproduce/<mode> in the repository)."
+  )
   io_utils.define_data_dir_flag()
-  flags.DEFINE_float("budget_minutes", None, "Training time per neural model "
-                     "(default: 1 in quick mode, 40 in full mode); converted "
-                     "to a step count once, by the calibration run.")
-  flags.DEFINE_integer("train_steps", None, "Train exactly this many steps "
-                       "per model instead of converting --budget_minutes.")
+  flags.DEFINE_float(
+    "budget_minutes",
+    None,
+    "Training time per neural model "
+    "(default: 1 in quick mode, 40 in full mode); converted "
+    "to a step count once, by the calibration run.",
+  )
+  flags.DEFINE_integer(
+    "train_steps",
+    None,
+    "Train exactly this many steps per model instead of converting --budget_minutes.",
+  )
   flags.DEFINE_list("models", list(MODEL_TYPES), "Neural LMs to train.")
-  flags.DEFINE_integer("asr_max_lists", None, "First N lists of each "
-                       "LibriSpeech set (0: all; default per mode). The biLM "
-                       "needs one pass per token of every hypothesis.")
-  flags.DEFINE_integer("nmt_max_lists", None, "First N WMT21 segments (0: "
-                       "all; default per mode).")
-  flags.DEFINE_integer("sts_max_pairs", None, "First N pairs of each STS set "
-                       "(0: all; default per mode).")
-  flags.DEFINE_integer("max_books", None, "Read only this many Gutenberg "
-                       "books (0: all; default per mode).")
+  flags.DEFINE_integer(
+    "asr_max_lists",
+    None,
+    "First N lists of each "
+    "LibriSpeech set (0: all; default per mode). The biLM "
+    "needs one pass per token of every hypothesis.",
+  )
+  flags.DEFINE_integer("nmt_max_lists", None, "First N WMT21 segments (0: all; default per mode).")
+  flags.DEFINE_integer(
+    "sts_max_pairs", None, "First N pairs of each STS set (0: all; default per mode)."
+  )
+  flags.DEFINE_integer(
+    "max_books", None, "Read only this many Gutenberg books (0: all; default per mode)."
+  )
 
 
 # ------------------------------------------------------------------- helpers
@@ -143,15 +187,16 @@ def define_flags():
 
 def missing_data(root):
   """[(relative path, where to get it)] of the required files not under root."""
-  return [(rel, how) for rel, how in REQUIRED_DATA
-          if not os.path.exists(os.path.join(root, rel))]
+  return [(rel, how) for rel, how in REQUIRED_DATA if not os.path.exists(os.path.join(root, rel))]
 
 
 def missing_data_message(root, missing):
-  lines = ["The data root %s lacks %d required file(s). Place the official "
-           "downloads there (or point --data_dir / $TTA_DATA at a folder "
-           "that has them):" % (root, len(missing))]
-  lines += ["  %s\n      <- %s" % (rel, how) for rel, how in missing]
+  lines = [
+    f"The data root {root} lacks {len(missing)} required file(s). Place the official "
+    "downloads there (or point --data_dir / $TTA_DATA at a folder "
+    "that has them):"
+  ]
+  lines += [f"  {rel}\n      <- {how}" for rel, how in missing]
   return "\n".join(lines)
 
 
@@ -183,20 +228,19 @@ def run_step(work_dir, name, args):
   logging.info("[%s] %s", name, " ".join(cmd))
   start = time.time()
   with open(log_path, "a", encoding="utf-8") as log:
-    log.write("\n# %s %s\n" % (datetime.datetime.now().isoformat(),
-                               " ".join(cmd)))
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    log.write(f"\n# {datetime.datetime.now().isoformat()} {' '.join(cmd)}\n")
+    proc = subprocess.Popen(
+      cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     for line in proc.stdout:
       log.write(line)
       log.flush()
-      sys.stderr.write("[%s] %s" % (name, line))
+      sys.stderr.write(f"[{name}] {line}")
     code = proc.wait()
   if code != 0:
     with open(log_path, encoding="utf-8") as f:
       tail = "".join(f.readlines()[-30:])
-    raise RuntimeError("stage %s failed (exit %d); log %s ends with:\n%s" %
-                       (name, code, log_path, tail))
+    raise RuntimeError(f"stage {name} failed (exit {code}); log {log_path} ends with:\n{tail}")
   logging.info("[%s] done in %.1f min", name, (time.time() - start) / 60)
   return time.time() - start
 
@@ -204,20 +248,21 @@ def run_step(work_dir, name, args):
 def settings():
   """The mode's preset with the command-line overrides applied."""
   s = dict(MODES[FLAGS.mode])
-  for name in ("budget_minutes", "asr_max_lists", "nmt_max_lists",
-               "sts_max_pairs", "max_books"):
+  for name in ("budget_minutes", "asr_max_lists", "nmt_max_lists", "sts_max_pairs", "max_books"):
     if FLAGS[name].value is not None:
       s[name] = FLAGS[name].value or None
   return s
 
 
 def model_flags(s):
-  return ["--num_hidden_layers=%d" % s["num_hidden_layers"],
-          "--hidden_size=%d" % s["hidden_size"],
-          "--num_attention_heads=%d" % s["num_attention_heads"],
-          "--intermediate_size=%d" % s["intermediate_size"],
-          "--train_batch_size=%d" % s["train_batch_size"],
-          "--learning_rate=%g" % s["learning_rate"]]
+  return [
+    f"--num_hidden_layers={s['num_hidden_layers']:d}",
+    f"--hidden_size={s['hidden_size']:d}",
+    f"--num_attention_heads={s['num_attention_heads']:d}",
+    f"--intermediate_size={s['intermediate_size']:d}",
+    f"--train_batch_size={s['train_batch_size']:d}",
+    f"--learning_rate={s['learning_rate']:g}",
+  ]
 
 
 # -------------------------------------------------------------------- stages
@@ -225,17 +270,19 @@ def model_flags(s):
 
 def stage_data(work_dir, root, s):
   out = os.path.join(work_dir, "data")
-  args = ["create_pretraining_data.py",
-          "--input_file=" + os.path.join(root, "gutenberg-books-subset",
-                                         "texts.tar.xz"),
-          "--normalization=librispeech", "--vocab_size=%d" % s["vocab_size"],
-          "--output_dir=" + out]
+  args = [
+    "create_pretraining_data.py",
+    "--input_file=" + os.path.join(root, "gutenberg-books-subset", "texts.tar.xz"),
+    "--normalization=librispeech",
+    f"--vocab_size={s['vocab_size']:d}",
+    "--output_dir=" + out,
+  ]
   if s["max_books"]:
-    args.append("--max_books=%d" % s["max_books"])
+    args.append(f"--max_books={s['max_books']:d}")
   if s["vocab_max_sentences"]:
-    args.append("--vocab_max_sentences=%d" % s["vocab_max_sentences"])
+    args.append(f"--vocab_max_sentences={s['vocab_max_sentences']:d}")
   if s["vocab_lower_thresh"]:
-    args.append("--vocab_lower_thresh=%d" % s["vocab_lower_thresh"])
+    args.append(f"--vocab_lower_thresh={s['vocab_lower_thresh']:d}")
   # create_pretraining_data.py skips itself when its inputs are unchanged.
   run_step(work_dir, "data", args)
   return out
@@ -243,11 +290,19 @@ def stage_data(work_dir, root, s):
 
 def stage_kenlm(work_dir, data_dir, s):
   text = os.path.join(data_dir, "corpus", "train.txt")
-  out = os.path.join(work_dir, "kenlm", "%dgram.bin" % s["ngram_order"])
-  key = {"text_bytes": os.path.getsize(text),
-         "text_mtime": os.path.getmtime(text), "order": s["ngram_order"]}
-  args = ["ngram.py", "--train_text=" + text, "--output=" + out,
-          "--order=%d" % s["ngram_order"], "--normalization=librispeech"]
+  out = os.path.join(work_dir, "kenlm", f"{s['ngram_order']:d}gram.bin")
+  key = {
+    "text_bytes": os.path.getsize(text),
+    "text_mtime": os.path.getmtime(text),
+    "order": s["ngram_order"],
+  }
+  args = [
+    "ngram.py",
+    "--train_text=" + text,
+    "--output=" + out,
+    f"--order={s['ngram_order']:d}",
+    "--normalization=librispeech",
+  ]
   if s["discount_fallback"]:
     args.append("--discount_fallback")
   run_stage(work_dir, "kenlm", key, [out], args)
@@ -255,24 +310,36 @@ def stage_kenlm(work_dir, data_dir, s):
 
 
 def train_args(data_dir, s, model_type, output_dir, steps):
-  args = ["run_pretraining.py", "--model_type=" + model_type,
-          "--input_file=" + os.path.join(data_dir, "train-*.tfrecord")]
+  args = [
+    "run_pretraining.py",
+    "--model_type=" + model_type,
+    "--input_file=" + os.path.join(data_dir, "train-*.tfrecord"),
+  ]
   stats = read_json(os.path.join(data_dir, "data_stats.json"))
   if stats["eval"]["sentences"]:  # a corpus of very few books may have none
     args.append("--eval_file=" + os.path.join(data_dir, "eval-*.tfrecord"))
-  return (args + [
-           "--output_dir=" + output_dir, "--num_train_steps=%d" % steps,
-           "--num_warmup_steps=%d" % max(1, steps // 10),
-           "--save_checkpoints_steps=%d" % max(20, steps // 10),
-           "--log_every_steps=%d" % max(10, steps // 20),
-           "--max_eval_steps=50"] + model_flags(s))
+  return (
+    args
+    + [
+      "--output_dir=" + output_dir,
+      f"--num_train_steps={steps:d}",
+      f"--num_warmup_steps={max(1, steps // 10):d}",
+      f"--save_checkpoints_steps={max(20, steps // 10):d}",
+      f"--log_every_steps={max(10, steps // 20):d}",
+      "--max_eval_steps=50",
+    ]
+    + model_flags(s)
+  )
 
 
 def stage_plan(work_dir, data_dir, s):
   """Fixes the number of training steps; returns the plan dict."""
   path = os.path.join(work_dir, "plan.json")
-  key = {"model": model_flags(s), "budget_minutes": s["budget_minutes"],
-         "train_steps": FLAGS.train_steps}
+  key = {
+    "model": model_flags(s),
+    "budget_minutes": s["budget_minutes"],
+    "train_steps": FLAGS.train_steps,
+  }
   plan = io_utils.read_stamp(path, key)
   if plan is not None:
     return plan
@@ -281,14 +348,16 @@ def stage_plan(work_dir, data_dir, s):
     plan["train_steps"] = FLAGS.train_steps
   else:
     calib_dir = os.path.join(work_dir, "calibration")
-    run_step(work_dir, "calibration",
-             train_args(data_dir, s, "tta", calib_dir,
-                        s["calibration_steps"]) + ["--max_eval_steps=1"])
+    run_step(
+      work_dir,
+      "calibration",
+      train_args(data_dir, s, "tta", calib_dir, s["calibration_steps"]) + ["--max_eval_steps=1"],
+    )
     summary = read_json(os.path.join(calib_dir, "train_summary.json"))
-    plan["calibration"] = {k: summary[k] for k in (
-        "steps_per_second", "tokens_per_second", "gflops_per_second")}
-    plan["train_steps"] = max(
-        20, int(s["budget_minutes"] * 60 * summary["steps_per_second"]))
+    plan["calibration"] = {
+      k: summary[k] for k in ("steps_per_second", "tokens_per_second", "gflops_per_second")
+    }
+    plan["train_steps"] = max(20, int(s["budget_minutes"] * 60 * summary["steps_per_second"]))
   logging.info("plan: %d steps per model", plan["train_steps"])
   return io_utils.write_stamp(path, key, record=plan)
 
@@ -299,19 +368,24 @@ def stage_train(work_dir, data_dir, s, plan):
   for model_type in FLAGS.models:
     out = os.path.join(work_dir, "models", model_type)
     summary_path = os.path.join(out, "train_summary.json")
-    done = (os.path.exists(summary_path) and
-            read_json(summary_path)["final_step"] >= plan["train_steps"])
+    done = (
+      os.path.exists(summary_path) and read_json(summary_path)["final_step"] >= plan["train_steps"]
+    )
     if not done:
-      run_step(work_dir, "train_" + model_type,
-               train_args(data_dir, s, model_type, out, plan["train_steps"]))
+      run_step(
+        work_dir,
+        "train_" + model_type,
+        train_args(data_dir, s, model_type, out, plan["train_steps"]),
+      )
     dirs[model_type] = out
   return dirs
 
 
 def _checkpoint_key(model_dirs):
   # A stage's results depend on exactly these checkpoints.
-  return {t: read_json(os.path.join(d, "train_summary.json"))["checkpoint"]
-          for t, d in model_dirs.items()}
+  return {
+    t: read_json(os.path.join(d, "train_summary.json"))["checkpoint"] for t, d in model_dirs.items()
+  }
 
 
 def stage_eval(work_dir, name, args, result_file, key):
@@ -322,82 +396,86 @@ def stage_eval(work_dir, name, args, result_file, key):
 
 
 def named_specs(model_dirs):
-  return ["%s=%s" % (MODEL_NAMES[t], d) for t, d in model_dirs.items()]
+  return [f"{MODEL_NAMES[t]}={d}" for t, d in model_dirs.items()]
 
 
 # -------------------------------------------------------------------- report
 
 
 def _fmt(value, digits=2):
-  return "-" if value is None else "%.*f" % (digits, value)
+  return "-" if value is None else f"{value:.{digits}f}"
 
 
 def wer_table(asr):
   """Table 1: rows first pass / each LM; columns test sets x settings."""
   cols = [(r["test"], r["setting"]) for r in asr[0]["results"]]
-  head = "| method | " + " | ".join("%s %s" % (t.replace("_", " "), st)
-                                      for t, st in cols) + " |"
+  head = "| method | " + " | ".join(f"{t.replace('_', ' ')} {st}" for t, st in cols) + " |"
   lines = [head, "|---|" + "---:|" * len(cols)]
   first = {(r["test"], r["setting"]): r for r in asr[0]["results"]}
-  lines.append("| first pass | " + " | ".join(
-      _fmt(first[c]["first_pass"]) for c in cols) + " |")
+  lines.append("| first pass | " + " | ".join(_fmt(first[c]["first_pass"]) for c in cols) + " |")
   for row in asr:
     by = {(r["test"], r["setting"]): r for r in row["results"]}
-    lines.append("| + %s | " % row["lm"] + " | ".join(
-        "%s (λ %.2f)" % (_fmt(by[c]["reranked"]), by[c]["lambda"])
-        for c in cols) + " |")
-  lines.append("| oracle | " + " | ".join(
-      _fmt(first[c]["oracle"]) for c in cols) + " |")
+    lines.append(
+      f"| + {row['lm']} | "
+      + " | ".join(f"{_fmt(by[c]['reranked'])} (λ {by[c]['lambda']:.2f})" for c in cols)
+      + " |"
+    )
+  lines.append("| oracle | " + " | ".join(_fmt(first[c]["oracle"]) for c in cols) + " |")
   return "\n".join(lines)
 
 
 def bleu_table(nmt):
   r0 = nmt[0]["results"][0]
-  lines = ["| method | BLEU |", "|---|---:|",
-           "| first system in file order | %s |" % _fmt(r0["first_pass"])]
-  lines += ["| %s alone | %s |" % (row["lm"], _fmt(row["results"][0]
-                                                   ["reranked"]))
-            for row in nmt]
-  lines.append("| oracle | %s |" % _fmt(r0["oracle"]))
+  lines = [
+    "| method | BLEU |",
+    "|---|---:|",
+    f"| first system in file order | {_fmt(r0['first_pass'])} |",
+  ]
+  lines += [f"| {row['lm']} alone | {_fmt(row['results'][0]['reranked'])} |" for row in nmt]
+  lines.append(f"| oracle | {_fmt(r0['oracle'])} |")
   return "\n".join(lines)
 
 
 def sts_table(sts, set_names, paper_sets=()):
   """Pearson x100 per model, context and embed side by side per set."""
   reps = ("context", "embed")
-  head = "| model | " + " | ".join("%s %s" % (n, r) for n in set_names
-                                   for r in reps) + " |"
+  head = "| model | " + " | ".join(f"{n} {r}" for n in set_names for r in reps) + " |"
   lines = [head, "|---|" + "---:|" * (2 * len(set_names))]
   models = list(dict.fromkeys(r["model"] for r in sts))
   by = {(r["model"], r["representation"]): r["scores"] for r in sts}
   for m in models:
-    lines.append("| %s | " % m + " | ".join(
-        _fmt(by[(m, r)][n][0]) if (m, r) in by else "-"
-        for n in set_names for r in reps) + " |")
+    lines.append(
+      f"| {m} | "
+      + " | ".join(_fmt(by[(m, r)][n][0]) if (m, r) in by else "-" for n in set_names for r in reps)
+      + " |"
+    )
   for m, sets in PAPER["sts"].items():
     if paper_sets and all(n in sets for n in set_names):
-      lines.append("| paper %s (full scale) | " % m + " | ".join(
-          _fmt(v) for n in set_names for v in sets[n]) + " |")
+      lines.append(
+        f"| paper {m} (full scale) | "
+        + " | ".join(_fmt(v) for n in set_names for v in sets[n])
+        + " |"
+      )
   return "\n".join(lines)
 
 
-def pppl_table(asr, sets=("dev_clean", "test_clean", "dev_other",
-                          "test_other")):
+def pppl_table(asr, sets=("dev_clean", "test_clean", "dev_other", "test_other")):
   """Table 7: (pseudo-)perplexity mean / median per LM and set, with the
   full-setting WER of that LM on that set when it is a test set."""
-  lines = ["| LM | " + " | ".join(s.replace("_", " ") for s in sets) + " |",
-           "|---|" + "---:|" * len(sets)]
+  lines = [
+    "| LM | " + " | ".join(s.replace("_", " ") for s in sets) + " |",
+    "|---|" + "---:|" * len(sets),
+  ]
   for row in asr:
-    wer = {r["test"]: r["reranked"] for r in row["results"]
-           if r["setting"] == "full"}
+    wer = {r["test"]: r["reranked"] for r in row["results"] if r["setting"] == "full"}
     cells = []
     for name in sets:
       p = row["perplexity"].get(name)
-      cell = "-" if p is None else "%.1f / %.1f" % (p["mean"], p["median"])
+      cell = "-" if p is None else f"{p['mean']:.1f} / {p['median']:.1f}"
       if name in wer:
-        cell += " [%.2f]" % wer[name]
+        cell += f" [{wer[name]:.2f}]"
       cells.append(cell)
-    lines.append("| %s | %s |" % (row["lm"], " | ".join(cells)))
+    lines.append(f"| {row['lm']} | {' | '.join(cells)} |")
   return "\n".join(lines)
 
 
@@ -405,42 +483,56 @@ def render_report(report):
   """The markdown report from the report dict (see `build_report`)."""
   setup = report["setup"]
   parts = [
-      "# T-TA reproduction at CPU scale (%s mode)" % setup["mode"],
-      "",
-      "Command: `%s`; commit %s; %s; %s. Data: %d training sentences "
-      "(%d tokens), vocab %d. Every neural LM: %s, trained %d steps of %d "
-      "sentences." % (setup["command"], setup["commit"], setup["machine"],
-                      setup["finished"], setup["train_sentences"],
-                      setup["train_tokens"], setup["vocab_size"],
-                      setup["model"], setup["train_steps"],
-                      setup["batch_size"]),
-      "",
-      "| model | train min | tokens/s | eval loss |",
-      "|---|---:|---:|---:|",
+    f"# T-TA reproduction at CPU scale ({setup['mode']} mode)",
+    "",
+    f"Command: `{setup['command']}`; commit {setup['commit']}; {setup['machine']}; "
+    f"{setup['finished']}. Data: {setup['train_sentences']:d} training sentences "
+    f"({setup['train_tokens']:d} tokens), vocab {setup['vocab_size']:d}. Every neural LM: "
+    f"{setup['model']}, trained {setup['train_steps']:d} steps of {setup['batch_size']:d} "
+    "sentences.",
+    "",
+    "| model | train min | tokens/s | eval loss |",
+    "|---|---:|---:|---:|",
   ]
   for name, t in report["training"].items():
-    parts.append("| %s | %.1f | %.0f | %s |" % (
-        name, t["wall_seconds"] / 60, t["tokens_per_second"],
-        _fmt(t["eval_loss"], 3)))
+    parts.append(
+      f"| {name} | {t['wall_seconds'] / 60:.1f} | {t['tokens_per_second']:.0f} | "
+      f"{_fmt(t['eval_loss'], 3)} |"
+    )
   if "asr" in report:
-    parts += ["", "## Table 1: LibriSpeech reranking, WER %% (first %s "
-              "lists per set; λ tuned on dev)" % (setup["asr_max_lists"] or
-                                                  "all"),
-              "", wer_table(report["asr"]),
-              "", "## Table 7: (pseudo-)perplexity mean / median per "
-              "sentence [full-setting WER]; word pieces for the neural LMs, "
-              "words for the 5-gram", "", pppl_table(report["asr"])]
+    parts += [
+      "",
+      f"## Table 1: LibriSpeech reranking, WER % (first {setup['asr_max_lists'] or 'all'} "
+      "lists per set; λ tuned on dev)",
+      "",
+      wer_table(report["asr"]),
+      "",
+      "## Table 7: (pseudo-)perplexity mean / median per "
+      "sentence [full-setting WER]; word pieces for the neural LMs, "
+      "words for the 5-gram",
+      "",
+      pppl_table(report["asr"]),
+    ]
   if "nmt" in report:
-    parts += ["", "## Table 2: WMT21 de-en, LM-only selection among the "
-              "systems' outputs (first %s segments)" %
-              (setup["nmt_max_lists"] or "all"), "", bleu_table(report["nmt"])]
+    parts += [
+      "",
+      "## Table 2: WMT21 de-en, LM-only selection among the "
+      f"systems' outputs (first {setup['nmt_max_lists'] or 'all'} segments)",
+      "",
+      bleu_table(report["nmt"]),
+    ]
   if "sts" in report:
-    parts += ["", "## Table 3: STS-B, Pearson r x 100%s" % (
-        " (first %d pairs)" % setup["sts_max_pairs"]
-        if setup["sts_max_pairs"] else ""),
-              "", sts_table(report["sts"], ["stsb_dev", "stsb_test"], True),
-              "", "## Table 4: SICK test, Pearson r x 100", "",
-              sts_table(report["sts"], ["sick_test"])]
+    first_pairs = f" (first {setup['sts_max_pairs']:d} pairs)" if setup["sts_max_pairs"] else ""
+    parts += [
+      "",
+      f"## Table 3: STS-B, Pearson r x 100{first_pairs}",
+      "",
+      sts_table(report["sts"], ["stsb_dev", "stsb_test"], True),
+      "",
+      "## Table 4: SICK test, Pearson r x 100",
+      "",
+      sts_table(report["sts"], ["sick_test"]),
+    ]
   return "\n".join(parts) + "\n"
 
 
@@ -450,28 +542,35 @@ def build_report(s, plan, data_stats, model_dirs, results):
     summary = read_json(os.path.join(d, "train_summary.json"))
     loss = (summary.get("eval") or {}).get("loss")
     training[MODEL_NAMES[model_type]] = {
-        "wall_seconds": summary["wall_seconds"],
-        "tokens_per_second": summary["tokens_per_second"],
-        "final_step": summary["final_step"], "eval_loss": loss}
+      "wall_seconds": summary["wall_seconds"],
+      "tokens_per_second": summary["tokens_per_second"],
+      "final_step": summary["final_step"],
+      "eval_loss": loss,
+    }
   report = {
-      "setup": {
-          "mode": FLAGS.mode, "command": " ".join(["python"] + sys.argv),
-          "commit": machine.git_commit(), "machine": machine.machine(),
-          "finished": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-          "train_sentences": data_stats["train"]["sentences"],
-          "train_tokens": data_stats["train"]["tokens"],
-          "vocab_size": data_stats["vocab_size"],
-          "model": "%d layers x %d hidden, %d heads, FFN %d" % (
-              s["num_hidden_layers"], s["hidden_size"],
-              s["num_attention_heads"], s["intermediate_size"]),
-          "train_steps": plan["train_steps"],
-          "batch_size": s["train_batch_size"],
-          "budget_minutes": s["budget_minutes"],
-          "calibration": plan.get("calibration"),
-          "asr_max_lists": s["asr_max_lists"],
-          "nmt_max_lists": s["nmt_max_lists"],
-          "sts_max_pairs": s["sts_max_pairs"]},
-      "training": training}
+    "setup": {
+      "mode": FLAGS.mode,
+      "command": " ".join(["python"] + sys.argv),
+      "commit": machine.git_commit(),
+      "machine": machine.machine(),
+      "finished": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+      "train_sentences": data_stats["train"]["sentences"],
+      "train_tokens": data_stats["train"]["tokens"],
+      "vocab_size": data_stats["vocab_size"],
+      "model": (
+        f"{s['num_hidden_layers']:d} layers x {s['hidden_size']:d} hidden, "
+        f"{s['num_attention_heads']:d} heads, FFN {s['intermediate_size']:d}"
+      ),
+      "train_steps": plan["train_steps"],
+      "batch_size": s["train_batch_size"],
+      "budget_minutes": s["budget_minutes"],
+      "calibration": plan.get("calibration"),
+      "asr_max_lists": s["asr_max_lists"],
+      "nmt_max_lists": s["nmt_max_lists"],
+      "sts_max_pairs": s["sts_max_pairs"],
+    },
+    "training": training,
+  }
   report.update(results)
   return report
 
@@ -483,20 +582,18 @@ def main(argv):
   del argv
   unknown = sorted(set(FLAGS.models) - set(MODEL_TYPES))
   if unknown:
-    raise app.UsageError("--models: unknown %s (choose from %s)" %
-                         (unknown, MODEL_TYPES))
+    raise app.UsageError(f"--models: unknown {unknown} (choose from {MODEL_TYPES})")
   try:
     root = os.path.abspath(io_utils.data_root(FLAGS.data_dir))
   except FileNotFoundError as e:
-    sys.stderr.write("%s\n" % e)
+    sys.stderr.write(f"{e}\n")
     sys.exit(2)
   missing = missing_data(root)
   if missing:
     sys.stderr.write(missing_data_message(root, missing) + "\n")
     sys.exit(2)
   s = settings()
-  work_dir = os.path.abspath(FLAGS.work_dir or os.path.join(
-      REPO, "runs", "reproduce", FLAGS.mode))
+  work_dir = os.path.abspath(FLAGS.work_dir or os.path.join(REPO, "runs", "reproduce", FLAGS.mode))
   os.makedirs(work_dir, exist_ok=True)
   logging.info("mode %s, work dir %s, data %s", FLAGS.mode, work_dir, root)
   start = time.time()
@@ -509,32 +606,40 @@ def main(argv):
 
   key = {"checkpoints": _checkpoint_key(model_dirs), "data": root}
   results = {}
-  sts_args = ["run_sts.py", "--data_dir=" + root,
-              "--model_dir=" + ",".join(named_specs(model_dirs)),
-              "--representations=context,embed"]
+  sts_args = [
+    "run_sts.py",
+    "--data_dir=" + root,
+    "--model_dir=" + ",".join(named_specs(model_dirs)),
+    "--representations=context,embed",
+  ]
   if s["sts_max_pairs"]:
-    sts_args.append("--max_pairs=%d" % s["sts_max_pairs"])
-  results["sts"] = stage_eval(work_dir, "sts", sts_args, "sts_results.json",
-                              dict(key, max_pairs=s["sts_max_pairs"]))
-  lms = named_specs(model_dirs) + ["%s=kenlm:%s" % (KENLM_NAME, kenlm_path)]
-  for task, max_lists in (("asr", s["asr_max_lists"]),
-                          ("nmt", s["nmt_max_lists"])):
-    args = ["run_rescoring.py", "--task=" + task, "--data_dir=" + root,
-            "--lm=" + ",".join(lms)]
+    sts_args.append(f"--max_pairs={s['sts_max_pairs']:d}")
+  results["sts"] = stage_eval(
+    work_dir, "sts", sts_args, "sts_results.json", dict(key, max_pairs=s["sts_max_pairs"])
+  )
+  lms = named_specs(model_dirs) + [f"{KENLM_NAME}=kenlm:{kenlm_path}"]
+  for task, max_lists in (("asr", s["asr_max_lists"]), ("nmt", s["nmt_max_lists"])):
+    args = ["run_rescoring.py", "--task=" + task, "--data_dir=" + root, "--lm=" + ",".join(lms)]
     if max_lists:
-      args.append("--max_lists=%d" % max_lists)
+      args.append(f"--max_lists={max_lists:d}")
     results[task] = stage_eval(
-        work_dir, task, args, "rescoring_results.json",
-        dict(key, kenlm=kenlm_path, max_lists=max_lists))
+      work_dir,
+      task,
+      args,
+      "rescoring_results.json",
+      dict(key, kenlm=kenlm_path, max_lists=max_lists),
+    )
 
   report = build_report(s, plan, data_stats, model_dirs, results)
   text = render_report(report)
-  io_utils.write_atomically(os.path.join(work_dir, "report.json"),
-                            json.dumps(report, indent=2))
+  io_utils.write_atomically(os.path.join(work_dir, "report.json"), json.dumps(report, indent=2))
   io_utils.write_atomically(os.path.join(work_dir, "report.md"), text)
   print(text)
-  logging.info("report: %s (%.1f min in this run)",
-               os.path.join(work_dir, "report.md"), (time.time() - start) / 60)
+  logging.info(
+    "report: %s (%.1f min in this run)",
+    os.path.join(work_dir, "report.md"),
+    (time.time() - start) / 60,
+  )
 
 
 if __name__ == "__main__":

@@ -70,73 +70,106 @@ def define_flags():
   """Defines the command-line flags (called from __main__ only, so that
   tests can import this module beside other scripts with the same flag
   names)."""
-  flags.DEFINE_list("model_dir", None,
-                    "Trained model directories (config.json, vocab.txt, "
-                    "checkpoint); name=DIR sets the row name. Default: random "
-                    "models of --models with the size flags below.")
-  flags.DEFINE_list("models", ["tta", "bilm", "unilm"],
-                    "Model types to build with random weights when no "
-                    "--model_dir is given.")
-  flags.DEFINE_string("vocab_file", None,
-                      "Vocab of the random models (default: the T-TA authors' "
-                      "vocab, <data_dir>/reference-vocab/"
-                      "tta-vocab-lower.sub-32k.txt, 29,530 pieces).")
+  flags.DEFINE_list(
+    "model_dir",
+    None,
+    "Trained model directories (config.json, vocab.txt, "
+    "checkpoint); name=DIR sets the row name. Default: random "
+    "models of --models with the size flags below.",
+  )
+  flags.DEFINE_list(
+    "models",
+    ["tta", "bilm", "unilm"],
+    "Model types to build with random weights when no --model_dir is given.",
+  )
+  flags.DEFINE_string(
+    "vocab_file",
+    None,
+    "Vocab of the random models (default: the T-TA authors' "
+    "vocab, <data_dir>/reference-vocab/"
+    "tta-vocab-lower.sub-32k.txt, 29,530 pieces).",
+  )
   flags.DEFINE_bool("do_lower_case", True, "Lower-case the input.")
   flags.DEFINE_integer("hidden_size", 512, "Random models: hidden size.")
   flags.DEFINE_integer("num_hidden_layers", 3, "Random models: layers.")
   flags.DEFINE_integer("num_attention_heads", 8, "Random models: heads.")
   flags.DEFINE_integer("intermediate_size", 2048, "Random models: FFN size.")
-  flags.DEFINE_integer("max_seq_length", 128,
-                       "Random models: max_position_embeddings, and the "
-                       "longest input in tokens.")
+  flags.DEFINE_integer(
+    "max_seq_length",
+    128,
+    "Random models: max_position_embeddings, and the longest input in tokens.",
+  )
   flags.DEFINE_integer("seed", 1, "Random seed of the random weights.")
-  flags.DEFINE_list("lengths", ["5", "10", "20", "40", "80"],
-                    "Sentence lengths in whitespace words.")
+  flags.DEFINE_list(
+    "lengths", ["5", "10", "20", "40", "80"], "Sentence lengths in whitespace words."
+  )
   flags.DEFINE_list("tasks", ["sts", "rerank"], "Tasks to time.")
   flags.DEFINE_integer("runs", 50, "Timed runs per model, task and length.")
-  flags.DEFINE_integer("warmup", 5, "Untimed runs before timing (traces the "
-                       "graphs, warms caches).")
-  flags.DEFINE_integer("intra_op", 0, "Intra-op threads (0: all cores this "
-                       "process may use).")
-  flags.DEFINE_integer("inter_op", 0, "Inter-op threads (0: all cores this "
-                       "process may use).")
-  flags.DEFINE_string("nbest_set", "test_clean",
-                      "ESPnet2 N-best set for the throughput of batched "
-                      "scoring (a set name or path); empty to skip.")
-  flags.DEFINE_integer("max_lists", 20,
-                       "Score only the first N lists of --nbest_set (0: all; "
-                       "the whole test_clean set is 78,600 hypotheses, hours "
-                       "for the biLM on 2 cores).")
-  flags.DEFINE_integer("token_budget", 16384, "NeuralLM token budget per "
-                       "forward pass (bounds the biLM's masked copies).")
-  flags.DEFINE_bool("jit_compile", False, "XLA-compile the inference graphs "
-                    "of every model (inference.NeuralLM jit_compile).")
-  flags.DEFINE_integer("matmul_runs", 10, "Timed runs per matmul shape for the "
-                       "peak measurement (0 to skip).")
-  flags.DEFINE_list("matmul_shapes", ["%dx%dx%d" % shape
-                                      for shape in MATMUL_SHAPES],
-                    "Shapes MxKxN ([M,K] x [K,N]) of the matmul peak.")
+  flags.DEFINE_integer("warmup", 5, "Untimed runs before timing (traces the graphs, warms caches).")
+  flags.DEFINE_integer("intra_op", 0, "Intra-op threads (0: all cores this process may use).")
+  flags.DEFINE_integer("inter_op", 0, "Inter-op threads (0: all cores this process may use).")
+  flags.DEFINE_string(
+    "nbest_set",
+    "test_clean",
+    "ESPnet2 N-best set for the throughput of batched scoring (a set name or path); empty to skip.",
+  )
+  flags.DEFINE_integer(
+    "max_lists",
+    20,
+    "Score only the first N lists of --nbest_set (0: all; "
+    "the whole test_clean set is 78,600 hypotheses, hours "
+    "for the biLM on 2 cores).",
+  )
+  flags.DEFINE_integer(
+    "token_budget",
+    16384,
+    "NeuralLM token budget per forward pass (bounds the biLM's masked copies).",
+  )
+  flags.DEFINE_bool(
+    "jit_compile",
+    False,
+    "XLA-compile the inference graphs of every model (inference.NeuralLM jit_compile).",
+  )
+  flags.DEFINE_integer(
+    "matmul_runs", 10, "Timed runs per matmul shape for the peak measurement (0 to skip)."
+  )
+  flags.DEFINE_list(
+    "matmul_shapes",
+    [f"{m}x{k}x{n}" for m, k, n in MATMUL_SHAPES],
+    "Shapes MxKxN ([M,K] x [K,N]) of the matmul peak.",
+  )
   io_utils.define_data_dir_flag()
-  flags.DEFINE_string("output_dir", None, "Where to write benchmark.json, "
-                      "benchmark.md and latency.png.")
-  flags.DEFINE_bool("quick", False,
-                    "Smoke run: lengths 5,20, 10 runs, 2 warm-up runs, a tiny "
-                    "config (2 layers x 64, 4 heads, FFN 256), 2 N-best lists, "
-                    "3 matmul runs. Flags given explicitly still win.")
+  flags.DEFINE_string(
+    "output_dir", None, "Where to write benchmark.json, benchmark.md and latency.png."
+  )
+  flags.DEFINE_bool(
+    "quick",
+    False,
+    "Smoke run: lengths 5,20, 10 runs, 2 warm-up runs, a tiny "
+    "config (2 layers x 64, 4 heads, FFN 256), 2 N-best lists, "
+    "3 matmul runs. Flags given explicitly still win.",
+  )
 
 
-_QUICK = {"lengths": ["5", "20"], "runs": 10, "warmup": 2, "hidden_size": 64,
-          "num_hidden_layers": 2, "num_attention_heads": 4,
-          "intermediate_size": 256, "max_lists": 2, "matmul_runs": 3}
+_QUICK = {
+  "lengths": ["5", "20"],
+  "runs": 10,
+  "warmup": 2,
+  "hidden_size": 64,
+  "num_hidden_layers": 2,
+  "num_attention_heads": 4,
+  "intermediate_size": 256,
+  "max_lists": 2,
+  "matmul_runs": 3,
+}
 
 # The NeuralLM attributes holding its compiled graph functions; wrapped to
 # separate graph time from tokenization and glue. Missing ones are skipped.
-_GRAPH_FUNCTIONS = ("_sentence_vectors", "_one_pass_scores",
-                    "_masked_copy_scores")
-
+_GRAPH_FUNCTIONS = ("_sentence_vectors", "_one_pass_scores", "_masked_copy_scores")
 
 
 # ------------------------------------------------------------- sentences
+
 
 def stsb_sentences(data_dir=None):
   """STS-B sentences in file order (train, dev, test), first occurrence only.
@@ -145,14 +178,14 @@ def stsb_sentences(data_dir=None):
     list of (text, origin) where origin is like "stsb train:12 sentence1".
   """
   import sts_data  # pylint: disable=g-import-not-at-top
+
   seen, out = set(), []
   for split in sts_data.STSB_SPLITS:
     for line, pair in enumerate(sts_data.read_stsb(split, data_dir), 1):
-      for column, text in (("sentence1", pair.sent1),
-                           ("sentence2", pair.sent2)):
+      for column, text in (("sentence1", pair.sent1), ("sentence2", pair.sent2)):
         if text not in seen:
           seen.add(text)
-          out.append((text, "stsb %s:%d %s" % (split, line, column)))
+          out.append((text, f"stsb {split}:{line} {column}"))
   return out
 
 
@@ -184,15 +217,18 @@ def sentences_of_lengths(sentences, lengths):
       if len(words) >= n:
         break
     if len(words) < n:
-      raise ValueError("the sentences hold %d words in all, fewer than the "
-                       "%d asked for" % (len(words), n))
-    out[n] = (" ".join(words[:n]),
-              "joined: %s .. %s (%d sentences)" % (used[0], used[-1],
-                                                    len(used)))
+      raise ValueError(
+        f"the sentences hold {len(words)} words in all, fewer than the {n:d} asked for"
+      )
+    out[n] = (
+      " ".join(words[:n]),
+      f"joined: {used[0]} .. {used[-1]} ({len(used)} sentences)",
+    )
   return out
 
 
 # ---------------------------------------------------------------- timing
+
 
 class GraphTimer(object):
   """Accumulates the wall time spent inside a NeuralLM's graph functions.
@@ -230,6 +266,7 @@ class GraphTimer(object):
       result = function(*args, **kwargs)
       self.seconds += time.perf_counter() - start
       return result
+
     return timed
 
   def take(self):
@@ -241,18 +278,21 @@ class GraphTimer(object):
 def summarize(seconds):
   """Median, p10, p90, mean, min and max in ms of a list of durations (s)."""
   ms = np.asarray(seconds, np.float64) * 1e3
-  return {"median_ms": float(np.median(ms)),
-          "p10_ms": float(np.percentile(ms, 10)),
-          "p90_ms": float(np.percentile(ms, 90)),
-          "mean_ms": float(ms.mean()), "min_ms": float(ms.min()),
-          "max_ms": float(ms.max()), "runs": int(ms.size)}
+  return {
+    "median_ms": float(np.median(ms)),
+    "p10_ms": float(np.percentile(ms, 10)),
+    "p90_ms": float(np.percentile(ms, 90)),
+    "mean_ms": float(ms.mean()),
+    "min_ms": float(ms.min()),
+    "max_ms": float(ms.max()),
+    "runs": int(ms.size),
+  }
 
 
 def task_call(lm, task, sentence):
   """The public API call a user makes for one sentence of `task`."""
   if task == "sts":
-    return lambda: lm.sentence_vectors([sentence], pooling="context",
-                                       masked=True)
+    return lambda: lm.sentence_vectors([sentence], pooling="context", masked=True)
   return lambda: lm.score([sentence])
 
 
@@ -282,7 +322,7 @@ def time_cell(lms, task, sentence, runs, warmup):
     for r in range(runs):
       # Rotating the order keeps any "runs right after model X" effect (cache
       # state, a burst of load) from always falling on the same model.
-      for name in names[r % len(names):] + names[:r % len(names)]:
+      for name in names[r % len(names) :] + names[: r % len(names)]:
         timers[name].take()
         start = time.perf_counter()
         calls[name]()
@@ -291,8 +331,7 @@ def time_cell(lms, task, sentence, runs, warmup):
   finally:
     for timer in timers.values():
       timer.__exit__(None, None, None)
-  return {name: (totals[name], graphs[name] if timers[name].wrapped else None)
-          for name in names}
+  return {name: (totals[name], graphs[name] if timers[name].wrapped else None) for name in names}
 
 
 def parse_shapes(specs):
@@ -301,8 +340,7 @@ def parse_shapes(specs):
   for spec in specs:
     parts = spec.lower().split("x")
     if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-      raise app.UsageError("--matmul_shapes: %r is not MxKxN with positive "
-                           "ints" % spec)
+      raise app.UsageError(f"--matmul_shapes: {spec!r} is not MxKxN with positive ints")
     shapes.append(tuple(int(p) for p in parts))
   return shapes
 
@@ -319,6 +357,7 @@ def matmul_peak(shapes, runs, when=""):
     list of dicts with the shape, median ms and GFLOP/s (2mkn / median).
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   matmul = tf.function(lambda a, b: tf.matmul(a, b), autograph=False)
   out = []
   for m, k, n in shapes:
@@ -332,66 +371,83 @@ def matmul_peak(shapes, runs, when=""):
       matmul(a, b)  # CPU eager calls return when the kernel is done.
       times.append(time.perf_counter() - start)
     median = statistics.median(times)
-    out.append({"when": when,
-                "shape": "[%d,%d]x[%d,%d]" % (m, k, k, n), "m": m, "k": k,
-                "n": n, "median_ms": median * 1e3,
-                "gflops": 2.0 * m * k * n / median / 1e9,
-                "load_avg_1m": machine.load_average()})
+    out.append(
+      {
+        "when": when,
+        "shape": f"[{m},{k}]x[{k},{n}]",
+        "m": m,
+        "k": k,
+        "n": n,
+        "median_ms": median * 1e3,
+        "gflops": 2.0 * m * k * n / median / 1e9,
+        "load_avg_1m": machine.load_average(),
+      }
+    )
   return out
 
 
 # ------------------------------------------------------------ the models
 
+
 def build_lms(data_dir):
   """dict name -> NeuralLM: trained ones from --model_dir, else random ones."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   import inference  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
   import tokenization  # pylint: disable=g-import-not-at-top
+
   lms = {}
   if FLAGS.model_dir:
     for spec in FLAGS.model_dir:
       name, _, path = spec.rpartition("=")
       lm = inference.NeuralLM.from_model_dir(
-          path, max_seq_length=None, token_budget=FLAGS.token_budget,
-          jit_compile=FLAGS.jit_compile)
+        path, max_seq_length=None, token_budget=FLAGS.token_budget, jit_compile=FLAGS.jit_compile
+      )
       name = name or lm.model_type
       if name in lms:
-        name = "%s_%d" % (name, len(lms))
+        name = f"{name}_{len(lms)}"
       lms[name] = lm
     return lms
   vocab_file = FLAGS.vocab_file or os.path.join(
-      io_utils.data_root(data_dir), "reference-vocab",
-      "tta-vocab-lower.sub-32k.txt")
+    io_utils.data_root(data_dir), "reference-vocab", "tta-vocab-lower.sub-32k.txt"
+  )
   tokenizer = tokenization.FullTokenizer(vocab_file, FLAGS.do_lower_case)
   for model_type in FLAGS.models:
     tf.keras.utils.set_random_seed(FLAGS.seed)
     config = modeling.TTAConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=FLAGS.hidden_size,
-        num_hidden_layers=FLAGS.num_hidden_layers,
-        num_attention_heads=FLAGS.num_attention_heads,
-        intermediate_size=FLAGS.intermediate_size,
-        max_position_embeddings=FLAGS.max_seq_length,
-        mask_token_id=tokenizer.mask_id, model_type=model_type)
+      vocab_size=tokenizer.vocab_size,
+      hidden_size=FLAGS.hidden_size,
+      num_hidden_layers=FLAGS.num_hidden_layers,
+      num_attention_heads=FLAGS.num_attention_heads,
+      intermediate_size=FLAGS.intermediate_size,
+      max_position_embeddings=FLAGS.max_seq_length,
+      mask_token_id=tokenizer.mask_id,
+      model_type=model_type,
+    )
     model = modeling.build_model(config, model_type)
-    lms[model_type] = inference.NeuralLM(model, tokenizer,
-                                         token_budget=FLAGS.token_budget,
-                                         jit_compile=FLAGS.jit_compile)
+    lms[model_type] = inference.NeuralLM(
+      model, tokenizer, token_budget=FLAGS.token_budget, jit_compile=FLAGS.jit_compile
+    )
   return lms
 
 
 def describe_lm(lm):
   config = lm.model.config
-  return {"model_type": lm.model_type,
-          "config": json.loads(config.to_json_string()),
-          "parameters": int(sum(int(np.prod(v.shape))
-                                for v in lm.model.weights)),
-          "vocab_file": lm.tokenizer.vocab_file,
-          "max_seq_length": lm.max_seq_length, "score_sos": lm.score_sos,
-          "score_eos": lm.score_eos, "token_budget": lm.token_budget}
+  return {
+    "model_type": lm.model_type,
+    "config": json.loads(config.to_json_string()),
+    "parameters": int(sum(int(np.prod(v.shape)) for v in lm.model.weights)),
+    "vocab_file": lm.tokenizer.vocab_file,
+    "max_seq_length": lm.max_seq_length,
+    "score_sos": lm.score_sos,
+    "score_eos": lm.score_eos,
+    "token_budget": lm.token_budget,
+  }
 
 
 # -------------------------------------------------------------- measuring
+
 
 def latency_records(lms, sentences, tasks, runs, warmup):
   """Times every (task, length, model); returns a list of record dicts."""
@@ -405,28 +461,43 @@ def latency_records(lms, sentences, tasks, runs, warmup):
         ids, truncated = lm.tokenize([text])
         num_tokens = len(ids[0])
         totals, graphs = timed[name]
-        call = flops.call_flops(lm.model.config, lm.model_type, task,
-                                num_tokens, lm.score_sos, lm.score_eos)
-        record = {"model": name, "model_type": lm.model_type, "task": task,
-                  "words": words, "tokens": num_tokens,
-                  "truncated": bool(truncated[0]), "sentence": text,
-                  "origin": origin, "load_avg_1m": [load_before, load_after]}
+        call = flops.call_flops(
+          lm.model.config, lm.model_type, task, num_tokens, lm.score_sos, lm.score_eos
+        )
+        record = {
+          "model": name,
+          "model_type": lm.model_type,
+          "task": task,
+          "words": words,
+          "tokens": num_tokens,
+          "truncated": bool(truncated[0]),
+          "sentence": text,
+          "origin": origin,
+          "load_avg_1m": [load_before, load_after],
+        }
         record.update(summarize(totals))
-        record["graph_median_ms"] = (float(np.median(graphs)) * 1e3
-                                     if graphs else None)
+        record["graph_median_ms"] = float(np.median(graphs)) * 1e3 if graphs else None
         record["flops"] = call["total"]
         record["gflops_per_s"] = call["total"] / record["median_ms"] / 1e6
         record["graph_gflops_per_s"] = (
-            call["total"] / record["graph_median_ms"] / 1e6
-            if record["graph_median_ms"] else None)
+          call["total"] / record["graph_median_ms"] / 1e6 if record["graph_median_ms"] else None
+        )
         records.append(record)
-        logging.info("%-6s %-6s %2d words %3d tokens: median %8.2f ms "
-                     "(p10 %.2f, p90 %.2f; graph %s ms) %.2f GFLOP/s, "
-                     "load %s", task, name, words, num_tokens,
-                     record["median_ms"], record["p10_ms"], record["p90_ms"],
-                     "%.2f" % record["graph_median_ms"]
-                     if record["graph_median_ms"] is not None else "n/a",
-                     record["gflops_per_s"], record["load_avg_1m"])
+        logging.info(
+          "%-6s %-6s %2d words %3d tokens: median %8.2f ms "
+          "(p10 %.2f, p90 %.2f; graph %s ms) %.2f GFLOP/s, "
+          "load %s",
+          task,
+          name,
+          words,
+          num_tokens,
+          record["median_ms"],
+          record["p10_ms"],
+          record["p90_ms"],
+          f"{record['graph_median_ms']:.2f}" if record["graph_median_ms"] is not None else "n/a",
+          record["gflops_per_s"],
+          record["load_avg_1m"],
+        )
   return records
 
 
@@ -437,30 +508,48 @@ def throughput_records(lms, texts, source):
     ids, _ = lm.tokenize(texts)
     tokens = sum(len(x) for x in ids)
     total_flops = sum(
-        flops.call_flops(lm.model.config, lm.model_type, "rerank", len(x),
-                         lm.score_sos, lm.score_eos)["total"] for x in ids)
+      flops.call_flops(
+        lm.model.config, lm.model_type, "rerank", len(x), lm.score_sos, lm.score_eos
+      )["total"]
+      for x in ids
+    )
     lm.score(texts[:16])  # Traces the graphs outside the timing.
     load_before = machine.load_average()
     with GraphTimer(lm) as timer:
       start = time.perf_counter()
       lm.score(texts)
       seconds = time.perf_counter() - start
-    record = {"model": name, "model_type": lm.model_type, "source": source,
-              "sentences": len(texts), "tokens": tokens, "seconds": seconds,
-              "graph_seconds": timer.seconds if timer.wrapped else None,
-              "sentences_per_s": len(texts) / seconds,
-              "tokens_per_s": tokens / seconds, "flops": total_flops,
-              "gflops_per_s": total_flops / seconds / 1e9,
-              "load_avg_1m": [load_before, machine.load_average()]}
+    record = {
+      "model": name,
+      "model_type": lm.model_type,
+      "source": source,
+      "sentences": len(texts),
+      "tokens": tokens,
+      "seconds": seconds,
+      "graph_seconds": timer.seconds if timer.wrapped else None,
+      "sentences_per_s": len(texts) / seconds,
+      "tokens_per_s": tokens / seconds,
+      "flops": total_flops,
+      "gflops_per_s": total_flops / seconds / 1e9,
+      "load_avg_1m": [load_before, machine.load_average()],
+    }
     records.append(record)
-    logging.info("throughput %s: %d sentences in %.1f s = %.1f sentences/s, "
-                 "%.0f tokens/s, %.1f GFLOP/s, load %s", name, len(texts),
-                 seconds, record["sentences_per_s"], record["tokens_per_s"],
-                 record["gflops_per_s"], record["load_avg_1m"])
+    logging.info(
+      "throughput %s: %d sentences in %.1f s = %.1f sentences/s, "
+      "%.0f tokens/s, %.1f GFLOP/s, load %s",
+      name,
+      len(texts),
+      seconds,
+      record["sentences_per_s"],
+      record["tokens_per_s"],
+      record["gflops_per_s"],
+      record["load_avg_1m"],
+    )
   return records
 
 
 # ------------------------------------------------------------------ main
+
 
 def apply_quick():
   """--quick sets the smoke-run values of flags not given explicitly."""
@@ -473,8 +562,7 @@ def check_flags():
   """Validates --tasks, --lengths and --runs; returns the sorted lengths."""
   for task in FLAGS.tasks:
     if task not in flops.TASKS:
-      raise app.UsageError("--tasks: %r is not one of %s" %
-                           (task, flops.TASKS))
+      raise app.UsageError(f"--tasks: {task!r} is not one of {flops.TASKS}")
   lengths = sorted({int(n) for n in FLAGS.lengths})
   if not lengths or lengths[0] < 1:
     raise app.UsageError("--lengths must be positive word counts")
@@ -486,44 +574,57 @@ def check_flags():
 def nbest_throughput(lms):
   """Throughput records on the first --max_lists lists of --nbest_set."""
   import nbest  # pylint: disable=g-import-not-at-top
+
   if not FLAGS.nbest_set:
     return []
   lists = nbest.read_espnet_nbest(FLAGS.nbest_set, FLAGS.data_dir)
   if FLAGS.max_lists:
-    lists = lists[:FLAGS.max_lists]
+    lists = lists[: FLAGS.max_lists]
   texts = [h.text for l in lists for h in l.hyps]
-  source = "%s (%d lists, %d hypotheses)" % (FLAGS.nbest_set, len(lists),
-                                             len(texts))
+  source = f"{FLAGS.nbest_set} ({len(lists)} lists, {len(texts)} hypotheses)"
   return throughput_records(lms, texts, source)
 
 
 def measure(lengths, threads):
   """Runs every measurement of the flags; returns the result dict."""
-  result = {"environment": machine.environment(threads),
-            "load_avg_1m": {"start": machine.load_average()},
-            "flags": {name: FLAGS[name].value for name in (
-                "model_dir", "models", "lengths", "tasks", "runs", "warmup",
-                "nbest_set", "max_lists", "token_budget", "quick", "seed",
-                "jit_compile")},
-            "command": " ".join([os.path.basename(sys.argv[0])] +
-                                sys.argv[1:])}
+  result = {
+    "environment": machine.environment(threads),
+    "load_avg_1m": {"start": machine.load_average()},
+    "flags": {
+      name: FLAGS[name].value
+      for name in (
+        "model_dir",
+        "models",
+        "lengths",
+        "tasks",
+        "runs",
+        "warmup",
+        "nbest_set",
+        "max_lists",
+        "token_budget",
+        "quick",
+        "seed",
+        "jit_compile",
+      )
+    },
+    "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
+  }
   logging.info("environment: %s", result["environment"])
   # The peak is taken at the start and at the end: on a shared machine the
   # load (and so the peak) moves during a run; the two bracket it.
   shapes = parse_shapes(FLAGS.matmul_shapes)
-  result["matmul_peak"] = (matmul_peak(shapes, FLAGS.matmul_runs, "start")
-                           if FLAGS.matmul_runs else [])
+  result["matmul_peak"] = (
+    matmul_peak(shapes, FLAGS.matmul_runs, "start") if FLAGS.matmul_runs else []
+  )
   lms = build_lms(FLAGS.data_dir)
   result["models"] = {name: describe_lm(lm) for name, lm in lms.items()}
   sentences = sentences_of_lengths(stsb_sentences(FLAGS.data_dir), lengths)
-  result["latency"] = latency_records(lms, sentences, FLAGS.tasks,
-                                      FLAGS.runs, FLAGS.warmup)
+  result["latency"] = latency_records(lms, sentences, FLAGS.tasks, FLAGS.runs, FLAGS.warmup)
   result["headline"] = benchmark_report.headline(result["latency"])
   result["throughput"] = nbest_throughput(lms)
   if FLAGS.matmul_runs:
     result["matmul_peak"] += matmul_peak(shapes, FLAGS.matmul_runs, "end")
-    benchmark_report.add_flop_floors(result["headline"], result["latency"],
-                                     result["matmul_peak"])
+    benchmark_report.add_flop_floors(result["headline"], result["latency"], result["matmul_peak"])
   result["load_avg_1m"]["end"] = machine.load_average()
   return result
 
@@ -542,8 +643,7 @@ def main(argv):
     print(line)
   if FLAGS.output_dir:
     benchmark_report.write_outputs(result, report, FLAGS.output_dir)
-    logging.info("wrote benchmark.json, benchmark.md and latency.png to %s",
-                 FLAGS.output_dir)
+    logging.info("wrote benchmark.json, benchmark.md and latency.png to %s", FLAGS.output_dir)
 
 
 if __name__ == "__main__":

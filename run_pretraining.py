@@ -71,20 +71,29 @@ import training
 
 # Config fields the size flags may set. Unset, a field comes from
 # --bert_config_file, the resumed run's config.json or TTAConfig's default.
-_SIZE_FLAGS = ("vocab_size", "hidden_size", "num_hidden_layers",
-               "num_attention_heads", "intermediate_size",
-               "max_position_embeddings", "hidden_dropout_prob",
-               "attention_probs_dropout_prob")
+_SIZE_FLAGS = (
+  "vocab_size",
+  "hidden_size",
+  "num_hidden_layers",
+  "num_attention_heads",
+  "intermediate_size",
+  "max_position_embeddings",
+  "hidden_dropout_prob",
+  "attention_probs_dropout_prob",
+)
 
-_DEFINE_BY_TYPE = {str: flags.DEFINE_string, int: flags.DEFINE_integer,
-                   float: flags.DEFINE_float, bool: flags.DEFINE_boolean,
-                   list: flags.DEFINE_list}
+_DEFINE_BY_TYPE = {
+  str: flags.DEFINE_string,
+  int: flags.DEFINE_integer,
+  float: flags.DEFINE_float,
+  bool: flags.DEFINE_boolean,
+  list: flags.DEFINE_list,
+}
 
 
 def _param_fields():
   """The `TrainParams` fields that are flags (those with help text)."""
-  return [f for f in dataclasses.fields(training.TrainParams)
-          if "help" in f.metadata]
+  return [f for f in dataclasses.fields(training.TrainParams) if "help" in f.metadata]
 
 
 def define_flags():
@@ -92,21 +101,19 @@ def define_flags():
   for field in _param_fields():
     default = None if field.default is dataclasses.MISSING else field.default
     if field.metadata["enum"]:
-      flags.DEFINE_enum(field.name, default, field.metadata["enum"],
-                        field.metadata["help"])
+      flags.DEFINE_enum(field.name, default, field.metadata["enum"], field.metadata["help"])
     else:
       _DEFINE_BY_TYPE[field.type](field.name, default, field.metadata["help"])
-  flags.DEFINE_string("config_json", None,
-                      "Inline JSON overriding config fields, e.g. "
-                      "'{\"hidden_size\": 256}'.")
+  flags.DEFINE_string(
+    "config_json", None, "Inline JSON overriding config fields, e.g. '{\"hidden_size\": 256}'."
+  )
   config_defaults = inspect.signature(modeling.TTAConfig).parameters
   for name in _SIZE_FLAGS:
     default = config_defaults[name].default
     if default is inspect.Parameter.empty:
       flags.DEFINE_integer(name, None, "Default: the vocab file's size.")
     else:
-      _DEFINE_BY_TYPE[type(default)](name, None,
-                                     "Default %s (the paper's)." % default)
+      _DEFINE_BY_TYPE[type(default)](name, None, f"Default {default} (the paper's).")
 
 
 def params_from_flags(flag_values):
@@ -115,8 +122,7 @@ def params_from_flags(flag_values):
   if not fv.output_dir:
     raise app.UsageError("--output_dir is required")
   overrides = json.loads(fv.config_json) if fv.config_json else {}
-  overrides.update({name: fv[name].value for name in _SIZE_FLAGS
-                    if fv[name].value is not None})
+  overrides.update({name: fv[name].value for name in _SIZE_FLAGS if fv[name].value is not None})
   values = {f.name: fv[f.name].value for f in _param_fields()}
   if values["bucket_boundaries"]:
     values["bucket_boundaries"] = [int(b) for b in values["bucket_boundaries"]]

@@ -17,7 +17,6 @@ import time
 from absl import app
 from absl import flags
 from absl import logging
-import numpy as np
 
 import inference
 import io_utils
@@ -25,36 +24,46 @@ import sts_data
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_list("model_dir", None,
-                  "Model directories (config.json, vocab.txt, checkpoint), "
-                  "or bert:DIR for a Google BERT release (bert_config.json, "
-                  "vocab.txt, bert_model.ckpt). name=SPEC sets the row name.")
-flags.DEFINE_list("representations", ["context", "embed"],
-                  "Any of context, embed, first, last (the [CLS]/[SOS] and "
-                  "[SEP]/[EOS] vectors), and context\\M / first\\M ... for the "
-                  "bilm/bert intact-input variants.")
-flags.DEFINE_list("sets", ["stsb_dev", "stsb_test", "sick_test"],
-                  "Evaluation sets.")
+flags.DEFINE_list(
+  "model_dir",
+  None,
+  "Model directories (config.json, vocab.txt, checkpoint), "
+  "or bert:DIR for a Google BERT release (bert_config.json, "
+  "vocab.txt, bert_model.ckpt). name=SPEC sets the row name.",
+)
+flags.DEFINE_list(
+  "representations",
+  ["context", "embed"],
+  "Any of context, embed, first, last (the [CLS]/[SOS] and "
+  "[SEP]/[EOS] vectors), and context\\M / first\\M ... for the "
+  "bilm/bert intact-input variants.",
+)
+flags.DEFINE_list("sets", ["stsb_dev", "stsb_test", "sick_test"], "Evaluation sets.")
 io_utils.define_data_dir_flag()
-flags.DEFINE_string("output_dir", None, "Where to write sts_results.json and "
-                    "sts_results.md (optional).")
-flags.DEFINE_integer("max_pairs", None, "Evaluate only the first N pairs of "
-                     "each set (quick runs; the full sets are the result).")
+flags.DEFINE_string(
+  "output_dir", None, "Where to write sts_results.json and sts_results.md (optional)."
+)
+flags.DEFINE_integer(
+  "max_pairs",
+  None,
+  "Evaluate only the first N pairs of each set (quick runs; the full sets are the result).",
+)
 flags.DEFINE_integer("token_budget", 16384, "Tokens per forward pass.")
 
 SETS = {
-    "stsb_dev": ("STS-B dev", lambda d: sts_data.read_stsb("dev", d)),
-    "stsb_test": ("STS-B test", lambda d: sts_data.read_stsb("test", d)),
-    "sick_test": ("SICK test", lambda d: sts_data.read_sick(d, "TEST")),
+  "stsb_dev": ("STS-B dev", lambda d: sts_data.read_stsb("dev", d)),
+  "stsb_test": ("STS-B test", lambda d: sts_data.read_stsb("test", d)),
+  "sick_test": ("SICK test", lambda d: sts_data.read_sick(d, "TEST")),
 }
 
 
 def parse_representation(name):
-  """"context\\M" -> ("context", False); "embed" -> ("embed", True)."""
+  """ "context\\M" -> ("context", False); "embed" -> ("embed", True)."""
   pooling, _, variant = name.partition("\\")
   if pooling not in inference.POOLINGS or variant not in ("", "M"):
-    raise ValueError("unknown representation %r; expected one of %s, "
-                     "optionally with \\M" % (name, inference.POOLINGS))
+    raise ValueError(
+      f"unknown representation {name!r}; expected one of {inference.POOLINGS}, optionally with \\M"
+    )
   return pooling, variant != "M"
 
 
@@ -69,19 +78,19 @@ def evaluate_sts(lm, pairs, representation):
   vectors = lm.sentence_vectors(sentences, pooling=pooling, masked=masked)
   left = vectors[[index[p.sent1] for p in pairs]]
   right = vectors[[index[p.sent2] for p in pairs]]
-  return sts_data.pearson_spearman(inference.cosine(left, right),
-                                   [p.score for p in pairs])
+  return sts_data.pearson_spearman(inference.cosine(left, right), [p.score for p in pairs])
 
 
 def markdown_table(results, set_names):
   """Rows "model (representation)", columns the sets: Pearson (Spearman)."""
-  lines = ["| model | representation | " +
-           " | ".join(SETS[s][0] for s in set_names) + " |",
-           "|---|---|" + "---|" * len(set_names)]
+  lines = [
+    "| model | representation | " + " | ".join(SETS[s][0] for s in set_names) + " |",
+    "|---|---|" + "---|" * len(set_names),
+  ]
   for row in results:
-    cells = ["%.2f (%.2f)" % tuple(row["scores"][s]) for s in set_names]
-    lines.append("| %s | %s | %s |" % (row["model"], row["representation"],
-                                       " | ".join(cells)))
+    scores = [row["scores"][s] for s in set_names]
+    cells = [f"{pearson:.2f} ({spearman:.2f})" for pearson, spearman in scores]
+    lines.append(f"| {row['model']} | {row['representation']} | {' | '.join(cells)} |")
   return "\n".join(lines) + "\n"
 
 
@@ -90,7 +99,7 @@ def main(argv):
   data_sets = {name: SETS[name][1](FLAGS.data_dir) for name in FLAGS.sets}
   for name, pairs in data_sets.items():
     if FLAGS.max_pairs:
-      data_sets[name] = pairs[:FLAGS.max_pairs]
+      data_sets[name] = pairs[: FLAGS.max_pairs]
     logging.info("%s: %d pairs", SETS[name][0], len(data_sets[name]))
   results = []
   for spec in FLAGS.model_dir:
@@ -98,22 +107,31 @@ def main(argv):
     lm = inference.load_lm(spec, token_budget=FLAGS.token_budget)
     row_name = row_name or os.path.basename(spec.rstrip("/"))
     for representation in FLAGS.representations:
-      row = {"model": row_name, "model_type": lm.model_type,
-             "representation": representation, "scores": {}}
+      row = {
+        "model": row_name,
+        "model_type": lm.model_type,
+        "representation": representation,
+        "scores": {},
+      }
       for name, pairs in data_sets.items():
         start = time.time()
         row["scores"][name] = evaluate_sts(lm, pairs, representation)
-        logging.info("%s %s %s: Pearson %.2f Spearman %.2f (%.1f s)",
-                     row_name, representation, name, *row["scores"][name],
-                     time.time() - start)
+        logging.info(
+          "%s %s %s: Pearson %.2f Spearman %.2f (%.1f s)",
+          row_name,
+          representation,
+          name,
+          *row["scores"][name],
+          time.time() - start,
+        )
       results.append(row)
   table = markdown_table(results, FLAGS.sets)
   print(table)
   if FLAGS.output_dir:
-    io_utils.write_atomically(os.path.join(FLAGS.output_dir, "sts_results.json"),
-                           json.dumps(results, indent=2))
-    io_utils.write_atomically(os.path.join(FLAGS.output_dir, "sts_results.md"),
-                           table)
+    io_utils.write_atomically(
+      os.path.join(FLAGS.output_dir, "sts_results.json"), json.dumps(results, indent=2)
+    )
+    io_utils.write_atomically(os.path.join(FLAGS.output_dir, "sts_results.md"), table)
 
 
 if __name__ == "__main__":

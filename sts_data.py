@@ -71,10 +71,17 @@ def read_stsb_file(path):
     where = f"{path}:{lineno}"
     fields = line.split("\t")
     if len(fields) < 7:
-      raise ValueError(f"{where}: expected at least 7 tab-separated fields "
-                       f"(genre file year id score sent1 sent2), found {len(fields)}")
-    pairs.append(StsPair(_sentence(fields[5], where, 6), _sentence(fields[6], where, 7),
-                         _score(fields[4], where, 0.0, 5.0)))
+      raise ValueError(
+        f"{where}: expected at least 7 tab-separated fields "
+        f"(genre file year id score sent1 sent2), found {len(fields)}"
+      )
+    pairs.append(
+      StsPair(
+        _sentence(fields[5], where, 6),
+        _sentence(fields[6], where, 7),
+        _score(fields[4], where, 0.0, 5.0),
+      )
+    )
   if not pairs:
     raise ValueError(f"{path}:1: no pairs")
   return pairs
@@ -92,8 +99,7 @@ def read_stsb(split, data_dir=None):
   """
   if split not in STSB_SPLITS:
     raise ValueError(f"unknown STS-B split {split!r}; expected one of {STSB_SPLITS}")
-  return read_stsb_file(os.path.join(io_utils.data_root(data_dir), STSB_DIR,
-                                     f"sts-{split}.csv"))
+  return read_stsb_file(os.path.join(io_utils.data_root(data_dir), STSB_DIR, f"sts-{split}.csv"))
 
 
 def read_sick_file(path, split="TEST"):
@@ -129,14 +135,21 @@ def read_sick_file(path, split="TEST"):
     where = f"{path}:{lineno}"
     fields = line.split("\t")
     if len(fields) != len(header):
-      raise ValueError(f"{where}: expected {len(header)} tab-separated fields like the header, "
-                       f"found {len(fields)}")
+      raise ValueError(
+        f"{where}: expected {len(header)} tab-separated fields like the header, found {len(fields)}"
+      )
     if fields[semeval] not in SICK_SPLITS:
-      raise ValueError(f"{where}: SemEval_set must be one of {SICK_SPLITS}, "
-                       f"found {fields[semeval]!r}")
+      raise ValueError(
+        f"{where}: SemEval_set must be one of {SICK_SPLITS}, found {fields[semeval]!r}"
+      )
     if split is None or fields[semeval] == split:
-      pairs.append(StsPair(_sentence(fields[a], where, a + 1), _sentence(fields[b], where, b + 1),
-                           _score(fields[score], where, 1.0, 5.0)))
+      pairs.append(
+        StsPair(
+          _sentence(fields[a], where, a + 1),
+          _sentence(fields[b], where, b + 1),
+          _score(fields[score], where, 1.0, 5.0),
+        )
+      )
   if not pairs:
     raise ValueError(f"{path}: no rows with SemEval_set == {split!r}")
   return pairs

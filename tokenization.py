@@ -52,27 +52,26 @@ import functools
 from absl import logging
 import tensorflow as tf
 import tensorflow_text as tf_text
+
 # Not exported at the top level of tensorflow_text; its own vocab tool
 # (bert_vocab_from_dataset) imports it from here too.
 from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
-from tensorflow_text.tools.wordpiece_vocab import (
-    wordpiece_tokenizer_learner_lib as vocab_learner)
+from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as vocab_learner
 
 import io_utils
 
 # The T-TA authors' vocab order; build_vocab writes them first in this order.
-SPECIAL_TOKENS = ("[PAD]", "[EOS]", "[UNK]", "[SOS]", "[MASK]", "[CLS]",
-                  "[SEP]")
+SPECIAL_TOKENS = ("[PAD]", "[EOS]", "[UNK]", "[SOS]", "[MASK]", "[CLS]", "[SEP]")
 
 # FullTokenizer attribute -> token it names.
 _SPECIAL_ID_ATTRS = (
-    ("pad_id", "[PAD]"),
-    ("eos_id", "[EOS]"),
-    ("unk_id", "[UNK]"),
-    ("sos_id", "[SOS]"),
-    ("mask_id", "[MASK]"),
-    ("cls_id", "[CLS]"),
-    ("sep_id", "[SEP]"),
+  ("pad_id", "[PAD]"),
+  ("eos_id", "[EOS]"),
+  ("unk_id", "[UNK]"),
+  ("sos_id", "[SOS]"),
+  ("mask_id", "[MASK]"),
+  ("cls_id", "[CLS]"),
+  ("sep_id", "[SEP]"),
 )
 
 _SUFFIX_INDICATOR = "##"
@@ -118,19 +117,21 @@ def load_vocab(vocab_file):
   for index, line in enumerate(lines):
     token = line.strip()
     if not token:
-      what = "an empty line" if not line.rstrip("\r") else (
-          "a line holding only whitespace %r" % line)
+      what = (
+        "an empty line" if not line.rstrip("\r") else f"a line holding only whitespace {line!r}"
+      )
       raise ValueError(
-          "%s:%d: found %s; a vocab file must hold one token per line with "
-          "no blank lines (each line's number gives its token's id)." %
-          (vocab_file, index + 1, what))
+        f"{vocab_file}:{index + 1}: found {what}; a vocab file must hold one token per line "
+        "with no blank lines (each line's number gives its token's id)."
+      )
     if token in vocab:
       raise ValueError(
-          "%s:%d: duplicate token %r, first seen on line %d; tokens must be "
-          "unique." % (vocab_file, index + 1, token, vocab[token] + 1))
+        f"{vocab_file}:{index + 1}: duplicate token {token!r}, first seen on line "
+        f"{vocab[token] + 1}; tokens must be unique."
+      )
     vocab[token] = index
   if not vocab:
-    raise ValueError("%s: the vocab file holds no tokens." % vocab_file)
+    raise ValueError(f"{vocab_file}: the vocab file holds no tokens.")
   return vocab
 
 
@@ -153,8 +154,7 @@ def boundary_tokens(vocab):
   for pair in (("[SOS]", "[EOS]"), ("[CLS]", "[SEP]")):
     if pair[0] in vocab and pair[1] in vocab:
       return pair
-  raise ValueError("the vocab has neither [SOS]/[EOS] nor [CLS]/[SEP] to "
-                   "frame a sentence")
+  raise ValueError("the vocab has neither [SOS]/[EOS] nor [CLS]/[SEP] to frame a sentence")
 
 
 def write_vocab(tokens, vocab_file):
@@ -173,12 +173,12 @@ def write_vocab(tokens, vocab_file):
   seen = {}
   for index, token in enumerate(tokens):
     if not token or token != token.strip() or "\n" in token or "\r" in token:
-      raise ValueError("token %d (%r) is empty, has surrounding whitespace or "
-                       "a line break; it cannot be a vocab line." %
-                       (index, token))
+      raise ValueError(
+        f"token {index} ({token!r}) is empty, has surrounding whitespace or "
+        "a line break; it cannot be a vocab line."
+      )
     if token in seen:
-      raise ValueError("duplicate token %r at positions %d and %d." %
-                       (token, seen[token], index))
+      raise ValueError(f"duplicate token {token!r} at positions {seen[token]} and {index}.")
     seen[token] = index
   with io_utils.atomic_open(vocab_file) as f:
     for token in tokens:
@@ -240,8 +240,9 @@ def _vocab_list(vocab):
   tokens = [None] * len(vocab)
   for token, index in vocab.items():
     if not 0 <= index < len(tokens) or tokens[index] is not None:
-      raise ValueError("vocab ids must be 0..%d, each once; token %r has id "
-                       "%r." % (len(tokens) - 1, token, index))
+      raise ValueError(
+        f"vocab ids must be 0..{len(tokens) - 1}, each once; token {token!r} has id {index!r}."
+      )
     tokens[index] = token
   return tokens
 
@@ -260,8 +261,14 @@ class InGraphTokenizer(tf.Module):
   constant, so a SavedModel carries it without a separate asset file.
   """
 
-  def __init__(self, vocab, do_lower_case=True, max_input_chars_per_word=200,
-               boundary_tokens=("[SOS]", "[EOS]"), name=None):
+  def __init__(
+    self,
+    vocab,
+    do_lower_case=True,
+    max_input_chars_per_word=200,
+    boundary_tokens=("[SOS]", "[EOS]"),
+    name=None,
+  ):
     """Compiles the vocab into tensorflow-text's FastWordpieceTokenizer.
 
     Args:
@@ -283,8 +290,7 @@ class InGraphTokenizer(tf.Module):
     token_to_id = {token: index for index, token in enumerate(tokens)}
     for required in ("[UNK]", "[PAD]"):
       if required not in token_to_id:
-        raise ValueError("the vocab has no %s token; the tokenizer needs it."
-                         % required)
+        raise ValueError(f"the vocab has no {required} token; the tokenizer needs it.")
     self.do_lower_case = bool(do_lower_case)
     self.max_input_chars_per_word = int(max_input_chars_per_word)
     self.vocab_size = len(tokens)
@@ -300,17 +306,17 @@ class InGraphTokenizer(tf.Module):
     # no_pretokenization: words come from basic_tokenize; the tokenizer's own
     # splitting would skip BERT's text cleaning.
     self._wordpiece = tf_text.FastWordpieceTokenizer(
-        vocab=tokens,
-        suffix_indicator=_SUFFIX_INDICATOR,
-        max_bytes_per_word=max_bytes,
-        token_out_type=tf.int32,
-        unknown_token="[UNK]",
-        no_pretokenization=True)
+      vocab=tokens,
+      suffix_indicator=_SUFFIX_INDICATOR,
+      max_bytes_per_word=max_bytes,
+      token_out_type=tf.int32,
+      unknown_token="[UNK]",
+      no_pretokenization=True,
+    )
 
   # autograph=False: no tensor-dependent Python control flow here, and
   # tracing is several times faster without the conversion.
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)],
-               autograph=False)
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
   def __call__(self, texts):
     """Tokenizes sentences into word-piece ids (no [SOS]/[EOS]).
 
@@ -323,8 +329,7 @@ class InGraphTokenizer(tf.Module):
     words = basic_tokenize(texts, self.do_lower_case)  # [B, (W)]
     flat_words = words.flat_values
     n_chars = tf.strings.length(flat_words, unit="UTF8_CHAR")
-    flat_words = tf.where(n_chars > self.max_input_chars_per_word,
-                          self._too_long_word, flat_words)
+    flat_words = tf.where(n_chars > self.max_input_chars_per_word, self._too_long_word, flat_words)
     pieces = self._wordpiece.tokenize(flat_words)  # [sum(W), (P)]
     pieces = words.with_flat_values(pieces)  # [B, (W), (P)]
     return pieces.merge_dims(1, 2)
@@ -351,10 +356,11 @@ class InGraphTokenizer(tf.Module):
         the vocab.
     """
     if max_seq_length < 2:
-      raise ValueError("max_seq_length must be >= 2 to hold the boundary "
-                       "tokens, got %d." % max_seq_length)
+      raise ValueError(
+        f"max_seq_length must be >= 2 to hold the boundary tokens, got {max_seq_length:d}."
+      )
     start_id, end_id = self.boundary_ids()
-    pieces = self(texts)[:, :max_seq_length - 2]  # [B, (P)]
+    pieces = self(texts)[:, : max_seq_length - 2]  # [B, (P)]
     batch_size = tf.shape(texts, out_type=tf.int64)[0]
     column = tf.ones([batch_size, 1], tf.int32)
     ids = tf.concat([column * start_id, pieces, column * end_id], axis=1)
@@ -363,7 +369,8 @@ class InGraphTokenizer(tf.Module):
       # max(., 2): reduce_max of an empty batch is the smallest int64.
       length = tf.maximum(tf.reduce_max(ids.row_lengths()), 2)
     input_ids, input_mask = tf_text.pad_model_inputs(
-        ids, max_seq_length=length, pad_value=self.pad_id)
+      ids, max_seq_length=length, pad_value=self.pad_id
+    )
     return input_ids, tf.cast(input_mask, tf.int32)
 
   def boundary_ids(self):
@@ -372,13 +379,13 @@ class InGraphTokenizer(tf.Module):
     Raises:
       ValueError: naming the boundary tokens the vocab lacks.
     """
-    missing = [t for t, i in zip(self.boundary_tokens,
-                                 (self._start_id, self._end_id)) if i is None]
+    missing = [t for t, i in zip(self.boundary_tokens, (self._start_id, self._end_id)) if i is None]
     if missing:
       raise ValueError(
-          "encode() needs the boundary tokens %s but the vocab has no %s; for "
-          "a Google BERT vocab pass boundary_tokens=('[CLS]', '[SEP]')." %
-          (self.boundary_tokens, ", ".join(missing)))
+        f"encode() needs the boundary tokens {self.boundary_tokens} but the vocab has no "
+        f"{', '.join(missing)}; for a Google BERT vocab pass "
+        "boundary_tokens=('[CLS]', '[SEP]')."
+      )
     return self._start_id, self._end_id
 
 
@@ -396,9 +403,13 @@ class FullTokenizer(object):
       special tokens, or None where the vocab lacks one.
   """
 
-  def __init__(self, vocab_file, do_lower_case=True,
-               max_input_chars_per_word=200,
-               boundary_tokens=("[SOS]", "[EOS]")):
+  def __init__(
+    self,
+    vocab_file,
+    do_lower_case=True,
+    max_input_chars_per_word=200,
+    boundary_tokens=("[SOS]", "[EOS]"),
+  ):
     """Loads the vocab and builds the graph tokenizer.
 
     Args:
@@ -418,13 +429,16 @@ class FullTokenizer(object):
       setattr(self, attr, self.vocab.get(token))
     for required in ("[UNK]", "[PAD]"):
       if required not in self.vocab:
-        raise ValueError("%s: the vocab has no %s token; the tokenizer needs "
-                         "it." % (vocab_file, required))
+        raise ValueError(
+          f"{vocab_file}: the vocab has no {required} token; the tokenizer needs it."
+        )
     self.boundary_tokens = tuple(boundary_tokens)
     self._graph = InGraphTokenizer(
-        self.vocab, do_lower_case=do_lower_case,
-        max_input_chars_per_word=max_input_chars_per_word,
-        boundary_tokens=boundary_tokens)
+      self.vocab,
+      do_lower_case=do_lower_case,
+      max_input_chars_per_word=max_input_chars_per_word,
+      boundary_tokens=boundary_tokens,
+    )
     # Id -> token as a list: indexing beats dict lookups on large batches.
     size = max(self.inv_vocab) + 1
     self._id_to_token = [self.inv_vocab.get(i) for i in range(size)]
@@ -447,21 +461,20 @@ class FullTokenizer(object):
       list of B lists of int.
     """
     if isinstance(texts, (str, bytes)):
-      raise TypeError("expected a list of strings, got a single string; use "
-                      "tokenize()/encode() for one sentence.")
+      raise TypeError(
+        "expected a list of strings, got a single string; use tokenize()/encode() for one sentence."
+      )
     texts = list(texts)
     result = []
     for begin in range(0, len(texts), _PYTHON_BATCH_SIZE):
-      chunk = texts[begin:begin + _PYTHON_BATCH_SIZE]
+      chunk = texts[begin : begin + _PYTHON_BATCH_SIZE]
       pieces = self._graph(tf.constant(chunk, tf.string, shape=[len(chunk)]))
       # One bulk conversion, then list slicing: far cheaper than
       # RaggedTensor.to_list() or per-row numpy slicing.
       values = pieces.flat_values.numpy().tolist()
       splits = pieces.row_splits.numpy().tolist()
-      result.extend(values[splits[i]:splits[i + 1]]
-                    for i in range(len(chunk)))
+      result.extend(values[splits[i] : splits[i + 1]] for i in range(len(chunk)))
     return result
-
 
   def tokenize(self, text):
     """Word pieces of one sentence (str) as a list of str."""
@@ -470,24 +483,23 @@ class FullTokenizer(object):
   def tokenize_batch(self, texts):
     """Word pieces of many sentences: list of str -> list of lists of str."""
     id_to_token = self._id_to_token
-    return [[id_to_token[i] for i in ids]
-            for ids in self.piece_ids_batch(texts)]
+    return [[id_to_token[i] for i in ids] for ids in self.piece_ids_batch(texts)]
 
   def convert_tokens_to_ids(self, tokens):
     """Maps tokens to ids; raises KeyError naming an unknown token."""
     try:
       return [self.vocab[token] for token in tokens]
     except KeyError as e:
-      raise KeyError("token %r is not in the vocab %s" %
-                     (e.args[0], self.vocab_file)) from None
+      raise KeyError(f"token {e.args[0]!r} is not in the vocab {self.vocab_file}") from None
 
   def convert_ids_to_tokens(self, ids):
     """Maps ids to tokens; raises KeyError naming an unknown id."""
     try:
       return [self.inv_vocab[int(i)] for i in ids]
     except KeyError as e:
-      raise KeyError("id %r is not in the vocab %s (size %d)" %
-                     (e.args[0], self.vocab_file, len(self.vocab))) from None
+      raise KeyError(
+        f"id {e.args[0]!r} is not in the vocab {self.vocab_file} (size {len(self.vocab)})"
+      ) from None
 
   def encode(self, text, max_seq_length=None):
     """Ids of `[SOS] pieces [EOS]` for one sentence (see encode_batch)."""
@@ -511,24 +523,31 @@ class FullTokenizer(object):
     """
     start_id, end_id = self._graph.boundary_ids()
     if max_seq_length is not None and max_seq_length < 2:
-      raise ValueError("max_seq_length must be >= 2 to hold the boundary "
-                       "tokens, got %d." % max_seq_length)
+      raise ValueError(
+        f"max_seq_length must be >= 2 to hold the boundary tokens, got {max_seq_length:d}."
+      )
     keep = None if max_seq_length is None else max_seq_length - 2
-    return [[start_id] + ids[:keep] + [end_id]
-            for ids in self.piece_ids_batch(texts)]
+    return [[start_id] + ids[:keep] + [end_id] for ids in self.piece_ids_batch(texts)]
 
 
 @functools.lru_cache(maxsize=None)
 def _basic_tokenize_function(do_lower_case):
   """basic_tokenize as a tf.function over [B] strings, traced once per case."""
   return tf.function(
-      lambda texts: basic_tokenize(texts, do_lower_case),
-      input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+    lambda texts: basic_tokenize(texts, do_lower_case),
+    input_signature=[tf.TensorSpec([None], tf.string)],
+    autograph=False,
+  )
 
 
-def build_vocab(sentences, vocab_size, do_lower_case=True,
-                reserved_tokens=SPECIAL_TOKENS, batch_size=4096,
-                learn_params=None):
+def build_vocab(
+  sentences,
+  vocab_size,
+  do_lower_case=True,
+  reserved_tokens=SPECIAL_TOKENS,
+  batch_size=4096,
+  learn_params=None,
+):
   """Learns a WordPiece vocab from sentences with tensorflow-text's learner.
 
   Words are counted after the same `basic_tokenize` the tokenizer uses, so
@@ -561,7 +580,7 @@ def build_vocab(sentences, vocab_size, do_lower_case=True,
   """
   reserved_tokens = list(reserved_tokens)
   if len(set(reserved_tokens)) != len(reserved_tokens):
-    raise ValueError("reserved_tokens must be unique: %r" % (reserved_tokens,))
+    raise ValueError(f"reserved_tokens must be unique: {reserved_tokens!r}")
   split = _basic_tokenize_function(bool(do_lower_case))
   counts = collections.Counter()
 
@@ -579,11 +598,14 @@ def build_vocab(sentences, vocab_size, do_lower_case=True,
     count(batch)
   if not counts:
     raise ValueError("build_vocab: the corpus holds no words.")
-  word_counts = sorted(((w.decode("utf-8"), c) for w, c in counts.items()),
-                       key=lambda wc: (-wc[1], wc[0]))
-  vocab = vocab_learner.learn(
-      word_counts, vocab_size, reserved_tokens, **(learn_params or {}))
+  word_counts = sorted(
+    ((w.decode("utf-8"), c) for w, c in counts.items()), key=lambda wc: (-wc[1], wc[0])
+  )
+  vocab = vocab_learner.learn(word_counts, vocab_size, reserved_tokens, **(learn_params or {}))
   if len(vocab) > vocab_size:
-    logging.warning("build_vocab: %d tokens, more than vocab_size=%d (every "
-                    "character of the corpus is kept).", len(vocab), vocab_size)
+    logging.warning(
+      "build_vocab: %d tokens, more than vocab_size=%d (every character of the corpus is kept).",
+      len(vocab),
+      vocab_size,
+    )
   return vocab

@@ -63,16 +63,15 @@ import optimization
 import training_setup
 
 # The per-step global sums a train/eval step returns, in this order.
-_METRICS = ("loss_sum", "weight_sum", "correct_sum", "ce_sum", "tokens",
-            "positions", "sequences")
+_METRICS = ("loss_sum", "weight_sum", "correct_sum", "ce_sum", "tokens", "positions", "sequences")
 
 
 # ----------------------------------------------------------------- parameters
 
+
 def _flag(help_text, default=dataclasses.MISSING, enum=None):
   """A `TrainParams` field that run_pretraining.py exposes as a flag."""
-  return dataclasses.field(default=default,
-                           metadata={"help": help_text, "enum": enum})
+  return dataclasses.field(default=default, metadata={"help": help_text, "enum": enum})
 
 
 @dataclasses.dataclass
@@ -84,26 +83,28 @@ class TrainParams:
   made with `_flag`. config_overrides (from --config_json and the size
   flags) and install_signal_handlers are for callers only.
   """
-  output_dir: str = _flag("Checkpoints, config.json, vocab.txt, TensorBoard "
-                          "logs.")
-  model_type: str = _flag("Which LM to train.", "tta",
-                          modeling.PRETRAINING_MODEL_TYPES)
-  input_file: str = _flag(
-      "Glob of training TFRecords (create_pretraining_data.py).", None)
+
+  output_dir: str = _flag("Checkpoints, config.json, vocab.txt, TensorBoard logs.")
+  model_type: str = _flag("Which LM to train.", "tta", modeling.PRETRAINING_MODEL_TYPES)
+  input_file: str = _flag("Glob of training TFRecords (create_pretraining_data.py).", None)
   eval_file: str = _flag("Glob of evaluation TFRecords.", None)
-  vocab_file: str = _flag("WordPiece vocab; default the vocab.txt beside "
-                          "--input_file, or the one already in --output_dir.",
-                          None)
+  vocab_file: str = _flag(
+    "WordPiece vocab; default the vocab.txt beside "
+    "--input_file, or the one already in --output_dir.",
+    None,
+  )
   do_lower_case: bool = _flag(
-      "Stored in config.json for the tokenizer; default: from the data dir's "
-      "data_stats.json, else True.", None)
-  bert_config_file: str = _flag(
-      "Model config JSON (TTAConfig / BERT format).", None)
+    "Stored in config.json for the tokenizer; default: from the data dir's "
+    "data_stats.json, else True.",
+    None,
+  )
+  bert_config_file: str = _flag("Model config JSON (TTAConfig / BERT format).", None)
   config_overrides: dict = dataclasses.field(default_factory=dict)
   init_checkpoint: str = _flag(
-      "Warm start (ignored when --output_dir already holds a checkpoint): "
-      "our model dir / checkpoint, or a Google-BERT / T-TA TF1 checkpoint.",
-      None)
+    "Warm start (ignored when --output_dir already holds a checkpoint): "
+    "our model dir / checkpoint, or a Google-BERT / T-TA TF1 checkpoint.",
+    None,
+  )
   train_batch_size: int = _flag("Global batch size (sentences).", 64)
   eval_batch_size: int = _flag("Global eval batch size.", 64)
   learning_rate: float = _flag("Peak learning rate.", 1e-4)
@@ -113,69 +114,83 @@ class TrainParams:
   max_seq_length: int = _flag("Longest sentence in tokens.", 128)
   mlm_probability: float = _flag("biLM masking rate.", 0.15)
   bucket_boundaries: list = _flag(
-      "Sequence-length bucket boundaries for batching, e.g. 16,24,32,48,64 "
-      "(default: the pipeline's).", None)
+    "Sequence-length bucket boundaries for batching, e.g. 16,24,32,48,64 "
+    "(default: the pipeline's).",
+    None,
+  )
   seed: int = _flag("Seed of the data order and masking.", 12345)
   save_checkpoints_steps: int = _flag("Checkpoint interval.", 1000)
   keep_checkpoint_max: int = _flag("Checkpoints kept.", 5)
-  eval_every_steps: int = _flag(
-      "Evaluate every N steps (0: only at the end).", 0)
-  max_eval_steps: int = _flag(
-      "Eval batches per evaluation (0: the whole eval file).", 100)
-  steps_per_loop: int = _flag(
-      "Steps per tf.function call (cuts Python overhead).", 20)
+  eval_every_steps: int = _flag("Evaluate every N steps (0: only at the end).", 0)
+  max_eval_steps: int = _flag("Eval batches per evaluation (0: the whole eval file).", 100)
+  steps_per_loop: int = _flag("Steps per tf.function call (cuts Python overhead).", 20)
   log_every_steps: int = _flag("Progress line interval.", 100)
-  strategy: str = _flag("tf.distribute.", "one_device",
-                        distribute_utils.STRATEGIES)
+  strategy: str = _flag("tf.distribute.", "one_device", distribute_utils.STRATEGIES)
   tpu: str = _flag("TPU name/address for --strategy=tpu.", None)
   num_cpu_devices: int = _flag(
-      "Split the CPU into this many logical devices (for "
-      "--strategy=mirrored without GPUs; testing).", 0)
+    "Split the CPU into this many logical devices (for --strategy=mirrored without GPUs; testing).",
+    0,
+  )
   mixed_precision: bool = _flag(
-      "bfloat16 compute, float32 variables; LayerNorm, softmax and the loss "
-      "stay float32 (1.4-1.7x faster on AMX CPUs).", False)
+    "bfloat16 compute, float32 variables; LayerNorm, softmax and the loss "
+    "stay float32 (1.4-1.7x faster on AMX CPUs).",
+    False,
+  )
   use_xla: bool = _flag(
-      "jit_compile the forward/backward pass (on CPU slower than TF's oneDNN "
-      "kernels: measured 2.8 vs 2.3 s/step at the paper's size).", False)
+    "jit_compile the forward/backward pass (on CPU slower than TF's oneDNN "
+    "kernels: measured 2.8 vs 2.3 s/step at the paper's size).",
+    False,
+  )
   train_minutes: float = _flag(
-      "Wall-clock budget; when used up the run saves a checkpoint and exits 0 "
-      "(0: no limit).", 0.0)
+    "Wall-clock budget; when used up the run saves a checkpoint and exits 0 (0: no limit).", 0.0
+  )
   output_layer: str = _flag(
-      "softmax: tied vocabulary softmax; continuous: ELMo-C cosine loss "
-      "against --target_embeddings.", "softmax", modeling.OUTPUT_LAYERS)
+    "softmax: tied vocabulary softmax; continuous: ELMo-C cosine loss against --target_embeddings.",
+    "softmax",
+    modeling.OUTPUT_LAYERS,
+  )
   target_embeddings: str = _flag(
-      "For --output_layer=continuous: a word-vector text file "
-      "(word2vec/fastText .vec) aligned to the vocab, or a trained model dir "
-      "(its word_embeddings are used).", None)
+    "For --output_layer=continuous: a word-vector text file "
+    "(word2vec/fastText .vec) aligned to the vocab, or a trained model dir "
+    "(its word_embeddings are used).",
+    None,
+  )
   continuous_logit_scale: float = _flag(
-      "Inference scale of a continuous model's cosine logits: "
-      "log p(v) = log_softmax(scale * cos(W h, e(v))).", 10.0)
+    "Inference scale of a continuous model's cosine logits: "
+    "log p(v) = log_softmax(scale * cos(W h, e(v))).",
+    10.0,
+  )
   calibrate_logit_scale: bool = _flag(
-      "Continuous head: after the final eval, store in config.json the scale "
-      "(of losses.LOGIT_SCALES) with the lowest eval cross-entropy.", True)
-  synthetic_data: bool = _flag(
-      "Random ids instead of --input_file (benchmarking).", False)
-  synthetic_length: int = _flag(
-      "Mean sentence length of --synthetic_data.", 32)
+    "Continuous head: after the final eval, store in config.json the scale "
+    "(of losses.LOGIT_SCALES) with the lowest eval cross-entropy.",
+    True,
+  )
+  synthetic_data: bool = _flag("Random ids instead of --input_file (benchmarking).", False)
+  synthetic_length: int = _flag("Mean sentence length of --synthetic_data.", 32)
   install_signal_handlers: bool = True
 
 
 def set_precision_policy(mixed_precision):
-  keras.mixed_precision.set_global_policy(
-      "mixed_bfloat16" if mixed_precision else "float32")
+  keras.mixed_precision.set_global_policy("mixed_bfloat16" if mixed_precision else "float32")
 
 
 def _warn_if_bfloat16_is_emulated(params):
-  if (params.mixed_precision and not tf.config.list_physical_devices("GPU")
-      and params.strategy != "tpu"
-      and machine.cpu_has_native_bfloat16() is False):
-    logging.warning("--mixed_precision on a CPU without AMX/AVX512_BF16: "
-                    "bfloat16 is emulated here and trains SLOWER than "
-                    "float32 (measured 0.7-0.98x the fp32 speed); leave "
-                    "it off on this host")
+  if (
+    params.mixed_precision
+    and not tf.config.list_physical_devices("GPU")
+    and params.strategy != "tpu"
+    and machine.cpu_has_native_bfloat16() is False
+  ):
+    logging.warning(
+      "--mixed_precision on a CPU without AMX/AVX512_BF16: "
+      "bfloat16 is emulated here and trains SLOWER than "
+      "float32 (measured 0.7-0.98x the fp32 speed); leave "
+      "it off on this host"
+    )
 
 
 # ------------------------------------------------------------ stop requests
+
 
 class StopRequest(object):
   """Set by SIGTERM/SIGINT; the loop saves a checkpoint and returns."""
@@ -195,8 +210,7 @@ class StopRequest(object):
     if self.signal is not None and signum == signal.SIGINT:
       raise KeyboardInterrupt  # a second Ctrl-C aborts without saving
     self.signal = signum
-    logging.warning("received signal %d: stopping after this loop and "
-                    "saving a checkpoint", signum)
+    logging.warning("received signal %d: stopping after this loop and saving a checkpoint", signum)
 
   def uninstall(self):
     for signum, handler in self._previous.items():
@@ -211,8 +225,7 @@ class _StopCondition(object):
     self.request = StopRequest()
     if params.install_signal_handlers:
       self.request.install()
-    self.deadline = (time.time() + 60.0 * params.train_minutes
-                     if params.train_minutes > 0 else None)
+    self.deadline = time.time() + 60.0 * params.train_minutes if params.train_minutes > 0 else None
     self._any_worker = distribute_utils.any_worker_agreement(strategy)
 
   def seconds_left(self):
@@ -228,7 +241,7 @@ class _StopCondition(object):
     if not self._any_worker(self.request.signal is not None or expired):
       return None
     if self.request.signal is not None:
-      return "signal %d" % self.request.signal
+      return f"signal {self.request.signal:d}"
     return "train_minutes" if expired else "another worker"
 
   def uninstall(self):
@@ -237,11 +250,14 @@ class _StopCondition(object):
 
 # ---------------------------------------------------------- train and eval
 
+
 def _batch_counts(features):
   mask = tf.cast(features["input_mask"], tf.float32)
-  return {"tokens": tf.reduce_sum(mask),
-          "positions": tf.cast(tf.size(mask), tf.float32),
-          "sequences": tf.cast(tf.shape(mask)[0], tf.float32)}
+  return {
+    "tokens": tf.reduce_sum(mask),
+    "positions": tf.cast(tf.size(mask), tf.float32),
+    "sequences": tf.cast(tf.shape(mask)[0], tf.float32),
+  }
 
 
 def make_train_loop(strategy, model, optimizer, use_xla=False):
@@ -260,8 +276,7 @@ def make_train_loop(strategy, model, optimizer, use_xla=False):
 
   def compute_gradients(features, global_weight):
     with tf.GradientTape() as tape:
-      terms = losses.forward_loss_terms(model, features, training=True,
-                                        gather_targets=gather)
+      terms = losses.forward_loss_terms(model, features, training=True, gather_targets=gather)
       # Divide by the GLOBAL weight sum: the optimizer sums the replicas'
       # gradients, which then equal the gradient of the global mean loss.
       loss = terms["loss_sum"] / global_weight
@@ -271,12 +286,11 @@ def make_train_loop(strategy, model, optimizer, use_xla=False):
     compute_gradients = tf.function(compute_gradients, jit_compile=True)
 
   def step_fn(features):
-    local_weight = tf.reduce_sum(
-        tf.cast(features["target_weights"], tf.float32))
+    local_weight = tf.reduce_sum(tf.cast(features["target_weights"], tf.float32))
     global_weight = tf.distribute.get_replica_context().all_reduce(
-        tf.distribute.ReduceOp.SUM, local_weight)
-    grads, terms = compute_gradients(features,
-                                     tf.maximum(global_weight, 1e-6))
+      tf.distribute.ReduceOp.SUM, local_weight
+    )
+    grads, terms = compute_gradients(features, tf.maximum(global_weight, 1e-6))
     # AdamWeightDecay sums over replicas, clips the global norm to 1.0, then
     # applies the update (optimization.py); we must not clip here as well.
     optimizer.apply_gradients(zip(grads, variables))
@@ -305,19 +319,19 @@ def make_eval_step(strategy, model, use_xla=False, element_spec=None):
   gather = not (use_xla or isinstance(strategy, tf.distribute.TPUStrategy))
 
   def step_fn(features):
-    terms = losses.forward_loss_terms(model, features, training=False,
-                                      gather_targets=gather, with_logits=True)
+    terms = losses.forward_loss_terms(
+      model, features, training=False, gather_targets=gather, with_logits=True
+    )
     terms.update(_batch_counts(features))
-    by_scale = terms.get("ce_by_scale",
-                         tf.zeros([len(losses.LOGIT_SCALES)], tf.float32))
+    by_scale = terms.get("ce_by_scale", tf.zeros([len(losses.LOGIT_SCALES)], tf.float32))
     return tf.concat([tf.stack([terms[k] for k in _METRICS]), by_scale], 0)
 
-  @tf.function(reduce_retracing=True,
-               input_signature=None if element_spec is None else [
-                   element_spec])
+  @tf.function(
+    reduce_retracing=True, input_signature=None if element_spec is None else [element_spec]
+  )
   def eval_step(features):
-    return distribute_utils.sum_replicas(
-        strategy, strategy.run(step_fn, args=(features,)))
+    return distribute_utils.sum_replicas(strategy, strategy.run(step_fn, args=(features,)))
+
   return eval_step
 
 
@@ -340,13 +354,16 @@ def evaluate(eval_step, dist_dataset, continuous):
     batches += 1
   m = dict(zip(_METRICS, totals))
   weight = max(m["weight_sum"], 1e-9)
-  result = {"loss": m["loss_sum"] / weight,
-            "accuracy": m["correct_sum"] / weight,
-            "perplexity": math.exp(min(m["ce_sum"] / weight, 700.0)),
-            "batches": batches, "targets": m["weight_sum"]}
+  result = {
+    "loss": m["loss_sum"] / weight,
+    "accuracy": m["correct_sum"] / weight,
+    "perplexity": math.exp(min(m["ce_sum"] / weight, 700.0)),
+    "batches": batches,
+    "targets": m["weight_sum"],
+  }
   if continuous:
     result["cosine_logit_ce"] = m["ce_sum"] / weight
-    by_scale = totals[len(_METRICS):] / weight
+    by_scale = totals[len(_METRICS) :] / weight
     best = int(np.argmin(by_scale))
     result["best_logit_scale"] = losses.LOGIT_SCALES[best]
     result["best_scale_perplexity"] = math.exp(min(by_scale[best], 700.0))
@@ -358,20 +375,22 @@ class _Evaluator(object):
 
   def __init__(self, strategy, model, params, setup, writer):
     self._strategy = strategy
-    self._dataset_fn = training_setup.make_dataset_fn(
-        params, setup.config, setup.vocab, False)
+    self._dataset_fn = training_setup.make_dataset_fn(params, setup.config, setup.vocab, False)
     self._continuous = setup.config.output_layer == "continuous"
     self._writer = writer
     self._eval_step = make_eval_step(
-        strategy, model, params.use_xla,
-        strategy.distribute_datasets_from_function(
-            self._dataset_fn).element_spec)
+      strategy,
+      model,
+      params.use_xla,
+      strategy.distribute_datasets_from_function(self._dataset_fn).element_spec,
+    )
 
   def run(self, step):
     dist = self._strategy.distribute_datasets_from_function(self._dataset_fn)
     result = evaluate(self._eval_step, dist, self._continuous)
-    logging.info("eval at step %d: %s", step,
-                 " ".join("%s %.4g" % kv for kv in sorted(result.items())))
+    logging.info(
+      "eval at step %d: %s", step, " ".join(f"{k} {v:.4g}" for k, v in sorted(result.items()))
+    )
     with self._writer.as_default():
       for name in ("loss", "perplexity", "accuracy", "cosine_logit_ce"):
         if name in result:
@@ -381,12 +400,14 @@ class _Evaluator(object):
 
 # ------------------------------------------------------------------ logging
 
+
 def _scalar_metadata():
   # What tensorboard's tf.summary.scalar writes; built from TF's own proto so
   # that logging scalars does not need the tensorboard package installed
   # (only viewing them does).
   # pylint: disable-next=g-import-not-at-top
   from tensorflow.core.framework import summary_pb2
+
   metadata = summary_pb2.SummaryMetadata()
   metadata.plugin_data.plugin_name = "scalars"
   metadata.data_class = summary_pb2.DATA_CLASS_SCALAR
@@ -395,15 +416,16 @@ def _scalar_metadata():
 
 def write_scalar(name, value, step):
   """A TensorBoard scalar into the default summary writer."""
-  tf.summary.write(name, tf.constant(float(value), tf.float32), step=step,
-                   metadata=_scalar_metadata())
+  tf.summary.write(
+    name, tf.constant(float(value), tf.float32), step=step, metadata=_scalar_metadata()
+  )
 
 
 def _format_eta(seconds):
   if seconds is None or not math.isfinite(seconds):
     return "?"
   seconds = int(seconds)
-  return "%d:%02d:%02d" % (seconds // 3600, seconds // 60 % 60, seconds % 60)
+  return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 def _ratio(numerator, denominator):
@@ -422,8 +444,7 @@ class _Throughput(object):
     self._continuous = config.output_layer == "continuous"
     self._window = np.zeros(len(_METRICS))
     self._window_seconds = self._window_steps = 0
-    self._timed = {"seconds": 0.0, "steps": 0, "tokens": 0.0, "targets": 0.0,
-                   "flops": 0.0}
+    self._timed = {"seconds": 0.0, "steps": 0, "tokens": 0.0, "targets": 0.0, "flops": 0.0}
     self._first_call = True
 
   def flops(self, m):
@@ -431,9 +452,13 @@ class _Throughput(object):
     # The head runs on the targets only, except under XLA (dense).
     head_tokens = m["positions"] if self._use_xla else m["weight_sum"]
     return flops.training_flops(
-        self._config, m["tokens"], head_tokens,
-        _ratio(m["positions"], m["sequences"]), self._config.output_layer,
-        self._config.target_embedding_size or self._config.hidden_size)
+      self._config,
+      m["tokens"],
+      head_tokens,
+      _ratio(m["positions"], m["sequences"]),
+      self._config.output_layer,
+      self._config.target_embedding_size or self._config.hidden_size,
+    )
 
   def add(self, sums, num_steps, seconds, learning_rate):
     """Adds one call's sums [7]; returns its TensorBoard scalars."""
@@ -442,25 +467,30 @@ class _Throughput(object):
     if self._first_call:
       self._first_call = False
     else:
-      for key, value in (("seconds", seconds), ("steps", num_steps),
-                         ("tokens", m["tokens"]),
-                         ("targets", m["weight_sum"]), ("flops", call_flops)):
+      for key, value in (
+        ("seconds", seconds),
+        ("steps", num_steps),
+        ("tokens", m["tokens"]),
+        ("targets", m["weight_sum"]),
+        ("flops", call_flops),
+      ):
         self._timed[key] += value
     self._window += sums
     self._window_seconds += seconds
     self._window_steps += num_steps
-    scalars = {"loss": _ratio(m["loss_sum"], m["weight_sum"]),
-               "learning_rate": learning_rate,
-               "steps_per_second": num_steps / seconds,
-               "tokens_per_second": m["tokens"] / seconds,
-               "target_tokens_per_second": m["weight_sum"] / seconds,
-               "gflops_per_second": call_flops / seconds / 1e9}
+    scalars = {
+      "loss": _ratio(m["loss_sum"], m["weight_sum"]),
+      "learning_rate": learning_rate,
+      "steps_per_second": num_steps / seconds,
+      "tokens_per_second": m["tokens"] / seconds,
+      "target_tokens_per_second": m["weight_sum"] / seconds,
+      "gflops_per_second": call_flops / seconds / 1e9,
+    }
     if not self._continuous:
       scalars["accuracy"] = _ratio(m["correct_sum"], m["weight_sum"])
     return scalars
 
-  def log_window(self, step, num_train_steps, learning_rate, elapsed,
-                 seconds_left):
+  def log_window(self, step, num_train_steps, learning_rate, elapsed, seconds_left):
     """Logs the progress line of the steps since the last one."""
     w = dict(zip(_METRICS, self._window))
     rate = _ratio(self._window_steps, self._window_seconds)
@@ -468,33 +498,41 @@ class _Throughput(object):
     if seconds_left is not None:
       eta = seconds_left if eta is None else min(eta, seconds_left)
     logging.info(
-        "step %d/%d loss %.4f%s lr %.3g | %.2f steps/s %.0f tokens/s "
-        "%.1f GFLOP/s | elapsed %s ETA %s", step, num_train_steps,
-        _ratio(w["loss_sum"], w["weight_sum"]),
-        "" if self._continuous else " acc %.3f" % _ratio(w["correct_sum"],
-                                                         w["weight_sum"]),
-        learning_rate, rate, _ratio(w["tokens"], self._window_seconds),
-        _ratio(self.flops(w), self._window_seconds) / 1e9,
-        _format_eta(elapsed), _format_eta(eta))
+      "step %d/%d loss %.4f%s lr %.3g | %.2f steps/s %.0f tokens/s "
+      "%.1f GFLOP/s | elapsed %s ETA %s",
+      step,
+      num_train_steps,
+      _ratio(w["loss_sum"], w["weight_sum"]),
+      "" if self._continuous else f" acc {_ratio(w['correct_sum'], w['weight_sum']):.3f}",
+      learning_rate,
+      rate,
+      _ratio(w["tokens"], self._window_seconds),
+      _ratio(self.flops(w), self._window_seconds) / 1e9,
+      _format_eta(elapsed),
+      _format_eta(eta),
+    )
     self._window[:] = 0
     self._window_seconds = self._window_steps = 0
 
   def summary(self):
     """Speed over the timed calls, for train_summary.json."""
     seconds = max(self._timed["seconds"], 1e-9)
-    return {"timed_steps": self._timed["steps"],
-            "steps_per_second": self._timed["steps"] / seconds,
-            "tokens_per_second": float(self._timed["tokens"] / seconds),
-            "target_tokens_per_second": float(self._timed["targets"] /
-                                              seconds),
-            "gflops_per_second": float(self._timed["flops"] / seconds / 1e9)}
+    return {
+      "timed_steps": self._timed["steps"],
+      "steps_per_second": self._timed["steps"] / seconds,
+      "tokens_per_second": float(self._timed["tokens"] / seconds),
+      "target_tokens_per_second": float(self._timed["targets"] / seconds),
+      "gflops_per_second": float(self._timed["flops"] / seconds / 1e9),
+    }
 
 
 # -------------------------------------------------------------------- train
 
+
 @dataclasses.dataclass
 class _TrainState:
   """The checkpointed objects of a run."""
+
   model: modeling.TransformerLM
   optimizer: keras.optimizers.Optimizer
   # The input position: global batches consumed (one per step, but kept
@@ -508,25 +546,33 @@ class _TrainState:
     with strategy.scope():
       model = modeling.build_model(config, params.model_type)
       optimizer = optimization.create_optimizer(
-          params.learning_rate, params.num_train_steps,
-          params.num_warmup_steps, params.weight_decay_rate)
+        params.learning_rate,
+        params.num_train_steps,
+        params.num_warmup_steps,
+        params.weight_decay_rate,
+      )
       optimizer.build(model.trainable_variables)
-    input_batches = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                name="input_batches")
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,
-                                     input_batches=input_batches)
+    input_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="input_batches")
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, input_batches=input_batches)
     manager = tf.train.CheckpointManager(
-        checkpoint, write_dir, max_to_keep=params.keep_checkpoint_max,
-        step_counter=optimizer.iterations,
-        checkpoint_name=model_dir.CHECKPOINT_NAME)
+      checkpoint,
+      write_dir,
+      max_to_keep=params.keep_checkpoint_max,
+      step_counter=optimizer.iterations,
+      checkpoint_name=model_dir.CHECKPOINT_NAME,
+    )
     return cls(model, optimizer, input_batches, checkpoint, manager)
 
   def restore_or_initialise(self, latest, params, target_table):
     """Resumes from `latest`, else warm-starts / sets continuous targets."""
     if latest:
       self.checkpoint.restore(latest).assert_existing_objects_matched()
-      logging.info("resumed from %s at step %d (input position %d batches)",
-                   latest, self.step, int(self.input_batches.numpy()))
+      logging.info(
+        "resumed from %s at step %d (input position %d batches)",
+        latest,
+        self.step,
+        int(self.input_batches.numpy()),
+      )
       return
     if params.init_checkpoint:
       model_dir.warm_start(self.model, params.init_checkpoint)
@@ -566,34 +612,40 @@ class _Run(object):
     self.eval_result = None
     self.run_start = time.time()
     self.meter = _Throughput(setup.config, params.use_xla)
-    self.iterator = iter(strategy.distribute_datasets_from_function(
-        training_setup.make_dataset_fn(params, setup.config, setup.vocab, True,
-                        self.skip_batches)))
-    self.train_loop = make_train_loop(strategy, state.model, state.optimizer,
-                                      params.use_xla)
+    self.iterator = iter(
+      strategy.distribute_datasets_from_function(
+        training_setup.make_dataset_fn(params, setup.config, setup.vocab, True, self.skip_batches)
+      )
+    )
+    self.train_loop = make_train_loop(strategy, state.model, state.optimizer, params.use_xla)
     self.train_writer, eval_writer = self._summary_writers()
     self.evaluator = None
     if params.eval_file or (params.synthetic_data and params.eval_every_steps):
-      self.evaluator = _Evaluator(strategy, state.model, params, setup,
-                                  eval_writer)
+      self.evaluator = _Evaluator(strategy, state.model, params, setup, eval_writer)
     self._writers = (self.train_writer, eval_writer)
 
   def _summary_writers(self):
     if not self.chief:
       return tf.summary.create_noop_writer(), tf.summary.create_noop_writer()
-    return tuple(tf.summary.create_file_writer(
-        os.path.join(self.params.output_dir, name))
-                 for name in ("train", "eval"))
+    return tuple(
+      tf.summary.create_file_writer(os.path.join(self.params.output_dir, name))
+      for name in ("train", "eval")
+    )
 
   def loop(self):
     """Trains until num_train_steps or a stop request."""
     p = self.params
     stop = _StopCondition(self.strategy, p)
-    logging.info("training %s (%s head) from step %d to %d, %d replicas, "
-                 "global batch %d, %s", p.model_type,
-                 self.setup.config.output_layer, self.start_step,
-                 p.num_train_steps, self.strategy.num_replicas_in_sync,
-                 p.train_batch_size, "bf16" if p.mixed_precision else "fp32")
+    logging.info(
+      "training %s (%s head) from step %d to %d, %d replicas, global batch %d, %s",
+      p.model_type,
+      self.setup.config.output_layer,
+      self.start_step,
+      p.num_train_steps,
+      self.strategy.num_replicas_in_sync,
+      p.train_batch_size,
+      "bf16" if p.mixed_precision else "fp32",
+    )
     try:
       while self.step < p.num_train_steps:
         self._run_steps(self._steps_until_next_event(), stop)
@@ -613,11 +665,13 @@ class _Run(object):
     """Steps of the next tf.function call: up to --steps_per_loop, ending at
     the next checkpoint, progress line or eval."""
     p, step = self.params, self.step
-    num = min(p.steps_per_loop, p.num_train_steps - step,
-              _next_boundary(step, p.save_checkpoints_steps) - step,
-              _next_boundary(step, p.log_every_steps) - step,
-              _next_boundary(step, p.eval_every_steps) - step
-              if self.evaluator else float("inf"))
+    num = min(
+      p.steps_per_loop,
+      p.num_train_steps - step,
+      _next_boundary(step, p.save_checkpoints_steps) - step,
+      _next_boundary(step, p.log_every_steps) - step,
+      _next_boundary(step, p.eval_every_steps) - step if self.evaluator else float("inf"),
+    )
     return int(max(1, num))
 
   def _run_steps(self, num, stop):
@@ -633,41 +687,47 @@ class _Run(object):
     with self.train_writer.as_default():
       for name, value in scalars.items():
         write_scalar(name, value, self.step)
-    if (_at_boundary(self.step, self.params.log_every_steps) or
-        self.step >= self.params.num_train_steps):
-      self.meter.log_window(self.step, self.params.num_train_steps,
-                            learning_rate, time.time() - self.run_start,
-                            stop.seconds_left())
+    if (
+      _at_boundary(self.step, self.params.log_every_steps)
+      or self.step >= self.params.num_train_steps
+    ):
+      self.meter.log_window(
+        self.step,
+        self.params.num_train_steps,
+        learning_rate,
+        time.time() - self.run_start,
+        stop.seconds_left(),
+      )
 
   def _save(self, why):
     self.last_path = self.state.manager.save(checkpoint_number=self.step)
     self.last_saved = self.step
-    logging.info("saved checkpoint for step %d (%s): %s", self.step, why,
-                 self.last_path)
+    logging.info("saved checkpoint for step %d (%s): %s", self.step, why, self.last_path)
 
   def finish(self):
     """Final checkpoint, eval and calibration; returns the run's summary."""
     if self.last_saved != self.step:
-      self._save(self.stopped_by if self.stopped_by != "num_train_steps"
-                 else "final")
-    finished = (self.step >= self.params.num_train_steps and
-                self.stopped_by == "num_train_steps")
-    if (self.evaluator and finished and
-        not _at_boundary(self.step, self.params.eval_every_steps)):
+      self._save(self.stopped_by if self.stopped_by != "num_train_steps" else "final")
+    finished = self.step >= self.params.num_train_steps and self.stopped_by == "num_train_steps"
+    if self.evaluator and finished and not _at_boundary(self.step, self.params.eval_every_steps):
       self.eval_result = self.evaluator.run(self.step)
     self._calibrate_logit_scale()
     for writer in self._writers:
       writer.flush()
     summary = self._summary()
     if self.chief:
-      with tf.io.gfile.GFile(os.path.join(self.params.output_dir,
-                                          "train_summary.json"), "w") as f:
-        json.dump({k: v for k, v in summary.items() if k != "step_losses"},
-                  f, indent=2, sort_keys=True)
-    logging.info("done: step %d, %.2f steps/s, %.0f tokens/s, %.1f GFLOP/s "
-                 "(stopped by %s)", self.step, summary["steps_per_second"],
-                 summary["tokens_per_second"], summary["gflops_per_second"],
-                 self.stopped_by)
+      with tf.io.gfile.GFile(os.path.join(self.params.output_dir, "train_summary.json"), "w") as f:
+        json.dump(
+          {k: v for k, v in summary.items() if k != "step_losses"}, f, indent=2, sort_keys=True
+        )
+    logging.info(
+      "done: step %d, %.2f steps/s, %.0f tokens/s, %.1f GFLOP/s (stopped by %s)",
+      self.step,
+      summary["steps_per_second"],
+      summary["tokens_per_second"],
+      summary["gflops_per_second"],
+      self.stopped_by,
+    )
     return summary
 
   def _calibrate_logit_scale(self):
@@ -675,20 +735,26 @@ class _Run(object):
     best (it changes the size of scores and perplexities, not which token
     ranks first), stored in config.json."""
     config = self.setup.config
-    if not (config.output_layer == "continuous" and self.eval_result and
-            self.params.calibrate_logit_scale and
-            self.step >= self.params.num_train_steps):
+    if not (
+      config.output_layer == "continuous"
+      and self.eval_result
+      and self.params.calibrate_logit_scale
+      and self.step >= self.params.num_train_steps
+    ):
       return
     config.continuous_logit_scale = self.eval_result["best_logit_scale"]
-    logging.info("continuous_logit_scale calibrated on the eval set: %g "
-                 "(perplexity %.4g)", config.continuous_logit_scale,
-                 self.eval_result["best_scale_perplexity"])
+    logging.info(
+      "continuous_logit_scale calibrated on the eval set: %g (perplexity %.4g)",
+      config.continuous_logit_scale,
+      self.eval_result["best_scale_perplexity"],
+    )
     if self.chief:
       self.setup.write_model_files(self.params.output_dir)
 
   def _summary(self):
     p = self.params
-    return dict({
+    return dict(
+      {
         "model_type": p.model_type,
         "output_layer": self.setup.config.output_layer,
         "mixed_precision": p.mixed_precision,
@@ -704,7 +770,9 @@ class _Run(object):
         "step_losses": self.step_losses,
         "eval": self.eval_result,
         "wall_seconds": time.time() - self.run_start,
-    }, **self.meter.summary())
+      },
+      **self.meter.summary(),
+    )
 
 
 def train(params, strategy=None):
@@ -720,7 +788,8 @@ def train(params, strategy=None):
     final eval (if any), checkpoint path.
   """
   strategy = strategy or distribute_utils.get_strategy(
-      params.strategy, params.tpu, params.num_cpu_devices)
+    params.strategy, params.tpu, params.num_cpu_devices
+  )
   write_dir = distribute_utils.worker_write_dir(params.output_dir, strategy)
   tf.io.gfile.makedirs(write_dir)
   set_precision_policy(params.mixed_precision)

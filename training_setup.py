@@ -26,10 +26,18 @@ import tokenization
 
 # Architecture fields that the size flags may set; a resumed run must agree
 # with the config.json already in --output_dir on all of them.
-_ARCH_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
-                "num_attention_heads", "intermediate_size", "hidden_act",
-                "max_position_embeddings", "type_vocab_size",
-                "output_layer", "target_embedding_size")
+_ARCH_FIELDS = (
+  "vocab_size",
+  "hidden_size",
+  "num_hidden_layers",
+  "num_attention_heads",
+  "intermediate_size",
+  "hidden_act",
+  "max_position_embeddings",
+  "type_vocab_size",
+  "output_layer",
+  "target_embedding_size",
+)
 
 
 @dataclasses.dataclass
@@ -43,6 +51,7 @@ class ModelSetup:
     target_table: float32 [V, E] frozen targets for a NEW continuous head
       (None otherwise; a resumed run restores them from its checkpoint).
   """
+
   config: modeling.TTAConfig
   vocab_file: str
   vocab: dict
@@ -50,10 +59,8 @@ class ModelSetup:
 
   def write_model_files(self, output_dir):
     """config.json and vocab.txt into output_dir (the chief only)."""
-    tokens = None if self.vocab_file else synthetic_vocab(
-        self.config.vocab_size)
-    model_dir.write_config_and_vocab(output_dir, self.config,
-                                     self.vocab_file, tokens)
+    tokens = None if self.vocab_file else synthetic_vocab(self.config.vocab_size)
+    model_dir.write_config_and_vocab(output_dir, self.config, self.vocab_file, tokens)
 
 
 def prepare_model(params, resuming):
@@ -66,12 +73,14 @@ def prepare_model(params, resuming):
   vocab_file, vocab = resolve_vocab(params, resuming)
   new_continuous = params.output_layer == "continuous" and not resuming
   targets = _pretrained_targets(params, vocab) if new_continuous else None
-  config = build_config(
-      params, vocab, target_size=None if targets is None else targets.shape[1])
+  config = build_config(params, vocab, target_size=None if targets is None else targets.shape[1])
   if new_continuous and targets is None:
     # --synthetic_data without --target_embeddings (benchmarking only).
-    targets = np.random.RandomState(params.seed).normal(
-        size=(config.vocab_size, config.hidden_size)).astype(np.float32)
+    targets = (
+      np.random.RandomState(params.seed)
+      .normal(size=(config.vocab_size, config.hidden_size))
+      .astype(np.float32)
+    )
   return ModelSetup(config, vocab_file, vocab, targets)
 
 
@@ -102,24 +111,29 @@ def resolve_vocab(params, resuming=False):
   candidates = [own] if resuming else []
   candidates.append(params.vocab_file)
   if params.input_file:
-    candidates.append(model_dir.vocab_path(
-        os.path.dirname(params.input_file)))
+    candidates.append(model_dir.vocab_path(os.path.dirname(params.input_file)))
   candidates.append(own)
   for path in candidates:
     if path and tf.io.gfile.exists(path):
       vocab = tokenization.load_vocab(path)
-      if resuming and params.vocab_file and path == own and (
-          list(tokenization.load_vocab(params.vocab_file)) != list(vocab)):
-        raise ValueError("--vocab_file %s differs from %s of the run being "
-                         "resumed" % (params.vocab_file, own))
+      if (
+        resuming
+        and params.vocab_file
+        and path == own
+        and (list(tokenization.load_vocab(params.vocab_file)) != list(vocab))
+      ):
+        raise ValueError(
+          f"--vocab_file {params.vocab_file} differs from {own} of the run being resumed"
+        )
       return path, vocab
   if params.vocab_file:
-    raise FileNotFoundError("--vocab_file %s not found" % params.vocab_file)
+    raise FileNotFoundError(f"--vocab_file {params.vocab_file} not found")
   if params.synthetic_data:
     return None, None
   raise FileNotFoundError(
-      "no vocab: give --vocab_file, or put vocab.txt beside --input_file "
-      "(%s) or in --output_dir (%s)" % (params.input_file, params.output_dir))
+    "no vocab: give --vocab_file, or put vocab.txt beside --input_file "
+    f"({params.input_file}) or in --output_dir ({params.output_dir})"
+  )
 
 
 def _resumed_config(output_dir):
@@ -129,7 +143,8 @@ def _resumed_config(output_dir):
   config.json is complete: the chief writes it before any checkpoint).
   """
   if model_dir.latest_checkpoint(output_dir) and tf.io.gfile.exists(
-      model_dir.config_path(output_dir)):
+    model_dir.config_path(output_dir)
+  ):
     return model_dir.read_config(output_dir)
   return None
 
@@ -144,8 +159,7 @@ def build_config(params, vocab, target_size=None):
   """
   existing = _resumed_config(params.output_dir)
   if params.bert_config_file:
-    fields = modeling.TTAConfig.from_json_file(
-        params.bert_config_file).to_dict()
+    fields = modeling.TTAConfig.from_json_file(params.bert_config_file).to_dict()
   elif existing is not None:
     fields = existing.to_dict()
   else:
@@ -159,19 +173,21 @@ def build_config(params, vocab, target_size=None):
   fields.update(_text_fields(params, fields))
   config = modeling.TTAConfig.from_dict(fields)
   if vocab is not None and config.vocab_size != len(vocab):
-    raise ValueError("config vocab_size %d != %d tokens in the vocab file" %
-                     (config.vocab_size, len(vocab)))
+    raise ValueError(
+      f"config vocab_size {config.vocab_size:d} != {len(vocab)} tokens in the vocab file"
+    )
   if params.max_seq_length > config.max_position_embeddings:
-    raise ValueError("--max_seq_length %d > max_position_embeddings %d" %
-                     (params.max_seq_length, config.max_position_embeddings))
+    raise ValueError(
+      f"--max_seq_length {params.max_seq_length:d} > max_position_embeddings "
+      f"{config.max_position_embeddings:d}"
+    )
   if existing is not None:
     _check_same_architecture(existing, config, params.output_dir)
   return config
 
 
 def _head_fields(params, target_size):
-  fields = {"model_type": params.model_type,
-            "output_layer": params.output_layer}
+  fields = {"model_type": params.model_type, "output_layer": params.output_layer}
   if params.output_layer == "continuous":
     fields["continuous_logit_scale"] = params.continuous_logit_scale
     if target_size is not None:
@@ -187,8 +203,7 @@ def _text_fields(params, fields):
   data_args = _data_dir_stats(params.input_file).get("args", {})
   do_lower_case = params.do_lower_case
   if do_lower_case is None:
-    do_lower_case = data_args.get("do_lower_case",
-                                  fields.get("do_lower_case", True))
+    do_lower_case = data_args.get("do_lower_case", fields.get("do_lower_case", True))
   text = {"do_lower_case": bool(do_lower_case)}
   if data_args.get("normalization"):
     text["normalization"] = data_args["normalization"]
@@ -198,39 +213,42 @@ def _text_fields(params, fields):
 def _check_same_architecture(existing, config, output_dir):
   """Raises ValueError naming every architecture field that differs."""
   old, new = existing.to_dict(), config.to_dict()
-  if new.get("target_embedding_size") is None and (
-      config.output_layer == "continuous"):
+  if new.get("target_embedding_size") is None and (config.output_layer == "continuous"):
     new["target_embedding_size"] = old.get("target_embedding_size")
     config.target_embedding_size = old.get("target_embedding_size")
-  diffs = ["%s: %r in %s, %r now" % (k, old.get(k),
-                                     model_dir.config_path(output_dir),
-                                     new.get(k))
-           for k in _ARCH_FIELDS + ("model_type",)
-           if old.get(k) != new.get(k)]
+  diffs = [
+    f"{k}: {old.get(k)!r} in {model_dir.config_path(output_dir)}, {new.get(k)!r} now"
+    for k in _ARCH_FIELDS + ("model_type",)
+    if old.get(k) != new.get(k)
+  ]
   if diffs:
-    raise ValueError("--output_dir %s belongs to a different model (%s); "
-                     "use a new --output_dir" % (output_dir, "; ".join(diffs)))
+    raise ValueError(
+      f"--output_dir {output_dir} belongs to a different model ({'; '.join(diffs)}); "
+      "use a new --output_dir"
+    )
 
 
 def synthetic_vocab(vocab_size):
   """Placeholder token list for --synthetic_data without a vocab file."""
   tokens = list(tokenization.SPECIAL_TOKENS)
-  return tokens + ["tok%d" % i for i in range(len(tokens), vocab_size)]
+  return tokens + [f"tok{i}" for i in range(len(tokens), vocab_size)]
 
 
 # ------------------------------------------------------ target embeddings
+
 
 def _pretrained_targets(params, vocab):
   """--target_embeddings as a [V, E] table; None for random synthetic ones."""
   if params.synthetic_data and not params.target_embeddings:
     return None
   if not params.target_embeddings:
-    raise ValueError("--output_layer=continuous needs --target_embeddings "
-                     "(a word-vector file or a trained model dir)")
+    raise ValueError(
+      "--output_layer=continuous needs --target_embeddings "
+      "(a word-vector file or a trained model dir)"
+    )
   if vocab is None:
     raise ValueError("--target_embeddings needs a vocab file")
-  table, info = load_target_embeddings(params.target_embeddings, vocab,
-                                       seed=params.seed)
+  table, info = load_target_embeddings(params.target_embeddings, vocab, seed=params.seed)
   logging.info("target embeddings: %s", info)
   return table
 
@@ -257,22 +275,30 @@ def load_target_embeddings(path, vocab, seed=0):
   """
   if tf.io.gfile.isdir(path) or tf.io.gfile.exists(path + ".index"):
     table, checkpoint = model_dir.load_word_embeddings(path, vocab)
-    return table, {"source": checkpoint, "vocab_size": len(vocab),
-                   "dim": int(table.shape[1]), "random": 0}
+    return table, {
+      "source": checkpoint,
+      "vocab_size": len(vocab),
+      "dim": int(table.shape[1]),
+      "random": 0,
+    }
   vectors, dim = _read_word_vectors(path)
   rng = np.random.RandomState(seed)
   table = rng.normal(size=(len(vocab), dim)).astype(np.float32)
   table /= np.linalg.norm(table, axis=-1, keepdims=True)
   found = {"exact": 0, "lower": 0, "piece": 0}
   for token, index in vocab.items():
-    for kind, key in (("exact", token), ("lower", token.lower()),
-                      ("piece", token[2:] if token.startswith("##") else None)):
+    for kind, key in (
+      ("exact", token),
+      ("lower", token.lower()),
+      ("piece", token[2:] if token.startswith("##") else None),
+    ):
       if key is not None and key in vectors:
         table[index] = vectors[key]
         found[kind] += 1
         break
-  info = dict(found, random=len(vocab) - sum(found.values()),
-              vocab_size=len(vocab), dim=dim, source=path)
+  info = dict(
+    found, random=len(vocab) - sum(found.values()), vocab_size=len(vocab), dim=dim, source=path
+  )
   return table, info
 
 
@@ -283,20 +309,18 @@ def _read_word_vectors(path):
   with tf.io.gfile.GFile(path) as f:
     for line_number, line in enumerate(f, 1):
       parts = line.rstrip("\n").rstrip().split(" ")
-      if line_number == 1 and len(parts) == 2 and all(
-          p.isdigit() for p in parts):
+      if line_number == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
         continue  # "count dim" header
       if len(parts) < 2:
         continue
       if dim is None:
         dim = len(parts) - 1
       if len(parts) - 1 != dim:
-        raise ValueError("%s:%d: %d values, expected %d" %
-                         (path, line_number, len(parts) - 1, dim))
+        raise ValueError(f"{path}:{line_number}: {len(parts) - 1} values, expected {dim}")
       if parts[0] not in vectors:
         vectors[parts[0]] = np.asarray(parts[1:], np.float32)
   if dim is None:
-    raise ValueError("%s: no word vectors found" % path)
+    raise ValueError(f"{path}: no word vectors found")
   return vectors, dim
 
 
@@ -306,9 +330,17 @@ def _read_word_vectors(path):
 _SYNTHETIC_BATCHES = 64
 
 
-def synthetic_dataset(batch_size, model_type, mean_length, vocab_size,
-                      mask_id, max_seq_length, seed, mlm_probability=0.15,
-                      num_batches=_SYNTHETIC_BATCHES):
+def synthetic_dataset(
+  batch_size,
+  model_type,
+  mean_length,
+  vocab_size,
+  mask_id,
+  max_seq_length,
+  seed,
+  mlm_probability=0.15,
+  num_batches=_SYNTHETIC_BATCHES,
+):
   """Random-id batches with lengths in mean_length +- 25% (benchmarking).
 
   Same features as `input_pipeline.make_dataset`; a fixed set of
@@ -319,8 +351,7 @@ def synthetic_dataset(batch_size, model_type, mean_length, vocab_size,
   batches = []
   low, high = max(3, int(mean_length * 0.75)), int(mean_length * 1.25)
   for _ in range(num_batches):
-    lengths = np.minimum(rng.randint(low, high + 1, size=batch_size),
-                         max_seq_length)
+    lengths = np.minimum(rng.randint(low, high + 1, size=batch_size), max_seq_length)
     t = int(lengths.max())
     mask = (np.arange(t)[None] < lengths[:, None]).astype(np.int32)
     ids = rng.randint(7, vocab_size, size=(batch_size, t)).astype(np.int32)
@@ -330,58 +361,77 @@ def synthetic_dataset(batch_size, model_type, mean_length, vocab_size,
     elif model_type == "unilm":
       inputs = ids
       targets = np.concatenate([ids[:, 1:], np.zeros_like(ids[:, :1])], 1)
-      weights = np.concatenate([mask[:, 1:], np.zeros_like(mask[:, :1])],
-                               1).astype(np.float32)
+      weights = np.concatenate([mask[:, 1:], np.zeros_like(mask[:, :1])], 1).astype(np.float32)
     else:
       chosen = (rng.uniform(size=ids.shape) < mlm_probability) & (mask > 0)
       inputs = np.where(chosen, mask_id, ids).astype(np.int32)
       targets, weights = ids, chosen.astype(np.float32)
-    batches.append({"input_ids": inputs, "input_mask": mask,
-                    "target_ids": targets.astype(np.int32),
-                    "target_weights": weights})
+    batches.append(
+      {
+        "input_ids": inputs,
+        "input_mask": mask,
+        "target_ids": targets.astype(np.int32),
+        "target_weights": weights,
+      }
+    )
 
   def gen():
     yield from batches
-  spec = {k: tf.TensorSpec([batch_size, None],
-                           tf.float32 if k == "target_weights" else tf.int32)
-          for k in batches[0]}
-  return (tf.data.Dataset.from_generator(gen, output_signature=spec)
-          .cache().repeat().prefetch(2))
+
+  spec = {
+    k: tf.TensorSpec([batch_size, None], tf.float32 if k == "target_weights" else tf.int32)
+    for k in batches[0]
+  }
+  return tf.data.Dataset.from_generator(gen, output_signature=spec).cache().repeat().prefetch(2)
 
 
 def make_dataset_fn(params, config, vocab, is_training, skip_batches=0):
   """A `distribute_datasets_from_function` dataset_fn for train or eval."""
   mask_id = config.mask_token_id
-  specials = (input_pipeline.special_ids_from_vocab(vocab) if vocab
-              else list(range(len(tokenization.SPECIAL_TOKENS))))
-  global_batch = (params.train_batch_size if is_training
-                  else params.eval_batch_size)
+  specials = (
+    input_pipeline.special_ids_from_vocab(vocab)
+    if vocab
+    else list(range(len(tokenization.SPECIAL_TOKENS)))
+  )
+  global_batch = params.train_batch_size if is_training else params.eval_batch_size
 
   def dataset_fn(ctx):
     batch_size = ctx.get_per_replica_batch_size(global_batch)
     if params.synthetic_data:
-      dataset = synthetic_dataset(batch_size, params.model_type,
-                                  params.synthetic_length, config.vocab_size,
-                                  mask_id, params.max_seq_length,
-                                  params.seed + ctx.input_pipeline_id +
-                                  (0 if is_training else 7919),
-                                  params.mlm_probability)
+      dataset = synthetic_dataset(
+        batch_size,
+        params.model_type,
+        params.synthetic_length,
+        config.vocab_size,
+        mask_id,
+        params.max_seq_length,
+        params.seed + ctx.input_pipeline_id + (0 if is_training else 7919),
+        params.mlm_probability,
+      )
     else:
       kwargs = {}
       if params.bucket_boundaries:
         kwargs["bucket_boundaries"] = params.bucket_boundaries
       dataset = input_pipeline.make_dataset(
-          params.input_file if is_training else params.eval_file,
-          batch_size=batch_size, model_type=params.model_type,
-          max_seq_length=params.max_seq_length, is_training=is_training,
-          vocab_size=config.vocab_size, mask_id=mask_id, special_ids=specials,
-          seed=params.seed, mlm_probability=params.mlm_probability,
-          input_context=ctx, skip_batches=skip_batches, **kwargs)
+        params.input_file if is_training else params.eval_file,
+        batch_size=batch_size,
+        model_type=params.model_type,
+        max_seq_length=params.max_seq_length,
+        is_training=is_training,
+        vocab_size=config.vocab_size,
+        mask_id=mask_id,
+        special_ids=specials,
+        seed=params.seed,
+        mlm_probability=params.mlm_probability,
+        input_context=ctx,
+        skip_batches=skip_batches,
+        **kwargs,
+      )
     if is_training:
       return dataset
     # An eval pass must end: after --max_eval_steps batches, or after one
     # round of the endlessly repeated synthetic ones.
-    limit = params.max_eval_steps or (
-        _SYNTHETIC_BATCHES if params.synthetic_data else 0)
+    limit = params.max_eval_steps or (_SYNTHETIC_BATCHES if params.synthetic_data else 0)
     return dataset.take(limit) if limit else dataset
+
   return dataset_fn

@@ -47,6 +47,7 @@ def median_ms(call, runs, warmup):
 def main(argv):
   del argv
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   import inference  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
   import run_benchmark  # pylint: disable=g-import-not-at-top
@@ -55,27 +56,29 @@ def main(argv):
   root = io_utils.data_root(FLAGS.data_dir)
   vocab = os.path.join(root, "reference-vocab", "tta-vocab-lower.sub-32k.txt")
   tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
-  sentence = run_benchmark.sentences_of_lengths(
-      run_benchmark.stsb_sentences(root), [FLAGS.words])[FLAGS.words][0]
+  sentence = run_benchmark.sentences_of_lengths(run_benchmark.stsb_sentences(root), [FLAGS.words])[
+    FLAGS.words
+  ][0]
   config = modeling.TTAConfig(vocab_size=tokenizer.vocab_size)
   models = {}
   for model_type in ("tta", "bilm", "unilm"):
     tf.keras.utils.set_random_seed(1)
     models[model_type] = modeling.build_model(config, model_type)
-  print("sentence (%d words): %s" % (FLAGS.words, sentence))
-  print("load average at start: %s" % machine.load_average())
+  print(f"sentence ({FLAGS.words:d} words): {sentence}")
+  print(f"load average at start: {machine.load_average()}")
 
   tta = inference.NeuralLM(models["tta"], tokenizer)
   ids, _ = tta.tokenize([sentence])
   exact = tta._pad(ids)  # pylint: disable=protected-access
   width = -(-len(ids[0]) // 8) * 8
-  padded = (np.pad(exact.input_ids, [[0, 0], [0, width - len(ids[0])]]),
-            np.pad(exact.input_mask, [[0, 0], [0, width - len(ids[0])]]))
+  padded = (
+    np.pad(exact.input_ids, [[0, 0], [0, width - len(ids[0])]]),
+    np.pad(exact.input_mask, [[0, 0], [0, width - len(ids[0])]]),
+  )
 
   @tf.function(autograph=False)
   def per_layer_kv(input_ids, input_mask):
-    return models["tta"].encode({"input_ids": input_ids,
-                                 "input_mask": input_mask})[0]
+    return models["tta"].encode({"input_ids": input_ids, "input_mask": input_mask})[0]
 
   @tf.function(autograph=False)
   def fused(input_ids, input_mask):
@@ -84,29 +87,40 @@ def main(argv):
 
   rows = []
   for name, before, after in (
-      ("T-TA encoder: fused K/V (%d tokens)" % len(ids[0]),
-       lambda: per_layer_kv(exact.input_ids, exact.input_mask).numpy(),
-       lambda: fused(exact.input_ids, exact.input_mask).numpy()),
-      ("T-TA encoder: no padding (%d -> %d tokens before)" %
-       (len(ids[0]), width),
-       lambda: fused(*padded).numpy(),
-       lambda: fused(exact.input_ids, exact.input_mask).numpy())):
-    rows.append((name, median_ms(before, FLAGS.runs, FLAGS.warmup),
-                 median_ms(after, FLAGS.runs, FLAGS.warmup)))
+    (
+      f"T-TA encoder: fused K/V ({len(ids[0])} tokens)",
+      lambda: per_layer_kv(exact.input_ids, exact.input_mask).numpy(),
+      lambda: fused(exact.input_ids, exact.input_mask).numpy(),
+    ),
+    (
+      f"T-TA encoder: no padding ({len(ids[0])} -> {width:d} tokens before)",
+      lambda: fused(*padded).numpy(),
+      lambda: fused(exact.input_ids, exact.input_mask).numpy(),
+    ),
+  ):
+    rows.append(
+      (
+        name,
+        median_ms(before, FLAGS.runs, FLAGS.warmup),
+        median_ms(after, FLAGS.runs, FLAGS.warmup),
+      )
+    )
   for model_type, model in models.items():
     plain = inference.NeuralLM(model, tokenizer)
     xla = inference.NeuralLM(model, tokenizer, jit_compile=True)
     for task in ("sts", "rerank"):
-      rows.append(("%s %s: XLA" % (model_type, task),
-                   median_ms(run_benchmark.task_call(plain, task, sentence),
-                             FLAGS.runs, FLAGS.warmup),
-                   median_ms(run_benchmark.task_call(xla, task, sentence),
-                             FLAGS.runs, FLAGS.warmup)))
+      rows.append(
+        (
+          f"{model_type} {task}: XLA",
+          median_ms(run_benchmark.task_call(plain, task, sentence), FLAGS.runs, FLAGS.warmup),
+          median_ms(run_benchmark.task_call(xla, task, sentence), FLAGS.runs, FLAGS.warmup),
+        )
+      )
   print("\n| optimisation | before ms | after ms | speed-up |")
   print("|---|---:|---:|---:|")
   for name, before, after in rows:
-    print("| %s | %.2f | %.2f | %.2fx |" % (name, before, after, before / after))
-  print("\nload average at end: %s" % machine.load_average())
+    print(f"| {name} | {before:.2f} | {after:.2f} | {before / after:.2f}x |")
+  print(f"\nload average at end: {machine.load_average()}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Makes the flat top-level modules importable and keeps TF quiet."""
+
 import os
 import sys
 
@@ -12,9 +13,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 # BERT's test habit: a tiny config that builds and runs in milliseconds. Tests
 # override what their case needs (a vocab size, a layer count).
-TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2,
-            num_attention_heads=4, intermediate_size=37,
-            max_position_embeddings=16)
+TINY = dict(
+  vocab_size=99,
+  hidden_size=32,
+  num_hidden_layers=2,
+  num_attention_heads=4,
+  intermediate_size=37,
+  max_position_embeddings=16,
+)
 
 
 def tiny_config(**overrides):
@@ -25,6 +31,7 @@ def tiny_config(**overrides):
 def data_dir_or_skip(subdir=""):
   """The shared data root, or a skip naming what is missing."""
   import io_utils  # pylint: disable=g-import-not-at-top
+
   try:
     root = io_utils.data_root()
   except FileNotFoundError as e:

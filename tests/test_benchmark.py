@@ -6,11 +6,11 @@ import os
 import subprocess
 import sys
 
+import conftest
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import conftest
 import inference
 import modeling
 import run_benchmark
@@ -21,14 +21,22 @@ WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "."]
 
 
 def tiny_config(**overrides):
-  return conftest.tiny_config(**dict(
-      dict(vocab_size=50, hidden_size=4, num_hidden_layers=1,
-           num_attention_heads=2, intermediate_size=8), **overrides))
+  return conftest.tiny_config(
+    **dict(
+      dict(
+        vocab_size=50,
+        hidden_size=4,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=8,
+      ),
+      **overrides,
+    )
+  )
 
 
 def test_sentences_of_lengths_prefers_a_real_sentence_then_joins():
-  sentences = [("a b c", "s1"), ("d e", "s2"), ("f g h i", "s3"),
-               ("j k", "s4")]
+  sentences = [("a b c", "s1"), ("d e", "s2"), ("f g h i", "s3"), ("j k", "s4")]
   picked = run_benchmark.sentences_of_lengths(sentences, [2, 4, 6])
   assert picked[2] == ("d e", "s2")
   assert picked[4] == ("f g h i", "s3")
@@ -40,16 +48,13 @@ def test_sentences_of_lengths_prefers_a_real_sentence_then_joins():
 
 def test_graph_timer_wraps_and_restores(tmp_path):
   vocab = tmp_path / "vocab.txt"
-  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + WORDS) +
-                   "\n")
+  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + WORDS) + "\n")
   tokenizer = tokenization.FullTokenizer(str(vocab))
   tf.keras.utils.set_random_seed(3)
-  model = modeling.build_model(
-      tiny_config(vocab_size=tokenizer.vocab_size), "bilm")
+  model = modeling.build_model(tiny_config(vocab_size=tokenizer.vocab_size), "bilm")
   lm = inference.NeuralLM(model, tokenizer)
   want = lm.score(["a dog ran ."])[0].token_logprobs
-  originals = {name: lm.__dict__.get(name)
-               for name in run_benchmark._GRAPH_FUNCTIONS}
+  originals = {name: lm.__dict__.get(name) for name in run_benchmark._GRAPH_FUNCTIONS}
   with run_benchmark.GraphTimer(lm) as timer:
     assert timer.wrapped  # inference.py still has graph functions to time
     got = lm.score(["a dog ran ."])[0].token_logprobs
@@ -61,7 +66,9 @@ def test_graph_timer_wraps_and_restores(tmp_path):
 
 def test_parse_shapes():
   assert run_benchmark.parse_shapes(["2048x2048x2048", "24X512x2048"]) == [
-      (2048, 2048, 2048), (24, 512, 2048)]
+    (2048, 2048, 2048),
+    (24, 512, 2048),
+  ]
   with pytest.raises(Exception, match="MxKxN"):
     run_benchmark.parse_shapes(["2048x2048"])
 
@@ -76,20 +83,29 @@ def test_summarize():
 def test_quick_run_writes_json_markdown_and_plot(tmp_path):
   conftest.data_dir_or_skip()  # STS-B sentences and N-best lists
   vocab = tmp_path / "vocab.txt"
-  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + WORDS) +
-                   "\n")
+  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + WORDS) + "\n")
   out = tmp_path / "out"
   # A subprocess: thread pools can only be set before TF starts, and this
   # process has started it.
-  command = [sys.executable, os.path.join(REPO, "run_benchmark.py"),
-             "--quick", "--vocab_file=%s" % vocab, "--lengths=3,70",
-             "--runs=2", "--warmup=1", "--hidden_size=8",
-             "--intermediate_size=16", "--max_lists=1", "--matmul_runs=1",
-             "--matmul_shapes=64x32x16,8x8x8",
-             "--intra_op=1", "--inter_op=1", "--output_dir=%s" % out]
+  command = [
+    sys.executable,
+    os.path.join(REPO, "run_benchmark.py"),
+    "--quick",
+    f"--vocab_file={vocab}",
+    "--lengths=3,70",
+    "--runs=2",
+    "--warmup=1",
+    "--hidden_size=8",
+    "--intermediate_size=16",
+    "--max_lists=1",
+    "--matmul_runs=1",
+    "--matmul_shapes=64x32x16,8x8x8",
+    "--intra_op=1",
+    "--inter_op=1",
+    f"--output_dir={out}",
+  ]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  proc = subprocess.run(command, capture_output=True, text=True, env=env,
-                        timeout=300, check=False)
+  proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "HEADLINE sts: biLM/T-TA" in proc.stdout
   result = json.loads((out / "benchmark.json").read_text())
@@ -98,8 +114,9 @@ def test_quick_run_writes_json_markdown_and_plot(tmp_path):
   assert env_info["inter_op_threads"] == 1
   assert env_info["cpu"] and env_info["tensorflow"] == tf.__version__
   cells = {(r["task"], r["model"], r["words"]) for r in result["latency"]}
-  assert cells == {(t, m, w) for t in ("sts", "rerank")
-                   for m in ("tta", "bilm", "unilm") for w in (3, 70)}
+  assert cells == {
+    (t, m, w) for t in ("sts", "rerank") for m in ("tta", "bilm", "unilm") for w in (3, 70)
+  }
   for record in result["latency"]:
     assert len(record["sentence"].split()) == record["words"]
     assert record["runs"] == 2
@@ -108,12 +125,14 @@ def test_quick_run_writes_json_markdown_and_plot(tmp_path):
     assert record["flops"] > 0
   long = [r for r in result["latency"] if r["words"] == 70]
   assert all(r["origin"].startswith("joined:") for r in long)
-  assert {r["model"] for r in result["throughput"]} == {"tta", "bilm",
-                                                        "unilm"}
+  assert {r["model"] for r in result["throughput"]} == {"tta", "bilm", "unilm"}
   assert all(r["sentences"] > 0 for r in result["throughput"])
   assert [(r["when"], r["shape"]) for r in result["matmul_peak"]] == [
-      ("start", "[64,32]x[32,16]"), ("start", "[8,8]x[8,8]"),
-      ("end", "[64,32]x[32,16]"), ("end", "[8,8]x[8,8]")]
+    ("start", "[64,32]x[32,16]"),
+    ("start", "[8,8]x[8,8]"),
+    ("end", "[64,32]x[32,16]"),
+    ("end", "[8,8]x[8,8]"),
+  ]
   assert "## sts" in (out / "benchmark.md").read_text()
   assert (out / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert not [p for p in os.listdir(out) if p.startswith(".")]

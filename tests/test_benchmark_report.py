@@ -9,11 +9,12 @@ import benchmark_report
 
 
 def test_headline():
-  records = [{"task": task, "model_type": kind, "words": words,
-              "median_ms": ms}
-             for task in ("sts", "rerank")
-             for kind, ms in (("tta", 2.0), ("bilm", 10.0))
-             for words in (5, 25)]
+  records = [
+    {"task": task, "model_type": kind, "words": words, "median_ms": ms}
+    for task in ("sts", "rerank")
+    for kind, ms in (("tta", 2.0), ("bilm", 10.0))
+    for words in (5, 25)
+  ]
   head = benchmark_report.headline(records)
   assert head["sts"]["ratio"] == pytest.approx(5.0)
   assert head["sts"]["words"] == 25  # the length nearest 20
@@ -21,14 +22,17 @@ def test_headline():
 
 
 def test_flop_floors_use_the_best_and_the_one_sentence_matmul_rates():
-  records = [{"task": "sts", "model_type": "tta", "words": 20,
-              "flops": 400e6, "median_ms": 10.0}]
+  records = [{"task": "sts", "model_type": "tta", "words": 20, "flops": 400e6, "median_ms": 10.0}]
   heads = {"sts": {"words": 20, "tta_ms": 10.0}}
-  peaks = [{"m": 2048, "gflops": 100.0}, {"m": 24, "gflops": 40.0},
-           {"m": 24, "gflops": 50.0}, {"m": 512, "gflops": 80.0}]
+  peaks = [
+    {"m": 2048, "gflops": 100.0},
+    {"m": 24, "gflops": 40.0},
+    {"m": 24, "gflops": 50.0},
+    {"m": 512, "gflops": 80.0},
+  ]
   benchmark_report.add_flop_floors(heads, records, peaks)
   h = heads["sts"]
-  assert h["floor_ms"] == pytest.approx(4.0)        # 400 MFLOP / 100 GFLOP/s
+  assert h["floor_ms"] == pytest.approx(4.0)  # 400 MFLOP / 100 GFLOP/s
   assert h["floor_ms_shape"] == pytest.approx(8.0)  # / the best 24-row rate
   assert h["vs_floor"] == pytest.approx(2.5)
   assert h["vs_floor_shape"] == pytest.approx(1.25)
@@ -36,44 +40,80 @@ def test_flop_floors_use_the_best_and_the_one_sentence_matmul_rates():
 
 def _result():
   """A result dict as run_benchmark.measure returns it, with made-up times."""
-  latency = [{"task": task, "model": kind, "model_type": kind, "words": 20,
-              "tokens": 24, "median_ms": ms, "p10_ms": ms * 0.9,
-              "p90_ms": ms * 1.1, "graph_median_ms": ms * 0.8,
-              "flops": 400e6, "gflops_per_s": 400e6 / ms / 1e6,
-              "load_avg_1m": [0.5, 0.6]}
-             for task in ("sts", "rerank")
-             for kind, ms in (("tta", 2.0), ("bilm", 10.0))]
+  latency = [
+    {
+      "task": task,
+      "model": kind,
+      "model_type": kind,
+      "words": 20,
+      "tokens": 24,
+      "median_ms": ms,
+      "p10_ms": ms * 0.9,
+      "p90_ms": ms * 1.1,
+      "graph_median_ms": ms * 0.8,
+      "flops": 400e6,
+      "gflops_per_s": 400e6 / ms / 1e6,
+      "load_avg_1m": [0.5, 0.6],
+    }
+    for task in ("sts", "rerank")
+    for kind, ms in (("tta", 2.0), ("bilm", 10.0))
+  ]
   result = {
-      "environment": {"cpu": "Test CPU", "cores_usable": 2,
-                      "intra_op_threads": 2, "inter_op_threads": 2,
-                      "tensorflow": "2.x", "keras": "3.x"},
-      "load_avg_1m": {"start": 0.5, "end": 0.7},
-      "matmul_peak": [{"when": "start", "shape": "[24,512]x[512,2048]",
-                       "m": 24, "median_ms": 0.5, "gflops": 100.0,
-                       "load_avg_1m": 0.5}],
-      "latency": latency,
-      "throughput": [{"model": "tta", "source": "test_clean (1 lists)",
-                      "sentences": 30, "tokens": 600, "seconds": 1.0,
-                      "sentences_per_s": 30.0, "tokens_per_s": 600.0,
-                      "gflops_per_s": 10.0, "load_avg_1m": [0.5, 0.6]}]}
+    "environment": {
+      "cpu": "Test CPU",
+      "cores_usable": 2,
+      "intra_op_threads": 2,
+      "inter_op_threads": 2,
+      "tensorflow": "2.x",
+      "keras": "3.x",
+    },
+    "load_avg_1m": {"start": 0.5, "end": 0.7},
+    "matmul_peak": [
+      {
+        "when": "start",
+        "shape": "[24,512]x[512,2048]",
+        "m": 24,
+        "median_ms": 0.5,
+        "gflops": 100.0,
+        "load_avg_1m": 0.5,
+      }
+    ],
+    "latency": latency,
+    "throughput": [
+      {
+        "model": "tta",
+        "source": "test_clean (1 lists)",
+        "sentences": 30,
+        "tokens": 600,
+        "seconds": 1.0,
+        "sentences_per_s": 30.0,
+        "tokens_per_s": 600.0,
+        "gflops_per_s": 10.0,
+        "load_avg_1m": [0.5, 0.6],
+      }
+    ],
+  }
   result["headline"] = benchmark_report.headline(latency)
-  benchmark_report.add_flop_floors(result["headline"], latency,
-                                   result["matmul_peak"])
+  benchmark_report.add_flop_floors(result["headline"], latency, result["matmul_peak"])
   return result
 
 
 def test_report_has_every_section_and_headline_lines(tmp_path):
   result = _result()
   report = benchmark_report.markdown_report(result)
-  for section in ("# Runtime benchmark", "## sts: median latency",
-                  "## rerank: median latency", "## Details", "## Headline",
-                  "## Throughput: batched scoring of test_clean",
-                  "## float32 matmul peak"):
+  for section in (
+    "# Runtime benchmark",
+    "## sts: median latency",
+    "## rerank: median latency",
+    "## Details",
+    "## Headline",
+    "## Throughput: batched scoring of test_clean",
+    "## float32 matmul peak",
+  ):
     assert section in report
   assert "| 20 | 24 | 2.00 | 10.00 | 5.0x | 0.5-0.6 |" in report
   lines = benchmark_report.headline_lines(result)
-  assert [l.split(":")[0] for l in lines] == ["HEADLINE sts",
-                                              "HEADLINE rerank"]
+  assert [l.split(":")[0] for l in lines] == ["HEADLINE sts", "HEADLINE rerank"]
   out = tmp_path / "out"
   benchmark_report.write_outputs(result, report, str(out))
   assert json.loads((out / "benchmark.json").read_text()) == result

@@ -9,9 +9,9 @@ import subprocess
 import sys
 import tarfile
 
+from conftest import data_dir_or_skip
 import pytest
 
-from conftest import data_dir_or_skip
 import corpus
 
 # ---------------------------------------------------------------------------------------------
@@ -95,9 +95,11 @@ def _make_tar(path, books):
 
 def _book(title, sentences):
   body = "\n\n".join(sentences)
-  return (f"*** START OF THIS PROJECT GUTENBERG EBOOK {title.upper()} ***\n\n"
-          f"CHAPTER I\n\n{body}\n\n"
-          f"*** END OF THIS PROJECT GUTENBERG EBOOK {title.upper()} ***\n")
+  return (
+    f"*** START OF THIS PROJECT GUTENBERG EBOOK {title.upper()} ***\n\n"
+    f"CHAPTER I\n\n{body}\n\n"
+    f"*** END OF THIS PROJECT GUTENBERG EBOOK {title.upper()} ***\n"
+  )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,8 +139,11 @@ def test_missing_markers_keep_text_and_are_counted():
   sentences, counts = corpus.process_document(text, gutenberg=True)
   assert counts["books/missing_start_marker"] == 1
   assert counts["books/missing_end_marker"] == 1
-  assert sentences == ["Just some prose.", "Nothing else here at all.",
-                       "A second paragraph of prose here."]
+  assert sentences == [
+    "Just some prose.",
+    "Nothing else here at all.",
+    "A second paragraph of prose here.",
+  ]
 
 
 def test_iter_gutenberg_books_streams_tar(tmp_path):
@@ -155,46 +160,69 @@ def test_iter_gutenberg_books_streams_tar(tmp_path):
 
 
 def test_paragraphs_unwrap_hard_wrapped_lines():
-  text = ("  It was the best of times,\nit was the worst of times; a fore-\nground and a"
-          " back--\nground.\n\n\n   \nSecond paragraph\n  here.\n")
+  text = (
+    "  It was the best of times,\nit was the worst of times; a fore-\nground and a"
+    " back--\nground.\n\n\n   \nSecond paragraph\n  here.\n"
+  )
   assert corpus.paragraphs(text) == [
-      "It was the best of times, it was the worst of times; a fore-ground and a back--ground.",
-      "Second paragraph here.",
+    "It was the best of times, it was the worst of times; a fore-ground and a back--ground.",
+    "Second paragraph here.",
   ]
 
 
-@pytest.mark.parametrize("paragraph, expected", [
-    ("Mr. and Mrs. Smith went to St. Paul's. They stayed there.",
-     ["Mr. and Mrs. Smith went to St. Paul's.", "They stayed there."]),
-    ("J. M. Barrie wrote it in 1904. Dr. Watson read it.",
-     ["J. M. Barrie wrote it in 1904.", "Dr. Watson read it."]),
-    ("Pi is 3.14 or so. The price was 2.50 dollars.",
-     ["Pi is 3.14 or so.", "The price was 2.50 dollars."]),
+@pytest.mark.parametrize(
+  "paragraph, expected",
+  [
+    (
+      "Mr. and Mrs. Smith went to St. Paul's. They stayed there.",
+      ["Mr. and Mrs. Smith went to St. Paul's.", "They stayed there."],
+    ),
+    (
+      "J. M. Barrie wrote it in 1904. Dr. Watson read it.",
+      ["J. M. Barrie wrote it in 1904.", "Dr. Watson read it."],
+    ),
+    (
+      "Pi is 3.14 or so. The price was 2.50 dollars.",
+      ["Pi is 3.14 or so.", "The price was 2.50 dollars."],
+    ),
     ('He said, "Go home." Then he left.', ['He said, "Go home."', "Then he left."]),
     ("“Stop!” he cried. “Why?” “Because.”", ["“Stop!” he cried.", "“Why?”", "“Because.”"]),
     ("'Where?' said she. 'Here,' said I.", ["'Where?' said she.", "'Here,' said I."]),
-    ("I waited... Nothing happened. Well... perhaps not.",
-     ["I waited...", "Nothing happened.", "Well... perhaps not."]),
+    (
+      "I waited... Nothing happened. Well... perhaps not.",
+      ["I waited...", "Nothing happened.", "Well... perhaps not."],
+    ),
     ("I waited . . . Nothing happened.", ["I waited . . .", "Nothing happened."]),
-    ("Some towns, e.g. London and i.e. Paris, are big. Others are not.",
-     ["Some towns, e.g. London and i.e. Paris, are big.", "Others are not."]),
-    ("He lived at No. 7 on the street. See p. 12 for more. Fine.",
-     ["He lived at No. 7 on the street.", "See p. 12 for more.", "Fine."]),
+    (
+      "Some towns, e.g. London and i.e. Paris, are big. Others are not.",
+      ["Some towns, e.g. London and i.e. Paris, are big.", "Others are not."],
+    ),
+    (
+      "He lived at No. 7 on the street. See p. 12 for more. Fine.",
+      ["He lived at No. 7 on the street.", "See p. 12 for more.", "Fine."],
+    ),
     ("Is it? Yes! It is.", ["Is it?", "Yes!", "It is."]),
-    ("It was I. Then he came (and went.) Then more.",
-     ["It was I.", "Then he came (and went.)", "Then more."]),
-    ("Apples, pears, etc. are fruit. We ate them, etc. Then we slept.",
-     ["Apples, pears, etc. are fruit.", "We ate them, etc.", "Then we slept."]),
+    (
+      "It was I. Then he came (and went.) Then more.",
+      ["It was I.", "Then he came (and went.)", "Then more."],
+    ),
+    (
+      "Apples, pears, etc. are fruit. We ate them, etc. Then we slept.",
+      ["Apples, pears, etc. are fruit.", "We ate them, etc.", "Then we slept."],
+    ),
     ("", []),
-])
+  ],
+)
 def test_split_sentences_hard_cases(paragraph, expected):
   assert corpus.split_sentences(paragraph) == expected
 
 
 def test_clean_paragraph_removes_inline_markup():
   counts = collections.Counter()
-  text = ("He saw _the_ ship[1] and the sea{2}. [Illustration: A ship at sea] It was"
-          " grand--very grand. [Footnote 3: A note.] *Truly* so. . . . &c.")
+  text = (
+    "He saw _the_ ship[1] and the sea{2}. [Illustration: A ship at sea] It was"
+    " grand--very grand. [Footnote 3: A note.] *Truly* so. . . . &c."
+  )
   cleaned = corpus.clean_paragraph(text, counts)
   assert cleaned == "He saw the ship and the sea. It was grand -- very grand. Truly so... &c."
   assert counts["edits/illustration_tags_removed"] == 1
@@ -214,42 +242,63 @@ def _paragraph_reasons(text):
 
 
 def test_paragraph_filter_reasons():
-  text = "\n\n".join([
+  text = "\n\n".join(
+    [
       "Produced by Jane Doe and the Online Distributed\nProofreading Team",  # boilerplate
-      "CONTENTS",                                                           # toc
-      "I. The Old House\nII. The Drop of Water\nIII. The Happy Family",    # toc (entries)
-      "It was a fine day, and the sun shone on the old house.",             # kept, ends toc
-      "CHAPTER IV",                                                         # heading
-      "The Dream of Little Tuk",                                            # heading (title)
-      "BOOK II.",                                                           # heading
-      "Chapter 12: The Beginning",                                          # heading
-      "XIV.",                                                               # heading
-      "THE ADVENTURES OF TOM SAWYER\nBY MARK TWAIN",                        # all_caps
-      "[Illustration: A man with\na hat]",                                  # illustration
-      "[Footnote 1: See the appendix\nfor details.]",                       # footnote
-      "[12] Another footnote body.",                                        # footnote
-      "*       *       *       *       *",                                  # non_letters
-      "1894 | 23 | 45 | 67 | 89",                                           # non_letters
-      "Letter I wrote to her yesterday was long.",                          # kept
-      "The Beginning of Things ........ 5",                                 # toc (page ref)
-      "Introductory Remarks          11\nConclusion           56",          # toc (page refs)
-  ])
+      "CONTENTS",  # toc
+      "I. The Old House\nII. The Drop of Water\nIII. The Happy Family",  # toc (entries)
+      "It was a fine day, and the sun shone on the old house.",  # kept, ends toc
+      "CHAPTER IV",  # heading
+      "The Dream of Little Tuk",  # heading (title)
+      "BOOK II.",  # heading
+      "Chapter 12: The Beginning",  # heading
+      "XIV.",  # heading
+      "THE ADVENTURES OF TOM SAWYER\nBY MARK TWAIN",  # all_caps
+      "[Illustration: A man with\na hat]",  # illustration
+      "[Footnote 1: See the appendix\nfor details.]",  # footnote
+      "[12] Another footnote body.",  # footnote
+      "*       *       *       *       *",  # non_letters
+      "1894 | 23 | 45 | 67 | 89",  # non_letters
+      "Letter I wrote to her yesterday was long.",  # kept
+      "The Beginning of Things ........ 5",  # toc (page ref)
+      "Introductory Remarks          11\nConclusion           56",  # toc (page refs)
+    ]
+  )
   assert _paragraph_reasons(text) == [
-      "boilerplate", "toc", "toc", None, "heading", "heading", "heading", "heading", "heading",
-      "all_caps", "illustration", "footnote", "footnote", "non_letters", "non_letters", None,
-      "toc", "toc"]
+    "boilerplate",
+    "toc",
+    "toc",
+    None,
+    "heading",
+    "heading",
+    "heading",
+    "heading",
+    "heading",
+    "all_caps",
+    "illustration",
+    "footnote",
+    "footnote",
+    "non_letters",
+    "non_letters",
+    None,
+    "toc",
+    "toc",
+  ]
 
 
 def test_toc_mode_ends_at_prose():
-  text = ("CONTENTS\n\nMAY FLOWERS\n\nPANSIES\n\nPREFACE\n\n"
-          "These stories were written for my own amusement during a period of\n"
-          "enforced seclusion.\n\nWATER-LILIES")
+  text = (
+    "CONTENTS\n\nMAY FLOWERS\n\nPANSIES\n\nPREFACE\n\n"
+    "These stories were written for my own amusement during a period of\n"
+    "enforced seclusion.\n\nWATER-LILIES"
+  )
   assert _paragraph_reasons(text) == ["toc", "toc", "toc", "toc", None, "all_caps"]
 
 
 def test_every_drop_reason_fires_and_counts_add_up():
   long_sentence = " ".join(["word"] * 120) + "."
-  body = "\n\n".join([
+  body = "\n\n".join(
+    [
       "Produced by Jane Doe",
       "CONTENTS",
       "I. The Old House",
@@ -259,16 +308,17 @@ def test_every_drop_reason_fires_and_counts_add_up():
       "* * * * * * * * *",
       "CHAPTER II",
       "THE END OF THE FIRST PART",
-      "{62a}",                                                # empty after cleaning
+      "{62a}",  # empty after cleaning
       "He wrote [Greek: logos] on the wall. We left it there.",  # foreign_script
       "See 12, 14, 16, 18, 20, 22 and 24. It was late at night.",  # non_letters
-      "Then came a cry. HELP ME NOW PLEASE! Nobody answered it.",   # all_caps
-      "It cost 5s. 6d. in all. The year was 1894 then.",            # digits
-      "The word ἀθάνατος means deathless. The rest is English.",    # non_latin
-      "Oh no! The quick brown fox ran off.",                        # too_short
-      long_sentence,                                                # too_long
+      "Then came a cry. HELP ME NOW PLEASE! Nobody answered it.",  # all_caps
+      "It cost 5s. 6d. in all. The year was 1894 then.",  # digits
+      "The word ἀθάνατος means deathless. The rest is English.",  # non_latin
+      "Oh no! The quick brown fox ran off.",  # too_short
+      long_sentence,  # too_long
       "It was a quiet evening in the village and nothing moved.",  # duplicate
-  ])
+    ]
+  )
   text = _book("Reasons", [body])
   sentences, counts = corpus.process_document(text, normalization="librispeech")
   dropped_p = {k.split("/")[-1] for k in counts if k.startswith("paragraphs/dropped/")}
@@ -276,9 +326,11 @@ def test_every_drop_reason_fires_and_counts_add_up():
   assert dropped_p == set(corpus.PARAGRAPH_REASONS)
   assert dropped_s == set(corpus.SENTENCE_REASONS)
   assert counts["paragraphs/candidates"] == counts["paragraphs/kept"] + sum(
-      v for k, v in counts.items() if k.startswith("paragraphs/dropped/"))
+    v for k, v in counts.items() if k.startswith("paragraphs/dropped/")
+  )
   assert counts["sentences/candidates"] == len(sentences) + sum(
-      v for k, v in counts.items() if k.startswith("sentences/dropped/"))
+    v for k, v in counts.items() if k.startswith("sentences/dropped/")
+  )
   assert "THE YEAR WAS EIGHTEEN NINETY FOUR THEN" in sentences
   assert "THE QUICK BROWN FOX RAN OFF" in sentences
   # Dedup is a corpus-level step: process_document keeps both copies.
@@ -286,10 +338,13 @@ def test_every_drop_reason_fires_and_counts_add_up():
 
 
 def test_html_book_is_converted():
-  text = ("<html><body><pre>*** START OF THIS PROJECT GUTENBERG EBOOK X ***</pre>\n" +
-          "".join(f"<p>\n  Paragraph {i} is here&mdash;truly it&rsquo;s fine.\n</p>\n"
-                  for i in range(25)) +
-          "<pre>*** END OF THIS PROJECT GUTENBERG EBOOK X ***</pre></body></html>")
+  text = (
+    "<html><body><pre>*** START OF THIS PROJECT GUTENBERG EBOOK X ***</pre>\n"
+    + "".join(
+      f"<p>\n  Paragraph {i} is here&mdash;truly it&rsquo;s fine.\n</p>\n" for i in range(25)
+    )
+    + "<pre>*** END OF THIS PROJECT GUTENBERG EBOOK X ***</pre></body></html>"
+  )
   sentences, counts = corpus.process_document(text)
   assert counts["books/html_converted"] == 1
   assert sentences[0] == "Paragraph 0 is here — truly it’s fine."
@@ -326,8 +381,10 @@ def plain_file(tmp_path):
 def test_prepare_corpus_plain_lines(tmp_path, plain_file):
   out = str(tmp_path / "out")
   stats = corpus.prepare_corpus([plain_file], out, eval_fraction=0.2, seed=1, num_workers=1)
-  train, evals = _read_lines(os.path.join(out, "train.txt")), _read_lines(
-      os.path.join(out, "eval.txt"))
+  train, evals = (
+    _read_lines(os.path.join(out, "train.txt")),
+    _read_lines(os.path.join(out, "eval.txt")),
+  )
   assert stats["sentences"]["candidates"] == 204
   assert stats["sentences"]["duplicates"] == 2
   assert {k: v for k, v in stats["sentences"]["dropped"].items() if v} == {"too_short": 1}
@@ -347,10 +404,12 @@ def test_prepare_corpus_is_deterministic_and_seeded(tmp_path, plain_file):
   outputs = {}
   for name, seed in (("a", 7), ("b", 7), ("c", 8)):
     out = str(tmp_path / name)
-    corpus.prepare_corpus([plain_file], out, normalization="librispeech", eval_fraction=0.3,
-                          seed=seed, num_workers=1)
-    outputs[name] = tuple(open(os.path.join(out, f), "rb").read()
-                          for f in ("train.txt", "eval.txt"))
+    corpus.prepare_corpus(
+      [plain_file], out, normalization="librispeech", eval_fraction=0.3, seed=seed, num_workers=1
+    )
+    outputs[name] = tuple(
+      open(os.path.join(out, f), "rb").read() for f in ("train.txt", "eval.txt")
+    )
   assert outputs["a"] == outputs["b"]
   assert outputs["a"] != outputs["c"]
   assert outputs["a"][0].startswith(b"THIS IS PLAIN SENTENCE NUMBER ")
@@ -372,20 +431,30 @@ def test_prepare_corpus_skips_complete_output(tmp_path, plain_file):
 
 
 def test_prepare_corpus_gutenberg_tar_holds_out_books(tmp_path):
-  books = {f"{i:04d}": _book(f"Book {i}", [
-      f"Book {i} begins on a cold and windy morning in the hills.",
-      f"Its hero, named Hero{i}, walks far into the woods alone.",
-      "Everyone agrees that the same sentence appears in every book.",
-  ]) for i in range(1, 9)}
+  books = {
+    f"{i:04d}": _book(
+      f"Book {i}",
+      [
+        f"Book {i} begins on a cold and windy morning in the hills.",
+        f"Its hero, named Hero{i}, walks far into the woods alone.",
+        "Everyone agrees that the same sentence appears in every book.",
+      ],
+    )
+    for i in range(1, 9)
+  }
   tar_path = str(tmp_path / "texts.tar.xz")
   _make_tar(tar_path, books)
   results = {}
   for workers in (1, 2):
     out = str(tmp_path / f"out{workers}")
-    stats = corpus.prepare_corpus([tar_path], out, eval_fraction=0.25, seed=3,
-                                  num_workers=workers, log_every=2)
-    results[workers] = (stats, _read_lines(os.path.join(out, "train.txt")),
-                        _read_lines(os.path.join(out, "eval.txt")))
+    stats = corpus.prepare_corpus(
+      [tar_path], out, eval_fraction=0.25, seed=3, num_workers=workers, log_every=2
+    )
+    results[workers] = (
+      stats,
+      _read_lines(os.path.join(out, "train.txt")),
+      _read_lines(os.path.join(out, "eval.txt")),
+    )
   stats, train, evals = results[1]
   assert results[2][1:] == results[1][1:]  # the worker pool changes nothing
   assert stats["books"]["total"] == 8
@@ -403,9 +472,19 @@ def test_cli_runs(tmp_path, plain_file):
   out = str(tmp_path / "cli")
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   proc = subprocess.run(
-      [sys.executable, os.path.join(repo, "corpus.py"), f"--input={plain_file}",
-       f"--output_dir={out}", "--normalization=librispeech", "--num_workers=1"],
-      capture_output=True, text=True, timeout=60, check=False)
+    [
+      sys.executable,
+      os.path.join(repo, "corpus.py"),
+      f"--input={plain_file}",
+      f"--output_dir={out}",
+      "--normalization=librispeech",
+      "--num_workers=1",
+    ],
+    capture_output=True,
+    text=True,
+    timeout=60,
+    check=False,
+  )
   assert proc.returncode == 0, proc.stderr
   assert json.loads(proc.stdout)["sentences"]["kept"] == 201
   assert _read_lines(os.path.join(out, "train.txt"))[0].isupper()
@@ -424,8 +503,7 @@ def test_real_gutenberg_excerpt(tmp_path):
 
   out = str(tmp_path / "real")
   stats = corpus.prepare_corpus([real_tar], out, max_books=3, num_workers=1)
-  lines = _read_lines(os.path.join(out, "train.txt")) + _read_lines(
-      os.path.join(out, "eval.txt"))
+  lines = _read_lines(os.path.join(out, "train.txt")) + _read_lines(os.path.join(out, "eval.txt"))
   assert stats["books"]["total"] == 3
   assert stats["books"]["missing_start_marker"] == []
   assert len(lines) > 5000

@@ -3,27 +3,44 @@
 import json
 import os
 
+from conftest import tiny_config
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops for loading)
 
-from conftest import tiny_config
 import export_saved_model
 import inference
 import modeling
 import tokenization
 
-WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "far", "away",
-         "##s", "##ed", "run", "walk", "##ing", ".", ","]
+WORDS = [
+  "the",
+  "cat",
+  "sat",
+  "on",
+  "mat",
+  "a",
+  "dog",
+  "ran",
+  "far",
+  "away",
+  "##s",
+  "##ed",
+  "run",
+  "walk",
+  "##ing",
+  ".",
+  ",",
+]
 MAX_SEQ_LENGTH = 12
 SENTENCES = [
-    "the cat sat on the mat .",
-    "",  # no word pieces at all
-    "A dog ran",
-    "cats walking far away , zebra",  # "zebra" is [UNK]
-    # 16 words, more pieces: cut to MAX_SEQ_LENGTH - 2 pieces.
-    "the dog , the cat , a mat , the runs walked on the mat far away",
+  "the cat sat on the mat .",
+  "",  # no word pieces at all
+  "A dog ran",
+  "cats walking far away , zebra",  # "zebra" is [UNK]
+  # 16 words, more pieces: cut to MAX_SEQ_LENGTH - 2 pieces.
+  "the dog , the cat , a mat , the runs walked on the mat far away",
 ]
 # bilm sums over one masked copy per position, batched differently in the
 # graph and in inference.py, so it rounds a little further apart.
@@ -41,14 +58,17 @@ def tokenizer(tmp_path_factory):
 def exported(request, tokenizer, tmp_path_factory):
   """(NeuralLM, loaded SavedModel, export dir) for one model type."""
   tf.keras.utils.set_random_seed(5)
-  config = tiny_config(vocab_size=tokenizer.vocab_size, hidden_size=16,
-                       num_attention_heads=2, intermediate_size=24,
-                       max_position_embeddings=32)
+  config = tiny_config(
+    vocab_size=tokenizer.vocab_size,
+    hidden_size=16,
+    num_attention_heads=2,
+    intermediate_size=24,
+    max_position_embeddings=32,
+  )
   model = modeling.build_model(config, request.param)
   # A budget of 40 tokens makes the bilm's in-graph copies run in several
   # chunks (and inference.py in several batches).
-  lm = inference.NeuralLM(model, tokenizer, max_seq_length=MAX_SEQ_LENGTH,
-                          token_budget=40)
+  lm = inference.NeuralLM(model, tokenizer, max_seq_length=MAX_SEQ_LENGTH, token_budget=40)
   export_dir = str(tmp_path_factory.mktemp("export") / request.param)
   export_saved_model.export(lm, export_dir)
   return lm, tf.saved_model.load(export_dir), export_dir
@@ -57,8 +77,7 @@ def exported(request, tokenizer, tmp_path_factory):
 def test_score_signature_equals_python_path(exported):
   lm, loaded, _ = exported
   want = lm.score(SENTENCES)
-  got = {k: v.numpy() for k, v in loaded.signatures["score"](
-      texts=tf.constant(SENTENCES)).items()}
+  got = {k: v.numpy() for k, v in loaded.signatures["score"](texts=tf.constant(SENTENCES)).items()}
   atol = ATOL[lm.model_type]
   assert got["token_logprobs"].dtype == np.float32
   assert got["num_tokens"].dtype == np.int32
@@ -69,8 +88,7 @@ def test_score_signature_equals_python_path(exported):
     n = result.num_tokens
     assert got["num_tokens"][i] == n
     assert np.flatnonzero(scored).tolist() == list(range(1, n + 1))
-    np.testing.assert_allclose(row[1:n + 1], result.token_logprobs,
-                               atol=atol, rtol=0)
+    np.testing.assert_allclose(row[1 : n + 1], result.token_logprobs, atol=atol, rtol=0)
     assert got["total"][i] == pytest.approx(result.total, abs=10 * atol)
     assert bool(got["truncated"][i]) == result.truncated
   assert got["truncated"].tolist() == [False, False, False, False, True]
@@ -85,8 +103,7 @@ def test_encode_signature_equals_python_path(exported, pooling):
   lm, loaded, _ = exported
   got = loaded.signatures["encode"](texts=tf.constant(SENTENCES))
   want = lm.sentence_vectors(SENTENCES, pooling=pooling, masked=True)
-  np.testing.assert_allclose(got[pooling].numpy(), want,
-                             atol=ATOL[lm.model_type], rtol=0)
+  np.testing.assert_allclose(got[pooling].numpy(), want, atol=ATOL[lm.model_type], rtol=0)
   if pooling in ("context", "embed"):
     assert not np.any(got[pooling].numpy()[1])  # the empty sentence
 
@@ -109,8 +126,9 @@ def test_one_sentence_batches_and_export_info(exported):
     got = loaded.signatures["score"](texts=tf.constant([sentence]))
     want = lm.score([sentence])[0]
     assert float(got["total"][0]) == pytest.approx(want.total, abs=1e-3)
-  with open(os.path.join(export_dir, export_saved_model.EXTRA_DIR,
-                         export_saved_model.EXPORT_INFO)) as f:
+  with open(
+    os.path.join(export_dir, export_saved_model.EXTRA_DIR, export_saved_model.EXPORT_INFO)
+  ) as f:
     info = json.load(f)
   assert info["model_type"] == lm.model_type
   assert info["max_seq_length"] == MAX_SEQ_LENGTH

@@ -1,17 +1,18 @@
 """FLOP counts (flops.py), checked by hand against the formulas."""
 
+from conftest import tiny_config
 import pytest
 
 import flops
 import inference
 import modeling
 import tokenization
-from conftest import tiny_config
 
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "."]
 # The shapes the hand counts below use: D=4, I=8, one layer, V=50.
-SMALL = dict(vocab_size=50, hidden_size=4, num_hidden_layers=1,
-             num_attention_heads=2, intermediate_size=8)
+SMALL = dict(
+  vocab_size=50, hidden_size=4, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8
+)
 
 
 def small(**overrides):
@@ -30,9 +31,13 @@ def test_encoder_flops_by_hand():
 def test_call_flops_follow_the_inference_protocol():
   config = small()
   enc = flops.encoder_flops(config, 7)
-  head = lambda m: flops.head_flops(config, m)
-  total = lambda kind, task, **kw: flops.call_flops(
-      config, kind, task, 7, **kw)["total"]
+
+  def head(m):
+    return flops.head_flops(config, m)
+
+  def total(kind, task, **kw):
+    return flops.call_flops(config, kind, task, 7, **kw)["total"]
+
   # n = 7 tokens: 5 word pieces, 6 scored tokens ([EOS] in, [SOS] out).
   assert total("tta", "sts") == total("unilm", "sts") == enc
   assert total("bilm", "sts") == 5 * enc
@@ -51,20 +56,17 @@ def test_call_flops_follow_the_inference_protocol():
 
 def test_scored_positions_match_inference(tmp_path):
   vocab = tmp_path / "vocab.txt"
-  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + WORDS) +
-                   "\n")
+  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + WORDS) + "\n")
   tokenizer = tokenization.FullTokenizer(str(vocab))
   config = small(vocab_size=tokenizer.vocab_size)
   for kind in ("tta", "bilm", "unilm"):
     for score_sos in (False, True):
-      lm = inference.NeuralLM(modeling.build_model(config, kind), tokenizer,
-                              score_sos=score_sos)
+      lm = inference.NeuralLM(modeling.build_model(config, kind), tokenizer, score_sos=score_sos)
       result = lm.score(["the cat sat on the mat ."])[0]
-      assert result.num_tokens == len(inference.scored_positions(
-          kind, 9, score_sos=score_sos))
-      assert result.num_tokens == flops.call_flops(
-          config, kind, "rerank", 9, score_sos=score_sos)["head"] // (
-              flops.head_flops(config, 1))
+      assert result.num_tokens == len(inference.scored_positions(kind, 9, score_sos=score_sos))
+      assert result.num_tokens == flops.call_flops(config, kind, "rerank", 9, score_sos=score_sos)[
+        "head"
+      ] // (flops.head_flops(config, 1))
 
 
 def test_flops_formula_matches_design_figures():
@@ -74,5 +76,4 @@ def test_flops_formula_matches_design_figures():
   assert 18e6 < encoder < 21e6 and 30e6 < head < 32e6
   _, continuous = flops.training_flops_per_token(paper, 32, "continuous", 512)
   assert continuous == 4 * 512 * 512
-  assert flops.training_flops(paper, 10, 5, 32) == 3 * (10 * encoder +
-                                                       5 * head)
+  assert flops.training_flops(paper, 10, 5, 32) == 3 * (10 * encoder + 5 * head)

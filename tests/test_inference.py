@@ -1,19 +1,41 @@
 """Tests of inference.py against brute-force computations with the raw model."""
 
+from conftest import tiny_config
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import tiny_config
 import inference
 import model_dir
 import modeling
 import tokenization
 
-WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "far", "away",
-         "##s", "##ed", "run", "walk", "##ing", ".", ","]
-SENTENCES = ["the cat sat on the mat .", "a dog ran", "cats walking far away",
-             "", "the dog , the cat , a mat , the runs walked on"]
+WORDS = [
+  "the",
+  "cat",
+  "sat",
+  "on",
+  "mat",
+  "a",
+  "dog",
+  "ran",
+  "far",
+  "away",
+  "##s",
+  "##ed",
+  "run",
+  "walk",
+  "##ing",
+  ".",
+  ",",
+]
+SENTENCES = [
+  "the cat sat on the mat .",
+  "a dog ran",
+  "cats walking far away",
+  "",
+  "the dog , the cat , a mat , the runs walked on",
+]
 
 
 @pytest.fixture(scope="module")
@@ -25,20 +47,23 @@ def tokenizer(tmp_path_factory):
 
 def lm_for(model_type, tokenizer, **kwargs):
   tf.keras.utils.set_random_seed(11)
-  config = tiny_config(vocab_size=tokenizer.vocab_size, intermediate_size=40,
-                       max_position_embeddings=32)
+  config = tiny_config(
+    vocab_size=tokenizer.vocab_size, intermediate_size=40, max_position_embeddings=32
+  )
   model = modeling.build_model(config, model_type)
   return inference.NeuralLM(model, tokenizer, **kwargs)
 
 
 def ids_of(lm, sentence):
-  return [lm.bos_id] + lm.tokenizer.convert_tokens_to_ids(
-      lm.tokenizer.tokenize(sentence)) + [lm.eos_id]
+  return (
+    [lm.bos_id] + lm.tokenizer.convert_tokens_to_ids(lm.tokenizer.tokenize(sentence)) + [lm.eos_id]
+  )
 
 
 def forward(lm, ids):
-  out = lm.model({"input_ids": tf.constant([ids], tf.int32),
-                  "input_mask": tf.ones([1, len(ids)], tf.int32)})
+  out = lm.model(
+    {"input_ids": tf.constant([ids], tf.int32), "input_mask": tf.ones([1, len(ids)], tf.int32)}
+  )
   return {k: v.numpy()[0] for k, v in out.items()}
 
 
@@ -74,8 +99,7 @@ def test_unilm_equals_chain_rule_token_by_token(tokenizer):
   for sentence, result in zip(SENTENCES, results):
     ids = ids_of(lm, sentence)
     # Feed each prefix alone: nothing to the right can leak in.
-    want = [forward(lm, ids[:t])["log_probs"][t - 1, ids[t]]
-            for t in range(1, len(ids))]
+    want = [forward(lm, ids[:t])["log_probs"][t - 1, ids[t]] for t in range(1, len(ids))]
     np.testing.assert_allclose(result.token_logprobs, want, atol=1e-5)
 
 
@@ -88,8 +112,7 @@ def test_scored_special_tokens_follow_the_flags(tokenizer, model_type):
   assert default.tokens == ["the", "cat", "sat", "[EOS]"]
   assert both.tokens == ["[SOS]", "the", "cat", "sat", "[EOS]"]
   assert neither.tokens == ["the", "cat", "sat"]
-  np.testing.assert_allclose(both.token_logprobs[1:], default.token_logprobs,
-                             atol=1e-5)
+  np.testing.assert_allclose(both.token_logprobs[1:], default.token_logprobs, atol=1e-5)
 
 
 def test_over_long_sentences_are_truncated_and_flagged(tokenizer):
@@ -101,8 +124,9 @@ def test_over_long_sentences_are_truncated_and_flagged(tokenizer):
 
 
 def test_word_logprobs_sum_the_pieces_of_each_word():
-  scored = inference.ScoredSentence(["cat", "##s", "walk", "##ing", "[EOS]"],
-                                    np.array([-1.0, -2.0, -3.0, -4.0, -5.0]))
+  scored = inference.ScoredSentence(
+    ["cat", "##s", "walk", "##ing", "[EOS]"], np.array([-1.0, -2.0, -3.0, -4.0, -5.0])
+  )
   assert scored.word_logprobs() == [-3.0, -7.0, -5.0]
   assert scored.mean == pytest.approx(-3.0)
 
@@ -116,16 +140,11 @@ def test_tta_context_vectors_are_the_mean_over_words(tokenizer):
     ids = ids_of(lm, sentence)
     out = forward(lm, ids)
     if len(ids) > 2:
-      np.testing.assert_allclose(vectors[i],
-                                 out["sequence_output"][1:-1].mean(0),
-                                 atol=1e-5)
-      np.testing.assert_allclose(embeds[i],
-                                 out["embedding_output"][1:-1].mean(0),
-                                 atol=1e-5)
+      np.testing.assert_allclose(vectors[i], out["sequence_output"][1:-1].mean(0), atol=1e-5)
+      np.testing.assert_allclose(embeds[i], out["embedding_output"][1:-1].mean(0), atol=1e-5)
     else:  # the empty sentence
       assert not vectors[i].any()
-    np.testing.assert_allclose(firsts[i], out["sequence_output"][0],
-                               atol=1e-5)
+    np.testing.assert_allclose(firsts[i], out["sequence_output"][0], atol=1e-5)
 
 
 def test_bilm_context_vectors_come_from_the_masked_copies(tokenizer):
@@ -141,14 +160,18 @@ def test_bilm_context_vectors_come_from_the_masked_copies(tokenizer):
       copies.append(forward(lm, m)["sequence_output"][t])
     np.testing.assert_allclose(masked[i], np.mean(copies, 0), atol=1e-5)
     np.testing.assert_allclose(
-        intact[i], forward(lm, ids)["sequence_output"][1:-1].mean(0),
-        atol=1e-5)
+      intact[i], forward(lm, ids)["sequence_output"][1:-1].mean(0), atol=1e-5
+    )
 
 
 def test_vocab_model_mismatch_is_an_error(tokenizer):
-  config = modeling.TTAConfig(vocab_size=tokenizer.vocab_size + 1,
-                              hidden_size=16, num_hidden_layers=1,
-                              num_attention_heads=2, intermediate_size=16)
+  config = modeling.TTAConfig(
+    vocab_size=tokenizer.vocab_size + 1,
+    hidden_size=16,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    intermediate_size=16,
+  )
   with pytest.raises(ValueError, match="vocab_size"):
     inference.NeuralLM(modeling.build_model(config, "tta"), tokenizer)
 
@@ -157,15 +180,20 @@ def test_google_bert_release_dir_loads_as_bert(tmp_path):
   """bert:DIR -> [CLS] ... [SEP] inputs, PLL scores from the released weights."""
   tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
   (tmp_path / "vocab.txt").write_text("\n".join(tokens) + "\n")
-  config = modeling.TTAConfig(vocab_size=len(tokens), hidden_size=16,
-                              num_hidden_layers=1, num_attention_heads=2,
-                              intermediate_size=16, type_vocab_size=2,
-                              mask_token_id=4)
+  config = modeling.TTAConfig(
+    vocab_size=len(tokens),
+    hidden_size=16,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    intermediate_size=16,
+    type_vocab_size=2,
+    mask_token_id=4,
+  )
   tf.keras.utils.set_random_seed(21)
   original = modeling.build_model(config, "bert")
   model_dir.save_tf1_checkpoint(original, str(tmp_path / "bert_model.ckpt"))
   config.to_json_file(str(tmp_path / "bert_config.json"))
-  lm = inference.load_lm("bert:%s" % tmp_path)
+  lm = inference.load_lm(f"bert:{tmp_path}")
   assert lm.model_type == "bert"
   scored = lm.score(["the cat sat"])[0]
   assert scored.tokens == ["the", "cat", "sat", "[SEP]"]
@@ -174,8 +202,9 @@ def test_google_bert_release_dir_loads_as_bert(tmp_path):
   for t in range(1, len(ids)):
     masked = list(ids)
     masked[t] = 4
-    out = original({"input_ids": tf.constant([masked]),
-                    "input_mask": tf.ones([1, len(ids)], tf.int32)})
+    out = original(
+      {"input_ids": tf.constant([masked]), "input_mask": tf.ones([1, len(ids)], tf.int32)}
+    )
     want.append(out["log_probs"].numpy()[0, t, ids[t]])
   np.testing.assert_allclose(scored.token_logprobs, want, atol=1e-5)
 
@@ -190,31 +219,30 @@ def test_model_trained_on_normalized_text_scores_normalized_input(tokenizer):
   assert normalizing.normalization == "librispeech"
   got = normalizing.score(["The cat sat, on the mat."])[0]
   want = plain.score(["THE CAT SAT ON THE MAT"])[0]
-  np.testing.assert_allclose(got.token_logprobs, want.token_logprobs,
-                             atol=1e-6)
+  np.testing.assert_allclose(got.token_logprobs, want.token_logprobs, atol=1e-6)
   assert got.tokens == want.tokens
 
 
 @pytest.mark.parametrize("model_type", ["tta", "bilm"])
-def test_xla_compiled_graphs_give_the_same_scores_and_vectors(tokenizer,
-                                                              model_type):
+def test_xla_compiled_graphs_give_the_same_scores_and_vectors(tokenizer, model_type):
   plain = lm_for(model_type, tokenizer)
   compiled = inference.NeuralLM(plain.model, tokenizer, jit_compile=True)
   sentences = [s for s in SENTENCES if s]
-  np.testing.assert_allclose([r.total for r in compiled.score(sentences)],
-                             [r.total for r in plain.score(sentences)],
-                             atol=1e-5)
-  np.testing.assert_allclose(compiled.sentence_vectors(sentences),
-                             plain.sentence_vectors(sentences), atol=1e-5)
+  np.testing.assert_allclose(
+    [r.total for r in compiled.score(sentences)],
+    [r.total for r in plain.score(sentences)],
+    atol=1e-5,
+  )
+  np.testing.assert_allclose(
+    compiled.sentence_vectors(sentences), plain.sentence_vectors(sentences), atol=1e-5
+  )
 
 
-def test_identity_changes_with_the_weights_so_caches_never_mix_checkpoints(
-    tokenizer):
+def test_identity_changes_with_the_weights_so_caches_never_mix_checkpoints(tokenizer):
   lm = lm_for("tta", tokenizer)
   same = lm_for("tta", tokenizer)  # same seed, same weights
   assert inference.describe(lm) == inference.describe(same)
   variable = same.model.encoder_layers[1].output_dense.bias
   variable.assign(variable + 1e-3)
   assert inference.describe(lm) != inference.describe(same)
-  assert (inference.describe(lm)["weights_sha256"] !=
-          inference.describe(same)["weights_sha256"])
+  assert inference.describe(lm)["weights_sha256"] != inference.describe(same)["weights_sha256"]

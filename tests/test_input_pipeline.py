@@ -26,16 +26,25 @@ def synthetic(tmp_path_factory):
     words = rng.integers(len(SPECIAL_IDS), VOCAB_SIZE, n - 2).tolist()
     sentences.append([SOS] + words + [EOS])
   for i in range(3):
-    cpd.write_records(str(out / ("train-%05d-of-00003.tfrecord" % i)),
-                      [cpd.make_example(s) for s in sentences[i::3]])
+    cpd.write_records(
+      str(out / f"train-{i:05d}-of-00003.tfrecord"),
+      [cpd.make_example(s) for s in sentences[i::3]],
+    )
   return str(out / "train-*"), sentences
 
 
-def _dataset(pattern, model_type, is_training, batch_size=32,
-             max_seq_length=64, **kwargs):
+def _dataset(pattern, model_type, is_training, batch_size=32, max_seq_length=64, **kwargs):
   return input_pipeline.make_dataset(
-      pattern, batch_size, model_type, max_seq_length, is_training,
-      VOCAB_SIZE, MASK, SPECIAL_IDS, **kwargs)
+    pattern,
+    batch_size,
+    model_type,
+    max_seq_length,
+    is_training,
+    VOCAB_SIZE,
+    MASK,
+    SPECIAL_IDS,
+    **kwargs,
+  )
 
 
 def _batches(ds, n=None):
@@ -82,8 +91,7 @@ def test_bilm_masks_change_between_epochs(synthetic):
   # 1500 sentences / 32 per batch: 120 batches cover more than two epochs.
   seen = collections.defaultdict(list)
   for b in _batches(_dataset(pattern, "bilm", True, seed=11), 120):
-    for ids, mask, w in zip(b["target_ids"], b["input_mask"],
-                            b["target_weights"]):
+    for ids, mask, w in zip(b["target_ids"], b["input_mask"], b["target_weights"]):
       key = tuple(ids[mask == 1].tolist())
       seen[key].append(tuple(np.flatnonzero(w).tolist()))
   repeated = [masks for masks in seen.values() if len(masks) >= 2]
@@ -112,16 +120,14 @@ def test_tta_and_unilm_targets(synthetic):
     assert (b["target_weights"][rows, lengths - 1] == 0).all()
     assert (b["target_weights"][rows, lengths - 2] == 1).all()
     assert (b["target_ids"][rows, lengths - 2] == EOS).all()
-    np.testing.assert_array_equal(b["target_weights"].sum(axis=1),
-                                  lengths - 1)
+    np.testing.assert_array_equal(b["target_weights"].sum(axis=1), lengths - 1)
 
 
 def test_bucketing_pads_to_bucket_length_only(synthetic):
   pattern, sentences = synthetic
   buckets = input_pipeline.bucket_lengths(64, [16, 32, 48, 80])
   assert buckets == [16, 32, 48, 64]
-  batches = _batches(_dataset(pattern, "tta", False,
-                              bucket_boundaries=[16, 32, 48, 80]))
+  batches = _batches(_dataset(pattern, "tta", False, bucket_boundaries=[16, 32, 48, 80]))
   assert sum(len(b["input_ids"]) for b in batches) == len(sentences)
   widths = collections.Counter()
   for b in batches:
@@ -147,26 +153,28 @@ def test_skip_batches_resumes_exactly(synthetic):
   pattern, _ = synthetic
   k = 7
   full = _batches(_dataset(pattern, "bilm", True, seed=5), k + 1)
-  resumed = _batches(_dataset(pattern, "bilm", True, seed=5,
-                              skip_batches=k), 1)[0]
+  resumed = _batches(_dataset(pattern, "bilm", True, seed=5, skip_batches=k), 1)[0]
   assert set(resumed) == set(full[k])
   for key in resumed:
     np.testing.assert_array_equal(resumed[key], full[k][key])
   other = _batches(_dataset(pattern, "bilm", True, seed=6), k + 1)[k]
-  assert other["input_ids"].shape != full[k]["input_ids"].shape or (
-      other["input_ids"] != full[k]["input_ids"]).any()
+  assert (
+    other["input_ids"].shape != full[k]["input_ids"].shape
+    or (other["input_ids"] != full[k]["input_ids"]).any()
+  )
 
 
 def test_input_context_shards_are_disjoint(synthetic):
   pattern, sentences = synthetic
   parts = []
   for pipeline_id in range(2):
-    context = tf.distribute.InputContext(num_input_pipelines=2,
-                                         input_pipeline_id=pipeline_id)
-    parts.append([
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline_id)
+    parts.append(
+      [
         tuple(ids[mask == 1].tolist())
-        for b in _batches(_dataset(pattern, "tta", False,
-                                   input_context=context))
-        for ids, mask in zip(b["input_ids"], b["input_mask"])])
+        for b in _batches(_dataset(pattern, "tta", False, input_context=context))
+        for ids, mask in zip(b["input_ids"], b["input_mask"])
+      ]
+    )
   assert not set(parts[0]) & set(parts[1])
   assert sorted(parts[0] + parts[1]) == sorted(tuple(s) for s in sentences)

@@ -46,8 +46,11 @@ def test_stamp_records_outputs_and_the_stage_record(tmp_path):
   stamp = str(tmp_path / "stats.json")
   key = {"seed": 1, "inputs": ("a", "b")}  # a tuple reads back as a list
   written = io_utils.write_stamp(stamp, key, outputs=[str(out)], record={"sentences": 2})
-  assert written == {"sentences": 2, "key": {"seed": 1, "inputs": ["a", "b"]},
-                     "outputs": {"train.txt": 8}}
+  assert written == {
+    "sentences": 2,
+    "key": {"seed": 1, "inputs": ["a", "b"]},
+    "outputs": {"train.txt": 8},
+  }
   assert io_utils.read_stamp(stamp, key) == written
   out.write_text("one\n")  # an output changed after the stamp: incomplete
   assert io_utils.read_stamp(stamp, key) is None

@@ -4,20 +4,20 @@ checkpoint, and the TF1 (Google BERT / T-TA) checkpoint files."""
 import json
 import os
 
+from conftest import tiny_config
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import model_dir
-import modeling
-import tokenization
-
-from conftest import tiny_config
 # Helpers of the modeling tests: the TF1 names are the model's (modeling.py),
 # the checkpoint files are model_dir.py's.
 from test_modeling import google_bert_arrays
 from test_modeling import random_batch
 from test_modeling import run
+
+import model_dir
+import modeling
+import tokenization
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +29,7 @@ def models():
 
 def _write_vocab(path):
   tokens = list(tokenization.SPECIAL_TOKENS) + ["the", "cat", "sat"]
-  tokenization.write_vocab(tokens + ["w%d" % i for i in range(99 -
-                                                                len(tokens))],
-                           str(path))
+  tokenization.write_vocab(tokens + [f"w{i}" for i in range(99 - len(tokens))], str(path))
   return str(path)
 
 
@@ -40,8 +38,7 @@ def _write_vocab(path):
 
 def test_save_and_load_round_trip(tmp_path):
   tf.keras.utils.set_random_seed(4)
-  model = modeling.build_model(
-      tiny_config(do_lower_case=False, normalization="librispeech"), "tta")
+  model = modeling.build_model(tiny_config(do_lower_case=False, normalization="librispeech"), "tta")
   vocab = _write_vocab(tmp_path / "source_vocab.txt")
   out = str(tmp_path / "dir")
   prefix = model_dir.save_model_dir(model, vocab, out)
@@ -49,39 +46,51 @@ def test_save_and_load_round_trip(tmp_path):
   loaded, tokenizer = model_dir.load_model_dir(out)
   assert loaded.model_type == "tta"
   assert loaded.config == modeling.TTAConfig.from_dict(
-      dict(model.config.to_dict(), model_type="tta"))
+    dict(model.config.to_dict(), model_type="tta")
+  )
   assert tokenizer.do_lower_case is False
   assert open(vocab).read() == open(model_dir.vocab_path(out)).read()
   for a, b in zip(model.weights, loaded.weights):
     np.testing.assert_array_equal(a.numpy(), b.numpy())
-  assert (model_dir.weights_fingerprint(model) ==
-          model_dir.weights_fingerprint(loaded))
+  assert model_dir.weights_fingerprint(model) == model_dir.weights_fingerprint(loaded)
 
 
-@pytest.mark.parametrize("old_fields, lower, normalization", [
+@pytest.mark.parametrize(
+  "old_fields, lower, normalization",
+  [
     # Written before the two fields were typed: top-level keys that
     # TTAConfig kept in its untyped `extra`.
-    ({"do_lower_case": False, "normalization": "librispeech"}, False,
-     "librispeech"),
+    ({"do_lower_case": False, "normalization": "librispeech"}, False, "librispeech"),
     # Older still, or a Google BERT config: neither key.
     ({}, True, "none"),
-])
-def test_old_format_config_json_loads(tmp_path, old_fields, lower,
-                                      normalization):
+  ],
+)
+def test_old_format_config_json_loads(tmp_path, old_fields, lower, normalization):
   tf.keras.utils.set_random_seed(5)
   model = modeling.build_model(tiny_config(), "bilm")
   out = tmp_path / "old"
   out.mkdir()
   tf.train.Checkpoint(model=model).write(str(out / "ckpt-7"))
   _write_vocab(out / "vocab.txt")
-  old = {"vocab_size": 99, "hidden_size": 32, "num_hidden_layers": 2,
-         "num_attention_heads": 4, "intermediate_size": 37,
-         "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
-         "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 16,
-         "type_vocab_size": 0, "initializer_range": 0.02, "mask_token_id": 4,
-         "model_type": "bilm", "output_layer": "softmax",
-         "target_embedding_size": None, "continuous_logit_scale": 10.0,
-         "vocab_file": "vocab.txt"}
+  old = {
+    "vocab_size": 99,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 37,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 16,
+    "type_vocab_size": 0,
+    "initializer_range": 0.02,
+    "mask_token_id": 4,
+    "model_type": "bilm",
+    "output_layer": "softmax",
+    "target_embedding_size": None,
+    "continuous_logit_scale": 10.0,
+    "vocab_file": "vocab.txt",
+  }
   old.update(old_fields)
   (out / "config.json").write_text(json.dumps(old, indent=2))
   config = model_dir.read_config(str(out))
@@ -108,13 +117,13 @@ def test_latest_checkpoint_from_index_file_or_highest_number(tmp_path):
   # No index file: the highest ckpt-N (numerically, not as text).
   bare = tmp_path / "bare"
   for step in (2, 10, 9):
-    tf.train.Checkpoint(model=model).write(str(bare / ("ckpt-%d" % step)))
+    tf.train.Checkpoint(model=model).write(str(bare / f"ckpt-{step}"))
   assert model_dir.latest_checkpoint(str(bare)) == str(bare / "ckpt-10")
   # A CheckpointManager's index file names the latest, whatever its number.
   managed = tmp_path / "managed"
-  manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model),
-                                       str(managed), max_to_keep=5,
-                                       checkpoint_name="ckpt")
+  manager = tf.train.CheckpointManager(
+    tf.train.Checkpoint(model=model), str(managed), max_to_keep=5, checkpoint_name="ckpt"
+  )
   manager.save(checkpoint_number=20)
   manager.save(checkpoint_number=3)
   assert model_dir.latest_checkpoint(str(managed)) == str(managed / "ckpt-3")
@@ -135,8 +144,7 @@ def test_missing_piece_is_named(tmp_path):
 
 
 def test_saved_tf1_checkpoint_round_trips(tmp_path, models):
-  prefix = model_dir.save_tf1_checkpoint(models["tta"],
-                                         str(tmp_path / "tta.ckpt"))
+  prefix = model_dir.save_tf1_checkpoint(models["tta"], str(tmp_path / "tta.ckpt"))
   fresh = modeling.build_model(tiny_config(), "tta")
   model_dir.load_tf1_checkpoint(fresh, prefix)
   ids, mask = random_batch(np.random.default_rng(7), [6, 2], 6)
@@ -152,36 +160,34 @@ def test_missing_variable_fails_by_name_and_assigns_nothing(tmp_path):
   prefix = model_dir.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
   model = modeling.build_model(config, "bert")
   before = model.embeddings.word_embeddings.numpy().copy()
-  with pytest.raises(model_dir.CheckpointMismatchError,
-                     match="layer_1/attention/self/key/bias"):
+  with pytest.raises(model_dir.CheckpointMismatchError, match="layer_1/attention/self/key/bias"):
     model_dir.load_tf1_checkpoint(model, prefix)
-  np.testing.assert_array_equal(model.embeddings.word_embeddings.numpy(),
-                                before)
+  np.testing.assert_array_equal(model.embeddings.word_embeddings.numpy(), before)
 
 
 def test_mis_shaped_variable_fails_by_name(tmp_path):
   config = tiny_config(type_vocab_size=2)
   arrays = google_bert_arrays(config, np.random.default_rng(9))
-  arrays["bert/encoder/layer_0/intermediate/dense/kernel"] = np.zeros(
-      (32, 36), np.float32)
+  arrays["bert/encoder/layer_0/intermediate/dense/kernel"] = np.zeros((32, 36), np.float32)
   prefix = model_dir.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
-  with pytest.raises(model_dir.CheckpointMismatchError,
-                     match=r"layer_0/intermediate/dense/kernel: checkpoint "
-                     r"\[32, 36\], model \[32, 37\]"):
-    model_dir.load_tf1_checkpoint(modeling.build_model(config, "bert"),
-                                  prefix)
+  with pytest.raises(
+    model_dir.CheckpointMismatchError,
+    match=r"layer_0/intermediate/dense/kernel: checkpoint "
+    r"\[32, 36\], model \[32, 37\]",
+  ):
+    model_dir.load_tf1_checkpoint(modeling.build_model(config, "bert"), prefix)
 
 
 def test_unexpected_variable_fails_when_strict(tmp_path):
   config = tiny_config()
   arrays = google_bert_arrays(config, np.random.default_rng(10))
-  arrays["bert/encoder/layer_2/output/dense/kernel"] = np.zeros((32, 32),
-                                                                np.float32)
+  arrays["bert/encoder/layer_2/output/dense/kernel"] = np.zeros((32, 32), np.float32)
   prefix = model_dir.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
   model = modeling.build_model(config, "tta")
-  with pytest.raises(model_dir.CheckpointMismatchError,
-                     match="unexpected in checkpoint: "
-                     "bert/encoder/layer_2/output/dense/kernel"):
+  with pytest.raises(
+    model_dir.CheckpointMismatchError,
+    match="unexpected in checkpoint: bert/encoder/layer_2/output/dense/kernel",
+  ):
     model_dir.load_tf1_checkpoint(model, prefix)
   report = model_dir.load_tf1_checkpoint(model, prefix, strict=False)
   assert report["unexpected"] == ["bert/encoder/layer_2/output/dense/kernel"]
@@ -189,8 +195,7 @@ def test_unexpected_variable_fails_when_strict(tmp_path):
 
 def test_tf1_checkpoint_is_told_from_ours(tmp_path, models):
   tf1 = model_dir.save_tf1_checkpoint(models["tta"], str(tmp_path / "tf1"))
-  ours = tf.train.Checkpoint(model=models["tta"]).write(
-      str(tmp_path / "ours" / "ckpt-1"))
+  ours = tf.train.Checkpoint(model=models["tta"]).write(str(tmp_path / "ours" / "ckpt-1"))
   assert model_dir.is_tf1_checkpoint(tf1)
   assert not model_dir.is_tf1_checkpoint(ours)
   assert os.path.exists(tf1 + ".index")

@@ -10,16 +10,15 @@ import json
 import math
 import os
 
+from conftest import TINY
+from conftest import tiny_config
 import numpy as np
 import pytest
-import tensorflow as tf
 from scipy.special import erf
+import tensorflow as tf
 
 import model_dir
 import modeling
-
-from conftest import TINY
-from conftest import tiny_config
 
 VOCAB = TINY["vocab_size"]
 
@@ -34,8 +33,7 @@ def random_batch(rng, lengths, seq_length):
 
 
 def run(model, ids, mask):
-  out = model({"input_ids": tf.constant(ids), "input_mask": tf.constant(mask)},
-              training=False)
+  out = model({"input_ids": tf.constant(ids), "input_mask": tf.constant(mask)}, training=False)
   return {k: v.numpy() for k, v in out.items()}
 
 
@@ -58,9 +56,9 @@ def test_tta_output_i_never_sees_token_i(models):
   for i in range(9):
     changed = ids.copy()
     real = mask[:, i] == 1
-    changed[real, i] = (ids[real, i] - 5 + 1 + rng.integers(0, VOCAB - 6,
-                                                             real.sum())) % (
-                                                                 VOCAB - 5) + 5
+    changed[real, i] = (ids[real, i] - 5 + 1 + rng.integers(0, VOCAB - 6, real.sum())) % (
+      VOCAB - 5
+    ) + 5
     assert np.all(changed[real, i] != ids[real, i])
     out = run(models["tta"], changed, mask)
     for key in ("sequence_output", "log_probs"):
@@ -70,8 +68,9 @@ def test_tta_output_i_never_sees_token_i(models):
     for b in np.flatnonzero(real):
       others = [j for j in range(lengths[b]) if j != i]
       if others:
-        diff = np.abs(out["sequence_output"][b, others] -
-                      base["sequence_output"][b, others]).max(axis=-1)
+        diff = np.abs(out["sequence_output"][b, others] - base["sequence_output"][b, others]).max(
+          axis=-1
+        )
         assert diff.min() > 1e-4, (b, i, diff)
 
 
@@ -81,13 +80,13 @@ def test_unilm_output_t_never_sees_later_tokens(models):
   base = run(models["unilm"], ids, mask)
   for t in range(7):
     changed = ids.copy()
-    changed[:, t + 1:] = (ids[:, t + 1:] - 5 + 7) % (VOCAB - 5) + 5
+    changed[:, t + 1 :] = (ids[:, t + 1 :] - 5 + 7) % (VOCAB - 5) + 5
     out = run(models["unilm"], changed, mask)
-    diff = np.abs(out["sequence_output"][:, :t + 1] -
-                  base["sequence_output"][:, :t + 1]).max()
+    diff = np.abs(out["sequence_output"][:, : t + 1] - base["sequence_output"][:, : t + 1]).max()
     assert diff <= 1e-6, (t, diff)
-    assert np.abs(out["sequence_output"][0, t + 1:] -
-                  base["sequence_output"][0, t + 1:]).max() > 1e-4
+    assert (
+      np.abs(out["sequence_output"][0, t + 1 :] - base["sequence_output"][0, t + 1 :]).max() > 1e-4
+    )
 
 
 def test_bilm_every_output_sees_every_token(models):
@@ -98,8 +97,7 @@ def test_bilm_every_output_sees_every_token(models):
     changed = ids.copy()
     changed[0, i] = (ids[0, i] - 5 + 3) % (VOCAB - 5) + 5
     out = run(models["bilm"], changed, mask)
-    diff = np.abs(out["sequence_output"][0] -
-                  base["sequence_output"][0]).max(axis=-1)
+    diff = np.abs(out["sequence_output"][0] - base["sequence_output"][0]).max(axis=-1)
     assert diff.min() > 1e-4, (i, diff)
 
 
@@ -114,23 +112,19 @@ def test_appending_padding_changes_no_real_output(models, model_type):
   long = run(models[model_type], padded_ids, padded_mask)
   for key in ("sequence_output", "embedding_output", "log_probs"):
     for b, n in enumerate([6, 4]):
-      np.testing.assert_allclose(long[key][b, :n], short[key][b, :n],
-                                 atol=1e-5, err_msg=key)
+      np.testing.assert_allclose(long[key][b, :n], short[key][b, :n], atol=1e-5, err_msg=key)
 
 
 @pytest.mark.parametrize("model_type", ["tta", "bilm", "unilm"])
-def test_inference_is_deterministic_and_training_uses_dropout(models,
-                                                              model_type):
+def test_inference_is_deterministic_and_training_uses_dropout(models, model_type):
   rng = np.random.default_rng(4)
   ids, mask = random_batch(rng, [6, 3], 6)
   model = models[model_type]
   first, second = run(model, ids, mask), run(model, ids, mask)
   for key in first:
     np.testing.assert_array_equal(first[key], second[key])
-  trained = model({"input_ids": tf.constant(ids),
-                   "input_mask": tf.constant(mask)}, training=True)
-  assert np.abs(trained["sequence_output"].numpy() -
-                first["sequence_output"]).max() > 1e-3
+  trained = model({"input_ids": tf.constant(ids), "input_mask": tf.constant(mask)}, training=True)
+  assert np.abs(trained["sequence_output"].numpy() - first["sequence_output"]).max() > 1e-3
 
 
 def test_log_probs_are_normalised(models):
@@ -154,25 +148,36 @@ def test_config_json_round_trip(tmp_path):
 
 def test_authors_config_loads_and_keeps_extra_keys():
   path = os.path.join(
-      os.environ.get("TTA_DATA", os.path.join(os.path.dirname(__file__), "..",
-                                              "..", "shared", "data")),
-      "reference-vocab", "tta-config.layer-3.vocab-lower.sub-32k.json")
+    os.environ.get(
+      "TTA_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+    ),
+    "reference-vocab",
+    "tta-config.layer-3.vocab-lower.sub-32k.json",
+  )
   if not os.path.exists(path):
-    pytest.skip("reference-vocab data folder not found: %s" % path)
+    pytest.skip(f"reference-vocab data folder not found: {path}")
   config = modeling.TTAConfig.from_json_file(path)
-  assert (config.vocab_size, config.hidden_size, config.num_hidden_layers,
-          config.num_attention_heads, config.intermediate_size,
-          config.max_position_embeddings) == (29530, 512, 3, 8, 2048, 128)
+  assert (
+    config.vocab_size,
+    config.hidden_size,
+    config.num_hidden_layers,
+    config.num_attention_heads,
+    config.intermediate_size,
+    config.max_position_embeddings,
+  ) == (29530, 512, 3, 8, 2048, 128)
   assert config.type_vocab_size == 0
   assert config.to_dict()["vocab_file"] == "vocab-lower.sub-32k.txt"
 
 
-@pytest.mark.parametrize("overrides, message", [
+@pytest.mark.parametrize(
+  "overrides, message",
+  [
     (dict(hidden_size=30), "not a multiple of num_attention_heads"),
     (dict(hidden_act="swish"), "hidden_act"),
     (dict(model_type="gpt"), "model_type"),
     (dict(mask_token_id=VOCAB), "mask_token_id"),
-])
+  ],
+)
 def test_bad_config_is_rejected_by_name(overrides, message):
   with pytest.raises(ValueError, match=message):
     tiny_config(**overrides)
@@ -192,25 +197,23 @@ def google_bert_arrays(config, rng, with_extras=True):
   """Random arrays under Google BERT's TF1 names, as its checkpoints hold."""
   d, f, v = config.hidden_size, config.intermediate_size, config.vocab_size
   arrays = {
-      "bert/embeddings/word_embeddings": (v, d),
-      "bert/embeddings/position_embeddings":
-          (config.max_position_embeddings, d),
-      "bert/embeddings/LayerNorm/gamma": (d,),
-      "bert/embeddings/LayerNorm/beta": (d,),
-      "cls/predictions/transform/dense/kernel": (d, d),
-      "cls/predictions/transform/dense/bias": (d,),
-      "cls/predictions/transform/LayerNorm/gamma": (d,),
-      "cls/predictions/transform/LayerNorm/beta": (d,),
-      "cls/predictions/output_bias": (v,),
+    "bert/embeddings/word_embeddings": (v, d),
+    "bert/embeddings/position_embeddings": (config.max_position_embeddings, d),
+    "bert/embeddings/LayerNorm/gamma": (d,),
+    "bert/embeddings/LayerNorm/beta": (d,),
+    "cls/predictions/transform/dense/kernel": (d, d),
+    "cls/predictions/transform/dense/bias": (d,),
+    "cls/predictions/transform/LayerNorm/gamma": (d,),
+    "cls/predictions/transform/LayerNorm/beta": (d,),
+    "cls/predictions/output_bias": (v,),
   }
   if config.type_vocab_size:
-    arrays["bert/embeddings/token_type_embeddings"] = (config.type_vocab_size,
-                                                       d)
+    arrays["bert/embeddings/token_type_embeddings"] = (config.type_vocab_size, d)
   for l in range(config.num_hidden_layers):
-    p = "bert/encoder/layer_%d/" % l
+    p = f"bert/encoder/layer_{l}/"
     for name in ("query", "key", "value"):
-      arrays[p + "attention/self/%s/kernel" % name] = (d, d)
-      arrays[p + "attention/self/%s/bias" % name] = (d,)
+      arrays[p + f"attention/self/{name}/kernel"] = (d, d)
+      arrays[p + f"attention/self/{name}/bias"] = (d,)
     arrays[p + "attention/output/dense/kernel"] = (d, d)
     arrays[p + "attention/output/dense/bias"] = (d,)
     arrays[p + "attention/output/LayerNorm/gamma"] = (d,)
@@ -241,7 +244,7 @@ def google_bert_arrays(config, rng, with_extras=True):
 
 def np_layer_norm(x, gamma, beta):
   mean = x.mean(-1, keepdims=True)
-  var = ((x - mean)**2).mean(-1, keepdims=True)
+  var = ((x - mean) ** 2).mean(-1, keepdims=True)
   return (x - mean) / np.sqrt(var + 1e-12) * gamma + beta
 
 
@@ -268,20 +271,30 @@ def np_reference(w, config, model_type, ids, mask, segment_ids=None):
   if config.type_vocab_size:
     seg = np.zeros_like(ids) if segment_ids is None else segment_ids
     x = x + emb("token_type_embeddings")[seg]
-  ln = lambda x, p: np_layer_norm(x, p("gamma"), p("beta"))
+
+  def ln(x, p):
+    return np_layer_norm(x, p("gamma"), p("beta"))
+
   e = ln(x, w["bert/embeddings/LayerNorm/"])
   allowed = np.broadcast_to(mask[:, None, :].astype(bool), (b, t, t)).copy()
   if model_type == "tta":
     allowed &= ~np.eye(t, dtype=bool)
-    hidden = ln(table[config.mask_token_id] + pos,
-                w["bert/embeddings/LayerNorm/"])[None].repeat(b, 0)
+    hidden = ln(table[config.mask_token_id] + pos, w["bert/embeddings/LayerNorm/"])[None].repeat(
+      b, 0
+    )
   else:
     hidden = e
     if model_type == "unilm":
       allowed &= np.tril(np.ones((t, t), bool))
-  dense = lambda x, p: x @ p("kernel") + p("bias")
+
+  def dense(x, p):
+    return x @ p("kernel") + p("bias")
+
   for l in range(config.num_hidden_layers):
-    p = lambda s: w["bert/encoder/layer_%d/%s/" % (l, s)]
+
+    def p(s):
+      return w[f"bert/encoder/layer_{l}/{s}/"]
+
     kv = e if model_type == "tta" else hidden
     q = dense(hidden, p("attention/self/query")).reshape(b, t, n, h)
     k = dense(kv, p("attention/self/key")).reshape(b, t, n, h)
@@ -290,12 +303,13 @@ def np_reference(w, config, model_type, ids, mask, segment_ids=None):
     scores = np.where(allowed[:, None], scores, -np.inf)
     probs = np.nan_to_num(np_softmax(scores))  # rows with no key -> 0
     ctx = np.einsum("bnft,btnh->bfnh", probs, v).reshape(b, t, n * h)
-    a = ln(hidden + dense(ctx, p("attention/output/dense")),
-           p("attention/output/LayerNorm"))
+    a = ln(hidden + dense(ctx, p("attention/output/dense")), p("attention/output/LayerNorm"))
     ffn = dense(np_gelu(dense(a, p("intermediate/dense"))), p("output/dense"))
     hidden = ln(a + ffn, p("output/LayerNorm"))
-  z = ln(np_gelu(dense(hidden, w["cls/predictions/transform/dense"])),
-         w["cls/predictions/transform/LayerNorm"])
+  z = ln(
+    np_gelu(dense(hidden, w["cls/predictions/transform/dense"])),
+    w["cls/predictions/transform/LayerNorm"],
+  )
   logits = z @ table.T + w["cls/predictions"]("output_bias")
   logits -= logits.max(-1, keepdims=True)
   log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
@@ -307,8 +321,7 @@ class Arrays(dict):
 
   def __getitem__(self, prefix):
     prefix = prefix if prefix.endswith("/") else prefix + "/"
-    return lambda name: dict.__getitem__(self, prefix + name).astype(
-        np.float64)
+    return lambda name: dict.__getitem__(self, prefix + name).astype(np.float64)
 
 
 @pytest.mark.parametrize("model_type", ["bert", "tta", "bilm", "unilm"])
@@ -331,13 +344,14 @@ def test_tf1_checkpoint_loads_and_matches_reference(tmp_path, model_type):
     segments[:, 4:] = 1
     inputs["segment_ids"] = tf.constant(segments)
   out = model(inputs, training=False)
-  want_seq, want_lp = np_reference(Arrays(arrays), config, model_type, ids,
-                                   mask, segments)
+  want_seq, want_lp = np_reference(Arrays(arrays), config, model_type, ids, mask, segments)
   for b, n in enumerate([7, 4]):
-    np.testing.assert_allclose(out["sequence_output"].numpy()[b, :n],
-                               want_seq[b, :n], atol=2e-4, rtol=1e-4)
-    np.testing.assert_allclose(out["log_probs"].numpy()[b, :n],
-                               want_lp[b, :n], atol=2e-4, rtol=1e-4)
+    np.testing.assert_allclose(
+      out["sequence_output"].numpy()[b, :n], want_seq[b, :n], atol=2e-4, rtol=1e-4
+    )
+    np.testing.assert_allclose(
+      out["log_probs"].numpy()[b, :n], want_lp[b, :n], atol=2e-4, rtol=1e-4
+    )
 
 
 def test_bert_without_token_types_is_rejected():
@@ -361,9 +375,14 @@ def test_object_checkpoint_saves_every_variable(tmp_path, model_type):
 
 def test_fused_key_value_projection_matches_per_layer_and_stays_self_unknown():
   tf.keras.utils.set_random_seed(5)
-  config = modeling.TTAConfig(vocab_size=40, hidden_size=16, num_hidden_layers=3,
-                              num_attention_heads=4, intermediate_size=24,
-                              max_position_embeddings=16)
+  config = modeling.TTAConfig(
+    vocab_size=40,
+    hidden_size=16,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    intermediate_size=24,
+    max_position_embeddings=16,
+  )
   model = modeling.build_model(config, "tta")
   fused = model.fused_key_value_weights()
   assert fused[0].shape == (16, 2 * 3 * 16) and fused[1].shape == (2 * 3 * 16,)
@@ -376,12 +395,13 @@ def test_fused_key_value_projection_matches_per_layer_and_stays_self_unknown():
   for i in range(6):
     changed = ids.copy()
     changed[0, i] = 30
-    out, _ = model.encode({"input_ids": tf.constant(changed),
-                           "input_mask": tf.constant(mask)},
-                          fused_key_value=fused)
+    out, _ = model.encode(
+      {"input_ids": tf.constant(changed), "input_mask": tf.constant(mask)}, fused_key_value=fused
+    )
     np.testing.assert_allclose(out.numpy()[0, i], got.numpy()[0, i], atol=1e-6)
-    assert np.abs(np.delete(out.numpy()[0], i, 0) -
-                  np.delete(got.numpy()[0], i, 0))[:5].max() > 1e-4
+    assert (
+      np.abs(np.delete(out.numpy()[0], i, 0) - np.delete(got.numpy()[0], i, 0))[:5].max() > 1e-4
+    )
   with pytest.raises(ValueError, match="only T-TA"):
     modeling.build_model(config, "bilm").fused_key_value_weights()
 
@@ -390,9 +410,14 @@ def test_fused_key_value_projection_matches_per_layer_and_stays_self_unknown():
 
 
 def test_continuous_head_logits_and_log_probs():
-  config = tiny_config(vocab_size=11, intermediate_size=64,
-                       max_position_embeddings=64, output_layer="continuous",
-                       target_embedding_size=6, continuous_logit_scale=5.0)
+  config = tiny_config(
+    vocab_size=11,
+    intermediate_size=64,
+    max_position_embeddings=64,
+    output_layer="continuous",
+    target_embedding_size=6,
+    continuous_logit_scale=5.0,
+  )
   model = modeling.build_model(config, "tta")
   assert isinstance(model.lm_head, modeling.ContinuousHead)
   table = np.random.RandomState(1).normal(size=(11, 6))
@@ -400,12 +425,11 @@ def test_continuous_head_logits_and_log_probs():
   hidden = tf.random.normal([2, 3, 32])
   pred = model.lm_head.predict_vectors(hidden).numpy()
   cos = (pred / np.linalg.norm(pred, axis=-1, keepdims=True)) @ (
-      table / np.linalg.norm(table, axis=-1, keepdims=True)).T
-  np.testing.assert_allclose(model.lm_head(hidden).numpy(), 5.0 * cos,
-                             rtol=1e-4, atol=1e-5)
+    table / np.linalg.norm(table, axis=-1, keepdims=True)
+  ).T
+  np.testing.assert_allclose(model.lm_head(hidden).numpy(), 5.0 * cos, rtol=1e-4, atol=1e-5)
   ids = tf.constant([[3, 5, 7]])
   out = model({"input_ids": ids, "input_mask": tf.ones_like(ids)})
-  np.testing.assert_allclose(np.exp(out["log_probs"].numpy()).sum(-1), 1.0,
-                             rtol=1e-5)
+  np.testing.assert_allclose(np.exp(out["log_probs"].numpy()).sum(-1), 1.0, rtol=1e-5)
   again = modeling.TTAConfig.from_dict(json.loads(config.to_json_string()))
   assert again.output_layer == "continuous" and again == config

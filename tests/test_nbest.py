@@ -10,20 +10,20 @@ import math
 import statistics
 import tarfile
 
+import conftest
 import jiwer
 import pytest
 import sacrebleu
 
-import conftest
 import nbest
 
 # From asr-librispeech-espnet2-30best/SOURCE.md: utterances, reference words, and the WERs it
 # reports (1-best with LM, 30-best oracle, AM-only rerank), to 2 decimals.
 ESPNET_EXPECTED = {
-    "dev_clean": (2703, 54402, 1.70, 0.59, 1.88),
-    "dev_other": (2864, 50948, 3.61, 1.76, 4.04),
-    "test_clean": (2620, 52576, 1.81, 0.67, 1.92),
-    "test_other": (2939, 52343, 3.71, 1.83, 4.11),
+  "dev_clean": (2703, 54402, 1.70, 0.59, 1.88),
+  "dev_other": (2864, 50948, 3.61, 1.76, 4.04),
+  "test_clean": (2620, 52576, 1.81, 0.67, 1.92),
+  "test_other": (2939, 52343, 3.71, 1.83, 4.11),
 }
 
 
@@ -71,16 +71,22 @@ def test_espnet_full_score_is_weighted_sum_and_lists_are_sorted(espnet_sets, nam
 def test_espnet_first_key_and_text(espnet_sets):
   first = espnet_sets["dev_clean"][0]
   assert first.key == "1272-128104-0000"
-  assert first.refs == ["MISTER QUILTER IS THE APOSTLE OF THE MIDDLE CLASSES AND WE ARE GLAD "
-                        "TO WELCOME HIS GOSPEL"]
-  assert first.hyps[0].scores == {"decoder": -0.3654, "ctc": -0.0041, "lm": -77.3508,
-                                  "score": -46.6314}
+  assert first.refs == [
+    "MISTER QUILTER IS THE APOSTLE OF THE MIDDLE CLASSES AND WE ARE GLAD TO WELCOME HIS GOSPEL"
+  ]
+  assert first.hyps[0].scores == {
+    "decoder": -0.3654,
+    "ctc": -0.0041,
+    "lm": -77.3508,
+    "score": -46.6314,
+  }
 
 
 def test_espnet_keeps_empty_hypotheses(espnet_sets):
   # dev_other has utterances whose 1-best is empty (everything deleted); they must survive.
-  empty = [(l.key, i) for l in espnet_sets["dev_other"] for i, h in enumerate(l.hyps)
-           if h.text == ""]
+  empty = [
+    (l.key, i) for l in espnet_sets["dev_other"] for i, h in enumerate(l.hyps) if h.text == ""
+  ]
   assert ("1651-136854-0012", 0) in empty
   assert len(empty) == 5
 
@@ -93,8 +99,9 @@ def test_lambda_zero_reproduces_first_pass(espnet_sets, name):
   lm = [[h.scores["lm"] for h in l.hyps] for l in lists]
 
   # Full setting: the hypothesis with the max stored beam score, earliest on ties.
-  best_full = [max(range(len(l.hyps)), key=lambda i, l=l: (l.hyps[i].scores["score"], -i))
-               for l in lists]
+  best_full = [
+    max(range(len(l.hyps)), key=lambda i, l=l: (l.hyps[i].scores["score"], -i)) for l in lists
+  ]
   assert best_full == [0] * len(lists)
   expected = _jiwer_percent(refs, [l.hyps[0].text for l in lists])
   choice = nbest.rerank(lists, lm, 0.0, "full")
@@ -103,12 +110,18 @@ def test_lambda_zero_reproduces_first_pass(espnet_sets, name):
   assert round(expected, 2) == full_wer
 
   # AM-only setting: max of 0.6*decoder + 0.4*ctc, computed here independently.
-  best_am = [max(range(len(l.hyps)), key=lambda i, l=l: (
-      0.6 * l.hyps[i].scores["decoder"] + 0.4 * l.hyps[i].scores["ctc"], -i)) for l in lists]
+  best_am = [
+    max(
+      range(len(l.hyps)),
+      key=lambda i, l=l: (0.6 * l.hyps[i].scores["decoder"] + 0.4 * l.hyps[i].scores["ctc"], -i),
+    )
+    for l in lists
+  ]
   choice = nbest.rerank(lists, None, 0.0, "am")
   assert choice == best_am
   assert nbest.evaluate(lists, choice, "wer") == _jiwer_percent(
-      refs, [l.hyps[i].text for l, i in zip(lists, best_am)])
+    refs, [l.hyps[i].text for l, i in zip(lists, best_am)]
+  )
   assert round(nbest.evaluate(lists, choice, "wer"), 2) == am_wer
 
 
@@ -166,7 +179,11 @@ def test_corpus_wer_hand_and_jiwer():
   refs, hyps = ["a b c d", "e f"], ["a b c", "e f g"]
   details = nbest.wer_details(refs, hyps)
   assert (details.substitutions, details.deletions, details.insertions, details.hits) == (
-      0, 1, 1, 5)
+    0,
+    1,
+    1,
+    5,
+  )
   assert details.ref_words == 6
   assert details.wer == pytest.approx(100.0 * 2 / 6, abs=1e-12)
   assert details.wer == _jiwer_percent(refs, hyps)
@@ -178,8 +195,10 @@ def test_corpus_bleu_hand_and_sacrebleu():
   refs = ["the cat sat on a mat"]
   # Precisions 5/6, 3/5, 2/4, 1/3, equal lengths (BP = 1): BLEU = (1/12) ** (1/4).
   assert nbest.corpus_bleu([refs], [hyp]) == pytest.approx(100.0 * (1 / 12) ** 0.25, abs=1e-9)
-  refs_list = [["the cat sat on a mat", "a cat was sitting on the mat"],
-               ["it is raining today", "today it rains"]]
+  refs_list = [
+    ["the cat sat on a mat", "a cat was sitting on the mat"],
+    ["it is raining today", "today it rains"],
+  ]
   hyps = ["the cat sat on the mat", "it rains today"]
   direct = sacrebleu.corpus_bleu(hyps, [[r[0] for r in refs_list], [r[1] for r in refs_list]])
   assert nbest.corpus_bleu(refs_list, hyps) == direct.score
@@ -196,7 +215,8 @@ def test_pseudo_perplexity():
   assert summary["median"] == math.exp(2.0)
   assert summary["corpus"] == pytest.approx(math.exp(11 / 6))
   assert nbest.pppl_summary([-1.0, -3.0], [1, 1])["median"] == statistics.median(
-      [math.e, math.exp(3)])
+    [math.e, math.exp(3)]
+  )
   with pytest.raises(ValueError, match="positive"):
     nbest.pseudo_perplexity([-1.0], [0])
 
@@ -209,11 +229,14 @@ def _toy_lists():
   # Three hypotheses each; s2s prefers rank 1, the LM prefers the correct rank 2 or 3.
   def hyp(text, score):
     return nbest.Hypothesis(text=text, scores={"score": score, "decoder": score, "ctc": 0.0})
+
   return [
-      nbest.NBestList("u1", ["a b c d e"], [hyp("a b c d x", -1.0), hyp("a b c d e", -1.5),
-                                            hyp("x y z w v", -3.0)]),
-      nbest.NBestList("u2", ["f g h i"], [hyp("f g h x", -2.0), hyp("f g h y", -2.1),
-                                          hyp("f g h i", -4.0)]),
+    nbest.NBestList(
+      "u1", ["a b c d e"], [hyp("a b c d x", -1.0), hyp("a b c d e", -1.5), hyp("x y z w v", -3.0)]
+    ),
+    nbest.NBestList(
+      "u2", ["f g h i"], [hyp("f g h x", -2.0), hyp("f g h y", -2.1), hyp("f g h i", -4.0)]
+    ),
   ]
 
 
@@ -279,12 +302,20 @@ def test_s2s_score_settings():
 
 def _espnet_files(texts=None, scores=None, totals=None, trn=None):
   texts = texts or [["u-1 A B", "u-2 C"], ["u-1 A", "u-2 "]]
-  scores = scores or [['u-1 {"decoder": "tensor(-1.0)", "ctc": "tensor(-2.0)", '
-                       '"lm": "tensor(-3.0)"}',
-                       'u-2 {"decoder": "tensor(-0.5)", "ctc": "tensor(-0.1)", '
-                       '"lm": "tensor(-1.0)"}']] * 2
-  totals = totals or [["u-1 tensor(-3.2)", "u-2 tensor(-1.54)"],
-                      ["u-1 tensor(-4.0)", "u-2 tensor(-2.0)"]]
+  scores = (
+    scores
+    or [
+      [
+        'u-1 {"decoder": "tensor(-1.0)", "ctc": "tensor(-2.0)", "lm": "tensor(-3.0)"}',
+        'u-2 {"decoder": "tensor(-0.5)", "ctc": "tensor(-0.1)", "lm": "tensor(-1.0)"}',
+      ]
+    ]
+    * 2
+  )
+  totals = totals or [
+    ["u-1 tensor(-3.2)", "u-2 tensor(-1.54)"],
+    ["u-1 tensor(-4.0)", "u-2 tensor(-2.0)"],
+  ]
   trn = trn or ["A B\t(s-u-1)", "C\t(s-u-2)"]
   files = {"references/ref_wer.trn": trn}
   for rank, (t, s, total) in enumerate(zip(texts, scores, totals), 1):
@@ -319,26 +350,54 @@ def test_espnet_reader_small_archive_and_directory(tmp_path):
   assert nbest.read_espnet_nbest(str(directory)) == lists
 
 
-@pytest.mark.parametrize("change, member, line, message", [
-    (dict(totals=[["u-1 tensor(-3.2)", "u-2 tensor(abc)"], ["u-1 -4.0", "u-2 -2.0"]]),
-     "1best_recog/score", 2, "expected a finite number"),
-    (dict(totals=[["u-1 tensor(nan)", "u-2 -1.0"], ["u-1 -4.0", "u-2 -2.0"]]),
-     "1best_recog/score", 1, "expected a finite number"),
-    (dict(scores=[['u-1 {"decoder": "tensor(-1.0)", "ctc": "tensor(-2.0)"}',
-                   'u-2 {"decoder": "tensor(-1.0)", "lm": "tensor(-2.0)"}']] * 2),
-     "1best_recog/scores", 2, "lack the 'ctc' field"),
-    (dict(scores=[['u-1 {"decoder": "tensor(-1.0)", "ctc": "tensor(-2.0)"}', "u-2 oops"]] * 2),
-     "1best_recog/scores", 2, "not a JSON object"),
-    (dict(texts=[["u-1 A B", "u-3 C"], ["u-1 A", "u-2 "]]),
-     "1best_recog/text", 2, "missing from"),
-    (dict(trn=["A B\t(s-u-1)", "C\t(s-u-9)"]),
-     "references/ref_wer.trn", 2, "matches no hypothesis"),
+@pytest.mark.parametrize(
+  "change, member, line, message",
+  [
+    (
+      dict(totals=[["u-1 tensor(-3.2)", "u-2 tensor(abc)"], ["u-1 -4.0", "u-2 -2.0"]]),
+      "1best_recog/score",
+      2,
+      "expected a finite number",
+    ),
+    (
+      dict(totals=[["u-1 tensor(nan)", "u-2 -1.0"], ["u-1 -4.0", "u-2 -2.0"]]),
+      "1best_recog/score",
+      1,
+      "expected a finite number",
+    ),
+    (
+      dict(
+        scores=[
+          [
+            'u-1 {"decoder": "tensor(-1.0)", "ctc": "tensor(-2.0)"}',
+            'u-2 {"decoder": "tensor(-1.0)", "lm": "tensor(-2.0)"}',
+          ]
+        ]
+        * 2
+      ),
+      "1best_recog/scores",
+      2,
+      "lack the 'ctc' field",
+    ),
+    (
+      dict(scores=[['u-1 {"decoder": "tensor(-1.0)", "ctc": "tensor(-2.0)"}', "u-2 oops"]] * 2),
+      "1best_recog/scores",
+      2,
+      "not a JSON object",
+    ),
+    (dict(texts=[["u-1 A B", "u-3 C"], ["u-1 A", "u-2 "]]), "1best_recog/text", 2, "missing from"),
+    (
+      dict(trn=["A B\t(s-u-1)", "C\t(s-u-9)"]),
+      "references/ref_wer.trn",
+      2,
+      "matches no hypothesis",
+    ),
     (dict(trn=["A B\t(s-u-1)"]), "1best_recog/text", 2, "has no reference"),
     (dict(trn=["A B\t(s-u-1)", "   \t(s-u-2)"]), "references/ref_wer.trn", 2, "blank reference"),
     (dict(trn=["A B (s-u-1)", "C without id"]), "references/ref_wer.trn", 2, "expected 'TEXT"),
-    (dict(texts=[["u-1 A B", "u-2 C"], ["u-1 A", "u-1 B"]]),
-     "2best_recog/text", 2, "repeated"),
-])
+    (dict(texts=[["u-1 A B", "u-2 C"], ["u-1 A", "u-1 B"]]), "2best_recog/text", 2, "repeated"),
+  ],
+)
 def test_espnet_reader_rejects_malformed(tmp_path, change, member, line, message):
   path = _write_espnet_tar(tmp_path / "bad.tar.xz", _espnet_files(**change))
   with pytest.raises(ValueError) as info:
@@ -358,11 +417,14 @@ def test_espnet_reader_rejects_rank_gap_and_missing_files(tmp_path):
   del files["raw_hypotheses/2best_recog/score"]
   with pytest.raises(ValueError, match="missing raw_hypotheses/2best_recog/score"):
     nbest.read_espnet_nbest(_write_espnet_tar(tmp_path / "nototal.tar.xz", files))
-  files = _espnet_files(texts=[["u-1 A B", "u-2 C"], ["u-2 D"]],
-                        scores=[['u-1 {"decoder": "-1", "ctc": "-2"}',
-                                 'u-2 {"decoder": "-1", "ctc": "-2"}'],
-                                ['u-2 {"decoder": "-1", "ctc": "-2"}']],
-                        totals=[None, None])
+  files = _espnet_files(
+    texts=[["u-1 A B", "u-2 C"], ["u-2 D"]],
+    scores=[
+      ['u-1 {"decoder": "-1", "ctc": "-2"}', 'u-2 {"decoder": "-1", "ctc": "-2"}'],
+      ['u-2 {"decoder": "-1", "ctc": "-2"}'],
+    ],
+    totals=[None, None],
+  )
   lists = nbest.read_espnet_nbest(_write_espnet_tar(tmp_path / "short.tar.xz", files))
   assert [len(l.hyps) for l in lists] == [1, 2]  # a shorter list is fine
   assert "score" not in lists[0].hyps[0].scores
@@ -372,10 +434,12 @@ def test_espnet_reader_rejects_rank_gap_and_missing_files(tmp_path):
 
 def _shin_json():
   return {
-      "utt-a": {"ref": "the cat sat",
-                "hyp_2": {"score": -7.5, "text": " the cat sad"},
-                "hyp_1": {"score": -5.0, "text": " the cat sat"}},
-      "utt-b": {"ref": "hello", "hyp_1": {"score": -1.0, "text": ""}},
+    "utt-a": {
+      "ref": "the cat sat",
+      "hyp_2": {"score": -7.5, "text": " the cat sad"},
+      "hyp_1": {"score": -5.0, "text": " the cat sat"},
+    },
+    "utt-b": {"ref": "hello", "hyp_1": {"score": -1.0, "text": ""}},
   }
 
 
@@ -385,13 +449,17 @@ def test_json_reader_valid(tmp_path):
   lists = nbest.read_json_nbest(str(path))
   assert [l.key for l in lists] == ["utt-a", "utt-b"]
   assert lists[0].refs == ["the cat sat"]
-  assert [(h.text, h.scores) for h in lists[0].hyps] == [("the cat sat", {"score": -5.0}),
-                                                          ("the cat sad", {"score": -7.5})]
+  assert [(h.text, h.scores) for h in lists[0].hyps] == [
+    ("the cat sat", {"score": -5.0}),
+    ("the cat sad", {"score": -7.5}),
+  ]
   assert lists[1].hyps[0].text == ""
   assert nbest.rerank(lists, None, 0.0, "full") == [0, 0]
 
 
-@pytest.mark.parametrize("mutate, line, message", [
+@pytest.mark.parametrize(
+  "mutate, line, message",
+  [
     (lambda d: d["utt-b"]["hyp_1"].pop("score"), 15, "missing 'score'"),
     (lambda d: d["utt-b"]["hyp_1"].update(score="high"), 15, "not a finite number"),
     (lambda d: d["utt-a"]["hyp_1"].update(score=True), 8, "not a finite number"),
@@ -401,7 +469,8 @@ def test_json_reader_valid(tmp_path):
     (lambda d: d["utt-b"].pop("hyp_1"), 13, "no hyp_<n> entries"),
     (lambda d: d["utt-a"].update(hyp_4={"score": 1.0, "text": "x"}), 2, "hyp_1..hyp_N"),
     (lambda d: d["utt-a"].update(note="x"), 12, "unknown field 'note'"),
-])
+  ],
+)
 def test_json_reader_rejects_malformed(tmp_path, mutate, line, message):
   data = _shin_json()
   mutate(data)
@@ -417,8 +486,10 @@ def test_json_reader_rejects_syntax_duplicates_and_empty(tmp_path):
   path.write_text('{\n  "u": {"ref": "a",\n  "hyp_1": {"score": -1.0 "text": "a"}}}\n')
   with pytest.raises(ValueError, match=f"{path}:3: invalid JSON"):
     nbest.read_json_nbest(str(path))
-  path.write_text('{"u": {"ref": "a", "hyp_1": {"score": 1, "text": "a"}},\n'
-                  ' "u": {"ref": "b", "hyp_1": {"score": 1, "text": "b"}}}\n')
+  path.write_text(
+    '{"u": {"ref": "a", "hyp_1": {"score": 1, "text": "a"}},\n'
+    ' "u": {"ref": "b", "hyp_1": {"score": 1, "text": "b"}}}\n'
+  )
   with pytest.raises(ValueError, match=f"{path}:2: key 'u' appears twice"):
     nbest.read_json_nbest(str(path))
   path.write_text("{}")
@@ -426,13 +497,15 @@ def test_json_reader_rejects_syntax_duplicates_and_empty(tmp_path):
     nbest.read_json_nbest(str(path))
 
 
-TSV_OK = ("#key\trank\tdecoder\tctc\ttext\n"
-          "u1\tref\tA B C\n"
-          "u1\t1\t-1.0\t-2.0\tA B X\n"
-          "u2\tref\tD\n"
-          "u2\tref\tD E\n"
-          "u1\t2\t-1.5\t-2.5\tA B C\n"
-          "u2\t1\t-0.5\t-1e1\t\n")
+TSV_OK = (
+  "#key\trank\tdecoder\tctc\ttext\n"
+  "u1\tref\tA B C\n"
+  "u1\t1\t-1.0\t-2.0\tA B X\n"
+  "u2\tref\tD\n"
+  "u2\tref\tD E\n"
+  "u1\t2\t-1.5\t-2.5\tA B C\n"
+  "u2\t1\t-0.5\t-1e1\t\n"
+)
 
 
 def test_tsv_reader_valid_and_round_trip(tmp_path):
@@ -450,10 +523,13 @@ def test_tsv_reader_valid_and_round_trip(tmp_path):
   plain = tmp_path / "plain.tsv"
   plain.write_text("k\tref\thello world\nk\t1\t-3.25\thello word\n")
   assert nbest.read_tsv_nbest(str(plain)) == [
-      nbest.NBestList("k", ["hello world"], [nbest.Hypothesis("hello word", {"score": -3.25})])]
+    nbest.NBestList("k", ["hello world"], [nbest.Hypothesis("hello word", {"score": -3.25})])
+  ]
 
 
-@pytest.mark.parametrize("content, line, message", [
+@pytest.mark.parametrize(
+  "content, line, message",
+  [
     ("k\tref\ta\nk\t1\tnan\ta\n", 2, "expected a number"),
     ("k\tref\ta\nk\t1\t-1\n", 2, "has 4 fields"),
     ("k\tref\ta\nk\t2\t-1\ta\n", 2, "expected rank 1"),
@@ -463,7 +539,8 @@ def test_tsv_reader_valid_and_round_trip(tmp_path):
     ("k\tref\ta\n\nk\t1\t-1\ta\n", 2, "expected '<key><TAB>"),
     ("#key\tscore\ttext\nk\tref\ta\n", 1, "header must be"),
     ("", 1, "no rows"),
-])
+  ],
+)
 def test_tsv_reader_rejects_malformed(tmp_path, content, line, message):
   path = tmp_path / "bad.tsv"
   path.write_text(content)
@@ -504,7 +581,9 @@ def test_score_cache_survives_reopen_and_truncated_tail(tmp_path):
   reopened = nbest.ScoreCache(path)
   assert len(reopened) == 3
   assert reopened.get_many("tta-1", ["the cat", "", "missing"]) == {
-      "the cat": {"sum": -3.25}, "": {"sum": 0.0}}
+    "the cat": {"sum": -3.25},
+    "": {"sum": 0.0},
+  }
   assert reopened.get_many("bilm-1", ["the cat"]) == {"the cat": {"sum": -4.0}}
   assert ("bilm-1", "the cat") in reopened
   with open(path, "a", encoding="utf-8") as f:
@@ -517,7 +596,8 @@ def test_score_cache_survives_reopen_and_truncated_tail(tmp_path):
 
 def test_score_cache_rejects_corrupt_middle_line(tmp_path):
   path = tmp_path / "scores.jsonl"
-  path.write_text('{"model": "m", "text": "a", "value": 1}\nnot json\n'
-                  '{"model": "m", "text": "b", "value": 2}\n')
+  path.write_text(
+    '{"model": "m", "text": "a", "value": 1}\nnot json\n{"model": "m", "text": "b", "value": 2}\n'
+  )
   with pytest.raises(ValueError, match=f"{path}:2: not a JSON cache record"):
     nbest.ScoreCache(str(path))

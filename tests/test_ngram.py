@@ -35,9 +35,9 @@ ngram 2=4
 """
 
 _LOG10 = {  # the same numbers, for computing expected scores by hand
-    "p": {"<unk>": -1.0, "</s>": -0.6, "a": -0.4, "b": -0.7},
-    "bo": {"<s>": -0.5, "a": -0.3, "b": -0.2, "<unk>": 0.0, "</s>": 0.0},
-    "p2": {("<s>", "a"): -0.2, ("a", "b"): -0.3, ("b", "</s>"): -0.25, ("a", "</s>"): -0.5},
+  "p": {"<unk>": -1.0, "</s>": -0.6, "a": -0.4, "b": -0.7},
+  "bo": {"<s>": -0.5, "a": -0.3, "b": -0.2, "<unk>": 0.0, "</s>": 0.0},
+  "p2": {("<s>", "a"): -0.2, ("a", "b"): -0.3, ("b", "</s>"): -0.25, ("a", "</s>"): -0.5},
 }
 
 
@@ -60,18 +60,21 @@ def test_log10_to_ln():
   assert ngram.LN10 == pytest.approx(math.log(10.0), abs=1e-15)
   for v in (0.0, -1.0, -0.25, -3.7):
     # ln p = log10 p * ln 10, i.e. 10**v == e**(converted)
-    assert ngram.log10_to_ln(v) == pytest.approx(math.log(10.0 ** v), abs=1e-12)
-    assert math.exp(ngram.log10_to_ln(v)) == pytest.approx(10.0 ** v, rel=1e-12)
+    assert ngram.log10_to_ln(v) == pytest.approx(math.log(10.0**v), abs=1e-12)
+    assert math.exp(ngram.log10_to_ln(v)) == pytest.approx(10.0**v, rel=1e-12)
 
 
-@pytest.mark.parametrize("text,expected_words", [
+@pytest.mark.parametrize(
+  "text,expected_words",
+  [
     # <s> a b </s>: three listed bigrams.
     ("a b", [("<s>", "a"), ("a", "b"), ("b", "</s>")]),
     # <s> b a </s>: p(b|<s>) and p(a|b) back off; p(</s>|a) is listed.
     ("b a", [("<s>", "b"), ("b", "a"), ("a", "</s>")]),
     # <s> a a </s>: p(a|a) backs off through bo(a).
     ("a a", [("<s>", "a"), ("a", "a"), ("a", "</s>")]),
-])
+  ],
+)
 def test_scores_match_hand_computed_arpa(arpa_path, text, expected_words):
   scorer = ngram.NgramScorer(arpa_path)
   assert scorer.order == 2
@@ -89,7 +92,7 @@ def test_scores_match_hand_computed_arpa(arpa_path, text, expected_words):
 def test_hand_values_spelled_out(arpa_path):
   """The backoff case written out in numbers, so the expectation is not only code."""
   scorer = ngram.NgramScorer(arpa_path)
-  (logprob, word_logprobs, _), = scorer.score_sentences(["b a"])
+  ((logprob, word_logprobs, _),) = scorer.score_sentences(["b a"])
   ln10 = math.log(10.0)
   # p(b|<s>) = bo(<s>) + p(b) = -0.5 - 0.7; p(a|b) = bo(b) + p(a) = -0.2 - 0.4; p(</s>|a) = -0.5
   assert word_logprobs == pytest.approx([-1.2 * ln10, -0.6 * ln10, -0.5 * ln10], abs=1e-5)
@@ -100,16 +103,16 @@ def test_bos_eos_flags(arpa_path):
   scorer = ngram.NgramScorer(arpa_path)
   ln10 = math.log(10.0)
   # No <s> context: p(a) unigram, then p(b|a); no </s>.
-  (logprob, word_logprobs, n_words), = scorer.score_sentences(["a b"], bos=False, eos=False)
+  ((logprob, word_logprobs, n_words),) = scorer.score_sentences(["a b"], bos=False, eos=False)
   assert n_words == 2
   assert word_logprobs == pytest.approx([-0.4 * ln10, -0.3 * ln10], abs=1e-5)
   assert logprob == pytest.approx(-0.7 * ln10, abs=1e-5)
   # bos only: p(a|<s>) p(b|a).
-  (logprob, _, n_words), = scorer.score_sentences(["a b"], bos=True, eos=False)
+  ((logprob, _, n_words),) = scorer.score_sentences(["a b"], bos=True, eos=False)
   assert n_words == 2
   assert logprob == pytest.approx(-0.5 * ln10, abs=1e-5)
   # Empty sentence with eos: just p(</s>|<s>) = bo(<s>) + p(</s>).
-  (logprob, _, n_words), = scorer.score_sentences([""])
+  ((logprob, _, n_words),) = scorer.score_sentences([""])
   assert n_words == 1
   assert logprob == pytest.approx(-1.1 * ln10, abs=1e-5)
   with pytest.raises(ValueError, match="<s>"):
@@ -140,7 +143,7 @@ def test_malformed_arpa_names_file(tmp_path):
   with pytest.raises(ValueError, match="broken.arpa"):
     ngram.NgramScorer(str(bad))
   truncated = tmp_path / "truncated.arpa"
-  truncated.write_text(_ARPA[:_ARPA.index("\\2-grams:")])  # promises bigrams, has none
+  truncated.write_text(_ARPA[: _ARPA.index("\\2-grams:")])  # promises bigrams, has none
   with pytest.raises(ValueError, match="truncated.arpa"):
     ngram.NgramScorer(str(truncated))
 
@@ -162,26 +165,31 @@ def _have_lmplz():
 
 
 _CORPUS = [
-    "the cat sat on the mat",
-    "the dog sat on the log",
-    "a cat and a dog sat together",
-    "the cat ate the fish",
-    "the dog ate the bone",
-    "on the mat the cat sat",
-    "the bird sang on the tree",
-    "a dog barked at the cat",
+  "the cat sat on the mat",
+  "the dog sat on the log",
+  "a cat and a dog sat together",
+  "the cat ate the fish",
+  "the dog ate the bone",
+  "on the mat the cat sat",
+  "the bird sang on the tree",
+  "a dog barked at the cat",
 ]
 
 
-@pytest.mark.skipif(not _have_lmplz(),
-                    reason="KenLM's lmplz/build_binary not built: run bash scripts/build_kenlm.sh")
+@pytest.mark.skipif(
+  not _have_lmplz(), reason="KenLM's lmplz/build_binary not built: run bash scripts/build_kenlm.sh"
+)
 @pytest.mark.parametrize("binary", [True, False])
 def test_train_ngram_tiny_corpus(tmp_path, binary):
   corpus = tmp_path / "corpus.txt"
   corpus.write_text("\n".join(_CORPUS * 3) + "\n")
   out = str(tmp_path / ("lm.bin" if binary else "lm.arpa"))
-  assert ngram.train_ngram(str(corpus), out, order=3, memory="64M", discount_fallback=True,
-                           binary=binary) == out
+  assert (
+    ngram.train_ngram(
+      str(corpus), out, order=3, memory="64M", discount_fallback=True, binary=binary
+    )
+    == out
+  )
   assert os.path.isfile(out)
   # Atomic write: nothing temporary left beside the model.
   assert sorted(os.listdir(tmp_path)) == sorted(["corpus.txt", os.path.basename(out)])
@@ -200,8 +208,9 @@ def test_train_ngram_tiny_corpus(tmp_path, binary):
   assert ours.logprob > theirs.logprob
 
 
-@pytest.mark.skipif(not _have_lmplz(),
-                    reason="KenLM's lmplz/build_binary not built: run bash scripts/build_kenlm.sh")
+@pytest.mark.skipif(
+  not _have_lmplz(), reason="KenLM's lmplz/build_binary not built: run bash scripts/build_kenlm.sh"
+)
 def test_train_ngram_failure_reports_lmplz_output(tmp_path):
   corpus = tmp_path / "corpus.txt"
   corpus.write_text("\n".join(_CORPUS) + "\n")
@@ -219,20 +228,23 @@ def test_train_ngram_missing_text(tmp_path):
     ngram.train_ngram(str(tmp_path / "nope.txt"), str(tmp_path / "lm.bin"))
 
 
-@pytest.mark.skipif(not _have_lmplz(),
-                    reason="KenLM's lmplz/build_binary not built: run bash scripts/build_kenlm.sh")
+@pytest.mark.skipif(
+  not _have_lmplz(), reason="KenLM's lmplz/build_binary not built: run bash scripts/build_kenlm.sh"
+)
 def test_normalization_travels_with_the_model(tmp_path):
   import inference  # pylint: disable=g-import-not-at-top
+
   corpus = tmp_path / "corpus.txt"
   corpus.write_text("\n".join(_CORPUS * 3).upper() + "\n")
   out = str(tmp_path / "lm.bin")
-  ngram.train_ngram(str(corpus), out, order=3, memory="64M", discount_fallback=True,
-                    normalization="librispeech")
+  ngram.train_ngram(
+    str(corpus), out, order=3, memory="64M", discount_fallback=True, normalization="librispeech"
+  )
   assert ngram.read_model_info(out)["normalization"] == "librispeech"
   lm = inference.NgramLM(out)
   assert lm.normalization == "librispeech"
-  raw, = lm.score(["The cat sat on the mat."])
-  want, = ngram.NgramScorer(out).score_sentences(["THE CAT SAT ON THE MAT"])
+  (raw,) = lm.score(["The cat sat on the mat."])
+  (want,) = ngram.NgramScorer(out).score_sentences(["THE CAT SAT ON THE MAT"])
   assert raw.tokens == "THE CAT SAT ON THE MAT".split() + ["</s>"]
   assert list(raw.token_logprobs) == pytest.approx(want.word_logprobs)
   # Without an info file nothing is normalized.

@@ -51,23 +51,25 @@ def test_update_matches_numpy_reference_for_three_steps():
   rng = np.random.default_rng(0)
   lr, weight_decay_rate = 0.01, 0.1
   init = {
-      "layer_0/dense/kernel": rng.normal(size=(3, 4)),
-      "layer_0/dense/bias": rng.normal(size=(4,)),
+    "layer_0/dense/kernel": rng.normal(size=(3, 4)),
+    "layer_0/dense/bias": rng.normal(size=(4,)),
   }
   decays = {"layer_0/dense/kernel": True, "layer_0/dense/bias": False}
   variables = {p: _scoped_variable(p, x.astype(np.float32)) for p, x in init.items()}
-  optimizer = optimization.AdamWeightDecay(
-      learning_rate=lr, weight_decay_rate=weight_decay_rate)
+  optimizer = optimization.AdamWeightDecay(learning_rate=lr, weight_decay_rate=weight_decay_rate)
 
-  ref = {p: (x.astype(np.float32).astype(np.float64), np.zeros(x.shape), np.zeros(x.shape))
-         for p, x in init.items()}
+  ref = {
+    p: (x.astype(np.float32).astype(np.float64), np.zeros(x.shape), np.zeros(x.shape))
+    for p, x in init.items()
+  }
   for _ in range(3):
     grads = {p: rng.normal(size=x.shape).astype(np.float32) for p, x in init.items()}
     optimizer.apply_gradients([(grads[p], variables[p]) for p in init])
     for p in init:
       w, m, v = ref[p]
-      ref[p] = _numpy_adam_weight_decay(w, m, v, grads[p].astype(np.float64), lr,
-                                        weight_decay_rate, decays[p])
+      ref[p] = _numpy_adam_weight_decay(
+        w, m, v, grads[p].astype(np.float64), lr, weight_decay_rate, decays[p]
+      )
 
   assert int(optimizer.iterations.numpy()) == 3
   for p in init:
@@ -87,19 +89,18 @@ def test_update_matches_numpy_reference_for_three_steps():
 def test_weight_decay_skips_layer_norm_and_bias_by_path():
   lr, weight_decay_rate = 0.1, 0.5
   paths = {
-      "bert/encoder/layer_0/attention/output/dense/kernel": True,
-      "bert/encoder/layer_0/attention/output/dense/bias": False,
-      "bert/encoder/layer_0/attention/output/LayerNorm/gamma": False,
-      "bert/encoder/layer_0/attention/output/LayerNorm/beta": False,
-      "encoder/layer_norm/gamma": False,
-      "cls/predictions/output_bias": False,
+    "bert/encoder/layer_0/attention/output/dense/kernel": True,
+    "bert/encoder/layer_0/attention/output/dense/bias": False,
+    "bert/encoder/layer_0/attention/output/LayerNorm/gamma": False,
+    "bert/encoder/layer_0/attention/output/LayerNorm/beta": False,
+    "encoder/layer_norm/gamma": False,
+    "cls/predictions/output_bias": False,
   }
   variables = {p: _scoped_variable(p, np.full((2,), 2.0, np.float32)) for p in paths}
   # Keras 3's `.name` is only the last component: matching must use the path.
   assert variables["bert/encoder/layer_0/attention/output/LayerNorm/gamma"].name == "gamma"
   plain = tf.Variable(np.full((2,), 2.0, np.float32), name="dense/bias")  # no .path: uses .name
-  optimizer = optimization.AdamWeightDecay(
-      learning_rate=lr, weight_decay_rate=weight_decay_rate)
+  optimizer = optimization.AdamWeightDecay(learning_rate=lr, weight_decay_rate=weight_decay_rate)
   # Zero gradients leave m = v = 0, so the Adam term is 0 and only the decay can move w.
   pairs = [(tf.zeros((2,)), variables[p]) for p in paths] + [(tf.zeros((2,)), plain)]
   optimizer.apply_gradients(pairs)
@@ -113,27 +114,29 @@ def test_weight_decay_skips_layer_norm_and_bias_by_path():
 def test_no_exclusions_decays_everything_and_zero_rate_decays_nothing():
   bias = _scoped_variable("dense/bias", np.ones((2,), np.float32))
   optimization.AdamWeightDecay(
-      learning_rate=0.1, weight_decay_rate=0.5,
-      exclude_from_weight_decay=None).apply_gradients([(tf.zeros((2,)), bias)])
+    learning_rate=0.1, weight_decay_rate=0.5, exclude_from_weight_decay=None
+  ).apply_gradients([(tf.zeros((2,)), bias)])
   np.testing.assert_allclose(bias.numpy(), [0.95, 0.95], rtol=1e-7)
   kernel = _scoped_variable("dense/kernel", np.ones((2,), np.float32))
-  optimization.AdamWeightDecay(
-      learning_rate=0.1, weight_decay_rate=0.0).apply_gradients([(tf.zeros((2,)), kernel)])
+  optimization.AdamWeightDecay(learning_rate=0.1, weight_decay_rate=0.0).apply_gradients(
+    [(tf.zeros((2,)), kernel)]
+  )
   np.testing.assert_array_equal(kernel.numpy(), [1.0, 1.0])
 
 
 def test_schedule_values():
   peak = 1e-4
   schedule = optimization.LinearWarmupLinearDecay(
-      peak_learning_rate=peak, num_train_steps=100, num_warmup_steps=10)
+    peak_learning_rate=peak, num_train_steps=100, num_warmup_steps=10
+  )
   expected = {
-      0: 0.0,  # the first update of a run has lr 0 (BERT: global_step starts at 0)
-      5: 0.5e-4,  # mid-warmup: peak * 5 / 10
-      9: 0.9e-4,  # last warmup step
-      10: 0.9e-4,  # end of warmup: BERT's decay line, peak * (1 - 10 / 100)
-      55: 0.45e-4,  # mid-decay: peak * (1 - 55 / 100)
-      100: 0.0,  # end
-      150: 0.0,  # past the end: clamped, never negative
+    0: 0.0,  # the first update of a run has lr 0 (BERT: global_step starts at 0)
+    5: 0.5e-4,  # mid-warmup: peak * 5 / 10
+    9: 0.9e-4,  # last warmup step
+    10: 0.9e-4,  # end of warmup: BERT's decay line, peak * (1 - 10 / 100)
+    55: 0.45e-4,  # mid-decay: peak * (1 - 55 / 100)
+    100: 0.0,  # end
+    150: 0.0,  # past the end: clamped, never negative
   }
   for step, want in expected.items():
     # float32 arithmetic: relative 1e-6.
@@ -148,8 +151,7 @@ def test_schedule_config_round_trip():
   schedule = optimization.LinearWarmupLinearDecay(2e-4, 1000, 30, name="lr")
   clone = optimization.LinearWarmupLinearDecay.from_config(schedule.get_config())
   assert clone.get_config() == schedule.get_config()
-  revived = keras.optimizers.schedules.deserialize(
-      keras.optimizers.schedules.serialize(schedule))
+  revived = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
   assert isinstance(revived, optimization.LinearWarmupLinearDecay)
   for step in (0, 17, 30, 500, 1000):
     assert float(revived(step)) == float(schedule(step))
@@ -162,7 +164,8 @@ def test_optimizer_uses_schedule_at_current_iteration():
   variable = _scoped_variable("dense/kernel", np.ones((2,), np.float32))
   for step in range(6):
     assert float(optimizer.learning_rate) == pytest.approx(
-        float(optimizer._learning_rate(step)), abs=1e-12)
+      float(optimizer._learning_rate(step)), abs=1e-12
+    )
     optimizer.apply_gradients([(tf.ones((2,)), variable)])
   assert float(optimizer.learning_rate) == pytest.approx(1e-3 * 0.4)
 
@@ -191,8 +194,10 @@ def test_optimizer_clips_global_norm_before_update():
 
 
 def _make_run():
-  variables = [_scoped_variable("layer/dense/kernel", np.full((3, 2), 0.5, np.float32)),
-               _scoped_variable("layer/LayerNorm/gamma", np.ones((2,), np.float32))]
+  variables = [
+    _scoped_variable("layer/dense/kernel", np.full((3, 2), 0.5, np.float32)),
+    _scoped_variable("layer/LayerNorm/gamma", np.ones((2,), np.float32)),
+  ]
   optimizer = optimization.create_optimizer(0.1, num_train_steps=20, num_warmup_steps=3)
   optimizer.build(variables)
   return variables, optimizer
@@ -200,13 +205,13 @@ def _make_run():
 
 def test_checkpoint_round_trip_resumes_exactly(tmp_path):
   rng = np.random.default_rng(1)
-  grads = [[rng.normal(size=s, scale=2.0).astype(np.float32) for s in ((3, 2), (2,))]
-           for _ in range(6)]
+  grads = [
+    [rng.normal(size=s, scale=2.0).astype(np.float32) for s in ((3, 2), (2,))] for _ in range(6)
+  ]
   variables, optimizer = _make_run()
   for g in grads[:4]:
     optimizer.apply_gradients(zip(g, variables))
-  path = tf.train.Checkpoint(variables=variables, optimizer=optimizer).save(
-      str(tmp_path / "ckpt"))
+  path = tf.train.Checkpoint(variables=variables, optimizer=optimizer).save(str(tmp_path / "ckpt"))
   for g in grads[4:]:  # 2 more uninterrupted steps
     optimizer.apply_gradients(zip(g, variables))
 
@@ -245,14 +250,15 @@ _GLOBAL_BATCH = 8
 def _mirrored_vs_single_device():
   """Returns max |difference| per variable/slot after 2 steps on 2 replicas vs 1 device."""
   cpu = tf.config.list_physical_devices("CPU")[0]
-  tf.config.set_logical_device_configuration(
-      cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+  tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
   rng = np.random.default_rng(2)
   features = rng.normal(size=(2 * _GLOBAL_BATCH, 4)).astype(np.float32)
   targets = (5.0 * rng.normal(size=(2 * _GLOBAL_BATCH, 3))).astype(np.float32)
-  init = [rng.normal(size=(4, 3)).astype(np.float32),  # kernel: decayed
-          rng.normal(size=(3,)).astype(np.float32),  # bias: not decayed
-          np.ones((3,), np.float32)]  # LayerNorm gamma: not decayed
+  init = [
+    rng.normal(size=(4, 3)).astype(np.float32),  # kernel: decayed
+    rng.normal(size=(3,)).astype(np.float32),  # bias: not decayed
+    np.ones((3,), np.float32),
+  ]  # LayerNorm gamma: not decayed
   paths = ["dense/kernel", "dense/bias", "LayerNorm/gamma"]
 
   def run(strategy):
@@ -273,6 +279,7 @@ def _mirrored_vs_single_device():
         grads = tape.gradient(loss, variables)
         optimizer.apply_gradients(zip(grads, variables))
         return tf.linalg.global_norm(grads)
+
       norms = strategy.run(step_fn, args=batch)
       return strategy.experimental_local_results(norms)
 
@@ -295,21 +302,26 @@ def _mirrored_vs_single_device():
   except RuntimeError as e:
     lazy_build_error = str(e)
   return {
-      "lazy_build_error": lazy_build_error,
-      "replicas": replicas,
-      "iterations": [single_steps, mirrored_steps],
-      "first_step_global_norm": single_norms[0][0],
-      "per_replica_norms": mirrored_norms[0],
-      "max_abs_diff": {k: float(np.abs(single[k] - mirrored[k]).max()) for k in single},
-      "max_abs_change": {k: float(np.abs(single[k] - x).max())
-                         for k, x in zip(paths, init)},
+    "lazy_build_error": lazy_build_error,
+    "replicas": replicas,
+    "iterations": [single_steps, mirrored_steps],
+    "first_step_global_norm": single_norms[0][0],
+    "per_replica_norms": mirrored_norms[0],
+    "max_abs_diff": {k: float(np.abs(single[k] - mirrored[k]).max()) for k in single},
+    "max_abs_change": {k: float(np.abs(single[k] - x).max()) for k, x in zip(paths, init)},
   }
 
 
 def test_mirrored_two_replicas_match_single_device():
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-  proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--mirrored"],
-                        capture_output=True, text=True, env=env, timeout=120, check=False)
+  proc = subprocess.run(
+    [sys.executable, os.path.abspath(__file__), "--mirrored"],
+    capture_output=True,
+    text=True,
+    env=env,
+    timeout=120,
+    check=False,
+  )
   assert proc.returncode == 0, proc.stderr[-4000:]
   result = json.loads(proc.stdout.strip().splitlines()[-1])
   assert "optimizer.build" in result["lazy_build_error"], result

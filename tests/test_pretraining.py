@@ -17,12 +17,12 @@ import sys
 import tarfile
 import time
 
+import conftest
+from conftest import tiny_config
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import conftest
-from conftest import tiny_config
 import losses as losses_lib
 import model_dir
 import modeling
@@ -30,25 +30,25 @@ import training
 import training_setup
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GUTENBERG = os.path.join(REPO, "..", "shared", "data", "gutenberg-books-subset",
-                         "texts.tar.xz")
+GUTENBERG = os.path.join(REPO, "..", "shared", "data", "gutenberg-books-subset", "texts.tar.xz")
 # conftest.TINY with a wider FFN and room for the 48-token records.
 WIDER = {"intermediate_size": 64, "max_position_embeddings": 64}
 # The size overrides of a training run (the vocab file gives vocab_size).
-TINY = {k: v for k, v in dict(conftest.TINY, **WIDER).items()
-        if k != "vocab_size"}
+TINY = {k: v for k, v in dict(conftest.TINY, **WIDER).items() if k != "vocab_size"}
 
 
 # ------------------------------------------------------------------ fixtures
+
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
   """Records of ~1000 real sentences (the first book of the Gutenberg subset:
   licence header, wrapped lines and all) with a 600-piece WordPiece vocab."""
   import create_pretraining_data  # pylint: disable=g-import-not-at-top
+
   root = tmp_path_factory.mktemp("pretraining_data")
   if not os.path.exists(GUTENBERG):
-    pytest.skip("Gutenberg corpus not found at %s" % GUTENBERG)
+    pytest.skip(f"Gutenberg corpus not found at {GUTENBERG}")
   with tarfile.open(GUTENBERG, "r:xz") as tar:
     member = next(m for m in tar if m.isfile())
     text = tar.extractfile(member).read().decode("utf-8")
@@ -56,9 +56,15 @@ def data_dir(tmp_path_factory):
   excerpt.write_text("\n".join(text.splitlines()[:3000]) + "\n")
   out = root / "data"
   create_pretraining_data.create_pretraining_data(
-      [str(excerpt)], str(out), vocab_size=600, input_format="raw",
-      num_shards=2, eval_fraction=0.1, max_seq_length=48,
-      vocab_learn_params={"lower_thresh": 2})
+    [str(excerpt)],
+    str(out),
+    vocab_size=600,
+    input_format="raw",
+    num_shards=2,
+    eval_fraction=0.1,
+    max_seq_length=48,
+    vocab_learn_params={"lower_thresh": 2},
+  )
   assert tf.io.gfile.glob(str(out / "train-*.tfrecord"))
   assert tf.io.gfile.glob(str(out / "eval-*.tfrecord"))
   return str(out)
@@ -66,19 +72,30 @@ def data_dir(tmp_path_factory):
 
 def tiny_params(data_dir, output_dir, **kwargs):
   params = dict(
-      output_dir=str(output_dir), model_type="tta",
-      input_file=os.path.join(data_dir, "train-*.tfrecord"),
-      eval_file=os.path.join(data_dir, "eval-*.tfrecord"),
-      config_overrides=dict(TINY), train_batch_size=16, eval_batch_size=32,
-      learning_rate=2e-3, num_train_steps=30, num_warmup_steps=3,
-      max_seq_length=48, save_checkpoints_steps=15, eval_every_steps=0,
-      max_eval_steps=4, steps_per_loop=10, log_every_steps=20,
-      install_signal_handlers=False)
+    output_dir=str(output_dir),
+    model_type="tta",
+    input_file=os.path.join(data_dir, "train-*.tfrecord"),
+    eval_file=os.path.join(data_dir, "eval-*.tfrecord"),
+    config_overrides=dict(TINY),
+    train_batch_size=16,
+    eval_batch_size=32,
+    learning_rate=2e-3,
+    num_train_steps=30,
+    num_warmup_steps=3,
+    max_seq_length=48,
+    save_checkpoints_steps=15,
+    eval_every_steps=0,
+    max_eval_steps=4,
+    steps_per_loop=10,
+    log_every_steps=20,
+    install_signal_handlers=False,
+  )
   params.update(kwargs)
   return training.TrainParams(**params)
 
 
 # ------------------------------------------------------- (e), (f) the losses
+
 
 def _log_softmax(x):
   x = np.asarray(x, np.float64)
@@ -86,17 +103,18 @@ def _log_softmax(x):
 
 
 def test_cross_entropy_weights_select_positions():
-  logits = np.array([[[2.0, 1.0, 0.0], [0.0, 0.0, 0.0]],
-                     [[1.0, 3.0, 0.0], [5.0, -1.0, 2.0]]], np.float32)
+  logits = np.array(
+    [[[2.0, 1.0, 0.0], [0.0, 0.0, 0.0]], [[1.0, 3.0, 0.0], [5.0, -1.0, 2.0]]], np.float32
+  )
   targets = np.array([[0, 2], [1, 0]], np.int32)
   weights = np.array([[1.0, 0.0], [1.0, 1.0]], np.float32)
   # By hand: -log softmax at (0,0): -log(e^2/(e^2+e+1));
   # (1,0): -log(e^3/(e+e^3+1)); (1,1): -log(e^5/(e^5+e^-1+e^2));
   # (0,1) has weight 0.
-  expected = (-_log_softmax([2, 1, 0])[0] - _log_softmax([1, 3, 0])[1]
-              - _log_softmax([5, -1, 2])[0])
+  expected = -_log_softmax([2, 1, 0])[0] - _log_softmax([1, 3, 0])[1] - _log_softmax([5, -1, 2])[0]
   loss_sum, weight_sum, correct = losses_lib.weighted_cross_entropy(
-      tf.constant(logits), tf.constant(targets), tf.constant(weights))
+    tf.constant(logits), tf.constant(targets), tf.constant(weights)
+  )
   assert float(weight_sum) == 3.0
   np.testing.assert_allclose(float(loss_sum), expected, rtol=1e-6)
   assert float(correct) == 3.0  # argmax hits at all three counted positions
@@ -104,7 +122,8 @@ def test_cross_entropy_weights_select_positions():
   logits[0, 1] = [9.0, -9.0, 4.0]
   targets[0, 1] = 1
   again, _, _ = losses_lib.weighted_cross_entropy(
-      tf.constant(logits), tf.constant(targets), tf.constant(weights))
+    tf.constant(logits), tf.constant(targets), tf.constant(weights)
+  )
   assert float(again) == pytest.approx(float(loss_sum), rel=1e-7)
   # The mean loss is the weighted mean over the selected positions only.
   assert float(loss_sum) / float(weight_sum) == pytest.approx(expected / 3)
@@ -118,15 +137,13 @@ def test_cosine_distance_matches_numpy():
   targets = np.array([[1, 6, 3], [0, 2, 2]], np.int32)
   weights = np.array([[1.0, 1.0, 0.0], [0.5, 1.0, 1.0]], np.float32)
   loss_sum, weight_sum = losses_lib.weighted_cosine_distance(
-      tf.constant(predicted), tf.constant(table), tf.constant(targets),
-      tf.constant(weights))
+    tf.constant(predicted), tf.constant(table), tf.constant(targets), tf.constant(weights)
+  )
   e = table[targets]
   norm = np.linalg.norm
-  cos = np.sum(predicted * e, -1) / (norm(predicted, axis=-1) *
-                                     np.maximum(norm(e, axis=-1), 1e-30))
+  cos = np.sum(predicted * e, -1) / (norm(predicted, axis=-1) * np.maximum(norm(e, axis=-1), 1e-30))
   cos[0, 1] = 0.0
-  np.testing.assert_allclose(float(loss_sum), np.sum(weights * (1.0 - cos)),
-                             rtol=1e-5)
+  np.testing.assert_allclose(float(loss_sum), np.sum(weights * (1.0 - cos)), rtol=1e-5)
   assert float(weight_sum) == pytest.approx(4.5)
 
 
@@ -138,14 +155,16 @@ def test_gathered_and_dense_heads_agree():
   mask = np.ones_like(ids)
   mask[1, 6:] = 0
   weights = (rng.uniform(size=ids.shape) < 0.4).astype(np.float32) * mask
-  features = {"input_ids": tf.constant(ids), "input_mask": tf.constant(mask),
-              "target_ids": tf.constant(ids),
-              "target_weights": tf.constant(weights)}
+  features = {
+    "input_ids": tf.constant(ids),
+    "input_mask": tf.constant(mask),
+    "target_ids": tf.constant(ids),
+    "target_weights": tf.constant(weights),
+  }
   gathered = losses_lib.forward_loss_terms(model, features, False, True)
   dense = losses_lib.forward_loss_terms(model, features, False, False)
   for key in ("loss_sum", "weight_sum", "correct_sum"):
-    np.testing.assert_allclose(float(gathered[key]), float(dense[key]),
-                               rtol=1e-5)
+    np.testing.assert_allclose(float(gathered[key]), float(dense[key]), rtol=1e-5)
 
 
 @pytest.mark.parametrize("output_layer", ["softmax", "continuous"])
@@ -156,25 +175,31 @@ def test_mixed_bfloat16_loss_and_gradients(output_layer):
     config = tiny_config(vocab_size=40, output_layer=output_layer, **WIDER)
     model = modeling.build_model(config, "tta")
     if output_layer == "continuous":
-      model.lm_head.set_target_embeddings(
-          np.random.RandomState(0).normal(size=(40, 32)))
-    ids = tf.constant(np.random.RandomState(1).randint(7, 40, (2, 5)),
-                      tf.int32)
-    features = {"input_ids": ids, "input_mask": tf.ones_like(ids),
-                "target_ids": ids, "target_weights": tf.ones([2, 5])}
+      model.lm_head.set_target_embeddings(np.random.RandomState(0).normal(size=(40, 32)))
+    ids = tf.constant(np.random.RandomState(1).randint(7, 40, (2, 5)), tf.int32)
+    features = {
+      "input_ids": ids,
+      "input_mask": tf.ones_like(ids),
+      "target_ids": ids,
+      "target_weights": tf.ones([2, 5]),
+    }
     with tf.GradientTape() as tape:
       terms = losses_lib.forward_loss_terms(model, features, training=True)
     grads = tape.gradient(terms["loss_sum"], model.trainable_variables)
     assert model.encoder_layers[0].query.compute_dtype == "bfloat16"
     assert terms["loss_sum"].dtype == tf.float32
-    assert all(g is not None and g.dtype == tf.float32 and
-               np.all(np.isfinite(tf.convert_to_tensor(g).numpy()))
-               for g in grads)
+    assert all(
+      g is not None
+      and g.dtype == tf.float32
+      and np.all(np.isfinite(tf.convert_to_tensor(g).numpy()))
+      for g in grads
+    )
   finally:
     training.set_precision_policy(False)
 
 
 # --------------------------------------------- (a), (g) training end to end
+
 
 @pytest.fixture(scope="module")
 def trained(data_dir, tmp_path_factory):
@@ -183,8 +208,10 @@ def trained(data_dir, tmp_path_factory):
   results = {}
   for model_type in ("tta", "bilm", "unilm"):
     out = root / model_type
-    results[model_type] = (str(out), training.train(
-        tiny_params(data_dir, out, model_type=model_type)))
+    results[model_type] = (
+      str(out),
+      training.train(tiny_params(data_dir, out, model_type=model_type)),
+    )
   return results
 
 
@@ -197,8 +224,7 @@ def test_loss_goes_down(trained, model_type):
   # ln(600) = 6.4 at the start; a few dozen steps learn the unigram at least.
   assert last < first - 0.5, (model_type, first, last)
   assert summary["eval"]["loss"] < first - 0.5
-  assert summary["eval"]["perplexity"] == pytest.approx(
-      np.exp(summary["eval"]["loss"]), rel=1e-6)
+  assert summary["eval"]["perplexity"] == pytest.approx(np.exp(summary["eval"]["loss"]), rel=1e-6)
   assert summary["tokens_per_second"] > 0 and summary["gflops_per_second"] > 0
 
 
@@ -209,16 +235,16 @@ def test_model_dir_is_self_describing(trained, data_dir):
   assert config["output_layer"] == "softmax"
   assert config["do_lower_case"] is True
   assert config["hidden_size"] == 32
-  assert config["vocab_size"] == len(
-      open(os.path.join(data_dir, "vocab.txt")).read().splitlines())
-  assert (open(os.path.join(model_dir, "vocab.txt")).read() ==
-          open(os.path.join(data_dir, "vocab.txt")).read())
+  assert config["vocab_size"] == len(open(os.path.join(data_dir, "vocab.txt")).read().splitlines())
+  assert (
+    open(os.path.join(model_dir, "vocab.txt")).read()
+    == open(os.path.join(data_dir, "vocab.txt")).read()
+  )
   # --model_dir alone is enough to rebuild and restore the model.
   rebuilt = modeling.build_model(
-      modeling.TTAConfig.from_json_file(os.path.join(model_dir,
-                                                     "config.json")))
-  status = tf.train.Checkpoint(model=rebuilt).read(
-      tf.train.latest_checkpoint(model_dir))
+    modeling.TTAConfig.from_json_file(os.path.join(model_dir, "config.json"))
+  )
+  status = tf.train.Checkpoint(model=rebuilt).read(tf.train.latest_checkpoint(model_dir))
   status.assert_existing_objects_matched()
   assert rebuilt.model_type == "tta"
   assert os.path.exists(os.path.join(model_dir, "train"))
@@ -230,9 +256,16 @@ def test_continuous_output_layer_trains(trained, data_dir, tmp_path):
   """ELMo-C head with the trained tta model's embeddings as targets."""
   source_dir, _ = trained["tta"]
   out = tmp_path / "continuous"
-  summary = training.train(tiny_params(
-      data_dir, out, output_layer="continuous", target_embeddings=source_dir,
-      num_train_steps=20, save_checkpoints_steps=0))
+  summary = training.train(
+    tiny_params(
+      data_dir,
+      out,
+      output_layer="continuous",
+      target_embeddings=source_dir,
+      num_train_steps=20,
+      save_checkpoints_steps=0,
+    )
+  )
   losses = summary["step_losses"]
   assert np.mean(losses[-3:]) < np.mean(losses[:3]) - 0.05
   assert 0.0 <= summary["eval"]["loss"] <= 2.0
@@ -242,28 +275,27 @@ def test_continuous_output_layer_trains(trained, data_dir, tmp_path):
   # The inference scale of the cosine logits was calibrated on the eval set.
   assert config.continuous_logit_scale == summary["eval"]["best_logit_scale"]
   assert config.continuous_logit_scale in losses_lib.LOGIT_SCALES
-  assert summary["eval"]["best_scale_perplexity"] <= (
-      summary["eval"]["perplexity"] * (1 + 1e-6))
+  assert summary["eval"]["best_scale_perplexity"] <= (summary["eval"]["perplexity"] * (1 + 1e-6))
   model = modeling.build_model(config)
   tf.train.Checkpoint(model=model).read(
-      tf.train.latest_checkpoint(str(out))).assert_existing_objects_matched()
+    tf.train.latest_checkpoint(str(out))
+  ).assert_existing_objects_matched()
   # The frozen targets are the source model's embeddings, unit-normalised.
   source = tf.train.load_checkpoint(tf.train.latest_checkpoint(source_dir))
-  table = source.get_tensor(
-      "model/embeddings/word_embeddings/.ATTRIBUTES/VARIABLE_VALUE")
+  table = source.get_tensor("model/embeddings/word_embeddings/.ATTRIBUTES/VARIABLE_VALUE")
   np.testing.assert_allclose(
-      model.lm_head.target_embeddings.numpy(),
-      table / np.linalg.norm(table, axis=-1, keepdims=True), rtol=1e-5)
+    model.lm_head.target_embeddings.numpy(),
+    table / np.linalg.norm(table, axis=-1, keepdims=True),
+    rtol=1e-5,
+  )
 
 
 def test_init_checkpoint_ours_and_tf1(trained, tmp_path):
   """--init_checkpoint: our model dir, and a Google-BERT-named TF1 one."""
   source_dir, _ = trained["tta"]
-  config = modeling.TTAConfig.from_json_file(
-      os.path.join(source_dir, "config.json"))
+  config = modeling.TTAConfig.from_json_file(os.path.join(source_dir, "config.json"))
   source = modeling.build_model(config)
-  tf.train.Checkpoint(model=source).read(
-      tf.train.latest_checkpoint(source_dir)).expect_partial()
+  tf.train.Checkpoint(model=source).read(tf.train.latest_checkpoint(source_dir)).expect_partial()
   tf1_prefix = model_dir.save_tf1_checkpoint(source, str(tmp_path / "tf1"))
   for init in (source_dir, tf1_prefix):
     fresh = modeling.build_model(config)
@@ -279,54 +311,62 @@ def test_word_vector_file_alignment(tmp_path):
   table, info = training_setup.load_target_embeddings(str(path), vocab)
   assert table.shape == (5, 2)
   np.testing.assert_array_equal(table[1], [1, 0])
-  np.testing.assert_array_equal(table[2], [0, 1])      # lower-cased match
+  np.testing.assert_array_equal(table[2], [0, 1])  # lower-cased match
   np.testing.assert_array_equal(table[3], [0.5, 0.5])  # "##s" -> "s"
   assert info["exact"] == 1 and info["lower"] == 1 and info["piece"] == 1
   assert info["random"] == 2  # [PAD] and zzz get fixed random unit vectors
-  np.testing.assert_allclose(np.linalg.norm(table[[0, 4]], axis=-1), 1.0,
-                             rtol=1e-6)
+  np.testing.assert_allclose(np.linalg.norm(table[[0, 4]], axis=-1), 1.0, rtol=1e-6)
 
 
 # ------------------------------------------------------------- (b) resume
 
+
 def test_resume_continues_step_and_input_position(data_dir, tmp_path):
   out = tmp_path / "resume"
-  first = training.train(tiny_params(
-      data_dir, out, num_train_steps=20, save_checkpoints_steps=10,
-      eval_file=None))
+  first = training.train(
+    tiny_params(data_dir, out, num_train_steps=20, save_checkpoints_steps=10, eval_file=None)
+  )
   assert first["final_step"] == 20 and first["input_batches"] == 20
   assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-20")
-  second = training.train(tiny_params(
-      data_dir, out, num_train_steps=30, save_checkpoints_steps=10,
-      eval_file=None))
+  second = training.train(
+    tiny_params(data_dir, out, num_train_steps=30, save_checkpoints_steps=10, eval_file=None)
+  )
   assert second["start_step"] == 20
-  assert second["skip_batches"] == 20   # the pipeline skipped what was used
+  assert second["skip_batches"] == 20  # the pipeline skipped what was used
   assert second["final_step"] == 30 and second["input_batches"] == 30
   assert len(second["step_losses"]) == 10
   assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-30")
   # Restarting a finished run does nothing and keeps the step.
-  third = training.train(tiny_params(
-      data_dir, out, num_train_steps=30, eval_file=None))
+  third = training.train(tiny_params(data_dir, out, num_train_steps=30, eval_file=None))
   assert third["start_step"] == 30 and third["step_losses"] == []
   # A different architecture in the same output_dir is refused.
   with pytest.raises(ValueError, match="hidden_size"):
-    training.train(tiny_params(
-        data_dir, out, eval_file=None,
-        config_overrides=dict(TINY, hidden_size=16)))
+    training.train(
+      tiny_params(data_dir, out, eval_file=None, config_overrides=dict(TINY, hidden_size=16))
+    )
 
 
 # -------------------------------------------------- (c) kill -9 and SIGTERM
 
+
 def _script_args(data_dir, output_dir, *extra):
-  return [sys.executable, os.path.join(REPO, "run_pretraining.py"),
-          "--input_file=" + os.path.join(data_dir, "train-*.tfrecord"),
-          "--output_dir=" + str(output_dir),
-          "--hidden_size=32", "--num_hidden_layers=2",
-          "--num_attention_heads=4", "--intermediate_size=64",
-          "--max_position_embeddings=64", "--max_seq_length=48",
-          "--train_batch_size=8", "--num_warmup_steps=2",
-          "--learning_rate=1e-3", "--steps_per_loop=5",
-          "--log_every_steps=5"] + list(extra)
+  return [
+    sys.executable,
+    os.path.join(REPO, "run_pretraining.py"),
+    "--input_file=" + os.path.join(data_dir, "train-*.tfrecord"),
+    "--output_dir=" + str(output_dir),
+    "--hidden_size=32",
+    "--num_hidden_layers=2",
+    "--num_attention_heads=4",
+    "--intermediate_size=64",
+    "--max_position_embeddings=64",
+    "--max_seq_length=48",
+    "--train_batch_size=8",
+    "--num_warmup_steps=2",
+    "--learning_rate=1e-3",
+    "--steps_per_loop=5",
+    "--log_every_steps=5",
+  ] + list(extra)
 
 
 def _env():
@@ -350,21 +390,17 @@ def _wait_for(log_path, pattern, proc, timeout=90.0):
     time.sleep(0.2)
   with open(log_path) as f:
     log = f.read()
-  raise AssertionError("no %r in the log (rc=%s):\n%s" %
-                       (pattern, proc.poll(), log[-3000:]))
+  raise AssertionError(f"no {pattern!r} in the log (rc={proc.poll()}):\n{log[-3000:]}")
 
 
 def test_kill_and_sigterm(data_dir, tmp_path):
   out = tmp_path / "killed"
   log1 = tmp_path / "run1.log"
-  args = _script_args(data_dir, out, "--num_train_steps=100000",
-                      "--save_checkpoints_steps=5")
+  args = _script_args(data_dir, out, "--num_train_steps=100000", "--save_checkpoints_steps=5")
   with open(log1, "w") as log:
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                            env=_env())
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=_env())
   try:
-    saved = int(_wait_for(str(log1), r"saved checkpoint for step (\d+)",
-                          proc).group(1))
+    saved = int(_wait_for(str(log1), r"saved checkpoint for step (\d+)", proc).group(1))
     proc.kill()  # kill -9: no handler runs, nothing is flushed
     proc.wait(timeout=30)
   finally:
@@ -374,15 +410,12 @@ def test_kill_and_sigterm(data_dir, tmp_path):
 
   log2 = tmp_path / "run2.log"
   with open(log2, "w") as log:
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                            env=_env())
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=_env())
   try:
-    resumed = int(_wait_for(str(log2), r"resumed from .* at step (\d+)",
-                            proc).group(1))
+    resumed = int(_wait_for(str(log2), r"resumed from .* at step (\d+)", proc).group(1))
     # At most one checkpoint interval is lost.
     assert resumed >= saved
-    _wait_for(str(log2), r"saved checkpoint for step %d " % (resumed + 5),
-              proc)
+    _wait_for(str(log2), rf"saved checkpoint for step {resumed + 5} ", proc)
     proc.send_signal(signal.SIGTERM)
     rc = proc.wait(timeout=60)
   finally:
@@ -393,14 +426,14 @@ def test_kill_and_sigterm(data_dir, tmp_path):
   # The handler only sets a flag: the loop ends its current tf.function
   # call, saves (unless that step was just saved at the interval) and
   # returns normally.
-  final = int(re.search(r"stopping at step (\d+) \(signal 15\)",
-                        text).group(1))
+  final = int(re.search(r"stopping at step (\d+) \(signal 15\)", text).group(1))
   assert final >= resumed + 5
   assert int(re.findall(r"saved checkpoint for step (\d+)", text)[-1]) == final
-  assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-%d" % final)
+  assert tf.train.latest_checkpoint(str(out)).endswith(f"ckpt-{final}")
 
 
 # ---------------------------------------------------------- (d) multi-worker
+
 
 def _free_ports(n):
   sockets = [socket.socket() for _ in range(n)]
@@ -414,20 +447,31 @@ def _free_ports(n):
 
 def test_multi_worker_two_processes(data_dir, tmp_path):
   out = tmp_path / "multi"
-  workers = ["127.0.0.1:%d" % p for p in _free_ports(2)]
+  workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
   procs, logs = [], []
   for index in range(2):
     env = _env()
-    env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
-                                   "task": {"type": "worker",
-                                            "index": index}})
-    logs.append(tmp_path / ("worker%d.log" % index))
+    env["TF_CONFIG"] = json.dumps(
+      {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+    )
+    logs.append(tmp_path / f"worker{index}.log")
     with open(logs[-1], "w") as log:
-      procs.append(subprocess.Popen(
-          _script_args(data_dir, out, "--strategy=multi_worker",
-                       "--num_train_steps=4", "--save_checkpoints_steps=2",
-                       "--steps_per_loop=2", "--log_every_steps=2"),
-          stdout=log, stderr=subprocess.STDOUT, env=env))
+      procs.append(
+        subprocess.Popen(
+          _script_args(
+            data_dir,
+            out,
+            "--strategy=multi_worker",
+            "--num_train_steps=4",
+            "--save_checkpoints_steps=2",
+            "--steps_per_loop=2",
+            "--log_every_steps=2",
+          ),
+          stdout=log,
+          stderr=subprocess.STDOUT,
+          env=env,
+        )
+      )
   try:
     rcs = [p.wait(timeout=150) for p in procs]
   finally:
@@ -501,6 +545,12 @@ print("REPLICAS_OK")
 
 def test_two_replicas_match_one_device():
   """A global batch split over 2 replicas trains exactly like 1 device."""
-  proc = subprocess.run([sys.executable, "-c", _REPLICA_SCRIPT], env=_env(),
-                        capture_output=True, text=True, timeout=120, cwd=REPO)
+  proc = subprocess.run(
+    [sys.executable, "-c", _REPLICA_SCRIPT],
+    env=_env(),
+    capture_output=True,
+    text=True,
+    timeout=120,
+    cwd=REPO,
+  )
   assert "REPLICAS_OK" in proc.stdout, proc.stderr[-3000:]

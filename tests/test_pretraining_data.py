@@ -6,25 +6,27 @@ import collections
 import glob
 import os
 
+from conftest import data_dir_or_skip
 import pytest
 import tensorflow as tf
 
-from conftest import data_dir_or_skip
 import corpus
 import create_pretraining_data as cpd
 import input_pipeline
 import tokenization
-
 
 # ----------------------------------------------------------------------------
 # create_pretraining_data on a real Gutenberg excerpt
 # ----------------------------------------------------------------------------
 
 _GUTENBERG_ARGS = dict(
-    vocab_size=1000, max_seq_length=32, num_shards=3, max_books=1,
-    # A 2.7k-sentence book: a short binary search keeps the learner at ~2 s.
-    vocab_learn_params={"num_iterations": 2, "upper_thresh": 64,
-                        "lower_thresh": 2})
+  vocab_size=1000,
+  max_seq_length=32,
+  num_shards=3,
+  max_books=1,
+  # A 2.7k-sentence book: a short binary search keeps the learner at ~2 s.
+  vocab_learn_params={"num_iterations": 2, "upper_thresh": 64, "lower_thresh": 2},
+)
 
 
 @pytest.fixture(scope="module")
@@ -37,16 +39,17 @@ def gutenberg(gutenberg_tar, tmp_path_factory):
   """Records from the first Gutenberg book, through corpus.py."""
   out = str(tmp_path_factory.mktemp("gutenberg_records"))
   stats = cpd.create_pretraining_data(gutenberg_tar, out, **_GUTENBERG_ARGS)
-  sentences = [s for _, s in cpd.read_sentence_file(
-      os.path.join(out, cpd.CORPUS_SUBDIR, "train.txt"))]
-  tokenizer = tokenization.FullTokenizer(os.path.join(out, "vocab.txt"),
-                                         do_lower_case=True)
+  sentences = [
+    s for _, s in cpd.read_sentence_file(os.path.join(out, cpd.CORPUS_SUBDIR, "train.txt"))
+  ]
+  tokenizer = tokenization.FullTokenizer(os.path.join(out, "vocab.txt"), do_lower_case=True)
   return out, stats, sentences, tokenizer
 
 
 def _read_all(pattern):
-  return [{k: v.numpy() for k, v in r.items()}
-          for r in input_pipeline.read_sentences_dataset(pattern)]
+  return [
+    {k: v.numpy() for k, v in r.items()} for r in input_pipeline.read_sentences_dataset(pattern)
+  ]
 
 
 def test_gutenberg_records_match_tokenizer(gutenberg):
@@ -58,9 +61,9 @@ def test_gutenberg_records_match_tokenizer(gutenberg):
 
   records = _read_all(os.path.join(out, "train-*"))
   assert len(records) == len(sentences) == stats["train"]["sentences"]
-  assert sorted(os.path.basename(p) for p in glob.glob(
-      os.path.join(out, "train-*"))) == [
-          "train-0000%d-of-00003.tfrecord" % i for i in range(3)]
+  assert sorted(os.path.basename(p) for p in glob.glob(os.path.join(out, "train-*"))) == [
+    f"train-0000{i}-of-00003.tfrecord" for i in range(3)
+  ]
   for r in records:
     ids = r["input_ids"]
     assert ids[0] == tokenizer.sos_id and ids[-1] == tokenizer.eos_id
@@ -74,13 +77,11 @@ def test_gutenberg_records_match_tokenizer(gutenberg):
   pieces = tokenizer.tokenize_batch(sentences)
   expected = collections.defaultdict(list)  # ids -> pieces kept
   for sentence_pieces in pieces:
-    kept = sentence_pieces[:max_len - 2]
-    ids = ([tokenizer.sos_id] + tokenizer.convert_tokens_to_ids(kept) +
-           [tokenizer.eos_id])
+    kept = sentence_pieces[: max_len - 2]
+    ids = [tokenizer.sos_id] + tokenizer.convert_tokens_to_ids(kept) + [tokenizer.eos_id]
     expected[tuple(ids)].append(kept)
   got = collections.Counter(tuple(r["input_ids"].tolist()) for r in records)
-  assert got == collections.Counter(
-      {k: len(v) for k, v in expected.items()})
+  assert got == collections.Counter({k: len(v) for k, v in expected.items()})
   for ids in got:
     assert tokenizer.convert_ids_to_tokens(ids[1:-1]) == expected[ids][0]
   # Shuffled: not in corpus order.
@@ -97,8 +98,7 @@ def test_gutenberg_records_match_tokenizer(gutenberg):
   assert stats["train"]["malformed_lines"] == 0
 
 
-def test_gutenberg_rerun_skips_and_rebuild_removes_stale_shards(
-    gutenberg, gutenberg_tar, tmp_path):
+def test_gutenberg_rerun_skips_and_rebuild_removes_stale_shards(gutenberg, gutenberg_tar, tmp_path):
   out, stats, _, _ = gutenberg
   shards = sorted(glob.glob(os.path.join(out, "train-*")))
   mtimes = [os.stat(p).st_mtime_ns for p in shards]
@@ -111,13 +111,15 @@ def test_gutenberg_rerun_skips_and_rebuild_removes_stale_shards(
   # train-* glob does not mix the two.
   vocab = str(tmp_path / "vocab.txt")
   tf.io.gfile.copy(os.path.join(out, "vocab.txt"), vocab)
-  args = dict(_GUTENBERG_ARGS, num_shards=2, vocab_file=vocab,
-              vocab_size=None, vocab_learn_params=None)
+  args = dict(
+    _GUTENBERG_ARGS, num_shards=2, vocab_file=vocab, vocab_size=None, vocab_learn_params=None
+  )
   rebuilt = cpd.create_pretraining_data(gutenberg_tar, out, **args)
   assert "reused" not in rebuilt
-  assert sorted(os.path.basename(p) for p in glob.glob(
-      os.path.join(out, "train-*"))) == [
-          "train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]
+  assert sorted(os.path.basename(p) for p in glob.glob(os.path.join(out, "train-*"))) == [
+    "train-00000-of-00002.tfrecord",
+    "train-00001-of-00002.tfrecord",
+  ]
   assert rebuilt["train"]["sentences"] == stats["train"]["sentences"]
   assert not glob.glob(os.path.join(out, "*.tmp-*"))
 
@@ -128,19 +130,18 @@ def _write_lines(path, lines):
   return str(path)
 
 
-def test_malformed_line_raises_with_location_or_is_skipped(gutenberg,
-                                                           tmp_path):
+def test_malformed_line_raises_with_location_or_is_skipped(gutenberg, tmp_path):
   out, _, _, _ = gutenberg
   vocab = os.path.join(out, "vocab.txt")
-  bad = _write_lines(tmp_path / "bad.txt", [
-      b"A good first sentence.\n", b"   \n", b"Caf\xe9 in Latin-1.\n",
-      b"Another good one.\n"])
+  bad = _write_lines(
+    tmp_path / "bad.txt",
+    [b"A good first sentence.\n", b"   \n", b"Caf\xe9 in Latin-1.\n", b"Another good one.\n"],
+  )
   with pytest.raises(ValueError, match=r"bad\.txt:3: not valid UTF-8"):
-    cpd.create_pretraining_data(bad, str(tmp_path / "strict"),
-                                vocab_file=vocab, eval_fraction=0.0)
-  stats = cpd.create_pretraining_data(bad, str(tmp_path / "lenient"),
-                                      vocab_file=vocab, eval_fraction=0.0,
-                                      skip_malformed=True)
+    cpd.create_pretraining_data(bad, str(tmp_path / "strict"), vocab_file=vocab, eval_fraction=0.0)
+  stats = cpd.create_pretraining_data(
+    bad, str(tmp_path / "lenient"), vocab_file=vocab, eval_fraction=0.0, skip_malformed=True
+  )
   assert stats["train"]["sentences"] == 2
   assert stats["train"]["malformed_lines"] == 1
   assert stats["train"]["malformed_examples"] == [bad + ":3"]
@@ -153,27 +154,33 @@ def test_sentence_files_held_out_by_hash_or_eval_file(gutenberg, tmp_path):
   vocab = os.path.join(out, "vocab.txt")
   text = [(s + "\n").encode("utf-8") for s in sentences[:400]]
   train = _write_lines(tmp_path / "train.txt", text)
-  stats = cpd.create_pretraining_data(train, str(tmp_path / "a"),
-                                      vocab_file=vocab, eval_fraction=0.25,
-                                      num_shards=2, num_eval_shards=2)
+  stats = cpd.create_pretraining_data(
+    train,
+    str(tmp_path / "a"),
+    vocab_file=vocab,
+    eval_fraction=0.25,
+    num_shards=2,
+    num_eval_shards=2,
+  )
   n_train, n_eval = stats["train"]["sentences"], stats["eval"]["sentences"]
   assert n_train + n_eval == 400 and 60 < n_eval < 140
   assert len(glob.glob(str(tmp_path / "a" / "eval-*-of-00002.tfrecord"))) == 2
-  train_ids = {tuple(r["input_ids"].tolist())
-               for r in _read_all(str(tmp_path / "a" / "train-*"))}
-  eval_ids = {tuple(r["input_ids"].tolist())
-              for r in _read_all(str(tmp_path / "a" / "eval-*"))}
+  train_ids = {tuple(r["input_ids"].tolist()) for r in _read_all(str(tmp_path / "a" / "train-*"))}
+  eval_ids = {tuple(r["input_ids"].tolist()) for r in _read_all(str(tmp_path / "a" / "eval-*"))}
   assert not train_ids & eval_ids
 
   evalf = _write_lines(tmp_path / "eval.txt", text[:10])
-  stats = cpd.create_pretraining_data(train, str(tmp_path / "b"),
-                                      vocab_file=vocab, eval_files=evalf)
+  stats = cpd.create_pretraining_data(
+    train, str(tmp_path / "b"), vocab_file=vocab, eval_files=evalf
+  )
   assert stats["train"]["sentences"] == 400
   assert stats["eval"]["sentences"] == 10
 
   with pytest.raises(ValueError, match="normalization"):
-    cpd.create_pretraining_data(train, str(tmp_path / "c"), vocab_file=vocab,
-                                normalization="librispeech")
+    cpd.create_pretraining_data(
+      train, str(tmp_path / "c"), vocab_file=vocab, normalization="librispeech"
+    )
   with pytest.raises(ValueError, match="matches no file"):
-    cpd.create_pretraining_data(str(tmp_path / "nothing*.txt"),
-                                str(tmp_path / "d"), vocab_file=vocab)
+    cpd.create_pretraining_data(
+      str(tmp_path / "nothing*.txt"), str(tmp_path / "d"), vocab_file=vocab
+    )

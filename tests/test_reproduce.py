@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from conftest import data_dir_or_skip
+
 import reproduce
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -16,10 +17,17 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_missing_data_names_every_file_and_its_source(tmp_path):
   (tmp_path / "stsb").mkdir()
   (tmp_path / "stsb" / "sts-dev.csv").write_text("x")
-  proc = subprocess.run([sys.executable, "reproduce.py",
-                         "--data_dir=%s" % tmp_path,
-                         "--work_dir=%s" % (tmp_path / "work")],
-                        cwd=REPO, capture_output=True, text=True)
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "reproduce.py",
+      f"--data_dir={tmp_path}",
+      f"--work_dir={tmp_path / 'work'}",
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+  )
   assert proc.returncode == 2
   for rel, _ in reproduce.REQUIRED_DATA:
     if rel == "stsb/sts-dev.csv":
@@ -33,18 +41,29 @@ def test_missing_data_names_every_file_and_its_source(tmp_path):
 
 def _asr_row(lm, reranked, lam, ppl):
   results = []
-  for i, (test, setting) in enumerate([("test_clean", "am"),
-                                       ("test_clean", "full")]):
-    results.append({"test": test, "setting": setting, "first_pass": 2.0 + i,
-                    "oracle": 0.5 + i, "reranked": reranked[i],
-                    "lambda": lam[i]})
-  return {"lm": lm, "results": results,
-          "perplexity": {"test_clean": {"mean": ppl[0], "median": ppl[1]}}}
+  for i, (test, setting) in enumerate([("test_clean", "am"), ("test_clean", "full")]):
+    results.append(
+      {
+        "test": test,
+        "setting": setting,
+        "first_pass": 2.0 + i,
+        "oracle": 0.5 + i,
+        "reranked": reranked[i],
+        "lambda": lam[i],
+      }
+    )
+  return {
+    "lm": lm,
+    "results": results,
+    "perplexity": {"test_clean": {"mean": ppl[0], "median": ppl[1]}},
+  }
 
 
 def test_report_tables_put_each_number_in_its_cell():
-  asr = [_asr_row("T-TA", (1.11, 1.22), (0.3, 0.45), (300.0, 12.5)),
-         _asr_row("5-gram", (1.33, 1.44), (0.1, 0.2), (700.0, 250.0))]
+  asr = [
+    _asr_row("T-TA", (1.11, 1.22), (0.3, 0.45), (300.0, 12.5)),
+    _asr_row("5-gram", (1.33, 1.44), (0.1, 0.2), (700.0, 250.0)),
+  ]
   lines = reproduce.wer_table(asr).splitlines()
   assert lines[0] == "| method | test clean am | test clean full |"
   assert lines[2] == "| first pass | 2.00 | 3.00 |"
@@ -53,12 +72,11 @@ def test_report_tables_put_each_number_in_its_cell():
   assert lines[5] == "| oracle | 0.50 | 1.50 |"
   ppl = reproduce.pppl_table(asr, sets=("test_clean",)).splitlines()
   assert ppl[2] == "| T-TA | 300.0 / 12.5 [1.22] |"
-  sts = [{"model": "T-TA", "representation": "context",
-          "scores": {"sick_test": [55.5, 50.0]}},
-         {"model": "T-TA", "representation": "embed",
-          "scores": {"sick_test": [44.4, 40.0]}},
-         {"model": "biLM", "representation": "context",
-          "scores": {"sick_test": [33.3, 30.0]}}]
+  sts = [
+    {"model": "T-TA", "representation": "context", "scores": {"sick_test": [55.5, 50.0]}},
+    {"model": "T-TA", "representation": "embed", "scores": {"sick_test": [44.4, 40.0]}},
+    {"model": "biLM", "representation": "context", "scores": {"sick_test": [33.3, 30.0]}},
+  ]
   table = reproduce.sts_table(sts, ["sick_test"]).splitlines()
   assert table[2] == "| T-TA | 55.50 | 44.40 |"
   assert table[3] == "| biLM | 33.30 | - |"
@@ -67,9 +85,17 @@ def test_report_tables_put_each_number_in_its_cell():
 def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path):
   data_dir_or_skip("gutenberg-books-subset")
   work = tmp_path / "work"
-  cmd = [sys.executable, "reproduce.py", "--mode=quick", "--work_dir=%s" % work,
-         "--max_books=2", "--train_steps=3", "--sts_max_pairs=12",
-         "--asr_max_lists=2", "--nmt_max_lists=2"]
+  cmd = [
+    sys.executable,
+    "reproduce.py",
+    "--mode=quick",
+    f"--work_dir={work}",
+    "--max_books=2",
+    "--train_steps=3",
+    "--sts_max_pairs=12",
+    "--asr_max_lists=2",
+    "--nmt_max_lists=2",
+  ]
   first = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
   assert first.returncode == 0, first.stderr[-3000:]
   report = json.loads((work / "report.json").read_text())
@@ -80,7 +106,8 @@ def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path):
   assert [r["lm"] for r in report["asr"]] == ["T-TA", "biLM", "uniLM", "5-gram"]
   assert [r["lm"] for r in report["nmt"]] == ["T-TA", "biLM", "uniLM", "5-gram"]
   assert {(r["model"], r["representation"]) for r in report["sts"]} == {
-      (m, r) for m in ("T-TA", "biLM", "uniLM") for r in ("context", "embed")}
+    (m, r) for m in ("T-TA", "biLM", "uniLM") for r in ("context", "embed")
+  }
   # The neural models were trained on LibriSpeech-normalized text and say so.
   config = json.loads((work / "models" / "tta" / "config.json").read_text())
   assert config["normalization"] == "librispeech"

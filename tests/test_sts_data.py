@@ -6,10 +6,10 @@ Expected counts come from stsb/SOURCE.md and sick/SOURCE.md.
 import math
 import os
 
+from conftest import data_dir_or_skip
 import pytest
 import scipy.stats
 
-from conftest import data_dir_or_skip
 import sts_data
 
 
@@ -24,8 +24,11 @@ def test_stsb_real_counts(split, count):
 def test_stsb_real_content():
   data_dir_or_skip("stsb")
   dev = sts_data.read_stsb("dev")
-  assert dev[0] == ("A man with a hard hat is dancing.", "A man wearing a hard hat is dancing.",
-                    5.0)
+  assert dev[0] == (
+    "A man with a hard hat is dancing.",
+    "A man wearing a hard hat is dancing.",
+    5.0,
+  )
   # SOURCE.md: 110 dev lines carry '"'; a quoting CSV reader would merge or drop rows.
   assert sum('"' in p.sent1 or '"' in p.sent2 for p in dev) == 110
   test = sts_data.read_stsb("test")
@@ -43,9 +46,11 @@ def test_sick_real_counts():
   everything = sts_data.read_sick_file(path, None)
   assert len(everything) == 9840
   # The first data row (a TRAIN pair) parses with its CR stripped from the last column.
-  assert everything[0] == ("A group of kids is playing in a yard and an old man is standing in "
-                           "the background", "A group of boys in a yard is playing and a man is "
-                           "standing in the background", 4.5)
+  assert everything[0] == (
+    "A group of kids is playing in a yard and an old man is standing in the background",
+    "A group of boys in a yard is playing and a man is standing in the background",
+    4.5,
+  )
 
 
 def _write_stsb(tmp_path, split, lines):
@@ -56,22 +61,25 @@ def _write_stsb(tmp_path, split, lines):
   return path
 
 
-GOOD_STSB = "main-news\tf\t2012\t0001\t3.800\tA \"quoted\" sentence.\tAnother one."
+GOOD_STSB = 'main-news\tf\t2012\t0001\t3.800\tA "quoted" sentence.\tAnother one.'
 
 
 def test_stsb_reader_small_files(tmp_path):
   _write_stsb(tmp_path, "dev", [GOOD_STSB, GOOD_STSB + "\textra\tlicense"])
   pairs = sts_data.read_stsb("dev", data_dir=str(tmp_path))
-  assert pairs == [("A \"quoted\" sentence.", "Another one.", 3.8)] * 2
+  assert pairs == [('A "quoted" sentence.', "Another one.", 3.8)] * 2
 
 
-@pytest.mark.parametrize("bad, message", [
+@pytest.mark.parametrize(
+  "bad, message",
+  [
     ("main-news\tf\t2012\t0002\t3.8\tonly one sentence", "at least 7"),
     ("main-news\tf\t2012\t0002\tabc\tA.\tB.", "expected a score in [0.0, 5.0]"),
     ("main-news\tf\t2012\t0002\t5.5\tA.\tB.", "expected a score in [0.0, 5.0]"),
     ("main-news\tf\t2012\t0002\tnan\tA.\tB.", "expected a score"),
     ("main-news\tf\t2012\t0002\t1.0\t  \tB.", "blank sentence in column 6"),
-])
+  ],
+)
 def test_stsb_reader_rejects_malformed(tmp_path, bad, message):
   path = _write_stsb(tmp_path, "test", [GOOD_STSB, bad])
   with pytest.raises(ValueError) as info:
@@ -79,14 +87,17 @@ def test_stsb_reader_rejects_malformed(tmp_path, bad, message):
   assert f"{path}:2:" in str(info.value) and message in str(info.value), str(info.value)
 
 
-SICK_HEADER = ("pair_ID\tsentence_A\tsentence_B\tentailment_label\trelatedness_score\t"
-               "entailment_AB\tentailment_BA\tsentence_A_original\tsentence_B_original\t"
-               "sentence_A_dataset\tsentence_B_dataset\tSemEval_set")
+SICK_HEADER = (
+  "pair_ID\tsentence_A\tsentence_B\tentailment_label\trelatedness_score\t"
+  "entailment_AB\tentailment_BA\tsentence_A_original\tsentence_B_original\t"
+  "sentence_A_dataset\tsentence_B_dataset\tSemEval_set"
+)
 
 
 def _sick_row(pair_id, score="3.5", split="TEST", sent_a="A dog runs"):
-  return "\t".join([pair_id, sent_a, "A cat runs", "NEUTRAL", score, "x", "y", "a", "b",
-                    "FLICKR", "FLICKR", split])
+  return "\t".join(
+    [pair_id, sent_a, "A cat runs", "NEUTRAL", score, "x", "y", "a", "b", "FLICKR", "FLICKR", split]
+  )
 
 
 def _write_sick(tmp_path, rows):
@@ -105,12 +116,15 @@ def test_sick_reader_small_file(tmp_path):
     sts_data.read_sick(str(tmp_path), split="test")
 
 
-@pytest.mark.parametrize("bad, line, message", [
+@pytest.mark.parametrize(
+  "bad, line, message",
+  [
     (_sick_row("3", score="0.5"), 3, "expected a score in [1.0, 5.0]"),
     (_sick_row("3", split="DEV"), 3, "SemEval_set must be one of"),
     (_sick_row("3") + "\textra", 3, "expected 12 tab-separated fields"),
     (_sick_row("3", sent_a=" "), 3, "blank sentence in column 2"),
-])
+  ],
+)
 def test_sick_reader_rejects_malformed(tmp_path, bad, line, message):
   path = _write_sick(tmp_path, [_sick_row("1"), bad])
   with pytest.raises(ValueError) as info:

@@ -14,66 +14,89 @@ import tensorflow as tf
 import tokenization
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA_DIR = os.environ.get("TTA_DATA",
-                          os.path.join(_REPO, "..", "shared", "data"))
-REFERENCE_VOCAB = os.path.join(DATA_DIR, "reference-vocab",
-                               "tta-vocab-lower.sub-32k.txt")
+DATA_DIR = os.environ.get("TTA_DATA", os.path.join(_REPO, "..", "shared", "data"))
+REFERENCE_VOCAB = os.path.join(DATA_DIR, "reference-vocab", "tta-vocab-lower.sub-32k.txt")
 
 # Lower-case pieces plus a few cased/accented ones for do_lower_case=False.
 TINY_WORDS = [
-    "hello", "he", "##llo", "world", "don", "'", "t", "!", ",", ".", "$",
-    "1", "000", "5", "中", "文", "un", "##aff", "##able", "a", "b", "ab",
-    "x", "##x", "ж", "##ж", "straße", "Héllo", "World",
+  "hello",
+  "he",
+  "##llo",
+  "world",
+  "don",
+  "'",
+  "t",
+  "!",
+  ",",
+  ".",
+  "$",
+  "1",
+  "000",
+  "5",
+  "中",
+  "文",
+  "un",
+  "##aff",
+  "##able",
+  "a",
+  "b",
+  "ab",
+  "x",
+  "##x",
+  "ж",
+  "##ж",
+  "straße",
+  "Héllo",
+  "World",
 ]
 TINY_VOCAB = list(tokenization.SPECIAL_TOKENS) + TINY_WORDS
 
 # (text, do_lower_case, expected pieces), each derived from BERT's rules.
 X200 = "x" * 200
 TRICKY_CASES = [
-    # lower(), NFD, drop the combining acute: "Héllo" -> "hello".
-    ("Héllo World", True, ["hello", "world"]),
-    ("HÉLLO", True, ["hello"]),
-    # Input already decomposed (e + U+0301) loses the accent the same way.
-    ("he\u0301llo", True, ["hello"]),
-    # Cased: no lower-casing, no accent stripping, no normalisation.
-    ("Héllo World", False, ["Héllo", "World"]),
-    ("hello HELLO", False, ["hello", "[UNK]"]),
-    ("Hello", False, ["[UNK]"]),
-    # Punctuation split, each mark its own word.
-    ("don't!", True, ["don", "'", "t", "!"]),
-    # "$" is not Unicode P* but BERT counts all non-alphanumeric ASCII.
-    ("$5", True, ["$", "5"]),
-    # Unicode P* outside ASCII splits too (guillemets are not in the vocab).
-    ("«hello»", True, ["[UNK]", "hello", "[UNK]"]),
-    # CJK ideographs become single words, even inside a word.
-    ("中文", True, ["中", "文"]),
-    ("a中b", True, ["a", "中", "b"]),
-    ("1,000.5", True, ["1", ",", "000", ".", "5"]),
-    # Greedy longest-match-first: "hello" whole, not "he ##llo".
-    ("hello", True, ["hello"]),
-    ("unaffable", True, ["un", "##aff", "##able"]),
-    # A word that cannot be fully covered is one [UNK], even if a prefix is.
-    ("unaffablez", True, ["[UNK]"]),
-    ("zebra hello", True, ["[UNK]", "hello"]),
-    # The 200-character limit counts characters: 200 x's are 200 pieces,
-    # 201 are [UNK].
-    (X200, True, ["x"] + ["##x"] * 199),
-    (X200 + "x", True, ["[UNK]"]),
-    # ... characters, not UTF-8 bytes: 200 "ж" are 400 bytes and still fit.
-    ("ж" * 200, True, ["ж"] + ["##ж"] * 199),
-    ("ж" * 201 + " a", True, ["[UNK]", "a"]),
-    # Control/format characters, NUL and U+FFFD are dropped (joining halves).
-    ("hel\x00lo", True, ["hello"]),
-    ("hel\ufffdlo wor\x07ld", True, ["hello", "world"]),
-    ("a\u200bb a\u00adb", True, ["ab", "ab"]),
-    # Tab, newline, CR and Unicode spaces (Zs) separate words.
-    ("\thello\r\nworld\u00a0a\u3000b\u2028x ", True,
-     ["hello", "world", "a", "b", "x"]),
-    # BERT lower-cases with str.lower(): "ß" stays (NFKC case folding, which
-    # tensorflow-text's BertTokenizer uses, would give "strasse").
-    ("Straße", True, ["straße"]),
-    ("", True, []),
-    (" \t\n ", True, []),
+  # lower(), NFD, drop the combining acute: "Héllo" -> "hello".
+  ("Héllo World", True, ["hello", "world"]),
+  ("HÉLLO", True, ["hello"]),
+  # Input already decomposed (e + U+0301) loses the accent the same way.
+  ("he\u0301llo", True, ["hello"]),
+  # Cased: no lower-casing, no accent stripping, no normalisation.
+  ("Héllo World", False, ["Héllo", "World"]),
+  ("hello HELLO", False, ["hello", "[UNK]"]),
+  ("Hello", False, ["[UNK]"]),
+  # Punctuation split, each mark its own word.
+  ("don't!", True, ["don", "'", "t", "!"]),
+  # "$" is not Unicode P* but BERT counts all non-alphanumeric ASCII.
+  ("$5", True, ["$", "5"]),
+  # Unicode P* outside ASCII splits too (guillemets are not in the vocab).
+  ("«hello»", True, ["[UNK]", "hello", "[UNK]"]),
+  # CJK ideographs become single words, even inside a word.
+  ("中文", True, ["中", "文"]),
+  ("a中b", True, ["a", "中", "b"]),
+  ("1,000.5", True, ["1", ",", "000", ".", "5"]),
+  # Greedy longest-match-first: "hello" whole, not "he ##llo".
+  ("hello", True, ["hello"]),
+  ("unaffable", True, ["un", "##aff", "##able"]),
+  # A word that cannot be fully covered is one [UNK], even if a prefix is.
+  ("unaffablez", True, ["[UNK]"]),
+  ("zebra hello", True, ["[UNK]", "hello"]),
+  # The 200-character limit counts characters: 200 x's are 200 pieces,
+  # 201 are [UNK].
+  (X200, True, ["x"] + ["##x"] * 199),
+  (X200 + "x", True, ["[UNK]"]),
+  # ... characters, not UTF-8 bytes: 200 "ж" are 400 bytes and still fit.
+  ("ж" * 200, True, ["ж"] + ["##ж"] * 199),
+  ("ж" * 201 + " a", True, ["[UNK]", "a"]),
+  # Control/format characters, NUL and U+FFFD are dropped (joining halves).
+  ("hel\x00lo", True, ["hello"]),
+  ("hel\ufffdlo wor\x07ld", True, ["hello", "world"]),
+  ("a\u200bb a\u00adb", True, ["ab", "ab"]),
+  # Tab, newline, CR and Unicode spaces (Zs) separate words.
+  ("\thello\r\nworld\u00a0a\u3000b\u2028x ", True, ["hello", "world", "a", "b", "x"]),
+  # BERT lower-cases with str.lower(): "ß" stays (NFKC case folding, which
+  # tensorflow-text's BertTokenizer uses, would give "strasse").
+  ("Straße", True, ["straße"]),
+  ("", True, []),
+  (" \t\n ", True, []),
 ]
 
 
@@ -90,12 +113,15 @@ def tiny_vocab_file(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tokenizers(tiny_vocab_file):
-  return {lower: tokenization.FullTokenizer(tiny_vocab_file, do_lower_case=lower)
-          for lower in (True, False)}
+  return {
+    lower: tokenization.FullTokenizer(tiny_vocab_file, do_lower_case=lower)
+    for lower in (True, False)
+  }
 
 
-@pytest.mark.parametrize("text,lower,expected", TRICKY_CASES,
-                         ids=[repr(c[0])[:24] for c in TRICKY_CASES])
+@pytest.mark.parametrize(
+  "text,lower,expected", TRICKY_CASES, ids=[repr(c[0])[:24] for c in TRICKY_CASES]
+)
 def test_tricky_cases(tokenizers, text, lower, expected):
   assert tokenizers[lower].tokenize(text) == expected
 
@@ -126,11 +152,9 @@ def test_encode_truncation_and_graph_encode(tokenizers):
   sos, eos, pad = tokenizer.sos_id, tokenizer.eos_id, tokenizer.pad_id
   ids = tokenizer.convert_tokens_to_ids
   assert tokenizer.encode("a b ab") == [sos] + ids(["a", "b", "ab"]) + [eos]
-  assert tokenizer.encode("a b ab", max_seq_length=5) == (
-      [sos] + ids(["a", "b", "ab"]) + [eos])
+  assert tokenizer.encode("a b ab", max_seq_length=5) == ([sos] + ids(["a", "b", "ab"]) + [eos])
   # Too long: pieces are cut from the end; [SOS] stays first, [EOS] last.
-  assert tokenizer.encode("a b ab", max_seq_length=4) == (
-      [sos] + ids(["a", "b"]) + [eos])
+  assert tokenizer.encode("a b ab", max_seq_length=4) == ([sos] + ids(["a", "b"]) + [eos])
   assert tokenizer.encode("a b ab", max_seq_length=2) == [sos, eos]
   with pytest.raises(ValueError, match="max_seq_length"):
     tokenizer.encode("a", max_seq_length=1)
@@ -138,21 +162,20 @@ def test_encode_truncation_and_graph_encode(tokenizers):
   texts = ["a b ab", "", "unaffable hello world", X200 + "x"]
   for max_len in (4, 7):
     want = tokenizer.encode_batch(texts, max_seq_length=max_len)
-    assert all(len(w) <= max_len and w[0] == sos and w[-1] == eos
-               for w in want)
-    input_ids, input_mask = tokenizer.graph_tokenizer().encode(
-        tf.constant(texts), max_len)
+    assert all(len(w) <= max_len and w[0] == sos and w[-1] == eos for w in want)
+    input_ids, input_mask = tokenizer.graph_tokenizer().encode(tf.constant(texts), max_len)
     assert input_ids.dtype == tf.int32 and input_mask.dtype == tf.int32
     assert input_ids.shape == (len(texts), max_len)
-    assert input_ids.numpy().tolist() == [
-        w + [pad] * (max_len - len(w)) for w in want]
-    assert input_mask.numpy().tolist() == [
-        [1] * len(w) + [0] * (max_len - len(w)) for w in want]
+    assert input_ids.numpy().tolist() == [w + [pad] * (max_len - len(w)) for w in want]
+    assert input_mask.numpy().tolist() == [[1] * len(w) + [0] * (max_len - len(w)) for w in want]
   # Batch-longest padding.
   input_ids, _ = tokenizer.graph_tokenizer().encode(
-      tf.constant(["a", "a b"]), 100, pad_to_max_length=False)
+    tf.constant(["a", "a b"]), 100, pad_to_max_length=False
+  )
   assert input_ids.numpy().tolist() == [
-      [sos] + ids(["a"]) + [eos, pad], [sos] + ids(["a", "b"]) + [eos]]
+    [sos] + ids(["a"]) + [eos, pad],
+    [sos] + ids(["a", "b"]) + [eos],
+  ]
 
 
 def test_ids_tokens_round_trip(tokenizers):
@@ -164,22 +187,26 @@ def test_ids_tokens_round_trip(tokenizers):
   assert tokenizer.convert_ids_to_tokens(ids) == TINY_VOCAB
   assert all(tokenizer.inv_vocab[i] == t for t, i in tokenizer.vocab.items())
   pieces = tokenizer.tokenize("Unaffable, hello world!")
-  assert tokenizer.convert_ids_to_tokens(
-      tokenizer.convert_tokens_to_ids(pieces)) == pieces
+  assert tokenizer.convert_ids_to_tokens(tokenizer.convert_tokens_to_ids(pieces)) == pieces
   with pytest.raises(KeyError, match="zzz"):
     tokenizer.convert_tokens_to_ids(["hello", "zzz"])
   with pytest.raises(KeyError):
     tokenizer.convert_ids_to_tokens([len(TINY_VOCAB)])
-  assert (tokenizer.pad_id, tokenizer.eos_id, tokenizer.unk_id,
-          tokenizer.sos_id, tokenizer.mask_id, tokenizer.cls_id,
-          tokenizer.sep_id) == tuple(range(7))
+  assert (
+    tokenizer.pad_id,
+    tokenizer.eos_id,
+    tokenizer.unk_id,
+    tokenizer.sos_id,
+    tokenizer.mask_id,
+    tokenizer.cls_id,
+    tokenizer.sep_id,
+  ) == tuple(range(7))
 
 
 def test_saved_model_round_trip(tokenizers, tmp_path):
   graph = tokenizers[True].graph_tokenizer()
 
   class Serving(tf.Module):
-
     def __init__(self, tokenizer):
       super().__init__()
       self.tokenizer = tokenizer
@@ -201,44 +228,61 @@ def test_saved_model_round_trip(tokenizers, tmp_path):
 
 def test_reference_vocab():
   if not os.path.isdir(DATA_DIR):
-    pytest.skip("data folder %s is missing (set TTA_DATA to the shared/data "
-                "folder holding reference-vocab/)" % DATA_DIR)
+    pytest.skip(
+      f"data folder {DATA_DIR} is missing (set TTA_DATA to the shared/data "
+      "folder holding reference-vocab/)"
+    )
   vocab = tokenization.load_vocab(REFERENCE_VOCAB)
   assert len(vocab) == 29530
   assert list(vocab)[:7] == list(tokenization.SPECIAL_TOKENS)
   tokenizer = tokenization.FullTokenizer(REFERENCE_VOCAB, do_lower_case=True)
-  assert (tokenizer.pad_id, tokenizer.eos_id, tokenizer.unk_id,
-          tokenizer.sos_id, tokenizer.mask_id, tokenizer.cls_id,
-          tokenizer.sep_id) == (0, 1, 2, 3, 4, 5, 6)
+  assert (
+    tokenizer.pad_id,
+    tokenizer.eos_id,
+    tokenizer.unk_id,
+    tokenizer.sos_id,
+    tokenizer.mask_id,
+    tokenizer.cls_id,
+    tokenizer.sep_id,
+  ) == (0, 1, 2, 3, 4, 5, 6)
   assert tokenizer.vocab_size == 29530
   pieces = tokenizer.tokenize("The Quick brown fox, isn't it?")
-  assert pieces == ["the", "quick", "brown", "fox", ",", "isn", "'", "t",
-                    "it", "?"]
+  assert pieces == ["the", "quick", "brown", "fox", ",", "isn", "'", "t", "it", "?"]
   ids = tokenizer.encode("The fox", max_seq_length=128)
   assert ids == [3, vocab["the"], vocab["fox"], 1]
 
 
 def test_google_bert_vocab_layout(tmp_path):
-  tokens = (["[PAD]"] + ["[unused%d]" % i for i in range(99)] +
-            ["[UNK]", "[CLS]", "[SEP]", "[MASK]"] + TINY_WORDS)
+  tokens = (
+    ["[PAD]"]
+    + [f"[unused{i}]" for i in range(99)]
+    + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    + TINY_WORDS
+  )
   path = _write(tmp_path / "vocab.txt", tokens)
   tokenizer = tokenization.FullTokenizer(path)
-  assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id,
-          tokenizer.sep_id, tokenizer.mask_id) == (0, 100, 101, 102, 103)
+  assert (
+    tokenizer.pad_id,
+    tokenizer.unk_id,
+    tokenizer.cls_id,
+    tokenizer.sep_id,
+    tokenizer.mask_id,
+  ) == (0, 100, 101, 102, 103)
   assert tokenizer.sos_id is None and tokenizer.eos_id is None
-  assert tokenizer.convert_tokens_to_ids(tokenizer.tokenize("hello zebra")) == (
-      [104, 100])
+  assert tokenizer.convert_tokens_to_ids(tokenizer.tokenize("hello zebra")) == ([104, 100])
   with pytest.raises(ValueError, match=r"\[SOS\].*\[CLS\]"):
     tokenizer.encode("hello")
-  bert_style = tokenization.FullTokenizer(
-      path, boundary_tokens=("[CLS]", "[SEP]"))
+  bert_style = tokenization.FullTokenizer(path, boundary_tokens=("[CLS]", "[SEP]"))
   assert bert_style.encode("hello") == [101, 104, 102]
 
 
 def test_malformed_vocab_names_file_and_line(tmp_path):
   path = _write(tmp_path / "dup.txt", ["[PAD]", "[UNK]", "a", "b", "a"])
-  with pytest.raises(ValueError, match=r"dup\.txt:5: duplicate token 'a', "
-                     r"first seen on line 3"):
+  with pytest.raises(
+    ValueError,
+    match=r"dup\.txt:5: duplicate token 'a', "
+    r"first seen on line 3",
+  ):
     tokenization.load_vocab(path)
   path = _write(tmp_path / "blank.txt", ["[PAD]", "[UNK]", "", "a"])
   with pytest.raises(ValueError, match=r"blank\.txt:3: found an empty line"):
@@ -251,8 +295,7 @@ def test_malformed_vocab_names_file_and_line(tmp_path):
     tokenization.FullTokenizer(path)
   # CRLF line endings are not malformed.
   path = _write(tmp_path / "crlf.txt", ["[PAD]", "[UNK]", "a"], newline="\r\n")
-  assert list(tokenization.load_vocab(path).items()) == [
-      ("[PAD]", 0), ("[UNK]", 1), ("a", 2)]
+  assert list(tokenization.load_vocab(path).items()) == [("[PAD]", 0), ("[UNK]", 1), ("a", 2)]
 
 
 def test_write_vocab_round_trip_and_validation(tmp_path):
@@ -272,9 +315,13 @@ def _synthetic_corpus(n, seed):
   rng = random.Random(seed)
   stems = ["play", "walk", "talk", "jump", "read", "cook", "paint"]
   suffixes = ["", "s", "ed", "ing", "er"]
-  return [" ".join(rng.choice(stems) + rng.choice(suffixes)
-                   for _ in range(rng.randint(3, 10))).capitalize() + "."
-          for _ in range(n)]
+  return [
+    " ".join(
+      rng.choice(stems) + rng.choice(suffixes) for _ in range(rng.randint(3, 10))
+    ).capitalize()
+    + "."
+    for _ in range(n)
+  ]
 
 
 def test_build_vocab(tmp_path):
@@ -288,15 +335,12 @@ def test_build_vocab(tmp_path):
   assert any(t.startswith("##") and len(t) > 3 for t in vocab)
   # Deterministic, whatever the order of the corpus.
   assert tokenization.build_vocab(corpus, 70, learn_params=params) == vocab
-  assert tokenization.build_vocab(reversed(corpus), 70,
-                                  learn_params=params) == vocab
+  assert tokenization.build_vocab(reversed(corpus), 70, learn_params=params) == vocab
   # The vocab fits the tokenizer: the corpus tokenizes without [UNK].
   path = str(tmp_path / "vocab.txt")
   tokenization.write_vocab(vocab, path)
   tokenizer = tokenization.FullTokenizer(path)
   assert tokenizer.sos_id == 3 and tokenizer.eos_id == 1
-  assert all("[UNK]" not in pieces
-             for pieces in tokenizer.tokenize_batch(corpus))
-  cased = tokenization.build_vocab(corpus, 70, do_lower_case=False,
-                                   learn_params=params)
+  assert all("[UNK]" not in pieces for pieces in tokenizer.tokenize_batch(corpus))
+  cased = tokenization.build_vocab(corpus, 70, do_lower_case=False, learn_params=params)
   assert cased[:7] == list(tokenization.SPECIAL_TOKENS) and "P" in cased
