@@ -1,0 +1,82 @@
+"""significance.py on constructed cases whose answer is known without the code."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import significance
+
+
+def test_identical_systems_differ_by_nothing():
+  errors = np.array([0, 2, 1, 0, 3, 1, 0, 0, 4, 1])
+  lengths = np.full(10, 10)
+  result = significance.compare_error_rates(errors, errors, lengths, seed=1)
+  assert result.difference == 0.0
+  assert result.p_value == 1.0
+  assert (result.low, result.high) == (0.0, 0.0)
+  assert result.num_units == 10
+
+
+def test_a_system_that_fixes_many_errors_is_significant():
+  rng = np.random.default_rng(0)
+  lengths = rng.integers(5, 30, size=200)
+  baseline = rng.binomial(lengths, 0.2)
+  # A fixes one error in every utterance that has one.
+  better = np.maximum(baseline - 1, 0)
+  result = significance.compare_error_rates(better, baseline, lengths, seed=3)
+  want = 100.0 * (better.sum() - baseline.sum()) / lengths.sum()
+  assert result.difference == pytest.approx(want)
+  assert result.p_value < 0.01
+  assert result.low <= want <= result.high < 0
+
+
+def test_one_changed_word_in_many_is_not_significant():
+  lengths = np.full(100, 20)
+  a = np.zeros(100, int)
+  b = a.copy()
+  b[7] = 1
+  result = significance.compare_error_rates(a, b, lengths, seed=0)
+  assert result.difference == pytest.approx(-100.0 / 2000)
+  assert result.p_value > 0.05
+  assert result.low <= 0.0 <= result.high
+
+
+def test_the_seed_makes_it_reproducible():
+  rng = np.random.default_rng(5)
+  lengths = rng.integers(5, 30, size=50)
+  a, b = rng.binomial(lengths, 0.1), rng.binomial(lengths, 0.12)
+  first = significance.compare_error_rates(a, b, lengths, seed=9)
+  assert significance.compare_error_rates(a, b, lengths, seed=9) == first
+
+
+def test_pearson_interval_brackets_scipys_pearson():
+  rng = np.random.default_rng(1)
+  gold = rng.uniform(0, 5, size=300)
+  predicted = gold + rng.normal(0, 2, size=300)
+  interval = significance.pearson_interval(predicted, gold, seed=2)
+  assert interval.value == pytest.approx(100 * stats.pearsonr(predicted, gold)[0])
+  assert interval.low < interval.value < interval.high
+  # About 1/sqrt(n) wide on the r scale: far from degenerate, far from the whole range.
+  assert 3.0 < interval.high - interval.low < 25.0
+
+
+def test_compare_pearson_identical_and_clearly_better():
+  rng = np.random.default_rng(2)
+  gold = rng.uniform(0, 5, size=300)
+  good = gold + rng.normal(0, 0.5, size=300)
+  poor = gold + rng.normal(0, 5.0, size=300)
+  same = significance.compare_pearson(good, good, gold, seed=0)
+  assert (same.difference, same.p_value, same.low, same.high) == (0.0, 1.0, 0.0, 0.0)
+  better = significance.compare_pearson(good, poor, gold, seed=0)
+  want = 100 * (stats.pearsonr(good, gold)[0] - stats.pearsonr(poor, gold)[0])
+  assert better.difference == pytest.approx(want)
+  assert better.p_value < 0.01 and better.low > 0
+
+
+def test_unpaired_or_too_few_units_are_refused():
+  with pytest.raises(ValueError, match="one length"):
+    significance.compare_error_rates([1, 2], [1], [3, 4])
+  with pytest.raises(ValueError, match="at least 2"):
+    significance.pearson_interval([1.0], [2.0])
+  with pytest.raises(ValueError, match="no units"):
+    significance.compare_pearson([], [], [])
