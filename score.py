@@ -1,0 +1,381 @@
+"""Scores sentences with any LM: one sentence per line in, one JSON record per line out.
+
+Like KenLM's `query` or mlm-scoring's `mlm score`, for every LM kind tta reads (a model dir,
+`kenlm:PATH`, `bert:DIR`):
+
+  echo "the cat sat on the mat" | python score.py --model_dir=runs/tta
+  python score.py --model_dir=runs/tta --input_file=sents.txt --output_file=scores.jsonl
+  python score.py --model_dir=kenlm:lm.bin --format=tsv < sents.txt      # score<TAB>sentence
+
+A JSON record per input line, in input order:
+  {"line": 0, "text": ..., "score": sum of token log-probs (natural log), "mean": per token,
+   "num_tokens": n, "tokens": [...], "token_logprobs": [...], "word_logprobs": [...],
+   "truncated": bool, ...}  (+ "vector": [...] with --vectors=context|embed)
+An empty (or all-blank) line gives `{"line": i, "text": ""}` and TSV an empty score, so output
+line i always belongs to input line i.
+
+Long inputs stream: --batch_size lines are scored at a time (memory does not grow with the
+number of lines), progress with rate and ETA goes to stderr, and each finished batch is
+appended and fsynced to `OUTPUT.partial`. A re-run with the same arguments resumes after the
+last complete batch of that file and renames it to OUTPUT when the input is done, so an
+interrupted run ends with the same file as an uninterrupted one (same batches, same floats).
+
+Many machines: `--num_shards=N --shard_id=I` scores the batches k (input lines
+k*batch_size .. (k+1)*batch_size - 1) with k % N == I into `OUTPUT-0000I-of-0000N` (run one
+per machine: a Slurm array, Kubernetes jobs, a Beam or Spark map), each with a `.done.json`
+beside it once complete; `--merge --num_shards=N` then checks
+that every shard is present, complete and made from the same input, and writes OUTPUT in
+input order. Sharding whole batches keeps every batch as the unsharded run forms it, so the
+merged file equals the unsharded output byte for byte.
+"""
+
+import hashlib
+import json
+import os
+import sys
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+
+import io_utils
+
+FLAGS = flags.FLAGS
+
+FORMATS = ("jsonl", "tsv")
+VECTORS = ("none", "context", "embed")
+
+
+def define_flags():
+  flags.DEFINE_string("model_dir", None, "A model dir, kenlm:PATH or bert:DIR.")
+  flags.DEFINE_string("input_file", "-", "One sentence per line; '-' reads stdin.")
+  flags.DEFINE_string(
+    "output_file", "-", "Where the records go; '-' writes stdout (no resume, no shards)."
+  )
+  flags.DEFINE_enum(
+    "format", "jsonl", FORMATS, "jsonl: a JSON record per line; tsv: score<TAB>text."
+  )
+  flags.DEFINE_enum("vectors", "none", VECTORS, "Also output sentence vectors (neural LMs).")
+  flags.DEFINE_integer("batch_size", 256, "Lines scored (and checkpointed) at a time.")
+  flags.DEFINE_bool("score_eos", True, "Score the end-of-sentence token.")
+  flags.DEFINE_bool("score_sos", False, "Score the start token (tta/bilm).")
+  flags.DEFINE_integer("num_shards", 1, "Split the input into this many shards (by line index).")
+  flags.DEFINE_integer("shard_id", 0, "Which shard this run scores, 0 .. num_shards-1.")
+  flags.DEFINE_bool("merge", False, "Merge the num_shards shard outputs into --output_file.")
+
+
+# ----------------------------------------------------------------------------------------------
+# Records
+# ----------------------------------------------------------------------------------------------
+
+
+def _floats(values):
+  return [round(float(v), 6) for v in values]
+
+
+def record(line, text, scored=None, vector=None):
+  """The JSON record of input line `line` (0-based); `scored` None for an empty line."""
+  out = {"line": line, "text": text}
+  if scored is None:
+    return out
+  out.update(
+    score=float(scored.total),
+    mean=float(scored.mean),
+    num_tokens=scored.num_tokens,
+    tokens=list(scored.tokens),
+    token_logprobs=_floats(scored.token_logprobs),
+    word_logprobs=_floats(scored.word_logprobs()),
+    truncated=bool(scored.truncated),
+  )
+  for flag in ("normalization_fallback", "unknown_characters"):
+    if hasattr(scored, flag):
+      out[flag] = getattr(scored, flag)
+  if vector is not None:
+    out["vector"] = _floats(vector)
+  return out
+
+
+def render(rec, output_format):
+  """One output line (no newline) for a record."""
+  if output_format == "tsv":
+    score = f"{rec['score']:.6f}" if "score" in rec else ""
+    return f"{score}\t{rec['text']}"
+  return json.dumps(rec, ensure_ascii=False)
+
+
+def score_batch(lm, lines, texts, vectors="none"):
+  """Records for one batch: `lines` [n] input line numbers, `texts` [n] stripped sentences."""
+  present = [i for i, text in enumerate(texts) if text]
+  scored = lm.score([texts[i] for i in present]) if present else []
+  pooled = None
+  if vectors != "none" and present:
+    pooled = lm.sentence_vectors([texts[i] for i in present], pooling=vectors)
+  by_row = {i: k for k, i in enumerate(present)}
+  out = []
+  for i, (line, text) in enumerate(zip(lines, texts)):
+    k = by_row.get(i)
+    if k is None:
+      out.append(record(line, text))
+    else:
+      out.append(record(line, text, scored[k], None if pooled is None else pooled[k]))
+  return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Input, shards and resume
+# ----------------------------------------------------------------------------------------------
+
+
+def read_lines(path):
+  """Yields (line number, sentence) for every input line, stripped; file:line on bad UTF-8."""
+  stream = sys.stdin.buffer if path == "-" else open(path, "rb")
+  name = "<stdin>" if path == "-" else path
+  try:
+    for number, raw in enumerate(stream):
+      try:
+        text = raw.decode("utf-8")
+      except UnicodeDecodeError as e:
+        raise ValueError(f"{name}:{number + 1}: not valid UTF-8 ({e})") from None
+      yield number, text.strip()
+  finally:
+    if stream is not sys.stdin.buffer:
+      stream.close()
+
+
+def shard_of(line, batch_size, num_shards):
+  """The shard that scores input line `line`: whole batches go round-robin."""
+  return line // batch_size % num_shards
+
+
+def shard_path(output_file, shard_id, num_shards):
+  return f"{output_file}-{shard_id:05d}-of-{num_shards:05d}"
+
+
+def done_path(path):
+  return path + ".done.json"
+
+
+def resume_point(partial, batch_size):
+  """Lines of a `.partial` file to keep: its whole batches (the rest is cut off).
+
+  Batches are written whole, but a crash can tear the last one. Resuming at a batch boundary
+  re-forms exactly the batches of an uninterrupted run, so the floats come out identical
+  (another batch shape changes float rounding).
+  """
+  if not os.path.exists(partial):
+    return 0
+  with open(partial, "rb") as f:
+    data = f.read()
+  keep_lines = data.count(b"\n") // batch_size * batch_size
+  keep = 0
+  for _ in range(keep_lines):
+    keep = data.index(b"\n", keep) + 1
+  if keep < len(data):
+    with open(partial, "r+b") as f:
+      f.truncate(keep)
+  return keep_lines
+
+
+def _batches(numbered, batch_size):
+  batch = []
+  for item in numbered:
+    batch.append(item)
+    if len(batch) == batch_size:
+      yield batch
+      batch = []
+  if batch:
+    yield batch
+
+
+class _Progress(object):
+  """Lines/s and ETA on stderr (through absl logging), at most every `every` seconds."""
+
+  def __init__(self, total, every=10.0):
+    self.total, self.every = total, every
+    self.start = self.last = time.time()
+    self.done = 0
+
+  def add(self, n, force=False):
+    self.done += n
+    now = time.time()
+    if not force and now - self.last < self.every:
+      return
+    self.last = now
+    rate = self.done / max(now - self.start, 1e-9)
+    if self.total:
+      eta = (self.total - self.done) / max(rate, 1e-9)
+      logging.info(
+        "scored %d/%d lines (%.1f%%), %.1f lines/s, ETA %.0f s",
+        self.done,
+        self.total,
+        100.0 * self.done / self.total,
+        rate,
+        eta,
+      )
+    else:
+      logging.info("scored %d lines, %.1f lines/s", self.done, rate)
+
+
+def _count_lines(path):
+  if path == "-":
+    return None
+  with open(path, "rb") as f:
+    return sum(1 for _ in f)
+
+
+def _input_fingerprint(path):
+  """sha256 of the input file (shards must all come from the same one)."""
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+# ----------------------------------------------------------------------------------------------
+# Runs
+# ----------------------------------------------------------------------------------------------
+
+
+def score_stream(lm, numbered, write, batch_size, output_format, vectors, progress):
+  """Scores (line, text) pairs batch by batch; `write(lines)` gets each batch's output lines."""
+  for batch in _batches(numbered, batch_size):
+    lines, texts = zip(*batch)
+    write([render(r, output_format) for r in score_batch(lm, lines, list(texts), vectors)])
+    progress.add(len(batch))
+  progress.add(0, force=True)
+
+
+def _append_durably(path):
+  def write(lines):
+    with open(path, "a", encoding="utf-8") as f:
+      f.write("".join(line + "\n" for line in lines))
+      f.flush()
+      os.fsync(f.fileno())
+
+  return write
+
+
+def _write_stdout(lines):
+  sys.stdout.write("".join(line + "\n" for line in lines))
+  sys.stdout.flush()
+
+
+def score_to_file(lm, args):
+  """Scores this run's lines of args.input_file into its output, resuming a `.partial` file."""
+  target = args.output_file
+  if args.num_shards > 1:
+    target = shard_path(args.output_file, args.shard_id, args.num_shards)
+  partial = target + ".partial"
+  skip = resume_point(partial, args.batch_size)
+  total = _count_lines(args.input_file)
+  numbered = (
+    (n, t)
+    for n, t in read_lines(args.input_file)
+    if shard_of(n, args.batch_size, args.num_shards) == args.shard_id
+  )
+  shard_total = sum(
+    shard_of(n, args.batch_size, args.num_shards) == args.shard_id for n in range(total)
+  )
+  if skip:
+    logging.info("resuming %s after %d complete lines", partial, skip)
+  remaining = (item for k, item in enumerate(numbered) if k >= skip)
+  progress = _Progress(shard_total - skip)
+  score_stream(
+    lm, remaining, _append_durably(partial), args.batch_size, args.format, args.vectors, progress
+  )
+  if not os.path.exists(partial):
+    open(partial, "w").close()  # An empty shard is still a complete one.
+  os.replace(partial, target)
+  if args.num_shards > 1:
+    done = {
+      "shard_id": args.shard_id,
+      "num_shards": args.num_shards,
+      "lines": shard_total,
+      "input_lines": total,
+      "input_sha256": _input_fingerprint(args.input_file),
+      "format": args.format,
+      "batch_size": args.batch_size,
+    }
+    io_utils.write_atomically(done_path(target), json.dumps(done, indent=2) + "\n")
+  logging.info("wrote %s (%d lines)", target, shard_total)
+
+
+def merge_shards(output_file, num_shards):
+  """Interleaves complete shards back into input order; raises naming what is missing."""
+  paths = [shard_path(output_file, k, num_shards) for k in range(num_shards)]
+  records = []
+  for path in paths:
+    if not os.path.exists(done_path(path)) or not os.path.exists(path):
+      state = "unfinished" if os.path.exists(path + ".partial") else "missing"
+      raise ValueError(f"shard {path} is {state}: run its score.py --shard_id first")
+    with open(done_path(path), encoding="utf-8") as f:
+      records.append(json.load(f))
+  for key in ("input_lines", "input_sha256", "format", "batch_size"):
+    values = {r[key] for r in records}
+    if len(values) > 1:
+      raise ValueError(f"shards of {output_file} disagree on {key}: {sorted(values)}")
+  readers = [open(p, encoding="utf-8") for p in paths]
+  try:
+    with io_utils.atomic_open(output_file) as out:
+      batch_size = records[0]["batch_size"]
+      for n in range(records[0]["input_lines"]):
+        shard = shard_of(n, batch_size, num_shards)
+        line = readers[shard].readline()
+        if not line.endswith("\n"):
+          raise ValueError(f"shard {paths[shard]} ends before input line {n + 1}")
+        out.write(line)
+    for reader, path in zip(readers, paths):
+      if reader.readline():
+        raise ValueError(f"shard {path} has more lines than its part of the input")
+  finally:
+    for reader in readers:
+      reader.close()
+  logging.info("merged %d shards into %s", num_shards, output_file)
+
+
+def _check_flags(args):
+  if args.merge:
+    if args.output_file == "-":
+      raise app.UsageError("--merge needs --output_file (the shards' common prefix)")
+    return
+  if not args.model_dir:
+    raise app.UsageError("--model_dir is required (a model dir, kenlm:PATH or bert:DIR)")
+  if args.batch_size < 1:
+    raise app.UsageError("--batch_size must be positive")
+  if not 0 <= args.shard_id < args.num_shards:
+    raise app.UsageError(f"--shard_id must be in [0, {args.num_shards})")
+  if args.num_shards > 1 and "-" in (args.input_file, args.output_file):
+    raise app.UsageError("sharding needs --input_file and --output_file (not stdin/stdout)")
+
+
+def main(argv):
+  del argv
+  args = FLAGS
+  _check_flags(args)
+  if args.merge:
+    merge_shards(args.output_file, args.num_shards)
+    return
+  import inference  # pylint: disable=g-import-not-at-top
+
+  lm = inference.load_lm(args.model_dir, score_sos=args.score_sos, score_eos=args.score_eos)
+  if args.vectors != "none" and not hasattr(lm, "sentence_vectors"):
+    raise app.UsageError(f"--vectors needs a neural LM; {args.model_dir} is not one")
+  if args.output_file == "-":
+    score_stream(
+      lm,
+      read_lines(args.input_file),
+      _write_stdout,
+      args.batch_size,
+      args.format,
+      args.vectors,
+      _Progress(_count_lines(args.input_file)),
+    )
+  else:
+    score_to_file(lm, args)
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)
