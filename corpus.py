@@ -52,6 +52,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+import cli
 import io_utils
 import normalization as normalization_lib
 
@@ -1217,22 +1218,23 @@ def main(argv):
   del argv  # Unused.
   if not FLAGS.output_dir:
     raise app.UsageError("--output_dir is required")
-  inputs = FLAGS.input or [default_gutenberg_tar(FLAGS.data_dir)]
-  stats = prepare_corpus(
-    inputs,
-    FLAGS.output_dir,
-    normalization=FLAGS.normalization,
-    eval_fraction=FLAGS.eval_fraction,
-    seed=FLAGS.seed,
-    dedup=FLAGS.dedup,
-    min_words=FLAGS.min_words,
-    max_words=FLAGS.max_words,
-    input_format=FLAGS.input_format,
-    num_workers=FLAGS.num_workers,
-    log_every=FLAGS.log_every,
-    max_books=FLAGS.max_books,
-    force=FLAGS.force,
-  )
+  with cli.user_input():
+    inputs = FLAGS.input or [default_gutenberg_tar(FLAGS.data_dir)]
+    stats = prepare_corpus(
+      inputs,
+      FLAGS.output_dir,
+      normalization=FLAGS.normalization,
+      eval_fraction=FLAGS.eval_fraction,
+      seed=FLAGS.seed,
+      dedup=FLAGS.dedup,
+      min_words=FLAGS.min_words,
+      max_words=FLAGS.max_words,
+      input_format=FLAGS.input_format,
+      num_workers=FLAGS.num_workers,
+      log_every=FLAGS.log_every,
+      max_books=FLAGS.max_books,
+      force=FLAGS.force,
+    )
   print(
     json.dumps(
       {
@@ -1255,4 +1257,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  cli.run(main)

@@ -63,6 +63,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+import cli
 import corpus
 import io_utils
 import normalization as normalization_lib
@@ -968,35 +969,36 @@ def main(argv):
   learn_params = None
   if FLAGS.vocab_lower_thresh is not None:
     learn_params = {"lower_thresh": FLAGS.vocab_lower_thresh}
-  stats = create_pretraining_data(
-    FLAGS.input_file,
-    FLAGS.output_dir,
-    vocab_file=FLAGS.vocab_file,
-    vocab_size=FLAGS.vocab_size,
-    do_lower_case=FLAGS.do_lower_case,
-    normalization=FLAGS.normalization,
-    max_seq_length=FLAGS.max_seq_length,
-    num_shards=FLAGS.num_shards,
-    num_eval_shards=FLAGS.num_eval_shards,
-    eval_fraction=FLAGS.eval_fraction,
-    eval_files=FLAGS.eval_file,
-    random_seed=FLAGS.random_seed,
-    input_format=FLAGS.input_format,
-    skip_malformed=FLAGS.skip_malformed,
-    max_books=FLAGS.max_books,
-    vocab_learn_params=learn_params,
-    vocab_max_sentences=FLAGS.vocab_max_sentences,
-    force=FLAGS.force,
-  )
+  with cli.user_input():
+    stats = create_pretraining_data(
+      FLAGS.input_file,
+      FLAGS.output_dir,
+      vocab_file=FLAGS.vocab_file,
+      vocab_size=FLAGS.vocab_size,
+      do_lower_case=FLAGS.do_lower_case,
+      normalization=FLAGS.normalization,
+      max_seq_length=FLAGS.max_seq_length,
+      num_shards=FLAGS.num_shards,
+      num_eval_shards=FLAGS.num_eval_shards,
+      eval_fraction=FLAGS.eval_fraction,
+      eval_files=FLAGS.eval_file,
+      random_seed=FLAGS.random_seed,
+      input_format=FLAGS.input_format,
+      skip_malformed=FLAGS.skip_malformed,
+      max_books=FLAGS.max_books,
+      vocab_learn_params=learn_params,
+      vocab_max_sentences=FLAGS.vocab_max_sentences,
+      force=FLAGS.force,
+    )
   summary = {
     split: {k: stats[split][k] for k in ("sentences", "tokens", "truncated", "unk_rate")}
     for split in SPLITS
   }
   summary["seconds"] = stats["seconds"]
   summary["reused"] = stats.get("reused", False)
-  print(json.dumps(summary, indent=2, sort_keys=True))
+  print(json.dumps(summary, sort_keys=True))  # one line: data_stats.json has the details
 
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  cli.run(main)

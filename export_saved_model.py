@@ -1,8 +1,25 @@
-"""Exports a model directory as a SavedModel that takes raw sentences.
+"""Exports a model directory as a SavedModel that takes sentences as strings.
 
 The SavedModel holds the in-graph WordPiece tokenizer and the model, so a
 server (TF Serving, a C++ or Python client) needs no Python tokenizer. Two
-signatures, both taking `texts`: tf.string [B] (UTF-8 sentences):
+signatures, both taking one tf.string [B] input (UTF-8 sentences), named by
+what it must hold:
+
+  texts             (config.json "normalization": "none") raw sentences, as
+                    given to `inference.NeuralLM`; the same numbers.
+  normalized_texts  (any other normalization, e.g. "librispeech") sentences
+                    ALREADY normalized as the model's training text was:
+                    normalization.normalize_librispeech("The cat sat on the
+                    mat.") -> "THE CAT SAT ON THE MAT". LibriSpeech
+                    normalization (numbers, currency, dates and
+                    abbreviations spelled out, accents folded) is Python and
+                    cannot be done faithfully in the graph, so the graph
+                    checks instead: a sentence with a lower-case letter, a
+                    digit or punctuation other than the apostrophe fails the
+                    call with InvalidArgumentError naming the rule and the
+                    offending sentences, never a silently different score.
+                    Normalized sentences score as `inference.NeuralLM` scores
+                    the raw ones.
 
   encode -> {"context": float32 [B, D]  mean of the last layer over the word
                         pieces, [SOS]/[EOS] excluded (bilm/bert: position
@@ -40,6 +57,9 @@ ops):
   import tensorflow as tf, tensorflow_text  # noqa
   loaded = tf.saved_model.load("exports/tta")
   out = loaded.signatures["score"](texts=tf.constant(["the cat sat"]))
+  # a LibriSpeech-normalized model:
+  out = loaded.signatures["score"](normalized_texts=tf.constant(["THE CAT SAT"]))
+The input's name is also in assets.extra/tta_export.json ("input").
 
 Example:
   python export_saved_model.py --model_dir=runs/tta --export_dir=exports/tta
@@ -48,14 +68,14 @@ Example:
 import json
 import os
 import shutil
-import tempfile
 
-from absl import app
 from absl import flags
 from absl import logging
 import tensorflow as tf
 
+import cli
 import inference
+import io_utils
 
 FLAGS = flags.FLAGS
 
@@ -90,11 +110,21 @@ EXTRA_DIR = "assets.extra"
 EXPORT_INFO = "tta_export.json"
 SIGNATURES = ("encode", "score")
 
-_TEXTS = tf.TensorSpec([None], tf.string, name="texts")
+# What normalized text cannot hold (RE2): a lower-case letter, a decimal digit, or punctuation
+# other than the apostrophe. Characters A-Z cannot spell (emoji, CJK) stay: the normalizer keeps
+# them as words of their own, which the tokenizer maps to [UNK].
+_NOT_NORMALIZED = r"(?s).*(\p{Ll}|\p{Nd}|[^'\P{P}]).*"
+_NOT_NORMALIZED_RULE = (
+  "normalized_texts must be {}-normalized like the model's training text "
+  "(normalization.normalize_librispeech: upper case, numbers spelled out): no lower-case "
+  "letters, digits or punctuation other than apostrophes; offending sentences:"
+)
 
 
 class ExportModule(tf.Module):
-  """Tokenizer + model with `encode` and `score` taking raw strings.
+  """Tokenizer + model with `encode` and `score` taking strings: raw
+  `texts`, or `normalized_texts` for a model trained on normalized text
+  (`input_name`; see the module docstring).
 
   The computations are those of the NeuralLM's `inference.ScoringGraph`
   (encoder, pooling, target log-probabilities, masked-copy scoring), held
@@ -129,13 +159,8 @@ class ExportModule(tf.Module):
     self._token_budget = int(lm.token_budget)
     self._masked_copies_kind = lm.model_type in ("bilm", "bert")
     self._normalization = lm.normalization
-    if lm.normalization != "none":
-      logging.warning(
-        "the model was trained on %s-normalized text; the SavedModel "
-        "tokenizes its input as given, so normalize texts before calling "
-        "it (normalization.normalizer)",
-        lm.normalization,
-      )
+    # The signatures' input: raw text only where the Python path does not normalize it.
+    self.input_name = "texts" if lm.normalization == "none" else "normalized_texts"
 
   def info(self):
     """The conventions baked into the graph, JSON-able."""
@@ -150,6 +175,7 @@ class ExportModule(tf.Module):
       "score_eos": self._score_eos,
       "token_budget": self._token_budget,
       "normalization": self._normalization,
+      "input": self.input_name,
       "config": json.loads(self.graph.model.config.to_json_string()),
     }
 
@@ -160,8 +186,11 @@ class ExportModule(tf.Module):
     truncated bool [B].
 
     Same truncation as inference.NeuralLM.tokenize: keep the first
-    max_seq_length - 2 pieces, then wrap in the boundary tokens.
+    max_seq_length - 2 pieces, then wrap in the boundary tokens. A model
+    trained on normalized text first checks that texts are normalized.
     """
+    if self._normalization != "none":
+      texts = self._assert_normalized(texts)
     pieces = self.tokenizer(texts)  # [B, (P)]
     keep = self._max_seq_length - 2
     truncated = pieces.row_lengths() > keep
@@ -179,6 +208,21 @@ class ExportModule(tf.Module):
     )
     input_mask = tf.sequence_mask(lengths, tf.shape(input_ids)[1], tf.int32)
     return input_ids, input_mask, lengths, truncated
+
+  def _assert_normalized(self, texts):
+    """texts tf.string [B], passed on only once each is found normalized.
+
+    Raises (when the graph runs):
+      InvalidArgumentError: the rule and the first offending sentences.
+    """
+    bad = tf.strings.regex_full_match(texts, _NOT_NORMALIZED)  # [B]
+    check = tf.debugging.Assert(
+      tf.logical_not(tf.reduce_any(bad)),
+      [_NOT_NORMALIZED_RULE.format(self._normalization), tf.boolean_mask(texts, bad)],
+      summarize=5,
+    )
+    with tf.control_dependencies([check]):
+      return tf.identity(texts)
 
   def _scored_span(self, lengths):
     """[starts, limits) int32 [B] of the scored positions of each sentence.
@@ -259,7 +303,8 @@ class ExportModule(tf.Module):
     """The `encode` signature: sentence vectors.
 
     Args:
-      texts: tf.string [B].
+      texts: tf.string [B], the signature's `texts` or `normalized_texts`
+        (`input_name`).
 
     Returns:
       dict of float32 [B, D]: context, embed, first, last (and
@@ -282,7 +327,8 @@ class ExportModule(tf.Module):
     """The `score` signature: sentence and token log-probabilities.
 
     Args:
-      texts: tf.string [B].
+      texts: tf.string [B], the signature's `texts` or `normalized_texts`
+        (`input_name`).
 
     Returns:
       dict: total float32 [B], num_tokens int32 [B], token_logprobs
@@ -338,13 +384,15 @@ def export(lm, export_dir, overwrite=False):
   # the export take twice as long) for no gain over the signatures.
   signatures = {
     name: tf.function(
-      getattr(module, name), input_signature=[_TEXTS], autograph=False
+      getattr(module, name),
+      input_signature=[tf.TensorSpec([None], tf.string, name=module.input_name)],
+      autograph=False,
     ).get_concrete_function()
     for name in SIGNATURES
   }
   parent = os.path.dirname(export_dir)
   os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(dir=parent, prefix="." + os.path.basename(export_dir) + ".")
+  tmp = io_utils.make_temp_dir(parent, "." + os.path.basename(export_dir) + ".")
   try:
     tf.saved_model.save(module, tmp, signatures=signatures)
     os.makedirs(os.path.join(tmp, EXTRA_DIR), exist_ok=True)
@@ -363,19 +411,21 @@ def export(lm, export_dir, overwrite=False):
 
 def main(argv):
   del argv
-  lm = inference.NeuralLM.from_model_dir(
-    FLAGS.model_dir,
-    max_seq_length=FLAGS.max_seq_length,
-    score_sos=FLAGS.score_sos,
-    score_eos=FLAGS.score_eos,
-    token_budget=FLAGS.token_budget,
-  )
-  export(lm, FLAGS.export_dir, overwrite=FLAGS.overwrite)
+  with cli.user_input():
+    lm = inference.NeuralLM.from_model_dir(
+      FLAGS.model_dir,
+      max_seq_length=FLAGS.max_seq_length,
+      score_sos=FLAGS.score_sos,
+      score_eos=FLAGS.score_eos,
+      token_budget=FLAGS.token_budget,
+    )
+  module = export(lm, FLAGS.export_dir, overwrite=FLAGS.overwrite)
   # Reload and run once, so a broken export fails here, not in a server.
   loaded = tf.saved_model.load(FLAGS.export_dir)
-  texts = tf.constant(["the cat sat on the mat ."])
-  scores = loaded.signatures["score"](texts=texts)
-  vectors = loaded.signatures["encode"](texts=texts)
+  text = "the cat sat on the mat ." if lm.normalization == "none" else "THE CAT SAT ON THE MAT"
+  inputs = {module.input_name: tf.constant([text])}
+  scores = loaded.signatures["score"](**inputs)
+  vectors = loaded.signatures["encode"](**inputs)
   logging.info(
     "check: total %.4f over %d tokens; context vector of %d dims",
     float(scores["total"][0]),
@@ -388,4 +438,4 @@ if __name__ == "__main__":
   define_flags()
   flags.mark_flag_as_required("model_dir")
   flags.mark_flag_as_required("export_dir")
-  app.run(main)
+  cli.run(main)

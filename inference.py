@@ -28,12 +28,16 @@ Text normalization: a model trained on normalized text (config.json
 "normalization": "librispeech", or a KenLM model whose info file says so)
 gets its input normalized the same way (`normalization.normalizer`) before
 tokenization, so STS pairs and WMT candidates with digits and punctuation meet
-the vocabulary the model learned. Sentences the normalizer rejects (numbers it
-will not read aloud, non-Latin letters) are spelled digit by digit / folded to
-ASCII instead, and counted in `stats["normalization_fallbacks"]`.
+the vocabulary the model learned. Normalization never raises and never drops
+text silently (`normalization.normalizer`): a number the strict reading refuses
+is read leniently, and characters A-Z cannot spell (emoji, CJK) stay as words
+the tokenizer maps to [UNK] (KenLM: <unk>), so they cost probability. Each
+sentence says so in its result (`normalization_fallback`, `unknown_chars`),
+summed in `stats["normalization_fallbacks"]` and `stats["unknown_chars"]`.
 """
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -59,11 +63,17 @@ class ScoredSentence:
       included when scored), words and "</s>" for kenlm.
     token_logprobs: float64 [n] log-probability of each unit.
     truncated: whether the sentence was cut to fit max_seq_length.
+    normalization_fallback: whether the normalizer had to guess how a number
+      is read (`normalization.Normalized.fallback`).
+    unknown_chars: characters the normalization cannot spell (emoji, CJK),
+      each scored as [UNK] (KenLM: <unk>).
   """
 
   tokens: list
   token_logprobs: np.ndarray
   truncated: bool = False
+  normalization_fallback: bool = False
+  unknown_chars: int = 0
 
   @property
   def total(self):
@@ -326,9 +336,9 @@ class NeuralLM(object):
     self.jit_compile = jit_compile
     self.bos_id, self.eos_id = _boundary_ids(tokenizer)
     self.mask_id = tokenizer.mask_id
-    self.stats = {"sentences": 0, "truncated": 0}
+    self.stats = _new_stats()
     self.normalization = normalization or config.normalization
-    self._normalize = normalization_lib.normalizer(self.normalization, self.stats)
+    self._normalize = normalization_lib.normalizer(self.normalization)
     self.graph = ScoringGraph(model)
     self._compile()
 
@@ -363,7 +373,13 @@ class NeuralLM(object):
 
   def tokenize(self, sentences):
     """Sentences -> list of id lists `[BOS] pieces [EOS]` and truncation flags."""
-    pieces = self.tokenizer.piece_ids_batch([self._normalize(s) for s in sentences])
+    ids, truncated, _ = self._prepare(sentences)
+    return ids, truncated
+
+  def _prepare(self, sentences):
+    """`tokenize`, also returning each sentence's `normalization.Normalized`."""
+    normalized = _normalize_all(self._normalize, sentences, self.stats)
+    pieces = self.tokenizer.piece_ids_batch([n.text for n in normalized])
     keep = self.max_seq_length - 2
     ids, truncated = [], []
     for sentence_pieces in pieces:
@@ -379,7 +395,7 @@ class NeuralLM(object):
         len(ids),
         self.max_seq_length,
       )
-    return ids, truncated
+    return ids, truncated, normalized
 
   def _batches(self, ids, rows_per_sentence):
     """Groups sentence indices into padded batches within the token budget.
@@ -423,16 +439,24 @@ class NeuralLM(object):
 
   def score(self, sentences):
     """Scores sentences; returns a list of `ScoredSentence` in input order."""
-    ids, truncated = self.tokenize(sentences)
+    ids, truncated, normalized = self._prepare(sentences)
     if self.model_type in ("bilm", "bert"):
       logprobs = self._pll(ids)
     else:
       logprobs = self._one_pass(ids)
     results = []
-    for x, lp, cut in zip(ids, logprobs, truncated):
+    for x, lp, cut, norm in zip(ids, logprobs, truncated, normalized):
       positions = self._scored_positions(len(x))
       tokens = self.tokenizer.convert_ids_to_tokens([x[p] for p in positions])
-      results.append(ScoredSentence(tokens, lp, cut))
+      results.append(
+        ScoredSentence(
+          tokens,
+          lp,
+          truncated=cut,
+          normalization_fallback=norm.fallback,
+          unknown_chars=norm.unknown,
+        )
+      )
     return results
 
   def _one_pass(self, ids):
@@ -513,9 +537,12 @@ class NeuralLM(object):
       def words(n):
         return list(range(1, n - 1))
 
-      copies = self._masked_copies(ids, words)
-      dim = self.model.config.hidden_size
-      vectors = np.stack([h.mean(0) if len(h) else np.zeros(dim, np.float32) for _, h in copies])
+      # Zero rows stay for sentences without word pieces (and the shape is
+      # [0, D] for no sentences, as in `_pooled`).
+      vectors = np.zeros((len(ids), self.model.config.hidden_size), np.float32)
+      for row, (_, hidden) in enumerate(self._masked_copies(ids, words)):
+        if len(hidden):
+          vectors[row] = hidden.mean(0)
     else:
       vectors = self._pooled(ids, pooling)
     self.stats["empty"] = self.stats.get("empty", 0) + sum(len(x) == 2 for x in ids)
@@ -531,7 +558,7 @@ class NeuralLM(object):
 class NgramLM(object):
   """A KenLM n-gram model behind the same `score` interface."""
 
-  def __init__(self, model_path, score_eos=True, normalization=None):
+  def __init__(self, model_path, score_eos=True, normalization=None, score_sos=False):
     """Loads a KenLM model.
 
     Args:
@@ -539,28 +566,64 @@ class NgramLM(object):
       score_eos: score </s>.
       normalization: applied to sentences before scoring; default the one
         recorded beside the model by ngram.train_ngram, else none.
+      score_sos: accepted as by every LM kind; <s> is never scored, as for
+        unilm (nothing predicts it).
     """
     import ngram  # pylint: disable=g-import-not-at-top
 
+    del score_sos
     self.scorer = ngram.NgramScorer(model_path)
     self.model_type = "kenlm"
     self.score_eos = score_eos
-    self.stats = {"sentences": 0, "truncated": 0}
+    self.stats = _new_stats()
     self.normalization = normalization or ngram.read_model_info(model_path).get(
       "normalization", "none"
     )
-    self._normalize = normalization_lib.normalizer(self.normalization, self.stats)
+    self._normalize = normalization_lib.normalizer(self.normalization)
 
   def score(self, sentences):
+    """Scores sentences; returns a list of `ScoredSentence` in input order."""
+    normalized = _normalize_all(self._normalize, sentences, self.stats)
+    texts = [n.text for n in normalized]
     results = []
-    sentences = [self._normalize(s) for s in sentences]
-    for text, s in zip(
-      sentences, self.scorer.score_sentences(sentences, bos=True, eos=self.score_eos)
+    for norm, s in zip(
+      normalized, self.scorer.score_sentences(texts, bos=True, eos=self.score_eos)
     ):
-      tokens = text.split() + (["</s>"] if self.score_eos else [])
-      results.append(ScoredSentence(tokens, np.array(s.word_logprobs)))
+      tokens = norm.text.split() + (["</s>"] if self.score_eos else [])
+      results.append(
+        ScoredSentence(
+          tokens,
+          np.array(s.word_logprobs),
+          normalization_fallback=norm.fallback,
+          unknown_chars=norm.unknown,
+        )
+      )
     self.stats["sentences"] += len(results)
     return results
+
+
+def _new_stats():
+  """The counters of an LM's `stats`: sentences, and those truncated or normalized by guess;
+  unknown_chars sums `ScoredSentence.unknown_chars`."""
+  return {"sentences": 0, "truncated": 0, "normalization_fallbacks": 0, "unknown_chars": 0}
+
+
+def _normalize_all(normalize, sentences, stats):
+  """Normalizes sentences (list of `normalization.Normalized`), adding to `stats`."""
+  normalized = [normalize(s) for s in sentences]
+  fallbacks = sum(n.fallback for n in normalized)
+  unknown = sum(n.unknown for n in normalized)
+  stats["normalization_fallbacks"] += fallbacks
+  stats["unknown_chars"] += unknown
+  if fallbacks or unknown:
+    logging.warning(
+      "%d of %d sentences needed a guessed reading of a number and %d characters cannot be "
+      "spelled by the normalization (scored as unknown words; flagged in the results)",
+      fallbacks,
+      len(normalized),
+      unknown,
+    )
+  return normalized
 
 
 def cosine(a, b):
@@ -585,23 +648,41 @@ def _boundary_ids(tokenizer):
   return tokenizer.vocab[start], tokenizer.vocab[end]
 
 
+# NeuralLM options that change how fast scores are computed, never what they
+# are: an n-gram model has no batches to size.
+_THROUGHPUT_OPTIONS = ("token_budget", "pad_multiple", "jit_compile")
+
+
 def load_lm(spec, **kwargs):
   """An LM from a spec: a model dir, "kenlm:PATH" for an n-gram model, or
-  "bert:DIR" for a Google BERT release."""
+  "bert:DIR" for a Google BERT release.
+
+  kwargs are NeuralLM's; a KenLM model takes score_eos, score_sos and
+  normalization, ignores the throughput options and rejects the others
+  (TypeError), so no argument is dropped silently.
+  """
   if spec.startswith("kenlm:"):
-    return NgramLM(spec[len("kenlm:") :], score_eos=kwargs.get("score_eos", True))
+    options = {k: v for k, v in kwargs.items() if k not in _THROUGHPUT_OPTIONS}
+    return NgramLM(spec[len("kenlm:") :], **options)
   if spec.startswith("bert:"):
     return NeuralLM(*model_dir_lib.load_google_bert(spec[len("bert:") :]), **kwargs)
   return NeuralLM.from_model_dir(spec, **kwargs)
 
 
 def describe(lm):
-  """A JSON-able identity of an LM, for caches and reports.
+  """The JSON-able identity of an LM: everything that changes its scores.
 
-  It includes the weights (a fingerprint; for KenLM the file's size and
-  modification time), so scores cached for one checkpoint are never served
-  for another of the same config.
+  For caches and reports: the weights (a fingerprint; for KenLM the file's
+  path, size and modification time), the vocab file's content, lower-casing,
+  the normalization and its rules' version, the scored boundary tokens and
+  the longest input, so a score cached under one identity is never served for
+  another. `model_id` turns it into a short key.
   """
+  common = {
+    "normalization": lm.normalization,
+    "normalization_rules": normalization_lib.RULES_VERSION,
+    "score_eos": lm.score_eos,
+  }
   if isinstance(lm, NgramLM):
     path = os.path.abspath(lm.scorer.model_path)
     return {
@@ -609,14 +690,27 @@ def describe(lm):
       "path": path,
       "bytes": os.path.getsize(path),
       "mtime": os.path.getmtime(path),
-      "normalization": lm.normalization,
+      **common,
     }
+  with open(lm.tokenizer.vocab_file, "rb") as f:
+    vocab_sha256 = hashlib.sha256(f.read()).hexdigest()
   return {
     "kind": lm.model_type,
     "config": json.loads(lm.model.config.to_json_string()),
-    "score_sos": lm.score_sos,
-    "score_eos": lm.score_eos,
-    "max_seq_length": lm.max_seq_length,
-    "normalization": lm.normalization,
     "weights_sha256": model_dir_lib.weights_fingerprint(lm.model),
+    "vocab_sha256": vocab_sha256,
+    "do_lower_case": lm.tokenizer.do_lower_case,
+    "score_sos": lm.score_sos,
+    "max_seq_length": lm.max_seq_length,
+    **common,
   }
+
+
+def model_id(identity):
+  """A short key for a `describe` identity: "<kind>-<16 hex digits of its SHA-256>".
+
+  Score caches key each line on it (the full identity, ~800 bytes, is
+  written once beside them: `nbest.ScoreCache.register`).
+  """
+  digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()
+  return f"{identity['kind']}-{digest[:16]}"

@@ -2,7 +2,8 @@
 
   data_root / define_data_dir_flag   where the shared data is, and the `--data_dir` flag
   expand_globs                       comma-separated globs -> input files
-  atomic_path / atomic_open / ...    results are never half-written
+  atomic_path / atomic_open / ...    results are never half-written, with the umask's permissions
+  make_temp_dir / exclusive_lock     an output dir built aside; a read-merge-write of one file
   read_stamp / write_stamp / ...     a stage knows whether its outputs are complete
   unit_hash                          seeded, reproducible held-out choices
 
@@ -162,6 +163,45 @@ def write_atomically(path, text):
   """Writes a str to `path` atomically (see atomic_open)."""
   with atomic_open(path) as f:
     f.write(text)
+
+
+def make_temp_dir(parent, prefix):
+  """Creates a new hidden directory in `parent` for an output built there, then renamed.
+
+  Unlike `tempfile.mkdtemp` (mode 0700), it gets the umask's permissions, like any directory the
+  user creates: an export dir renamed from it is readable by whoever may read `parent`.
+
+  Returns:
+    str, the directory's path.
+  """
+  os.makedirs(parent, exist_ok=True)
+  while True:
+    path = os.path.join(parent, f"{prefix}{secrets.token_hex(4)}")
+    try:
+      os.mkdir(path)
+      return path
+    except FileExistsError:
+      continue
+
+
+@contextlib.contextmanager
+def exclusive_lock(path):
+  """Holds an exclusive lock tied to `path` for the `with` block (a read-merge-write of it).
+
+  The lock is `flock` on a hidden `.<name>.lock` beside `path`; the kernel releases it when the
+  process exits, so a crash leaves no stale lock. Local paths only.
+  """
+  import fcntl  # pylint: disable=g-import-not-at-top
+
+  directory, name = os.path.split(path)
+  if directory:
+    os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, f".{name}.lock"), "a", encoding="utf-8") as lock:
+    fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
 
 # ---------------------------------------------------------------------------------------------

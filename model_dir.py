@@ -28,6 +28,7 @@ Example:
 """
 
 import copy
+import gc
 import hashlib
 import os
 import re
@@ -158,18 +159,55 @@ def load_model_dir(model_dir, checkpoint=None):
   tokenizer = tokenization.FullTokenizer(vocab_file, config.do_lower_case)
   model = modeling.build_model(config)
   checkpoint = checkpoint or resolve_checkpoint(model_dir)
-  status = tf.train.Checkpoint(model=model).read(checkpoint)
-  try:
-    status.assert_existing_objects_matched()
-  except AssertionError as e:
-    raise ValueError(
-      f"checkpoint {checkpoint} does not match config {config_path(model_dir)}: {e}"
-    ) from e
-  # Every model weight was found; the optimizer slots and step counter that
-  # training checkpoints also hold are not needed here (no warning per slot).
-  status.expect_partial()
+  _restore_for_inference(model, checkpoint, config_path(model_dir))
   logging.info("loaded %s model from %s", config.model_type, checkpoint)
   return model, tokenizer
+
+
+# TF's message when a checkpoint value does not fit the variable the config built.
+_SHAPE_ERROR = re.compile(
+  r"incompatible tensor with shape (?P<saved>\(.*?\)) when attempting to restore variable "
+  r"with shape (?P<built>\(.*?\)) and name (?P<name>[^\s:]+)"
+)
+
+
+def _restore_for_inference(model, checkpoint, config_file):
+  """Reads `model`'s weights from `checkpoint`; every model weight must be there.
+
+  The optimizer slots and step counter that training checkpoints also hold are not needed here:
+  TF's per-value warnings about them (a few hundred lines, also emitted when a failed restore is
+  garbage-collected) are silenced for the read, and a mismatch becomes one short error instead.
+
+  Raises:
+    CheckpointMismatchError: naming `config_file`, and for a shape mismatch the variable and
+      both shapes.
+  """
+  tf_logger = tf.get_logger()
+  level = tf_logger.level
+  tf_logger.setLevel("ERROR")
+  problem = None
+  try:
+    status = tf.train.Checkpoint(model=model).read(checkpoint)
+    status.expect_partial()
+    status.assert_existing_objects_matched()
+  except (AssertionError, ValueError) as e:
+    problem = str(e)
+  finally:
+    gc.collect()  # the failed restore's leftovers warn when collected: while still quiet
+    tf_logger.setLevel(level)
+  if problem is None:
+    return
+  match = _SHAPE_ERROR.search(problem)
+  if match:
+    fields = ("vocab_size", "hidden_size", "intermediate_size", "max_position_embeddings")
+    config = ", ".join(f"{f}={getattr(model.config, f)}" for f in fields)
+    problem = (
+      f"variable {match['name']} has shape {match['saved']} in the checkpoint but "
+      f"{match['built']} from {os.path.basename(config_file)}\n  ({config})"
+    )
+  raise CheckpointMismatchError(
+    f"{config_file} does not match checkpoint {checkpoint}:\n  {problem}"
+  )
 
 
 def save_model_dir(model, vocab_file, model_dir):

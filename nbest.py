@@ -497,6 +497,7 @@ def _json_entry(key, entry):
     raise _JsonProblem("missing or non-string 'ref'", field="ref" if "ref" in entry else None)
   if not entry["ref"].strip():
     raise _JsonProblem("blank reference (WER/BLEU would be undefined)", field="ref")
+  _check_encodable(entry["ref"], "ref")
   numbered = {}
   for field, value in entry.items():
     if field == "ref":
@@ -513,6 +514,19 @@ def _json_entry(key, entry):
   return NBestList(key=key, refs=[entry["ref"].strip()], hyps=hyps)
 
 
+def _check_encodable(text, field):
+  """Rejects a lone surrogate ("\\ud83d", half of a UTF-16 pair): it is valid JSON but no
+  character, so no tokenizer, LM or cache file can take it."""
+  try:
+    text.encode("utf-8")
+  except UnicodeEncodeError as e:
+    raise _JsonProblem(
+      f"{field}: {e.object[e.start : e.end]!r} at character {e.start} is a lone UTF-16 "
+      "surrogate (half of an escaped pair such as \\ud83d\\ude00), not a character",
+      field=field,
+    ) from None
+
+
 def _json_hyp(field, value):
   if not isinstance(value, dict):
     raise _JsonProblem(f"{field}: expected an object, found {value!r}", field=field)
@@ -521,6 +535,7 @@ def _json_hyp(field, value):
       raise _JsonProblem(f"{field}: missing {name!r}", field=field)
   if not isinstance(value["text"], str):
     raise _JsonProblem(f"{field}: 'text' is not a string: {value['text']!r}", field=field)
+  _check_encodable(value["text"], field)
   scores = {}
   for name, v in value.items():
     if name == "text":
@@ -1013,7 +1028,8 @@ class ScoreCache:
   log-probs and their sum). `put_many` appends all its lines with one write, then flushes and
   fsyncs, so an interrupted run keeps every batch it finished; a last line cut off by a crash
   is dropped (and trimmed from the file) on the next open. The last write of a key wins.
-  One writer at a time.
+  One writer at a time. `model_id` is short (`inference.model_id`); `register` writes what each
+  one stands for to a readable side file, `<path without .jsonl>.models.json`.
   """
 
   def __init__(self, path):
@@ -1049,6 +1065,24 @@ class ScoreCache:
         raise ValueError(f"{where}: expected {{'model': str, 'text': str, 'value': ...}}")
       self._data[(record["model"], record["text"])] = record["value"]
 
+  @property
+  def models_path(self):
+    """The side file {model_id: identity} (see `register`)."""
+    return os.path.splitext(self.path)[0] + ".models.json"
+
+  def register(self, model_id, identity):
+    """Records the full identity behind `model_id` in `models_path` (atomically)."""
+    models = {}
+    if os.path.exists(self.models_path):
+      with open(self.models_path, encoding="utf-8") as f:
+        try:
+          models = json.load(f)
+        except json.JSONDecodeError as e:
+          raise ValueError(f"{self.models_path}:{e.lineno}: invalid JSON: {e.msg}") from None
+    if models.get(model_id) != identity:
+      models[model_id] = identity
+      io_utils.write_atomically(self.models_path, json.dumps(models, indent=2, sort_keys=True))
+
   def __len__(self):
     return len(self._data)
 
@@ -1069,16 +1103,27 @@ class ScoreCache:
     pairs = list(items.items()) if isinstance(items, dict) else list(items)
     if not pairs:
       return
-    lines = [
-      json.dumps({"model": model_id, "text": text, "value": value}, ensure_ascii=False)
-      for text, value in pairs
-    ]
+    # Every line is encoded before anything is written, so no text can cut a write short.
+    data = b"".join(_cache_line(model_id, text, value) for text, value in pairs)
     directory = os.path.dirname(os.path.abspath(self.path))
     os.makedirs(directory, exist_ok=True)
-    with open(self.path, "a", encoding="utf-8") as f:
-      f.write("\n".join(lines) + "\n")
+    with open(self.path, "ab") as f:
+      f.write(data)
       f.flush()
       os.fsync(f.fileno())
     for text, value in pairs:
       # Keep what a reload would return (e.g. tuples become lists).
       self._data[(model_id, text)] = json.loads(json.dumps(value))
+
+
+def _cache_line(model_id, text, value):
+  """One ScoreCache record as UTF-8 bytes with a final newline.
+
+  Readable UTF-8 where possible; a text that UTF-8 cannot encode (a lone surrogate) is written
+  with JSON escapes instead, which read back as the same str.
+  """
+  record = {"model": model_id, "text": text, "value": value}
+  try:
+    return (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+  except UnicodeEncodeError:
+    return (json.dumps(record) + "\n").encode("ascii")

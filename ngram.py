@@ -22,14 +22,17 @@ import collections
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 
 from absl import logging
 
+import cli
 import io_utils
 import normalization as normalization_lib
+import progress
 
 # ln(10): multiplies a log10 probability into a natural-log one.
 LN10 = math.log(10.0)
@@ -78,6 +81,11 @@ def find_kenlm_bin(name):
   )
 
 
+# Lines of lmplz/build_binary output logged at info level: the stage headers ("=== 2/5 ..."),
+# success, and anything that warns or fails. The rest is logged at debug level.
+_SHOWN_OUTPUT = re.compile(r"^=== |^SUCCESS|warn|error|fail", re.IGNORECASE)
+
+
 def _run_streaming(cmd, what):
   """Runs `cmd`, logging its stderr line by line as it comes (lmplz's progress report).
 
@@ -100,8 +108,10 @@ def _run_streaming(cmd, what):
     # writes its progress to both.
     for line in proc.stdout:
       lines.append(line)
-      if line.strip():
+      if _SHOWN_OUTPUT.search(line):
         logging.info("%s| %s", what, line.rstrip())
+      elif line.strip():  # statistics, memory estimates, progress bars: --verbosity=1 shows them
+        logging.debug("%s| %s", what, line.rstrip())
     rc = proc.wait()
   output = "".join(lines)
   if rc != 0:
@@ -405,34 +415,37 @@ def main(argv):
   if FLAGS.train_text:
     if not FLAGS.output:
       raise app.UsageError("--train_text needs --output")
-    train_ngram(
-      FLAGS.train_text,
-      FLAGS.output,
-      order=FLAGS.order,
-      memory=FLAGS.memory,
-      prune=FLAGS.prune,
-      discount_fallback=FLAGS.discount_fallback,
-      binary=FLAGS.binary,
-      normalization=FLAGS.normalization,
-    )
+    with cli.user_input():
+      train_ngram(
+        FLAGS.train_text,
+        FLAGS.output,
+        order=FLAGS.order,
+        memory=FLAGS.memory,
+        prune=FLAGS.prune,
+        discount_fallback=FLAGS.discount_fallback,
+        binary=FLAGS.binary,
+        normalization=FLAGS.normalization,
+      )
     print(FLAGS.output)
     return
   if not FLAGS.model:
     raise app.UsageError("--score_file needs --model")
-  scorer = NgramScorer(FLAGS.model)
-  total, n_words, n_sents = 0.0, 0, 0
-  with open(FLAGS.score_file, encoding="utf-8") as f:
-    for line in f:
-      text = line.rstrip("\n")
-      s = scorer.score_sentences([text], bos=FLAGS.bos, eos=FLAGS.eos)[0]
-      print(f"{s.logprob:.6f}\t{s.n_words}\t{s.n_oov}\t{text}")
-      total += s.logprob
-      n_words += s.n_words
-      n_sents += 1
+  with cli.user_input():
+    scorer = NgramScorer(FLAGS.model)
+    with open(FLAGS.score_file, encoding="utf-8") as f:
+      texts = [line.rstrip("\n") for line in f]
+  bar = progress.Progress(os.path.basename(FLAGS.model), total=len(texts), unit="sentences")
+  total, n_words = 0.0, 0
+  for text in texts:
+    s = scorer.score_sentences([text], bos=FLAGS.bos, eos=FLAGS.eos)[0]
+    print(f"{s.logprob:.6f}\t{s.n_words}\t{s.n_oov}\t{text}")
+    total += s.logprob
+    n_words += s.n_words
+    bar.update()
   ppl = math.exp(-total / n_words) if n_words else float("nan")
   logging.info(
     "%d sentences, %d scored words (</s> %s), %d OOV, total ln p %.4f, perplexity %.3f",
-    n_sents,
+    len(texts),
     n_words,
     "included" if FLAGS.eos else "excluded",
     scorer.total_oov,
@@ -442,7 +455,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from absl import app  # pylint: disable=g-import-not-at-top
-
   _define_flags()
-  app.run(main)
+  cli.run(main)

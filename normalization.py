@@ -9,8 +9,13 @@ rules live here once and every user imports them: `corpus.py` (training sentence
 Normalizations (`NORMALIZATIONS`):
   none         the text as given.
   librispeech  LibriSpeech transcript style (`normalize_librispeech`): upper case, numbers and
-               abbreviations spelled as read, accents folded to A-Z, no punctuation except
-               apostrophes inside words.
+               abbreviations spelled as read (numbers by `num2words`), accents folded to A-Z, no
+               punctuation except apostrophes inside words.
+
+Training text and evaluation text differ in what happens to a sentence the rules cannot spell:
+corpus preparation drops it (`NormalizationError`); evaluation (`normalizer`) never raises and
+never drops text silently: numbers are read leniently and flagged, and characters A-Z cannot
+spell (emoji, CJK) are kept as words of their own, which score as unknown words.
 
 Example:
   normalize_librispeech("Mr. O'Brien's café, 1894!")
@@ -18,12 +23,18 @@ Example:
 """
 
 import collections
+import dataclasses
 import re
 from typing import Callable
 from typing import Optional
 import unicodedata
 
+import num2words
+
 NORMALIZATIONS = ("none", "librispeech")
+# Bump when a rule changes what some sentence normalizes to: score caches are keyed on it
+# (`inference.describe`), so scores of text normalized by older rules are recomputed.
+RULES_VERSION = 2
 
 
 class NormalizationError(ValueError):
@@ -47,36 +58,15 @@ _ONES = (
   "ZERO ONE TWO THREE FOUR FIVE SIX SEVEN EIGHT NINE TEN ELEVEN TWELVE THIRTEEN FOURTEEN "
   "FIFTEEN SIXTEEN SEVENTEEN EIGHTEEN NINETEEN"
 ).split()
-_TENS = "_ _ TWENTY THIRTY FORTY FIFTY SIXTY SEVENTY EIGHTY NINETY".split()
-_ORDINAL_IRREGULAR = {
-  "ONE": "FIRST",
-  "TWO": "SECOND",
-  "THREE": "THIRD",
-  "FIVE": "FIFTH",
-  "EIGHT": "EIGHTH",
-  "NINE": "NINTH",
-  "TWELVE": "TWELFTH",
-}
 
 
-def _below_thousand(n: int) -> list[str]:
-  words = []
-  hundreds, rest = divmod(n, 100)
-  if hundreds:
-    words += [_ONES[hundreds], "HUNDRED"]
-    if rest:
-      words.append("AND")
-  if rest >= 20:
-    words.append(_TENS[rest // 10])
-    if rest % 10:
-      words.append(_ONES[rest % 10])
-  elif rest or not hundreds:
-    words.append(_ONES[rest])
-  return words
+def _words(spelled: str) -> str:
+  """num2words output -> LibriSpeech words: "twenty-one, five" -> "TWENTY ONE FIVE"."""
+  return " ".join(re.sub(r"[-,]", " ", spelled).upper().split())
 
 
 def spell_number(n: int, ordinal: bool = False) -> str:
-  """Spells an integer 0..999999 the way LibriSpeech transcripts do.
+  """Spells an integer 0..999999 the way LibriSpeech transcripts do (with `num2words`).
 
   British "AND" after hundreds and before a final part under 100 ("ONE HUNDRED AND FIFTY",
   "TWO THOUSAND AND FIVE"), no hyphens ("TWENTY ONE"): both as in the LibriSpeech references.
@@ -89,38 +79,18 @@ def spell_number(n: int, ordinal: bool = False) -> str:
     Upper-case words separated by single spaces.
 
   Raises:
-    ValueError: n outside 0..999999.
+    ValueError: n outside 0..999999 (the range read with confidence; see `_read_any_number`).
   """
   if not 0 <= n <= 999999:
     raise ValueError(f"spell_number: expected 0..999999, got {n}")
-  thousands, rest = divmod(n, 1000)
-  words = []
-  if thousands:
-    words += _below_thousand(thousands) + ["THOUSAND"]
-    if rest and rest < 100:
-      words.append("AND")
-  if rest or not thousands:
-    words += _below_thousand(rest)
-  if ordinal:
-    last = words[-1]
-    if last in _ORDINAL_IRREGULAR:
-      last = _ORDINAL_IRREGULAR[last]
-    elif last.endswith("Y"):
-      last = last[:-1] + "IETH"
-    else:
-      last += "TH"
-    words[-1] = last
-  return " ".join(words)
+  return _words(num2words.num2words(n, to="ordinal" if ordinal else "cardinal"))
 
 
 def spell_year(n: int) -> str:
-  """Spells a year 1100..1999 in pairs: 1894 -> EIGHTEEN NINETY FOUR, 1707 -> SEVENTEEN O SEVEN."""
-  high, low = divmod(n, 100)
-  if low == 0:
-    return f"{_ONES[high]} HUNDRED"
-  if low < 10:
-    return f"{_ONES[high]} O {_ONES[low]}"
-  return f"{_ONES[high]} {spell_number(low)}"
+  """Spells a year in pairs, as LibriSpeech does: 1894 -> EIGHTEEN NINETY FOUR, 1707 ->
+  SEVENTEEN O SEVEN, 1900 -> NINETEEN HUNDRED, 2013 -> TWENTY THIRTEEN, 2005 -> TWO THOUSAND AND
+  FIVE."""
+  return re.sub(r"\bOH\b", "O", _words(num2words.num2words(n, to="year")))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,13 +149,51 @@ _FRACTIONS = {
   "1/8": "ONE EIGHTH",
 }
 _FRACTION_RE = re.compile(r"(?<![\w/])(\d+)/(\d+)(?![\w/])")
-_CURRENCY = {"$": ("DOLLAR", "DOLLARS"), "£": ("POUND", "POUNDS")}
-# An integer (optionally with thousands commas), with a currency sign before, and a decimal part
-# or an ordinal suffix after. Letters glued on ("6d", "8vo", "10s") make it unspellable.
+# Denominators read as a fraction by the lenient reading ("3/7" -> THREE SEVENTHS); with any other
+# the numbers are read one after the other ("9/11" -> NINE ELEVEN, "24/7").
+_FRACTION_DENOMINATORS = (2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 32, 64, 100)
+# Digits as symbols (superscripts, subscripts, circled or parenthesized numbers): each is read on
+# its own ("x²" -> X TWO, "①②③" -> ONE TWO THREE); NFKC would glue a run into one number.
+_DIGIT_SYMBOL_RE = re.compile(
+  "["
+  + "".join(
+    re.escape(chr(i))
+    for i in range(0x80, 0x3300)
+    if unicodedata.category(chr(i)) == "No"
+    and unicodedata.normalize("NFKC", chr(i)).strip("().").isdecimal()
+  )
+  + "]"
+)
+# "½", "1½" (NFKC would make "1½" the number 11 over 2): a space-separated n/d, "and" after a
+# whole number, as the references read "ONE AND ONE HALF CUPS".
+_VULGAR_FRACTION_RE = re.compile(r"(\d?)([\u00bc-\u00be\u2150-\u215e])")
+_ISO_DATE_RE = re.compile(r"(?<![\w.,/-])(\d{4})-(\d\d)-(\d\d)(?![\w/-])")
+_MONTHS = (
+  "JANUARY FEBRUARY MARCH APRIL MAY JUNE JULY AUGUST SEPTEMBER OCTOBER NOVEMBER DECEMBER".split()
+)
+# "1990s", "1800s", "'60s" (not "10s", which is shillings).
+_DECADE_RE = re.compile(r"(?<![\w.,])'?(1\d[1-9]0|1\d00|20[0-9]0|[2-9]0)'?s\b")
+_CURRENCY = {
+  "$": ("DOLLAR", "DOLLARS", "CENT", "CENTS"),
+  "£": ("POUND", "POUNDS", "PENNY", "PENCE"),
+  "€": ("EURO", "EUROS", "CENT", "CENTS"),
+}
+_CURRENCY_RE = re.compile(
+  r"(?<![\w.,])(?P<cur>[$£€])\s?(?P<int>\d{1,3}(?:,\d{3})+|\d+)(?P<dec>\.\d+)?(?![\w])"
+  r"(?:\s+(?P<scale>thousand|million|billion|trillion)\b)?",
+  re.IGNORECASE,
+)
+# An integer (optionally with thousands commas) with a decimal part or an ordinal suffix after.
+# Letters glued on ("6d", "8vo", "10s") make it unspellable.
 _NUMBER_RE = re.compile(
-  r"(?P<cur>[$£]\s?)?(?<![\w.,])(?P<int>\d{1,3}(?:,\d{3})+|\d+|(?=\.\d))"
+  r"(?<![\w.,])(?P<int>\d{1,3}(?:,\d{3})+|\d+|(?=\.\d))"
   r"(?:(?P<dec>\.\d+)|(?P<ord>st|nd|rd|th|d))?(?![\w])"
 )
+# From here on a number is read digit by digit, as card or serial numbers are (num2words also
+# overflows past 10**303).
+_READ_DIGIT_BY_DIGIT = 10**15
+# Digits left after every reading above: glued to letters ("8vo", "B2B").
+_DIGITS_RE = re.compile(r"\d+")
 # Letters that NFKD does not decompose into ASCII + combining marks.
 _FOLD = str.maketrans(
   {
@@ -225,39 +233,127 @@ def _spell_digits(digits: str) -> str:
   return " ".join(_ONES[int(d)] for d in digits)
 
 
-def _spell_number_match(match: "re.Match[str]") -> str:
-  """Spells one `_NUMBER_RE` match, padded with spaces; raises for what is not read aloud."""
-  text = match.group(0)
+def _cardinal(digits: str, lenient: bool) -> str:
+  """Spells an integer written with optional thousands commas.
+
+  Raises:
+    NormalizationError: "digits" over 999999 unless `lenient` (then num2words reads any size).
+  """
+  value = int(digits.replace(",", ""))
+  if value > 999999 and not lenient:
+    raise NormalizationError("digits", digits)
+  if value >= _READ_DIGIT_BY_DIGIT:
+    return _spell_digits(str(value))
+  return _words(num2words.num2words(value))
+
+
+def _plural(words: str) -> str:
+  """ "NINETEEN NINETY" -> "NINETEEN NINETIES", "EIGHTEEN HUNDRED" -> "EIGHTEEN HUNDREDS"."""
+  head, _, last = words.rpartition(" ")
+  last = last[:-1] + "IES" if last.endswith("Y") else last + "S"
+  return f"{head} {last}".strip()
+
+
+def _vulgar_fraction(match: "re.Match[str]") -> str:
+  whole, fraction = match.groups()
+  spelled = unicodedata.normalize("NFKC", fraction).replace("\u2044", "/")
+  return f" {whole} and {spelled} " if whole else f" {spelled} "
+
+
+def _digit_symbol(match: "re.Match[str]") -> str:
+  return " " + spell_number(int(unicodedata.normalize("NFKC", match.group(0)).strip("()."))) + " "
+
+
+def _iso_date(match: "re.Match[str]", lenient: bool) -> str:
+  """ "2013-01-05" -> JANUARY FIFTH TWENTY THIRTEEN; not a date: the three numbers (lenient)."""
+  year, month, day = (int(g) for g in match.groups())
+  if 1 <= month <= 12 and 1 <= day <= 31:
+    return f" {_MONTHS[month - 1]} {spell_number(day, ordinal=True)} {spell_year(year)} "
+  if not lenient:
+    raise NormalizationError("digits", match.group(0))
+  return " " + " ".join(_cardinal(g, lenient) for g in match.groups()) + " "
+
+
+def _decade(match: "re.Match[str]") -> str:
+  """ "1990s" -> NINETEEN NINETIES, "60s" -> SIXTIES."""
+  digits = match.group(1)
+  return (
+    " " + _plural(spell_year(int(digits)) if len(digits) == 4 else spell_number(int(digits))) + " "
+  )
+
+
+def _currency(match: "re.Match[str]", lenient: bool) -> str:
+  """ "$5" -> FIVE DOLLARS, "$3.50" -> THREE DOLLARS FIFTY CENTS, "$6.6 billion" -> SIX POINT SIX
+  BILLION DOLLARS."""
+  one, many, one_cent, many_cents = _CURRENCY[match.group("cur")]
+  amount = _cardinal(match.group("int"), lenient)
+  decimal, scale = match.group("dec"), match.group("scale")
+  cents = 0
+  if decimal and len(decimal) == 3 and not scale:
+    cents = int(decimal[1:])
+  elif decimal:
+    amount += " POINT " + _spell_digits(decimal[1:])
+  if scale:
+    return f" {amount} {scale.upper()} {many} "
+  spoken = f"{amount} {one if amount == 'ONE' else many}"
+  if cents:
+    spoken += f" {spell_number(cents)} {one_cent if cents == 1 else many_cents}"
+  return f" {spoken} "
+
+
+def _fraction(match: "re.Match[str]", lenient: bool) -> str:
+  """ "3/4" -> THREE QUARTERS; lenient: "3/7" -> THREE SEVENTHS, "9/11" -> NINE ELEVEN."""
+  key = match.group(0)
+  if key in _FRACTIONS:
+    return " " + _FRACTIONS[key] + " "
+  if not lenient:
+    raise NormalizationError("digits", key)
+  numerator, denominator = (int(g) for g in match.groups())
+  if not 0 < numerator < denominator or denominator not in _FRACTION_DENOMINATORS:
+    return f" {_cardinal(match.group(1), lenient)} {_cardinal(match.group(2), lenient)} "
+  part = {2: "HALF", 4: "QUARTER"}.get(denominator) or spell_number(denominator, ordinal=True)
+  if numerator > 1:
+    part = "HALVES" if part == "HALF" else _plural(part)
+  return f" {spell_number(numerator)} {part} "
+
+
+def _spell_number_match(match: "re.Match[str]", lenient: bool) -> str:
+  """Spells one `_NUMBER_RE` match, padded with spaces.
+
+  Raises:
+    NormalizationError: "digits" for what is not read aloud with confidence, unless `lenient`.
+  """
   digits = match.group("int").replace(",", "")
-  if not digits:  # ".55 of an inch"
-    if match.group("cur"):
-      raise NormalizationError("digits", text)
-    return f" POINT {_spell_digits(match.group('dec')[1:])} "
-  value = int(digits)
-  currency = (match.group("cur") or "").strip()
-  suffix = match.group("ord")
   decimal = match.group("dec")
-  if value > 999999:
-    raise NormalizationError("digits", text)
+  if not digits:  # ".55 of an inch"; or nothing at all where ".55" is glued to letters
+    return f" POINT {_spell_digits(decimal[1:])} " if decimal else match.group(0)
+  value = int(digits)
+  suffix = match.group("ord")
   if suffix:
     # "2d"/"3d" are old ordinals; "6d" is pence and must not become SIXTH.
     if suffix == "d" and not (value % 10 in (2, 3) and value % 100 not in (12, 13)):
-      raise NormalizationError("digits", text)
-    if currency:
-      raise NormalizationError("digits", text)
-    return " " + spell_number(value, ordinal=True) + " "
+      if not lenient:
+        raise NormalizationError("digits", match.group(0))
+      return f" {_cardinal(digits, lenient)} D "
+    if value > 999999 and not lenient:
+      raise NormalizationError("digits", match.group(0))
+    if value >= _READ_DIGIT_BY_DIGIT:
+      return f" {_cardinal(digits, lenient)} "
+    return " " + _words(num2words.num2words(value, to="ordinal")) + " "
   if decimal:
-    if currency:
-      raise NormalizationError("digits", text)
-    return f" {spell_number(value)} POINT {_spell_digits(decimal[1:])} "
-  if currency:
-    singular, plural = _CURRENCY[currency]
-    return f" {spell_number(value)} {singular if value == 1 else plural} "
+    return f" {_cardinal(digits, lenient)} POINT {_spell_digits(decimal[1:])} "
   # A 4-digit number without a comma in 1100..1999 is read as a year or in hundreds, which is
   # also how "1500 men" is read aloud (FIFTEEN HUNDRED).
   if len(digits) == 4 and "," not in match.group("int") and 1100 <= value <= 1999:
     return " " + spell_year(value) + " "
-  return " " + spell_number(value) + " "
+  return " " + _cardinal(digits, lenient) + " "
+
+
+def _glued_digits(match: "re.Match[str]") -> str:
+  """Digits glued to letters ("8vo", "x2345678"): a short run as a number, a long one digit by
+  digit (no one reads an exponent "²³⁴⁵⁶⁷⁸" as two million)."""
+  digits = match.group(0)
+  return f" {_cardinal(digits, True) if len(digits) <= 4 else _spell_digits(digits)} "
 
 
 def _expand_abbreviations(text: str) -> tuple[str, int]:
@@ -271,44 +367,101 @@ def _expand_abbreviations(text: str) -> tuple[str, int]:
   return text, n_saint + n_street + n_number + n_other
 
 
-def _fraction(match: "re.Match[str]") -> str:
-  key = match.group(0)
-  if key not in _FRACTIONS:
-    raise NormalizationError("digits", key)
-  return " " + _FRACTIONS[key] + " "
+def _spell_numbers(text: str, sentence: str, lenient: bool) -> tuple[str, int]:
+  """Spells the dates, decades, amounts, fractions and numbers of `text`.
 
-
-def _spell_numbers(text: str, sentence: str) -> tuple[str, int]:
-  """Spells the fractions and numbers of `text`; returns (text, number spelled).
+  Returns:
+    (text, number of readings).
 
   Raises:
-    NormalizationError: "digits" (naming `sentence`) for a digit left unspelled.
+    NormalizationError: "digits" (naming `sentence`) for a digit left unspelled, unless
+      `lenient`: then every digit is read somehow (num2words for any size, glued digits apart).
   """
-  text, n_fractions = _FRACTION_RE.subn(_fraction, text)
-  text, n_numbers = _NUMBER_RE.subn(_spell_number_match, text)
-  if _DIGIT_RE.search(text):
+  count = 0
+  readings = (
+    (_ISO_DATE_RE, lambda m: _iso_date(m, lenient)),
+    (_DECADE_RE, _decade),
+    (_CURRENCY_RE, lambda m: _currency(m, lenient)),
+    (_FRACTION_RE, lambda m: _fraction(m, lenient)),
+    (_NUMBER_RE, lambda m: _spell_number_match(m, lenient)),
+  )
+  for pattern, read in readings:
+    text, n = pattern.subn(read, text)
+    count += n
+  if lenient:
+    text, n = _DIGITS_RE.subn(_glued_digits, text)
+    count += n
+  elif _DIGIT_RE.search(text):
     raise NormalizationError("digits", sentence)
-  return text, n_fractions + n_numbers
+  return text, count
 
 
-def _upper_ascii_words(text: str, sentence: str) -> str:
+def _unrepresentable(char: str) -> bool:
+  """A character A-Z cannot spell and that is not punctuation: a letter, digit or symbol outside
+  ASCII (CJK, Greek, emoji, ©), but not a modifier (skin tones) or a mark."""
+  category = unicodedata.category(char)
+  return not char.isascii() and category[0] in "LNS" and category != "Sk"
+
+
+def _upper_ascii_words(text: str, sentence: str, keep_unknown: bool) -> tuple[str, int]:
   """Folds accents, upper-cases and keeps only A-Z words with inner apostrophes.
 
+  Args:
+    text: the text after abbreviations and numbers are spelled.
+    sentence: the original sentence, for the error.
+    keep_unknown: keep each character A-Z cannot spell (`_unrepresentable`) as a word of its own,
+      which the tokenizer maps to [UNK] (KenLM to <unk>), instead of raising or dropping it.
+
+  Returns:
+    (normalized text, number of unrepresentable characters kept).
+
   Raises:
-    NormalizationError: "non_latin" (naming `sentence`) for a letter that does not fold to A-Z.
+    NormalizationError: "non_latin" (naming `sentence`) for a letter that does not fold to A-Z,
+      unless `keep_unknown`.
   """
   if not text.isascii():
     # Fold accents: NFKD splits "é" into "e" + a combining mark, which is then dropped.
     text = unicodedata.normalize("NFKD", text.translate(_FOLD))
     text = _COMBINING_RE.sub("", text)
   text = text.upper()
-  if _NON_ASCII_LETTER_RE.search(text):
-    raise NormalizationError("non_latin", sentence)
+  unknown = 0
+  if not text.isascii():
+    if not keep_unknown and _NON_ASCII_LETTER_RE.search(text):
+      raise NormalizationError("non_latin", sentence)
+    if keep_unknown:
+      # \x01 fences each kept character through the A-Z filter below.
+      unknown = sum(map(_unrepresentable, text))
+      text = "".join(f" \x01{c}\x01 " if _unrepresentable(c) else c for c in text)
   # Keep apostrophes only inside words; everything that is not A-Z becomes a space (this also
   # turns hyphens and dashes into spaces: "TO-MORROW" -> "TO MORROW", as in the references).
   text = _WORD_APOSTROPHE_RE.sub("\x00", text)
-  text = re.sub(r"[^A-Z\x00]+", " ", text).replace("\x00", "'")
-  return " ".join(text.split())
+  text = re.sub(r"[^A-Z\x00\x01]+|\x01[^\x01]\x01", _keep_fenced, text).replace("\x00", "'")
+  return " ".join(text.split()), unknown
+
+
+def _keep_fenced(match: "re.Match[str]") -> str:
+  """A fenced kept character -> itself; anything else the filter matched -> a space."""
+  piece = match.group(0)
+  return piece[1] if piece.startswith("\x01") else " "
+
+
+def _librispeech(
+  sentence: str, lenient: bool, keep_unknown: bool, counts: Optional[collections.Counter] = None
+) -> tuple[str, int]:
+  """`normalize_librispeech` with the evaluation options; returns (text, unknown characters)."""
+  # \x00 and \x01 mark apostrophes and kept characters in `_upper_ascii_words`.
+  text = re.sub("[\x00\x01]", " ", sentence)
+  text = _VULGAR_FRACTION_RE.sub(_vulgar_fraction, text)
+  text = _DIGIT_SYMBOL_RE.sub(_digit_symbol, text)
+  text = unicodedata.normalize("NFKC", text).translate(_QUOTES)
+  text, n_abbrev = _expand_abbreviations(text)
+  text, n_numbers = _spell_numbers(text, sentence, lenient)
+  text = text.replace("&", " AND ").replace("%", " PERCENT ")
+  text, unknown = _upper_ascii_words(text, sentence, keep_unknown)
+  if counts is not None:
+    counts["edits/abbreviations_expanded"] += n_abbrev
+    counts["edits/numbers_spelled"] += n_numbers
+  return text, unknown
 
 
 def normalize_librispeech(sentence: str, counts: Optional[collections.Counter] = None) -> str:
@@ -316,15 +469,19 @@ def normalize_librispeech(sentence: str, counts: Optional[collections.Counter] =
 
   Upper case; abbreviations spelled as read (Mr. -> MISTER, Mrs. -> MISSUS, Dr. -> DOCTOR,
   St. -> SAINT/STREET, e.g. -> FOR EXAMPLE, etc. -> ET CETERA, No. 7 -> NUMBER SEVEN);
-  numbers spelled out: integers 0..999999 ("ONE HUNDRED AND FIFTY"), years 1100..1999 in pairs
-  ("EIGHTEEN NINETY FOUR", "SEVENTEEN O SEVEN"), ordinals 1st/2nd/3rd/4th/2d ("TWENTY FIRST"),
-  decimals ("THREE POINT ONE FOUR"), $/£ amounts, common fractions; "&" -> AND, "%" -> PERCENT;
-  accented letters folded to ASCII (café -> CAFE, Æ -> AE); hyphens and dashes -> spaces; all
-  other punctuation removed, except apostrophes between two letters (O'BRIEN'S, DON'T); a leading
-  or trailing apostrophe ('TIS, SOLDIERS') is removed, as in the LibriSpeech references.
+  numbers spelled out with `num2words`: integers 0..999999 ("ONE HUNDRED AND FIFTY"), years
+  1100..1999 in pairs ("EIGHTEEN NINETY FOUR", "SEVENTEEN O SEVEN"), decades ("1990s" ->
+  NINETEEN NINETIES), ISO dates ("2013-01-05" -> JANUARY FIFTH TWENTY THIRTEEN), ordinals
+  1st/2nd/3rd/4th/2d ("TWENTY FIRST"), decimals ("THREE POINT ONE FOUR"), $/£/€ amounts ("$3.50"
+  -> THREE DOLLARS FIFTY CENTS, "$6.6 billion" -> SIX POINT SIX BILLION DOLLARS), common
+  fractions ("3/4", "1½" -> ONE AND ONE HALF); "&" -> AND, "%" -> PERCENT; accented letters
+  folded to ASCII (café -> CAFE, Æ -> AE); hyphens and dashes -> spaces; all other punctuation
+  and symbols removed, except apostrophes between two letters (O'BRIEN'S, DON'T); a leading or
+  trailing apostrophe ('TIS, SOLDIERS') is removed, as in the LibriSpeech references.
   Why spell numbers rather than drop sentences with digits: the references spell them
   ("EIGHTEEN SIXTY THREE", "FIVE HUNDRED AND SIXTY") and dropping would bias the corpus against
   dates and quantities; numbers we cannot say with confidence are dropped instead (see Raises).
+  Evaluation text, which must never be dropped, goes through `normalizer` instead.
 
   Example: "Mr. O'Brien's café, 1894!" -> "MISTER O'BRIEN'S CAFE EIGHTEEN NINETY FOUR".
 
@@ -338,17 +495,9 @@ def normalize_librispeech(sentence: str, counts: Optional[collections.Counter] =
 
   Raises:
     NormalizationError: reason "digits" for a number that is not spelled (over 999999, "6d",
-      "8vo", "3/7", "$3.50"); reason "non_latin" for letters that do not fold to A-Z.
+      "8vo", "3/7"); reason "non_latin" for letters that do not fold to A-Z.
   """
-  text = unicodedata.normalize("NFKC", sentence).translate(_QUOTES)
-  text, n_abbrev = _expand_abbreviations(text)
-  text, n_numbers = _spell_numbers(text, sentence)
-  text = text.replace("&", " AND ").replace("%", " PERCENT ")
-  text = _upper_ascii_words(text, sentence)
-  if counts is not None:
-    counts["edits/abbreviations_expanded"] += n_abbrev
-    counts["edits/numbers_spelled"] += n_numbers
-  return text
+  return _librispeech(sentence, lenient=False, keep_unknown=False, counts=counts)[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,26 +505,44 @@ def normalize_librispeech(sentence: str, counts: Optional[collections.Counter] =
 # ---------------------------------------------------------------------------------------------
 
 
-def _lenient_librispeech(text: str) -> str:
-  """`normalize_librispeech` for a sentence it refuses: digits read one by one, ASCII folding.
+@dataclasses.dataclass(frozen=True)
+class Normalized:
+  """One evaluation sentence after normalization.
 
-  The reader says "$3.50" or "1,000,000" somehow; digit by digit is the reading that keeps every
-  token, and ASCII folding drops what cannot be spelled in A-Z.
+  Attributes:
+    text: the normalized text.
+    fallback: the strict reading refused a number, which the lenient reading then spelled
+      ("x²³⁴⁵⁶⁷⁸", "12,000,000", "6d"): the text is a guess at how it is read.
+    unknown: characters A-Z cannot spell (emoji, CJK, Greek) kept as words of their own, which the
+      tokenizer maps to [UNK] (KenLM to <unk>) so that they cost probability.
   """
-  spelled = re.sub(r"\d", lambda m: f" {spell_number(int(m.group()))} ", text)
-  folded = unicodedata.normalize("NFKD", spelled).encode("ascii", "ignore").decode("ascii")
-  return normalize_librispeech(folded)
+
+  text: str
+  fallback: bool = False
+  unknown: int = 0
 
 
-def normalizer(name: str, stats: dict) -> Callable[[str], str]:
-  """A function str -> str applying the named normalization to evaluation text.
+def _normalize_for_scoring(text: str) -> Normalized:
+  """LibriSpeech normalization that never raises and never drops a character silently."""
+  try:
+    spelled, unknown = _librispeech(text, lenient=False, keep_unknown=True)
+    return Normalized(spelled, False, unknown)
+  except NormalizationError:
+    spelled, unknown = _librispeech(text, lenient=True, keep_unknown=True)
+    return Normalized(spelled, True, unknown)
+
+
+def normalizer(name: str) -> Callable[[str], Normalized]:
+  """A function str -> `Normalized` applying the named normalization to evaluation text.
 
   Unlike corpus preparation, which drops a sentence `normalize_librispeech` refuses, evaluation
-  must score every sentence: a refused one goes through a lenient reading instead.
+  must score every sentence and never raises: a number the strict reading refuses is read
+  leniently (flagged `fallback`), and a character A-Z cannot spell is kept for the tokenizer to
+  map to [UNK] (counted in `unknown`), so "😀😀😀" never scores as an empty sentence.
+  "none" passes the text through (the tokenizer maps what its vocab lacks to [UNK] itself).
 
   Args:
     name: one of NORMALIZATIONS.
-    stats: dict; "normalization_fallbacks" counts the sentences that needed the lenient path.
 
   Raises:
     ValueError: for an unknown name.
@@ -383,13 +550,5 @@ def normalizer(name: str, stats: dict) -> Callable[[str], str]:
   if name not in NORMALIZATIONS:
     raise ValueError(f"unknown normalization {name!r}; expected one of {NORMALIZATIONS}")
   if name == "none":
-    return lambda text: text
-
-  def librispeech(text):
-    try:
-      return normalize_librispeech(text)
-    except NormalizationError:
-      stats["normalization_fallbacks"] = stats.get("normalization_fallbacks", 0) + 1
-      return _lenient_librispeech(text)
-
-  return librispeech
+    return Normalized
+  return _normalize_for_scoring

@@ -35,7 +35,9 @@ on where it stopped, and training resumes from its last checkpoint):
 
 import datetime
 import json
+import logging as std_logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -44,8 +46,10 @@ from absl import app
 from absl import flags
 from absl import logging
 
+import cli
 import io_utils
 import machine
+import progress
 
 FLAGS = flags.FLAGS
 
@@ -72,6 +76,9 @@ MODES = {
     "learning_rate": 1e-3,
     "budget_minutes": 1.0,
     "calibration_steps": 20,
+    # Progress lines and checkpoints per training run (a short log; resume loses <= half a run).
+    "train_log_lines": 5,
+    "train_checkpoints": 2,
     "ngram_order": 5,
     "discount_fallback": True,
     "sts_max_pairs": 200,
@@ -91,6 +98,8 @@ MODES = {
     "learning_rate": 5e-4,
     "budget_minutes": 40.0,
     "calibration_steps": 60,
+    "train_log_lines": 20,
+    "train_checkpoints": 10,
     "ngram_order": 5,
     "discount_fallback": False,
     "sts_max_pairs": None,
@@ -209,34 +218,73 @@ def run_stage(work_dir, name, key, outputs, args):
   """Runs step `name` (see run_step) unless its stamp says it is complete.
 
   Complete: stamps/<name>.json holds this exact `key` and every path of
-  `outputs` exists (io_utils.read_stamp).
+  `outputs` exists (io_utils.read_stamp). Otherwise `outputs` are removed first.
   """
   stamp = os.path.join(work_dir, "stamps", name + ".json")
   if io_utils.read_stamp(stamp, key, outputs) is not None:
     return
   io_utils.remove_stamp(stamp)
+  for path in outputs:  # a rerun starts afresh (run_rescoring.py merges into an existing result)
+    if os.path.exists(path):
+      os.remove(path)
   run_step(work_dir, name, args)
   io_utils.write_stamp(stamp, key)
 
 
+# Lines of a step's output that its log keeps but the console does not show: TensorFlow's
+# start-up notes and CUDA probe on a machine without a GPU (printed before TF's log level
+# applies, so TF_CPP_MIN_LOG_LEVEL cannot hide them, and level 3 would hide real errors too),
+# and the checkpoint writer's timing notes. Errors and warnings of any other kind still show.
+CONSOLE_NOISE = re.compile(
+  r"^WARNING: All log messages before absl::InitializeLog\(\) is called"
+  r"|^[IWE]\d{4} [\d:. ]+\d+ (port|cudart_stub|cuda_platform|cuda_executor|cpu_feature_guard)"
+  r"\.cc:\d+\]"
+  r"|Sharding callback duration"
+)
+# absl's line prefix ("I1124 10:18:18.123456 140213 run_sts.py:97] "): the console keeps its
+# level letter for warnings and errors only.
+_ABSL_PREFIX = re.compile(r"^([IWEF])\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] ")
+
+
+def console_line(line):
+  """How a line of a step's output shows on the console: None to hide it, else the line with
+  absl's prefix shortened (the step's log keeps the line as it was)."""
+  if CONSOLE_NOISE.search(line):
+    return None
+  match = _ABSL_PREFIX.match(line)
+  if match:
+    level = "" if match.group(1) == "I" else f"{match.group(1)} "
+    line = level + line[match.end() :]
+  return line
+
+
 def run_step(work_dir, name, args):
-  """Runs `python <args>` in the repository, its output to logs/<name>.log
-  and, line by line, to our stderr; raises with the log's tail on failure."""
+  """Runs `python <args>` in the repository; raises with the log's tail on failure.
+
+  All its output goes to logs/<name>.log. Its stderr (progress, warnings, errors) also goes line
+  by line to our stderr (see console_line); its stdout (results, which its result files hold
+  too, and which the report gathers) does not, so the console stays short.
+  """
   log_path = os.path.join(work_dir, "logs", name + ".log")
   os.makedirs(os.path.dirname(log_path), exist_ok=True)
   cmd = [sys.executable] + args
-  logging.info("[%s] %s", name, " ".join(cmd))
+  # The whole command line heads the log; the console names the script.
+  logging.info("[%s] python %s ... (command and output: %s)", name, args[0], log_path)
   start = time.time()
   with open(log_path, "a", encoding="utf-8") as log:
     log.write(f"\n# {datetime.datetime.now().isoformat()} {' '.join(cmd)}\n")
-    proc = subprocess.Popen(
-      cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    for line in proc.stdout:
+    log.flush()
+    # The step appends its stdout to the log itself (the file is open for appending).
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
       log.write(line)
       log.flush()
-      sys.stderr.write(f"[{name}] {line}")
+      shown = console_line(line)
+      if shown is not None:
+        sys.stderr.write(f"[{name}] {shown}")
     code = proc.wait()
+  if code == cli.EXIT_INPUT_ERROR:  # the step printed its one-line reason above
+    raise cli.InputError(f"stage {name} stopped on a wrong input; its log is {log_path}")
   if code != 0:
     with open(log_path, encoding="utf-8") as f:
       tail = "".join(f.readlines()[-30:])
@@ -324,8 +372,8 @@ def train_args(data_dir, s, model_type, output_dir, steps):
       "--output_dir=" + output_dir,
       f"--num_train_steps={steps:d}",
       f"--num_warmup_steps={max(1, steps // 10):d}",
-      f"--save_checkpoints_steps={max(20, steps // 10):d}",
-      f"--log_every_steps={max(10, steps // 20):d}",
+      f"--save_checkpoints_steps={max(20, steps // s['train_checkpoints']):d}",
+      f"--log_every_steps={max(10, steps // s['train_log_lines']):d}",
       "--max_eval_steps=50",
     ]
     + model_flags(s)
@@ -362,10 +410,11 @@ def stage_plan(work_dir, data_dir, s):
   return io_utils.write_stamp(path, key, record=plan)
 
 
-def stage_train(work_dir, data_dir, s, plan):
+def stage_train(work_dir, data_dir, s, plan, stages):
   """Trains each model to plan["train_steps"]; {type: model dir}."""
   dirs = {}
   for model_type in FLAGS.models:
+    stages.start("train_" + model_type)
     out = os.path.join(work_dir, "models", model_type)
     summary_path = os.path.join(out, "train_summary.json")
     done = (
@@ -479,6 +528,28 @@ def pppl_table(asr, sets=("dev_clean", "test_clean", "dev_other", "test_other"))
   return "\n".join(lines)
 
 
+def report_notes(report):
+  """Paragraphs that say what the report is: quick mode checks mechanics; why eval loss is "-"."""
+  setup, notes = report["setup"], []
+  if setup["mode"] == "quick":
+    books = f"{setup['max_books']:d} books" if setup.get("max_books") else "the books"
+    notes.append(
+      "**Quick mode checks the mechanics only**: tiny models trained a few steps on a slice of "
+      f"{books}, evaluated on a few lists and pairs, to show that every stage runs end to end. "
+      "Its numbers say nothing about T-TA; the meaningful tables are those of the full mode "
+      '(`bash scripts/reproduce.sh --mode=full`), in README.md, "Results of the full mode".'
+    )
+  if any(t["eval_loss"] is None for t in report["training"].values()):
+    why = "no evaluation ran"
+    if not setup.get("eval_sentences"):
+      why = (
+        "the data holds out no sentence for it (sentences are held out by whole book, and a "
+        "slice of few books may hold out none), so training ran without --eval_file"
+      )
+    notes.append(f'Eval loss is "-" where {why}.')
+  return [line for note in notes for line in (note, "")]
+
+
 def render_report(report):
   """The markdown report from the report dict (see `build_report`)."""
   setup = report["setup"]
@@ -491,6 +562,7 @@ def render_report(report):
     f"{setup['model']}, trained {setup['train_steps']:d} steps of {setup['batch_size']:d} "
     "sentences.",
     "",
+    *report_notes(report),
     "| model | train min | tokens/s | eval loss |",
     "|---|---:|---:|---:|",
   ]
@@ -556,6 +628,8 @@ def build_report(s, plan, data_stats, model_dirs, results):
       "finished": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
       "train_sentences": data_stats["train"]["sentences"],
       "train_tokens": data_stats["train"]["tokens"],
+      "eval_sentences": data_stats["eval"]["sentences"],
+      "max_books": s["max_books"],
       "vocab_size": data_stats["vocab_size"],
       "model": (
         f"{s['num_hidden_layers']:d} layers x {s['hidden_size']:d} hidden, "
@@ -578,31 +652,45 @@ def build_report(s, plan, data_stats, model_dirs, results):
 # ---------------------------------------------------------------------- main
 
 
+def stage_names():
+  """The job's stages in the order they run (stage i of n)."""
+  return ["data", "kenlm", "plan"] + [f"train_{t}" for t in FLAGS.models] + ["sts", "asr", "nmt"]
+
+
+def check_data():
+  """The absolute data root; cli.InputError naming each missing file and its source."""
+  with cli.user_input():
+    root = os.path.abspath(io_utils.data_root(FLAGS.data_dir))
+  missing = missing_data(root)
+  if missing:
+    raise cli.InputError(missing_data_message(root, missing))
+  return root
+
+
 def main(argv):
   del argv
   unknown = sorted(set(FLAGS.models) - set(MODEL_TYPES))
   if unknown:
     raise app.UsageError(f"--models: unknown {unknown} (choose from {MODEL_TYPES})")
-  try:
-    root = os.path.abspath(io_utils.data_root(FLAGS.data_dir))
-  except FileNotFoundError as e:
-    sys.stderr.write(f"{e}\n")
-    sys.exit(2)
-  missing = missing_data(root)
-  if missing:
-    sys.stderr.write(missing_data_message(root, missing) + "\n")
-    sys.exit(2)
+  root = check_data()
+  # The job's own lines: time, level, message (absl's prefix adds thread id and source line).
+  logging.get_absl_handler().setFormatter(
+    std_logging.Formatter("%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+  )
   s = settings()
   work_dir = os.path.abspath(FLAGS.work_dir or os.path.join(REPO, "runs", "reproduce", FLAGS.mode))
   os.makedirs(work_dir, exist_ok=True)
   logging.info("mode %s, work dir %s, data %s", FLAGS.mode, work_dir, root)
-  start = time.time()
+  stages = progress.Stages(stage_names())
 
+  stages.start("data")
   data_dir = stage_data(work_dir, root, s)
   data_stats = read_json(os.path.join(data_dir, "data_stats.json"))
+  stages.start("kenlm")
   kenlm_path = stage_kenlm(work_dir, data_dir, s)
+  stages.start("plan")
   plan = stage_plan(work_dir, data_dir, s)
-  model_dirs = stage_train(work_dir, data_dir, s, plan)
+  model_dirs = stage_train(work_dir, data_dir, s, plan, stages)
 
   key = {"checkpoints": _checkpoint_key(model_dirs), "data": root}
   results = {}
@@ -614,6 +702,7 @@ def main(argv):
   ]
   if s["sts_max_pairs"]:
     sts_args.append(f"--max_pairs={s['sts_max_pairs']:d}")
+  stages.start("sts")
   results["sts"] = stage_eval(
     work_dir, "sts", sts_args, "sts_results.json", dict(key, max_pairs=s["sts_max_pairs"])
   )
@@ -622,6 +711,7 @@ def main(argv):
     args = ["run_rescoring.py", "--task=" + task, "--data_dir=" + root, "--lm=" + ",".join(lms)]
     if max_lists:
       args.append(f"--max_lists={max_lists:d}")
+    stages.start(task)
     results[task] = stage_eval(
       work_dir,
       task,
@@ -635,13 +725,9 @@ def main(argv):
   io_utils.write_atomically(os.path.join(work_dir, "report.json"), json.dumps(report, indent=2))
   io_utils.write_atomically(os.path.join(work_dir, "report.md"), text)
   print(text)
-  logging.info(
-    "report: %s (%.1f min in this run)",
-    os.path.join(work_dir, "report.md"),
-    (time.time() - start) / 60,
-  )
+  logging.info("report: %s (%s in this run)", os.path.join(work_dir, "report.md"), stages.elapsed())
 
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  cli.run(main)

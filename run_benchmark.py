@@ -55,6 +55,7 @@ from absl import logging
 import numpy as np
 
 import benchmark_report
+import cli
 import flops
 import io_utils
 import machine
@@ -648,4 +649,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  cli.run(main)

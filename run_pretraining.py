@@ -25,6 +25,18 @@ AMX/AVX512_BF16):
     --vocab_file=data/vocab.txt --output_dir=runs/tta \\
     --num_train_steps=100000 --num_warmup_steps=5000
 
+Exit codes: 0 when --num_train_steps is reached (or already was); 75
+(EX_TEMPFAIL, `EXIT_UNFINISHED`) when SIGTERM/SIGINT or --train_minutes
+stopped the run before its last step, after saving a checkpoint: a
+scheduler (or a wrapper loop) should requeue it, and the same command
+resumes; 2 with one line on stderr (cli.py) for a wrong input, such as an
+--output_dir whose lock (run.lock; `training.output_dir_lock`) another live
+run holds: two runs never write one dir at once.
+
+--deterministic turns on TF op determinism and seeds Python, NumPy and TF
+with --seed: the same seed and data give the same losses, and a run killed
+(even kill -9) and restarted resumes bit-identically to one never stopped.
+
 Multi-worker: run the same command on every worker with TF_CONFIG set and
 --strategy=multi_worker; only the chief writes to --output_dir (the others
 write their checkpoints to a temporary directory, as the tf.distribute
@@ -62,10 +74,12 @@ os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 import dataclasses
 import inspect
 import json
+import sys
 
-from absl import app
 from absl import flags
+from absl import logging
 
+import cli
 import modeling
 import training
 
@@ -120,8 +134,11 @@ def params_from_flags(flag_values):
   """Builds `training.TrainParams` from parsed absl flags."""
   fv = flag_values
   if not fv.output_dir:
-    raise app.UsageError("--output_dir is required")
-  overrides = json.loads(fv.config_json) if fv.config_json else {}
+    raise cli.InputError("--output_dir is required")
+  try:
+    overrides = json.loads(fv.config_json) if fv.config_json else {}
+  except ValueError as e:
+    raise cli.InputError(f"--config_json is not JSON: {e}") from None
   overrides.update({name: fv[name].value for name in _SIZE_FLAGS if fv[name].value is not None})
   values = {f.name: fv[f.name].value for f in _param_fields()}
   if values["bucket_boundaries"]:
@@ -129,11 +146,25 @@ def params_from_flags(flag_values):
   return training.TrainParams(config_overrides=overrides, **values)
 
 
+# os.EX_TEMPFAIL (sysexits.h): "try again later", a code schedulers read as requeue.
+EXIT_UNFINISHED = 75
+
+
 def main(argv):
   del argv
-  training.train(params_from_flags(flags.FLAGS))
+  # cli.run prints a cli.InputError (a bad flag; training.OutputDirBusy) as one line.
+  summary = training.train(params_from_flags(flags.FLAGS))
+  if not summary["finished"]:
+    logging.warning(
+      "stopped by %s at step %d before --num_train_steps: exiting %d so that the run is "
+      "requeued; the same command resumes it",
+      summary["stopped_by"],
+      summary["final_step"],
+      EXIT_UNFINISHED,
+    )
+    sys.exit(EXIT_UNFINISHED)
 
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  cli.run(main)

@@ -8,6 +8,8 @@ sentences, paper Table 7).
 
 LM scores are cached per LM (nbest.ScoreCache under --output_dir/cache), so a
 re-run, a new setting or an interrupted run never recomputes a sentence.
+Results merge by LM name into --output_dir/rescoring_results.json and .md, so
+LMs run one at a time into one directory add up to one table.
 
 Examples:
   # LibriSpeech ESPnet2 30-best, both first-pass settings:
@@ -24,13 +26,14 @@ import json
 import os
 import time
 
-from absl import app
 from absl import flags
 from absl import logging
 
+import cli
 import inference
 import io_utils
 import nbest
+import progress
 
 FLAGS = flags.FLAGS
 
@@ -74,42 +77,36 @@ flags.DEFINE_string(
 )
 flags.DEFINE_integer("max_lists", None, "Use only the first N lists of each set (quick runs).")
 flags.DEFINE_integer(
-  "chunk_size", 2000, "Sentences scored between cache writes and progress lines."
+  "chunk_size",
+  500,
+  "Sentences scored between cache writes; progress lines (rate, ETA) at most every 10 s.",
 )
 flags.DEFINE_integer("token_budget", 16384, "Tokens per forward pass.")
 
 _GRID = nbest.DEFAULT_GRID
 
 
-def cached_scores(lm, lm_id, texts, cache):
+def cached_scores(lm, lm_id, texts, cache, name):
   """{text: (sum of log-probs, scored tokens, truncated)} for every text.
 
   Scores only texts missing from the cache, in chunks; each chunk is stored
-  before the next begins, so an interrupted run resumes where it stopped.
+  before the next begins, so an interrupted run resumes where it stopped. Progress lines (rate,
+  ETA) name the LM by its short row name `name`.
   """
   texts = sorted(set(texts))
   done = cache.get_many(lm_id, texts) if cache is not None else {}
   todo = [t for t in texts if t not in done]
   logging.info(
-    "%s: %d distinct sentences, %d cached, %d to score", lm_id, len(texts), len(done), len(todo)
+    "%s: %d distinct sentences, %d cached, %d to score", name, len(texts), len(done), len(todo)
   )
-  start = time.time()
+  bar = progress.Progress(name, total=len(todo), unit="sentences")
   for begin in range(0, len(todo), FLAGS.chunk_size):
     chunk = todo[begin : begin + FLAGS.chunk_size]
     results = {t: [r.total, r.num_tokens, r.truncated] for t, r in zip(chunk, lm.score(chunk))}
     if cache is not None:
       cache.put_many(lm_id, results)
     done.update(results)
-    finished = begin + len(chunk)
-    rate = finished / max(time.time() - start, 1e-9)
-    logging.info(
-      "%s: scored %d/%d sentences (%.1f/s, ETA %.0f s)",
-      lm_id,
-      finished,
-      len(todo),
-      rate,
-      (len(todo) - finished) / rate,
-    )
+    bar.update(len(chunk))
   return done
 
 
@@ -145,6 +142,19 @@ def read_sets():
       "test": reader[FLAGS.format](FLAGS.test_file),
     }
   return sets, [(dev, test, FLAGS.settings) for dev, test in pairs]
+
+
+def check_settings(sets, runs):
+  """Before any scoring, that each --settings first pass has the scores it combines ("am" needs
+  decoder and ctc scores, which mlm-scoring JSON files lack); ValueError naming what is missing."""
+  for dev, test, settings in runs:
+    for setting in settings:
+      for name in (dev, test):
+        if setting and name:
+          try:
+            nbest.s2s_score(sets[name][0].hyps[0], setting)
+          except ValueError as e:
+            raise ValueError(f"--settings={setting}: {e}") from None
 
 
 def rerank_pair(dev, test, lm_dev, lm_test, setting, metric):
@@ -185,10 +195,107 @@ def markdown(rows, metric):
   return f"{metric.upper()} ({better})\n\n{table}\n"
 
 
+def evaluation_key():
+  """What the rows of one rescoring_results.json must share to sit in one table."""
+  if FLAGS.task == "nmt":
+    data = {"sets": ["wmt21"]}
+  elif FLAGS.format == "espnet":
+    data = {"pairs": FLAGS.pairs}
+  else:
+    data = {
+      "dev_file": os.path.abspath(FLAGS.dev_file),
+      "test_file": os.path.abspath(FLAGS.test_file),
+    }
+  return dict(data, task=FLAGS.task, format=FLAGS.format, max_lists=FLAGS.max_lists)
+
+
+def merge_rows(earlier, rows, path):
+  """`earlier` rows (of a results file) with this run's `rows`: a later run's LM replaces its own
+  rows only, so LMs run one at a time into one --output_dir add up to one table.
+
+  Raises:
+    cli.InputError: the earlier rows are of another evaluation (task, sets, --max_lists).
+  """
+  key = rows[0]["evaluation"] if rows else None
+  for row in earlier:
+    if row.get("evaluation") != key:
+      raise cli.InputError(
+        f"{path} holds results of another evaluation ({row.get('evaluation')}, this run: {key}); "
+        "use another --output_dir or remove the file"
+      )
+  names = {row["lm"] for row in rows}
+  return [row for row in earlier if row["lm"] not in names] + rows
+
+
+def write_results(rows, metric):
+  """Merges `rows` into rescoring_results.json and .md of --output_dir (see merge_rows).
+
+  Under a lock, so that two runs finishing at once cannot lose each other's rows; each file is
+  replaced atomically. Returns the merged rows.
+  """
+  path = os.path.join(FLAGS.output_dir, "rescoring_results.json")
+  with io_utils.exclusive_lock(path):
+    earlier = []
+    if os.path.exists(path):
+      with open(path, encoding="utf-8") as f:
+        try:
+          earlier = json.load(f)
+        except json.JSONDecodeError as e:
+          raise cli.InputError(f"{path}:{e.lineno}: not JSON ({e.msg}); remove it") from None
+    rows = merge_rows(earlier, rows, path)
+    io_utils.write_atomically(path, json.dumps(rows, indent=2))
+    io_utils.write_atomically(
+      os.path.join(FLAGS.output_dir, "rescoring_results.md"), markdown(rows, metric)
+    )
+  return rows
+
+
+def rescore_with(name, lm, lm_id, texts, cache, sets, runs, metric):
+  """One LM's row: its scores, perplexities and reranking results on every pair and setting."""
+  start = time.time()
+  scores = cached_scores(lm, lm_id, texts, cache, name)
+  row = {
+    "lm": name,
+    # Short; cache/lm_scores.models.json says what it stands for (nbest.ScoreCache.register).
+    "lm_id": lm_id,
+    "evaluation": evaluation_key(),
+    "scoring_seconds": time.time() - start,
+    "truncated": sum(scores[t][2] for t in texts),
+    "results": [],
+    "perplexity": {n: perplexity(l, scores) for n, l in sets.items()},
+  }
+  for dev, test, settings in runs:
+    for setting in settings:
+      result = rerank_pair(
+        sets.get(dev),
+        sets[test],
+        lm_table(sets[dev], scores) if dev else None,
+        lm_table(sets[test], scores),
+        setting,
+        metric,
+      )
+      result.update(dev=dev, test=test)
+      logging.info(
+        "%s %s %s: λ=%.2f %s %.2f -> %.2f (oracle %.2f)",
+        name,
+        test,
+        setting or "LM only",
+        result["lambda"],
+        metric,
+        result["first_pass"],
+        result["reranked"],
+        result["oracle"],
+      )
+      row["results"].append(result)
+  return row
+
+
 def main(argv):
   del argv
   metric = "bleu" if FLAGS.task == "nmt" else "wer"
-  sets, runs = read_sets()
+  with cli.user_input():
+    sets, runs = read_sets()
+    check_settings(sets, runs)
   if FLAGS.max_lists:
     sets = {k: v[: FLAGS.max_lists] for k, v in sets.items()}
   for name, lists in sets.items():
@@ -204,53 +311,34 @@ def main(argv):
   rows = []
   for spec in FLAGS.lm:
     name, _, spec = spec.rpartition("=")
-    lm = inference.load_lm(
-      spec, score_eos=FLAGS.score_eos, score_sos=FLAGS.score_sos, token_budget=FLAGS.token_budget
-    )
-    lm_id = json.dumps(inference.describe(lm), sort_keys=True)
-    start = time.time()
-    scores = cached_scores(lm, lm_id, texts, cache)
-    row = {
-      "lm": name or os.path.basename(spec.rstrip("/")),
-      "lm_id": json.loads(lm_id),
-      "scoring_seconds": time.time() - start,
-      "truncated": sum(scores[t][2] for t in texts),
-      "results": [],
-      "perplexity": {n: perplexity(l, scores) for n, l in sets.items()},
-    }
-    for dev, test, settings in runs:
-      for setting in settings:
-        result = rerank_pair(
-          sets.get(dev),
-          sets[test],
-          lm_table(sets[dev], scores) if dev else None,
-          lm_table(sets[test], scores),
-          setting,
-          metric,
-        )
-        result.update(dev=dev, test=test)
-        logging.info(
-          "%s %s %s: λ=%.2f %s %.2f -> %.2f (oracle %.2f)",
-          row["lm"],
-          test,
-          setting,
-          result["lambda"],
-          metric,
-          result["first_pass"],
-          result["reranked"],
-          result["oracle"],
-        )
-        row["results"].append(result)
-    rows.append(row)
-  table = markdown(rows, metric)
-  print(table)
+    with cli.user_input():
+      lm = inference.load_lm(
+        spec, score_eos=FLAGS.score_eos, score_sos=FLAGS.score_sos, token_budget=FLAGS.token_budget
+      )
+    identity = inference.describe(lm)
+    lm_id = inference.model_id(identity)
+    if cache is not None:
+      cache.register(lm_id, identity)
+    name = name or os.path.basename(spec.rstrip("/"))
+    rows.append(rescore_with(name, lm, lm_id, texts, cache, sets, runs, metric))
+  print(markdown(rows, metric))
   if FLAGS.output_dir:
-    io_utils.write_atomically(
-      os.path.join(FLAGS.output_dir, "rescoring_results.json"), json.dumps(rows, indent=2)
-    )
-    io_utils.write_atomically(os.path.join(FLAGS.output_dir, "rescoring_results.md"), table)
+    write_results(rows, metric)
+
+
+def _check_file_flags(values):
+  """--dev_file and --test_file go with --format=json or tsv, and those formats need both."""
+  given = [f"--{name}" for name in ("dev_file", "test_file") if values[name]]
+  if values["format"] == "espnet" and given:
+    raise flags.ValidationError(f"{' and '.join(given)} need --format=json or --format=tsv")
+  if values["format"] != "espnet" and len(given) < 2:
+    raise flags.ValidationError(f"--format={values['format']} needs --dev_file and --test_file")
+  return True
+
+
+flags.register_multi_flags_validator(["format", "dev_file", "test_file"], _check_file_flags)
 
 
 if __name__ == "__main__":
   flags.mark_flag_as_required("lm")
-  app.run(main)
+  cli.run(main)

@@ -14,12 +14,14 @@ import json
 import os
 import time
 
-from absl import app
 from absl import flags
 from absl import logging
+import numpy as np
 
+import cli
 import inference
 import io_utils
+import progress
 import sts_data
 
 FLAGS = flags.FLAGS
@@ -67,15 +69,30 @@ def parse_representation(name):
   return pooling, variant != "M"
 
 
-def evaluate_sts(lm, pairs, representation):
+# Sentences per sentence_vectors call; progress (rate, ETA) is reported between calls.
+ENCODE_CHUNK = 1000
+
+
+def encode(lm, sentences, pooling, masked, label):
+  """lm.sentence_vectors of `sentences` in chunks, logging progress as `label`: float32 [N, D]."""
+  bar = progress.Progress(label, total=len(sentences), unit="sentences")
+  parts = []
+  for begin in range(0, max(len(sentences), 1), ENCODE_CHUNK):  # no sentence: one call, [0, D]
+    chunk = sentences[begin : begin + ENCODE_CHUNK]
+    parts.append(lm.sentence_vectors(chunk, pooling=pooling, masked=masked))
+    bar.update(len(chunk))
+  return np.concatenate(parts)
+
+
+def evaluate_sts(lm, pairs, representation, label="encoding"):
   """Pearson x100 and Spearman x100 of cosine similarities on `pairs`.
 
-  Each distinct sentence is encoded once.
+  Each distinct sentence is encoded once; progress lines are logged as `label`.
   """
   pooling, masked = parse_representation(representation)
   sentences = sorted({s for p in pairs for s in (p.sent1, p.sent2)})
   index = {s: i for i, s in enumerate(sentences)}
-  vectors = lm.sentence_vectors(sentences, pooling=pooling, masked=masked)
+  vectors = encode(lm, sentences, pooling, masked, label)
   left = vectors[[index[p.sent1] for p in pairs]]
   right = vectors[[index[p.sent2] for p in pairs]]
   return sts_data.pearson_spearman(inference.cosine(left, right), [p.score for p in pairs])
@@ -96,7 +113,10 @@ def markdown_table(results, set_names):
 
 def main(argv):
   del argv
-  data_sets = {name: SETS[name][1](FLAGS.data_dir) for name in FLAGS.sets}
+  with cli.user_input():
+    data_sets = {name: SETS[name][1](FLAGS.data_dir) for name in FLAGS.sets}
+    for representation in FLAGS.representations:
+      parse_representation(representation)
   for name, pairs in data_sets.items():
     if FLAGS.max_pairs:
       data_sets[name] = pairs[: FLAGS.max_pairs]
@@ -104,7 +124,8 @@ def main(argv):
   results = []
   for spec in FLAGS.model_dir:
     row_name, _, spec = spec.rpartition("=")
-    lm = inference.load_lm(spec, token_budget=FLAGS.token_budget)
+    with cli.user_input():
+      lm = inference.load_lm(spec, token_budget=FLAGS.token_budget)
     row_name = row_name or os.path.basename(spec.rstrip("/"))
     for representation in FLAGS.representations:
       row = {
@@ -115,7 +136,8 @@ def main(argv):
       }
       for name, pairs in data_sets.items():
         start = time.time()
-        row["scores"][name] = evaluate_sts(lm, pairs, representation)
+        label = f"{row_name} {representation} {name}"
+        row["scores"][name] = evaluate_sts(lm, pairs, representation, label)
         logging.info(
           "%s %s %s: Pearson %.2f Spearman %.2f (%.1f s)",
           row_name,
@@ -134,6 +156,11 @@ def main(argv):
     io_utils.write_atomically(os.path.join(FLAGS.output_dir, "sts_results.md"), table)
 
 
+flags.register_validator(
+  "sets", lambda names: set(names) <= set(SETS), f"--sets: choose from {', '.join(SETS)}"
+)
+
+
 if __name__ == "__main__":
   flags.mark_flag_as_required("model_dir")
-  app.run(main)
+  cli.run(main)

@@ -30,7 +30,15 @@ MultiWorkerMirroredStrategy (keras-team/keras#20585). Its steps:
   * Stop requests (`StopRequest`, `_StopCondition`): a signal or the
     --train_minutes deadline on any worker stops all of them at the same
     step (a one-scalar all-reduce per loop), so none waits forever in a
-    collective.
+    collective. The summary's "finished" is False for a run stopped before
+    num_train_steps (run_pretraining.py then exits 75, to be requeued).
+  * One run per output dir (`output_dir_lock`): the chief holds an flock on
+    output_dir/run.lock; a second run is refused (`OutputDirBusy`), the lock
+    of a crashed run dies with it.
+  * Determinism (--deterministic): TF op determinism, Python/NumPy/TF seeded
+    with --seed, and the dropout streams restarted at every checkpoint as a
+    resumed run restarts them, so a run killed and resumed ends bit-identical
+    to one never stopped.
   * Logging (`_Throughput`): TensorBoard scalars in output_dir/train (loss,
     lr, accuracy, steps/s, tokens/s, GFLOP/s of `flops.training_flops`) and
     a progress line with ETA every --log_every_steps.
@@ -39,12 +47,15 @@ MultiWorkerMirroredStrategy (keras-team/keras#20585). Its steps:
     head also gets its inference logit scale calibrated there.
 """
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import math
 import os
 import shutil
 import signal
+import socket
 import threading
 import time
 
@@ -53,6 +64,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import cli
 import distribute_utils
 import flops
 import losses
@@ -142,7 +154,9 @@ class TrainParams:
     False,
   )
   train_minutes: float = _flag(
-    "Wall-clock budget; when used up the run saves a checkpoint and exits 0 (0: no limit).", 0.0
+    "Wall-clock budget; when used up the run saves a checkpoint and stops unfinished "
+    "(run_pretraining.py exits 75, EX_TEMPFAIL, to be requeued) (0: no limit).",
+    0.0,
   )
   output_layer: str = _flag(
     "softmax: tied vocabulary softmax; continuous: ELMo-C cosine loss against --target_embeddings.",
@@ -167,6 +181,12 @@ class TrainParams:
   )
   synthetic_data: bool = _flag("Random ids instead of --input_file (benchmarking).", False)
   synthetic_length: int = _flag("Mean sentence length of --synthetic_data.", 32)
+  deterministic: bool = _flag(
+    "TF op determinism (tf.config.experimental.enable_op_determinism): the same --seed and "
+    "data give the same losses, and a run resumed after a kill continues bit-identically "
+    "(same device kind and strategy; some GPU ops are slower or refuse to run).",
+    False,
+  )
   install_signal_handlers: bool = True
 
 
@@ -246,6 +266,75 @@ class _StopCondition(object):
 
   def uninstall(self):
     self.request.uninstall()
+
+
+# ---------------------------------------------------------- output dir lock
+
+LOCK_FILE = "run.lock"
+
+
+class OutputDirBusy(cli.InputError):
+  """Another live training run holds the lock of --output_dir (scripts: one line, exit 2)."""
+
+
+@contextlib.contextmanager
+def output_dir_lock(output_dir):
+  """Holds an exclusive lock on output_dir (an existing local dir) for the `with` body.
+
+  The lock is flock(2) on output_dir/run.lock; the file holds the owner's pid, host and start
+  time, for the message a second run gets. The kernel drops an flock when its process ends,
+  however it ends (kill -9 and power loss included), so a lock left by a crashed run is stale by
+  construction: its file remains with the dead owner's line, which the next run logs and takes
+  over. On a network file system the lock is as good as that file system's locking: Linux NFS
+  clients turn flock into an NFS byte-range lock that other hosts see; a file system that
+  refuses locks (ENOLCK, EOPNOTSUPP) gets a warning and no lock; some FUSE mounts accept flock
+  but lock for their own host only. Remote paths (gs://...) are not locked (a warning says so).
+
+  Raises:
+    OutputDirBusy: another run holds the lock.
+  """
+  if "://" in output_dir:
+    logging.warning("%s is not a local path: not locked against a second run", output_dir)
+    yield
+    return
+  path = os.path.join(output_dir, LOCK_FILE)
+  fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+  try:
+    locked = _flock_or_raise(fd, path, output_dir)
+    if locked:
+      previous = _lock_owner(fd)
+      if previous:
+        logging.warning("%s: the run that held it (%s) ended without releasing it", path, previous)
+      owner = f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%F %T')}"
+      os.ftruncate(fd, 0)
+      os.pwrite(fd, owner.encode("utf-8"), 0)
+    try:
+      yield
+    finally:
+      if locked:
+        os.ftruncate(fd, 0)  # an empty lock file: released cleanly
+  finally:
+    os.close(fd)  # drops the flock
+
+
+def _lock_owner(fd):
+  return os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+
+
+def _flock_or_raise(fd, path, output_dir):
+  """Takes the flock: True; False (with a warning) where the file system has no locks."""
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return True
+  except BlockingIOError:
+    raise OutputDirBusy(
+      f"--output_dir {output_dir} is in use by another training run "
+      f"({_lock_owner(fd) or 'owner unknown'}; lock file {path}): wait for it to end or choose "
+      "another --output_dir"
+    ) from None
+  except OSError as e:
+    logging.warning("cannot lock %s (%s): not protected against a second run", path, e)
+    return False
 
 
 # ---------------------------------------------------------- train and eval
@@ -651,6 +740,8 @@ class _Run(object):
         self._run_steps(self._steps_until_next_event(), stop)
         if _at_boundary(self.step, p.save_checkpoints_steps):
           self._save("interval")
+          if p.deterministic:
+            self._restart_random_streams()
         if self.evaluator and _at_boundary(self.step, p.eval_every_steps):
           self.eval_result = self.evaluator.run(self.step)
         reason = stop.reason()
@@ -660,6 +751,18 @@ class _Run(object):
           break
     finally:
       stop.uninstall()
+
+  def _restart_random_streams(self):
+    """Starts the train loop's random streams afresh, as a resumed run does.
+
+    Dropout draws from stateful random kernels whose seeds are fixed by the global seed, but
+    whose positions in their streams live in the traced function, not in the checkpoint: a
+    run resumed from this checkpoint starts them at the beginning. A fresh trace here does
+    the same, so that the run and any run resumed from its checkpoints draw the same masks.
+    """
+    self.train_loop = make_train_loop(
+      self.strategy, self.state.model, self.state.optimizer, self.params.use_xla
+    )
 
   def _steps_until_next_event(self):
     """Steps of the next tf.function call: up to --steps_per_loop, ending at
@@ -699,6 +802,11 @@ class _Run(object):
         stop.seconds_left(),
       )
 
+  @property
+  def finished(self):
+    """num_train_steps reached (a stop request may have come at the last step too)."""
+    return self.step >= self.params.num_train_steps
+
   def _save(self, why):
     self.last_path = self.state.manager.save(checkpoint_number=self.step)
     self.last_saved = self.step
@@ -708,7 +816,7 @@ class _Run(object):
     """Final checkpoint, eval and calibration; returns the run's summary."""
     if self.last_saved != self.step:
       self._save(self.stopped_by if self.stopped_by != "num_train_steps" else "final")
-    finished = self.step >= self.params.num_train_steps and self.stopped_by == "num_train_steps"
+    finished = self.finished and self.stopped_by == "num_train_steps"
     if self.evaluator and finished and not _at_boundary(self.step, self.params.eval_every_steps):
       self.eval_result = self.evaluator.run(self.step)
     self._calibrate_logit_scale()
@@ -763,6 +871,7 @@ class _Run(object):
         "replicas": self.strategy.num_replicas_in_sync,
         "start_step": self.start_step,
         "final_step": self.step,
+        "finished": self.finished,
         "skip_batches": self.skip_batches,
         "input_batches": int(self.state.input_batches.numpy()),
         "stopped_by": self.stopped_by,
@@ -778,26 +887,45 @@ class _Run(object):
 def train(params, strategy=None):
   """Trains (or resumes) according to `params`.
 
+  On the chief, the run holds `output_dir_lock(params.output_dir)` from before it reads the
+  latest checkpoint until its summary is written.
+
   Args:
     params: `TrainParams`.
     strategy: an existing strategy (tests); default from params.strategy.
 
   Returns:
-    dict summary: start_step, final_step, skip_batches, step_losses (the
-    per-step mean losses of this run), stopped_by, throughput figures, the
+    dict summary: start_step, final_step, finished (num_train_steps reached), skip_batches,
+    step_losses (the per-step mean losses of this run), stopped_by, throughput figures, the
     final eval (if any), checkpoint path.
+
+  Raises:
+    OutputDirBusy: another run holds the lock of params.output_dir.
   """
+  if params.deterministic:
+    tf.config.experimental.enable_op_determinism()
   strategy = strategy or distribute_utils.get_strategy(
     params.strategy, params.tpu, params.num_cpu_devices
   )
   write_dir = distribute_utils.worker_write_dir(params.output_dir, strategy)
   tf.io.gfile.makedirs(write_dir)
+  with contextlib.ExitStack() as lock:
+    if distribute_utils.is_chief(strategy):
+      lock.enter_context(output_dir_lock(params.output_dir))
+    summary = _train_locked(params, strategy, write_dir)
+  if write_dir != params.output_dir:
+    shutil.rmtree(write_dir, ignore_errors=True)
+  return summary
+
+
+def _train_locked(params, strategy, write_dir):
+  """The run of `train`, under the output dir's lock."""
   set_precision_policy(params.mixed_precision)
   _warn_if_bfloat16_is_emulated(params)
-  # input_pipeline's resume is exact only under the same global seed (tf.data
-  # folds it into its shuffle seeds).
-  tf.random.set_seed(params.seed)
-
+  # The seed of Python, NumPy and TF (model initialisation included);
+  # input_pipeline's resume is exact only under the same global TF seed
+  # (tf.data folds it into its shuffle seeds).
+  keras.utils.set_random_seed(params.seed)
   latest = model_dir.latest_checkpoint(params.output_dir)
   setup = training_setup.prepare_model(params, resuming=latest is not None)
   if distribute_utils.is_chief(strategy):
@@ -806,7 +934,4 @@ def train(params, strategy=None):
   state.restore_or_initialise(latest, params, setup.target_table)
   run = _Run(params, strategy, setup, state, latest)
   run.loop()
-  summary = run.finish()
-  if write_dir != params.output_dir:
-    shutil.rmtree(write_dir, ignore_errors=True)
-  return summary
+  return run.finish()

@@ -12,6 +12,7 @@ import tensorflow_text  # noqa: F401  (registers the tokenizer ops for loading)
 import export_saved_model
 import inference
 import modeling
+import normalization
 import tokenization
 
 WORDS = [
@@ -147,3 +148,80 @@ def test_empty_batch(exported):
   assert scores["total"].shape == (0,) and scores["truncated"].shape == (0,)
   vectors = loaded.signatures["encode"](texts=texts)
   assert vectors["context"].shape[0] == 0
+
+
+def test_raw_texts_with_case_punctuation_and_digits(exported):
+  """normalization "none": the signatures take raw `texts`, scored as the
+  Python path scores them (case, punctuation and digits included)."""
+  lm, loaded, _ = exported
+  raw = ["The Cat sat on 2 mats, far away!", "A DOG RAN 3 times."]
+  assert list(loaded.signatures["score"].structured_input_signature[1]) == ["texts"]
+  got = loaded.signatures["score"](texts=tf.constant(raw))
+  for i, result in enumerate(lm.score(raw)):
+    assert int(got["num_tokens"][i]) == result.num_tokens
+    assert float(got["total"][i]) == pytest.approx(result.total, abs=10 * ATOL[lm.model_type])
+
+
+# ------------------------------------------- a LibriSpeech-normalized model
+
+RAW = ["The cat sat on the mat.", "A dog ran 3 miles, far away!", "The cats' mat"]
+
+
+@pytest.fixture(scope="module")
+def exported_normalized(tokenizer, tmp_path_factory):
+  """(NeuralLM, loaded SavedModel, export dir) of a tta model trained on
+  LibriSpeech-normalized text."""
+  tf.keras.utils.set_random_seed(6)
+  config = tiny_config(
+    vocab_size=tokenizer.vocab_size,
+    hidden_size=16,
+    num_attention_heads=2,
+    intermediate_size=24,
+    max_position_embeddings=32,
+    normalization="librispeech",
+  )
+  lm = inference.NeuralLM(modeling.build_model(config, "tta"), tokenizer, max_seq_length=16)
+  assert lm.normalization == "librispeech"
+  export_dir = str(tmp_path_factory.mktemp("export") / "normalized")
+  export_saved_model.export(lm, export_dir)
+  return lm, tf.saved_model.load(export_dir), export_dir
+
+
+def test_normalized_model_takes_normalized_texts(exported_normalized):
+  """The input says what it must hold, and normalized text scores as the
+  Python path scores the raw sentence (which it normalizes itself)."""
+  lm, loaded, export_dir = exported_normalized
+  for name in export_saved_model.SIGNATURES:
+    inputs = loaded.signatures[name].structured_input_signature[1]
+    assert list(inputs) == ["normalized_texts"], (name, inputs)
+  with open(os.path.join(export_dir, "assets.extra", "tta_export.json")) as f:
+    assert json.load(f)["input"] == "normalized_texts"
+  normalized = [normalization.normalize_librispeech(s) for s in RAW]
+  assert normalized[1] == "A DOG RAN THREE MILES FAR AWAY"
+  got = loaded.signatures["score"](normalized_texts=tf.constant(normalized))
+  for i, result in enumerate(lm.score(RAW)):
+    n = result.num_tokens
+    assert int(got["num_tokens"][i]) == n
+    np.testing.assert_allclose(
+      got["token_logprobs"][i, 1 : n + 1], result.token_logprobs, atol=1e-5
+    )
+  vectors = loaded.signatures["encode"](normalized_texts=tf.constant(normalized))
+  np.testing.assert_allclose(
+    vectors["context"].numpy(), lm.sentence_vectors(RAW, pooling="context"), atol=1e-5
+  )
+
+
+@pytest.mark.parametrize(
+  "text", ["The cat sat on the mat.", "THE CAT SAT ON THE MAT.", "ROOM 101", "THE CAT, THE MAT"]
+)
+@pytest.mark.parametrize("signature", export_saved_model.SIGNATURES)
+def test_normalized_model_rejects_text_that_is_not(exported_normalized, text, signature):
+  """Never a silently different score: case, digits or punctuation fail the
+  call, naming the rule and the sentence (and only the offending one)."""
+  _, loaded, _ = exported_normalized
+  batch = tf.constant(["THE CAT'S MAT", text])
+  with pytest.raises(tf.errors.InvalidArgumentError) as error:
+    loaded.signatures[signature](normalized_texts=batch)
+  message = str(error.value)
+  assert "no lower-case letters, digits or punctuation other than apostrophes" in message
+  assert text in message and "THE CAT'S MAT" not in message

@@ -246,3 +246,64 @@ def test_identity_changes_with_the_weights_so_caches_never_mix_checkpoints(token
   variable.assign(variable + 1e-3)
   assert inference.describe(lm) != inference.describe(same)
   assert inference.describe(lm)["weights_sha256"] != inference.describe(same)["weights_sha256"]
+
+
+def test_identity_covers_vocab_tokenizer_and_scoring_options(tokenizer, tmp_path):
+  # A fixed vocab.txt in a model dir must not be served the scores cached for the old one.
+  lm = lm_for("tta", tokenizer)
+  out = str(tmp_path / "model")
+  model_dir.save_model_dir(lm.model, tokenizer.vocab_file, out)
+  before = inference.describe(inference.load_lm(out))
+  vocab = model_dir.vocab_path(out)
+  with open(vocab, encoding="utf-8") as f:
+    tokens = f.read().split("\n")
+  i, j = tokens.index("cat"), tokens.index("dog")
+  tokens[i], tokens[j] = tokens[j], tokens[i]  # same size, same weights, other words
+  with open(vocab, "w", encoding="utf-8") as f:
+    f.write("\n".join(tokens))
+  after = inference.describe(inference.load_lm(out))
+  assert before != after
+  assert inference.model_id(before) != inference.model_id(after)
+  assert inference.model_id(before).startswith("tta-") and len(inference.model_id(before)) == 20
+  # Every other option that changes a score changes the identity too.
+  base = inference.describe(lm)
+  cased = tokenization.FullTokenizer(tokenizer.vocab_file, do_lower_case=False)
+  for other in [
+    inference.NeuralLM(lm.model, cased),
+    inference.NeuralLM(lm.model, tokenizer, normalization="librispeech"),
+    inference.NeuralLM(lm.model, tokenizer, score_sos=True),
+    inference.NeuralLM(lm.model, tokenizer, score_eos=False),
+    inference.NeuralLM(lm.model, tokenizer, max_seq_length=16),
+  ]:
+    assert inference.model_id(inference.describe(other)) != inference.model_id(base)
+
+
+def test_no_sentences_give_an_empty_vector_array_for_every_kind(tokenizer):
+  for model_type in ("tta", "bilm", "unilm"):
+    lm = lm_for(model_type, tokenizer)
+    for pooling in inference.POOLINGS:
+      assert lm.sentence_vectors([], pooling=pooling).shape == (0, 32), (model_type, pooling)
+
+
+@pytest.mark.parametrize("model_type", ["tta", "bilm"])
+def test_characters_the_model_cannot_spell_cost_probability(tokenizer, model_type):
+  lm = lm_for(model_type, tokenizer, normalization="librispeech")
+  mixed, plain, emoji, empty = lm.score(
+    ["THE CAT 😀🐈 SAT 猫が ON THE MAT", "THE CAT SAT ON THE MAT", "😀😀😀", ""]
+  )
+  assert mixed.tokens.count("[UNK]") == 4 and mixed.unknown_chars == 4
+  assert mixed.total != plain.total and plain.unknown_chars == 0
+  assert emoji.tokens[:3] == ["[UNK]"] * 3 and emoji.unknown_chars == 3
+  assert emoji.num_tokens > empty.num_tokens
+  assert lm.stats["unknown_chars"] == 7
+
+
+@pytest.mark.parametrize("model_type", ["tta", "bilm", "unilm"])
+def test_one_odd_sentence_never_loses_the_batch(tokenizer, model_type):
+  lm = lm_for(model_type, tokenizer, normalization="librispeech")
+  odd = ["x²³⁴⁵⁶⁷⁸", "①②③", "²²²²²²²", "¹²³⁴⁵⁶⁷ people", "12,000,000 cats"]
+  scored = lm.score(odd + ["the cat"])
+  assert len(scored) == len(odd) + 1
+  assert [s.normalization_fallback for s in scored] == [False] * 4 + [True, False]
+  assert lm.stats["normalization_fallbacks"] == 1
+  assert lm.sentence_vectors(odd).shape == (len(odd), 32)

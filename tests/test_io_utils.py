@@ -65,3 +65,62 @@ def test_unit_hash_is_seeded_and_uniform():
   assert values != [io_utils.unit_hash(8, f"sentence {i}") for i in range(2000)]
   assert all(0 <= v < 1 for v in values)
   assert abs(sum(v < 0.25 for v in values) / len(values) - 0.25) < 0.05
+
+
+@pytest.fixture
+def umask_027():
+  """A umask other than the usual 022, so that the permissions must come from it."""
+  old = os.umask(0o027)
+  yield 0o027
+  os.umask(old)
+
+
+def test_results_and_export_dirs_get_the_umask_permissions(tmp_path, umask_027):
+  path = tmp_path / "results" / "rescoring_results.json"
+  io_utils.write_atomically(str(path), "{}\n")
+  assert path.stat().st_mode & 0o777 == 0o666 & ~umask_027
+  tmp = io_utils.make_temp_dir(str(tmp_path / "exports"), ".tta.")
+  assert os.path.basename(tmp).startswith(".tta.")
+  assert os.stat(tmp).st_mode & 0o777 == 0o777 & ~umask_027
+
+
+def test_an_export_dir_gets_the_umask_permissions(tmp_path, umask_027):
+  from conftest import tiny_config  # pylint: disable=g-import-not-at-top
+
+  import export_saved_model  # pylint: disable=g-import-not-at-top
+  import inference  # pylint: disable=g-import-not-at-top
+  import modeling  # pylint: disable=g-import-not-at-top
+  import tokenization  # pylint: disable=g-import-not-at-top
+
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + ["the", "cat"]) + "\n")
+  tokenizer = tokenization.FullTokenizer(str(vocab), do_lower_case=True)
+  config = tiny_config(vocab_size=tokenizer.vocab_size, hidden_size=8, num_attention_heads=2)
+  lm = inference.NeuralLM(modeling.build_model(config, "unilm"), tokenizer, max_seq_length=8)
+  export_dir = tmp_path / "export" / "unilm"
+  export_saved_model.export(lm, str(export_dir))
+  assert export_dir.stat().st_mode & 0o777 == 0o777 & ~umask_027
+
+
+def test_exclusive_lock_serialises_read_merge_writes(tmp_path):
+  import threading  # pylint: disable=g-import-not-at-top
+
+  path = str(tmp_path / "rows.txt")
+  io_utils.write_atomically(path, "")
+  order = []
+
+  def append(name):
+    with io_utils.exclusive_lock(path):
+      text = open(path, encoding="utf-8").read()
+      order.append(name)
+      io_utils.write_atomically(path, text + name + "\n")
+
+  with io_utils.exclusive_lock(path):
+    worker = threading.Thread(target=append, args=("second",))
+    worker.start()
+    worker.join(0.5)
+    assert worker.is_alive()  # waits for the lock
+    append_text = open(path, encoding="utf-8").read() + "first\n"
+    io_utils.write_atomically(path, append_text)
+  worker.join()
+  assert open(path, encoding="utf-8").read() == "first\nsecond\n"

@@ -1,7 +1,9 @@
 """Tests of model_dir.py: model dirs (old and new config.json), the latest
 checkpoint, and the TF1 (Google BERT / T-TA) checkpoint files."""
 
+import gc
 import json
+import logging
 import os
 
 from conftest import tiny_config
@@ -138,6 +140,67 @@ def test_missing_piece_is_named(tmp_path):
   tiny_config().to_json_file(str(tmp_path / "config.json"))
   with pytest.raises(FileNotFoundError, match="vocab.txt"):
     model_dir.load_model_dir(str(tmp_path))
+
+
+def _training_checkpoint(tmp_path):
+  """A model dir whose ckpt-5 holds the model and Adam's slots, as training writes it."""
+  tf.keras.utils.set_random_seed(6)
+  model = modeling.build_model(tiny_config(), "tta")
+  out = str(tmp_path / "trained")
+  model_dir.save_model_dir(model, _write_vocab(tmp_path / "vocab.txt"), out)
+  optimizer = tf.keras.optimizers.Adam()
+  ids = tf.ones([2, 5], tf.int32)
+  with tf.GradientTape() as tape:
+    loss = tf.reduce_sum(model({"input_ids": ids, "input_mask": ids})["sequence_output"])
+  grads = tape.gradient(loss, model.trainable_variables)
+  optimizer.apply_gradients(
+    [(g, v) for g, v in zip(grads, model.trainable_variables) if g is not None]
+  )
+  tf.train.Checkpoint(model=model, optimizer=optimizer).write(os.path.join(out, "ckpt-5"))
+  return out
+
+
+class _Records(logging.Handler):
+  def __init__(self):
+    super().__init__(logging.WARNING)
+    self.lines = []
+
+  def emit(self, record):
+    self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def tf_warnings():
+  """The messages TF's Python logger emits at WARNING or above during the test."""
+  records = _Records()
+  tf.get_logger().addHandler(records)
+  yield records.lines
+  tf.get_logger().removeHandler(records)
+
+
+def test_training_checkpoint_loads_for_inference_without_slot_warnings(tmp_path, tf_warnings):
+  out = _training_checkpoint(tmp_path)
+  model_dir.load_model_dir(out)
+  gc.collect()
+  assert tf_warnings == []
+
+
+def test_config_that_does_not_fit_the_checkpoint_names_file_variable_and_shapes(
+  tmp_path, tf_warnings
+):
+  out = _training_checkpoint(tmp_path)
+  config = json.loads(open(model_dir.config_path(out)).read())
+  config["hidden_size"] = 16
+  open(model_dir.config_path(out), "w").write(json.dumps(config))
+  with pytest.raises(model_dir.CheckpointMismatchError) as error:
+    model_dir.load_model_dir(out)
+  message = str(error.value)
+  assert message.startswith(f"{model_dir.config_path(out)} does not match checkpoint")
+  assert "position_embeddings has shape (16, 32) in the checkpoint but (16, 16)" in message
+  assert "hidden_size=16" in message
+  assert len(message.splitlines()) <= 4
+  gc.collect()
+  assert tf_warnings == []  # no per-slot "could not be found" / "unrestored values" lines
 
 
 # ------------------------------------------------------- TF1 checkpoint files

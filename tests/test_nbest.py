@@ -469,6 +469,9 @@ def test_json_reader_valid(tmp_path):
     (lambda d: d["utt-b"].pop("hyp_1"), 13, "no hyp_<n> entries"),
     (lambda d: d["utt-a"].update(hyp_4={"score": 1.0, "text": "x"}), 2, "hyp_1..hyp_N"),
     (lambda d: d["utt-a"].update(note="x"), 12, "unknown field 'note'"),
+    # Lone surrogates crashed the cache writer after scoring, naming no file.
+    (lambda d: d["utt-b"]["hyp_1"].update(text="oops \ud83d"), 15, "lone UTF-16 surrogate"),
+    (lambda d: d["utt-b"].update(ref="\ud83d hello"), 14, "ref: '\\ud83d' at character 0"),
   ],
 )
 def test_json_reader_rejects_malformed(tmp_path, mutate, line, message):
@@ -601,3 +604,35 @@ def test_score_cache_rejects_corrupt_middle_line(tmp_path):
   )
   with pytest.raises(ValueError, match=f"{path}:2: not a JSON cache record"):
     nbest.ScoreCache(str(path))
+
+
+def test_score_cache_never_loses_a_batch_to_one_text(tmp_path):
+  # A text UTF-8 cannot encode (a lone surrogate) once cut the write short: an empty or partial
+  # cache for the whole batch. Every line is written, and reads back as the same text.
+  path = str(tmp_path / "scores.jsonl")
+  cache = nbest.ScoreCache(path)
+  cache.put_many("m", {"before": 1})
+  cache.put_many("m", {"a": 2, "bad \ud83d": 3, "😀 ok": 4})
+  reopened = nbest.ScoreCache(path)
+  assert reopened.get_many("m", ["before", "a", "bad \ud83d", "😀 ok"]) == {
+    "before": 1,
+    "a": 2,
+    "bad \ud83d": 3,
+    "😀 ok": 4,
+  }
+  with open(path, encoding="utf-8") as f:
+    assert "😀 ok" in f.read()  # readable UTF-8 wherever it can be
+
+
+def test_score_cache_writes_each_model_identity_once_beside_it(tmp_path):
+  path = str(tmp_path / "cache" / "lm_scores.jsonl")
+  cache = nbest.ScoreCache(path)
+  cache.register("tta-0123", {"kind": "tta", "vocab_sha256": "ab"})
+  cache.register("kenlm-4567", {"kind": "kenlm"})
+  cache.put_many("tta-0123", {"a": 1})
+  with open(cache.models_path, encoding="utf-8") as f:
+    assert json.load(f) == {
+      "tta-0123": {"kind": "tta", "vocab_sha256": "ab"},
+      "kenlm-4567": {"kind": "kenlm"},
+    }
+  assert cache.models_path == str(tmp_path / "cache" / "lm_scores.models.json")

@@ -250,3 +250,71 @@ def test_normalization_travels_with_the_model(tmp_path):
   # Without an info file nothing is normalized.
   os.remove(ngram.model_info_path(out))
   assert inference.NgramLM(out).normalization == "none"
+
+
+@pytest.fixture(name="librispeech_arpa")
+def fixture_librispeech_arpa(arpa_path):
+  """The toy ARPA, described as trained on LibriSpeech-normalized text."""
+  with open(ngram.model_info_path(arpa_path), "w", encoding="utf-8") as f:
+    f.write('{"normalization": "librispeech"}')
+  return arpa_path
+
+
+def test_load_lm_honours_kenlm_arguments(librispeech_arpa):
+  import inference  # pylint: disable=g-import-not-at-top
+
+  spec = "kenlm:" + librispeech_arpa
+  assert inference.load_lm(spec).normalization == "librispeech"
+  lm = inference.load_lm(spec, normalization="none", score_eos=False, token_budget=64)
+  assert lm.normalization == "none"
+  (scored,) = lm.score(["a b"])
+  assert scored.tokens == ["a", "b"]  # not upper-cased into two <unk>, no </s>
+  assert inference.describe(lm)["normalization"] == "none"
+  assert inference.describe(lm) != inference.describe(inference.load_lm(spec))
+  with pytest.raises(TypeError, match="max_seq_length"):
+    inference.load_lm(spec, max_seq_length=16)
+
+
+def test_kenlm_scores_every_sentence_and_flags_what_normalization_could_not_spell(
+  librispeech_arpa,
+):
+  import inference  # pylint: disable=g-import-not-at-top
+
+  lm = inference.NgramLM(librispeech_arpa)
+  odd = ["x²³⁴⁵⁶⁷⁸", "①②③", "²²²²²²²", "¹²³⁴⁵⁶⁷ people", "12,000,000"]
+  scored = lm.score(odd + ["😀😀😀", ""])
+  assert len(scored) == len(odd) + 2
+  emoji, empty = scored[-2:]
+  # Three unknown words, each paying p(<unk>): never the score of an empty sentence.
+  assert emoji.tokens == ["😀", "😀", "😀", "</s>"]
+  assert emoji.unknown_chars == 3 and empty.unknown_chars == 0
+  assert emoji.total < empty.total
+  assert [s.normalization_fallback for s in scored] == [False] * 4 + [True, False, False]
+  assert lm.stats["normalization_fallbacks"] == 1
+  assert lm.stats["unknown_chars"] == 3
+
+
+def _score_file_cli(*args):
+  import subprocess  # pylint: disable=g-import-not-at-top
+
+  script = os.path.join(os.path.dirname(os.path.abspath(ngram.__file__)), "ngram.py")
+  return subprocess.run(
+    [sys.executable, script] + list(args),
+    capture_output=True,
+    text=True,
+    env=dict(os.environ, TTA_PROGRESS_SECONDS="0"),  # every progress line
+    timeout=120,
+  )
+
+
+def test_score_file_logs_progress_and_a_missing_file_is_one_line(tmp_path, arpa_path):
+  texts = tmp_path / "texts.txt"
+  texts.write_text("a b\nb\na\n")
+  result = _score_file_cli(f"--model={arpa_path}", f"--score_file={texts}")
+  assert result.returncode == 0, result.stderr
+  assert len(result.stdout.splitlines()) == 3
+  assert "toy.arpa: 3/3 sentences (100%), " in result.stderr and "ETA" in result.stderr
+  missing = _score_file_cli(f"--model={arpa_path}", f"--score_file={tmp_path}/absent")
+  assert missing.returncode == 2
+  assert missing.stderr.strip().splitlines()[-1].startswith("ngram.py: error: ")
+  assert "absent" in missing.stderr and "Traceback" not in missing.stderr

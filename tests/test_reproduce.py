@@ -8,7 +8,9 @@ import subprocess
 import sys
 
 from conftest import data_dir_or_skip
+import pytest
 
+import cli
 import reproduce
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -124,3 +126,80 @@ def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path):
     if name != "data.log":  # the data step runs and finds itself complete
       assert os.path.getsize(work / "logs" / name) == sizes[name], name
   assert json.loads((work / "report.json").read_text())["asr"] == report["asr"]
+
+
+def test_console_hides_startup_and_checkpoint_noise_but_not_errors():
+  noise = [
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",
+    "I0000 00:00:1795515239.445151    2974 port.cc:153] oneDNN custom operations are on.\n",
+    "I0000 00:00:1795515239.445457    2974 cudart_stub.cc:31] Could not find cuda drivers on "
+    "your machine, GPU will not be used.\n",
+    "E0000 00:00:1795515241.091868    2974 cuda_platform.cc:52] failed call to cuInit: INTERNAL: "
+    "CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)\n",
+    "I1124 10:18:18.123456 140213 checkpoint.py:123] Sharding callback duration: 34\n",
+  ]
+  assert [reproduce.console_line(l) for l in noise] == [None] * len(noise)
+  # Other lines show, with absl's prefix cut to its level letter (none for info).
+  assert (
+    reproduce.console_line("I1124 10:18:18.123456 140213 run_rescoring.py:97] T-TA: 10/10\n")
+    == "T-TA: 10/10\n"
+  )
+  assert (
+    reproduce.console_line("E1124 10:18:18.123456 140213 training.py:9] loss is NaN\n")
+    == "E loss is NaN\n"
+  )
+  real = "E0000 00:00:1795515241.1 2974 op_kernel.cc:1828] OP_REQUIRES failed: OOM\n"
+  assert reproduce.console_line(real) == "E OP_REQUIRES failed: OOM\n"
+  assert reproduce.console_line("Traceback (most recent call last):\n") is not None
+
+
+def _report(mode, eval_loss, eval_sentences):
+  return {
+    "setup": {
+      "mode": mode,
+      "command": "python reproduce.py",
+      "commit": "abc1234",
+      "machine": "2 cores",
+      "finished": "2026-11-24 10:00",
+      "train_sentences": 100,
+      "train_tokens": 1000,
+      "eval_sentences": eval_sentences,
+      "max_books": 8 if mode == "quick" else None,
+      "vocab_size": 2000,
+      "model": "3 layers x 128 hidden, 2 heads, FFN 512",
+      "train_steps": 60,
+      "batch_size": 32,
+    },
+    "training": {
+      "T-TA": {"wall_seconds": 60.0, "tokens_per_second": 900.0, "eval_loss": eval_loss}
+    },
+  }
+
+
+def test_quick_report_says_it_checks_mechanics_and_why_eval_loss_is_missing():
+  text = reproduce.render_report(_report("quick", None, 0))
+  assert "Quick mode checks the mechanics only" in text
+  assert "8 books" in text
+  assert 'README.md, "Results of the full mode"' in text
+  assert 'Eval loss is "-"' in text and "holds out no sentence" in text
+  assert "| T-TA | 1.0 | 900 | - |" in text
+  full = reproduce.render_report(_report("full", 4.2, 5000))
+  assert "Quick mode" not in full and "Eval loss is" not in full
+
+
+def test_a_step_shows_its_stderr_logs_everything_and_fails_by_kind(tmp_path, capfd):
+  code = (
+    "import sys; print('| results table |'); "
+    "sys.stderr.write('I0000 00:00:1.2 7 cudart_stub.cc:31] Could not find cuda drivers\\n'); "
+    "sys.stderr.write('T-TA: 5/10 sentences\\n')"
+  )
+  reproduce.run_step(str(tmp_path), "demo", ["-c", code])
+  shown = capfd.readouterr().err
+  assert "[demo] T-TA: 5/10 sentences" in shown
+  assert "results table" not in shown and "cuda" not in shown
+  log = (tmp_path / "logs" / "demo.log").read_text()
+  assert "| results table |" in log and "cuda drivers" in log and "T-TA: 5/10" in log
+  with pytest.raises(cli.InputError, match="stage bad_input stopped on a wrong input"):
+    reproduce.run_step(str(tmp_path), "bad_input", ["-c", "import sys; sys.exit(2)"])
+  with pytest.raises(RuntimeError, match="stage crash failed"):
+    reproduce.run_step(str(tmp_path), "crash", ["-c", "raise SystemExit(1)"])

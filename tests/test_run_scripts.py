@@ -3,6 +3,7 @@ on (slices of) the real evaluation sets."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -16,6 +17,7 @@ import model_dir
 import modeling
 import nbest
 import sts_data
+import tokenization
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
@@ -44,15 +46,30 @@ def model_dirs(tmp_path_factory):
   return dirs
 
 
-def run_script(script, *args):
-  result = subprocess.run(
+# Every progress line is logged (not one per 10 s), so that the tests see them.
+ENV = dict(os.environ, TTA_PROGRESS_SECONDS="0")
+
+
+def _run(script, args):
+  return subprocess.run(
     [sys.executable, os.path.join(ROOT, script)] + list(args),
     capture_output=True,
     text=True,
     cwd=ROOT,
     timeout=600,
+    env=ENV,
   )
+
+
+def run_script(script, *args):
+  result = _run(script, args)
   assert result.returncode == 0, result.stderr[-3000:]
+  return result
+
+
+def run_failing(script, *args):
+  result = _run(script, args)
+  assert result.returncode != 0
   return result
 
 
@@ -115,7 +132,7 @@ def test_rescoring_end_to_end_and_cache_resume(model_dirs, tmp_path):
 def test_sts_end_to_end(model_dirs, tmp_path):
   data_dir = data_dir_or_skip()
   out = str(tmp_path / "sts")
-  run_script(
+  result = run_script(
     "run_sts.py",
     "--model_dir=" + model_dirs["tta"],
     "--representations=context,embed",
@@ -146,3 +163,137 @@ def test_sts_end_to_end(model_dirs, tmp_path):
   assert spearman == pytest.approx(want[1], abs=1.0)
   with open(os.path.join(out, "sts_results.md")) as f:
     assert "| STS-B dev | SICK test |" in f.read()
+  # Encoding progress names model, representation and set, with rate and ETA.
+  assert re.search(
+    r"tta context stsb_dev: \d+/\d+ sentences \(100%\), [\d.]+/s, .* ETA", result.stderr
+  )
+
+
+# ------------------------------------------- errors, merged results, progress: tiny inputs
+
+WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran"]
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+  """A tiny random T-TA model dir with an 8-word vocab (no shared data needed)."""
+  root = tmp_path_factory.mktemp("tiny")
+  vocab = root / "vocab.txt"
+  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + WORDS) + "\n")
+  tf.keras.utils.set_random_seed(3)
+  config = conftest.tiny_config(vocab_size=len(tokenization.SPECIAL_TOKENS) + len(WORDS))
+  out = str(root / "tta")
+  model_dir.save_model_dir(modeling.build_model(config, "tta"), str(vocab), out)
+  return out
+
+
+def _nbest_json(path, lists):
+  """An mlm-scoring N-best JSON of [(reference, [hypotheses])]; first-pass scores -1, -2, ..."""
+  data = {
+    f"utt{i}": dict(
+      {"ref": ref}, **{f"hyp_{r + 1}": {"score": -1.0 - r, "text": h} for r, h in enumerate(hyps)}
+    )
+    for i, (ref, hyps) in enumerate(lists)
+  }
+  path.write_text(json.dumps(data, indent=1))
+  return str(path)
+
+
+@pytest.fixture(scope="module")
+def nbest_files(tmp_path_factory):
+  root = tmp_path_factory.mktemp("nbest")
+  lists = [
+    ("the cat sat", ["the cat sat", "a cat sat", "the cat ran"]),
+    ("a dog ran", ["a dog ran on", "a dog ran", "the dog ran"]),
+  ]
+  return _nbest_json(root / "dev.json", lists), _nbest_json(root / "test.json", lists[::-1])
+
+
+def _error_lines(stderr):
+  """stderr without info lines and TensorFlow's start-up notes (printed by every process that
+  imports TF)."""
+  return [
+    l for l in stderr.splitlines() if l and not re.match(r"^(WARNING: All log|E0000 |I\d{4} )", l)
+  ]
+
+
+def test_malformed_input_file_is_one_line_naming_file_and_line(
+  tiny_model_dir, nbest_files, tmp_path
+):
+  bad = tmp_path / "test.json"
+  bad.write_text('{"utt0": {"ref": "the cat",\n "hyp_1": {"score": "high", "text": "the cat"}}}\n')
+  result = run_failing(
+    "run_rescoring.py",
+    f"--lm={tiny_model_dir}",
+    "--format=json",
+    f"--dev_file={nbest_files[0]}",
+    f"--test_file={bad}",
+  )
+  assert result.returncode == 2
+  lines = _error_lines(result.stderr)
+  assert len(lines) == 1, result.stderr
+  assert lines[0].startswith(f"run_rescoring.py: error: {bad}:2: ")
+  assert "Traceback" not in result.stderr
+
+
+def test_missing_file_and_bad_model_dir_are_one_line(tiny_model_dir, nbest_files, tmp_path):
+  result = run_failing(
+    "run_rescoring.py",
+    f"--lm={tiny_model_dir}",
+    "--format=json",
+    f"--dev_file={nbest_files[0]}",
+    f"--test_file={tmp_path / 'absent.json'}",
+  )
+  lines = _error_lines(result.stderr)
+  assert result.returncode == 2 and len(lines) == 1, result.stderr
+  assert lines[0].startswith("run_rescoring.py: error: ") and "absent.json" in lines[0]
+  result = run_failing("run_sts.py", f"--model_dir={tmp_path}", "--max_pairs=2")
+  lines = _error_lines(result.stderr)
+  assert result.returncode == 2 and len(lines) == 1, result.stderr
+  assert "config.json" in lines[0] and "Traceback" not in result.stderr
+
+
+def test_json_format_without_dev_file_is_refused_up_front(tiny_model_dir, nbest_files):
+  result = run_failing(
+    "run_rescoring.py", f"--lm={tiny_model_dir}", "--format=json", f"--test_file={nbest_files[1]}"
+  )
+  assert "--format=json needs --dev_file and --test_file" in result.stderr
+  assert "Traceback" not in result.stderr and "TypeError" not in result.stderr
+  assert len(_error_lines(result.stderr)) <= 2, result.stderr
+
+
+def test_lms_run_one_at_a_time_merge_into_one_table(tiny_model_dir, nbest_files, tmp_path):
+  out = tmp_path / "asr"
+  common = [
+    "--format=json",
+    "--settings=full",
+    f"--dev_file={nbest_files[0]}",
+    f"--test_file={nbest_files[1]}",
+    f"--output_dir={out}",
+  ]
+  run_script("run_rescoring.py", f"--lm=first={tiny_model_dir}", *common)
+  first = json.loads((out / "rescoring_results.json").read_text())
+  second_run = run_script(
+    "run_rescoring.py", f"--lm=second={tiny_model_dir}", "--noscore_eos", "--chunk_size=1", *common
+  )
+  rows = json.loads((out / "rescoring_results.json").read_text())
+  assert [r["lm"] for r in rows] == ["first", "second"]
+  assert rows[0] == first[0]
+  table = (out / "rescoring_results.md").read_text()
+  assert "| first |" in table and "| second |" in table
+  # Progress names the LM by its row name, with a rate and an ETA, not by its whole identity.
+  progress_lines = [l for l in second_run.stderr.splitlines() if "] second: " in l]
+  assert any(re.search(r"second: \d+/\d+ sentences .*/s, .*ETA", l) for l in progress_lines)
+  assert not any('"weights"' in l for l in second_run.stderr.splitlines())
+  # A later run of an LM replaces that LM's rows only.
+  run_script("run_rescoring.py", f"--lm=first={tiny_model_dir}", "--sentence_score=mean", *common)
+  again = json.loads((out / "rescoring_results.json").read_text())
+  assert [r["lm"] for r in again] == ["second", "first"]
+  assert again[0] == rows[1]
+  # Another evaluation is refused, not mixed into the table.
+  refused = run_failing(
+    "run_rescoring.py", f"--lm=third={tiny_model_dir}", "--max_lists=1", *common
+  )
+  assert refused.returncode == 2
+  assert "another evaluation" in refused.stderr
+  assert json.loads((out / "rescoring_results.json").read_text()) == again

@@ -1,0 +1,61 @@
+"""The scripts' entry point: absl's `app.run`, with one-line errors for bad input.
+
+  if __name__ == "__main__":
+    cli.run(main)               # instead of app.run(main)
+
+  with cli.user_input():        # around the code that reads the user's files, flags and models
+    sets = read_sets()
+
+A wrong input (a missing or malformed file, a bad flag, a model dir whose config does not fit its
+checkpoint) is the user's to fix, not a bug: the script prints "<script>: error: <message>" (the
+message names the file, and the line where it has one) and exits with status 2, absl's status for
+a usage error, without a traceback. `InputError` raised anywhere is such an error; so is a
+ValueError or OSError raised inside a `user_input()` block. Everything else keeps absl's
+traceback; `--verbosity=1` (debug) shows the traceback of an input error too.
+
+Light on purpose (standard library and absl): every script imports it.
+"""
+
+import contextlib
+import os
+import sys
+
+from absl import app
+from absl import logging
+
+# The exit status of a wrong input (absl exits with 1 for an uncaught exception).
+EXIT_INPUT_ERROR = 2
+
+
+class InputError(Exception):
+  """The user's input is wrong; the message says which file (and line) or flag, and why."""
+
+
+@contextlib.contextmanager
+def user_input():
+  """Turns a ValueError or OSError raised in the block into an `InputError`.
+
+  Keep the block to the reading and checking of input, so that a ValueError from a bug in the
+  computation after it still shows its traceback.
+  """
+  try:
+    yield
+  except InputError:
+    raise
+  except (ValueError, OSError) as e:
+    raise InputError(str(e) or type(e).__name__) from e
+
+
+def run(main):
+  """`app.run(main)`; an `InputError` from `main` becomes one line on stderr and exit status 2."""
+
+  def guarded(argv):
+    try:
+      return main(argv)
+    except InputError as e:
+      if logging.get_verbosity() >= logging.DEBUG:
+        raise
+      sys.stderr.write(f"{os.path.basename(sys.argv[0])}: error: {e}\n")
+      sys.exit(EXIT_INPUT_ERROR)
+
+  app.run(guarded)

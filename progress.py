@@ -1,0 +1,112 @@
+"""Progress lines with rate and ETA for the long stages a person watches.
+
+  bar = progress.Progress("T-TA", total=len(todo), unit="sentences")
+  for chunk in chunks:
+    ...
+    bar.update(len(chunk))   # "T-TA: 2000/4776 sentences (41%), 240.1/s, 0:08 elapsed, ETA 0:12"
+
+A line is logged at most every `every` seconds, and a final line for a stage that logged before
+or ran that long: a slow stage shows signs of life and ends with its rate, a stage of a few
+seconds stays quiet (its caller logs its result). $TTA_PROGRESS_SECONDS sets the default
+interval (10 s; 0 logs every update). Light on purpose (standard library and absl).
+"""
+
+import math
+import os
+import time
+
+from absl import logging
+
+
+def format_duration(seconds):
+  """`seconds` as "m:ss", or "h:mm:ss" from an hour on; "?" when unknown (None, inf, nan)."""
+  if seconds is None or not math.isfinite(seconds):
+    return "?"
+  seconds = int(round(seconds))
+  hours, minutes = seconds // 3600, seconds // 60 % 60
+  if hours:
+    return f"{hours}:{minutes:02d}:{seconds % 60:02d}"
+  return f"{minutes}:{seconds % 60:02d}"
+
+
+class Progress(object):
+  """Counts finished items of one stage and logs their rate and the time left.
+
+  Args:
+    label: str, what is running, kept short (an LM's row name, not its whole description).
+    total: int, items to do; None if unknown (no percentage, no ETA).
+    unit: str, the items' name in the line.
+    every: float, seconds between two lines; default $TTA_PROGRESS_SECONDS, else 10.
+    clock: callable returning seconds, for tests.
+  """
+
+  def __init__(self, label, total=None, unit="items", every=None, clock=time.monotonic):
+    if every is None:
+      every = float(os.environ.get("TTA_PROGRESS_SECONDS", 10))
+    self.label, self.total, self.unit, self.every = label, total, unit, every
+    self.done = 0
+    self._logged = False
+    self._clock = clock
+    self._start = self._last = clock()
+
+  def line(self):
+    """The progress line for the items done so far."""
+    elapsed = self._clock() - self._start
+    rate = self.done / elapsed if elapsed > 0 else float("nan")
+    text = f"{self.label}: {self.done}"
+    if self.total is None:
+      return f"{text} {self.unit}, {rate:.1f}/s, {format_duration(elapsed)} elapsed"
+    percent = 100.0 * self.done / max(self.total, 1)
+    eta = (self.total - self.done) / rate if rate > 0 else float("nan")
+    return (
+      f"{text}/{self.total} {self.unit} ({percent:.0f}%), {rate:.1f}/s, "
+      f"{format_duration(elapsed)} elapsed, ETA {format_duration(eta)}"
+    )
+
+  def update(self, count=1):
+    """Adds `count` finished items; logs a line if `every` seconds passed since the last line, or
+    if all are done and the stage logged before or ran `every` seconds.
+
+    Returns:
+      the line logged, or None.
+    """
+    self.done += count
+    now = self._clock()
+    finished = self.total is not None and self.done >= self.total
+    # Since the last line, or since the start when there was none.
+    if now - self._last < self.every and not (finished and self._logged):
+      return None
+    self._last, self._logged = now, True
+    text = self.line()
+    logging.info("%s", text)
+    return text
+
+
+class Stages(object):
+  """Announces the stages of a long job: "stage 3 of 9: plan (0:42 elapsed)".
+
+  Args:
+    names: list of str, the stages in the order they run.
+    clock: callable returning seconds, for tests.
+  """
+
+  def __init__(self, names, clock=time.monotonic):
+    self.names = list(names)
+    self._clock = clock
+    self._start = clock()
+
+  def elapsed(self):
+    """Time since the job started, formatted."""
+    return format_duration(self._clock() - self._start)
+
+  def start(self, name):
+    """Logs that stage `name` starts (or is checked and skipped if its outputs are complete).
+
+    Returns:
+      the line logged.
+    """
+    text = (
+      f"stage {self.names.index(name) + 1} of {len(self.names)}: {name} ({self.elapsed()} elapsed)"
+    )
+    logging.info("%s", text)
+    return text
