@@ -36,6 +36,7 @@ sentence says so in its result (`normalization_fallback`, `unknown_chars`),
 summed in `stats["normalization_fallbacks"]` and `stats["unknown_chars"]`.
 """
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -146,6 +147,44 @@ def _word_mean(values, lengths):
   # max(., 1): a row without pieces sums nothing and stays all zero.
   count = tf.maximum(tf.reduce_sum(words, axis=1), 1.0)  # [B, 1]
   return tf.reduce_sum(values * words, axis=1) / count
+
+
+def _scope(strategy):
+  """The strategy's scope (variables made in it are mirrored), or a no-op for one device."""
+  return strategy.scope() if strategy else contextlib.nullcontext()
+
+
+class _ReplicaRunner(object):
+  """Runs a row-wise graph method with a batch's rows split over a strategy's replicas.
+
+  Every `ScoringGraph` method the NeuralLM calls is row-wise (row r of each output depends on
+  row r of the inputs only), so splitting the rows into one contiguous part per replica and
+  concatenating the per-replica results in replica order gives the one-device answer, in order.
+  A part may be empty (fewer rows than replicas).
+  """
+
+  def __init__(self, strategy, method):
+    self.strategy = strategy
+    # reduce_retracing: shapes differ per call and per replica; one trace per rank suffices.
+    self._step = tf.function(
+      lambda *args: strategy.run(method, args=args), autograph=False, reduce_retracing=True
+    )
+
+  def __call__(self, *arrays):
+    """numpy arrays [R, ...] (same R) -> the method's outputs over all R rows (eager tensors,
+    as the one-device tf.function returns)."""
+    replicas = self.strategy.num_replicas_in_sync
+    parts = [np.array_split(np.asarray(a), replicas) for a in arrays]
+    values = self.strategy.experimental_distribute_values_from_function(
+      lambda context: tuple(p[context.replica_id_in_sync_group] for p in parts)
+    )
+    outputs = self._step(*values)
+    return tf.nest.map_structure(
+      lambda v: tf.constant(
+        np.concatenate([t.numpy() for t in self.strategy.experimental_local_results(v)])
+      ),
+      outputs,
+    )
 
 
 class ScoringGraph(tf.Module):
@@ -293,6 +332,7 @@ class NeuralLM(object):
     normalization=None,
     pad_multiple=8,
     jit_compile=False,
+    strategy=None,
   ):
     """Wraps a built model.
 
@@ -316,6 +356,9 @@ class NeuralLM(object):
         element-wise ops, but compiles once per distinct batch shape: worth
         it when shapes repeat (a benchmark, fixed-size serving batches), not
         for N-best sets of many lengths.
+      strategy: a `tf.distribute.Strategy` (mirrored GPUs, TPU) to split every
+        batch's rows over its replicas; build the model under its scope
+        (`from_model_dir(..., strategy=...)` does). None: one device.
     """
     self.model = model
     self.model_type = model.model_type
@@ -334,18 +377,21 @@ class NeuralLM(object):
     self.token_budget = token_budget
     self.pad_multiple = pad_multiple
     self.jit_compile = jit_compile
+    self.strategy = strategy
     self.bos_id, self.eos_id = _boundary_ids(tokenizer)
     self.mask_id = tokenizer.mask_id
     self.stats = _new_stats()
     self.normalization = normalization or config.normalization
     self._normalize = normalization_lib.normalizer(self.normalization)
-    self.graph = ScoringGraph(model)
+    with _scope(strategy):
+      self.graph = ScoringGraph(model)
     self._compile()
 
   @classmethod
   def from_model_dir(cls, model_dir, **kwargs):
     """Loads config.json, vocab.txt and the latest checkpoint of a model dir."""
-    model, tokenizer = model_dir_lib.load_model_dir(model_dir)
+    with _scope(kwargs.get("strategy")):
+      model, tokenizer = model_dir_lib.load_model_dir(model_dir)
     return cls(model, tokenizer, **kwargs)
 
   # ------------------------------------------------------------ tf.functions
@@ -361,6 +407,8 @@ class NeuralLM(object):
     rows = tf.TensorSpec([None], tf.int32)
 
     def compiled(method, signature):
+      if self.strategy:
+        return _ReplicaRunner(self.strategy, method)
       return tf.function(
         method, input_signature=signature, autograph=False, jit_compile=self.jit_compile
       )
@@ -650,7 +698,7 @@ def _boundary_ids(tokenizer):
 
 # NeuralLM options that change how fast scores are computed, never what they
 # are: an n-gram model has no batches to size.
-_THROUGHPUT_OPTIONS = ("token_budget", "pad_multiple", "jit_compile")
+_THROUGHPUT_OPTIONS = ("token_budget", "pad_multiple", "jit_compile", "strategy")
 
 
 def load_lm(spec, **kwargs):
@@ -665,7 +713,9 @@ def load_lm(spec, **kwargs):
     options = {k: v for k, v in kwargs.items() if k not in _THROUGHPUT_OPTIONS}
     return NgramLM(spec[len("kenlm:") :], **options)
   if spec.startswith("bert:"):
-    return NeuralLM(*model_dir_lib.load_google_bert(spec[len("bert:") :]), **kwargs)
+    with _scope(kwargs.get("strategy")):
+      model, tokenizer = model_dir_lib.load_google_bert(spec[len("bert:") :])
+    return NeuralLM(model, tokenizer, **kwargs)
   return NeuralLM.from_model_dir(spec, **kwargs)
 
 

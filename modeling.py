@@ -640,8 +640,10 @@ class TransformerLM(keras.Model):
     flat = tf.reshape(embedding_output, [-1, d])
     projected = tf.nn.bias_add(tf.matmul(flat, kernel), bias)
     shape = tf.shape(embedding_output)
-    projected = tf.reshape(projected, [shape[0], shape[1], -1])
-    pieces = tf.split(projected, 2 * len(self.encoder_layers), axis=-1)
+    num_pieces = 2 * len(self.encoder_layers)
+    # The width is spelled out: with -1, an empty batch (a replica given no rows) is ambiguous.
+    projected = tf.reshape(projected, [shape[0], shape[1], num_pieces * d])
+    pieces = tf.split(projected, num_pieces, axis=-1)
     return [
       (layer.split_heads(pieces[2 * i]), layer.split_heads(pieces[2 * i + 1]))
       for i, layer in enumerate(self.encoder_layers)

@@ -33,13 +33,14 @@ import hashlib
 import json
 import os
 import sys
-import time
 
 from absl import app
 from absl import flags
 from absl import logging
 
+import cli
 import io_utils
+import progress as progress_lib
 
 FLAGS = flags.FLAGS
 
@@ -63,6 +64,17 @@ def define_flags():
   flags.DEFINE_integer("num_shards", 1, "Split the input into this many shards (by line index).")
   flags.DEFINE_integer("shard_id", 0, "Which shard this run scores, 0 .. num_shards-1.")
   flags.DEFINE_bool("merge", False, "Merge the num_shards shard outputs into --output_file.")
+  flags.DEFINE_enum(
+    "strategy",
+    "one_device",
+    ["one_device", "mirrored", "tpu"],
+    "Neural LMs: split each batch's rows over the replicas of this tf.distribute strategy "
+    "(mirrored: all local GPUs; tpu: --tpu).",
+  )
+  flags.DEFINE_string("tpu", None, "TPU name or address for --strategy=tpu.")
+  flags.DEFINE_integer(
+    "num_cpu_devices", 0, "Split the CPU into this many logical devices (to try mirrored on CPU)."
+  )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -88,7 +100,7 @@ def record(line, text, scored=None, vector=None):
     word_logprobs=_floats(scored.word_logprobs()),
     truncated=bool(scored.truncated),
   )
-  for flag in ("normalization_fallback", "unknown_characters"):
+  for flag in ("normalization_fallback", "unknown_chars"):
     if hasattr(scored, flag):
       out[flag] = getattr(scored, flag)
   if vector is not None:
@@ -136,7 +148,7 @@ def read_lines(path):
       try:
         text = raw.decode("utf-8")
       except UnicodeDecodeError as e:
-        raise ValueError(f"{name}:{number + 1}: not valid UTF-8 ({e})") from None
+        raise cli.InputError(f"{name}:{number + 1}: not valid UTF-8 ({e})") from None
       yield number, text.strip()
   finally:
     if stream is not sys.stdin.buffer:
@@ -188,35 +200,6 @@ def _batches(numbered, batch_size):
     yield batch
 
 
-class _Progress(object):
-  """Lines/s and ETA on stderr (through absl logging), at most every `every` seconds."""
-
-  def __init__(self, total, every=10.0):
-    self.total, self.every = total, every
-    self.start = self.last = time.time()
-    self.done = 0
-
-  def add(self, n, force=False):
-    self.done += n
-    now = time.time()
-    if not force and now - self.last < self.every:
-      return
-    self.last = now
-    rate = self.done / max(now - self.start, 1e-9)
-    if self.total:
-      eta = (self.total - self.done) / max(rate, 1e-9)
-      logging.info(
-        "scored %d/%d lines (%.1f%%), %.1f lines/s, ETA %.0f s",
-        self.done,
-        self.total,
-        100.0 * self.done / self.total,
-        rate,
-        eta,
-      )
-    else:
-      logging.info("scored %d lines, %.1f lines/s", self.done, rate)
-
-
 def _count_lines(path):
   if path == "-":
     return None
@@ -243,8 +226,7 @@ def score_stream(lm, numbered, write, batch_size, output_format, vectors, progre
   for batch in _batches(numbered, batch_size):
     lines, texts = zip(*batch)
     write([render(r, output_format) for r in score_batch(lm, lines, list(texts), vectors)])
-    progress.add(len(batch))
-  progress.add(0, force=True)
+    progress.update(len(batch))
 
 
 def _append_durably(path):
@@ -281,7 +263,7 @@ def score_to_file(lm, args):
   if skip:
     logging.info("resuming %s after %d complete lines", partial, skip)
   remaining = (item for k, item in enumerate(numbered) if k >= skip)
-  progress = _Progress(shard_total - skip)
+  progress = progress_lib.Progress("score", total=shard_total - skip, unit="lines")
   score_stream(
     lm, remaining, _append_durably(partial), args.batch_size, args.format, args.vectors, progress
   )
@@ -335,6 +317,21 @@ def merge_shards(output_file, num_shards):
   logging.info("merged %d shards into %s", num_shards, output_file)
 
 
+def load_lm(args):
+  """The LM of --model_dir, on --strategy's replicas for a neural LM."""
+  import distribute_utils  # pylint: disable=g-import-not-at-top
+  import inference  # pylint: disable=g-import-not-at-top
+
+  kwargs = dict(score_sos=args.score_sos, score_eos=args.score_eos)
+  if args.strategy != "one_device" or args.num_cpu_devices > 1:
+    if args.model_dir.startswith("kenlm:"):
+      raise app.UsageError("--strategy applies to neural LMs; KenLM scores on the CPU")
+    kwargs["strategy"] = distribute_utils.get_strategy(
+      args.strategy, args.tpu, args.num_cpu_devices
+    )
+  return inference.load_lm(args.model_dir, **kwargs)
+
+
 def _check_flags(args):
   if args.merge:
     if args.output_file == "-":
@@ -355,11 +352,11 @@ def main(argv):
   args = FLAGS
   _check_flags(args)
   if args.merge:
-    merge_shards(args.output_file, args.num_shards)
+    with cli.user_input():
+      merge_shards(args.output_file, args.num_shards)
     return
-  import inference  # pylint: disable=g-import-not-at-top
-
-  lm = inference.load_lm(args.model_dir, score_sos=args.score_sos, score_eos=args.score_eos)
+  with cli.user_input():
+    lm = load_lm(args)
   if args.vectors != "none" and not hasattr(lm, "sentence_vectors"):
     raise app.UsageError(f"--vectors needs a neural LM; {args.model_dir} is not one")
   if args.output_file == "-":
@@ -370,7 +367,7 @@ def main(argv):
       args.batch_size,
       args.format,
       args.vectors,
-      _Progress(_count_lines(args.input_file)),
+      progress_lib.Progress("score", total=_count_lines(args.input_file), unit="lines"),
     )
   else:
     score_to_file(lm, args)
@@ -378,4 +375,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  cli.run(main)

@@ -1,5 +1,9 @@
 """Tests of inference.py against brute-force computations with the raw model."""
 
+import os
+import subprocess
+import sys
+
 from conftest import tiny_config
 import numpy as np
 import pytest
@@ -307,3 +311,46 @@ def test_one_odd_sentence_never_loses_the_batch(tokenizer, model_type):
   assert [s.normalization_fallback for s in scored] == [False] * 4 + [True, False]
   assert lm.stats["normalization_fallbacks"] == 1
   assert lm.sentence_vectors(odd).shape == (len(odd), 32)
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_MIRRORED_CHECK = """
+import sys
+import numpy as np
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
+import inference, modeling, tokenization
+from conftest import tiny_config
+tokenizer = tokenization.FullTokenizer(sys.argv[2])
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+# Mixed lengths, an odd count (a replica gets one row less) and one sentence alone.
+sentences = ["the cat sat on the mat .", "a dog", "the dog ran on a mat", "cat", "a a a a a a"]
+for kind in ("tta", "bilm", "unilm"):
+  config = tiny_config(vocab_size=tokenizer.vocab_size)
+  with strategy.scope():
+    mirrored = modeling.build_model(config, kind)
+  single = modeling.build_model(config, kind)
+  single.set_weights(mirrored.get_weights())
+  one = inference.NeuralLM(single, tokenizer)
+  two = inference.NeuralLM(mirrored, tokenizer, strategy=strategy)
+  for batch in (sentences, sentences[:1]):
+    for a, b in zip(one.score(batch), two.score(batch), strict=True):
+      np.testing.assert_allclose(b.token_logprobs, a.token_logprobs, atol=1e-4)
+    for pooling in ("context", "embed"):
+      np.testing.assert_allclose(
+        two.sentence_vectors(batch, pooling), one.sentence_vectors(batch, pooling), atol=1e-5
+      )
+print("same")
+"""
+
+
+def test_mirrored_replicas_give_the_one_device_answer(tokenizer):
+  # Logical CPU devices must be set before TensorFlow starts: a fresh process.
+  result = subprocess.run(
+    [sys.executable, "-c", _MIRRORED_CHECK, REPO, tokenizer.vocab_file],
+    capture_output=True,
+    text=True,
+  )
+  assert result.returncode == 0 and result.stdout.strip() == "same", result.stderr[-3000:]

@@ -173,3 +173,16 @@ def test_stdin_and_file_give_identical_output(tta_dir, input_file, tmp_path):
   with open(out, encoding="utf-8") as f:
     assert f.read() == from_stdin
   assert len(from_stdin.splitlines()) == len(LINES)
+
+
+def test_mirrored_over_two_cpu_devices_equals_one_device(tta_dir, input_file, tmp_path):
+  one = str(tmp_path / "one.jsonl")
+  two = str(tmp_path / "two.jsonl")
+  common = [f"--model_dir={tta_dir}", f"--input_file={input_file}", "--vectors=context"]
+  run_cli(*common, f"--output_file={one}")
+  run_cli(*common, f"--output_file={two}", "--strategy=mirrored", "--num_cpu_devices=2")
+  for a, b in zip(read_records(one), read_records(two), strict=True):
+    assert a.keys() == b.keys() and a["text"] == b["text"]
+    if "score" in a:
+      assert b["score"] == pytest.approx(a["score"], abs=1e-5)
+      np.testing.assert_allclose(b["vector"], a["vector"], atol=1e-5)
