@@ -186,3 +186,25 @@ def test_mirrored_over_two_cpu_devices_equals_one_device(tta_dir, input_file, tm
     if "score" in a:
       assert b["score"] == pytest.approx(a["score"], abs=1e-5)
       np.testing.assert_allclose(b["vector"], a["vector"], atol=1e-5)
+
+
+def test_killed_run_restarted_writes_the_uninterrupted_file(tta_dir, tmp_path):
+  inputs = tmp_path / "many.txt"
+  inputs.write_text("".join(f"{LINES[i % len(LINES)]}\n" for i in range(600)))
+  common = [f"--model_dir={tta_dir}", f"--input_file={inputs}", "--batch_size=4"]
+  whole = str(tmp_path / "whole.jsonl")
+  run_cli(*common, f"--output_file={whole}")
+  out = str(tmp_path / "out.jsonl")
+  command = [sys.executable, os.path.join(REPO, "score.py"), *common, f"--output_file={out}"]
+  process = subprocess.Popen(command, cwd=REPO, stderr=subprocess.DEVNULL)
+  # kill -9 once some batches are on disk, mid-run.
+  while process.poll() is None:
+    if os.path.exists(out + ".partial") and os.path.getsize(out + ".partial") > 20_000:
+      process.kill()
+      break
+  process.wait()
+  assert process.returncode != 0, "the run ended before it could be killed; use more lines"
+  assert os.path.exists(out + ".partial") and not os.path.exists(out)
+  run_cli(*common, f"--output_file={out}")
+  with open(whole, encoding="utf-8") as a, open(out, encoding="utf-8") as b:
+    assert a.read() == b.read()
