@@ -1,20 +1,27 @@
 # coding=utf-8
 """The pretraining losses, as global sums (docs/DESIGN.md §3).
 
-For every model type the loss is
+For every model type the training loss is
 
-    sum(w * loss(head(h), target)) / sum(w)        (global sums over replicas)
+    sum(w * loss(head(h), target)) / denominator    (global sum over replicas)
 
-with tta: target = the input token itself (the model never sees it),
-bilm: dynamic MLM targets (w = 1 at the ~15% chosen positions), unilm: the
-next token; `input_pipeline` makes `target_ids` and `target_weights` [B, T].
+where the denominator is, by --loss_normalization (`LOSS_NORMALIZATIONS`),
+"constant": train_batch_size * max_seq_length, the authors' reduce_mean over
+B x 128 padded positions with padding weight 0 (joongbo/tta run_training.py),
+so every real token weighs the same in every batch; or "per_batch_tokens":
+the global batch's weight sum sum(w), a per-token mean that weighs a token of a
+short-sentence batch more. Eval and logged losses are per real token,
+loss_sum / weight_sum, either way. Targets: tta: the input token itself (the
+model never sees it), bilm: dynamic MLM targets (w = 1 at the ~15% chosen
+positions), unilm: the next token; `input_pipeline` makes `target_ids` and
+`target_weights` [B, T].
 The head is BERT's tied vocabulary softmax (cross-entropy), or ELMo-C's
 continuous output layer (cosine distance to a frozen pretrained embedding of
 the target; no V-sized softmax; `modeling.ContinuousHead`).
 
-Everything here returns SUMS, not means: training.py divides by the weight
-sum of the whole global batch, so the gradients the optimizer sums over
-replicas are exactly those of the global-batch mean loss.
+The heads' terms are SUMS, not means: `training_loss` divides by a
+denominator that is the same on every replica, so the gradients the
+optimizer sums over replicas are exactly those of the global-batch loss.
 """
 
 import tensorflow as tf
@@ -24,6 +31,43 @@ import modeling
 # Candidate inference scales of a continuous model's cosine logits; the eval
 # reports the cross-entropy under each so the best one can be kept.
 LOGIT_SCALES = (1.0, 2.0, 3.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0, 50.0, 75.0, 100.0)
+LOSS_NORMALIZATIONS = ("constant", "per_batch_tokens")
+
+
+def constant_denominator(normalization, train_batch_size, max_seq_length):
+  """The fixed divisor of every batch's loss sum, or None to divide by the batch's weight sum.
+
+  Args:
+    normalization: one of LOSS_NORMALIZATIONS.
+    train_batch_size: the GLOBAL batch size (sentences).
+    max_seq_length: the model's longest sentence, not the batch's padded length:
+      length buckets vary that, and the authors padded every batch to 128.
+
+  Returns:
+    float train_batch_size * max_seq_length for "constant", None for "per_batch_tokens".
+  """
+  if normalization not in LOSS_NORMALIZATIONS:
+    raise ValueError(f"loss normalization {normalization!r} is not one of {LOSS_NORMALIZATIONS}")
+  if normalization == "per_batch_tokens":
+    return None
+  return float(train_batch_size * max_seq_length)
+
+
+def training_loss(model, features, denominator, gather_targets=True):
+  """The loss one replica differentiates in a training step.
+
+  Args:
+    model: `modeling.TransformerLM`.
+    features: dict of [B, T] tensors (this replica's share of the global batch).
+    denominator: float32 scalar, the same on every replica: `constant_denominator`, or
+      the global batch's target-weight sum.
+    gather_targets: as in `forward_loss_terms`.
+
+  Returns:
+    (loss, terms): float32 scalar loss_sum / denominator, and the `forward_loss_terms` dict.
+  """
+  terms = forward_loss_terms(model, features, training=True, gather_targets=gather_targets)
+  return terms["loss_sum"] / denominator, terms
 
 
 def weighted_cross_entropy(logits, target_ids, target_weights):

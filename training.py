@@ -15,9 +15,11 @@ MultiWorkerMirroredStrategy (keras-team/keras#20585). Its steps:
     guide recommends.
   * Step loop (`make_train_loop`): one `tf.function` runs --steps_per_loop
     steps, each under `strategy.run`; the per-replica loss sum is divided by
-    the GLOBAL sum of target weights (an all-reduce), so the gradients the
-    optimizer sums over replicas are exactly those of the global-batch mean
-    loss; `optimization.AdamWeightDecay` clips their global norm to 1.0 after
+    one denominator for all replicas (--loss_normalization, losses.py: the
+    constant train_batch_size * max_seq_length, or the GLOBAL sum of target
+    weights, an all-reduce), so the gradients the optimizer sums over
+    replicas are exactly those of the global-batch loss;
+    `optimization.AdamWeightDecay` clips their global norm to 1.0 after
     that sum and applies BERT's warmup + linear decay.
   * Checkpoints (`tf.train.CheckpointManager`, the last --keep_checkpoint_max)
     every --save_checkpoints_steps, at the end, on SIGTERM/SIGINT and when
@@ -124,6 +126,14 @@ class TrainParams:
   num_train_steps: int = _flag("Total optimizer steps.", 100000)
   num_warmup_steps: int = _flag("Linear warmup steps.", 10000)
   max_seq_length: int = _flag("Longest sentence in tokens.", 128)
+  loss_normalization: str = _flag(
+    "Divisor of each batch's training-loss sum: constant = train_batch_size * max_seq_length "
+    "(the authors' reduce_mean over padded positions: every real token weighs the same in every "
+    "batch); per_batch_tokens = the batch's real-target count (a token of a short-sentence batch "
+    "weighs more). Eval and logged losses are per real target either way.",
+    "constant",
+    losses.LOSS_NORMALIZATIONS,
+  )
   mlm_probability: float = _flag("biLM masking rate.", 0.15)
   bucket_boundaries: list = _flag(
     "Sequence-length bucket boundaries for batching, e.g. 16,24,32,48,64 "
@@ -349,7 +359,7 @@ def _batch_counts(features):
   }
 
 
-def make_train_loop(strategy, model, optimizer, use_xla=False):
+def make_train_loop(strategy, model, optimizer, use_xla=False, loss_denominator=None):
   """Returns train_loop(iterator, num_steps) -> float32 [num_steps, 7].
 
   Each row holds the global sums of _METRICS for one step.
@@ -359,27 +369,32 @@ def make_train_loop(strategy, model, optimizer, use_xla=False):
     model: `modeling.TransformerLM`.
     optimizer: `optimization.AdamWeightDecay` (any Keras optimizer works).
     use_xla: jit_compile the forward/backward pass (dense head, no gather).
+    loss_denominator: float, the divisor of every step's global loss sum
+      (`losses.constant_denominator`); None: each step's global target-weight sum.
   """
   gather = not (use_xla or isinstance(strategy, tf.distribute.TPUStrategy))
   variables = model.trainable_variables
 
-  def compute_gradients(features, global_weight):
+  def compute_gradients(features, denominator):
     with tf.GradientTape() as tape:
-      terms = losses.forward_loss_terms(model, features, training=True, gather_targets=gather)
-      # Divide by the GLOBAL weight sum: the optimizer sums the replicas'
-      # gradients, which then equal the gradient of the global mean loss.
-      loss = terms["loss_sum"] / global_weight
+      # One denominator on every replica: the optimizer sums the replicas'
+      # gradients, which then equal the gradient of the global-batch loss.
+      loss, terms = losses.training_loss(model, features, denominator, gather_targets=gather)
     return tape.gradient(loss, variables), terms
 
   if use_xla:
     compute_gradients = tf.function(compute_gradients, jit_compile=True)
 
   def step_fn(features):
-    local_weight = tf.reduce_sum(tf.cast(features["target_weights"], tf.float32))
-    global_weight = tf.distribute.get_replica_context().all_reduce(
-      tf.distribute.ReduceOp.SUM, local_weight
-    )
-    grads, terms = compute_gradients(features, tf.maximum(global_weight, 1e-6))
+    if loss_denominator is None:
+      local_weight = tf.reduce_sum(tf.cast(features["target_weights"], tf.float32))
+      global_weight = tf.distribute.get_replica_context().all_reduce(
+        tf.distribute.ReduceOp.SUM, local_weight
+      )
+      denominator = tf.maximum(global_weight, 1e-6)
+    else:
+      denominator = tf.constant(loss_denominator, tf.float32)
+    grads, terms = compute_gradients(features, denominator)
     # AdamWeightDecay sums over replicas, clips the global norm to 1.0, then
     # applies the update (optimization.py); we must not clip here as well.
     optimizer.apply_gradients(zip(grads, variables))
@@ -706,7 +721,7 @@ class _Run(object):
         training_setup.make_dataset_fn(params, setup.config, setup.vocab, True, self.skip_batches)
       )
     )
-    self.train_loop = make_train_loop(strategy, state.model, state.optimizer, params.use_xla)
+    self.train_loop = self._make_train_loop()
     self.train_writer, eval_writer = self._summary_writers()
     self.evaluator = None
     if params.eval_file or (params.synthetic_data and params.eval_every_steps):
@@ -760,8 +775,15 @@ class _Run(object):
     run resumed from this checkpoint starts them at the beginning. A fresh trace here does
     the same, so that the run and any run resumed from its checkpoints draw the same masks.
     """
-    self.train_loop = make_train_loop(
-      self.strategy, self.state.model, self.state.optimizer, self.params.use_xla
+    self.train_loop = self._make_train_loop()
+
+  def _make_train_loop(self):
+    p = self.params
+    denominator = losses.constant_denominator(
+      p.loss_normalization, p.train_batch_size, p.max_seq_length
+    )
+    return make_train_loop(
+      self.strategy, self.state.model, self.state.optimizer, p.use_xla, denominator
     )
 
   def _steps_until_next_event(self):
