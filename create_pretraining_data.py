@@ -11,8 +11,10 @@ Pipeline (docs/DESIGN.md §3):
        seeded hash of the sentence unless --eval_file gives the eval set
     -> vocab: --vocab_file, or WordPiece learned from the TRAINING split only
        (--vocab_size), so no eval text leaks into the vocabulary
-    -> tokenize in batches: [SOS] pieces [EOS]; longer sentences keep [SOS],
-       the first max_seq_length-2 pieces and [EOS] (the authors' truncation)
+    -> tokenize in batches: [SOS] pieces [EOS]; a longer sentence keeps a
+       window of max_seq_length-2 pieces, cut at random from the front or the
+       back (seeded by --random_seed and the sentence; the authors' rule),
+       wrapped in [SOS] and [EOS]
     -> deterministic shuffle (--random_seed) -> sharded TFRecords.
 
 Output directory:
@@ -53,6 +55,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import random
 import re
 import time
 from typing import Optional
@@ -73,7 +76,9 @@ import tokenization
 # directory written by an older version is never reused as complete.
 # 2: sentence files are held out by io_utils.unit_hash (sha256, as corpus.py)
 # instead of a blake2b hash of our own.
-FORMAT_VERSION = 2
+# 3: over-long sentences are cut at random from the front or the back (the
+# authors' rule, `truncate_ids`) instead of keeping their first pieces.
+FORMAT_VERSION = 3
 
 STATS_FILE = "data_stats.json"
 VOCAB_FILE = "vocab.txt"
@@ -567,7 +572,35 @@ def _length_stats(lengths):
   }
 
 
-def tokenize_sentences(tokenizer, sentences, max_seq_length, what="tokenize"):
+def truncate_ids(ids, max_seq_length, seed, sentence):
+  """Cuts an over-long sentence to max_seq_length ids as the authors do.
+
+  joongbo/tta create_tfrecords.py (truncate_seq) drops pieces one at a time,
+  each from the front or the back with probability 1/2, until
+  max_seq_length-2 remain, then wraps them in [SOS] and [EOS]. The same coin
+  flips are drawn here from a generator seeded with (seed, sentence), so a cut
+  depends on neither the order of the sentences nor the number of workers.
+
+  Args:
+    ids: list of int [n], `[SOS] pieces [EOS]`.
+    max_seq_length: int >= 3.
+    seed: int, --random_seed.
+    sentence: str, the sentence the ids encode.
+
+  Returns:
+    list of int [min(n, max_seq_length)]: `[SOS] window [EOS]`, the window a
+    contiguous run of max_seq_length-2 of the pieces (ids itself if it fits).
+  """
+  excess = len(ids) - max_seq_length
+  if excess <= 0:
+    return ids
+  # A str seed is hashed with SHA-512: independent of PYTHONHASHSEED.
+  rng = random.Random(f"{seed}\ttruncate\t{sentence}")
+  front = sum(rng.random() < 0.5 for _ in range(excess))
+  return ids[:1] + ids[1 + front : len(ids) - 1 - (excess - front)] + ids[-1:]
+
+
+def tokenize_sentences(tokenizer, sentences, max_seq_length, seed, what="tokenize"):
   """Tokenizes, truncates and serializes sentences.
 
   Tokenization of batch i+1 (TF ops, which release the GIL) overlaps with
@@ -577,8 +610,8 @@ def tokenize_sentences(tokenizer, sentences, max_seq_length, what="tokenize"):
   Args:
     tokenizer: tokenization.FullTokenizer.
     sentences: list of str.
-    max_seq_length: int >= 2; a longer sentence keeps [SOS], its first
-      max_seq_length-2 pieces and [EOS].
+    max_seq_length: int >= 3; a longer sentence is cut by `truncate_ids`.
+    seed: int, --random_seed; with the sentence it decides each cut.
     what: label for progress logging.
 
   Returns:
@@ -586,7 +619,6 @@ def tokenize_sentences(tokenizer, sentences, max_seq_length, what="tokenize"):
     with sentences, tokens, pieces, unk_pieces, unk_rate, truncated,
     truncated_pieces, lengths (after truncation) and untruncated_lengths.
   """
-  keep = max_seq_length - 1  # [SOS] + max_seq_length-2 pieces.
   unk_id = tokenizer.unk_id
   examples = []
   lengths = []
@@ -600,14 +632,11 @@ def tokenize_sentences(tokenizer, sentences, max_seq_length, what="tokenize"):
       encoded = pending.result()
       if index + 1 < len(batches):
         pending = pool.submit(tokenizer.encode_batch, batches[index + 1])
-      for ids in encoded:
-        n = len(ids)
-        untruncated.append(n)
+      for sentence, ids in zip(batches[index], encoded):
+        untruncated.append(len(ids))
         unk += ids.count(unk_id)
-        if n > max_seq_length:
-          ids = ids[:keep] + ids[-1:]
-          n = max_seq_length
-        lengths.append(n)
+        ids = truncate_ids(ids, max_seq_length, seed, sentence)
+        lengths.append(len(ids))
         examples.append(make_example(ids))
       progress.update(len(examples))
   if sentences:
@@ -686,7 +715,11 @@ def _write_splits(tokenizer, sentences, read_stats, output_dir, args):
   for split in SPLITS:
     start = time.time()
     examples, split_stats[split] = tokenize_sentences(
-      tokenizer, sentences[split], args.max_seq_length, what="tokenize " + split
+      tokenizer,
+      sentences[split],
+      args.max_seq_length,
+      args.random_seed,
+      what="tokenize " + split,
     )
     sentences[split] = None  # Free the text before the next split.
     seconds += time.time() - start
@@ -835,7 +868,7 @@ def create_pretraining_data(
       sentence files when eval_files is given.
     eval_files: comma-separated globs or list: eval sentence files; then
       every sentence file of input_files is training data.
-    random_seed: seed of the shuffles and of the held-out choice.
+    random_seed: seed of the shuffles, the held-out choice and the truncation cuts.
     input_format: "auto" (tar -> corpus.py, else sentences), "sentences" or
       "raw".
     skip_malformed: skip and count non-UTF-8 lines instead of raising.
@@ -928,7 +961,9 @@ def define_flags():
     "sentence files; then --input_file sentence files are "
     "all training data.",
   )
-  flags.DEFINE_integer("random_seed", 12345, "Seed of the shuffles and the held-out choice.")
+  flags.DEFINE_integer(
+    "random_seed", 12345, "Seed of the shuffles, the held-out choice and the truncation cuts."
+  )
   flags.DEFINE_enum(
     "input_format",
     "auto",

@@ -114,12 +114,14 @@ _LENGTH_FEATURE = {"length": tf.io.FixedLenFeature([], tf.int64)}
 
 
 def _parse(serialized, max_seq_length=None):
-  """Parses one record; truncates it to max_seq_length the authors' way.
+  """Parses one record; truncates it to max_seq_length.
 
   Args:
     serialized: tf.string scalar, a tf.train.Example.
-    max_seq_length: None or int; a longer sentence keeps its first
-      max_seq_length-1 tokens and its last one ([EOS]).
+    max_seq_length: None or int; a longer record (built for a larger
+      max_seq_length) keeps its first max_seq_length-1 tokens and its last one
+      ([EOS]): deterministic, unlike the seeded random cut of
+      create_pretraining_data.
 
   Returns:
     dict: input_ids int32 [n], input_mask int32 [n], length int32 [].
@@ -214,7 +216,7 @@ def _parse_batch(serialized, padded_length, vocab_size, static_batch_size=None):
 
   A record longer than padded_length (only possible in the last bucket,
   padded_length = max_seq_length) keeps its first padded_length-1 tokens and
-  its last one ([EOS]), as create_pretraining_data truncates.
+  its last one ([EOS]) (records built for a larger max_seq_length).
 
   Args:
     serialized: tf.string Tensor [B].

@@ -58,6 +58,8 @@ IGNORED_CHECKPOINT_VARIABLES = (
 # A variable every TF1 checkpoint of a BERT-style model has: it tells a TF1
 # checkpoint from one of our object-based ones.
 _TF1_WORD_EMBEDDINGS = "bert/embeddings/word_embeddings"
+# Seed of the untrained pooler that save_tf1_checkpoint writes.
+_POOLER_SEED = (2020, 0)
 
 
 class CheckpointMismatchError(ValueError):
@@ -374,14 +376,46 @@ def load_tf1_checkpoint(model, checkpoint_path, strict=True):
   return {"loaded": list(wanted), "ignored": ignored, "unexpected": unexpected}
 
 
+def untrained_pooler(config):
+  """The NSP pooler `bert/pooler/dense` at a fixed, seeded initialisation.
+
+  The authors' BertModel (joongbo/tta modeling.py) declares this pooler, but
+  no loss of theirs reaches it, so their checkpoints hold it untrained, and
+  their scripts' `tf.train.Saver().restore` fails without it. Our models have
+  none, so we write what theirs holds: the kernel drawn as their
+  initializer draws it (truncated normal, stddev initializer_range, redrawn
+  beyond 2 stddev), from a fixed seed so that a saved file is reproducible,
+  and the bias zeros. A converted Google BERT loses its trained pooler this
+  way (`load_tf1_checkpoint` ignores it); nothing of ours reads it.
+
+  Args:
+    config: `modeling.TTAConfig`.
+
+  Returns:
+    {"bert/pooler/dense/kernel": float32 [D, D], "bert/pooler/dense/bias":
+    float32 [D]} of numpy arrays.
+  """
+  d = config.hidden_size
+  kernel = tf.random.stateless_truncated_normal(
+    [d, d], seed=_POOLER_SEED, stddev=config.initializer_range
+  )
+  return {
+    "bert/pooler/dense/kernel": kernel.numpy(),
+    "bert/pooler/dense/bias": np.zeros([d], np.float32),
+  }
+
+
 def save_tf1_checkpoint(model, checkpoint_prefix):
   """Writes `model`'s variables under their Google-BERT TF1 names.
 
+  Also writes `untrained_pooler`, which the authors' graph declares.
+
   Returns:
-    The path prefix written (loadable by `load_tf1_checkpoint` and by TF1
-    BERT code).
+    The path prefix written (loadable by `load_tf1_checkpoint` and by the
+    authors' and Google's TF1 BERT code).
   """
   arrays = {n: v.numpy() for n, v in model.tf1_variables().items()}
+  arrays.update(untrained_pooler(model.config))
   return write_tf1_checkpoint(arrays, checkpoint_prefix)
 
 

@@ -216,6 +216,80 @@ def test_saved_tf1_checkpoint_round_trips(tmp_path, models):
     np.testing.assert_array_equal(a[key], b[key])
 
 
+def _authors_tta_variables(config):
+  """{name: shape} of every variable the authors' training graph declares.
+
+  Written from joongbo/tta, not from our name mapping: modeling.py BertModel
+  (embeddings with one LayerNorm shared by both streams and no token types,
+  encoder layer_i, pooler) and run_training.py get_lm_output (cls/predictions;
+  the output weights are the word embeddings).
+  """
+  d, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
+  shapes = {
+    "bert/embeddings/word_embeddings": [v, d],
+    "bert/embeddings/position_embeddings": [config.max_position_embeddings, d],
+    "bert/embeddings/LayerNorm/beta": [d],
+    "bert/embeddings/LayerNorm/gamma": [d],
+    "bert/pooler/dense/kernel": [d, d],
+    "bert/pooler/dense/bias": [d],
+    "cls/predictions/transform/dense/kernel": [d, d],
+    "cls/predictions/transform/dense/bias": [d],
+    "cls/predictions/transform/LayerNorm/beta": [d],
+    "cls/predictions/transform/LayerNorm/gamma": [d],
+    "cls/predictions/output_bias": [v],
+  }
+  for layer in range(config.num_hidden_layers):
+    prefix = f"bert/encoder/layer_{layer}/"
+    for dense, (rows, cols) in {
+      "attention/self/query": (d, d),
+      "attention/self/key": (d, d),
+      "attention/self/value": (d, d),
+      "attention/output/dense": (d, d),
+      "intermediate/dense": (d, i),
+      "output/dense": (i, d),
+    }.items():
+      shapes[prefix + dense + "/kernel"] = [rows, cols]
+      shapes[prefix + dense + "/bias"] = [cols]
+    for norm in ("attention/output/LayerNorm", "output/LayerNorm"):
+      shapes[prefix + norm + "/beta"] = [d]
+      shapes[prefix + norm + "/gamma"] = [d]
+  return shapes
+
+
+def test_saved_tf1_checkpoint_has_every_variable_of_the_authors_graph(tmp_path, models):
+  config = tiny_config()
+  prefix = model_dir.save_tf1_checkpoint(models["tta"], str(tmp_path / "tta.ckpt"))
+  expected = _authors_tta_variables(config)
+  assert len(expected) == 11 + 16 * config.num_hidden_layers
+  assert dict(tf.train.list_variables(prefix)) == expected
+
+  # The authors' scripts restore with tf.train.Saver() over all their variables.
+  with tf.Graph().as_default():
+    variables = [tf.compat.v1.get_variable(n, shape) for n, shape in expected.items()]
+    with tf.compat.v1.Session() as sess:
+      tf.compat.v1.train.Saver().restore(sess, prefix)
+      restored = dict(zip(expected, sess.run(variables)))
+  np.testing.assert_array_equal(
+    restored["bert/embeddings/word_embeddings"], models["tta"].embeddings.word_embeddings.numpy()
+  )
+  # The pooler is untrained, as in the authors' checkpoints: truncated normal
+  # (|x| <= 2 stddev, stddev 0.02 -> about 0.88 * 0.02 after the cut), zero
+  # bias, and the same in every file written.
+  kernel = restored["bert/pooler/dense/kernel"]
+  assert np.abs(kernel).max() <= 2 * config.initializer_range
+  assert 0.8 * config.initializer_range < kernel.std() < 0.95 * config.initializer_range
+  np.testing.assert_array_equal(restored["bert/pooler/dense/bias"], np.zeros(config.hidden_size))
+  again = model_dir.save_tf1_checkpoint(models["tta"], str(tmp_path / "again.ckpt"))
+  np.testing.assert_array_equal(
+    tf.train.load_checkpoint(again).get_tensor("bert/pooler/dense/kernel"), kernel
+  )
+
+  # Loading it back ignores the pooler, strictly.
+  report = model_dir.load_tf1_checkpoint(modeling.build_model(config, "tta"), prefix)
+  assert report["ignored"] == ["bert/pooler/dense/bias", "bert/pooler/dense/kernel"]
+  assert report["unexpected"] == []
+
+
 def test_missing_variable_fails_by_name_and_assigns_nothing(tmp_path):
   config = tiny_config(type_vocab_size=2)
   arrays = google_bert_arrays(config, np.random.default_rng(8))
