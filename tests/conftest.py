@@ -28,6 +28,39 @@ def tiny_config(**overrides):
   return modeling.TTAConfig(**dict(TINY, **overrides))
 
 
+# Words and pieces of the tiny vocabulary the inference and export tests share: enough for
+# sentences with continuation pieces ("walk ##ing"), punctuation and an unknown word.
+WORDS = (
+  "the",
+  "cat",
+  "sat",
+  "on",
+  "mat",
+  "a",
+  "dog",
+  "ran",
+  "far",
+  "away",
+  "##s",
+  "##ed",
+  "run",
+  "walk",
+  "##ing",
+  ".",
+  ",",
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+  """A lower-casing `FullTokenizer` of the special tokens followed by WORDS."""
+  import tokenization  # pylint: disable=g-import-not-at-top
+
+  path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+  path.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + list(WORDS)) + "\n")
+  return tokenization.FullTokenizer(str(path), do_lower_case=True)
+
+
 def data_dir_or_skip(subdir=""):
   """The shared data root, or a skip naming what is missing."""
   import io_utils  # pylint: disable=g-import-not-at-top

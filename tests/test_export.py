@@ -13,27 +13,7 @@ import export_saved_model
 import inference
 import modeling
 import normalization
-import tokenization
 
-WORDS = [
-  "the",
-  "cat",
-  "sat",
-  "on",
-  "mat",
-  "a",
-  "dog",
-  "ran",
-  "far",
-  "away",
-  "##s",
-  "##ed",
-  "run",
-  "walk",
-  "##ing",
-  ".",
-  ",",
-]
 MAX_SEQ_LENGTH = 12
 SENTENCES = [
   "the cat sat on the mat .",
@@ -46,13 +26,6 @@ SENTENCES = [
 # bilm sums over one masked copy per position, batched differently in the
 # graph and in inference.py, so it rounds a little further apart.
 ATOL = {"tta": 1e-5, "unilm": 1e-5, "bilm": 1e-4}
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-  path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
-  path.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + WORDS) + "\n")
-  return tokenization.FullTokenizer(str(path), do_lower_case=True)
 
 
 @pytest.fixture(scope="module", params=["tta", "bilm", "unilm"])

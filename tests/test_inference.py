@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+from conftest import WORDS
 from conftest import tiny_config
 import numpy as np
 import pytest
@@ -14,25 +15,6 @@ import model_dir
 import modeling
 import tokenization
 
-WORDS = [
-  "the",
-  "cat",
-  "sat",
-  "on",
-  "mat",
-  "a",
-  "dog",
-  "ran",
-  "far",
-  "away",
-  "##s",
-  "##ed",
-  "run",
-  "walk",
-  "##ing",
-  ".",
-  ",",
-]
 SENTENCES = [
   "the cat sat on the mat .",
   "a dog ran",
@@ -40,13 +22,6 @@ SENTENCES = [
   "",
   "the dog , the cat , a mat , the runs walked on",
 ]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-  path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
-  path.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + WORDS) + "\n")
-  return tokenization.FullTokenizer(str(path), do_lower_case=True)
 
 
 def lm_for(model_type, tokenizer, **kwargs):
@@ -182,7 +157,7 @@ def test_vocab_model_mismatch_is_an_error(tokenizer):
 
 def test_google_bert_release_dir_loads_as_bert(tmp_path):
   """bert:DIR -> [CLS] ... [SEP] inputs, PLL scores from the released weights."""
-  tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
+  tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list(WORDS)
   (tmp_path / "vocab.txt").write_text("\n".join(tokens) + "\n")
   config = modeling.TTAConfig(
     vocab_size=len(tokens),
