@@ -470,6 +470,18 @@ class TransformerBlock(keras.layers.Layer):
     return names
 
 
+def _transform_layers(config):
+  """cls/predictions/transform of both heads: dense(D -> D, hidden_act) and its LayerNorm."""
+  transform = Dense(
+    config.hidden_size,
+    config.hidden_size,
+    config.initializer_range,
+    activation=_ACTIVATIONS[config.hidden_act],
+    name="dense",
+  )
+  return transform, LayerNorm(config.hidden_size, name="LayerNorm")
+
+
 class LMHead(keras.layers.Layer):
   """cls/predictions: dense(gelu) -> LayerNorm -> tied logits + output_bias."""
 
@@ -477,14 +489,7 @@ class LMHead(keras.layers.Layer):
     super().__init__(name="predictions", **kwargs)
     c = config
     self.config = c
-    self.transform = Dense(
-      c.hidden_size,
-      c.hidden_size,
-      c.initializer_range,
-      activation=_ACTIVATIONS[c.hidden_act],
-      name="dense",
-    )
-    self.layer_norm = LayerNorm(c.hidden_size, name="LayerNorm")
+    self.transform, self.layer_norm = _transform_layers(c)
 
   def build(self, input_shape=None):
     self.transform.build()
@@ -728,14 +733,7 @@ class ContinuousHead(keras.layers.Layer):
     c = config
     self.config = c
     self.target_size = c.target_embedding_size or c.hidden_size
-    self.transform = Dense(
-      c.hidden_size,
-      c.hidden_size,
-      c.initializer_range,
-      activation=_ACTIVATIONS[c.hidden_act],
-      name="dense",
-    )
-    self.layer_norm = LayerNorm(c.hidden_size, name="LayerNorm")
+    self.transform, self.layer_norm = _transform_layers(c)
     self.projection = Dense(c.hidden_size, self.target_size, c.initializer_range, name="projection")
 
   def build(self, input_shape=None):
