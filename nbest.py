@@ -942,6 +942,22 @@ def _sentence_errors(refs, hyps):
   return errors
 
 
+def utterance_errors(lists, choice):
+  """Per-utterance word errors of one choice, for paired significance tests.
+
+  Args:
+    lists: list[NBestList], each with one reference.
+    choice: list[int], index into lists[i].hyps.
+
+  Returns:
+    tuple (list[int], list[int]): S + D + I of each chosen hypothesis, and the words of each
+    reference; their sums give `evaluate(lists, choice, "wer")`.
+  """
+  refs = [nbest.refs[0] for nbest in lists]
+  hyps = [nbest.hyps[i].text for nbest, i in zip(lists, choice)]
+  return _sentence_errors(refs, hyps), [len(ref.split()) for ref in refs]
+
+
 def oracle(lists, metric="wer"):
   """The best choice per list given the references.
 

@@ -33,6 +33,7 @@ on where it stopped, and training resumes from its last checkpoint):
   python reproduce.py --mode=full --budget_minutes=40
 """
 
+import dataclasses
 import datetime
 import json
 import logging as std_logging
@@ -50,6 +51,7 @@ import cli
 import io_utils
 import machine
 import progress
+import significance
 
 FLAGS = flags.FLAGS
 
@@ -455,6 +457,14 @@ def _fmt(value, digits=2):
   return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _reranked_cell(result):
+  """ "1.53 (λ 0.05, p 0.030)": WER, λ, and p of the paired bootstrap vs the first pass."""
+  cell = f"{_fmt(result['reranked'])} (λ {result['lambda']:.2f}"
+  if result.get("vs_first_pass"):
+    cell += f", p {significance.format_p(result['vs_first_pass']['p_value'])}"
+  return cell + ")"
+
+
 def wer_table(asr):
   """Table 1: rows first pass / each LM; columns test sets x settings."""
   cols = [(r["test"], r["setting"]) for r in asr[0]["results"]]
@@ -464,11 +474,7 @@ def wer_table(asr):
   lines.append("| first pass | " + " | ".join(_fmt(first[c]["first_pass"]) for c in cols) + " |")
   for row in asr:
     by = {(r["test"], r["setting"]): r for r in row["results"]}
-    lines.append(
-      f"| + {row['lm']} | "
-      + " | ".join(f"{_fmt(by[c]['reranked'])} (λ {by[c]['lambda']:.2f})" for c in cols)
-      + " |"
-    )
+    lines.append(f"| + {row['lm']} | " + " | ".join(_reranked_cell(by[c]) for c in cols) + " |")
   lines.append("| oracle | " + " | ".join(_fmt(first[c]["oracle"]) for c in cols) + " |")
   return "\n".join(lines)
 
@@ -485,17 +491,28 @@ def bleu_table(nmt):
   return "\n".join(lines)
 
 
+def _pearson_cell(row, set_name):
+  """ "55.50 [50.12, 60.31]": Pearson x100 with its 95% bootstrap interval; "-" for no row."""
+  if row is None:
+    return "-"
+  cell = _fmt(row["scores"][set_name][0])
+  interval = (row.get("pearson_ci") or {}).get(set_name)
+  if interval:
+    cell += f" [{interval[0]:.2f}, {interval[1]:.2f}]"
+  return cell
+
+
 def sts_table(sts, set_names, paper_sets=()):
   """Pearson x100 per model, context and embed side by side per set."""
   reps = ("context", "embed")
   head = "| model | " + " | ".join(f"{n} {r}" for n in set_names for r in reps) + " |"
   lines = [head, "|---|" + "---:|" * (2 * len(set_names))]
   models = list(dict.fromkeys(r["model"] for r in sts))
-  by = {(r["model"], r["representation"]): r["scores"] for r in sts}
+  by = {(r["model"], r["representation"]): r for r in sts}
   for m in models:
     lines.append(
       f"| {m} | "
-      + " | ".join(_fmt(by[(m, r)][n][0]) if (m, r) in by else "-" for n in set_names for r in reps)
+      + " | ".join(_pearson_cell(by.get((m, r)), n) for n in set_names for r in reps)
       + " |"
     )
   for m, sets in PAPER["sts"].items():
@@ -505,6 +522,73 @@ def sts_table(sts, set_names, paper_sets=()):
         + " | ".join(_fmt(v) for n in set_names for v in sets[n])
         + " |"
       )
+  return "\n".join(lines)
+
+
+# The paper's claims compare T-TA with these LMs on the same utterances / sentence pairs.
+COMPARED = ("biLM", "uniLM")
+
+
+def _comparison_dict(a, b, where, comparison):
+  return dict(a=a, b=b, **where, **dataclasses.asdict(comparison))
+
+
+def asr_comparisons(asr, first="T-TA", others=COMPARED):
+  """WER of `first` minus each of `others`, paired bootstrap over the same utterances.
+
+  Args:
+    asr: rescoring_results.json rows, whose WER results keep per-utterance "errors".
+
+  Returns:
+    list of dicts: a, b, test, setting and the significance.Comparison fields (WER points;
+    negative means `first` makes fewer errors). Pairs without errors or with < 2 utterances
+    are left out.
+  """
+  rows = {row["lm"]: row for row in asr}
+  out = []
+  for other in others:
+    if first not in rows or other not in rows:
+      continue
+    theirs = {(r["test"], r["setting"]): r for r in rows[other]["results"]}
+    for r in rows[first]["results"]:
+      o = theirs.get((r["test"], r["setting"]))
+      if o is None or len(r.get("errors") or ()) < 2 or "errors" not in o:
+        continue
+      c = significance.compare_error_rates(r["errors"], o["errors"], r["reference_words"])
+      out.append(_comparison_dict(first, other, {"test": r["test"], "setting": r["setting"]}, c))
+  return out
+
+
+def sts_comparisons(sts, first="T-TA", others=COMPARED):
+  """Pearson x100 of `first` minus each of `others` per set and representation, paired
+  bootstrap over the same sentence pairs (rows need the per-pair "cosines" and "gold")."""
+  by = {(r["model"], r["representation"]): r for r in sts}
+  out = []
+  for (model, representation), mine in by.items():
+    for other in others if model == first else ():
+      theirs = by.get((other, representation))
+      if theirs is None:
+        continue
+      for name, cosines in (mine.get("cosines") or {}).items():
+        c = significance.compare_pearson(cosines, theirs["cosines"][name], mine["gold"][name])
+        out.append(
+          _comparison_dict(first, other, {"set": name, "representation": representation}, c)
+        )
+  return out
+
+
+def comparison_table(comparisons, columns):
+  """One line per comparison: "a - b", the `columns` keys, difference [95% CI], p."""
+  lines = [
+    "| comparison | " + " | ".join(columns) + " | difference [95% CI] | p |",
+    "|---|" + "---|" * len(columns) + "---:|---:|",
+  ]
+  for c in comparisons:
+    where = " | ".join(str(c[k]).replace("_", " ") for k in columns)
+    lines.append(
+      f"| {c['a']} - {c['b']} | {where} | {c['difference']:+.2f} "
+      f"[{c['low']:+.2f}, {c['high']:+.2f}] | {significance.format_p(c['p_value'])} |"
+    )
   return "\n".join(lines)
 
 
@@ -550,6 +634,13 @@ def report_notes(report):
   return [line for note in notes for line in (note, "")]
 
 
+def _comparison_section(report, key, unit, columns):
+  """Heading and table of report[key] (see asr_comparisons), or nothing when it is empty."""
+  if not report.get(key):
+    return []
+  return ["", f"T-TA vs biLM / uniLM ({unit}):", "", comparison_table(report[key], columns)]
+
+
 def render_report(report):
   """The markdown report from the report dict (see `build_report`)."""
   setup = report["setup"]
@@ -579,6 +670,12 @@ def render_report(report):
       "",
       wer_table(report["asr"]),
       "",
+      f"p: paired bootstrap over utterances ({significance.DEFAULT_RESAMPLES:,d} seeded "
+      "resamples) of the LM vs the first pass.",
+      *_comparison_section(
+        report, "asr_comparisons", "WER points, paired over utterances", ["test", "setting"]
+      ),
+      "",
       "## Table 7: (pseudo-)perplexity mean / median per "
       "sentence [full-setting WER]; word pieces for the neural LMs, "
       "words for the 5-gram",
@@ -604,6 +701,11 @@ def render_report(report):
       "## Table 4: SICK test, Pearson r x 100",
       "",
       sts_table(report["sts"], ["sick_test"]),
+      "",
+      "Cells: Pearson [95% bootstrap CI over pairs].",
+      *_comparison_section(
+        report, "sts_comparisons", "Pearson x 100, paired over pairs", ["set", "representation"]
+      ),
     ]
   return "\n".join(parts) + "\n"
 
@@ -692,7 +794,12 @@ def main(argv):
   plan = stage_plan(work_dir, data_dir, s)
   model_dirs = stage_train(work_dir, data_dir, s, plan, stages)
 
-  key = {"checkpoints": _checkpoint_key(model_dirs), "data": root}
+  # The resample count in the key re-runs evaluations stored before they carried bootstraps.
+  key = {
+    "checkpoints": _checkpoint_key(model_dirs),
+    "data": root,
+    "bootstrap_resamples": significance.DEFAULT_RESAMPLES,
+  }
   results = {}
   sts_args = [
     "run_sts.py",
@@ -720,6 +827,8 @@ def main(argv):
       dict(key, kenlm=kenlm_path, max_lists=max_lists),
     )
 
+  results["sts_comparisons"] = sts_comparisons(results["sts"])
+  results["asr_comparisons"] = asr_comparisons(results["asr"])
   report = build_report(s, plan, data_stats, model_dirs, results)
   text = render_report(report)
   io_utils.write_atomically(os.path.join(work_dir, "report.json"), json.dumps(report, indent=2))

@@ -4,7 +4,8 @@ score = (1-λ)·s2s + λ·lm, with λ chosen on a dev set over 0, 0.05, ..., 1 a
 applied to its test set. Reports WER (ASR) or BLEU (NMT) of the first pass,
 after reranking, and of the oracle, the per-λ dev curve, and the
 (pseudo-)perplexity of each LM on the references (mean and median over
-sentences, paper Table 7).
+sentences, paper Table 7). For WER, each result keeps the per-utterance errors of the
+chosen hypotheses and a seeded paired bootstrap (significance.py) of the LM vs the first pass.
 
 LM scores are cached per LM (nbest.ScoreCache under --output_dir/cache), so a
 re-run, a new setting or an interrupted run never recomputes a sentence.
@@ -22,6 +23,7 @@ Examples:
       --dev_file=dev.json --test_file=test.json --settings=full
 """
 
+import dataclasses
 import json
 import os
 import time
@@ -34,6 +36,7 @@ import inference
 import io_utils
 import nbest
 import progress
+import significance
 
 FLAGS = flags.FLAGS
 
@@ -82,6 +85,12 @@ flags.DEFINE_integer(
   "Sentences scored between cache writes; progress lines (rate, ETA) at most every 10 s.",
 )
 flags.DEFINE_integer("token_budget", 16384, "Tokens per forward pass.")
+flags.DEFINE_integer(
+  "bootstrap_resamples",
+  significance.DEFAULT_RESAMPLES,
+  "Paired bootstrap resamples (over utterances) for each LM's WER vs the first pass.",
+)
+flags.DEFINE_integer("bootstrap_seed", 0, "Seed of the paired bootstrap resampler.")
 
 _GRID = nbest.DEFAULT_GRID
 
@@ -157,11 +166,41 @@ def check_settings(sets, runs):
             raise ValueError(f"--settings={setting}: {e}") from None
 
 
-def rerank_pair(dev, test, lm_dev, lm_test, setting, metric):
-  """Tunes λ on dev (if any), applies it to test; returns a result dict."""
+def wer_significance(test, first_choice, choice, bootstrap):
+  """Per-utterance errors of the reranked choice and its paired bootstrap vs the first pass.
+
+  The error lists are kept in the results so that reproduce.py can compare two LMs (run in
+  separate invocations) on the same utterances. `bootstrap` is (resamples, seed). The
+  comparison is None with fewer than 2 utterances (nothing to resample).
+  """
+  first_errors, reference_words = nbest.utterance_errors(test, first_choice)
+  errors, _ = nbest.utterance_errors(test, choice)
+  comparison = None
+  if len(test) >= 2:
+    resamples, seed = bootstrap
+    comparison = significance.compare_error_rates(
+      errors, first_errors, reference_words, num_resamples=resamples, seed=seed
+    )
+  return {
+    "errors": errors,
+    "first_pass_errors": first_errors,
+    "reference_words": reference_words,
+    # WER points of the LM minus the first pass (negative: fewer errors), 95% CI, p.
+    "vs_first_pass": comparison and dataclasses.asdict(comparison),
+  }
+
+
+def rerank_pair(
+  dev, test, lm_dev, lm_test, setting, metric, bootstrap=(significance.DEFAULT_RESAMPLES, 0)
+):
+  """Tunes λ on dev (if any), applies it to test; returns a result dict.
+
+  For WER it adds `wer_significance` (`bootstrap` is its (resamples, seed)).
+  """
+  first_choice = nbest.rerank(test, None, 0.0, setting)
   result = {
     "setting": setting,
-    "first_pass": nbest.evaluate(test, nbest.rerank(test, None, 0.0, setting), metric),
+    "first_pass": nbest.evaluate(test, first_choice, metric),
     "oracle": nbest.oracle(test, metric)[0],
   }
   if dev is None:  # no first-pass scores: LM-only selection
@@ -173,14 +212,27 @@ def rerank_pair(dev, test, lm_dev, lm_test, setting, metric):
     result["dev_best"] = sweep.best_value
   result["lambda"] = lam
   result["dev_curve"] = curve
-  result["reranked"] = nbest.evaluate(test, nbest.rerank(test, lm_test, lam, setting), metric)
+  choice = nbest.rerank(test, lm_test, lam, setting)
+  result["reranked"] = nbest.evaluate(test, choice, metric)
+  if metric == "wer":
+    result.update(wer_significance(test, first_choice, choice, bootstrap))
   return result
+
+
+def format_comparison(comparison):
+  """ "-0.42 [-0.80, -0.05], p 0.03" for a significance.Comparison dict; "-" for None."""
+  if not comparison:
+    return "-"
+  c = comparison
+  p = significance.format_p(c["p_value"])
+  return f"{c['difference']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}], p {p}"
 
 
 def markdown(rows, metric):
   lines = [
-    "| LM | set | setting | λ (dev) | first pass | reranked | oracle | PPPL mean / median |",
-    "|---|---|---|---|---|---|---|---|",
+    "| LM | set | setting | λ (dev) | first pass | reranked | oracle | PPPL mean / median "
+    "| reranked - first pass [95% CI], p |",
+    "|---|---|---|---|---|---|---|---|---|",
   ]
   for row in rows:
     for r in row["results"]:
@@ -188,7 +240,7 @@ def markdown(rows, metric):
       lines.append(
         f"| {row['lm']} | {r['test']} | {r['setting'] or 'LM only'} | {r['lambda']:.2f} | "
         f"{r['first_pass']:.2f} | {r['reranked']:.2f} | {r['oracle']:.2f} | "
-        f"{p['mean']:.1f} / {p['median']:.1f} |"
+        f"{p['mean']:.1f} / {p['median']:.1f} | {format_comparison(r.get('vs_first_pass'))} |"
       )
   better = "lower is better" if metric == "wer" else "higher is better"
   table = "\n".join(lines)
@@ -273,6 +325,7 @@ def rescore_with(name, lm, lm_id, texts, cache, sets, runs, metric):
         lm_table(sets[test], scores),
         setting,
         metric,
+        (FLAGS.bootstrap_resamples, FLAGS.bootstrap_seed),
       )
       result.update(dev=dev, test=test)
       logging.info(

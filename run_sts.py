@@ -3,7 +3,9 @@
 Each sentence becomes a vector (inference.NeuralLM.sentence_vectors), a pair's
 similarity is the cosine of its two vectors, and the score is Pearson r x 100
 (the paper's metric; Spearman is reported too) against the gold scores of
-STS-B dev/test and SICK test. No training, no tuning.
+STS-B dev/test and SICK test, with a seeded 95% bootstrap interval of the Pearson
+(significance.py). The per-pair cosines and gold scores are kept in sts_results.json so that
+reproduce.py can compare two models on the same pairs. No training, no tuning.
 
 Example:
   python run_sts.py --model_dir=runs/tta,runs/bilm,runs/unilm \
@@ -22,6 +24,7 @@ import cli
 import inference
 import io_utils
 import progress
+import significance
 import sts_data
 
 FLAGS = flags.FLAGS
@@ -51,6 +54,12 @@ flags.DEFINE_integer(
   "Evaluate only the first N pairs of each set (quick runs; the full sets are the result).",
 )
 flags.DEFINE_integer("token_budget", 16384, "Tokens per forward pass.")
+flags.DEFINE_integer(
+  "bootstrap_resamples",
+  significance.DEFAULT_RESAMPLES,
+  "Paired bootstrap resamples (over sentence pairs) for each Pearson's 95% interval.",
+)
+flags.DEFINE_integer("bootstrap_seed", 0, "Seed of the bootstrap resampler.")
 
 SETS = {
   "stsb_dev": ("STS-B dev", lambda d: sts_data.read_stsb("dev", d)),
@@ -84,8 +93,8 @@ def encode(lm, sentences, pooling, masked, label):
   return np.concatenate(parts)
 
 
-def evaluate_sts(lm, pairs, representation, label="encoding"):
-  """Pearson x100 and Spearman x100 of cosine similarities on `pairs`.
+def pair_cosines(lm, pairs, representation, label="encoding"):
+  """Cosine similarity of each pair's two sentence vectors: float [P].
 
   Each distinct sentence is encoded once; progress lines are logged as `label`.
   """
@@ -95,18 +104,46 @@ def evaluate_sts(lm, pairs, representation, label="encoding"):
   vectors = encode(lm, sentences, pooling, masked, label)
   left = vectors[[index[p.sent1] for p in pairs]]
   right = vectors[[index[p.sent2] for p in pairs]]
-  return sts_data.pearson_spearman(inference.cosine(left, right), [p.score for p in pairs])
+  return inference.cosine(left, right)
+
+
+def evaluate_sts(
+  lm, pairs, representation, label="encoding", bootstrap=(significance.DEFAULT_RESAMPLES, 0)
+):
+  """Scores of one set and representation, as stored in sts_results.json.
+
+  Args:
+    bootstrap: (resamples, seed) of the Pearson interval.
+
+  Returns:
+    dict: "scores" [Pearson x100, Spearman x100], "pearson_ci" [low, high] (95%),
+    "cosines" float [P] and "gold" float [P].
+  """
+  cosines = pair_cosines(lm, pairs, representation, label)
+  gold = [float(p.score) for p in pairs]
+  scores = sts_data.pearson_spearman(cosines, gold)
+  resamples, seed = bootstrap
+  ci = significance.pearson_interval(cosines, gold, num_resamples=resamples, seed=seed)
+  return {
+    "scores": list(scores),
+    "pearson_ci": [ci.low, ci.high],
+    "cosines": [float(c) for c in cosines],
+    "gold": gold,
+  }
 
 
 def markdown_table(results, set_names):
-  """Rows "model (representation)", columns the sets: Pearson (Spearman)."""
+  """Rows "model (representation)", columns the sets: Pearson [95% CI] (Spearman)."""
   lines = [
     "| model | representation | " + " | ".join(SETS[s][0] for s in set_names) + " |",
     "|---|---|" + "---|" * len(set_names),
   ]
   for row in results:
-    scores = [row["scores"][s] for s in set_names]
-    cells = [f"{pearson:.2f} ({spearman:.2f})" for pearson, spearman in scores]
+    cells = []
+    for name in set_names:
+      pearson, spearman = row["scores"][name]
+      low, high = row["pearson_ci"][name]
+      cells.append(f"{pearson:.2f} [{low:.2f}, {high:.2f}] ({spearman:.2f})")
     lines.append(f"| {row['model']} | {row['representation']} | {' | '.join(cells)} |")
   return "\n".join(lines) + "\n"
 
@@ -133,17 +170,24 @@ def main(argv):
         "model_type": lm.model_type,
         "representation": representation,
         "scores": {},
+        "pearson_ci": {},
+        "cosines": {},
+        "gold": {},
       }
       for name, pairs in data_sets.items():
         start = time.time()
         label = f"{row_name} {representation} {name}"
-        row["scores"][name] = evaluate_sts(lm, pairs, representation, label)
+        bootstrap = (FLAGS.bootstrap_resamples, FLAGS.bootstrap_seed)
+        for field, value in evaluate_sts(lm, pairs, representation, label, bootstrap).items():
+          row[field][name] = value
         logging.info(
-          "%s %s %s: Pearson %.2f Spearman %.2f (%.1f s)",
+          "%s %s %s: Pearson %.2f [%.2f, %.2f] Spearman %.2f (%.1f s)",
           row_name,
           representation,
           name,
-          *row["scores"][name],
+          row["scores"][name][0],
+          *row["pearson_ci"][name],
+          row["scores"][name][1],
           time.time() - start,
         )
       results.append(row)

@@ -25,6 +25,14 @@ DEFAULT_RESAMPLES = 1000
 DEFAULT_CONFIDENCE = 0.95
 
 
+def format_p(p_value):
+  """A p-value for a table: "0.030"; "< 0.001" when no resample crossed zero.
+
+  p = 0 means less than one in n_resamples (>= 1,000), never exactly 0.
+  """
+  return "< 0.001" if p_value < 0.0005 else f"{p_value:.3f}"
+
+
 @dataclasses.dataclass
 class Comparison:
   """A statistic of system A minus that of system B, with its bootstrap uncertainty.

@@ -636,3 +636,15 @@ def test_score_cache_writes_each_model_identity_once_beside_it(tmp_path):
       "kenlm-4567": {"kind": "kenlm"},
     }
   assert cache.models_path == str(tmp_path / "cache" / "lm_scores.models.json")
+
+
+def test_utterance_errors_count_each_chosen_hypothesis_and_add_up_to_the_wer():
+  lists = [
+    nbest.NBestList("u1", ["a b c"], [nbest.Hypothesis("a x c d"), nbest.Hypothesis("a b c")]),
+    nbest.NBestList("u2", ["d e"], [nbest.Hypothesis("d e"), nbest.Hypothesis("")]),
+  ]
+  # u1 rank 1: one substitution (b -> x) and one insertion (d); u2 rank 2: two deletions.
+  errors, words = nbest.utterance_errors(lists, [0, 1])
+  assert errors == [2, 2] and words == [3, 2]
+  assert nbest.evaluate(lists, [0, 1], "wer") == pytest.approx(100 * 4 / 5)
+  assert nbest.utterance_errors(lists, [1, 0]) == ([0, 0], [3, 2])

@@ -4,6 +4,7 @@ stamps themselves are tested in test_io_utils.py)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -84,6 +85,66 @@ def test_report_tables_put_each_number_in_its_cell():
   assert table[3] == "| biLM | 33.30 | - |"
 
 
+def _with_errors(row, errors, p_value):
+  """`row` with per-utterance errors (4 words each) and a stored p vs the first pass."""
+  for r in row["results"]:
+    r.update(errors=errors, reference_words=[4] * len(errors))
+    r["vs_first_pass"] = {"difference": -1.0, "low": -2.0, "high": 0.5, "p_value": p_value}
+  return row
+
+
+def test_report_cells_show_p_values_cis_and_paired_lm_comparisons():
+  asr = [
+    _with_errors(_asr_row("T-TA", (1.11, 1.22), (0.3, 0.45), (1, 1)), [0, 0, 0, 0], 0.004),
+    _with_errors(_asr_row("biLM", (1.33, 1.44), (0.1, 0.2), (1, 1)), [1, 1, 1, 1], 0.5),
+    _asr_row("5-gram", (1.5, 1.6), (0.1, 0.2), (1, 1)),  # NMT-like row: no errors, no p
+  ]
+  lines = reproduce.wer_table(asr).splitlines()
+  assert lines[3] == "| + T-TA | 1.11 (λ 0.30, p 0.004) | 1.22 (λ 0.45, p 0.004) |"
+  assert lines[4] == "| + biLM | 1.33 (λ 0.10, p 0.500) | 1.44 (λ 0.20, p 0.500) |"
+  assert lines[5] == "| + 5-gram | 1.50 (λ 0.10) | 1.60 (λ 0.20) |"
+  # T-TA makes 0 errors where biLM makes 1 in 4 words, on every utterance: -25 WER points in
+  # every resample, so the CI is [-25, -25] and no resample reaches 0 (p 0).
+  comparisons = reproduce.asr_comparisons(asr)
+  assert [(c["b"], c["test"], c["setting"]) for c in comparisons] == [
+    ("biLM", "test_clean", "am"),
+    ("biLM", "test_clean", "full"),
+  ]
+  assert comparisons[0]["difference"] == pytest.approx(-25.0)
+  assert comparisons[0]["low"] == pytest.approx(-25.0) == comparisons[0]["high"]
+  assert comparisons[0]["p_value"] == 0.0 and comparisons[0]["num_units"] == 4
+  table = reproduce.comparison_table(comparisons, ["test", "setting"]).splitlines()
+  assert table[2] == "| T-TA - biLM | test clean | am | -25.00 [-25.00, -25.00] | < 0.001 |"
+  # STS: T-TA's cosines follow the gold scores exactly (r = 100), biLM's are reversed
+  # (r = -100): difference 200, and its CI stays above 0.
+  gold = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 1.5, 2.5, 3.5, 4.5]
+  sts = [
+    {
+      "model": "T-TA",
+      "representation": "context",
+      "scores": {"sick_test": [100.0, 100.0]},
+      "pearson_ci": {"sick_test": [99.5, 100.0]},
+      "cosines": {"sick_test": [g / 5 for g in gold]},
+      "gold": {"sick_test": gold},
+    },
+    {
+      "model": "biLM",
+      "representation": "context",
+      "scores": {"sick_test": [-100.0, -100.0]},
+      "pearson_ci": {"sick_test": [-100.0, -99.5]},
+      "cosines": {"sick_test": [1 - g / 5 for g in gold]},
+      "gold": {"sick_test": gold},
+    },
+  ]
+  cells = reproduce.sts_table(sts, ["sick_test"]).splitlines()
+  assert cells[2] == "| T-TA | 100.00 [99.50, 100.00] | - |"
+  assert cells[3] == "| biLM | -100.00 [-100.00, -99.50] | - |"
+  (c,) = reproduce.sts_comparisons(sts)
+  assert (c["a"], c["b"], c["set"], c["representation"]) == ("T-TA", "biLM", "sick_test", "context")
+  assert c["difference"] == pytest.approx(200.0)
+  assert 0 < c["low"] <= c["high"] <= 200.0 + 1e-9 and c["p_value"] < 0.01
+
+
 def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path):
   data_dir_or_skip("gutenberg-books-subset")
   work = tmp_path / "work"
@@ -116,6 +177,11 @@ def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path):
   text = (work / "report.md").read_text()
   for table in ("Table 1", "Table 2", "Table 3", "Table 4", "Table 7"):
     assert table in text
+  # Paired comparisons of T-TA with biLM and uniLM: 2 test sets x 2 settings, 3 STS sets x 2
+  # representations; the WER cells carry their p vs the first pass.
+  assert len(report["asr_comparisons"]) == 8 and len(report["sts_comparisons"]) == 12
+  assert "T-TA - biLM" in text and "T-TA - uniLM" in text
+  assert re.search(r"\| \+ T-TA \| \d+\.\d\d \(λ \d\.\d\d, p \d\.\d{3}\) \|", text)
   # A second run finds every stage done: no training, scoring or KenLM step.
   logs_before = sorted(os.listdir(work / "logs"))
   sizes = {n: os.path.getsize(work / "logs" / n) for n in logs_before}

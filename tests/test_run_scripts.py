@@ -1,6 +1,7 @@
 """End-to-end runs of run_rescoring.py and run_sts.py with tiny random models
 on (slices of) the real evaluation sets."""
 
+import dataclasses
 import json
 import os
 import re
@@ -16,6 +17,8 @@ import inference
 import model_dir
 import modeling
 import nbest
+import run_rescoring
+import significance
 import sts_data
 import tokenization
 
@@ -127,6 +130,51 @@ def test_rescoring_end_to_end_and_cache_resume(model_dirs, tmp_path):
   with open(os.path.join(out, "rescoring_results.json")) as f:
     again = json.load(f)
   assert [r["results"] for r in again] == [r["results"] for r in rows]
+  # Per-utterance errors add up to the reported WERs, and the stored bootstrap of the LM vs the
+  # first pass is what significance.py gives on them with the default seed and resamples.
+  for r in rows[0]["results"]:
+    words = r["reference_words"]
+    assert words == [len(ref.split()) for ref in refs]
+    assert 100 * sum(r["errors"]) / sum(words) == pytest.approx(r["reranked"])
+    assert 100 * sum(r["first_pass_errors"]) / sum(words) == pytest.approx(r["first_pass"])
+    want = significance.compare_error_rates(r["errors"], r["first_pass_errors"], words)
+    assert r["vs_first_pass"] == pytest.approx(dataclasses.asdict(want))
+  with open(os.path.join(out, "rescoring_results.md")) as f:
+    assert "| reranked - first pass [95% CI], p |" in f.read()
+
+
+def _fixable_lists(count):
+  """`count` lists whose first pass picks a one-word error and whose second hypothesis is right."""
+  return [
+    nbest.NBestList(
+      key=f"u{i}",
+      refs=["the cat sat"],
+      hyps=[
+        nbest.Hypothesis("the bat sat", {"score": -1.0}),
+        nbest.Hypothesis("the cat sat", {"score": -2.0}),
+      ],
+    )
+    for i in range(count)
+  ]
+
+
+def test_a_reranker_that_fixes_many_errors_is_significant():
+  lists = _fixable_lists(30)
+  lm = [[-9.0, -1.0] for _ in lists]  # the LM strongly prefers the right hypothesis
+  result = run_rescoring.rerank_pair(lists, lists, lm, lm, "full", "wer", (1000, 0))
+  assert result["first_pass_errors"] == [1] * 30 and result["errors"] == [0] * 30
+  assert result["reference_words"] == [3] * 30
+  c = result["vs_first_pass"]
+  # Every utterance loses its one error in 3 words: -33.33 WER points in every resample.
+  assert c["difference"] == pytest.approx(-100 / 3)
+  assert c["low"] == pytest.approx(-100 / 3) and c["high"] == pytest.approx(-100 / 3)
+  assert c["p_value"] < 0.01 and c["num_units"] == 30
+  # An LM that agrees with the first pass changes nothing: difference 0, p 1.
+  same = run_rescoring.rerank_pair(
+    lists, lists, [[-1.0, -9.0]] * 30, [[-1.0, -9.0]] * 30, "full", "wer"
+  )
+  assert same["vs_first_pass"]["difference"] == 0.0 and same["vs_first_pass"]["p_value"] == 1.0
+  assert "-33.33 [-33.33, -33.33], p < 0.001" in run_rescoring.format_comparison(c)
 
 
 def test_sts_end_to_end(model_dirs, tmp_path):
@@ -161,8 +209,17 @@ def test_sts_end_to_end(model_dirs, tmp_path):
   # A random 16-wide model gives near-equal cosines, so float noise from a
   # different batching reorders a few near-ties: Spearman moves a little.
   assert spearman == pytest.approx(want[1], abs=1.0)
+  # The 95% interval brackets the Pearson and is the seeded bootstrap of the stored cosines.
+  low, high = rows[0]["pearson_ci"]["stsb_dev"]
+  assert low < pearson < high
+  assert rows[0]["gold"]["stsb_dev"] == [p.score for p in pairs]
+  assert rows[0]["cosines"]["stsb_dev"] == pytest.approx(cos, abs=1e-4)
+  again = significance.pearson_interval(rows[0]["cosines"]["stsb_dev"], rows[0]["gold"]["stsb_dev"])
+  assert [again.low, again.high] == pytest.approx([low, high])
   with open(os.path.join(out, "sts_results.md")) as f:
-    assert "| STS-B dev | SICK test |" in f.read()
+    table = f.read()
+  assert "| STS-B dev | SICK test |" in table
+  assert f"| {pearson:.2f} [{low:.2f}, {high:.2f}] ({spearman:.2f}) |" in table
   # Encoding progress names model, representation and set, with rate and ETA.
   assert re.search(
     r"tta context stsb_dev: \d+/\d+ sentences \(100%\), [\d.]+/s, .* ETA", result.stderr

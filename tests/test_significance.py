@@ -80,3 +80,9 @@ def test_unpaired_or_too_few_units_are_refused():
     significance.pearson_interval([1.0], [2.0])
   with pytest.raises(ValueError, match="no units"):
     significance.compare_pearson([], [], [])
+
+
+def test_p_values_print_as_a_bound_when_no_resample_crossed_zero():
+  assert significance.format_p(0.03) == "0.030"
+  assert significance.format_p(0.0) == "< 0.001"
+  assert significance.format_p(1.0) == "1.000"
