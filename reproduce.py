@@ -382,8 +382,31 @@ def train_args(data_dir, s, model_type, output_dir, steps):
   )
 
 
+PRECISION_FLAGS = {"fp32": [], "bf16": ["--mixed_precision"]}
+
+
+def _calibrate(work_dir, data_dir, s, precision):
+  """A short T-TA run in `precision` ("fp32" or "bf16"); its speeds from train_summary.json."""
+  name = "calibration" if precision == "fp32" else f"calibration_{precision}"
+  calib_dir = os.path.join(work_dir, name)
+  args = train_args(data_dir, s, "tta", calib_dir, s["calibration_steps"])
+  run_step(work_dir, name, args + ["--max_eval_steps=1"] + PRECISION_FLAGS[precision])
+  summary = read_json(os.path.join(calib_dir, "train_summary.json"))
+  return {k: summary[k] for k in ("steps_per_second", "tokens_per_second", "gflops_per_second")}
+
+
+def choose_precision(calibrations):
+  """The precision whose calibration trained the most steps per second ("fp32" on a tie)."""
+  return max(sorted(calibrations), key=lambda p: (calibrations[p]["steps_per_second"], p == "fp32"))
+
+
 def stage_plan(work_dir, data_dir, s):
-  """Fixes the number of training steps; returns the plan dict."""
+  """Fixes the number of training steps and the precision; returns the plan dict.
+
+  bf16 is tried only on a CPU with bf16 matmul instructions (AMX, AVX512_BF16), where it can
+  be faster, and kept only if its calibration run is: measured, not assumed. Without a
+  calibration (--train_steps) the models train in fp32.
+  """
   path = os.path.join(work_dir, "plan.json")
   key = {
     "model": model_flags(s),
@@ -393,22 +416,19 @@ def stage_plan(work_dir, data_dir, s):
   plan = io_utils.read_stamp(path, key)
   if plan is not None:
     return plan
-  plan = {}
+  plan = {"precision": "fp32"}
   if FLAGS.train_steps:
     plan["train_steps"] = FLAGS.train_steps
   else:
-    calib_dir = os.path.join(work_dir, "calibration")
-    run_step(
-      work_dir,
-      "calibration",
-      train_args(data_dir, s, "tta", calib_dir, s["calibration_steps"]) + ["--max_eval_steps=1"],
-    )
-    summary = read_json(os.path.join(calib_dir, "train_summary.json"))
-    plan["calibration"] = {
-      k: summary[k] for k in ("steps_per_second", "tokens_per_second", "gflops_per_second")
-    }
-    plan["train_steps"] = max(20, int(s["budget_minutes"] * 60 * summary["steps_per_second"]))
-  logging.info("plan: %d steps per model", plan["train_steps"])
+    calibrations = {"fp32": _calibrate(work_dir, data_dir, s, "fp32")}
+    if machine.cpu_has_native_bfloat16():
+      calibrations["bf16"] = _calibrate(work_dir, data_dir, s, "bf16")
+    plan["precision"] = choose_precision(calibrations)
+    plan["calibrations"] = calibrations
+    plan["calibration"] = calibrations[plan["precision"]]
+    steps_per_second = plan["calibration"]["steps_per_second"]
+    plan["train_steps"] = max(20, int(s["budget_minutes"] * 60 * steps_per_second))
+  logging.info("plan: %d steps per model in %s", plan["train_steps"], plan["precision"])
   return io_utils.write_stamp(path, key, record=plan)
 
 
@@ -426,7 +446,8 @@ def stage_train(work_dir, data_dir, s, plan, stages):
       run_step(
         work_dir,
         "train_" + model_type,
-        train_args(data_dir, s, model_type, out, plan["train_steps"]),
+        train_args(data_dir, s, model_type, out, plan["train_steps"])
+        + PRECISION_FLAGS[plan.get("precision", "fp32")],
       )
     dirs[model_type] = out
   return dirs
@@ -641,6 +662,15 @@ def _comparison_section(report, key, unit, columns):
   return ["", f"T-TA vs biLM / uniLM ({unit}):", "", comparison_table(report[key], columns)]
 
 
+def _precision_reason(setup):
+  """ " (calibration steps/s: bf16 1.52 vs fp32 1.10)" when both precisions were timed."""
+  calibrations = setup.get("calibrations") or {}
+  if len(calibrations) < 2:
+    return ""
+  rates = " vs ".join(f"{p} {c['steps_per_second']:.2f}" for p, c in sorted(calibrations.items()))
+  return f" (calibration steps/s: {rates})"
+
+
 def render_report(report):
   """The markdown report from the report dict (see `build_report`)."""
   setup = report["setup"]
@@ -651,7 +681,7 @@ def render_report(report):
     f"{setup['finished']}. Data: {setup['train_sentences']:d} training sentences "
     f"({setup['train_tokens']:d} tokens), vocab {setup['vocab_size']:d}. Every neural LM: "
     f"{setup['model']}, trained {setup['train_steps']:d} steps of {setup['batch_size']:d} "
-    "sentences.",
+    f"sentences in {setup.get('precision', 'fp32')}{_precision_reason(setup)}.",
     "",
     *report_notes(report),
     "| model | train min | tokens/s | eval loss |",
@@ -741,6 +771,8 @@ def build_report(s, plan, data_stats, model_dirs, results):
       "batch_size": s["train_batch_size"],
       "budget_minutes": s["budget_minutes"],
       "calibration": plan.get("calibration"),
+      "calibrations": plan.get("calibrations"),
+      "precision": plan.get("precision", "fp32"),
       "asr_max_lists": s["asr_max_lists"],
       "nmt_max_lists": s["nmt_max_lists"],
       "sts_max_pairs": s["sts_max_pairs"],

@@ -269,3 +269,14 @@ def test_a_step_shows_its_stderr_logs_everything_and_fails_by_kind(tmp_path, cap
     reproduce.run_step(str(tmp_path), "bad_input", ["-c", "import sys; sys.exit(2)"])
   with pytest.raises(RuntimeError, match="stage crash failed"):
     reproduce.run_step(str(tmp_path), "crash", ["-c", "raise SystemExit(1)"])
+
+
+def test_precision_is_the_faster_calibration_and_fp32_on_a_tie():
+  fast, slow = {"steps_per_second": 2.0}, {"steps_per_second": 1.0}
+  assert reproduce.choose_precision({"fp32": slow, "bf16": fast}) == "bf16"
+  assert reproduce.choose_precision({"fp32": fast, "bf16": slow}) == "fp32"
+  assert reproduce.choose_precision({"fp32": slow, "bf16": dict(slow)}) == "fp32"
+  assert reproduce.choose_precision({"fp32": slow}) == "fp32"
+  setup = {"calibrations": {"fp32": slow, "bf16": fast}}
+  assert reproduce._precision_reason(setup) == " (calibration steps/s: bf16 2.00 vs fp32 1.00)"
+  assert reproduce._precision_reason({"calibrations": {"fp32": slow}}) == ""
