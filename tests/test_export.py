@@ -28,17 +28,19 @@ SENTENCES = [
 ATOL = {"tta": 1e-5, "unilm": 1e-5, "bilm": 1e-4}
 
 
+def export_config(tokenizer, **overrides):
+  """The tiny config every exported model here uses."""
+  sizes = dict(hidden_size=16, num_attention_heads=2, intermediate_size=24)
+  return tiny_config(
+    vocab_size=tokenizer.vocab_size, max_position_embeddings=32, **sizes, **overrides
+  )
+
+
 @pytest.fixture(scope="module", params=["tta", "bilm", "unilm"])
 def exported(request, tokenizer, tmp_path_factory):
   """(NeuralLM, loaded SavedModel, export dir) for one model type."""
   tf.keras.utils.set_random_seed(5)
-  config = tiny_config(
-    vocab_size=tokenizer.vocab_size,
-    hidden_size=16,
-    num_attention_heads=2,
-    intermediate_size=24,
-    max_position_embeddings=32,
-  )
+  config = export_config(tokenizer)
   model = modeling.build_model(config, request.param)
   # A budget of 40 tokens makes the bilm's in-graph copies run in several
   # chunks (and inference.py in several batches).
@@ -145,14 +147,7 @@ def exported_normalized(tokenizer, tmp_path_factory):
   """(NeuralLM, loaded SavedModel, export dir) of a tta model trained on
   LibriSpeech-normalized text."""
   tf.keras.utils.set_random_seed(6)
-  config = tiny_config(
-    vocab_size=tokenizer.vocab_size,
-    hidden_size=16,
-    num_attention_heads=2,
-    intermediate_size=24,
-    max_position_embeddings=32,
-    normalization="librispeech",
-  )
+  config = export_config(tokenizer, normalization="librispeech")
   lm = inference.NeuralLM(modeling.build_model(config, "tta"), tokenizer, max_seq_length=16)
   assert lm.normalization == "librispeech"
   export_dir = str(tmp_path_factory.mktemp("export") / "normalized")

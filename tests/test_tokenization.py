@@ -119,6 +119,12 @@ def tokenizers(tiny_vocab_file):
   }
 
 
+def special_ids(tokenizer):
+  """The ids of [PAD] [EOS] [UNK] [SOS] [MASK] [CLS] [SEP], in the authors' vocab order."""
+  names = ("pad", "eos", "unk", "sos", "mask", "cls", "sep")
+  return tuple(getattr(tokenizer, f"{name}_id") for name in names)
+
+
 @pytest.mark.parametrize(
   "text,lower,expected", TRICKY_CASES, ids=[repr(c[0])[:24] for c in TRICKY_CASES]
 )
@@ -192,15 +198,7 @@ def test_ids_tokens_round_trip(tokenizers):
     tokenizer.convert_tokens_to_ids(["hello", "zzz"])
   with pytest.raises(KeyError):
     tokenizer.convert_ids_to_tokens([len(TINY_VOCAB)])
-  assert (
-    tokenizer.pad_id,
-    tokenizer.eos_id,
-    tokenizer.unk_id,
-    tokenizer.sos_id,
-    tokenizer.mask_id,
-    tokenizer.cls_id,
-    tokenizer.sep_id,
-  ) == tuple(range(7))
+  assert special_ids(tokenizer) == tuple(range(7))
 
 
 def test_saved_model_round_trip(tokenizers, tmp_path):
@@ -236,15 +234,7 @@ def test_reference_vocab():
   assert len(vocab) == 29530
   assert list(vocab)[:7] == list(tokenization.SPECIAL_TOKENS)
   tokenizer = tokenization.FullTokenizer(REFERENCE_VOCAB, do_lower_case=True)
-  assert (
-    tokenizer.pad_id,
-    tokenizer.eos_id,
-    tokenizer.unk_id,
-    tokenizer.sos_id,
-    tokenizer.mask_id,
-    tokenizer.cls_id,
-    tokenizer.sep_id,
-  ) == (0, 1, 2, 3, 4, 5, 6)
+  assert special_ids(tokenizer) == (0, 1, 2, 3, 4, 5, 6)
   assert tokenizer.vocab_size == 29530
   pieces = tokenizer.tokenize("The Quick brown fox, isn't it?")
   assert pieces == ["the", "quick", "brown", "fox", ",", "isn", "'", "t", "it", "?"]
