@@ -375,6 +375,8 @@ def train_args(data_dir, s, model_type, output_dir, steps):
       f"--num_train_steps={steps:d}",
       f"--num_warmup_steps={max(1, steps // 10):d}",
       f"--save_checkpoints_steps={max(20, steps // s['train_checkpoints']):d}",
+      # Every checkpoint stays: the learning curves evaluate them all.
+      f"--keep_checkpoint_max={s['train_checkpoints'] + 1:d}",
       f"--log_every_steps={max(10, steps // s['train_log_lines']):d}",
       "--max_eval_steps=50",
     ]
