@@ -546,11 +546,15 @@ def create_attention_mask(input_mask, model_type):
   # Padded keys are never attendable (the authors' first release let T-TA
   # attend to them, joongbo/tta#4; we do not reproduce that).
   mask = tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]
+  # Position comparisons rather than tf.eye / tf.linalg.band_part: the same 0/1 matrices from
+  # ops every runtime converts (OpenVINO has no MatrixDiagV3), and no [T, T] ones to build.
+  query = tf.range(seq_length)[:, tf.newaxis]  # [F, 1]
+  key = tf.range(seq_length)[tf.newaxis, :]  # [1, T]
   if model_type == "tta":
     # DMSA: query i must not see key i, which carries token i.
-    mask *= 1.0 - tf.eye(seq_length)
+    mask *= tf.cast(tf.not_equal(query, key), tf.float32)
   elif model_type == "unilm":
-    mask *= tf.linalg.band_part(tf.ones([seq_length, seq_length]), -1, 0)
+    mask *= tf.cast(query >= key, tf.float32)
   return mask
 
 
