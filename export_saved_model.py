@@ -99,7 +99,7 @@ def define_flags():
   flags.DEFINE_bool("score_eos", True, "Score the end token.")
   flags.DEFINE_integer(
     "token_budget",
-    16384,
+    inference.DEFAULT_TOKEN_BUDGET,
     "bilm/bert: most tokens (masked copies x length) per forward pass inside the graph.",
   )
   flags.DEFINE_bool("overwrite", False, "Replace an existing --export_dir.")

@@ -84,7 +84,7 @@ flags.DEFINE_integer(
   500,
   "Sentences scored between cache writes; progress lines (rate, ETA) at most every 10 s.",
 )
-flags.DEFINE_integer("token_budget", 16384, "Tokens per forward pass.")
+inference.define_throughput_flags()
 flags.DEFINE_integer(
   "bootstrap_resamples",
   significance.DEFAULT_RESAMPLES,
@@ -366,7 +366,10 @@ def main(argv):
     name, _, spec = spec.rpartition("=")
     with cli.user_input():
       lm = inference.load_lm(
-        spec, score_eos=FLAGS.score_eos, score_sos=FLAGS.score_sos, token_budget=FLAGS.token_budget
+        spec,
+        score_eos=FLAGS.score_eos,
+        score_sos=FLAGS.score_sos,
+        **inference.throughput_options(),
       )
     identity = inference.describe(lm)
     lm_id = inference.model_id(identity)

@@ -53,7 +53,7 @@ flags.DEFINE_integer(
   None,
   "Evaluate only the first N pairs of each set (quick runs; the full sets are the result).",
 )
-flags.DEFINE_integer("token_budget", 16384, "Tokens per forward pass.")
+inference.define_throughput_flags()
 flags.DEFINE_integer(
   "bootstrap_resamples",
   significance.DEFAULT_RESAMPLES,
@@ -162,7 +162,7 @@ def main(argv):
   for spec in FLAGS.model_dir:
     row_name, _, spec = spec.rpartition("=")
     with cli.user_input():
-      lm = inference.load_lm(spec, token_budget=FLAGS.token_budget)
+      lm = inference.load_lm(spec, **inference.throughput_options())
     row_name = row_name or os.path.basename(spec.rstrip("/"))
     for representation in FLAGS.representations:
       row = {

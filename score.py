@@ -75,6 +75,9 @@ def define_flags():
   flags.DEFINE_integer(
     "num_cpu_devices", 0, "Split the CPU into this many logical devices (to try mirrored on CPU)."
   )
+  import inference  # pylint: disable=g-import-not-at-top
+
+  inference.define_throughput_flags()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -322,7 +325,9 @@ def load_lm(args):
   import distribute_utils  # pylint: disable=g-import-not-at-top
   import inference  # pylint: disable=g-import-not-at-top
 
-  kwargs = dict(score_sos=args.score_sos, score_eos=args.score_eos)
+  kwargs = dict(
+    score_sos=args.score_sos, score_eos=args.score_eos, **inference.throughput_options()
+  )
   if args.strategy != "one_device" or args.num_cpu_devices > 1:
     if args.model_dir.startswith("kenlm:"):
       raise app.UsageError("--strategy applies to neural LMs; KenLM scores on the CPU")

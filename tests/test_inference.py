@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import time
 
 from conftest import WORDS
 from conftest import tiny_config
@@ -329,3 +330,20 @@ def test_mirrored_replicas_give_the_one_device_answer(tokenizer):
     text=True,
   )
   assert result.returncode == 0 and result.stdout.strip() == "same", result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("model_type", ["tta", "bilm"])
+def test_stage_clock_accounts_for_each_call(tokenizer, model_type):
+  # The benchmark's breakdown: every stage of a call is timed, and the stages add up to the
+  # call (laps cover it end to end), whatever the kind.
+  lm = lm_for(model_type, tokenizer)
+  for call in (lambda: lm.score(SENTENCES), lambda: lm.sentence_vectors(SENTENCES)):
+    call()  # traces the graph functions
+    lm.clock.take()
+    start = time.perf_counter()
+    call()
+    elapsed = time.perf_counter() - start
+    stages = lm.clock.take()
+    assert set(stages) == set(inference.StageClock.STAGES)
+    assert stages["tokenization"] > 0 and stages["graph"] > 0 and stages["conversion"] > 0
+    assert 0.5 * elapsed < sum(stages.values()) <= elapsed
