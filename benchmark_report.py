@@ -30,19 +30,30 @@ HEADLINE_WORDS = 20
 # ------------------------------------------------------------- headline
 
 
+def best_paths(records, task):
+  """{model_type: {words: the record of the fastest backend}} of one task: each model on its
+  best path, so no ratio is made by slowing a model."""
+  best = {}
+  for r in records:
+    if r["task"] != task:
+      continue
+    cells = best.setdefault(r["model_type"], {})
+    if r["words"] not in cells or r["median_ms"] < cells[r["words"]]["median_ms"]:
+      cells[r["words"]] = r
+  return best
+
+
 def headline(records, words=HEADLINE_WORDS, slow="bilm", fast="tta"):
-  """slow/fast median latency ratio per task at `words` (nearest length).
+  """slow/fast median latency ratio per task at `words` (nearest length), each model on its
+  fastest backend.
 
   Returns:
-    dict task -> {"words", "ratio", slow + "_ms", fast + "_ms"}; tasks
-    missing either model are left out.
+    dict task -> {"words", "ratio", slow + "_ms", fast + "_ms", slow + "_backend",
+    fast + "_backend"}; tasks missing either model are left out.
   """
   out = {}
   for task in flops.TASKS:
-    rows = [r for r in records if r["task"] == task]
-    by_model = {}
-    for r in rows:
-      by_model.setdefault(r["model_type"], {})[r["words"]] = r
+    by_model = best_paths(records, task)
     if slow not in by_model or fast not in by_model:
       continue
     common = sorted(set(by_model[slow]) & set(by_model[fast]), key=lambda n: (abs(n - words), n))
@@ -55,36 +66,51 @@ def headline(records, words=HEADLINE_WORDS, slow="bilm", fast="tta"):
       "ratio": a / b,
       slow + "_ms": a,
       fast + "_ms": b,
+      slow + "_backend": by_model[slow][n].get("backend", "tf"),
+      fast + "_backend": by_model[fast][n].get("backend", "tf"),
       "paper_ratio": PAPER_RATIO_20[task],
     }
   return out
 
 
-def add_flop_floors(headlines, records, peaks):
-  """Adds T-TA's FLOP floors to each headline, in place.
+def add_flop_floors(headlines, records, throughput, peaks, bandwidth=None):
+  """Adds FLOP floors, in place: to every latency record, to T-TA in each headline, and the
+  fraction of the peak to every throughput record.
 
-  floor_ms: the call's FLOPs at the best measured matmul rate (a large
-  square matmul), the limit no batch-1 call reaches. floor_ms_shape: at the
-  rate of the measured shape with the fewest rows (the [24, 512] x [512,
-  2048] FFN matmul of one sentence by default), the limit of a batch-1 call
-  whose matmuls all have ~T rows; vs_floor_* = median latency / floor.
+  With the measured memory `bandwidth` (GB/s), also memory_floor_ms: the call's weight bytes
+  (`flops.call_weight_bytes`) streamed once at that rate, the limit of a batch-1 call whose
+  weights live in memory rather than in the caches.
+
+  floor_ms: the call's FLOPs at the best measured matmul rate (a large square matmul), the
+  limit no batch-1 call reaches; vs_floor = median latency / floor_ms. In the headline also
+  floor_ms_shape: at the rate of the measured FFN-like shape ([M, 512] x [512, 2048]) whose M
+  is nearest the sentence's tokens, the limit of a batch-1 call whose matmuls all have ~T
+  rows; vs_floor_shape = latency / it.
   """
   if not peaks:
     return
   best = max(p["gflops"] for p in peaks)
-  smallest_m = min(p["m"] for p in peaks)
-  shape_rate = max(p["gflops"] for p in peaks if p["m"] == smallest_m)
+  for r in records:
+    r["floor_ms"] = r["flops"] / (best * 1e9) * 1e3
+    r["vs_floor"] = r["median_ms"] / r["floor_ms"]
+    if bandwidth and "weight_bytes" in r:
+      r["memory_floor_ms"] = r["weight_bytes"] / (bandwidth * 1e9) * 1e3
+  for r in throughput:
+    r["of_peak"] = r["gflops_per_s"] / best
+  ffn_like = [p for p in peaks if p["n"] != max(q["n"] for q in peaks) or len(peaks) == 1]
   for task, h in headlines.items():
-    record = next(
-      r
-      for r in records
-      if r["task"] == task and r["model_type"] == "tta" and r["words"] == h["words"]
-    )
+    record = best_paths(records, task)["tta"][h["words"]]
+    nearest_m = min(ffn_like, key=lambda p: (abs(p["m"] - record["tokens"]), -p["gflops"]))["m"]
+    shape_rate = max(p["gflops"] for p in ffn_like if p["m"] == nearest_m)
     h["tta_mflop"] = record["flops"] / 1e6
-    h["floor_ms"] = record["flops"] / (best * 1e9) * 1e3
+    h["floor_ms"] = record["floor_ms"]
     h["floor_ms_shape"] = record["flops"] / (shape_rate * 1e9) * 1e3
+    h["shape_m"] = nearest_m
     h["vs_floor"] = h["tta_ms"] / h["floor_ms"]
     h["vs_floor_shape"] = h["tta_ms"] / h["floor_ms_shape"]
+    if "memory_floor_ms" in record:
+      h["memory_floor_ms"] = record["memory_floor_ms"]
+      h["weight_mb"] = record["weight_bytes"] / 1e6
 
 
 def headline_lines(result):
@@ -92,8 +118,11 @@ def headline_lines(result):
   load = result["load_avg_1m"]
   return [
     f"HEADLINE {task}: biLM/T-TA = {h['ratio']:.1f}x at {h['words']:d} words (biLM "
-    f"{h['bilm_ms']:.2f} ms, T-TA {h['tta_ms']:.2f} ms; paper CPU {h['paper_ratio']:.2f}x, "
-    f"T-TA {PAPER_TTA_STS_MS_20:.2f} ms for sts); load {load['start']}-{load['end']}"
+    f"{h['bilm_ms']:.2f} ms on {h.get('bilm_backend', 'tf')}, T-TA {h['tta_ms']:.2f} ms on "
+    f"{h.get('tta_backend', 'tf')}"
+    + (f", {h['vs_floor']:.2f}x its FLOP floor" if "vs_floor" in h else "")
+    + f"; paper CPU {h['paper_ratio']:.2f}x, T-TA {PAPER_TTA_STS_MS_20:.2f} ms for sts); "
+    f"load {load['start']}-{load['end']}"
     for task, h in result["headline"].items()
   ]
 
@@ -109,6 +138,13 @@ def markdown_report(result):
   lines += _headline_section(result["headline"])
   lines += _throughput_table(result["throughput"])
   lines += _matmul_table(result["matmul_peak"])
+  if result.get("memory_bandwidth"):
+    bw = result["memory_bandwidth"]
+    lines += [
+      f"Memory read bandwidth (in-graph sum over {bw['bytes'] / 2**20:.0f} MB): "
+      f"{bw['gb_per_s']:.1f} GB/s.",
+      "",
+    ]
   return "\n".join(lines)
 
 
@@ -139,15 +175,16 @@ def _latency_tables(records):
     lines += [
       f"## {task}: median latency per sentence, ms (batch 1)",
       "",
-      "| words | tokens | " + " | ".join(names) + " | bilm/tta | load |",
+      "| words | tokens | " + " | ".join(names) + " | bilm/tta (fastest of each) | load |",
       "|---:|---:|" + "---:|" * len(names) + "---:|---|",
     ]
     for words in sorted({r["words"] for r in rows}):
       cell = {r["model"]: r for r in rows if r["words"] == words}
       first = next(iter(cell.values()))
+      fastest = {kind: cells[words] for kind, cells in best_paths(rows, task).items()}
       ratio = ""
-      if "bilm" in cell and "tta" in cell:
-        ratio = f"{cell['bilm']['median_ms'] / cell['tta']['median_ms']:.1f}x"
+      if "bilm" in fastest and "tta" in fastest:
+        ratio = f"{fastest['bilm']['median_ms'] / fastest['tta']['median_ms']:.1f}x"
       medians = " | ".join(f"{cell[n]['median_ms']:.2f}" if n in cell else "-" for n in names)
       load_start, load_end = first["load_avg_1m"]
       lines.append(
@@ -157,20 +194,39 @@ def _latency_tables(records):
   return lines
 
 
+def _ms(value):
+  return "-" if value is None else f"{value:.2f}"
+
+
 def _details_table(records):
+  """Every record: latency, its breakdown by stage (medians, ms), encoder alone, FLOP floor."""
   lines = [
-    "## Details",
+    "## Details: where a call's time goes",
     "",
-    "| task | model | words | tokens | median ms | p10 | p90 | graph ms | MFLOP | GFLOP/s | load |",
-    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    "Stages (median ms): norm = text normalization, tok = tokenization, batch = batching and "
+    "padding, graph = the model (encoder + head/pooling), conv = results to Python; encoder = "
+    "the encoder alone on the same input (tta/unilm). floor = the call's FLOPs at the best "
+    "matmul rate of the run; memory floor = its weight bytes read once at the measured memory "
+    "bandwidth.",
+    "",
+    "| task | model | words | tokens | median ms | p10 | p90 | norm | tok | batch | graph | conv "
+    "| encoder | MFLOP | floor ms | x floor | memory floor ms | load |",
+    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
   ]
   for r in records:
-    graph_ms = f"{r['graph_median_ms']:.2f}" if r["graph_median_ms"] is not None else "-"
+    stages = r.get("stages_ms") or {}
+    breakdown = " | ".join(
+      _ms(stages.get(s))
+      for s in ("normalization", "tokenization", "batching", "graph", "conversion")
+    )
     load_start, load_end = r["load_avg_1m"]
+    floor = r.get("floor_ms")
     lines.append(
       f"| {r['task']} | {r['model']} | {r['words']:d} | {r['tokens']:d} | "
-      f"{r['median_ms']:.2f} | {r['p10_ms']:.2f} | {r['p90_ms']:.2f} | {graph_ms} | "
-      f"{r['flops'] / 1e6:.1f} | {r['gflops_per_s']:.2f} | {load_start}-{load_end} |"
+      f"{r['median_ms']:.2f} | {r['p10_ms']:.2f} | {r['p90_ms']:.2f} | {breakdown} | "
+      f"{_ms(r.get('encoder_ms'))} | {r['flops'] / 1e6:.1f} | {_ms(floor)} | "
+      f"{'-' if floor is None else format(r['vs_floor'], '.2f')} | "
+      f"{_ms(r.get('memory_floor_ms'))} | {load_start}-{load_end} |"
     )
   lines.append("")
   return lines
@@ -182,14 +238,20 @@ def _headline_section(headlines):
   lines = ["## Headline", ""]
   for task, h in headlines.items():
     lines.append(
-      f"- {task} at {h['words']:d} words: biLM {h['bilm_ms']:.2f} ms / T-TA "
-      f"{h['tta_ms']:.2f} ms = {h['ratio']:.1f}x (paper, CPU: {h['paper_ratio']:.2f}x)"
+      f"- {task} at {h['words']:d} words, each model on its fastest backend: biLM "
+      f"{h['bilm_ms']:.2f} ms ({h.get('bilm_backend', 'tf')}) / T-TA {h['tta_ms']:.2f} ms "
+      f"({h.get('tta_backend', 'tf')}) = {h['ratio']:.1f}x (paper, CPU: {h['paper_ratio']:.2f}x)"
     )
     if "floor_ms" in h:
       lines.append(
         f"  - T-TA {h['tta_mflop']:.1f} MFLOP: FLOP floor {h['floor_ms']:.2f} ms at the best "
-        f"matmul rate (latency {h['vs_floor']:.1f}x it), {h['floor_ms_shape']:.2f} ms at the "
-        f"rate of the one-sentence matmul shape ({h['vs_floor_shape']:.1f}x)"
+        f"matmul rate (latency {h['vs_floor']:.2f}x it), {h['floor_ms_shape']:.2f} ms at the "
+        f"rate of a [{h['shape_m']:d}, 512] x [512, 2048] matmul ({h['vs_floor_shape']:.2f}x)"
+      )
+    if "memory_floor_ms" in h:
+      lines.append(
+        f"  - its {h['weight_mb']:.0f} MB of weights read once at the measured memory bandwidth: "
+        f"{h['memory_floor_ms']:.2f} ms"
       )
   lines.append("")
   return lines
@@ -201,15 +263,16 @@ def _throughput_table(records):
   lines = [
     f"## Throughput: batched scoring of {records[0]['source']}",
     "",
-    "| model | sentences | tokens | seconds | sentences/s | tokens/s | GFLOP/s | load |",
-    "|---|---:|---:|---:|---:|---:|---:|---|",
+    "| model | sentences | tokens | seconds | sentences/s | tokens/s | GFLOP/s | of peak | load |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---|",
   ]
   for r in records:
     load_start, load_end = r["load_avg_1m"]
+    of_peak = f"{100 * r['of_peak']:.0f}%" if "of_peak" in r else "-"
     lines.append(
       f"| {r['model']} | {r['sentences']:d} | {r['tokens']:d} | {r['seconds']:.2f} | "
       f"{r['sentences_per_s']:.1f} | {r['tokens_per_s']:.0f} | {r['gflops_per_s']:.2f} | "
-      f"{load_start}-{load_end} |"
+      f"{of_peak} | {load_start}-{load_end} |"
     )
   lines.append("")
   return lines

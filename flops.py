@@ -96,6 +96,24 @@ def call_flops(config, model_type, task, num_tokens, score_sos=False, score_eos=
   return {"encoder": encoder, "head": head, "total": encoder + head}
 
 
+def call_weight_bytes(config, task, bytes_per_value=4):
+  """Bytes of weight matrices one inference call reads at least once, float32 by default.
+
+  Every matmul kernel of the encoder (L x (4D^2 + 2DI)), and for "rerank" the head's
+  transform (D^2) and the V x D output table; the embedding gather reads only the rows of the
+  sentence's tokens and is left out. A batch-1 call whose weights do not fit in the CPU's
+  caches streams them from memory, so bytes / memory bandwidth bounds its time from below,
+  whatever the FLOPs (a 3x512 encoder is 38 MB, a 29.5k x 512 table 60 MB).
+  """
+  if task not in TASKS:
+    raise ValueError(f"task {task!r} is not one of {TASKS}")
+  d = config.hidden_size
+  values = config.num_hidden_layers * (4 * d * d + 2 * d * config.intermediate_size)
+  if task == "rerank":
+    values += d * d + d * config.vocab_size
+  return values * bytes_per_value
+
+
 def training_flops_per_token(config, seq_length, output_layer="softmax", target_size=None):
   """Forward FLOPs of training, per input token and per target token.
 

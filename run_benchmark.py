@@ -9,10 +9,15 @@ Per-sentence latency (batch 1) is timed for the two tasks of the paper:
           per scored token (pseudo-log-likelihood), the LM head only at the
           masked position.
 Only the call through the public inference API is timed (tokenization
-included, as a user sees it). The time spent inside the compiled TF graph
-calls is recorded alongside ("graph" time: the model and the LM head, no
-tokenization, padding or Python glue) by wrapping the NeuralLM's graph
-functions for the duration of the runs (an extra ~1 us per call).
+included, as a user sees it). Each call is broken down by the NeuralLM's own
+stage clock (`inference.StageClock`): normalization, tokenization, batching
+and padding, graph execution, and conversion of the results; inside the
+graph, the encoder alone is timed on the same input (tta/unilm), the rest
+being the LM head (rerank) or the pooling (sts).
+
+Backends (--backends): every model is timed on each of TensorFlow (the
+reference) and OpenVINO; the headline compares each model on its fastest
+path, so no model is slowed to flatter a ratio.
 
 Sentences are real: for each length, the first STS-B sentence (train, dev,
 test in file order) of exactly that many whitespace words; lengths no STS-B
@@ -20,10 +25,14 @@ sentence has (40, 80) are made by joining consecutive sentences and cutting
 at the word count.
 
 Timing protocol: threads pinned before TF starts; per (task, length) every
-model is warmed up, then the models are timed in round-robin order for
-`--runs` rounds, the order rotating each round, so slow drifts of the load on
-a shared machine hit every model alike and the ratios stay fair. Median,
-p10 and p90 are reported, with the 1-minute load average around each cell.
+model is warmed up, then the models take turns in `--rounds` rounds, the order
+rotating each round, so slow drifts of the load on a shared machine hit every
+model alike and the ratios stay fair. In its turn a model makes one untimed
+call, then --runs / --rounds timed ones in a row: a model serving sentences
+one after another has its weights in the CPU caches, and a turn right after
+another model's would otherwise time the other model's cache evictions
+(6 models x ~100 MB of weights overflow even a large L3). Median, p10 and
+p90 are reported, with the 1-minute load average around each cell.
 
 Also measured: throughput (sentences/s) of batched scoring of a whole N-best
 set (ESPnet2 LibriSpeech 30-best, `--nbest_set`), the analytic FLOPs of each
@@ -63,8 +72,16 @@ import machine
 FLAGS = flags.FLAGS
 
 # Matmul shapes [m, k] x [k, n] for the peak: a large square one, the
-# FFN-like shape of a 512-token batch, and that of one 24-token sentence.
-MATMUL_SHAPES = ((2048, 2048, 2048), (512, 512, 2048), (24, 512, 2048))
+# FFN-like shape of a 512-token batch, that of one 24-token and one 8-token
+# sentence, and the LM head of a 24-token sentence over a 29.5k vocab: the
+# small-M rates bound what a batch-1 call can reach.
+MATMUL_SHAPES = (
+  (2048, 2048, 2048),
+  (512, 512, 2048),
+  (24, 512, 2048),
+  (8, 512, 2048),
+  (24, 512, 29530),
+)
 
 
 def define_flags():
@@ -106,6 +123,9 @@ def define_flags():
   )
   flags.DEFINE_list("tasks", ["sts", "rerank"], "Tasks to time.")
   flags.DEFINE_integer("runs", 50, "Timed runs per model, task and length.")
+  flags.DEFINE_integer(
+    "rounds", 5, "Turns per model (runs / rounds timed calls each, after one untimed call)."
+  )
   flags.DEFINE_integer("warmup", 5, "Untimed runs before timing (traces the graphs, warms caches).")
   flags.DEFINE_integer("intra_op", 0, "Intra-op threads (0: all cores this process may use).")
   flags.DEFINE_integer("inter_op", 0, "Inter-op threads (0: all cores this process may use).")
@@ -123,8 +143,13 @@ def define_flags():
   )
   flags.DEFINE_integer(
     "token_budget",
-    16384,
-    "NeuralLM token budget per forward pass (bounds the biLM's masked copies).",
+    None,
+    "NeuralLM token budget per forward pass (default: inference.DEFAULT_TOKEN_BUDGET).",
+  )
+  flags.DEFINE_list(
+    "backends",
+    ["tf", "openvino"],
+    "inference.NeuralLM backends to time every model on (tf is the reference).",
   )
   flags.DEFINE_bool(
     "jit_compile",
@@ -163,11 +188,6 @@ _QUICK = {
   "max_lists": 2,
   "matmul_runs": 3,
 }
-
-# The NeuralLM attributes holding its compiled graph functions; wrapped to
-# separate graph time from tokenization and glue. Missing ones are skipped.
-_GRAPH_FUNCTIONS = ("_sentence_vectors", "_one_pass_scores", "_masked_copy_scores")
-
 
 # ------------------------------------------------------------- sentences
 
@@ -231,51 +251,6 @@ def sentences_of_lengths(sentences, lengths):
 # ---------------------------------------------------------------- timing
 
 
-class GraphTimer(object):
-  """Accumulates the wall time spent inside a NeuralLM's graph functions.
-
-  Used as a context manager: the NeuralLM instance's compiled functions
-  (`_GRAPH_FUNCTIONS`) are replaced by timing wrappers and restored on exit.
-  CPU eager execution is synchronous, so a call returns when its kernels
-  are done and the wrapper's clock covers the whole graph execution.
-  """
-
-  def __init__(self, lm):
-    self.lm = lm
-    self.seconds = 0.0
-    self.wrapped = []
-    self._saved = {}
-
-  def __enter__(self):
-    for name in _GRAPH_FUNCTIONS:
-      function = self.lm.__dict__.get(name)
-      if function is None or not callable(function):
-        continue
-      self._saved[name] = function
-      setattr(self.lm, name, self._wrap(function))
-      self.wrapped.append(name)
-    return self
-
-  def __exit__(self, *exc_info):
-    for name, function in self._saved.items():
-      setattr(self.lm, name, function)
-    self._saved = {}
-
-  def _wrap(self, function):
-    def timed(*args, **kwargs):
-      start = time.perf_counter()
-      result = function(*args, **kwargs)
-      self.seconds += time.perf_counter() - start
-      return result
-
-    return timed
-
-  def take(self):
-    """Returns the seconds accumulated since the last take() and resets."""
-    seconds, self.seconds = self.seconds, 0.0
-    return seconds
-
-
 def summarize(seconds):
   """Median, p10, p90, mean, min and max in ms of a list of durations (s)."""
   ms = np.asarray(seconds, np.float64) * 1e3
@@ -297,17 +272,19 @@ def task_call(lm, task, sentence):
   return lambda: lm.score([sentence])
 
 
-def time_cell(lms, task, sentence, runs, warmup):
-  """Times every model on one sentence of one task, round-robin.
+def time_cell(lms, task, sentence, runs, warmup, rounds=1):
+  """Times every model on one sentence of one task, in turns (see the module docstring).
 
   Args:
     lms: dict name -> NeuralLM.
     task: "sts" or "rerank".
     sentence: str.
     runs, warmup: ints.
+    rounds: turns per model; each makes one untimed call, then its share of the runs.
 
   Returns:
-    dict name -> (list of total seconds, list of graph seconds or None).
+    dict name -> (list of total seconds, {stage: list of seconds}) with the stages of
+    `inference.StageClock`.
   """
   calls = {name: task_call(lm, task, sentence) for name, lm in lms.items()}
   for call in calls.values():
@@ -315,24 +292,47 @@ def time_cell(lms, task, sentence, runs, warmup):
       call()
   names = list(lms)
   totals = {name: [] for name in names}
-  graphs = {name: [] for name in names}
-  timers = {name: GraphTimer(lm) for name, lm in lms.items()}
-  for timer in timers.values():
-    timer.__enter__()
-  try:
-    for r in range(runs):
-      # Rotating the order keeps any "runs right after model X" effect (cache
-      # state, a burst of load) from always falling on the same model.
-      for name in names[r % len(names) :] + names[: r % len(names)]:
-        timers[name].take()
+  stages = {name: {stage: [] for stage in lms[name].clock.STAGES} for name in names}
+  rounds = max(1, min(rounds, runs))
+  for r in range(rounds):
+    share = runs // rounds + (r < runs % rounds)
+    # Rotating the order keeps any "turn right after model X" effect (a burst of load) from
+    # always falling on the same model.
+    for name in names[r % len(names) :] + names[: r % len(names)]:
+      calls[name]()  # brings the model's weights back into the caches
+      for _ in range(share):
+        lms[name].clock.take()
         start = time.perf_counter()
         calls[name]()
         totals[name].append(time.perf_counter() - start)
-        graphs[name].append(timers[name].take())
-  finally:
-    for timer in timers.values():
-      timer.__exit__(None, None, None)
-  return {name: (totals[name], graphs[name] if timers[name].wrapped else None) for name in names}
+        for stage, seconds in lms[name].clock.take().items():
+          stages[name][stage].append(seconds)
+  return {name: (totals[name], stages[name]) for name in names}
+
+
+def time_encoder(lm, sentence, runs, warmup):
+  """Median ms of the encoder alone (`ScoringGraph.encode`, compiled as `lm` compiles its graph
+  functions) on the padded input of one sentence; None for the masked-copy kinds, whose
+  encoder runs on copies the call builds."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  if lm.model_type in ("bilm", "bert"):
+    return None
+  if not hasattr(lm, "_benchmark_encode"):
+    spec = tf.TensorSpec([None, None], tf.int32)
+    lm._benchmark_encode = lm.compiled(lm.graph.encode, [spec, spec])  # pylint: disable=protected-access
+  ids, _ = lm.tokenize([sentence])
+  ids = np.array(ids, np.int32)
+  mask = np.ones_like(ids)
+  encode = lm._benchmark_encode  # pylint: disable=protected-access
+  for _ in range(warmup):
+    encode(ids, mask)
+  seconds = []
+  for _ in range(runs):
+    start = time.perf_counter()
+    encode(ids, mask)
+    seconds.append(time.perf_counter() - start)
+  return float(np.median(seconds)) * 1e3
 
 
 def parse_shapes(specs):
@@ -387,6 +387,27 @@ def matmul_peak(shapes, runs, when=""):
   return out
 
 
+def memory_bandwidth(runs, megabytes=512):
+  """Read bandwidth of an in-graph sum over a float32 tensor far larger than the caches.
+
+  Returns:
+    dict with the tensor's "bytes", the median "median_ms" and "gb_per_s".
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  values = tf.ones([megabytes * (1 << 20) // 4])
+  total = tf.function(tf.reduce_sum, autograph=False)
+  total(values)
+  times = []
+  for _ in range(max(runs, 1)):
+    start = time.perf_counter()
+    total(values)
+    times.append(time.perf_counter() - start)
+  median = statistics.median(times)
+  nbytes = values.shape.num_elements() * 4
+  return {"bytes": nbytes, "median_ms": median * 1e3, "gb_per_s": nbytes / median / 1e9}
+
+
 # ------------------------------------------------------------ the models
 
 
@@ -395,20 +416,30 @@ def build_lms(data_dir):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   import inference  # pylint: disable=g-import-not-at-top
+  import model_dir as model_dir_lib  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
   import tokenization  # pylint: disable=g-import-not-at-top
+
+  options = {"jit_compile": FLAGS.jit_compile}
+  if FLAGS.token_budget:
+    options["token_budget"] = FLAGS.token_budget
+
+  def add(name, model, tokenizer):
+    """One NeuralLM per backend over the same model: "tta" (tf), "tta@openvino"."""
+    for backend in FLAGS.backends:
+      extra = {} if backend == "tf" else {"backend": backend, "jit_compile": False}
+      key = name if backend == "tf" else f"{name}@{backend}"
+      lms[key] = inference.NeuralLM(model, tokenizer, **dict(options, **extra))
 
   lms = {}
   if FLAGS.model_dir:
     for spec in FLAGS.model_dir:
       name, _, path = spec.rpartition("=")
-      lm = inference.NeuralLM.from_model_dir(
-        path, max_seq_length=None, token_budget=FLAGS.token_budget, jit_compile=FLAGS.jit_compile
-      )
-      name = name or lm.model_type
+      model, tokenizer = model_dir_lib.load_model_dir(path)
+      name = name or model.model_type
       if name in lms:
         name = f"{name}_{len(lms)}"
-      lms[name] = lm
+      add(name, model, tokenizer)
     return lms
   vocab_file = FLAGS.vocab_file or os.path.join(
     io_utils.data_root(data_dir), "reference-vocab", "tta-vocab-lower.sub-32k.txt"
@@ -426,10 +457,7 @@ def build_lms(data_dir):
       mask_token_id=tokenizer.mask_id,
       model_type=model_type,
     )
-    model = modeling.build_model(config, model_type)
-    lms[model_type] = inference.NeuralLM(
-      model, tokenizer, token_budget=FLAGS.token_budget, jit_compile=FLAGS.jit_compile
-    )
+    add(model_type, modeling.build_model(config, model_type), tokenizer)
   return lms
 
 
@@ -444,6 +472,7 @@ def describe_lm(lm):
     "score_sos": lm.score_sos,
     "score_eos": lm.score_eos,
     "token_budget": lm.token_budget,
+    "backend": lm.backend,
   }
 
 
@@ -456,18 +485,19 @@ def latency_records(lms, sentences, tasks, runs, warmup):
   for task in tasks:
     for words, (text, origin) in sorted(sentences.items()):
       load_before = machine.load_average()
-      timed = time_cell(lms, task, text, runs, warmup)
+      timed = time_cell(lms, task, text, runs, warmup, FLAGS.rounds)
       load_after = machine.load_average()
       for name, lm in lms.items():
         ids, truncated = lm.tokenize([text])
         num_tokens = len(ids[0])
-        totals, graphs = timed[name]
+        totals, stages = timed[name]
         call = flops.call_flops(
           lm.model.config, lm.model_type, task, num_tokens, lm.score_sos, lm.score_eos
         )
         record = {
           "model": name,
           "model_type": lm.model_type,
+          "backend": lm.backend,
           "task": task,
           "words": words,
           "tokens": num_tokens,
@@ -477,8 +507,12 @@ def latency_records(lms, sentences, tasks, runs, warmup):
           "load_avg_1m": [load_before, load_after],
         }
         record.update(summarize(totals))
-        record["graph_median_ms"] = float(np.median(graphs)) * 1e3 if graphs else None
+        # Medians per stage: they need not add up to the median call exactly.
+        record["stages_ms"] = {s: float(np.median(v)) * 1e3 for s, v in stages.items()}
+        record["graph_median_ms"] = record["stages_ms"]["graph"]
+        record["encoder_ms"] = time_encoder(lm, text, runs, warmup)
         record["flops"] = call["total"]
+        record["weight_bytes"] = flops.call_weight_bytes(lm.model.config, task)
         record["gflops_per_s"] = call["total"] / record["median_ms"] / 1e6
         record["graph_gflops_per_s"] = (
           call["total"] / record["graph_median_ms"] / 1e6 if record["graph_median_ms"] else None
@@ -516,18 +550,19 @@ def throughput_records(lms, texts, source):
     )
     lm.score(texts[:16])  # Traces the graphs outside the timing.
     load_before = machine.load_average()
-    with GraphTimer(lm) as timer:
-      start = time.perf_counter()
-      lm.score(texts)
-      seconds = time.perf_counter() - start
+    lm.clock.take()
+    start = time.perf_counter()
+    lm.score(texts)
+    seconds = time.perf_counter() - start
     record = {
       "model": name,
       "model_type": lm.model_type,
+      "backend": lm.backend,
       "source": source,
       "sentences": len(texts),
       "tokens": tokens,
       "seconds": seconds,
-      "graph_seconds": timer.seconds if timer.wrapped else None,
+      "graph_seconds": lm.clock.take()["graph"],
       "sentences_per_s": len(texts) / seconds,
       "tokens_per_s": tokens / seconds,
       "flops": total_flops,
@@ -599,6 +634,7 @@ def measure(lengths, threads):
         "lengths",
         "tasks",
         "runs",
+        "rounds",
         "warmup",
         "nbest_set",
         "max_lists",
@@ -606,6 +642,7 @@ def measure(lengths, threads):
         "quick",
         "seed",
         "jit_compile",
+        "backends",
       )
     },
     "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
@@ -625,7 +662,14 @@ def measure(lengths, threads):
   result["throughput"] = nbest_throughput(lms)
   if FLAGS.matmul_runs:
     result["matmul_peak"] += matmul_peak(shapes, FLAGS.matmul_runs, "end")
-    benchmark_report.add_flop_floors(result["headline"], result["latency"], result["matmul_peak"])
+    result["memory_bandwidth"] = memory_bandwidth(FLAGS.matmul_runs)
+    benchmark_report.add_flop_floors(
+      result["headline"],
+      result["latency"],
+      result["throughput"],
+      result["matmul_peak"],
+      result["memory_bandwidth"]["gb_per_s"],
+    )
   result["load_avg_1m"]["end"] = machine.load_average()
   return result
 

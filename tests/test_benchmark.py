@@ -1,4 +1,4 @@
-"""Mechanics of run_benchmark.py: sentence picking, timing wrappers and the
+"""Mechanics of run_benchmark.py: sentence picking, the stage breakdown and the
 report files of a quick run. Nothing here asserts a speed."""
 
 import json
@@ -7,32 +7,15 @@ import subprocess
 import sys
 
 import conftest
-import numpy as np
 import pytest
 import tensorflow as tf
 
 import inference
-import modeling
 import run_benchmark
 import tokenization
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "."]
-
-
-def tiny_config(**overrides):
-  return conftest.tiny_config(
-    **dict(
-      dict(
-        vocab_size=50,
-        hidden_size=4,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=8,
-      ),
-      **overrides,
-    )
-  )
 
 
 def test_sentences_of_lengths_prefers_a_real_sentence_then_joins():
@@ -44,24 +27,6 @@ def test_sentences_of_lengths_prefers_a_real_sentence_then_joins():
   assert text == "a b c d e f" and origin.startswith("joined: s1 .. s3")
   with pytest.raises(ValueError, match="fewer than the 99"):
     run_benchmark.sentences_of_lengths(sentences, [99])
-
-
-def test_graph_timer_wraps_and_restores(tmp_path):
-  vocab = tmp_path / "vocab.txt"
-  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + WORDS) + "\n")
-  tokenizer = tokenization.FullTokenizer(str(vocab))
-  tf.keras.utils.set_random_seed(3)
-  model = modeling.build_model(tiny_config(vocab_size=tokenizer.vocab_size), "bilm")
-  lm = inference.NeuralLM(model, tokenizer)
-  want = lm.score(["a dog ran ."])[0].token_logprobs
-  originals = {name: lm.__dict__.get(name) for name in run_benchmark._GRAPH_FUNCTIONS}
-  with run_benchmark.GraphTimer(lm) as timer:
-    assert timer.wrapped  # inference.py still has graph functions to time
-    got = lm.score(["a dog ran ."])[0].token_logprobs
-    assert timer.seconds > 0
-    assert timer.take() > 0 and timer.seconds == 0
-  np.testing.assert_array_equal(got, want)
-  assert {name: lm.__dict__.get(name) for name in originals} == originals
 
 
 def test_parse_shapes():
@@ -113,19 +78,22 @@ def test_quick_run_writes_json_markdown_and_plot(tmp_path):
   assert env_info["intra_op_threads"] == 1
   assert env_info["inter_op_threads"] == 1
   assert env_info["cpu"] and env_info["tensorflow"] == tf.__version__
+  models = [f"{m}{b}" for m in ("tta", "bilm", "unilm") for b in ("", "@openvino")]
   cells = {(r["task"], r["model"], r["words"]) for r in result["latency"]}
-  assert cells == {
-    (t, m, w) for t in ("sts", "rerank") for m in ("tta", "bilm", "unilm") for w in (3, 70)
-  }
+  assert cells == {(t, m, w) for t in ("sts", "rerank") for m in models for w in (3, 70)}
   for record in result["latency"]:
     assert len(record["sentence"].split()) == record["words"]
     assert record["runs"] == 2
     assert record["p10_ms"] <= record["median_ms"] <= record["p90_ms"]
-    assert record["graph_median_ms"] is not None
-    assert record["flops"] > 0
+    assert record["backend"] == ("openvino" if "@" in record["model"] else "tf")
+    assert set(record["stages_ms"]) == set(inference.StageClock.STAGES)
+    assert 0 < record["stages_ms"]["graph"] <= record["p90_ms"]
+    assert (record["encoder_ms"] is None) == (record["model_type"] == "bilm")
+    assert record["flops"] > 0 and record["vs_floor"] > 0 and record["memory_floor_ms"] > 0
   long = [r for r in result["latency"] if r["words"] == 70]
   assert all(r["origin"].startswith("joined:") for r in long)
-  assert {r["model"] for r in result["throughput"]} == {"tta", "bilm", "unilm"}
+  assert {r["model"] for r in result["throughput"]} == set(models)
+  assert all(0 < r["of_peak"] for r in result["throughput"])
   assert all(r["sentences"] > 0 for r in result["throughput"])
   assert [(r["when"], r["shape"]) for r in result["matmul_peak"]] == [
     ("start", "[64,32]x[32,16]"),
@@ -133,6 +101,7 @@ def test_quick_run_writes_json_markdown_and_plot(tmp_path):
     ("end", "[64,32]x[32,16]"),
     ("end", "[8,8]x[8,8]"),
   ]
+  assert result["memory_bandwidth"]["gb_per_s"] > 0
   assert "## sts" in (out / "benchmark.md").read_text()
   assert (out / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert not [p for p in os.listdir(out) if p.startswith(".")]

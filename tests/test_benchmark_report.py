@@ -21,21 +21,55 @@ def test_headline():
   assert benchmark_report.headline(records, fast="unilm") == {}
 
 
+def test_headline_compares_each_model_on_its_fastest_backend():
+  records = [
+    {"task": "sts", "model_type": kind, "backend": backend, "words": 20, "median_ms": ms}
+    for kind, backend, ms in (
+      ("tta", "tf", 6.0),
+      ("tta", "openvino", 2.0),
+      ("bilm", "tf", 30.0),
+      ("bilm", "openvino", 40.0),
+    )
+  ]
+  head = benchmark_report.headline(records)["sts"]
+  assert head["ratio"] == pytest.approx(15.0)  # 30 (bilm on tf) / 2 (tta on openvino)
+  assert (head["bilm_backend"], head["tta_backend"]) == ("tf", "openvino")
+
+
 def test_flop_floors_use_the_best_and_the_one_sentence_matmul_rates():
-  records = [{"task": "sts", "model_type": "tta", "words": 20, "flops": 400e6, "median_ms": 10.0}]
+  records = [
+    {
+      "task": "sts",
+      "model_type": "tta",
+      "words": 20,
+      "tokens": 22,
+      "flops": 400e6,
+      "weight_bytes": 40e6,
+      "median_ms": m,
+    }
+    for m in (10.0, 12.0)
+  ]
   heads = {"sts": {"words": 20, "tta_ms": 10.0}}
   peaks = [
-    {"m": 2048, "gflops": 100.0},
-    {"m": 24, "gflops": 40.0},
-    {"m": 24, "gflops": 50.0},
-    {"m": 512, "gflops": 80.0},
+    {"m": 2048, "n": 2048, "gflops": 100.0},
+    {"m": 24, "n": 2048, "gflops": 40.0},
+    {"m": 24, "n": 2048, "gflops": 50.0},
+    {"m": 8, "n": 2048, "gflops": 20.0},
+    {"m": 24, "n": 29530, "gflops": 90.0},  # the LM head's shape: not an FFN-like rate
+    {"m": 512, "n": 2048, "gflops": 80.0},
   ]
-  benchmark_report.add_flop_floors(heads, records, peaks)
+  throughput = [{"gflops_per_s": 70.0}]
+  benchmark_report.add_flop_floors(heads, records, throughput, peaks, bandwidth=20.0)
   h = heads["sts"]
   assert h["floor_ms"] == pytest.approx(4.0)  # 400 MFLOP / 100 GFLOP/s
-  assert h["floor_ms_shape"] == pytest.approx(8.0)  # / the best 24-row rate
+  assert h["shape_m"] == 24  # nearest the 22 tokens
+  assert h["floor_ms_shape"] == pytest.approx(8.0)  # / the best 24-row FFN rate
   assert h["vs_floor"] == pytest.approx(2.5)
   assert h["vs_floor_shape"] == pytest.approx(1.25)
+  assert [r["vs_floor"] for r in records] == pytest.approx([2.5, 3.0])
+  assert throughput[0]["of_peak"] == pytest.approx(0.7)
+  assert h["memory_floor_ms"] == pytest.approx(2.0)  # 40 MB at 20 GB/s
+  assert [r["memory_floor_ms"] for r in records] == pytest.approx([2.0, 2.0])
 
 
 def _result():
@@ -73,6 +107,7 @@ def _result():
         "when": "start",
         "shape": "[24,512]x[512,2048]",
         "m": 24,
+        "n": 2048,
         "median_ms": 0.5,
         "gflops": 100.0,
         "load_avg_1m": 0.5,
@@ -94,7 +129,9 @@ def _result():
     ],
   }
   result["headline"] = benchmark_report.headline(latency)
-  benchmark_report.add_flop_floors(result["headline"], latency, result["matmul_peak"])
+  benchmark_report.add_flop_floors(
+    result["headline"], latency, result["throughput"], result["matmul_peak"]
+  )
   return result
 
 

@@ -28,6 +28,20 @@ def test_encoder_flops_by_hand():
   assert flops.head_flops(small(), 2) == 2 * (32 + 400)
 
 
+def test_call_weight_bytes_count_every_matrix_once():
+  # The model's own kernels: every encoder matmul, and the head's transform and table.
+  model = modeling.build_model(small(num_hidden_layers=2), "tta")
+  kernels = sum(
+    int(v.shape.num_elements())
+    for v in model.weights
+    if v.shape.rank == 2 and "embeddings" not in v.path and "predictions" not in v.path
+  )
+  assert flops.call_weight_bytes(model.config, "sts") == 4 * kernels == 4 * 2 * (4 * 16 + 2 * 32)
+  head = 4 * (4 * 4 + 4 * 50)  # transform D x D and the V x D table
+  assert flops.call_weight_bytes(model.config, "rerank") == 4 * kernels + head
+  assert flops.call_weight_bytes(model.config, "sts", bytes_per_value=2) == 2 * kernels
+
+
 def test_call_flops_follow_the_inference_protocol():
   config = small()
   enc = flops.encoder_flops(config, 7)
