@@ -29,6 +29,7 @@ import statistics
 import tarfile
 
 import jiwer
+import numpy as np
 import sacrebleu
 
 import io_utils
@@ -718,6 +719,18 @@ def read_wmt_candidates(data_dir=None, pair="de-en", testset="newstest2021"):
 
 # ---------------------------------------------------------------------------------------------
 # Scores, metrics, reranking.
+
+
+def sample_lists(lists, n, seed):
+  """A seeded random sample of n lists (all of them when n >= len), in their original order.
+
+  The same (lists, n, seed) give the same sample in every run and for every LM, so LMs scored
+  on it are compared on the same utterances (paired).
+  """
+  if n >= len(lists):
+    return list(lists)
+  keep = np.random.default_rng(seed).choice(len(lists), size=n, replace=False)
+  return [lists[i] for i in sorted(keep)]
 
 
 def s2s_score(hyp, setting):

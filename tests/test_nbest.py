@@ -648,3 +648,12 @@ def test_utterance_errors_count_each_chosen_hypothesis_and_add_up_to_the_wer():
   assert errors == [2, 2] and words == [3, 2]
   assert nbest.evaluate(lists, [0, 1], "wer") == pytest.approx(100 * 4 / 5)
   assert nbest.utterance_errors(lists, [1, 0]) == ([0, 0], [3, 2])
+
+
+def test_sample_lists_is_seeded_ordered_and_without_repeats():
+  lists = list(range(100))  # stands for NBestList objects: only their order matters
+  sample = nbest.sample_lists(lists, 30, seed=5)
+  assert sample == sorted(set(sample)) and len(sample) == 30
+  assert nbest.sample_lists(lists, 30, seed=5) == sample  # same for every LM and run
+  assert nbest.sample_lists(lists, 30, seed=6) != sample
+  assert nbest.sample_lists(lists, 200, seed=5) == lists
