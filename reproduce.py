@@ -85,7 +85,11 @@ MODES = {
     "discount_fallback": True,
     "sts_max_pairs": 200,
     "asr_max_lists": 10,
+    "asr_sample_lists": 4,
     "nmt_max_lists": 20,
+    "curve_points": 5,
+    "curve_sts_max_pairs": 50,
+    "curve_asr_lists": 3,
   },
   "full": {
     "max_books": None,
@@ -105,8 +109,16 @@ MODES = {
     "ngram_order": 5,
     "discount_fallback": False,
     "sts_max_pairs": None,
-    "asr_max_lists": 100,
+    # The one-pass LMs and the 5-gram score every list of the four sets; the biLM (a pass per
+    # token) scores a seeded sample, which every other LM scores too (paired comparisons).
+    "asr_max_lists": None,
+    "asr_sample_lists": 300,
     "nmt_max_lists": 200,
+    # Learning curves: this many checkpoints per model, on STS-B dev, SICK test and a sample of
+    # each dev set's lists.
+    "curve_points": 5,
+    "curve_sts_max_pairs": None,
+    "curve_asr_lists": 50,
   },
 }
 
@@ -180,9 +192,14 @@ def define_flags():
   flags.DEFINE_integer(
     "asr_max_lists",
     None,
-    "First N lists of each "
-    "LibriSpeech set (0: all; default per mode). The biLM "
-    "needs one pass per token of every hypothesis.",
+    "First N lists of each LibriSpeech set for T-TA, uniLM and the 5-gram (0: all; default "
+    "per mode).",
+  )
+  flags.DEFINE_integer(
+    "asr_sample_lists",
+    None,
+    "A seeded random sample of N lists per LibriSpeech set, scored by every LM including the "
+    "biLM, which needs one pass per token of every hypothesis (default per mode).",
   )
   flags.DEFINE_integer("nmt_max_lists", None, "First N WMT21 segments (0: all; default per mode).")
   flags.DEFINE_integer(
@@ -298,7 +315,14 @@ def run_step(work_dir, name, args):
 def settings():
   """The mode's preset with the command-line overrides applied."""
   s = dict(MODES[FLAGS.mode])
-  for name in ("budget_minutes", "asr_max_lists", "nmt_max_lists", "sts_max_pairs", "max_books"):
+  for name in (
+    "budget_minutes",
+    "asr_max_lists",
+    "asr_sample_lists",
+    "nmt_max_lists",
+    "sts_max_pairs",
+    "max_books",
+  ):
     if FLAGS[name].value is not None:
       s[name] = FLAGS[name].value or None
   return s
@@ -471,6 +495,162 @@ def stage_eval(work_dir, name, args, result_file, key):
 
 def named_specs(model_dirs):
   return [f"{MODEL_NAMES[t]}={d}" for t, d in model_dirs.items()]
+
+
+def rescoring_args(task, root, lms, max_lists=None, sample_lists=None):
+  args = ["run_rescoring.py", "--task=" + task, "--data_dir=" + root, "--lm=" + ",".join(lms)]
+  if max_lists:
+    args.append(f"--max_lists={max_lists:d}")
+  if sample_lists:
+    args.append(f"--sample_lists={sample_lists:d}")
+  return args
+
+
+# ------------------------------------------------------------ learning curves
+
+_CHECKPOINT_INDEX = re.compile(r"^ckpt-(\d+)\.index$")
+
+
+def checkpoint_steps(model_dir):
+  """Steps of the checkpoints in a training output dir, ascending."""
+  return sorted(int(m.group(1)) for m in map(_CHECKPOINT_INDEX.match, os.listdir(model_dir)) if m)
+
+
+def spread(steps, n):
+  """n of `steps` spread evenly from the first to the last (all of them when there are fewer)."""
+  if len(steps) <= n:
+    return list(steps)
+  return sorted({steps[round(i * (len(steps) - 1) / (n - 1))] for i in range(n)})
+
+
+def checkpoint_view(model_dir, step, view_dir):
+  """A model dir whose latest checkpoint is ckpt-<step> of `model_dir`: symlinks, no copies,
+  so every script that takes a model dir evaluates that checkpoint."""
+  os.makedirs(view_dir, exist_ok=True)
+  names = ["config.json", "vocab.txt"]
+  names += [n for n in os.listdir(model_dir) if n.startswith(f"ckpt-{step:d}.")]
+  for name in names:
+    link = os.path.join(view_dir, name)
+    if not os.path.lexists(link):
+      os.symlink(os.path.join(model_dir, name), link)
+  io_utils.write_atomically(
+    os.path.join(view_dir, "checkpoint"), f'model_checkpoint_path: "ckpt-{step:d}"\n'
+  )
+  return view_dir
+
+
+def tokens_per_step(s, data_stats):
+  """Real (unpadded) training tokens per step: the batch size times the training data's mean
+  tokens per sentence (the same for every model: same data, same order)."""
+  train = data_stats["train"]
+  return s["train_batch_size"] * train["tokens"] / max(train["sentences"], 1)
+
+
+def curve_points(work_dir, s, model_dirs, step_tokens):
+  """The checkpoints the learning curves evaluate: [{model, step, tokens, name, view}], with
+  tokens = step x `step_tokens`."""
+  points = []
+  for model_type, d in model_dirs.items():
+    for step in spread(checkpoint_steps(d), s["curve_points"]):
+      name = f"{MODEL_NAMES[model_type]}@{step:d}"
+      view = os.path.join(work_dir, "curves", "models", model_type, f"step-{step:d}")
+      points.append(
+        {
+          "model": MODEL_NAMES[model_type],
+          "step": step,
+          "tokens": step * step_tokens,
+          "name": name,
+          "view": checkpoint_view(d, step, view),
+        }
+      )
+  return points
+
+
+def stage_curves(work_dir, root, s, model_dirs, step_tokens, key):
+  """Evaluates `curve_points` on STS-B dev, SICK test and dev-set WER; writes curves.json and
+  learning_curves.png in work_dir/curves; returns the points with their figures."""
+  points = curve_points(work_dir, s, model_dirs, step_tokens)
+  specs = [f"{p['name']}={p['view']}" for p in points]
+  key = dict(key, points=[p["name"] for p in points], curve_sts_max_pairs=s["curve_sts_max_pairs"])
+  sts_args = [
+    "run_sts.py",
+    "--data_dir=" + root,
+    "--model_dir=" + ",".join(specs),
+    "--representations=context",
+    "--sets=stsb_dev,sick_test",
+  ]
+  if s["curve_sts_max_pairs"]:
+    sts_args.append(f"--max_pairs={s['curve_sts_max_pairs']:d}")
+  sts = stage_eval(work_dir, "curves_sts", sts_args, "sts_results.json", key)
+  # λ tuned and applied on the same dev sample: a dev WER per checkpoint, no test set involved.
+  asr_args = rescoring_args("asr", root, specs, sample_lists=s["curve_asr_lists"]) + [
+    "--pairs=dev_clean:dev_clean,dev_other:dev_other",
+    "--settings=full",
+  ]
+  asr = stage_eval(
+    work_dir,
+    "curves_asr",
+    asr_args,
+    "rescoring_results.json",
+    dict(key, curve_asr_lists=s["curve_asr_lists"]),
+  )
+  pearson = {r["model"]: r["scores"] for r in sts}
+  wer = {row["lm"]: {r["test"]: r["reranked"] for r in row["results"]} for row in asr}
+  for p in points:
+    p["stsb_dev"] = pearson[p["name"]]["stsb_dev"][0]
+    p["sick_test"] = pearson[p["name"]]["sick_test"][0]
+    p["dev_clean_wer"] = wer[p["name"]]["dev_clean"]
+    p["dev_other_wer"] = wer[p["name"]]["dev_other"]
+  out = os.path.join(work_dir, "curves")
+  io_utils.write_atomically(os.path.join(out, "curves.json"), json.dumps(points, indent=2))
+  plot_curves(points, os.path.join(out, "learning_curves.png"))
+  return points
+
+
+# (measure, panel title)
+CURVE_PANELS = (
+  ("stsb_dev", "STS-B dev, Pearson r x 100 (context)"),
+  ("sick_test", "SICK test, Pearson r x 100 (context)"),
+  ("dev_clean_wer", "dev_clean WER % (full setting, λ tuned on it)"),
+  ("dev_other_wer", "dev_other WER % (full setting, λ tuned on it)"),
+)
+
+
+def plot_curves(points, path):
+  """Quality vs training tokens, one line per objective, one panel per measure."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  fig, axes = plt.subplots(2, 2, figsize=(9, 6.4))
+  for ax, (measure, title) in zip(axes.flat, CURVE_PANELS):
+    for model in dict.fromkeys(p["model"] for p in points):
+      mine = sorted((p for p in points if p["model"] == model), key=lambda p: p["tokens"])
+      ax.plot(
+        [p["tokens"] / 1e6 for p in mine], [p[measure] for p in mine], marker="o", label=model
+      )
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("training tokens (millions)", fontsize=8)
+    ax.grid(True, alpha=0.3)
+  axes.flat[0].legend(fontsize=8)
+  fig.tight_layout()
+  with io_utils.atomic_open(path, "wb") as f:
+    fig.savefig(f, format="png", dpi=110)
+  plt.close(fig)
+
+
+def curves_table(points):
+  lines = [
+    "| model | step | tokens (M) | STS-B dev | SICK test | dev clean WER | dev other WER |",
+    "|---|---:|---:|---:|---:|---:|---:|",
+  ]
+  for p in points:
+    lines.append(
+      f"| {p['model']} | {p['step']:d} | {p['tokens'] / 1e6:.2f} | {_fmt(p['stsb_dev'])} | "
+      f"{_fmt(p['sick_test'])} | {_fmt(p['dev_clean_wer'])} | {_fmt(p['dev_other_wer'])} |"
+    )
+  return "\n".join(lines)
 
 
 # -------------------------------------------------------------------- report
@@ -686,39 +866,58 @@ def render_report(report):
     f"sentences in {setup.get('precision', 'fp32')}{_precision_reason(setup)}.",
     "",
     *report_notes(report),
-    "| model | train min | tokens/s | eval loss |",
-    "|---|---:|---:|---:|",
+    "| model | train min | tokens trained (M) | tokens/s | GFLOP/s | eval loss |",
+    "|---|---:|---:|---:|---:|---:|",
   ]
   for name, t in report["training"].items():
     parts.append(
-      f"| {name} | {t['wall_seconds'] / 60:.1f} | {t['tokens_per_second']:.0f} | "
+      f"| {name} | {t['wall_seconds'] / 60:.1f} | {t['tokens_trained'] / 1e6:.2f} | "
+      f"{t['tokens_per_second']:.0f} | {_fmt(t.get('gflops_per_second'), 1)} | "
       f"{_fmt(t['eval_loss'], 3)} |"
     )
+  p_line = (
+    f"p: paired bootstrap over utterances ({significance.DEFAULT_RESAMPLES:,d} seeded "
+    "resamples) of the LM vs the first pass."
+  )
   if "asr" in report:
+    lists = f"first {setup['asr_max_lists']:d}" if setup["asr_max_lists"] else "all"
     parts += [
       "",
-      f"## Table 1: LibriSpeech reranking, WER % (first {setup['asr_max_lists'] or 'all'} "
-      "lists per set; λ tuned on dev)",
+      f"## Table 1: LibriSpeech reranking, WER % ({lists} lists of each set; λ tuned on dev)",
       "",
       wer_table(report["asr"]),
       "",
-      f"p: paired bootstrap over utterances ({significance.DEFAULT_RESAMPLES:,d} seeded "
-      "resamples) of the LM vs the first pass.",
+      p_line,
       *_comparison_section(
         report, "asr_comparisons", "WER points, paired over utterances", ["test", "setting"]
       ),
+    ]
+  if "asr_paired" in report:
+    parts += [
       "",
-      "## Table 7: (pseudo-)perplexity mean / median per "
-      "sentence [full-setting WER]; word pieces for the neural LMs, "
-      "words for the 5-gram",
+      f"## Table 1b: every LM on the same seeded sample of {setup['asr_sample_lists']:d} "
+      "lists per set (WER %, λ tuned on the dev sample)",
       "",
-      pppl_table(report["asr"]),
+      wer_table(report["asr_paired"]),
+      "",
+      p_line,
+      *_comparison_section(
+        report, "asr_paired_comparisons", "WER points, paired over utterances", ["test", "setting"]
+      ),
+      "",
+      "## Table 7: (pseudo-)perplexity mean / median per sentence [full-setting WER] on the "
+      "sample of Table 1b; word pieces for the neural LMs, words for the 5-gram",
+      "",
+      pppl_table(report["asr_paired"]),
     ]
   if "nmt" in report:
     parts += [
       "",
       "## Table 2: WMT21 de-en, LM-only selection among the "
       f"systems' outputs (first {setup['nmt_max_lists'] or 'all'} segments)",
+      "",
+      "The candidates carry no NMT scores, so the LMs select alone (the paper interpolated "
+      "with its NMT model's scores).",
       "",
       bleu_table(report["nmt"]),
     ]
@@ -739,6 +938,16 @@ def render_report(report):
         report, "sts_comparisons", "Pearson x 100, paired over pairs", ["set", "representation"]
       ),
     ]
+  if report.get("curves"):
+    parts += [
+      "",
+      "## Learning curves: quality vs training tokens (curves/learning_curves.png)",
+      "",
+      f"Dev WER: λ tuned on a seeded sample of {setup['curve_asr_lists']:d} lists of each dev "
+      "set and applied to it (no test set involved).",
+      "",
+      curves_table(report["curves"]),
+    ]
   return "\n".join(parts) + "\n"
 
 
@@ -750,6 +959,8 @@ def build_report(s, plan, data_stats, model_dirs, results):
     training[MODEL_NAMES[model_type]] = {
       "wall_seconds": summary["wall_seconds"],
       "tokens_per_second": summary["tokens_per_second"],
+      "gflops_per_second": summary.get("gflops_per_second"),
+      "tokens_trained": summary["final_step"] * tokens_per_step(s, data_stats),
       "final_step": summary["final_step"],
       "eval_loss": loss,
     }
@@ -776,6 +987,8 @@ def build_report(s, plan, data_stats, model_dirs, results):
       "calibrations": plan.get("calibrations"),
       "precision": plan.get("precision", "fp32"),
       "asr_max_lists": s["asr_max_lists"],
+      "asr_sample_lists": s["asr_sample_lists"],
+      "curve_asr_lists": s["curve_asr_lists"],
       "nmt_max_lists": s["nmt_max_lists"],
       "sts_max_pairs": s["sts_max_pairs"],
     },
@@ -790,7 +1003,11 @@ def build_report(s, plan, data_stats, model_dirs, results):
 
 def stage_names():
   """The job's stages in the order they run (stage i of n)."""
-  return ["data", "kenlm", "plan"] + [f"train_{t}" for t in FLAGS.models] + ["sts", "asr", "nmt"]
+  return (
+    ["data", "kenlm", "plan"]
+    + [f"train_{t}" for t in FLAGS.models]
+    + ["sts", "asr_paired", "curves", "asr", "nmt"]
+  )
 
 
 def check_data():
@@ -847,22 +1064,40 @@ def main(argv):
   results["sts"] = stage_eval(
     work_dir, "sts", sts_args, "sts_results.json", dict(key, max_pairs=s["sts_max_pairs"])
   )
-  lms = named_specs(model_dirs) + [f"{KENLM_NAME}=kenlm:{kenlm_path}"]
-  for task, max_lists in (("asr", s["asr_max_lists"]), ("nmt", s["nmt_max_lists"])):
-    args = ["run_rescoring.py", "--task=" + task, "--data_dir=" + root, "--lm=" + ",".join(lms)]
-    if max_lists:
-      args.append(f"--max_lists={max_lists:d}")
+  kenlm = [f"{KENLM_NAME}=kenlm:{kenlm_path}"]
+  lms = named_specs(model_dirs) + kenlm
+  # Every LM on the same seeded sample of lists: the paired comparisons with the biLM.
+  stages.start("asr_paired")
+  sample = s["asr_sample_lists"]
+  results["asr_paired"] = stage_eval(
+    work_dir,
+    "asr_paired",
+    rescoring_args("asr", root, lms, sample_lists=sample),
+    "rescoring_results.json",
+    dict(key, kenlm=kenlm_path, sample_lists=sample),
+  )
+  stages.start("curves")
+  step_tokens = tokens_per_step(s, data_stats)
+  results["curves"] = stage_curves(work_dir, root, s, model_dirs, step_tokens, key)
+  # The LMs of one pass per sentence (and the 5-gram) on whole sets: the biLM's pass per token
+  # is what the paired sample above is for.
+  one_pass = named_specs({t: d for t, d in model_dirs.items() if t != "bilm"}) + kenlm
+  for task, task_lms, max_lists in (
+    ("asr", one_pass, s["asr_max_lists"]),
+    ("nmt", lms, s["nmt_max_lists"]),
+  ):
     stages.start(task)
     results[task] = stage_eval(
       work_dir,
       task,
-      args,
+      rescoring_args(task, root, task_lms, max_lists=max_lists),
       "rescoring_results.json",
       dict(key, kenlm=kenlm_path, max_lists=max_lists),
     )
 
   results["sts_comparisons"] = sts_comparisons(results["sts"])
   results["asr_comparisons"] = asr_comparisons(results["asr"])
+  results["asr_paired_comparisons"] = asr_comparisons(results["asr_paired"])
   report = build_report(s, plan, data_stats, model_dirs, results)
   text = render_report(report)
   io_utils.write_atomically(os.path.join(work_dir, "report.json"), json.dumps(report, indent=2))

@@ -157,6 +157,7 @@ def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path):
     "--train_steps=3",
     "--sts_max_pairs=12",
     "--asr_max_lists=2",
+    "--asr_sample_lists=2",
     "--nmt_max_lists=2",
   ]
   first = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
@@ -166,8 +167,20 @@ def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path):
   assert set(report["training"]) == {"T-TA", "biLM", "uniLM"}
   for name, t in report["training"].items():
     assert t["final_step"] == 3, name
-  assert [r["lm"] for r in report["asr"]] == ["T-TA", "biLM", "uniLM", "5-gram"]
+  # Whole sets (here the first 2 lists) for the one-pass LMs; every LM on the paired sample.
+  assert [r["lm"] for r in report["asr"]] == ["T-TA", "uniLM", "5-gram"]
+  assert [r["lm"] for r in report["asr_paired"]] == ["T-TA", "biLM", "uniLM", "5-gram"]
   assert [r["lm"] for r in report["nmt"]] == ["T-TA", "biLM", "uniLM", "5-gram"]
+  # Learning curves: the one checkpoint of a 3-step run per model, every measure filled in.
+  assert [(p["model"], p["step"]) for p in report["curves"]] == [
+    ("T-TA", 3),
+    ("biLM", 3),
+    ("uniLM", 3),
+  ]
+  for point in report["curves"]:
+    assert point["tokens"] > 0
+    assert all(point[m] is not None for m, _ in reproduce.CURVE_PANELS)
+  assert (work / "curves" / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
   assert {(r["model"], r["representation"]) for r in report["sts"]} == {
     (m, r) for m in ("T-TA", "biLM", "uniLM") for r in ("context", "embed")
   }
@@ -175,11 +188,12 @@ def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path):
   config = json.loads((work / "models" / "tta" / "config.json").read_text())
   assert config["normalization"] == "librispeech"
   text = (work / "report.md").read_text()
-  for table in ("Table 1", "Table 2", "Table 3", "Table 4", "Table 7"):
+  for table in ("Table 1", "Table 1b", "Table 2", "Table 3", "Table 4", "Table 7", "Learning"):
     assert table in text
-  # Paired comparisons of T-TA with biLM and uniLM: 2 test sets x 2 settings, 3 STS sets x 2
-  # representations; the WER cells carry their p vs the first pass.
-  assert len(report["asr_comparisons"]) == 8 and len(report["sts_comparisons"]) == 12
+  # Paired comparisons of T-TA with biLM and uniLM: 2 test sets x 2 settings (uniLM only on the
+  # whole sets), 3 STS sets x 2 representations; the WER cells carry their p vs the first pass.
+  assert len(report["asr_comparisons"]) == 4 and len(report["asr_paired_comparisons"]) == 8
+  assert len(report["sts_comparisons"]) == 12
   assert "T-TA - biLM" in text and "T-TA - uniLM" in text
   assert re.search(r"\| \+ T-TA \| \d+\.\d\d \(λ \d\.\d\d, p \d\.\d{3}\) \|", text)
   # A second run finds every stage done: no training, scoring or KenLM step.
@@ -237,7 +251,13 @@ def _report(mode, eval_loss, eval_sentences):
       "batch_size": 32,
     },
     "training": {
-      "T-TA": {"wall_seconds": 60.0, "tokens_per_second": 900.0, "eval_loss": eval_loss}
+      "T-TA": {
+        "wall_seconds": 60.0,
+        "tokens_per_second": 900.0,
+        "tokens_trained": 1.92e6,
+        "gflops_per_second": 3.5,
+        "eval_loss": eval_loss,
+      }
     },
   }
 
@@ -248,7 +268,7 @@ def test_quick_report_says_it_checks_mechanics_and_why_eval_loss_is_missing():
   assert "8 books" in text
   assert 'README.md, "Results of the full mode"' in text
   assert 'Eval loss is "-"' in text and "holds out no sentence" in text
-  assert "| T-TA | 1.0 | 900 | - |" in text
+  assert "| T-TA | 1.0 | 1.92 | 900 | 3.5 | - |" in text
   full = reproduce.render_report(_report("full", 4.2, 5000))
   assert "Quick mode" not in full and "Eval loss is" not in full
 
@@ -280,3 +300,32 @@ def test_precision_is_the_faster_calibration_and_fp32_on_a_tie():
   setup = {"calibrations": {"fp32": slow, "bf16": fast}}
   assert reproduce._precision_reason(setup) == " (calibration steps/s: bf16 2.00 vs fp32 1.00)"
   assert reproduce._precision_reason({"calibrations": {"fp32": slow}}) == ""
+
+
+def test_curve_checkpoints_are_spread_and_viewed_as_model_dirs(tmp_path):
+  # Indices 0, 2.5, 5, 7.5, 10 of 11 checkpoints, rounded half to even: 0, 2, 5, 8, 10.
+  assert reproduce.spread([10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 101], 5) == [
+    10,
+    30,
+    60,
+    90,
+    101,
+  ]
+  assert reproduce.spread([5, 9], 5) == [5, 9]
+  model = tmp_path / "model"
+  model.mkdir()
+  for name in ("config.json", "vocab.txt", "ckpt-4.index", "ckpt-4.data-00000-of-00001"):
+    (model / name).write_text(name)
+  (model / "ckpt-40.index").write_text("not this one")
+  assert reproduce.checkpoint_steps(str(model)) == [4, 40]
+  view = reproduce.checkpoint_view(str(model), 4, str(tmp_path / "view"))
+  assert sorted(os.listdir(view)) == [
+    "checkpoint",
+    "ckpt-4.data-00000-of-00001",
+    "ckpt-4.index",
+    "config.json",
+    "vocab.txt",
+  ]
+  import model_dir  # pylint: disable=g-import-not-at-top
+
+  assert model_dir.latest_checkpoint(view) == os.path.join(view, "ckpt-4")
