@@ -479,6 +479,24 @@ def stage_train(work_dir, data_dir, s, plan, stages):
   return dirs
 
 
+def stage_peak(work_dir, plan):
+  """The machine's matmul peak in the training precision: {"dtype", "gflops"}, the reference of
+  training's GFLOP/s in the report."""
+  dtype = "bfloat16" if plan.get("precision") == "bf16" else "float32"
+  out = os.path.join(work_dir, "peak")
+  result = os.path.join(out, "benchmark.json")
+  args = [
+    "run_benchmark.py",
+    "--peak_only",
+    f"--matmul_dtype={dtype}",
+    "--matmul_shapes=2048x2048x2048",
+    "--matmul_runs=10",
+    "--output_dir=" + out,
+  ]
+  run_stage(work_dir, "peak", {"dtype": dtype}, [result], args)
+  return {"dtype": dtype, "gflops": max(r["gflops"] for r in read_json(result)["matmul_peak"])}
+
+
 def _checkpoint_key(model_dirs):
   # A stage's results depend on exactly these checkpoints.
   return {
@@ -866,15 +884,24 @@ def render_report(report):
     f"sentences in {setup.get('precision', 'fp32')}{_precision_reason(setup)}.",
     "",
     *report_notes(report),
-    "| model | train min | tokens trained (M) | tokens/s | GFLOP/s | eval loss |",
-    "|---|---:|---:|---:|---:|---:|",
+    "| model | train min | tokens trained (M) | tokens/s | GFLOP/s | of matmul peak | eval loss |",
+    "|---|---:|---:|---:|---:|---:|---:|",
   ]
   for name, t in report["training"].items():
+    of_peak = "-" if t.get("of_peak") is None else f"{100 * t['of_peak']:.0f}%"
     parts.append(
       f"| {name} | {t['wall_seconds'] / 60:.1f} | {t['tokens_trained'] / 1e6:.2f} | "
-      f"{t['tokens_per_second']:.0f} | {_fmt(t.get('gflops_per_second'), 1)} | "
+      f"{t['tokens_per_second']:.0f} | {_fmt(t.get('gflops_per_second'), 1)} | {of_peak} | "
       f"{_fmt(t['eval_loss'], 3)} |"
     )
+  if setup.get("matmul_peak"):
+    peak = setup["matmul_peak"]
+    parts += [
+      "",
+      f"Matmul peak: {peak['gflops']:.0f} GFLOP/s ({peak['dtype']}, [2048]^3 in a tf.function, "
+      "measured after training); GFLOP/s counts the matmuls of forward and backward passes "
+      "(flops.py).",
+    ]
   p_line = (
     f"p: paired bootstrap over utterances ({significance.DEFAULT_RESAMPLES:,d} seeded "
     "resamples) of the LM vs the first pass."
@@ -951,7 +978,7 @@ def render_report(report):
   return "\n".join(parts) + "\n"
 
 
-def build_report(s, plan, data_stats, model_dirs, results):
+def build_report(s, plan, data_stats, model_dirs, results, peak=None):
   training = {}
   for model_type, d in model_dirs.items():
     summary = read_json(os.path.join(d, "train_summary.json"))
@@ -961,6 +988,11 @@ def build_report(s, plan, data_stats, model_dirs, results):
       "tokens_per_second": summary["tokens_per_second"],
       "gflops_per_second": summary.get("gflops_per_second"),
       "tokens_trained": summary["final_step"] * tokens_per_step(s, data_stats),
+      "of_peak": (
+        summary["gflops_per_second"] / peak["gflops"]
+        if peak and summary.get("gflops_per_second")
+        else None
+      ),
       "final_step": summary["final_step"],
       "eval_loss": loss,
     }
@@ -986,6 +1018,7 @@ def build_report(s, plan, data_stats, model_dirs, results):
       "calibration": plan.get("calibration"),
       "calibrations": plan.get("calibrations"),
       "precision": plan.get("precision", "fp32"),
+      "matmul_peak": peak,
       "asr_max_lists": s["asr_max_lists"],
       "asr_sample_lists": s["asr_sample_lists"],
       "curve_asr_lists": s["curve_asr_lists"],
@@ -1006,7 +1039,7 @@ def stage_names():
   return (
     ["data", "kenlm", "plan"]
     + [f"train_{t}" for t in FLAGS.models]
-    + ["sts", "asr_paired", "curves", "asr", "nmt"]
+    + ["peak", "sts", "asr_paired", "curves", "asr", "nmt"]
   )
 
 
@@ -1044,6 +1077,8 @@ def main(argv):
   stages.start("plan")
   plan = stage_plan(work_dir, data_dir, s)
   model_dirs = stage_train(work_dir, data_dir, s, plan, stages)
+  stages.start("peak")
+  peak = stage_peak(work_dir, plan)
 
   # The resample count in the key re-runs evaluations stored before they carried bootstraps.
   key = {
@@ -1098,7 +1133,7 @@ def main(argv):
   results["sts_comparisons"] = sts_comparisons(results["sts"])
   results["asr_comparisons"] = asr_comparisons(results["asr"])
   results["asr_paired_comparisons"] = asr_comparisons(results["asr_paired"])
-  report = build_report(s, plan, data_stats, model_dirs, results)
+  report = build_report(s, plan, data_stats, model_dirs, results, peak)
   text = render_report(report)
   io_utils.write_atomically(os.path.join(work_dir, "report.json"), json.dumps(report, indent=2))
   io_utils.write_atomically(os.path.join(work_dir, "report.md"), text)

@@ -159,6 +159,18 @@ def define_flags():
   flags.DEFINE_integer(
     "matmul_runs", 10, "Timed runs per matmul shape for the peak measurement (0 to skip)."
   )
+  flags.DEFINE_enum(
+    "matmul_dtype",
+    "float32",
+    ["float32", "bfloat16"],
+    "Element type of the matmul peak of --peak_only (the benchmark's models run in float32).",
+  )
+  flags.DEFINE_bool(
+    "peak_only",
+    False,
+    "Measure only the matmul peak (--matmul_shapes, --matmul_dtype) into benchmark.json: the "
+    "reference for training's GFLOP/s (reproduce.py).",
+  )
   flags.DEFINE_list(
     "matmul_shapes",
     [f"{m}x{k}x{n}" for m, k, n in MATMUL_SHAPES],
@@ -346,13 +358,14 @@ def parse_shapes(specs):
   return shapes
 
 
-def matmul_peak(shapes, runs, when=""):
-  """Float32 matmul rates of a tf.function, the machine's practical peak.
+def matmul_peak(shapes, runs, when="", dtype="float32"):
+  """Matmul rates of a tf.function, the machine's practical peak.
 
   Args:
     shapes: list of (m, k, n): [m, k] x [k, n].
     runs: timed runs per shape after 2 warm-up runs.
     when: label stored in each record ("start", "end").
+    dtype: "float32" or "bfloat16" (AMX / AVX512-BF16 CPUs run it natively).
 
   Returns:
     list of dicts with the shape, median ms and GFLOP/s (2mkn / median).
@@ -362,8 +375,8 @@ def matmul_peak(shapes, runs, when=""):
   matmul = tf.function(lambda a, b: tf.matmul(a, b), autograph=False)
   out = []
   for m, k, n in shapes:
-    a = tf.random.normal([m, k], seed=1)
-    b = tf.random.normal([k, n], seed=2)
+    a = tf.cast(tf.random.normal([m, k], seed=1), dtype)
+    b = tf.cast(tf.random.normal([k, n], seed=2), dtype)
     for _ in range(2):
       matmul(a, b)
     times = []
@@ -375,6 +388,7 @@ def matmul_peak(shapes, runs, when=""):
     out.append(
       {
         "when": when,
+        "dtype": dtype,
         "shape": f"[{m},{k}]x[{k},{n}]",
         "m": m,
         "k": k,
@@ -681,6 +695,19 @@ def main(argv):
   lengths = check_flags()
   # Before anything else touches TF: the thread pools are fixed at start-up.
   threads = machine.pin_threads(FLAGS.intra_op, FLAGS.inter_op)
+  if FLAGS.peak_only:
+    peak = matmul_peak(
+      parse_shapes(FLAGS.matmul_shapes), FLAGS.matmul_runs, dtype=FLAGS.matmul_dtype
+    )
+    result = {"environment": machine.environment(threads), "matmul_peak": peak}
+    for record in peak:
+      print(f"{record['dtype']} {record['shape']}: {record['gflops']:.1f} GFLOP/s")
+    if FLAGS.output_dir:
+      os.makedirs(FLAGS.output_dir, exist_ok=True)
+      io_utils.write_atomically(
+        os.path.join(FLAGS.output_dir, "benchmark.json"), json.dumps(result, indent=2) + "\n"
+      )
+    return
   result = measure(lengths, threads)
   report = benchmark_report.markdown_report(result)
   print(report)

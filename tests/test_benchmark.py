@@ -105,3 +105,24 @@ def test_quick_run_writes_json_markdown_and_plot(tmp_path):
   assert "## sts" in (out / "benchmark.md").read_text()
   assert (out / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert not [p for p in os.listdir(out) if p.startswith(".")]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_peak_only_measures_the_matmul_peak_in_the_given_type(tmp_path, dtype):
+  out = tmp_path / "peak"
+  command = [
+    sys.executable,
+    os.path.join(REPO, "run_benchmark.py"),
+    "--peak_only",
+    f"--matmul_dtype={dtype}",
+    "--matmul_shapes=64x32x16",
+    "--matmul_runs=2",
+    f"--output_dir={out}",
+  ]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  (record,) = json.loads((out / "benchmark.json").read_text())["matmul_peak"]
+  assert (record["dtype"], record["shape"]) == (dtype, "[64,32]x[32,16]")
+  assert record["gflops"] == pytest.approx(2 * 64 * 32 * 16 / record["median_ms"] / 1e6)
+  assert f"{dtype} [64,32]x[32,16]" in proc.stdout

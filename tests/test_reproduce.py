@@ -167,6 +167,10 @@ def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path):
   assert set(report["training"]) == {"T-TA", "biLM", "uniLM"}
   for name, t in report["training"].items():
     assert t["final_step"] == 3, name
+    # 3 steps leave no timed step (the first ones are warm-up): no rate, so no fraction.
+    assert t["of_peak"] is None, name
+  peak = report["setup"]["matmul_peak"]
+  assert peak["dtype"] == "float32" and peak["gflops"] > 0  # --train_steps: no bf16 plan
   # Whole sets (here the first 2 lists) for the one-pass LMs; every LM on the paired sample.
   assert [r["lm"] for r in report["asr"]] == ["T-TA", "uniLM", "5-gram"]
   assert [r["lm"] for r in report["asr_paired"]] == ["T-TA", "biLM", "uniLM", "5-gram"]
@@ -256,6 +260,7 @@ def _report(mode, eval_loss, eval_sentences):
         "tokens_per_second": 900.0,
         "tokens_trained": 1.92e6,
         "gflops_per_second": 3.5,
+        "of_peak": 0.25,
         "eval_loss": eval_loss,
       }
     },
@@ -268,7 +273,7 @@ def test_quick_report_says_it_checks_mechanics_and_why_eval_loss_is_missing():
   assert "8 books" in text
   assert 'README.md, "Results of the full mode"' in text
   assert 'Eval loss is "-"' in text and "holds out no sentence" in text
-  assert "| T-TA | 1.0 | 1.92 | 900 | 3.5 | - |" in text
+  assert "| T-TA | 1.0 | 1.92 | 900 | 3.5 | 25% | - |" in text
   full = reproduce.render_report(_report("full", 4.2, 5000))
   assert "Quick mode" not in full and "Eval loss is" not in full
 
