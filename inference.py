@@ -39,6 +39,7 @@ summed in `stats["normalization_fallbacks"]` and `stats["unknown_chars"]`.
 import contextlib
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -486,6 +487,11 @@ class NeuralLM(object):
       raise ValueError(f"backend {backend!r} is not one of {BACKENDS}")
     if backend != "tf" and (strategy or jit_compile):
       raise ValueError(f"backend {backend!r} runs on the CPU: no strategy, no jit_compile")
+    if backend == "openvino" and importlib.util.find_spec("openvino") is None:
+      # Here rather than at the first call, which may come after hours of other work.
+      raise ImportError(
+        "backend 'openvino' needs the openvino package (pip install -r requirements.txt)"
+      )
     self.backend = backend
     self.bos_id, self.eos_id = _boundary_ids(tokenizer)
     self.mask_id = tokenizer.mask_id

@@ -91,8 +91,17 @@ def test_tta_stays_exactly_self_unknown_under_openvino(tokenizer):
       assert np.abs(out[row, others] - base[row, others]).max(axis=-1).min() > 1e-4
 
 
-def test_unknown_backend_and_impossible_combinations_are_errors(tokenizer):
+def test_unknown_backend_and_impossible_combinations_are_errors(tokenizer, monkeypatch):
   reference = reference_lm("tta", tokenizer)
+  real_find_spec = inference.importlib.util.find_spec
+  monkeypatch.setattr(
+    inference.importlib.util,
+    "find_spec",
+    lambda name: None if name == "openvino" else real_find_spec(name),
+  )
+  with pytest.raises(ImportError, match="needs the openvino package"):
+    inference.NeuralLM(reference.model, tokenizer, backend="openvino")
+  monkeypatch.undo()
   with pytest.raises(ValueError, match="backend 'onnx' is not one of"):
     inference.NeuralLM(reference.model, tokenizer, backend="onnx")
   with pytest.raises(ValueError, match="no strategy, no jit_compile"):
