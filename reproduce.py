@@ -871,19 +871,11 @@ def _precision_reason(setup):
   return f" (calibration steps/s: {rates})"
 
 
-def render_report(report):
-  """The markdown report from the report dict (see `build_report`)."""
+def _training_section(report):
+  """The training table (time, tokens, tokens/s, GFLOP/s, fraction of the matmul peak, eval loss)
+  and the line saying which peak."""
   setup = report["setup"]
   parts = [
-    f"# T-TA reproduction at CPU scale ({setup['mode']} mode)",
-    "",
-    f"Command: `{setup['command']}`; commit {setup['commit']}; {setup['machine']}; "
-    f"{setup['finished']}. Data: {setup['train_sentences']:d} training sentences "
-    f"({setup['train_tokens']:d} tokens), vocab {setup['vocab_size']:d}. Every neural LM: "
-    f"{setup['model']}, trained {setup['train_steps']:d} steps of {setup['batch_size']:d} "
-    f"sentences in {setup.get('precision', 'fp32')}{_precision_reason(setup)}.",
-    "",
-    *report_notes(report),
     "| model | train min | tokens trained (M) | tokens/s | GFLOP/s | of matmul peak | eval loss |",
     "|---|---:|---:|---:|---:|---:|---:|",
   ]
@@ -902,6 +894,24 @@ def render_report(report):
       "measured after training); GFLOP/s counts the matmuls of forward and backward passes "
       "(flops.py).",
     ]
+  return parts
+
+
+def render_report(report):
+  """The markdown report from the report dict (see `build_report`)."""
+  setup = report["setup"]
+  parts = [
+    f"# T-TA reproduction at CPU scale ({setup['mode']} mode)",
+    "",
+    f"Command: `{setup['command']}`; commit {setup['commit']}; {setup['machine']}; "
+    f"{setup['finished']}. Data: {setup['train_sentences']:d} training sentences "
+    f"({setup['train_tokens']:d} tokens), vocab {setup['vocab_size']:d}. Every neural LM: "
+    f"{setup['model']}, trained {setup['train_steps']:d} steps of {setup['batch_size']:d} "
+    f"sentences in {setup.get('precision', 'fp32')}{_precision_reason(setup)}.",
+    "",
+    *report_notes(report),
+    *_training_section(report),
+  ]
   p_line = (
     f"p: paired bootstrap over utterances ({significance.DEFAULT_RESAMPLES:,d} seeded "
     "resamples) of the LM vs the first pass."

@@ -45,16 +45,22 @@ def test_summarize():
   assert stats["runs"] == 10
 
 
+def run_benchmark_cli(*flags):
+  """run_benchmark.py in a subprocess (thread pools can only be set before TF starts, and this
+  process has started it): the CompletedProcess, failing the test on a non-zero exit."""
+  command = [sys.executable, os.path.join(REPO, "run_benchmark.py"), *flags]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return proc
+
+
 def test_quick_run_writes_json_markdown_and_plot(tmp_path):
   conftest.data_dir_or_skip()  # STS-B sentences and N-best lists
   vocab = tmp_path / "vocab.txt"
   vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + WORDS) + "\n")
   out = tmp_path / "out"
-  # A subprocess: thread pools can only be set before TF starts, and this
-  # process has started it.
-  command = [
-    sys.executable,
-    os.path.join(REPO, "run_benchmark.py"),
+  proc = run_benchmark_cli(
     "--quick",
     f"--vocab_file={vocab}",
     "--lengths=3,70",
@@ -68,10 +74,7 @@ def test_quick_run_writes_json_markdown_and_plot(tmp_path):
     "--intra_op=1",
     "--inter_op=1",
     f"--output_dir={out}",
-  ]
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False)
-  assert proc.returncode == 0, proc.stderr[-3000:]
+  )
   assert "HEADLINE sts: biLM/T-TA" in proc.stdout
   result = json.loads((out / "benchmark.json").read_text())
   env_info = result["environment"]
@@ -110,18 +113,13 @@ def test_quick_run_writes_json_markdown_and_plot(tmp_path):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_peak_only_measures_the_matmul_peak_in_the_given_type(tmp_path, dtype):
   out = tmp_path / "peak"
-  command = [
-    sys.executable,
-    os.path.join(REPO, "run_benchmark.py"),
+  proc = run_benchmark_cli(
     "--peak_only",
     f"--matmul_dtype={dtype}",
     "--matmul_shapes=64x32x16",
     "--matmul_runs=2",
     f"--output_dir={out}",
-  ]
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False)
-  assert proc.returncode == 0, proc.stderr[-3000:]
+  )
   (record,) = json.loads((out / "benchmark.json").read_text())["matmul_peak"]
   assert (record["dtype"], record["shape"]) == (dtype, "[64,32]x[32,16]")
   assert record["gflops"] == pytest.approx(2 * 64 * 32 * 16 / record["median_ms"] / 1e6)
