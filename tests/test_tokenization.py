@@ -153,6 +153,21 @@ def test_graph_and_python_paths_agree(tokenizers, lower):
   assert [tokenizer.tokenize(t) for t in texts] == [c[2] for c in cases]
 
 
+def test_python_path_chunks_and_accepts_bytes(tokenizers, monkeypatch):
+  """piece_ids_batch runs the frozen graph in chunks; rows must not shift across chunk edges."""
+  tokenizer = tokenizers[True]
+  cases = [c for c in TRICKY_CASES if c[1]]
+  texts = [c[0] for c in cases]
+  expected_ids = [tokenizer.convert_tokens_to_ids(c[2]) for c in cases]
+  monkeypatch.setattr(tokenization, "_PYTHON_BATCH_SIZE", 5)
+  assert len(texts) > 5 and len(texts) % 5  # several chunks, the last one short
+  assert tokenizer.piece_ids_batch(texts) == expected_ids
+  assert tokenizer.piece_ids_batch([t.encode("utf-8") for t in texts]) == expected_ids
+  assert tokenizer.piece_ids_batch([]) == []
+  with pytest.raises(TypeError, match="single string"):
+    tokenizer.piece_ids_batch("one sentence")
+
+
 def test_encode_truncation_and_graph_encode(tokenizers):
   tokenizer = tokenizers[True]
   sos, eos, pad = tokenizer.sos_id, tokenizer.eos_id, tokenizer.pad_id
