@@ -56,7 +56,11 @@ import normalization as normalization_lib
 import tokenization
 
 POOLINGS = ("context", "embed", "first", "last")
-BACKENDS = ("tf", "openvino")
+BACKENDS = ("tf", "openvino", "openvino_bf16")
+# OpenVINO's inference precision per backend. float32 reproduces TF within float rounding;
+# bfloat16 (AMX / AVX512-BF16 CPUs only) halves the weight bytes and runs the matmuls on AMX,
+# within a documented tolerance (README, "Runtime"; tests/test_backends.py).
+_OPENVINO_PRECISION = {"openvino": "f32", "openvino_bf16": "bf16"}
 # Tokens (rows x length) per forward pass. Measured on 600 LibriSpeech hypotheses (paper-size
 # T-TA, 2-core Sapphire Rapids, README "Runtime"): at 16384 the head's [tokens, V] logits
 # (1.9 GB) stream through memory several times and T-TA scored at 46% of the matmul peak; at
@@ -229,15 +233,16 @@ class _OpenVINOFunction(object):
   The method is traced once with its input signature (shapes left unknown) and converted by
   OpenVINO's TensorFlow front end; OpenVINO then runs it with its own CPU kernels, which fuse
   the many small ops of a batch-1 call that TensorFlow dispatches one by one. Precision is
-  pinned to float32: on CPUs with AMX or AVX512-BF16 OpenVINO would otherwise run in bfloat16.
+  pinned ("f32" or "bf16"): left unset, OpenVINO picks bfloat16 on CPUs with AMX or AVX512-BF16.
   Outputs come back as NumPy arrays in the method's structure (dict, tuple or one array).
   Conversion (~1-2 s at paper size) happens at the first call, so a NeuralLM converts only the
   functions its kind uses.
   """
 
-  def __init__(self, method, signature):
+  def __init__(self, method, signature, precision="f32"):
     self._method = method
     self._signature = signature
+    self._precision = precision
     self._request = None
 
   def _build(self):
@@ -260,7 +265,7 @@ class _OpenVINOFunction(object):
     ).get_concrete_function()
     self._structure = structure[0]
     model = openvino.convert_model(concrete)
-    config = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+    config = {"INFERENCE_PRECISION_HINT": self._precision, "PERFORMANCE_HINT": "LATENCY"}
     threads = tf.config.threading.get_intra_op_parallelism_threads()
     if threads:  # the process's TensorFlow thread setting holds for OpenVINO too
       config["INFERENCE_NUM_THREADS"] = threads
@@ -406,6 +411,27 @@ class ScoringGraph(tf.Module):
     }
 
 
+def openvino_cpu_has_bf16():
+  """Whether OpenVINO's CPU plugin can run bfloat16 here (AMX or AVX512-BF16)."""
+  import openvino  # pylint: disable=g-import-not-at-top
+
+  return "BF16" in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+
+
+def _check_openvino(backend):
+  """Raises if `backend` cannot run here, naming what is missing."""
+  if importlib.util.find_spec("openvino") is None:
+    raise ImportError(
+      f"backend {backend!r} needs the openvino package (pip install -r requirements.txt)"
+    )
+  if _OPENVINO_PRECISION[backend] == "bf16" and not openvino_cpu_has_bf16():
+    # OpenVINO would quietly run float32 instead: a user asking for bf16 speed must know.
+    raise ValueError(
+      f"backend {backend!r} needs a CPU with bfloat16 support (AMX or AVX512-BF16); this "
+      "one has none: use backend 'openvino'"
+    )
+
+
 class NeuralLM(object):
   """A tta/bilm/unilm/bert model with its tokenizer, ready to score/encode.
 
@@ -462,8 +488,10 @@ class NeuralLM(object):
         "openvino": the same `ScoringGraph` functions converted by OpenVINO and
         run by its CPU plugin in float32 (`_OpenVINOFunction`); the same numbers
         within float rounding (tests/test_backends.py), 2-3x faster per sentence
-        on CPU (README, "Runtime"). Tokenization and normalization stay as they
-        are. Not with a strategy.
+        on CPU (README, "Runtime"). "openvino_bf16": the same in bfloat16, on
+        CPUs with AMX or AVX512-BF16 only; another 1.5-2.6x faster, scores
+        within the tolerance the README gives. Tokenization and normalization
+        stay as they are. Not with a strategy.
     """
     self.model = model
     self.model_type = model.model_type
@@ -487,11 +515,9 @@ class NeuralLM(object):
       raise ValueError(f"backend {backend!r} is not one of {BACKENDS}")
     if backend != "tf" and (strategy or jit_compile):
       raise ValueError(f"backend {backend!r} runs on the CPU: no strategy, no jit_compile")
-    if backend == "openvino" and importlib.util.find_spec("openvino") is None:
+    if backend in _OPENVINO_PRECISION:
       # Here rather than at the first call, which may come after hours of other work.
-      raise ImportError(
-        "backend 'openvino' needs the openvino package (pip install -r requirements.txt)"
-      )
+      _check_openvino(backend)
     self.backend = backend
     self.bos_id, self.eos_id = _boundary_ids(tokenizer)
     self.mask_id = tokenizer.mask_id
@@ -533,8 +559,8 @@ class NeuralLM(object):
     strategy's replicas, by OpenVINO, or as a tf.function (XLA with jit_compile)."""
     if self.strategy:
       return _ReplicaRunner(self.strategy, method)
-    if self.backend == "openvino":
-      return _OpenVINOFunction(method, signature)
+    if self.backend in _OPENVINO_PRECISION:
+      return _OpenVINOFunction(method, signature, _OPENVINO_PRECISION[self.backend])
     return tf.function(
       method, input_signature=signature, autograph=False, jit_compile=self.jit_compile
     )
@@ -852,8 +878,9 @@ def define_throughput_flags():
     "tf",
     BACKENDS,
     "Neural LMs: what runs the model. tf: TensorFlow (the reference); openvino: OpenVINO's CPU "
-    "kernels in float32, the same numbers within float rounding and 2-3x faster per sentence "
-    "(README, Runtime).",
+    "kernels in float32, the same numbers within float rounding and 2-3x faster per sentence; "
+    "openvino_bf16: the same in bfloat16 on AMX/AVX512-BF16 CPUs, faster again, scores within "
+    "a tolerance (README, Runtime).",
   )
 
 
@@ -914,6 +941,8 @@ def describe(lm):
     "score_sos": lm.score_sos,
     "max_seq_length": lm.max_seq_length,
     **common,
+    # Only when not float32, so the keys of float32 caches stay what they were.
+    **({"precision": "bfloat16"} if lm.backend == "openvino_bf16" else {}),
   }
 
 

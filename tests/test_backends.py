@@ -1,8 +1,9 @@
-"""The OpenVINO backend of inference.py against the TensorFlow reference path.
+"""The OpenVINO backends of inference.py against the TensorFlow reference path.
 
 Every kind (tta, bilm, unilm) must give the reference's numbers (log-probs within 1e-4, sentence
 vectors within 1e-5) on batches with padding, an empty sentence and an over-long one, and T-TA
-must stay exactly self-unknown when OpenVINO runs its encoder.
+must stay exactly self-unknown when OpenVINO runs its encoder. The bfloat16 backend (CPUs with
+AMX or AVX512-BF16 only) is held to a looser tolerance and to the same exact self-unknown test.
 """
 
 from conftest import WORDS
@@ -65,17 +66,51 @@ def test_one_sentence_calls_equal_batched_ones(lms):
     np.testing.assert_allclose(got.token_logprobs, want.token_logprobs, rtol=0, atol=1e-4)
 
 
-def test_tta_stays_exactly_self_unknown_under_openvino(tokenizer):
+def bf16_or_skip():
+  if not inference.openvino_cpu_has_bf16():
+    pytest.skip("this CPU has no bfloat16 support (AMX or AVX512-BF16)")
+
+
+@pytest.mark.parametrize("kind", ["tta", "bilm", "unilm"])
+def test_bf16_backend_is_within_its_tolerance(tokenizer, kind):
+  bf16_or_skip()
+  reference = reference_lm(kind, tokenizer)
+  lm = inference.NeuralLM(reference.model, tokenizer, backend="openvino_bf16")
+  want, got = reference.score(SENTENCES), lm.score(SENTENCES)
+  differences = []
+  for w, g in zip(want, got):
+    assert g.tokens == w.tokens and g.truncated == w.truncated
+    np.testing.assert_allclose(g.token_logprobs, w.token_logprobs, rtol=0, atol=1e-2)
+    differences.extend(np.abs(np.subtract(g.token_logprobs, w.token_logprobs)))
+  assert max(differences) > 1e-6  # bfloat16 did run: float32 would be closer than this
+  vectors = lm.sentence_vectors(SENTENCES)
+  np.testing.assert_allclose(vectors, reference.sentence_vectors(SENTENCES), rtol=0, atol=1e-3)
+  # Score caches must never serve float32 scores for bfloat16 ones, or the reverse.
+  assert inference.describe(lm) != inference.describe(reference)
+
+
+def test_bf16_backend_needs_a_bf16_cpu(tokenizer, monkeypatch):
+  reference = reference_lm("tta", tokenizer)
+  monkeypatch.setattr(inference, "openvino_cpu_has_bf16", lambda: False)
+  with pytest.raises(ValueError, match="needs a CPU with bfloat16 support"):
+    inference.NeuralLM(reference.model, tokenizer, backend="openvino_bf16")
+
+
+@pytest.mark.parametrize("precision", ["f32", "bf16"])
+def test_tta_stays_exactly_self_unknown_under_openvino(tokenizer, precision):
   """Changing token i leaves output i bit for bit as it was, in every row of a padded batch."""
+  if precision == "bf16":
+    bf16_or_skip()
   lm = reference_lm("tta", tokenizer)
   spec = tf.TensorSpec([None, None], tf.int32)
-  encode = inference._OpenVINOFunction(lm.graph.encode, [spec, spec])  # pylint: disable=protected-access
+  encode = inference._OpenVINOFunction(lm.graph.encode, [spec, spec], precision)  # pylint: disable=protected-access
   rng = np.random.default_rng(3)
   lengths = np.array([9, 5, 1])
   mask = (np.arange(9)[None] < lengths[:, None]).astype(np.int32)
   ids = np.where(mask > 0, rng.integers(5, tokenizer.vocab_size, mask.shape), 0).astype(np.int32)
   base, _ = encode(ids, mask)
-  np.testing.assert_allclose(base, lm.graph.encode(ids, mask)[0].numpy(), rtol=0, atol=1e-5)
+  tolerance = {"f32": 1e-5, "bf16": 5e-2}[precision]
+  np.testing.assert_allclose(base, lm.graph.encode(ids, mask)[0].numpy(), rtol=0, atol=tolerance)
   for i in range(9):
     real = mask[:, i] > 0
     changed = ids.copy()
