@@ -17,6 +17,7 @@ import json
 import os
 
 import flops
+import inference
 import io_utils
 
 # Short task names used in the plot legend, as in the paper's Figure 4.
@@ -73,6 +74,12 @@ def headline(records, words=HEADLINE_WORDS, slow="bilm", fast="tta"):
   return out
 
 
+def _float32(records):
+  """The records of float32 backends: the peak and the weight bytes are float32 figures, so a
+  bfloat16 backend gets no floors (its own would need its own peak and half the bytes)."""
+  return [r for r in records if inference.backend_dtype(r.get("backend", "tf")) == "float32"]
+
+
 def add_flop_floors(headlines, records, throughput, peaks, bandwidth=None):
   """Adds FLOP floors, in place: to every latency record, to T-TA in each headline, and the
   fraction of the peak to every throughput record.
@@ -90,16 +97,18 @@ def add_flop_floors(headlines, records, throughput, peaks, bandwidth=None):
   if not peaks:
     return
   best = max(p["gflops"] for p in peaks)
-  for r in records:
+  for r in _float32(records):
     r["floor_ms"] = r["flops"] / (best * 1e9) * 1e3
     r["vs_floor"] = r["median_ms"] / r["floor_ms"]
     if bandwidth and "weight_bytes" in r:
       r["memory_floor_ms"] = r["weight_bytes"] / (bandwidth * 1e9) * 1e3
-  for r in throughput:
+  for r in _float32(throughput):
     r["of_peak"] = r["gflops_per_s"] / best
   ffn_like = [p for p in peaks if p["n"] != max(q["n"] for q in peaks) or len(peaks) == 1]
   for task, h in headlines.items():
     record = best_paths(records, task)["tta"][h["words"]]
+    if "floor_ms" not in record:
+      continue
     nearest_m = min(ffn_like, key=lambda p: (abs(p["m"] - record["tokens"]), -p["gflops"]))["m"]
     shape_rate = max(p["gflops"] for p in ffn_like if p["m"] == nearest_m)
     h["tta_mflop"] = record["flops"] / 1e6
@@ -207,7 +216,7 @@ def _details_table(records):
     "padding, graph = the model (encoder + head/pooling), conv = results to Python; encoder = "
     "the encoder alone on the same input (tta/unilm). floor = the call's FLOPs at the best "
     "matmul rate of the run; memory floor = its weight bytes read once at the measured memory "
-    "bandwidth.",
+    "bandwidth. Both are float32 figures, so bfloat16 backends have none.",
     "",
     "| task | model | words | tokens | median ms | p10 | p90 | norm | tok | batch | graph | conv "
     "| encoder | MFLOP | floor ms | x floor | memory floor ms | load |",

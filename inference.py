@@ -411,6 +411,11 @@ class ScoringGraph(tf.Module):
     }
 
 
+def backend_dtype(backend):
+  """The element type a backend's matmuls run in: "float32" or "bfloat16"."""
+  return "bfloat16" if _OPENVINO_PRECISION.get(backend) == "bf16" else "float32"
+
+
 def openvino_cpu_has_bf16():
   """Whether OpenVINO's CPU plugin can run bfloat16 here (AMX or AVX512-BF16)."""
   import openvino  # pylint: disable=g-import-not-at-top
@@ -942,7 +947,7 @@ def describe(lm):
     "max_seq_length": lm.max_seq_length,
     **common,
     # Only when not float32, so the keys of float32 caches stay what they were.
-    **({"precision": "bfloat16"} if lm.backend == "openvino_bf16" else {}),
+    **({"precision": "bfloat16"} if backend_dtype(lm.backend) == "bfloat16" else {}),
   }
 
 

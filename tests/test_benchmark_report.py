@@ -72,6 +72,31 @@ def test_flop_floors_use_the_best_and_the_one_sentence_matmul_rates():
   assert [r["memory_floor_ms"] for r in records] == pytest.approx([2.0, 2.0])
 
 
+def test_bfloat16_backends_get_no_float32_floors():
+  """The peak and weight bytes are float32 figures: a bf16 record must not be divided by them."""
+  records = [
+    {
+      "task": "sts",
+      "model_type": "tta",
+      "backend": backend,
+      "words": 20,
+      "tokens": 22,
+      "flops": 400e6,
+      "weight_bytes": 40e6,
+      "median_ms": ms,
+    }
+    for backend, ms in (("openvino", 3.0), ("openvino_bf16", 2.0))
+  ]
+  heads = {"sts": {"words": 20, "tta_ms": 2.0}}
+  throughput = [{"gflops_per_s": 70.0, "backend": b} for b in ("tf", "openvino_bf16")]
+  peaks = [{"m": 2048, "n": 2048, "gflops": 100.0}]
+  benchmark_report.add_flop_floors(heads, records, throughput, peaks, bandwidth=20.0)
+  assert records[0]["vs_floor"] == pytest.approx(0.75)
+  assert "floor_ms" not in records[1] and "memory_floor_ms" not in records[1]
+  assert "of_peak" in throughput[0] and "of_peak" not in throughput[1]
+  assert "floor_ms" not in heads["sts"]  # its fastest T-TA is the bf16 one
+
+
 def _result():
   """A result dict as run_benchmark.measure returns it, with made-up times."""
   latency = [
