@@ -6,12 +6,13 @@ sentence per line, and `score.py` scores that file as a user would (a fresh proc
 so TensorFlow's start-up is included in "wall" and excluded in "scoring", which is read from
 the timing of the scoring loop itself). Each run is repeated --runs times; the median is shown.
 
-  python scripts/score_throughput.py                      # ~10 min on 2 cores
-  python scripts/score_throughput.py --models=tta --runs=1
+  python scripts/score_throughput.py                      # ~15 min on 2 cores
+  python scripts/score_throughput.py --models=tta --runs=1 --setups=tf,openvino
 
-"Mirrored" splits each batch's rows over two logical CPU devices (`--strategy=mirrored
---num_cpu_devices=2`): on a CPU the two replicas share the same cores, so it shows the overhead
-of the replica path, not a speed-up; on GPUs each replica has its own device.
+Setups: "tf" (one device), "tf_mirrored_x2" (each batch's rows split over two logical CPU
+devices, `--strategy=mirrored --num_cpu_devices=2`: on a CPU the two replicas share the same
+cores, so it shows the overhead of the replica path, not a speed-up; on GPUs each replica has
+its own device), "openvino" and "openvino_bf16" (`--backend`; bf16 only where the CPU has it).
 """
 
 import os
@@ -37,7 +38,17 @@ flags.DEFINE_integer("runs", 3, "Timed runs per cell (median reported).")
 flags.DEFINE_integer("batch_size", 256, "score.py --batch_size.")
 io_utils.define_data_dir_flag()
 
-SETUPS = {"one device": [], "mirrored x2": ["--strategy=mirrored", "--num_cpu_devices=2"]}
+SETUPS = {
+  "tf": [],
+  "tf_mirrored_x2": ["--strategy=mirrored", "--num_cpu_devices=2"],
+  "openvino": ["--backend=openvino"],
+  "openvino_bf16": ["--backend=openvino_bf16"],
+}
+flags.DEFINE_list(
+  "setups",
+  None,
+  f"Setups to time, of {list(SETUPS)} (default: all; openvino_bf16 only on a CPU with bf16).",
+)
 
 
 def write_inputs(work, data_dir):
@@ -101,8 +112,22 @@ def startup_seconds(model_path, work, extra):
   )
 
 
+def chosen_setups():
+  """--setups (checked), or every setup this CPU can run."""
+  import inference  # pylint: disable=g-import-not-at-top
+
+  if FLAGS.setups:
+    unknown = sorted(set(FLAGS.setups) - set(SETUPS))
+    if unknown:
+      raise app.UsageError(f"--setups: {unknown} not among {list(SETUPS)}")
+    return {name: SETUPS[name] for name in FLAGS.setups}
+  names = [n for n in SETUPS if n != "openvino_bf16" or inference.openvino_cpu_has_bf16()]
+  return {name: SETUPS[name] for name in names}
+
+
 def main(argv):
   del argv
+  setups = chosen_setups()
   data_dir = io_utils.data_root(FLAGS.data_dir)
   with tempfile.TemporaryDirectory() as work:
     inputs = write_inputs(work, data_dir)
@@ -115,7 +140,7 @@ def main(argv):
     print("| model | setup | wall s | start-up s | sentences/s (scoring) |")
     print("|---|---|---:|---:|---:|")
     for model_type, path in dirs.items():
-      for setup, extra in SETUPS.items():
+      for setup, extra in setups.items():
         startup = startup_seconds(path, work, extra)
         out = os.path.join(work, "out.jsonl")
         wall = statistics.median(time_run(path, inputs, out, extra) for _ in range(FLAGS.runs))
