@@ -88,6 +88,24 @@ def define_flags():
   """Defines the command-line flags (called from __main__ only, so that
   tests can import this module beside other scripts with the same flag
   names)."""
+  _define_model_flags()
+  _define_timing_flags()
+  _define_peak_flags()
+  io_utils.define_data_dir_flag()
+  flags.DEFINE_string(
+    "output_dir", None, "Where to write benchmark.json, benchmark.md and latency.png."
+  )
+  flags.DEFINE_bool(
+    "quick",
+    False,
+    "Smoke run: lengths 5,20, 10 runs, 2 warm-up runs, a tiny "
+    "config (2 layers x 64, 4 heads, FFN 256), 2 N-best lists, "
+    "3 matmul runs. Flags given explicitly still win.",
+  )
+
+
+def _define_model_flags():
+  """Which models: trained dirs, or random ones of a given size."""
   flags.DEFINE_list(
     "model_dir",
     None,
@@ -118,6 +136,10 @@ def define_flags():
     "Random models: max_position_embeddings, and the longest input in tokens.",
   )
   flags.DEFINE_integer("seed", 1, "Random seed of the random weights.")
+
+
+def _define_timing_flags():
+  """What is timed, how often, on which backends and threads."""
   flags.DEFINE_list(
     "lengths", ["5", "10", "20", "40", "80"], "Sentence lengths in whitespace words."
   )
@@ -149,13 +171,18 @@ def define_flags():
   flags.DEFINE_list(
     "backends",
     ["tf", "openvino"],
-    "inference.NeuralLM backends to time every model on (tf is the reference).",
+    "inference.NeuralLM backends to time every model on (tf is the reference; openvino_bf16 is "
+    "opt-in, AMX/AVX512-BF16 CPUs only, and gets no float32 floors).",
   )
   flags.DEFINE_bool(
     "jit_compile",
     False,
     "XLA-compile the inference graphs of every model (inference.NeuralLM jit_compile).",
   )
+
+
+def _define_peak_flags():
+  """The matmul peak the floors are measured against."""
   flags.DEFINE_integer(
     "matmul_runs", 10, "Timed runs per matmul shape for the peak measurement (0 to skip)."
   )
@@ -175,17 +202,6 @@ def define_flags():
     "matmul_shapes",
     [f"{m}x{k}x{n}" for m, k, n in MATMUL_SHAPES],
     "Shapes MxKxN ([M,K] x [K,N]) of the matmul peak.",
-  )
-  io_utils.define_data_dir_flag()
-  flags.DEFINE_string(
-    "output_dir", None, "Where to write benchmark.json, benchmark.md and latency.png."
-  )
-  flags.DEFINE_bool(
-    "quick",
-    False,
-    "Smoke run: lengths 5,20, 10 runs, 2 warm-up runs, a tiny "
-    "config (2 layers x 64, 4 heads, FFN 256), 2 N-best lists, "
-    "3 matmul runs. Flags given explicitly still win.",
   )
 
 
