@@ -518,7 +518,7 @@ class FullTokenizer(object):
     result = []
     for begin in range(0, len(texts), _PYTHON_BATCH_SIZE):
       chunk = np.array(texts[begin : begin + _PYTHON_BATCH_SIZE], dtype=object)
-      values, splits = self._inline(chunk.reshape([-1]))
+      values, splits = self._inline(chunk)
       # One bulk conversion, then list slicing: far cheaper than per-row numpy slicing.
       values, splits = values.tolist(), splits.tolist()
       result.extend(values[splits[i] : splits[i + 1]] for i in range(len(chunk)))
