@@ -55,6 +55,7 @@ from absl import logging
 import cli
 import io_utils
 import normalization as normalization_lib
+import progress
 
 # Bumped whenever a rule changes the output, so that an existing output directory built by an
 # older rule set is not mistaken for a complete, up-to-date one (see `prepare_corpus`).
@@ -1006,39 +1007,15 @@ class _Collector:
     return False
 
 
-class _Progress:
-  """Logs documents, megabytes, sentences and an ETA every `log_every` documents."""
-
-  def __init__(self, sources: Sequence[_Source], log_every: int):
-    self._sizes = {
-      (s.path, key if s.is_tar else None): size for s in sources for key, size in s.items
-    }
-    self._total_bytes = sum(size for s in sources for _, size in s.items)
-    self._total_docs = sum(len(s.items) for s in sources)
-    self._log_every = log_every
-    self._start = time.time()
-    self._docs = 0
-    self._bytes = 0
-
-  def update(self, path: str, book_id: Optional[str], collector: _Collector) -> None:
-    self._docs += 1
-    self._bytes += self._sizes[(path, book_id)]
-    if self._docs % self._log_every and self._docs != self._total_docs:
-      return
-    elapsed = time.time() - self._start
-    eta = elapsed * (self._total_bytes - self._bytes) / max(self._bytes, 1)
-    logging.info(
-      "corpus: %d/%d documents, %.1f/%.1f MB, %d sentences kept, %d duplicates, "
-      "%.0f s elapsed, ETA %.0f s",
-      self._docs,
-      self._total_docs,
-      self._bytes / 1e6,
-      self._total_bytes / 1e6,
-      sum(collector.sentences.values()),
-      collector.counts["sentences/duplicates"],
-      elapsed,
-      eta,
-    )
+def _log_corpus_progress(bar, docs, total_docs, log_every, collector):
+  """Every `log_every` documents (and after the last), the MB done with rate and ETA (books
+  differ in size by 100x: bytes predict the time left, documents do not) and the counts."""
+  if docs % log_every and docs != total_docs:
+    return
+  bar.log(
+    f"{docs}/{total_docs} documents, {sum(collector.sentences.values())} sentences kept, "
+    f"{collector.counts['sentences/duplicates']} duplicates"
+  )
 
 
 def _corpus_stats(args: dict, collector: _Collector, elapsed: float) -> dict:
@@ -1147,13 +1124,16 @@ def prepare_corpus(
       split: stack.enter_context(io_utils.atomic_open(path)) for split, path in paths.items()
     }
     collector = _Collector(files, sources, dedup, eval_fraction, seed)
-    progress = _Progress(sources, log_every)
+    sizes = {(s.path, key if s.is_tar else None): size for s in sources for key, size in s.items}
+    total_docs = sum(len(s.items) for s in sources)
+    bar = progress.Progress("corpus", total=sum(sizes.values()) / 1e6, unit="MB")
     results = stack.enter_context(_mapper(num_workers or os.cpu_count() or 1))(
       _process_job, _jobs(sources, doc_kwargs, input_format)
     )
-    for (path, book_id), sentences, doc_counts in results:
+    for docs, ((path, book_id), sentences, doc_counts) in enumerate(results, 1):
       collector.add(path, book_id, sentences, doc_counts)
-      progress.update(path, book_id, collector)
+      bar.done += sizes[(path, book_id)] / 1e6
+      _log_corpus_progress(bar, docs, total_docs, log_every, collector)
 
   stats = _corpus_stats(args, collector, time.time() - start_time)
   stats = io_utils.write_stamp(stamp_path, args, outputs=paths.values(), record=stats)

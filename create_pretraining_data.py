@@ -70,6 +70,7 @@ import cli
 import corpus
 import io_utils
 import normalization as normalization_lib
+import progress
 import tokenization
 
 # Bumped whenever the record format or the processing changes, so an output
@@ -95,7 +96,6 @@ _PERCENTILES = (50, 90, 95, 99)
 # Histogram edges (upper bounds, inclusive) matching input_pipeline's default
 # buckets, so the stats show how much padding bucketing saves.
 _HISTOGRAM_EDGES = (16, 32, 48, 64, 96, 128, 256, 512)
-_PROGRESS_SECONDS = 15.0
 
 
 def shard_name(split, index, num_shards):
@@ -250,38 +250,6 @@ def _sha256_file(path):
         break
       digest.update(block)
   return digest.hexdigest()
-
-
-class _Progress(object):
-  """Logs `what: done/total (rate/s), ETA` at most every _PROGRESS_SECONDS."""
-
-  def __init__(self, what, total, unit="sentences"):
-    self.what = what
-    self.total = total
-    self.unit = unit
-    self.start = time.time()
-    self.last = self.start
-
-  def update(self, done, force=False):
-    now = time.time()
-    if not force and now - self.last < _PROGRESS_SECONDS:
-      return
-    self.last = now
-    elapsed = max(now - self.start, 1e-9)
-    rate = done / elapsed
-    eta = (self.total - done) / rate if rate > 0 else float("inf")
-    logging.info(
-      "%s: %d/%d %s (%.1f%%), %.0f %s/s, %.0f s elapsed, ETA %.0f s",
-      self.what,
-      done,
-      self.total,
-      self.unit,
-      100.0 * done / max(self.total, 1),
-      rate,
-      self.unit,
-      elapsed,
-      eta,
-    )
 
 
 def evenly_spaced(items, max_items):
@@ -624,7 +592,7 @@ def tokenize_sentences(tokenizer, sentences, max_seq_length, seed, what="tokeniz
   lengths = []
   untruncated = []
   unk = 0
-  progress = _Progress(what, len(sentences))
+  bar = progress.Progress(what, total=len(sentences), unit="sentences")
   batches = [sentences[i : i + _TOKENIZE_BATCH] for i in range(0, len(sentences), _TOKENIZE_BATCH)]
   with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
     pending = batches and pool.submit(tokenizer.encode_batch, batches[0])
@@ -638,9 +606,7 @@ def tokenize_sentences(tokenizer, sentences, max_seq_length, seed, what="tokeniz
         ids = truncate_ids(ids, max_seq_length, seed, sentence)
         lengths.append(len(ids))
         examples.append(make_example(ids))
-      progress.update(len(examples))
-  if sentences:
-    progress.update(len(examples), force=True)
+      bar.update(len(encoded))
   num = len(lengths)
   pieces = sum(untruncated) - 2 * num
   truncated = sum(1 for n in untruncated if n > max_seq_length)
@@ -682,16 +648,13 @@ def write_shards(output_dir, split, examples, num_shards, seed):
   split_key = SPLITS.index(split) if split in SPLITS else len(SPLITS)
   order = np.random.default_rng([seed, split_key]).permutation(len(examples))
   files = []
-  progress = _Progress(f"write {split}", len(examples), unit="records")
-  done = 0
+  bar = progress.Progress(f"write {split}", total=len(examples), unit="records")
   for index, (begin, end) in enumerate(_shard_bounds(len(examples), num_shards)):
     name = shard_name(split, index, num_shards)
     path = os.path.join(output_dir, name)
     count = write_records(path, (examples[i] for i in order[begin:end]))
     files.append({"file": name, "records": count, "bytes": tf.io.gfile.stat(path).length})
-    done += count
-    progress.update(done)
-  progress.update(done, force=True)
+    bar.update(count)
   return files
 
 

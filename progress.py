@@ -8,7 +8,9 @@
 A line is logged at most every `every` seconds, and a final line for a stage that logged before
 or ran that long: a slow stage shows signs of life and ends with its rate, a stage of a few
 seconds stays quiet (its caller logs its result). $TTA_PROGRESS_SECONDS sets the default
-interval (10 s; 0 logs every update). Light on purpose (standard library and absl).
+interval (10 s; 0 logs every update). A caller with its own rhythm (every N books) calls `log`.
+The one progress writer of the project: every long stage reports through it, so every line reads
+the same. Light on purpose (standard library and absl).
 """
 
 import math
@@ -49,21 +51,23 @@ class Progress(object):
     self._clock = clock
     self._start = self._last = clock()
 
-  def line(self):
-    """The progress line for the items done so far."""
+  def line(self, note=None):
+    """The progress line for the items done so far, `note` (e.g. other counts) appended."""
     elapsed = self._clock() - self._start
     rate = self.done / elapsed if elapsed > 0 else float("nan")
-    text = f"{self.label}: {self.done}"
+    text = f"{self.label}: {_amount(self.done)}"
     if self.total is None:
-      return f"{text} {self.unit}, {rate:.1f}/s, {format_duration(elapsed)} elapsed"
-    percent = 100.0 * self.done / max(self.total, 1)
-    eta = (self.total - self.done) / rate if rate > 0 else float("nan")
-    return (
-      f"{text}/{self.total} {self.unit} ({percent:.0f}%), {rate:.1f}/s, "
-      f"{format_duration(elapsed)} elapsed, ETA {format_duration(eta)}"
-    )
+      text = f"{text} {self.unit}, {rate:.1f}/s, {format_duration(elapsed)} elapsed"
+    else:
+      percent = 100.0 * self.done / max(self.total, 1)
+      eta = (self.total - self.done) / rate if rate > 0 else float("nan")
+      text = (
+        f"{text}/{_amount(self.total)} {self.unit} ({percent:.0f}%), {rate:.1f}/s, "
+        f"{format_duration(elapsed)} elapsed, ETA {format_duration(eta)}"
+      )
+    return f"{text}; {note}" if note else text
 
-  def update(self, count=1):
+  def update(self, count=1, note=None):
     """Adds `count` finished items; logs a line if `every` seconds passed since the last line, or
     if all are done and the stage logged before or ran `every` seconds.
 
@@ -76,10 +80,19 @@ class Progress(object):
     # Since the last line, or since the start when there was none.
     if now - self._last < self.every and not (finished and self._logged):
       return None
-    self._last, self._logged = now, True
-    text = self.line()
+    return self.log(note)
+
+  def log(self, note=None):
+    """Logs the current line now, whatever the interval; returns it."""
+    self._last, self._logged = self._clock(), True
+    text = self.line(note)
     logging.info("%s", text)
     return text
+
+
+def _amount(value):
+  # Counts print as integers; measured amounts (megabytes) with one decimal.
+  return f"{value:d}" if isinstance(value, int) else f"{value:.1f}"
 
 
 class Stages(object):

@@ -58,3 +58,13 @@ def test_stages_count_i_of_n():
   assert stages.start("data") == "stage 1 of 3: data (0:00 elapsed)"
   clock.now += 125
   assert stages.start("train_tta") == "stage 3 of 3: train_tta (2:05 elapsed)"
+
+
+def test_log_forces_a_line_with_a_note_and_measured_amounts_print_one_decimal():
+  clock = FakeClock()
+  bar = progress.Progress("corpus", total=8.0, unit="MB", every=60.0, clock=clock)
+  clock.now += 2.0
+  bar.done += 2.0
+  assert bar.log("3/12 documents") == (
+    "corpus: 2.0/8.0 MB (25%), 1.0/s, 0:02 elapsed, ETA 0:06; 3/12 documents"
+  )
