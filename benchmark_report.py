@@ -19,6 +19,7 @@ import os
 import flops
 import inference
 import io_utils
+import kinds
 
 # Short task names used in the plot legend, as in the paper's Figure 4.
 TASK_LABELS = {"sts": "sts", "rerank": "rrk"}
@@ -44,7 +45,7 @@ def best_paths(records, task):
   return best
 
 
-def headline(records, words=HEADLINE_WORDS, slow="bilm", fast="tta"):
+def headline(records, words=HEADLINE_WORDS, slow=kinds.HEADLINE_SLOW, fast=kinds.HEADLINE_FAST):
   """slow/fast median latency ratio per task at `words` (nearest length), each model on its
   fastest backend.
 
@@ -106,7 +107,7 @@ def add_flop_floors(headlines, records, throughput, peaks, bandwidth=None):
     r["of_peak"] = r["gflops_per_s"] / best
   ffn_like = [p for p in peaks if p["n"] != max(q["n"] for q in peaks) or len(peaks) == 1]
   for task, h in headlines.items():
-    record = best_paths(records, task)["tta"][h["words"]]
+    record = best_paths(records, task)[kinds.HEADLINE_FAST][h["words"]]
     if "floor_ms" not in record:
       continue
     nearest_m = min(ffn_like, key=lambda p: (abs(p["m"] - record["tokens"]), -p["gflops"]))["m"]
@@ -176,6 +177,7 @@ def _model_names(records):
 def _latency_tables(records):
   """Per task: median ms per length (rows) and model (columns)."""
   names = _model_names(records)
+  slow, fast = kinds.HEADLINE_SLOW, kinds.HEADLINE_FAST
   lines = []
   for task in flops.TASKS:
     rows = [r for r in records if r["task"] == task]
@@ -184,7 +186,7 @@ def _latency_tables(records):
     lines += [
       f"## {task}: median latency per sentence, ms (batch 1)",
       "",
-      "| words | tokens | " + " | ".join(names) + " | bilm/tta (fastest of each) | load |",
+      "| words | tokens | " + " | ".join(names) + f" | {slow}/{fast} (fastest of each) | load |",
       "|---:|---:|" + "---:|" * len(names) + "---:|---|",
     ]
     for words in sorted({r["words"] for r in rows}):
@@ -192,8 +194,8 @@ def _latency_tables(records):
       first = next(iter(cell.values()))
       fastest = {kind: cells[words] for kind, cells in best_paths(rows, task).items()}
       ratio = ""
-      if "bilm" in fastest and "tta" in fastest:
-        ratio = f"{fastest['bilm']['median_ms'] / fastest['tta']['median_ms']:.1f}x"
+      if slow in fastest and fast in fastest:
+        ratio = f"{fastest[slow]['median_ms'] / fastest[fast]['median_ms']:.1f}x"
       medians = " | ".join(f"{cell[n]['median_ms']:.2f}" if n in cell else "-" for n in names)
       load_start, load_end = first["load_avg_1m"]
       lines.append(

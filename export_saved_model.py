@@ -157,7 +157,7 @@ class ExportModule(tf.Module):
     self._score_sos = bool(lm.score_sos)
     self._score_eos = bool(lm.score_eos)
     self._token_budget = int(lm.token_budget)
-    self._masked_copies_kind = lm.model_type in ("bilm", "bert")
+    self._masked_copies_kind = lm.kind.masked_copies
     self._normalization = lm.normalization
     # The signatures' input: raw text only where the Python path does not normalize it.
     self.input_name = "texts" if lm.normalization == "none" else "normalized_texts"

@@ -9,7 +9,7 @@ Used by training (tokens/s -> achieved GFLOP/s) and by the runtime benchmark
 (FLOPs of one inference call, FLOP floors).
 """
 
-import inference
+import kinds
 
 TASKS = ("sts", "rerank")
 
@@ -74,7 +74,7 @@ def call_flops(config, model_type, task, num_tokens, score_sos=False, score_eos=
 
   Args:
     config: `modeling.TTAConfig`.
-    model_type: "tta", "bilm", "bert" or "unilm".
+    model_type: one of kinds.MODEL_TYPES.
     task: "sts" or "rerank".
     num_tokens: int, n.
     score_sos, score_eos: as in `inference.NeuralLM`.
@@ -84,12 +84,12 @@ def call_flops(config, model_type, task, num_tokens, score_sos=False, score_eos=
   """
   if task not in TASKS:
     raise ValueError(f"task {task!r} is not one of {TASKS}")
-  copies = model_type in ("bilm", "bert")
+  copies = kinds.get(model_type).masked_copies
   if task == "sts":
     passes = max(num_tokens - 2, 0) if copies else 1
     head = 0
   else:
-    m = len(inference.scored_positions(model_type, num_tokens, score_sos, score_eos))
+    m = len(kinds.scored_positions(model_type, num_tokens, score_sos, score_eos))
     passes = m if copies else 1
     head = head_flops(config, m)
   encoder = passes * encoder_flops(config, num_tokens)

@@ -50,6 +50,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+import kinds
 import model_dir as model_dir_lib
 import modeling
 import normalization as normalization_lib
@@ -127,17 +128,6 @@ class Encoded:
   input_mask: np.ndarray
   lengths: np.ndarray
   truncated: np.ndarray
-
-
-def scored_positions(model_type, length, score_sos=False, score_eos=True):
-  """Positions whose token is scored, for a sentence of `length` tokens.
-
-  `[BOS] pieces [EOS]`: the start token never for unilm (nothing predicts
-  it), on request otherwise; the end token unless score_eos is False.
-  """
-  first = 0 if score_sos and model_type != "unilm" else 1
-  last = length if score_eos else length - 1
-  return list(range(first, last))
 
 
 def _pad_to(length, multiple):
@@ -318,7 +308,7 @@ class ScoringGraph(tf.Module):
         tf.transpose(model.embeddings.word_embeddings), trainable=False
       )
     self.fused_key_value = None
-    if model.model_type == "tta":
+    if model.kind.input_isolation:
       # Input isolation: all layers' keys/values come from the embedding
       # output, so one matmul against a snapshot of the side-by-side kernels
       # replaces 2L small ones.
@@ -365,9 +355,8 @@ class ScoringGraph(tf.Module):
     """
     hidden, _ = self.encode(input_ids, input_mask)  # [B, T, D]
     where = tf.where(score_mask > 0)  # [N, 2] (row, position)
-    read_at = where
-    if self.model.model_type == "unilm":
-      read_at = where - tf.constant([[0, 1]], tf.int64)
+    # Output t predicts the token at t + offset, so token t is read at t - offset.
+    read_at = where - tf.constant([[0, self.model.kind.prediction_offset]], tf.int64)
     picked = self.target_log_probs(tf.gather_nd(hidden, read_at), tf.gather_nd(input_ids, where))
     return tf.scatter_nd(where, picked, tf.shape(input_ids, tf.int64))
 
@@ -510,7 +499,8 @@ class NeuralLM(object):
     self.max_seq_length = min(
       max_seq_length or config.max_position_embeddings, config.max_position_embeddings
     )
-    self.score_sos = score_sos and self.model_type != "unilm"
+    self.kind = model.kind
+    self.score_sos = score_sos and self.kind.scores_sos
     self.score_eos = score_eos
     self.token_budget = token_budget
     self.pad_multiple = pad_multiple
@@ -637,7 +627,7 @@ class NeuralLM(object):
     return Encoded(input_ids, input_mask, lengths, np.zeros(len(id_lists), bool))
 
   def _scored_positions(self, length):
-    return scored_positions(self.model_type, length, self.score_sos, self.score_eos)
+    return kinds.scored_positions(self.model_type, length, self.score_sos, self.score_eos)
 
   # ------------------------------------------------------------------ score
 
@@ -645,7 +635,7 @@ class NeuralLM(object):
     """Scores sentences; returns a list of `ScoredSentence` in input order."""
     self.clock.start()
     ids, truncated, normalized = self._prepare(sentences)
-    if self.model_type in ("bilm", "bert"):
+    if self.kind.masked_copies:
       logprobs = self._pll(ids)
     else:
       logprobs = self._one_pass(ids)
@@ -743,7 +733,7 @@ class NeuralLM(object):
     if pooling not in POOLINGS:
       raise ValueError(f"pooling {pooling!r} is not one of {POOLINGS}")
     ids, _ = self.tokenize(sentences)
-    if pooling == "context" and masked and self.model_type in ("bilm", "bert"):
+    if pooling == "context" and masked and self.kind.masked_copies:
 
       def words(n):
         return list(range(1, n - 1))

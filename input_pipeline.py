@@ -44,7 +44,7 @@ import numpy as np
 import tensorflow as tf
 
 import io_utils
-import modeling
+import kinds
 import tokenization
 
 # Bucket lengths (inclusive upper bounds) used when none are given. Sentences
@@ -327,7 +327,7 @@ def make_targets(batch, model_type, seed, vocab_size, mask_id, special_ids, mlm_
 
   Args:
     batch: dict with input_ids, input_mask int32 [B, L].
-    model_type: one of modeling.MODEL_TYPES.
+    model_type: one of kinds.MODEL_TYPES; its training target decides.
     seed: int Tensor [2], stateless seed (used by bilm/bert only).
     vocab_size, mask_id, special_ids, mlm_probability: see `mask_for_mlm`.
 
@@ -337,22 +337,21 @@ def make_targets(batch, model_type, seed, vocab_size, mask_id, special_ids, mlm_
   """
   input_ids = batch["input_ids"]
   input_mask = batch["input_mask"]
-  if model_type == "tta":
+  target = kinds.get(model_type).target
+  if target == "self":
     # p(x_t | x_\t) at every real token, [SOS] and [EOS] included.
     target_ids = input_ids
     target_weights = tf.cast(input_mask, tf.float32)
-  elif model_type in ("bilm", "bert"):
+  elif target == "mlm":
     input_ids, target_ids, target_weights = mask_for_mlm(
       input_ids, input_mask, seed, vocab_size, mask_id, special_ids, mlm_probability
     )
-  elif model_type == "unilm":
+  else:  # "next"
     # Position t predicts x_{t+1}; the last real token ([EOS]) predicts
     # nothing, [SOS] is never a target.
     pad = tf.zeros_like(input_ids[:, :1])
     target_ids = tf.concat([input_ids[:, 1:], pad], axis=1)
     target_weights = tf.cast(tf.concat([input_mask[:, 1:], pad], axis=1), tf.float32)
-  else:
-    raise ValueError(f"model_type must be one of {modeling.MODEL_TYPES}, got {model_type!r}")
   return {
     "input_ids": input_ids,
     "input_mask": input_mask,
@@ -363,8 +362,7 @@ def make_targets(batch, model_type, seed, vocab_size, mask_id, special_ids, mlm_
 
 def _check_dataset_args(model_type, batch_size, mask_id, vocab_size):
   """Raises ValueError for an argument `make_dataset` cannot work with."""
-  if model_type not in modeling.MODEL_TYPES:
-    raise ValueError(f"model_type must be one of {modeling.MODEL_TYPES}, got {model_type!r}")
+  kinds.get(model_type)
   if batch_size < 1:
     raise ValueError(f"batch_size must be >= 1, got {batch_size:d}")
   if not 0 <= mask_id < vocab_size:
@@ -444,7 +442,7 @@ def make_dataset(
     file_pattern: comma-separated globs of TFRecord files (or a list).
     batch_size: sentences per batch yielded by this pipeline (with
       tf.distribute: input_context.get_per_replica_batch_size(global)).
-    model_type: "tta", "bilm", "unilm" or "bert" (as bilm).
+    model_type: one of kinds.MODEL_TYPES.
     max_seq_length: int; longer records are truncated ([SOS] ... [EOS] kept).
     is_training: bool.
     vocab_size: int; ids must be below it (checked).

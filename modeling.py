@@ -37,10 +37,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-MODEL_TYPES = ("tta", "bilm", "unilm", "bert")
-# The kinds run_pretraining.py trains from scratch; "bert" is the biLM with
-# token types, loaded from Google's released checkpoints (model_dir.py).
-PRETRAINING_MODEL_TYPES = ("tta", "bilm", "unilm")
+import kinds
+
 OUTPUT_LAYERS = ("softmax", "continuous")
 
 # Large enough that exp() of it underflows to exactly 0 in float32, so masked
@@ -111,7 +109,7 @@ class TTAConfig(object):
       initializer_range: float. Stddev of the truncated-normal initialiser.
       mask_token_id: int. Id of [MASK]; T-TA's first query is its embedding
         ([MASK] is 4 in the authors' vocab and in every vocab we build).
-      model_type: str or None. One of MODEL_TYPES; stored so a model
+      model_type: str or None. One of kinds.MODEL_TYPES; stored so a model
         directory is self-describing.
       output_layer: str. "softmax" (BERT's tied vocabulary softmax) or
         "continuous" (ELMo-C: predict a frozen pretrained embedding of the
@@ -160,8 +158,8 @@ class TTAConfig(object):
       )
     if self.hidden_act not in _ACTIVATIONS:
       raise ValueError(f"hidden_act {self.hidden_act!r} is not one of {sorted(_ACTIVATIONS)}")
-    if self.model_type is not None and self.model_type not in MODEL_TYPES:
-      raise ValueError(f"model_type {self.model_type!r} is not one of {MODEL_TYPES}")
+    if self.model_type is not None:
+      kinds.get(self.model_type)
     if self.output_layer not in OUTPUT_LAYERS:
       raise ValueError(f"output_layer {self.output_layer!r} is not one of {OUTPUT_LAYERS}")
     if not 0 <= self.mask_token_id < self.vocab_size:
@@ -532,12 +530,26 @@ def _prefixed(scope, names):
   return {scope + "/" + name: var for name, var in names.items()}
 
 
+def _dmsa_keys(query, key):
+  # DMSA: query i must not see key i, which carries token i.
+  return tf.not_equal(query, key)
+
+
+def _causal_keys(query, key):
+  return query >= key
+
+
+# Which keys each attention pattern (kinds.ATTENTION_PATTERNS) lets query f see, beyond the
+# padding mask: bool [F, T] from the positions [F, 1] and [1, T]; None adds no restriction.
+_PATTERN_KEYS = {"dmsa": _dmsa_keys, "full": None, "causal": _causal_keys}
+
+
 def create_attention_mask(input_mask, model_type):
   """Which keys each query may attend to.
 
   Args:
     input_mask: int32 [B, T], 1 for real tokens, 0 for padding.
-    model_type: one of MODEL_TYPES.
+    model_type: one of kinds.MODEL_TYPES; its attention pattern decides.
 
   Returns:
     float32 [B, 1, F=T, T]; 1 where query f may attend key t.
@@ -546,34 +558,32 @@ def create_attention_mask(input_mask, model_type):
   # Padded keys are never attendable (the authors' first release let T-TA
   # attend to them, joongbo/tta#4; we do not reproduce that).
   mask = tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]
-  # Position comparisons rather than tf.eye / tf.linalg.band_part: the same 0/1 matrices from
-  # ops every runtime converts (OpenVINO has no MatrixDiagV3), and no [T, T] ones to build.
-  query = tf.range(seq_length)[:, tf.newaxis]  # [F, 1]
-  key = tf.range(seq_length)[tf.newaxis, :]  # [1, T]
-  if model_type == "tta":
-    # DMSA: query i must not see key i, which carries token i.
-    mask *= tf.cast(tf.not_equal(query, key), tf.float32)
-  elif model_type == "unilm":
-    mask *= tf.cast(query >= key, tf.float32)
+  pattern = _PATTERN_KEYS[kinds.get(model_type).attention]
+  if pattern is not None:
+    # Position comparisons rather than tf.eye / tf.linalg.band_part: the same 0/1 matrices from
+    # ops every runtime converts (OpenVINO has no MatrixDiagV3), and no [T, T] ones to build.
+    query = tf.range(seq_length)[:, tf.newaxis]  # [F, 1]
+    key = tf.range(seq_length)[tf.newaxis, :]  # [1, T]
+    mask *= tf.cast(pattern(query, key), tf.float32)
   return mask
 
 
 class TransformerLM(keras.Model):
-  """A Transformer LM of one of MODEL_TYPES.
+  """A Transformer LM of one of kinds.MODEL_TYPES.
 
   Call contract in docs/DESIGN.md §2.
   """
 
   def __init__(self, config, model_type, **kwargs):
     super().__init__(name="bert", **kwargs)
-    if model_type not in MODEL_TYPES:
-      raise ValueError(f"model_type {model_type!r} is not one of {MODEL_TYPES}")
-    if model_type == "bert" and not config.type_vocab_size:
+    kind = kinds.get(model_type)
+    if kind.token_types and not config.type_vocab_size:
       raise ValueError(
-        "model_type 'bert' needs type_vocab_size > 0 (Google BERT checkpoints use 2)"
+        f"model_type {model_type!r} needs type_vocab_size > 0 (Google BERT checkpoints use 2)"
       )
     self.config = config
     self.model_type = model_type
+    self.kind = kind
     self.embeddings = Embeddings(config)
     # Each block is also an attribute: tf.train.Checkpoint does not see
     # layers inside a Keras 3 TrackedList, and would silently skip them.
@@ -597,7 +607,7 @@ class TransformerLM(keras.Model):
 
     Args:
       inputs: dict with "input_ids" and "input_mask", int32 [B, T], and for
-        model_type "bert" optionally "segment_ids" int32 [B, T].
+        a kind with token types optionally "segment_ids" int32 [B, T].
       training: bool; enables dropout.
       fused_key_value: T-TA only: `fused_key_value_weights()` (or a variable
         snapshot of them) to project every layer's key/value in one matmul.
@@ -609,7 +619,7 @@ class TransformerLM(keras.Model):
     input_mask = inputs["input_mask"]
     embedding_output = self.embeddings(input_ids, inputs.get("segment_ids"), training=training)
     attention_mask = create_attention_mask(input_mask, self.model_type)
-    if self.model_type == "tta":
+    if self.kind.input_isolation:
       batch_size, seq_length = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
       hidden = self.embeddings.mask_query(batch_size, seq_length, training)
     else:
@@ -620,7 +630,7 @@ class TransformerLM(keras.Model):
     for layer, key_value in zip(self.encoder_layers, key_values):
       # Input isolation: T-TA's keys/values always come from the embedding
       # output; BERT's from the previous layer.
-      kv_input = embedding_output if self.model_type == "tta" else hidden
+      kv_input = embedding_output if self.kind.input_isolation else hidden
       hidden = layer(hidden, kv_input, attention_mask, training=training, key_value=key_value)
     return hidden, embedding_output
 
@@ -635,7 +645,7 @@ class TransformerLM(keras.Model):
       (kernel float32 [D, 2*L*D], bias float32 [2*L*D]), columns ordered
       key_0, value_0, key_1, ... (new tensors: a snapshot of the weights).
     """
-    if self.model_type != "tta":
+    if not self.kind.input_isolation:
       raise ValueError(
         f"only T-TA's keys/values share one input; {self.model_type}'s come from the previous layer"
       )
@@ -687,8 +697,7 @@ def build_model(config, model_type=None):
 
   Args:
     config: `TTAConfig`.
-    model_type: "tta" | "bilm" | "unilm" | "bert"; defaults to
-      config.model_type.
+    model_type: one of kinds.MODEL_TYPES; defaults to config.model_type.
 
   Returns:
     `TransformerLM`.

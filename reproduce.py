@@ -49,6 +49,7 @@ from absl import logging
 
 import cli
 import io_utils
+import kinds
 import machine
 import progress
 import significance
@@ -56,8 +57,7 @@ import significance
 FLAGS = flags.FLAGS
 
 REPO = os.path.dirname(os.path.abspath(__file__))
-MODEL_TYPES = ("tta", "bilm", "unilm")
-MODEL_NAMES = {"tta": "T-TA", "bilm": "biLM", "unilm": "uniLM"}
+MODEL_TYPES = kinds.PRETRAINABLE
 KENLM_NAME = "5-gram"
 
 # What each mode trains and evaluates. quick: a few minutes in all on 2 CPU
@@ -515,7 +515,7 @@ def stage_eval(work_dir, name, args, result_file, key):
 
 
 def named_specs(model_dirs):
-  return [f"{MODEL_NAMES[t]}={d}" for t, d in model_dirs.items()]
+  return [f"{kinds.display_name(t)}={d}" for t, d in model_dirs.items()]
 
 
 def rescoring_args(task, root, lms, max_lists=None, sample_lists=None):
@@ -573,11 +573,11 @@ def curve_points(work_dir, s, model_dirs, step_tokens):
   points = []
   for model_type, d in model_dirs.items():
     for step in spread(checkpoint_steps(d), s["curve_points"]):
-      name = f"{MODEL_NAMES[model_type]}@{step:d}"
+      name = f"{kinds.display_name(model_type)}@{step:d}"
       view = os.path.join(work_dir, "curves", "models", model_type, f"step-{step:d}")
       points.append(
         {
-          "model": MODEL_NAMES[model_type],
+          "model": kinds.display_name(model_type),
           "step": step,
           "tokens": step * step_tokens,
           "name": name,
@@ -999,7 +999,7 @@ def build_report(s, plan, data_stats, model_dirs, results, peak=None):
   for model_type, d in model_dirs.items():
     summary = read_json(os.path.join(d, "train_summary.json"))
     loss = (summary.get("eval") or {}).get("loss")
-    training[MODEL_NAMES[model_type]] = {
+    training[kinds.display_name(model_type)] = {
       "wall_seconds": summary["wall_seconds"],
       "tokens_per_second": summary["tokens_per_second"],
       "gflops_per_second": summary.get("gflops_per_second"),
@@ -1132,7 +1132,9 @@ def main(argv):
   results["curves"] = stage_curves(work_dir, root, s, model_dirs, step_tokens, key)
   # The LMs of one pass per sentence (and the 5-gram) on whole sets: the biLM's pass per token
   # is what the paired sample above is for.
-  one_pass = named_specs({t: d for t, d in model_dirs.items() if t != "bilm"}) + kenlm
+  one_pass = (
+    named_specs({t: d for t, d in model_dirs.items() if not kinds.get(t).masked_copies}) + kenlm
+  )
   for task, task_lms, max_lists in (
     ("asr", one_pass, s["asr_max_lists"]),
     ("nmt", lms, s["nmt_max_lists"]),

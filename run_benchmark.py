@@ -67,6 +67,7 @@ import benchmark_report
 import cli
 import flops
 import io_utils
+import kinds
 import machine
 
 FLAGS = flags.FLAGS
@@ -115,7 +116,7 @@ def _define_model_flags():
   )
   flags.DEFINE_list(
     "models",
-    ["tta", "bilm", "unilm"],
+    list(kinds.PRETRAINABLE),
     "Model types to build with random weights when no --model_dir is given.",
   )
   flags.DEFINE_string(
@@ -344,7 +345,7 @@ def time_encoder(lm, sentence, runs, warmup):
   encoder runs on copies the call builds."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  if lm.model_type in ("bilm", "bert"):
+  if lm.kind.masked_copies:
     return None
   if not hasattr(lm, "_benchmark_encode"):
     spec = tf.TensorSpec([None, None], tf.int32)

@@ -69,11 +69,13 @@ import tensorflow as tf
 import cli
 import distribute_utils
 import flops
+import kinds
 import losses
 import machine
 import model_dir
 import modeling
 import optimization
+import progress
 import training_setup
 
 # The per-step global sums a train/eval step returns, in this order.
@@ -99,7 +101,7 @@ class TrainParams:
   """
 
   output_dir: str = _flag("Checkpoints, config.json, vocab.txt, TensorBoard logs.")
-  model_type: str = _flag("Which LM to train.", "tta", modeling.PRETRAINING_MODEL_TYPES)
+  model_type: str = _flag("Which LM to train.", "tta", kinds.PRETRAINABLE)
   input_file: str = _flag("Glob of training TFRecords (create_pretraining_data.py).", None)
   eval_file: str = _flag("Glob of evaluation TFRecords.", None)
   vocab_file: str = _flag(
@@ -525,13 +527,6 @@ def write_scalar(name, value, step):
   )
 
 
-def _format_eta(seconds):
-  if seconds is None or not math.isfinite(seconds):
-    return "?"
-  seconds = int(seconds)
-  return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
 def _ratio(numerator, denominator):
   return numerator / max(denominator, 1e-9)
 
@@ -612,8 +607,8 @@ class _Throughput(object):
       rate,
       _ratio(w["tokens"], self._window_seconds),
       _ratio(self.flops(w), self._window_seconds) / 1e9,
-      _format_eta(elapsed),
-      _format_eta(eta),
+      progress.format_duration(elapsed),
+      progress.format_duration(eta),
     )
     self._window[:] = 0
     self._window_seconds = self._window_steps = 0

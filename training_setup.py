@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 import input_pipeline
+import kinds
 import model_dir
 import modeling
 import tokenization
@@ -356,13 +357,14 @@ def synthetic_dataset(
     mask = (np.arange(t)[None] < lengths[:, None]).astype(np.int32)
     ids = rng.randint(7, vocab_size, size=(batch_size, t)).astype(np.int32)
     ids *= mask
-    if model_type == "tta":
+    target = kinds.get(model_type).target
+    if target == "self":
       inputs, targets, weights = ids, ids, mask.astype(np.float32)
-    elif model_type == "unilm":
+    elif target == "next":
       inputs = ids
       targets = np.concatenate([ids[:, 1:], np.zeros_like(ids[:, :1])], 1)
       weights = np.concatenate([mask[:, 1:], np.zeros_like(mask[:, :1])], 1).astype(np.float32)
-    else:
+    else:  # "mlm"
       chosen = (rng.uniform(size=ids.shape) < mlm_probability) & (mask > 0)
       inputs = np.where(chosen, mask_id, ids).astype(np.int32)
       targets, weights = ids, chosen.astype(np.float32)

@@ -24,6 +24,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import io_utils  # noqa: E402  pylint: disable=g-import-not-at-top
+import kinds  # noqa: E402  pylint: disable=g-import-not-at-top
 import machine  # noqa: E402  pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
@@ -61,7 +62,7 @@ def main(argv):
   ][0]
   config = modeling.TTAConfig(vocab_size=tokenizer.vocab_size)
   models = {}
-  for model_type in ("tta", "bilm", "unilm"):
+  for model_type in kinds.PRETRAINABLE:
     tf.keras.utils.set_random_seed(1)
     models[model_type] = modeling.build_model(config, model_type)
   print(f"sentence ({FLAGS.words:d} words): {sentence}")

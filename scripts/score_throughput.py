@@ -29,10 +29,11 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 
 import io_utils  # noqa: E402
+import kinds  # noqa: E402
 import machine  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("models", ["tta", "unilm", "bilm"], "Model types to time.")
+flags.DEFINE_list("models", list(kinds.PRETRAINABLE), "Model types to time.")
 flags.DEFINE_integer("max_lists", 20, "test_clean 30-best lists to score (20 lists = 600 lines).")
 flags.DEFINE_integer("runs", 3, "Timed runs per cell (median reported).")
 flags.DEFINE_integer("batch_size", 256, "score.py --batch_size.")

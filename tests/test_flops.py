@@ -5,6 +5,7 @@ import pytest
 
 import flops
 import inference
+import kinds
 import modeling
 import tokenization
 
@@ -77,7 +78,7 @@ def test_scored_positions_match_inference(tmp_path):
     for score_sos in (False, True):
       lm = inference.NeuralLM(modeling.build_model(config, kind), tokenizer, score_sos=score_sos)
       result = lm.score(["the cat sat on the mat ."])[0]
-      assert result.num_tokens == len(inference.scored_positions(kind, 9, score_sos=score_sos))
+      assert result.num_tokens == len(kinds.scored_positions(kind, 9, score_sos=score_sos))
       assert result.num_tokens == flops.call_flops(config, kind, "rerank", 9, score_sos=score_sos)[
         "head"
       ] // (flops.head_flops(config, 1))

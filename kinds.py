@@ -1,0 +1,145 @@
+"""The model kinds as one table of traits.
+
+Every difference between T-TA, the biLM, the uniLM and a Google BERT checkpoint that code
+branches on is a field of `Kind`: modules look a trait up (`kinds.get(model_type).scoring`)
+instead of comparing kind names, so a new kind is one entry of `KINDS` (plus a mask function in
+modeling.py when its attention pattern is new). Imports no TensorFlow: reproduce.py and flops.py
+read it too. The table, and what adding a kind takes: docs/DESIGN.md §2.4.
+"""
+
+import dataclasses
+
+# Which keys query f may attend (modeling.create_attention_mask implements each):
+# "dmsa": every real key but f itself (T-TA); "full": every real key; "causal": keys t <= f.
+ATTENTION_PATTERNS = ("dmsa", "full", "causal")
+# How a sentence is scored: "one_pass" reads every token's prediction from one forward pass;
+# "masked_copies" runs one copy per scored position with that token replaced by [MASK].
+SCORING_RULES = ("one_pass", "masked_copies")
+# What training predicts: "self" every input token from its context (language autoencoding);
+# "mlm" the masked 15%; "next" the next token.
+TARGETS = ("self", "mlm", "next")
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+  """What one model kind is, as the code needs it.
+
+  Attributes:
+    name: the `model_type` string of config.json and the flags.
+    display_name: how tables and plots name it.
+    attention: one of ATTENTION_PATTERNS.
+    input_isolation: keys/values of every layer come from the embedding output and the first
+      query holds the [MASK] embedding plus the position only (T-TA); else the usual stream.
+    scoring: one of SCORING_RULES.
+    prediction_offset: output t predicts the token at t + offset (0: itself, 1: the next).
+    target: one of TARGETS.
+    scores_sos: the start token can be scored (on request); False when nothing predicts it.
+    pretrainable: run_pretraining.py trains it from scratch.
+    token_types: the embeddings have segment (token type) embeddings, as Google BERT's.
+  """
+
+  name: str
+  display_name: str
+  attention: str
+  input_isolation: bool
+  scoring: str
+  prediction_offset: int
+  target: str
+  scores_sos: bool
+  pretrainable: bool
+  token_types: bool = False
+
+  def __post_init__(self):
+    for field, allowed in (
+      ("attention", ATTENTION_PATTERNS),
+      ("scoring", SCORING_RULES),
+      ("target", TARGETS),
+    ):
+      if getattr(self, field) not in allowed:
+        raise ValueError(f"kind {self.name}: {field} must be one of {allowed}")
+
+  @property
+  def masked_copies(self):
+    """Scores and represents a token by a copy of the sentence where it is [MASK]."""
+    return self.scoring == "masked_copies"
+
+
+KINDS = {
+  kind.name: kind
+  for kind in (
+    Kind(
+      name="tta",
+      display_name="T-TA",
+      attention="dmsa",
+      input_isolation=True,
+      scoring="one_pass",
+      prediction_offset=0,
+      target="self",
+      scores_sos=True,
+      pretrainable=True,
+    ),
+    Kind(
+      name="bilm",
+      display_name="biLM",
+      attention="full",
+      input_isolation=False,
+      scoring="masked_copies",
+      prediction_offset=0,
+      target="mlm",
+      scores_sos=True,
+      pretrainable=True,
+    ),
+    Kind(
+      name="unilm",
+      display_name="uniLM",
+      attention="causal",
+      input_isolation=False,
+      scoring="one_pass",
+      prediction_offset=1,
+      target="next",
+      scores_sos=False,
+      pretrainable=True,
+    ),
+    Kind(
+      name="bert",
+      display_name="BERT",
+      attention="full",
+      input_isolation=False,
+      scoring="masked_copies",
+      prediction_offset=0,
+      target="mlm",
+      scores_sos=True,
+      pretrainable=False,
+      token_types=True,
+    ),
+  )
+}
+MODEL_TYPES = tuple(KINDS)
+PRETRAINABLE = tuple(name for name, kind in KINDS.items() if kind.pretrainable)
+# The paper's headline speed ratio: the masked-copies baseline over T-TA.
+HEADLINE_SLOW, HEADLINE_FAST = "bilm", "tta"
+
+
+def get(model_type):
+  """The `Kind` named `model_type`; a ValueError naming the known kinds otherwise."""
+  try:
+    return KINDS[model_type]
+  except KeyError:
+    raise ValueError(f"model_type {model_type!r} is not one of {MODEL_TYPES}") from None
+
+
+def display_name(model_type):
+  """How tables name `model_type`; unknown names (e.g. "5-gram") pass through."""
+  kind = KINDS.get(model_type)
+  return kind.display_name if kind else model_type
+
+
+def scored_positions(model_type, length, score_sos=False, score_eos=True):
+  """Positions whose token is scored, for a sentence of `length` tokens.
+
+  `[BOS] pieces [EOS]`: the start token only on request and only for kinds that can predict it;
+  the end token unless score_eos is False.
+  """
+  first = 0 if score_sos and get(model_type).scores_sos else 1
+  last = length if score_eos else length - 1
+  return list(range(first, last))

@@ -1,0 +1,139 @@
+"""The kind table (kinds.py), checked entry by entry against what each trait promises.
+
+Every expectation here is written from the trait's definition (a NumPy mask, a shifted target, a
+masked copy run through the model by hand), not from the code under test, so a kind whose entry
+and behaviour disagree fails.
+"""
+
+from conftest import tiny_config
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import inference
+import input_pipeline
+import kinds
+import modeling
+
+ALL_KINDS = list(kinds.KINDS.values())
+LENGTHS = (6, 4)  # a padded batch: row 1 has 2 pads
+
+
+def config_for(kind, **overrides):
+  return tiny_config(type_vocab_size=2 if kind.token_types else 0, **overrides)
+
+
+@pytest.fixture(scope="module")
+def models():
+  tf.keras.utils.set_random_seed(7)
+  return {k.name: modeling.build_model(config_for(k), k.name) for k in ALL_KINDS}
+
+
+def padded_batch(seed=0):
+  """ids, mask int32 [2, 6]: [SOS]=3 ... [EOS]=1 then [PAD]=0."""
+  rng = np.random.RandomState(seed)
+  width = max(LENGTHS)
+  ids = np.zeros((len(LENGTHS), width), np.int32)
+  mask = np.zeros_like(ids)
+  for row, n in enumerate(LENGTHS):
+    ids[row, :n] = [3] + list(rng.randint(10, 99, size=n - 2)) + [1]
+    mask[row, :n] = 1
+  return ids, mask
+
+
+def expected_mask(pattern, mask):
+  """[B, 1, T, T] from the pattern's definition (kinds.ATTENTION_PATTERNS)."""
+  t = mask.shape[1]
+  query, key = np.arange(t)[:, None], np.arange(t)[None, :]
+  allowed = {"dmsa": query != key, "full": np.ones((t, t), bool), "causal": key <= query}[pattern]
+  return (mask[:, None, None, :].astype(bool) & allowed[None, None]).astype(np.float32)
+
+
+def test_table_names_match_keys_and_lists_derive_from_it():
+  assert all(name == kind.name for name, kind in kinds.KINDS.items())
+  assert kinds.MODEL_TYPES == tuple(kinds.KINDS)
+  assert set(kinds.PRETRAINABLE) == {k.name for k in ALL_KINDS if k.pretrainable}
+  with pytest.raises(ValueError, match="not one of"):
+    kinds.get("roberta")
+  with pytest.raises(ValueError, match="attention must be one of"):
+    kinds.Kind("x", "X", "sideways", False, "one_pass", 0, "self", True, True)
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.name)
+def test_attention_mask_follows_the_pattern(kind):
+  _, mask = padded_batch()
+  got = modeling.create_attention_mask(tf.constant(mask), kind.name).numpy()
+  want = expected_mask(kind.attention, mask)
+  # A pattern without position rules may leave the query axis to broadcasting.
+  np.testing.assert_array_equal(np.broadcast_to(got, want.shape), want)
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.name)
+def test_training_targets_follow_the_target_trait(kind):
+  ids, mask = padded_batch()
+  special = [0, 1, 2, 3, 4, 5, 6]
+  out = input_pipeline.make_targets(
+    {"input_ids": tf.constant(ids), "input_mask": tf.constant(mask)},
+    kind.name,
+    tf.constant([1, 2]),
+    99,
+    4,
+    special,
+    mlm_probability=0.5,
+  )
+  out = {k: v.numpy() for k, v in out.items()}
+  if kind.target == "self":
+    np.testing.assert_array_equal(out["input_ids"], ids)
+    np.testing.assert_array_equal(out["target_ids"], ids)
+    np.testing.assert_array_equal(out["target_weights"], mask)
+  elif kind.target == "next":
+    np.testing.assert_array_equal(out["input_ids"], ids)
+    np.testing.assert_array_equal(out["target_ids"][:, :-1], ids[:, 1:])
+    np.testing.assert_array_equal(out["target_weights"][:, :-1], mask[:, 1:])
+    assert not out["target_weights"][:, -1].any()
+  else:  # mlm: only chosen word pieces are targets, and only there may the input change
+    chosen = out["target_weights"] > 0
+    assert chosen.any()
+    assert not (chosen & ~np.isin(ids, special, invert=True)).any()
+    np.testing.assert_array_equal(out["input_ids"][~chosen], ids[~chosen])
+    np.testing.assert_array_equal(out["target_ids"][chosen], ids[chosen])
+
+
+@pytest.mark.parametrize("kind", [k for k in ALL_KINDS if k.input_isolation], ids=lambda k: k.name)
+def test_isolated_kinds_are_exactly_self_unknown(models, kind):
+  model = models[kind.name]
+  ids, mask = padded_batch()
+  base = model({"input_ids": ids, "input_mask": mask})["sequence_output"].numpy()
+  for row, n in enumerate(LENGTHS):
+    for i in range(n):
+      changed = ids.copy()
+      changed[row, i] = 10 + (changed[row, i] - 9) % 89
+      out = model({"input_ids": changed, "input_mask": mask})["sequence_output"].numpy()
+      np.testing.assert_array_equal(out[row, i], base[row, i])
+      assert not np.array_equal(out[row], base[row]), "the change reached no output at all"
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.name)
+def test_scoring_rule_reads_what_the_trait_says(kind, tokenizer):
+  """NeuralLM.score against the model run by hand: one pass read at t - offset, or one masked
+  copy per scored position read at the mask."""
+  model = modeling.build_model(config_for(kind, vocab_size=tokenizer.vocab_size), kind.name)
+  lm = inference.NeuralLM(model, tokenizer, score_sos=True)
+  sentence = "the cat sat on the mat"
+  (ids,), _ = lm.tokenize([sentence])
+  ids = np.array([ids], np.int32)
+  mask = np.ones_like(ids)
+  positions = kinds.scored_positions(kind.name, ids.shape[1], score_sos=True)
+  assert positions[0] == (0 if kind.scores_sos else 1)
+  expected = []
+  for p in positions:
+    if kind.masked_copies:
+      copy = ids.copy()
+      copy[0, p] = lm.mask_id
+      log_probs = model({"input_ids": copy, "input_mask": mask})["log_probs"].numpy()
+      expected.append(log_probs[0, p, ids[0, p]])
+    else:
+      log_probs = model({"input_ids": ids, "input_mask": mask})["log_probs"].numpy()
+      expected.append(log_probs[0, p - kind.prediction_offset, ids[0, p]])
+  got = lm.score([sentence])[0].token_logprobs
+  np.testing.assert_allclose(got, expected, atol=1e-5)
