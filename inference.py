@@ -771,18 +771,18 @@ class NgramLM(object):
       model_path: ARPA or KenLM binary.
       score_eos: score </s>.
       normalization: applied to sentences before scoring; default the one
-        recorded beside the model by ngram.train_ngram, else none.
+        recorded beside the model by ngram_lm.train_ngram, else none.
       score_sos: accepted as by every LM kind; <s> is never scored, as for
         unilm (nothing predicts it).
     """
-    import ngram  # pylint: disable=g-import-not-at-top
+    import ngram_lm  # pylint: disable=g-import-not-at-top
 
     del score_sos
-    self.scorer = ngram.NgramScorer(model_path)
+    self.scorer = ngram_lm.NgramScorer(model_path)
     self.model_type = "kenlm"
     self.score_eos = score_eos
     self.stats = _new_stats()
-    self.normalization = normalization or ngram.read_model_info(model_path).get(
+    self.normalization = normalization or ngram_lm.read_model_info(model_path).get(
       "normalization", "none"
     )
     self._normalize = normalization_lib.normalizer(self.normalization)

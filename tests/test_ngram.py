@@ -1,4 +1,5 @@
-"""Tests for ngram.py: natural-log KenLM scores against a hand-written ARPA, and lmplz training."""
+"""Tests for ngram_lm.py and ngram.py: natural-log KenLM scores against a hand-written ARPA, and
+lmplz training."""
 
 import math
 import os
@@ -8,7 +9,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import ngram  # pylint: disable=g-import-not-at-top,wrong-import-position
+import ngram_lm  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 kenlm = pytest.importorskip("kenlm")
 
@@ -57,11 +58,11 @@ def fixture_arpa_path(tmp_path):
 
 
 def test_log10_to_ln():
-  assert ngram.LN10 == pytest.approx(math.log(10.0), abs=1e-15)
+  assert ngram_lm.LN10 == pytest.approx(math.log(10.0), abs=1e-15)
   for v in (0.0, -1.0, -0.25, -3.7):
     # ln p = log10 p * ln 10, i.e. 10**v == e**(converted)
-    assert ngram.log10_to_ln(v) == pytest.approx(math.log(10.0**v), abs=1e-12)
-    assert math.exp(ngram.log10_to_ln(v)) == pytest.approx(10.0**v, rel=1e-12)
+    assert ngram_lm.log10_to_ln(v) == pytest.approx(math.log(10.0**v), abs=1e-12)
+    assert math.exp(ngram_lm.log10_to_ln(v)) == pytest.approx(10.0**v, rel=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -76,7 +77,7 @@ def test_log10_to_ln():
   ],
 )
 def test_scores_match_hand_computed_arpa(arpa_path, text, expected_words):
-  scorer = ngram.NgramScorer(arpa_path)
+  scorer = ngram_lm.NgramScorer(arpa_path)
   assert scorer.order == 2
   (score,) = scorer.score_sentences([text])
   logprob, word_logprobs, n_words = score  # unpacks as a 3-tuple
@@ -91,7 +92,7 @@ def test_scores_match_hand_computed_arpa(arpa_path, text, expected_words):
 
 def test_hand_values_spelled_out(arpa_path):
   """The backoff case written out in numbers, so the expectation is not only code."""
-  scorer = ngram.NgramScorer(arpa_path)
+  scorer = ngram_lm.NgramScorer(arpa_path)
   ((logprob, word_logprobs, _),) = scorer.score_sentences(["b a"])
   ln10 = math.log(10.0)
   # p(b|<s>) = bo(<s>) + p(b) = -0.5 - 0.7; p(a|b) = bo(b) + p(a) = -0.2 - 0.4; p(</s>|a) = -0.5
@@ -100,7 +101,7 @@ def test_hand_values_spelled_out(arpa_path):
 
 
 def test_bos_eos_flags(arpa_path):
-  scorer = ngram.NgramScorer(arpa_path)
+  scorer = ngram_lm.NgramScorer(arpa_path)
   ln10 = math.log(10.0)
   # No <s> context: p(a) unigram, then p(b|a); no </s>.
   ((logprob, word_logprobs, n_words),) = scorer.score_sentences(["a b"], bos=False, eos=False)
@@ -120,7 +121,7 @@ def test_bos_eos_flags(arpa_path):
 
 
 def test_oov_uses_unk(arpa_path):
-  scorer = ngram.NgramScorer(arpa_path)
+  scorer = ngram_lm.NgramScorer(arpa_path)
   ln10 = math.log(10.0)
   (s,) = scorer.score_sentences(["a zebra"])
   # p(<unk>|a) = bo(a) + p(<unk>) = -0.3 - 1.0; after an OOV KenLM's context is empty: p(</s>).
@@ -134,31 +135,31 @@ def test_oov_uses_unk(arpa_path):
 def test_missing_model_names_file(tmp_path):
   missing = str(tmp_path / "no_such_model.bin")
   with pytest.raises(FileNotFoundError, match="no_such_model.bin"):
-    ngram.NgramScorer(missing)
+    ngram_lm.NgramScorer(missing)
 
 
 def test_malformed_arpa_names_file(tmp_path):
   bad = tmp_path / "broken.arpa"
   bad.write_text("this is not an ARPA file\n")
   with pytest.raises(ValueError, match="broken.arpa"):
-    ngram.NgramScorer(str(bad))
+    ngram_lm.NgramScorer(str(bad))
   truncated = tmp_path / "truncated.arpa"
   truncated.write_text(_ARPA[: _ARPA.index("\\2-grams:")])  # promises bigrams, has none
   with pytest.raises(ValueError, match="truncated.arpa"):
-    ngram.NgramScorer(str(truncated))
+    ngram_lm.NgramScorer(str(truncated))
 
 
 def test_find_kenlm_bin_error_mentions_build_script(monkeypatch, tmp_path):
-  monkeypatch.setattr(ngram, "KENLM_BIN_DIR", str(tmp_path))
+  monkeypatch.setattr(ngram_lm, "KENLM_BIN_DIR", str(tmp_path))
   monkeypatch.setenv("PATH", str(tmp_path))
   with pytest.raises(FileNotFoundError, match="build_kenlm.sh"):
-    ngram.find_kenlm_bin("lmplz")
+    ngram_lm.find_kenlm_bin("lmplz")
 
 
 def _have_lmplz():
   try:
-    ngram.find_kenlm_bin("lmplz")
-    ngram.find_kenlm_bin("build_binary")
+    ngram_lm.find_kenlm_bin("lmplz")
+    ngram_lm.find_kenlm_bin("build_binary")
     return True
   except FileNotFoundError:
     return False
@@ -185,7 +186,7 @@ def test_train_ngram_tiny_corpus(tmp_path, binary):
   corpus.write_text("\n".join(_CORPUS * 3) + "\n")
   out = str(tmp_path / ("lm.bin" if binary else "lm.arpa"))
   assert (
-    ngram.train_ngram(
+    ngram_lm.train_ngram(
       str(corpus), out, order=3, memory="64M", discount_fallback=True, binary=binary
     )
     == out
@@ -197,7 +198,7 @@ def test_train_ngram_tiny_corpus(tmp_path, binary):
     head = f.read(16)
   assert head.startswith(b"mmap lm") if binary else head.lstrip().startswith(b"\\data\\")
 
-  scorer = ngram.NgramScorer(out)
+  scorer = ngram_lm.NgramScorer(out)
   assert scorer.order == 3
   sentence = "the cat sat on the mat"
   shuffled = "mat on the sat cat the"  # same words, different order
@@ -217,7 +218,7 @@ def test_train_ngram_failure_reports_lmplz_output(tmp_path):
   out = tmp_path / "lm.bin"
   # Without --discount_fallback lmplz can't estimate discounts from 8 sentences and fails.
   with pytest.raises(RuntimeError, match="lmplz failed") as info:
-    ngram.train_ngram(str(corpus), str(out), order=3, memory="64M", discount_fallback=False)
+    ngram_lm.train_ngram(str(corpus), str(out), order=3, memory="64M", discount_fallback=False)
   assert "discount" in str(info.value)
   assert not out.exists()
   assert os.listdir(tmp_path) == ["corpus.txt"]
@@ -225,7 +226,7 @@ def test_train_ngram_failure_reports_lmplz_output(tmp_path):
 
 def test_train_ngram_missing_text(tmp_path):
   with pytest.raises(FileNotFoundError, match="nope.txt"):
-    ngram.train_ngram(str(tmp_path / "nope.txt"), str(tmp_path / "lm.bin"))
+    ngram_lm.train_ngram(str(tmp_path / "nope.txt"), str(tmp_path / "lm.bin"))
 
 
 @pytest.mark.skipif(
@@ -237,25 +238,25 @@ def test_normalization_travels_with_the_model(tmp_path):
   corpus = tmp_path / "corpus.txt"
   corpus.write_text("\n".join(_CORPUS * 3).upper() + "\n")
   out = str(tmp_path / "lm.bin")
-  ngram.train_ngram(
+  ngram_lm.train_ngram(
     str(corpus), out, order=3, memory="64M", discount_fallback=True, normalization="librispeech"
   )
-  assert ngram.read_model_info(out)["normalization"] == "librispeech"
+  assert ngram_lm.read_model_info(out)["normalization"] == "librispeech"
   lm = inference.NgramLM(out)
   assert lm.normalization == "librispeech"
   (raw,) = lm.score(["The cat sat on the mat."])
-  (want,) = ngram.NgramScorer(out).score_sentences(["THE CAT SAT ON THE MAT"])
+  (want,) = ngram_lm.NgramScorer(out).score_sentences(["THE CAT SAT ON THE MAT"])
   assert raw.tokens == "THE CAT SAT ON THE MAT".split() + ["</s>"]
   assert list(raw.token_logprobs) == pytest.approx(want.word_logprobs)
   # Without an info file nothing is normalized.
-  os.remove(ngram.model_info_path(out))
+  os.remove(ngram_lm.model_info_path(out))
   assert inference.NgramLM(out).normalization == "none"
 
 
 @pytest.fixture(name="librispeech_arpa")
 def fixture_librispeech_arpa(arpa_path):
   """The toy ARPA, described as trained on LibriSpeech-normalized text."""
-  with open(ngram.model_info_path(arpa_path), "w", encoding="utf-8") as f:
+  with open(ngram_lm.model_info_path(arpa_path), "w", encoding="utf-8") as f:
     f.write('{"normalization": "librispeech"}')
   return arpa_path
 
@@ -297,7 +298,7 @@ def test_kenlm_scores_every_sentence_and_flags_what_normalization_could_not_spel
 def _score_file_cli(*args):
   import subprocess  # pylint: disable=g-import-not-at-top
 
-  script = os.path.join(os.path.dirname(os.path.abspath(ngram.__file__)), "ngram.py")
+  script = os.path.join(os.path.dirname(os.path.abspath(ngram_lm.__file__)), "ngram.py")
   return subprocess.run(
     [sys.executable, script] + list(args),
     capture_output=True,

@@ -1,0 +1,366 @@
+# coding=utf-8
+"""KenLM n-gram language model baseline: training with lmplz and natural-log sentence scoring.
+
+The n-gram baseline of the paper's reranking experiments (docs/DESIGN.md §4). Training shells out
+to KenLM's `lmplz` (modified Kneser-Ney estimation, ARPA output) and `build_binary` (ARPA -> binary,
+which loads in milliseconds); scripts/build_kenlm.sh builds both into third_party/kenlm/bin/.
+Scoring uses the `kenlm` Python module, which reads either format.
+
+Every score this module returns is a NATURAL log (nats), like the neural models' log_probs, so
+scores of different LM kinds can be interpolated directly. kenlm itself reports log10.
+
+Boundary symbols: text is given without `<s>`/`</s>`. With bos=True a word is conditioned on `<s>`
+as context (`<s>` itself is never predicted and never counted); with eos=True the probability of
+`</s>` after the last word is part of the sentence score and counts as one word.
+
+The library behind inference.NgramLM, reproduce.py and the `ngram.py` command line.
+"""
+
+import collections
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+from absl import logging
+
+import io_utils
+
+# ln(10): multiplies a log10 probability into a natural-log one.
+LN10 = math.log(10.0)
+
+_REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
+KENLM_BIN_DIR = os.path.join(_REPO_ROOT, "third_party", "kenlm", "bin")
+
+BOS = "<s>"
+EOS = "</s>"
+UNK = "<unk>"
+
+
+def log10_to_ln(value):
+  """Converts a log10 probability (KenLM's unit) into a natural-log one.
+
+  Args:
+    value: float, log10 p.
+
+  Returns:
+    float, ln p = log10 p * ln 10.
+  """
+  return value * LN10
+
+
+def find_kenlm_bin(name):
+  """Locates a KenLM executable: third_party/kenlm/bin first, then PATH.
+
+  Args:
+    name: str, the executable's name, e.g. "lmplz" or "build_binary".
+
+  Returns:
+    str, the absolute path of the executable.
+
+  Raises:
+    FileNotFoundError: if it is in neither place; the message says how to build it.
+  """
+  local = os.path.join(KENLM_BIN_DIR, name)
+  if os.path.isfile(local) and os.access(local, os.X_OK):
+    return local
+  on_path = shutil.which(name)
+  if on_path:
+    return os.path.abspath(on_path)
+  raise FileNotFoundError(
+    f"KenLM executable '{name}' not found: looked in {KENLM_BIN_DIR} and on PATH. "
+    f"Build it with: bash {os.path.join(_REPO_ROOT, 'scripts', 'build_kenlm.sh')}"
+  )
+
+
+# Lines of lmplz/build_binary output logged at info level: the stage headers ("=== 2/5 ..."),
+# success, and anything that warns or fails. The rest is logged at debug level.
+_SHOWN_OUTPUT = re.compile(r"^=== |^SUCCESS|warn|error|fail", re.IGNORECASE)
+
+
+def _run_streaming(cmd, what):
+  """Runs `cmd`, logging its stderr line by line as it comes (lmplz's progress report).
+
+  Args:
+    cmd: list of str, the command line.
+    what: str, a short name of the step for log lines and errors.
+
+  Returns:
+    str, the complete stderr text.
+
+  Raises:
+    RuntimeError: if the command exits non-zero; the message holds the command and its stderr.
+  """
+  logging.info("%s: %s", what, " ".join(cmd))
+  lines = []
+  with subprocess.Popen(
+    cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+  ) as proc:
+    # stdout is merged into stderr: with --arpa lmplz writes nothing else there, build_binary
+    # writes its progress to both.
+    for line in proc.stdout:
+      lines.append(line)
+      if _SHOWN_OUTPUT.search(line):
+        logging.info("%s| %s", what, line.rstrip())
+      elif line.strip():  # statistics, memory estimates, progress bars: --verbosity=1 shows them
+        logging.debug("%s| %s", what, line.rstrip())
+    rc = proc.wait()
+  output = "".join(lines)
+  if rc != 0:
+    status = f"signal {-rc}" if rc < 0 else f"exit status {rc}"
+    hint = ""
+    if "discount_fallback" in output:
+      hint = (
+        "\nHint: the corpus is too small to estimate Kneser-Ney discounts; "
+        "pass discount_fallback=True (--discount_fallback)."
+      )
+    raise RuntimeError(
+      f"{what} failed ({status}): {' '.join(cmd)}\n--- its output ---\n{output.rstrip()}{hint}"
+    )
+  return output
+
+
+def _prune_args(prune):
+  """Turns `prune` (None, "0 0 1", or a sequence of ints) into lmplz's --prune arguments."""
+  if prune is None:
+    return []
+  if isinstance(prune, str):
+    values = prune.replace(",", " ").split()
+  else:
+    values = [str(int(p)) for p in prune]
+  if not values:
+    return []
+  for v in values:
+    if not v.isdigit():
+      raise ValueError(f"prune thresholds must be non-negative integers, got {prune!r}")
+  return ["--prune"] + values
+
+
+def model_info_path(model_path):
+  """Where the JSON description of a trained model lives (beside it)."""
+  return model_path + ".json"
+
+
+def read_model_info(model_path):
+  """The model's JSON description ({"normalization": ..., ...}), {} if none."""
+  path = model_info_path(model_path)
+  if not os.path.exists(path):
+    return {}
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def train_ngram(
+  text_file,
+  output_path,
+  order=5,
+  memory="20%",
+  prune=None,
+  discount_fallback=False,
+  binary=True,
+  normalization=None,
+):
+  """Trains a modified Kneser-Ney n-gram LM with KenLM's lmplz (and build_binary).
+
+  The output appears atomically: everything is written to temporary files next to `output_path`
+  and moved into place with os.replace only when every step succeeded.
+
+  Args:
+    text_file: str, training text, one sentence per line, tokens separated by spaces, without
+      `<s>`/`</s>` (lmplz adds them). Normalise it the way the text to be scored is normalised.
+    output_path: str, where the model goes: a KenLM binary (probing hash) if `binary`, else ARPA.
+    order: int, the n-gram order (>= 1).
+    memory: str, lmplz's -S: memory for sorting, e.g. "20%" of physical RAM or "1G". Passed
+      explicitly because lmplz's default (80%) is hostile on shared machines.
+    prune: None, a str like "0 0 1" or a sequence of ints: lmplz --prune count thresholds per
+      order (the unigram threshold must be 0).
+    discount_fallback: bool, pass --discount_fallback, which lets lmplz fall back to default
+      discounts when the counts of counts can't give them (needed for tiny corpora, e.g. tests).
+    binary: bool, convert the ARPA to KenLM's binary format with build_binary.
+    normalization: the text normalization of `text_file` ("librispeech" or
+      "none"); stored in `model_info_path(output_path)` so that scorers
+      normalize their input the same way (see inference.NgramLM).
+
+  Returns:
+    str, `output_path`.
+
+  Raises:
+    FileNotFoundError: if `text_file` or the KenLM executables are missing.
+    ValueError: for a bad `order` or `prune`.
+    RuntimeError: if lmplz or build_binary fails; the message holds its output.
+  """
+  if not os.path.isfile(text_file):
+    raise FileNotFoundError(f"training text not found: {text_file}")
+  order = int(order)
+  if order < 1:
+    raise ValueError(f"order must be >= 1, got {order}")
+  lmplz = find_kenlm_bin("lmplz")
+  build_binary = find_kenlm_bin("build_binary") if binary else None
+
+  out_dir = os.path.dirname(os.path.abspath(output_path))
+  os.makedirs(out_dir, exist_ok=True)
+  base = os.path.basename(output_path)
+  tmp_dir = tempfile.mkdtemp(prefix=f".{base}.tmp-", dir=out_dir)
+  try:
+    arpa = os.path.join(tmp_dir, "model.arpa")
+    cmd = [
+      lmplz,
+      "-o",
+      str(order),
+      "-S",
+      str(memory),
+      "-T",
+      tmp_dir,
+      "--text",
+      text_file,
+      "--arpa",
+      arpa,
+    ]
+    cmd += _prune_args(prune)
+    if discount_fallback:
+      cmd.append("--discount_fallback")
+    _run_streaming(cmd, "lmplz")
+    result = arpa
+    if binary:
+      result = os.path.join(tmp_dir, "model.bin")
+      _run_streaming([build_binary, arpa, result], "build_binary")
+    if normalization is not None:
+      info = {
+        "normalization": normalization,
+        "order": order,
+        "train_text": os.path.abspath(text_file),
+      }
+      io_utils.write_atomically(model_info_path(output_path), json.dumps(info, indent=2))
+    os.replace(result, output_path)
+  finally:
+    shutil.rmtree(tmp_dir, ignore_errors=True)
+  logging.info(
+    "wrote %s-gram %s model %s (%d bytes)",
+    order,
+    "binary" if binary else "ARPA",
+    output_path,
+    os.path.getsize(output_path),
+  )
+  return output_path
+
+
+class SentenceScore(
+  collections.namedtuple("SentenceScore", ["logprob", "word_logprobs", "n_words"])
+):
+  """One sentence's score; unpacks as (logprob, word_logprobs, n_words).
+
+  Attributes:
+    logprob: float, ln p of the sentence (sum of word_logprobs).
+    word_logprobs: list of float, ln p of each scored word, in order; with eos=True the last
+      entry is ln p(</s> | ...).
+    n_words: int, len(word_logprobs): the words of the text, plus one for </s> if eos=True.
+    n_oov: int, how many words of the text are out of the model's vocabulary (scored as <unk>).
+    oov: list of bool, per entry of word_logprobs, whether that word is OOV.
+  """
+
+  n_oov = 0
+  oov = None
+
+  def __new__(cls, logprob, word_logprobs, n_words, n_oov=0, oov=None):
+    self = super().__new__(cls, logprob, word_logprobs, n_words)
+    # Extra fields live outside the tuple so that 3-way unpacking keeps working.
+    self.n_oov = n_oov
+    self.oov = oov if oov is not None else [False] * n_words
+    return self
+
+  def __reduce__(self):  # keep n_oov and oov through pickle / copy
+    return (SentenceScore, (self.logprob, self.word_logprobs, self.n_words, self.n_oov, self.oov))
+
+
+class NgramScorer(object):
+  """Scores sentences with a KenLM model (ARPA or binary), in natural log.
+
+  Example:
+    scorer = NgramScorer("lm.bin")
+    (logprob, word_logprobs, n_words), = scorer.score_sentences(["the cat sat"])
+  """
+
+  def __init__(self, model_path):
+    """Loads the model.
+
+    Args:
+      model_path: str, an ARPA file or a KenLM binary made by build_binary.
+
+    Raises:
+      ImportError: if the `kenlm` Python module is not installed.
+      FileNotFoundError: if `model_path` does not exist.
+      ValueError: if KenLM can't read it (malformed ARPA, not a model); names the file.
+    """
+    try:
+      import kenlm  # pylint: disable=g-import-not-at-top
+    except ImportError as e:
+      raise ImportError(
+        "the `kenlm` Python module is required for n-gram scoring: "
+        "pip install kenlm==0.3.0 (see requirements.txt)"
+      ) from e
+    if not os.path.exists(model_path):
+      raise FileNotFoundError(f"n-gram model file not found: {model_path}")
+    if os.path.isdir(model_path):
+      raise ValueError(
+        f"n-gram model path is a directory, expected an ARPA or KenLM binary file: {model_path}"
+      )
+    config = kenlm.Config()
+    config.show_progress = False  # no "****" bar on stderr for each load
+    try:
+      self._model = kenlm.Model(model_path, config)
+    except (OSError, RuntimeError) as e:
+      raise ValueError(
+        f"cannot load n-gram model {model_path}: expected an ARPA file or a "
+        f"KenLM binary. KenLM says: {e}"
+      ) from e
+    self.model_path = model_path
+    self.order = self._model.order
+    self.total_oov = 0  # running totals over every score_sentences call
+    self.total_words = 0
+
+  def __contains__(self, word):
+    """Whether `word` is in the model's vocabulary."""
+    return word in self._model
+
+  def score_sentences(self, texts, bos=True, eos=True):
+    """Scores whitespace-tokenised sentences.
+
+    Args:
+      texts: iterable of str, each a sentence with tokens separated by whitespace, without
+        `<s>` (an explicit trailing `</s>` is allowed with eos=False, and then counts as a word).
+      bos: bool, condition the first word on `<s>`. `<s>` is context only: never scored, never
+        counted in n_words.
+      eos: bool, also score `</s>` after the last word. Its log-probability is the last entry of
+        word_logprobs and it COUNTS in n_words (so n_words = number of tokens + 1).
+
+    Returns:
+      list of SentenceScore, one per text: (logprob, word_logprobs, n_words) in natural log, with
+      n_oov and oov as attributes. OOV words get the model's <unk> probability.
+
+    Raises:
+      ValueError: if a text contains the `<s>` token.
+    """
+    results = []
+    for text in texts:
+      words = text.split()
+      if BOS in words:
+        raise ValueError(f"'{BOS}' must not appear in the text (use bos=True): {text!r}")
+      # full_scores yields (log10 p, n-gram length used, is_oov) per word, then one for </s>.
+      word_logprobs, oov = [], []
+      for log10_p, _, is_oov in self._model.full_scores(" ".join(words), bos=bos, eos=eos):
+        word_logprobs.append(log10_p * LN10)
+        oov.append(bool(is_oov))
+      n_oov = sum(oov)
+      self.total_oov += n_oov
+      self.total_words += len(word_logprobs)
+      results.append(
+        SentenceScore(math.fsum(word_logprobs), word_logprobs, len(word_logprobs), n_oov, oov)
+      )
+    return results
+
+  def score(self, text, bos=True, eos=True):
+    """ln p of one sentence; see score_sentences."""
+    return self.score_sentences([text], bos=bos, eos=eos)[0].logprob
