@@ -13,14 +13,20 @@ a usage error, without a traceback. `InputError` raised anywhere is such an erro
 ValueError or OSError raised inside a `user_input()` block. Everything else keeps absl's
 traceback; `--verbosity=1` (debug) shows the traceback of an input error too.
 
+Parameters written once: a dataclass whose fields are made with `param` is both the function's
+argument list and the script's flags (`define_param_flags`, `param_values`): same names, defaults
+and help texts, so the two can never disagree.
+
 Light on purpose (standard library and absl): every script imports it.
 """
 
 import contextlib
+import dataclasses
 import os
 import sys
 
 from absl import app
+from absl import flags
 from absl import logging
 
 # The exit status of a wrong input (absl exits with 1 for an uncaught exception).
@@ -59,3 +65,51 @@ def run(main):
       sys.exit(EXIT_INPUT_ERROR)
 
   app.run(guarded)
+
+
+def param(help_text, default=dataclasses.MISSING, enum=None, flag=None):
+  """A dataclass field that is also a command-line flag.
+
+  Args:
+    help_text: the flag's help, and the field's description.
+    default: the default of both (MISSING: the field is required, the flag defaults to None).
+    enum: allowed values: the flag is an enum.
+    flag: the flag's name when it differs from the field's (BERT's singular --input_file for
+      a field holding several globs).
+  """
+  return dataclasses.field(
+    default=default, metadata={"help": help_text, "enum": enum, "flag": flag}
+  )
+
+
+_DEFINE_BY_TYPE = {
+  str: flags.DEFINE_string,
+  int: flags.DEFINE_integer,
+  float: flags.DEFINE_float,
+  bool: flags.DEFINE_boolean,
+  list: flags.DEFINE_list,
+}
+
+
+def _param_fields(cls):
+  return [f for f in dataclasses.fields(cls) if "help" in f.metadata]
+
+
+def _flag_name(field):
+  return field.metadata["flag"] or field.name
+
+
+def define_param_flags(cls):
+  """Defines one absl flag per `param` field of dataclass `cls`."""
+  for field in _param_fields(cls):
+    default = None if field.default is dataclasses.MISSING else field.default
+    name, help_text = _flag_name(field), field.metadata["help"]
+    if field.metadata["enum"]:
+      flags.DEFINE_enum(name, default, field.metadata["enum"], help_text)
+    else:
+      _DEFINE_BY_TYPE[field.type](name, default, help_text)
+
+
+def param_values(cls, flag_values):
+  """{field name: parsed flag value} of the `param` fields of `cls`."""
+  return {f.name: flag_values[_flag_name(f)].value for f in _param_fields(cls)}

@@ -109,33 +109,81 @@ def shard_name(split, index, num_shards):
 
 
 @dataclasses.dataclass(frozen=True)
-class _Arguments:
-  """The arguments of `create_pretraining_data`, checked on construction.
+class DataParams:
+  """What the records depend on: the arguments of `create_pretraining_data` and the script's flags
+  (`cli.param`: one statement of each name, default and help), checked on construction.
 
-  Recorded as "args" in data_stats.json and part of the fingerprint: input
-  globs are expanded to absolute paths, vocab_file is absolute. The fields
-  are described in `create_pretraining_data`.
+  Recorded as "args" in data_stats.json and part of the fingerprint: input globs are expanded to
+  absolute paths, vocab_file is made absolute.
   """
 
-  input_files: list
-  eval_files: list
-  vocab_file: Optional[str]
-  vocab_size: Optional[int]
-  do_lower_case: bool
-  normalization: str
-  max_seq_length: int
-  num_shards: int
-  num_eval_shards: int
-  eval_fraction: float
-  random_seed: int
-  input_format: str
-  skip_malformed: bool
-  max_books: Optional[int]
-  vocab_learn_params: Optional[dict]
-  vocab_max_sentences: Optional[int]
+  input_files: str = cli.param(
+    "Comma-separated globs (or a list): Gutenberg .tar.xz archives (cleaned by corpus.py) and/or "
+    "UTF-8 files with one sentence per line (with --input_format=raw every input goes through "
+    "corpus.py).",
+    flag="input_file",
+  )
+  eval_files: str = cli.param(
+    "Comma-separated globs (or a list) of eval sentence files; then --input_file sentence files "
+    "are all training data.",
+    None,
+    flag="eval_file",
+  )
+  vocab_file: str = cli.param(
+    "Existing vocab (one token per line). Exclusive with --vocab_size.", None
+  )
+  vocab_size: int = cli.param(
+    "Learn a WordPiece vocab of (at most about) this size from the training split.", None
+  )
+  do_lower_case: bool = cli.param(
+    "Lower-case and strip accents in the tokenizer and the vocab learner (uncased model).", True
+  )
+  normalization: str = cli.param(
+    "corpus.py normalization of raw inputs; sentence files must already be normalized.",
+    "none",
+    normalization_lib.NORMALIZATIONS,
+  )
+  max_seq_length: int = cli.param(
+    "Longest sentence in tokens, [SOS] and [EOS] included; longer ones are truncated.", 128
+  )
+  num_shards: int = cli.param("Number of training shards.", 8)
+  num_eval_shards: int = cli.param("Number of eval shards.", 1)
+  eval_fraction: float = cli.param(
+    "Held-out share: books of a tar archive (corpus.py), sentences of sentence files (by a "
+    "seeded hash of the sentence); ignored for sentence files when --eval_file is given.",
+    0.01,
+  )
+  random_seed: int = cli.param(
+    "Seed of the shuffles, the held-out choice and the truncation cuts.", 12345
+  )
+  input_format: str = cli.param(
+    "auto: tar archives are raw (corpus.py), other files are sentences; or force one kind for "
+    "all inputs.",
+    "auto",
+    INPUT_FORMATS,
+  )
+  skip_malformed: bool = cli.param(
+    "Skip (and count) lines that are not UTF-8 instead of failing with file:line.", False
+  )
+  max_books: int = cli.param("corpus.py reads only this many books per archive (quick runs).", None)
+  # tokenization.build_vocab's learner options, e.g. {"lower_thresh": 2} for a tiny corpus
+  # (the script's --vocab_lower_thresh).
+  vocab_learn_params: Optional[dict] = None
+  vocab_max_sentences: int = cli.param(
+    "Learn the vocab from an evenly spaced sample of at most this many training sentences (the "
+    "learner is pure Python: ~13 min on the whole 774k-sentence corpus); default: all.",
+    None,
+  )
 
   def __post_init__(self):
-    """Raises ValueError naming the flag of a bad argument."""
+    """Expands the globs; raises ValueError naming the flag of a bad argument."""
+    # Frozen: the canonical forms are set once, here.
+    object.__setattr__(self, "input_files", io_utils.expand_globs(self.input_files))
+    eval_files = io_utils.expand_globs(self.eval_files) if self.eval_files else []
+    object.__setattr__(self, "eval_files", eval_files)
+    object.__setattr__(self, "vocab_file", self.vocab_file and os.path.abspath(self.vocab_file))
+    object.__setattr__(self, "do_lower_case", bool(self.do_lower_case))
+    object.__setattr__(self, "skip_malformed", bool(self.skip_malformed))
     if (self.vocab_file is None) == (self.vocab_size is None):
       raise ValueError(
         f"give exactly one of --vocab_file and --vocab_size (got "
@@ -789,59 +837,14 @@ def _build(args, output_dir, force):
   return stats
 
 
-def create_pretraining_data(
-  input_files,
-  output_dir,
-  vocab_file=None,
-  vocab_size=None,
-  do_lower_case=True,
-  normalization="none",
-  max_seq_length=128,
-  num_shards=8,
-  num_eval_shards=1,
-  eval_fraction=0.01,
-  eval_files=None,
-  random_seed=12345,
-  input_format="auto",
-  skip_malformed=False,
-  max_books=None,
-  vocab_learn_params=None,
-  vocab_max_sentences=None,
-  force=False,
-):
+def create_pretraining_data(input_files, output_dir, force=False, **options):
   """Builds the TFRecord data set; see the module docstring for the layout.
 
   Args:
-    input_files: comma-separated globs (str) or list of globs. Tar archives
-      (Gutenberg) go through corpus.py; other files are one sentence per line
-      (with input_format="raw" every input goes through corpus.py).
+    input_files: comma-separated globs (str) or list of globs; see `DataParams`.
     output_dir: output directory (created).
-    vocab_file: an existing vocab; exclusive with vocab_size.
-    vocab_size: learn a WordPiece vocab of (at most about) this size from the
-      training sentences.
-    do_lower_case: lower-case and strip accents in the tokenizer (and when
-      learning the vocab).
-    normalization: corpus.py normalization for raw inputs ("none" or
-      "librispeech"); sentence files must already be normalized.
-    max_seq_length: longest record, [SOS] and [EOS] included.
-    num_shards: training shards.
-    num_eval_shards: eval shards.
-    eval_fraction: held-out share: books of a tar (corpus.py), sentences of
-      sentence files (by a seeded hash of the sentence). Ignored for
-      sentence files when eval_files is given.
-    eval_files: comma-separated globs or list: eval sentence files; then
-      every sentence file of input_files is training data.
-    random_seed: seed of the shuffles, the held-out choice and the truncation cuts.
-    input_format: "auto" (tar -> corpus.py, else sentences), "sentences" or
-      "raw".
-    skip_malformed: skip and count non-UTF-8 lines instead of raising.
-    max_books: corpus.py reads only this many books per archive.
-    vocab_learn_params: dict passed to tokenization.build_vocab's learner,
-      e.g. {"lower_thresh": 2} for a tiny corpus.
-    vocab_max_sentences: learn the vocab from an evenly spaced sample of at
-      most this many training sentences (the learner is pure Python and
-      takes ~13 min on the whole 774k-sentence corpus); None: all of them.
     force: rebuild even if a complete output with these arguments exists.
+    **options: the other fields of `DataParams` (vocab_file or vocab_size, max_seq_length, ...).
 
   Returns:
     dict: the contents of data_stats.json, plus "reused": True when an
@@ -851,25 +854,7 @@ def create_pretraining_data(
     ValueError: for bad arguments (naming the flag) or malformed input
       (naming file:line).
   """
-  args = _Arguments(
-    input_files=io_utils.expand_globs(input_files),
-    eval_files=io_utils.expand_globs(eval_files) if eval_files else [],
-    vocab_file=vocab_file and os.path.abspath(vocab_file),
-    vocab_size=vocab_size,
-    do_lower_case=bool(do_lower_case),
-    normalization=normalization,
-    max_seq_length=max_seq_length,
-    num_shards=num_shards,
-    num_eval_shards=num_eval_shards,
-    eval_fraction=eval_fraction,
-    random_seed=random_seed,
-    input_format=input_format,
-    skip_malformed=bool(skip_malformed),
-    max_books=max_books,
-    vocab_learn_params=vocab_learn_params,
-    vocab_max_sentences=vocab_max_sentences,
-  )
-  return _build(args, output_dir, force)
+  return _build(DataParams(input_files=input_files, **options), output_dir, force)
 
 
 # ----------------------------------------------------------------------------
@@ -881,80 +866,20 @@ FLAGS = flags.FLAGS
 
 
 def define_flags():
-  """Defines the command-line flags (BERT's names where BERT has them).
+  """Defines the command-line flags (BERT's names where BERT has them): the `DataParams` fields,
+  and what is not an argument of the records.
 
   Called from __main__ only, like corpus.define_flags: a script importing
   this module may define flags of the same names (--output_dir, ...) itself,
   and absl refuses a second definition.
   """
-  flags.DEFINE_string(
-    "input_file",
-    None,
-    "Comma-separated globs: Gutenberg .tar.xz archives (cleaned by "
-    "corpus.py) and/or UTF-8 files with one sentence per line.",
-  )
+  cli.define_param_flags(DataParams)
   flags.DEFINE_string("output_dir", None, "Where the TFRecords, vocab.txt and data_stats.json go.")
-  flags.DEFINE_string(
-    "vocab_file", None, "Existing vocab (one token per line). Exclusive with --vocab_size."
-  )
-  flags.DEFINE_integer(
-    "vocab_size", None, "Learn a WordPiece vocab of this size from the training split."
-  )
-  flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased model).")
-  flags.DEFINE_enum(
-    "normalization",
-    "none",
-    normalization_lib.NORMALIZATIONS,
-    "corpus.py normalization of raw inputs.",
-  )
-  flags.DEFINE_integer(
-    "max_seq_length",
-    128,
-    "Longest sentence in tokens, [SOS] and [EOS] included; longer ones are truncated.",
-  )
-  flags.DEFINE_integer("num_shards", 8, "Number of training shards.")
-  flags.DEFINE_integer("num_eval_shards", 1, "Number of eval shards.")
-  flags.DEFINE_float(
-    "eval_fraction", 0.01, "Held-out share (books for a tar archive, sentences for sentence files)."
-  )
-  flags.DEFINE_string(
-    "eval_file",
-    None,
-    "Comma-separated globs of eval "
-    "sentence files; then --input_file sentence files are "
-    "all training data.",
-  )
-  flags.DEFINE_integer(
-    "random_seed", 12345, "Seed of the shuffles, the held-out choice and the truncation cuts."
-  )
-  flags.DEFINE_enum(
-    "input_format",
-    "auto",
-    INPUT_FORMATS,
-    "auto: tar archives are raw (corpus.py), other files are "
-    "sentences; or force one kind for all inputs.",
-  )
-  flags.DEFINE_bool(
-    "skip_malformed",
-    False,
-    "Skip (and count) lines that are not UTF-8 instead of failing with file:line.",
-  )
-  flags.DEFINE_integer(
-    "max_books", None, "corpus.py reads only this many books per archive (quick runs)."
-  )
   flags.DEFINE_integer(
     "vocab_lower_thresh",
     None,
-    "Minimum count of a "
-    "learned word piece (the learner's default is 10; "
-    "lower it for tiny corpora).",
-  )
-  flags.DEFINE_integer(
-    "vocab_max_sentences",
-    None,
-    "Learn the vocab from an "
-    "evenly spaced sample of at most this many training "
-    "sentences (default: all).",
+    "Minimum count of a learned word piece (the learner's default is 10; lower it for tiny "
+    "corpora).",
   )
   flags.DEFINE_bool("force", False, "Rebuild even if --output_dir is complete for these arguments.")
 
@@ -967,26 +892,10 @@ def main(argv):
   learn_params = None
   if FLAGS.vocab_lower_thresh is not None:
     learn_params = {"lower_thresh": FLAGS.vocab_lower_thresh}
+  options = cli.param_values(DataParams, FLAGS)
   with cli.user_input():
     stats = create_pretraining_data(
-      FLAGS.input_file,
-      FLAGS.output_dir,
-      vocab_file=FLAGS.vocab_file,
-      vocab_size=FLAGS.vocab_size,
-      do_lower_case=FLAGS.do_lower_case,
-      normalization=FLAGS.normalization,
-      max_seq_length=FLAGS.max_seq_length,
-      num_shards=FLAGS.num_shards,
-      num_eval_shards=FLAGS.num_eval_shards,
-      eval_fraction=FLAGS.eval_fraction,
-      eval_files=FLAGS.eval_file,
-      random_seed=FLAGS.random_seed,
-      input_format=FLAGS.input_format,
-      skip_malformed=FLAGS.skip_malformed,
-      max_books=FLAGS.max_books,
-      vocab_learn_params=learn_params,
-      vocab_max_sentences=FLAGS.vocab_max_sentences,
-      force=FLAGS.force,
+      output_dir=FLAGS.output_dir, force=FLAGS.force, vocab_learn_params=learn_params, **options
     )
   summary = {
     split: {k: stats[split][k] for k in ("sentences", "tokens", "truncated", "unk_rate")}

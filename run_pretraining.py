@@ -71,7 +71,6 @@ import os
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-import dataclasses
 import inspect
 import json
 import sys
@@ -96,28 +95,12 @@ _SIZE_FLAGS = (
   "attention_probs_dropout_prob",
 )
 
-_DEFINE_BY_TYPE = {
-  str: flags.DEFINE_string,
-  int: flags.DEFINE_integer,
-  float: flags.DEFINE_float,
-  bool: flags.DEFINE_boolean,
-  list: flags.DEFINE_list,
-}
-
-
-def _param_fields():
-  """The `TrainParams` fields that are flags (those with help text)."""
-  return [f for f in dataclasses.fields(training.TrainParams) if "help" in f.metadata]
+_DEFINE_BY_TYPE = {int: flags.DEFINE_integer, float: flags.DEFINE_float}
 
 
 def define_flags():
   """Defines the command-line flags (BERT's names where BERT has them)."""
-  for field in _param_fields():
-    default = None if field.default is dataclasses.MISSING else field.default
-    if field.metadata["enum"]:
-      flags.DEFINE_enum(field.name, default, field.metadata["enum"], field.metadata["help"])
-    else:
-      _DEFINE_BY_TYPE[field.type](field.name, default, field.metadata["help"])
+  cli.define_param_flags(training.TrainParams)
   flags.DEFINE_string(
     "config_json", None, "Inline JSON overriding config fields, e.g. '{\"hidden_size\": 256}'."
   )
@@ -140,7 +123,7 @@ def params_from_flags(flag_values):
   except ValueError as e:
     raise cli.InputError(f"--config_json is not JSON: {e}") from None
   overrides.update({name: fv[name].value for name in _SIZE_FLAGS if fv[name].value is not None})
-  values = {f.name: fv[f.name].value for f in _param_fields()}
+  values = cli.param_values(training.TrainParams, fv)
   if values["bucket_boundaries"]:
     values["bucket_boundaries"] = [int(b) for b in values["bucket_boundaries"]]
   return training.TrainParams(config_overrides=overrides, **values)

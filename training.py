@@ -85,50 +85,45 @@ _METRICS = ("loss_sum", "weight_sum", "correct_sum", "ce_sum", "tokens", "positi
 # ----------------------------------------------------------------- parameters
 
 
-def _flag(help_text, default=dataclasses.MISSING, enum=None):
-  """A `TrainParams` field that run_pretraining.py exposes as a flag."""
-  return dataclasses.field(default=default, metadata={"help": help_text, "enum": enum})
-
-
 @dataclasses.dataclass
 class TrainParams:
   """Everything `train` needs.
 
   The single statement of each default: run_pretraining.py generates its
   flags (same names, these defaults, the help texts below) from the fields
-  made with `_flag`. config_overrides (from --config_json and the size
+  made with `cli.param`. config_overrides (from --config_json and the size
   flags) and install_signal_handlers are for callers only.
   """
 
-  output_dir: str = _flag("Checkpoints, config.json, vocab.txt, TensorBoard logs.")
-  model_type: str = _flag("Which LM to train.", "tta", kinds.PRETRAINABLE)
-  input_file: str = _flag("Glob of training TFRecords (create_pretraining_data.py).", None)
-  eval_file: str = _flag("Glob of evaluation TFRecords.", None)
-  vocab_file: str = _flag(
+  output_dir: str = cli.param("Checkpoints, config.json, vocab.txt, TensorBoard logs.")
+  model_type: str = cli.param("Which LM to train.", "tta", kinds.PRETRAINABLE)
+  input_file: str = cli.param("Glob of training TFRecords (create_pretraining_data.py).", None)
+  eval_file: str = cli.param("Glob of evaluation TFRecords.", None)
+  vocab_file: str = cli.param(
     "WordPiece vocab; default the vocab.txt beside "
     "--input_file, or the one already in --output_dir.",
     None,
   )
-  do_lower_case: bool = _flag(
+  do_lower_case: bool = cli.param(
     "Stored in config.json for the tokenizer; default: from the data dir's "
     "data_stats.json, else True.",
     None,
   )
-  bert_config_file: str = _flag("Model config JSON (TTAConfig / BERT format).", None)
+  bert_config_file: str = cli.param("Model config JSON (TTAConfig / BERT format).", None)
   config_overrides: dict = dataclasses.field(default_factory=dict)
-  init_checkpoint: str = _flag(
+  init_checkpoint: str = cli.param(
     "Warm start (ignored when --output_dir already holds a checkpoint): "
     "our model dir / checkpoint, or a Google-BERT / T-TA TF1 checkpoint.",
     None,
   )
-  train_batch_size: int = _flag("Global batch size (sentences).", 64)
-  eval_batch_size: int = _flag("Global eval batch size.", 64)
-  learning_rate: float = _flag("Peak learning rate.", 1e-4)
-  weight_decay_rate: float = _flag("Decoupled weight decay.", 0.01)
-  num_train_steps: int = _flag("Total optimizer steps.", 100000)
-  num_warmup_steps: int = _flag("Linear warmup steps.", 10000)
-  max_seq_length: int = _flag("Longest sentence in tokens.", 128)
-  loss_normalization: str = _flag(
+  train_batch_size: int = cli.param("Global batch size (sentences).", 64)
+  eval_batch_size: int = cli.param("Global eval batch size.", 64)
+  learning_rate: float = cli.param("Peak learning rate.", 1e-4)
+  weight_decay_rate: float = cli.param("Decoupled weight decay.", 0.01)
+  num_train_steps: int = cli.param("Total optimizer steps.", 100000)
+  num_warmup_steps: int = cli.param("Linear warmup steps.", 10000)
+  max_seq_length: int = cli.param("Longest sentence in tokens.", 128)
+  loss_normalization: str = cli.param(
     "Divisor of each batch's training-loss sum: constant = train_batch_size * max_seq_length "
     "(the authors' reduce_mean over padded positions: every real token weighs the same in every "
     "batch); per_batch_tokens = the batch's real-target count (a token of a short-sentence batch "
@@ -136,64 +131,64 @@ class TrainParams:
     "constant",
     losses.LOSS_NORMALIZATIONS,
   )
-  mlm_probability: float = _flag("biLM masking rate.", 0.15)
-  bucket_boundaries: list = _flag(
+  mlm_probability: float = cli.param("biLM masking rate.", 0.15)
+  bucket_boundaries: list = cli.param(
     "Sequence-length bucket boundaries for batching, e.g. 16,24,32,48,64 "
     "(default: the pipeline's).",
     None,
   )
-  seed: int = _flag("Seed of the data order and masking.", 12345)
-  save_checkpoints_steps: int = _flag("Checkpoint interval.", 1000)
-  keep_checkpoint_max: int = _flag("Checkpoints kept.", 5)
-  eval_every_steps: int = _flag("Evaluate every N steps (0: only at the end).", 0)
-  max_eval_steps: int = _flag("Eval batches per evaluation (0: the whole eval file).", 100)
-  steps_per_loop: int = _flag("Steps per tf.function call (cuts Python overhead).", 20)
-  log_every_steps: int = _flag("Progress line interval.", 100)
-  strategy: str = _flag("tf.distribute.", "one_device", distribute_utils.STRATEGIES)
-  tpu: str = _flag("TPU name/address for --strategy=tpu.", None)
-  num_cpu_devices: int = _flag(
+  seed: int = cli.param("Seed of the data order and masking.", 12345)
+  save_checkpoints_steps: int = cli.param("Checkpoint interval.", 1000)
+  keep_checkpoint_max: int = cli.param("Checkpoints kept.", 5)
+  eval_every_steps: int = cli.param("Evaluate every N steps (0: only at the end).", 0)
+  max_eval_steps: int = cli.param("Eval batches per evaluation (0: the whole eval file).", 100)
+  steps_per_loop: int = cli.param("Steps per tf.function call (cuts Python overhead).", 20)
+  log_every_steps: int = cli.param("Progress line interval.", 100)
+  strategy: str = cli.param("tf.distribute.", "one_device", distribute_utils.STRATEGIES)
+  tpu: str = cli.param("TPU name/address for --strategy=tpu.", None)
+  num_cpu_devices: int = cli.param(
     "Split the CPU into this many logical devices (for --strategy=mirrored without GPUs; testing).",
     0,
   )
-  mixed_precision: bool = _flag(
+  mixed_precision: bool = cli.param(
     "bfloat16 compute, float32 variables; LayerNorm, softmax and the loss "
     "stay float32 (1.4-1.7x faster on AMX CPUs).",
     False,
   )
-  use_xla: bool = _flag(
+  use_xla: bool = cli.param(
     "jit_compile the forward/backward pass (on CPU slower than TF's oneDNN "
     "kernels: measured 2.8 vs 2.3 s/step at the paper's size).",
     False,
   )
-  train_minutes: float = _flag(
+  train_minutes: float = cli.param(
     "Wall-clock budget; when used up the run saves a checkpoint and stops unfinished "
     "(run_pretraining.py exits 75, EX_TEMPFAIL, to be requeued) (0: no limit).",
     0.0,
   )
-  output_layer: str = _flag(
+  output_layer: str = cli.param(
     "softmax: tied vocabulary softmax; continuous: ELMo-C cosine loss against --target_embeddings.",
     "softmax",
     modeling.OUTPUT_LAYERS,
   )
-  target_embeddings: str = _flag(
+  target_embeddings: str = cli.param(
     "For --output_layer=continuous: a word-vector text file "
     "(word2vec/fastText .vec) aligned to the vocab, or a trained model dir "
     "(its word_embeddings are used).",
     None,
   )
-  continuous_logit_scale: float = _flag(
+  continuous_logit_scale: float = cli.param(
     "Inference scale of a continuous model's cosine logits: "
     "log p(v) = log_softmax(scale * cos(W h, e(v))).",
     10.0,
   )
-  calibrate_logit_scale: bool = _flag(
+  calibrate_logit_scale: bool = cli.param(
     "Continuous head: after the final eval, store in config.json the scale "
     "(of losses.LOGIT_SCALES) with the lowest eval cross-entropy.",
     True,
   )
-  synthetic_data: bool = _flag("Random ids instead of --input_file (benchmarking).", False)
-  synthetic_length: int = _flag("Mean sentence length of --synthetic_data.", 32)
-  deterministic: bool = _flag(
+  synthetic_data: bool = cli.param("Random ids instead of --input_file (benchmarking).", False)
+  synthetic_length: int = cli.param("Mean sentence length of --synthetic_data.", 32)
+  deterministic: bool = cli.param(
     "TF op determinism (tf.config.experimental.enable_op_determinism): the same --seed and "
     "data give the same losses, and a run resumed after a kill continues bit-identically "
     "(same device kind and strategy; some GPU ops are slower or refuse to run).",
