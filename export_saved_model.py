@@ -76,6 +76,7 @@ import tensorflow as tf
 import cli
 import inference
 import io_utils
+import kinds
 
 FLAGS = flags.FLAGS
 
@@ -183,31 +184,13 @@ class ExportModule(tf.Module):
 
   def _inputs(self, texts):
     """texts [B] -> input_ids, input_mask int32 [B, T], lengths int32 [B],
-    truncated bool [B].
-
-    Same truncation as inference.NeuralLM.tokenize: keep the first
-    max_seq_length - 2 pieces, then wrap in the boundary tokens. A model
-    trained on normalized text first checks that texts are normalized.
-    """
+    truncated bool [B] (`inference.ScoringGraph.frame`). A model trained on
+    normalized text first checks that texts are normalized."""
     if self._normalization != "none":
       texts = self._assert_normalized(texts)
-    pieces = self.tokenizer(texts)  # [B, (P)]
-    keep = self._max_seq_length - 2
-    truncated = pieces.row_lengths() > keep
-    pieces = pieces[:, :keep]
-    column = tf.ones([tf.shape(texts)[0], 1], tf.int32)
-    ids = tf.concat([column * self._bos_id, pieces, column * self._eos_id], axis=1)  # [B, (P + 2)]
-    lengths = tf.cast(ids.row_lengths(), tf.int32)
-    input_ids = ids.to_tensor(default_value=self._pad_id)  # [B, T]
-    # An empty batch comes out [0, 0]; every sentence has at least its two
-    # boundary tokens, so make T >= 2 and the slices below valid for B = 0.
-    input_ids = tf.pad(
-      input_ids,
-      [[0, 0], [0, tf.maximum(2 - tf.shape(input_ids)[1], 0)]],
-      constant_values=self._pad_id,
+    return self.graph.frame(
+      self.tokenizer(texts), self._max_seq_length, self._bos_id, self._eos_id, self._pad_id
     )
-    input_mask = tf.sequence_mask(lengths, tf.shape(input_ids)[1], tf.int32)
-    return input_ids, input_mask, lengths, truncated
 
   def _assert_normalized(self, texts):
     """texts tf.string [B], passed on only once each is found normalized.
@@ -225,77 +208,17 @@ class ExportModule(tf.Module):
       return tf.identity(texts)
 
   def _scored_span(self, lengths):
-    """[starts, limits) int32 [B] of the scored positions of each sentence.
-
-    The rule of `inference.scored_positions` on a batch: [SOS] only with
-    score_sos (never for unilm: NeuralLM clears the flag), [EOS] unless
-    score_eos is off.
-    """
-    starts = tf.fill(tf.shape(lengths), 0 if self._score_sos else 1)
-    limits = lengths if self._score_eos else lengths - 1
+    """[starts, limits) int32 [B] of the scored positions of each sentence (`kinds.scored_span`;
+    NeuralLM has already cleared score_sos for a kind that cannot score [SOS])."""
+    first, limits = kinds.scored_span(self._model_type, lengths, self._score_sos, self._score_eos)
+    starts = tf.fill(tf.shape(lengths), first)
     return starts, tf.maximum(limits, starts)
 
-  # ------------------------------------------------------- masked copies
-
-  def _mask_copies(self, input_ids, input_mask, starts, limits):
-    """One copy per (sentence b, position p in [starts[b], limits[b])) with
-    token p replaced by [MASK].
-
-    Returns:
-      rows int32 [R] (the sentence of each copy), positions int32 [R],
-      copies and copy_mask int32 [R, T], targets int32 [R] (the token each
-      [MASK] replaced).
-    """
-    positions = tf.ragged.range(starts, limits)  # [B, (R_b)]
-    rows = tf.cast(positions.value_rowids(), tf.int32)  # [R]
-    positions = positions.flat_values  # [R]
-    copies = tf.gather(input_ids, rows)  # [R, T]
-    targets = tf.gather(copies, positions, batch_dims=1)  # [R]
-    copies = tf.where(
-      tf.one_hot(positions, tf.shape(input_ids)[1], on_value=True, off_value=False, dtype=tf.bool),
-      self._mask_id,
-      copies,
+  def _masked_copies(self, input_ids, input_mask, starts, limits, with_head):
+    """`inference.ScoringGraph.masked_copies` with this export's [MASK] id and token budget."""
+    return self.graph.masked_copies(
+      input_ids, input_mask, starts, limits, self._mask_id, self._token_budget, with_head
     )
-    return rows, positions, copies, tf.gather(input_mask, rows), targets
-
-  def _run_copies(self, copies, copy_mask, positions, targets, with_head):
-    """Runs the masked copies in chunks within the token budget.
-
-    Args:
-      copies, copy_mask: int32 [R, T].
-      positions, targets: int32 [R].
-      with_head: Python bool; also return log p of the masked tokens.
-
-    Returns:
-      hidden at the masked position float32 [R, D], and log p of the
-      original token there float32 [R] (None unless with_head).
-    """
-    num_copies = tf.shape(copies)[0]
-    # Rows per forward pass: a sentence of 128 tokens has up to 127 copies,
-    # and a batch of sentences many more; the budget bounds the memory.
-    # (max(width, 1): an empty batch has width 0.)
-    chunk = tf.maximum(self._token_budget // tf.maximum(tf.shape(copies)[1], 1), 1)
-    dim = self.graph.model.config.hidden_size
-
-    def body(begin, hidden_acc, logp_acc):
-      end = tf.minimum(begin + chunk, num_copies)
-      part = (copies[begin:end], copy_mask[begin:end], positions[begin:end])
-      if with_head:
-        logp, at_mask = self.graph.masked_copy_scores(*part, targets[begin:end])
-        logp_acc = tf.concat([logp_acc, logp], 0)
-      else:
-        at_mask = self.graph.masked_hidden(*part)
-      return end, tf.concat([hidden_acc, at_mask], 0), logp_acc
-
-    # A while_loop (not a Python loop) because R is only known at run time;
-    # concatenating the chunks' results costs little next to the model.
-    _, hidden, logp = tf.while_loop(
-      lambda begin, *_: begin < num_copies,
-      body,
-      (tf.constant(0), tf.zeros([0, dim]), tf.zeros([0])),
-      shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, dim]), tf.TensorShape([None])),
-    )
-    return hidden, (logp if with_head else None)
 
   # --------------------------------------------------------- signatures
 
@@ -315,10 +238,9 @@ class ExportModule(tf.Module):
     if self._masked_copies_kind:
       # Position i's vector from the copy with token i masked, i over the
       # word pieces 1 .. n-2; a sentence without pieces gets zeros.
-      rows, positions, copies, copy_mask, targets = self._mask_copies(
-        input_ids, input_mask, tf.ones_like(lengths), tf.maximum(lengths - 1, 1)
+      rows, _, at_mask, _ = self._masked_copies(
+        input_ids, input_mask, tf.ones_like(lengths), tf.maximum(lengths - 1, 1), with_head=False
       )
-      at_mask, _ = self._run_copies(copies, copy_mask, positions, targets, with_head=False)
       out["context_intact"] = out["context"]
       out["context"] = tf.math.unsorted_segment_mean(at_mask, rows, tf.shape(lengths)[0])
     return out
@@ -337,10 +259,9 @@ class ExportModule(tf.Module):
     input_ids, input_mask, lengths, truncated = self._inputs(texts)
     starts, limits = self._scored_span(lengths)
     if self._masked_copies_kind:
-      rows, positions, copies, copy_mask, targets = self._mask_copies(
-        input_ids, input_mask, starts, limits
+      rows, positions, _, logp = self._masked_copies(
+        input_ids, input_mask, starts, limits, with_head=True
       )
-      _, logp = self._run_copies(copies, copy_mask, positions, targets, with_head=True)
       token_logprobs = tf.scatter_nd(
         tf.stack([rows, positions], 1), logp, tf.shape(input_ids)
       )  # [B, T]

@@ -399,6 +399,94 @@ class ScoringGraph(tf.Module):
       "last": tf.gather(sequence, lengths - 1, batch_dims=1),
     }
 
+  # ------------------------------------------------ the SavedModel's input side
+  # In-graph twins of what NeuralLM does in NumPy before and around its graph calls (the
+  # tokenizer runs in the graph there); tests/test_export.py checks both give the same numbers.
+
+  def frame(self, pieces, max_seq_length, bos_id, eos_id, pad_id):
+    """Word-piece ids -> padded `[BOS] pieces [EOS]` rows, as `NeuralLM.tokenize`: the first
+    max_seq_length - 2 pieces are kept.
+
+    Args:
+      pieces: int RaggedTensor [B, (P)].
+      max_seq_length, bos_id, eos_id, pad_id: Python ints (constants of the graph).
+
+    Returns:
+      input_ids, input_mask int32 [B, T]; lengths int32 [B]; truncated bool [B].
+    """
+    keep = max_seq_length - 2
+    truncated = pieces.row_lengths() > keep
+    pieces = pieces[:, :keep]
+    column = tf.ones_like(truncated, tf.int32)[:, tf.newaxis]  # [B, 1]
+    ids = tf.concat([column * bos_id, pieces, column * eos_id], axis=1)  # [B, (P + 2)]
+    lengths = tf.cast(ids.row_lengths(), tf.int32)
+    input_ids = ids.to_tensor(default_value=pad_id)  # [B, T]
+    # An empty batch comes out [0, 0]; every sentence has at least its two
+    # boundary tokens, so make T >= 2 and later slices valid for B = 0.
+    input_ids = tf.pad(
+      input_ids,
+      [[0, 0], [0, tf.maximum(2 - tf.shape(input_ids)[1], 0)]],
+      constant_values=pad_id,
+    )
+    input_mask = tf.sequence_mask(lengths, tf.shape(input_ids)[1], tf.int32)
+    return input_ids, input_mask, lengths, truncated
+
+  def masked_copies(self, input_ids, input_mask, starts, limits, mask_id, token_budget, with_head):
+    """One copy per (sentence b, position p in [starts[b], limits[b])) with token p replaced
+    by [MASK], run in chunks within the token budget (`NeuralLM._masked_copies` in the graph).
+
+    Args:
+      input_ids, input_mask: int32 [B, T].
+      starts, limits: int32 [B].
+      mask_id, token_budget: Python ints.
+      with_head: Python bool; also return log p of the masked tokens.
+
+    Returns:
+      rows int32 [R] (the sentence of each copy), positions int32 [R], hidden at the mask
+      float32 [R, D], log p of the original token there float32 [R] (None unless with_head).
+    """
+    positions = tf.ragged.range(starts, limits)  # [B, (R_b)]
+    rows = tf.cast(positions.value_rowids(), tf.int32)  # [R]
+    positions = positions.flat_values  # [R]
+    copies = tf.gather(input_ids, rows)  # [R, T]
+    targets = tf.gather(copies, positions, batch_dims=1)  # [R]
+    is_masked = tf.one_hot(
+      positions, tf.shape(input_ids)[1], on_value=True, off_value=False, dtype=tf.bool
+    )
+    copies = tf.where(is_masked, mask_id, copies)
+    hidden, logp = self._run_copies(
+      copies, tf.gather(input_mask, rows), positions, targets, token_budget, with_head
+    )
+    return rows, positions, hidden, logp
+
+  def _run_copies(self, copies, copy_mask, positions, targets, token_budget, with_head):
+    num_copies = tf.shape(copies)[0]
+    # Rows per forward pass: a sentence of 128 tokens has up to 127 copies,
+    # and a batch of sentences many more; the budget bounds the memory.
+    # (max(width, 1): an empty batch has width 0.)
+    chunk = tf.maximum(token_budget // tf.maximum(tf.shape(copies)[1], 1), 1)
+    dim = self.model.config.hidden_size
+
+    def body(begin, hidden_acc, logp_acc):
+      end = tf.minimum(begin + chunk, num_copies)
+      part = (copies[begin:end], copy_mask[begin:end], positions[begin:end])
+      if with_head:
+        logp, at_mask = self.masked_copy_scores(*part, targets[begin:end])
+        logp_acc = tf.concat([logp_acc, logp], 0)
+      else:
+        at_mask = self.masked_hidden(*part)
+      return end, tf.concat([hidden_acc, at_mask], 0), logp_acc
+
+    # A while_loop (not a Python loop) because R is only known at run time;
+    # concatenating the chunks' results costs little next to the model.
+    _, hidden, logp = tf.while_loop(
+      lambda begin, *_: begin < num_copies,
+      body,
+      (tf.constant(0), tf.zeros([0, dim]), tf.zeros([0])),
+      shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, dim]), tf.TensorShape([None])),
+    )
+    return hidden, (logp if with_head else None)
+
 
 def backend_dtype(backend):
   """The element type a backend's matmuls run in: "float32" or "bfloat16"."""

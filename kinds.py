@@ -134,12 +134,21 @@ def display_name(model_type):
   return kind.display_name if kind else model_type
 
 
-def scored_positions(model_type, length, score_sos=False, score_eos=True):
-  """Positions whose token is scored, for a sentence of `length` tokens.
+def scored_span(model_type, lengths, score_sos=False, score_eos=True):
+  """The scored positions [first, limits) of sentences of `lengths` tokens: the one statement
+  of the rule, for Python ints, NumPy arrays and (in the SavedModel's graph) tensors alike.
 
   `[BOS] pieces [EOS]`: the start token only on request and only for kinds that can predict it;
   the end token unless score_eos is False.
+
+  Returns:
+    (first, limits): first an int; limits like `lengths`.
   """
   first = 0 if score_sos and get(model_type).scores_sos else 1
-  last = length if score_eos else length - 1
-  return list(range(first, last))
+  return first, (lengths if score_eos else lengths - 1)
+
+
+def scored_positions(model_type, length, score_sos=False, score_eos=True):
+  """Positions whose token is scored, for a sentence of `length` tokens (`scored_span`)."""
+  first, limit = scored_span(model_type, length, score_sos, score_eos)
+  return list(range(first, limit))
