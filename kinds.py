@@ -10,8 +10,9 @@ read it too. The table, and what adding a kind takes: docs/DESIGN.md §2.4.
 import dataclasses
 
 # Which keys query f may attend (modeling.create_attention_mask implements each):
-# "dmsa": every real key but f itself (T-TA); "full": every real key; "causal": keys t <= f.
-ATTENTION_PATTERNS = ("dmsa", "full", "causal")
+# "dmsa": every real key but f itself (T-TA); "full": every real key; "causal": keys t <= f;
+# "word_l2r": every real key but f and the later pieces of f's word (PLL-word-l2r in one pass).
+ATTENTION_PATTERNS = ("dmsa", "full", "causal", "word_l2r")
 # How a sentence is scored: "one_pass" reads every token's prediction from one forward pass;
 # "masked_copies" runs one copy per scored position with that token replaced by [MASK].
 SCORING_RULES = ("one_pass", "masked_copies")

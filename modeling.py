@@ -530,41 +530,77 @@ def _prefixed(scope, names):
   return {scope + "/" + name: var for name, var in names.items()}
 
 
-def _dmsa_keys(query, key):
+def _dmsa_keys(query, key, words):
   # DMSA: query i must not see key i, which carries token i.
-  return tf.not_equal(query, key)
+  del words
+  return tf.not_equal(query, key)[tf.newaxis]
 
 
-def _causal_keys(query, key):
-  return query >= key
+def _causal_keys(query, key, words):
+  del words
+  return (query >= key)[tf.newaxis]
+
+
+def _word_l2r_keys(query, key, words):
+  # DMSA generalised to words: query i sees neither its own piece nor the later pieces of its
+  # word, so output i is p(piece i | other words, earlier pieces of its word) (PLL-word-l2r).
+  same_word = tf.equal(words[:, :, tf.newaxis], words[:, tf.newaxis, :])  # [B, F, T]
+  return tf.logical_not(tf.logical_and(same_word, key >= query))
 
 
 # Which keys each attention pattern (kinds.ATTENTION_PATTERNS) lets query f see, beyond the
-# padding mask: bool [F, T] from the positions [F, 1] and [1, T]; None adds no restriction.
-_PATTERN_KEYS = {"dmsa": _dmsa_keys, "full": None, "causal": _causal_keys}
+# padding mask: bool [B or 1, F, T] from the positions [F, 1] and [1, T] and the word index of
+# every token [B, T] (`word_ids`; None where no pattern reads it); None adds no restriction.
+_PATTERN_KEYS = {
+  "dmsa": _dmsa_keys,
+  "full": None,
+  "causal": _causal_keys,
+  "word_l2r": _word_l2r_keys,
+}
+# The patterns that need the word index of every token (inputs["word_ids"]).
+WORD_PATTERNS = ("word_l2r",)
 
 
-def create_attention_mask(input_mask, model_type):
+def word_ids(is_continuation):
+  """The word each token belongs to, from WordPiece continuation flags.
+
+  Args:
+    is_continuation: bool or int [B, T], true where the piece continues the previous word
+      ("##ing"); boundary tokens and padding are not continuations.
+
+  Returns:
+    int32 [B, T], counting words from 1 along each row; the pieces of one word share a value.
+  """
+  starts = 1 - tf.cast(is_continuation, tf.int32)
+  return tf.cumsum(starts, axis=1)
+
+
+def create_attention_mask(input_mask, pattern, words=None):
   """Which keys each query may attend to.
 
   Args:
     input_mask: int32 [B, T], 1 for real tokens, 0 for padding.
-    model_type: one of kinds.MODEL_TYPES; its attention pattern decides.
+    pattern: one of kinds.ATTENTION_PATTERNS (a kind's `attention`, or a scoring mode's).
+    words: int32 [B, T], `word_ids`; needed by WORD_PATTERNS only.
 
   Returns:
-    float32 [B, 1, F=T, T]; 1 where query f may attend key t.
+    float32 [B, 1, F=T, T] (or [B, 1, 1, T] for "full"); 1 where query f may attend key t.
   """
+  if pattern not in _PATTERN_KEYS:
+    raise ValueError(f"attention pattern {pattern!r} is not one of {tuple(_PATTERN_KEYS)}")
+  if pattern in WORD_PATTERNS and words is None:
+    raise ValueError(f"attention pattern {pattern!r} needs the word ids of the tokens")
   seq_length = tf.shape(input_mask)[1]
   # Padded keys are never attendable (the authors' first release let T-TA
   # attend to them, joongbo/tta#4; we do not reproduce that).
   mask = tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]
-  pattern = _PATTERN_KEYS[kinds.get(model_type).attention]
-  if pattern is not None:
+  keys = _PATTERN_KEYS[pattern]
+  if keys is not None:
     # Position comparisons rather than tf.eye / tf.linalg.band_part: the same 0/1 matrices from
     # ops every runtime converts (OpenVINO has no MatrixDiagV3), and no [T, T] ones to build.
     query = tf.range(seq_length)[:, tf.newaxis]  # [F, 1]
     key = tf.range(seq_length)[tf.newaxis, :]  # [1, T]
-    mask *= tf.cast(pattern(query, key), tf.float32)
+    mask *= tf.cast(keys(query, key, words), tf.float32)[:, tf.newaxis]
   return mask
 
 
@@ -602,15 +638,18 @@ class TransformerLM(keras.Model):
       layer.build()
     self.lm_head.build()
 
-  def encode(self, inputs, training=False, fused_key_value=None):
+  def encode(self, inputs, training=False, fused_key_value=None, attention=None):
     """Runs the encoder.
 
     Args:
-      inputs: dict with "input_ids" and "input_mask", int32 [B, T], and for
-        a kind with token types optionally "segment_ids" int32 [B, T].
+      inputs: dict with "input_ids" and "input_mask", int32 [B, T], for
+        a kind with token types optionally "segment_ids" int32 [B, T], and
+        for a word attention pattern "word_ids" int32 [B, T] (`word_ids`).
       training: bool; enables dropout.
       fused_key_value: T-TA only: `fused_key_value_weights()` (or a variable
         snapshot of them) to project every layer's key/value in one matmul.
+      attention: an attention pattern in place of the kind's own (a T-TA
+        scored word by word); None: the kind's.
 
     Returns:
       (sequence_output, embedding_output), float32 [B, T, D] each.
@@ -618,7 +657,9 @@ class TransformerLM(keras.Model):
     input_ids = inputs["input_ids"]
     input_mask = inputs["input_mask"]
     embedding_output = self.embeddings(input_ids, inputs.get("segment_ids"), training=training)
-    attention_mask = create_attention_mask(input_mask, self.model_type)
+    attention_mask = create_attention_mask(
+      input_mask, attention or self.kind.attention, inputs.get("word_ids")
+    )
     if self.kind.input_isolation:
       batch_size, seq_length = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
       hidden = self.embeddings.mask_query(batch_size, seq_length, training)

@@ -62,7 +62,7 @@ def test_table_names_match_keys_and_lists_derive_from_it():
 @pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.name)
 def test_attention_mask_follows_the_pattern(kind):
   _, mask = padded_batch()
-  got = modeling.create_attention_mask(tf.constant(mask), kind.name).numpy()
+  got = modeling.create_attention_mask(tf.constant(mask), kind.attention).numpy()
   want = expected_mask(kind.attention, mask)
   # A pattern without position rules may leave the query axis to broadcasting.
   np.testing.assert_array_equal(np.broadcast_to(got, want.shape), want)
@@ -137,3 +137,53 @@ def test_scoring_rule_reads_what_the_trait_says(kind, tokenizer):
       expected.append(log_probs[0, p - kind.prediction_offset, ids[0, p]])
   got = lm.score([sentence])[0].token_logprobs
   np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+# Words of the padded batch's rows: row 0 = [SOS] w1 w2 ##a ##b [EOS], row 1 = [SOS] w1 ##a [EOS].
+CONTINUATION = np.array([[0, 0, 0, 1, 1, 0], [0, 0, 1, 0, 0, 0]], np.int32)
+
+
+def test_word_ids_count_words_and_keep_pieces_together():
+  np.testing.assert_array_equal(
+    modeling.word_ids(tf.constant(CONTINUATION)).numpy(),
+    [[1, 2, 3, 3, 3, 4], [1, 2, 2, 3, 4, 5]],
+  )
+
+
+def test_word_l2r_mask_hides_the_piece_and_the_later_pieces_of_its_word():
+  _, mask = padded_batch()
+  words = modeling.word_ids(tf.constant(CONTINUATION))
+  got = modeling.create_attention_mask(tf.constant(mask), "word_l2r", words).numpy()[:, 0]
+  # Row 0, query 3 (the first "##a" of word 3 = positions 2..4): sees 0, 1, 2 and 5, not 3, 4.
+  np.testing.assert_array_equal(got[0, 3], [1, 1, 1, 0, 0, 1])
+  # Query 2 (the word's first piece) sees no piece of its word; query 4 (its last) sees 2, 3.
+  np.testing.assert_array_equal(got[0, 2], [1, 1, 0, 0, 0, 1])
+  np.testing.assert_array_equal(got[0, 4], [1, 1, 1, 1, 0, 1])
+  # A one-piece word is DMSA; padded keys stay hidden.
+  np.testing.assert_array_equal(got[1, 0], [0, 1, 1, 1, 0, 0])
+  with pytest.raises(ValueError, match="needs the word ids"):
+    modeling.create_attention_mask(tf.constant(mask), "word_l2r")
+
+
+def test_tta_scored_with_the_word_mask_is_exactly_blind_to_its_piece_and_later_ones(models):
+  """Output i is bit-identical when token i or a later piece of its word changes, and changes
+  when an earlier piece of its word or another word changes (input isolation makes it exact)."""
+  model = models["tta"]
+  ids, mask = padded_batch()
+  words = modeling.word_ids(tf.constant(CONTINUATION)).numpy()
+
+  def output(x):
+    inputs = {"input_ids": x, "input_mask": mask, "word_ids": words}
+    return model.encode(inputs, attention="word_l2r")[0].numpy()
+
+  base = output(ids)
+  for row, n in enumerate(LENGTHS):
+    for i in range(n):
+      for j in range(n):
+        changed = ids.copy()
+        changed[row, j] = 10 + (changed[row, j] - 9) % 89
+        out = output(changed)[row, i]
+        if words[row, j] == words[row, i] and j >= i:
+          np.testing.assert_array_equal(out, base[row, i])
+        else:
+          assert not np.array_equal(out, base[row, i]), (row, i, j)
