@@ -54,7 +54,6 @@ import kinds
 import model_dir as model_dir_lib
 import modeling
 import normalization as normalization_lib
-import tokenization
 
 POOLINGS = ("context", "embed", "first", "last")
 BACKENDS = ("tf", "openvino", "openvino_bf16")
@@ -932,14 +931,14 @@ def cosine(a, b):
 
 
 def _boundary_ids(tokenizer):
-  """(start, end) ids of the pair `tokenization.boundary_tokens` chooses."""
+  """(start, end) ids of the tokenizer's pair, which the model's config.json (or the vocab, for
+  a config without one) decided when the tokenizer was made."""
   if tokenizer.mask_id is None:
     raise ValueError(f"vocab {tokenizer.vocab_file} has no [MASK] token")
   try:
-    start, end = tokenization.boundary_tokens(tokenizer.vocab)
+    return tokenizer.boundary_ids()
   except ValueError as e:
     raise ValueError(f"vocab {tokenizer.vocab_file}: {e}") from None
-  return tokenizer.vocab[start], tokenizer.vocab[end]
 
 
 # NeuralLM options that change how fast scores are computed, never what they
@@ -1024,9 +1023,16 @@ def describe(lm):
     "score_sos": lm.score_sos,
     "max_seq_length": lm.max_seq_length,
     **common,
+    # Only when not [SOS]/[EOS], the frame of every model trained here, so the keys of their
+    # caches stay what they were; a BERT scored with [SOS]/[EOS] before gets a new key.
+    **_boundary_identity(lm.tokenizer.boundary_tokens),
     # Only when not float32, so the keys of float32 caches stay what they were.
     **({"precision": "bfloat16"} if backend_dtype(lm.backend) == "bfloat16" else {}),
   }
+
+
+def _boundary_identity(pair):
+  return {} if tuple(pair) == ("[SOS]", "[EOS]") else {"boundary_tokens": list(pair)}
 
 
 def model_id(identity):

@@ -158,12 +158,24 @@ def load_model_dir(model_dir, checkpoint=None):
     raise FileNotFoundError(
       f"{vocab_file} not found; a model dir needs {CONFIG_FILE}, {VOCAB_FILE} and a checkpoint"
     )
-  tokenizer = tokenization.FullTokenizer(vocab_file, config.do_lower_case)
+  tokenizer = tokenizer_for(config, vocab_file)
   model = modeling.build_model(config)
   checkpoint = checkpoint or resolve_checkpoint(model_dir)
   _restore_for_inference(model, checkpoint, config_path(model_dir))
   logging.info("loaded %s model from %s", config.model_type, checkpoint)
   return model, tokenizer
+
+
+def tokenizer_for(config, vocab_file):
+  """The `tokenization.FullTokenizer` a model of `config` reads its text with.
+
+  Lower-casing and the pair of boundary tokens come from the config (config.json), so every
+  path that encodes text (scoring, vectors, the SavedModel export) frames sentences alike; a
+  config without boundary_tokens gets the vocab's pair, as before the field existed.
+  """
+  return tokenization.FullTokenizer(
+    vocab_file, config.do_lower_case, boundary_tokens=config.boundary_tokens
+  )
 
 
 # TF's message when a checkpoint value does not fit the variable the config built.
@@ -305,21 +317,59 @@ def weights_fingerprint(model):
 # ------------------------------------------------ Google BERT and TF1 files
 
 
+# The sentence frame of BERT checkpoints (Google's, Hugging Face's): BERT was trained on
+# [CLS] ... [SEP], whatever else its vocab holds.
+BERT_BOUNDARY_TOKENS = ("[CLS]", "[SEP]")
+
+
 def load_google_bert(bert_dir, do_lower_case=True):
   """Loads a Google BERT release dir (bert_config.json, vocab.txt,
   bert_model.ckpt) as model_type "bert"; returns (model, tokenizer).
 
   Sentences are wrapped in [CLS] ... [SEP], as BERT was trained.
   """
-  config = modeling.TTAConfig.from_json_file(os.path.join(bert_dir, "bert_config.json"))
-  tokenizer = tokenization.FullTokenizer(
-    vocab_path(bert_dir), do_lower_case, boundary_tokens=("[CLS]", "[SEP]")
+  return load_tf1_model(
+    os.path.join(bert_dir, "bert_config.json"),
+    vocab_path(bert_dir),
+    os.path.join(bert_dir, "bert_model.ckpt"),
+    "bert",
+    do_lower_case,
+    BERT_BOUNDARY_TOKENS,
   )
+
+
+def load_tf1_model(
+  config_file, vocab_file, checkpoint, model_type, do_lower_case=True, boundary_tokens=None
+):
+  """Loads a TF1 name-based checkpoint with its BERT-style config and vocab: a Google BERT
+  release, or the T-TA authors' (config.layer-3.vocab-lower.sub-32k.json, their vocab,
+  model.ckpt). Returns (model, tokenizer).
+
+  Args:
+    config_file: BERT's config JSON (extra keys, like the authors' "vocab_file", are kept).
+    vocab_file: the vocab the checkpoint was trained with.
+    checkpoint: the checkpoint prefix (e.g. DIR/model.ckpt).
+    model_type: "bert" for Google's (token types), "tta" for the authors'.
+    do_lower_case: how the vocab was made (BERT's "uncased" releases and the authors': True).
+    boundary_tokens: the pair the model was trained with, recorded in its config; None: the
+      vocab's pair.
+  """
+  config = modeling.TTAConfig.from_json_file(config_file)
+  config.model_type = model_type
+  config.do_lower_case = do_lower_case
+  if boundary_tokens is not None:
+    config.boundary_tokens = list(boundary_tokens)
+  tokenizer = tokenizer_for(config, vocab_file)
+  if tokenizer.mask_id is None:
+    raise ValueError(f"vocab {vocab_file} has no [MASK] token")
   config.mask_token_id = tokenizer.mask_id
-  model = modeling.build_model(config, "bert")
-  report = load_tf1_checkpoint(model, os.path.join(bert_dir, "bert_model.ckpt"))
+  model = modeling.build_model(config, model_type)
+  report = load_tf1_checkpoint(model, checkpoint)
   logging.info(
-    "loaded Google BERT from %s (ignored: %s)", bert_dir, ", ".join(report["ignored"]) or "none"
+    "loaded %s from %s (ignored: %s)",
+    model_type,
+    checkpoint,
+    ", ".join(report["ignored"]) or "none",
   )
   return model, tokenizer
 

@@ -68,7 +68,11 @@ class TTAConfig(object):
     "continuous_logit_scale",
     "do_lower_case",
     "normalization",
+    "boundary_tokens",
   )
+  # Fields left out of the JSON while unset, so that config files (and the score-cache
+  # identities built from them) written before the field existed stay byte for byte the same.
+  _OMITTED_WHEN_NONE = ("boundary_tokens",)
 
   def __init__(
     self,
@@ -90,6 +94,7 @@ class TTAConfig(object):
     continuous_logit_scale=10.0,
     do_lower_case=True,
     normalization="none",
+    boundary_tokens=None,
     **extra,
   ):
     """Constructs a TTAConfig.
@@ -123,6 +128,11 @@ class TTAConfig(object):
       normalization: str. The text normalization of the training text
         ("none" or "librispeech", see normalization.py); inference applies
         it to its input too.
+      boundary_tokens: [start, end] tokens that frame every sentence the model
+        reads: ["[CLS]", "[SEP]"] for BERT checkpoints (Google's, Hugging
+        Face's), which were trained on them even when the vocab also holds
+        [SOS]/[EOS]. None: the vocab's pair (`tokenization.boundary_tokens`),
+        what model dirs written before this field get.
       **extra: further keys found in a JSON file (e.g. the authors'
         "vocab_file"); kept so the file round-trips, never used.
     """
@@ -144,6 +154,7 @@ class TTAConfig(object):
     self.continuous_logit_scale = continuous_logit_scale
     self.do_lower_case = do_lower_case
     self.normalization = normalization
+    self.boundary_tokens = None if boundary_tokens is None else list(boundary_tokens)
     self.extra = dict(extra)
     self.validate()
 
@@ -166,6 +177,9 @@ class TTAConfig(object):
       raise ValueError(
         f"mask_token_id {self.mask_token_id:d} is outside the vocabulary [0, {self.vocab_size:d})"
       )
+    pair = self.boundary_tokens
+    if pair is not None and (len(pair) != 2 or not all(isinstance(t, str) and t for t in pair)):
+      raise ValueError(f"boundary_tokens must be two tokens [start, end], got {pair!r}")
 
   @classmethod
   def from_dict(cls, json_object):
@@ -181,7 +195,11 @@ class TTAConfig(object):
       raise ValueError(f"{json_file}: bad model config: {e}") from e
 
   def to_dict(self):
-    output = {name: getattr(self, name) for name in self._FIELDS}
+    output = {
+      name: getattr(self, name)
+      for name in self._FIELDS
+      if not (name in self._OMITTED_WHEN_NONE and getattr(self, name) is None)
+    }
     output.update(copy.deepcopy(self.extra))
     return output
 

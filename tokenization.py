@@ -144,7 +144,9 @@ def boundary_tokens(vocab):
 
   [SOS]/[EOS] (the T-TA authors' vocab and every vocab `build_vocab` makes),
   else Google BERT's [CLS]/[SEP]: a BERT vocab has no [SOS]/[EOS], and BERT
-  was trained on [CLS] ... [SEP].
+  was trained on [CLS] ... [SEP]. The rule for a model whose config.json
+  records no pair (`modeling.TTAConfig.boundary_tokens`): a BERT checkpoint
+  records [CLS]/[SEP], since its vocab may hold [SOS]/[EOS] as well.
 
   Args:
     vocab: container of tokens (e.g. the mapping from `load_vocab`).
@@ -159,6 +161,20 @@ def boundary_tokens(vocab):
     if pair[0] in vocab and pair[1] in vocab:
       return pair
   raise ValueError("the vocab has neither [SOS]/[EOS] nor [CLS]/[SEP] to frame a sentence")
+
+
+def _framing_pair(vocab, pair):
+  """`pair` (a model's recorded boundary tokens) as a tuple, else the vocab's pair.
+
+  A vocab with neither pair gets ("[SOS]", "[EOS]"): it still splits text into pieces, and
+  framing a sentence fails naming the missing tokens.
+  """
+  if pair is not None:
+    return tuple(pair)
+  try:
+    return boundary_tokens(vocab)
+  except ValueError:
+    return ("[SOS]", "[EOS]")
 
 
 def write_vocab(tokens, vocab_file):
@@ -270,7 +286,7 @@ class InGraphTokenizer(tf.Module):
     vocab,
     do_lower_case=True,
     max_input_chars_per_word=200,
-    boundary_tokens=("[SOS]", "[EOS]"),
+    boundary_tokens=None,
     name=None,
   ):
     """Compiles the vocab into tensorflow-text's FastWordpieceTokenizer.
@@ -280,10 +296,10 @@ class InGraphTokenizer(tf.Module):
         the list of tokens in id order.
       do_lower_case: lower-case and strip accents before splitting.
       max_input_chars_per_word: a longer word (in characters) becomes [UNK].
-      boundary_tokens: (start, end) tokens `encode` puts around a sentence;
-        ("[CLS]", "[SEP]") for a Google BERT vocab, which has no [SOS]/[EOS]
-        (`boundary_tokens(vocab)` chooses the pair a vocab supports).
-        Missing ones only make `encode` fail.
+      boundary_tokens: (start, end) tokens `encode` puts around a sentence,
+        as the model's config.json records them; None: the vocab's pair
+        (`boundary_tokens(vocab)`). Missing ones (or a vocab with neither
+        pair) only make `encode` fail.
       name: tf.Module name.
 
     Raises:
@@ -299,7 +315,7 @@ class InGraphTokenizer(tf.Module):
     self.max_input_chars_per_word = int(max_input_chars_per_word)
     self.vocab_size = len(tokens)
     self.pad_id = token_to_id["[PAD]"]
-    self.boundary_tokens = tuple(boundary_tokens)
+    self.boundary_tokens = _framing_pair(token_to_id, boundary_tokens)
     self._start_id = token_to_id.get(self.boundary_tokens[0])
     self._end_id = token_to_id.get(self.boundary_tokens[1])
     # Any word of at most max_input_chars_per_word characters is at most 4x
@@ -386,9 +402,8 @@ class InGraphTokenizer(tf.Module):
     missing = [t for t, i in zip(self.boundary_tokens, (self._start_id, self._end_id)) if i is None]
     if missing:
       raise ValueError(
-        f"encode() needs the boundary tokens {self.boundary_tokens} but the vocab has no "
-        f"{', '.join(missing)}; for a Google BERT vocab pass "
-        "boundary_tokens=('[CLS]', '[SEP]')."
+        f"framing a sentence needs the boundary tokens {self.boundary_tokens} but the vocab "
+        f"has no {', '.join(missing)}"
       )
     return self._start_id, self._end_id
 
@@ -455,7 +470,7 @@ class FullTokenizer(object):
     vocab_file,
     do_lower_case=True,
     max_input_chars_per_word=200,
-    boundary_tokens=("[SOS]", "[EOS]"),
+    boundary_tokens=None,
   ):
     """Loads the vocab and builds the graph tokenizer.
 
@@ -463,7 +478,8 @@ class FullTokenizer(object):
       vocab_file: vocab path (see `load_vocab`).
       do_lower_case: lower-case and strip accents (uncased models).
       max_input_chars_per_word: a longer word becomes [UNK].
-      boundary_tokens: tokens `encode` puts around a sentence.
+      boundary_tokens: (start, end) tokens `encode` puts around a sentence
+        (the model's `TTAConfig.boundary_tokens`); None: the vocab's pair.
 
     Raises:
       ValueError: for a malformed vocab file, or one without [UNK] or [PAD].
@@ -479,13 +495,14 @@ class FullTokenizer(object):
         raise ValueError(
           f"{vocab_file}: the vocab has no {required} token; the tokenizer needs it."
         )
-    self.boundary_tokens = tuple(boundary_tokens)
     self._graph = InGraphTokenizer(
       self.vocab,
       do_lower_case=do_lower_case,
       max_input_chars_per_word=max_input_chars_per_word,
       boundary_tokens=boundary_tokens,
     )
+    # Resolved once, by the graph tokenizer: the pair the Python path and an export both use.
+    self.boundary_tokens = self._graph.boundary_tokens
     # Id -> token as a list: indexing beats dict lookups on large batches.
     size = max(self.inv_vocab) + 1
     self._id_to_token = [self.inv_vocab.get(i) for i in range(size)]
@@ -498,6 +515,10 @@ class FullTokenizer(object):
   def graph_tokenizer(self):
     """Returns the InGraphTokenizer this tokenizer runs."""
     return self._graph
+
+  def boundary_ids(self):
+    """(start id, end id) of `boundary_tokens`; ValueError naming any the vocab lacks."""
+    return self._graph.boundary_ids()
 
   def piece_ids_batch(self, texts):
     """Word-piece ids of many sentences, without [SOS]/[EOS].
@@ -569,7 +590,7 @@ class FullTokenizer(object):
     Raises:
       ValueError: if max_seq_length < 2 or a boundary token is missing.
     """
-    start_id, end_id = self._graph.boundary_ids()
+    start_id, end_id = self.boundary_ids()
     if max_seq_length is not None and max_seq_length < 2:
       raise ValueError(
         f"max_seq_length must be >= 2 to hold the boundary tokens, got {max_seq_length:d}."

@@ -156,10 +156,10 @@ def test_vocab_model_mismatch_is_an_error(tokenizer):
     inference.NeuralLM(modeling.build_model(config, "tta"), tokenizer)
 
 
-def test_google_bert_release_dir_loads_as_bert(tmp_path):
-  """bert:DIR -> [CLS] ... [SEP] inputs, PLL scores from the released weights."""
-  tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list(WORDS)
-  (tmp_path / "vocab.txt").write_text("\n".join(tokens) + "\n")
+def write_google_release(path, tokens, seed=21):
+  """A Google BERT release dir (bert_config.json, vocab.txt, bert_model.ckpt) of a tiny random
+  model over `tokens`; returns the model."""
+  (path / "vocab.txt").write_text("\n".join(tokens) + "\n")
   config = modeling.TTAConfig(
     vocab_size=len(tokens),
     hidden_size=16,
@@ -167,26 +167,69 @@ def test_google_bert_release_dir_loads_as_bert(tmp_path):
     num_attention_heads=2,
     intermediate_size=16,
     type_vocab_size=2,
-    mask_token_id=4,
+    mask_token_id=tokens.index("[MASK]"),
   )
-  tf.keras.utils.set_random_seed(21)
+  tf.keras.utils.set_random_seed(seed)
   original = modeling.build_model(config, "bert")
-  model_dir.save_tf1_checkpoint(original, str(tmp_path / "bert_model.ckpt"))
-  config.to_json_file(str(tmp_path / "bert_config.json"))
+  model_dir.save_tf1_checkpoint(original, str(path / "bert_model.ckpt"))
+  config.to_json_file(str(path / "bert_config.json"))
+  return original
+
+
+def masked_pll_terms(model, ids, mask_id):
+  """log p(ids[t] | ids with t masked) for t = 1 .. n-1, from the raw model, one copy each."""
+  want = []
+  for t in range(1, len(ids)):
+    masked = list(ids)
+    masked[t] = mask_id
+    out = model(
+      {"input_ids": tf.constant([masked]), "input_mask": tf.ones([1, len(ids)], tf.int32)}
+    )
+    want.append(out["log_probs"].numpy()[0, t, ids[t]])
+  return want
+
+
+def test_google_bert_release_dir_loads_as_bert(tmp_path):
+  """bert:DIR -> [CLS] ... [SEP] inputs, PLL scores from the released weights."""
+  tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list(WORDS)
+  original = write_google_release(tmp_path, tokens)
   lm = inference.load_lm(f"bert:{tmp_path}")
   assert lm.model_type == "bert"
   scored = lm.score(["the cat sat"])[0]
   assert scored.tokens == ["the", "cat", "sat", "[SEP]"]
   ids = [2] + lm.tokenizer.convert_tokens_to_ids(["the", "cat", "sat"]) + [3]
-  want = []
-  for t in range(1, len(ids)):
-    masked = list(ids)
-    masked[t] = 4
-    out = original(
-      {"input_ids": tf.constant([masked]), "input_mask": tf.ones([1, len(ids)], tf.int32)}
-    )
-    want.append(out["log_probs"].numpy()[0, t, ids[t]])
-  np.testing.assert_allclose(scored.token_logprobs, want, atol=1e-5)
+  np.testing.assert_allclose(scored.token_logprobs, masked_pll_terms(original, ids, 4), atol=1e-5)
+
+
+def test_bert_is_framed_by_cls_sep_when_its_vocab_also_has_sos_eos(tmp_path):
+  # The authors' vocab order holds both pairs; BERT was trained on [CLS] ... [SEP], and the
+  # loader's record of that pair, not the vocab rule, decides (issue 23).
+  tokens = list(tokenization.SPECIAL_TOKENS) + list(WORDS)
+  original = write_google_release(tmp_path, tokens, seed=22)
+  lm = inference.load_lm(f"bert:{tmp_path}")
+  cls_id, sep_id = tokens.index("[CLS]"), tokens.index("[SEP]")
+  assert (lm.bos_id, lm.eos_id) == (cls_id, sep_id)
+  assert lm.model.config.boundary_tokens == ["[CLS]", "[SEP]"]
+  scored = lm.score(["the cat sat"])[0]
+  assert scored.tokens[-1] == "[SEP]"
+  ids = [cls_id] + lm.tokenizer.convert_tokens_to_ids(["the", "cat", "sat"]) + [sep_id]
+  mask_id = tokens.index("[MASK]")
+  np.testing.assert_allclose(
+    scored.token_logprobs, masked_pll_terms(original, ids, mask_id), atol=1e-5
+  )
+  assert inference.describe(lm)["boundary_tokens"] == ["[CLS]", "[SEP]"]
+
+
+def test_model_dir_without_recorded_boundary_keeps_its_identity(tmp_path, tokenizer):
+  # Model dirs written before config.json had boundary_tokens: the vocab's pair ([SOS]/[EOS]),
+  # and an identity (so a score-cache key) without the new field.
+  path = str(tmp_path / "tta")
+  model_dir.save_model_dir(lm_for("tta", tokenizer).model, tokenizer.vocab_file, path)
+  assert "boundary_tokens" not in open(os.path.join(path, "config.json")).read()
+  lm = inference.load_lm(path)
+  assert (lm.bos_id, lm.eos_id) == (tokenizer.sos_id, tokenizer.eos_id)
+  identity = inference.describe(lm)
+  assert "boundary_tokens" not in identity and "boundary_tokens" not in identity["config"]
 
 
 def test_model_trained_on_normalized_text_scores_normalized_input(tokenizer):

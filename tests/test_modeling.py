@@ -146,6 +146,15 @@ def test_config_json_round_trip(tmp_path):
   assert again.hidden_dropout_prob == 0.2 and again.model_type == "tta"
 
 
+def test_config_boundary_tokens_round_trip_and_are_absent_when_unset(tmp_path):
+  # Unset, the JSON is what it was before the field existed (score-cache identities hash it).
+  assert "boundary_tokens" not in tiny_config().to_dict()
+  config = tiny_config(boundary_tokens=("[CLS]", "[SEP]"))
+  path = str(tmp_path / "config.json")
+  config.to_json_file(path)
+  assert modeling.TTAConfig.from_json_file(path).boundary_tokens == ["[CLS]", "[SEP]"]
+
+
 def test_authors_config_loads_and_keeps_extra_keys():
   path = os.path.join(
     os.environ.get(
@@ -176,6 +185,7 @@ def test_authors_config_loads_and_keeps_extra_keys():
     (dict(hidden_act="swish"), "hidden_act"),
     (dict(model_type="gpt"), "model_type"),
     (dict(mask_token_id=VOCAB), "mask_token_id"),
+    (dict(boundary_tokens=["[CLS]"]), "boundary_tokens"),
   ],
 )
 def test_bad_config_is_rejected_by_name(overrides, message):

@@ -275,10 +275,23 @@ def test_google_bert_vocab_layout(tmp_path):
   ) == (0, 100, 101, 102, 103)
   assert tokenizer.sos_id is None and tokenizer.eos_id is None
   assert tokenizer.convert_tokens_to_ids(tokenizer.tokenize("hello zebra")) == ([104, 100])
-  with pytest.raises(ValueError, match=r"\[SOS\].*\[CLS\]"):
-    tokenizer.encode("hello")
-  bert_style = tokenization.FullTokenizer(path, boundary_tokens=("[CLS]", "[SEP]"))
-  assert bert_style.encode("hello") == [101, 104, 102]
+  # No [SOS]/[EOS]: the vocab's pair is BERT's.
+  assert tokenizer.boundary_tokens == ("[CLS]", "[SEP]")
+  assert tokenizer.encode("hello") == [101, 104, 102]
+  authors_frame = tokenization.FullTokenizer(path, boundary_tokens=("[SOS]", "[EOS]"))
+  with pytest.raises(ValueError, match=r"needs the boundary tokens .* no \[SOS\], \[EOS\]"):
+    authors_frame.encode("hello")
+
+
+def test_recorded_boundary_tokens_beat_the_vocab_rule(tiny_vocab_file):
+  # The tiny vocab holds both pairs: [SOS]/[EOS] by the rule, [CLS]/[SEP] when a BERT
+  # checkpoint's config records them.
+  default = tokenization.FullTokenizer(tiny_vocab_file)
+  bert = tokenization.FullTokenizer(tiny_vocab_file, boundary_tokens=["[CLS]", "[SEP]"])
+  assert default.boundary_ids() == (default.sos_id, default.eos_id)
+  assert bert.boundary_ids() == (bert.cls_id, bert.sep_id)
+  assert bert.encode("hello")[0] == bert.cls_id
+  assert bert.graph_tokenizer().boundary_ids() == bert.boundary_ids()
 
 
 def test_malformed_vocab_names_file_and_line(tmp_path):
