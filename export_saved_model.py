@@ -88,7 +88,8 @@ def define_flags():
   flags.DEFINE_string(
     "model_dir",
     None,
-    "Model directory (config.json, vocab.txt, checkpoint), as written by run_pretraining.py.",
+    "Model directory (config.json, vocab.txt, checkpoint), as written by run_pretraining.py "
+    "or convert_checkpoint.py; or bert:DIR / hf:DIR (a Google or Hugging Face BERT).",
   )
   flags.DEFINE_string("export_dir", None, "Where to write the SavedModel.")
   flags.DEFINE_integer(

@@ -50,6 +50,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+import hf_checkpoint
 import kinds
 import model_dir as model_dir_lib
 import modeling
@@ -614,9 +615,10 @@ class NeuralLM(object):
 
   @classmethod
   def from_model_dir(cls, model_dir, **kwargs):
-    """Loads config.json, vocab.txt and the latest checkpoint of a model dir."""
+    """Loads a model dir (config.json, vocab.txt, the latest checkpoint), or a release dir
+    given as "bert:DIR" or "hf:DIR" (`load_model`)."""
     with _scope(kwargs.get("strategy")):
-      model, tokenizer = model_dir_lib.load_model_dir(model_dir)
+      model, tokenizer = load_model(model_dir)
     return cls(model, tokenizer, **kwargs)
 
   # ------------------------------------------------------------ tf.functions
@@ -971,9 +973,26 @@ def throughput_options():
   return {"token_budget": flags.FLAGS.token_budget, "backend": flags.FLAGS.backend}
 
 
+# Release formats a neural model is read from besides our model dirs: spec prefix -> loader of
+# the dir after it, returning (model, tokenizer).
+_RELEASE_LOADERS = {
+  "bert:": model_dir_lib.load_google_bert,  # bert_config.json, vocab.txt, bert_model.ckpt
+  "hf:": hf_checkpoint.load_hf_bert,  # config.json, vocab.txt, model.safetensors
+}
+
+
+def load_model(spec):
+  """(model, tokenizer) of a model dir, "bert:DIR" (a Google BERT release) or "hf:DIR" (a
+  Hugging Face BERT masked LM)."""
+  for prefix, loader in _RELEASE_LOADERS.items():
+    if spec.startswith(prefix):
+      return loader(spec[len(prefix) :])
+  return model_dir_lib.load_model_dir(spec)
+
+
 def load_lm(spec, **kwargs):
-  """An LM from a spec: a model dir, "kenlm:PATH" for an n-gram model, or
-  "bert:DIR" for a Google BERT release.
+  """An LM from a spec: a model dir, "kenlm:PATH" for an n-gram model, "bert:DIR" for a Google
+  BERT release or "hf:DIR" for a Hugging Face BERT masked LM.
 
   kwargs are NeuralLM's; a KenLM model takes score_eos, score_sos and
   normalization, ignores the throughput options and rejects the others
@@ -982,10 +1001,6 @@ def load_lm(spec, **kwargs):
   if spec.startswith("kenlm:"):
     options = {k: v for k, v in kwargs.items() if k not in _THROUGHPUT_OPTIONS}
     return NgramLM(spec[len("kenlm:") :], **options)
-  if spec.startswith("bert:"):
-    with _scope(kwargs.get("strategy")):
-      model, tokenizer = model_dir_lib.load_google_bert(spec[len("bert:") :])
-    return NeuralLM(model, tokenizer, **kwargs)
   return NeuralLM.from_model_dir(spec, **kwargs)
 
 

@@ -399,16 +399,45 @@ def load_tf1_checkpoint(model, checkpoint_path, strict=True):
     CheckpointMismatchError: naming every offending variable.
   """
   reader = tf.train.load_checkpoint(checkpoint_path)
-  shapes = reader.get_variable_to_shape_map()
   wanted = model.tf1_variables()
-  missing = [n for n in wanted if n not in shapes]
+  ignored, unexpected = match_names(
+    {n: v.shape for n, v in wanted.items()},
+    reader.get_variable_to_shape_map(),
+    IGNORED_CHECKPOINT_VARIABLES,
+    strict,
+    f"cannot load {checkpoint_path} into a {model.model_type} model",
+  )
+  for name, var in wanted.items():
+    var.assign(reader.get_tensor(name))
+  return {"loaded": list(wanted), "ignored": ignored, "unexpected": unexpected}
+
+
+def match_names(wanted, found, ignored_patterns, strict, context):
+  """Checks a checkpoint's tensors against a model's, by name and shape, before any is assigned.
+
+  Args:
+    wanted: {name: shape} of every model variable, in the checkpoint's naming and layout.
+    found: {name: shape} of every tensor of the checkpoint.
+    ignored_patterns: regexes of checkpoint names the model does not use (optimizer slots,
+      the NSP pooler and head).
+    strict: whether a checkpoint name neither wanted nor ignored is an error.
+    context: the start of the error message (which checkpoint, which model).
+
+  Returns:
+    (ignored, unexpected): the sorted checkpoint names not loaded.
+
+  Raises:
+    CheckpointMismatchError: naming every missing, mis-shaped (with both shapes) and, when
+      strict, unexpected name.
+  """
+  missing = [n for n in wanted if n not in found]
   mis_shaped = [
-    f"{n}: checkpoint {shapes[n]}, model {list(v.shape)}"
-    for n, v in wanted.items()
-    if n in shapes and list(shapes[n]) != list(v.shape)
+    f"{n}: checkpoint {list(found[n])}, model {list(shape)}"
+    for n, shape in wanted.items()
+    if n in found and list(found[n]) != list(shape)
   ]
-  extra = sorted(n for n in shapes if n not in wanted)
-  ignored = [n for n in extra if any(re.search(p, n) for p in IGNORED_CHECKPOINT_VARIABLES)]
+  extra = sorted(n for n in found if n not in wanted)
+  ignored = [n for n in extra if any(re.search(p, n) for p in ignored_patterns)]
   unexpected = [n for n in extra if n not in ignored]
   problems = []
   if missing:
@@ -418,12 +447,8 @@ def load_tf1_checkpoint(model, checkpoint_path, strict=True):
   if unexpected and strict:
     problems.append("unexpected in checkpoint: " + ", ".join(unexpected))
   if problems:
-    raise CheckpointMismatchError(
-      f"cannot load {checkpoint_path} into a {model.model_type} model: {' | '.join(problems)}"
-    )
-  for name, var in wanted.items():
-    var.assign(reader.get_tensor(name))
-  return {"loaded": list(wanted), "ignored": ignored, "unexpected": unexpected}
+    raise CheckpointMismatchError(f"{context}: {' | '.join(problems)}")
+  return ignored, unexpected
 
 
 def untrained_pooler(config):

@@ -111,7 +111,7 @@ def _define_model_flags():
     "model_dir",
     None,
     "Trained model directories (config.json, vocab.txt, "
-    "checkpoint); name=DIR sets the row name. Default: random "
+    "checkpoint), bert:DIR or hf:DIR; name=DIR sets the row name. Default: random "
     "models of --models with the size flags below.",
   )
   flags.DEFINE_list(
@@ -447,7 +447,6 @@ def build_lms(data_dir):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   import inference  # pylint: disable=g-import-not-at-top
-  import model_dir as model_dir_lib  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
   import tokenization  # pylint: disable=g-import-not-at-top
 
@@ -466,7 +465,7 @@ def build_lms(data_dir):
   if FLAGS.model_dir:
     for spec in FLAGS.model_dir:
       name, _, path = spec.rpartition("=")
-      model, tokenizer = model_dir_lib.load_model_dir(path)
+      model, tokenizer = inference.load_model(path)
       name = name or model.model_type
       if name in lms:
         name = f"{name}_{len(lms)}"

@@ -41,7 +41,9 @@ import significance
 FLAGS = flags.FLAGS
 
 flags.DEFINE_list(
-  "lm", None, "LMs to rerank with: model dirs, kenlm:PATH, or bert:DIR; NAME=SPEC names the row."
+  "lm",
+  None,
+  "LMs to rerank with: model dirs, kenlm:PATH, bert:DIR or hf:DIR; NAME=SPEC names the row.",
 )
 flags.DEFINE_enum(
   "task",

@@ -33,8 +33,9 @@ flags.DEFINE_list(
   "model_dir",
   None,
   "Model directories (config.json, vocab.txt, checkpoint), "
-  "or bert:DIR for a Google BERT release (bert_config.json, "
-  "vocab.txt, bert_model.ckpt). name=SPEC sets the row name.",
+  "bert:DIR for a Google BERT release (bert_config.json, "
+  "vocab.txt, bert_model.ckpt) or hf:DIR for a Hugging Face BERT (config.json, vocab.txt, "
+  "model.safetensors). name=SPEC sets the row name.",
 )
 flags.DEFINE_list(
   "representations",

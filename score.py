@@ -1,7 +1,7 @@
 """Scores sentences with any LM: one sentence per line in, one JSON record per line out.
 
 Like KenLM's `query` or mlm-scoring's `mlm score`, for every LM kind tta reads (a model dir,
-`kenlm:PATH`, `bert:DIR`):
+`kenlm:PATH`, `bert:DIR` for a Google BERT release, `hf:DIR` for a Hugging Face BERT):
 
   echo "the cat sat on the mat" | python score.py --model_dir=runs/tta
   python score.py --model_dir=runs/tta --input_file=sents.txt --output_file=scores.jsonl
@@ -49,7 +49,7 @@ VECTORS = ("none", "context", "embed")
 
 
 def define_flags():
-  flags.DEFINE_string("model_dir", None, "A model dir, kenlm:PATH or bert:DIR.")
+  flags.DEFINE_string("model_dir", None, "A model dir, kenlm:PATH, bert:DIR or hf:DIR.")
   flags.DEFINE_string("input_file", "-", "One sentence per line; '-' reads stdin.")
   flags.DEFINE_string(
     "output_file", "-", "Where the records go; '-' writes stdout (no resume, no shards)."
@@ -343,7 +343,7 @@ def _check_flags(args):
       raise app.UsageError("--merge needs --output_file (the shards' common prefix)")
     return
   if not args.model_dir:
-    raise app.UsageError("--model_dir is required (a model dir, kenlm:PATH or bert:DIR)")
+    raise app.UsageError("--model_dir is required (a model dir, kenlm:PATH, bert:DIR or hf:DIR)")
   if args.batch_size < 1:
     raise app.UsageError("--batch_size must be positive")
   if not 0 <= args.shard_id < args.num_shards:

@@ -72,3 +72,129 @@ def data_dir_or_skip(subdir=""):
   if not os.path.isdir(os.path.join(root, subdir)):
     pytest.skip(f"shared data folder {subdir} missing under {root}")
   return root
+
+
+# The vocab of the BERT-checkpoint tests: Google's special tokens, no [SOS]/[EOS].
+BERT_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list(WORDS)
+
+
+def tiny_bert(tokens=BERT_TOKENS, seed=21):
+  """A random tiny model_type "bert" model over `tokens` (token types, as Google's)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  config = tiny_config(
+    vocab_size=len(tokens), type_vocab_size=2, mask_token_id=tokens.index("[MASK]")
+  )
+  tf.keras.utils.set_random_seed(seed)
+  return modeling.build_model(config, "bert")
+
+
+def hf_bert_tensors(model, base_prefix="bert.", older_checkpoint=False):
+  """A `bert` model's weights as a Hugging Face BertForMaskedLM holds them.
+
+  Spelled out from HF's module tree (bert.embeddings, bert.encoder.layer.N, cls.predictions)
+  and torch's Linear layout (weight [out, in]), not derived from the loader's naming rule, so
+  a wrong rule fails the tests.
+
+  Args:
+    model: `modeling.TransformerLM` of model_type "bert".
+    base_prefix: "bert." (BertForMaskedLM), or "" for an encoder saved as BertModel saves it.
+    older_checkpoint: write what older and BertForPreTraining files hold too: LayerNorm
+      gamma/beta, the tied decoder weight and bias, the position_ids buffer, the NSP pooler
+      and head.
+
+  Returns:
+    {name: numpy array}.
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  tensors = {}
+
+  def linear(name, dense):
+    tensors[name + ".weight"] = dense.kernel.numpy().T
+    tensors[name + ".bias"] = dense.bias.numpy()
+
+  def layer_norm(name, norm):
+    weight, bias = ("gamma", "beta") if older_checkpoint else ("weight", "bias")
+    tensors[f"{name}.{weight}"] = norm.gamma.numpy()
+    tensors[f"{name}.{bias}"] = norm.beta.numpy()
+
+  e, b = model.embeddings, base_prefix
+  tensors[b + "embeddings.word_embeddings.weight"] = e.word_embeddings.numpy()
+  tensors[b + "embeddings.position_embeddings.weight"] = e.position_embeddings.numpy()
+  tensors[b + "embeddings.token_type_embeddings.weight"] = e.token_type_embeddings.numpy()
+  layer_norm(b + "embeddings.LayerNorm", e.layer_norm)
+  for i, block in enumerate(model.encoder_layers):
+    p = f"{b}encoder.layer.{i}."
+    linear(p + "attention.self.query", block.query)
+    linear(p + "attention.self.key", block.key)
+    linear(p + "attention.self.value", block.value)
+    linear(p + "attention.output.dense", block.attention_output)
+    layer_norm(p + "attention.output.LayerNorm", block.attention_layer_norm)
+    linear(p + "intermediate.dense", block.intermediate)
+    linear(p + "output.dense", block.output_dense)
+    layer_norm(p + "output.LayerNorm", block.output_layer_norm)
+  head = model.lm_head
+  linear("cls.predictions.transform.dense", head.transform)
+  layer_norm("cls.predictions.transform.LayerNorm", head.layer_norm)
+  tensors["cls.predictions.bias"] = head.output_bias.numpy()
+  if older_checkpoint:
+    d, n = model.config.hidden_size, model.config.max_position_embeddings
+    tensors["cls.predictions.decoder.weight"] = e.word_embeddings.numpy()
+    tensors["cls.predictions.decoder.bias"] = head.output_bias.numpy()
+    tensors[b + "embeddings.position_ids"] = np.arange(n, dtype=np.int64)[None]
+    tensors[b + "pooler.dense.weight"] = np.ones([d, d], np.float32)
+    tensors[b + "pooler.dense.bias"] = np.zeros([d], np.float32)
+    tensors["cls.seq_relationship.weight"] = np.ones([2, d], np.float32)
+    tensors["cls.seq_relationship.bias"] = np.zeros([2], np.float32)
+  return tensors
+
+
+def hf_bert_config(model, **overrides):
+  """The config.json `save_pretrained` writes for a BertForMaskedLM of `model`'s size."""
+  c = model.config
+  config = {
+    "architectures": ["BertForMaskedLM"],
+    "model_type": "bert",
+    "vocab_size": c.vocab_size,
+    "hidden_size": c.hidden_size,
+    "num_hidden_layers": c.num_hidden_layers,
+    "num_attention_heads": c.num_attention_heads,
+    "intermediate_size": c.intermediate_size,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": c.max_position_embeddings,
+    "type_vocab_size": c.type_vocab_size,
+    "initializer_range": 0.02,
+    "layer_norm_eps": 1e-12,
+    "pad_token_id": 0,
+    "position_embedding_type": "absolute",
+    "torch_dtype": "float32",
+    "transformers_version": "4.57.1",
+  }
+  config.update(overrides)
+  return config
+
+
+def write_hf_bert_dir(path, model, tokens=BERT_TOKENS, tensors=None, config=None):
+  """Writes a Hugging Face BERT dir (config.json, tokenizer_config.json, vocab.txt,
+  model.safetensors with safetensors.numpy) of `model`; returns the path as str."""
+  import json  # pylint: disable=g-import-not-at-top
+
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+
+  os.makedirs(path, exist_ok=True)
+  with open(os.path.join(path, "config.json"), "w") as f:
+    json.dump(config or hf_bert_config(model), f, indent=2)
+  with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+    json.dump({"do_lower_case": True, "tokenizer_class": "BertTokenizer"}, f)
+  with open(os.path.join(path, "vocab.txt"), "w") as f:
+    f.write("\n".join(tokens) + "\n")
+  tensors = hf_bert_tensors(model) if tensors is None else tensors
+  # Contiguous copies: safetensors 0.8.0's save_file writes a transposed view's memory in its
+  # storage order, not its values.
+  tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+  save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+  return str(path)
