@@ -1,0 +1,137 @@
+"""Converts a released checkpoint into a model dir every script reads by --model_dir alone.
+
+Sources:
+  --input=hf:DIR      a Hugging Face BERT masked LM (config.json, vocab.txt, model.safetensors);
+  --input=bert:DIR    a Google BERT release (bert_config.json, vocab.txt, bert_model.ckpt);
+  --init_checkpoint=PREFIX --bert_config_file=FILE --vocab_file=FILE [--model_type=tta]
+                      a TF1 name-based checkpoint with its BERT-style config, such as the T-TA
+                      authors' released model (github.com/joongbo/tta).
+
+The model dir holds config.json (with model_type, do_lower_case and the boundary tokens that
+frame a sentence, so it scores as its source did), vocab.txt and ckpt-0. It is read back and
+its weights compared with the source's before the command reports success.
+
+Example:
+  python convert_checkpoint.py --input=hf:downloads/bert-base-uncased \\
+      --output_dir=models/bert-base-uncased
+  AUTHORS=models/tta-layer-3-enwiki-lower-sub-32k
+  python convert_checkpoint.py --init_checkpoint=$AUTHORS/model.ckpt \\
+      --bert_config_file=$AUTHORS/config.layer-3.vocab-lower.sub-32k.json \\
+      --vocab_file=$AUTHORS/vocab-lower.sub-32k.txt --output_dir=models/tta-enwiki
+  echo "the cat sat on the mat" | python score.py --model_dir=models/tta-enwiki
+"""
+
+from absl import app
+from absl import flags
+from absl import logging
+
+import cli
+import inference
+import model_dir
+import modeling
+
+FLAGS = flags.FLAGS
+
+# The release formats --input takes (a model dir of ours needs no conversion).
+INPUT_PREFIXES = ("hf:", "bert:")
+
+
+def define_flags():
+  """Defines the command-line flags (from __main__ only, so tests can import the module)."""
+  flags.DEFINE_string(
+    "input", None, "hf:DIR (Hugging Face BERT) or bert:DIR (Google BERT release) to convert."
+  )
+  flags.DEFINE_string(
+    "init_checkpoint", None, "Instead of --input: a TF1 checkpoint prefix (e.g. DIR/model.ckpt)."
+  )
+  flags.DEFINE_string("bert_config_file", None, "With --init_checkpoint: its BERT-style config.")
+  flags.DEFINE_string("vocab_file", None, "With --init_checkpoint: the vocab it was trained with.")
+  flags.DEFINE_enum(
+    "model_type",
+    "tta",
+    modeling.MODEL_TYPES,
+    "With --init_checkpoint: what it holds (the T-TA authors' checkpoint: tta).",
+  )
+  flags.DEFINE_bool(
+    "do_lower_case",
+    None,
+    "bert:DIR and --init_checkpoint: whether the vocab is uncased (default true; false for "
+    "Google's cased releases). Not with hf:DIR, whose tokenizer_config.json says it.",
+  )
+  flags.DEFINE_string("output_dir", None, "The model dir to write (must not hold a model yet).")
+
+
+def load_source(args):
+  """(model, tokenizer) of the checkpoint the flags name.
+
+  Raises:
+    app.UsageError: for flags that do not name exactly one source.
+  """
+  if bool(args.input) == bool(args.init_checkpoint):
+    raise app.UsageError("give either --input=hf:DIR|bert:DIR or --init_checkpoint")
+  do_lower_case = True if args.do_lower_case is None else args.do_lower_case
+  if args.init_checkpoint:
+    if not (args.bert_config_file and args.vocab_file):
+      raise app.UsageError("--init_checkpoint needs --bert_config_file and --vocab_file")
+    return model_dir.load_tf1_model(
+      args.bert_config_file, args.vocab_file, args.init_checkpoint, args.model_type, do_lower_case
+    )
+  if not args.input.startswith(INPUT_PREFIXES):
+    raise app.UsageError(f"--input must start with one of {INPUT_PREFIXES}, got {args.input!r}")
+  if args.input.startswith("bert:"):
+    # Google's release dirs do not say whether they are cased; the flag does.
+    return model_dir.load_google_bert(args.input[len("bert:") :], do_lower_case)
+  if args.do_lower_case is not None:
+    raise app.UsageError("--do_lower_case is for bert: and TF1 inputs; hf:DIR's tokenizer says it")
+  return inference.load_model(args.input)
+
+
+def convert(model, tokenizer, output_dir):
+  """Writes a loaded model as a model dir and checks that it reads back the same.
+
+  Args:
+    model: `modeling.TransformerLM` as a loader returned it.
+    tokenizer: its `tokenization.FullTokenizer`; its lower-casing and boundary tokens are
+      recorded in config.json.
+    output_dir: str; must not hold a checkpoint yet.
+
+  Returns:
+    The checkpoint prefix written.
+
+  Raises:
+    ValueError: if output_dir already holds a model.
+  """
+  if model_dir.latest_checkpoint(output_dir):
+    raise ValueError(f"{output_dir} already holds a model; choose a new --output_dir")
+  # Recorded even when the vocab's rule would choose the same pair: the dir then frames
+  # sentences as its source did whatever the rule becomes.
+  model.config.boundary_tokens = list(tokenizer.boundary_tokens)
+  model.config.do_lower_case = tokenizer.do_lower_case
+  prefix = model_dir.save_model_dir(model, tokenizer.vocab_file, output_dir)
+  again, again_tokenizer = model_dir.load_model_dir(output_dir)
+  if (
+    model_dir.weights_fingerprint(again) != model_dir.weights_fingerprint(model)
+    or again_tokenizer.boundary_tokens != tokenizer.boundary_tokens
+  ):
+    raise RuntimeError(f"{output_dir} does not read back as the model just written")
+  return prefix
+
+
+def main(argv):
+  del argv
+  with cli.user_input():
+    model, tokenizer = load_source(FLAGS)
+    prefix = convert(model, tokenizer, FLAGS.output_dir)
+  logging.info(
+    "wrote %s model %s (sentences framed by %s ... %s); score with --model_dir=%s",
+    model.model_type,
+    prefix,
+    *tokenizer.boundary_tokens,
+    FLAGS.output_dir,
+  )
+
+
+if __name__ == "__main__":
+  define_flags()
+  flags.mark_flag_as_required("output_dir")
+  cli.run(main)
