@@ -212,11 +212,12 @@ def read_config(hf_dir):
   with open(path, encoding="utf-8") as f:
     hf = json.load(f)
   _refuse_unless_bert(hf, path)
+  do_lower_case = read_do_lower_case(hf_dir)
   try:
     return modeling.TTAConfig(
       **{key: hf.get(key, default) for key, default in _BERT_CONFIG_DEFAULTS.items()},
       model_type="bert",
-      do_lower_case=read_do_lower_case(hf_dir),
+      do_lower_case=do_lower_case,
       boundary_tokens=model_dir_lib.BERT_BOUNDARY_TOKENS,
     )
   except (TypeError, ValueError) as e:
@@ -272,7 +273,7 @@ class SafetensorsWeights(object):
         self._files[name] = handle
 
   def base_prefix(self):
-    """ "bert." when the encoder's names carry it (a model with heads), "" when saved alone."""
+    """The encoder's name prefix: "bert." in a model with heads, "" for an encoder saved alone."""
     if any(name.startswith("bert.") for name in self.shapes):
       return "bert."
     return "" if "embeddings.word_embeddings.weight" in self.shapes else "bert."
@@ -322,8 +323,8 @@ def load_weights(model, weights):
     {n: list(v.shape)[::-1] if t else list(v.shape) for n, (v, t) in assignments.items()},
     weights.shapes,
     _IGNORED,
-    True,
-    context,
+    strict=True,
+    context=context,
   )
   for name, copy in _tied_copies(prefix).items():
     source = next(n for n in _spellings(name, prefix) if n in assignments)

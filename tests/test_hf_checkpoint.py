@@ -11,6 +11,7 @@ from conftest import hf_bert_config
 from conftest import hf_bert_tensors
 from conftest import tiny_bert
 from conftest import write_hf_bert_dir
+import ml_dtypes
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -54,8 +55,9 @@ def test_hf_dir_loads_back_to_bit_equal_outputs(tmp_path, bert, base_prefix, old
     np.testing.assert_array_equal(got[key], want[key], err_msg=key)
 
 
-def test_half_precision_weights_are_widened_exactly(tmp_path, bert):
-  half = {k: v.astype(np.float16) for k, v in hf_bert_tensors(bert).items()}
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["F16", "BF16"])
+def test_half_precision_weights_are_widened_exactly(tmp_path, bert, dtype):
+  half = {k: v.astype(dtype) for k, v in hf_bert_tensors(bert).items()}
   model, _ = hf_checkpoint.load_hf_bert(write_hf_bert_dir(tmp_path / "hf", bert, tensors=half))
   np.testing.assert_array_equal(
     model.embeddings.word_embeddings.numpy(), half["bert.embeddings.word_embeddings.weight"]
@@ -190,7 +192,10 @@ def test_other_tokenizers_are_refused_by_name(tmp_path, bert):
   path = write_hf_bert_dir(tmp_path / "hf", bert)
   with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
     json.dump({"tokenizer_class": "BertJapaneseTokenizer"}, f)
-  assert "tokenizer_class 'BertJapaneseTokenizer'" in refusal(path)
+  assert refusal(path) == (
+    f"{path}/tokenizer_config.json: tokenizer_class 'BertJapaneseTokenizer'; ours is BERT's "
+    "WordPiece (BertTokenizer) only"
+  )
 
 
 def edited(bert, edit):
