@@ -89,6 +89,19 @@ def tiny_bert(tokens=BERT_TOKENS, seed=21):
   return modeling.build_model(config, "bert")
 
 
+def write_google_release(path, model, tokens=BERT_TOKENS):
+  """Writes a Google BERT release dir (bert_config.json, vocab.txt, bert_model.ckpt) of `model`;
+  returns the path as str."""
+  import model_dir  # pylint: disable=g-import-not-at-top
+
+  os.makedirs(path, exist_ok=True)
+  with open(os.path.join(path, "vocab.txt"), "w") as f:
+    f.write("\n".join(tokens) + "\n")
+  model.config.to_json_file(os.path.join(path, "bert_config.json"))
+  model_dir.save_tf1_checkpoint(model, os.path.join(path, "bert_model.ckpt"))
+  return str(path)
+
+
 def hf_bert_tensors(model, base_prefix="bert.", older_checkpoint=False):
   """A `bert` model's weights as a Hugging Face BertForMaskedLM holds them.
 

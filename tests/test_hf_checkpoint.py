@@ -10,6 +10,7 @@ from conftest import BERT_TOKENS
 from conftest import hf_bert_config
 from conftest import hf_bert_tensors
 from conftest import tiny_bert
+from conftest import write_google_release
 from conftest import write_hf_bert_dir
 import ml_dtypes
 import numpy as np
@@ -68,12 +69,7 @@ def test_half_precision_weights_are_widened_exactly(tmp_path, bert, dtype):
 def release_dirs(bert, tmp_path_factory):
   """(Google BERT release dir, Hugging Face dir) holding the same weights."""
   root = tmp_path_factory.mktemp("releases")
-  google = root / "google"
-  google.mkdir()
-  (google / "vocab.txt").write_text("\n".join(BERT_TOKENS) + "\n")
-  bert.config.to_json_file(str(google / "bert_config.json"))
-  model_dir.save_tf1_checkpoint(bert, str(google / "bert_model.ckpt"))
-  return str(google), write_hf_bert_dir(root / "hf", bert)
+  return write_google_release(root / "google", bert), write_hf_bert_dir(root / "hf", bert)
 
 
 def test_tf1_release_and_hf_dir_of_the_same_weights_score_equal(release_dirs):

@@ -6,7 +6,9 @@ import sys
 import time
 
 from conftest import WORDS
+from conftest import tiny_bert
 from conftest import tiny_config
+from conftest import write_google_release
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -156,26 +158,6 @@ def test_vocab_model_mismatch_is_an_error(tokenizer):
     inference.NeuralLM(modeling.build_model(config, "tta"), tokenizer)
 
 
-def write_google_release(path, tokens, seed=21):
-  """A Google BERT release dir (bert_config.json, vocab.txt, bert_model.ckpt) of a tiny random
-  model over `tokens`; returns the model."""
-  (path / "vocab.txt").write_text("\n".join(tokens) + "\n")
-  config = modeling.TTAConfig(
-    vocab_size=len(tokens),
-    hidden_size=16,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    intermediate_size=16,
-    type_vocab_size=2,
-    mask_token_id=tokens.index("[MASK]"),
-  )
-  tf.keras.utils.set_random_seed(seed)
-  original = modeling.build_model(config, "bert")
-  model_dir.save_tf1_checkpoint(original, str(path / "bert_model.ckpt"))
-  config.to_json_file(str(path / "bert_config.json"))
-  return original
-
-
 def masked_pll_terms(model, ids, mask_id):
   """log p(ids[t] | ids with t masked) for t = 1 .. n-1, from the raw model, one copy each."""
   want = []
@@ -191,9 +173,8 @@ def masked_pll_terms(model, ids, mask_id):
 
 def test_google_bert_release_dir_loads_as_bert(tmp_path):
   """bert:DIR -> [CLS] ... [SEP] inputs, PLL scores from the released weights."""
-  tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list(WORDS)
-  original = write_google_release(tmp_path, tokens)
-  lm = inference.load_lm(f"bert:{tmp_path}")
+  original = tiny_bert()
+  lm = inference.load_lm(f"bert:{write_google_release(tmp_path, original)}")
   assert lm.model_type == "bert"
   scored = lm.score(["the cat sat"])[0]
   assert scored.tokens == ["the", "cat", "sat", "[SEP]"]
@@ -205,8 +186,8 @@ def test_bert_is_framed_by_cls_sep_when_its_vocab_also_has_sos_eos(tmp_path):
   # The authors' vocab order holds both pairs; BERT was trained on [CLS] ... [SEP], and the
   # loader's record of that pair, not the vocab rule, decides (issue 23).
   tokens = list(tokenization.SPECIAL_TOKENS) + list(WORDS)
-  original = write_google_release(tmp_path, tokens, seed=22)
-  lm = inference.load_lm(f"bert:{tmp_path}")
+  original = tiny_bert(tokens, seed=22)
+  lm = inference.load_lm(f"bert:{write_google_release(tmp_path, original, tokens)}")
   cls_id, sep_id = tokens.index("[CLS]"), tokens.index("[SEP]")
   assert (lm.bos_id, lm.eos_id) == (cls_id, sep_id)
   assert lm.model.config.boundary_tokens == ["[CLS]", "[SEP]"]
