@@ -1009,9 +1009,10 @@ def describe(lm):
 
   For caches and reports: the weights (a fingerprint; for KenLM the file's
   path, size and modification time), the vocab file's content, lower-casing,
-  the normalization and its rules' version, the scored boundary tokens and
-  the longest input, so a score cached under one identity is never served for
-  another. `model_id` turns it into a short key.
+  the normalization and its rules' version, the scored boundary tokens, the
+  pair that frames a sentence (when not [SOS]/[EOS]) and the longest input, so
+  a score cached under one identity is never served for another. `model_id`
+  turns it into a short key.
   """
   common = {
     "normalization": lm.normalization,
