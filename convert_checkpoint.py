@@ -27,8 +27,8 @@ from absl import logging
 
 import cli
 import inference
+import kinds
 import model_dir
-import modeling
 
 FLAGS = flags.FLAGS
 
@@ -49,7 +49,7 @@ def define_flags():
   flags.DEFINE_enum(
     "model_type",
     "tta",
-    modeling.MODEL_TYPES,
+    kinds.MODEL_TYPES,
     "With --init_checkpoint: what it holds (the T-TA authors' checkpoint: tta).",
   )
   flags.DEFINE_bool(
