@@ -1,14 +1,16 @@
 # coding=utf-8
-"""BERT-compatible WordPiece tokenization, in-graph with tensorflow-text.
+"""BERT-compatible WordPiece tokenization: one specification, two implementations.
 
-There is ONE tokenizer implementation: `InGraphTokenizer`, a `tf.Module` built
-from tensorflow-text ops (`BasicTokenizer` for splitting into words,
-`FastWordpieceTokenizer` for greedy longest-match-first pieces) plus a few
-`tf.strings` steps that make it agree with Google BERT's Python tokenizer. It
-runs inside `tf.function`s and SavedModels. `FullTokenizer` is the
-plain-Python entry point for scripts: it runs the same traced graph in batches
-(frozen, in the calling thread, see `_InlineGraph`) and converts the results to
-Python lists, so scripts and exported models cannot tokenize differently.
+`InGraphTokenizer` is a `tf.Module` built from tensorflow-text ops
+(`BasicTokenizer` for splitting into words, `FastWordpieceTokenizer` for greedy
+longest-match-first pieces) plus a few `tf.strings` steps that make it agree
+with Google BERT's Python tokenizer. It runs inside `tf.function`s and
+SavedModels. `host_tokenizer` is the same specification in Hugging Face
+`tokenizers` (Rust, no TF op, so no TF call overhead per sentence), and `FullTokenizer`,
+the plain-Python entry point for scripts and `inference.NeuralLM`, runs it. The
+two give the same ids on every sentence of the shared data (1.85M distinct
+sentences: STS-B, SICK, the LibriSpeech and WMT lists, the Gutenberg books;
+scripts/check_tokenizer_ids.py, and tests/test_tokenization.py on a sample).
 
 Where tensorflow-text's `BertTokenizer` differs from BERT, and what we do:
   * It does not clean the text: NUL, U+FFFD and control/format characters
@@ -29,7 +31,9 @@ Checked against a transcription of BERT's algorithm on every code point
 (alone and inside words, both casings) and on 20k random sentences with the
 T-TA vocab: the only differences left are ~100 characters new in Unicode
 14/15, where TF's Unicode tables (ICU, RE2) and Python 3.11's (14.0) disagree
-on category or case.
+on category or case. Between tf-text and `host_tokenizer` the same holds: of all
+code points, alone and inside a word, 421 tokenize differently (punctuation and
+CJK ideographs added in Unicode 10-16, which one side's tables do not have yet).
 
 Vocab files hold one token per line; a token's id is its 0-based line number.
 Special tokens are looked up by name, never assumed to sit at fixed ids: the
@@ -50,17 +54,15 @@ import collections.abc
 import functools
 
 from absl import logging
-import numpy as np
 import tensorflow as tf
-
-# Freezes a TF2 concrete function (`_InlineGraph`); not in the public API.
-from tensorflow.python.framework import convert_to_constants
 import tensorflow_text as tf_text
 
 # Not exported at the top level of tensorflow_text; its own vocab tool
 # (bert_vocab_from_dataset) imports it from here too.
 from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as vocab_learner
+import tokenizers
+from tokenizers import normalizers
 
 import io_utils
 
@@ -80,18 +82,22 @@ _SPECIAL_ID_ATTRS = (
 
 _SUFFIX_INDICATOR = "##"
 
-# RE2 classes for BERT's `_clean_text`. Cc is exactly U+0000-001F and
-# U+007F-009F; RE2 has no class subtraction, so \t \n \r (Cc, but whitespace
-# to BERT) are kept by listing the Cc ranges around them.
-_DROP_CHARS_REGEX = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x9F\p{Cf}\x{FFFD}]"
+# Regex classes for BERT's `_clean_text`, read by RE2 (tf.strings) and by Oniguruma (HF
+# `tokenizers`, `host_tokenizer`) alike: code points as \x{...}, because Oniguruma reads \x80-\xFF
+# as bytes. Cc is exactly U+0000-001F and U+007F-009F; RE2 has no class subtraction, so \t \n \r
+# (Cc, but whitespace to BERT) are kept by listing the Cc ranges around them.
+_DROP_CHARS_REGEX = r"[\x{00}-\x{08}\x{0B}\x{0C}\x{0E}-\x{1F}\x{7F}-\x{9F}\p{Cf}\x{FFFD}]"
 # BERT maps \t \n \r and Zs to " "; Zl and Zp (U+2028, U+2029) are left in
 # place by BERT but then split on by Python's `str.split`, so the effect is
 # the same as a space.
 _SPACE_CHARS_REGEX = r"[\t\n\r\p{Zs}\p{Zl}\p{Zp}]"
-
-# Sentences per graph call in FullTokenizer: enough to amortise the call
-# overhead, few enough to bound memory on a whole corpus.
-_PYTHON_BATCH_SIZE = 8192
+# Accents that lower-casing strips after NFD: non-spacing marks only (BERT's Mn), not the spacing
+# and enclosing marks (Mc, Me) that HF's StripAccents also drops.
+_ACCENTS_REGEX = r"\p{Mn}"
+# Python's str.lower() and tf.strings.lower map a capital sigma to the final form "ς" at the end of
+# a word (Unicode's Final_Sigma condition: after a cased letter, not before one, case-ignorable
+# characters such as "'" skipped); HF's Lowercase maps character by character, always to "σ".
+_FINAL_SIGMA_REGEX = r"(?<=\p{Cased}\p{Case_Ignorable}*)Σ(?!\p{Case_Ignorable}*\p{Cased})"
 
 
 def load_vocab(vocab_file):
@@ -224,7 +230,7 @@ def _clean_text(texts, do_lower_case):
     # lower() does (see the module docstring).
     texts = tf.strings.lower(texts, encoding="utf-8")
     texts = tf_text.normalize_utf8(texts, "NFD")
-    texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
+    texts = tf.strings.regex_replace(texts, _ACCENTS_REGEX, "")
   return texts
 
 
@@ -408,51 +414,59 @@ class InGraphTokenizer(tf.Module):
     return self._start_id, self._end_id
 
 
-class _InlineGraph(object):
-  """A tf.function's graph, frozen and run by a TF1 Session in the caller's thread.
+def host_tokenizer(vocab, do_lower_case=True, max_input_chars_per_word=200):
+  """The same tokenization by Hugging Face `tokenizers` (Rust, on the host: no TF op).
 
-  Why not call the tf.function: on the 2-core machines here a tf.function call
-  costs ~0.2 ms before its first op runs (argument binding, then the eager
-  runtime handing the graph to its thread pool and waiting for it), more than
-  tokenizing a 20-word sentence takes. The same traced graph, frozen (its
-  captured constants inlined) and run by a Session whose
-  inter_op_parallelism_threads is -1, executes inline in the calling thread:
-  0.13 ms instead of 0.47 for a 20-word sentence (2-core Sapphire Rapids,
-  2026-11-24). The ops, and so the ids, are the same.
+  One specification, two implementations: each step of `InGraphTokenizer` maps to a
+  `tokenizers` component configured to do exactly that step, and
+  scripts/check_tokenizer_ids.py (tests/test_tokenization.py on a sample) checks that the ids
+  are equal on the shared data. Why not `BertNormalizer` alone: its cleaning also drops
+  private-use and unassigned characters (BERT keeps them, as [UNK] words), and its lower-casing
+  knows no final sigma; so the cleaning is `_clean_text`'s own regexes and the final sigma a
+  rule of its own, and `BertNormalizer` only puts spaces around CJK ideographs.
 
-  Example:
-    run = _InlineGraph(tokenizer.__call__.get_concrete_function())
-    values, splits = run(np.array(["a sentence"], dtype=object))
+  Args:
+    vocab: mapping token -> id with ids 0..V-1 (as from `load_vocab`), or the token list.
+    do_lower_case: lower-case and strip accents before splitting.
+    max_input_chars_per_word: a longer word (in characters, as in BERT) becomes [UNK].
+
+  Returns:
+    `tokenizers.Tokenizer` whose `encode_batch(texts, add_special_tokens=False)` gives the
+    word-piece ids of `InGraphTokenizer.__call__`.
   """
-
-  def __init__(self, concrete_function, intra_op_threads=1):
-    """Freezes `concrete_function` and opens its Session.
-
-    Args:
-      concrete_function: a traced tf.function; its flattened outputs are what
-        a call returns.
-      intra_op_threads: threads an op may use (the string ops here use one).
-    """
-    frozen = convert_to_constants.convert_variables_to_constants_v2(concrete_function)
-    graph = tf.Graph()
-    with graph.as_default():
-      tf.graph_util.import_graph_def(frozen.graph.as_graph_def(), name="")
-    config = tf.compat.v1.ConfigProto(
-      intra_op_parallelism_threads=intra_op_threads, inter_op_parallelism_threads=-1
+  steps = [
+    normalizers.Replace(tokenizers.Regex(_DROP_CHARS_REGEX), ""),
+    normalizers.Replace(tokenizers.Regex(_SPACE_CHARS_REGEX), " "),
+  ]
+  if do_lower_case:
+    steps += [
+      normalizers.Replace(tokenizers.Regex(_FINAL_SIGMA_REGEX), "ς"),
+      normalizers.Lowercase(),
+      normalizers.NFD(),
+      normalizers.Replace(tokenizers.Regex(_ACCENTS_REGEX), ""),
+    ]
+  steps.append(
+    normalizers.BertNormalizer(
+      clean_text=False, handle_chinese_chars=True, strip_accents=False, lowercase=False
     )
-    self._session = tf.compat.v1.Session(graph=graph, config=config)
-    self._run = self._session.make_callable(
-      [graph.get_tensor_by_name(t.name) for t in frozen.outputs],
-      feed_list=[graph.get_tensor_by_name(t.name) for t in frozen.inputs],
+  )
+  tokens = _vocab_list(vocab)
+  host = tokenizers.Tokenizer(
+    tokenizers.models.WordPiece(
+      {token: index for index, token in enumerate(tokens)},
+      unk_token="[UNK]",
+      continuing_subword_prefix=_SUFFIX_INDICATOR,
+      max_input_chars_per_word=max_input_chars_per_word,
     )
-
-  def __call__(self, *arrays):
-    """NumPy inputs of the function's signature -> list of NumPy outputs."""
-    return self._run(*arrays)
+  )
+  host.normalizer = normalizers.Sequence(steps)
+  # Whitespace and BERT's punctuation (ASCII symbols and Unicode P*), as tf-text's BasicTokenizer.
+  host.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
+  return host
 
 
 class FullTokenizer(object):
-  """Plain-Python tokenizer for scripts; runs InGraphTokenizer in batches.
+  """Plain-Python tokenizer for scripts: `host_tokenizer`'s ids, `InGraphTokenizer` for graphs.
 
   Example:
     tokenizer = FullTokenizer("vocab.txt", do_lower_case=True)
@@ -472,7 +486,7 @@ class FullTokenizer(object):
     max_input_chars_per_word=200,
     boundary_tokens=None,
   ):
-    """Loads the vocab and builds the graph tokenizer.
+    """Loads the vocab and builds the host and the graph tokenizers.
 
     Args:
       vocab_file: vocab path (see `load_vocab`).
@@ -503,17 +517,17 @@ class FullTokenizer(object):
     )
     # Resolved once, by the graph tokenizer: the pair the Python path and an export both use.
     self.boundary_tokens = self._graph.boundary_tokens
+    self._host = host_tokenizer(self.vocab, do_lower_case, max_input_chars_per_word)
     # Id -> token as a list: indexing beats dict lookups on large batches.
     size = max(self.inv_vocab) + 1
     self._id_to_token = [self.inv_vocab.get(i) for i in range(size)]
-    self._inline = None  # _InlineGraph of the pieces' (values, row splits), built at first use
 
   @property
   def vocab_size(self):
     return len(self.vocab)
 
   def graph_tokenizer(self):
-    """Returns the InGraphTokenizer this tokenizer runs."""
+    """Returns the InGraphTokenizer of the same vocab and options (for graphs, SavedModels)."""
     return self._graph
 
   def boundary_ids(self):
@@ -522,6 +536,9 @@ class FullTokenizer(object):
 
   def piece_ids_batch(self, texts):
     """Word-piece ids of many sentences, without [SOS]/[EOS].
+
+    Computed by `host_tokenizer` (HF `tokenizers`, no TF op; README "Runtime" has the times),
+    whose ids equal `InGraphTokenizer`'s on the shared data (scripts/check_tokenizer_ids.py).
 
     Args:
       texts: list of B str (or UTF-8 bytes).
@@ -533,17 +550,9 @@ class FullTokenizer(object):
       raise TypeError(
         "expected a list of strings, got a single string; use tokenize()/encode() for one sentence."
       )
-    texts = list(texts)
-    if self._inline is None:
-      self._inline = _InlineGraph(_flat_pieces_function(self._graph).get_concrete_function())
-    result = []
-    for begin in range(0, len(texts), _PYTHON_BATCH_SIZE):
-      chunk = np.array(texts[begin : begin + _PYTHON_BATCH_SIZE], dtype=object)
-      values, splits = self._inline(chunk)
-      # One bulk conversion, then list slicing: far cheaper than per-row numpy slicing.
-      values, splits = values.tolist(), splits.tolist()
-      result.extend(values[splits[i] : splits[i + 1]] for i in range(len(chunk)))
-    return result
+    texts = [t.decode("utf-8") if isinstance(t, bytes) else t for t in texts]
+    # encode_batch_fast: no character offsets, which nothing here reads.
+    return [e.ids for e in self._host.encode_batch_fast(texts, add_special_tokens=False)]
 
   def tokenize(self, text):
     """Word pieces of one sentence (str) as a list of str."""
@@ -597,18 +606,6 @@ class FullTokenizer(object):
       )
     keep = None if max_seq_length is None else max_seq_length - 2
     return [[start_id] + ids[:keep] + [end_id] for ids in self.piece_ids_batch(texts)]
-
-
-def _flat_pieces_function(graph_tokenizer):
-  """The tokenizer's [B] strings -> (piece ids [sum P], row splits [B + 1]), a tf.function."""
-
-  def flat_pieces(texts):
-    pieces = graph_tokenizer(texts)
-    return pieces.flat_values, pieces.row_splits
-
-  return tf.function(
-    flat_pieces, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False
-  )
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,7 +7,10 @@ greedy longest-match-first WordPiece) on a tiny vocab written here.
 
 import os
 import random
+import subprocess
+import sys
 
+import conftest
 import pytest
 import tensorflow as tf
 
@@ -48,6 +51,9 @@ TINY_WORDS = [
   "straße",
   "Héllo",
   "World",
+  "σ",
+  "##α",
+  "##ς",
 ]
 TINY_VOCAB = list(tokenization.SPECIAL_TOKENS) + TINY_WORDS
 
@@ -95,6 +101,13 @@ TRICKY_CASES = [
   # BERT lower-cases with str.lower(): "ß" stays (NFKC case folding, which
   # tensorflow-text's BertTokenizer uses, would give "strasse").
   ("Straße", True, ["straße"]),
+  # ... and with its final sigma: "ς" at the end of a word, "σ" elsewhere.
+  ("ΣΑΣ Σ", True, ["σ", "##α", "##ς", "σ"]),
+  # C1 controls (Cc) are dropped like C0 ones; private-use characters (Co) are not cleaned.
+  ("a\x80b \x9f", True, ["ab"]),
+  ("\ue000a b", True, ["[UNK]", "b"]),
+  # Lower-casing strips non-spacing marks (Mn) only: a spacing mark (Mc) stays in its word.
+  ("a\u093eb", True, ["[UNK]"]),
   ("", True, []),
   (" \t\n ", True, []),
 ]
@@ -153,19 +166,31 @@ def test_graph_and_python_paths_agree(tokenizers, lower):
   assert [tokenizer.tokenize(t) for t in texts] == [c[2] for c in cases]
 
 
-def test_python_path_chunks_and_accepts_bytes(tokenizers, monkeypatch):
-  """piece_ids_batch runs the frozen graph in chunks; rows must not shift across chunk edges."""
+def test_python_path_accepts_bytes_and_rejects_one_string(tokenizers):
   tokenizer = tokenizers[True]
   cases = [c for c in TRICKY_CASES if c[1]]
   texts = [c[0] for c in cases]
   expected_ids = [tokenizer.convert_tokens_to_ids(c[2]) for c in cases]
-  monkeypatch.setattr(tokenization, "_PYTHON_BATCH_SIZE", 5)
-  assert len(texts) > 5 and len(texts) % 5  # several chunks, the last one short
-  assert tokenizer.piece_ids_batch(texts) == expected_ids
   assert tokenizer.piece_ids_batch([t.encode("utf-8") for t in texts]) == expected_ids
   assert tokenizer.piece_ids_batch([]) == []
   with pytest.raises(TypeError, match="single string"):
     tokenizer.piece_ids_batch("one sentence")
+
+
+def test_host_and_graph_ids_agree_on_shared_data():
+  """scripts/check_tokenizer_ids.py on 600 sentences of each source of the shared data (the
+  script itself checks all of them)."""
+  conftest.data_dir_or_skip()
+  script = os.path.join(_REPO, "scripts", "check_tokenizer_ids.py")
+  proc = subprocess.run(
+    [sys.executable, script, "--max_per_source=600", "--gutenberg_books=1"],
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+  )
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  assert "TOTAL: 3,000 distinct sentences, 0 with different ids" in proc.stdout
 
 
 def test_encode_truncation_and_graph_encode(tokenizers):
