@@ -1,0 +1,386 @@
+"""The runtime benchmark's peers: what a user would run instead of our models.
+
+Each peer is a same-size Hugging Face `BertForMaskedLM` (random weights from a `BertConfig` of
+our config's sizes, no hub download) called the way its library is meant to be used, on one
+sentence, with HF `tokenizers` (`tokenization.host_tokenizer`, the ids of our tokenizer) inside
+the call:
+
+  bert@torch        one pass on PyTorch eager, for the STS call (mean of the last layer over
+                    the word pieces) and the rerank call (log-softmax over the vocabulary at
+                    every position, the log-prob of each piece gathered): what T-TA computes.
+  bert@onnxruntime  the same two calls exported by `torch.onnx.export` (the TorchScript exporter,
+                    whose graph ONNX Runtime's transformer optimizer fuses: Attention,
+                    SkipLayerNormalization, BiasGelu, EmbedLayerNormalization; torch 2.13's
+                    default dynamo exporter leaves attention unfused), then
+                    `onnxruntime.transformers.optimizer.optimize_model(model_type="bert")`.
+  copies@torch      the biLM's masked STS: one masked copy per word piece, the copies in one
+                    PyTorch forward, position i's last layer from the copy masking i, averaged.
+  minicons@torch    minicons' pseudo-log-likelihood (`scorer.MaskedLMScorer.sequence_score`,
+                    summed), the biLM's rerank call as the mlm-scoring papers run it.
+
+The bert peers stand beside T-TA (`versus="tta"`), the others beside the biLM. minicons masks
+and scores the word pieces only; our PLL also scores [EOS] (one copy more).
+
+Every peer has a `clock` (`inference.StageClock`, as a NeuralLM) so the benchmark times it in
+the same turns as our models and breaks its calls down the same way; minicons' call is one
+library call, so all of it is "graph".
+
+torch, transformers, minicons and onnxruntime come from requirements-peers.txt
+(scripts/setup_peers.sh) and are imported only when peers are built.
+"""
+
+import importlib.metadata
+import os
+import tempfile
+import warnings
+
+import numpy as np
+
+import inference
+import tokenization
+
+PEERS = ("bert@torch", "bert@onnxruntime", "copies@torch", "minicons@torch")
+# Which of our model kinds each peer is compared with.
+VERSUS = {"bert": "tta", "copies": "bilm", "minicons": "bilm"}
+_ONNX_OPSET = 17
+
+
+def bert_config(config):
+  """A `transformers.BertConfig` of the sizes of our `modeling.TTAConfig`."""
+  import transformers  # pylint: disable=g-import-not-at-top
+
+  return transformers.BertConfig(
+    vocab_size=config.vocab_size,
+    hidden_size=config.hidden_size,
+    num_hidden_layers=config.num_hidden_layers,
+    num_attention_heads=config.num_attention_heads,
+    intermediate_size=config.intermediate_size,
+    max_position_embeddings=config.max_position_embeddings,
+    hidden_act="gelu",  # exact erf, as ours
+    layer_norm_eps=1e-12,
+    type_vocab_size=1,  # HF BERT always adds a token-type embedding; one row is the least
+  )
+
+
+def host_encoder(tokenizer, max_seq_length):
+  """`tokenization.host_tokenizer` of `tokenizer`'s vocab, framing sentences as ours do.
+
+  Args:
+    tokenizer: `tokenization.FullTokenizer`.
+    max_seq_length: longest encoding, boundary tokens included.
+
+  Returns:
+    `tokenizers.Tokenizer` whose `encode(text).ids` is `[SOS] pieces [EOS]` (or [CLS]/[SEP]).
+  """
+  from tokenizers import processors  # pylint: disable=g-import-not-at-top
+
+  start, end = tokenization.boundary_tokens(tokenizer.vocab)
+  host = tokenization.host_tokenizer(tokenizer.vocab, tokenizer.do_lower_case)
+  host.post_processor = processors.TemplateProcessing(
+    single=f"{start} $A {end}",
+    special_tokens=[(start, tokenizer.vocab[start]), (end, tokenizer.vocab[end])],
+  )
+  host.enable_truncation(max_seq_length)
+  return host
+
+
+def _modules():
+  """The torch modules of the calls (defined here so that torch is imported only with peers)."""
+  import torch  # pylint: disable=g-import-not-at-top
+
+  class SentenceVector(torch.nn.Module):
+    """STS: the mean of the last layer over the word pieces ([SOS]/[EOS] excluded), as ours."""
+
+    def __init__(self, mlm):
+      super().__init__()
+      self.bert = mlm.bert
+
+    def forward(self, input_ids, attention_mask):
+      hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+      positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None]  # [1, T]
+      lengths = attention_mask.sum(1, keepdim=True)  # [B, 1]
+      words = ((positions >= 1) & (positions < lengths - 1)).to(hidden.dtype)[..., None]
+      return (hidden * words).sum(1) / words.sum(1).clamp(min=1.0)  # [B, D]
+
+  class TokenLogProbs(torch.nn.Module):
+    """Rerank: log p of each input piece, log-softmax over the vocabulary at every position."""
+
+    def __init__(self, mlm):
+      super().__init__()
+      self.mlm = mlm
+
+    def forward(self, input_ids, attention_mask):
+      logits = self.mlm(input_ids=input_ids, attention_mask=attention_mask).logits  # [B, T, V]
+      log_probs = torch.log_softmax(logits, dim=-1)
+      return log_probs.gather(-1, input_ids[..., None])[..., 0]  # [B, T]
+
+  class MaskedHidden(torch.nn.Module):
+    """The last layer of each masked copy at its masked position."""
+
+    def __init__(self, mlm):
+      super().__init__()
+      self.bert = mlm.bert
+
+    def forward(self, input_ids, attention_mask, positions):
+      hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+      return hidden[torch.arange(hidden.shape[0]), positions]  # [copies, D]
+
+  return SentenceVector, TokenLogProbs, MaskedHidden
+
+
+class _Peer(object):
+  """What the benchmark needs of a peer: its name, what it stands beside, its calls, a clock."""
+
+  def __init__(self, name, tasks, host):
+    self.name = name
+    self.backend = name.split("@")[1]
+    self.versus = VERSUS[name.split("@")[0]]
+    self.tasks = tasks
+    self.host = host
+    self.clock = inference.StageClock()
+
+  def num_tokens(self, sentence):
+    return len(self.host.encode(sentence).ids)
+
+  def call(self, task, sentence):
+    """The zero-argument call of one sentence of `task` (one of self.tasks)."""
+    raise NotImplementedError
+
+  def describe(self):
+    return {"versus": self.versus, "backend": self.backend, "tasks": list(self.tasks)}
+
+  def _encode(self, sentence):
+    """Ids and mask [1, T] int64, the tokenization and batching laps taken."""
+    self.clock.start()
+    ids = self.host.encode(sentence).ids
+    self.clock.lap("tokenization")
+    input_ids = np.array([ids], np.int64)
+    mask = np.ones_like(input_ids)
+    self.clock.lap("batching")
+    return input_ids, mask
+
+
+class BertOnePass(_Peer):
+  """bert@torch and bert@onnxruntime: T-TA's two calls done by one BERT pass."""
+
+  def __init__(self, mlm, host, backend, workdir=None, threads=None):
+    """Prepares both calls on `backend`.
+
+    Args:
+      mlm: `transformers.BertForMaskedLM` in eval mode.
+      host: `host_encoder`.
+      backend: "torch" or "onnxruntime".
+      workdir: where the ONNX files are written (onnxruntime); a temporary directory if None.
+      threads: ONNX Runtime intra-op threads (torch's are set by `build_peers`).
+    """
+    super().__init__(f"bert@{backend}", ("sts", "rerank"), host)
+    sentence_vector, token_log_probs, _ = _modules()
+    modules = {"sts": sentence_vector(mlm).eval(), "rerank": token_log_probs(mlm).eval()}
+    self.fusions = {}
+    if backend == "torch":
+      self._run = {task: _torch_function(module) for task, module in modules.items()}
+    elif backend == "onnxruntime":
+      with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        self._run = {}
+        for task, module in modules.items():
+          self._run[task], self.fusions[task] = _onnxruntime_function(
+            module, mlm.config, os.path.join(tmp, task), threads
+          )
+    else:
+      raise ValueError(f"backend {backend!r} is not torch or onnxruntime")
+
+  def call(self, task, sentence):
+    if task == "sts":
+      return lambda: self._sentence_vector(sentence)
+    return lambda: self._score(sentence)
+
+  def _sentence_vector(self, sentence):
+    input_ids, mask = self._encode(sentence)
+    vector = self._run["sts"](input_ids, mask)
+    self.clock.lap("graph")
+    vector = np.asarray(vector)[0]
+    self.clock.lap("conversion")
+    return vector
+
+  def _score(self, sentence):
+    input_ids, mask = self._encode(sentence)
+    log_probs = self._run["rerank"](input_ids, mask)
+    self.clock.lap("graph")
+    # The pieces ours score: [EOS] included, [SOS] not.
+    positions = inference.scored_positions("tta", input_ids.shape[1])
+    total = float(np.asarray(log_probs, np.float64)[0, positions].sum())
+    self.clock.lap("conversion")
+    return total
+
+  def describe(self):
+    out = super().describe()
+    if self.fusions:
+      out["exporter"] = f"torch.onnx.export (TorchScript, dynamo=False), opset {_ONNX_OPSET}"
+      out["optimizer"] = 'onnxruntime.transformers.optimizer.optimize_model(model_type="bert")'
+      out["fused_operators"] = self.fusions
+    return out
+
+
+class MaskedCopies(_Peer):
+  """copies@torch: the biLM's masked STS as one batched PyTorch forward."""
+
+  def __init__(self, mlm, host, mask_id):
+    super().__init__("copies@torch", ("sts",), host)
+    _, _, masked_hidden = _modules()
+    self._masked_hidden = masked_hidden(mlm).eval()
+    self._mask_id = mask_id
+
+  def call(self, task, sentence):
+    return lambda: self._sentence_vector(sentence)
+
+  def _sentence_vector(self, sentence):
+    import torch  # pylint: disable=g-import-not-at-top
+
+    input_ids, mask = self._encode(sentence)
+    positions = np.arange(1, input_ids.shape[1] - 1)  # the word pieces
+    copies = np.repeat(input_ids, len(positions), axis=0)  # [n, T]
+    copies[np.arange(len(positions)), positions] = self._mask_id
+    copy_mask = np.ones_like(copies)
+    self.clock.lap("batching")
+    with torch.inference_mode():
+      hidden = self._masked_hidden(
+        torch.from_numpy(copies), torch.from_numpy(copy_mask), torch.from_numpy(positions)
+      )
+    self.clock.lap("graph")
+    vector = hidden.numpy().mean(0)
+    self.clock.lap("conversion")
+    return vector
+
+
+class MiniconsPLL(_Peer):
+  """minicons@torch: minicons' masked-LM scorer, the sentence's PLL summed."""
+
+  def __init__(self, mlm, host):
+    super().__init__("minicons@torch", ("rerank",), host)
+    from minicons import scorer  # pylint: disable=g-import-not-at-top
+    import transformers  # pylint: disable=g-import-not-at-top
+
+    start, end = tokenization.boundary_tokens(host.get_vocab())
+    # minicons takes a transformers tokenizer; this one wraps the same host tokenizer, so it
+    # frames and splits sentences exactly as the other peers and ours.
+    wrapped = transformers.PreTrainedTokenizerFast(
+      tokenizer_object=host,
+      unk_token="[UNK]",
+      pad_token="[PAD]",
+      mask_token="[MASK]",
+      cls_token=start,
+      sep_token=end,
+    )
+    self._scorer = scorer.MaskedLMScorer(mlm, device="cpu", tokenizer=wrapped)
+
+  def call(self, task, sentence):
+    return lambda: self._score(sentence)
+
+  def _score(self, sentence):
+    self.clock.start()
+    (total,) = self._scorer.sequence_score([sentence], reduction=lambda x: x.sum(0).item())
+    self.clock.lap("graph")
+    return total
+
+
+def _torch_function(module):
+  """NumPy arrays -> NumPy output of a torch module, without autograd."""
+  import torch  # pylint: disable=g-import-not-at-top
+
+  def run(*arrays):
+    with torch.inference_mode():
+      return module(*(torch.from_numpy(a) for a in arrays)).numpy()
+
+  return run
+
+
+def _onnxruntime_function(module, config, path, threads):
+  """Exports `module`, fuses it with ONNX Runtime's transformer optimizer, opens a session.
+
+  Returns:
+    (run, fused): run(input_ids, attention_mask) -> NumPy output; fused: {op: count} of the
+    fused operators the optimizer made (those with a count).
+  """
+  import onnxruntime  # pylint: disable=g-import-not-at-top
+  from onnxruntime.transformers import optimizer  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+
+  example = torch.ones([1, 8], dtype=torch.int64)
+  dynamic = {0: "batch", 1: "length"}
+  with warnings.catch_warnings():
+    # The TorchScript exporter is chosen on purpose (its graph is the one the optimizer fuses);
+    # its deprecation notice and the tracer's notes on HF's mask code would only be noise.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    warnings.simplefilter("ignore", torch.jit.TracerWarning)
+    torch.onnx.export(
+      module,
+      (example, example),
+      path + ".onnx",
+      input_names=["input_ids", "attention_mask"],
+      output_names=["output"],
+      dynamic_axes={"input_ids": dynamic, "attention_mask": dynamic, "output": {0: "batch"}},
+      opset_version=_ONNX_OPSET,
+      dynamo=False,
+    )
+  fused_model = optimizer.optimize_model(
+    path + ".onnx",
+    model_type="bert",
+    num_heads=config.num_attention_heads,
+    hidden_size=config.hidden_size,
+  )
+  fused = {op: n for op, n in fused_model.get_fused_operator_statistics().items() if n}
+  fused_model.save_model_to_file(path + ".fused.onnx")
+  options = onnxruntime.SessionOptions()
+  if threads:
+    options.intra_op_num_threads = threads
+  session = onnxruntime.InferenceSession(
+    path + ".fused.onnx", options, providers=["CPUExecutionProvider"]
+  )
+
+  def run(input_ids, attention_mask):
+    return session.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})[0]
+
+  return run, fused
+
+
+def build_peers(names, config, tokenizer, max_seq_length, threads, seed=1):
+  """The peers of `names` over one random `BertForMaskedLM` of `config`'s sizes.
+
+  Args:
+    names: peer names of PEERS.
+    config: `modeling.TTAConfig` whose sizes the peers take.
+    tokenizer: `tokenization.FullTokenizer` of the vocab.
+    max_seq_length: longest input in tokens.
+    threads: intra-op threads of PyTorch and ONNX Runtime (the benchmark's TF setting).
+    seed: torch seed of the random weights.
+
+  Returns:
+    dict name -> peer, in the order of `names`.
+  """
+  # The peers are built from a config: nothing is to be fetched, and nothing may try.
+  os.environ.setdefault("HF_HUB_OFFLINE", "1")
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+
+  unknown = [n for n in names if n not in PEERS]
+  if unknown:
+    raise ValueError(f"unknown peers {unknown}; expected some of {PEERS}")
+  torch.set_num_threads(threads)
+  torch.manual_seed(seed)
+  mlm = transformers.BertForMaskedLM(bert_config(config)).eval()
+  host = host_encoder(tokenizer, max_seq_length)
+  builders = {
+    "bert@torch": lambda: BertOnePass(mlm, host, "torch"),
+    "bert@onnxruntime": lambda: BertOnePass(mlm, host, "onnxruntime", threads=threads),
+    "copies@torch": lambda: MaskedCopies(mlm, host, tokenizer.mask_id),
+    "minicons@torch": lambda: MiniconsPLL(mlm, host),
+  }
+  return {name: builders[name]() for name in names}
+
+
+def versions():
+  """The peers' package versions, for the benchmark's environment record."""
+  return {
+    package: importlib.metadata.version(package)
+    for package in ("torch", "transformers", "tokenizers", "onnxruntime", "onnx", "minicons")
+  }
