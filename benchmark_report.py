@@ -6,6 +6,8 @@ it into what a reader sees:
 
   headline         biLM / T-TA median latency per task at 20 words, next to
                    the paper's CPU ratio, with T-TA's FLOP floors
+  peer ratios      peer time / ours for each peer cell (--peers), ours being
+                   the model kind the peer stands beside, on its fastest backend
   benchmark.md     the tables (`markdown_report`)
   latency.png      the paper's Fig. 4-style plot (`plot`)
   benchmark.json   the result dict itself
@@ -75,6 +77,35 @@ def headline(records, words=HEADLINE_WORDS, slow=kinds.HEADLINE_SLOW, fast=kinds
   return out
 
 
+def peer_ratios(records, peer_records):
+  """Peer time / ours for each peer cell: ours is the model kind the peer stands beside
+  (`versus`) on its fastest backend, at the same task and length (>= 1: ours is faster).
+
+  Returns:
+    list of dicts: task, words, peer, versus, peer_ms, ours_ms, ours_model, ratio; cells whose
+    model kind was not timed are left out.
+  """
+  best = {task: best_paths(records, task) for task in flops.TASKS}
+  out = []
+  for p in peer_records:
+    ours = best[p["task"]].get(p["versus"], {}).get(p["words"])
+    if ours is None:
+      continue
+    out.append(
+      {
+        "task": p["task"],
+        "words": p["words"],
+        "peer": p["model"],
+        "versus": p["versus"],
+        "peer_ms": p["median_ms"],
+        "ours_ms": ours["median_ms"],
+        "ours_model": ours["model"],
+        "ratio": p["median_ms"] / ours["median_ms"],
+      }
+    )
+  return out
+
+
 def _float32(records):
   """The records of float32 backends: the peak and the weight bytes are float32 figures, so a
   bfloat16 backend gets no floors (its own would need its own peak and half the bytes)."""
@@ -134,6 +165,10 @@ def headline_lines(result):
     + f"; paper CPU {h['paper_ratio']:.2f}x, T-TA {PAPER_TTA_STS_MS_20:.2f} ms for sts); "
     f"load {load['start']}-{load['end']}"
     for task, h in result["headline"].items()
+  ] + [
+    f"PEER {r['task']} at {r['words']:d} words: {r['peer']} {r['peer_ms']:.2f} ms / "
+    f"{r['ours_model']} {r['ours_ms']:.2f} ms = {r['ratio']:.2f}x (peer time / ours)"
+    for r in result.get("peer_ratios", [])
   ]
 
 
@@ -146,6 +181,7 @@ def markdown_report(result):
   lines += _latency_tables(result["latency"])
   lines += _details_table(result["latency"])
   lines += _headline_section(result["headline"])
+  lines += _peers_section(result)
   lines += _throughput_table(result["throughput"])
   lines += _matmul_table(result["matmul_peak"])
   if result.get("memory_bandwidth"):
@@ -264,6 +300,46 @@ def _headline_section(headlines):
         f"  - its {h['weight_mb']:.0f} MB of weights read once at the measured memory bandwidth: "
         f"{h['memory_floor_ms']:.2f} ms"
       )
+  lines.append("")
+  return lines
+
+
+def _peers_section(result):
+  """Peer time / ours per cell, the peers' stages, versions and ONNX Runtime's fusions."""
+  if not result.get("peer_latency"):
+    return []
+  described = result["peers"]
+  lines = [
+    "## Peers: the same calls by what a user would run instead (same turns, same sentences)",
+    "",
+    "Versions: " + ", ".join(f"{k} {v}" for k, v in described["versions"].items()) + ".",
+  ]
+  for name, peer in described["peers"].items():
+    for graph, fused in peer.get("fused_operators", {}).items():
+      lines.append(
+        f"{name} {graph} graph, fused by ONNX Runtime's optimizer: "
+        + ", ".join(f"{op} {n}" for op, n in fused.items())
+      )
+  lines += [
+    "",
+    "ours = the model the peer stands beside on its fastest backend; ratio = peer time / ours "
+    "(>= 1: ours is faster). tok and graph: the peer's tokenization and model stages (median "
+    "ms; minicons' whole call is its graph).",
+    "",
+    "| task | words | tokens | peer | median ms | p10 | p90 | tok | graph | ours | ours ms "
+    "| peer / ours |",
+    "|---|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|",
+  ]
+  ratios = {(r["task"], r["words"], r["peer"]): r for r in result.get("peer_ratios", [])}
+  for p in result["peer_latency"]:
+    r = ratios.get((p["task"], p["words"], p["model"]))
+    stages = p["stages_ms"]
+    ours = f"{r['ours_model']} | {r['ours_ms']:.2f} | {r['ratio']:.2f}x" if r else "- | - | -"
+    lines.append(
+      f"| {p['task']} | {p['words']:d} | {p['tokens']:d} | {p['model']} | {p['median_ms']:.2f} | "
+      f"{p['p10_ms']:.2f} | {p['p90_ms']:.2f} | {stages['tokenization']:.2f} | "
+      f"{stages['graph']:.2f} | {ours} |"
+    )
   lines.append("")
   return lines
 

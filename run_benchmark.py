@@ -19,6 +19,14 @@ Backends (--backends): every model is timed on each of TensorFlow (the
 reference) and OpenVINO; the headline compares each model on its fastest
 path, so no model is slowed to flatter a ratio.
 
+Peers (--peers): what a user would run instead, timed in the same turns as
+our models on the same sentences (see peers.py): a same-size HF
+BertForMaskedLM one pass on PyTorch eager and on ONNX Runtime (beside T-TA),
+masked copies batched in one PyTorch forward (beside the biLM's STS) and
+minicons' PLL (beside the biLM's rerank), each reported with peer time / ours
+(ours on its fastest backend). Needs requirements-peers.txt
+(scripts/setup_peers.sh).
+
 Sentences are real: for each length, the first STS-B sentence (train, dev,
 test in file order) of exactly that many whitespace words; lengths no STS-B
 sentence has (40, 80) are made by joining consecutive sentences and cutting
@@ -48,6 +56,8 @@ floors, tables, plot) and machine.py describes the machine.
 Example:
   python run_benchmark.py --output_dir=results/benchmark
   python run_benchmark.py --quick --output_dir=/tmp/bench      # smoke run
+  python run_benchmark.py --models=tta,bilm --lengths=5,20,40 --peers=all \\
+      --output_dir=results/benchmark_peers
   python run_benchmark.py --model_dir=runs/tta,runs/bilm,runs/unilm \\
       --output_dir=results/benchmark_trained
 """
@@ -69,6 +79,7 @@ import flops
 import io_utils
 import kinds
 import machine
+import peers as peers_lib
 
 FLAGS = flags.FLAGS
 
@@ -179,6 +190,13 @@ def _define_timing_flags():
     "jit_compile",
     False,
     "XLA-compile the inference graphs of every model (inference.NeuralLM jit_compile).",
+  )
+  flags.DEFINE_list(
+    "peers",
+    [],
+    "Peers to time beside our models (peers.PEERS; 'all' for every one): same-size HF BERT on "
+    "PyTorch and ONNX Runtime, batched masked copies, minicons' PLL. Needs "
+    "requirements-peers.txt (scripts/setup_peers.sh).",
   )
 
 
@@ -301,13 +319,12 @@ def task_call(lm, task, sentence):
   return lambda: lm.score([sentence])
 
 
-def time_cell(lms, task, sentence, runs, warmup, rounds=1):
+def time_cell(timed, runs, warmup, rounds=1):
   """Times every model on one sentence of one task, in turns (see the module docstring).
 
   Args:
-    lms: dict name -> NeuralLM.
-    task: "sts" or "rerank".
-    sentence: str.
+    timed: dict name -> (call, clock): the zero-argument call of the sentence and the
+      `inference.StageClock` it laps (a NeuralLM's or a peer's).
     runs, warmup: ints.
     rounds: turns per model; each makes one untimed call, then its share of the runs.
 
@@ -315,26 +332,26 @@ def time_cell(lms, task, sentence, runs, warmup, rounds=1):
     dict name -> (list of total seconds, {stage: list of seconds}) with the stages of
     `inference.StageClock`.
   """
-  calls = {name: task_call(lm, task, sentence) for name, lm in lms.items()}
-  for call in calls.values():
+  for call, _ in timed.values():
     for _ in range(warmup):
       call()
-  names = list(lms)
+  names = list(timed)
   totals = {name: [] for name in names}
-  stages = {name: {stage: [] for stage in lms[name].clock.STAGES} for name in names}
+  stages = {name: {stage: [] for stage in timed[name][1].STAGES} for name in names}
   rounds = max(1, min(rounds, runs))
   for r in range(rounds):
     share = runs // rounds + (r < runs % rounds)
     # Rotating the order keeps any "turn right after model X" effect (a burst of load) from
     # always falling on the same model.
     for name in names[r % len(names) :] + names[: r % len(names)]:
-      calls[name]()  # brings the model's weights back into the caches
+      call, clock = timed[name]
+      call()  # brings the model's weights back into the caches
       for _ in range(share):
-        lms[name].clock.take()
+        clock.take()
         start = time.perf_counter()
-        calls[name]()
+        call()
         totals[name].append(time.perf_counter() - start)
-        for stage, seconds in lms[name].clock.take().items():
+        for stage, seconds in clock.take().items():
           stages[name][stage].append(seconds)
   return {name: (totals[name], stages[name]) for name in names}
 
@@ -491,6 +508,22 @@ def build_lms(data_dir):
   return lms
 
 
+def build_peers(lms, threads):
+  """The --peers (peers.py) over a random HF BERT of the size and vocab of our first model.
+
+  Returns:
+    dict name -> peer; empty without --peers.
+  """
+  if not FLAGS.peers:
+    return {}
+  names = list(peers_lib.PEERS) if FLAGS.peers == ["all"] else FLAGS.peers
+  lm = next(iter(lms.values()))
+  with cli.user_input():
+    return peers_lib.build_peers(
+      names, lm.model.config, lm.tokenizer, lm.max_seq_length, threads[0], FLAGS.seed
+    )
+
+
 def describe_lm(lm):
   config = lm.model.config
   return {
@@ -509,14 +542,33 @@ def describe_lm(lm):
 # -------------------------------------------------------------- measuring
 
 
-def latency_records(lms, sentences, tasks, runs, warmup):
-  """Times every (task, length, model); returns a list of record dicts."""
-  records = []
+def latency_records(lms, sentences, tasks, runs, warmup, peers=None):
+  """Times every (task, length, model), peers in the same turns.
+
+  Returns:
+    (records, peer_records): lists of record dicts.
+  """
+  records, peer_records = [], []
+  peers = peers or {}
   for task in tasks:
     for words, (text, origin) in sorted(sentences.items()):
+      timed = {name: (task_call(lm, task, text), lm.clock) for name, lm in lms.items()}
+      timed.update(
+        {name: (p.call(task, text), p.clock) for name, p in peers.items() if task in p.tasks}
+      )
       load_before = machine.load_average()
-      timed = time_cell(lms, task, text, runs, warmup, FLAGS.rounds)
+      timed = time_cell(timed, runs, warmup, FLAGS.rounds)
       load_after = machine.load_average()
+      where = {
+        "task": task,
+        "words": words,
+        "sentence": text,
+        "origin": origin,
+        "load_avg_1m": [load_before, load_after],
+      }
+      for name, peer in peers.items():
+        if name in timed:
+          peer_records.append(peer_record(peer, where, *timed[name]))
       for name, lm in lms.items():
         ids, truncated = lm.tokenize([text])
         num_tokens = len(ids[0])
@@ -528,13 +580,9 @@ def latency_records(lms, sentences, tasks, runs, warmup):
           "model": name,
           "model_type": lm.model_type,
           "backend": lm.backend,
-          "task": task,
-          "words": words,
           "tokens": num_tokens,
           "truncated": bool(truncated[0]),
-          "sentence": text,
-          "origin": origin,
-          "load_avg_1m": [load_before, load_after],
+          **where,
         }
         record.update(summarize(totals))
         # Medians per stage: they need not add up to the median call exactly.
@@ -563,7 +611,32 @@ def latency_records(lms, sentences, tasks, runs, warmup):
           record["gflops_per_s"],
           record["load_avg_1m"],
         )
-  return records
+  return records, peer_records
+
+
+def peer_record(peer, where, totals, stages):
+  """The latency record of one peer's cell (`where`: task, words, sentence, origin, load)."""
+  record = {
+    "model": peer.name,
+    "versus": peer.versus,
+    "backend": peer.backend,
+    "tokens": peer.num_tokens(where["sentence"]),
+    **where,
+  }
+  record.update(summarize(totals))
+  record["stages_ms"] = {s: float(np.median(v)) * 1e3 for s, v in stages.items()}
+  logging.info(
+    "%-6s %-16s %2d words %3d tokens: median %8.2f ms (p10 %.2f, p90 %.2f), load %s",
+    record["task"],
+    peer.name,
+    record["words"],
+    record["tokens"],
+    record["median_ms"],
+    record["p10_ms"],
+    record["p90_ms"],
+    record["load_avg_1m"],
+  )
+  return record
 
 
 def throughput_records(lms, texts, source):
@@ -673,6 +746,7 @@ def measure(lengths, threads):
         "seed",
         "jit_compile",
         "backends",
+        "peers",
       )
     },
     "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
@@ -687,7 +761,17 @@ def measure(lengths, threads):
   lms = build_lms(FLAGS.data_dir)
   result["models"] = {name: describe_lm(lm) for name, lm in lms.items()}
   sentences = sentences_of_lengths(stsb_sentences(FLAGS.data_dir), lengths)
-  result["latency"] = latency_records(lms, sentences, FLAGS.tasks, FLAGS.runs, FLAGS.warmup)
+  peers = build_peers(lms, threads)
+  result["latency"], peer_latency = latency_records(
+    lms, sentences, FLAGS.tasks, FLAGS.runs, FLAGS.warmup, peers
+  )
+  if peers:
+    result["peers"] = {
+      "versions": peers_lib.versions(),
+      "peers": {name: p.describe() for name, p in peers.items()},
+    }
+    result["peer_latency"] = peer_latency
+    result["peer_ratios"] = benchmark_report.peer_ratios(result["latency"], peer_latency)
   result["headline"] = benchmark_report.headline(result["latency"])
   result["throughput"] = nbest_throughput(lms)
   if FLAGS.matmul_runs:

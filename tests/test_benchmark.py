@@ -124,3 +124,43 @@ def test_peak_only_measures_the_matmul_peak_in_the_given_type(tmp_path, dtype):
   assert (record["dtype"], record["shape"]) == (dtype, "[64,32]x[32,16]")
   assert record["gflops"] == pytest.approx(2 * 64 * 32 * 16 / record["median_ms"] / 1e6)
   assert f"{dtype} [64,32]x[32,16]" in proc.stdout
+
+
+def test_quick_run_with_peers_reports_peer_time_over_ours(tmp_path):
+  conftest.data_dir_or_skip()  # STS-B sentences
+  for package in ("torch", "transformers", "onnxruntime", "minicons"):
+    pytest.importorskip(package)
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + WORDS) + "\n")
+  out = tmp_path / "out"
+  proc = run_benchmark_cli(
+    "--quick",
+    f"--vocab_file={vocab}",
+    "--models=tta,bilm",
+    "--backends=tf",
+    "--peers=all",
+    "--lengths=3",
+    "--runs=2",
+    "--warmup=1",
+    "--nbest_set=",
+    "--matmul_runs=0",
+    "--intra_op=1",
+    "--inter_op=1",
+    f"--output_dir={out}",
+  )
+  result = json.loads((out / "benchmark.json").read_text())
+  cells = {(r["task"], r["model"]) for r in result["peer_latency"]}
+  assert cells == {
+    ("sts", "bert@torch"),
+    ("sts", "bert@onnxruntime"),
+    ("sts", "copies@torch"),
+    ("rerank", "bert@torch"),
+    ("rerank", "bert@onnxruntime"),
+    ("rerank", "minicons@torch"),
+  }
+  ours = {(r["task"], r["peer"]): r["ours_model"] for r in result["peer_ratios"]}
+  assert ours[("sts", "bert@onnxruntime")] == "tta" and ours[("rerank", "minicons@torch")] == "bilm"
+  assert all(r["ratio"] > 0 for r in result["peer_ratios"])
+  assert result["peers"]["versions"]["minicons"]
+  assert "## Peers" in (out / "benchmark.md").read_text()
+  assert "PEER sts at 3 words: bert@onnxruntime" in proc.stdout

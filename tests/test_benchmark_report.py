@@ -182,3 +182,49 @@ def test_report_has_every_section_and_headline_lines(tmp_path):
   assert (out / "benchmark.md").read_text() == report
   assert (out / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert not [p for p in os.listdir(out) if p.startswith(".")]
+
+
+def test_peer_ratios_and_their_section():
+  result = _result()
+  stages = {"tokenization": 0.1, "graph": 2.5}
+  result["peer_latency"] = [
+    {
+      "task": task,
+      "model": name,
+      "versus": versus,
+      "words": 20,
+      "tokens": 24,
+      "median_ms": ms,
+      "p10_ms": ms,
+      "p90_ms": ms,
+      "stages_ms": stages,
+    }
+    for task, name, versus, ms in (
+      ("sts", "bert@onnxruntime", "tta", 3.0),
+      ("rerank", "minicons@torch", "bilm", 40.0),
+      ("rerank", "bert@torch", "unilm", 9.0),  # no unilm was timed: no ratio
+    )
+  ]
+  result["peers"] = {
+    "versions": {"torch": "2.x"},
+    "peers": {"bert@onnxruntime": {"fused_operators": {"sts": {"Attention": 3}}}},
+  }
+  ratios = benchmark_report.peer_ratios(result["latency"], result["peer_latency"])
+  assert [(r["peer"], r["ours_model"], r["ratio"]) for r in ratios] == [
+    ("bert@onnxruntime", "tta", pytest.approx(1.5)),  # 3 ms / T-TA's 2 ms
+    ("minicons@torch", "bilm", pytest.approx(4.0)),
+  ]
+  result["peer_ratios"] = ratios
+  report = benchmark_report.markdown_report(result)
+  assert (
+    "| sts | 20 | 24 | bert@onnxruntime | 3.00 | 3.00 | 3.00 | 0.10 | 2.50 | tta | 2.00 | 1.50x |"
+    in report
+  )
+  assert (
+    "| rerank | 20 | 24 | bert@torch | 9.00 | 9.00 | 9.00 | 0.10 | 2.50 | - | - | - |" in report
+  )
+  assert "bert@onnxruntime sts graph, fused by ONNX Runtime's optimizer: Attention 3" in report
+  lines = benchmark_report.headline_lines(result)
+  assert lines[-2].startswith(
+    "PEER sts at 20 words: bert@onnxruntime 3.00 ms / tta 2.00 ms = 1.50x"
+  )
