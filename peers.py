@@ -37,11 +37,16 @@ import warnings
 import numpy as np
 
 import inference
+import kinds
 import tokenization
 
 PEERS = ("bert@torch", "bert@onnxruntime", "copies@torch", "minicons@torch")
 # Which of our model kinds each peer is compared with.
-VERSUS = {"bert": "tta", "copies": "bilm", "minicons": "bilm"}
+VERSUS = {
+  "bert": kinds.HEADLINE_FAST,
+  "copies": kinds.HEADLINE_SLOW,
+  "minicons": kinds.HEADLINE_SLOW,
+}
 _ONNX_OPSET = 17
 
 
@@ -207,7 +212,7 @@ class BertOnePass(_Peer):
     log_probs = self._run["rerank"](input_ids, mask)
     self.clock.lap("graph")
     # The pieces ours score: [EOS] included, [SOS] not.
-    positions = inference.scored_positions("tta", input_ids.shape[1])
+    positions = kinds.scored_positions(kinds.HEADLINE_FAST, input_ids.shape[1])
     total = float(np.asarray(log_probs, np.float64)[0, positions].sum())
     self.clock.lap("conversion")
     return total
