@@ -1,0 +1,425 @@
+# coding=utf-8
+"""The report of reproduce.py: paired comparisons, the paper-shaped tables, report.md.
+
+`render_report` turns the report dict that `reproduce.build_report` gathers (setup, training,
+and each evaluation's results) into markdown: Table 1/1b (LibriSpeech WER), 2 (WMT21 BLEU), 3 and
+4 (STS-B, SICK), 7 ((pseudo-)perplexity), the training table and the learning curves, whose
+figure `plot_curves` draws. `asr_comparisons` and `sts_comparisons` pair T-TA with each other LM
+over the same utterances or sentence pairs (significance.py).
+"""
+
+import dataclasses
+
+import io_utils
+import significance
+
+# First-pass setting of the learning curves' dev WER (run_rescoring --settings): reproduce.py's
+# curves stage runs with it; the panels and the report name it. "am", no LM in the first pass: with
+# the fused Transformer LM's scores ("full") the tuned λ was mostly 0 and the curves carried no
+# signal.
+CURVE_ASR_SETTING = "am"
+
+# The paper's full-scale figures (ACL 2020, Tables 1, 3, 4), for orientation
+# only: 3 layers x 512, ~30k vocab, 1M steps on Wikipedia + BookCorpus.
+PAPER = {
+  "sts": {
+    "T-TA": {"stsb_dev": (71.88, 54.75), "stsb_test": (62.27, 44.74)},
+    "biLM": {"stsb_dev": (59.99, None), "stsb_test": (50.76, None)},
+    "uniLM": {"stsb_dev": (56.25, 63.87), "stsb_test": (39.57, 55.00)},
+  },
+}
+
+
+# ------------------------------------------------------------ learning curves
+
+
+# (measure, panel title)
+CURVE_PANELS = (
+  ("stsb_dev", "STS-B dev, Pearson r x 100 (context)"),
+  ("sick_test", "SICK test, Pearson r x 100 (context)"),
+  ("dev_clean_wer", f"dev_clean WER % ({CURVE_ASR_SETTING} setting, λ tuned on it)"),
+  ("dev_other_wer", f"dev_other WER % ({CURVE_ASR_SETTING} setting, λ tuned on it)"),
+)
+
+
+def plot_curves(points, path):
+  """Quality vs training tokens, one line per objective, one panel per measure."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  fig, axes = plt.subplots(2, 2, figsize=(9, 6.4))
+  for ax, (measure, title) in zip(axes.flat, CURVE_PANELS):
+    for model in dict.fromkeys(p["model"] for p in points):
+      mine = sorted((p for p in points if p["model"] == model), key=lambda p: p["tokens"])
+      ax.plot(
+        [p["tokens"] / 1e6 for p in mine], [p[measure] for p in mine], marker="o", label=model
+      )
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("training tokens (millions)", fontsize=8)
+    ax.grid(True, alpha=0.3)
+  axes.flat[0].legend(fontsize=8)
+  fig.tight_layout()
+  with io_utils.atomic_open(path, "wb") as f:
+    fig.savefig(f, format="png", dpi=110)
+  plt.close(fig)
+
+
+def curves_table(points):
+  lines = [
+    "| model | step | tokens (M) | STS-B dev | SICK test | dev clean WER | dev other WER |",
+    "|---|---:|---:|---:|---:|---:|---:|",
+  ]
+  for p in points:
+    lines.append(
+      f"| {p['model']} | {p['step']:d} | {p['tokens'] / 1e6:.2f} | {_fmt(p['stsb_dev'])} | "
+      f"{_fmt(p['sick_test'])} | {_fmt(p['dev_clean_wer'])} | {_fmt(p['dev_other_wer'])} |"
+    )
+  return "\n".join(lines)
+
+
+# -------------------------------------------------------------------- report
+
+
+def _fmt(value, digits=2):
+  return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _reranked_cell(result):
+  """ "1.53 (λ 0.05, p 0.030)": WER, λ, and p of the paired bootstrap vs the first pass."""
+  cell = f"{_fmt(result['reranked'])} (λ {result['lambda']:.2f}"
+  if result.get("vs_first_pass"):
+    cell += f", p {significance.format_p(result['vs_first_pass']['p_value'])}"
+  return cell + ")"
+
+
+def wer_table(asr):
+  """Table 1: rows first pass / each LM; columns test sets x settings."""
+  cols = [(r["test"], r["setting"]) for r in asr[0]["results"]]
+  head = "| method | " + " | ".join(f"{t.replace('_', ' ')} {st}" for t, st in cols) + " |"
+  lines = [head, "|---|" + "---:|" * len(cols)]
+  first = {(r["test"], r["setting"]): r for r in asr[0]["results"]}
+  lines.append("| first pass | " + " | ".join(_fmt(first[c]["first_pass"]) for c in cols) + " |")
+  for row in asr:
+    by = {(r["test"], r["setting"]): r for r in row["results"]}
+    lines.append(f"| + {row['lm']} | " + " | ".join(_reranked_cell(by[c]) for c in cols) + " |")
+  lines.append("| oracle | " + " | ".join(_fmt(first[c]["oracle"]) for c in cols) + " |")
+  return "\n".join(lines)
+
+
+def bleu_table(nmt):
+  r0 = nmt[0]["results"][0]
+  lines = [
+    "| method | BLEU |",
+    "|---|---:|",
+    f"| first system in file order | {_fmt(r0['first_pass'])} |",
+  ]
+  lines += [f"| {row['lm']} alone | {_fmt(row['results'][0]['reranked'])} |" for row in nmt]
+  lines.append(f"| oracle | {_fmt(r0['oracle'])} |")
+  return "\n".join(lines)
+
+
+def _pearson_cell(row, set_name):
+  """ "55.50 [50.12, 60.31]": Pearson x100 with its 95% bootstrap interval; "-" for no row."""
+  if row is None:
+    return "-"
+  cell = _fmt(row["scores"][set_name][0])
+  interval = (row.get("pearson_ci") or {}).get(set_name)
+  if interval:
+    cell += f" [{interval[0]:.2f}, {interval[1]:.2f}]"
+  return cell
+
+
+def sts_table(sts, set_names, paper_sets=()):
+  """Pearson x100 per model, context and embed side by side per set."""
+  reps = ("context", "embed")
+  head = "| model | " + " | ".join(f"{n} {r}" for n in set_names for r in reps) + " |"
+  lines = [head, "|---|" + "---:|" * (2 * len(set_names))]
+  models = list(dict.fromkeys(r["model"] for r in sts))
+  by = {(r["model"], r["representation"]): r for r in sts}
+  for m in models:
+    lines.append(
+      f"| {m} | "
+      + " | ".join(_pearson_cell(by.get((m, r)), n) for n in set_names for r in reps)
+      + " |"
+    )
+  for m, sets in PAPER["sts"].items():
+    if paper_sets and all(n in sets for n in set_names):
+      lines.append(
+        f"| paper {m} (full scale) | "
+        + " | ".join(_fmt(v) for n in set_names for v in sets[n])
+        + " |"
+      )
+  return "\n".join(lines)
+
+
+# The paper's claims compare T-TA with these LMs on the same utterances / sentence pairs.
+COMPARED = ("biLM", "uniLM")
+
+
+def _comparison_dict(a, b, where, comparison):
+  return dict(a=a, b=b, **where, **dataclasses.asdict(comparison))
+
+
+def asr_comparisons(asr, first="T-TA", others=COMPARED):
+  """WER of `first` minus each of `others`, paired bootstrap over the same utterances.
+
+  Args:
+    asr: rescoring_results.json rows, whose WER results keep per-utterance "errors".
+
+  Returns:
+    list of dicts: a, b, test, setting and the significance.Comparison fields (WER points;
+    negative means `first` makes fewer errors). Pairs without errors or with < 2 utterances
+    are left out.
+  """
+  rows = {row["lm"]: row for row in asr}
+  out = []
+  for other in others:
+    if first not in rows or other not in rows:
+      continue
+    theirs = {(r["test"], r["setting"]): r for r in rows[other]["results"]}
+    for r in rows[first]["results"]:
+      o = theirs.get((r["test"], r["setting"]))
+      if o is None or len(r.get("errors") or ()) < 2 or "errors" not in o:
+        continue
+      c = significance.compare_error_rates(r["errors"], o["errors"], r["reference_words"])
+      out.append(_comparison_dict(first, other, {"test": r["test"], "setting": r["setting"]}, c))
+  return out
+
+
+def sts_comparisons(sts, first="T-TA", others=COMPARED):
+  """Pearson x100 of `first` minus each of `others` per set and representation, paired
+  bootstrap over the same sentence pairs (rows need the per-pair "cosines" and "gold")."""
+  by = {(r["model"], r["representation"]): r for r in sts}
+  out = []
+  for (model, representation), mine in by.items():
+    for other in others if model == first else ():
+      theirs = by.get((other, representation))
+      if theirs is None:
+        continue
+      for name, cosines in (mine.get("cosines") or {}).items():
+        c = significance.compare_pearson(cosines, theirs["cosines"][name], mine["gold"][name])
+        out.append(
+          _comparison_dict(first, other, {"set": name, "representation": representation}, c)
+        )
+  return out
+
+
+def comparison_table(comparisons, columns):
+  """One line per comparison: "a - b", the `columns` keys, difference [95% CI], p."""
+  lines = [
+    "| comparison | " + " | ".join(columns) + " | difference [95% CI] | p |",
+    "|---|" + "---|" * len(columns) + "---:|---:|",
+  ]
+  for c in comparisons:
+    where = " | ".join(str(c[k]).replace("_", " ") for k in columns)
+    lines.append(
+      f"| {c['a']} - {c['b']} | {where} | {c['difference']:+.2f} "
+      f"[{c['low']:+.2f}, {c['high']:+.2f}] | {significance.format_p(c['p_value'])} |"
+    )
+  return "\n".join(lines)
+
+
+def pppl_table(asr, sets=("dev_clean", "test_clean", "dev_other", "test_other")):
+  """Table 7: (pseudo-)perplexity mean / median per LM and set, with the
+  full-setting WER of that LM on that set when it is a test set."""
+  lines = [
+    "| LM | " + " | ".join(s.replace("_", " ") for s in sets) + " |",
+    "|---|" + "---:|" * len(sets),
+  ]
+  for row in asr:
+    wer = {r["test"]: r["reranked"] for r in row["results"] if r["setting"] == "full"}
+    cells = []
+    for name in sets:
+      p = row["perplexity"].get(name)
+      cell = "-" if p is None else f"{p['mean']:.1f} / {p['median']:.1f}"
+      if name in wer:
+        cell += f" [{wer[name]:.2f}]"
+      cells.append(cell)
+    lines.append(f"| {row['lm']} | {' | '.join(cells)} |")
+  return "\n".join(lines)
+
+
+def report_notes(report):
+  """Paragraphs that say what the report is: quick mode checks mechanics; why eval loss is "-"."""
+  setup, notes = report["setup"], []
+  if setup["mode"] == "quick":
+    books = f"{setup['max_books']:d} books" if setup.get("max_books") else "the books"
+    notes.append(
+      "**Quick mode checks the mechanics only**: tiny models trained a few steps on a slice of "
+      f"{books}, evaluated on a few lists and pairs, to show that every stage runs end to end. "
+      "Its numbers say nothing about T-TA; the meaningful tables are those of the full mode "
+      '(`bash scripts/reproduce.sh --mode=full`), in README.md, "Results of the full mode".'
+    )
+  if any(t["eval_loss"] is None for t in report["training"].values()):
+    why = "no evaluation ran"
+    if not setup.get("eval_sentences"):
+      why = (
+        "the data holds out no sentence for it (sentences are held out by whole book, and a "
+        "slice of few books may hold out none), so training ran without --eval_file"
+      )
+    notes.append(f'Eval loss is "-" where {why}.')
+  return [line for note in notes for line in (note, "")]
+
+
+def _comparison_section(report, key, unit, columns):
+  """Heading and table of report[key] (see asr_comparisons), or nothing when it is empty."""
+  if not report.get(key):
+    return []
+  return ["", f"T-TA vs biLM / uniLM ({unit}):", "", comparison_table(report[key], columns)]
+
+
+def _precision_reason(setup):
+  """ " (calibration steps/s: bf16 1.52 vs fp32 1.10)" when both precisions were timed."""
+  calibrations = setup.get("calibrations") or {}
+  if len(calibrations) < 2:
+    return ""
+  rates = " vs ".join(f"{p} {c['steps_per_second']:.2f}" for p, c in sorted(calibrations.items()))
+  return f" (calibration steps/s: {rates})"
+
+
+def _training_section(report):
+  """The training table (time, tokens, tokens/s, GFLOP/s, fraction of the matmul peak, eval loss)
+  and the line saying which peak."""
+  setup = report["setup"]
+  parts = [
+    "| model | train min | tokens trained (M) | tokens/s | GFLOP/s | of matmul peak | eval loss |",
+    "|---|---:|---:|---:|---:|---:|---:|",
+  ]
+  for name, t in report["training"].items():
+    of_peak = "-" if t.get("of_peak") is None else f"{100 * t['of_peak']:.0f}%"
+    parts.append(
+      f"| {name} | {t['wall_seconds'] / 60:.1f} | {t['tokens_trained'] / 1e6:.2f} | "
+      f"{t['tokens_per_second']:.0f} | {_fmt(t.get('gflops_per_second'), 1)} | {of_peak} | "
+      f"{_fmt(t['eval_loss'], 3)} |"
+    )
+  if setup.get("matmul_peak"):
+    peak = setup["matmul_peak"]
+    parts += [
+      "",
+      f"Matmul peak: {peak['gflops']:.0f} GFLOP/s ({peak['dtype']}, [2048]^3 in a tf.function, "
+      "measured after training); GFLOP/s counts the matmuls of forward and backward passes "
+      "(flops.py).",
+    ]
+  return parts
+
+
+def _setup_section(report):
+  """The title and the paragraph of what ran where: command, commit, machine, data, model."""
+  setup = report["setup"]
+  return [
+    f"# T-TA reproduction at CPU scale ({setup['mode']} mode)",
+    "",
+    f"Command: `{setup['command']}`; commit {setup['commit']}; {setup['machine']}; "
+    f"{setup['finished']}. Data: {setup['train_sentences']:d} training sentences "
+    f"({setup['train_tokens']:d} tokens), vocab {setup['vocab_size']:d}. Every neural LM: "
+    f"{setup['model']}, trained {setup['train_steps']:d} steps of {setup['batch_size']:d} "
+    f"sentences in {setup.get('precision', 'fp32')}{_precision_reason(setup)}.",
+    "",
+  ]
+
+
+def _asr_sections(report):
+  """Table 1 (whole sets), Table 1b (the paired sample) and Table 7 (its perplexities)."""
+  setup, parts = report["setup"], []
+  p_line = (
+    f"p: paired bootstrap over utterances ({significance.DEFAULT_RESAMPLES:,d} seeded "
+    "resamples) of the LM vs the first pass."
+  )
+  if "asr" in report:
+    lists = f"first {setup['asr_max_lists']:d}" if setup["asr_max_lists"] else "all"
+    parts += [
+      "",
+      f"## Table 1: LibriSpeech reranking, WER % ({lists} lists of each set; λ tuned on dev)",
+      "",
+      wer_table(report["asr"]),
+      "",
+      p_line,
+      *_comparison_section(
+        report, "asr_comparisons", "WER points, paired over utterances", ["test", "setting"]
+      ),
+    ]
+  if "asr_paired" in report:
+    parts += [
+      "",
+      f"## Table 1b: every LM on the same seeded sample of {setup['asr_sample_lists']:d} "
+      "lists per set (WER %, λ tuned on the dev sample)",
+      "",
+      wer_table(report["asr_paired"]),
+      "",
+      p_line,
+      *_comparison_section(
+        report, "asr_paired_comparisons", "WER points, paired over utterances", ["test", "setting"]
+      ),
+      "",
+      "## Table 7: (pseudo-)perplexity mean / median per sentence [full-setting WER] on the "
+      "sample of Table 1b; word pieces for the neural LMs, words for the 5-gram",
+      "",
+      pppl_table(report["asr_paired"]),
+    ]
+  return parts
+
+
+def _nmt_section(report):
+  """Table 2: WMT21 de-en BLEU of LM-only selection."""
+  if "nmt" not in report:
+    return []
+  return [
+    "",
+    "## Table 2: WMT21 de-en, LM-only selection among the "
+    f"systems' outputs (first {report['setup']['nmt_max_lists'] or 'all'} segments)",
+    "",
+    "The candidates carry no NMT scores, so the LMs select alone (the paper interpolated "
+    "with its NMT model's scores).",
+    "",
+    bleu_table(report["nmt"]),
+  ]
+
+
+def _sts_section(report):
+  """Table 3 (STS-B, with the paper's figures) and Table 4 (SICK), with the comparisons."""
+  if "sts" not in report:
+    return []
+  max_pairs = report["setup"]["sts_max_pairs"]
+  first_pairs = f" (first {max_pairs:d} pairs)" if max_pairs else ""
+  return [
+    "",
+    f"## Table 3: STS-B, Pearson r x 100{first_pairs}",
+    "",
+    sts_table(report["sts"], ["stsb_dev", "stsb_test"], True),
+    "",
+    "## Table 4: SICK test, Pearson r x 100",
+    "",
+    sts_table(report["sts"], ["sick_test"]),
+    "",
+    "Cells: Pearson [95% bootstrap CI over pairs].",
+    *_comparison_section(
+      report, "sts_comparisons", "Pearson x 100, paired over pairs", ["set", "representation"]
+    ),
+  ]
+
+
+def _curves_section(report):
+  """The learning-curve table and how its dev WER was measured."""
+  if not report.get("curves"):
+    return []
+  return [
+    "",
+    "## Learning curves: quality vs training tokens (curves/learning_curves.png)",
+    "",
+    f"Dev WER: λ tuned on a seeded sample of {report['setup']['curve_asr_lists']:d} lists of "
+    f"each dev set and applied to it (no test set involved), first pass '{CURVE_ASR_SETTING}' "
+    "(decoder and CTC scores, no LM).",
+    "",
+    curves_table(report["curves"]),
+  ]
+
+
+def render_report(report):
+  """The markdown report from the report dict (see `reproduce.build_report`): what ran, notes,
+  the training table, then each table whose results the report holds."""
+  parts = [*_setup_section(report), *report_notes(report), *_training_section(report)]
+  for section in (_asr_sections, _nmt_section, _sts_section, _curves_section):
+    parts += section(report)
+  return "\n".join(parts) + "\n"

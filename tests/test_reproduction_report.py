@@ -1,0 +1,150 @@
+"""Tests of reproduction_report.py: each number in its cell, p values, CIs and paired
+comparisons, and the notes of a quick-mode report."""
+
+import pytest
+
+import reproduction_report
+
+
+def _asr_row(lm, reranked, lam, ppl):
+  results = []
+  for i, (test, setting) in enumerate([("test_clean", "am"), ("test_clean", "full")]):
+    results.append(
+      {
+        "test": test,
+        "setting": setting,
+        "first_pass": 2.0 + i,
+        "oracle": 0.5 + i,
+        "reranked": reranked[i],
+        "lambda": lam[i],
+      }
+    )
+  return {
+    "lm": lm,
+    "results": results,
+    "perplexity": {"test_clean": {"mean": ppl[0], "median": ppl[1]}},
+  }
+
+
+def test_report_tables_put_each_number_in_its_cell():
+  asr = [
+    _asr_row("T-TA", (1.11, 1.22), (0.3, 0.45), (300.0, 12.5)),
+    _asr_row("5-gram", (1.33, 1.44), (0.1, 0.2), (700.0, 250.0)),
+  ]
+  lines = reproduction_report.wer_table(asr).splitlines()
+  assert lines[0] == "| method | test clean am | test clean full |"
+  assert lines[2] == "| first pass | 2.00 | 3.00 |"
+  assert lines[3] == "| + T-TA | 1.11 (λ 0.30) | 1.22 (λ 0.45) |"
+  assert lines[4] == "| + 5-gram | 1.33 (λ 0.10) | 1.44 (λ 0.20) |"
+  assert lines[5] == "| oracle | 0.50 | 1.50 |"
+  ppl = reproduction_report.pppl_table(asr, sets=("test_clean",)).splitlines()
+  assert ppl[2] == "| T-TA | 300.0 / 12.5 [1.22] |"
+  sts = [
+    {"model": "T-TA", "representation": "context", "scores": {"sick_test": [55.5, 50.0]}},
+    {"model": "T-TA", "representation": "embed", "scores": {"sick_test": [44.4, 40.0]}},
+    {"model": "biLM", "representation": "context", "scores": {"sick_test": [33.3, 30.0]}},
+  ]
+  table = reproduction_report.sts_table(sts, ["sick_test"]).splitlines()
+  assert table[2] == "| T-TA | 55.50 | 44.40 |"
+  assert table[3] == "| biLM | 33.30 | - |"
+
+
+def _with_errors(row, errors, p_value):
+  """`row` with per-utterance errors (4 words each) and a stored p vs the first pass."""
+  for r in row["results"]:
+    r.update(errors=errors, reference_words=[4] * len(errors))
+    r["vs_first_pass"] = {"difference": -1.0, "low": -2.0, "high": 0.5, "p_value": p_value}
+  return row
+
+
+def test_report_cells_show_p_values_cis_and_paired_lm_comparisons():
+  asr = [
+    _with_errors(_asr_row("T-TA", (1.11, 1.22), (0.3, 0.45), (1, 1)), [0, 0, 0, 0], 0.004),
+    _with_errors(_asr_row("biLM", (1.33, 1.44), (0.1, 0.2), (1, 1)), [1, 1, 1, 1], 0.5),
+    _asr_row("5-gram", (1.5, 1.6), (0.1, 0.2), (1, 1)),  # NMT-like row: no errors, no p
+  ]
+  lines = reproduction_report.wer_table(asr).splitlines()
+  assert lines[3] == "| + T-TA | 1.11 (λ 0.30, p 0.004) | 1.22 (λ 0.45, p 0.004) |"
+  assert lines[4] == "| + biLM | 1.33 (λ 0.10, p 0.500) | 1.44 (λ 0.20, p 0.500) |"
+  assert lines[5] == "| + 5-gram | 1.50 (λ 0.10) | 1.60 (λ 0.20) |"
+  # T-TA makes 0 errors where biLM makes 1 in 4 words, on every utterance: -25 WER points in
+  # every resample, so the CI is [-25, -25] and no resample reaches 0 (p 0).
+  comparisons = reproduction_report.asr_comparisons(asr)
+  assert [(c["b"], c["test"], c["setting"]) for c in comparisons] == [
+    ("biLM", "test_clean", "am"),
+    ("biLM", "test_clean", "full"),
+  ]
+  assert comparisons[0]["difference"] == pytest.approx(-25.0)
+  assert comparisons[0]["low"] == pytest.approx(-25.0) == comparisons[0]["high"]
+  assert comparisons[0]["p_value"] == 0.0 and comparisons[0]["num_units"] == 4
+  table = reproduction_report.comparison_table(comparisons, ["test", "setting"]).splitlines()
+  assert table[2] == "| T-TA - biLM | test clean | am | -25.00 [-25.00, -25.00] | < 0.001 |"
+  # STS: T-TA's cosines follow the gold scores exactly (r = 100), biLM's are reversed
+  # (r = -100): difference 200, and its CI stays above 0.
+  gold = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 1.5, 2.5, 3.5, 4.5]
+  sts = [
+    {
+      "model": "T-TA",
+      "representation": "context",
+      "scores": {"sick_test": [100.0, 100.0]},
+      "pearson_ci": {"sick_test": [99.5, 100.0]},
+      "cosines": {"sick_test": [g / 5 for g in gold]},
+      "gold": {"sick_test": gold},
+    },
+    {
+      "model": "biLM",
+      "representation": "context",
+      "scores": {"sick_test": [-100.0, -100.0]},
+      "pearson_ci": {"sick_test": [-100.0, -99.5]},
+      "cosines": {"sick_test": [1 - g / 5 for g in gold]},
+      "gold": {"sick_test": gold},
+    },
+  ]
+  cells = reproduction_report.sts_table(sts, ["sick_test"]).splitlines()
+  assert cells[2] == "| T-TA | 100.00 [99.50, 100.00] | - |"
+  assert cells[3] == "| biLM | -100.00 [-100.00, -99.50] | - |"
+  (c,) = reproduction_report.sts_comparisons(sts)
+  assert (c["a"], c["b"], c["set"], c["representation"]) == ("T-TA", "biLM", "sick_test", "context")
+  assert c["difference"] == pytest.approx(200.0)
+  assert 0 < c["low"] <= c["high"] <= 200.0 + 1e-9 and c["p_value"] < 0.01
+
+
+def _report(mode, eval_loss, eval_sentences):
+  return {
+    "setup": {
+      "mode": mode,
+      "command": "python reproduce.py",
+      "commit": "abc1234",
+      "machine": "2 cores",
+      "finished": "2026-11-24 10:00",
+      "train_sentences": 100,
+      "train_tokens": 1000,
+      "eval_sentences": eval_sentences,
+      "max_books": 8 if mode == "quick" else None,
+      "vocab_size": 2000,
+      "model": "3 layers x 128 hidden, 2 heads, FFN 512",
+      "train_steps": 60,
+      "batch_size": 32,
+    },
+    "training": {
+      "T-TA": {
+        "wall_seconds": 60.0,
+        "tokens_per_second": 900.0,
+        "tokens_trained": 1.92e6,
+        "gflops_per_second": 3.5,
+        "of_peak": 0.25,
+        "eval_loss": eval_loss,
+      }
+    },
+  }
+
+
+def test_quick_report_says_it_checks_mechanics_and_why_eval_loss_is_missing():
+  text = reproduction_report.render_report(_report("quick", None, 0))
+  assert "Quick mode checks the mechanics only" in text
+  assert "8 books" in text
+  assert 'README.md, "Results of the full mode"' in text
+  assert 'Eval loss is "-"' in text and "holds out no sentence" in text
+  assert "| T-TA | 1.0 | 1.92 | 900 | 3.5 | 25% | - |" in text
+  full = reproduction_report.render_report(_report("full", 4.2, 5000))
+  assert "Quick mode" not in full and "Eval loss is" not in full
