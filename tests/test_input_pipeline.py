@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import create_pretraining_data as cpd
 import input_pipeline
+import pretraining_records
 
 # Synthetic vocabulary: the authors' special tokens at 0..6, words 7..V-1.
 PAD, EOS, UNK, SOS, MASK, CLS, SEP = range(7)
@@ -26,9 +26,9 @@ def synthetic(tmp_path_factory):
     words = rng.integers(len(SPECIAL_IDS), VOCAB_SIZE, n - 2).tolist()
     sentences.append([SOS] + words + [EOS])
   for i in range(3):
-    cpd.write_records(
+    pretraining_records.write_records(
       str(out / f"train-{i:05d}-of-00003.tfrecord"),
-      [cpd.make_example(s) for s in sentences[i::3]],
+      [pretraining_records.make_example(s) for s in sentences[i::3]],
     )
   return str(out / "train-*"), sentences
 
