@@ -380,6 +380,13 @@ def _pipeline_seed(seed, is_training):
   return seed
 
 
+def _pipeline_position(input_context):
+  """(number of input pipelines, this pipeline's id): (1, 0) without tf.distribute."""
+  if input_context is None:
+    return 1, 0
+  return input_context.num_input_pipelines, input_context.input_pipeline_id
+
+
 def _read_records(files, is_training, seed, num_pipelines, pipeline_id, shuffle_buffer_size):
   """Serialized records of this input pipeline's part of `files`.
 
@@ -429,14 +436,12 @@ def make_dataset(
   skip_batches=0,
   shuffle_buffer_size=_SHUFFLE_BUFFER,
 ):
-  """Builds the training or evaluation input pipeline.
+  """Builds the training or evaluation input pipeline (its stages: the module docstring).
 
-  Training: files shuffled every epoch and repeated forever, read 8 at a time
-  (interleaved), records shuffled in a buffer, bucketed by length, batches
-  of exactly batch_size (partial ones dropped, so shapes are static in B).
-  Evaluation: one pass over the files in sorted order, no shuffle; the last
-  batch of each bucket may be smaller; biLM masks are still drawn (seed 0
-  when none is given) so that eval losses of different checkpoints compare.
+  Training batches hold exactly batch_size sentences (partial ones are dropped, so shapes are
+  static in B). Evaluation is one pass over the files in sorted order, no shuffle; the last batch
+  of each bucket may be smaller; biLM masks are still drawn (seed 0 when none is given) so that
+  eval losses of different checkpoints compare.
 
   Args:
     file_pattern: comma-separated globs of TFRecord files (or a list).
@@ -453,17 +458,15 @@ def make_dataset(
       resuming with skip_batches needs the same fixed seed.
     mlm_probability: float, share of candidate tokens the biLM predicts.
     bucket_boundaries: see `bucket_lengths`.
-    input_context: tf.distribute.InputContext or None. With several input
-      pipelines each reads a disjoint part: whole files when there are at
-      least as many files as pipelines, else every n-th record.
+    input_context: tf.distribute.InputContext or None; with several input pipelines each
+      reads a disjoint part (`_read_records`).
     skip_batches: int, batches to drop from the start (resuming; see the
       module docstring for when this is exact).
     shuffle_buffer_size: int, records in the training shuffle buffer.
 
   Returns:
-    tf.data.Dataset of dicts: input_ids int32 [B, L], input_mask int32
-    [B, L], target_ids int32 [B, L], target_weights float32 [B, L], with L
-    one of `bucket_lengths(max_seq_length, bucket_boundaries)`.
+    tf.data.Dataset of dicts: input_ids, input_mask, target_ids int32 [B, L] and target_weights
+    float32 [B, L], with L one of `bucket_lengths(max_seq_length, bucket_boundaries)`.
 
   Raises:
     ValueError: for an unknown model_type, no matching files, bad buckets.
@@ -472,23 +475,17 @@ def make_dataset(
   special_ids = sorted(int(i) for i in special_ids)
   lengths = bucket_lengths(max_seq_length, bucket_boundaries)
   files = io_utils.expand_globs(file_pattern)
-  num_pipelines, pipeline_id = (
-    (input_context.num_input_pipelines, input_context.input_pipeline_id)
-    if input_context is not None
-    else (1, 0)
-  )
+  num_pipelines, pipeline_id = _pipeline_position(input_context)
   seed = _pipeline_seed(seed, is_training)
   ds = _read_records(files, is_training, seed, num_pipelines, pipeline_id, shuffle_buffer_size)
   ds = _bucket_and_batch(ds, batch_size, lengths, drop_remainder=is_training)
   lengths_t = tf.constant(lengths, tf.int32)
   base_seed = tf.constant([seed, pipeline_id], tf.int64)
+  static_batch_size = batch_size if is_training else None
 
   def finish(index, batch):
     batch = _parse_batch(
-      batch["serialized"],
-      lengths_t[batch["bucket"]],
-      vocab_size,
-      batch_size if is_training else None,
+      batch["serialized"], lengths_t[batch["bucket"]], vocab_size, static_batch_size
     )
     batch_seed = tf.random.experimental.stateless_fold_in(base_seed, index)
     return make_targets(

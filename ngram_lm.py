@@ -139,6 +139,15 @@ def _prune_args(prune):
   return ["--prune"] + values
 
 
+def _lmplz_command(lmplz, text_file, arpa, tmp_dir, order, memory, prune, discount_fallback):
+  """lmplz's command line: `text_file` -> the ARPA file `arpa`, sorting in `tmp_dir`."""
+  cmd = [lmplz, "-o", str(order), "-S", str(memory), "-T", tmp_dir]
+  cmd += ["--text", text_file, "--arpa", arpa] + _prune_args(prune)
+  if discount_fallback:
+    cmd.append("--discount_fallback")
+  return cmd
+
+
 def model_info_path(model_path):
   """Where the JSON description of a trained model lives (beside it)."""
   return model_path + ".json"
@@ -206,22 +215,7 @@ def train_ngram(
   tmp_dir = tempfile.mkdtemp(prefix=f".{base}.tmp-", dir=out_dir)
   try:
     arpa = os.path.join(tmp_dir, "model.arpa")
-    cmd = [
-      lmplz,
-      "-o",
-      str(order),
-      "-S",
-      str(memory),
-      "-T",
-      tmp_dir,
-      "--text",
-      text_file,
-      "--arpa",
-      arpa,
-    ]
-    cmd += _prune_args(prune)
-    if discount_fallback:
-      cmd.append("--discount_fallback")
+    cmd = _lmplz_command(lmplz, text_file, arpa, tmp_dir, order, memory, prune, discount_fallback)
     _run_streaming(cmd, "lmplz")
     result = arpa
     if binary:
