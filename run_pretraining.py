@@ -44,30 +44,17 @@ guide recommends) and all of them must see --output_dir to resume. A stop
 request (signal, --train_minutes) on any worker stops all of them at the
 same step, so none waits forever in a collective.
 
-Speed on the 2-core development host (AMD EPYC, AVX2, no AVX-512/AMX; shared
-with other jobs: a reference 2048x512x2048 fp32 MatMul ran at 53-65 GFLOP/s
-during these runs), T-TA, vocab 30k, batch 64 x ~32 tokens, the variants
-trained interleaved in one process (tokens/s and the achieved GFLOP/s of
-`flops.training_flops`):
-
-  config              precision  softmax            continuous      speed-up
-  3x512, 8h, FFN 2048 fp32        350 tok/s  53 GF   705 tok/s  43 GF   2.0x
-                      bf16        331 tok/s  50 GF   692 tok/s  42 GF   2.1x
-  3x256, 4h, FFN 1024 fp32        795 tok/s  49 GF  2834 tok/s  43 GF   3.6x
-                      bf16        731 tok/s  45 GF  2181 tok/s  33 GF   3.0x
-
-The vocabulary softmax is 61% (paper size) / 76% (small) of the training
-FLOPs; the continuous head removes it. bfloat16 does not pay on a CPU
-without native bf16 (the run warns); on GPUs/TPUs use --mixed_precision.
+The vocabulary softmax is most of the training FLOPs and the continuous head
+removes it; bfloat16 does not pay on a CPU without native bf16 (the run
+warns). Measured speeds of both heads and precisions: docs/DESIGN.md §6.
 """
 
 import os
 
 # Before TensorFlow starts: its default CPU allocator hands every large
 # buffer (a [2048, 30000] logits tensor is 245 MB) back to the OS and takes
-# it again, page-faulting on each step; the BFC pool keeps them. Measured on
-# the 2-core host (3x256, V=30k, batch 64x32): 591 -> 774 tokens/s with the
-# softmax head, 1614 -> 2349 with the continuous one, system time 16 -> 4 s.
+# it again, page-faulting on each step; the BFC pool keeps them (the speed-up
+# measured: docs/DESIGN.md §6).
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
