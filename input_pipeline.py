@@ -101,72 +101,11 @@ def bucket_lengths(max_seq_length, bucket_boundaries=None):
   return [b for b in bucket_boundaries if b < max_seq_length] + [max_seq_length]
 
 
-_FEATURES = {
-  "input_ids": tf.io.RaggedFeature(tf.int64),
-  "input_mask": tf.io.RaggedFeature(tf.int64),
-  "length": tf.io.FixedLenFeature([], tf.int64),
-}
 _IDS_FEATURES = {
   "input_ids": tf.io.RaggedFeature(tf.int64),
   "length": tf.io.FixedLenFeature([], tf.int64),
 }
 _LENGTH_FEATURE = {"length": tf.io.FixedLenFeature([], tf.int64)}
-
-
-def _parse(serialized, max_seq_length=None):
-  """Parses one record; truncates it to max_seq_length.
-
-  Args:
-    serialized: tf.string scalar, a tf.train.Example.
-    max_seq_length: None or int; a longer record (built for a larger
-      max_seq_length) keeps its first max_seq_length-1 tokens and its last one
-      ([EOS]): deterministic, unlike the seeded random cut of
-      create_pretraining_data.
-
-  Returns:
-    dict: input_ids int32 [n], input_mask int32 [n], length int32 [].
-  """
-  features = tf.io.parse_single_example(serialized, _FEATURES)
-  input_ids = tf.cast(features["input_ids"], tf.int32)
-  input_mask = tf.cast(features["input_mask"], tf.int32)
-  length = tf.size(input_ids)
-  # A record whose fields disagree was not written by create_pretraining_data.
-  tf.debugging.assert_equal(
-    tf.cast(features["length"], tf.int32),
-    length,
-    message="record: `length` differs from the size of `input_ids`",
-  )
-  tf.debugging.assert_equal(
-    tf.size(input_mask), length, message="record: `input_mask` and `input_ids` differ in size"
-  )
-  if max_seq_length is not None:
-    # Records built with a larger max_seq_length: keep [SOS] ... and [EOS].
-    input_ids = tf.cond(
-      length > max_seq_length,
-      lambda: tf.concat([input_ids[: max_seq_length - 1], input_ids[-1:]], 0),
-      lambda: input_ids,
-    )
-    length = tf.minimum(length, max_seq_length)
-    input_mask = input_mask[:length]
-  return {"input_ids": input_ids, "input_mask": input_mask, "length": length}
-
-
-def read_sentences_dataset(file_pattern, max_seq_length=None):
-  """Reads records in file order (files sorted by name), unpadded.
-
-  Args:
-    file_pattern: comma-separated globs (str) or list of str.
-    max_seq_length: None, or truncate longer sentences to this length.
-
-  Returns:
-    tf.data.Dataset of dicts: input_ids int32 [n], input_mask int32 [n],
-    length int32 [].
-  """
-  files = io_utils.expand_globs(file_pattern)
-  ds = tf.data.TFRecordDataset(files)
-  return ds.map(
-    lambda s: _parse(s, max_seq_length), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-  )
 
 
 def _bucket_and_batch(ds, batch_size, lengths, drop_remainder):

@@ -40,18 +40,6 @@ EOS = "</s>"
 UNK = "<unk>"
 
 
-def log10_to_ln(value):
-  """Converts a log10 probability (KenLM's unit) into a natural-log one.
-
-  Args:
-    value: float, log10 p.
-
-  Returns:
-    float, ln p = log10 p * ln 10.
-  """
-  return value * LN10
-
-
 def find_kenlm_bin(name):
   """Locates a KenLM executable: third_party/kenlm/bin first, then PATH.
 

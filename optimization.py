@@ -16,8 +16,7 @@ per-replica gradients to `apply_gradients` and must NOT clip them itself. Clippi
 (what Keras' own `global_clipnorm` does: it runs before Keras' cross-replica sum; and what BERT's
 TF1 code did on TPU, where `CrossShardOptimizer` summed the already-clipped per-core gradients)
 would make the update depend on the number of replicas; clipping the sum is BERT's one-device
-behaviour on any number of replicas. `clip_gradients` is the same operation as a free
-function, for loops that do not use this optimizer or want the clipped values for logging.
+behaviour on any number of replicas.
 
 Usage in a custom loop. Checked: one device, `MirroredStrategy` (two CPU replicas, in the tests)
 and `MultiWorkerMirroredStrategy` (two local workers, by hand) give the same update as one
@@ -84,28 +83,6 @@ def create_optimizer(
     exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
     clip_norm=clip_norm,
   )
-
-
-def clip_gradients(grads, clip_norm=1.0):
-  """Scales a list of gradients so that their global L2 norm is at most `clip_norm`.
-
-  This is `tf.clip_by_global_norm`, as BERT uses it: if the norm over *all* gradients exceeds
-  `clip_norm`, every gradient is multiplied by the same factor `clip_norm / global_norm`, which
-  keeps the update direction; otherwise they are returned unchanged. `None` entries (variables
-  without a gradient) stay `None`; `tf.IndexedSlices` are supported.
-
-  `AdamWeightDecay(clip_norm=...)` already does this after the cross-replica sum; do not call
-  this as well on gradients that go to such an optimizer (see the module docstring).
-
-  Args:
-    grads: list of float Tensors / `tf.IndexedSlices` / None.
-    clip_norm: positive float. The maximum global norm.
-
-  Returns:
-    List of the clipped gradients, same structure as `grads`.
-  """
-  clipped, _ = tf.clip_by_global_norm(grads, clip_norm)
-  return clipped
 
 
 @keras.saving.register_keras_serializable(package="tta")

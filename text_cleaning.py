@@ -183,11 +183,6 @@ def unwrap(lines: Sequence[str]) -> str:
   return "".join(out)
 
 
-def paragraphs(text: str) -> List[str]:
-  """Unwraps hard-wrapped text into paragraphs (blank-line separated), one string each."""
-  return [unwrap(block) for block in paragraph_blocks(text)]
-
-
 # ---------------------------------------------------------------------------------------------
 # Sentence splitting
 # ---------------------------------------------------------------------------------------------

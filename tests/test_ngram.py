@@ -57,12 +57,12 @@ def fixture_arpa_path(tmp_path):
   return str(path)
 
 
-def test_log10_to_ln():
+def test_ln10_converts_log10_to_ln():
   assert ngram_lm.LN10 == pytest.approx(math.log(10.0), abs=1e-15)
   for v in (0.0, -1.0, -0.25, -3.7):
     # ln p = log10 p * ln 10, i.e. 10**v == e**(converted)
-    assert ngram_lm.log10_to_ln(v) == pytest.approx(math.log(10.0**v), abs=1e-12)
-    assert math.exp(ngram_lm.log10_to_ln(v)) == pytest.approx(10.0**v, rel=1e-12)
+    assert v * ngram_lm.LN10 == pytest.approx(math.log(10.0**v), abs=1e-12)
+    assert math.exp(v * ngram_lm.LN10) == pytest.approx(10.0**v, rel=1e-12)
 
 
 @pytest.mark.parametrize(

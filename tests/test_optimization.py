@@ -170,19 +170,6 @@ def test_optimizer_uses_schedule_at_current_iteration():
   assert float(optimizer.learning_rate) == pytest.approx(1e-3 * 0.4)
 
 
-def test_clip_gradients():
-  big = [tf.constant([3.0, 0.0]), tf.constant([[0.0], [4.0]]), None]  # global norm 5
-  clipped = optimization.clip_gradients(big, clip_norm=1.0)
-  assert clipped[2] is None
-  assert float(tf.linalg.global_norm(clipped[:2])) == pytest.approx(1.0, rel=1e-6)
-  np.testing.assert_allclose(clipped[0].numpy(), [0.6, 0.0], rtol=1e-6)
-  np.testing.assert_allclose(clipped[1].numpy(), [[0.0], [0.8]], rtol=1e-6)
-
-  small = [tf.constant([0.3, 0.0]), tf.constant([[0.0], [0.4]])]  # global norm 0.5
-  for got, want in zip(optimization.clip_gradients(small, clip_norm=1.0), small):
-    np.testing.assert_array_equal(got.numpy(), want.numpy())
-
-
 def test_optimizer_clips_global_norm_before_update():
   # First step: m = (1 - beta_1) * g_clipped, so the slot shows what the update saw.
   a = _scoped_variable("a/kernel", np.zeros((2,), np.float32))

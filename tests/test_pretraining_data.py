@@ -1,18 +1,18 @@
 # coding=utf-8
-"""Tests for create_pretraining_data.py (its records are read back with
-input_pipeline.read_sentences_dataset)."""
+"""Tests for create_pretraining_data.py (its records are read back as tf.train.Examples; the
+training reader, input_pipeline.make_dataset, is tested in test_input_pipeline.py)."""
 
 import collections
 import glob
 import os
 
 from conftest import data_dir_or_skip
+import numpy as np
 import pytest
 import tensorflow as tf
 
 import corpus
 import create_pretraining_data as cpd
-import input_pipeline
 import pretraining_records
 import tokenization
 
@@ -48,9 +48,22 @@ def gutenberg(gutenberg_tar, tmp_path_factory):
 
 
 def _read_all(pattern):
-  return [
-    {k: v.numpy() for k, v in r.items()} for r in input_pipeline.read_sentences_dataset(pattern)
-  ]
+  """The records of the files matching `pattern`, in file order, parsed as docs/DESIGN.md §5.2
+  lays them out: input_ids [n], input_mask [n] and exactly one length."""
+  records = []
+  for path in sorted(glob.glob(pattern)):
+    for serialized in tf.data.TFRecordDataset(path):
+      feature = tf.train.Example.FromString(serialized.numpy()).features.feature
+      assert set(feature) == {"input_ids", "input_mask", "length"}
+      (length,) = feature["length"].int64_list.value
+      records.append(
+        {
+          "input_ids": np.array(feature["input_ids"].int64_list.value),
+          "input_mask": np.array(feature["input_mask"].int64_list.value),
+          "length": length,
+        }
+      )
+  return records
 
 
 def test_gutenberg_records_match_tokenizer(gutenberg):

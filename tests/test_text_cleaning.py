@@ -115,7 +115,7 @@ def test_paragraphs_unwrap_hard_wrapped_lines():
     "  It was the best of times,\nit was the worst of times; a fore-\nground and a"
     " back--\nground.\n\n\n   \nSecond paragraph\n  here.\n"
   )
-  assert text_cleaning.paragraphs(text) == [
+  assert [text_cleaning.unwrap(block) for block in text_cleaning.paragraph_blocks(text)] == [
     "It was the best of times, it was the worst of times; a fore-ground and a back--ground.",
     "Second paragraph here.",
   ]
