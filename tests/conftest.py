@@ -5,11 +5,13 @@ import sys
 
 import pytest
 
-import modeling
-
+# Before the project's imports: the `pytest` command, unlike `python -m pytest`, does not put the
+# current directory on sys.path.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+import io_utils  # noqa: E402
+import modeling  # noqa: E402
 
 # BERT's test habit: a tiny config that builds and runs in milliseconds. Tests
 # override what their case needs (a vocab size, a layer count).
@@ -62,16 +64,24 @@ def tokenizer(tmp_path_factory):
 
 
 def data_dir_or_skip(subdir=""):
-  """The shared data root, or a skip naming what is missing."""
-  import io_utils  # pylint: disable=g-import-not-at-top
+  """The shared data root (`io_utils.data_root`: $TTA_DATA, else ../shared/data) holding `subdir`.
 
+  Missing data skips the test, or fails it under TTA_REQUIRE_DATA=1 (scripts/test.sh sets it):
+  there a skipped real-data test would pass unnoticed.
+  """
   try:
     root = io_utils.data_root()
   except FileNotFoundError as e:
-    pytest.skip(f"shared data not available: {e}")
+    _data_missing(f"shared data not available: {e}")
   if not os.path.isdir(os.path.join(root, subdir)):
-    pytest.skip(f"shared data folder {subdir} missing under {root}")
+    _data_missing(f"shared data folder {subdir} missing under {root}")
   return root
+
+
+def _data_missing(reason):
+  if os.environ.get("TTA_REQUIRE_DATA") == "1":
+    pytest.fail(f"{reason} (TTA_REQUIRE_DATA=1: tests on the real data must run)", pytrace=False)
+  pytest.skip(reason)
 
 
 # The vocab of the BERT-checkpoint tests: Google's special tokens, no [SOS]/[EOS].

@@ -11,6 +11,7 @@ import math
 import os
 
 from conftest import TINY
+from conftest import data_dir_or_skip
 from conftest import tiny_config
 import numpy as np
 import pytest
@@ -157,14 +158,10 @@ def test_config_boundary_tokens_round_trip_and_are_absent_when_unset(tmp_path):
 
 def test_authors_config_loads_and_keeps_extra_keys():
   path = os.path.join(
-    os.environ.get(
-      "TTA_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
-    ),
+    data_dir_or_skip("reference-vocab"),
     "reference-vocab",
     "tta-config.layer-3.vocab-lower.sub-32k.json",
   )
-  if not os.path.exists(path):
-    pytest.skip(f"reference-vocab data folder not found: {path}")
   config = modeling.TTAConfig.from_json_file(path)
   assert (
     config.vocab_size,

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import corpus
 import losses as losses_lib
 import model_dir
 import modeling
@@ -30,7 +31,6 @@ import training
 import training_setup
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GUTENBERG = os.path.join(REPO, "..", "shared", "data", "gutenberg-books-subset", "texts.tar.xz")
 # conftest.TINY with a wider FFN and room for the 48-token records.
 WIDER = {"intermediate_size": 64, "max_position_embeddings": 64}
 # The size overrides of a training run (the vocab file gives vocab_size).
@@ -46,10 +46,9 @@ def data_dir(tmp_path_factory):
   licence header, wrapped lines and all) with a 600-piece WordPiece vocab."""
   import create_pretraining_data  # pylint: disable=g-import-not-at-top
 
+  gutenberg = corpus.default_gutenberg_tar(conftest.data_dir_or_skip(corpus.GUTENBERG_SUBDIR))
   root = tmp_path_factory.mktemp("pretraining_data")
-  if not os.path.exists(GUTENBERG):
-    pytest.skip(f"Gutenberg corpus not found at {GUTENBERG}")
-  with tarfile.open(GUTENBERG, "r:xz") as tar:
+  with tarfile.open(gutenberg, "r:xz") as tar:
     member = next(m for m in tar if m.isfile())
     text = tar.extractfile(member).read().decode("utf-8")
   excerpt = root / "excerpt.txt"

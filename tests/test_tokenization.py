@@ -11,14 +11,13 @@ import subprocess
 import sys
 
 import conftest
+from conftest import data_dir_or_skip
 import pytest
 import tensorflow as tf
 
 import tokenization
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA_DIR = os.environ.get("TTA_DATA", os.path.join(_REPO, "..", "shared", "data"))
-REFERENCE_VOCAB = os.path.join(DATA_DIR, "reference-vocab", "tta-vocab-lower.sub-32k.txt")
 
 # Lower-case pieces plus a few cased/accented ones for do_lower_case=False.
 TINY_WORDS = [
@@ -265,15 +264,13 @@ def test_saved_model_round_trip(tokenizers, tmp_path):
 
 
 def test_reference_vocab():
-  if not os.path.isdir(DATA_DIR):
-    pytest.skip(
-      f"data folder {DATA_DIR} is missing (set TTA_DATA to the shared/data "
-      "folder holding reference-vocab/)"
-    )
-  vocab = tokenization.load_vocab(REFERENCE_VOCAB)
+  reference_vocab = os.path.join(
+    data_dir_or_skip("reference-vocab"), "reference-vocab", "tta-vocab-lower.sub-32k.txt"
+  )
+  vocab = tokenization.load_vocab(reference_vocab)
   assert len(vocab) == 29530
   assert list(vocab)[:7] == list(tokenization.SPECIAL_TOKENS)
-  tokenizer = tokenization.FullTokenizer(REFERENCE_VOCAB, do_lower_case=True)
+  tokenizer = tokenization.FullTokenizer(reference_vocab, do_lower_case=True)
   assert special_ids(tokenizer) == (0, 1, 2, 3, 4, 5, 6)
   assert tokenizer.vocab_size == 29530
   pieces = tokenizer.tokenize("The Quick brown fox, isn't it?")
