@@ -1,8 +1,11 @@
 """Makes the flat top-level modules importable and keeps TF quiet."""
 
+import contextlib
 import os
 import sys
 
+import keras
+import numpy as np
 import pytest
 
 # Before the project's imports: the `pytest` command, unlike `python -m pytest`, does not put the
@@ -221,3 +224,60 @@ def write_hf_bert_dir(path, model, tokens=BERT_TOKENS, tensors=None, config=None
   tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
   save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
   return str(path)
+
+
+@contextlib.contextmanager
+def keras_policy(name):
+  """Layers built in the block compute under Keras' dtype policy `name` ("mixed_bfloat16")."""
+  previous = keras.mixed_precision.global_policy().name
+  keras.mixed_precision.set_global_policy(name)
+  try:
+    yield
+  finally:
+    keras.mixed_precision.set_global_policy(previous)
+
+
+def padded_batch(lengths, tokens, rng):
+  """ids, mask int32 [B, max(lengths)]: row b holds lengths[b] ids drawn from `tokens`, then 0s."""
+  mask = (np.arange(max(lengths))[None] < np.array(lengths)[:, None]).astype(np.int32)
+  return np.where(mask > 0, rng.choice(tokens, mask.shape), 0).astype(np.int32), mask
+
+
+# Config overrides for the self-unknown tests: at BERT's initializer_range (0.02) a query's
+# attention logits span ~0.03, attention is nearly uniform, and a leak through the softmax's
+# normaliser (a masked logit not far enough below the others) would hide under float32 rounding;
+# at 0.5 they span ~20, and a mask adder of -15 instead of -1e9 fails the tests.
+SHARP_ATTENTION = {"initializer_range": 0.5}
+
+
+def assert_self_unknown(run, ids, mask, tokens, positions=None, seed=0):
+  """T-TA's self-unknown property, bit for bit: output i does not depend on token i.
+
+  For each position i, token i of every row where it is real is changed to another of `tokens`,
+  and, against the unchanged batch: output i of those rows is bit-identical (no tolerance: the
+  attention weight of key i at query i is an exact zero, docs/DESIGN.md §2.2); rows where i is
+  padding are bit-identical everywhere (rows never mix); and each changed row with another real
+  token has some other output changed (the change did reach the model).
+
+  Args:
+    run: (ids, mask) int32 [B, T] -> dict of arrays [B, T, ...] holding output t of row b at
+      [b, t] (whatever an output does not observe may hold zeros, in both calls).
+    ids, mask: int32 [B, T], a padded batch.
+    tokens: the ids a changed token is drawn from.
+    positions: the positions i to change (default: every one).
+    seed: of the draws.
+  """
+  rng = np.random.default_rng(seed)
+  tokens = np.asarray(tokens)
+  base = run(ids, mask)
+  for i in range(ids.shape[1]) if positions is None else positions:
+    real = mask[:, i] > 0
+    changed = ids.copy()
+    for row in np.flatnonzero(real):
+      changed[row, i] = rng.choice(tokens[tokens != ids[row, i]])
+    out = run(changed, mask)
+    for name, want in base.items():
+      np.testing.assert_array_equal(out[name][real, i], want[real, i], err_msg=f"{name}, token {i}")
+      np.testing.assert_array_equal(out[name][~real], want[~real], err_msg=f"{name}, other rows")
+    for row in np.flatnonzero(real & (mask.sum(1) > 1)):
+      assert any(not np.array_equal(out[k][row], base[k][row]) for k in base), (row, i)

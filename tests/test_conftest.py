@@ -1,10 +1,12 @@
-"""Tests of the suite's own set-up (conftest.py): how it is run and what a missing data set does."""
+"""Tests of the suite's own set-up (conftest.py): how it is run, what missing data does, and that
+the self-unknown check catches a leak."""
 
 import os
 import subprocess
 import sys
 
 import conftest
+import numpy as np
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,3 +52,33 @@ def test_missing_data_skips_unless_it_is_required(tmp_path, monkeypatch, require
   (tmp_path / "stsb").mkdir()
   monkeypatch.setenv("TTA_DATA", str(tmp_path))
   assert conftest.data_dir_or_skip("stsb") == str(tmp_path)
+
+
+def _context_sums(leak=0.0, mix_rows=0.0):
+  """A fake model: output t is the sum of the row's other real tokens, plus `leak` x token t,
+  plus `mix_rows` x the batch's total."""
+
+  def run(ids, mask):
+    ids = (ids * mask).astype(np.float64)
+    totals = ids.sum(1, keepdims=True)
+    return {"out": totals - ids + leak * ids + mix_rows * ids.sum()}
+
+  return run
+
+
+@pytest.mark.parametrize(
+  "run, fails",
+  [
+    (_context_sums(), False),
+    (_context_sums(leak=1e-9), True),
+    (_context_sums(mix_rows=1e-9), True),
+    (lambda ids, mask: {"out": np.zeros(ids.shape)}, True),  # the tokens never arrive
+  ],
+)
+def test_self_unknown_check_fails_on_any_leak(run, fails):
+  ids, mask = conftest.padded_batch([5, 3, 1], np.arange(7, 30), np.random.default_rng(0))
+  if fails:
+    with pytest.raises(AssertionError):
+      conftest.assert_self_unknown(run, ids, mask, np.arange(7, 30))
+  else:
+    conftest.assert_self_unknown(run, ids, mask, np.arange(7, 30))

@@ -3,6 +3,10 @@
 import json
 import os
 
+from conftest import SHARP_ATTENTION
+from conftest import WORDS
+from conftest import assert_self_unknown
+from conftest import padded_batch
 from conftest import tiny_config
 import numpy as np
 import pytest
@@ -108,6 +112,33 @@ def test_one_sentence_batches_and_export_info(exported):
     info = json.load(f)
   assert info["model_type"] == lm.model_type
   assert info["max_seq_length"] == MAX_SEQ_LENGTH
+
+
+def test_tta_export_is_exactly_self_unknown(tokenizer, tmp_path):
+  """The SavedModel's `encode`: the "context" of a one-word sentence is the last layer at its
+  word, bit for bit the same whatever the word, in every one-word row of a padded batch.
+
+  Text reaches no other position: [SOS]/[EOS] are fixed, and `score` scores each token as its own
+  target (tests/test_inference.py checks every position of the graph functions exported here).
+  """
+  tf.keras.utils.set_random_seed(5)
+  model = modeling.build_model(export_config(tokenizer, **SHARP_ATTENTION), "tta")
+  export_saved_model.export(inference.NeuralLM(model, tokenizer), str(tmp_path / "tta"))
+  encode = tf.saved_model.load(str(tmp_path / "tta")).signatures["encode"]
+  words = np.array(tokenizer.convert_tokens_to_ids([w for w in WORDS if not w.startswith("##")]))
+  lengths = np.array([7, 3, 5, 3])  # [SOS] words [EOS]: two one-word sentences among longer ones
+  ids, mask = padded_batch(lengths, words, np.random.default_rng(0))
+  one_word = lengths == 3
+
+  def outputs(ids, mask):
+    texts = [" ".join(tokenizer.convert_ids_to_tokens(x[1 : n - 1])) for x, n in zip(ids, lengths)]
+    vectors = {k: v.numpy() for k, v in encode(texts=tf.constant(texts)).items()}
+    first, context = (np.zeros(ids.shape + vectors["first"].shape[-1:], np.float32) for _ in "fc")
+    first[:, 0] = vectors["first"]
+    context[one_word, 1] = vectors["context"][one_word]
+    return {"first": first, "context": context}
+
+  assert_self_unknown(outputs, ids, mask, words, positions=[1])
 
 
 def test_export_refuses_to_overwrite(exported):

@@ -4,8 +4,13 @@ import os
 import subprocess
 import sys
 import time
+from unittest import mock
 
+from conftest import SHARP_ATTENTION
 from conftest import WORDS
+from conftest import assert_self_unknown
+from conftest import keras_policy
+from conftest import padded_batch
 from conftest import tiny_bert
 from conftest import tiny_config
 from conftest import write_google_release
@@ -27,10 +32,13 @@ SENTENCES = [
 ]
 
 
-def lm_for(model_type, tokenizer, **kwargs):
+def lm_for(model_type, tokenizer, config_overrides=None, **kwargs):
   tf.keras.utils.set_random_seed(11)
   config = tiny_config(
-    vocab_size=tokenizer.vocab_size, intermediate_size=40, max_position_embeddings=32
+    vocab_size=tokenizer.vocab_size,
+    intermediate_size=40,
+    max_position_embeddings=32,
+    **(config_overrides or {}),
   )
   model = modeling.build_model(config, model_type)
   return inference.NeuralLM(model, tokenizer, **kwargs)
@@ -240,6 +248,57 @@ def test_xla_compiled_graphs_give_the_same_scores_and_vectors(tokenizer, model_t
   np.testing.assert_allclose(
     compiled.sentence_vectors(sentences), plain.sentence_vectors(sentences), atol=1e-5
   )
+
+
+# Every way a NeuralLM compiles its graph functions: NeuralLM arguments, and the Keras dtype
+# policy the model is built under.
+GRAPH_PATHS = {
+  "tf": ({}, "float32"),
+  "xla": ({"jit_compile": True}, "float32"),
+  "mixed_bfloat16": ({}, "mixed_bfloat16"),
+  "openvino": ({"backend": "openvino"}, "float32"),
+  "openvino_bf16": ({"backend": "openvino_bf16"}, "float32"),
+}
+
+
+@pytest.mark.parametrize("path", GRAPH_PATHS)
+def test_tta_graph_functions_are_exactly_self_unknown(tokenizer, path):
+  """token_log_probs and sentence_vectors, compiled as the NeuralLM compiles them (the whole
+  graph, on every backend), never let token i reach output i, in any row of a padded batch."""
+  kwargs, policy = GRAPH_PATHS[path]
+  if kwargs.get("backend") == "openvino_bf16" and not inference.openvino_cpu_has_bf16():
+    pytest.skip("this CPU has no bfloat16 support (AMX or AVX512-BF16)")
+  with keras_policy(policy):
+    lm = lm_for("tta", tokenizer, SHARP_ATTENTION, **kwargs)
+  spec = tf.TensorSpec([None, None], tf.int32)
+
+  # token_log_probs scores the token it is given at i, so its output i depends on token i as
+  # the target: the encoder here reads the changed ids while the targets stay the original ones.
+  def scores_of(seen, scored, mask, score_mask):
+    encode = lm.graph.encode
+    with mock.patch.object(lm.graph, "encode", lambda _, m: encode(seen, m)):
+      return lm.graph.token_log_probs(scored, mask, score_mask)
+
+  token_log_probs = lm.compiled(scores_of, [spec] * 4)
+  sentence_vectors = lm.compiled(lm.graph.sentence_vectors, [spec, spec])
+  tokens = np.arange(len(tokenization.SPECIAL_TOKENS), tokenizer.vocab_size)
+  ids, mask = padded_batch([9, 6, 1, 3], tokens, np.random.default_rng(3))
+  rows, ends = np.arange(len(ids)), mask.sum(1) - 1
+
+  def scores(changed, mask):
+    # log p(ids_t | changed_\t) [B, T]
+    return {"token_log_probs": np.asarray(token_log_probs(changed, ids, mask, mask))}
+
+  def first_and_last(changed, mask):
+    # The pooled "first" / "last" vectors are the last layer at each row's first / last token.
+    vectors = sentence_vectors(changed, mask)
+    first, last = (np.zeros(ids.shape + vectors["first"].shape[-1:], np.float32) for _ in "fl")
+    first[:, 0] = vectors["first"]
+    last[rows, ends] = vectors["last"]
+    return {"first": first, "last": last}
+
+  assert_self_unknown(scores, ids, mask, tokens)
+  assert_self_unknown(first_and_last, ids, mask, tokens)
 
 
 def test_identity_changes_with_the_weights_so_caches_never_mix_checkpoints(tokenizer):

@@ -210,7 +210,7 @@ def test_saved_tf1_checkpoint_round_trips(tmp_path, models):
   prefix = model_dir.save_tf1_checkpoint(models["tta"], str(tmp_path / "tta.ckpt"))
   fresh = modeling.build_model(tiny_config(), "tta")
   model_dir.load_tf1_checkpoint(fresh, prefix)
-  ids, mask = random_batch(np.random.default_rng(7), [6, 2], 6)
+  ids, mask = random_batch(np.random.default_rng(7), [6, 2])
   a, b = run(models["tta"], ids, mask), run(fresh, ids, mask)
   for key in a:
     np.testing.assert_array_equal(a[key], b[key])
