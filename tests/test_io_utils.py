@@ -102,24 +102,41 @@ def test_an_export_dir_gets_the_umask_permissions(tmp_path, umask_027):
   assert export_dir.stat().st_mode & 0o777 == 0o777 & ~umask_027
 
 
-def test_exclusive_lock_serialises_read_merge_writes(tmp_path):
+def test_exclusive_lock_serialises_read_merge_writes(tmp_path, monkeypatch):
+  import fcntl  # pylint: disable=g-import-not-at-top
   import threading  # pylint: disable=g-import-not-at-top
 
   path = str(tmp_path / "rows.txt")
   io_utils.write_atomically(path, "")
-  order = []
+  # The second writer's blocking request for the lock is first tried without blocking, so this
+  # thread learns whether it had to wait (an event, not a clock).
+  asked, had_to_wait = threading.Event(), threading.Event()
+  first_writer, real_flock = threading.current_thread(), fcntl.flock
+
+  def flock(fd, operation):
+    blocking = operation in (fcntl.LOCK_EX, fcntl.LOCK_SH)
+    if blocking and threading.current_thread() is not first_writer:
+      try:
+        real_flock(fd, operation | fcntl.LOCK_NB)
+        asked.set()
+        return
+      except BlockingIOError:
+        had_to_wait.set()
+        asked.set()
+    real_flock(fd, operation)
+
+  monkeypatch.setattr(fcntl, "flock", flock)
 
   def append(name):
     with io_utils.exclusive_lock(path):
       text = open(path, encoding="utf-8").read()
-      order.append(name)
       io_utils.write_atomically(path, text + name + "\n")
 
   with io_utils.exclusive_lock(path):
     worker = threading.Thread(target=append, args=("second",))
     worker.start()
-    worker.join(0.5)
-    assert worker.is_alive()  # waits for the lock
+    assert asked.wait(timeout=60)  # only against a hang: a correct lock asks at once
+    assert had_to_wait.is_set()  # the held lock excluded the second writer
     append_text = open(path, encoding="utf-8").read() + "first\n"
     io_utils.write_atomically(path, append_text)
   worker.join()
