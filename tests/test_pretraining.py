@@ -168,33 +168,49 @@ def test_gathered_and_dense_heads_agree():
 
 @pytest.mark.parametrize("output_layer", ["softmax", "continuous"])
 def test_mixed_bfloat16_loss_and_gradients(output_layer):
-  """--mixed_precision: bf16 matmuls, float32 loss, finite fp32 gradients."""
-  training.set_precision_policy(True)
-  try:
-    config = tiny_config(vocab_size=40, output_layer=output_layer, **WIDER)
-    model = modeling.build_model(config, "tta")
+  """--mixed_precision: bf16 matmuls, the float32 loss of the same weights and batch within
+  bf16's precision, finite fp32 gradients."""
+  config = tiny_config(vocab_size=40, output_layer=output_layer, **WIDER)
+  table = np.random.RandomState(0).normal(size=(40, 32))
+  models = {}
+  for mixed in (True, False):
+    training.set_precision_policy(mixed)
+    try:
+      models[mixed] = modeling.build_model(config, "tta")
+    finally:
+      training.set_precision_policy(False)
     if output_layer == "continuous":
-      model.lm_head.set_target_embeddings(np.random.RandomState(0).normal(size=(40, 32)))
-    ids = tf.constant(np.random.RandomState(1).randint(7, 40, (2, 5)), tf.int32)
-    features = {
-      "input_ids": ids,
-      "input_mask": tf.ones_like(ids),
-      "target_ids": ids,
-      "target_weights": tf.ones([2, 5]),
-    }
-    with tf.GradientTape() as tape:
-      terms = losses_lib.forward_loss_terms(model, features, training=True)
-    grads = tape.gradient(terms["loss_sum"], model.trainable_variables)
-    assert model.encoder_layers[0].query.compute_dtype == "bfloat16"
-    assert terms["loss_sum"].dtype == tf.float32
-    assert all(
-      g is not None
-      and g.dtype == tf.float32
-      and np.all(np.isfinite(tf.convert_to_tensor(g).numpy()))
-      for g in grads
-    )
-  finally:
-    training.set_precision_policy(False)
+      models[mixed].lm_head.set_target_embeddings(table)
+  model = models[True]
+  models[False].set_weights(model.get_weights())
+  ids = tf.constant(np.random.RandomState(1).randint(7, 40, (4, 12)), tf.int32)
+  features = {
+    "input_ids": ids,
+    "input_mask": tf.ones_like(ids),
+    "target_ids": ids,
+    "target_weights": tf.ones([4, 12]),
+  }
+  mean_loss = {}
+  for mixed, m in models.items():
+    terms = losses_lib.forward_loss_terms(m, features, training=False)
+    mean_loss[mixed] = float(terms["loss_sum"] / terms["weight_sum"])
+  # The tolerance, from bfloat16's precision: 8 significant bits, so every value a bf16 matmul
+  # reads or writes is off by up to u = 2**-8 of itself. Softmax: a token's loss is a difference
+  # of logits h.e, each off by up to ~2u|h||e| = 0.005 (|h| = sqrt(32) after the head's
+  # LayerNorm, |e| ~ 0.1 at init), so ~0.01 of a loss of ln 40 = 3.7, under u relative.
+  # Continuous: 1 - cos(p, e) of a prediction p off by ~2u moves by up to 2u of a loss ~1. So
+  # 2u relative bounds either mean loss (the tokens' errors partly cancel: ~1e-4 is typical).
+  assert mean_loss[True] == pytest.approx(mean_loss[False], rel=2 * 2**-8)
+  with tf.GradientTape() as tape:
+    terms = losses_lib.forward_loss_terms(model, features, training=True)
+  grads = tape.gradient(terms["loss_sum"], model.trainable_variables)
+  assert model.encoder_layers[0].query.compute_dtype == "bfloat16"
+  assert models[False].encoder_layers[0].query.compute_dtype == "float32"
+  assert terms["loss_sum"].dtype == tf.float32
+  assert all(
+    g is not None and g.dtype == tf.float32 and np.all(np.isfinite(tf.convert_to_tensor(g).numpy()))
+    for g in grads
+  )
 
 
 # --------------------------------------------- (a), (g) training end to end
