@@ -7,6 +7,8 @@ runs in well under 3 minutes on 2 CPU cores. The subprocess tests run the
 script exactly as a user would.
 """
 
+import dataclasses
+import inspect
 import json
 import os
 import re
@@ -17,6 +19,7 @@ import sys
 import tarfile
 import time
 
+from absl import flags
 import conftest
 from conftest import tiny_config
 import numpy as np
@@ -27,6 +30,7 @@ import corpus
 import losses as losses_lib
 import model_dir
 import modeling
+import run_pretraining
 import training
 import training_setup
 
@@ -428,6 +432,45 @@ def _script_args(data_dir, output_dir, *extra):
   ] + list(extra)
 
 
+@pytest.fixture
+def pretraining_flags():
+  """run_pretraining.py's flags on absl's global FLAGS, as its __main__ defines them, removed
+  again after the test."""
+  fv = flags.FLAGS
+  assert not fv.is_parsed()
+  before = set(fv)
+  run_pretraining.define_flags()
+  yield fv
+  fv.unparse_flags()
+  for name in set(fv) - before:
+    delattr(fv, name)
+
+
+@pytest.mark.parametrize("normalization", losses_lib.LOSS_NORMALIZATIONS)
+def test_loss_normalization_flag_reaches_the_train_loop(
+  pretraining_flags, data_dir, tmp_path, monkeypatch, normalization
+):
+  out = tmp_path / normalization
+  argv = _script_args(data_dir, out, f"--loss_normalization={normalization}", "--num_train_steps=2")
+  pretraining_flags(argv[1:])
+  params = dataclasses.replace(
+    run_pretraining.params_from_flags(pretraining_flags), install_signal_handlers=False
+  )
+  denominators = []
+  make_train_loop = training.make_train_loop
+
+  def recording(*args, **kwargs):
+    call = inspect.signature(make_train_loop).bind(*args, **kwargs)
+    denominators.append(call.arguments.get("loss_denominator"))
+    return make_train_loop(*args, **kwargs)
+
+  monkeypatch.setattr(training, "make_train_loop", recording)
+  assert training.train(params)["finished"]
+  # _script_args trains batches of 8 sentences of up to 48 tokens.
+  want = {"constant": 8 * 48.0, "per_batch_tokens": None}[normalization]
+  assert denominators and set(denominators) == {want}
+
+
 def _env():
   env = dict(os.environ)
   env["TF_CPP_MIN_LOG_LEVEL"] = "2"
@@ -625,7 +668,7 @@ import numpy as np, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(
     cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-import modeling, training
+import losses, modeling, training
 
 config = modeling.TTAConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1,
                             num_attention_heads=2, intermediate_size=24,
@@ -640,34 +683,38 @@ for row, count in enumerate((1, 2, 5, 6)):
   weights[row, :count] = 1.0
 batch = {"input_ids": ids, "input_mask": np.ones_like(ids),
          "target_ids": ids, "target_weights": weights}
-results = []
-for strategy in (tf.distribute.OneDeviceStrategy("/cpu:0"),
-                 tf.distribute.MirroredStrategy(
-                     ["/cpu:0", "/cpu:1"],
-                     cross_device_ops=tf.distribute.ReductionToOneDevice())):
-  tf.keras.utils.set_random_seed(1)
-  with strategy.scope():
-    model = modeling.build_model(config, "bilm")
-    # Plain SGD: its update is linear in the gradient, so any error in the
-    # loss normalisation shows (Adam's first steps are ~sign(g) and hide it).
-    optimizer = tf.keras.optimizers.SGD(learning_rate=0.5)
-    optimizer.build(model.trainable_variables)
-  dataset = tf.data.Dataset.from_tensors(batch).repeat()
-  iterator = iter(strategy.experimental_distribute_dataset(dataset))
-  loop = training.make_train_loop(strategy, model, optimizer)
-  rows = loop(iterator, tf.constant(2)).numpy()
-  results.append((rows, [v.numpy() for v in model.trainable_variables]))
-(rows1, vars1), (rows2, vars2) = results
-assert rows1[0, 1] == rows2[0, 1] == 14.0, (rows1, rows2)
-np.testing.assert_allclose(rows1[:, 0], rows2[:, 0], rtol=1e-5)
-for a, b in zip(vars1, vars2):
-  np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+for normalization in losses.LOSS_NORMALIZATIONS:
+  # constant: the global batch x max_seq_length, the same on every replica.
+  denominator = losses.constant_denominator(normalization, 4, 6)
+  results = []
+  for strategy in (tf.distribute.OneDeviceStrategy("/cpu:0"),
+                   tf.distribute.MirroredStrategy(
+                       ["/cpu:0", "/cpu:1"],
+                       cross_device_ops=tf.distribute.ReductionToOneDevice())):
+    tf.keras.utils.set_random_seed(1)
+    with strategy.scope():
+      model = modeling.build_model(config, "bilm")
+      # Plain SGD: its update is linear in the gradient, so any error in the
+      # loss normalisation shows (Adam's first steps are ~sign(g) and hide it).
+      optimizer = tf.keras.optimizers.SGD(learning_rate=0.5)
+      optimizer.build(model.trainable_variables)
+    dataset = tf.data.Dataset.from_tensors(batch).repeat()
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    loop = training.make_train_loop(strategy, model, optimizer, loss_denominator=denominator)
+    rows = loop(iterator, tf.constant(2)).numpy()
+    results.append((rows, [v.numpy() for v in model.trainable_variables]))
+  (rows1, vars1), (rows2, vars2) = results
+  assert rows1[0, 1] == rows2[0, 1] == 14.0, (normalization, rows1, rows2)
+  np.testing.assert_allclose(rows1[:, 0], rows2[:, 0], rtol=1e-5, err_msg=normalization)
+  for a, b in zip(vars1, vars2):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=normalization)
 print("REPLICAS_OK")
 """
 
 
 def test_two_replicas_match_one_device():
-  """A global batch split over 2 replicas trains exactly like 1 device."""
+  """A global batch split over 2 replicas trains exactly like 1 device, under either
+  --loss_normalization."""
   proc = subprocess.run(
     [sys.executable, "-c", _REPLICA_SCRIPT],
     env=_env(),
