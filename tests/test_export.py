@@ -133,7 +133,9 @@ def test_tta_export_is_exactly_self_unknown(tokenizer, tmp_path):
   def outputs(ids, mask):
     texts = [" ".join(tokenizer.convert_ids_to_tokens(x[1 : n - 1])) for x, n in zip(ids, lengths)]
     vectors = {k: v.numpy() for k, v in encode(texts=tf.constant(texts)).items()}
-    first, context = (np.zeros(ids.shape + vectors["first"].shape[-1:], np.float32) for _ in "fc")
+    first, context = (
+      np.zeros(ids.shape + vectors["first"].shape[-1:], np.float32) for _ in range(2)
+    )
     first[:, 0] = vectors["first"]
     context[one_word, 1] = vectors["context"][one_word]
     return {"first": first, "context": context}

@@ -270,6 +270,7 @@ def test_tta_graph_functions_are_exactly_self_unknown(tokenizer, path):
     pytest.skip("this CPU has no bfloat16 support (AMX or AVX512-BF16)")
   with keras_policy(policy):
     lm = lm_for("tta", tokenizer, SHARP_ATTENTION, **kwargs)
+  assert lm.model.encoder_layers[0].query.compute_dtype == policy.replace("mixed_", "")
   spec = tf.TensorSpec([None, None], tf.int32)
 
   # token_log_probs scores the token it is given at i, so its output i depends on token i as
@@ -292,7 +293,7 @@ def test_tta_graph_functions_are_exactly_self_unknown(tokenizer, path):
   def first_and_last(changed, mask):
     # The pooled "first" / "last" vectors are the last layer at each row's first / last token.
     vectors = sentence_vectors(changed, mask)
-    first, last = (np.zeros(ids.shape + vectors["first"].shape[-1:], np.float32) for _ in "fl")
+    first, last = (np.zeros(ids.shape + vectors["first"].shape[-1:], np.float32) for _ in range(2))
     first[:, 0] = vectors["first"]
     last[rows, ends] = vectors["last"]
     return {"first": first, "last": last}
