@@ -183,6 +183,7 @@ def markdown_report(result):
   lines += _headline_section(result["headline"])
   lines += _peers_section(result)
   lines += _throughput_table(result["throughput"])
+  lines += _peer_throughput_table(result["throughput"], result.get("peer_throughput", []))
   lines += _matmul_table(result["matmul_peak"])
   if result.get("memory_bandwidth"):
     bw = result["memory_bandwidth"]
@@ -363,6 +364,31 @@ def _throughput_table(records):
     )
   lines.append("")
   return lines
+
+
+def _peer_throughput_table(records, peer_records):
+  """Batched rerank by a peer against the fastest of the kind it stands beside."""
+  if not peer_records:
+    return []
+  lines = [
+    "Peers, batched the same way (`inference.budget_batches`, the same token budget), ratio = "
+    "ours / peer sentences/s (>= 1: ours is faster):",
+    "",
+    "| peer | sentences/s | ours | sentences/s | ours / peer | load |",
+    "|---|---:|---|---:|---:|---|",
+  ]
+  for p in peer_records:
+    mine = [r for r in records if r.get("model_type") == p["versus"]]
+    if not mine:
+      continue
+    best = max(mine, key=lambda r: r["sentences_per_s"])
+    load_start, load_end = p["load_avg_1m"]
+    lines.append(
+      f"| {p['model']} | {p['sentences_per_s']:.1f} | {best['model']} | "
+      f"{best['sentences_per_s']:.1f} | {best['sentences_per_s'] / p['sentences_per_s']:.2f}x | "
+      f"{load_start}-{load_end} |"
+    )
+  return lines + [""]
 
 
 def _matmul_table(peaks):

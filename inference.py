@@ -514,6 +514,36 @@ def _check_openvino(backend):
     )
 
 
+def budget_batches(lengths, token_budget, pad_multiple, rows_per_sentence=lambda n: 1):
+  """Groups sentences into batches of at most `token_budget` tokens (rows x padded width).
+
+  Sentences are taken in order of length so a batch pads little; a sentence alone over the
+  budget is a batch of its own. The batching rule of every NeuralLM call, and of the benchmark's
+  batched peers, so both are batched the same way.
+
+  Args:
+    lengths: tokens of each sentence.
+    token_budget: int.
+    pad_multiple: rows of different lengths are padded to a multiple of this.
+    rows_per_sentence: length -> rows the sentence takes (its masked copies).
+
+  Yields:
+    lists of sentence indices.
+  """
+  batch = []
+  for i in sorted(range(len(lengths)), key=lambda i: lengths[i]) + [None]:
+    if i is not None:
+      candidate = batch + [i]
+      width = _pad_to(max(lengths[j] for j in candidate), pad_multiple)
+      rows = sum(rows_per_sentence(lengths[j]) for j in candidate)
+      if rows * width <= token_budget or not batch:
+        batch = candidate
+        continue
+    if batch:
+      yield batch
+    batch = [i] if i is not None else []
+
+
 class NeuralLM(object):
   """A tta/bilm/unilm/bert model with its tokenizer, ready to score/encode.
 
@@ -681,26 +711,14 @@ class NeuralLM(object):
     return ids, truncated, normalized
 
   def _batches(self, ids, rows_per_sentence):
-    """Groups sentence indices into padded batches within the token budget.
-
-    Sentences are sorted by length so a batch pads little.
+    """`budget_batches` of `ids` under this LM's budget, padded.
 
     Yields:
       (indices, Encoded) per batch.
     """
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    batch = []
-    for i in order + [None]:
-      if i is not None:
-        candidate = batch + [i]
-        width = _pad_to(max(len(ids[j]) for j in candidate), self.pad_multiple)
-        rows = sum(rows_per_sentence(len(ids[j])) for j in candidate)
-        if rows * width <= self.token_budget or not batch:
-          batch = candidate
-          continue
-      if batch:
-        yield batch, self._pad([ids[j] for j in batch])
-      batch = [i] if i is not None else []
+    lengths = [len(x) for x in ids]
+    for batch in budget_batches(lengths, self.token_budget, self.pad_multiple, rows_per_sentence):
+      yield batch, self._pad([ids[j] for j in batch])
 
   def _pad(self, id_lists):
     lengths = {len(x) for x in id_lists}

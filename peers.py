@@ -212,10 +212,30 @@ class BertOnePass(_Peer):
     log_probs = self._run["rerank"](input_ids, mask)
     self.clock.lap("graph")
     # The pieces ours score: [EOS] included, [SOS] not.
-    positions = kinds.scored_positions(kinds.HEADLINE_FAST, input_ids.shape[1])
+    positions = kinds.scored_positions(self.versus, input_ids.shape[1])
     total = float(np.asarray(log_probs, np.float64)[0, positions].sum())
     self.clock.lap("conversion")
     return total
+
+  def score_batch(self, texts, token_budget, pad_multiple):
+    """Rerank over many sentences, batched as our NeuralLM batches (`inference.budget_batches`).
+
+    Returns:
+      float64 [len(texts)]: the sum of log p over the pieces ours score.
+    """
+    ids = [e.ids for e in self.host.encode_batch_fast(texts)]
+    totals = np.zeros(len(ids))
+    for batch in inference.budget_batches([len(x) for x in ids], token_budget, pad_multiple):
+      width = max(len(ids[i]) for i in batch)
+      input_ids = np.zeros((len(batch), width), np.int64)
+      mask = np.zeros_like(input_ids)
+      for row, i in enumerate(batch):
+        input_ids[row, : len(ids[i])] = ids[i]
+        mask[row, : len(ids[i])] = 1
+      log_probs = np.asarray(self._run["rerank"](input_ids, mask), np.float64)
+      for row, i in enumerate(batch):
+        totals[i] = log_probs[row, kinds.scored_positions(self.versus, len(ids[i]))].sum()
+    return totals
 
   def describe(self):
     out = super().describe()

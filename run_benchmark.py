@@ -639,6 +639,33 @@ def peer_record(peer, where, totals, stages):
   return record
 
 
+def peer_throughput_records(peers, texts, source, pad_multiple):
+  """Batched rerank of `texts` by the one-pass peers, batched as ours (same token budget)."""
+  records = []
+  for name, peer in peers.items():
+    if not hasattr(peer, "score_batch"):
+      continue
+    peer.score_batch(texts[:16], FLAGS.token_budget, pad_multiple)  # Warms the session up.
+    load_before = machine.load_average()
+    start = time.perf_counter()
+    peer.score_batch(texts, FLAGS.token_budget, pad_multiple)
+    seconds = time.perf_counter() - start
+    records.append(
+      {
+        "model": name,
+        "backend": peer.backend,
+        "versus": peer.versus,
+        "source": source,
+        "sentences": len(texts),
+        "seconds": seconds,
+        "sentences_per_s": len(texts) / seconds,
+        "load_avg_1m": [load_before, machine.load_average()],
+      }
+    )
+    logging.info("throughput %s: %.1f sentences/s", name, len(texts) / seconds)
+  return records
+
+
 def throughput_records(lms, texts, source):
   """Batched scoring of `texts` by each model: sentences/s, tokens/s."""
   records = []
@@ -710,18 +737,23 @@ def check_flags():
   return lengths
 
 
-def nbest_throughput(lms):
-  """Throughput records on the first --max_lists lists of --nbest_set."""
+def nbest_throughput(lms, peers):
+  """Throughput records of ours and of the batched peers on the first --max_lists lists of
+  --nbest_set."""
   import nbest  # pylint: disable=g-import-not-at-top
 
   if not FLAGS.nbest_set:
-    return []
+    return [], []
   lists = nbest.read_espnet_nbest(FLAGS.nbest_set, FLAGS.data_dir)
   if FLAGS.max_lists:
     lists = lists[: FLAGS.max_lists]
   texts = [h.text for l in lists for h in l.hyps]
   source = f"{FLAGS.nbest_set} ({len(lists)} lists, {len(texts)} hypotheses)"
-  return throughput_records(lms, texts, source)
+  pad_multiple = next(iter(lms.values())).pad_multiple
+  return (
+    throughput_records(lms, texts, source),
+    peer_throughput_records(peers, texts, source, pad_multiple),
+  )
 
 
 def measure(lengths, threads):
@@ -773,7 +805,9 @@ def measure(lengths, threads):
     result["peer_latency"] = peer_latency
     result["peer_ratios"] = benchmark_report.peer_ratios(result["latency"], peer_latency)
   result["headline"] = benchmark_report.headline(result["latency"])
-  result["throughput"] = nbest_throughput(lms)
+  result["throughput"], peer_throughput = nbest_throughput(lms, peers)
+  if peer_throughput:
+    result["peer_throughput"] = peer_throughput
   if FLAGS.matmul_runs:
     result["matmul_peak"] += matmul_peak(shapes, FLAGS.matmul_runs, "end")
     result["memory_bandwidth"] = memory_bandwidth(FLAGS.matmul_runs)

@@ -93,3 +93,13 @@ def test_calls_lap_the_stage_clock(built):
   peer.call("sts", SENTENCE)()
   stages = peer.clock.take()
   assert stages["tokenization"] > 0 and stages["graph"] > 0
+
+
+@pytest.mark.parametrize("name", ["bert@torch", "bert@onnxruntime"])
+def test_batched_rerank_equals_one_sentence_at_a_time(built, name):
+  """Padding and the token-budget batches change no score: a budget of 24 tokens splits the
+  sentences into several padded batches."""
+  peer = built[name]
+  texts = [SENTENCE, "the cat", "", "a dog ran far away . the mat sat on the cat", "run"]
+  one_by_one = [peer.call("rerank", t)() for t in texts]
+  np.testing.assert_allclose(peer.score_batch(texts, 24, 8), one_by_one, rtol=0, atol=1e-4)
