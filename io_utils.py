@@ -3,12 +3,13 @@
   data_root / define_data_dir_flag   where the shared data is, and the `--data_dir` flag
   expand_globs                       comma-separated globs -> input files
   atomic_path / atomic_open / ...    results are never half-written, with the umask's permissions
-  make_temp_dir / exclusive_lock     an output dir built aside; a read-merge-write of one file
+  make_temp_dir                      an output dir built aside
+  exclusive_lock                     one writer per output: a read-merge-write, or a whole run
   read_stamp / write_stamp / ...     a stage knows whether its outputs are complete
   unit_hash                          seeded, reproducible held-out choices
 
-Light on purpose (standard library and absl): corpus.py's worker processes import it. TensorFlow
-is imported only when needed: for `expand_globs` and for a remote path ("gs://...").
+Light on purpose (standard library, absl and cli.py): corpus.py's worker processes import it.
+TensorFlow is imported only when needed: for `expand_globs` and for a remote path ("gs://...").
 """
 
 import contextlib
@@ -16,8 +17,13 @@ import hashlib
 import json
 import os
 import secrets
+import socket
+import time
 
 from absl import flags
+from absl import logging
+
+import cli
 
 _REPO = os.path.dirname(os.path.abspath(__file__))
 
@@ -184,24 +190,95 @@ def make_temp_dir(parent, prefix):
       continue
 
 
-@contextlib.contextmanager
-def exclusive_lock(path):
-  """Holds an exclusive lock tied to `path` for the `with` block (a read-merge-write of it).
+class OutputBusy(cli.InputError):
+  """Another live process holds the lock of an output (scripts: one line, exit 2).
 
-  The lock is `flock` on a hidden `.<name>.lock` beside `path`; the kernel releases it when the
-  process exits, so a crash leaves no stale lock. Local paths only.
+  Attributes:
+    holder: str, the holder's "pid P on HOST since TIME" ("holder unknown" if it wrote none).
+    lock_file: str, the lock file.
   """
-  import fcntl  # pylint: disable=g-import-not-at-top
 
+  def __init__(self, message, holder, lock_file):
+    super().__init__(message)
+    self.holder = holder
+    self.lock_file = lock_file
+
+
+@contextlib.contextmanager
+def exclusive_lock(path, wait=True, lock_file=None):
+  """Holds an exclusive lock on the output `path` for the `with` block; the project's one lock.
+
+  The lock is flock(2) on `lock_file`, which holds "pid P on HOST since TIME" while it is held
+  (for the message a second process gets) and is left empty on release. The kernel drops an
+  flock when its process ends, however it ends (kill -9 included), so a crashed holder leaves no
+  stale lock: its line stays in the file, and the next holder logs it and takes over. On a network
+  file system the lock is as good as that file system's locking (Linux NFS clients turn flock
+  into a byte-range lock other hosts see); where locks are refused (ENOLCK, EOPNOTSUPP), and for
+  remote paths ("gs://..."), a warning says the output is not locked and the block runs.
+
+  Args:
+    path: str, the output the lock guards.
+    wait: True: wait for the lock (a short read-merge-write of `path`); False: raise at once when
+      another process holds it (a long run that must be the only writer of `path`).
+    lock_file: str, default a hidden `.<name>.lock` beside `path`.
+
+  Raises:
+    OutputBusy: with wait=False, another process holds the lock; the message names `path`, the
+      holder and the lock file.
+  """
+  if "://" in path:
+    logging.warning("%s is not a local path: not locked against a second writer", path)
+    yield
+    return
   directory, name = os.path.split(path)
   if directory:
     os.makedirs(directory, exist_ok=True)
-  with open(os.path.join(directory, f".{name}.lock"), "a", encoding="utf-8") as lock:
-    fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+  lock_file = lock_file or os.path.join(directory, f".{name}.lock")
+  fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
+  try:
+    locked = _flock(fd, wait, path, lock_file)
+    if locked:
+      previous = _lock_holder(fd)
+      if previous:
+        logging.warning(
+          "%s: the run that held it (%s) ended without releasing it", lock_file, previous
+        )
+      holder = f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%F %T')}"
+      os.ftruncate(fd, 0)
+      os.pwrite(fd, holder.encode("utf-8"), 0)
     try:
       yield
     finally:
-      fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+      if locked:
+        os.ftruncate(fd, 0)  # an empty lock file: released cleanly
+  finally:
+    os.close(fd)  # drops the flock
+
+
+def _flock(fd, wait, path, lock_file):
+  """Takes the flock: True; False (with a warning) where the file system has no locks."""
+  import fcntl  # pylint: disable=g-import-not-at-top
+
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return True
+  except BlockingIOError:
+    holder = _lock_holder(fd) or "holder unknown"
+    raise OutputBusy(
+      f"{path} is in use by another run ({holder}; lock file {lock_file}): wait for it to end "
+      "or choose another output",
+      holder,
+      lock_file,
+    ) from None
+  except OSError as e:
+    logging.warning(
+      "cannot lock %s (%s): %s is not protected against a second writer", lock_file, e, path
+    )
+    return False
+
+
+def _lock_holder(fd):
+  return os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
 
 
 # ---------------------------------------------------------------------------------------------

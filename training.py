@@ -51,13 +51,11 @@ MultiWorkerMirroredStrategy (keras-team/keras#20585). Its steps:
 
 import contextlib
 import dataclasses
-import fcntl
 import json
 import math
 import os
 import shutil
 import signal
-import socket
 import threading
 import time
 
@@ -69,6 +67,7 @@ import tensorflow as tf
 import cli
 import distribute_utils
 import flops
+import io_utils
 import kinds
 import losses
 import machine
@@ -288,60 +287,26 @@ class OutputDirBusy(cli.InputError):
 def output_dir_lock(output_dir):
   """Holds an exclusive lock on output_dir (an existing local dir) for the `with` body.
 
-  The lock is flock(2) on output_dir/run.lock; the file holds the owner's pid, host and start
-  time, for the message a second run gets. The kernel drops an flock when its process ends,
-  however it ends (kill -9 and power loss included), so a lock left by a crashed run is stale by
-  construction: its file remains with the dead owner's line, which the next run logs and takes
-  over. On a network file system the lock is as good as that file system's locking: Linux NFS
-  clients turn flock into an NFS byte-range lock that other hosts see; a file system that
-  refuses locks (ENOLCK, EOPNOTSUPP) gets a warning and no lock; some FUSE mounts accept flock
-  but lock for their own host only. Remote paths (gs://...) are not locked (a warning says so).
+  `io_utils.exclusive_lock` on output_dir/run.lock: the file holds the owner's pid, host and
+  start time, for the message a second run gets; the lock dies with its process, so a crashed
+  run never blocks the next (see there for network and remote file systems).
 
   Raises:
     OutputDirBusy: another run holds the lock.
   """
-  if "://" in output_dir:
-    logging.warning("%s is not a local path: not locked against a second run", output_dir)
-    yield
-    return
-  path = os.path.join(output_dir, LOCK_FILE)
-  fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-  try:
-    locked = _flock_or_raise(fd, path, output_dir)
-    if locked:
-      previous = _lock_owner(fd)
-      if previous:
-        logging.warning("%s: the run that held it (%s) ended without releasing it", path, previous)
-      owner = f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%F %T')}"
-      os.ftruncate(fd, 0)
-      os.pwrite(fd, owner.encode("utf-8"), 0)
+  with contextlib.ExitStack() as stack:
     try:
-      yield
-    finally:
-      if locked:
-        os.ftruncate(fd, 0)  # an empty lock file: released cleanly
-  finally:
-    os.close(fd)  # drops the flock
-
-
-def _lock_owner(fd):
-  return os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
-
-
-def _flock_or_raise(fd, path, output_dir):
-  """Takes the flock: True; False (with a warning) where the file system has no locks."""
-  try:
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    return True
-  except BlockingIOError:
-    raise OutputDirBusy(
-      f"--output_dir {output_dir} is in use by another training run "
-      f"({_lock_owner(fd) or 'owner unknown'}; lock file {path}): wait for it to end or choose "
-      "another --output_dir"
-    ) from None
-  except OSError as e:
-    logging.warning("cannot lock %s (%s): not protected against a second run", path, e)
-    return False
+      stack.enter_context(
+        io_utils.exclusive_lock(
+          output_dir, wait=False, lock_file=os.path.join(output_dir, LOCK_FILE)
+        )
+      )
+    except io_utils.OutputBusy as e:
+      raise OutputDirBusy(
+        f"--output_dir {output_dir} is in use by another training run ({e.holder}; lock file "
+        f"{e.lock_file}): wait for it to end or choose another --output_dir"
+      ) from None
+    yield
 
 
 # ---------------------------------------------------------- train and eval
