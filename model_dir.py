@@ -27,6 +27,7 @@ Example:
   model_dir.save_model_dir(model, "runs/tta/vocab.txt", "/tmp/copy")
 """
 
+import contextlib
 import copy
 import gc
 import hashlib
@@ -64,6 +65,10 @@ _POOLER_SEED = (2020, 0)
 
 class CheckpointMismatchError(ValueError):
   pass
+
+
+class CheckpointUnreadableError(ValueError):
+  """A checkpoint file is missing, truncated or corrupt; the message is one line naming it."""
 
 
 # ------------------------------------------------------------ files and paths
@@ -122,11 +127,91 @@ def latest_checkpoint(model_dir):
   latest = tf.train.latest_checkpoint(model_dir)
   if latest or not tf.io.gfile.isdir(model_dir):
     return latest
+  numbered = _numbered_checkpoints(model_dir)
+  return numbered[0] if numbered else None
+
+
+def _numbered_checkpoints(model_dir):
+  """The ckpt-N prefixes of an existing `model_dir`, highest N first."""
   pattern = re.compile(rf"^{CHECKPOINT_NAME}-(\d+)\.index$")
   steps = [int(m.group(1)) for m in map(pattern.match, tf.io.gfile.listdir(model_dir)) if m]
-  if not steps:
-    return None
-  return os.path.join(model_dir, f"{CHECKPOINT_NAME}-{max(steps)}")
+  return [os.path.join(model_dir, f"{CHECKPOINT_NAME}-{step}") for step in sorted(steps)[::-1]]
+
+
+def checkpoints(model_dir):
+  """The checkpoint prefixes of `model_dir`, newest first; the first is `latest_checkpoint`'s.
+
+  The `checkpoint` index file a CheckpointManager keeps lists them in the order they were saved;
+  without one, the ckpt-N go by N. A resume tries them in this order (`training.py`).
+  """
+  if not tf.io.gfile.isdir(model_dir):
+    return []
+  state = tf.train.get_checkpoint_state(model_dir)
+  if state and state.model_checkpoint_path:
+    paths = [state.model_checkpoint_path, *reversed(state.all_model_checkpoint_paths)]
+    return list(dict.fromkeys(paths))
+  return _numbered_checkpoints(model_dir)
+
+
+def roll_back_to(model_dir, checkpoint):
+  """Makes `checkpoint` the latest of the index file, forgetting the checkpoints saved after it.
+
+  For a resume that had to skip unreadable newer checkpoints: a CheckpointManager made afterwards
+  must not list them, or when it saves again under one of their names it keeps that name in its
+  old place among the oldest and deletes the new checkpoint first. Their files stay where they
+  are (the next save of the same step replaces them). Without an index file nothing lists them.
+  """
+  from google.protobuf import text_format  # pylint: disable=g-import-not-at-top
+
+  state = tf.train.get_checkpoint_state(model_dir)
+  if state is None:
+    return
+  # The index file holds names relative to model_dir, as CheckpointManager writes them.
+  names = [os.path.basename(p) for p in state.all_model_checkpoint_paths]
+  keep = names.index(os.path.basename(checkpoint)) + 1
+  state.model_checkpoint_path = os.path.basename(checkpoint)
+  del state.all_model_checkpoint_paths[:]
+  state.all_model_checkpoint_paths.extend(names[:keep])
+  del state.all_model_checkpoint_timestamps[keep:]
+  io_utils.write_atomically(
+    os.path.join(model_dir, "checkpoint"), text_format.MessageToString(state)
+  )
+
+
+@contextlib.contextmanager
+def reading_checkpoint(checkpoint):
+  """Turns TensorFlow's errors while reading `checkpoint` into a `CheckpointUnreadableError`.
+
+  TF reports a truncated data file as an IndexError ("Read less bytes than requested"), a
+  corrupt one as a DataLossError and a bad or missing file as an OpError, none of them naming
+  the file; the error names it, and what is wrong with it, in one line.
+  """
+  try:
+    yield
+  except (tf.errors.OpError, IndexError) as e:
+    raise CheckpointUnreadableError(
+      f"checkpoint {checkpoint} cannot be read: {_checkpoint_fault(checkpoint, e)}"
+    ) from e
+
+
+def _checkpoint_fault(checkpoint, error):
+  """Which file of `checkpoint` is at fault and how, judged from the files and TF's `error`."""
+  detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+  detail = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", detail)
+  index = checkpoint + ".index"
+  data = sorted(tf.io.gfile.glob(checkpoint + ".data-*-of-*"))
+  # The shard count is in every data file's name: ".data-00000-of-00002".
+  shards = {int(re.search(r"-of-(\d+)$", path).group(1)) for path in data}
+  missing = [index] + [f"{checkpoint}.data-{k:05d}-of-{n:05d}" for n in shards for k in range(n)]
+  missing = [path for path in missing if not tf.io.gfile.exists(path)]
+  if missing or not data:
+    return f"{missing[0] if missing else checkpoint + '.data-*'} is missing"
+  try:
+    tf.train.load_checkpoint(checkpoint)
+  except tf.errors.OpError:
+    return f"{index} is truncated or corrupt ({detail})"
+  name = data[0] if len(data) == 1 else checkpoint + ".data-*"
+  return f"{name} is truncated or corrupt ({detail})"
 
 
 def resolve_checkpoint(path):
@@ -195,15 +280,19 @@ def _restore_for_inference(model, checkpoint, config_file):
   Raises:
     CheckpointMismatchError: naming `config_file`, and for a shape mismatch the variable and
       both shapes.
+    CheckpointUnreadableError: a file of `checkpoint` is missing, truncated or corrupt.
   """
   tf_logger = tf.get_logger()
   level = tf_logger.level
   tf_logger.setLevel("ERROR")
   problem = None
   try:
-    status = tf.train.Checkpoint(model=model).read(checkpoint)
+    with reading_checkpoint(checkpoint):
+      status = tf.train.Checkpoint(model=model).read(checkpoint)
     status.expect_partial()
     status.assert_existing_objects_matched()
+  except CheckpointUnreadableError:
+    raise
   except (AssertionError, ValueError) as e:
     problem = str(e)
   finally:
@@ -261,7 +350,8 @@ def warm_start(model, init_checkpoint):
       report["unexpected"],
     )
     return
-  status = tf.train.Checkpoint(model=model).read(checkpoint)
+  with reading_checkpoint(checkpoint):
+    status = tf.train.Checkpoint(model=model).read(checkpoint)
   status.expect_partial()
   try:
     status.assert_existing_objects_matched()
@@ -287,7 +377,8 @@ def load_word_embeddings(path, vocab):
   """
   checkpoint = resolve_checkpoint(path)
   if is_tf1_checkpoint(checkpoint):
-    table = tf.train.load_checkpoint(checkpoint).get_tensor(_TF1_WORD_EMBEDDINGS)
+    with reading_checkpoint(checkpoint):
+      table = tf.train.load_checkpoint(checkpoint).get_tensor(_TF1_WORD_EMBEDDINGS)
   else:
     source = os.path.dirname(checkpoint)
     model, tokenizer = load_model_dir(source, checkpoint)
@@ -376,7 +467,9 @@ def load_tf1_model(
 
 def is_tf1_checkpoint(checkpoint):
   """Whether a checkpoint prefix holds TF1 (Google BERT / T-TA) names."""
-  return any(name == _TF1_WORD_EMBEDDINGS for name, _ in tf.train.list_variables(checkpoint))
+  with reading_checkpoint(checkpoint):
+    names = [name for name, _ in tf.train.list_variables(checkpoint)]
+  return _TF1_WORD_EMBEDDINGS in names
 
 
 def load_tf1_checkpoint(model, checkpoint_path, strict=True):
@@ -397,8 +490,10 @@ def load_tf1_checkpoint(model, checkpoint_path, strict=True):
 
   Raises:
     CheckpointMismatchError: naming every offending variable.
+    CheckpointUnreadableError: a file of the checkpoint is missing, truncated or corrupt.
   """
-  reader = tf.train.load_checkpoint(checkpoint_path)
+  with reading_checkpoint(checkpoint_path):
+    reader = tf.train.load_checkpoint(checkpoint_path)
   wanted = model.tf1_variables()
   ignored, unexpected = match_names(
     {n: v.shape for n, v in wanted.items()},
@@ -407,8 +502,9 @@ def load_tf1_checkpoint(model, checkpoint_path, strict=True):
     strict,
     f"cannot load {checkpoint_path} into a {model.model_type} model",
   )
-  for name, var in wanted.items():
-    var.assign(reader.get_tensor(name))
+  with reading_checkpoint(checkpoint_path):
+    for name, var in wanted.items():
+      var.assign(reader.get_tensor(name))
   return {"loaded": list(wanted), "ignored": ignored, "unexpected": unexpected}
 
 

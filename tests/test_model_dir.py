@@ -5,6 +5,7 @@ import gc
 import json
 import logging
 import os
+import re
 
 from conftest import tiny_config
 import numpy as np
@@ -201,6 +202,64 @@ def test_config_that_does_not_fit_the_checkpoint_names_file_variable_and_shapes(
   assert len(message.splitlines()) <= 4
   gc.collect()
   assert tf_warnings == []  # no per-slot "could not be found" / "unrestored values" lines
+
+
+@pytest.mark.parametrize(
+  "damage, fault",
+  [
+    ("truncate data", r"ckpt-5\.data-00000-of-00001 is truncated or corrupt \(Read less bytes"),
+    ("corrupt data", r"ckpt-5\.data-00000-of-00001 is truncated or corrupt \("),
+    ("truncate index", r"ckpt-5\.index is truncated or corrupt"),
+    ("remove data", r"ckpt-5\.data-\* is missing"),
+  ],
+)
+def test_damaged_checkpoint_is_one_line_naming_the_file(tmp_path, damage, fault):
+  out = _training_checkpoint(tmp_path)
+  os.remove(os.path.join(out, "ckpt-0.index"))  # so that ckpt-5 is the latest
+  data = os.path.join(out, "ckpt-5.data-00000-of-00001")
+  index = os.path.join(out, "ckpt-5.index")
+  if damage == "remove data":
+    os.remove(data)
+  elif damage == "corrupt data":
+    with open(data, "r+b") as f:
+      f.write(b"\xff" * os.path.getsize(data))  # same size, other bytes
+  else:
+    path = data if damage == "truncate data" else index
+    with open(path, "r+b") as f:
+      f.truncate(os.path.getsize(path) // 2)
+  with pytest.raises(model_dir.CheckpointUnreadableError) as error:
+    model_dir.load_model_dir(out)
+  message = str(error.value)
+  assert re.match(rf"checkpoint {re.escape(out)}/ckpt-5 cannot be read: {re.escape(out)}/", message)
+  assert re.search(fault, message) and len(message.splitlines()) == 1, message
+
+
+def test_checkpoints_newest_first_and_roll_back(tmp_path):
+  model = modeling.build_model(tiny_config(), "tta")
+  bare = tmp_path / "bare"
+  for step in (2, 10, 9):
+    tf.train.Checkpoint(model=model).write(str(bare / f"ckpt-{step}"))
+  assert model_dir.checkpoints(str(bare)) == [str(bare / f"ckpt-{n}") for n in (10, 9, 2)]
+  managed = tmp_path / "managed"
+  checkpoint = tf.train.Checkpoint(model=model)
+
+  def manager():
+    return tf.train.CheckpointManager(checkpoint, str(managed), 3, checkpoint_name="ckpt")
+
+  for step in (5, 10, 15):
+    manager().save(checkpoint_number=step)
+  assert model_dir.checkpoints(str(managed)) == [str(managed / f"ckpt-{n}") for n in (15, 10, 5)]
+  model_dir.roll_back_to(str(managed), str(managed / "ckpt-5"))
+  assert model_dir.checkpoints(str(managed)) == [str(managed / "ckpt-5")]
+  # A manager made after the roll-back keeps the re-saved steps as the newest.
+  resumed = manager()
+  for step in (10, 15, 20):
+    resumed.save(checkpoint_number=step)
+  assert model_dir.checkpoints(str(managed)) == [str(managed / f"ckpt-{n}") for n in (20, 15, 10)]
+  assert sorted(p.name for p in managed.glob("*.index")) == [
+    f"ckpt-{n}.index" for n in (10, 15, 20)
+  ]
+  assert "/" not in (managed / "checkpoint").read_text()  # names stay relative
 
 
 # ------------------------------------------------------- TF1 checkpoint files
