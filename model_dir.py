@@ -194,10 +194,15 @@ def reading_checkpoint(checkpoint):
     ) from e
 
 
+def error_line(error):
+  """The first line of a TensorFlow error's message, without the op's "{{function_node ...}}"."""
+  lines = str(error).strip().splitlines()
+  return re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", lines[0]) if lines else type(error).__name__
+
+
 def _checkpoint_fault(checkpoint, error):
   """Which file of `checkpoint` is at fault and how, judged from the files and TF's `error`."""
-  detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-  detail = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", detail)
+  detail = error_line(error)
   index = checkpoint + ".index"
   data = sorted(tf.io.gfile.glob(checkpoint + ".data-*-of-*"))
   # The shard count is in every data file's name: ".data-00000-of-00002".

@@ -28,7 +28,10 @@ MultiWorkerMirroredStrategy (keras-team/keras#20585). Its steps:
     iterations (= the global step), and the input position (the number of
     batches consumed, given back to the pipeline as `skip_batches`, so the
     data order continues where it stopped). config.json and vocab.txt are
-    written first, so every run_* script takes --model_dir alone.
+    written first, so every run_* script takes --model_dir alone. A latest
+    checkpoint that cannot be read (cut short, corrupt) is skipped with a
+    warning for the one before it; a save that fails (a full disk) stops the
+    run with one line (`CheckpointError`, exit 2: not requeued).
   * Stop requests (`StopRequest`, `_StopCondition`): a signal or the
     --train_minutes deadline on any worker stops all of them at the same
     step (a one-scalar all-reduce per loop), so none waits forever in a
@@ -281,6 +284,10 @@ LOCK_FILE = "run.lock"
 
 class OutputDirBusy(cli.InputError):
   """Another live training run holds the lock of --output_dir (scripts: one line, exit 2)."""
+
+
+class CheckpointError(cli.InputError):
+  """A checkpoint cannot be saved (a full disk), or none of the output dir's can be read."""
 
 
 @contextlib.contextmanager
@@ -598,10 +605,11 @@ class _TrainState:
   # apart from the step so the data stream is explicit in the checkpoint).
   input_batches: tf.Variable
   checkpoint: tf.train.Checkpoint
-  manager: tf.train.CheckpointManager
+  # Made by `save_to` after the restore (it reads the index file a roll-back rewrites).
+  manager: tf.train.CheckpointManager = None
 
   @classmethod
-  def create(cls, params, config, strategy, write_dir):
+  def create(cls, params, config, strategy):
     with strategy.scope():
       model = modeling.build_model(config, params.model_type)
       optimizer = optimization.create_optimizer(
@@ -613,30 +621,61 @@ class _TrainState:
       optimizer.build(model.trainable_variables)
     input_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="input_batches")
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, input_batches=input_batches)
-    manager = tf.train.CheckpointManager(
-      checkpoint,
-      write_dir,
-      max_to_keep=params.keep_checkpoint_max,
-      step_counter=optimizer.iterations,
-      checkpoint_name=model_dir.CHECKPOINT_NAME,
-    )
-    return cls(model, optimizer, input_batches, checkpoint, manager)
+    return cls(model, optimizer, input_batches, checkpoint)
 
-  def restore_or_initialise(self, latest, params, target_table):
-    """Resumes from `latest`, else warm-starts / sets continuous targets."""
-    if latest:
-      self.checkpoint.restore(latest).assert_existing_objects_matched()
+  def restore_or_initialise(self, params, target_table, chief):
+    """Resumes from the newest readable checkpoint of the output dir, else warm-starts / sets
+    continuous targets.
+
+    A checkpoint that cannot be read (cut short by a full disk or a crash, corrupt) is skipped
+    with a warning for the one saved before it, and the chief rolls the index file back to that
+    one; a dir whose checkpoints all fail is refused, never silently trained from step 0.
+
+    Returns:
+      The checkpoint prefix resumed from, or None.
+
+    Raises:
+      CheckpointError: there are checkpoints, and none can be read.
+    """
+    found = model_dir.checkpoints(params.output_dir)
+    for checkpoint in found:
+      try:
+        with model_dir.reading_checkpoint(checkpoint):
+          self.checkpoint.restore(checkpoint).assert_existing_objects_matched()
+      except model_dir.CheckpointUnreadableError as e:
+        logging.warning("%s; trying the checkpoint saved before it", e)
+        continue
+      if checkpoint != found[0]:
+        logging.warning("resuming from %s, the newest checkpoint that can be read", checkpoint)
+        if chief:
+          model_dir.roll_back_to(params.output_dir, checkpoint)
       logging.info(
         "resumed from %s at step %d (input position %d batches)",
-        latest,
+        checkpoint,
         self.step,
         int(self.input_batches.numpy()),
       )
-      return
+      return checkpoint
+    if found:
+      raise CheckpointError(
+        f"none of the {len(found)} checkpoints in {params.output_dir} can be read (the warnings "
+        "above say why): move them away to train from step 0"
+      )
     if params.init_checkpoint:
       model_dir.warm_start(self.model, params.init_checkpoint)
     if target_table is not None:
       self.model.lm_head.set_target_embeddings(target_table)
+    return None
+
+  def save_to(self, write_dir, params):
+    """Starts the CheckpointManager that saves this state into `write_dir`."""
+    self.manager = tf.train.CheckpointManager(
+      self.checkpoint,
+      write_dir,
+      max_to_keep=params.keep_checkpoint_max,
+      step_counter=self.optimizer.iterations,
+      checkpoint_name=model_dir.CHECKPOINT_NAME,
+    )
 
   @property
   def step(self):
@@ -785,7 +824,16 @@ class _Run(object):
     return self.step >= self.params.num_train_steps
 
   def _save(self, why):
-    self.last_path = self.state.manager.save(checkpoint_number=self.step)
+    try:
+      self.last_path = self.state.manager.save(checkpoint_number=self.step)
+    except (tf.errors.OpError, OSError) as e:
+      # A full disk: TF removes its temporary files and leaves the index file as it was, so the
+      # last whole checkpoint stays the latest. Stopping here (exit 2, not 75) is no crash loop.
+      resume = f"resumes from {self.last_path}" if self.last_path else "starts from step 0"
+      raise CheckpointError(
+        f"cannot save the checkpoint of step {self.step} in {self.state.manager.directory}: "
+        f"{model_dir.error_line(e)}; a re-run with the same command {resume}"
+      ) from e
     self.last_saved = self.step
     logging.info("saved checkpoint for step %d (%s): %s", self.step, why, self.last_path)
 
@@ -903,12 +951,14 @@ def _train_locked(params, strategy, write_dir):
   # input_pipeline's resume is exact only under the same global TF seed
   # (tf.data folds it into its shuffle seeds).
   keras.utils.set_random_seed(params.seed)
-  latest = model_dir.latest_checkpoint(params.output_dir)
-  setup = training_setup.prepare_model(params, resuming=latest is not None)
-  if distribute_utils.is_chief(strategy):
+  resuming = model_dir.latest_checkpoint(params.output_dir) is not None
+  setup = training_setup.prepare_model(params, resuming=resuming)
+  chief = distribute_utils.is_chief(strategy)
+  if chief:
     setup.write_model_files(params.output_dir)
-  state = _TrainState.create(params, setup.config, strategy, write_dir)
-  state.restore_or_initialise(latest, params, setup.target_table)
+  state = _TrainState.create(params, setup.config, strategy)
+  latest = state.restore_or_initialise(params, setup.target_table, chief)
+  state.save_to(write_dir, params)
   run = _Run(params, strategy, setup, state, latest)
   run.loop()
   return run.finish()

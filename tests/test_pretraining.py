@@ -365,6 +365,58 @@ def test_resume_continues_step_and_input_position(data_dir, tmp_path):
     )
 
 
+def _truncate(path):
+  with open(path, "r+b") as f:
+    f.truncate(os.path.getsize(path) // 2)
+
+
+def test_truncated_latest_checkpoint_resumes_from_the_one_before(data_dir, tmp_path, caplog):
+  out = tmp_path / "truncated"
+  training.train(tiny_params(data_dir, out, num_train_steps=30, eval_file=None))
+  _truncate(out / "ckpt-30.data-00000-of-00001")
+  resumed = training.train(tiny_params(data_dir, out, num_train_steps=45, eval_file=None))
+  assert resumed["start_step"] == 15 and resumed["skip_batches"] == 15
+  assert resumed["finished"] and resumed["final_step"] == 45
+  warning = f"{out}/ckpt-30.data-00000-of-00001 is truncated or corrupt (Read less bytes"
+  assert any(warning in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+  # The index file was rolled back, so the re-saved ckpt-30 counts as new, not as the oldest.
+  assert model_dir.checkpoints(str(out)) == [str(out / f"ckpt-{n}") for n in (45, 30, 15)]
+  model_dir.load_model_dir(str(out), str(out / "ckpt-30"))
+  # No checkpoint can be read: refused in one line, not trained from step 0.
+  for step in (15, 30, 45):
+    _truncate(out / f"ckpt-{step}.data-00000-of-00001")
+  with pytest.raises(training.CheckpointError, match=r"none of the 3 checkpoints in .* be read"):
+    training.train(tiny_params(data_dir, out, num_train_steps=60, eval_file=None))
+
+
+def test_full_disk_during_a_checkpoint_save_is_one_line_and_resumable(
+  data_dir, tmp_path, monkeypatch
+):
+  # On a full disk (a 256 KiB tmpfs), TF's save raises ResourceExhaustedError naming its
+  # temporary file, after removing it, and leaves the index file as it was: injected here.
+  save = tf.train.CheckpointManager.save
+
+  def save_on_a_full_disk(manager, checkpoint_number=None, **kwargs):
+    if checkpoint_number == 30:
+      temp = f"{manager.directory}/ckpt-30_temp/part-00000-of-00001.data-00000-of-00001.tempstate1"
+      raise tf.errors.ResourceExhaustedError(None, None, f"{temp}; No space left on device")
+    return save(manager, checkpoint_number=checkpoint_number, **kwargs)
+
+  out = tmp_path / "full"
+  monkeypatch.setattr(tf.train.CheckpointManager, "save", save_on_a_full_disk)
+  with pytest.raises(training.CheckpointError) as error:
+    training.train(tiny_params(data_dir, out, num_train_steps=30, eval_file=None))
+  message = str(error.value)
+  assert message.startswith(f"cannot save the checkpoint of step 30 in {out}: {out}/ckpt-30_temp")
+  assert message.endswith(
+    f"No space left on device; a re-run with the same command resumes from {out}/ckpt-15"
+  )
+  assert len(message.splitlines()) == 1
+  monkeypatch.undo()
+  resumed = training.train(tiny_params(data_dir, out, num_train_steps=30, eval_file=None))
+  assert resumed["start_step"] == 15 and resumed["finished"]
+
+
 # ------------------------------------------------ one run per output dir
 
 
