@@ -7,11 +7,12 @@
     sets = read_sets()
 
 A wrong input (a missing or malformed file, a bad flag, a model dir whose config does not fit its
-checkpoint) is the user's to fix, not a bug: the script prints "<script>: error: <message>" (the
-message names the file, and the line where it has one) and exits with status 2, absl's status for
-a usage error, without a traceback. `InputError` raised anywhere is such an error; so is a
-ValueError or OSError raised inside a `user_input()` block. Everything else keeps absl's
-traceback; `--verbosity=1` (debug) shows the traceback of an input error too.
+checkpoint) is the user's to fix, not a bug, and so is a fault around the program (a full disk, a
+damaged checkpoint, an output another run is writing): the script prints "<script>: error:
+<message>" (the message names the file, and the line where it has one) and exits with status 2,
+absl's status for a usage error, without a traceback. `InputError` raised anywhere is such an
+error; so is a ValueError or OSError raised inside a `user_input()` block. Everything else keeps
+absl's traceback; `--verbosity=1` (debug) shows the traceback of an input error too.
 
 Parameters written once: a dataclass whose fields are made with `param` is both the function's
 argument list and the script's flags (`define_param_flags`, `param_values`): same names, defaults

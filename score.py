@@ -16,20 +16,29 @@ line i always belongs to input line i.
 
 Long inputs stream: --batch_size lines are scored at a time (memory does not grow with the
 number of lines), progress with rate and ETA goes to stderr, and each finished batch is
-appended and fsynced to `OUTPUT.partial`. A re-run with the same arguments resumes after the
-last complete batch of that file and renames it to OUTPUT when the input is done, so an
-interrupted run ends with the same file as an uninterrupted one (same batches, same floats).
+appended and fsynced to `OUTPUT.partial`, with `OUTPUT.partial.json` recording what made it.
+A re-run of the same job resumes after the last complete batch and renames the file to OUTPUT
+when the input is done, so an interrupted run ends with the same file as an uninterrupted one
+(same batches, same floats). The same job: the same model (weights, vocab, scoring options,
+backend), batch size and record options, and the same input, checked by its path and the sha256
+of the lines read so far (an input that only grew resumes). Anything else is refused in one
+line saying what differs; `--overwrite` starts over. A run holds an exclusive lock on OUTPUT
+(`io_utils.exclusive_lock`), so a second run into it exits 2 naming the first; a write that
+fails (a full disk) is one line saying how many complete lines OUTPUT.partial keeps.
 
 Many machines: `--num_shards=N --shard_id=I` scores the batches k (input lines
 k*batch_size .. (k+1)*batch_size - 1) with k % N == I into `OUTPUT-0000I-of-0000N` (run one
 per machine: a Slurm array, Kubernetes jobs, a Beam or Spark map), each with a `.done.json`
-beside it once complete; `--merge --num_shards=N` then checks
-that every shard is present, complete and made from the same input, and writes OUTPUT in
-input order. Sharding whole batches keeps every batch as the unsharded run forms it, so the
-merged file equals the unsharded output byte for byte.
+beside it once complete; `--merge --num_shards=N` then checks that every shard is present,
+complete and made by the same job (input content, model, batch size, options), and writes
+OUTPUT in input order. Sharding whole batches keeps every batch as the unsharded run forms it,
+so the merged file equals the unsharded output byte for byte.
 """
 
+import collections
+import contextlib
 import hashlib
+import itertools
 import json
 import os
 import sys
@@ -64,6 +73,12 @@ def define_flags():
   flags.DEFINE_integer("num_shards", 1, "Split the input into this many shards (by line index).")
   flags.DEFINE_integer("shard_id", 0, "Which shard this run scores, 0 .. num_shards-1.")
   flags.DEFINE_bool("merge", False, "Merge the num_shards shard outputs into --output_file.")
+  flags.DEFINE_bool(
+    "overwrite",
+    False,
+    "Start over: discard an unfinished OUTPUT.partial instead of resuming it (a resume must be "
+    "the same job: model, input, batch size and options).",
+  )
   flags.DEFINE_enum(
     "strategy",
     "one_device",
@@ -142,20 +157,38 @@ def score_batch(lm, lines, texts, vectors="none"):
 # ----------------------------------------------------------------------------------------------
 
 
-def read_lines(path):
-  """Yields (line number, sentence) for every input line, stripped; file:line on bad UTF-8."""
-  stream = sys.stdin.buffer if path == "-" else open(path, "rb")
-  name = "<stdin>" if path == "-" else path
-  try:
-    for number, raw in enumerate(stream):
-      try:
-        text = raw.decode("utf-8")
-      except UnicodeDecodeError as e:
-        raise cli.InputError(f"{name}:{number + 1}: not valid UTF-8 ({e})") from None
-      yield number, text.strip()
-  finally:
-    if stream is not sys.stdin.buffer:
-      stream.close()
+class InputLines:
+  """The input's lines, and the identity of the part read so far.
+
+  Iterating yields (line number, sentence stripped) for every input line ('-' reads stdin), and
+  raises file:line on bad UTF-8. `lines_read` and `sha256()` cover the lines yielded so far: the
+  consumers pull lines lazily, so when a batch is complete they cover the input through that
+  batch's last line, the part of the input its records and all records before them came from.
+  """
+
+  def __init__(self, path):
+    self.path = path
+    self.lines_read = 0
+    self._digest = hashlib.sha256()
+
+  def sha256(self):
+    return self._digest.hexdigest()
+
+  def __iter__(self):
+    stream = sys.stdin.buffer if self.path == "-" else open(self.path, "rb")
+    name = "<stdin>" if self.path == "-" else self.path
+    try:
+      for number, raw in enumerate(stream):
+        self._digest.update(raw)
+        self.lines_read = number + 1
+        try:
+          text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+          raise cli.InputError(f"{name}:{number + 1}: not valid UTF-8 ({e})") from None
+        yield number, text.strip()
+    finally:
+      if stream is not sys.stdin.buffer:
+        stream.close()
 
 
 def shard_of(line, batch_size, num_shards):
@@ -171,25 +204,156 @@ def done_path(path):
   return path + ".done.json"
 
 
-def resume_point(partial, batch_size):
-  """Lines of a `.partial` file to keep: its whole batches (the rest is cut off).
+def job_key(lm, args):
+  """What the records of a run depend on; a resume continues only the same job.
 
-  Batches are written whole, but a crash can tear the last one. Resuming at a batch boundary
-  re-forms exactly the batches of an uninterrupted run, so the floats come out identical
-  (another batch shape changes float rounding).
+  The model (`inference.describe`: weights, vocab, scored tokens, precision), what runs it
+  (backend, token budget and replicas: each changes float rounding), the input file, and every
+  option that changes a record. The input's content is checked apart (`Partial`).
   """
-  if not os.path.exists(partial):
-    return 0
-  with open(partial, "rb") as f:
-    data = f.read()
-  keep_lines = data.count(b"\n") // batch_size * batch_size
-  keep = 0
-  for _ in range(keep_lines):
-    keep = data.index(b"\n", keep) + 1
-  if keep < len(data):
-    with open(partial, "r+b") as f:
-      f.truncate(keep)
-  return keep_lines
+  import inference  # pylint: disable=g-import-not-at-top
+
+  key = {
+    "model": inference.model_id(inference.describe(lm)),
+    "input": args.input_file if args.input_file == "-" else os.path.abspath(args.input_file),
+    "batch_size": args.batch_size,
+    "format": args.format,
+    "vectors": args.vectors,
+    "num_shards": args.num_shards,
+    "shard_id": args.shard_id,
+  }
+  if isinstance(lm, inference.NeuralLM):
+    replicas = lm.strategy.num_replicas_in_sync if lm.strategy else 1
+    key.update(backend=lm.backend, token_budget=lm.token_budget, replicas=replicas)
+  return key
+
+
+class Partial:
+  """`OUTPUT.partial`, the records scored so far, and `OUTPUT.partial.json`, what made them.
+
+  The state file records the job (`job_key`), the complete lines of the partial file, and the
+  input read for them: its line count and sha256 (the input's identity is its path plus a hash
+  of its content, so an input edited, truncated or replaced since is refused, while one that only
+  grew resumes). Each batch is appended and fsynced before the state is replaced atomically, so
+  a resume keeps exactly the lines the state counts (a batch torn by a crash is cut off) and
+  forms the same batches as an uninterrupted run: the same floats.
+  """
+
+  def __init__(self, target, job, overwrite=False):
+    """Opens the partial file of `target` for `job`: resumes it, or starts it afresh.
+
+    Raises:
+      cli.InputError: the partial file was made by another job (saying what differs), or its
+        state is missing or does not fit it; the message says how to start over.
+    """
+    self.path = target + ".partial"
+    self.state_path = self.path + ".json"
+    self.state = {
+      "job": job,
+      "lines": 0,
+      "input_lines": 0,
+      "input_sha256": hashlib.sha256().hexdigest(),
+    }
+    if overwrite or not os.path.exists(self.path):
+      for path in (self.path, self.state_path):
+        if os.path.exists(path):
+          os.remove(path)
+      self._write_state()
+      return
+    start_over = "add --overwrite to start over"
+    try:
+      with open(self.state_path, encoding="utf-8") as f:
+        recorded = json.load(f)
+    except (OSError, ValueError):
+      raise cli.InputError(
+        f"{self.path} has no readable record of the run that wrote it ({self.state_path}): "
+        f"{start_over}"
+      ) from None
+    if recorded.get("job") != job:
+      old = recorded.get("job") or {}
+      differences = "; ".join(
+        f"{key} {old.get(key)} (this run: {job.get(key)})"
+        for key in sorted(set(old) | set(job))
+        if old.get(key) != job.get(key)
+      )
+      raise cli.InputError(
+        f"{self.path} holds records of another job, {differences}: re-run that job to resume "
+        f"it, or {start_over}"
+      )
+    if not _cut_after(self.path, recorded["lines"]):
+      raise cli.InputError(
+        f"{self.path} has fewer lines than {self.state_path} counts ({recorded['lines']}): "
+        f"{start_over}"
+      )
+    self.state = recorded
+
+  @property
+  def lines(self):
+    return self.state["lines"]
+
+  def check_input(self, source):
+    """Raises unless `source` has read what the partial file was scored from."""
+    if (source.lines_read, source.sha256()) != (
+      self.state["input_lines"],
+      self.state["input_sha256"],
+    ):
+      raise cli.InputError(
+        f"{source.path} is not the input {self.path} was scored from (its first "
+        f"{self.state['input_lines']} lines changed): add --overwrite to start over"
+      )
+
+  def append(self, lines, source):
+    """Appends a batch's output lines; `source` has read the input through its last line.
+
+    Raises:
+      cli.InputError: a write failed (a full disk): the partial file is cut back to its last
+        complete batch, and the message says how many lines it keeps and that a re-run resumes.
+    """
+    size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+    before = self.state
+    try:
+      with open(self.path, "a", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
+        f.flush()
+        os.fsync(f.fileno())
+      self.state = dict(
+        before,
+        lines=before["lines"] + len(lines),
+        input_lines=source.lines_read,
+        input_sha256=source.sha256(),
+      )
+      self._write_state()
+    except OSError as e:
+      self.state = before
+      # The state file still counts the lines before this batch, so a resume cuts there anyway;
+      # cutting now also frees the space the batch took.
+      with contextlib.suppress(OSError):
+        os.truncate(self.path, size)
+      raise cli.InputError(
+        f"cannot write {e.filename or self.path} ({e.strerror or e}): {self.path} keeps its "
+        f"{self.lines} complete lines, and a re-run with the same arguments resumes after them"
+      ) from None
+
+  def _write_state(self):
+    io_utils.write_atomically(self.state_path, json.dumps(self.state, indent=2) + "\n")
+
+  def finish(self, target):
+    """Renames the complete partial file to `target` (an empty one too: all its lines were
+    blank or belonged to other shards)."""
+    if not os.path.exists(self.path):
+      open(self.path, "w").close()
+    os.replace(self.path, target)
+    os.remove(self.state_path)
+
+
+def _cut_after(path, count):
+  """Cuts `path` after its first `count` lines; False if it has fewer."""
+  with open(path, "r+b") as f:
+    for _ in range(count):
+      if not f.readline().endswith(b"\n"):
+        return False
+    f.truncate(f.tell())
+  return True
 
 
 def _batches(numbered, batch_size):
@@ -210,15 +374,6 @@ def _count_lines(path):
     return sum(1 for _ in f)
 
 
-def _input_fingerprint(path):
-  """sha256 of the input file (shards must all come from the same one)."""
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
-
-
 # ----------------------------------------------------------------------------------------------
 # Runs
 # ----------------------------------------------------------------------------------------------
@@ -232,63 +387,83 @@ def score_stream(lm, numbered, write, batch_size, output_format, vectors, progre
     progress.update(len(batch))
 
 
-def _append_durably(path):
-  def write(lines):
-    with open(path, "a", encoding="utf-8") as f:
-      f.write("".join(line + "\n" for line in lines))
-      f.flush()
-      os.fsync(f.fileno())
-
-  return write
-
-
 def _write_stdout(lines):
   sys.stdout.write("".join(line + "\n" for line in lines))
   sys.stdout.flush()
 
 
 def score_to_file(lm, args):
-  """Scores this run's lines of args.input_file into its output, resuming a `.partial` file."""
+  """Scores this run's lines of args.input_file into its output, resuming its `Partial` file.
+
+  The only writer of the output: a second run into it exits 2 naming this one (pid, host, start).
+
+  Raises:
+    cli.InputError: another run holds the output; the partial file is of another job or input
+      (see `Partial`); a write failed.
+  """
   target = args.output_file
   if args.num_shards > 1:
     target = shard_path(args.output_file, args.shard_id, args.num_shards)
-  partial = target + ".partial"
-  skip = resume_point(partial, args.batch_size)
-  total = _count_lines(args.input_file)
-  numbered = (
-    (n, t)
-    for n, t in read_lines(args.input_file)
-    if shard_of(n, args.batch_size, args.num_shards) == args.shard_id
-  )
-  shard_total = sum(
-    shard_of(n, args.batch_size, args.num_shards) == args.shard_id for n in range(total)
-  )
-  if skip:
-    logging.info("resuming %s after %d complete lines", partial, skip)
-  remaining = (item for k, item in enumerate(numbered) if k >= skip)
-  progress = progress_lib.Progress("score", total=shard_total - skip, unit="lines")
-  score_stream(
-    lm, remaining, _append_durably(partial), args.batch_size, args.format, args.vectors, progress
-  )
-  if not os.path.exists(partial):
-    open(partial, "w").close()  # An empty shard is still a complete one.
-  os.replace(partial, target)
-  if args.num_shards > 1:
-    done = {
-      "shard_id": args.shard_id,
-      "num_shards": args.num_shards,
-      "lines": shard_total,
-      "input_lines": total,
-      "input_sha256": _input_fingerprint(args.input_file),
-      "format": args.format,
-      "batch_size": args.batch_size,
-    }
-    io_utils.write_atomically(done_path(target), json.dumps(done, indent=2) + "\n")
-  logging.info("wrote %s (%d lines)", target, shard_total)
+  with io_utils.exclusive_lock(target, wait=False):
+    partial = Partial(target, job_key(lm, args), args.overwrite)
+    source = InputLines(args.input_file)
+    numbered = (
+      (n, t) for n, t in source if shard_of(n, args.batch_size, args.num_shards) == args.shard_id
+    )
+    if partial.lines:
+      logging.info("resuming %s after %d complete lines", partial.path, partial.lines)
+      # Skips what the partial file holds, reading (and hashing) the input up to its end.
+      collections.deque(itertools.islice(numbered, partial.lines), maxlen=0)
+      partial.check_input(source)
+    todo = _count_lines(args.input_file)  # this run's lines still to score (None: stdin)
+    if todo is not None:
+      todo = (
+        sum(shard_of(n, args.batch_size, args.num_shards) == args.shard_id for n in range(todo))
+        - partial.lines
+      )
+    progress = progress_lib.Progress("score", total=todo, unit="lines")
+    score_stream(
+      lm,
+      numbered,
+      lambda lines: partial.append(lines, source),
+      args.batch_size,
+      args.format,
+      args.vectors,
+      progress,
+    )
+    lines = partial.lines
+    partial.finish(target)
+    if args.num_shards > 1:
+      done = {
+        "job": partial.state["job"],
+        "lines": lines,
+        "input_lines": source.lines_read,
+        "input_sha256": source.sha256(),
+      }
+      io_utils.write_atomically(done_path(target), json.dumps(done, indent=2) + "\n")
+  logging.info("wrote %s (%d lines)", target, lines)
 
 
 def merge_shards(output_file, num_shards):
-  """Interleaves complete shards back into input order; raises naming what is missing."""
+  """Interleaves complete shards back into input order; raises naming what is missing or differs.
+
+  Shards merge only when they come from the same job: the same input content, model, batch
+  size, format and options (see `job_key`).
+  """
+  with io_utils.exclusive_lock(output_file, wait=False):
+    _merge_locked(output_file, num_shards)
+  logging.info("merged %d shards into %s", num_shards, output_file)
+
+
+def _merge_key(done):
+  """What the shards of one output must agree on, from a shard's `.done.json`: its job but for
+  the shard_id and the input's path (machines may mount one input at different paths), and the
+  input's content."""
+  job = {k: v for k, v in done["job"].items() if k not in ("shard_id", "input")}
+  return dict(job, input_lines=done["input_lines"], input_sha256=done["input_sha256"])
+
+
+def _merge_locked(output_file, num_shards):
   paths = [shard_path(output_file, k, num_shards) for k in range(num_shards)]
   records = []
   for path in paths:
@@ -296,11 +471,14 @@ def merge_shards(output_file, num_shards):
       state = "unfinished" if os.path.exists(path + ".partial") else "missing"
       raise ValueError(f"shard {path} is {state}: run its score.py --shard_id first")
     with open(done_path(path), encoding="utf-8") as f:
-      records.append(json.load(f))
-  for key in ("input_lines", "input_sha256", "format", "batch_size"):
-    values = {r[key] for r in records}
+      record = json.load(f)
+    if "job" not in record:
+      raise ValueError(f"{done_path(path)} records no job (an older score.py): re-run that shard")
+    records.append(_merge_key(record))
+  for key in records[0]:
+    values = {json.dumps(r.get(key)) for r in records}
     if len(values) > 1:
-      raise ValueError(f"shards of {output_file} disagree on {key}: {sorted(values)}")
+      raise ValueError(f"shards of {output_file} disagree on {key}: {', '.join(sorted(values))}")
   readers = [open(p, encoding="utf-8") for p in paths]
   try:
     with io_utils.atomic_open(output_file) as out:
@@ -317,7 +495,6 @@ def merge_shards(output_file, num_shards):
   finally:
     for reader in readers:
       reader.close()
-  logging.info("merged %d shards into %s", num_shards, output_file)
 
 
 def load_lm(args):
@@ -367,7 +544,7 @@ def main(argv):
   if args.output_file == "-":
     score_stream(
       lm,
-      read_lines(args.input_file),
+      InputLines(args.input_file),
       _write_stdout,
       args.batch_size,
       args.format,

@@ -1,9 +1,12 @@
 """score.py: sentences in, records out, in input order; resume; shards and their merge."""
 
+import errno
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 import types
 
 from conftest import tiny_config
@@ -12,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 import inference
+import io_utils
 import model_dir
 import modeling
 import score
@@ -44,6 +48,17 @@ def tta_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def other_tta_dir(tta_dir):
+  """A T-TA of the same config and vocab as tta_dir's, with other weights."""
+  root = os.path.dirname(tta_dir)
+  tf.keras.utils.set_random_seed(5)
+  model = modeling.build_model(model_dir.read_config(tta_dir), "tta")
+  path = os.path.join(root, "other")
+  model_dir.save_model_dir(model, model_dir.vocab_path(tta_dir), path)
+  return path
+
+
+@pytest.fixture(scope="module")
 def lm(tta_dir):
   return inference.load_lm(tta_dir)
 
@@ -64,6 +79,7 @@ def args(input_file, output_file, **overrides):
     batch_size=2,
     num_shards=1,
     shard_id=0,
+    overwrite=False,
   )
   values.update(overrides)
   return types.SimpleNamespace(**values)
@@ -108,20 +124,142 @@ def test_tsv_and_vectors(lm, input_file, tmp_path):
   np.testing.assert_allclose(vector, lm.sentence_vectors(["a dog"])[0], atol=1e-5)
 
 
-def test_interrupted_run_resumes_to_the_same_file(lm, input_file, tmp_path):
+class Killed(Exception):
+  """Stands for the end of a process killed between two batches."""
+
+
+def run_killed(monkeypatch, lm, run_args, batches):
+  """score_to_file killed after `batches` complete batches; returns the partial file."""
+  score_batch = score.score_batch
+  done = []
+
+  def score_batch_then_die(*args):
+    if len(done) == batches:
+      raise Killed
+    done.append(1)
+    return score_batch(*args)
+
+  with monkeypatch.context() as patched:
+    patched.setattr(score, "score_batch", score_batch_then_die)
+    with pytest.raises(Killed):
+      score.score_to_file(lm, run_args)
+  assert not os.path.exists(run_args.output_file)
+  return run_args.output_file + ".partial"
+
+
+def read(path):
+  with open(path, encoding="utf-8") as f:
+    return f.read()
+
+
+def test_interrupted_run_resumes_to_the_same_file(lm, input_file, tmp_path, monkeypatch):
   whole = str(tmp_path / "whole.jsonl")
   score.score_to_file(lm, args(input_file, whole))
-  with open(whole, encoding="utf-8") as f:
-    full = f.read()
-  # A run killed after three complete lines, in the middle of writing the fourth.
+  full = read(whole)
   resumed = str(tmp_path / "resumed.jsonl")
-  cut = [i for i, c in enumerate(full) if c == "\n"][2] + 1
-  with open(resumed + ".partial", "w", encoding="utf-8") as f:
-    f.write(full[: cut + 10])
+  partial = run_killed(monkeypatch, lm, args(input_file, resumed), batches=2)
+  assert read(partial) == "".join(full.splitlines(keepends=True)[:4])
+  # Killed in the middle of writing the third batch: its torn line is cut off.
+  with open(partial, "a", encoding="utf-8") as f:
+    f.write(full.splitlines(keepends=True)[4][:10])
   score.score_to_file(lm, args(input_file, resumed))
-  with open(resumed, encoding="utf-8") as f:
-    assert f.read() == full
-  assert not os.path.exists(resumed + ".partial")
+  assert read(resumed) == full
+  assert not os.path.exists(partial) and not os.path.exists(partial + ".json")
+
+
+def _grow(path):
+  with open(path, "a", encoding="utf-8") as f:
+    f.write("the dog sat\n")
+
+
+def _edit(path):
+  text = read(path)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text.replace("the cat sat", "the dog sat", 1))
+
+
+@pytest.mark.parametrize(
+  "change, refusal",
+  [
+    ("model", r"model tta-\w+ \(this run: tta-\w+\)"),
+    ("input", r"input.txt is not the input .* was scored from \(its first 4 lines changed\)"),
+    ("batch_size", r"batch_size 2 \(this run: 3\)"),
+    ("vectors", r"vectors none \(this run: context\)"),
+    ("legacy", r"has no readable record of the run that wrote it"),
+  ],
+)
+def test_resume_of_another_job_is_refused_until_overwrite(
+  lm, other_tta_dir, input_file, tmp_path, monkeypatch, change, refusal
+):
+  out = str(tmp_path / "out.jsonl")
+  partial = run_killed(monkeypatch, lm, args(input_file, out), batches=2)
+  kept = read(partial)
+  again, overrides = lm, {}
+  if change == "model":
+    again = inference.load_lm(other_tta_dir)
+  elif change == "input":
+    _edit(input_file)
+  elif change == "legacy":  # a partial file of a score.py that wrote no record
+    os.remove(partial + ".json")
+  else:
+    overrides = {"batch_size": 3} if change == "batch_size" else {"vectors": "context"}
+  with pytest.raises(score.cli.InputError, match=refusal) as error:
+    score.score_to_file(again, args(input_file, out, **overrides))
+  assert "add --overwrite to start over" in str(error.value)
+  assert len(str(error.value).splitlines()) == 1
+  assert read(partial) == kept and not os.path.exists(out)  # nothing mixed, nothing lost
+  score.score_to_file(again, args(input_file, out, overwrite=True, **overrides))
+  fresh = str(tmp_path / "fresh.jsonl")
+  score.score_to_file(again, args(input_file, fresh, **overrides))
+  assert read(out) == read(fresh)
+
+
+def test_resume_after_the_input_grew(lm, input_file, tmp_path, monkeypatch):
+  out = str(tmp_path / "out.jsonl")
+  run_killed(monkeypatch, lm, args(input_file, out), batches=2)
+  _grow(input_file)
+  score.score_to_file(lm, args(input_file, out))
+  whole = str(tmp_path / "whole.jsonl")
+  score.score_to_file(lm, args(input_file, whole))
+  assert read(out) == read(whole)
+
+
+def test_full_disk_is_one_line_and_the_rerun_resumes(lm, input_file, tmp_path, monkeypatch):
+  """A full disk, injected as ENOSPC from fsync (where a full disk shows first on file systems
+  that allocate at write-back) of the third batch, after its lines reached the file."""
+  out = str(tmp_path / "out.jsonl")
+  fsync = os.fsync
+  batches = []
+
+  def fsync_on_a_full_disk(fd):
+    if os.readlink(f"/proc/self/fd/{fd}").endswith(".partial"):
+      batches.append(fd)
+      if len(batches) == 3:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    fsync(fd)
+
+  with monkeypatch.context() as patched:
+    patched.setattr(os, "fsync", fsync_on_a_full_disk)
+    with pytest.raises(score.cli.InputError) as error:
+      score.score_to_file(lm, args(input_file, out))
+  assert str(error.value) == (
+    f"cannot write {out}.partial (No space left on device): {out}.partial keeps its 4 complete "
+    "lines, and a re-run with the same arguments resumes after them"
+  )
+  assert not os.path.exists(out)  # nothing under the final name
+  whole = str(tmp_path / "whole.jsonl")
+  score.score_to_file(lm, args(input_file, whole))
+  assert read(out + ".partial") == "".join(read(whole).splitlines(keepends=True)[:4])
+  score.score_to_file(lm, args(input_file, out))
+  assert read(out) == read(whole)
+
+
+def test_a_second_writer_of_the_output_is_refused(lm, input_file, tmp_path):
+  out = str(tmp_path / "out.jsonl")
+  with io_utils.exclusive_lock(out, wait=False):
+    with pytest.raises(io_utils.OutputBusy, match=rf"{out} is in use by another run \(pid "):
+      score.score_to_file(lm, args(input_file, out))
+  assert not os.path.exists(out) and not os.path.exists(out + ".partial")
 
 
 def test_shards_merge_to_the_unsharded_output(lm, input_file, tmp_path):
@@ -152,16 +290,57 @@ def test_merge_refuses_missing_or_truncated_shards(lm, input_file, tmp_path):
   assert not os.path.exists(out)
 
 
-def run_cli(*flags, stdin=None):
+@pytest.fixture(scope="module")
+def other_lm(other_tta_dir):
+  return inference.load_lm(other_tta_dir)
+
+
+@pytest.mark.parametrize("change", ["model", "batch_size", "input_sha256"])
+def test_merge_refuses_shards_of_another_job(lm, other_lm, input_file, tmp_path, change):
+  out = str(tmp_path / "merged.jsonl")
+  for shard in range(3):
+    shard_lm, overrides = lm, {}
+    if shard == 2 and change == "model":
+      shard_lm = other_lm
+    elif shard == 2 and change == "batch_size":
+      overrides = {"batch_size": 3}
+    elif shard == 2:
+      _edit(input_file)
+    score.score_to_file(shard_lm, args(input_file, out, num_shards=3, shard_id=shard, **overrides))
+  with pytest.raises(ValueError, match=rf"shards of {re.escape(out)} disagree on {change}: "):
+    score.merge_shards(out, 3)
+  assert not os.path.exists(out)
+
+
+def score_command(*flags):
+  return [sys.executable, os.path.join(REPO, "score.py"), *flags]
+
+
+def run_cli(*flags, stdin=None, status=0):
   result = subprocess.run(
-    [sys.executable, os.path.join(REPO, "score.py"), *flags],
-    input=stdin,
-    capture_output=True,
-    text=True,
-    cwd=REPO,
+    score_command(*flags), input=stdin, capture_output=True, text=True, cwd=REPO
   )
-  assert result.returncode == 0, result.stderr
-  return result.stdout
+  assert result.returncode == status, result.stderr
+  return result.stdout if status == 0 else result.stderr
+
+
+def wait_for(condition, process, timeout=600):
+  """Waits until condition() holds while `process` runs; the timeout only guards a hang."""
+  deadline = time.monotonic() + timeout
+  while not condition():
+    assert process.poll() is None, f"the run ended first (status {process.returncode})"
+    assert time.monotonic() < deadline, "the run hung"
+    time.sleep(0.05)
+
+
+def test_merge_from_the_command_line(lm, input_file, tmp_path):
+  whole = str(tmp_path / "whole.jsonl")
+  score.score_to_file(lm, args(input_file, whole))
+  out = str(tmp_path / "merged.jsonl")
+  for shard in range(2):
+    score.score_to_file(lm, args(input_file, out, num_shards=2, shard_id=shard))
+  run_cli("--merge", "--num_shards=2", f"--output_file={out}")
+  assert read(out) == read(whole)
 
 
 def test_stdin_and_file_give_identical_output(tta_dir, input_file, tmp_path):
@@ -188,23 +367,71 @@ def test_mirrored_over_two_cpu_devices_equals_one_device(tta_dir, input_file, tm
       np.testing.assert_allclose(b["vector"], a["vector"], atol=1e-5)
 
 
+def test_two_runs_into_one_output_the_second_exits_2_naming_the_first(
+  tta_dir, lm, input_file, tmp_path
+):
+  text = read(input_file)
+  out = str(tmp_path / "out.jsonl")
+  flags = [f"--model_dir={tta_dir}", "--input_file=-", f"--output_file={out}", "--batch_size=2"]
+  with open(tmp_path / "first.log", "w") as log:
+    first = subprocess.Popen(
+      score_command(*flags), stdin=subprocess.PIPE, stderr=log, text=True, cwd=REPO
+    )
+  try:
+    # The first run holds the output's lock while it waits for its input on stdin.
+    lock = tmp_path / ".out.jsonl.lock"
+    wait_for(lambda: lock.exists() and f"pid {first.pid} on " in lock.read_text(), first)
+    error = run_cli(*flags, stdin=text, status=2)
+    first.communicate(text, timeout=600)
+  finally:
+    if first.poll() is None:
+      first.kill()
+  assert (
+    error.strip()
+    .splitlines()[-1]
+    .startswith(f"score.py: error: {out} is in use by another run (pid {first.pid} on ")
+  )
+  assert "Traceback" not in error
+  assert first.returncode == 0, read(tmp_path / "first.log")
+  records = read_records(out)
+  assert [r["text"] for r in records] == [line.strip() for line in LINES]
+  scored = [r for r in records if "score" in r]
+  for r, w in zip(scored, lm.score([r["text"] for r in scored]), strict=True):
+    assert r["score"] == pytest.approx(w.total, abs=1e-5)
+
+
+def _recorded_lines(partial):
+  try:
+    with open(partial + ".json", encoding="utf-8") as f:
+      return json.load(f)["lines"]
+  except (OSError, ValueError):
+    return 0
+
+
 def test_killed_run_restarted_writes_the_uninterrupted_file(tta_dir, tmp_path):
   inputs = tmp_path / "many.txt"
   inputs.write_text("".join(f"{LINES[i % len(LINES)]}\n" for i in range(600)))
-  common = [f"--model_dir={tta_dir}", f"--input_file={inputs}", "--batch_size=4"]
+  text = inputs.read_text()
   whole = str(tmp_path / "whole.jsonl")
-  run_cli(*common, f"--output_file={whole}")
+  run_cli(
+    f"--model_dir={tta_dir}", f"--input_file={inputs}", "--batch_size=4", f"--output_file={whole}"
+  )
   out = str(tmp_path / "out.jsonl")
-  command = [sys.executable, os.path.join(REPO, "score.py"), *common, f"--output_file={out}"]
-  process = subprocess.Popen(command, cwd=REPO, stderr=subprocess.DEVNULL)
-  # kill -9 once some batches are on disk, mid-run.
-  while process.poll() is None:
-    if os.path.exists(out + ".partial") and os.path.getsize(out + ".partial") > 20_000:
+  flags = [f"--model_dir={tta_dir}", "--input_file=-", "--batch_size=4", f"--output_file={out}"]
+  process = subprocess.Popen(
+    score_command(*flags), stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO
+  )
+  try:
+    # Half the input and no end to it: the run scores it and waits for more, so it is still
+    # running, mid-job, when killed (kill -9) after 200 lines are on disk.
+    process.stdin.write("".join(text.splitlines(keepends=True)[:300]))
+    process.stdin.flush()
+    wait_for(lambda: _recorded_lines(out + ".partial") >= 200, process)
+    process.kill()
+    process.wait()
+  finally:
+    if process.poll() is None:
       process.kill()
-      break
-  process.wait()
-  assert process.returncode != 0, "the run ended before it could be killed; use more lines"
   assert os.path.exists(out + ".partial") and not os.path.exists(out)
-  run_cli(*common, f"--output_file={out}")
-  with open(whole, encoding="utf-8") as a, open(out, encoding="utf-8") as b:
-    assert a.read() == b.read()
+  run_cli(*flags, stdin=text)
+  assert read(out) == read(whole)
