@@ -10,7 +10,9 @@ chosen hypotheses and a seeded paired bootstrap (significance.py) of the LM vs t
 LM scores are cached per LM (nbest.ScoreCache under --output_dir/cache), so a
 re-run, a new setting or an interrupted run never recomputes a sentence.
 Results merge by LM name into --output_dir/rescoring_results.json and .md, so
-LMs run one at a time into one directory add up to one table.
+LMs run one at a time into one directory add up to one table. One at a time:
+a run holds the cache's lock while it scores, and a second run into the same
+--output_dir exits 2 naming the first (pid, host, start).
 
 Examples:
   # LibriSpeech ESPnet2 30-best, both first-pass settings:
@@ -23,6 +25,7 @@ Examples:
       --dev_file=dev.json --test_file=test.json --settings=full
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -373,30 +376,32 @@ def main(argv):
     }
   for name, lists in sets.items():
     logging.info("%s: %d lists, %d hypotheses", name, len(lists), sum(len(l.hyps) for l in lists))
-  cache = (
-    nbest.ScoreCache(os.path.join(FLAGS.output_dir, "cache", "lm_scores.jsonl"))
-    if FLAGS.output_dir
-    else None
-  )
   texts = sorted(
     {t for lists in sets.values() for l in lists for t in [h.text for h in l.hyps] + l.refs}
   )
-  rows = []
-  for spec in FLAGS.lm:
-    name, _, spec = spec.rpartition("=")
-    with cli.user_input():
-      lm = inference.load_lm(
-        spec,
-        score_eos=FLAGS.score_eos,
-        score_sos=FLAGS.score_sos,
-        **inference.throughput_options(),
-      )
-    identity = inference.describe(lm)
-    lm_id = inference.model_id(identity)
-    if cache is not None:
-      cache.register(lm_id, identity)
-    name = name or os.path.basename(spec.rstrip("/"))
-    rows.append(rescore_with(name, lm, lm_id, texts, cache, sets, runs, metric))
+  with contextlib.ExitStack() as stack:
+    cache = None
+    if FLAGS.output_dir:
+      # The cache has one writer: a second run into --output_dir exits 2 naming this one.
+      path = os.path.join(FLAGS.output_dir, "cache", "lm_scores.jsonl")
+      stack.enter_context(io_utils.exclusive_lock(path, wait=False))
+      cache = nbest.ScoreCache(path)
+    rows = []
+    for spec in FLAGS.lm:
+      name, _, spec = spec.rpartition("=")
+      with cli.user_input():
+        lm = inference.load_lm(
+          spec,
+          score_eos=FLAGS.score_eos,
+          score_sos=FLAGS.score_sos,
+          **inference.throughput_options(),
+        )
+      identity = inference.describe(lm)
+      lm_id = inference.model_id(identity)
+      if cache is not None:
+        cache.register(lm_id, identity)
+      name = name or os.path.basename(spec.rstrip("/"))
+      rows.append(rescore_with(name, lm, lm_id, texts, cache, sets, runs, metric))
   print(markdown(rows, metric))
   if FLAGS.output_dir:
     write_results(rows, metric)

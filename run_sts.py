@@ -28,6 +28,7 @@ import significance
 import sts_data
 
 FLAGS = flags.FLAGS
+RESULTS_FILE = "sts_results.json"
 
 flags.DEFINE_list(
   "model_dir",
@@ -151,6 +152,16 @@ def markdown_table(results, set_names):
 
 def main(argv):
   del argv
+  if not FLAGS.output_dir:
+    evaluate_and_write()
+    return
+  # One writer of the results: a second run into --output_dir exits 2 naming this one.
+  with io_utils.exclusive_lock(os.path.join(FLAGS.output_dir, RESULTS_FILE), wait=False):
+    evaluate_and_write()
+
+
+def evaluate_and_write():
+  """Every --model_dir and representation on every set; the table, and the results files."""
   with cli.user_input():
     data_sets = {name: SETS[name][1](FLAGS.data_dir) for name in FLAGS.sets}
     for representation in FLAGS.representations:
@@ -196,7 +207,7 @@ def main(argv):
   print(table)
   if FLAGS.output_dir:
     io_utils.write_atomically(
-      os.path.join(FLAGS.output_dir, "sts_results.json"), json.dumps(results, indent=2)
+      os.path.join(FLAGS.output_dir, RESULTS_FILE), json.dumps(results, indent=2)
     )
     io_utils.write_atomically(os.path.join(FLAGS.output_dir, "sts_results.md"), table)
 

@@ -5,6 +5,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 import inference
+import io_utils
 import model_dir
 import modeling
 import nbest
@@ -354,3 +356,70 @@ def test_lms_run_one_at_a_time_merge_into_one_table(tiny_model_dir, nbest_files,
   assert refused.returncode == 2
   assert "another evaluation" in refused.stderr
   assert json.loads((out / "rescoring_results.json").read_text()) == again
+
+
+# --------------------------------------- one writer per output; a damaged checkpoint
+
+
+@pytest.fixture
+def truncated_model_dir(tiny_model_dir, tmp_path):
+  """A copy of tiny_model_dir whose checkpoint data file lost its second half."""
+  broken = str(tmp_path / "broken")
+  shutil.copytree(tiny_model_dir, broken)
+  data = os.path.join(broken, "ckpt-0.data-00000-of-00001")
+  os.truncate(data, os.path.getsize(data) // 2)
+  return broken, data
+
+
+def _model_flags(script, model, nbest_files, tmp_path):
+  """The flags that make `script` load `model`, on tiny inputs."""
+  if script == "score.py":
+    return [f"--model_dir={model}", f"--input_file={nbest_files[0]}"]
+  if script == "run_rescoring.py":
+    return [
+      f"--lm={model}",
+      "--format=json",
+      "--settings=full",
+      f"--dev_file={nbest_files[0]}",
+      f"--test_file={nbest_files[1]}",
+    ]
+  if script == "run_sts.py":
+    return [f"--model_dir={model}", "--sets=stsb_dev", "--max_pairs=2"]
+  return [f"--model_dir={model}", f"--export_dir={tmp_path / 'export'}"]
+
+
+@pytest.mark.parametrize(
+  "script", ["score.py", "run_rescoring.py", "run_sts.py", "export_saved_model.py"]
+)
+def test_truncated_checkpoint_is_one_line_naming_the_file(
+  script, truncated_model_dir, nbest_files, tmp_path
+):
+  model, data = truncated_model_dir
+  if script == "run_sts.py":
+    data_dir_or_skip()  # it reads the STS-B pairs before the model
+  result = run_failing(script, *_model_flags(script, model, nbest_files, tmp_path))
+  lines = _error_lines(result.stderr)
+  assert result.returncode == 2 and len(lines) == 1, result.stderr
+  assert lines[0] == (
+    f"{script}: error: checkpoint {model}/ckpt-0 cannot be read: {data} is truncated or corrupt "
+    "(Read less bytes than requested)"
+  )
+
+
+@pytest.mark.parametrize(
+  "script, output",
+  [("run_rescoring.py", "cache/lm_scores.jsonl"), ("run_sts.py", "sts_results.json")],
+)
+def test_a_second_run_into_one_output_dir_exits_2_naming_the_first(
+  script, output, tiny_model_dir, nbest_files, tmp_path
+):
+  out = tmp_path / "out"
+  flags = _model_flags(script, tiny_model_dir, nbest_files, tmp_path)
+  # This process stands for the first run, in the middle of writing.
+  with io_utils.exclusive_lock(str(out / output), wait=False):
+    result = run_failing(script, *flags, f"--output_dir={out}")
+  lines = _error_lines(result.stderr)
+  assert result.returncode == 2 and len(lines) == 1, result.stderr
+  assert lines[0].startswith(
+    f"{script}: error: {out / output} is in use by another run (pid {os.getpid()} on "
+  )
