@@ -416,7 +416,7 @@ def test_a_second_run_into_one_output_dir_exits_2_naming_the_first(
   out = tmp_path / "out"
   flags = _model_flags(script, tiny_model_dir, nbest_files, tmp_path)
   # This process stands for the first run, in the middle of writing.
-  with io_utils.exclusive_lock(str(out / output), wait=False):
+  with io_utils.exclusive_lock(str(out / output)):
     result = run_failing(script, *flags, f"--output_dir={out}")
   lines = _error_lines(result.stderr)
   assert result.returncode == 2 and len(lines) == 1, result.stderr

@@ -4,6 +4,7 @@ import errno
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -256,9 +257,12 @@ def test_full_disk_is_one_line_and_the_rerun_resumes(lm, input_file, tmp_path, m
 
 def test_a_second_writer_of_the_output_is_refused(lm, input_file, tmp_path):
   out = str(tmp_path / "out.jsonl")
-  with io_utils.exclusive_lock(out, wait=False):
-    with pytest.raises(io_utils.OutputBusy, match=rf"{out} is in use by another run \(pid "):
+  with io_utils.exclusive_lock(out):  # as a run that holds the output would
+    with pytest.raises(score.cli.InputError) as error:
       score.score_to_file(lm, args(input_file, out))
+  assert str(error.value).startswith(
+    f"{out} is in use by another run (pid {os.getpid()} on {socket.gethostname()} since "
+  )
   assert not os.path.exists(out) and not os.path.exists(out + ".partial")
 
 
