@@ -44,7 +44,7 @@ MultiWorkerMirroredStrategy (keras-team/keras#20585). Its steps:
     with --seed, and the dropout streams restarted at every checkpoint as a
     resumed run restarts them, so a run killed and resumed ends bit-identical
     to one never stopped.
-  * Logging (`_Throughput`): TensorBoard scalars in output_dir/train (loss,
+  * Logging (`training_metrics.Throughput`): TensorBoard scalars in output_dir/train (loss,
     lr, accuracy, steps/s, tokens/s, GFLOP/s of `flops.training_flops`) and
     a progress line with ETA every --log_every_steps.
   * Eval (`_Evaluator`): loss / perplexity / accuracy on --eval_file every
@@ -69,7 +69,6 @@ import tensorflow as tf
 
 import cli
 import distribute_utils
-import flops
 import io_utils
 import kinds
 import losses
@@ -77,12 +76,8 @@ import machine
 import model_dir
 import modeling
 import optimization
-import progress
+import training_metrics
 import training_setup
-
-# The per-step global sums a train/eval step returns, in this order.
-_METRICS = ("loss_sum", "weight_sum", "correct_sum", "ce_sum", "tokens", "positions", "sequences")
-
 
 # ----------------------------------------------------------------- parameters
 
@@ -331,7 +326,7 @@ def _batch_counts(features):
 def make_train_loop(strategy, model, optimizer, use_xla=False, loss_denominator=None):
   """Returns train_loop(iterator, num_steps) -> float32 [num_steps, 7].
 
-  Each row holds the global sums of _METRICS for one step.
+  Each row holds the global sums of training_metrics.METRICS for one step.
 
   Args:
     strategy: the tf.distribute strategy the model was built under.
@@ -368,7 +363,7 @@ def make_train_loop(strategy, model, optimizer, use_xla=False, loss_denominator=
     # applies the update (optimization.py); we must not clip here as well.
     optimizer.apply_gradients(zip(grads, variables))
     terms.update(_batch_counts(features))
-    return tf.stack([terms[k] for k in _METRICS])
+    return tf.stack([terms[k] for k in training_metrics.METRICS])
 
   @tf.function
   def train_loop(iterator, num_steps):
@@ -383,7 +378,7 @@ def make_train_loop(strategy, model, optimizer, use_xla=False, loss_denominator=
 
 def make_eval_step(strategy, model, use_xla=False, element_spec=None):
   """Returns eval_step(distributed batch) -> float32 [7 + 12] global sums:
-  _METRICS, then (continuous head) the cosine-logit cross-entropy sum at
+  training_metrics.METRICS, then (continuous head) the cosine-logit cross-entropy sum at
   each of losses.LOGIT_SCALES.
 
   element_spec: the distributed eval dataset's; as the input signature it
@@ -397,7 +392,7 @@ def make_eval_step(strategy, model, use_xla=False, element_spec=None):
     )
     terms.update(_batch_counts(features))
     by_scale = terms.get("ce_by_scale", tf.zeros([len(losses.LOGIT_SCALES)], tf.float32))
-    return tf.concat([tf.stack([terms[k] for k in _METRICS]), by_scale], 0)
+    return tf.concat([tf.stack([terms[k] for k in training_metrics.METRICS]), by_scale], 0)
 
   @tf.function(
     reduce_retracing=True, input_signature=None if element_spec is None else [element_spec]
@@ -420,12 +415,12 @@ def evaluate(eval_step, dist_dataset, continuous):
   best_logit_scale / best_scale_perplexity give the scale of LOGIT_SCALES
   with the lowest eval cross-entropy.
   """
-  totals = np.zeros(len(_METRICS) + len(losses.LOGIT_SCALES), np.float64)
+  totals = np.zeros(len(training_metrics.METRICS) + len(losses.LOGIT_SCALES), np.float64)
   batches = 0
   for features in dist_dataset:
     totals += eval_step(features).numpy()
     batches += 1
-  m = dict(zip(_METRICS, totals))
+  m = dict(zip(training_metrics.METRICS, totals))
   weight = max(m["weight_sum"], 1e-9)
   result = {
     "loss": m["loss_sum"] / weight,
@@ -436,7 +431,7 @@ def evaluate(eval_step, dist_dataset, continuous):
   }
   if continuous:
     result["cosine_logit_ce"] = m["ce_sum"] / weight
-    by_scale = totals[len(_METRICS) :] / weight
+    by_scale = totals[len(training_metrics.METRICS) :] / weight
     best = int(np.argmin(by_scale))
     result["best_logit_scale"] = losses.LOGIT_SCALES[best]
     result["best_scale_perplexity"] = math.exp(min(by_scale[best], 700.0))
@@ -467,129 +462,8 @@ class _Evaluator(object):
     with self._writer.as_default():
       for name in ("loss", "perplexity", "accuracy", "cosine_logit_ce"):
         if name in result:
-          write_scalar(name, result[name], step)
+          training_metrics.write_scalar(name, result[name], step)
     return result
-
-
-# ------------------------------------------------------------------ logging
-
-
-def _scalar_metadata():
-  # What tensorboard's tf.summary.scalar writes; built from TF's own proto so
-  # that logging scalars does not need the tensorboard package installed
-  # (only viewing them does).
-  # pylint: disable-next=g-import-not-at-top
-  from tensorflow.core.framework import summary_pb2
-
-  metadata = summary_pb2.SummaryMetadata()
-  metadata.plugin_data.plugin_name = "scalars"
-  metadata.data_class = summary_pb2.DATA_CLASS_SCALAR
-  return metadata.SerializeToString()
-
-
-def write_scalar(name, value, step):
-  """A TensorBoard scalar into the default summary writer."""
-  tf.summary.write(
-    name, tf.constant(float(value), tf.float32), step=step, metadata=_scalar_metadata()
-  )
-
-
-def _ratio(numerator, denominator):
-  return numerator / max(denominator, 1e-9)
-
-
-class _Throughput(object):
-  """Speed and loss sums: per tf.function call, per log window, per run.
-
-  The first call is not timed: it includes tracing.
-  """
-
-  def __init__(self, config, use_xla):
-    self._config = config
-    self._use_xla = use_xla
-    self._continuous = config.output_layer == "continuous"
-    self._window = np.zeros(len(_METRICS))
-    self._window_seconds = self._window_steps = 0
-    self._timed = {"seconds": 0.0, "steps": 0, "tokens": 0.0, "targets": 0.0, "flops": 0.0}
-    self._first_call = True
-
-  def flops(self, m):
-    """Training FLOPs of the steps summed in m (a dict of _METRICS)."""
-    # The head runs on the targets only, except under XLA (dense).
-    head_tokens = m["positions"] if self._use_xla else m["weight_sum"]
-    return flops.training_flops(
-      self._config,
-      m["tokens"],
-      head_tokens,
-      _ratio(m["positions"], m["sequences"]),
-      self._config.output_layer,
-      self._config.target_embedding_size or self._config.hidden_size,
-    )
-
-  def add(self, sums, num_steps, seconds, learning_rate):
-    """Adds one call's sums [7]; returns its TensorBoard scalars."""
-    m = dict(zip(_METRICS, sums))
-    call_flops = self.flops(m)
-    if self._first_call:
-      self._first_call = False
-    else:
-      for key, value in (
-        ("seconds", seconds),
-        ("steps", num_steps),
-        ("tokens", m["tokens"]),
-        ("targets", m["weight_sum"]),
-        ("flops", call_flops),
-      ):
-        self._timed[key] += value
-    self._window += sums
-    self._window_seconds += seconds
-    self._window_steps += num_steps
-    scalars = {
-      "loss": _ratio(m["loss_sum"], m["weight_sum"]),
-      "learning_rate": learning_rate,
-      "steps_per_second": num_steps / seconds,
-      "tokens_per_second": m["tokens"] / seconds,
-      "target_tokens_per_second": m["weight_sum"] / seconds,
-      "gflops_per_second": call_flops / seconds / 1e9,
-    }
-    if not self._continuous:
-      scalars["accuracy"] = _ratio(m["correct_sum"], m["weight_sum"])
-    return scalars
-
-  def log_window(self, step, num_train_steps, learning_rate, elapsed, seconds_left):
-    """Logs the progress line of the steps since the last one."""
-    w = dict(zip(_METRICS, self._window))
-    rate = _ratio(self._window_steps, self._window_seconds)
-    eta = (num_train_steps - step) / rate if rate else None
-    if seconds_left is not None:
-      eta = seconds_left if eta is None else min(eta, seconds_left)
-    logging.info(
-      "step %d/%d loss %.4f%s lr %.3g | %.2f steps/s %.0f tokens/s "
-      "%.1f GFLOP/s | elapsed %s ETA %s",
-      step,
-      num_train_steps,
-      _ratio(w["loss_sum"], w["weight_sum"]),
-      "" if self._continuous else f" acc {_ratio(w['correct_sum'], w['weight_sum']):.3f}",
-      learning_rate,
-      rate,
-      _ratio(w["tokens"], self._window_seconds),
-      _ratio(self.flops(w), self._window_seconds) / 1e9,
-      progress.format_duration(elapsed),
-      progress.format_duration(eta),
-    )
-    self._window[:] = 0
-    self._window_seconds = self._window_steps = 0
-
-  def summary(self):
-    """Speed over the timed calls, for train_summary.json."""
-    seconds = max(self._timed["seconds"], 1e-9)
-    return {
-      "timed_steps": self._timed["steps"],
-      "steps_per_second": self._timed["steps"] / seconds,
-      "tokens_per_second": float(self._timed["tokens"] / seconds),
-      "target_tokens_per_second": float(self._timed["targets"] / seconds),
-      "gflops_per_second": float(self._timed["flops"] / seconds / 1e9),
-    }
 
 
 # -------------------------------------------------------------------- train
@@ -709,7 +583,7 @@ class _Run(object):
     self.last_path = latest
     self.eval_result = None
     self.run_start = time.time()
-    self.meter = _Throughput(setup.config, params.use_xla)
+    self.meter = training_metrics.Throughput(setup.config, params.use_xla)
     self.iterator = iter(
       strategy.distribute_datasets_from_function(
         training_setup.make_dataset_fn(params, setup.config, setup.vocab, True, self.skip_batches)
@@ -805,7 +679,7 @@ class _Run(object):
     scalars = self.meter.add(rows.sum(0), num, seconds, learning_rate)
     with self.train_writer.as_default():
       for name, value in scalars.items():
-        write_scalar(name, value, self.step)
+        training_metrics.write_scalar(name, value, self.step)
     if (
       _at_boundary(self.step, self.params.log_every_steps)
       or self.step >= self.params.num_train_steps
