@@ -1073,7 +1073,7 @@ def model_id(identity):
   """A short key for a `describe` identity: "<kind>-<16 hex digits of its SHA-256>".
 
   Score caches key each line on it (the full identity, ~800 bytes, is
-  written once beside them: `nbest.ScoreCache.register`).
+  written once beside them: `score_cache.ScoreCache.register`).
   """
   digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()
   return f"{identity['kind']}-{digest[:16]}"

@@ -7,7 +7,7 @@ after reranking, and of the oracle, the per-λ dev curve, and the
 sentences, paper Table 7). For WER, each result keeps the per-utterance errors of the
 chosen hypotheses and a seeded paired bootstrap (significance.py) of the LM vs the first pass.
 
-LM scores are cached per LM (nbest.ScoreCache under --output_dir/cache), so a
+LM scores are cached per LM (score_cache.ScoreCache under --output_dir/cache), so a
 re-run, a new setting or an interrupted run never recomputes a sentence.
 Results merge by LM name into --output_dir/rescoring_results.json and .md, so
 LMs run one at a time into one directory add up to one table. One at a time:
@@ -38,7 +38,9 @@ import cli
 import inference
 import io_utils
 import nbest
+import nbest_io
 import progress
+import score_cache
 import significance
 
 FLAGS = flags.FLAGS
@@ -150,13 +152,13 @@ def perplexity(lists, scores):
 def read_sets():
   """{set name: list of NBestList} and the (dev, test, settings) to run."""
   if FLAGS.task == "nmt":
-    return {"wmt21": nbest.read_wmt_candidates(FLAGS.data_dir)}, [(None, "wmt21", [None])]
+    return {"wmt21": nbest_io.read_wmt_candidates(FLAGS.data_dir)}, [(None, "wmt21", [None])]
   if FLAGS.format == "espnet":
     pairs = [p.split(":") for p in FLAGS.pairs]
     names = sorted({n for p in pairs for n in p})
-    sets = {n: nbest.read_espnet_nbest(n, FLAGS.data_dir) for n in names}
+    sets = {n: nbest_io.read_espnet_nbest(n, FLAGS.data_dir) for n in names}
   else:
-    reader = {"json": nbest.read_json_nbest, "tsv": nbest.read_tsv_nbest}
+    reader = {"json": nbest_io.read_json_nbest, "tsv": nbest_io.read_tsv_nbest}
     pairs = [("dev", "test")]
     sets = {
       "dev": reader[FLAGS.format](FLAGS.dev_file),
@@ -327,7 +329,7 @@ def rescore_with(name, lm, lm_id, texts, cache, sets, runs, metric):
   scores = cached_scores(lm, lm_id, texts, cache, name)
   row = {
     "lm": name,
-    # Short; cache/lm_scores.models.json says what it stands for (nbest.ScoreCache.register).
+    # Short; cache/lm_scores.models.json says what it stands for (score_cache.ScoreCache.register).
     "lm_id": lm_id,
     "evaluation": evaluation_key(),
     "scoring_seconds": time.time() - start,
@@ -385,7 +387,7 @@ def main(argv):
       # The cache has one writer: a second run into --output_dir exits 2 naming this one.
       path = os.path.join(FLAGS.output_dir, "cache", "lm_scores.jsonl")
       stack.enter_context(io_utils.exclusive_lock(path, wait=False))
-      cache = nbest.ScoreCache(path)
+      cache = score_cache.ScoreCache(path)
     rows = []
     for spec in FLAGS.lm:
       name, _, spec = spec.rpartition("=")

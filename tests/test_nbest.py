@@ -16,6 +16,8 @@ import pytest
 import sacrebleu
 
 import nbest
+import nbest_io
+import score_cache
 
 # From asr-librispeech-espnet2-30best/SOURCE.md: utterances, reference words, and the WERs it
 # reports (1-best with LM, 30-best oracle, AM-only rerank), to 2 decimals.
@@ -32,8 +34,8 @@ _data_dir_or_skip = conftest.data_dir_or_skip
 
 @pytest.fixture(scope="module")
 def espnet_sets():
-  _data_dir_or_skip(nbest.ESPNET_DIR)
-  return {name: nbest.read_espnet_nbest(name) for name in nbest.ESPNET_SETS}
+  _data_dir_or_skip(nbest_io.ESPNET_DIR)
+  return {name: nbest_io.read_espnet_nbest(name) for name in nbest_io.ESPNET_SETS}
 
 
 def _jiwer_percent(refs, hyps):
@@ -44,7 +46,7 @@ def _jiwer_percent(refs, hyps):
 # Real ESPnet2 LibriSpeech lists.
 
 
-@pytest.mark.parametrize("name", nbest.ESPNET_SETS)
+@pytest.mark.parametrize("name", nbest_io.ESPNET_SETS)
 def test_espnet_counts(espnet_sets, name):
   lists = espnet_sets[name]
   utterances, ref_words, _, _, _ = ESPNET_EXPECTED[name]
@@ -58,13 +60,13 @@ def test_espnet_counts(espnet_sets, name):
       assert set(hyp.scores) == {"decoder", "ctc", "lm", "score"}
 
 
-@pytest.mark.parametrize("name", nbest.ESPNET_SETS)
+@pytest.mark.parametrize("name", nbest_io.ESPNET_SETS)
 def test_espnet_full_score_is_weighted_sum_and_lists_are_sorted(espnet_sets, name):
   for nbest_list in espnet_sets[name]:
     full = [hyp.scores["score"] for hyp in nbest_list.hyps]
     assert full == sorted(full, reverse=True), nbest_list.key
     for hyp in nbest_list.hyps:
-      parts = sum(w * hyp.scores[k] for k, w in nbest.FULL_WEIGHTS.items())
+      parts = sum(w * hyp.scores[k] for k, w in nbest_io.FULL_WEIGHTS.items())
       assert abs(parts - hyp.scores["score"]) < 3e-4  # the files round to 4 decimals
 
 
@@ -91,7 +93,7 @@ def test_espnet_keeps_empty_hypotheses(espnet_sets):
   assert len(empty) == 5
 
 
-@pytest.mark.parametrize("name", nbest.ESPNET_SETS)
+@pytest.mark.parametrize("name", nbest_io.ESPNET_SETS)
 def test_lambda_zero_reproduces_first_pass(espnet_sets, name):
   lists = espnet_sets[name]
   refs = [l.refs[0] for l in lists]
@@ -156,8 +158,8 @@ def test_sweep_with_espnet_lm_beats_am_only(espnet_sets):
 
 
 def test_wmt_candidates_real():
-  _data_dir_or_skip(nbest.WMT_DIR)
-  lists = nbest.read_wmt_candidates()
+  _data_dir_or_skip(nbest_io.WMT_DIR)
+  lists = nbest_io.read_wmt_candidates()
   assert len(lists) == 1000
   assert all(len(l.hyps) == 19 and len(l.refs) == 2 for l in lists)
   systems = [h.system for h in lists[0].hyps]
@@ -228,13 +230,13 @@ def test_pseudo_perplexity():
 def _toy_lists():
   # Three hypotheses each; s2s prefers rank 1, the LM prefers the correct rank 2 or 3.
   def hyp(text, score):
-    return nbest.Hypothesis(text=text, scores={"score": score, "decoder": score, "ctc": 0.0})
+    return nbest_io.Hypothesis(text=text, scores={"score": score, "decoder": score, "ctc": 0.0})
 
   return [
-    nbest.NBestList(
+    nbest_io.NBestList(
       "u1", ["a b c d e"], [hyp("a b c d x", -1.0), hyp("a b c d e", -1.5), hyp("x y z w v", -3.0)]
     ),
-    nbest.NBestList(
+    nbest_io.NBestList(
       "u2", ["f g h i"], [hyp("f g h x", -2.0), hyp("f g h y", -2.1), hyp("f g h i", -4.0)]
     ),
   ]
@@ -281,19 +283,21 @@ def test_oracle_toy():
   value, choice = nbest.oracle(lists, "wer")
   assert choice == [1, 2] and value == 0.0
   # Ties between equally good hypotheses go to the better rank.
-  tied = [nbest.NBestList("u", ["a b"], [nbest.Hypothesis("a x"), nbest.Hypothesis("x b")])]
+  tied = [
+    nbest_io.NBestList("u", ["a b"], [nbest_io.Hypothesis("a x"), nbest_io.Hypothesis("x b")])
+  ]
   assert nbest.oracle(tied, "wer") == (50.0, [0])
   bleu_value, bleu_choice = nbest.oracle(lists, "bleu")
   assert bleu_choice == [1, 2] and bleu_value == pytest.approx(100.0)
 
 
 def test_s2s_score_settings():
-  hyp = nbest.Hypothesis("x", {"decoder": -1.0, "ctc": -2.0, "lm": -3.0, "score": -4.2})
+  hyp = nbest_io.Hypothesis("x", {"decoder": -1.0, "ctc": -2.0, "lm": -3.0, "score": -4.2})
   assert nbest.s2s_score(hyp, "am") == pytest.approx(-1.4)
   assert nbest.s2s_score(hyp, "full") == -4.2
   assert nbest.s2s_score(hyp, None) == 0.0
   with pytest.raises(ValueError, match="needs scores"):
-    nbest.s2s_score(nbest.Hypothesis("x", {"score": 1.0}), "am")
+    nbest.s2s_score(nbest_io.Hypothesis("x", {"score": 1.0}), "am")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,7 +342,7 @@ def _write_espnet_tar(path, files, root="toy"):
 
 def test_espnet_reader_small_archive_and_directory(tmp_path):
   path = _write_espnet_tar(tmp_path / "toy.tar.xz", _espnet_files())
-  lists = nbest.read_espnet_nbest(path)
+  lists = nbest_io.read_espnet_nbest(path)
   assert [l.key for l in lists] == ["u-1", "u-2"]
   assert lists[0].refs == ["A B"]
   assert [h.text for h in lists[1].hyps] == ["C", ""]
@@ -347,7 +351,7 @@ def test_espnet_reader_small_archive_and_directory(tmp_path):
   for name, lines in _espnet_files().items():
     (directory / name).parent.mkdir(parents=True, exist_ok=True)
     (directory / name).write_text("\n".join(lines) + "\n")
-  assert nbest.read_espnet_nbest(str(directory)) == lists
+  assert nbest_io.read_espnet_nbest(str(directory)) == lists
 
 
 @pytest.mark.parametrize(
@@ -401,7 +405,7 @@ def test_espnet_reader_small_archive_and_directory(tmp_path):
 def test_espnet_reader_rejects_malformed(tmp_path, change, member, line, message):
   path = _write_espnet_tar(tmp_path / "bad.tar.xz", _espnet_files(**change))
   with pytest.raises(ValueError) as info:
-    nbest.read_espnet_nbest(path)
+    nbest_io.read_espnet_nbest(path)
   text = str(info.value)
   assert f"{path}:toy/" in text and f"{member}:{line}:" in text, text
   assert message in text
@@ -412,11 +416,11 @@ def test_espnet_reader_rejects_rank_gap_and_missing_files(tmp_path):
   for kind in ("text", "scores", "score"):
     files[f"raw_hypotheses/3best_recog/{kind}"] = files.pop(f"raw_hypotheses/2best_recog/{kind}")
   with pytest.raises(ValueError, match="ranks must be 1..R"):
-    nbest.read_espnet_nbest(_write_espnet_tar(tmp_path / "gap.tar.xz", files))
+    nbest_io.read_espnet_nbest(_write_espnet_tar(tmp_path / "gap.tar.xz", files))
   files = _espnet_files()
   del files["raw_hypotheses/2best_recog/score"]
   with pytest.raises(ValueError, match="missing raw_hypotheses/2best_recog/score"):
-    nbest.read_espnet_nbest(_write_espnet_tar(tmp_path / "nototal.tar.xz", files))
+    nbest_io.read_espnet_nbest(_write_espnet_tar(tmp_path / "nototal.tar.xz", files))
   files = _espnet_files(
     texts=[["u-1 A B", "u-2 C"], ["u-2 D"]],
     scores=[
@@ -425,11 +429,11 @@ def test_espnet_reader_rejects_rank_gap_and_missing_files(tmp_path):
     ],
     totals=[None, None],
   )
-  lists = nbest.read_espnet_nbest(_write_espnet_tar(tmp_path / "short.tar.xz", files))
+  lists = nbest_io.read_espnet_nbest(_write_espnet_tar(tmp_path / "short.tar.xz", files))
   assert [len(l.hyps) for l in lists] == [1, 2]  # a shorter list is fine
   assert "score" not in lists[0].hyps[0].scores
   with pytest.raises(FileNotFoundError, match="neither an existing path"):
-    nbest.read_espnet_nbest("dev_nonexistent")
+    nbest_io.read_espnet_nbest("dev_nonexistent")
 
 
 def _shin_json():
@@ -446,7 +450,7 @@ def _shin_json():
 def test_json_reader_valid(tmp_path):
   path = tmp_path / "dev.am.json"
   path.write_text(json.dumps(_shin_json(), indent=2))
-  lists = nbest.read_json_nbest(str(path))
+  lists = nbest_io.read_json_nbest(str(path))
   assert [l.key for l in lists] == ["utt-a", "utt-b"]
   assert lists[0].refs == ["the cat sat"]
   assert [(h.text, h.scores) for h in lists[0].hyps] == [
@@ -480,7 +484,7 @@ def test_json_reader_rejects_malformed(tmp_path, mutate, line, message):
   path = tmp_path / "bad.json"
   path.write_text(json.dumps(data, indent=2))
   with pytest.raises(ValueError) as info:
-    nbest.read_json_nbest(str(path))
+    nbest_io.read_json_nbest(str(path))
   assert f"{path}:{line}:" in str(info.value) and message in str(info.value), str(info.value)
 
 
@@ -488,16 +492,16 @@ def test_json_reader_rejects_syntax_duplicates_and_empty(tmp_path):
   path = tmp_path / "bad.json"
   path.write_text('{\n  "u": {"ref": "a",\n  "hyp_1": {"score": -1.0 "text": "a"}}}\n')
   with pytest.raises(ValueError, match=f"{path}:3: invalid JSON"):
-    nbest.read_json_nbest(str(path))
+    nbest_io.read_json_nbest(str(path))
   path.write_text(
     '{"u": {"ref": "a", "hyp_1": {"score": 1, "text": "a"}},\n'
     ' "u": {"ref": "b", "hyp_1": {"score": 1, "text": "b"}}}\n'
   )
   with pytest.raises(ValueError, match=f"{path}:2: key 'u' appears twice"):
-    nbest.read_json_nbest(str(path))
+    nbest_io.read_json_nbest(str(path))
   path.write_text("{}")
   with pytest.raises(ValueError, match=f"{path}:1: expected a non-empty object"):
-    nbest.read_json_nbest(str(path))
+    nbest_io.read_json_nbest(str(path))
 
 
 TSV_OK = (
@@ -514,19 +518,19 @@ TSV_OK = (
 def test_tsv_reader_valid_and_round_trip(tmp_path):
   path = tmp_path / "lists.tsv"
   path.write_text(TSV_OK)
-  lists = nbest.read_tsv_nbest(str(path))
+  lists = nbest_io.read_tsv_nbest(str(path))
   assert [l.key for l in lists] == ["u1", "u2"]
   assert lists[1].refs == ["D", "D E"]
   assert [h.text for h in lists[0].hyps] == ["A B X", "A B C"]
   assert lists[0].hyps[1].scores == {"decoder": -1.5, "ctc": -2.5}
-  assert lists[1].hyps[0] == nbest.Hypothesis("", {"decoder": -0.5, "ctc": -10.0})
+  assert lists[1].hyps[0] == nbest_io.Hypothesis("", {"decoder": -0.5, "ctc": -10.0})
   copy = tmp_path / "copy.tsv"
-  nbest.write_tsv_nbest(lists, str(copy), score_names=("decoder", "ctc"))
-  assert nbest.read_tsv_nbest(str(copy)) == lists
+  nbest_io.write_tsv_nbest(lists, str(copy), score_names=("decoder", "ctc"))
+  assert nbest_io.read_tsv_nbest(str(copy)) == lists
   plain = tmp_path / "plain.tsv"
   plain.write_text("k\tref\thello world\nk\t1\t-3.25\thello word\n")
-  assert nbest.read_tsv_nbest(str(plain)) == [
-    nbest.NBestList("k", ["hello world"], [nbest.Hypothesis("hello word", {"score": -3.25})])
+  assert nbest_io.read_tsv_nbest(str(plain)) == [
+    nbest_io.NBestList("k", ["hello world"], [nbest_io.Hypothesis("hello word", {"score": -3.25})])
   ]
 
 
@@ -548,26 +552,26 @@ def test_tsv_reader_rejects_malformed(tmp_path, content, line, message):
   path = tmp_path / "bad.tsv"
   path.write_text(content)
   with pytest.raises(ValueError) as info:
-    nbest.read_tsv_nbest(str(path))
+    nbest_io.read_tsv_nbest(str(path))
   assert f"{path}:{line}:" in str(info.value) and message in str(info.value), str(info.value)
 
 
 def test_wmt_reader_rejects_misaligned_files(tmp_path):
-  root = tmp_path / nbest.WMT_DIR
+  root = tmp_path / nbest_io.WMT_DIR
   (root / "references").mkdir(parents=True)
   (root / "system-outputs").mkdir()
   (root / "references" / "newstest2021.de-en.ref.A.en").write_text("one\ntwo\n")
   (root / "system-outputs" / "newstest2021.de-en.hyp.S1.en").write_text("uno\n\n")
   (root / "system-outputs" / "newstest2021.de-en.hyp.S2.en").write_text("eins\n")
   with pytest.raises(ValueError, match=r"hyp\.S2\.en:2: 1 lines, but .* has 2"):
-    nbest.read_wmt_candidates(str(tmp_path))
+    nbest_io.read_wmt_candidates(str(tmp_path))
   (root / "system-outputs" / "newstest2021.de-en.hyp.S2.en").write_text("eins\nzwei\n")
-  lists = nbest.read_wmt_candidates(str(tmp_path))
+  lists = nbest_io.read_wmt_candidates(str(tmp_path))
   assert [h.text for h in lists[1].hyps] == ["", "zwei"]  # an empty output is kept
   assert [h.system for h in lists[1].hyps] == ["S1", "S2"]
   (root / "references" / "newstest2021.de-en.ref.A.en").write_text("one\n\n")
   with pytest.raises(ValueError, match=r"ref\.A\.en:2: blank reference"):
-    nbest.read_wmt_candidates(str(tmp_path))
+    nbest_io.read_wmt_candidates(str(tmp_path))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -576,12 +580,12 @@ def test_wmt_reader_rejects_misaligned_files(tmp_path):
 
 def test_score_cache_survives_reopen_and_truncated_tail(tmp_path):
   path = str(tmp_path / "cache" / "scores.jsonl")
-  cache = nbest.ScoreCache(path)
+  cache = score_cache.ScoreCache(path)
   assert len(cache) == 0
   cache.put_many("tta-1", {"the cat": {"sum": -3.5, "tokens": [-1.0, -2.5]}, "": {"sum": 0.0}})
   cache.put_many("bilm-1", [("the cat", {"sum": -4.0})])
   cache.put_many("tta-1", {"the cat": {"sum": -3.25}})  # the last write wins
-  reopened = nbest.ScoreCache(path)
+  reopened = score_cache.ScoreCache(path)
   assert len(reopened) == 3
   assert reopened.get_many("tta-1", ["the cat", "", "missing"]) == {
     "the cat": {"sum": -3.25},
@@ -591,10 +595,10 @@ def test_score_cache_survives_reopen_and_truncated_tail(tmp_path):
   assert ("bilm-1", "the cat") in reopened
   with open(path, "a", encoding="utf-8") as f:
     f.write('{"model": "tta-1", "text": "cut of')  # a run killed in the middle of a write
-  again = nbest.ScoreCache(path)
+  again = score_cache.ScoreCache(path)
   assert len(again) == 3
   again.put_many("tta-1", {"new": {"sum": -1.0}})
-  assert nbest.ScoreCache(path).get_many("tta-1", ["new"]) == {"new": {"sum": -1.0}}
+  assert score_cache.ScoreCache(path).get_many("tta-1", ["new"]) == {"new": {"sum": -1.0}}
 
 
 def test_score_cache_rejects_corrupt_middle_line(tmp_path):
@@ -603,17 +607,17 @@ def test_score_cache_rejects_corrupt_middle_line(tmp_path):
     '{"model": "m", "text": "a", "value": 1}\nnot json\n{"model": "m", "text": "b", "value": 2}\n'
   )
   with pytest.raises(ValueError, match=f"{path}:2: not a JSON cache record"):
-    nbest.ScoreCache(str(path))
+    score_cache.ScoreCache(str(path))
 
 
 def test_score_cache_never_loses_a_batch_to_one_text(tmp_path):
   # A text UTF-8 cannot encode (a lone surrogate) once cut the write short: an empty or partial
   # cache for the whole batch. Every line is written, and reads back as the same text.
   path = str(tmp_path / "scores.jsonl")
-  cache = nbest.ScoreCache(path)
+  cache = score_cache.ScoreCache(path)
   cache.put_many("m", {"before": 1})
   cache.put_many("m", {"a": 2, "bad \ud83d": 3, "😀 ok": 4})
-  reopened = nbest.ScoreCache(path)
+  reopened = score_cache.ScoreCache(path)
   assert reopened.get_many("m", ["before", "a", "bad \ud83d", "😀 ok"]) == {
     "before": 1,
     "a": 2,
@@ -626,7 +630,7 @@ def test_score_cache_never_loses_a_batch_to_one_text(tmp_path):
 
 def test_score_cache_writes_each_model_identity_once_beside_it(tmp_path):
   path = str(tmp_path / "cache" / "lm_scores.jsonl")
-  cache = nbest.ScoreCache(path)
+  cache = score_cache.ScoreCache(path)
   cache.register("tta-0123", {"kind": "tta", "vocab_sha256": "ab"})
   cache.register("kenlm-4567", {"kind": "kenlm"})
   cache.put_many("tta-0123", {"a": 1})
@@ -640,8 +644,10 @@ def test_score_cache_writes_each_model_identity_once_beside_it(tmp_path):
 
 def test_utterance_errors_count_each_chosen_hypothesis_and_add_up_to_the_wer():
   lists = [
-    nbest.NBestList("u1", ["a b c"], [nbest.Hypothesis("a x c d"), nbest.Hypothesis("a b c")]),
-    nbest.NBestList("u2", ["d e"], [nbest.Hypothesis("d e"), nbest.Hypothesis("")]),
+    nbest_io.NBestList(
+      "u1", ["a b c"], [nbest_io.Hypothesis("a x c d"), nbest_io.Hypothesis("a b c")]
+    ),
+    nbest_io.NBestList("u2", ["d e"], [nbest_io.Hypothesis("d e"), nbest_io.Hypothesis("")]),
   ]
   # u1 rank 1: one substitution (b -> x) and one insertion (d); u2 rank 2: two deletions.
   errors, words = nbest.utterance_errors(lists, [0, 1])

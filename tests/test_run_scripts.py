@@ -19,6 +19,7 @@ import io_utils
 import model_dir
 import modeling
 import nbest
+import nbest_io
 import run_rescoring
 import significance
 import sts_data
@@ -99,8 +100,8 @@ def test_rescoring_end_to_end_and_cache_resume(model_dirs, tmp_path):
   first = run_script("run_rescoring.py", *args)
   with open(os.path.join(out, "rescoring_results.json")) as f:
     rows = json.load(f)
-  test = nbest.read_espnet_nbest("test_clean", data_dir)[:6]
-  dev = nbest.read_espnet_nbest("dev_clean", data_dir)[:6]
+  test = nbest_io.read_espnet_nbest("test_clean", data_dir)[:6]
+  dev = nbest_io.read_espnet_nbest("dev_clean", data_dir)[:6]
   # The reported first pass is the argmax of the s2s score, checked here
   # with jiwer directly.
   am_best = [
@@ -148,12 +149,12 @@ def test_rescoring_end_to_end_and_cache_resume(model_dirs, tmp_path):
 def _fixable_lists(count):
   """`count` lists whose first pass picks a one-word error and whose second hypothesis is right."""
   return [
-    nbest.NBestList(
+    nbest_io.NBestList(
       key=f"u{i}",
       refs=["the cat sat"],
       hyps=[
-        nbest.Hypothesis("the bat sat", {"score": -1.0}),
-        nbest.Hypothesis("the cat sat", {"score": -2.0}),
+        nbest_io.Hypothesis("the bat sat", {"score": -1.0}),
+        nbest_io.Hypothesis("the cat sat", {"score": -2.0}),
       ],
     )
     for i in range(count)

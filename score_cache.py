@@ -1,0 +1,114 @@
+"""The LM score cache of reranking: scores computed once per (model, sentence), kept on disk."""
+
+import json
+import os
+
+import io_utils
+
+
+class ScoreCache:
+  """Append-only JSON-lines cache of LM scores keyed by (model_id, text).
+
+  Each line is `{"model": str, "text": str, "value": <JSON payload>}` (e.g. per-token
+  log-probs and their sum). `put_many` appends all its lines with one write, then flushes and
+  fsyncs, so an interrupted run keeps every batch it finished; a last line cut off by a crash
+  is dropped (and trimmed from the file) on the next open. The last write of a key wins.
+  One writer at a time. `model_id` is short (`inference.model_id`); `register` writes what each
+  one stands for to a readable side file, `<path without .jsonl>.models.json`.
+  """
+
+  def __init__(self, path):
+    """Opens (or starts) the cache at `path`; a missing file is an empty cache."""
+    self.path = path
+    self._data = {}
+    if os.path.exists(path):
+      self._load()
+
+  def _load(self):
+    with open(self.path, "rb") as f:
+      raw = f.read()
+    lines = raw.split(b"\n")
+    if lines[-1]:
+      # No final newline: the previous run died inside a write; keep everything before it.
+      lines.pop()
+      with open(self.path, "r+b") as f:
+        f.truncate(len(raw) - len(raw.split(b"\n")[-1]))
+    else:
+      lines.pop()
+    for lineno, line in enumerate(lines, 1):
+      where = f"{self.path}:{lineno}"
+      try:
+        record = json.loads(line.decode("utf-8"))
+      except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{where}: not a JSON cache record ({e})") from None
+      if (
+        not isinstance(record, dict)
+        or not isinstance(record.get("model"), str)
+        or not isinstance(record.get("text"), str)
+        or "value" not in record
+      ):
+        raise ValueError(f"{where}: expected {{'model': str, 'text': str, 'value': ...}}")
+      self._data[(record["model"], record["text"])] = record["value"]
+
+  @property
+  def models_path(self):
+    """The side file {model_id: identity} (see `register`)."""
+    return os.path.splitext(self.path)[0] + ".models.json"
+
+  def register(self, model_id, identity):
+    """Records the full identity behind `model_id` in `models_path` (atomically)."""
+    models = {}
+    if os.path.exists(self.models_path):
+      with open(self.models_path, encoding="utf-8") as f:
+        try:
+          models = json.load(f)
+        except json.JSONDecodeError as e:
+          raise ValueError(f"{self.models_path}:{e.lineno}: invalid JSON: {e.msg}") from None
+    if models.get(model_id) != identity:
+      models[model_id] = identity
+      io_utils.write_atomically(self.models_path, json.dumps(models, indent=2, sort_keys=True))
+
+  def __len__(self):
+    return len(self._data)
+
+  def __contains__(self, key):
+    return key in self._data
+
+  def get_many(self, model_id, texts):
+    """Returns {text: payload} for the texts of `model_id` that are cached (others omitted)."""
+    return {text: self._data[(model_id, text)] for text in texts if (model_id, text) in self._data}
+
+  def put_many(self, model_id, items):
+    """Stores payloads and makes them durable before returning.
+
+    Args:
+      model_id: str, identifies the model and its scoring options (the caller's choice).
+      items: dict[str, payload] or iterable of (text, payload); payloads must be JSON-able.
+    """
+    pairs = list(items.items()) if isinstance(items, dict) else list(items)
+    if not pairs:
+      return
+    # Every line is encoded before anything is written, so no text can cut a write short.
+    data = b"".join(_cache_line(model_id, text, value) for text, value in pairs)
+    directory = os.path.dirname(os.path.abspath(self.path))
+    os.makedirs(directory, exist_ok=True)
+    with open(self.path, "ab") as f:
+      f.write(data)
+      f.flush()
+      os.fsync(f.fileno())
+    for text, value in pairs:
+      # Keep what a reload would return (e.g. tuples become lists).
+      self._data[(model_id, text)] = json.loads(json.dumps(value))
+
+
+def _cache_line(model_id, text, value):
+  """One ScoreCache record as UTF-8 bytes with a final newline.
+
+  Readable UTF-8 where possible; a text that UTF-8 cannot encode (a lone surrogate) is written
+  with JSON escapes instead, which read back as the same str.
+  """
+  record = {"model": model_id, "text": text, "value": value}
+  try:
+    return (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+  except UnicodeEncodeError:
+    return (json.dumps(record) + "\n").encode("ascii")
