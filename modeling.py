@@ -99,42 +99,10 @@ class TTAConfig(object):
   ):
     """Constructs a TTAConfig.
 
-    Args:
-      vocab_size: int. Size of the WordPiece vocabulary.
-      hidden_size: int. Width D of every layer.
-      num_hidden_layers: int. Number of Transformer blocks.
-      num_attention_heads: int. N; must divide hidden_size.
-      intermediate_size: int. Width of the feed-forward layer.
-      hidden_act: str. Feed-forward activation; "gelu" is the exact erf form.
-      hidden_dropout_prob: float. Dropout on embeddings and block outputs.
-      attention_probs_dropout_prob: float. Dropout on attention weights.
-      max_position_embeddings: int. Longest sequence the model accepts.
-      type_vocab_size: int. Token-type (segment) vocabulary; 0 for T-TA and
-        our biLM/uniLM (no segment embedding), 2 for Google BERT checkpoints.
-      initializer_range: float. Stddev of the truncated-normal initialiser.
-      mask_token_id: int. Id of [MASK]; T-TA's first query is its embedding
-        ([MASK] is 4 in the authors' vocab and in every vocab we build).
-      model_type: str or None. One of kinds.MODEL_TYPES; stored so a model
-        directory is self-describing.
-      output_layer: str. "softmax" (BERT's tied vocabulary softmax) or
-        "continuous" (ELMo-C: predict a frozen pretrained embedding of the
-        target, cosine loss; see `ContinuousHead`).
-      target_embedding_size: int or None. Width of the frozen target
-        embeddings of a continuous output layer; None means hidden_size.
-      continuous_logit_scale: float. A continuous model scores token t as
-        log_softmax(scale * cos(W h, e(t))) over the vocabulary at inference.
-      do_lower_case: bool. How the tokenizer treats the model's input: the
-        setting the training records were made with.
-      normalization: str. The text normalization of the training text
-        ("none" or "librispeech", see normalization.py); inference applies
-        it to its input too.
-      boundary_tokens: [start, end] tokens that frame every sentence the model
-        reads: ["[CLS]", "[SEP]"] for BERT checkpoints (Google's, Hugging
-        Face's), which were trained on them even when the vocab also holds
-        [SOS]/[EOS]. None: the vocab's pair (`tokenization.boundary_tokens`),
-        what model dirs written before this field get.
-      **extra: further keys found in a JSON file (e.g. the authors'
-        "vocab_file"); kept so the file round-trips, never used.
+    Args: the fields of docs/DESIGN.md §2.1, which gives each one's meaning and default (one
+    statement of them: this docstring would repeat the table); and **extra, further keys found in
+    a JSON file (e.g. the authors' "vocab_file"), kept so the file round-trips, never used.
+    `validate` names any field out of range.
     """
     self.vocab_size = vocab_size
     self.hidden_size = hidden_size
