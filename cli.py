@@ -100,15 +100,15 @@ def _flag_name(field):
   return field.metadata["flag"] or field.name
 
 
-def define_param_flags(cls):
-  """Defines one absl flag per `param` field of dataclass `cls`."""
+def define_param_flags(cls, flag_values=flags.FLAGS):
+  """Defines one absl flag per `param` field of dataclass `cls` (in `flag_values`)."""
   for field in _param_fields(cls):
     default = None if field.default is dataclasses.MISSING else field.default
     name, help_text = _flag_name(field), field.metadata["help"]
     if field.metadata["enum"]:
-      flags.DEFINE_enum(name, default, field.metadata["enum"], help_text)
+      flags.DEFINE_enum(name, default, field.metadata["enum"], help_text, flag_values=flag_values)
     else:
-      _DEFINE_BY_TYPE[field.type](name, default, help_text)
+      _DEFINE_BY_TYPE[field.type](name, default, help_text, flag_values=flag_values)
 
 
 def param_values(cls, flag_values):

@@ -85,19 +85,24 @@ _SIZE_FLAGS = (
 _DEFINE_BY_TYPE = {int: flags.DEFINE_integer, float: flags.DEFINE_float}
 
 
-def define_flags():
-  """Defines the command-line flags (BERT's names where BERT has them)."""
-  cli.define_param_flags(training.TrainParams)
+def define_flags(flag_values=flags.FLAGS):
+  """Defines the command-line flags (BERT's names where BERT has them), in `flag_values`."""
+  cli.define_param_flags(training.TrainParams, flag_values)
   flags.DEFINE_string(
-    "config_json", None, "Inline JSON overriding config fields, e.g. '{\"hidden_size\": 256}'."
+    "config_json",
+    None,
+    "Inline JSON overriding config fields, e.g. '{\"hidden_size\": 256}'.",
+    flag_values=flag_values,
   )
   config_defaults = inspect.signature(modeling.TTAConfig).parameters
   for name in _SIZE_FLAGS:
     default = config_defaults[name].default
     if default is inspect.Parameter.empty:
-      flags.DEFINE_integer(name, None, "Default: the vocab file's size.")
+      flags.DEFINE_integer(name, None, "Default: the vocab file's size.", flag_values=flag_values)
     else:
-      _DEFINE_BY_TYPE[type(default)](name, None, f"Default {default} (the paper's).")
+      _DEFINE_BY_TYPE[type(default)](
+        name, None, f"Default {default} (the paper's).", flag_values=flag_values
+      )
 
 
 def params_from_flags(flag_values):

@@ -486,16 +486,11 @@ def _script_args(data_dir, output_dir, *extra):
 
 @pytest.fixture
 def pretraining_flags():
-  """run_pretraining.py's flags on absl's global FLAGS, as its __main__ defines them, removed
-  again after the test."""
-  fv = flags.FLAGS
-  assert not fv.is_parsed()
-  before = set(fv)
-  run_pretraining.define_flags()
-  yield fv
-  fv.unparse_flags()
-  for name in set(fv) - before:
-    delattr(fv, name)
+  """run_pretraining.py's flags, as its __main__ defines them, in a FlagValues of their own (the
+  global one may hold another script's --output_dir, defined when a test imported it)."""
+  fv = flags.FlagValues()
+  run_pretraining.define_flags(fv)
+  return fv
 
 
 @pytest.mark.parametrize("normalization", losses_lib.LOSS_NORMALIZATIONS)
