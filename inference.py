@@ -55,9 +55,16 @@ import kinds
 import model_dir as model_dir_lib
 import modeling
 import normalization as normalization_lib
+import onnx_backend
 
 POOLINGS = ("context", "embed", "first", "last")
-BACKENDS = ("tf", "openvino", "openvino_bf16")
+BACKENDS = ("tf", "openvino", "openvino_bf16", "onnxruntime")
+# The Python packages each non-TF backend runs on.
+_BACKEND_PACKAGES = {
+  "openvino": ("openvino",),
+  "openvino_bf16": ("openvino",),
+  "onnxruntime": onnx_backend.PACKAGES,
+}
 # OpenVINO's inference precision per backend. float32 reproduces TF within float rounding;
 # bfloat16 (AMX / AVX512-BF16 CPUs only) halves the weight bytes and runs the matmuls on AMX,
 # within a documented tolerance (README, "Runtime"; tests/test_backends.py).
@@ -500,13 +507,15 @@ def openvino_cpu_has_bf16():
   return "BF16" in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
 
 
-def _check_openvino(backend):
+def _check_backend(backend):
   """Raises if `backend` cannot run here, naming what is missing."""
-  if importlib.util.find_spec("openvino") is None:
+  missing = [p for p in _BACKEND_PACKAGES[backend] if importlib.util.find_spec(p) is None]
+  if missing:
     raise ImportError(
-      f"backend {backend!r} needs the openvino package (pip install -r requirements.txt)"
+      f"backend {backend!r} needs the {' and '.join(missing)} package"
+      f"{'s' if len(missing) > 1 else ''} (pip install -r requirements.txt)"
     )
-  if _OPENVINO_PRECISION[backend] == "bf16" and not openvino_cpu_has_bf16():
+  if _OPENVINO_PRECISION.get(backend) == "bf16" and not openvino_cpu_has_bf16():
     # OpenVINO would quietly run float32 instead: a user asking for bf16 speed must know.
     raise ValueError(
       f"backend {backend!r} needs a CPU with bfloat16 support (AMX or AVX512-BF16); this "
@@ -602,8 +611,11 @@ class NeuralLM(object):
         within float rounding (tests/test_backends.py), 2-3x faster per sentence
         on CPU (README, "Runtime"). "openvino_bf16": the same in bfloat16, on
         CPUs with AMX or AVX512-BF16 only; another 1.5-2.6x faster, scores
-        within the tolerance the README gives. Tokenization and normalization
-        stay as they are. Not with a strategy.
+        within the tolerance the README gives. "onnxruntime": the same functions
+        written as ONNX graphs of ONNX Runtime's fused transformer kernels
+        (onnx_backend.py), float32, the same numbers within float rounding; no
+        TensorFlow op runs in its calls. Tokenization and normalization stay as
+        they are. Not with a strategy.
     """
     self.model = model
     self.model_type = model.model_type
@@ -628,10 +640,15 @@ class NeuralLM(object):
       raise ValueError(f"backend {backend!r} is not one of {BACKENDS}")
     if backend != "tf" and (strategy or jit_compile):
       raise ValueError(f"backend {backend!r} runs on the CPU: no strategy, no jit_compile")
-    if backend in _OPENVINO_PRECISION:
+    if backend in _BACKEND_PACKAGES:
       # Here rather than at the first call, which may come after hours of other work.
-      _check_openvino(backend)
+      _check_backend(backend)
     self.backend = backend
+    self._onnx = None
+    if backend == "onnxruntime":
+      self._onnx = onnx_backend.OnnxFunctions(
+        model, tf.config.threading.get_intra_op_parallelism_threads()
+      )
     self.bos_id, self.eos_id = _boundary_ids(tokenizer)
     self.mask_id = tokenizer.mask_id
     self.stats = _new_stats()
@@ -670,11 +687,15 @@ class NeuralLM(object):
 
   def compiled(self, method, signature):
     """`method` (of self.graph) compiled as this NeuralLM compiles its graph functions: on the
-    strategy's replicas, by OpenVINO, or as a tf.function (XLA with jit_compile)."""
+    strategy's replicas, by OpenVINO, its ONNX Runtime twin, or as a tf.function (XLA with
+    jit_compile)."""
     if self.strategy:
       return _ReplicaRunner(self.strategy, method)
     if self.backend in _OPENVINO_PRECISION:
       return _OpenVINOFunction(method, signature, _OPENVINO_PRECISION[self.backend])
+    if self._onnx:
+      # The same method written as an ONNX graph (onnx_backend), not a conversion of this one.
+      return self._onnx.function(method.__name__)
     return tf.function(
       method, input_signature=signature, autograph=False, jit_compile=self.jit_compile
     )
@@ -982,7 +1003,8 @@ def define_throughput_flags():
     "Neural LMs: what runs the model. tf: TensorFlow (the reference); openvino: OpenVINO's CPU "
     "kernels in float32, the same numbers within float rounding and 2-3x faster per sentence; "
     "openvino_bf16: the same in bfloat16 on AMX/AVX512-BF16 CPUs, faster again, scores within "
-    "a tolerance (README, Runtime).",
+    "a tolerance (README, Runtime); onnxruntime: the same functions as ONNX graphs of ONNX "
+    "Runtime's fused transformer kernels, float32, the same numbers within float rounding.",
   )
 
 
@@ -1062,6 +1084,9 @@ def describe(lm):
     **_boundary_identity(lm.tokenizer.boundary_tokens),
     # Only when not float32, so the keys of float32 caches stay what they were.
     **({"precision": "bfloat16"} if backend_dtype(lm.backend) == "bfloat16" else {}),
+    # OpenVINO runs the TF functions converted; onnx_backend's graphs are a second
+    # implementation, whose scores are cached apart.
+    **({"backend": lm.backend} if lm.backend == "onnxruntime" else {}),
   }
 
 

@@ -1,4 +1,4 @@
-"""The OpenVINO backends of inference.py against the TensorFlow reference path.
+"""The OpenVINO and ONNX Runtime backends of inference.py against the TensorFlow reference path.
 
 Every kind (tta, bilm, unilm) must give the reference's numbers (log-probs within 1e-4, sentence
 vectors within 1e-5) on batches with padding, an empty sentence and an over-long one. The
@@ -32,16 +32,23 @@ def reference_lm(model_type, tokenizer):
   return inference.NeuralLM(modeling.build_model(config, model_type), tokenizer)
 
 
+FLOAT32_BACKENDS = ("openvino", "onnxruntime")
+
+
 @pytest.fixture(scope="module", params=["tta", "bilm", "unilm"])
-def lms(request, tokenizer):
-  """(TensorFlow NeuralLM, OpenVINO NeuralLM) over the same model."""
-  reference = reference_lm(request.param, tokenizer)
-  return reference, inference.NeuralLM(reference.model, tokenizer, backend="openvino")
+def reference(request, tokenizer):
+  return reference_lm(request.param, tokenizer)
+
+
+@pytest.fixture(scope="module", params=FLOAT32_BACKENDS)
+def lms(request, reference, tokenizer):
+  """(TensorFlow NeuralLM, NeuralLM on a float32 backend) over the same model."""
+  return reference, inference.NeuralLM(reference.model, tokenizer, backend=request.param)
 
 
 def test_scores_equal_the_tensorflow_path(lms):
-  reference, openvino = lms
-  want, got = reference.score(SENTENCES), openvino.score(SENTENCES)
+  reference, lm = lms
+  want, got = reference.score(SENTENCES), lm.score(SENTENCES)
   assert [r.truncated for r in got] == [False, False, False, True, False]
   for w, g in zip(want, got):
     assert g.tokens == w.tokens and g.truncated == w.truncated
@@ -50,19 +57,19 @@ def test_scores_equal_the_tensorflow_path(lms):
 
 @pytest.mark.parametrize("pooling", inference.POOLINGS)
 def test_sentence_vectors_equal_the_tensorflow_path(lms, pooling):
-  reference, openvino = lms
+  reference, lm = lms
   want = reference.sentence_vectors(SENTENCES, pooling=pooling)
-  got = openvino.sentence_vectors(SENTENCES, pooling=pooling)
+  got = lm.sentence_vectors(SENTENCES, pooling=pooling)
   assert got.shape == want.shape and got.dtype == np.float32
   np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
 
 def test_one_sentence_calls_equal_batched_ones(lms):
   # Batch-1 calls (the serving case) have no padding; the batched call pads every row.
-  _, openvino = lms
-  batched = openvino.score(SENTENCES)
+  _, lm = lms
+  batched = lm.score(SENTENCES)
   for sentence, want in zip(SENTENCES, batched):
-    got = openvino.score([sentence])[0]
+    got = lm.score([sentence])[0]
     np.testing.assert_allclose(got.token_logprobs, want.token_logprobs, rtol=0, atol=1e-4)
 
 
@@ -106,8 +113,39 @@ def test_unknown_backend_and_impossible_combinations_are_errors(tokenizer, monke
   )
   with pytest.raises(ImportError, match="needs the openvino package"):
     inference.NeuralLM(reference.model, tokenizer, backend="openvino")
+  monkeypatch.setattr(
+    inference.importlib.util,
+    "find_spec",
+    lambda name: None if name == "onnxruntime" else real_find_spec(name),
+  )
+  with pytest.raises(ImportError, match="needs the onnxruntime package"):
+    inference.NeuralLM(reference.model, tokenizer, backend="onnxruntime")
   monkeypatch.undo()
   with pytest.raises(ValueError, match="backend 'onnx' is not one of"):
     inference.NeuralLM(reference.model, tokenizer, backend="onnx")
   with pytest.raises(ValueError, match="no strategy, no jit_compile"):
     inference.NeuralLM(reference.model, tokenizer, backend="openvino", jit_compile=True)
+
+
+def test_onnxruntime_serves_google_bert_models_and_caches_apart(tokenizer):
+  # model_type "bert" is the biLM with a token-type embedding (segment 0 for every input).
+  tf.keras.utils.set_random_seed(7)
+  config = tiny_config(
+    vocab_size=tokenizer.vocab_size, max_position_embeddings=MAX_POSITIONS, type_vocab_size=2
+  )
+  reference = inference.NeuralLM(modeling.build_model(config, "bert"), tokenizer)
+  lm = inference.NeuralLM(reference.model, tokenizer, backend="onnxruntime")
+  for w, g in zip(reference.score(SENTENCES), lm.score(SENTENCES)):
+    np.testing.assert_allclose(g.token_logprobs, w.token_logprobs, rtol=0, atol=1e-4)
+  want, got = reference.sentence_vectors(SENTENCES), lm.sentence_vectors(SENTENCES)
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+  # Its graphs are a second implementation, not a conversion: its scores are cached apart.
+  assert inference.describe(lm) != inference.describe(reference)
+
+
+@pytest.mark.parametrize("change", [{"hidden_act": "relu"}, {"output_layer": "continuous"}])
+def test_onnxruntime_refuses_models_it_cannot_build(tokenizer, change):
+  config = tiny_config(vocab_size=tokenizer.vocab_size, **change)
+  model = modeling.build_model(config, "tta")
+  with pytest.raises(ValueError, match="backend 'onnxruntime' builds BERT's softmax head"):
+    inference.NeuralLM(model, tokenizer, backend="onnxruntime")

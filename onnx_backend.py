@@ -1,0 +1,460 @@
+"""The ONNX Runtime backend of inference.py (`NeuralLM(backend="onnxruntime")`).
+
+`OnnxFunctions` gives `inference.ScoringGraph`'s methods (encode, token_log_probs,
+masked_copy_scores, sentence_vectors) with the same inputs and outputs, as ONNX graphs run by
+ONNX Runtime's CPU kernels. The graphs are written here from the model's weights, not converted
+from the TF functions: ONNX Runtime is fast on transformers through its fused com.microsoft ops
+(EmbedLayerNormalization, Attention / MultiHeadAttention, SkipLayerNormalization, BiasGelu),
+which a converter emits only where its pattern matching recognises BERT, and T-TA's structure
+(docs/DESIGN.md §2.3) is small and fixed:
+  - one matmul projects every layer's keys and values from the embedding output (input
+    isolation);
+  - the first layer's query is position-only, so its projection is a [L, D] table;
+  - DMSA is an additive attention bias on the diagonal. Masked logits get -1e9 (padded keys
+    too, as `mask_filter_value`), whose softmax weight is exactly 0 in float32, so output i
+    stays bit for bit independent of token i.
+biLM and uniLM are BERT's encoder on the Attention op (uniLM's causal pattern as its bias).
+
+A call runs no TensorFlow op: inputs are padded and fed as NumPy arrays. TensorFlow runs when
+a graph is built (at its first call), to take the tables above from the model's own layers.
+
+Dimensions: B = rows, T = tokens per row, D = hidden size, V = vocab size, L =
+max_position_embeddings, N = scored positions, R = masked copies.
+"""
+
+import importlib.util
+
+import numpy as np
+
+import modeling
+
+# onnx writes the graphs, onnxruntime runs them.
+PACKAGES = ("onnxruntime", "onnx")
+_MS_DOMAIN = "com.microsoft"
+# BERT's LayerNorm epsilon, as modeling.LayerNorm.
+_EPSILON = 1e-12
+_WORD_TABLE = "word_embeddings"
+_FLOAT = 1  # onnx.TensorProto.FLOAT, for Cast
+
+
+def missing_packages():
+  """The PACKAGES not installed here (list of names)."""
+  return [name for name in PACKAGES if importlib.util.find_spec(name) is None]
+
+
+def check_model(model):
+  """Raises ValueError when the backend cannot build `model`'s graphs, naming what it lacks."""
+  config = model.config
+  if config.output_layer != "softmax" or config.hidden_act != "gelu":
+    raise ValueError(
+      "backend 'onnxruntime' builds BERT's softmax head and exact-GELU blocks; this model has "
+      f"output_layer {config.output_layer!r} and hidden_act {config.hidden_act!r}: use backend "
+      "'tf' or 'openvino'"
+    )
+
+
+class OnnxFunctions(object):
+  """`ScoringGraph`'s methods run by ONNX Runtime: the same inputs, NumPy outputs.
+
+  Each graph (encoder alone, encoder + LM head at chosen rows, encoder + pooling) is built and
+  loaded into its own session at its first call, so a NeuralLM builds only what its kind uses,
+  with the weights the model has then (as the OpenVINO backend converts at the first call).
+  """
+
+  def __init__(self, model, threads=None):
+    """Args: model, a `modeling.TransformerLM`; threads, ONNX Runtime's intra-op threads (None:
+    its default, one per physical core)."""
+    check_model(model)
+    self.model = model
+    self._threads = threads
+    self._sessions = {}
+
+  def function(self, name):
+    """The method named like `ScoringGraph.<name>` (ValueError for one this backend lacks)."""
+    functions = {
+      "encode": self.encode,
+      "token_log_probs": self.token_log_probs,
+      "masked_copy_scores": self.masked_copy_scores,
+      "sentence_vectors": self.sentence_vectors,
+    }
+    if name not in functions:
+      raise ValueError(
+        f"backend 'onnxruntime' has no graph for ScoringGraph.{name}; it has {sorted(functions)}"
+      )
+    return functions[name]
+
+  def encode(self, input_ids, input_mask):
+    """int32 [B, T] each -> (sequence_output, embedding_output), float32 [B, T, D] each."""
+    return tuple(self._run("encode", input_ids, input_mask))
+
+  def token_log_probs(self, input_ids, input_mask, score_mask):
+    """One pass (tta, unilm): float32 [B, T], log p(input_ids) where score_mask is 1, else 0.
+
+    As `ScoringGraph.token_log_probs`: tta reads token t's distribution at output t, unilm at
+    output t-1.
+    """
+    input_ids = np.asarray(input_ids, np.int32)
+    where = np.flatnonzero(score_mask)  # [N], row * T + position
+    read_at = where - 1 if self.model.model_type == "unilm" else where
+    log_probs, _ = self._run("scores", input_ids, input_mask, read_at, input_ids.flat[where])
+    out = np.zeros(input_ids.shape, np.float32)
+    out.flat[where] = log_probs
+    return out
+
+  def masked_copy_scores(self, copies, copy_mask, positions, targets):
+    """Masked copies (bilm, bert) -> (log p(targets) float32 [R], last layer at the mask [R, D]).
+
+    Args:
+      copies, copy_mask: int32 [R, T]; row r has token positions[r] replaced by [MASK].
+      positions, targets: int32 [R], the masked position and the token it held.
+    """
+    copies = np.asarray(copies, np.int32)
+    rows, length = copies.shape
+    read_at = np.arange(rows) * length + np.asarray(positions)
+    return tuple(self._run("scores", copies, copy_mask, read_at, targets))
+
+  def sentence_vectors(self, input_ids, input_mask):
+    """Every pooling of one pass, float32 [B, D] each, as `ScoringGraph.sentence_vectors`."""
+    pooled, embedded = self._run("vectors", input_ids, input_mask, pooling_weights(input_mask))
+    return {
+      "context": pooled[:, 0],
+      "embed": embedded[:, 0],
+      "first": pooled[:, 1],
+      "last": pooled[:, 2],
+    }
+
+  def _run(self, name, *arrays):
+    """Runs graph `name` (built at its first call) on arrays in its input order."""
+    if name not in self._sessions:
+      session = _GRAPHS[name](self.model).session(self._threads)
+      inputs = [
+        (spec.name, np.float32 if spec.type == "tensor(float)" else np.int32)
+        for spec in session.get_inputs()
+      ]
+      self._sessions[name] = session, inputs
+    session, inputs = self._sessions[name]
+    feeds = {name: np.asarray(array, dtype) for (name, dtype), array in zip(inputs, arrays)}
+    return session.run(None, feeds)
+
+
+def pooling_weights(input_mask):
+  """The poolings of `sentence_vectors` as weights over positions.
+
+  Row 0 averages the word pieces (positions 1 .. n-2, boundaries excluded; all zero for a row
+  without any), row 1 picks the first token, row 2 the last real one.
+
+  Args:
+    input_mask: int [B, T].
+
+  Returns:
+    float32 [B, 3, T].
+  """
+  input_mask = np.asarray(input_mask)
+  rows, length = input_mask.shape
+  lengths = input_mask.sum(axis=1)
+  positions = np.arange(length)
+  words = (positions >= 1) & (positions < lengths[:, None] - 1)  # [B, T]
+  weights = np.zeros((rows, 3, length), np.float32)
+  # max(., 1): a row without pieces sums nothing and stays all zero.
+  weights[:, 0] = words / np.maximum(words.sum(axis=1, keepdims=True), 1)
+  weights[:, 1, 0] = 1.0
+  weights[np.arange(rows), 2, lengths - 1] = 1.0
+  return weights
+
+
+# ---------------------------------------------------------------- graph building
+
+
+class _Graph(object):
+  """An ONNX graph under construction: nodes, weights (initializers), inputs and outputs."""
+
+  def __init__(self):
+    self.nodes, self.weights, self.inputs, self.outputs = [], [], [], []
+    self._count = 0
+
+  def input(self, name, dtype, shape):
+    """Declares a graph input (dtype a NumPy type, shape with str for unknown dims)."""
+    from onnx import helper  # pylint: disable=g-import-not-at-top
+
+    element_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    self.inputs.append(helper.make_tensor_value_info(name, element_type, shape))
+    return name
+
+  def weight(self, array, name=None):
+    """A constant tensor (a copy of `array`); returns its name."""
+    from onnx import numpy_helper  # pylint: disable=g-import-not-at-top
+
+    name = name or self._fresh("weight")
+    self.weights.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+    return name
+
+  def ints(self, values):
+    """A constant int64 vector (shapes, axes, slice bounds)."""
+    return self.weight(np.asarray(values, np.int64))
+
+  def op(self, op_type, *inputs, outputs=1, domain="", **attributes):
+    """Adds a node; returns its output's name (a list of `outputs` names when more than one).
+
+    An input "" is an omitted optional input.
+    """
+    from onnx import helper  # pylint: disable=g-import-not-at-top
+
+    names = [self._fresh(op_type) for _ in range(outputs)]
+    self.nodes.append(helper.make_node(op_type, list(inputs), names, domain=domain, **attributes))
+    return names[0] if outputs == 1 else names
+
+  def ms_op(self, op_type, *inputs, **attributes):
+    """A com.microsoft contrib op (ONNX Runtime's fused kernels)."""
+    return self.op(op_type, *inputs, domain=_MS_DOMAIN, **attributes)
+
+  def output(self, name, as_name):
+    """Makes tensor `name` the graph output `as_name`."""
+    from onnx import helper  # pylint: disable=g-import-not-at-top
+
+    self.nodes.append(helper.make_node("Identity", [name], [as_name]))
+    self.outputs.append(helper.make_empty_tensor_value_info(as_name))
+
+  def session(self, threads):
+    """An onnxruntime.InferenceSession of the graph on the CPU."""
+    from onnx import helper  # pylint: disable=g-import-not-at-top
+    import onnxruntime  # pylint: disable=g-import-not-at-top
+
+    graph = helper.make_graph(self.nodes, "tta", self.inputs, self.outputs, self.weights)
+    model = helper.make_model(
+      graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(_MS_DOMAIN, 1)]
+    )
+    options = onnxruntime.SessionOptions()
+    if threads:
+      options.intra_op_num_threads = threads
+    return onnxruntime.InferenceSession(
+      model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+
+  def _fresh(self, prefix):
+    self._count += 1
+    return f"{prefix}_{self._count}"
+
+
+def _numpy(tensor):
+  return np.asarray(tensor, np.float32)
+
+
+def _layer_norm(g, layer):
+  """(gamma, beta) weight names of a `modeling.LayerNorm`."""
+  return g.weight(_numpy(layer.gamma)), g.weight(_numpy(layer.beta))
+
+
+def _gelu_dense(g, x, dense):
+  """gelu(x @ kernel + bias) of a `modeling.Dense`, bias and exact GELU in one BiasGelu."""
+  return g.ms_op(
+    "BiasGelu", g.op("MatMul", x, g.weight(_numpy(dense.kernel))), g.weight(_numpy(dense.bias))
+  )
+
+
+def _block_output(g, block, context, skip):
+  """A `TransformerBlock` after attention: output projection, residual on the query stream
+  (`skip`, [B, T, D] or [T, D]) and LayerNorm, then the feed-forward and its LayerNorm."""
+  gamma, beta = _layer_norm(g, block.attention_layer_norm)
+  projected = g.op("MatMul", context, g.weight(_numpy(block.attention_output.kernel)))
+  bias = g.weight(_numpy(block.attention_output.bias))
+  attention = g.ms_op(
+    "SkipLayerNormalization", projected, skip, gamma, beta, bias, epsilon=_EPSILON
+  )
+  ffn = g.op(
+    "MatMul",
+    _gelu_dense(g, attention, block.intermediate),
+    g.weight(_numpy(block.output_dense.kernel)),
+  )
+  gamma, beta = _layer_norm(g, block.output_layer_norm)
+  bias = g.weight(_numpy(block.output_dense.bias))
+  return g.ms_op("SkipLayerNormalization", ffn, attention, gamma, beta, bias, epsilon=_EPSILON)
+
+
+def _encoder(g, model, input_ids, input_mask):
+  """`TransformerLM.encode` of the graph inputs: (sequence_output, embedding_output) names."""
+  embeddings = model.embeddings
+  position = _numpy(embeddings.position_embeddings)
+  if embeddings.token_type_embeddings is not None:
+    # Every input is segment 0 (ScoringGraph feeds no segment ids): its row joins the positions.
+    position = position + _numpy(embeddings.token_type_embeddings)[0]
+  gamma, beta = _layer_norm(g, embeddings.layer_norm)
+  word = g.weight(_numpy(embeddings.word_embeddings), _WORD_TABLE)
+  # Its second output (a mask index for the Attention op) is declared by its shape inference.
+  embedding, _ = g.ms_op(
+    "EmbedLayerNormalization",
+    input_ids,
+    "",
+    word,
+    g.weight(position),
+    "",
+    gamma,
+    beta,
+    outputs=2,
+    epsilon=_EPSILON,
+  )
+  masks = _AttentionMasks(g, model, input_ids, input_mask)
+  if model.model_type == "tta":
+    return _tta_layers(g, model, embedding, masks), embedding
+  hidden = embedding
+  for block in model.encoder_layers:
+    projections = (block.query, block.key, block.value)
+    kernel = np.concatenate([_numpy(p.kernel) for p in projections], axis=1)  # [D, 3D]
+    bias = np.concatenate([_numpy(p.bias) for p in projections])
+    context = g.ms_op(
+      "Attention",
+      hidden,
+      g.weight(kernel),
+      g.weight(bias),
+      masks.input_mask,
+      "",
+      masks.pattern,
+      **masks.attributes,
+    )
+    hidden = _block_output(g, block, context, hidden)
+  return hidden, embedding
+
+
+class _AttentionMasks(object):
+  """Who attends whom, as the attention ops take it.
+
+  Padded keys: the input mask, with `mask_filter_value` -1e9 as modeling's. The kind's pattern
+  (T-TA's diagonal, uniLM's causal triangle): an additive bias sliced from an [L, L] table made
+  by `modeling.create_attention_mask`, so the rule has one owner.
+
+  Attributes:
+    pattern: float32 [1, 1, T, T] bias, or "" when every key may be seen (biLM).
+    has_key: float32 [B, T, 1], 1 where a query has some key to attend to, or "" when every
+      query has one (its own). TF's masked softmax gives a query without keys (a one-token
+      T-TA row) a zero context; the additive mask gives it a uniform one over the masked keys,
+      its own token's among them. Multiplying the context by has_key keeps such a row
+      self-unknown and equal to TF.
+    input_mask: int32 [B, T], the graph input (the ops' key padding mask).
+    attributes: of the attention ops.
+    shape, length: int64 [2] (B, T) and [1] (T) of the input.
+  """
+
+  def __init__(self, g, model, input_ids, input_mask):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    self.input_mask = input_mask
+    self.attributes = {
+      "num_heads": model.config.num_attention_heads,
+      "mask_filter_value": modeling._MASK_ADDER,  # pylint: disable=protected-access
+    }
+    self.shape = g.op("Shape", input_ids)
+    self.length = g.op("Slice", self.shape, g.ints([1]), g.ints([2]))
+    allowed = modeling.create_attention_mask(
+      tf.ones([1, model.config.max_position_embeddings], tf.int32), model.model_type
+    ).numpy()  # [1, 1, L, L], 1 where query f may see key t
+    square = g.op("Concat", self.length, self.length, axis=0)  # [2]: T, T
+    self.pattern = self.has_key = ""
+    if not allowed.all():
+      bias = ((1.0 - allowed) * self.attributes["mask_filter_value"]).astype(np.float32)
+      self.pattern = g.op("Slice", g.weight(bias), g.ints([0, 0]), square, g.ints([2, 3]))
+    if not np.diagonal(allowed[0, 0]).all():
+      allowed_keys = g.op("Slice", g.weight(allowed[0, 0].T), g.ints([0, 0]), square)  # [T, T]
+      counts = g.op("MatMul", g.op("Cast", input_mask, to=_FLOAT), allowed_keys)  # [B, T]
+      has_key = g.op("Cast", g.op("Greater", counts, g.weight(np.float32(0))), to=_FLOAT)
+      self.has_key = g.op("Unsqueeze", has_key, g.ints([2]))
+
+
+def _tta_layers(g, model, embedding, masks):
+  """T-TA's blocks over the embedding output: the last layer's name."""
+  # Input isolation: every layer's keys and values in one matmul of the embedding output
+  # (columns key_0, value_0, key_1, ...), split per layer; their biases join the attention op.
+  blocks = model.encoder_layers
+  kernel, _ = model.fused_key_value_weights()
+  key_values = g.op(
+    "Split", g.op("MatMul", embedding, g.weight(_numpy(kernel))), axis=2, outputs=2 * len(blocks)
+  )  # 2L x [B, T, D]
+  # The first query stream is LN([MASK] + position) in every row: it and its projection are
+  # [L, D] tables sliced to T. The residual broadcasts [T, D] over the rows; the attention op
+  # takes [B, T, D].
+  stream = model.embeddings.mask_query(1, model.config.max_position_embeddings)  # [1, L, D]
+  tables = (_numpy(stream[0]), _numpy(blocks[0].query(stream)[0]))
+  skip, query = (g.op("Slice", g.weight(t), g.ints([0]), masks.length) for t in tables)
+  query = g.op("Expand", query, g.op("Concat", masks.shape, g.ints([1]), axis=0))
+  hidden = None
+  for l, block in enumerate(blocks):
+    biases = [_numpy(p.bias) for p in (block.query, block.key, block.value)]
+    if l == 0:
+      biases[0] = np.zeros_like(biases[0])  # in the projection table already
+    else:
+      query = g.op("MatMul", hidden, g.weight(_numpy(block.query.kernel)))
+    context = g.ms_op(
+      "MultiHeadAttention",
+      query,
+      key_values[2 * l],
+      key_values[2 * l + 1],
+      g.weight(np.concatenate(biases)),
+      masks.input_mask,
+      masks.pattern,
+      **masks.attributes,
+    )
+    if masks.has_key:
+      context = g.op("Mul", context, masks.has_key)
+    hidden = _block_output(g, block, context, skip)
+    skip = hidden  # the residual adds the query stream
+  return hidden
+
+
+def _inputs(g):
+  return g.input("input_ids", np.int32, ["B", "T"]), g.input("input_mask", np.int32, ["B", "T"])
+
+
+def _encode_graph(model):
+  """(input_ids, input_mask) -> (sequence_output, embedding_output)."""
+  g = _Graph()
+  sequence, embedding = _encoder(g, model, *_inputs(g))
+  g.output(sequence, "sequence_output")
+  g.output(embedding, "embedding_output")
+  return g
+
+
+def _scores_graph(model):
+  """(input_ids, input_mask, read_at [N], targets [N]) -> (log_probs [N], hidden [N, D]).
+
+  read_at indexes the flattened [B * T] positions: the LM head runs at those rows only.
+  """
+  g = _Graph()
+  sequence, _ = _encoder(g, model, *_inputs(g))
+  read_at = g.input("read_at", np.int32, ["N"])
+  targets = g.input("targets", np.int32, ["N"])
+  flat = g.op("Reshape", sequence, g.ints([-1, model.config.hidden_size]))  # [B * T, D]
+  hidden = g.op("Gather", flat, read_at)  # [N, D]
+  head = model.lm_head
+  gamma, beta = _layer_norm(g, head.layer_norm)
+  transformed = g.op(
+    "LayerNormalization",
+    _gelu_dense(g, hidden, head.transform),
+    gamma,
+    beta,
+    axis=-1,
+    epsilon=_EPSILON,
+  )
+  # Logits against the tied table, read in place ([V, D], transposed by the kernel).
+  logits = g.op("Gemm", transformed, _WORD_TABLE, g.weight(_numpy(head.output_bias)), transB=1)
+  picked = g.op("GatherElements", logits, g.op("Unsqueeze", targets, g.ints([1])), axis=1)
+  normalizer = g.op("ReduceLogSumExp", logits, axes=[1], keepdims=1)  # [N, 1]
+  log_probs = g.op("Squeeze", g.op("Sub", picked, normalizer), g.ints([1]))
+  g.output(log_probs, "log_probs")
+  g.output(hidden, "hidden")
+  return g
+
+
+def _vectors_graph(model):
+  """(input_ids, input_mask, pooling [B, 3, T]) -> (pooled [B, 3, D], embedded [B, 1, D]).
+
+  pooled: `pooling_weights` applied to the last layer; embedded: its word mean (row 0) applied
+  to the embedding output.
+  """
+  g = _Graph()
+  sequence, embedding = _encoder(g, model, *_inputs(g))
+  pooling = g.input("pooling", np.float32, ["B", 3, "T"])
+  word_mean = g.op("Slice", pooling, g.ints([0]), g.ints([1]), g.ints([1]))  # [B, 1, T]
+  g.output(g.op("MatMul", pooling, sequence), "pooled")
+  g.output(g.op("MatMul", word_mean, embedding), "embedded")
+  return g
+
+
+_GRAPHS = {"encode": _encode_graph, "scores": _scores_graph, "vectors": _vectors_graph}
