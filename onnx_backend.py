@@ -330,7 +330,8 @@ class _AttentionMasks(object):
       self-unknown and equal to TF.
     input_mask: int32 [B, T], the graph input (the ops' key padding mask).
     attributes: of the attention ops.
-    shape, length: int64 [2] (B, T) and [1] (T) of the input.
+    shape, length: int64 [2] (B, T) and [1] (T) of the input, made with the pattern (None
+      without one).
   """
 
   def __init__(self, g, model, input_ids, input_mask):
@@ -341,16 +342,18 @@ class _AttentionMasks(object):
       "num_heads": model.config.num_attention_heads,
       "mask_filter_value": modeling._MASK_ADDER,  # pylint: disable=protected-access
     }
-    self.shape = g.op("Shape", input_ids)
-    self.length = g.op("Slice", self.shape, g.ints([1]), g.ints([2]))
     allowed = modeling.create_attention_mask(
       tf.ones([1, model.config.max_position_embeddings], tf.int32), model.model_type
     ).numpy()  # [1, 1, L, L], 1 where query f may see key t
-    square = g.op("Concat", self.length, self.length, axis=0)  # [2]: T, T
     self.pattern = self.has_key = ""
-    if not allowed.all():
-      bias = ((1.0 - allowed) * self.attributes["mask_filter_value"]).astype(np.float32)
-      self.pattern = g.op("Slice", g.weight(bias), g.ints([0, 0]), square, g.ints([2, 3]))
+    self.shape = self.length = None
+    if allowed.all():
+      return
+    self.shape = g.op("Shape", input_ids)
+    self.length = g.op("Slice", self.shape, g.ints([1]), g.ints([2]))
+    square = g.op("Concat", self.length, self.length, axis=0)  # [2]: T, T
+    bias = ((1.0 - allowed) * self.attributes["mask_filter_value"]).astype(np.float32)
+    self.pattern = g.op("Slice", g.weight(bias), g.ints([0, 0]), square, g.ints([2, 3]))
     if not np.diagonal(allowed[0, 0]).all():
       allowed_keys = g.op("Slice", g.weight(allowed[0, 0].T), g.ints([0, 0]), square)  # [T, T]
       counts = g.op("MatMul", g.op("Cast", input_mask, to=_FLOAT), allowed_keys)  # [B, T]
@@ -434,9 +437,11 @@ def _scores_graph(model):
   )
   # Logits against the tied table, read in place ([V, D], transposed by the kernel).
   logits = g.op("Gemm", transformed, _WORD_TABLE, g.weight(_numpy(head.output_bias)), transB=1)
-  picked = g.op("GatherElements", logits, g.op("Unsqueeze", targets, g.ints([1])), axis=1)
-  normalizer = g.op("ReduceLogSumExp", logits, axes=[1], keepdims=1)  # [N, 1]
-  log_probs = g.op("Squeeze", g.op("Sub", picked, normalizer), g.ints([1]))
+  # LogSoftmax, then the targets: ORT vectorises LogSoftmax, not ReduceLogSumExp (which cost
+  # half as much again as the logits' matmul).
+  log_softmax = g.op("LogSoftmax", logits, axis=1)  # [N, V]
+  picked = g.op("GatherElements", log_softmax, g.op("Unsqueeze", targets, g.ints([1])), axis=1)
+  log_probs = g.op("Squeeze", picked, g.ints([1]))
   g.output(log_probs, "log_probs")
   g.output(hidden, "hidden")
   return g
