@@ -16,8 +16,9 @@ graph, the encoder alone is timed on the same input (tta/unilm), the rest
 being the LM head (rerank) or the pooling (sts).
 
 Backends (--backends): every model is timed on each of TensorFlow (the
-reference) and OpenVINO; the headline compares each model on its fastest
-path, so no model is slowed to flatter a ratio.
+reference) and OpenVINO by default, and on onnxruntime or openvino_bf16 on
+request; the headline compares each model on its fastest path, so no model is
+slowed to flatter a ratio.
 
 Peers (--peers): what a user would run instead, timed in the same turns as
 our models on the same sentences (see peers.py): a same-size HF
@@ -183,8 +184,8 @@ def _define_timing_flags():
   flags.DEFINE_list(
     "backends",
     ["tf", "openvino"],
-    "inference.NeuralLM backends to time every model on (tf is the reference; openvino_bf16 is "
-    "opt-in, AMX/AVX512-BF16 CPUs only, and gets no float32 floors).",
+    "inference.NeuralLM backends to time every model on (tf is the reference; onnxruntime is "
+    "opt-in; openvino_bf16 is opt-in, AMX/AVX512-BF16 CPUs only, and gets no float32 floors).",
   )
   flags.DEFINE_bool(
     "jit_compile",

@@ -12,7 +12,8 @@ the timing of the scoring loop itself). Each run is repeated --runs times; the m
 Setups: "tf" (one device), "tf_mirrored_x2" (each batch's rows split over two logical CPU
 devices, `--strategy=mirrored --num_cpu_devices=2`: on a CPU the two replicas share the same
 cores, so it shows the overhead of the replica path, not a speed-up; on GPUs each replica has
-its own device), "openvino" and "openvino_bf16" (`--backend`; bf16 only where the CPU has it).
+its own device), "openvino", "openvino_bf16" and "onnxruntime" (`--backend`; bf16 only where the
+CPU has it).
 """
 
 import os
@@ -44,6 +45,7 @@ SETUPS = {
   "tf_mirrored_x2": ["--strategy=mirrored", "--num_cpu_devices=2"],
   "openvino": ["--backend=openvino"],
   "openvino_bf16": ["--backend=openvino_bf16"],
+  "onnxruntime": ["--backend=onnxruntime"],
 }
 flags.DEFINE_list(
   "setups",
