@@ -7,8 +7,9 @@ from the TF functions: ONNX Runtime is fast on transformers through its fused co
 (EmbedLayerNormalization, Attention / MultiHeadAttention, SkipLayerNormalization, BiasGelu),
 which a converter emits only where its pattern matching recognises BERT, and T-TA's structure
 (docs/DESIGN.md §2.3) is small and fixed:
-  - one matmul projects every layer's keys and values from the embedding output (input
-    isolation);
+  - every layer's keys and values come from the embedding output (input isolation), so they
+    are a function of (token, position): a gather from a [V, 2LD] table, a [L, 2LD] one and
+    the embedding LayerNorm's scale replace their matmul;
   - the first layer's query is position-only, so its projection is a [L, D] table;
   - DMSA is an additive attention bias on the diagonal. Masked logits get -1e9 (padded keys
     too, as `mask_filter_value`), whose softmax weight is exactly 0 in float32, so output i
@@ -34,6 +35,9 @@ _MS_DOMAIN = "com.microsoft"
 # BERT's LayerNorm epsilon, as modeling.LayerNorm.
 _EPSILON = 1e-12
 _WORD_TABLE = "word_embeddings"
+# T-TA's key/value table ([V, 2LD] float32; 363 MB at paper size) is made only up to this size;
+# a larger model projects its keys and values with a matmul.
+MAX_KEY_VALUE_TABLE_BYTES = 1 << 30
 _FLOAT = 1  # onnx.TensorProto.FLOAT, for Cast
 
 
@@ -68,6 +72,8 @@ class OnnxFunctions(object):
     self.model = model
     self._threads = threads
     self._sessions = {}
+    # Large tables the graphs take as inputs (`_Graph.shared_weight`), one copy for all of them.
+    self._shared = {}
 
   def function(self, name):
     """The method named like `ScoringGraph.<name>` (ValueError for one this backend lacks)."""
@@ -126,14 +132,18 @@ class OnnxFunctions(object):
   def _run(self, name, *arrays):
     """Runs graph `name` (built at its first call) on arrays in its input order."""
     if name not in self._sessions:
-      session = _GRAPHS[name](self.model).session(self._threads)
+      g = _GRAPHS[name](self.model, self._shared)
+      session = g.session(self._threads)
       inputs = [
         (spec.name, np.float32 if spec.type == "tensor(float)" else np.int32)
         for spec in session.get_inputs()
+        if spec.name not in g.fed
       ]
-      self._sessions[name] = session, inputs
-    session, inputs = self._sessions[name]
-    feeds = {name: np.asarray(array, dtype) for (name, dtype), array in zip(inputs, arrays)}
+      # NumPy inputs are read in place: feeding the shared tables copies nothing.
+      self._sessions[name] = session, inputs, {n: self._shared[n] for n in g.fed}
+    session, inputs, feeds = self._sessions[name]
+    feeds = dict(feeds)
+    feeds.update((name, np.asarray(array, dtype)) for (name, dtype), array in zip(inputs, arrays))
     return session.run(None, feeds)
 
 
@@ -166,10 +176,16 @@ def pooling_weights(input_mask):
 
 
 class _Graph(object):
-  """An ONNX graph under construction: nodes, weights (initializers), inputs and outputs."""
+  """An ONNX graph under construction: nodes, weights (initializers), inputs and outputs.
 
-  def __init__(self):
+  Attributes:
+    shared: name -> array of the large tables the graphs of one model share.
+    fed: the names of `shared` this graph takes as inputs.
+  """
+
+  def __init__(self, shared):
     self.nodes, self.weights, self.inputs, self.outputs = [], [], [], []
+    self.shared, self.fed = shared, []
     self._count = 0
 
   def input(self, name, dtype, shape):
@@ -187,6 +203,14 @@ class _Graph(object):
     name = name or self._fresh("weight")
     self.weights.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
     return name
+
+  def shared_weight(self, name, make):
+    """A large constant taken as a graph input rather than copied into each graph, so the
+    sessions of one model hold one copy; `make()` computes it for the first graph needing it."""
+    if name not in self.shared:
+      self.shared[name] = np.ascontiguousarray(make(), np.float32)
+    self.fed.append(name)
+    return self.input(name, np.float32, list(self.shared[name].shape))
 
   def ints(self, values):
     """A constant int64 vector (shapes, axes, slice bounds)."""
@@ -272,29 +296,24 @@ def _block_output(g, block, context, skip):
 
 def _encoder(g, model, input_ids, input_mask):
   """`TransformerLM.encode` of the graph inputs: (sequence_output, embedding_output) names."""
-  embeddings = model.embeddings
-  position = _numpy(embeddings.position_embeddings)
-  if embeddings.token_type_embeddings is not None:
-    # Every input is segment 0 (ScoringGraph feeds no segment ids): its row joins the positions.
-    position = position + _numpy(embeddings.token_type_embeddings)[0]
-  gamma, beta = _layer_norm(g, embeddings.layer_norm)
-  word = g.weight(_numpy(embeddings.word_embeddings), _WORD_TABLE)
+  masks = _AttentionMasks(g, model, input_ids, input_mask)
+  if model.model_type == "tta":
+    return _tta_encoder(g, model, input_ids, masks)
+  gamma, beta = _layer_norm(g, model.embeddings.layer_norm)
+  word = g.weight(_numpy(model.embeddings.word_embeddings), _WORD_TABLE)
   # Its second output (a mask index for the Attention op) is declared by its shape inference.
   embedding, _ = g.ms_op(
     "EmbedLayerNormalization",
     input_ids,
     "",
     word,
-    g.weight(position),
+    g.weight(_positions(model)),
     "",
     gamma,
     beta,
     outputs=2,
     epsilon=_EPSILON,
   )
-  masks = _AttentionMasks(g, model, input_ids, input_mask)
-  if model.model_type == "tta":
-    return _tta_layers(g, model, embedding, masks), embedding
   hidden = embedding
   for block in model.encoder_layers:
     projections = (block.query, block.key, block.value)
@@ -312,6 +331,16 @@ def _encoder(g, model, input_ids, input_mask):
     )
     hidden = _block_output(g, block, context, hidden)
   return hidden, embedding
+
+
+def _positions(model):
+  """float32 [L, D], the position embeddings."""
+  embeddings = model.embeddings
+  position = _numpy(embeddings.position_embeddings)
+  if embeddings.token_type_embeddings is not None:
+    # Every input is segment 0 (ScoringGraph feeds no segment ids): its row joins the positions.
+    position = position + _numpy(embeddings.token_type_embeddings)[0]
+  return position
 
 
 class _AttentionMasks(object):
@@ -361,29 +390,44 @@ class _AttentionMasks(object):
       self.has_key = g.op("Unsqueeze", has_key, g.ints([2]))
 
 
-def _tta_layers(g, model, embedding, masks):
-  """T-TA's blocks over the embedding output: the last layer's name."""
-  # Input isolation: every layer's keys and values in one matmul of the embedding output
-  # (columns key_0, value_0, key_1, ...), split per layer; their biases join the attention op.
+def _tta_encoder(g, model, input_ids, masks):
+  """T-TA's `encode`: (sequence_output, embedding_output) names."""
+  embeddings = model.embeddings
+  positions = _positions(model)
+  summed = g.op(
+    "Add",
+    g.op("Gather", g.weight(_numpy(embeddings.word_embeddings), _WORD_TABLE), input_ids),
+    g.op("Slice", g.weight(positions), g.ints([0]), masks.length),
+  )  # [B, T, D]
+  embedding, _, inverse_std = g.op(
+    "LayerNormalization",
+    summed,
+    *_layer_norm(g, embeddings.layer_norm),
+    axis=-1,
+    epsilon=_EPSILON,
+    outputs=3,
+  )
   blocks = model.encoder_layers
-  kernel, _ = model.fused_key_value_weights()
-  key_values = g.op(
-    "Split", g.op("MatMul", embedding, g.weight(_numpy(kernel))), axis=2, outputs=2 * len(blocks)
-  )  # 2L x [B, T, D]
+  key_values, key_value_bias = _tta_key_values(
+    g, model, input_ids, masks.length, positions, embedding, inverse_std
+  )
+  key_values = g.op("Split", key_values, axis=2, outputs=2 * len(blocks))  # 2L x [B, T, D]
+  key_value_bias = np.split(key_value_bias, 2 * len(blocks))
   # The first query stream is LN([MASK] + position) in every row: it and its projection are
   # [L, D] tables sliced to T. The residual broadcasts [T, D] over the rows; the attention op
   # takes [B, T, D].
-  stream = model.embeddings.mask_query(1, model.config.max_position_embeddings)  # [1, L, D]
+  stream = embeddings.mask_query(1, model.config.max_position_embeddings)  # [1, L, D]
   tables = (_numpy(stream[0]), _numpy(blocks[0].query(stream)[0]))
   skip, query = (g.op("Slice", g.weight(t), g.ints([0]), masks.length) for t in tables)
   query = g.op("Expand", query, g.op("Concat", masks.shape, g.ints([1]), axis=0))
   hidden = None
   for l, block in enumerate(blocks):
-    biases = [_numpy(p.bias) for p in (block.query, block.key, block.value)]
+    query_bias = _numpy(block.query.bias)
     if l == 0:
-      biases[0] = np.zeros_like(biases[0])  # in the projection table already
+      query_bias = np.zeros_like(query_bias)  # in the projection table already
     else:
       query = g.op("MatMul", hidden, g.weight(_numpy(block.query.kernel)))
+    biases = [query_bias, key_value_bias[2 * l], key_value_bias[2 * l + 1]]
     context = g.ms_op(
       "MultiHeadAttention",
       query,
@@ -398,28 +442,58 @@ def _tta_layers(g, model, embedding, masks):
       context = g.op("Mul", context, masks.has_key)
     hidden = _block_output(g, block, context, skip)
     skip = hidden  # the residual adds the query stream
-  return hidden
+  return hidden, embedding
+
+
+def _tta_key_values(g, model, input_ids, length, positions, embedding, inverse_std):
+  """Every T-TA layer's keys and values before their bias: ([B, T, 2LD] name, the bias
+  float32 [2LD]); columns key_0, value_0, key_1, ...
+
+  Input isolation: all of them are E K with E = LN(w + p), w the token's embedding and p the
+  position's. As LN(w + p) = ((w - mean w) + (p - mean p)) * gamma / std(w + p) + beta,
+    E K = ((w - mean w) * gamma K + (p - mean p) * gamma K) / std(w + p) + beta K,
+  a gather from a [V, 2LD] table plus an [L, 2LD] one, scaled by the LayerNorm's 1 / std:
+  no [B * T, D] x [D, 2LD] matmul (15-20% of a one-pass encoder's FLOPs). A model whose table
+  would exceed MAX_KEY_VALUE_TABLE_BYTES gets the matmul.
+  """
+  kernel, bias = (_numpy(t) for t in model.fused_key_value_weights())  # [D, 2LD], [2LD]
+  word = model.embeddings.word_embeddings
+  if word.shape[0] * kernel.shape[1] * 4 > MAX_KEY_VALUE_TABLE_BYTES:
+    return g.op("MatMul", embedding, g.weight(kernel)), bias
+  gamma, beta = _numpy(model.embeddings.layer_norm.gamma), _numpy(model.embeddings.layer_norm.beta)
+
+  def projected(x):
+    x = np.asarray(x, np.float64)
+    return (((x - x.mean(axis=1, keepdims=True)) * gamma).astype(np.float32)) @ kernel
+
+  words = g.shared_weight("key_value_by_token", lambda: projected(word))
+  summed = g.op(
+    "Add",
+    g.op("Gather", words, input_ids),
+    g.op("Slice", g.weight(projected(positions)), g.ints([0]), length),
+  )  # [B, T, 2LD]
+  return g.op("Mul", summed, inverse_std), beta @ kernel + bias
 
 
 def _inputs(g):
   return g.input("input_ids", np.int32, ["B", "T"]), g.input("input_mask", np.int32, ["B", "T"])
 
 
-def _encode_graph(model):
+def _encode_graph(model, shared):
   """(input_ids, input_mask) -> (sequence_output, embedding_output)."""
-  g = _Graph()
+  g = _Graph(shared)
   sequence, embedding = _encoder(g, model, *_inputs(g))
   g.output(sequence, "sequence_output")
   g.output(embedding, "embedding_output")
   return g
 
 
-def _scores_graph(model):
+def _scores_graph(model, shared):
   """(input_ids, input_mask, read_at [N], targets [N]) -> (log_probs [N], hidden [N, D]).
 
   read_at indexes the flattened [B * T] positions: the LM head runs at those rows only.
   """
-  g = _Graph()
+  g = _Graph(shared)
   sequence, _ = _encoder(g, model, *_inputs(g))
   read_at = g.input("read_at", np.int32, ["N"])
   targets = g.input("targets", np.int32, ["N"])
@@ -447,13 +521,13 @@ def _scores_graph(model):
   return g
 
 
-def _vectors_graph(model):
+def _vectors_graph(model, shared):
   """(input_ids, input_mask, pooling [B, 3, T]) -> (pooled [B, 3, D], embedded [B, 1, D]).
 
   pooled: `pooling_weights` applied to the last layer; embedded: its word mean (row 0) applied
   to the embedding output.
   """
-  g = _Graph()
+  g = _Graph(shared)
   sequence, embedding = _encoder(g, model, *_inputs(g))
   pooling = g.input("pooling", np.float32, ["B", 3, "T"])
   word_mean = g.op("Slice", pooling, g.ints([0]), g.ints([1]), g.ints([1]))  # [B, 1, T]

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import inference
 import modeling
+import onnx_backend
 
 MAX_POSITIONS = 16
 SENTENCES = [
@@ -149,3 +150,14 @@ def test_onnxruntime_refuses_models_it_cannot_build(tokenizer, change):
   model = modeling.build_model(config, "tta")
   with pytest.raises(ValueError, match="backend 'onnxruntime' builds BERT's softmax head"):
     inference.NeuralLM(model, tokenizer, backend="onnxruntime")
+
+
+def test_onnxruntime_tta_above_the_key_value_table_limit(tokenizer, monkeypatch):
+  # A model whose key/value table would be too large projects them with a matmul instead.
+  monkeypatch.setattr(onnx_backend, "MAX_KEY_VALUE_TABLE_BYTES", 0)
+  reference = reference_lm("tta", tokenizer)
+  lm = inference.NeuralLM(reference.model, tokenizer, backend="onnxruntime")
+  for w, g in zip(reference.score(SENTENCES), lm.score(SENTENCES)):
+    np.testing.assert_allclose(g.token_logprobs, w.token_logprobs, rtol=0, atol=1e-4)
+  want, got = reference.sentence_vectors(SENTENCES), lm.sentence_vectors(SENTENCES)
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
