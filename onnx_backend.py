@@ -23,13 +23,11 @@ Dimensions: B = rows, T = tokens per row, D = hidden size, V = vocab size, L =
 max_position_embeddings, N = scored positions, R = masked copies.
 """
 
-import importlib.util
-
 import numpy as np
 
 import modeling
 
-# onnx writes the graphs, onnxruntime runs them.
+# onnx writes the graphs, onnxruntime runs them (inference.py checks they are installed).
 PACKAGES = ("onnxruntime", "onnx")
 _MS_DOMAIN = "com.microsoft"
 # BERT's LayerNorm epsilon, as modeling.LayerNorm.
@@ -39,11 +37,6 @@ _WORD_TABLE = "word_embeddings"
 # a larger model projects its keys and values with a matmul.
 MAX_KEY_VALUE_TABLE_BYTES = 1 << 30
 _FLOAT = 1  # onnx.TensorProto.FLOAT, for Cast
-
-
-def missing_packages():
-  """The PACKAGES not installed here (list of names)."""
-  return [name for name in PACKAGES if importlib.util.find_spec(name) is None]
 
 
 def check_model(model):
@@ -143,7 +136,7 @@ class OnnxFunctions(object):
       self._sessions[name] = session, inputs, {n: self._shared[n] for n in g.fed}
     session, inputs, feeds = self._sessions[name]
     feeds = dict(feeds)
-    feeds.update((name, np.asarray(array, dtype)) for (name, dtype), array in zip(inputs, arrays))
+    feeds.update((key, np.asarray(array, dtype)) for (key, dtype), array in zip(inputs, arrays))
     return session.run(None, feeds)
 
 
