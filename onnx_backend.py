@@ -243,6 +243,10 @@ class _Graph(object):
     options = onnxruntime.SessionOptions()
     if threads:
       options.intra_op_num_threads = threads
+    # Idle pool threads sleep rather than spin: each graph has its own pool, and the process
+    # runs TensorFlow's tokenizer (and maybe OpenVINO) between calls; a spinning pool takes a
+    # core from them (one-sentence calls took twice as long on 2 cores).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return onnxruntime.InferenceSession(
       model.SerializeToString(), options, providers=["CPUExecutionProvider"]
     )
