@@ -4,12 +4,12 @@
 masked_copy_scores, sentence_vectors) with the same inputs and outputs, as ONNX graphs run by
 ONNX Runtime's CPU kernels. The graphs are written here from the model's weights, not converted
 from the TF functions: ONNX Runtime is fast on transformers through its fused com.microsoft ops
-(EmbedLayerNormalization, Attention / MultiHeadAttention, SkipLayerNormalization, BiasGelu),
+(Attention / MultiHeadAttention, SkipLayerNormalization, BiasGelu),
 which a converter emits only where its pattern matching recognises BERT, and T-TA's structure
 (docs/DESIGN.md §2.3) is small and fixed:
   - every layer's keys and values come from the embedding output (input isolation), so they
     are a function of (token, position): a gather from a [V, 2LD] table, a [L, 2LD] one and
-    the embedding LayerNorm's scale replace their matmul;
+    the embedding LayerNorm's scale replace their matmul (BERT's first layer gets the same);
   - the first layer's query is position-only, so its projection is a [L, D] table;
   - DMSA is an additive attention bias on the diagonal. Masked logits get -1e9 (padded keys
     too, as `mask_filter_value`), whose softmax weight is exactly 0 in float32, so output i
@@ -33,9 +33,9 @@ _MS_DOMAIN = "com.microsoft"
 # BERT's LayerNorm epsilon, as modeling.LayerNorm.
 _EPSILON = 1e-12
 _WORD_TABLE = "word_embeddings"
-# T-TA's key/value table ([V, 2LD] float32; 363 MB at paper size) is made only up to this size;
-# a larger model projects its keys and values with a matmul.
-MAX_KEY_VALUE_TABLE_BYTES = 1 << 30
+# Projections of the embedding output are read from [V, K] tables (`_Embedding.project`; T-TA's
+# keys and values: 363 MB at paper size) up to this size; a larger one is a matmul.
+MAX_PROJECTION_TABLE_BYTES = 1 << 30
 _FLOAT = 1  # onnx.TensorProto.FLOAT, for Cast
 
 
@@ -293,41 +293,42 @@ def _block_output(g, block, context, skip):
 
 def _encoder(g, model, input_ids, input_mask):
   """`TransformerLM.encode` of the graph inputs: (sequence_output, embedding_output) names."""
-  masks = _AttentionMasks(g, model, input_ids, input_mask)
+  shape = g.op("Shape", input_ids)  # [2]: B, T
+  length = g.op("Slice", shape, g.ints([1]), g.ints([2]))  # [1]: T
+  masks = _AttentionMasks(g, model, input_mask, length)
+  embedding = _Embedding(g, model, input_ids, length)
   if model.model_type == "tta":
-    return _tta_encoder(g, model, input_ids, masks)
-  gamma, beta = _layer_norm(g, model.embeddings.layer_norm)
-  word = g.weight(_numpy(model.embeddings.word_embeddings), _WORD_TABLE)
-  # Its second output (a mask index for the Attention op) is declared by its shape inference.
-  embedding, _ = g.ms_op(
-    "EmbedLayerNormalization",
-    input_ids,
-    "",
-    word,
-    g.weight(_positions(model)),
-    "",
-    gamma,
-    beta,
-    outputs=2,
-    epsilon=_EPSILON,
-  )
-  hidden = embedding
-  for block in model.encoder_layers:
+    return _tta_layers(g, model, embedding, masks, shape, length), embedding.output
+  # BERT's first layer reads its queries, keys and values from tables too (`_Embedding.project`);
+  # the others project the previous layer's output inside the Attention op.
+  hidden = embedding.output
+  for l, block in enumerate(model.encoder_layers):
     projections = (block.query, block.key, block.value)
     kernel = np.concatenate([_numpy(p.kernel) for p in projections], axis=1)  # [D, 3D]
     bias = np.concatenate([_numpy(p.bias) for p in projections])
-    context = g.ms_op(
-      "Attention",
-      hidden,
-      g.weight(kernel),
-      g.weight(bias),
-      masks.input_mask,
-      "",
-      masks.pattern,
-      **masks.attributes,
-    )
+    if l == 0:
+      query_key_value, bias = embedding.project(kernel, bias, "query_key_value_by_token")
+      context = g.ms_op(
+        "MultiHeadAttention",
+        *g.op("Split", query_key_value, axis=2, outputs=3),
+        g.weight(bias),
+        masks.input_mask,
+        masks.pattern,
+        **masks.attributes,
+      )
+    else:
+      context = g.ms_op(
+        "Attention",
+        hidden,
+        g.weight(kernel),
+        g.weight(bias),
+        masks.input_mask,
+        "",
+        masks.pattern,
+        **masks.attributes,
+      )
     hidden = _block_output(g, block, context, hidden)
-  return hidden, embedding
+  return hidden, embedding.output
 
 
 def _positions(model):
@@ -356,11 +357,9 @@ class _AttentionMasks(object):
       self-unknown and equal to TF.
     input_mask: int32 [B, T], the graph input (the ops' key padding mask).
     attributes: of the attention ops.
-    shape, length: int64 [2] (B, T) and [1] (T) of the input, made with the pattern (None
-      without one).
   """
 
-  def __init__(self, g, model, input_ids, input_mask):
+  def __init__(self, g, model, input_mask, length):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     self.input_mask = input_mask
@@ -372,12 +371,9 @@ class _AttentionMasks(object):
       tf.ones([1, model.config.max_position_embeddings], tf.int32), model.model_type
     ).numpy()  # [1, 1, L, L], 1 where query f may see key t
     self.pattern = self.has_key = ""
-    self.shape = self.length = None
     if allowed.all():
       return
-    self.shape = g.op("Shape", input_ids)
-    self.length = g.op("Slice", self.shape, g.ints([1]), g.ints([2]))
-    square = g.op("Concat", self.length, self.length, axis=0)  # [2]: T, T
+    square = g.op("Concat", length, length, axis=0)  # [2]: T, T
     bias = ((1.0 - allowed) * self.attributes["mask_filter_value"]).astype(np.float32)
     self.pattern = g.op("Slice", g.weight(bias), g.ints([0, 0]), square, g.ints([2, 3]))
     if not np.diagonal(allowed[0, 0]).all():
@@ -387,36 +383,88 @@ class _AttentionMasks(object):
       self.has_key = g.op("Unsqueeze", has_key, g.ints([2]))
 
 
-def _tta_encoder(g, model, input_ids, masks):
-  """T-TA's `encode`: (sequence_output, embedding_output) names."""
-  embeddings = model.embeddings
-  positions = _positions(model)
-  summed = g.op(
-    "Add",
-    g.op("Gather", g.weight(_numpy(embeddings.word_embeddings), _WORD_TABLE), input_ids),
-    g.op("Slice", g.weight(positions), g.ints([0]), masks.length),
-  )  # [B, T, D]
-  embedding, _, inverse_std = g.op(
-    "LayerNormalization",
-    summed,
-    *_layer_norm(g, embeddings.layer_norm),
-    axis=-1,
-    epsilon=_EPSILON,
-    outputs=3,
-  )
+class _Embedding(object):
+  """The embedding output E = LN(w + p) of the input (w: its tokens' embeddings, p: their
+  positions'), and linear projections of E read from tables.
+
+  Attributes:
+    output: float32 [B, T, D], E.
+  """
+
+  def __init__(self, g, model, input_ids, length):
+    self._g, self._input_ids, self._length = g, input_ids, length
+    embeddings = model.embeddings
+    self._word = _numpy(embeddings.word_embeddings)
+    self._positions = _positions(model)
+    self._gamma, self._beta = (
+      _numpy(embeddings.layer_norm.gamma),
+      _numpy(embeddings.layer_norm.beta),
+    )
+    summed = g.op(
+      "Add",
+      g.op("Gather", g.weight(self._word, _WORD_TABLE), input_ids),
+      g.op("Slice", g.weight(self._positions), g.ints([0]), length),
+    )  # [B, T, D]
+    self.output, _, self._inverse_std = g.op(
+      "LayerNormalization",
+      summed,
+      g.weight(self._gamma),
+      g.weight(self._beta),
+      axis=-1,
+      epsilon=_EPSILON,
+      outputs=3,
+    )  # [B, T, D], [B, T, 1], [B, T, 1]
+
+  def project(self, kernel, bias, table_name):
+    """E kernel, as ([B, T, K] name, the bias to add: float32 [K], `bias` and E's share).
+
+    A projection of E is a function of (token, position): as
+    LN(w + p) = ((w - mean w) + (p - mean p)) * gamma / std(w + p) + beta,
+      E kernel = ((w - mean w) * gamma kernel + (p - mean p) * gamma kernel) / std(w + p)
+                 + beta kernel,
+    a gather from a [V, K] table (shared by the model's graphs as `table_name`) plus a slice of
+    an [L, K] one, times the LayerNorm's 1 / std: no [B * T, D] x [D, K] matmul. A table over
+    MAX_PROJECTION_TABLE_BYTES gives way to the matmul.
+
+    Args:
+      kernel: float32 [D, K].
+      bias: float32 [K], added after the projection.
+      table_name: the [V, K] table's name.
+    """
+    g = self._g
+    if self._word.shape[0] * kernel.shape[1] * 4 > MAX_PROJECTION_TABLE_BYTES:
+      return g.op("MatMul", self.output, g.weight(kernel)), bias
+
+    def projected(x):
+      x = np.asarray(x, np.float64)
+      return ((x - x.mean(axis=1, keepdims=True)) * self._gamma).astype(np.float32) @ kernel
+
+    summed = g.op(
+      "Add",
+      g.op("Gather", g.shared_weight(table_name, lambda: projected(self._word)), self._input_ids),
+      g.op("Slice", g.weight(projected(self._positions)), g.ints([0]), self._length),
+    )  # [B, T, K]
+    return g.op("Mul", summed, self._inverse_std), self._beta @ kernel + bias
+
+
+def _tta_layers(g, model, embedding, masks, shape, length):
+  """T-TA's blocks over `_Embedding` `embedding`: the last layer's name. shape, length: int64
+  [2] (B, T) and [1] (T) of the input."""
   blocks = model.encoder_layers
-  key_values, key_value_bias = _tta_key_values(
-    g, model, input_ids, masks.length, positions, embedding, inverse_std
+  # Input isolation: every layer's keys and values are projections of the embedding output
+  # (columns key_0, value_0, key_1, ...), all read from one table.
+  key_values, key_value_bias = embedding.project(
+    *(_numpy(t) for t in model.fused_key_value_weights()), "key_value_by_token"
   )
   key_values = g.op("Split", key_values, axis=2, outputs=2 * len(blocks))  # 2L x [B, T, D]
   key_value_bias = np.split(key_value_bias, 2 * len(blocks))
   # The first query stream is LN([MASK] + position) in every row: it and its projection are
   # [L, D] tables sliced to T. The residual broadcasts [T, D] over the rows; the attention op
   # takes [B, T, D].
-  stream = embeddings.mask_query(1, model.config.max_position_embeddings)  # [1, L, D]
+  stream = model.embeddings.mask_query(1, model.config.max_position_embeddings)  # [1, L, D]
   tables = (_numpy(stream[0]), _numpy(blocks[0].query(stream)[0]))
-  skip, query = (g.op("Slice", g.weight(t), g.ints([0]), masks.length) for t in tables)
-  query = g.op("Expand", query, g.op("Concat", masks.shape, g.ints([1]), axis=0))
+  skip, query = (g.op("Slice", g.weight(t), g.ints([0]), length) for t in tables)
+  query = g.op("Expand", query, g.op("Concat", shape, g.ints([1]), axis=0))
   hidden = None
   for l, block in enumerate(blocks):
     query_bias = _numpy(block.query.bias)
@@ -439,37 +487,7 @@ def _tta_encoder(g, model, input_ids, masks):
       context = g.op("Mul", context, masks.has_key)
     hidden = _block_output(g, block, context, skip)
     skip = hidden  # the residual adds the query stream
-  return hidden, embedding
-
-
-def _tta_key_values(g, model, input_ids, length, positions, embedding, inverse_std):
-  """Every T-TA layer's keys and values before their bias: ([B, T, 2LD] name, the bias
-  float32 [2LD]); columns key_0, value_0, key_1, ...
-
-  Input isolation: all of them are E K with E = LN(w + p), w the token's embedding and p the
-  position's. As LN(w + p) = ((w - mean w) + (p - mean p)) * gamma / std(w + p) + beta,
-    E K = ((w - mean w) * gamma K + (p - mean p) * gamma K) / std(w + p) + beta K,
-  a gather from a [V, 2LD] table plus an [L, 2LD] one, scaled by the LayerNorm's 1 / std:
-  no [B * T, D] x [D, 2LD] matmul (15-20% of a one-pass encoder's FLOPs). A model whose table
-  would exceed MAX_KEY_VALUE_TABLE_BYTES gets the matmul.
-  """
-  kernel, bias = (_numpy(t) for t in model.fused_key_value_weights())  # [D, 2LD], [2LD]
-  word = model.embeddings.word_embeddings
-  if word.shape[0] * kernel.shape[1] * 4 > MAX_KEY_VALUE_TABLE_BYTES:
-    return g.op("MatMul", embedding, g.weight(kernel)), bias
-  gamma, beta = _numpy(model.embeddings.layer_norm.gamma), _numpy(model.embeddings.layer_norm.beta)
-
-  def projected(x):
-    x = np.asarray(x, np.float64)
-    return (((x - x.mean(axis=1, keepdims=True)) * gamma).astype(np.float32)) @ kernel
-
-  words = g.shared_weight("key_value_by_token", lambda: projected(word))
-  summed = g.op(
-    "Add",
-    g.op("Gather", words, input_ids),
-    g.op("Slice", g.weight(projected(positions)), g.ints([0]), length),
-  )  # [B, T, 2LD]
-  return g.op("Mul", summed, inverse_std), beta @ kernel + bias
+  return hidden
 
 
 def _inputs(g):

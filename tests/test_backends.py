@@ -152,10 +152,11 @@ def test_onnxruntime_refuses_models_it_cannot_build(tokenizer, change):
     inference.NeuralLM(model, tokenizer, backend="onnxruntime")
 
 
-def test_onnxruntime_tta_above_the_key_value_table_limit(tokenizer, monkeypatch):
-  # A model whose key/value table would be too large projects them with a matmul instead.
-  monkeypatch.setattr(onnx_backend, "MAX_KEY_VALUE_TABLE_BYTES", 0)
-  reference = reference_lm("tta", tokenizer)
+@pytest.mark.parametrize("kind", ["tta", "bilm"])
+def test_onnxruntime_above_the_projection_table_limit(tokenizer, monkeypatch, kind):
+  # A model whose projection tables would be too large projects its embedding output by matmul.
+  monkeypatch.setattr(onnx_backend, "MAX_PROJECTION_TABLE_BYTES", 0)
+  reference = reference_lm(kind, tokenizer)
   lm = inference.NeuralLM(reference.model, tokenizer, backend="onnxruntime")
   for w, g in zip(reference.score(SENTENCES), lm.score(SENTENCES)):
     np.testing.assert_allclose(g.token_logprobs, w.token_logprobs, rtol=0, atol=1e-4)
