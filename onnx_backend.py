@@ -4,9 +4,9 @@
 masked_copy_scores, sentence_vectors) with the same inputs and outputs, as ONNX graphs run by
 ONNX Runtime's CPU kernels. The graphs are written here from the model's weights, not converted
 from the TF functions: ONNX Runtime is fast on transformers through its fused com.microsoft ops
-(Attention / MultiHeadAttention, SkipLayerNormalization, BiasGelu),
-which a converter emits only where its pattern matching recognises BERT, and T-TA's structure
-(docs/DESIGN.md §2.3) is small and fixed:
+(Attention / MultiHeadAttention, SkipLayerNormalization, BiasGelu), which a converter emits only
+where its pattern matching recognises BERT, and T-TA's structure (docs/DESIGN.md §2.3) is small
+and fixed:
   - every layer's keys and values come from the embedding output (input isolation), so they
     are a function of (token, position): a gather from a [V, 2LD] table, a [L, 2LD] one and
     the embedding LayerNorm's scale replace their matmul (BERT's first layer gets the same);
@@ -14,7 +14,8 @@ which a converter emits only where its pattern matching recognises BERT, and T-T
   - DMSA is an additive attention bias on the diagonal. Masked logits get -1e9 (padded keys
     too, as `mask_filter_value`), whose softmax weight is exactly 0 in float32, so output i
     stays bit for bit independent of token i.
-biLM and uniLM are BERT's encoder on the Attention op (uniLM's causal pattern as its bias).
+biLM and uniLM are BERT's encoder on the Attention op (uniLM's causal pattern as its bias), its
+first layer on MultiHeadAttention with table-read projections.
 
 A call runs no TensorFlow op: inputs are padded and fed as NumPy arrays. TensorFlow runs when
 a graph is built (at its first call), to take the tables above from the model's own layers.
