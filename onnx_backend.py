@@ -95,7 +95,8 @@ class OnnxFunctions(object):
     """
     input_ids = np.asarray(input_ids, np.int32)
     where = np.flatnonzero(score_mask)  # [N], row * T + position
-    read_at = where - 1 if self.model.model_type == "unilm" else where
+    # Output t predicts the token at t + offset (kinds.Kind.prediction_offset).
+    read_at = where - self.model.kind.prediction_offset
     log_probs, _ = self._run("scores", input_ids, input_mask, read_at, input_ids.flat[where])
     out = np.zeros(input_ids.shape, np.float32)
     out.flat[where] = log_probs
@@ -298,7 +299,7 @@ def _encoder(g, model, input_ids, input_mask):
   length = g.op("Slice", shape, g.ints([1]), g.ints([2]))  # [1]: T
   masks = _AttentionMasks(g, model, input_mask, length)
   embedding = _Embedding(g, model, input_ids, length)
-  if model.model_type == "tta":
+  if model.kind.input_isolation:
     return _tta_layers(g, model, embedding, masks, shape, length), embedding.output
   # BERT's first layer reads its queries, keys and values from tables too (`_Embedding.project`);
   # the others project the previous layer's output inside the Attention op.
@@ -369,7 +370,7 @@ class _AttentionMasks(object):
       "mask_filter_value": modeling._MASK_ADDER,  # pylint: disable=protected-access
     }
     allowed = modeling.create_attention_mask(
-      tf.ones([1, model.config.max_position_embeddings], tf.int32), model.model_type
+      tf.ones([1, model.config.max_position_embeddings], tf.int32), model.kind.attention
     ).numpy()  # [1, 1, L, L], 1 where query f may see key t
     self.pattern = self.has_key = ""
     if allowed.all():

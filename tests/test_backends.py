@@ -3,10 +3,14 @@
 Every kind (tta, bilm, unilm) must give the reference's numbers (log-probs within 1e-4, sentence
 vectors within 1e-5) on batches with padding, an empty sentence and an over-long one. The
 bfloat16 backend (CPUs with AMX or AVX512-BF16 only) is held to a looser tolerance. T-TA's exact
-self-unknown property on every backend is tests/test_inference.py's.
+self-unknown property through the compiled TF functions (tf, XLA, OpenVINO) is
+tests/test_inference.py's; onnx_backend's own graphs are checked here.
 """
 
+from conftest import SHARP_ATTENTION
 from conftest import WORDS
+from conftest import assert_self_unknown
+from conftest import padded_batch
 from conftest import tiny_config
 import numpy as np
 import pytest
@@ -15,6 +19,7 @@ import tensorflow as tf
 import inference
 import modeling
 import onnx_backend
+import tokenization
 
 MAX_POSITIONS = 16
 SENTENCES = [
@@ -162,3 +167,28 @@ def test_onnxruntime_above_the_projection_table_limit(tokenizer, monkeypatch, ki
     np.testing.assert_allclose(g.token_logprobs, w.token_logprobs, rtol=0, atol=1e-4)
   want, got = reference.sentence_vectors(SENTENCES), lm.sentence_vectors(SENTENCES)
   np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("tables", [True, False], ids=["projection_tables", "matmul"])
+def test_onnxruntime_encoder_is_exactly_self_unknown(tokenizer, monkeypatch, tables):
+  """The encoder graph onnx_backend writes (its scoring and pooling graphs share it) never lets
+  token i reach output i, in any row of a padded batch, with or without the projection tables;
+  its graphs are not TF functions, so test_inference's check of the compiled TF functions does
+  not cover them. A one-token input alone gets TF's zero context, whatever the token."""
+  if not tables:
+    monkeypatch.setattr(onnx_backend, "MAX_PROJECTION_TABLE_BYTES", 0)
+  tf.keras.utils.set_random_seed(3)
+  config = tiny_config(vocab_size=tokenizer.vocab_size, **SHARP_ATTENTION)
+  lm = inference.NeuralLM(modeling.build_model(config, "tta"), tokenizer, backend="onnxruntime")
+  spec = tf.TensorSpec([None, None], tf.int32)
+  encode = lm.compiled(lm.graph.encode, [spec, spec])
+  tokens = np.arange(len(tokenization.SPECIAL_TOKENS), tokenizer.vocab_size)
+  ids, mask = padded_batch([9, 6, 1, 3], tokens, np.random.default_rng(3))
+  assert_self_unknown(
+    lambda x, m: {"sequence_output": np.asarray(encode(x, m)[0])}, ids, mask, tokens
+  )
+  one = np.ones((1, 1), np.int32)
+  alone = [np.asarray(encode(one * token, one)[0]) for token in tokens[:2]]
+  np.testing.assert_array_equal(alone[0], alone[1])
+  want = lm.graph.encode(one * tokens[0], one)[0].numpy()
+  np.testing.assert_allclose(alone[0], want, rtol=0, atol=1e-5)
