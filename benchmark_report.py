@@ -18,8 +18,8 @@ Each file is written atomically (`write_outputs`).
 import json
 import os
 
+import backends
 import flops
-import inference
 import io_utils
 import kinds
 
@@ -109,7 +109,7 @@ def peer_ratios(records, peer_records):
 def _float32(records):
   """The records of float32 backends: the peak and the weight bytes are float32 figures, so a
   bfloat16 backend gets no floors (its own would need its own peak and half the bytes)."""
-  return [r for r in records if inference.backend_dtype(r.get("backend", "tf")) == "float32"]
+  return [r for r in records if backends.backend_dtype(r.get("backend", "tf")) == "float32"]
 
 
 def add_flop_floors(headlines, records, throughput, peaks, bandwidth=None):

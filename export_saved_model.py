@@ -41,7 +41,7 @@ what it must hold:
              "truncated":      bool [B]        the sentence was cut to fit}
 
 The numbers are those of `inference.NeuralLM.score` / `.sentence_vectors`:
-the signatures call the NeuralLM's own `inference.ScoringGraph` (its weight
+the signatures call the NeuralLM's own `scoring_graph.ScoringGraph` (its weight
 snapshots saved with it), and tests/test_export.py checks the outputs. tta
 one pass, log p(x_t | x_\\t); unilm the chain rule, output t-1 predicting
 token t; bilm/bert the pseudo-log-likelihood from one masked copy per scored
@@ -128,7 +128,7 @@ class ExportModule(tf.Module):
   `texts`, or `normalized_texts` for a model trained on normalized text
   (`input_name`; see the module docstring).
 
-  The computations are those of the NeuralLM's `inference.ScoringGraph`
+  The computations are those of the NeuralLM's `scoring_graph.ScoringGraph`
   (encoder, pooling, target log-probabilities, masked-copy scoring), held
   by this module with its weight snapshots; the conventions (boundary ids,
   max_seq_length, which tokens are scored, the [MASK] id) are read from the
@@ -185,7 +185,7 @@ class ExportModule(tf.Module):
 
   def _inputs(self, texts):
     """texts [B] -> input_ids, input_mask int32 [B, T], lengths int32 [B],
-    truncated bool [B] (`inference.ScoringGraph.frame`). A model trained on
+    truncated bool [B] (`scoring_graph.ScoringGraph.frame`). A model trained on
     normalized text first checks that texts are normalized."""
     if self._normalization != "none":
       texts = self._assert_normalized(texts)
@@ -216,7 +216,7 @@ class ExportModule(tf.Module):
     return starts, tf.maximum(limits, starts)
 
   def _masked_copies(self, input_ids, input_mask, starts, limits, with_head):
-    """`inference.ScoringGraph.masked_copies` with this export's [MASK] id and token budget."""
+    """`scoring_graph.ScoringGraph.masked_copies` with this export's [MASK] id and token budget."""
     return self.graph.masked_copies(
       input_ids, input_mask, starts, limits, self._mask_id, self._token_budget, with_head
     )

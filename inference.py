@@ -36,39 +36,27 @@ sentence says so in its result (`normalization_fallback`, `unknown_chars`),
 summed in `stats["normalization_fallbacks"]` and `stats["unknown_chars"]`.
 """
 
-import contextlib
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import math
 import os
-import time
 
 from absl import flags
 from absl import logging
 import numpy as np
 import tensorflow as tf
 
+import backends
 import hf_checkpoint
 import kinds
 import model_dir as model_dir_lib
-import modeling
 import normalization as normalization_lib
 import onnx_backend
+import scoring_graph
+import stage_clock
 
 POOLINGS = ("context", "embed", "first", "last")
-BACKENDS = ("tf", "openvino", "openvino_bf16", "onnxruntime")
-# The Python packages each non-TF backend runs on.
-_BACKEND_PACKAGES = {
-  "openvino": ("openvino",),
-  "openvino_bf16": ("openvino",),
-  "onnxruntime": onnx_backend.PACKAGES,
-}
-# OpenVINO's inference precision per backend. float32 reproduces TF within float rounding;
-# bfloat16 (AMX / AVX512-BF16 CPUs only) halves the weight bytes and runs the matmuls on AMX,
-# within a documented tolerance (README, "Runtime"; tests/test_backends.py).
-_OPENVINO_PRECISION = {"openvino": "f32", "openvino_bf16": "bf16"}
 # Tokens (rows x length) per forward pass. Measured on 600 LibriSpeech hypotheses (paper-size
 # T-TA, 2-core Sapphire Rapids, README "Runtime"): at 16384 the head's [tokens, V] logits
 # (1.9 GB) stream through memory several times and T-TA scored at 46% of the matmul peak; at
@@ -139,388 +127,6 @@ class Encoded:
 
 def _pad_to(length, multiple):
   return int(math.ceil(length / multiple) * multiple)
-
-
-def _word_mean(values, lengths):
-  """Mean over the word pieces (positions 1 .. n-2, boundaries excluded).
-
-  Args:
-    values: float32 [B, T, D].
-    lengths: int32 [B], tokens per row, boundaries included.
-
-  Returns:
-    float32 [B, D]; zeros for a row without word pieces.
-  """
-  positions = tf.range(tf.shape(values)[1])[tf.newaxis]  # [1, T]
-  words = tf.logical_and(positions >= 1, positions < (lengths - 1)[:, None])
-  words = tf.cast(words, values.dtype)[:, :, tf.newaxis]  # [B, T, 1]
-  # max(., 1): a row without pieces sums nothing and stays all zero.
-  count = tf.maximum(tf.reduce_sum(words, axis=1), 1.0)  # [B, 1]
-  return tf.reduce_sum(values * words, axis=1) / count
-
-
-class StageClock(object):
-  """Where a NeuralLM's calls spend their time, stage by stage (run_benchmark's breakdown).
-
-  `lap(stage)` adds the time since the previous lap (or `start`) to `stage`, so the stages of a
-  call add up to the call; a lap costs ~0.1 us.
-  """
-
-  STAGES = ("normalization", "tokenization", "batching", "graph", "conversion")
-
-  def __init__(self):
-    self.seconds = dict.fromkeys(self.STAGES, 0.0)
-    self._mark = time.perf_counter()
-
-  def start(self):
-    self._mark = time.perf_counter()
-
-  def lap(self, stage):
-    now = time.perf_counter()
-    self.seconds[stage] += now - self._mark
-    self._mark = now
-
-  def take(self):
-    """The seconds per stage since the last take(), and a reset."""
-    seconds, self.seconds = self.seconds, dict.fromkeys(self.STAGES, 0.0)
-    return seconds
-
-
-def _scope(strategy):
-  """The strategy's scope (variables made in it are mirrored), or a no-op for one device."""
-  return strategy.scope() if strategy else contextlib.nullcontext()
-
-
-class _ReplicaRunner(object):
-  """Runs a row-wise graph method with a batch's rows split over a strategy's replicas.
-
-  Every `ScoringGraph` method the NeuralLM calls is row-wise (row r of each output depends on
-  row r of the inputs only), so splitting the rows into one contiguous part per replica and
-  concatenating the per-replica results in replica order gives the one-device answer, in order.
-  A part may be empty (fewer rows than replicas).
-  """
-
-  def __init__(self, strategy, method):
-    self.strategy = strategy
-    # reduce_retracing: shapes differ per call and per replica; one trace per rank suffices.
-    self._step = tf.function(
-      lambda *args: strategy.run(method, args=args), autograph=False, reduce_retracing=True
-    )
-
-  def __call__(self, *arrays):
-    """numpy arrays [R, ...] (same R) -> the method's outputs over all R rows (eager tensors,
-    as the one-device tf.function returns)."""
-    replicas = self.strategy.num_replicas_in_sync
-    parts = [np.array_split(np.asarray(a), replicas) for a in arrays]
-    values = self.strategy.experimental_distribute_values_from_function(
-      lambda context: tuple(p[context.replica_id_in_sync_group] for p in parts)
-    )
-    outputs = self._step(*values)
-    return tf.nest.map_structure(
-      lambda v: tf.constant(
-        np.concatenate([t.numpy() for t in self.strategy.experimental_local_results(v)])
-      ),
-      outputs,
-    )
-
-
-class _OpenVINOFunction(object):
-  """A ScoringGraph method compiled by OpenVINO for the CPU, called like its tf.function.
-
-  The method is traced once with its input signature (shapes left unknown) and converted by
-  OpenVINO's TensorFlow front end; OpenVINO then runs it with its own CPU kernels, which fuse
-  the many small ops of a batch-1 call that TensorFlow dispatches one by one. Precision is
-  pinned ("f32" or "bf16"): left unset, OpenVINO picks bfloat16 on CPUs with AMX or AVX512-BF16.
-  Outputs come back as NumPy arrays in the method's structure (dict, tuple or one array).
-  Conversion (~1-2 s at paper size) happens at the first call, so a NeuralLM converts only the
-  functions its kind uses.
-  """
-
-  def __init__(self, method, signature, precision="f32"):
-    self._method = method
-    self._signature = signature
-    self._precision = precision
-    self._request = None
-
-  def _build(self):
-    import openvino  # pylint: disable=g-import-not-at-top
-
-    method = self._method
-    structure = []
-
-    def tagged(*args):
-      outputs = method(*args)
-      structure.append(tf.nest.map_structure(lambda _: None, outputs))
-      # Named Identity ops: OpenVINO keeps tensor names, not the order of the outputs.
-      return [
-        tf.identity(t, name=f"{_OPENVINO_OUTPUT}{i}")
-        for i, t in enumerate(tf.nest.flatten(outputs))
-      ]
-
-    concrete = tf.function(
-      tagged, input_signature=self._signature, autograph=False
-    ).get_concrete_function()
-    self._structure = structure[0]
-    model = openvino.convert_model(concrete)
-    config = {"INFERENCE_PRECISION_HINT": self._precision, "PERFORMANCE_HINT": "LATENCY"}
-    threads = tf.config.threading.get_intra_op_parallelism_threads()
-    if threads:  # the process's TensorFlow thread setting holds for OpenVINO too
-      config["INFERENCE_NUM_THREADS"] = threads
-    compiled = openvino.Core().compile_model(model, "CPU", config)
-    self._request = compiled.create_infer_request()
-    order = {}
-    for port, output in enumerate(compiled.outputs):
-      for name in output.get_names():
-        if name.startswith(_OPENVINO_OUTPUT):
-          order[int(name[len(_OPENVINO_OUTPUT) :].split(":")[0])] = port
-    self._ports = [order[i] for i in range(len(order))]
-
-  def __call__(self, *arrays):
-    """NumPy (or tensor) inputs of the signature -> NumPy outputs in the method's structure."""
-    if self._request is None:
-      self._build()
-    results = self._request.infer([np.asarray(a) for a in arrays])
-    flat = [results[port] for port in self._ports]
-    return tf.nest.pack_sequence_as(self._structure, flat)
-
-
-_OPENVINO_OUTPUT = "tta_output_"
-
-
-class ScoringGraph(tf.Module):
-  """The model's inference computations, as tf-traceable methods.
-
-  The one definition of encoding, pooling and target log-probabilities:
-  `NeuralLM` compiles these methods into its graph functions and the
-  SavedModel (export_saved_model.py) traces them into its signatures, so the
-  Python path and the served model compute the same numbers by construction.
-
-  Weight snapshots are taken once, when the graph is built, so a NeuralLM
-  (and its export) scores with the weights it was built with. Being a
-  tf.Module, whatever module holds this one saves the snapshots with it.
-
-  Dimensions: B = rows, T = tokens per row, R = masked copies, N = scored
-  positions, D = hidden size, V = vocab size.
-  """
-
-  def __init__(self, model):
-    """Takes the weight snapshots of `model` (`modeling.TransformerLM`)."""
-    super().__init__(name="scoring_graph")
-    self.model = model
-    self.output_kernel = None
-    if isinstance(model.lm_head, modeling.LMHead):
-      # A transposed snapshot of the tied table: the output projection then
-      # reads it in place (4-6x faster than einsum on the 2-core CPU).
-      self.output_kernel = tf.Variable(
-        tf.transpose(model.embeddings.word_embeddings), trainable=False
-      )
-    self.fused_key_value = None
-    if model.kind.input_isolation:
-      # Input isolation: all layers' keys/values come from the embedding
-      # output, so one matmul against a snapshot of the side-by-side kernels
-      # replaces 2L small ones.
-      kernel, bias = model.fused_key_value_weights()
-      self.fused_key_value = (
-        tf.Variable(kernel, trainable=False),
-        tf.Variable(bias, trainable=False),
-      )
-
-  def encode(self, input_ids, input_mask):
-    """int32 [B, T] each -> (sequence_output, embedding_output) [B, T, D]."""
-    return self.model.encode(
-      {"input_ids": input_ids, "input_mask": input_mask},
-      training=False,
-      fused_key_value=self.fused_key_value,
-    )
-
-  def target_log_probs(self, hidden, targets):
-    """hidden [N, D], targets int32 [N] -> log p(targets) float32 [N]."""
-    head_kwargs = {}
-    if self.output_kernel is not None:
-      head_kwargs["output_kernel"] = self.output_kernel
-    logits = self.model.lm_head(
-      hidden, self.model.embeddings.word_embeddings, **head_kwargs
-    )  # [N, V]
-    # The V-wide logits are needed for the normaliser anyway; the gather
-    # avoids a [N, V] log_softmax copy.
-    picked = tf.gather(logits, targets, batch_dims=1)
-    return picked - tf.reduce_logsumexp(logits, axis=-1)
-
-  def token_log_probs(self, input_ids, input_mask, score_mask):
-    """One pass (tta, unilm): log p of each scored token of the input.
-
-    tta reads token t's distribution at output t (x_t is hidden from it);
-    unilm at output t-1 (it has seen x_<t only), so unilm must not score
-    position 0. The LM head runs on the scored positions only.
-
-    Args:
-      input_ids, input_mask: int32 [B, T].
-      score_mask: int32 [B, T], 1 at the positions to score.
-
-    Returns:
-      float32 [B, T]: log p(input_ids) where score_mask is 1, 0 elsewhere.
-    """
-    hidden, _ = self.encode(input_ids, input_mask)  # [B, T, D]
-    where = tf.where(score_mask > 0)  # [N, 2] (row, position)
-    # Output t predicts the token at t + offset, so token t is read at t - offset.
-    read_at = where - tf.constant([[0, self.model.kind.prediction_offset]], tf.int64)
-    picked = self.target_log_probs(tf.gather_nd(hidden, read_at), tf.gather_nd(input_ids, where))
-    return tf.scatter_nd(where, picked, tf.shape(input_ids, tf.int64))
-
-  def masked_hidden(self, copies, copy_mask, positions):
-    """Masked copies (bilm, bert) -> last layer at the masked position.
-
-    Args:
-      copies, copy_mask: int32 [R, T]; row r has token positions[r] replaced
-        by [MASK].
-      positions: int32 [R].
-
-    Returns:
-      float32 [R, D].
-    """
-    hidden, _ = self.encode(copies, copy_mask)
-    return tf.gather(hidden, positions, batch_dims=1)
-
-  def masked_copy_scores(self, copies, copy_mask, positions, targets):
-    """Masked copies -> (log p(targets) [R], hidden at the mask [R, D]).
-
-    targets: int32 [R], the token each copy's [MASK] replaced.
-    """
-    at_mask = self.masked_hidden(copies, copy_mask, positions)
-    return self.target_log_probs(at_mask, targets), at_mask
-
-  def sentence_vectors(self, input_ids, input_mask):
-    """Every pooling of one pass over intact input, float32 [B, D] each.
-
-    Returns:
-      dict: "context" / "embed", the mean of the last layer / embedding
-      output over the word pieces (zeros for a row without any); "first" /
-      "last", the last layer at the start / end token.
-    """
-    sequence, embedding = self.encode(input_ids, input_mask)
-    lengths = tf.reduce_sum(input_mask, axis=1)  # [B]
-    return {
-      "context": _word_mean(sequence, lengths),
-      "embed": _word_mean(embedding, lengths),
-      "first": sequence[:, 0],
-      "last": tf.gather(sequence, lengths - 1, batch_dims=1),
-    }
-
-  # ------------------------------------------------ the SavedModel's input side
-  # In-graph twins of what NeuralLM does in NumPy before and around its graph calls (the
-  # tokenizer runs in the graph there); tests/test_export.py checks both give the same numbers.
-
-  def frame(self, pieces, max_seq_length, bos_id, eos_id, pad_id):
-    """Word-piece ids -> padded `[BOS] pieces [EOS]` rows, as `NeuralLM.tokenize`: the first
-    max_seq_length - 2 pieces are kept.
-
-    Args:
-      pieces: int RaggedTensor [B, (P)].
-      max_seq_length, bos_id, eos_id, pad_id: Python ints (constants of the graph).
-
-    Returns:
-      input_ids, input_mask int32 [B, T]; lengths int32 [B]; truncated bool [B].
-    """
-    keep = max_seq_length - 2
-    truncated = pieces.row_lengths() > keep
-    pieces = pieces[:, :keep]
-    column = tf.ones_like(truncated, tf.int32)[:, tf.newaxis]  # [B, 1]
-    ids = tf.concat([column * bos_id, pieces, column * eos_id], axis=1)  # [B, (P + 2)]
-    lengths = tf.cast(ids.row_lengths(), tf.int32)
-    input_ids = ids.to_tensor(default_value=pad_id)  # [B, T]
-    # An empty batch comes out [0, 0]; every sentence has at least its two
-    # boundary tokens, so make T >= 2 and later slices valid for B = 0.
-    input_ids = tf.pad(
-      input_ids,
-      [[0, 0], [0, tf.maximum(2 - tf.shape(input_ids)[1], 0)]],
-      constant_values=pad_id,
-    )
-    input_mask = tf.sequence_mask(lengths, tf.shape(input_ids)[1], tf.int32)
-    return input_ids, input_mask, lengths, truncated
-
-  def masked_copies(self, input_ids, input_mask, starts, limits, mask_id, token_budget, with_head):
-    """One copy per (sentence b, position p in [starts[b], limits[b])) with token p replaced
-    by [MASK], run in chunks within the token budget (`NeuralLM._masked_copies` in the graph).
-
-    Args:
-      input_ids, input_mask: int32 [B, T].
-      starts, limits: int32 [B].
-      mask_id, token_budget: Python ints.
-      with_head: Python bool; also return log p of the masked tokens.
-
-    Returns:
-      rows int32 [R] (the sentence of each copy), positions int32 [R], hidden at the mask
-      float32 [R, D], log p of the original token there float32 [R] (None unless with_head).
-    """
-    positions = tf.ragged.range(starts, limits)  # [B, (R_b)]
-    rows = tf.cast(positions.value_rowids(), tf.int32)  # [R]
-    positions = positions.flat_values  # [R]
-    copies = tf.gather(input_ids, rows)  # [R, T]
-    targets = tf.gather(copies, positions, batch_dims=1)  # [R]
-    is_masked = tf.one_hot(
-      positions, tf.shape(input_ids)[1], on_value=True, off_value=False, dtype=tf.bool
-    )
-    copies = tf.where(is_masked, mask_id, copies)
-    hidden, logp = self._run_copies(
-      copies, tf.gather(input_mask, rows), positions, targets, token_budget, with_head
-    )
-    return rows, positions, hidden, logp
-
-  def _run_copies(self, copies, copy_mask, positions, targets, token_budget, with_head):
-    num_copies = tf.shape(copies)[0]
-    # Rows per forward pass: a sentence of 128 tokens has up to 127 copies,
-    # and a batch of sentences many more; the budget bounds the memory.
-    # (max(width, 1): an empty batch has width 0.)
-    chunk = tf.maximum(token_budget // tf.maximum(tf.shape(copies)[1], 1), 1)
-    dim = self.model.config.hidden_size
-
-    def body(begin, hidden_acc, logp_acc):
-      end = tf.minimum(begin + chunk, num_copies)
-      part = (copies[begin:end], copy_mask[begin:end], positions[begin:end])
-      if with_head:
-        logp, at_mask = self.masked_copy_scores(*part, targets[begin:end])
-        logp_acc = tf.concat([logp_acc, logp], 0)
-      else:
-        at_mask = self.masked_hidden(*part)
-      return end, tf.concat([hidden_acc, at_mask], 0), logp_acc
-
-    # A while_loop (not a Python loop) because R is only known at run time;
-    # concatenating the chunks' results costs little next to the model.
-    _, hidden, logp = tf.while_loop(
-      lambda begin, *_: begin < num_copies,
-      body,
-      (tf.constant(0), tf.zeros([0, dim]), tf.zeros([0])),
-      shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, dim]), tf.TensorShape([None])),
-    )
-    return hidden, (logp if with_head else None)
-
-
-def backend_dtype(backend):
-  """The element type a backend's matmuls run in: "float32" or "bfloat16"."""
-  return "bfloat16" if _OPENVINO_PRECISION.get(backend) == "bf16" else "float32"
-
-
-def openvino_cpu_has_bf16():
-  """Whether OpenVINO's CPU plugin can run bfloat16 here (AMX or AVX512-BF16)."""
-  import openvino  # pylint: disable=g-import-not-at-top
-
-  return "BF16" in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-
-
-def _check_backend(backend):
-  """Raises if `backend` cannot run here, naming what is missing."""
-  missing = [p for p in _BACKEND_PACKAGES[backend] if importlib.util.find_spec(p) is None]
-  if missing:
-    raise ImportError(
-      f"backend {backend!r} needs the {' and '.join(missing)} package"
-      f"{'s' if len(missing) > 1 else ''} (pip install -r requirements.txt)"
-    )
-  if _OPENVINO_PRECISION.get(backend) == "bf16" and not openvino_cpu_has_bf16():
-    # OpenVINO would quietly run float32 instead: a user asking for bf16 speed must know.
-    raise ValueError(
-      f"backend {backend!r} needs a CPU with bfloat16 support (AMX or AVX512-BF16); this "
-      "one has none: use backend 'openvino'"
-    )
 
 
 def budget_batches(lengths, token_budget, pad_multiple, rows_per_sentence=lambda n: 1):
@@ -607,7 +213,7 @@ class NeuralLM(object):
         (`from_model_dir(..., strategy=...)` does). None: one device.
       backend: what runs the graph functions. "tf" (the reference): TensorFlow.
         "openvino": the same `ScoringGraph` functions converted by OpenVINO and
-        run by its CPU plugin in float32 (`_OpenVINOFunction`); the same numbers
+        run by its CPU plugin in float32 (`backends.OpenVINOFunction`); the same numbers
         within float rounding (tests/test_backends.py), 2-3x faster per sentence
         on CPU (README, "Runtime"). "openvino_bf16": the same in bfloat16, on
         CPUs with AMX or AVX512-BF16 only; another 1.5-2.6x faster, scores
@@ -636,13 +242,13 @@ class NeuralLM(object):
     self.pad_multiple = pad_multiple
     self.jit_compile = jit_compile
     self.strategy = strategy
-    if backend not in BACKENDS:
-      raise ValueError(f"backend {backend!r} is not one of {BACKENDS}")
+    if backend not in backends.BACKENDS:
+      raise ValueError(f"backend {backend!r} is not one of {backends.BACKENDS}")
     if backend != "tf" and (strategy or jit_compile):
       raise ValueError(f"backend {backend!r} runs on the CPU: no strategy, no jit_compile")
-    if backend in _BACKEND_PACKAGES:
+    if backend != "tf":
       # Here rather than at the first call, which may come after hours of other work.
-      _check_backend(backend)
+      backends.check_backend(backend)
     self.backend = backend
     self._onnx = None
     if backend == "onnxruntime":
@@ -653,18 +259,18 @@ class NeuralLM(object):
     self.mask_id = tokenizer.mask_id
     self.stats = _new_stats()
     # Normalization, tokenization, batching, graph and conversion time of the calls so far.
-    self.clock = StageClock()
+    self.clock = stage_clock.StageClock()
     self.normalization = normalization or config.normalization
     self._normalize = normalization_lib.normalizer(self.normalization)
-    with _scope(strategy):
-      self.graph = ScoringGraph(model)
+    with backends.scope(strategy):
+      self.graph = scoring_graph.ScoringGraph(model)
     self._compile()
 
   @classmethod
   def from_model_dir(cls, model_dir, **kwargs):
     """Loads a model dir (config.json, vocab.txt, the latest checkpoint), or a release dir
     given as "bert:DIR" or "hf:DIR" (`load_model`)."""
-    with _scope(kwargs.get("strategy")):
+    with backends.scope(kwargs.get("strategy")):
       model, tokenizer = load_model(model_dir)
     return cls(model, tokenizer, **kwargs)
 
@@ -690,9 +296,10 @@ class NeuralLM(object):
     strategy's replicas, by OpenVINO, its ONNX Runtime twin, or as a tf.function (XLA with
     jit_compile)."""
     if self.strategy:
-      return _ReplicaRunner(self.strategy, method)
-    if self.backend in _OPENVINO_PRECISION:
-      return _OpenVINOFunction(method, signature, _OPENVINO_PRECISION[self.backend])
+      return backends.ReplicaRunner(self.strategy, method)
+    if self.backend in backends.OPENVINO_PRECISION:
+      precision = backends.OPENVINO_PRECISION[self.backend]
+      return backends.OpenVINOFunction(method, signature, precision)
     if self._onnx:
       # The same method written as an ONNX graph (onnx_backend), not a conversion of this one.
       return self._onnx.function(method.__name__)
@@ -999,7 +606,7 @@ def define_throughput_flags():
   flags.DEFINE_enum(
     "backend",
     "tf",
-    BACKENDS,
+    backends.BACKENDS,
     "Neural LMs: what runs the model. tf: TensorFlow (the reference); openvino: OpenVINO's CPU "
     "kernels in float32, the same numbers within float rounding and 2-3x faster per sentence; "
     "openvino_bf16: the same in bfloat16 on AMX/AVX512-BF16 CPUs, faster again, scores within "
@@ -1083,7 +690,7 @@ def describe(lm):
     # caches stay what they were; a BERT scored with [SOS]/[EOS] before gets a new key.
     **_boundary_identity(lm.tokenizer.boundary_tokens),
     # Only when not float32, so the keys of float32 caches stay what they were.
-    **({"precision": "bfloat16"} if backend_dtype(lm.backend) == "bfloat16" else {}),
+    **({"precision": "bfloat16"} if backends.backend_dtype(lm.backend) == "bfloat16" else {}),
     # OpenVINO runs the TF functions converted; onnx_backend's graphs are a second
     # implementation, whose scores are cached apart.
     **({"backend": lm.backend} if lm.backend == "onnxruntime" else {}),

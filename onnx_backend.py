@@ -1,6 +1,6 @@
 """The ONNX Runtime backend of inference.py (`NeuralLM(backend="onnxruntime")`).
 
-`OnnxFunctions` gives `inference.ScoringGraph`'s methods (encode, token_log_probs,
+`OnnxFunctions` gives `scoring_graph.ScoringGraph`'s methods (encode, token_log_probs,
 masked_copy_scores, sentence_vectors) with the same inputs and outputs, as ONNX graphs run by
 ONNX Runtime's CPU kernels. The graphs are written here from the model's weights, not converted
 from the TF functions: ONNX Runtime is fast on transformers through its fused com.microsoft ops

@@ -21,7 +21,7 @@ the call:
 The bert peers stand beside T-TA (`versus="tta"`), the others beside the biLM. minicons masks
 and scores the word pieces only; our PLL also scores [EOS] (one copy more).
 
-Every peer has a `clock` (`inference.StageClock`, as a NeuralLM) so the benchmark times it in
+Every peer has a `clock` (`stage_clock.StageClock`, as a NeuralLM) so the benchmark times it in
 the same turns as our models and breaks its calls down the same way; minicons' call is one
 library call, so all of it is "graph".
 
@@ -38,6 +38,7 @@ import numpy as np
 
 import inference
 import kinds
+import stage_clock
 import tokenization
 
 PEERS = ("bert@torch", "bert@onnxruntime", "copies@torch", "minicons@torch")
@@ -142,7 +143,7 @@ class _Peer(object):
     self.versus = VERSUS[name.split("@")[0]]
     self.tasks = tasks
     self.host = host
-    self.clock = inference.StageClock()
+    self.clock = stage_clock.StageClock()
 
   def num_tokens(self, sentence):
     return len(self.host.encode(sentence).ids)

@@ -10,7 +10,7 @@ Per-sentence latency (batch 1) is timed for the two tasks of the paper:
           masked position.
 Only the call through the public inference API is timed (tokenization
 included, as a user sees it). Each call is broken down by the NeuralLM's own
-stage clock (`inference.StageClock`): normalization, tokenization, batching
+stage clock (`stage_clock.StageClock`): normalization, tokenization, batching
 and padding, graph execution, and conversion of the results; inside the
 graph, the encoder alone is timed on the same input (tta/unilm), the rest
 being the LM head (rerank) or the pooling (sts).
@@ -325,13 +325,13 @@ def time_cell(timed, runs, warmup, rounds=1):
 
   Args:
     timed: dict name -> (call, clock): the zero-argument call of the sentence and the
-      `inference.StageClock` it laps (a NeuralLM's or a peer's).
+      `stage_clock.StageClock` it laps (a NeuralLM's or a peer's).
     runs, warmup: ints.
     rounds: turns per model; each makes one untimed call, then its share of the runs.
 
   Returns:
     dict name -> (list of total seconds, {stage: list of seconds}) with the stages of
-    `inference.StageClock`.
+    `stage_clock.StageClock`.
   """
   for call, _ in timed.values():
     for _ in range(warmup):

@@ -117,14 +117,14 @@ def startup_seconds(model_path, work, extra):
 
 def chosen_setups():
   """--setups (checked), or every setup this CPU can run."""
-  import inference  # pylint: disable=g-import-not-at-top
+  import backends  # pylint: disable=g-import-not-at-top
 
   if FLAGS.setups:
     unknown = sorted(set(FLAGS.setups) - set(SETUPS))
     if unknown:
       raise app.UsageError(f"--setups: {unknown} not among {list(SETUPS)}")
     return {name: SETUPS[name] for name in FLAGS.setups}
-  names = [n for n in SETUPS if n != "openvino_bf16" or inference.openvino_cpu_has_bf16()]
+  names = [n for n in SETUPS if n != "openvino_bf16" or backends.openvino_cpu_has_bf16()]
   return {name: SETUPS[name] for name in names}
 
 

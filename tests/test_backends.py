@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import backends
 import inference
 import modeling
 import onnx_backend
@@ -80,7 +81,7 @@ def test_one_sentence_calls_equal_batched_ones(lms):
 
 
 def bf16_or_skip():
-  if not inference.openvino_cpu_has_bf16():
+  if not backends.openvino_cpu_has_bf16():
     pytest.skip("this CPU has no bfloat16 support (AMX or AVX512-BF16)")
 
 
@@ -104,23 +105,23 @@ def test_bf16_backend_is_within_its_tolerance(tokenizer, kind):
 
 def test_bf16_backend_needs_a_bf16_cpu(tokenizer, monkeypatch):
   reference = reference_lm("tta", tokenizer)
-  monkeypatch.setattr(inference, "openvino_cpu_has_bf16", lambda: False)
+  monkeypatch.setattr(backends, "openvino_cpu_has_bf16", lambda: False)
   with pytest.raises(ValueError, match="needs a CPU with bfloat16 support"):
     inference.NeuralLM(reference.model, tokenizer, backend="openvino_bf16")
 
 
 def test_unknown_backend_and_impossible_combinations_are_errors(tokenizer, monkeypatch):
   reference = reference_lm("tta", tokenizer)
-  real_find_spec = inference.importlib.util.find_spec
+  real_find_spec = backends.importlib.util.find_spec
   monkeypatch.setattr(
-    inference.importlib.util,
+    backends.importlib.util,
     "find_spec",
     lambda name: None if name == "openvino" else real_find_spec(name),
   )
   with pytest.raises(ImportError, match="needs the openvino package"):
     inference.NeuralLM(reference.model, tokenizer, backend="openvino")
   monkeypatch.setattr(
-    inference.importlib.util,
+    backends.importlib.util,
     "find_spec",
     lambda name: None if name == "onnxruntime" else real_find_spec(name),
   )

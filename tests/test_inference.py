@@ -18,9 +18,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import backends
 import inference
 import model_dir
 import modeling
+import stage_clock
 import tokenization
 
 SENTENCES = [
@@ -266,7 +268,7 @@ def test_tta_graph_functions_are_exactly_self_unknown(tokenizer, path):
   """token_log_probs and sentence_vectors, compiled as the NeuralLM compiles them (the whole
   graph, on every backend), never let token i reach output i, in any row of a padded batch."""
   kwargs, policy = GRAPH_PATHS[path]
-  if kwargs.get("backend") == "openvino_bf16" and not inference.openvino_cpu_has_bf16():
+  if kwargs.get("backend") == "openvino_bf16" and not backends.openvino_cpu_has_bf16():
     pytest.skip("this CPU has no bfloat16 support (AMX or AVX512-BF16)")
   with keras_policy(policy):
     lm = lm_for("tta", tokenizer, SHARP_ATTENTION, **kwargs)
@@ -422,7 +424,7 @@ def test_stage_clock_accounts_for_each_call(tokenizer, model_type, monkeypatch):
   # the call (laps cover it end to end), whatever the kind. The clock is a fake that moves only
   # when a stand-in for a stage's work runs, so the sums are exact on any machine and load.
   now = [0.0]
-  monkeypatch.setattr(inference, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+  monkeypatch.setattr(stage_clock, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
   lm = lm_for(model_type, tokenizer)
   costs = {"normalization": 1.0, "tokenization": 10.0, "graph": 100.0}
   calls = dict.fromkeys(costs, 0)
@@ -448,5 +450,5 @@ def test_stage_clock_accounts_for_each_call(tokenizer, model_type, monkeypatch):
     call()
     stages = lm.clock.take()
     assert calls["graph"] > 0 and calls["normalization"] == len(SENTENCES)
-    want = {s: costs.get(s, 0.0) * calls.get(s, 0) for s in inference.StageClock.STAGES}
+    want = {s: costs.get(s, 0.0) * calls.get(s, 0) for s in stage_clock.StageClock.STAGES}
     assert stages == want and sum(stages.values()) == now[0] - start
