@@ -1,7 +1,16 @@
-"""What runs a NeuralLM's graph functions: TensorFlow (the reference, optionally over a
-tf.distribute strategy's replicas), OpenVINO (the same functions converted, float32 or bfloat16)
-or ONNX Runtime (onnx_backend.py's graphs of the same functions). `inference.NeuralLM.compiled`
-picks one; each backend's numbers are held to TF's by tests/test_backends.py.
+"""What runs a NeuralLM's graph functions (`inference.NeuralLM.compiled` picks one):
+
+  tf             TensorFlow, the reference; XLA with jit_compile; over a tf.distribute strategy's
+                 replicas (each batch's rows split between them).
+  openvino       the same `ScoringGraph` functions converted by OpenVINO and run by its CPU
+                 plugin in float32: TF's numbers within float rounding.
+  openvino_bf16  the same in bfloat16, on CPUs with AMX or AVX512-BF16 only (refused elsewhere):
+                 within the tolerance the README gives; its own score-cache identity.
+  onnxruntime    the same functions written as ONNX graphs of ONNX Runtime's fused transformer
+                 kernels (onnx_backend.py), float32, TF's numbers within float rounding; no
+                 TensorFlow op runs in its calls.
+Each backend's numbers are held to TF's by tests/test_backends.py; the speed of each is in the
+README ("Runtime"). The non-TF backends run on the CPU: no strategy, no jit_compile.
 """
 
 import contextlib
@@ -138,8 +147,15 @@ def openvino_cpu_has_bf16():
   return "BF16" in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
 
 
-def check_backend(backend):
-  """Raises if `backend` cannot run here, naming what is missing."""
+def check_backend(backend, strategy=None, jit_compile=False):
+  """Raises if `backend` is unknown, cannot take the strategy or XLA, or cannot run here (naming
+  what is missing)."""
+  if backend not in BACKENDS:
+    raise ValueError(f"backend {backend!r} is not one of {BACKENDS}")
+  if backend == "tf":
+    return
+  if strategy or jit_compile:
+    raise ValueError(f"backend {backend!r} runs on the CPU: no strategy, no jit_compile")
   missing = [p for p in _BACKEND_PACKAGES[backend] if importlib.util.find_spec(p) is None]
   if missing:
     raise ImportError(

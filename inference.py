@@ -201,9 +201,7 @@ class NeuralLM(object):
         the config's "normalization" (that of the training text), else none.
       pad_multiple: batches of rows of different lengths are padded to a
         multiple of this many tokens, which bounds the number of distinct
-        shapes oneDNN prepares kernels for; rows of one length (one sentence,
-        or the masked copies of one) are not padded (at 22 tokens, padding
-        to 24 cost 17% of a T-TA encode).
+        shapes oneDNN prepares kernels for; rows of one length are not padded.
       jit_compile: compile the graphs with XLA. XLA fuses the many small
         element-wise ops, but compiles once per distinct batch shape: worth
         it when shapes repeat (a benchmark, fixed-size serving batches), not
@@ -211,17 +209,9 @@ class NeuralLM(object):
       strategy: a `tf.distribute.Strategy` (mirrored GPUs, TPU) to split every
         batch's rows over its replicas; build the model under its scope
         (`from_model_dir(..., strategy=...)` does). None: one device.
-      backend: what runs the graph functions. "tf" (the reference): TensorFlow.
-        "openvino": the same `ScoringGraph` functions converted by OpenVINO and
-        run by its CPU plugin in float32 (`backends.OpenVINOFunction`); the same numbers
-        within float rounding (tests/test_backends.py), 2-3x faster per sentence
-        on CPU (README, "Runtime"). "openvino_bf16": the same in bfloat16, on
-        CPUs with AMX or AVX512-BF16 only; another 1.5-2.6x faster, scores
-        within the tolerance the README gives. "onnxruntime": the same functions
-        written as ONNX graphs of ONNX Runtime's fused transformer kernels
-        (onnx_backend.py), float32, the same numbers within float rounding; no
-        TensorFlow op runs in its calls. Tokenization and normalization stay as
-        they are. Not with a strategy.
+      backend: what runs the graph functions, one of backends.BACKENDS (each
+        described there); TensorFlow ("tf") is the reference. Tokenization and
+        normalization are the same on every backend.
     """
     self.model = model
     self.model_type = model.model_type
@@ -242,13 +232,8 @@ class NeuralLM(object):
     self.pad_multiple = pad_multiple
     self.jit_compile = jit_compile
     self.strategy = strategy
-    if backend not in backends.BACKENDS:
-      raise ValueError(f"backend {backend!r} is not one of {backends.BACKENDS}")
-    if backend != "tf" and (strategy or jit_compile):
-      raise ValueError(f"backend {backend!r} runs on the CPU: no strategy, no jit_compile")
-    if backend != "tf":
-      # Here rather than at the first call, which may come after hours of other work.
-      backends.check_backend(backend)
+    # Here rather than at the first call, which may come after hours of other work.
+    backends.check_backend(backend, strategy, jit_compile)
     self.backend = backend
     self._onnx = None
     if backend == "onnxruntime":
