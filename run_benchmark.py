@@ -640,16 +640,16 @@ def peer_record(peer, where, totals, stages):
   return record
 
 
-def peer_throughput_records(peers, texts, source, pad_multiple):
+def peer_throughput_records(peers, texts, source, token_budget, pad_multiple):
   """Batched rerank of `texts` by the one-pass peers, batched as ours (same token budget)."""
   records = []
   for name, peer in peers.items():
     if not hasattr(peer, "score_batch"):
       continue
-    peer.score_batch(texts[:16], FLAGS.token_budget, pad_multiple)  # Warms the session up.
+    peer.score_batch(texts[:16], token_budget, pad_multiple)  # Warms the session up.
     load_before = machine.load_average()
     start = time.perf_counter()
-    peer.score_batch(texts, FLAGS.token_budget, pad_multiple)
+    peer.score_batch(texts, token_budget, pad_multiple)
     seconds = time.perf_counter() - start
     records.append(
       {
@@ -750,10 +750,10 @@ def nbest_throughput(lms, peers):
     lists = lists[: FLAGS.max_lists]
   texts = [h.text for l in lists for h in l.hyps]
   source = f"{FLAGS.nbest_set} ({len(lists)} lists, {len(texts)} hypotheses)"
-  pad_multiple = next(iter(lms.values())).pad_multiple
+  ours = next(iter(lms.values()))
   return (
     throughput_records(lms, texts, source),
-    peer_throughput_records(peers, texts, source, pad_multiple),
+    peer_throughput_records(peers, texts, source, ours.token_budget, ours.pad_multiple),
   )
 
 
