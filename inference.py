@@ -57,6 +57,13 @@ import scoring_graph
 import stage_clock
 
 POOLINGS = ("context", "embed", "first", "last")
+# How a sentence's pieces are scored (docs/DESIGN.md §4.1). "piece": each piece given every other
+# piece (PLL). "word_l2r": each piece given the other words and the earlier pieces of its own
+# word (Kauf & Ivanova 2023's PLL-word-l2r), so a word split in pieces is not over-rewarded:
+# T-TA in one pass (the word_l2r attention mask), the biLM/BERT by masked copies hiding the piece
+# and the later pieces of its word; the uniLM sees no later piece anyway (the same as "piece");
+# KenLM scores words.
+SCORINGS = ("piece", "word_l2r")
 # Tokens (rows x length) per forward pass. Measured on 600 LibriSpeech hypotheses (paper-size
 # T-TA, 2-core Sapphire Rapids, README "Runtime"): at 16384 the head's [tokens, V] logits
 # (1.9 GB) stream through memory several times and T-TA scored at 46% of the matmul peak; at
@@ -271,6 +278,8 @@ class NeuralLM(object):
     spec = tf.TensorSpec([None, None], tf.int32)
     rows = tf.TensorSpec([None], tf.int32)
     self._one_pass_scores = self.compiled(self.graph.token_log_probs, [spec, spec, spec])
+    # Compiled at its first use: word-level scoring is opt-in, and not every backend has it.
+    self._word_l2r_scores = None
     self._masked_copy_scores = self.compiled(
       self.graph.masked_copy_scores, [spec, spec, rows, rows]
     )
@@ -351,14 +360,20 @@ class NeuralLM(object):
 
   # ------------------------------------------------------------------ score
 
-  def score(self, sentences):
-    """Scores sentences; returns a list of `ScoredSentence` in input order."""
+  def score(self, sentences, scoring="piece"):
+    """Scores sentences; returns a list of `ScoredSentence` in input order.
+
+    scoring: one of SCORINGS.
+    """
+    if scoring not in SCORINGS:
+      raise ValueError(f"scoring {scoring!r} is not one of {SCORINGS}")
+    word_l2r = scoring == "word_l2r"
     self.clock.start()
     ids, truncated, normalized = self._prepare(sentences)
     if self.kind.masked_copies:
-      logprobs = self._pll(ids)
+      logprobs = self._pll(ids, word_l2r)
     else:
-      logprobs = self._one_pass(ids)
+      logprobs = self._one_pass(ids, word_l2r and self.kind.input_isolation)
     results = []
     for x, lp, cut, norm in zip(ids, logprobs, truncated, normalized):
       positions = self._scored_positions(len(x))
@@ -375,15 +390,30 @@ class NeuralLM(object):
     self.clock.lap("conversion")
     return results
 
-  def _one_pass(self, ids):
-    """tta: log p(x_t | x_\\t); unilm: log p(x_t | x_<t) from the left."""
+  def _word_ids(self, input_ids):
+    """int32 [B, T] word index of each token (pieces of one word share it), from the vocab's
+    continuation pieces ("##ing"); the rule of `modeling.word_ids`, in NumPy."""
+    starts = 1 - self.tokenizer.continuation_ids()[input_ids].astype(np.int32)
+    return np.cumsum(starts, axis=1, dtype=np.int32)
+
+  def _one_pass(self, ids, word_l2r=False):
+    """tta: log p(x_t | x_\\t) (word_l2r: x_t and the later pieces of its word hidden too);
+    unilm: log p(x_t | x_<t) from the left."""
     out = [None] * len(ids)
     for indices, batch in self._batches(ids, lambda n: 1):
       score_mask = np.zeros_like(batch.input_mask)
       for row, n in enumerate(batch.lengths):
         score_mask[row, self._scored_positions(n)] = 1
       self.clock.lap("batching")
-      logprobs = self._one_pass_scores(batch.input_ids, batch.input_mask, score_mask)
+      if word_l2r:
+        if self._word_l2r_scores is None:
+          spec = tf.TensorSpec([None, None], tf.int32)
+          self._word_l2r_scores = self.compiled(self.graph.word_l2r_log_probs, [spec] * 4)
+        logprobs = self._word_l2r_scores(
+          batch.input_ids, batch.input_mask, score_mask, self._word_ids(batch.input_ids)
+        )
+      else:
+        logprobs = self._one_pass_scores(batch.input_ids, batch.input_mask, score_mask)
       self.clock.lap("graph")
       logprobs = np.asarray(logprobs)
       for row, i in enumerate(indices):
@@ -391,12 +421,13 @@ class NeuralLM(object):
       self.clock.lap("conversion")
     return out
 
-  def _masked_copies(self, ids, positions_of):
+  def _masked_copies(self, ids, positions_of, word_l2r=False):
     """Runs one masked copy per (sentence, position) in budgeted batches.
 
     Args:
       ids: list of id lists.
       positions_of: length -> list of positions to mask.
+      word_l2r: each copy also masks the later pieces of its position's word.
 
     Returns:
       per sentence, (log-probs [n] float64, hidden at the masked positions
@@ -412,7 +443,14 @@ class NeuralLM(object):
           targets.append(batch.input_ids[row, p])
           owner.append(i)
       input_ids = batch.input_ids[rows]
-      input_ids[np.arange(len(rows)), positions] = self.mask_id
+      if word_l2r:
+        # Copy r hides its position and every later piece of the same word.
+        words = self._word_ids(input_ids)
+        at = words[np.arange(len(rows)), positions][:, None]  # [R, 1]
+        later = np.arange(input_ids.shape[1])[None] >= np.array(positions)[:, None]
+        input_ids[(words == at) & later] = self.mask_id
+      else:
+        input_ids[np.arange(len(rows)), positions] = self.mask_id
       copy_mask, positions = batch.input_mask[rows], np.array(positions, np.int32)
       self.clock.lap("batching")
       logprobs, hidden = self._masked_copy_scores(
@@ -427,9 +465,10 @@ class NeuralLM(object):
       self.clock.lap("conversion")
     return out
 
-  def _pll(self, ids):
-    """bilm/bert pseudo-log-likelihood terms log p(x_t | x_\\t via [MASK])."""
-    return [lp for lp, _ in self._masked_copies(ids, self._scored_positions)]
+  def _pll(self, ids, word_l2r=False):
+    """bilm/bert pseudo-log-likelihood terms log p(x_t | x_\\t via [MASK]) (word_l2r: the later
+    pieces of x_t's word masked too)."""
+    return [lp for lp, _ in self._masked_copies(ids, self._scored_positions, word_l2r)]
 
   # ---------------------------------------------------------------- vectors
 
@@ -507,8 +546,13 @@ class NgramLM(object):
     )
     self._normalize = normalization_lib.normalizer(self.normalization)
 
-  def score(self, sentences):
-    """Scores sentences; returns a list of `ScoredSentence` in input order."""
+  def score(self, sentences, scoring="piece"):
+    """Scores sentences; returns a list of `ScoredSentence` in input order.
+
+    scoring: one of SCORINGS; both score words, the units of an n-gram model.
+    """
+    if scoring not in SCORINGS:
+      raise ValueError(f"scoring {scoring!r} is not one of {SCORINGS}")
     normalized = _normalize_all(self._normalize, sentences, self.stats)
     texts = [n.text for n in normalized]
     results = []
@@ -636,8 +680,8 @@ def load_lm(spec, **kwargs):
   return NeuralLM.from_model_dir(spec, **kwargs)
 
 
-def describe(lm):
-  """The JSON-able identity of an LM: everything that changes its scores.
+def describe(lm, scoring="piece"):
+  """The JSON-able identity of an LM and its scoring mode: everything that changes its scores.
 
   For caches and reports: the weights (a fingerprint; for KenLM the file's
   path, size and modification time), the vocab file's content, lower-casing,
@@ -679,6 +723,9 @@ def describe(lm):
     # OpenVINO runs the TF functions converted; onnx_backend's graphs are a second
     # implementation, whose scores are cached apart.
     **({"backend": lm.backend} if lm.backend == "onnxruntime" else {}),
+    # Only when not "piece", so the keys of piece-level caches stay what they were (KenLM scores
+    # words whatever the mode, and keeps its key).
+    **({"scoring": scoring} if scoring != "piece" else {}),
   }
 
 

@@ -51,6 +51,13 @@ flags.DEFINE_list(
   "LMs to rerank with: model dirs, kenlm:PATH, bert:DIR or hf:DIR; NAME=SPEC names the row.",
 )
 flags.DEFINE_enum(
+  "scoring",
+  "piece",
+  ["piece", "word_l2r"],
+  "Neural LMs: piece, each word piece given every other piece; word_l2r, given the other words "
+  "and the earlier pieces of its word (PLL-word-l2r); part of the score cache's key.",
+)
+flags.DEFINE_enum(
   "task",
   "asr",
   ["asr", "nmt"],
@@ -125,7 +132,8 @@ def cached_scores(lm, lm_id, texts, cache, name):
   bar = progress.Progress(name, total=len(todo), unit="sentences")
   for begin in range(0, len(todo), FLAGS.chunk_size):
     chunk = todo[begin : begin + FLAGS.chunk_size]
-    results = {t: [r.total, r.num_tokens, r.truncated] for t, r in zip(chunk, lm.score(chunk))}
+    scored = lm.score(chunk, scoring=FLAGS.scoring)
+    results = {t: [r.total, r.num_tokens, r.truncated] for t, r in zip(chunk, scored)}
     if cache is not None:
       cache.put_many(lm_id, results)
     done.update(results)
@@ -398,7 +406,7 @@ def main(argv):
           score_sos=FLAGS.score_sos,
           **inference.throughput_options(),
         )
-      identity = inference.describe(lm)
+      identity = inference.describe(lm, FLAGS.scoring)
       lm_id = inference.model_id(identity)
       if cache is not None:
         cache.register(lm_id, identity)

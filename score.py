@@ -67,6 +67,13 @@ def define_flags():
     "format", "jsonl", FORMATS, "jsonl: a JSON record per line; tsv: score<TAB>text."
   )
   flags.DEFINE_enum("vectors", "none", VECTORS, "Also output sentence vectors (neural LMs).")
+  flags.DEFINE_enum(
+    "scoring",
+    "piece",
+    ["piece", "word_l2r"],
+    "piece: each word piece given every other piece; word_l2r: given the other words and the "
+    "earlier pieces of its word (PLL-word-l2r; T-TA in one pass, the biLM by masked copies).",
+  )
   flags.DEFINE_integer("batch_size", 256, "Lines scored (and checkpointed) at a time.")
   flags.DEFINE_bool("score_eos", True, "Score the end-of-sentence token.")
   flags.DEFINE_bool("score_sos", False, "Score the start token (tta/bilm).")
@@ -134,10 +141,10 @@ def render(rec, output_format):
   return json.dumps(rec, ensure_ascii=False)
 
 
-def score_batch(lm, lines, texts, vectors="none"):
+def score_batch(lm, lines, texts, vectors="none", scoring="piece"):
   """Records for one batch: `lines` [n] input line numbers, `texts` [n] stripped sentences."""
   present = [i for i, text in enumerate(texts) if text]
-  scored = lm.score([texts[i] for i in present]) if present else []
+  scored = lm.score([texts[i] for i in present], scoring=scoring) if present else []
   pooled = None
   if vectors != "none" and present:
     pooled = lm.sentence_vectors([texts[i] for i in present], pooling=vectors)
@@ -214,7 +221,7 @@ def job_key(lm, args):
   import inference  # pylint: disable=g-import-not-at-top
 
   key = {
-    "model": inference.model_id(inference.describe(lm)),
+    "model": inference.model_id(inference.describe(lm, args.scoring)),
     "input": args.input_file if args.input_file == "-" else os.path.abspath(args.input_file),
     "batch_size": args.batch_size,
     "format": args.format,
@@ -379,11 +386,15 @@ def _count_lines(path):
 # ----------------------------------------------------------------------------------------------
 
 
-def score_stream(lm, numbered, write, batch_size, output_format, vectors, progress):
-  """Scores (line, text) pairs batch by batch; `write(lines)` gets each batch's output lines."""
-  for batch in _batches(numbered, batch_size):
+def score_stream(lm, numbered, write, args, progress):
+  """Scores (line, text) pairs batch by batch; `write(lines)` gets each batch's output lines.
+
+  args: the flags that shape a record (batch_size, format, vectors, scoring).
+  """
+  for batch in _batches(numbered, args.batch_size):
     lines, texts = zip(*batch)
-    write([render(r, output_format) for r in score_batch(lm, lines, list(texts), vectors)])
+    records = score_batch(lm, lines, list(texts), args.vectors, args.scoring)
+    write([render(r, args.format) for r in records])
     progress.update(len(batch))
 
 
@@ -426,9 +437,7 @@ def score_to_file(lm, args):
       lm,
       numbered,
       lambda lines: partial.append(lines, source),
-      args.batch_size,
-      args.format,
-      args.vectors,
+      args,
       progress,
     )
     lines = partial.lines
@@ -546,9 +555,7 @@ def main(argv):
       lm,
       InputLines(args.input_file),
       _write_stdout,
-      args.batch_size,
-      args.format,
-      args.vectors,
+      args,
       progress_lib.Progress("score", total=_count_lines(args.input_file), unit="lines"),
     )
   else:

@@ -73,6 +73,26 @@ class ScoringGraph(tf.Module):
       fused_key_value=self.fused_key_value,
     )
 
+  def word_l2r_log_probs(self, input_ids, input_mask, score_mask, word_ids):
+    """`token_log_probs` of a kind with input isolation (T-TA) under the word_l2r mask: output
+    i sees neither piece i nor the later pieces of its word, so log p(piece i | other words,
+    earlier pieces of its word) for every piece in one pass (PLL-word-l2r).
+
+    Args:
+      input_ids, input_mask, score_mask: as `token_log_probs`.
+      word_ids: int32 [B, T], `modeling.word_ids` of the tokens.
+
+    Returns:
+      float32 [B, T]: log p(input_ids) where score_mask is 1, 0 elsewhere.
+    """
+    hidden, _ = self.model.encode(
+      {"input_ids": input_ids, "input_mask": input_mask, "word_ids": word_ids},
+      training=False,
+      fused_key_value=self.fused_key_value,
+      attention="word_l2r",
+    )
+    return self._picked(hidden, input_ids, score_mask)
+
   def target_log_probs(self, hidden, targets):
     """hidden [N, D], targets int32 [N] -> log p(targets) float32 [N]."""
     head_kwargs = {}
@@ -101,6 +121,10 @@ class ScoringGraph(tf.Module):
       float32 [B, T]: log p(input_ids) where score_mask is 1, 0 elsewhere.
     """
     hidden, _ = self.encode(input_ids, input_mask)  # [B, T, D]
+    return self._picked(hidden, input_ids, score_mask)
+
+  def _picked(self, hidden, input_ids, score_mask):
+    # log p of the scored tokens, each read where the kind predicts it, scattered to [B, T].
     where = tf.where(score_mask > 0)  # [N, 2] (row, position)
     # Output t predicts the token at t + offset, so token t is read at t - offset.
     read_at = where - tf.constant([[0, self.model.kind.prediction_offset]], tf.int64)

@@ -54,6 +54,7 @@ import collections.abc
 import functools
 
 from absl import logging
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
@@ -518,6 +519,7 @@ class FullTokenizer(object):
     # Resolved once, by the graph tokenizer: the pair the Python path and an export both use.
     self.boundary_tokens = self._graph.boundary_tokens
     self._host = host_tokenizer(self.vocab, do_lower_case, max_input_chars_per_word)
+    self._continuation = None
     # Id -> token as a list: indexing beats dict lookups on large batches.
     size = max(self.inv_vocab) + 1
     self._id_to_token = [self.inv_vocab.get(i) for i in range(size)]
@@ -533,6 +535,17 @@ class FullTokenizer(object):
   def boundary_ids(self):
     """(start id, end id) of `boundary_tokens`; ValueError naming any the vocab lacks."""
     return self._graph.boundary_ids()
+
+  def continuation_ids(self):
+    """bool [V]: which ids are WordPiece continuations ("##ing"), i.e. do not start a word."""
+    if self._continuation is None:
+      self._continuation = np.array(
+        [
+          self._id_to_token[i] is not None and self._id_to_token[i].startswith("##")
+          for i in range(len(self._id_to_token))
+        ]
+      )
+    return self._continuation
 
   def piece_ids_batch(self, texts):
     """Word-piece ids of many sentences, without [SOS]/[EOS].

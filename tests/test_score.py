@@ -77,6 +77,7 @@ def args(input_file, output_file, **overrides):
     output_file=output_file,
     format="jsonl",
     vectors="none",
+    scoring="piece",
     batch_size=2,
     num_shards=1,
     shard_id=0,
@@ -186,6 +187,8 @@ def _edit(path):
     ("input", r"input.txt is not the input .* was scored from \(its first 4 lines changed\)"),
     ("batch_size", r"batch_size 2 \(this run: 3\)"),
     ("vectors", r"vectors none \(this run: context\)"),
+    # The scoring mode is part of the model's identity (inference.describe).
+    ("scoring", r"model tta-\w+ \(this run: tta-\w+\)"),
     ("legacy", r"has no readable record of the run that wrote it"),
   ],
 )
@@ -203,7 +206,11 @@ def test_resume_of_another_job_is_refused_until_overwrite(
   elif change == "legacy":  # a partial file of a score.py that wrote no record
     os.remove(partial + ".json")
   else:
-    overrides = {"batch_size": 3} if change == "batch_size" else {"vectors": "context"}
+    overrides = {
+      "batch_size": {"batch_size": 3},
+      "vectors": {"vectors": "context"},
+      "scoring": {"scoring": "word_l2r"},
+    }[change]
   with pytest.raises(score.cli.InputError, match=refusal) as error:
     score.score_to_file(again, args(input_file, out, **overrides))
   assert "add --overwrite to start over" in str(error.value)
