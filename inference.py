@@ -166,6 +166,21 @@ def budget_batches(lengths, token_budget, pad_multiple, rows_per_sentence=lambda
     batch = [i] if i is not None else []
 
 
+def pad_rows(id_lists, pad_id, pad_multiple):
+  """Id lists -> (input_ids, input_mask) int32 [B, T]: rows of different lengths padded to a
+  multiple of `pad_multiple` (it bounds the shapes kernels are prepared for), one length not."""
+  lengths = {len(x) for x in id_lists}
+  width = max(lengths)
+  if len(lengths) > 1:
+    width = _pad_to(width, pad_multiple)
+  input_ids = np.full((len(id_lists), width), pad_id, np.int32)
+  input_mask = np.zeros((len(id_lists), width), np.int32)
+  for row, x in enumerate(id_lists):
+    input_ids[row, : len(x)] = x
+    input_mask[row, : len(x)] = 1
+  return input_ids, input_mask
+
+
 class NeuralLM(object):
   """A tta/bilm/unilm/bert model with its tokenizer, ready to score/encode.
 
@@ -343,15 +358,7 @@ class NeuralLM(object):
       yield batch, self._pad([ids[j] for j in batch])
 
   def _pad(self, id_lists):
-    lengths = {len(x) for x in id_lists}
-    width = max(lengths)
-    if len(lengths) > 1:
-      width = _pad_to(width, self.pad_multiple)
-    input_ids = np.full((len(id_lists), width), self.tokenizer.pad_id, np.int32)
-    input_mask = np.zeros((len(id_lists), width), np.int32)
-    for row, x in enumerate(id_lists):
-      input_ids[row, : len(x)] = x
-      input_mask[row, : len(x)] = 1
+    input_ids, input_mask = pad_rows(id_lists, self.tokenizer.pad_id, self.pad_multiple)
     lengths = np.array([len(x) for x in id_lists])
     return Encoded(input_ids, input_mask, lengths, np.zeros(len(id_lists), bool))
 

@@ -227,13 +227,10 @@ class BertOnePass(_Peer):
     ids = [e.ids for e in self.host.encode_batch_fast(texts)]
     totals = np.zeros(len(ids))
     for batch in inference.budget_batches([len(x) for x in ids], token_budget, pad_multiple):
-      width = max(len(ids[i]) for i in batch)
-      input_ids = np.zeros((len(batch), width), np.int64)
-      mask = np.zeros_like(input_ids)
-      for row, i in enumerate(batch):
-        input_ids[row, : len(ids[i])] = ids[i]
-        mask[row, : len(ids[i])] = 1
-      log_probs = np.asarray(self._run["rerank"](input_ids, mask), np.float64)
+      # Padded as ours pads (the peer's [PAD] is id 0, as ours); the exported graph takes int64.
+      input_ids, mask = inference.pad_rows([ids[i] for i in batch], 0, pad_multiple)
+      log_probs = self._run["rerank"](input_ids.astype(np.int64), mask.astype(np.int64))
+      log_probs = np.asarray(log_probs, np.float64)
       for row, i in enumerate(batch):
         totals[i] = log_probs[row, kinds.scored_positions(self.versus, len(ids[i]))].sum()
     return totals
