@@ -55,10 +55,16 @@ def run_benchmark_cli(*flags):
   return proc
 
 
-def test_quick_run_writes_json_markdown_and_plot(tmp_path):
-  conftest.data_dir_or_skip()  # STS-B sentences and N-best lists
+def write_vocab(tmp_path):
+  """The random models' vocab: the special tokens and WORDS."""
   vocab = tmp_path / "vocab.txt"
   vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + WORDS) + "\n")
+  return vocab
+
+
+def test_quick_run_writes_json_markdown_and_plot(tmp_path):
+  conftest.data_dir_or_skip()  # STS-B sentences and N-best lists
+  vocab = write_vocab(tmp_path)
   out = tmp_path / "out"
   proc = run_benchmark_cli(
     "--quick",
@@ -130,8 +136,7 @@ def test_quick_run_with_peers_reports_peer_time_over_ours(tmp_path):
   conftest.data_dir_or_skip()  # STS-B sentences
   for package in ("torch", "transformers", "onnxruntime", "minicons"):
     pytest.importorskip(package)
-  vocab = tmp_path / "vocab.txt"
-  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + WORDS) + "\n")
+  vocab = write_vocab(tmp_path)
   out = tmp_path / "out"
   proc = run_benchmark_cli(
     "--quick",
