@@ -80,7 +80,8 @@ def host_encoder(tokenizer, max_seq_length):
   """
   from tokenizers import processors  # pylint: disable=g-import-not-at-top
 
-  start, end = tokenization.boundary_tokens(tokenizer.vocab)
+  # The pair the tokenizer resolved (config.json's, else the vocab's rule): ours frames with it.
+  start, end = tokenizer.boundary_tokens
   host = tokenization.host_tokenizer(tokenizer.vocab, tokenizer.do_lower_case)
   host.post_processor = processors.TemplateProcessing(
     single=f"{start} $A {end}",
@@ -278,12 +279,12 @@ class MaskedCopies(_Peer):
 class MiniconsPLL(_Peer):
   """minicons@torch: minicons' masked-LM scorer, the sentence's PLL summed."""
 
-  def __init__(self, mlm, host):
+  def __init__(self, mlm, host, boundary_tokens):
     super().__init__("minicons@torch", ("rerank",), host)
     from minicons import scorer  # pylint: disable=g-import-not-at-top
     import transformers  # pylint: disable=g-import-not-at-top
 
-    start, end = tokenization.boundary_tokens(host.get_vocab())
+    start, end = boundary_tokens
     # minicons takes a transformers tokenizer; this one wraps the same host tokenizer, so it
     # frames and splits sentences exactly as the other peers and ours.
     wrapped = transformers.PreTrainedTokenizerFast(
@@ -396,7 +397,7 @@ def build_peers(names, config, tokenizer, max_seq_length, threads, seed=1):
     "bert@torch": lambda: BertOnePass(mlm, host, "torch"),
     "bert@onnxruntime": lambda: BertOnePass(mlm, host, "onnxruntime", threads=threads),
     "copies@torch": lambda: MaskedCopies(mlm, host, tokenizer.mask_id),
-    "minicons@torch": lambda: MiniconsPLL(mlm, host),
+    "minicons@torch": lambda: MiniconsPLL(mlm, host, tokenizer.boundary_tokens),
   }
   return {name: builders[name]() for name in names}
 
