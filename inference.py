@@ -62,8 +62,9 @@ POOLINGS = ("context", "embed", "first", "last")
 # word (Kauf & Ivanova 2023's PLL-word-l2r), so a word split in pieces is not over-rewarded:
 # T-TA in one pass (the word_l2r attention mask), the biLM/BERT by masked copies hiding the piece
 # and the later pieces of its word; the uniLM sees no later piece anyway (the same as "piece");
-# KenLM scores words.
-SCORINGS = ("piece", "word_l2r")
+# KenLM scores words. A kind trained with the word_l2r mask (tta_word) scores word_l2r unless
+# told otherwise (`kinds.Kind.default_scoring`).
+SCORINGS = kinds.SCORINGS
 # Tokens (rows x length) per forward pass. Measured on 600 LibriSpeech hypotheses (paper-size
 # T-TA, 2-core Sapphire Rapids, README "Runtime"): at 16384 the head's [tokens, V] logits
 # (1.9 GB) stream through memory several times and T-TA scored at 46% of the matmul peak; at
@@ -270,7 +271,7 @@ class NeuralLM(object):
     self.normalization = normalization or config.normalization
     self._normalize = normalization_lib.normalizer(self.normalization)
     with backends.scope(strategy):
-      self.graph = scoring_graph.ScoringGraph(model)
+      self.graph = scoring_graph.ScoringGraph(model, tokenizer.continuation_ids())
     self._compile()
 
   @classmethod
@@ -292,9 +293,8 @@ class NeuralLM(object):
     """
     spec = tf.TensorSpec([None, None], tf.int32)
     rows = tf.TensorSpec([None], tf.int32)
-    self._one_pass_scores = self.compiled(self.graph.token_log_probs, [spec, spec, spec])
-    # Compiled at its first use: word-level scoring is opt-in, and not every backend has it.
-    self._word_l2r_scores = None
+    # One-pass scores per scoring mode, each compiled at its first use: most jobs use one.
+    self._one_pass_scores = {}
     self._masked_copy_scores = self.compiled(
       self.graph.masked_copy_scores, [spec, spec, rows, rows]
     )
@@ -367,20 +367,23 @@ class NeuralLM(object):
 
   # ------------------------------------------------------------------ score
 
-  def score(self, sentences, scoring="piece"):
+  @property
+  def default_scoring(self):
+    """The scoring mode `score` uses when given none: the one the kind was trained for."""
+    return self.kind.default_scoring
+
+  def score(self, sentences, scoring=None):
     """Scores sentences; returns a list of `ScoredSentence` in input order.
 
-    scoring: one of SCORINGS.
+    scoring: one of SCORINGS; None: `default_scoring`.
     """
-    if scoring not in SCORINGS:
-      raise ValueError(f"scoring {scoring!r} is not one of {SCORINGS}")
-    word_l2r = scoring == "word_l2r"
+    scoring = _checked_scoring(scoring or self.default_scoring)
     self.clock.start()
     ids, truncated, normalized = self._prepare(sentences)
     if self.kind.masked_copies:
-      logprobs = self._pll(ids, word_l2r)
+      logprobs = self._pll(ids, scoring == "word_l2r")
     else:
-      logprobs = self._one_pass(ids, word_l2r and self.kind.input_isolation)
+      logprobs = self._one_pass(ids, scoring)
     results = []
     for x, lp, cut, norm in zip(ids, logprobs, truncated, normalized):
       positions = self._scored_positions(len(x))
@@ -403,30 +406,32 @@ class NeuralLM(object):
     starts = 1 - self.tokenizer.continuation_ids()[input_ids].astype(np.int32)
     return np.cumsum(starts, axis=1, dtype=np.int32)
 
-  def _one_pass(self, ids, word_l2r=False):
-    """tta: log p(x_t | x_\\t) (word_l2r: x_t and the later pieces of its word hidden too);
-    unilm: log p(x_t | x_<t) from the left."""
+  def _one_pass(self, ids, scoring):
+    """tta, tta_word: log p(x_t | x_\\t) (word_l2r: x_t and the later pieces of its word hidden
+    too); unilm: log p(x_t | x_<t) from the left."""
+    scores = self._one_pass_function(scoring)
     out = [None] * len(ids)
     for indices, batch in self._batches(ids, lambda n: 1):
       score_mask = np.zeros_like(batch.input_mask)
       for row, n in enumerate(batch.lengths):
         score_mask[row, self._scored_positions(n)] = 1
       self.clock.lap("batching")
-      if word_l2r:
-        if self._word_l2r_scores is None:
-          spec = tf.TensorSpec([None, None], tf.int32)
-          self._word_l2r_scores = self.compiled(self.graph.word_l2r_log_probs, [spec] * 4)
-        logprobs = self._word_l2r_scores(
-          batch.input_ids, batch.input_mask, score_mask, self._word_ids(batch.input_ids)
-        )
-      else:
-        logprobs = self._one_pass_scores(batch.input_ids, batch.input_mask, score_mask)
+      logprobs = scores(batch.input_ids, batch.input_mask, score_mask)
       self.clock.lap("graph")
       logprobs = np.asarray(logprobs)
       for row, i in enumerate(indices):
         out[i] = logprobs[row][score_mask[row] > 0].astype(np.float64)
       self.clock.lap("conversion")
     return out
+
+  def _one_pass_function(self, scoring):
+    """The compiled one-pass scores of `scoring` (`ScoringGraph.token_log_probs` or
+    `.word_l2r_log_probs`), compiled at its first use."""
+    if scoring not in self._one_pass_scores:
+      spec = tf.TensorSpec([None, None], tf.int32)
+      method = {"piece": self.graph.token_log_probs, "word_l2r": self.graph.word_l2r_log_probs}
+      self._one_pass_scores[scoring] = self.compiled(method[scoring], [spec] * 3)
+    return self._one_pass_scores[scoring]
 
   def _masked_copies(self, ids, positions_of, word_l2r=False):
     """Runs one masked copy per (sentence, position) in budgeted batches.
@@ -553,13 +558,15 @@ class NgramLM(object):
     )
     self._normalize = normalization_lib.normalizer(self.normalization)
 
-  def score(self, sentences, scoring="piece"):
+  # An n-gram model scores words whatever the mode.
+  default_scoring = "piece"
+
+  def score(self, sentences, scoring=None):
     """Scores sentences; returns a list of `ScoredSentence` in input order.
 
-    scoring: one of SCORINGS; both score words, the units of an n-gram model.
+    scoring: one of SCORINGS or None; all score words, the units of an n-gram model.
     """
-    if scoring not in SCORINGS:
-      raise ValueError(f"scoring {scoring!r} is not one of {SCORINGS}")
+    _checked_scoring(scoring or self.default_scoring)
     normalized = _normalize_all(self._normalize, sentences, self.stats)
     texts = [n.text for n in normalized]
     results = []
@@ -687,7 +694,13 @@ def load_lm(spec, **kwargs):
   return NeuralLM.from_model_dir(spec, **kwargs)
 
 
-def describe(lm, scoring="piece"):
+def _checked_scoring(scoring):
+  if scoring not in SCORINGS:
+    raise ValueError(f"scoring {scoring!r} is not one of {SCORINGS}")
+  return scoring
+
+
+def describe(lm, scoring=None):
   """The JSON-able identity of an LM and its scoring mode: everything that changes its scores.
 
   For caches and reports: the weights (a fingerprint; for KenLM the file's
@@ -695,8 +708,9 @@ def describe(lm, scoring="piece"):
   the normalization and its rules' version, the scored boundary tokens, the
   pair that frames a sentence (when not [SOS]/[EOS]) and the longest input, so
   a score cached under one identity is never served for another. `model_id`
-  turns it into a short key.
+  turns it into a short key. scoring None is the LM's `default_scoring`.
   """
+  scoring = _checked_scoring(scoring or lm.default_scoring)
   common = {
     "normalization": lm.normalization,
     "normalization_rules": normalization_lib.RULES_VERSION,

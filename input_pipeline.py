@@ -12,7 +12,10 @@ T-TA, the biLM and the uniLM, and the loss has the same form for all:
   tta          x                      x                    1 at real tokens
   bilm         x with 15% corrupted   x                    1 at chosen tokens
   unilm        x                      x shifted left by 1  1 where x_{t+1} real
-  (bert is trained like bilm.)
+  (tta_word is trained like tta, bert like bilm.)
+
+A kind whose attention needs the words of the tokens (tta_word's word_l2r mask) also gets
+word_ids int32 [B, L] (`modeling.word_ids`, from the vocab's WordPiece continuation pieces).
 
 Dimension legend: B = sentences per batch, L = padded length of the batch
 (a bucket length, at most max_seq_length), n = one sentence's length.
@@ -45,6 +48,7 @@ import tensorflow as tf
 
 import io_utils
 import kinds
+import modeling
 import tokenization
 
 # Bucket lengths (inclusive upper bounds) used when none are given. Sentences
@@ -261,7 +265,16 @@ def mask_for_mlm(
   return masked_ids, input_ids, tf.cast(chosen, tf.float32)
 
 
-def make_targets(batch, model_type, seed, vocab_size, mask_id, special_ids, mlm_probability=0.15):
+def make_targets(
+  batch,
+  model_type,
+  seed,
+  vocab_size,
+  mask_id,
+  special_ids,
+  mlm_probability=0.15,
+  continuation=None,
+):
   """Turns a padded batch into model inputs and targets.
 
   Args:
@@ -269,14 +282,22 @@ def make_targets(batch, model_type, seed, vocab_size, mask_id, special_ids, mlm_
     model_type: one of kinds.MODEL_TYPES; its training target decides.
     seed: int Tensor [2], stateless seed (used by bilm/bert only).
     vocab_size, mask_id, special_ids, mlm_probability: see `mask_for_mlm`.
+    continuation: bool [V], the vocab's continuation pieces
+      (`tokenization.continuation_flags`); needed by a kind with a word attention pattern.
 
   Returns:
     dict: input_ids int32 [B, L], input_mask int32 [B, L],
-    target_ids int32 [B, L], target_weights float32 [B, L].
+    target_ids int32 [B, L], target_weights float32 [B, L]; word_ids int32 [B, L] for a kind
+    with a word attention pattern.
   """
   input_ids = batch["input_ids"]
   input_mask = batch["input_mask"]
-  target = kinds.get(model_type).target
+  kind = kinds.get(model_type)
+  target = kind.target
+  words = {}
+  if kind.attention in modeling.WORD_PATTERNS:
+    # From the intact ids: the words of the sentence, not of a corrupted copy.
+    words["word_ids"] = modeling.word_ids(tf.gather(tf.constant(continuation, tf.bool), input_ids))
   if target == "self":
     # p(x_t | x_\t) at every real token, [SOS] and [EOS] included.
     target_ids = input_ids
@@ -296,12 +317,18 @@ def make_targets(batch, model_type, seed, vocab_size, mask_id, special_ids, mlm_
     "input_mask": input_mask,
     "target_ids": target_ids,
     "target_weights": target_weights,
+    **words,
   }
 
 
-def _check_dataset_args(model_type, batch_size, mask_id, vocab_size):
+def _check_dataset_args(model_type, batch_size, mask_id, vocab_size, continuation):
   """Raises ValueError for an argument `make_dataset` cannot work with."""
-  kinds.get(model_type)
+  if kinds.get(model_type).attention in modeling.WORD_PATTERNS:
+    if continuation is None or len(continuation) != vocab_size:
+      raise ValueError(
+        f"{model_type} attends by words: make_dataset needs the vocab's continuation flags "
+        f"(bool [{vocab_size:d}], tokenization.continuation_flags)"
+      )
   if batch_size < 1:
     raise ValueError(f"batch_size must be >= 1, got {batch_size:d}")
   if not 0 <= mask_id < vocab_size:
@@ -374,6 +401,7 @@ def make_dataset(
   input_context=None,
   skip_batches=0,
   shuffle_buffer_size=_SHUFFLE_BUFFER,
+  continuation=None,
 ):
   """Builds the training or evaluation input pipeline (its stages: the module docstring).
 
@@ -402,15 +430,18 @@ def make_dataset(
     skip_batches: int, batches to drop from the start (resuming; see the
       module docstring for when this is exact).
     shuffle_buffer_size: int, records in the training shuffle buffer.
+    continuation: bool [V] (`tokenization.continuation_flags`); needed by a kind with a word
+      attention pattern (see `make_targets`).
 
   Returns:
     tf.data.Dataset of dicts: input_ids, input_mask, target_ids int32 [B, L] and target_weights
-    float32 [B, L], with L one of `bucket_lengths(max_seq_length, bucket_boundaries)`.
+    float32 [B, L] (and word_ids int32 [B, L], see `make_targets`), with L one of
+    `bucket_lengths(max_seq_length, bucket_boundaries)`.
 
   Raises:
     ValueError: for an unknown model_type, no matching files, bad buckets.
   """
-  _check_dataset_args(model_type, batch_size, mask_id, vocab_size)
+  _check_dataset_args(model_type, batch_size, mask_id, vocab_size, continuation)
   special_ids = sorted(int(i) for i in special_ids)
   lengths = bucket_lengths(max_seq_length, bucket_boundaries)
   files = io_utils.expand_globs(file_pattern)
@@ -428,7 +459,7 @@ def make_dataset(
     )
     batch_seed = tf.random.experimental.stateless_fold_in(base_seed, index)
     return make_targets(
-      batch, model_type, batch_seed, vocab_size, mask_id, special_ids, mlm_probability
+      batch, model_type, batch_seed, vocab_size, mask_id, special_ids, mlm_probability, continuation
     )
 
   # The batch index keys the masks: skipping batches does not change the

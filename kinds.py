@@ -19,6 +19,13 @@ SCORING_RULES = ("one_pass", "masked_copies")
 # What training predicts: "self" every input token from its context (language autoencoding);
 # "mlm" the masked 15%; "next" the next token.
 TARGETS = ("self", "mlm", "next")
+# How a sentence's pieces are scored (inference.SCORINGS): "piece", each piece given every other
+# piece; "word_l2r", given the other words and the earlier pieces of its own word (PLL-word-l2r).
+SCORINGS = ("piece", "word_l2r")
+# The attention a kind with input isolation scores with in each scoring mode, whatever mask it
+# was trained with: its output i is then exactly the prediction of token i from the keys the
+# pattern leaves it (a T-TA trained with DMSA can be scored word by word, and the reverse).
+_ISOLATED_SCORING_ATTENTION = {"piece": "dmsa", "word_l2r": "word_l2r"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +71,20 @@ class Kind:
     """Scores and represents a token by a copy of the sentence where it is [MASK]."""
     return self.scoring == "masked_copies"
 
+  @property
+  def default_scoring(self):
+    """The scoring mode of SCORINGS that matches how the kind was trained: "word_l2r" for a kind
+    trained with the word_l2r mask, else "piece"."""
+    return "word_l2r" if self.attention == "word_l2r" else "piece"
+
+  def one_pass_attention(self, scoring):
+    """The attention pattern a one-pass kind scores with in `scoring` (one of SCORINGS): with
+    input isolation, the pattern that hides exactly what the mode hides; otherwise the kind's
+    own (the uniLM sees only the left, so its piece and word_l2r scores are the same)."""
+    if scoring not in SCORINGS:
+      raise ValueError(f"scoring {scoring!r} is not one of {SCORINGS}")
+    return _ISOLATED_SCORING_ATTENTION[scoring] if self.input_isolation else self.attention
+
 
 KINDS = {
   kind.name: kind
@@ -72,6 +93,17 @@ KINDS = {
       name="tta",
       display_name="T-TA",
       attention="dmsa",
+      input_isolation=True,
+      scoring="one_pass",
+      prediction_offset=0,
+      target="self",
+      scores_sos=True,
+      pretrainable=True,
+    ),
+    Kind(
+      name="tta_word",
+      display_name="T-TA-w",
+      attention="word_l2r",
       input_isolation=True,
       scoring="one_pass",
       prediction_offset=0,

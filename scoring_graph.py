@@ -43,10 +43,16 @@ class ScoringGraph(tf.Module):
   positions, D = hidden size, V = vocab size.
   """
 
-  def __init__(self, model):
-    """Takes the weight snapshots of `model` (`modeling.TransformerLM`)."""
+  def __init__(self, model, continuation=None):
+    """Takes the weight snapshots of `model` (`modeling.TransformerLM`).
+
+    continuation: bool [V], the vocab's WordPiece continuation pieces
+      (`tokenization.FullTokenizer.continuation_ids`), from which the graph finds the words
+      that a word attention pattern needs; None for a graph that never uses one.
+    """
     super().__init__(name="scoring_graph")
     self.model = model
+    self.continuation = None if continuation is None else tf.constant(continuation, tf.bool)
     self.output_kernel = None
     if isinstance(model.lm_head, modeling.LMHead):
       # A transposed snapshot of the tied table: the output projection then
@@ -65,33 +71,27 @@ class ScoringGraph(tf.Module):
         tf.Variable(bias, trainable=False),
       )
 
-  def encode(self, input_ids, input_mask):
-    """int32 [B, T] each -> (sequence_output, embedding_output) [B, T, D]."""
-    return self.model.encode(
-      {"input_ids": input_ids, "input_mask": input_mask},
-      training=False,
-      fused_key_value=self.fused_key_value,
-    )
+  def encode(self, input_ids, input_mask, attention=None):
+    """int32 [B, T] each -> (sequence_output, embedding_output) [B, T, D].
 
-  def word_l2r_log_probs(self, input_ids, input_mask, score_mask, word_ids):
-    """`token_log_probs` of a kind with input isolation (T-TA) under the word_l2r mask: output
-    i sees neither piece i nor the later pieces of its word, so log p(piece i | other words,
-    earlier pieces of its word) for every piece in one pass (PLL-word-l2r).
-
-    Args:
-      input_ids, input_mask, score_mask: as `token_log_probs`.
-      word_ids: int32 [B, T], `modeling.word_ids` of the tokens.
-
-    Returns:
-      float32 [B, T]: log p(input_ids) where score_mask is 1, 0 elsewhere.
+    attention: an attention pattern in place of the kind's own (kinds.ATTENTION_PATTERNS).
     """
-    hidden, _ = self.model.encode(
-      {"input_ids": input_ids, "input_mask": input_mask, "word_ids": word_ids},
-      training=False,
-      fused_key_value=self.fused_key_value,
-      attention="word_l2r",
+    attention = attention or self.model.kind.attention
+    inputs = {"input_ids": input_ids, "input_mask": input_mask}
+    if attention in modeling.WORD_PATTERNS:
+      inputs["word_ids"] = self.word_ids(input_ids)
+    return self.model.encode(
+      inputs, training=False, fused_key_value=self.fused_key_value, attention=attention
     )
-    return self._picked(hidden, input_ids, score_mask)
+
+  def word_ids(self, input_ids):
+    """int32 [B, T] -> int32 [B, T], `modeling.word_ids` from the vocab's continuation pieces."""
+    if self.continuation is None:
+      raise ValueError(
+        f"{self.model.model_type} with a word attention pattern needs the vocab's continuation "
+        "pieces: ScoringGraph(model, continuation=tokenizer.continuation_ids())"
+      )
+    return modeling.word_ids(tf.gather(self.continuation, input_ids))
 
   def target_log_probs(self, hidden, targets):
     """hidden [N, D], targets int32 [N] -> log p(targets) float32 [N]."""
@@ -107,11 +107,11 @@ class ScoringGraph(tf.Module):
     return picked - tf.reduce_logsumexp(logits, axis=-1)
 
   def token_log_probs(self, input_ids, input_mask, score_mask):
-    """One pass (tta, unilm): log p of each scored token of the input.
+    """One pass (tta, tta_word, unilm), scoring "piece": log p of each scored token of the input.
 
-    tta reads token t's distribution at output t (x_t is hidden from it);
-    unilm at output t-1 (it has seen x_<t only), so unilm must not score
-    position 0. The LM head runs on the scored positions only.
+    A kind with input isolation reads token t's distribution at output t under DMSA (x_t is
+    hidden from it, whatever mask it was trained with); unilm at output t-1 (it has seen x_<t
+    only), so unilm must not score position 0. The LM head runs on the scored positions only.
 
     Args:
       input_ids, input_mask: int32 [B, T].
@@ -120,7 +120,18 @@ class ScoringGraph(tf.Module):
     Returns:
       float32 [B, T]: log p(input_ids) where score_mask is 1, 0 elsewhere.
     """
-    hidden, _ = self.encode(input_ids, input_mask)  # [B, T, D]
+    return self._one_pass_log_probs(input_ids, input_mask, score_mask, "piece")
+
+  def word_l2r_log_probs(self, input_ids, input_mask, score_mask):
+    """`token_log_probs` scoring "word_l2r": a kind with input isolation under the word_l2r
+    mask, output i seeing neither piece i nor the later pieces of its word, so log p(piece i |
+    other words, earlier pieces of its word) for every piece in one pass (PLL-word-l2r); the
+    uniLM as in `token_log_probs` (it sees no later piece anyway)."""
+    return self._one_pass_log_probs(input_ids, input_mask, score_mask, "word_l2r")
+
+  def _one_pass_log_probs(self, input_ids, input_mask, score_mask, scoring):
+    attention = self.model.kind.one_pass_attention(scoring)
+    hidden, _ = self.encode(input_ids, input_mask, attention)  # [B, T, D]
     return self._picked(hidden, input_ids, score_mask)
 
   def _picked(self, hidden, input_ids, score_mask):
@@ -202,7 +213,9 @@ class ScoringGraph(tf.Module):
     input_mask = tf.sequence_mask(lengths, tf.shape(input_ids)[1], tf.int32)
     return input_ids, input_mask, lengths, truncated
 
-  def masked_copies(self, input_ids, input_mask, starts, limits, mask_id, token_budget, with_head):
+  def masked_copies(
+    self, input_ids, input_mask, starts, limits, mask_id, token_budget, with_head, word_l2r=False
+  ):
     """One copy per (sentence b, position p in [starts[b], limits[b])) with token p replaced
     by [MASK], run in chunks within the token budget (`NeuralLM._masked_copies` in the graph).
 
@@ -211,6 +224,7 @@ class ScoringGraph(tf.Module):
       starts, limits: int32 [B].
       mask_id, token_budget: Python ints.
       with_head: Python bool; also return log p of the masked tokens.
+      word_l2r: Python bool; each copy also masks the later pieces of p's word (PLL-word-l2r).
 
     Returns:
       rows int32 [R] (the sentence of each copy), positions int32 [R], hidden at the mask
@@ -224,6 +238,11 @@ class ScoringGraph(tf.Module):
     is_masked = tf.one_hot(
       positions, tf.shape(input_ids)[1], on_value=True, off_value=False, dtype=tf.bool
     )
+    if word_l2r:
+      words = self.word_ids(copies)  # [R, T]
+      own_word = tf.equal(words, tf.gather(words, positions, batch_dims=1)[:, tf.newaxis])
+      later = tf.range(tf.shape(copies)[1])[tf.newaxis] >= positions[:, tf.newaxis]
+      is_masked = tf.logical_or(is_masked, tf.logical_and(own_word, later))
     copies = tf.where(is_masked, mask_id, copies)
     hidden, logp = self._run_copies(
       copies, tf.gather(input_mask, rows), positions, targets, token_budget, with_head

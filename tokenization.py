@@ -256,6 +256,14 @@ def basic_tokenize(texts, do_lower_case=True):
   return BasicTokenizer(lower_case=False).tokenize(texts)
 
 
+def continuation_flags(vocab):
+  """bool [V]: which ids are WordPiece continuations ("##ing"), i.e. do not start a word.
+
+  vocab: a token->id mapping or a token list in id order (None for an unused id).
+  """
+  return np.array([t is not None and t.startswith("##") for t in _vocab_list(vocab)], bool)
+
+
 def _vocab_list(vocab):
   """Tokens in id order from a token->id mapping or a token list.
 
@@ -537,14 +545,9 @@ class FullTokenizer(object):
     return self._graph.boundary_ids()
 
   def continuation_ids(self):
-    """bool [V]: which ids are WordPiece continuations ("##ing"), i.e. do not start a word."""
+    """bool [V]: which ids are WordPiece continuations ("##ing") (`continuation_flags`)."""
     if self._continuation is None:
-      self._continuation = np.array(
-        [
-          self._id_to_token[i] is not None and self._id_to_token[i].startswith("##")
-          for i in range(len(self._id_to_token))
-        ]
-      )
+      self._continuation = continuation_flags(self._id_to_token)
     return self._continuation
 
   def piece_ids_batch(self, texts):

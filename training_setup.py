@@ -341,10 +341,11 @@ def synthetic_dataset(
   seed,
   mlm_probability=0.15,
   num_batches=_SYNTHETIC_BATCHES,
+  continuation=None,
 ):
   """Random-id batches with lengths in mean_length +- 25% (benchmarking).
 
-  Same features as `input_pipeline.make_dataset`; a fixed set of
+  Same features as `input_pipeline.make_dataset` (continuation: as there); a fixed set of
   `num_batches` batches is cached in memory and repeated, so the input
   costs nothing during timing.
   """
@@ -368,14 +369,15 @@ def synthetic_dataset(
       chosen = (rng.uniform(size=ids.shape) < mlm_probability) & (mask > 0)
       inputs = np.where(chosen, mask_id, ids).astype(np.int32)
       targets, weights = ids, chosen.astype(np.float32)
-    batches.append(
-      {
-        "input_ids": inputs,
-        "input_mask": mask,
-        "target_ids": targets.astype(np.int32),
-        "target_weights": weights,
-      }
-    )
+    batch = {
+      "input_ids": inputs,
+      "input_mask": mask,
+      "target_ids": targets.astype(np.int32),
+      "target_weights": weights,
+    }
+    if kinds.get(model_type).attention in modeling.WORD_PATTERNS:
+      batch["word_ids"] = modeling.word_ids(continuation[ids]).numpy()
+    batches.append(batch)
 
   def gen():
     yield from batches
@@ -396,6 +398,7 @@ def make_dataset_fn(params, config, vocab, is_training, skip_batches=0):
     else list(range(len(tokenization.SPECIAL_TOKENS)))
   )
   global_batch = params.train_batch_size if is_training else params.eval_batch_size
+  continuation = tokenization.continuation_flags(vocab or synthetic_vocab(config.vocab_size))
 
   def dataset_fn(ctx):
     batch_size = ctx.get_per_replica_batch_size(global_batch)
@@ -409,6 +412,7 @@ def make_dataset_fn(params, config, vocab, is_training, skip_batches=0):
         params.max_seq_length,
         params.seed + ctx.input_pipeline_id + (0 if is_training else 7919),
         params.mlm_probability,
+        continuation=continuation,
       )
     else:
       kwargs = {}
@@ -427,6 +431,7 @@ def make_dataset_fn(params, config, vocab, is_training, skip_batches=0):
         mlm_probability=params.mlm_probability,
         input_context=ctx,
         skip_batches=skip_batches,
+        continuation=continuation,
         **kwargs,
       )
     if is_training:

@@ -279,7 +279,9 @@ def test_tta_graph_functions_are_exactly_self_unknown(tokenizer, path):
   # the target: the encoder here reads the changed ids while the targets stay the original ones.
   def scores_of(seen, scored, mask, score_mask):
     encode = lm.graph.encode
-    with mock.patch.object(lm.graph, "encode", lambda _, m: encode(seen, m)):
+    with mock.patch.object(
+      lm.graph, "encode", lambda _, m, attention=None: encode(seen, m, attention)
+    ):
       return lm.graph.token_log_probs(scored, mask, score_mask)
 
   token_log_probs = lm.compiled(scores_of, [spec] * 4)
@@ -441,8 +443,10 @@ def test_stage_clock_accounts_for_each_call(tokenizer, model_type, monkeypatch):
   monkeypatch.setattr(
     lm.tokenizer, "piece_ids_batch", costing("tokenization", lm.tokenizer.piece_ids_batch)
   )
-  for graph_function in ("_one_pass_scores", "_masked_copy_scores", "_sentence_vectors"):
+  for graph_function in ("_masked_copy_scores", "_sentence_vectors"):
     monkeypatch.setattr(lm, graph_function, costing("graph", getattr(lm, graph_function)))
+  one_pass = lm._one_pass_function(lm.default_scoring)
+  monkeypatch.setitem(lm._one_pass_scores, lm.default_scoring, costing("graph", one_pass))
   for call in (lambda: lm.score(SENTENCES), lambda: lm.sentence_vectors(SENTENCES)):
     calls.update(dict.fromkeys(costs, 0))
     lm.clock.take()

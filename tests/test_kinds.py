@@ -43,12 +43,37 @@ def padded_batch(seed=0):
   return ids, mask
 
 
+# Words of the padded batch's rows: row 0 = [SOS] w1 w2 ##a ##b [EOS], row 1 = [SOS] w1 ##a [EOS].
+CONTINUATION = np.array([[0, 0, 0, 1, 1, 0], [0, 0, 1, 0, 0, 0]], np.int32)
+
+
+def batch_words():
+  """int32 [2, 6]: the word of each token of `padded_batch` under CONTINUATION, counted by hand."""
+  return np.array([[1, 2, 3, 3, 3, 4], [1, 2, 2, 3, 4, 5]], np.int32)
+
+
 def expected_mask(pattern, mask):
-  """[B, 1, T, T] from the pattern's definition (kinds.ATTENTION_PATTERNS)."""
+  """[B, 1, T, T] from the pattern's definition (kinds.ATTENTION_PATTERNS), the words of
+  `batch_words` for a word pattern."""
   t = mask.shape[1]
   query, key = np.arange(t)[:, None], np.arange(t)[None, :]
-  allowed = {"dmsa": query != key, "full": np.ones((t, t), bool), "causal": key <= query}[pattern]
-  return (mask[:, None, None, :].astype(bool) & allowed[None, None]).astype(np.float32)
+  words = batch_words()
+  same_word = words[:, :, None] == words[:, None, :]  # [B, F, T]
+  allowed = {
+    "dmsa": (query != key)[None],
+    "full": np.ones((1, t, t), bool),
+    "causal": (key <= query)[None],
+    "word_l2r": ~(same_word & (key >= query)[None]),
+  }[pattern]
+  return (mask[:, None, None, :].astype(bool) & allowed[:, None]).astype(np.float32)
+
+
+def model_inputs(kind, ids, mask):
+  """The model's input dict for `kind`: with the words of `batch_words` for a word pattern."""
+  inputs = {"input_ids": ids, "input_mask": mask}
+  if kind.attention in modeling.WORD_PATTERNS:
+    inputs["word_ids"] = batch_words()
+  return inputs
 
 
 def test_table_names_match_keys_and_lists_derive_from_it():
@@ -64,7 +89,8 @@ def test_table_names_match_keys_and_lists_derive_from_it():
 @pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.name)
 def test_attention_mask_follows_the_pattern(kind):
   _, mask = padded_batch()
-  got = modeling.create_attention_mask(tf.constant(mask), kind.attention).numpy()
+  words = tf.constant(batch_words()) if kind.attention in modeling.WORD_PATTERNS else None
+  got = modeling.create_attention_mask(tf.constant(mask), kind.attention, words).numpy()
   want = expected_mask(kind.attention, mask)
   # A pattern without position rules may leave the query axis to broadcasting.
   np.testing.assert_array_equal(np.broadcast_to(got, want.shape), want)
@@ -74,6 +100,10 @@ def test_attention_mask_follows_the_pattern(kind):
 def test_training_targets_follow_the_target_trait(kind):
   ids, mask = padded_batch()
   special = [0, 1, 2, 3, 4, 5, 6]
+  # The continuation pieces of the vocab: those CONTINUATION marks in the batch.
+  continuation = np.zeros(99, bool)
+  continuation[ids[CONTINUATION > 0]] = True
+  ids[(CONTINUATION == 0) & np.isin(ids, np.flatnonzero(continuation))] = 7  # 7 is never drawn
   out = input_pipeline.make_targets(
     {"input_ids": tf.constant(ids), "input_mask": tf.constant(mask)},
     kind.name,
@@ -82,8 +112,12 @@ def test_training_targets_follow_the_target_trait(kind):
     4,
     special,
     mlm_probability=0.5,
+    continuation=continuation,
   )
   out = {k: v.numpy() for k, v in out.items()}
+  if kind.attention in modeling.WORD_PATTERNS:
+    np.testing.assert_array_equal(out.pop("word_ids"), batch_words())
+  assert sorted(out) == ["input_ids", "input_mask", "target_ids", "target_weights"]
   if kind.target == "self":
     np.testing.assert_array_equal(out["input_ids"], ids)
     np.testing.assert_array_equal(out["target_ids"], ids)
@@ -108,7 +142,7 @@ def test_isolated_kinds_are_exactly_self_unknown(kind):
   ids, mask = padded_batch()
 
   def run(x, m):
-    return {"sequence_output": model({"input_ids": x, "input_mask": m})["sequence_output"].numpy()}
+    return {"sequence_output": model(model_inputs(kind, x, m))["sequence_output"].numpy()}
 
   assert_self_unknown(run, ids, mask, tokens=np.arange(10, 99))
 
@@ -125,6 +159,10 @@ def test_scoring_rule_reads_what_the_trait_says(kind, tokenizer):
   mask = np.ones_like(ids)
   positions = kinds.scored_positions(kind.name, ids.shape[1], score_sos=True)
   assert positions[0] == (0 if kind.scores_sos else 1)
+  # The kind's default scoring is its training mask (tta_word: word_l2r), given its words.
+  inputs = {"input_ids": ids, "input_mask": mask}
+  if kind.attention in modeling.WORD_PATTERNS:
+    inputs["word_ids"] = np.cumsum(~tokenizer.continuation_ids()[ids], axis=1).astype(np.int32)
   expected = []
   for p in positions:
     if kind.masked_copies:
@@ -133,14 +171,10 @@ def test_scoring_rule_reads_what_the_trait_says(kind, tokenizer):
       log_probs = model({"input_ids": copy, "input_mask": mask})["log_probs"].numpy()
       expected.append(log_probs[0, p, ids[0, p]])
     else:
-      log_probs = model({"input_ids": ids, "input_mask": mask})["log_probs"].numpy()
+      log_probs = model(inputs)["log_probs"].numpy()
       expected.append(log_probs[0, p - kind.prediction_offset, ids[0, p]])
   got = lm.score([sentence])[0].token_logprobs
   np.testing.assert_allclose(got, expected, atol=1e-5)
-
-
-# Words of the padded batch's rows: row 0 = [SOS] w1 w2 ##a ##b [EOS], row 1 = [SOS] w1 ##a [EOS].
-CONTINUATION = np.array([[0, 0, 0, 1, 1, 0], [0, 0, 1, 0, 0, 0]], np.int32)
 
 
 def test_word_ids_count_words_and_keep_pieces_together():

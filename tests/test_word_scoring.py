@@ -37,15 +37,17 @@ def test_word_ids_follow_the_continuation_pieces(tokenizer):
 
 
 @pytest.mark.parametrize("backend", ["tf", "openvino"])
-def test_tta_word_l2r_is_blind_to_the_piece_and_its_later_pieces(tokenizer, backend):
-  """Through the compiled one-pass graph: the score of piece i is bit-identical when a later
-  piece of its word changes, and changes when another word changes."""
-  lm = lm_for("tta", tokenizer, backend=backend)
+@pytest.mark.parametrize("model_type", ["tta", "tta_word"])
+def test_tta_word_l2r_is_blind_to_the_piece_and_its_later_pieces(tokenizer, model_type, backend):
+  """Through the compiled one-pass graph (words found in the graph from the ids): the score of
+  piece i is bit-identical when a later piece of its word changes, and changes when another
+  word or an earlier piece of its word changes; for T-TA trained with DMSA and for tta_word."""
+  lm = lm_for(model_type, tokenizer, backend=backend)
   (ids,), _ = lm.tokenize([SENTENCE])
   vocab = lm.tokenizer.vocab
 
   def scores(changed):
-    return lm._one_pass([changed], word_l2r=True)[0]  # pylint: disable=protected-access
+    return lm._one_pass([changed], "word_l2r")[0]  # pylint: disable=protected-access
 
   base = scores(ids)
   # "walk ##ing" -> "walk ##ed": position 1's query sees neither 1 nor 2.
@@ -69,6 +71,25 @@ def test_tta_word_l2r_differs_from_piece_scoring_only_inside_split_words(tokeniz
   # Scored positions 1..8: words of one piece ("ran", "far", "away", [EOS]) see the same keys.
   np.testing.assert_array_equal(word[4:], piece[4:])
   assert not np.array_equal(word[:4], piece[:4])
+
+
+def test_tta_word_scores_word_l2r_by_default_and_piece_with_dmsa(tokenizer):
+  """tta_word's default is the mask it was trained with; "piece" is DMSA, by hand."""
+  lm = lm_for("tta_word", tokenizer)
+  assert lm.default_scoring == "word_l2r"
+  assert inference.describe(lm) == inference.describe(lm, "word_l2r")
+  np.testing.assert_array_equal(
+    lm.score([SENTENCE])[0].token_logprobs,
+    lm.score([SENTENCE], scoring="word_l2r")[0].token_logprobs,
+  )
+  (ids,), _ = lm.tokenize([SENTENCE])
+  inputs = {"input_ids": np.array([ids], np.int32), "input_mask": np.ones((1, len(ids)), np.int32)}
+  hidden, _ = lm.model.encode(inputs, attention="dmsa")
+  logits = lm.model.lm_head(hidden, lm.model.embeddings.word_embeddings)
+  log_probs = tf.nn.log_softmax(logits, axis=-1).numpy()[0]
+  want = [log_probs[p, ids[p]] for p in range(1, len(ids))]
+  got = lm.score([SENTENCE], scoring="piece")[0].token_logprobs
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
 
 def test_bilm_word_l2r_masks_the_piece_and_the_later_pieces_of_its_word(tokenizer):
