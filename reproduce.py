@@ -1,8 +1,8 @@
 """Reproduces the paper's evaluation at CPU scale, as one resumable job.
 
-Trains T-TA, biLM and uniLM of one config on the same Gutenberg text for the
-same number of steps, a KenLM 5-gram on the same sentences, then evaluates
-all of them and writes one report shaped like the paper's tables:
+Trains T-TA, T-TA-w (T-TA with the word_l2r mask), biLM and uniLM of one config on the
+same Gutenberg text for the same number of steps, a KenLM 5-gram on the same sentences, then
+evaluates all of them and writes one report shaped like the paper's tables:
 
   Table 1  LibriSpeech 30-best reranking WER (AM-only and full first pass,
            lambda tuned on the matching dev set)
@@ -29,12 +29,16 @@ checkpoint):
               bf16: the faster one trains); --budget_minutes then fixes the step
               count that all models train (same steps = same tokens, same data
               order), recorded in plan.json. --train_steps sets it directly.
-  train_<m>   run_pretraining.py for each m of --models (tta, bilm, unilm).
+  train_<m>   run_pretraining.py for each m of --models (tta, tta_word, bilm, unilm).
   peak        run_benchmark.py --peak_only: the matmul peak in the training
               precision, the reference of the training table's GFLOP/s.
   sts         run_sts.py: STS-B dev/test and SICK test, context and embed.
   asr_paired  run_rescoring.py: every LM, the biLM included, on one seeded sample
-              of lists per LibriSpeech set (Tables 1b and 7).
+              of lists per LibriSpeech set (Tables 1b and 7); tta_word scores words
+              (PLL-word-l2r, the mask it was trained with), the others pieces.
+  asr_word    run_rescoring.py --scoring=word_l2r: T-TA and the biLM on the same
+              sample, scored word by word; rows of Tables 1b and 7, paired with
+              their piece-level rows and with tta_word.
   curves      run_sts.py and run_rescoring.py on a few checkpoints per model:
               the learning curves (curves/).
   asr         run_rescoring.py: the one-pass LMs and the 5-gram on the whole
@@ -72,6 +76,8 @@ FLAGS = flags.FLAGS
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 MODEL_TYPES = kinds.PRETRAINABLE
+# The models trained with piece-level masks that asr_word also scores word by word (PLL-word-l2r).
+WORD_SCORED = ("tta", "bilm")
 KENLM_NAME = "5-gram"
 
 # What each mode trains and evaluates. quick: a few minutes in all on 2 CPU
@@ -691,7 +697,7 @@ def stage_names():
   return (
     ["data", "kenlm", "plan"]
     + [f"train_{t}" for t in FLAGS.models]
-    + ["peak", "sts", "asr_paired", "curves", "asr", "nmt"]
+    + ["peak", "sts", "asr_paired", "asr_word", "curves", "asr", "nmt"]
   )
 
 
@@ -739,6 +745,23 @@ def stage_evaluations(work_dir, root, s, model_dirs, kenlm_path, step_tokens, st
     "rescoring_results.json",
     dict(key, kenlm=kenlm_path, sample_lists=sample),
   )
+  # The same sample scored word by word (PLL-word-l2r) by the LMs trained without the word mask
+  # (T-TA-w scores so by default above): its rows join Table 1b, paired with the piece rows.
+  stages.start("asr_word")
+  word_dirs = {
+    kinds.display_name(t) + reproduction_report.WORD_L2R: d
+    for t, d in model_dirs.items()
+    if t in WORD_SCORED
+  }
+  if word_dirs:
+    results["asr_paired"] = results["asr_paired"] + stage_eval(
+      work_dir,
+      "asr_word",
+      rescoring_args("asr", root, [f"{n}={d}" for n, d in word_dirs.items()], sample_lists=sample)
+      + ["--scoring=word_l2r"],
+      "rescoring_results.json",
+      dict(key, sample_lists=sample, scoring="word_l2r"),
+    )
   stages.start("curves")
   results["curves"] = stage_curves(work_dir, root, s, model_dirs, step_tokens, key)
   # The LMs of one pass per sentence (and the 5-gram) on whole sets: the biLM's pass per token
@@ -762,6 +785,9 @@ def stage_evaluations(work_dir, root, s, model_dirs, kenlm_path, step_tokens, st
   results["sts_comparisons"] = reproduction_report.sts_comparisons(results["sts"])
   results["asr_comparisons"] = reproduction_report.asr_comparisons(results["asr"])
   results["asr_paired_comparisons"] = reproduction_report.asr_comparisons(results["asr_paired"])
+  results["asr_word_comparisons"] = reproduction_report.asr_comparisons(
+    results["asr_paired"], reproduction_report.WORD_PAIRS
+  )
   return results
 
 

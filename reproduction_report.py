@@ -4,8 +4,9 @@
 `render_report` turns the report dict that `reproduce.build_report` gathers (setup, training,
 and each evaluation's results) into markdown: Table 1/1b (LibriSpeech WER), 2 (WMT21 BLEU), 3 and
 4 (STS-B, SICK), 7 ((pseudo-)perplexity), the training table and the learning curves, whose
-figure `plot_curves` draws. `asr_comparisons` and `sts_comparisons` pair T-TA with each other LM
-over the same utterances or sentence pairs (significance.py).
+figure `plot_curves` draws. `asr_comparisons` and `sts_comparisons` pair LMs (T-TA with the
+biLM and the uniLM; word-level with piece-level scoring) over the same utterances or sentence
+pairs (significance.py).
 """
 
 import dataclasses
@@ -154,28 +155,41 @@ def sts_table(sts, set_names, paper_sets=()):
   return "\n".join(lines)
 
 
-# The paper's claims compare T-TA with these LMs on the same utterances / sentence pairs.
-COMPARED = ("biLM", "uniLM")
+# (a, b) pairs whose difference a - b the report tests on the same utterances / sentence pairs.
+# The paper's claims: T-TA against the biLM and the uniLM.
+PAPER_PAIRS = (("T-TA", "biLM"), ("T-TA", "uniLM"))
+# Word-level scoring (README, issue 22): does scoring words change reranking (each LM scored
+# word_l2r against itself scored by pieces), and does training with the word mask matter (the
+# T-TA trained with it against the T-TA trained with DMSA, both scored word_l2r)?
+WORD_L2R = " (word_l2r)"
+WORD_PAIRS = (
+  ("T-TA" + WORD_L2R, "T-TA"),
+  ("biLM" + WORD_L2R, "biLM"),
+  ("T-TA-w", "T-TA" + WORD_L2R),
+)
+# STS: the T-TA trained with the word mask against T-TA (its vectors use its own mask).
+STS_PAIRS = PAPER_PAIRS + (("T-TA-w", "T-TA"),)
 
 
 def _comparison_dict(a, b, where, comparison):
   return dict(a=a, b=b, **where, **dataclasses.asdict(comparison))
 
 
-def asr_comparisons(asr, first="T-TA", others=COMPARED):
-  """WER of `first` minus each of `others`, paired bootstrap over the same utterances.
+def asr_comparisons(asr, pairs=PAPER_PAIRS):
+  """WER of a minus b for each (a, b) of `pairs`, paired bootstrap over the same utterances.
 
   Args:
     asr: rescoring_results.json rows, whose WER results keep per-utterance "errors".
+    pairs: (a, b) LM names; a pair with an LM the rows lack is left out.
 
   Returns:
     list of dicts: a, b, test, setting and the significance.Comparison fields (WER points;
-    negative means `first` makes fewer errors). Pairs without errors or with < 2 utterances
+    negative means a makes fewer errors). Pairs without errors or with < 2 utterances
     are left out.
   """
   rows = {row["lm"]: row for row in asr}
   out = []
-  for other in others:
+  for first, other in pairs:
     if first not in rows or other not in rows:
       continue
     theirs = {(r["test"], r["setting"]): r for r in rows[other]["results"]}
@@ -188,15 +202,15 @@ def asr_comparisons(asr, first="T-TA", others=COMPARED):
   return out
 
 
-def sts_comparisons(sts, first="T-TA", others=COMPARED):
-  """Pearson x100 of `first` minus each of `others` per set and representation, paired
+def sts_comparisons(sts, pairs=STS_PAIRS):
+  """Pearson x100 of a minus b for each (a, b) of `pairs`, per set and representation, paired
   bootstrap over the same sentence pairs (rows need the per-pair "cosines" and "gold")."""
   by = {(r["model"], r["representation"]): r for r in sts}
   out = []
-  for (model, representation), mine in by.items():
-    for other in others if model == first else ():
+  for first, other in pairs:
+    for (model, representation), mine in by.items():
       theirs = by.get((other, representation))
-      if theirs is None:
+      if model != first or theirs is None:
         continue
       for name, cosines in (mine.get("cosines") or {}).items():
         c = significance.compare_pearson(cosines, theirs["cosines"][name], mine["gold"][name])
@@ -263,11 +277,11 @@ def report_notes(report):
   return [line for note in notes for line in (note, "")]
 
 
-def _comparison_section(report, key, unit, columns):
+def _comparison_section(report, key, unit, columns, title="T-TA vs biLM / uniLM"):
   """Heading and table of report[key] (see asr_comparisons), or nothing when it is empty."""
   if not report.get(key):
     return []
-  return ["", f"T-TA vs biLM / uniLM ({unit}):", "", comparison_table(report[key], columns)]
+  return ["", f"{title} ({unit}):", "", comparison_table(report[key], columns)]
 
 
 def _precision_reason(setup):
@@ -352,6 +366,7 @@ def _asr_sections(report):
       *_comparison_section(
         report, "asr_paired_comparisons", "WER points, paired over utterances", ["test", "setting"]
       ),
+      *_word_scoring_notes(report),
       "",
       "## Table 7: (pseudo-)perplexity mean / median per sentence [full-setting WER] on the "
       "sample of Table 1b; word pieces for the neural LMs, words for the 5-gram",
@@ -359,6 +374,26 @@ def _asr_sections(report):
       pppl_table(report["asr_paired"]),
     ]
   return parts
+
+
+def _word_scoring_notes(report):
+  """What the word-level rows of Table 1b are, and their paired comparisons."""
+  if not report.get("asr_word_comparisons"):
+    return []
+  return [
+    "",
+    f"Word-level scoring: an LM named with{WORD_L2R} scores each piece given the other words and "
+    "the earlier pieces of its own word (PLL-word-l2r; T-TA in one pass with the word mask, the "
+    "biLM by masked copies); T-TA-w is a T-TA trained with that mask (same data, objective and "
+    "steps as T-TA), scored the same way. The others score each piece given every other piece.",
+    *_comparison_section(
+      report,
+      "asr_word_comparisons",
+      "WER points, paired over utterances",
+      ["test", "setting"],
+      title="Word-level against piece-level scoring, and the word mask in training",
+    ),
+  ]
 
 
 def _nmt_section(report):
@@ -395,7 +430,11 @@ def _sts_section(report):
     "",
     "Cells: Pearson [95% bootstrap CI over pairs].",
     *_comparison_section(
-      report, "sts_comparisons", "Pearson x 100, paired over pairs", ["set", "representation"]
+      report,
+      "sts_comparisons",
+      "Pearson x 100, paired over pairs",
+      ["set", "representation"],
+      title="T-TA vs biLM / uniLM, and T-TA-w (trained with the word mask) vs T-TA",
     ),
   ]
 

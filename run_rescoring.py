@@ -52,10 +52,11 @@ flags.DEFINE_list(
 )
 flags.DEFINE_enum(
   "scoring",
-  "piece",
-  ["piece", "word_l2r"],
+  None,
+  list(inference.SCORINGS),
   "Neural LMs: piece, each word piece given every other piece; word_l2r, given the other words "
-  "and the earlier pieces of its word (PLL-word-l2r); part of the score cache's key.",
+  "and the earlier pieces of its word (PLL-word-l2r); part of the score cache's key. Default: "
+  "the one the model was trained for (word_l2r for tta_word, else piece).",
 )
 flags.DEFINE_enum(
   "task",
@@ -339,6 +340,7 @@ def rescore_with(name, lm, lm_id, texts, cache, sets, runs, metric):
     "lm": name,
     # Short; cache/lm_scores.models.json says what it stands for (score_cache.ScoreCache.register).
     "lm_id": lm_id,
+    "scoring": FLAGS.scoring or lm.default_scoring,
     "evaluation": evaluation_key(),
     "scoring_seconds": time.time() - start,
     "truncated": sum(scores[t][2] for t in texts),

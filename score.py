@@ -49,6 +49,7 @@ from absl import logging
 
 import cli
 import io_utils
+import kinds
 import progress as progress_lib
 
 FLAGS = flags.FLAGS
@@ -69,10 +70,11 @@ def define_flags():
   flags.DEFINE_enum("vectors", "none", VECTORS, "Also output sentence vectors (neural LMs).")
   flags.DEFINE_enum(
     "scoring",
-    "piece",
-    ["piece", "word_l2r"],
+    None,
+    list(kinds.SCORINGS),
     "piece: each word piece given every other piece; word_l2r: given the other words and the "
-    "earlier pieces of its word (PLL-word-l2r; T-TA in one pass, the biLM by masked copies).",
+    "earlier pieces of its word (PLL-word-l2r; T-TA in one pass, the biLM by masked copies). "
+    "Default: the one the model was trained for (word_l2r for tta_word, else piece).",
   )
   flags.DEFINE_integer("batch_size", 256, "Lines scored (and checkpointed) at a time.")
   flags.DEFINE_bool("score_eos", True, "Score the end-of-sentence token.")
@@ -141,7 +143,7 @@ def render(rec, output_format):
   return json.dumps(rec, ensure_ascii=False)
 
 
-def score_batch(lm, lines, texts, vectors="none", scoring="piece"):
+def score_batch(lm, lines, texts, vectors="none", scoring=None):
   """Records for one batch: `lines` [n] input line numbers, `texts` [n] stripped sentences."""
   present = [i for i, text in enumerate(texts) if text]
   scored = lm.score([texts[i] for i in present], scoring=scoring) if present else []

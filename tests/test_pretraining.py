@@ -27,6 +27,7 @@ import pytest
 import tensorflow as tf
 
 import corpus
+import kinds
 import losses as losses_lib
 import model_dir
 import modeling
@@ -225,7 +226,7 @@ def trained(data_dir, tmp_path_factory):
   """Trains each model type for 30 steps; returns {type: (dir, summary)}."""
   root = tmp_path_factory.mktemp("trained")
   results = {}
-  for model_type in ("tta", "bilm", "unilm"):
+  for model_type in kinds.PRETRAINABLE:
     out = root / model_type
     results[model_type] = (
       str(out),
@@ -234,7 +235,7 @@ def trained(data_dir, tmp_path_factory):
   return results
 
 
-@pytest.mark.parametrize("model_type", ["tta", "bilm", "unilm"])
+@pytest.mark.parametrize("model_type", kinds.PRETRAINABLE)
 def test_loss_goes_down(trained, model_type):
   _, summary = trained[model_type]
   losses = summary["step_losses"]

@@ -63,7 +63,7 @@ def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path):
   assert first.returncode == 0, first.stderr[-3000:]
   report = json.loads((work / "report.json").read_text())
   assert report["setup"]["train_steps"] == 3
-  assert set(report["training"]) == {"T-TA", "biLM", "uniLM"}
+  assert set(report["training"]) == {"T-TA", "T-TA-w", "biLM", "uniLM"}
   for name, t in report["training"].items():
     assert t["final_step"] == 3, name
     # 3 steps leave no timed step (the first ones are warm-up): no rate, so no fraction.
@@ -71,12 +71,23 @@ def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path):
   peak = report["setup"]["matmul_peak"]
   assert peak["dtype"] == "float32" and peak["gflops"] > 0  # --train_steps: no bf16 plan
   # Whole sets (here the first 2 lists) for the one-pass LMs; every LM on the paired sample.
-  assert [r["lm"] for r in report["asr"]] == ["T-TA", "uniLM", "5-gram"]
-  assert [r["lm"] for r in report["asr_paired"]] == ["T-TA", "biLM", "uniLM", "5-gram"]
-  assert [r["lm"] for r in report["nmt"]] == ["T-TA", "biLM", "uniLM", "5-gram"]
+  assert [r["lm"] for r in report["asr"]] == ["T-TA", "T-TA-w", "uniLM", "5-gram"]
+  # T-TA-w scores words by default (its training mask); asr_word adds T-TA and the biLM so.
+  scoring = {r["lm"]: r["scoring"] for r in report["asr_paired"]}
+  assert scoring == {
+    "T-TA": "piece",
+    "T-TA-w": "word_l2r",
+    "biLM": "piece",
+    "uniLM": "piece",
+    "5-gram": "piece",
+    "T-TA (word_l2r)": "word_l2r",
+    "biLM (word_l2r)": "word_l2r",
+  }
+  assert [r["lm"] for r in report["nmt"]] == ["T-TA", "T-TA-w", "biLM", "uniLM", "5-gram"]
   # Learning curves: the one checkpoint of a 3-step run per model, every measure filled in.
   assert [(p["model"], p["step"]) for p in report["curves"]] == [
     ("T-TA", 3),
+    ("T-TA-w", 3),
     ("biLM", 3),
     ("uniLM", 3),
   ]
@@ -85,7 +96,7 @@ def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path):
     assert all(point[m] is not None for m, _ in reproduction_report.CURVE_PANELS)
   assert (work / "curves" / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
   assert {(r["model"], r["representation"]) for r in report["sts"]} == {
-    (m, r) for m in ("T-TA", "biLM", "uniLM") for r in ("context", "embed")
+    (m, r) for m in ("T-TA", "T-TA-w", "biLM", "uniLM") for r in ("context", "embed")
   }
   # The neural models were trained on LibriSpeech-normalized text and say so.
   config = json.loads((work / "models" / "tta" / "config.json").read_text())
@@ -94,9 +105,12 @@ def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path):
   for table in ("Table 1", "Table 1b", "Table 2", "Table 3", "Table 4", "Table 7", "Learning"):
     assert table in text
   # Paired comparisons of T-TA with biLM and uniLM: 2 test sets x 2 settings (uniLM only on the
-  # whole sets), 3 STS sets x 2 representations; the WER cells carry their p vs the first pass.
+  # whole sets), 3 STS sets x 2 representations (and T-TA-w vs T-TA); the word-level pairs
+  # (reproduction_report.WORD_PAIRS) on the sample; the WER cells carry their p vs the first pass.
   assert len(report["asr_comparisons"]) == 4 and len(report["asr_paired_comparisons"]) == 8
-  assert len(report["sts_comparisons"]) == 12
+  assert len(report["asr_word_comparisons"]) == 12
+  assert len(report["sts_comparisons"]) == 18
+  assert "T-TA (word_l2r) - T-TA" in text and "T-TA-w - T-TA (word_l2r)" in text
   assert "T-TA - biLM" in text and "T-TA - uniLM" in text
   assert re.search(r"\| \+ T-TA \| \d+\.\d\d \(λ \d\.\d\d, p \d\.\d{3}\) \|", text)
   # A second run finds every stage done: no training, scoring or KenLM step.
