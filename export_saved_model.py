@@ -49,6 +49,20 @@ position, built in the graph, the LM head evaluated at the masked position
 only. A sentence longer than max_seq_length - 2 word pieces loses its last
 pieces, keeping [SOS] ... [EOS], and is flagged in "truncated".
 
+`score` computes one scoring mode, fixed at export (--scoring, recorded as
+"scoring" in assets.extra/tta_export.json; default the kind's own,
+`kinds.Kind.default_scoring`: word_l2r for tta_word, piece otherwise), the
+numbers of `NeuralLM.score(..., scoring=...)`:
+  piece     each word piece given every other piece, as above.
+  word_l2r  each piece given the other words and the earlier pieces of its
+            own word (PLL-word-l2r, Kauf & Ivanova 2023), words found in the
+            graph from the vocab's "##" continuation pieces: tta/tta_word in
+            one pass under the word_l2r attention mask; bilm/bert by masked
+            copies that also mask the later pieces of the position's word;
+            unilm the same as piece (it never sees a later piece).
+`encode` does not depend on it: it runs the kind's own attention (tta_word:
+its word mask, the words found in the graph).
+
 The SavedModel also holds the NeuralLM's transposed copy of the embedding
 table (V x D floats, the fast LM-head layout) beside the table itself.
 
@@ -63,6 +77,7 @@ The input's name is also in assets.extra/tta_export.json ("input").
 
 Example:
   python export_saved_model.py --model_dir=runs/tta --export_dir=exports/tta
+  python export_saved_model.py --model_dir=runs/tta --export_dir=exports/tta_w --scoring=word_l2r
 """
 
 import json
@@ -99,6 +114,15 @@ def define_flags():
   )
   flags.DEFINE_bool("score_sos", False, "Also score the start token (tta, bilm, bert).")
   flags.DEFINE_bool("score_eos", True, "Score the end token.")
+  flags.DEFINE_enum(
+    "scoring",
+    None,
+    list(inference.SCORINGS),
+    "What the score signature computes. piece: each word piece given every other piece; "
+    "word_l2r: given the other words and the earlier pieces of its word (PLL-word-l2r; T-TA in "
+    "one pass, the biLM by masked copies). Default: the model kind's own (word_l2r for "
+    "tta_word, piece otherwise).",
+  )
   flags.DEFINE_integer(
     "token_budget",
     inference.DEFAULT_TOKEN_BUDGET,
@@ -139,14 +163,23 @@ class ExportModule(tf.Module):
   R = masked copies, D = hidden size.
   """
 
-  def __init__(self, lm, name=None):
+  def __init__(self, lm, name=None, scoring=None):
     """Builds the module.
 
     Args:
-      lm: `inference.NeuralLM` (tta, bilm, bert or unilm).
+      lm: `inference.NeuralLM` (tta, tta_word, bilm, bert or unilm).
       name: tf.Module name.
+      scoring: what `score` computes, one of inference.SCORINGS; None: the kind's own
+        (`lm.default_scoring`).
+
+    Raises:
+      ValueError: scoring is not one of inference.SCORINGS.
     """
     super().__init__(name=name)
+    scoring = scoring or lm.default_scoring
+    if scoring not in inference.SCORINGS:
+      raise ValueError(f"scoring {scoring!r} is not one of {inference.SCORINGS}")
+    self.scoring = scoring
     self.graph = lm.graph
     self.tokenizer = lm.tokenizer.graph_tokenizer()
     # Plain Python values: baked into the graph as constants.
@@ -175,6 +208,7 @@ class ExportModule(tf.Module):
       "pad_id": self._pad_id,
       "score_sos": self._score_sos,
       "score_eos": self._score_eos,
+      "scoring": self.scoring,
       "token_budget": self._token_budget,
       "normalization": self._normalization,
       "input": self.input_name,
@@ -215,10 +249,17 @@ class ExportModule(tf.Module):
     starts = tf.fill(tf.shape(lengths), first)
     return starts, tf.maximum(limits, starts)
 
-  def _masked_copies(self, input_ids, input_mask, starts, limits, with_head):
+  def _masked_copies(self, input_ids, input_mask, starts, limits, with_head, word_l2r=False):
     """`scoring_graph.ScoringGraph.masked_copies` with this export's [MASK] id and token budget."""
     return self.graph.masked_copies(
-      input_ids, input_mask, starts, limits, self._mask_id, self._token_budget, with_head
+      input_ids,
+      input_mask,
+      starts,
+      limits,
+      self._mask_id,
+      self._token_budget,
+      with_head,
+      word_l2r=word_l2r,
     )
 
   # --------------------------------------------------------- signatures
@@ -247,7 +288,8 @@ class ExportModule(tf.Module):
     return out
 
   def score(self, texts):
-    """The `score` signature: sentence and token log-probabilities.
+    """The `score` signature: sentence and token log-probabilities, in this export's scoring
+    mode (`self.scoring`).
 
     Args:
       texts: tf.string [B], the signature's `texts` or `normalized_texts`
@@ -261,7 +303,7 @@ class ExportModule(tf.Module):
     starts, limits = self._scored_span(lengths)
     if self._masked_copies_kind:
       rows, positions, _, logp = self._masked_copies(
-        input_ids, input_mask, starts, limits, with_head=True
+        input_ids, input_mask, starts, limits, with_head=True, word_l2r=self.scoring == "word_l2r"
       )
       token_logprobs = tf.scatter_nd(
         tf.stack([rows, positions], 1), logp, tf.shape(input_ids)
@@ -269,9 +311,11 @@ class ExportModule(tf.Module):
     else:
       width = tf.range(tf.shape(input_ids)[1])[tf.newaxis]  # [1, T]
       score_mask = tf.logical_and(width >= starts[:, None], width < limits[:, None])
-      token_logprobs = self.graph.token_log_probs(
-        input_ids, input_mask, tf.cast(score_mask, tf.int32)
-      )
+      one_pass = {
+        "piece": self.graph.token_log_probs,
+        "word_l2r": self.graph.word_l2r_log_probs,
+      }[self.scoring]
+      token_logprobs = one_pass(input_ids, input_mask, tf.cast(score_mask, tf.int32))
     return {
       "total": tf.reduce_sum(token_logprobs, axis=1),
       "num_tokens": limits - starts,
@@ -280,7 +324,7 @@ class ExportModule(tf.Module):
     }
 
 
-def export(lm, export_dir, overwrite=False):
+def export(lm, export_dir, overwrite=False, scoring=None):
   """Writes `lm` as a SavedModel with the `encode` and `score` signatures.
 
   The SavedModel is written to a temporary folder beside export_dir and
@@ -290,17 +334,20 @@ def export(lm, export_dir, overwrite=False):
     lm: `inference.NeuralLM`.
     export_dir: str, local folder to create.
     overwrite: replace an existing export_dir.
+    scoring: what the `score` signature computes, one of inference.SCORINGS; None: the kind's
+      own (`lm.default_scoring`: word_l2r for tta_word, piece otherwise).
 
   Returns:
     The `ExportModule` that was saved.
 
   Raises:
     FileExistsError: export_dir exists and overwrite is False.
+    ValueError: scoring is not one of inference.SCORINGS.
   """
   export_dir = os.path.abspath(export_dir)
   if os.path.exists(export_dir) and not overwrite:
     raise FileExistsError(f"{export_dir} exists; pass --overwrite to replace it")
-  module = ExportModule(lm)
+  module = ExportModule(lm, scoring=scoring)
   # The signatures are traced here from plain methods: a tf.function held by
   # the module would be traced a second time by tf.saved_model.save (and
   # the export take twice as long) for no gain over the signatures.
@@ -327,7 +374,7 @@ def export(lm, export_dir, overwrite=False):
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise
-  logging.info("exported %s model to %s", lm.model_type, export_dir)
+  logging.info("exported %s model (scoring %s) to %s", lm.model_type, module.scoring, export_dir)
   return module
 
 
@@ -341,7 +388,7 @@ def main(argv):
       score_eos=FLAGS.score_eos,
       token_budget=FLAGS.token_budget,
     )
-  module = export(lm, FLAGS.export_dir, overwrite=FLAGS.overwrite)
+  module = export(lm, FLAGS.export_dir, overwrite=FLAGS.overwrite, scoring=FLAGS.scoring)
   # Reload and run once, so a broken export fails here, not in a server.
   loaded = tf.saved_model.load(FLAGS.export_dir)
   text = "the cat sat on the mat ." if lm.normalization == "none" else "THE CAT SAT ON THE MAT"

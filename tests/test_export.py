@@ -29,7 +29,7 @@ SENTENCES = [
 ]
 # bilm sums over one masked copy per position, batched differently in the
 # graph and in inference.py, so it rounds a little further apart.
-ATOL = {"tta": 1e-5, "unilm": 1e-5, "bilm": 1e-4}
+ATOL = {"tta": 1e-5, "tta_word": 1e-5, "unilm": 1e-5, "bilm": 1e-4}
 
 
 def export_config(tokenizer, **overrides):
@@ -112,6 +112,8 @@ def test_one_sentence_batches_and_export_info(exported):
     info = json.load(f)
   assert info["model_type"] == lm.model_type
   assert info["max_seq_length"] == MAX_SEQ_LENGTH
+  # tta, bilm and unilm were trained for piece scoring: their export's default.
+  assert info["scoring"] == "piece"
 
 
 def test_tta_export_is_exactly_self_unknown(tokenizer, tmp_path):
@@ -168,6 +170,133 @@ def test_raw_texts_with_case_punctuation_and_digits(exported):
   for i, result in enumerate(lm.score(raw)):
     assert int(got["num_tokens"][i]) == result.num_tokens
     assert float(got["total"][i]) == pytest.approx(result.total, abs=10 * ATOL[lm.model_type])
+
+
+# ------------------------------------------------ scoring modes (word_l2r)
+
+# With words of several pieces (tokenizations asserted below): walk ##ing, dog ##s, walk ##ing ##s,
+# cat ##s, walk ##ed.
+WORD_SENTENCES = ["walking dogs ran far away", "walkings cats walked away", "", "the dog ran ."]
+WORD_PIECES = [
+  ["walk", "##ing", "dog", "##s", "ran", "far", "away"],
+  ["walk", "##ing", "##s", "cat", "##s", "walk", "##ed", "away"],
+  [],
+  ["the", "dog", "ran", "."],
+]
+OTHER_SCORING = {"piece": "word_l2r", "word_l2r": "piece"}
+
+
+@pytest.fixture(scope="module")
+def scoring_export(tokenizer, tmp_path_factory):
+  """(model_type, scoring given to `export`) -> (NeuralLM, loaded SavedModel, export dir), each
+  exported once per module and shared by the tests below."""
+  cache = {}
+
+  def get(model_type, scoring):
+    if (model_type, scoring) not in cache:
+      tf.keras.utils.set_random_seed(5)
+      config = export_config(tokenizer, **SHARP_ATTENTION)
+      lm = inference.NeuralLM(
+        modeling.build_model(config, model_type),
+        tokenizer,
+        max_seq_length=MAX_SEQ_LENGTH,
+        token_budget=40,  # the bilm's in-graph copies in several chunks
+      )
+      export_dir = str(tmp_path_factory.mktemp("export") / f"{model_type}-{scoring}")
+      export_saved_model.export(lm, export_dir, scoring=scoring)
+      cache[model_type, scoring] = lm, tf.saved_model.load(export_dir), export_dir
+    return cache[model_type, scoring]
+
+  return get
+
+
+# (model_type, scoring given to `export`, the mode its `score` must compute): tta_word's default
+# is the mode it was trained for.
+SCORING_EXPORTS = [
+  ("tta", "word_l2r", "word_l2r"),
+  ("tta_word", None, "word_l2r"),
+  ("tta_word", "piece", "piece"),
+  ("bilm", "word_l2r", "word_l2r"),
+]
+
+
+@pytest.mark.parametrize("model_type,scoring,want_scoring", SCORING_EXPORTS)
+def test_score_signature_computes_its_scoring_mode(
+  scoring_export, model_type, scoring, want_scoring
+):
+  """`score` gives `NeuralLM.score(..., scoring=...)` of the export's mode, on sentences with
+  split words, where the two modes differ far beyond the tolerance."""
+  lm, loaded, export_dir = scoring_export(model_type, scoring)
+  assert [lm.tokenizer.tokenize(s) for s in WORD_SENTENCES] == WORD_PIECES
+  got = loaded.signatures["score"](texts=tf.constant(WORD_SENTENCES))
+  want = lm.score(WORD_SENTENCES, scoring=want_scoring)
+  atol = ATOL[model_type]
+  for i, result in enumerate(want):
+    n = result.num_tokens
+    row = got["token_logprobs"][i].numpy()
+    assert int(got["num_tokens"][i]) == n == len(WORD_PIECES[i]) + 1
+    assert np.flatnonzero(row).tolist() == list(range(1, n + 1))
+    np.testing.assert_allclose(row[1 : n + 1], result.token_logprobs, atol=atol, rtol=0)
+    assert float(got["total"][i]) == pytest.approx(result.total, abs=10 * atol)
+  other = lm.score(WORD_SENTENCES, scoring=OTHER_SCORING[want_scoring])
+  gap = max(np.max(np.abs(w.token_logprobs - o.token_logprobs)) for w, o in zip(want, other))
+  assert gap > 100 * atol
+  with open(
+    os.path.join(export_dir, export_saved_model.EXTRA_DIR, export_saved_model.EXPORT_INFO)
+  ) as f:
+    info = json.load(f)
+  assert info["scoring"] == want_scoring
+  assert info["model_type"] == model_type
+
+
+@pytest.mark.parametrize("pooling", inference.POOLINGS)
+def test_tta_word_encode_equals_python_path(scoring_export, pooling):
+  """tta_word's `encode` runs its word mask, the words found in the graph, whatever the mode."""
+  for scoring in (None, "piece"):
+    lm, loaded, _ = scoring_export("tta_word", scoring)
+    got = loaded.signatures["encode"](texts=tf.constant(WORD_SENTENCES))[pooling].numpy()
+    want = lm.sentence_vectors(WORD_SENTENCES, pooling=pooling)
+    np.testing.assert_allclose(got, want, atol=ATOL["tta_word"], rtol=0)
+
+
+@pytest.mark.parametrize("model_type,scoring", [("tta", "word_l2r"), ("tta_word", None)])
+def test_word_l2r_export_is_blind_to_the_later_pieces_of_the_word(
+  scoring_export, model_type, scoring
+):
+  """Through the SavedModel, strings in: the score of piece i is bit-identical when a later piece
+  of its word changes, and changes when an earlier piece of its word or another word changes.
+
+  One sentence per call, the segmentation kept (asserted), so every call has the same shapes.
+  """
+  lm, loaded, _ = scoring_export(model_type, scoring)
+
+  def logprobs(sentence, pieces):
+    assert lm.tokenizer.tokenize(sentence) == pieces
+    # Position p + 1 holds piece p ([SOS] first).
+    return loaded.signatures["score"](texts=tf.constant([sentence]))["token_logprobs"].numpy()[0]
+
+  rest = ["dog", "##s", "ran", "far", "away"]
+  base = logprobs("walkings dogs ran far away", ["walk", "##ing", "##s"] + rest)
+  # The last piece of "walk ##ing ##s" changes: "walk" and "##ing" do not see it.
+  got = logprobs("walkinged dogs ran far away", ["walk", "##ing", "##ed"] + rest)
+  np.testing.assert_array_equal(got[1:3], base[1:3])
+  assert got[3] != base[3]  # its own target changed
+  # The middle piece changes: "walk" does not see it, the later "##s" does.
+  got = logprobs("walkeds dogs ran far away", ["walk", "##ed", "##s"] + rest)
+  assert got[1] == base[1]
+  assert got[3] != base[3]
+  # The first piece changes: the later pieces of its word see it.
+  got = logprobs("runings dogs ran far away", ["run", "##ing", "##s"] + rest)
+  assert got[2] != base[2] and got[3] != base[3]
+  # Another word changes: every piece of this one sees it.
+  got = logprobs("walkings cats ran far away", ["walk", "##ing", "##s", "cat", "##s"] + rest[2:])
+  assert np.all(got[1:4] != base[1:4])
+
+
+def test_export_refuses_an_unknown_scoring(scoring_export):
+  lm, _, _ = scoring_export("tta", "word_l2r")
+  with pytest.raises(ValueError, match="scoring 'words' is not one of"):
+    export_saved_model.ExportModule(lm, scoring="words")
 
 
 # ------------------------------------------- a LibriSpeech-normalized model
