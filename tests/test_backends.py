@@ -1,7 +1,8 @@
 """The OpenVINO and ONNX Runtime backends of inference.py against the TensorFlow reference path.
 
 Every kind (tta, bilm, unilm) must give the reference's numbers (log-probs within 1e-4, sentence
-vectors within 1e-5) on batches with padding, an empty sentence and an over-long one. The
+vectors within 1e-5) on batches with padding, an empty sentence and an over-long one; on
+onnxruntime, tta_word and word-level scoring too. The
 bfloat16 backend (CPUs with AMX or AVX512-BF16 only) is held to a looser tolerance. T-TA's exact
 self-unknown property through the compiled TF functions (tf, XLA, OpenVINO) is
 tests/test_inference.py's; onnx_backend's own graphs are checked here.
