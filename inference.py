@@ -261,7 +261,9 @@ class NeuralLM(object):
     self._onnx = None
     if backend == "onnxruntime":
       self._onnx = onnx_backend.OnnxFunctions(
-        model, tf.config.threading.get_intra_op_parallelism_threads()
+        model,
+        tf.config.threading.get_intra_op_parallelism_threads(),
+        tokenizer.continuation_ids(),
       )
     self.bos_id, self.eos_id = _boundary_ids(tokenizer)
     self.mask_id = tokenizer.mask_id

@@ -1,8 +1,9 @@
 """The ONNX Runtime backend of inference.py (`NeuralLM(backend="onnxruntime")`).
 
 `OnnxFunctions` gives `scoring_graph.ScoringGraph`'s methods (encode, token_log_probs,
-masked_copy_scores, sentence_vectors) with the same inputs and outputs, as ONNX graphs run by
-ONNX Runtime's CPU kernels. The graphs are written here from the model's weights, not converted
+word_l2r_log_probs, masked_copy_scores, sentence_vectors) with the same inputs and outputs, each
+under the attention pattern the ScoringGraph method uses, as ONNX graphs run by ONNX Runtime's
+CPU kernels. The graphs are written here from the model's weights, not converted
 from the TF functions: ONNX Runtime is fast on transformers through its fused com.microsoft ops
 (Attention / MultiHeadAttention, SkipLayerNormalization, BiasGelu), which a converter emits only
 where its pattern matching recognises BERT, and T-TA's structure (docs/DESIGN.md §2.3) is small
@@ -13,7 +14,12 @@ and fixed:
   - the first layer's query is position-only, so its projection is a [L, D] table;
   - DMSA is an additive attention bias on the diagonal. Masked logits get -1e9 (padded keys
     too, as `mask_filter_value`), whose softmax weight is exactly 0 in float32, so output i
-    stays bit for bit independent of token i.
+    stays bit for bit independent of token i;
+  - word_l2r (tta_word's attention, and any T-TA's scoring "word_l2r") differs per sentence: the
+    graph finds the words from the input ids (a gather of the vocab's continuation flags and a
+    cumulative sum, `modeling.word_ids`) and makes each row's -1e9 bias, padded keys included,
+    by the rule of `modeling._word_l2r_keys`, so output i stays bit for bit independent of
+    piece i and the later pieces of its word.
 biLM and uniLM are BERT's encoder on the Attention op (uniLM's causal pattern as its bias), its
 first layer on MultiHeadAttention with table-read projections.
 
@@ -37,7 +43,8 @@ _WORD_TABLE = "word_embeddings"
 # Projections of the embedding output are read from [V, K] tables (`_Embedding.project`; T-TA's
 # keys and values: 363 MB at paper size) up to this size; a larger one is a matmul.
 MAX_PROJECTION_TABLE_BYTES = 1 << 30
-_FLOAT = 1  # onnx.TensorProto.FLOAT, for Cast
+# onnx.TensorProto's element types, for Cast.
+_FLOAT, _INT32, _BOOL = 1, 6, 9
 
 
 def check_model(model):
@@ -59,12 +66,16 @@ class OnnxFunctions(object):
   with the weights the model has then (as the OpenVINO backend converts at the first call).
   """
 
-  def __init__(self, model, threads=None):
+  def __init__(self, model, threads=None, continuation=None):
     """Args: model, a `modeling.TransformerLM`; threads, ONNX Runtime's intra-op threads (None:
-    its default, one per physical core)."""
+    its default, one per physical core); continuation, bool [V], the vocab's WordPiece
+    continuation pieces (`tokenization.FullTokenizer.continuation_ids`), from which a graph with
+    a word attention pattern finds the words (None for a model that never uses one), as
+    `ScoringGraph`'s."""
     check_model(model)
     self.model = model
     self._threads = threads
+    self._continuation = None if continuation is None else np.asarray(continuation, bool)
     self._sessions = {}
     # Large tables the graphs take as inputs (`_Graph.shared_weight`), one copy for all of them.
     self._shared = {}
@@ -74,6 +85,7 @@ class OnnxFunctions(object):
     functions = {
       "encode": self.encode,
       "token_log_probs": self.token_log_probs,
+      "word_l2r_log_probs": self.word_l2r_log_probs,
       "masked_copy_scores": self.masked_copy_scores,
       "sentence_vectors": self.sentence_vectors,
     }
@@ -85,22 +97,51 @@ class OnnxFunctions(object):
 
   def encode(self, input_ids, input_mask):
     """int32 [B, T] each -> (sequence_output, embedding_output), float32 [B, T, D] each."""
-    return tuple(self._run("encode", input_ids, input_mask))
+    return tuple(self._run("encode", self.model.kind.attention, input_ids, input_mask))
 
   def token_log_probs(self, input_ids, input_mask, score_mask):
-    """One pass (tta, unilm): float32 [B, T], log p(input_ids) where score_mask is 1, else 0.
+    """One pass (tta, tta_word, unilm), scoring "piece": float32 [B, T], log p(input_ids) where
+    score_mask is 1, else 0.
 
-    As `ScoringGraph.token_log_probs`: tta reads token t's distribution at output t, unilm at
-    output t-1.
+    As `ScoringGraph.token_log_probs`: a kind with input isolation reads token t's distribution
+    at output t under DMSA, unilm at output t-1.
     """
+    return self._one_pass_log_probs(input_ids, input_mask, score_mask, "piece")
+
+  def word_l2r_log_probs(self, input_ids, input_mask, score_mask):
+    """`token_log_probs` scoring "word_l2r", as `ScoringGraph.word_l2r_log_probs`: a kind with
+    input isolation under the word_l2r mask (words found in the graph from the input ids)."""
+    return self._one_pass_log_probs(input_ids, input_mask, score_mask, "word_l2r")
+
+  def _one_pass_log_probs(self, input_ids, input_mask, score_mask, scoring):
     input_ids = np.asarray(input_ids, np.int32)
     where = np.flatnonzero(score_mask)  # [N], row * T + position
     # Output t predicts the token at t + offset (kinds.Kind.prediction_offset).
     read_at = where - self.model.kind.prediction_offset
-    log_probs, _ = self._run("scores", input_ids, input_mask, read_at, input_ids.flat[where])
+    log_probs, _ = self.scores(
+      self.model.kind.one_pass_attention(scoring),
+      input_ids,
+      input_mask,
+      read_at,
+      input_ids.flat[where],
+    )
     out = np.zeros(input_ids.shape, np.float32)
     out.flat[where] = log_probs
     return out
+
+  def scores(self, attention, input_ids, input_mask, read_at, targets):
+    """The encoder under `attention` (kinds.ATTENTION_PATTERNS), then the LM head at chosen
+    rows: the graph every scoring method runs.
+
+    Args:
+      input_ids, input_mask: int32 [B, T].
+      read_at: int [N], rows of the flattened [B * T] outputs to run the head at.
+      targets: int [N], the token whose log-probability each row gives.
+
+    Returns:
+      (log p(targets) float32 [N], the last layer at read_at float32 [N, D]).
+    """
+    return tuple(self._run("scores", attention, input_ids, input_mask, read_at, targets))
 
   def masked_copy_scores(self, copies, copy_mask, positions, targets):
     """Masked copies (bilm, bert) -> (log p(targets) float32 [R], last layer at the mask [R, D]).
@@ -112,11 +153,13 @@ class OnnxFunctions(object):
     copies = np.asarray(copies, np.int32)
     rows, length = copies.shape
     read_at = np.arange(rows) * length + np.asarray(positions)
-    return tuple(self._run("scores", copies, copy_mask, read_at, targets))
+    return self.scores(self.model.kind.attention, copies, copy_mask, read_at, targets)
 
   def sentence_vectors(self, input_ids, input_mask):
     """Every pooling of one pass, float32 [B, D] each, as `ScoringGraph.sentence_vectors`."""
-    pooled, embedded = self._run("vectors", input_ids, input_mask, pooling_weights(input_mask))
+    pooled, embedded = self._run(
+      "vectors", self.model.kind.attention, input_ids, input_mask, pooling_weights(input_mask)
+    )
     return {
       "context": pooled[:, 0],
       "embed": embedded[:, 0],
@@ -124,10 +167,13 @@ class OnnxFunctions(object):
       "last": pooled[:, 2],
     }
 
-  def _run(self, name, *arrays):
-    """Runs graph `name` (built at its first call) on arrays in its input order."""
-    if name not in self._sessions:
-      g = _GRAPHS[name](self.model, self._shared)
+  def _run(self, name, attention, *arrays):
+    """Runs graph `name` with the attention pattern `attention` (built at its first call) on
+    arrays in its input order. Graphs of one name and pattern are one session (tta's
+    token_log_probs and masked_copy_scores; unilm's two scorings)."""
+    key = name, attention
+    if key not in self._sessions:
+      g = _GRAPHS[name](self.model, self._shared, attention, self._continuation)
       session = g.session(self._threads)
       inputs = [
         (spec.name, np.float32 if spec.type == "tensor(float)" else np.int32)
@@ -135,8 +181,8 @@ class OnnxFunctions(object):
         if spec.name not in g.fed
       ]
       # NumPy inputs are read in place: feeding the shared tables copies nothing.
-      self._sessions[name] = session, inputs, {n: self._shared[n] for n in g.fed}
-    session, inputs, feeds = self._sessions[name]
+      self._sessions[key] = session, inputs, {n: self._shared[n] for n in g.fed}
+    session, inputs, feeds = self._sessions[key]
     feeds = dict(feeds)
     feeds.update((key, np.asarray(array, dtype)) for (key, dtype), array in zip(inputs, arrays))
     return session.run(None, feeds)
@@ -293,11 +339,13 @@ def _block_output(g, block, context, skip):
   return g.ms_op("SkipLayerNormalization", ffn, attention, gamma, beta, bias, epsilon=_EPSILON)
 
 
-def _encoder(g, model, input_ids, input_mask):
-  """`TransformerLM.encode` of the graph inputs: (sequence_output, embedding_output) names."""
+def _encoder(g, model, input_ids, input_mask, attention, continuation):
+  """`TransformerLM.encode` of the graph inputs under the attention pattern `attention`, words
+  from `continuation` (bool [V] or None, `OnnxFunctions`): (sequence_output, embedding_output)
+  names."""
   shape = g.op("Shape", input_ids)  # [2]: B, T
   length = g.op("Slice", shape, g.ints([1]), g.ints([2]))  # [1]: T
-  masks = _AttentionMasks(g, model, input_mask, length)
+  masks = _AttentionMasks(g, model, attention, continuation, input_ids, input_mask, length)
   embedding = _Embedding(g, model, input_ids, length)
   if model.kind.input_isolation:
     return _tta_layers(g, model, embedding, masks, shape, length), embedding.output
@@ -344,24 +392,29 @@ def _positions(model):
 
 
 class _AttentionMasks(object):
-  """Who attends whom, as the attention ops take it.
+  """Who attends whom under an attention pattern (kinds.ATTENTION_PATTERNS), as the attention
+  ops take it.
 
-  Padded keys: the input mask, with `mask_filter_value` -1e9 as modeling's. The kind's pattern
-  (T-TA's diagonal, uniLM's causal triangle): an additive bias sliced from an [L, L] table made
-  by `modeling.create_attention_mask`, so the rule has one owner.
+  A position pattern (T-TA's diagonal, uniLM's causal triangle): an additive bias sliced from
+  an [L, L] table made by `modeling.create_attention_mask`, so the rule has one owner; padded
+  keys by the input mask, with `mask_filter_value` -1e9 as modeling's. A word pattern
+  (word_l2r) differs from row to row: its bias, padded keys included, is computed in the graph
+  from the input ids (`_word_pattern_keys`), and the ops get no key padding mask.
 
   Attributes:
-    pattern: float32 [1, 1, T, T] bias, or "" when every key may be seen (biLM).
+    pattern: float32 [1, 1, T, T] bias ([B, 1, T, T] for a word pattern), or "" when every key
+      may be seen (biLM).
     has_key: float32 [B, T, 1], 1 where a query has some key to attend to, or "" when every
       query has one (its own). TF's masked softmax gives a query without keys (a one-token
       T-TA row) a zero context; the additive mask gives it a uniform one over the masked keys,
       its own token's among them. Multiplying the context by has_key keeps such a row
       self-unknown and equal to TF.
-    input_mask: int32 [B, T], the graph input (the ops' key padding mask).
+    input_mask: int32 [B, T], the graph input (the ops' key padding mask), or "" when the
+      pattern's bias holds the padding.
     attributes: of the attention ops.
   """
 
-  def __init__(self, g, model, input_mask, length):
+  def __init__(self, g, model, attention, continuation, input_ids, input_mask, length):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     self.input_mask = input_mask
@@ -369,10 +422,28 @@ class _AttentionMasks(object):
       "num_heads": model.config.num_attention_heads,
       "mask_filter_value": modeling._MASK_ADDER,  # pylint: disable=protected-access
     }
-    allowed = modeling.create_attention_mask(
-      tf.ones([1, model.config.max_position_embeddings], tf.int32), model.kind.attention
-    ).numpy()  # [1, 1, L, L], 1 where query f may see key t
     self.pattern = self.has_key = ""
+    if attention in modeling.WORD_PATTERNS:
+      if continuation is None:
+        raise ValueError(
+          f"{model.model_type} with the word attention pattern {attention!r} needs the vocab's "
+          "continuation pieces: OnnxFunctions(model, continuation=tokenizer.continuation_ids())"
+        )
+      allowed = _word_pattern_keys(g, attention, continuation, input_ids, input_mask, length)
+      bias = g.op(
+        "Where",
+        allowed,
+        g.weight(np.float32(0)),
+        g.weight(np.float32(modeling._MASK_ADDER)),  # pylint: disable=protected-access
+      )  # [B, T, T]
+      self.pattern = g.op("Unsqueeze", bias, g.ints([1]))  # [B, 1, T, T]
+      self.input_mask = ""
+      # A query of a one-token row has no key (word_l2r hides its own).
+      self.has_key = g.op("ReduceMax", g.op("Cast", allowed, to=_FLOAT), axes=[2], keepdims=1)
+      return
+    allowed = modeling.create_attention_mask(
+      tf.ones([1, model.config.max_position_embeddings], tf.int32), attention
+    ).numpy()  # [1, 1, L, L], 1 where query f may see key t
     if allowed.all():
       return
     square = g.op("Concat", length, length, axis=0)  # [2]: T, T
@@ -383,6 +454,50 @@ class _AttentionMasks(object):
       counts = g.op("MatMul", g.op("Cast", input_mask, to=_FLOAT), allowed_keys)  # [B, T]
       has_key = g.op("Cast", g.op("Greater", counts, g.weight(np.float32(0))), to=_FLOAT)
       self.has_key = g.op("Unsqueeze", has_key, g.ints([2]))
+
+
+def _word_ids(g, continuation, input_ids):
+  """int32 [B, T], the word of each input token (`modeling.word_ids` of the continuation flags
+  `ScoringGraph.word_ids` gathers): 1 - is_continuation, summed along the row."""
+  is_continuation = g.op("Gather", g.weight(np.asarray(continuation, bool)), input_ids)
+  starts = g.op("Sub", g.weight(np.int32(1)), g.op("Cast", is_continuation, to=_INT32))
+  return g.op("CumSum", starts, g.weight(np.int64(1)))
+
+
+def _word_l2r_keys(g, words, length):
+  """bool [B, F=T, T], which keys query f may see under word_l2r, not counting padding.
+
+  The ONNX twin of `modeling._word_l2r_keys`, the rule's owner (tests/test_word_scoring.py
+  holds them equal): not (key t in query f's word and t >= f).
+  """
+  positions = g.op(
+    "Range",
+    g.weight(np.int64(0)),
+    g.op("Squeeze", length, g.ints([0])),
+    g.weight(np.int64(1)),
+  )  # [T]
+  later = g.op(
+    "GreaterOrEqual",
+    g.op("Unsqueeze", positions, g.ints([0])),  # keys [1, T]
+    g.op("Unsqueeze", positions, g.ints([1])),  # queries [F, 1]
+  )  # [F, T]
+  same_word = g.op(
+    "Equal", g.op("Unsqueeze", words, g.ints([2])), g.op("Unsqueeze", words, g.ints([1]))
+  )  # [B, F, T]
+  return g.op("Not", g.op("And", same_word, later))
+
+
+# The word patterns' rules (modeling.WORD_PATTERNS), as `modeling._PATTERN_KEYS` holds them.
+_WORD_PATTERN_KEYS = {"word_l2r": _word_l2r_keys}
+
+
+def _word_pattern_keys(g, attention, continuation, input_ids, input_mask, length):
+  """bool [B, F=T, T], which keys query f of each row may see under the word pattern
+  `attention`, words found from the input ids and `continuation` (bool [V]); padded keys never:
+  `modeling.create_attention_mask` of `ScoringGraph.encode`'s inputs, in the graph."""
+  words = _word_ids(g, continuation, input_ids)
+  real = g.op("Cast", g.op("Unsqueeze", input_mask, g.ints([1])), to=_BOOL)  # [B, 1, T]
+  return g.op("And", _WORD_PATTERN_KEYS[attention](g, words, length), real)
 
 
 class _Embedding(object):
@@ -496,22 +611,26 @@ def _inputs(g):
   return g.input("input_ids", np.int32, ["B", "T"]), g.input("input_mask", np.int32, ["B", "T"])
 
 
-def _encode_graph(model, shared):
+# Each graph builder: (model, shared tables, attention pattern, continuation flags or None) ->
+# `_Graph`.
+
+
+def _encode_graph(model, shared, attention, continuation):
   """(input_ids, input_mask) -> (sequence_output, embedding_output)."""
   g = _Graph(shared)
-  sequence, embedding = _encoder(g, model, *_inputs(g))
+  sequence, embedding = _encoder(g, model, *_inputs(g), attention, continuation)
   g.output(sequence, "sequence_output")
   g.output(embedding, "embedding_output")
   return g
 
 
-def _scores_graph(model, shared):
+def _scores_graph(model, shared, attention, continuation):
   """(input_ids, input_mask, read_at [N], targets [N]) -> (log_probs [N], hidden [N, D]).
 
   read_at indexes the flattened [B * T] positions: the LM head runs at those rows only.
   """
   g = _Graph(shared)
-  sequence, _ = _encoder(g, model, *_inputs(g))
+  sequence, _ = _encoder(g, model, *_inputs(g), attention, continuation)
   read_at = g.input("read_at", np.int32, ["N"])
   targets = g.input("targets", np.int32, ["N"])
   flat = g.op("Reshape", sequence, g.ints([-1, model.config.hidden_size]))  # [B * T, D]
@@ -538,14 +657,14 @@ def _scores_graph(model, shared):
   return g
 
 
-def _vectors_graph(model, shared):
+def _vectors_graph(model, shared, attention, continuation):
   """(input_ids, input_mask, pooling [B, 3, T]) -> (pooled [B, 3, D], embedded [B, 1, D]).
 
   pooled: `pooling_weights` applied to the last layer; embedded: its word mean (row 0) applied
   to the embedding output.
   """
   g = _Graph(shared)
-  sequence, embedding = _encoder(g, model, *_inputs(g))
+  sequence, embedding = _encoder(g, model, *_inputs(g), attention, continuation)
   pooling = g.input("pooling", np.float32, ["B", 3, "T"])
   word_mean = g.op("Slice", pooling, g.ints([0]), g.ints([1]), g.ints([1]))  # [B, 1, T]
   g.output(g.op("MatMul", pooling, sequence), "pooled")

@@ -1,7 +1,8 @@
 """The OpenVINO and ONNX Runtime backends of inference.py against the TensorFlow reference path.
 
 Every kind (tta, bilm, unilm) must give the reference's numbers (log-probs within 1e-4, sentence
-vectors within 1e-5) on batches with padding, an empty sentence and an over-long one. The
+vectors within 1e-5) on batches with padding, an empty sentence and an over-long one; on
+onnxruntime, tta_word and word-level scoring too. The
 bfloat16 backend (CPUs with AMX or AVX512-BF16 only) is held to a looser tolerance. T-TA's exact
 self-unknown property through the compiled TF functions (tf, XLA, OpenVINO) is
 tests/test_inference.py's; onnx_backend's own graphs are checked here.
@@ -158,7 +159,55 @@ def test_onnxruntime_refuses_models_it_cannot_build(tokenizer, change):
     inference.NeuralLM(model, tokenizer, backend="onnxruntime")
 
 
-@pytest.mark.parametrize("kind", ["tta", "bilm"])
+@pytest.mark.parametrize(
+  "model_type, scoring", [("tta_word", "word_l2r"), ("tta_word", "piece"), ("tta", "word_l2r")]
+)
+def test_onnxruntime_word_scoring_equals_the_tensorflow_path(tokenizer, model_type, scoring):
+  """Word-level scoring and the kind trained for it (tta_word: word_l2r by default, DMSA for
+  "piece", word_l2r vectors) on a padded batch with split words ("cat ##s walk ##ing"); the
+  scorings differ there by far more than the tolerance, so a graph with the wrong mask fails."""
+  tf.keras.utils.set_random_seed(7)
+  config = tiny_config(
+    vocab_size=tokenizer.vocab_size, max_position_embeddings=MAX_POSITIONS, **SHARP_ATTENTION
+  )
+  reference = inference.NeuralLM(modeling.build_model(config, model_type), tokenizer)
+  lm = inference.NeuralLM(reference.model, tokenizer, backend="onnxruntime")
+  want, got = reference.score(SENTENCES, scoring), lm.score(SENTENCES, scoring)
+  other = {"piece": "word_l2r", "word_l2r": "piece"}[scoring]
+  split = SENTENCES.index("cats walking far away , the dog ran")
+  assert "##ing" in want[split].tokens
+  gap = np.subtract(
+    want[split].token_logprobs, reference.score(SENTENCES, other)[split].token_logprobs
+  )
+  assert np.abs(gap).max() > 1e-2
+  for w, g in zip(want, got):
+    assert g.tokens == w.tokens and g.truncated == w.truncated
+    np.testing.assert_allclose(g.token_logprobs, w.token_logprobs, rtol=0, atol=1e-4)
+  for pooling in inference.POOLINGS:
+    want_vectors = reference.sentence_vectors(SENTENCES, pooling=pooling)
+    got_vectors = lm.sentence_vectors(SENTENCES, pooling=pooling)
+    np.testing.assert_allclose(got_vectors, want_vectors, rtol=0, atol=1e-5)
+
+
+def test_onnxruntime_word_l2r_encoder_equals_tensorflow_with_a_one_token_row(tokenizer):
+  """tta_word's encoder (word_l2r) on a padded batch whose one-token row has no key to attend
+  to: TF's zero context there, and TF's numbers everywhere."""
+  tf.keras.utils.set_random_seed(3)
+  config = tiny_config(vocab_size=tokenizer.vocab_size, **SHARP_ATTENTION)
+  lm = inference.NeuralLM(
+    modeling.build_model(config, "tta_word"), tokenizer, backend="onnxruntime"
+  )
+  spec = tf.TensorSpec([None, None], tf.int32)
+  encode = lm.compiled(lm.graph.encode, [spec, spec])
+  vocab = tokenizer.vocab
+  rows = [["[SOS]", "walk", "##ing", "dog", "##s", "[EOS]"], ["[SOS]"], ["[SOS]", "ran", "[EOS]"]]
+  ids, mask = inference.pad_rows([[vocab[t] for t in row] for row in rows], vocab["[PAD]"], 1)
+  got, want = encode(ids, mask), lm.graph.encode(ids, mask)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g, w.numpy(), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["tta", "tta_word", "bilm"])
 def test_onnxruntime_above_the_projection_table_limit(tokenizer, monkeypatch, kind):
   # A model whose projection tables would be too large projects its embedding output by matmul.
   monkeypatch.setattr(onnx_backend, "MAX_PROJECTION_TABLE_BYTES", 0)
