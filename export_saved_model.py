@@ -176,10 +176,7 @@ class ExportModule(tf.Module):
       ValueError: scoring is not one of inference.SCORINGS.
     """
     super().__init__(name=name)
-    scoring = scoring or lm.default_scoring
-    if scoring not in inference.SCORINGS:
-      raise ValueError(f"scoring {scoring!r} is not one of {inference.SCORINGS}")
-    self.scoring = scoring
+    self.scoring = inference.checked_scoring(scoring or lm.default_scoring)
     self.graph = lm.graph
     self.tokenizer = lm.tokenizer.graph_tokenizer()
     # Plain Python values: baked into the graph as constants.
@@ -311,11 +308,9 @@ class ExportModule(tf.Module):
     else:
       width = tf.range(tf.shape(input_ids)[1])[tf.newaxis]  # [1, T]
       score_mask = tf.logical_and(width >= starts[:, None], width < limits[:, None])
-      one_pass = {
-        "piece": self.graph.token_log_probs,
-        "word_l2r": self.graph.word_l2r_log_probs,
-      }[self.scoring]
-      token_logprobs = one_pass(input_ids, input_mask, tf.cast(score_mask, tf.int32))
+      token_logprobs = self.graph.one_pass_method(self.scoring)(
+        input_ids, input_mask, tf.cast(score_mask, tf.int32)
+      )
     return {
       "total": tf.reduce_sum(token_logprobs, axis=1),
       "num_tokens": limits - starts,

@@ -379,7 +379,7 @@ class NeuralLM(object):
 
     scoring: one of SCORINGS; None: `default_scoring`.
     """
-    scoring = _checked_scoring(scoring or self.default_scoring)
+    scoring = checked_scoring(scoring or self.default_scoring)
     self.clock.start()
     ids, truncated, normalized = self._prepare(sentences)
     if self.kind.masked_copies:
@@ -431,8 +431,8 @@ class NeuralLM(object):
     `.word_l2r_log_probs`), compiled at its first use."""
     if scoring not in self._one_pass_scores:
       spec = tf.TensorSpec([None, None], tf.int32)
-      method = {"piece": self.graph.token_log_probs, "word_l2r": self.graph.word_l2r_log_probs}
-      self._one_pass_scores[scoring] = self.compiled(method[scoring], [spec] * 3)
+      method = self.graph.one_pass_method(scoring)
+      self._one_pass_scores[scoring] = self.compiled(method, [spec] * 3)
     return self._one_pass_scores[scoring]
 
   def _masked_copies(self, ids, positions_of, word_l2r=False):
@@ -568,7 +568,7 @@ class NgramLM(object):
 
     scoring: one of SCORINGS or None; all score words, the units of an n-gram model.
     """
-    _checked_scoring(scoring or self.default_scoring)
+    checked_scoring(scoring or self.default_scoring)
     normalized = _normalize_all(self._normalize, sentences, self.stats)
     texts = [n.text for n in normalized]
     results = []
@@ -696,7 +696,8 @@ def load_lm(spec, **kwargs):
   return NeuralLM.from_model_dir(spec, **kwargs)
 
 
-def _checked_scoring(scoring):
+def checked_scoring(scoring):
+  """`scoring` if it is one of SCORINGS; a ValueError naming them otherwise."""
   if scoring not in SCORINGS:
     raise ValueError(f"scoring {scoring!r} is not one of {SCORINGS}")
   return scoring
@@ -712,7 +713,7 @@ def describe(lm, scoring=None):
   a score cached under one identity is never served for another. `model_id`
   turns it into a short key. scoring None is the LM's `default_scoring`.
   """
-  scoring = _checked_scoring(scoring or lm.default_scoring)
+  scoring = checked_scoring(scoring or lm.default_scoring)
   common = {
     "normalization": lm.normalization,
     "normalization_rules": normalization_lib.RULES_VERSION,

@@ -129,6 +129,11 @@ class ScoringGraph(tf.Module):
     uniLM as in `token_log_probs` (it sees no later piece anyway)."""
     return self._one_pass_log_probs(input_ids, input_mask, score_mask, "word_l2r")
 
+  def one_pass_method(self, scoring):
+    """The method of this graph that scores in `scoring` (one of kinds.SCORINGS):
+    `token_log_probs` or `word_l2r_log_probs`."""
+    return {"piece": self.token_log_probs, "word_l2r": self.word_l2r_log_probs}[scoring]
+
   def _one_pass_log_probs(self, input_ids, input_mask, score_mask, scoring):
     attention = self.model.kind.one_pass_attention(scoring)
     hidden, _ = self.encode(input_ids, input_mask, attention)  # [B, T, D]
