@@ -86,31 +86,24 @@ class Kind:
     return _ISOLATED_SCORING_ATTENTION[scoring] if self.input_isolation else self.attention
 
 
+_TTA = Kind(
+  name="tta",
+  display_name="T-TA",
+  attention="dmsa",
+  input_isolation=True,
+  scoring="one_pass",
+  prediction_offset=0,
+  target="self",
+  scores_sos=True,
+  pretrainable=True,
+)
 KINDS = {
   kind.name: kind
   for kind in (
-    Kind(
-      name="tta",
-      display_name="T-TA",
-      attention="dmsa",
-      input_isolation=True,
-      scoring="one_pass",
-      prediction_offset=0,
-      target="self",
-      scores_sos=True,
-      pretrainable=True,
-    ),
-    Kind(
-      name="tta_word",
-      display_name="T-TA-w",
-      attention="word_l2r",
-      input_isolation=True,
-      scoring="one_pass",
-      prediction_offset=0,
-      target="self",
-      scores_sos=True,
-      pretrainable=True,
-    ),
+    _TTA,
+    # T-TA trained with the mask of word-level scoring, so that training and scoring see one
+    # pattern (PLL-word-l2r in one pass).
+    dataclasses.replace(_TTA, name="tta_word", display_name="T-TA-w", attention="word_l2r"),
     Kind(
       name="bilm",
       display_name="biLM",
