@@ -124,6 +124,12 @@ def define_flags():
   flags.DEFINE_string(
     "output_dir", "runs/profile_onnxruntime", "Where to write profile.md, profile.json, traces/."
   )
+  flags.DEFINE_bool(
+    "keep_traces",
+    True,
+    "Keep ORT's raw traces in <output_dir>/traces (~70 KB per run at paper size); else each is "
+    "deleted once aggregated.",
+  )
   for name, value in _DEFAULTS.items():
     FLAGS.set_default(name, value)
 
@@ -437,8 +443,11 @@ def _feeds_record(feeds):
   return {name: f"{a.dtype}{list(a.shape)}" for name, a in feeds.items()}
 
 
-def profile_cell(engines, task, text, runs, warmup, rounds, trace_dir, label):
-  """Times and profiles every engine of `task` on one sentence; returns the cell's record."""
+def profile_cell(engines, task, text, runs, warmup, rounds, trace_dir, label, keep_traces=True):
+  """Times and profiles every engine of `task` on one sentence; returns the cell's record.
+
+  The traces are written to `trace_dir` as <label>_<engine>.json (deleted unless keep_traces).
+  """
   engines = [e for e in engines if task in e.tasks]
   calls = {e.name: e.call(task, text) for e in engines}
   graphs = {}
@@ -469,11 +478,13 @@ def profile_cell(engines, task, text, runs, warmup, rounds, trace_dir, label):
     shutil.move(trace, path)
     with open(path, encoding="utf-8") as f:
       profile = aggregate(json.load(f), warmup)
+    if not keep_traces:
+      os.remove(path)
     call_seconds, stages = timings[e.name]
     record["engines"][e.name] = {
       "feeds": _feeds_record(graphs[e.name].feeds),
       "session_options": session_options(graphs[e.name].session),
-      "trace": os.path.relpath(path, os.path.dirname(trace_dir)),
+      "trace": os.path.relpath(path, os.path.dirname(trace_dir)) if keep_traces else None,
       "call_median_us": _median_us(call_seconds),
       "call_mean_us": _mean_us(call_seconds),
       "call_stages_median_us": {s: _median_us(v) for s, v in stages.items()},
@@ -611,6 +622,10 @@ def markdown_report(result):
     "",
   ]
   for name, description in result["engines"].items():
+    if isinstance(description, dict):  # a peer's describe()
+      description = "; ".join(
+        f"{k}: {v}" for k, v in description.items() if k not in ("versus", "backend", "tasks")
+      )
     lines.append(f"- {name}: {description}")
   lines.append("")
   for record in result["cells"]:
@@ -689,10 +704,20 @@ def main(argv):
     for words, (text, origin) in sorted(sentences.items()):
       logging.info("%s, %d words: %s", task, words, text)
       record = profile_cell(
-        engines, task, text, FLAGS.runs, FLAGS.warmup, FLAGS.rounds, trace_dir, f"{task}_{words}w"
+        engines,
+        task,
+        text,
+        FLAGS.runs,
+        FLAGS.warmup,
+        FLAGS.rounds,
+        trace_dir,
+        f"{task}_{words}w",
+        FLAGS.keep_traces,
       )
       record.update(words=words, sentence=text, origin=origin)
       result["cells"].append(record)
+  if not FLAGS.keep_traces and not os.listdir(trace_dir):
+    os.rmdir(trace_dir)
   result["load_avg_1m"].append(machine.load_average())
   report = markdown_report(result)
   print(report)
@@ -700,7 +725,7 @@ def main(argv):
   io_utils.write_atomically(
     os.path.join(FLAGS.output_dir, "profile.json"), json.dumps(result, indent=2) + "\n"
   )
-  logging.info("wrote profile.md, profile.json and traces/ to %s", FLAGS.output_dir)
+  logging.info("wrote profile.md and profile.json to %s", FLAGS.output_dir)
 
 
 if __name__ == "__main__":
