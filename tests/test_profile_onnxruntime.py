@@ -37,7 +37,8 @@ def _options(threads=1):
 
   options = onnxruntime.SessionOptions()
   options.intra_op_num_threads = threads
-  options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+  options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+  options.add_session_config_entry("session.force_spinning_stop", "1")
   return options
 
 
@@ -166,7 +167,10 @@ def test_tiny_tta_graph_feeds_and_profiling_twin(script, tiny_tta, tmp_path):
 
     twin = script.profiling_twin(session, graph.model, str(tmp_path / task))
     options = script.session_options(session)
-    assert options["config"] == {"session.intra_op.allow_spinning": "0"}
+    assert options["config"] == {
+      "session.intra_op.allow_spinning": "1",
+      "session.force_spinning_stop": "1",
+    }
     assert script.session_options(twin) == options
     for got, want in zip(twin.run(None, graph.feeds), outputs):
       np.testing.assert_array_equal(got, want)
