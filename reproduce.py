@@ -218,6 +218,12 @@ def define_flags():
   flags.DEFINE_integer(
     "max_books", None, "Read only this many Gutenberg books (0: all; default per mode)."
   )
+  flags.DEFINE_integer(
+    "curve_asr_lists",
+    None,
+    "Learning curves: a seeded sample of N lists of each dev set per checkpoint (default per "
+    "mode).",
+  )
 
 
 # ------------------------------------------------------------------- helpers
@@ -332,6 +338,7 @@ def settings():
     "nmt_max_lists",
     "sts_max_pairs",
     "max_books",
+    "curve_asr_lists",
   ):
     if FLAGS[name].value is not None:
       s[name] = FLAGS[name].value or None

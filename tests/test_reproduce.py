@@ -58,11 +58,13 @@ def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path):
     "--asr_max_lists=2",
     "--asr_sample_lists=2",
     "--nmt_max_lists=2",
+    "--curve_asr_lists=2",
   ]
   first = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
   assert first.returncode == 0, first.stderr[-3000:]
   report = json.loads((work / "report.json").read_text())
   assert report["setup"]["train_steps"] == 3
+  assert report["setup"]["curve_asr_lists"] == 2  # the flag overrides the mode's 3
   assert set(report["training"]) == {"T-TA", "T-TA-w", "biLM", "uniLM"}
   for name, t in report["training"].items():
     assert t["final_step"] == 3, name
