@@ -219,6 +219,13 @@ def define_flags():
     "max_books", None, "Read only this many Gutenberg books (0: all; default per mode)."
   )
   flags.DEFINE_integer(
+    "curve_points",
+    None,
+    "Learning curves: evaluate this many checkpoints per model, spread over training (default "
+    "per mode).",
+    lower_bound=2,
+  )
+  flags.DEFINE_integer(
     "curve_asr_lists",
     None,
     "Learning curves: a seeded sample of N lists of each dev set per checkpoint (default per "
@@ -338,6 +345,7 @@ def settings():
     "nmt_max_lists",
     "sts_max_pairs",
     "max_books",
+    "curve_points",
     "curve_asr_lists",
   ):
     if FLAGS[name].value is not None:
