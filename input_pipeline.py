@@ -297,7 +297,7 @@ def make_targets(
   words = {}
   if kind.attention in modeling.WORD_PATTERNS:
     # From the intact ids: the words of the sentence, not of a corrupted copy.
-    words["word_ids"] = modeling.word_ids(tf.gather(tf.constant(continuation, tf.bool), input_ids))
+    words["word_ids"] = modeling.token_word_ids(input_ids, continuation)
   if target == "self":
     # p(x_t | x_\t) at every real token, [SOS] and [EOS] included.
     target_ids = input_ids

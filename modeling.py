@@ -561,6 +561,20 @@ def word_ids(is_continuation):
   return tf.cumsum(starts, axis=1)
 
 
+def token_word_ids(input_ids, continuation):
+  """`word_ids` of token ids, their continuation flags read from `continuation`.
+
+  Args:
+    input_ids: int32 [B, T].
+    continuation: bool [V], the vocab's WordPiece continuation pieces
+      (`tokenization.continuation_flags`), a tensor or an array.
+
+  Returns:
+    int32 [B, T].
+  """
+  return word_ids(tf.gather(tf.convert_to_tensor(continuation, tf.bool), input_ids))
+
+
 def create_attention_mask(input_mask, pattern, words=None):
   """Which keys each query may attend to.
 

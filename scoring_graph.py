@@ -91,7 +91,7 @@ class ScoringGraph(tf.Module):
         f"{self.model.model_type} with a word attention pattern needs the vocab's continuation "
         "pieces: ScoringGraph(model, continuation=tokenizer.continuation_ids())"
       )
-    return modeling.word_ids(tf.gather(self.continuation, input_ids))
+    return modeling.token_word_ids(input_ids, self.continuation)
 
   def target_log_probs(self, hidden, targets):
     """hidden [N, D], targets int32 [N] -> log p(targets) float32 [N]."""

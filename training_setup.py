@@ -376,7 +376,7 @@ def synthetic_dataset(
       "target_weights": weights,
     }
     if kinds.get(model_type).attention in modeling.WORD_PATTERNS:
-      batch["word_ids"] = modeling.word_ids(continuation[ids]).numpy()
+      batch["word_ids"] = modeling.token_word_ids(ids, continuation).numpy()
     batches.append(batch)
 
   def gen():
