@@ -25,10 +25,10 @@ from absl import app
 from absl import flags
 from absl import logging
 
-import cli
-import inference
 import kinds
-import model_dir
+from lm import inference
+from lm import model_dir
+from util import cli
 
 FLAGS = flags.FLAGS
 

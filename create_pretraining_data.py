@@ -29,7 +29,7 @@ One record per sentence (a `tf.train.Example`), UNPADDED, n = its length:
   input_mask  int64 list [n]  all ones (kept for BERT-style readers)
   length      int64 [1]       n
 Padding, length bucketing and the objectives (MLM masking for the biLM,
-next-token targets for the uniLM) are applied by input_pipeline.py, so one
+next-token targets for the uniLM) are applied by pretraining/input_pipeline.py, so one
 data set serves all three model types and the biLM's masks change every epoch.
 There is therefore no BERT-style --dupe_factor.
 
@@ -62,12 +62,12 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
-import cli
-import corpus
-import io_utils
-import normalization as normalization_lib
-import pretraining_records
+from pretraining import pretraining_records
+from text import corpus
+from text import normalization as normalization_lib
 import tokenization
+from util import cli
+from util import io_utils
 
 # Bumped whenever the record format or the processing changes, so an output
 # directory written by an older version is never reused as complete.

@@ -88,10 +88,10 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
-import cli
-import inference
-import io_utils
 import kinds
+from lm import inference
+from util import cli
+from util import io_utils
 
 FLAGS = flags.FLAGS
 

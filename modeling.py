@@ -722,7 +722,7 @@ class TransformerLM(keras.Model):
   def tf1_variables(self):
     """OrderedDict: Google-BERT/T-TA TF1 variable name -> model variable.
 
-    The model's naming only; model_dir.py reads and writes TF1 checkpoints
+    The model's naming only; lm/model_dir.py reads and writes TF1 checkpoints
     under these names.
     """
     names = collections.OrderedDict()
@@ -776,7 +776,7 @@ class ContinuousHead(keras.layers.Layer):
   scorer built on `lm_head` work unchanged. The scale is not trained by
   the cosine loss: it sets how peaked the distribution is and so the size
   of sentence scores and perplexities, not the ranking of tokens at one
-  position; training.py picks the best of a grid on the eval set
+  position; pretraining/training.py picks the best of a grid on the eval set
   after training and stores it in config.json.
   """
 

@@ -1,7 +1,7 @@
 # coding=utf-8
 """KenLM n-gram baseline from the command line: train with lmplz, or score sentences in natural log.
 
-The library is ngram_lm.py (training, `NgramScorer`); this script is its flags and output.
+The library is lm/ngram_lm.py (training, `NgramScorer`); this script is its flags and output.
 
 Usage:
   python ngram.py --train_text=corpus.txt --output=lm.bin --order=5
@@ -15,10 +15,10 @@ from absl import app
 from absl import flags
 from absl import logging
 
-import cli
-import ngram_lm
-import normalization as normalization_lib
-import progress
+from lm import ngram_lm
+from text import normalization as normalization_lib
+from util import cli
+from util import progress
 
 
 def define_flags():

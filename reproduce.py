@@ -45,7 +45,7 @@ checkpoint):
               LibriSpeech sets (Table 1).
   nmt         run_rescoring.py: WMT21 de-en LM-only selection (Table 2).
 
-Then report.md and report.json in --work_dir (reproduction_report.py renders them).
+Then report.md and report.json in --work_dir (reproduction/reproduction_report.py renders them).
 
   python reproduce.py --mode=quick      # minutes: tiny config, data slices
   python reproduce.py --mode=full --budget_minutes=40
@@ -64,13 +64,13 @@ from absl import app
 from absl import flags
 from absl import logging
 
-import cli
-import io_utils
+from evaluation import significance
 import kinds
-import machine
-import progress
-import reproduction_report
-import significance
+from reproduction import reproduction_report
+from util import cli
+from util import io_utils
+from util import machine
+from util import progress
 
 FLAGS = flags.FLAGS
 

@@ -21,7 +21,7 @@ request; the headline compares each model on its fastest path, so no model is
 slowed to flatter a ratio.
 
 Peers (--peers): what a user would run instead, timed in the same turns as
-our models on the same sentences (see peers.py): a same-size HF
+our models on the same sentences (see reproduction/peers.py): a same-size HF
 BertForMaskedLM one pass on PyTorch eager and on ONNX Runtime (beside T-TA),
 masked copies batched in one PyTorch forward (beside the biLM's STS) and
 minicons' PLL (beside the biLM's rerank), each reported with peer time / ours
@@ -51,8 +51,8 @@ which brackets the load).
 
 Outputs in --output_dir (each written atomically): benchmark.json,
 benchmark.md (tables), latency.png (Fig. 4-style plot, log y). This script
-measures; benchmark_report.py writes the report (headline ratios, FLOP
-floors, tables, plot) and machine.py describes the machine.
+measures; reproduction/benchmark_report.py writes the report (headline ratios, FLOP
+floors, tables, plot) and util/machine.py describes the machine.
 
 Example:
   python run_benchmark.py --output_dir=results/benchmark
@@ -74,13 +74,13 @@ from absl import flags
 from absl import logging
 import numpy as np
 
-import benchmark_report
-import cli
-import flops
-import io_utils
 import kinds
-import machine
-import peers as peers_lib
+from reproduction import benchmark_report
+from reproduction import peers as peers_lib
+from util import cli
+from util import flops
+from util import io_utils
+from util import machine
 
 FLAGS = flags.FLAGS
 
@@ -246,7 +246,7 @@ def stsb_sentences(data_dir=None):
   Returns:
     list of (text, origin) where origin is like "stsb train:12 sentence1".
   """
-  import sts_data  # pylint: disable=g-import-not-at-top
+  from evaluation import sts_data  # pylint: disable=g-import-not-at-top
 
   seen, out = set(), []
   for split in sts_data.STSB_SPLITS:
@@ -464,7 +464,7 @@ def build_lms(data_dir):
   """dict name -> NeuralLM: trained ones from --model_dir, else random ones."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  import inference  # pylint: disable=g-import-not-at-top
+  from lm import inference  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
   import tokenization  # pylint: disable=g-import-not-at-top
 
@@ -510,7 +510,8 @@ def build_lms(data_dir):
 
 
 def build_peers(lms, threads):
-  """The --peers (peers.py) over a random HF BERT of the size and vocab of our first model.
+  """The --peers (reproduction/peers.py) over a random HF BERT of the size and vocab of our first
+  model.
 
   Returns:
     dict name -> peer; empty without --peers.
@@ -741,7 +742,7 @@ def check_flags():
 def nbest_throughput(lms, peers):
   """Throughput records of ours and of the batched peers on the first --max_lists lists of
   --nbest_set."""
-  import nbest_io  # pylint: disable=g-import-not-at-top
+  from evaluation import nbest_io  # pylint: disable=g-import-not-at-top
 
   if not FLAGS.nbest_set:
     return [], []

@@ -3,15 +3,15 @@
 
 One data set serves all three objectives (docs/DESIGN.md §3): tta predicts
 every input token without seeing it, bilm the ~15% masked ones (dynamic
-masking), unilm the next token (losses.py). The head is BERT's tied
+masking), unilm the next token (pretraining/losses.py). The head is BERT's tied
 vocabulary softmax or, with --output_layer=continuous, ELMo-C's continuous
 output layer (cosine distance to a frozen pretrained embedding of the
 target; no V-sized softmax; `modeling.ContinuousHead`). The loop, its
-checkpoints, resume, signals, eval and logging are training.py's; each flag
+checkpoints, resume, signals, eval and logging are pretraining/training.py's; each flag
 below is a `TrainParams` field (same name, default and help), plus the
 model-size flags and --config_json, which override config fields.
 
-The output dir becomes a model dir (model_dir.py): config.json (with
+The output dir becomes a model dir (lm/model_dir.py): config.json (with
 model_type, do_lower_case, normalization, output_layer) and vocab.txt are
 written beside the checkpoints first, so every run_* script takes
 --model_dir alone. A run restarted with the same --output_dir resumes from
@@ -29,7 +29,7 @@ Exit codes: 0 when --num_train_steps is reached (or already was); 75
 (EX_TEMPFAIL, `EXIT_UNFINISHED`) when SIGTERM/SIGINT or --train_minutes
 stopped the run before its last step, after saving a checkpoint: a
 scheduler (or a wrapper loop) should requeue it, and the same command
-resumes; 2 with one line on stderr (cli.py) for a wrong input, such as an
+resumes; 2 with one line on stderr (util/cli.py) for a wrong input, such as an
 --output_dir whose lock (run.lock; `training.output_dir_lock`) another live
 run holds: two runs never write one dir at once.
 
@@ -65,9 +65,9 @@ import sys
 from absl import flags
 from absl import logging
 
-import cli
 import modeling
-import training
+from pretraining import training
+from util import cli
 
 # Config fields the size flags may set. Unset, a field comes from
 # --bert_config_file, the resumed run's config.json or TTAConfig's default.

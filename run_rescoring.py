@@ -5,7 +5,8 @@ applied to its test set. Reports WER (ASR) or BLEU (NMT) of the first pass,
 after reranking, and of the oracle, the per-λ dev curve, and the
 (pseudo-)perplexity of each LM on the references (mean and median over
 sentences, paper Table 7). For WER, each result keeps the per-utterance errors of the
-chosen hypotheses and a seeded paired bootstrap (significance.py) of the LM vs the first pass.
+chosen hypotheses and a seeded paired bootstrap (evaluation/significance.py) of the LM vs the first
+pass.
 
 LM scores are cached per LM (score_cache.ScoreCache under --output_dir/cache), so a
 re-run, a new setting or an interrupted run never recomputes a sentence.
@@ -34,14 +35,14 @@ import time
 from absl import flags
 from absl import logging
 
-import cli
-import inference
-import io_utils
-import nbest
-import nbest_io
-import progress
-import score_cache
-import significance
+from evaluation import nbest
+from evaluation import nbest_io
+from evaluation import score_cache
+from evaluation import significance
+from lm import inference
+from util import cli
+from util import io_utils
+from util import progress
 
 FLAGS = flags.FLAGS
 

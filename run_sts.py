@@ -4,8 +4,8 @@ Each sentence becomes a vector (inference.NeuralLM.sentence_vectors), a pair's
 similarity is the cosine of its two vectors, and the score is Pearson r x 100
 (the paper's metric; Spearman is reported too) against the gold scores of
 STS-B dev/test and SICK test, with a seeded 95% bootstrap interval of the Pearson
-(significance.py). The per-pair cosines and gold scores are kept in sts_results.json so that
-reproduce.py can compare two models on the same pairs. No training, no tuning.
+(evaluation/significance.py). The per-pair cosines and gold scores are kept in sts_results.json so
+that reproduce.py can compare two models on the same pairs. No training, no tuning.
 
 Example:
   python run_sts.py --model_dir=runs/tta,runs/bilm,runs/unilm \
@@ -20,12 +20,12 @@ from absl import flags
 from absl import logging
 import numpy as np
 
-import cli
-import inference
-import io_utils
-import progress
-import significance
-import sts_data
+from evaluation import significance
+from evaluation import sts_data
+from lm import inference
+from util import cli
+from util import io_utils
+from util import progress
 
 FLAGS = flags.FLAGS
 RESULTS_FILE = "sts_results.json"

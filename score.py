@@ -47,10 +47,10 @@ from absl import app
 from absl import flags
 from absl import logging
 
-import cli
-import io_utils
 import kinds
-import progress as progress_lib
+from util import cli
+from util import io_utils
+from util import progress as progress_lib
 
 FLAGS = flags.FLAGS
 
@@ -99,7 +99,7 @@ def define_flags():
   flags.DEFINE_integer(
     "num_cpu_devices", 0, "Split the CPU into this many logical devices (to try mirrored on CPU)."
   )
-  import inference  # pylint: disable=g-import-not-at-top
+  from lm import inference  # pylint: disable=g-import-not-at-top
 
   inference.define_throughput_flags()
 
@@ -220,7 +220,7 @@ def job_key(lm, args):
   (backend, token budget and replicas: each changes float rounding), the input file, and every
   option that changes a record. The input's content is checked apart (`Partial`).
   """
-  import inference  # pylint: disable=g-import-not-at-top
+  from lm import inference  # pylint: disable=g-import-not-at-top
 
   key = {
     "model": inference.model_id(inference.describe(lm, args.scoring)),
@@ -510,8 +510,8 @@ def _merge_locked(output_file, num_shards):
 
 def load_lm(args):
   """The LM of --model_dir, on --strategy's replicas for a neural LM."""
-  import distribute_utils  # pylint: disable=g-import-not-at-top
-  import inference  # pylint: disable=g-import-not-at-top
+  from lm import inference  # pylint: disable=g-import-not-at-top
+  from util import distribute_utils  # pylint: disable=g-import-not-at-top
 
   kwargs = dict(
     score_sos=args.score_sos, score_eos=args.score_eos, **inference.throughput_options()

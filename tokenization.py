@@ -65,7 +65,7 @@ from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_li
 import tokenizers
 from tokenizers import normalizers
 
-import io_utils
+from util import io_utils
 
 # The T-TA authors' vocab order; build_vocab writes them first in this order.
 SPECIAL_TOKENS = ("[PAD]", "[EOS]", "[UNK]", "[SOS]", "[MASK]", "[CLS]", "[SEP]")

@@ -23,9 +23,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import io_utils  # noqa: E402  pylint: disable=g-import-not-at-top
 import kinds  # noqa: E402  pylint: disable=g-import-not-at-top
-import machine  # noqa: E402  pylint: disable=g-import-not-at-top
+from util import io_utils  # noqa: E402  pylint: disable=g-import-not-at-top
+from util import machine  # noqa: E402  pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("runs", 50, "Timed runs per cell.")
@@ -49,7 +49,7 @@ def main(argv):
   del argv
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  import inference  # pylint: disable=g-import-not-at-top
+  from lm import inference  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
   import run_benchmark  # pylint: disable=g-import-not-at-top
   import tokenization  # pylint: disable=g-import-not-at-top

@@ -28,8 +28,8 @@ from absl import flags
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 
-import cli  # noqa: E402
-import io_utils  # noqa: E402
+from util import cli  # noqa: E402
+from util import io_utils  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -59,7 +59,7 @@ _BATCH = 4096
 
 
 def stsb_texts(data_dir):
-  import sts_data  # pylint: disable=g-import-not-at-top
+  from evaluation import sts_data  # pylint: disable=g-import-not-at-top
 
   return [
     text
@@ -70,13 +70,13 @@ def stsb_texts(data_dir):
 
 
 def sick_texts(data_dir):
-  import sts_data  # pylint: disable=g-import-not-at-top
+  from evaluation import sts_data  # pylint: disable=g-import-not-at-top
 
   return [text for pair in sts_data.read_sick(data_dir, None) for text in (pair.sent1, pair.sent2)]
 
 
 def librispeech_texts(data_dir):
-  import nbest_io  # pylint: disable=g-import-not-at-top
+  from evaluation import nbest_io  # pylint: disable=g-import-not-at-top
 
   return [
     text
@@ -87,7 +87,7 @@ def librispeech_texts(data_dir):
 
 
 def wmt_texts(data_dir):
-  import nbest_io  # pylint: disable=g-import-not-at-top
+  from evaluation import nbest_io  # pylint: disable=g-import-not-at-top
 
   sources = os.path.join(
     io_utils.data_root(data_dir), nbest_io.WMT_DIR, "sources", "newstest2021.de-en.src.de"
@@ -100,7 +100,7 @@ def wmt_texts(data_dir):
 
 
 def gutenberg_texts(data_dir, books):
-  import corpus  # pylint: disable=g-import-not-at-top
+  from text import corpus  # pylint: disable=g-import-not-at-top
 
   texts = []
   for count, (_, text) in enumerate(

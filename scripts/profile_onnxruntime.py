@@ -1,9 +1,9 @@
 """Where the time of one sentence goes on ONNX Runtime: T-TA's graphs vs a fused HF BERT, per op.
 
-Issue 21: T-TA on our own ONNX Runtime graphs (onnx_backend.py, `NeuralLM(backend="onnxruntime")`)
-is slower for one sentence than a same-size Hugging Face BERT exported to ONNX Runtime and fused
-by ORT's transformer optimizer (peers.py, bert@onnxruntime), though T-TA does fewer FLOPs. This
-script shows where each spends the time.
+Issue 21: T-TA on our own ONNX Runtime graphs (lm/onnx_backend.py,
+`NeuralLM(backend="onnxruntime")`) is slower for one sentence than a same-size Hugging Face BERT
+exported to ONNX Runtime and fused by ORT's transformer optimizer (reproduction/peers.py,
+bert@onnxruntime), though T-TA does fewer FLOPs. This script shows where each spends the time.
 
 The engines are built as run_benchmark.py builds them (its `build_lms` and `build_peers`, with
 its model and timing flags): a random T-TA of the size flags (default paper size: 3 x 512,
@@ -69,12 +69,12 @@ from absl import logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import cli  # noqa: E402
-import io_utils  # noqa: E402
-import machine  # noqa: E402
-import peers as peers_lib  # noqa: E402
+from lm import stage_clock  # noqa: E402
+from reproduction import peers as peers_lib  # noqa: E402
 import run_benchmark  # noqa: E402
-import stage_clock  # noqa: E402
+from util import cli  # noqa: E402
+from util import io_utils  # noqa: E402
+from util import machine  # noqa: E402
 
 FLAGS = flags.FLAGS
 TASKS = ("sts", "rerank")

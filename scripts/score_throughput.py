@@ -29,9 +29,9 @@ from absl import flags
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 
-import io_utils  # noqa: E402
 import kinds  # noqa: E402
-import machine  # noqa: E402
+from util import io_utils  # noqa: E402
+from util import machine  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", list(kinds.PRETRAINABLE), "Model types to time.")
@@ -56,7 +56,7 @@ flags.DEFINE_list(
 
 def write_inputs(work, data_dir):
   """The hypotheses of the first lists of test_clean, one per line; returns the path."""
-  import nbest_io  # pylint: disable=g-import-not-at-top
+  from evaluation import nbest_io  # pylint: disable=g-import-not-at-top
 
   lists = nbest_io.read_espnet_nbest("test_clean", data_dir)[: FLAGS.max_lists]
   path = os.path.join(work, "sentences.txt")
@@ -70,7 +70,7 @@ def write_model_dirs(work, data_dir):
   """Random paper-size model dirs, one per --models entry."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  import model_dir  # pylint: disable=g-import-not-at-top
+  from lm import model_dir  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
 
   vocab = os.path.join(data_dir, "reference-vocab", "tta-vocab-lower.sub-32k.txt")
@@ -117,7 +117,7 @@ def startup_seconds(model_path, work, extra):
 
 def chosen_setups():
   """--setups (checked), or every setup this CPU can run."""
-  import backends  # pylint: disable=g-import-not-at-top
+  from lm import backends  # pylint: disable=g-import-not-at-top
 
   if FLAGS.setups:
     unknown = sorted(set(FLAGS.setups) - set(SETUPS))

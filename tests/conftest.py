@@ -13,8 +13,8 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import io_utils  # noqa: E402
 import modeling  # noqa: E402
+from util import io_utils  # noqa: E402
 
 # BERT's test habit: a tiny config that builds and runs in milliseconds. Tests
 # override what their case needs (a vocab size, a layer count).
@@ -105,7 +105,7 @@ def tiny_bert(tokens=BERT_TOKENS, seed=21):
 def write_google_release(path, model, tokens=BERT_TOKENS):
   """Writes a Google BERT release dir (bert_config.json, vocab.txt, bert_model.ckpt) of `model`;
   returns the path as str."""
-  import model_dir  # pylint: disable=g-import-not-at-top
+  from lm import model_dir  # pylint: disable=g-import-not-at-top
 
   os.makedirs(path, exist_ok=True)
   with open(os.path.join(path, "vocab.txt"), "w") as f:

@@ -1,4 +1,4 @@
-"""The OpenVINO and ONNX Runtime backends of inference.py against the TensorFlow reference path.
+"""The OpenVINO and ONNX Runtime backends of lm/inference.py against the TensorFlow reference path.
 
 Every kind (tta, bilm, unilm) must give the reference's numbers (log-probs within 1e-4, sentence
 vectors within 1e-5) on batches with padding, an empty sentence and an over-long one; on
@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import backends
-import inference
+from lm import backends
+from lm import inference
+from lm import onnx_backend
 import modeling
-import onnx_backend
 import tokenization
 
 MAX_POSITIONS = 16

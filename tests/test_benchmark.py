@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 
 import kinds
+from lm import stage_clock
 import run_benchmark
-import stage_clock
 import tokenization
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,11 +1,11 @@
-"""benchmark_report.py: headline ratios, FLOP floors and the report files."""
+"""reproduction/benchmark_report.py: headline ratios, FLOP floors and the report files."""
 
 import json
 import os
 
 import pytest
 
-import benchmark_report
+from reproduction import benchmark_report
 
 
 def test_headline():

@@ -1,4 +1,4 @@
-"""Tests of cli.py: a wrong input is one line and exit status 2; a bug keeps its traceback."""
+"""Tests of util/cli.py: a wrong input is one line and exit status 2; a bug keeps its traceback."""
 
 import os
 import subprocess
@@ -7,13 +7,13 @@ import textwrap
 
 import pytest
 
-import cli
+from util import cli
 
 SCRIPT = textwrap.dedent(
   """
   import sys
   sys.path.insert(0, {root!r})
-  import cli
+  from util import cli
 
   def main(argv):
     if argv[1] == "input":
@@ -30,7 +30,9 @@ SCRIPT = textwrap.dedent(
 
 def _run(tmp_path, *args):
   script = tmp_path / "script.py"
-  script.write_text(SCRIPT.format(root=os.path.dirname(os.path.abspath(cli.__file__))))
+  script.write_text(
+    SCRIPT.format(root=os.path.dirname(os.path.dirname(os.path.abspath(cli.__file__))))
+  )
   return subprocess.run(
     [sys.executable, str(script)] + list(args), capture_output=True, text=True, timeout=60
   )

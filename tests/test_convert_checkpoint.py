@@ -16,8 +16,8 @@ import pytest
 import tensorflow as tf
 
 import convert_checkpoint
-import inference
-import model_dir
+from lm import inference
+from lm import model_dir
 import modeling
 import tokenization
 

@@ -11,8 +11,8 @@ import tarfile
 from conftest import data_dir_or_skip
 import pytest
 
-import corpus
-import text_cleaning
+from text import corpus
+from text import text_cleaning
 
 # ---------------------------------------------------------------------------------------------
 # Synthetic archives and books

@@ -14,9 +14,9 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops for loading)
 
 import export_saved_model
-import inference
+from lm import inference
 import modeling
-import normalization
+from text import normalization
 
 MAX_SEQ_LENGTH = 12
 SENTENCES = [
@@ -28,7 +28,7 @@ SENTENCES = [
   "the dog , the cat , a mat , the runs walked on the mat far away",
 ]
 # bilm sums over one masked copy per position, batched differently in the
-# graph and in inference.py, so it rounds a little further apart.
+# graph and in lm/inference.py, so it rounds a little further apart.
 ATOL = {"tta": 1e-5, "tta_word": 1e-5, "unilm": 1e-5, "bilm": 1e-4}
 
 
@@ -47,7 +47,7 @@ def exported(request, tokenizer, tmp_path_factory):
   config = export_config(tokenizer)
   model = modeling.build_model(config, request.param)
   # A budget of 40 tokens makes the bilm's in-graph copies run in several
-  # chunks (and inference.py in several batches).
+  # chunks (and lm/inference.py in several batches).
   lm = inference.NeuralLM(model, tokenizer, max_seq_length=MAX_SEQ_LENGTH, token_budget=40)
   export_dir = str(tmp_path_factory.mktemp("export") / request.param)
   export_saved_model.export(lm, export_dir)

@@ -1,4 +1,5 @@
-"""hf_checkpoint.py: Hugging Face BERT dirs (safetensors, no PyTorch) load as model_type "bert"."""
+"""lm/hf_checkpoint.py: Hugging Face BERT dirs (safetensors, no PyTorch) load as model_type
+"bert"."""
 
 import json
 import os
@@ -19,9 +20,9 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops for loading)
 
 import export_saved_model
-import hf_checkpoint
-import inference
-import model_dir
+from lm import hf_checkpoint
+from lm import inference
+from lm import model_dir
 import score
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")

@@ -1,4 +1,4 @@
-"""Tests of inference.py against brute-force computations with the raw model."""
+"""Tests of lm/inference.py against brute-force computations with the raw model."""
 
 import os
 import subprocess
@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import backends
-import inference
-import model_dir
+from lm import backends
+from lm import inference
+from lm import model_dir
+from lm import stage_clock
 import modeling
-import stage_clock
 import tokenization
 
 SENTENCES = [
@@ -385,7 +385,8 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
-import inference, modeling, tokenization
+import modeling, tokenization
+from lm import inference
 from conftest import tiny_config
 tokenizer = tokenization.FullTokenizer(sys.argv[2])
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])

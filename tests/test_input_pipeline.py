@@ -1,4 +1,4 @@
-"""Tests for input_pipeline.py on synthetic records."""
+"""Tests for pretraining/input_pipeline.py on synthetic records."""
 
 import collections
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import input_pipeline
-import pretraining_records
+from pretraining import input_pipeline
+from pretraining import pretraining_records
 
 # Synthetic vocabulary: the authors' special tokens at 0..6, words 7..V-1.
 PAD, EOS, UNK, SOS, MASK, CLS, SEP = range(7)

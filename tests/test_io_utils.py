@@ -1,10 +1,10 @@
-"""Tests for io_utils.py: the data root, atomic writes, stage stamps, seeded hashing."""
+"""Tests for util/io_utils.py: the data root, atomic writes, stage stamps, seeded hashing."""
 
 import os
 
 import pytest
 
-import io_utils
+from util import io_utils
 
 
 def test_data_root(tmp_path, monkeypatch):
@@ -88,7 +88,7 @@ def test_an_export_dir_gets_the_umask_permissions(tmp_path, umask_027):
   from conftest import tiny_config  # pylint: disable=g-import-not-at-top
 
   import export_saved_model  # pylint: disable=g-import-not-at-top
-  import inference  # pylint: disable=g-import-not-at-top
+  from lm import inference  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
   import tokenization  # pylint: disable=g-import-not-at-top
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import inference
-import input_pipeline
 import kinds
+from lm import inference
 import modeling
+from pretraining import input_pipeline
 
 ALL_KINDS = list(kinds.KINDS.values())
 LENGTHS = (6, 4)  # a padded batch: row 1 has 2 pads

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import losses
 import modeling
-import training
+from pretraining import losses
+from pretraining import training
 
 MAX_SEQ_LENGTH = 16  # conftest.TINY's max_position_embeddings
 SOS, EOS, MASK = 3, 1, 4

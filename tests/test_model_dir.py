@@ -1,4 +1,4 @@
-"""Tests of model_dir.py: model dirs (old and new config.json), the latest
+"""Tests of lm/model_dir.py: model dirs (old and new config.json), the latest
 checkpoint, and the TF1 (Google BERT / T-TA) checkpoint files."""
 
 import gc
@@ -13,12 +13,12 @@ import pytest
 import tensorflow as tf
 
 # Helpers of the modeling tests: the TF1 names are the model's (modeling.py),
-# the checkpoint files are model_dir.py's.
+# the checkpoint files are lm/model_dir.py's.
 from test_modeling import google_bert_arrays
 from test_modeling import random_batch
 from test_modeling import run
 
-import model_dir
+from lm import model_dir
 import modeling
 import tokenization
 

@@ -22,7 +22,7 @@ import pytest
 from scipy.special import erf
 import tensorflow as tf
 
-import model_dir
+from lm import model_dir
 import modeling
 
 VOCAB = TINY["vocab_size"]

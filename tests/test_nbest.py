@@ -1,4 +1,5 @@
-"""Tests of nbest.py: readers on the shared data and on small bad files, metrics, reranking.
+"""Tests of evaluation/nbest.py: readers on the shared data and on small bad files, metrics,
+reranking.
 
 Expected counts come from the data folders' SOURCE.md files; first-pass and oracle WERs are
 recomputed here with jiwer directly, not through nbest's helpers.
@@ -15,9 +16,9 @@ import jiwer
 import pytest
 import sacrebleu
 
-import nbest
-import nbest_io
-import score_cache
+from evaluation import nbest
+from evaluation import nbest_io
+from evaluation import score_cache
 
 # From asr-librispeech-espnet2-30best/SOURCE.md: utterances, reference words, and the WERs it
 # reports (1-best with LM, 30-best oracle, AM-only rerank), to 2 decimals.

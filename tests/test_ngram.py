@@ -1,4 +1,4 @@
-"""Tests for ngram_lm.py and ngram.py: natural-log KenLM scores against a hand-written ARPA, and
+"""Tests for lm/ngram_lm.py and ngram.py: natural-log KenLM scores against a hand-written ARPA, and
 lmplz training."""
 
 import math
@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import ngram_lm  # pylint: disable=g-import-not-at-top,wrong-import-position
+from lm import ngram_lm  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 kenlm = pytest.importorskip("kenlm")
 
@@ -233,7 +233,7 @@ def test_train_ngram_missing_text(tmp_path):
   not _have_lmplz(), reason="KenLM's lmplz/build_binary not built: run bash scripts/build_kenlm.sh"
 )
 def test_normalization_travels_with_the_model(tmp_path):
-  import inference  # pylint: disable=g-import-not-at-top
+  from lm import inference  # pylint: disable=g-import-not-at-top
 
   corpus = tmp_path / "corpus.txt"
   corpus.write_text("\n".join(_CORPUS * 3).upper() + "\n")
@@ -262,7 +262,7 @@ def fixture_librispeech_arpa(arpa_path):
 
 
 def test_load_lm_honours_kenlm_arguments(librispeech_arpa):
-  import inference  # pylint: disable=g-import-not-at-top
+  from lm import inference  # pylint: disable=g-import-not-at-top
 
   spec = "kenlm:" + librispeech_arpa
   assert inference.load_lm(spec).normalization == "librispeech"
@@ -279,7 +279,7 @@ def test_load_lm_honours_kenlm_arguments(librispeech_arpa):
 def test_kenlm_scores_every_sentence_and_flags_what_normalization_could_not_spell(
   librispeech_arpa,
 ):
-  import inference  # pylint: disable=g-import-not-at-top
+  from lm import inference  # pylint: disable=g-import-not-at-top
 
   lm = inference.NgramLM(librispeech_arpa)
   odd = ["x²³⁴⁵⁶⁷⁸", "①②③", "²²²²²²²", "¹²³⁴⁵⁶⁷ people", "12,000,000"]
@@ -298,7 +298,9 @@ def test_kenlm_scores_every_sentence_and_flags_what_normalization_could_not_spel
 def _score_file_cli(*args):
   import subprocess  # pylint: disable=g-import-not-at-top
 
-  script = os.path.join(os.path.dirname(os.path.abspath(ngram_lm.__file__)), "ngram.py")
+  script = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(ngram_lm.__file__))), "ngram.py"
+  )
   return subprocess.run(
     [sys.executable, script] + list(args),
     capture_output=True,

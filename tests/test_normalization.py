@@ -1,8 +1,9 @@
-"""Tests for normalization.py: LibriSpeech normalization, numbers, the evaluation normalizer."""
+"""Tests for text/normalization.py: LibriSpeech normalization, numbers, the evaluation
+normalizer."""
 
 import pytest
 
-import normalization
+from text import normalization
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""peers.py: the benchmark's peers compute what they claim to. Nothing here asserts a speed.
+"""reproduction/peers.py: the benchmark's peers compute what they claim to. Nothing here asserts a
+speed.
 
 Needs requirements-peers.txt (scripts/setup_peers.sh); skipped without it, as the README's
 test command does not install it.
@@ -13,7 +14,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("minicons")
 
-import peers  # noqa: E402
+from reproduction import peers  # noqa: E402
 
 SENTENCE = "The cat sat on the mat, a dog ran far away."
 

@@ -1,5 +1,5 @@
-"""Tests of pretraining (run_pretraining.py, training.py, training_setup.py,
-losses.py): losses, training, resume, signals, multi-worker.
+"""Tests of pretraining (run_pretraining.py, pretraining/training.py, pretraining/training_setup.py,
+pretraining/losses.py): losses, training, resume, signals, multi-worker.
 
 Tiny models (hidden 32, 2 layers) on records made by create_pretraining_data
 from a real excerpt of the Gutenberg corpus (shared/data), so the whole file
@@ -26,14 +26,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import corpus
 import kinds
-import losses as losses_lib
-import model_dir
+from lm import model_dir
 import modeling
+from pretraining import losses as losses_lib
+from pretraining import training
+from pretraining import training_setup
 import run_pretraining
-import training
-import training_setup
+from text import corpus
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # conftest.TINY with a wider FFN and room for the 48-token records.
@@ -716,7 +716,8 @@ import numpy as np, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(
     cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-import losses, modeling, training
+import modeling
+from pretraining import losses, training
 
 config = modeling.TTAConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1,
                             num_attention_heads=2, intermediate_size=24,

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import corpus
 import create_pretraining_data as cpd
-import pretraining_records
+from pretraining import pretraining_records
+from text import corpus
 import tokenization
 
 # ----------------------------------------------------------------------------

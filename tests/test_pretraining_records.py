@@ -1,7 +1,8 @@
-"""Tests for pretraining_records.py: the authors' truncation rule (the records themselves are
-checked end to end in test_pretraining_data.py and read back in test_input_pipeline.py)."""
+"""Tests for pretraining/pretraining_records.py: the authors' truncation rule (the records
+themselves are checked end to end in test_pretraining_data.py and read back in
+test_input_pipeline.py)."""
 
-import pretraining_records
+from pretraining import pretraining_records
 
 
 def _toy_ids(index, num_pieces):

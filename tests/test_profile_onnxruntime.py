@@ -136,7 +136,7 @@ def tiny_tta(tokenizer):
   """A tiny T-TA as `NeuralLM(backend="onnxruntime")`."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  import inference  # pylint: disable=g-import-not-at-top
+  from lm import inference  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
 
   tf.keras.utils.set_random_seed(3)
@@ -218,7 +218,7 @@ def test_profile_cell_and_report_of_tiny_tta(script, tiny_tta, tmp_path):
 def test_tiny_bert_peer_sessions_and_feeds(script, tokenizer, tmp_path):
   pytest.importorskip("torch")
   pytest.importorskip("transformers")
-  import peers  # pylint: disable=g-import-not-at-top
+  from reproduction import peers  # pylint: disable=g-import-not-at-top
 
   config = conftest.tiny_config(vocab_size=tokenizer.vocab_size, max_position_embeddings=32)
   engines = script.peer_engines(

@@ -1,6 +1,6 @@
-"""Tests of progress.py: rate, ETA and how often a line is logged."""
+"""Tests of util/progress.py: rate, ETA and how often a line is logged."""
 
-import progress
+from util import progress
 
 
 class FakeClock(object):

@@ -20,7 +20,7 @@ from conftest import tiny_config
 import pytest
 import tensorflow as tf
 
-import model_dir
+from lm import model_dir
 import modeling
 import tokenization
 

@@ -12,9 +12,9 @@ import sys
 from conftest import data_dir_or_skip
 import pytest
 
-import cli
 import reproduce
-import reproduction_report
+from reproduction import reproduction_report
+from util import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -144,7 +144,7 @@ def test_console_hides_startup_and_checkpoint_noise_but_not_errors():
     == "T-TA: 10/10\n"
   )
   assert (
-    reproduce.console_line("E1124 10:18:18.123456 140213 training.py:9] loss is NaN\n")
+    reproduce.console_line("E1124 10:18:18.123456 140213 pretraining/training.py:9] loss is NaN\n")
     == "E loss is NaN\n"
   )
   real = "E0000 00:00:1795515241.1 2974 op_kernel.cc:1828] OP_REQUIRES failed: OOM\n"
@@ -207,6 +207,6 @@ def test_curve_checkpoints_are_spread_and_viewed_as_model_dirs(tmp_path):
     "config.json",
     "vocab.txt",
   ]
-  import model_dir  # pylint: disable=g-import-not-at-top
+  from lm import model_dir  # pylint: disable=g-import-not-at-top
 
   assert model_dir.latest_checkpoint(view) == os.path.join(view, "ckpt-4")

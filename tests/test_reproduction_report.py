@@ -1,9 +1,9 @@
-"""Tests of reproduction_report.py: each number in its cell, p values, CIs and paired
+"""Tests of reproduction/reproduction_report.py: each number in its cell, p values, CIs and paired
 comparisons, and the notes of a quick-mode report."""
 
 import pytest
 
-import reproduction_report
+from reproduction import reproduction_report
 
 
 def _asr_row(lm, reranked, lam, ppl):

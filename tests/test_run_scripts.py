@@ -14,16 +14,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import inference
-import io_utils
-import model_dir
+from evaluation import nbest
+from evaluation import nbest_io
+from evaluation import significance
+from evaluation import sts_data
+from lm import inference
+from lm import model_dir
 import modeling
-import nbest
-import nbest_io
 import run_rescoring
-import significance
-import sts_data
 import tokenization
+from util import io_utils
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
@@ -134,7 +134,7 @@ def test_rescoring_end_to_end_and_cache_resume(model_dirs, tmp_path):
     again = json.load(f)
   assert [r["results"] for r in again] == [r["results"] for r in rows]
   # Per-utterance errors add up to the reported WERs, and the stored bootstrap of the LM vs the
-  # first pass is what significance.py gives on them with the default seed and resamples.
+  # first pass is what evaluation/significance.py gives on them with the default seed and resamples.
   for r in rows[0]["results"]:
     words = r["reference_words"]
     assert words == [len(ref.split()) for ref in refs]

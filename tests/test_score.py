@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import inference
-import io_utils
-import model_dir
+from lm import inference
+from lm import model_dir
 import modeling
 import score
 import tokenization
+from util import io_utils
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "."]

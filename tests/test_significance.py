@@ -1,10 +1,10 @@
-"""significance.py on constructed cases whose answer is known without the code."""
+"""evaluation/significance.py on constructed cases whose answer is known without the code."""
 
 import numpy as np
 import pytest
 from scipy import stats
 
-import significance
+from evaluation import significance
 
 
 def test_identical_systems_differ_by_nothing():

@@ -1,4 +1,5 @@
-"""Tests of sts_data.py: the real STS-B / SICK files, malformed files, and the correlations.
+"""Tests of evaluation/sts_data.py: the real STS-B / SICK files, malformed files, and the
+correlations.
 
 Expected counts come from stsb/SOURCE.md and sick/SOURCE.md.
 """
@@ -10,7 +11,7 @@ from conftest import data_dir_or_skip
 import pytest
 import scipy.stats
 
-import sts_data
+from evaluation import sts_data
 
 
 @pytest.mark.parametrize("split, count", [("train", 5749), ("dev", 1500), ("test", 1379)])

@@ -1,10 +1,10 @@
-"""Tests for text_cleaning.py: boilerplate, paragraphs, sentences, junk filter."""
+"""Tests for text/text_cleaning.py: boilerplate, paragraphs, sentences, junk filter."""
 
 import collections
 
 import pytest
 
-import text_cleaning
+from text import text_cleaning
 
 # ---------------------------------------------------------------------------------------------
 # Synthetic books

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import inference
+from lm import inference
+from lm import onnx_backend
 import modeling
-import onnx_backend
 
 SENTENCE = "walking dogs ran far away"
 # The onnxruntime backend is opt-in: its tests skip without the package.

@@ -36,9 +36,9 @@ import warnings
 
 import numpy as np
 
-import inference
 import kinds
-import stage_clock
+from lm import inference
+from lm import stage_clock
 import tokenization
 
 PEERS = ("bert@torch", "bert@onnxruntime", "copies@torch", "minicons@torch")

@@ -2,9 +2,9 @@
 """The pretraining records: sentences -> ids -> one tf.train.Example each -> shuffled shards.
 
 The record format is docs/DESIGN.md §5.2 (unpadded `input_ids`, `input_mask`, `length`), read
-back by input_pipeline.py. `tokenize_sentences` frames each sentence as `[SOS] pieces [EOS]`,
-cuts an over-long one as the authors do (`truncate_ids`) and counts lengths, pieces and unknown
-pieces; `write_shards` shuffles the records deterministically into `<split>-XXXXX-of-YYYYY`
+back by pretraining/input_pipeline.py. `tokenize_sentences` frames each sentence as `[SOS] pieces
+[EOS]`, cuts an over-long one as the authors do (`truncate_ids`) and counts lengths, pieces and
+unknown pieces; `write_shards` shuffles the records deterministically into `<split>-XXXXX-of-YYYYY`
 files. create_pretraining_data.py is the job that calls them.
 """
 
@@ -17,8 +17,8 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-import io_utils
-import progress
+from util import io_utils
+from util import progress
 
 # The splits, in the order that seeds their shuffles (file name prefixes of the shards).
 SPLITS = ("train", "eval")

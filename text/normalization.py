@@ -4,7 +4,7 @@
 A model trained on normalized text must see its evaluation text normalized the same way, so the
 rules live here once and every user imports them: `corpus.py` (training sentences),
 `create_pretraining_data.py` and `ngram.py` (the `--normalization` flag values), and
-`inference.py` (STS pairs, N-best hypotheses and WMT candidates, through `normalizer`).
+`lm/inference.py` (STS pairs, N-best hypotheses and WMT candidates, through `normalizer`).
 
 Normalizations (`NORMALIZATIONS`):
   none         the text as given.

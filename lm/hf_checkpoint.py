@@ -37,7 +37,7 @@ import ml_dtypes  # noqa: F401
 import numpy as np
 from safetensors import safe_open
 
-import model_dir as model_dir_lib
+from lm import model_dir as model_dir_lib
 import modeling
 
 CONFIG_FILE = "config.json"

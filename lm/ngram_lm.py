@@ -27,12 +27,12 @@ import tempfile
 
 from absl import logging
 
-import io_utils
+from util import io_utils
 
 # ln(10): multiplies a log10 probability into a natural-log one.
 LN10 = math.log(10.0)
 
-_REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KENLM_BIN_DIR = os.path.join(_REPO_ROOT, "third_party", "kenlm", "bin")
 
 BOS = "<s>"

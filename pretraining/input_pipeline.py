@@ -46,10 +46,10 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-import io_utils
 import kinds
 import modeling
 import tokenization
+from util import io_utils
 
 # Bucket lengths (inclusive upper bounds) used when none are given. Sentences
 # average ~30 tokens, so most batches pad to 32 or 48 instead of 128.

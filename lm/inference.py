@@ -47,14 +47,14 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-import backends
-import hf_checkpoint
 import kinds
-import model_dir as model_dir_lib
-import normalization as normalization_lib
-import onnx_backend
-import scoring_graph
-import stage_clock
+from lm import backends
+from lm import hf_checkpoint
+from lm import model_dir as model_dir_lib
+from lm import onnx_backend
+from lm import scoring_graph
+from lm import stage_clock
+from text import normalization as normalization_lib
 
 POOLINGS = ("context", "embed", "first", "last")
 # How a sentence's pieces are scored (docs/DESIGN.md §4.1). "piece": each piece given every other
@@ -548,7 +548,7 @@ class NgramLM(object):
       score_sos: accepted as by every LM kind; <s> is never scored, as for
         unilm (nothing predicts it).
     """
-    import ngram_lm  # pylint: disable=g-import-not-at-top
+    from lm import ngram_lm  # pylint: disable=g-import-not-at-top
 
     del score_sos
     self.scorer = ngram_lm.NgramScorer(model_path)

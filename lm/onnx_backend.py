@@ -1,4 +1,4 @@
-"""The ONNX Runtime backend of inference.py (`NeuralLM(backend="onnxruntime")`).
+"""The ONNX Runtime backend of lm/inference.py (`NeuralLM(backend="onnxruntime")`).
 
 `OnnxFunctions` gives `scoring_graph.ScoringGraph`'s methods (encode, token_log_probs,
 word_l2r_log_probs, masked_copy_scores, sentence_vectors) with the same inputs and outputs, each
@@ -34,7 +34,7 @@ import numpy as np
 
 import modeling
 
-# onnx writes the graphs, onnxruntime runs them (inference.py checks they are installed).
+# onnx writes the graphs, onnxruntime runs them (lm/inference.py checks they are installed).
 PACKAGES = ("onnxruntime", "onnx")
 _MS_DOMAIN = "com.microsoft"
 # BERT's LayerNorm epsilon, as modeling.LayerNorm.

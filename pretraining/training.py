@@ -2,10 +2,10 @@
 """The pretraining loop: a T-TA, biLM or uniLM under tf.distribute.
 
 `train(params)` is the whole run; run_pretraining.py turns flags into
-`TrainParams` and calls it. Around this module: losses.py (the losses),
-training_setup.py (a run's vocab, config, continuous targets and datasets),
-distribute_utils.py (strategy, chief, cross-worker agreement) and
-model_dir.py (config.json, vocab.txt, checkpoints).
+`TrainParams` and calls it. Around this module: pretraining/losses.py (the losses),
+pretraining/training_setup.py (a run's vocab, config, continuous targets and datasets),
+util/distribute_utils.py (strategy, chief, cross-worker agreement) and
+lm/model_dir.py (config.json, vocab.txt, checkpoints).
 
 Why a custom loop and not `model.fit`: Keras 3 `fit` does not run under
 MultiWorkerMirroredStrategy (keras-team/keras#20585). Its steps:
@@ -15,7 +15,7 @@ MultiWorkerMirroredStrategy (keras-team/keras#20585). Its steps:
     guide recommends.
   * Step loop (`make_train_loop`): one `tf.function` runs --steps_per_loop
     steps, each under `strategy.run`; the per-replica loss sum is divided by
-    one denominator for all replicas (--loss_normalization, losses.py: the
+    one denominator for all replicas (--loss_normalization, pretraining/losses.py: the
     constant train_batch_size * max_seq_length, or the GLOBAL sum of target
     weights, an all-reduce), so the gradients the optimizer sums over
     replicas are exactly those of the global-batch loss;
@@ -67,17 +67,17 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-import cli
-import distribute_utils
-import io_utils
 import kinds
-import losses
-import machine
-import model_dir
+from lm import model_dir
 import modeling
 import optimization
-import training_metrics
-import training_setup
+from pretraining import losses
+from pretraining import training_metrics
+from pretraining import training_setup
+from util import cli
+from util import distribute_utils
+from util import io_utils
+from util import machine
 
 # ----------------------------------------------------------------- parameters
 

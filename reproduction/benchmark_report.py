@@ -18,10 +18,10 @@ Each file is written atomically (`write_outputs`).
 import json
 import os
 
-import backends
-import flops
-import io_utils
 import kinds
+from lm import backends
+from util import flops
+from util import io_utils
 
 # Short task names used in the plot legend, as in the paper's Figure 4.
 TASK_LABELS = {"sts": "sts", "rerank": "rrk"}

@@ -3,7 +3,7 @@
 import json
 import os
 
-import io_utils
+from util import io_utils
 
 
 class ScoreCache:

@@ -15,7 +15,7 @@ import os
 import platform
 import subprocess
 
-REPO = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def cpu_model():

@@ -8,8 +8,8 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-import flops
-import progress
+from util import flops
+from util import progress
 
 # The per-step global sums a train/eval step returns, in this order.
 METRICS = ("loss_sum", "weight_sum", "correct_sum", "ce_sum", "tokens", "positions", "sequences")

@@ -1,8 +1,8 @@
 """WER/BLEU, pseudo-perplexity, reranking and the λ sweep: the model-free half of evaluation.
 
-Everything here works on plain text and floats: the lists come from nbest_io.py's readers, the
-LM scores from inference.py as a list of lists of floats aligned with the hypotheses (kept in a
-score_cache.ScoreCache so that a λ sweep never recomputes them).
+Everything here works on plain text and floats: the lists come from evaluation/nbest_io.py's
+readers, the LM scores from lm/inference.py as a list of lists of floats aligned with the hypotheses
+(kept in a score_cache.ScoreCache so that a λ sweep never recomputes them).
 
 Reranking: score = (1-λ)·s2s + λ·lm, λ tuned on dev over a grid, ties -> smallest λ.
 """
@@ -15,7 +15,7 @@ import jiwer
 import numpy as np
 import sacrebleu
 
-import nbest_io
+from evaluation import nbest_io
 
 SETTINGS = ("am", "full", None)
 METRICS = ("wer", "bleu")

@@ -19,10 +19,10 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-import input_pipeline
 import kinds
-import model_dir
+from lm import model_dir
 import modeling
+from pretraining import input_pipeline
 import tokenization
 
 # Architecture fields that the size flags may set; a resumed run must agree

@@ -11,7 +11,7 @@ Text policy shared by all readers: surrounding whitespace of every text is strip
 hypothesis is legal (an ASR system may delete everything, an MT system may output nothing) and is
 kept; a blank reference is an error, because it leaves WER undefined for that utterance.
 Malformed input raises ValueError naming `file:line` (`archive:member:line` inside a tar).
-Reranking and metrics are nbest.py's; the LM score cache is score_cache.py's.
+Reranking and metrics are evaluation/nbest.py's; the LM score cache is evaluation/score_cache.py's.
 """
 
 import dataclasses
@@ -22,7 +22,7 @@ import os
 import re
 import tarfile
 
-import io_utils
+from util import io_utils
 
 ESPNET_DIR = "asr-librispeech-espnet2-30best"
 ESPNET_SETS = ("dev_clean", "dev_other", "test_clean", "test_other")

@@ -11,7 +11,7 @@ import os
 
 import scipy.stats
 
-import io_utils
+from util import io_utils
 
 STSB_DIR = "stsb"
 STSB_SPLITS = ("train", "dev", "test")

@@ -1,7 +1,7 @@
 # coding=utf-8
 """The model directory: the one place that reads and writes a model on disk.
 
-A model dir, written by training.py (or `save_model_dir`), holds
+A model dir, written by pretraining/training.py (or `save_model_dir`), holds
 
   config.json  `modeling.TTAConfig` in BERT's JSON format, with the fields
                that make the dir self-describing: model_type, output_layer,
@@ -38,9 +38,9 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-import io_utils
 import modeling
 import tokenization
+from util import io_utils
 
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.txt"
@@ -142,7 +142,7 @@ def checkpoints(model_dir):
   """The checkpoint prefixes of `model_dir`, newest first; the first is `latest_checkpoint`'s.
 
   The `checkpoint` index file a CheckpointManager keeps lists them in the order they were saved;
-  without one, the ckpt-N go by N. A resume tries them in this order (`training.py`).
+  without one, the ckpt-N go by N. A resume tries them in this order (`pretraining/training.py`).
   """
   if not tf.io.gfile.isdir(model_dir):
     return []

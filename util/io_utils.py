@@ -8,7 +8,7 @@
   read_stamp / write_stamp / ...     a stage knows whether its outputs are complete
   unit_hash                          seeded, reproducible held-out choices
 
-Light on purpose (standard library, absl and cli.py): corpus.py's worker processes import it.
+Light on purpose (standard library, absl and util/cli.py): corpus.py's worker processes import it.
 TensorFlow is imported only when needed: for `expand_globs` and for a remote path ("gs://...").
 """
 
@@ -23,9 +23,9 @@ import time
 from absl import flags
 from absl import logging
 
-import cli
+from util import cli
 
-_REPO = os.path.dirname(os.path.abspath(__file__))
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The flags `define_data_dir_flag` defines belong to the script that calls it, so that its
 # --help lists them (absl attributes a flag to the module that runs DEFINE_*).

@@ -7,7 +7,7 @@
   openvino_bf16  the same in bfloat16, on CPUs with AMX or AVX512-BF16 only (refused elsewhere):
                  within the tolerance the README gives; its own score-cache identity.
   onnxruntime    the same functions written as ONNX graphs of ONNX Runtime's fused transformer
-                 kernels (onnx_backend.py), float32, TF's numbers within float rounding; no
+                 kernels (lm/onnx_backend.py), float32, TF's numbers within float rounding; no
                  TensorFlow op runs in its calls.
 Each backend's numbers are held to TF's by tests/test_backends.py; the speed of each is in the
 README ("Runtime"). The non-TF backends run on the CPU: no strategy, no jit_compile.
@@ -19,7 +19,7 @@ import importlib.util
 import numpy as np
 import tensorflow as tf
 
-import onnx_backend
+from lm import onnx_backend
 
 BACKENDS = ("tf", "openvino", "openvino_bf16", "onnxruntime")
 # The Python packages each non-TF backend runs on.

@@ -68,7 +68,7 @@ def call_flops(config, model_type, task, num_tokens, score_sos=False, score_eos=
 
   with enc = `encoder_flops` and head = `head_flops`. The biLM runs one
   masked copy of the whole sentence per position, but its head only at the
-  masked position (inference.py gathers it first), so its head cost equals
+  masked position (lm/inference.py gathers it first), so its head cost equals
   T-TA's. Counted on the real length n: pad positions are not useful work,
   so GFLOP/s figures are "useful" FLOP rates.
 

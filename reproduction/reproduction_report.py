@@ -6,13 +6,13 @@ and each evaluation's results) into markdown: Table 1/1b (LibriSpeech WER), 2 (W
 4 (STS-B, SICK), 7 ((pseudo-)perplexity), the training table and the learning curves, whose
 figure `plot_curves` draws. `asr_comparisons` and `sts_comparisons` pair LMs (T-TA with the
 biLM and the uniLM; word-level with piece-level scoring) over the same utterances or sentence
-pairs (significance.py).
+pairs (evaluation/significance.py).
 """
 
 import dataclasses
 
-import io_utils
-import significance
+from evaluation import significance
+from util import io_utils
 
 # First-pass setting of the learning curves' dev WER (run_rescoring --settings): reproduce.py's
 # curves stage runs with it; the panels and the report name it. "am", no LM in the first pass: with
@@ -314,7 +314,7 @@ def _training_section(report):
       "",
       f"Matmul peak: {peak['gflops']:.0f} GFLOP/s ({peak['dtype']}, [2048]^3 in a tf.function, "
       "measured after training); GFLOP/s counts the matmuls of forward and backward passes "
-      "(flops.py).",
+      "(util/flops.py).",
     ]
   return parts
 

@@ -1,0 +1,6 @@
+"""Evaluation data and metrics: N-best lists, STS pairs, WER/BLEU, significance.
+
+`nbest_io` and `sts_data` read the data sets; `nbest` reranks and measures (WER with jiwer, BLEU
+with sacrebleu, the λ sweep, oracle, pseudo-perplexity); `significance` gives paired bootstrap
+CIs; `score_cache` keeps the LM scores of a rescoring run so it resumes.
+"""
