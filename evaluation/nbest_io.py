@@ -37,7 +37,8 @@ FULL_WEIGHTS = {"decoder": 0.6, "ctc": 0.4, "lm": 0.6}
 _NUMBER_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 _ESPNET_MEMBER_RE = re.compile(r"raw_hypotheses/(\d+)best_recog/(text|score|scores)")
 _TRN_RE = re.compile(r"(.*?)[ \t]*\(([^()\s]+)\)")
-_HYP_KEY_RE = re.compile(r"hyp_(\d+)")
+_HYP_KEY_RE = re.compile(r"hyp_([0-9]{1,9})")
+_KEYED_RE = re.compile(r"([^ \t]+)(?:[ \t](.*))?", re.DOTALL)
 
 
 @dataclasses.dataclass
@@ -74,6 +75,16 @@ class NBestList:
 # Small parsing helpers shared by the readers.
 
 
+def _check_final_newline(label, text):
+  """Refuses a text whose last line has no newline: the tools behind every line-based file read
+  here end each line with one, so such a file was cut short (a full disk, a killed job), and its
+  last value may be cut too and still parse."""
+  if text and not text.endswith("\n"):
+    raise ValueError(
+      f"{label}:{text.count(chr(10)) + 1}: the last line has no newline (a truncated file?)"
+    )
+
+
 def _split_lines(text):
   """Splits on '\\n' only (str.splitlines would also split on \\x1c, \\u2028, ... inside text).
 
@@ -101,12 +112,13 @@ def _parse_number(value, where, what):
 
 
 def _parse_espnet_float(value, where, what):
-  """Parses ESPnet's `tensor(-1.25)` (its str() of a torch scalar), a bare number string, or a
-  JSON number."""
+  """Parses ESPnet's `tensor(-1.25)` (its str() of a torch scalar; `tensor(-1.25,
+  device='cuda:0')` when decoded on a GPU), a bare number string, or a JSON number."""
   if isinstance(value, (int, float)) and not isinstance(value, bool):
     number = float(value)
   elif isinstance(value, str):
-    inner = value[7:-1] if value.startswith("tensor(") and value.endswith(")") else value
+    tensor = value.startswith("tensor(") and value.endswith(")")
+    inner = value[7:-1].split(",", 1)[0] if tensor else value
     try:
       # float() also takes "1_0"; "nan"/"inf" fail the finiteness check below.
       number = math.nan if "_" in inner else float(inner)
@@ -129,8 +141,16 @@ def _check_reference(text, where):
 
 
 def _read_text_file(path):
-  with open(path, encoding="utf-8") as f:
-    return f.read()
+  """The UTF-8 text of a file; bytes that are not UTF-8 raise ValueError naming `file:line`."""
+  with open(path, "rb") as f:
+    data = f.read()
+  try:
+    return data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    line = data.count(b"\n", 0, e.start) + 1
+    raise ValueError(
+      f"{path}:{line}: not UTF-8 ({e.reason} at byte {e.start}: {data[e.start : e.end]!r})"
+    ) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -184,13 +204,19 @@ def _load_espnet_files(path):
 
 
 def _parse_espnet_keyed(label, text, parse_value):
-  """Parses `<utt_id> <value>` lines into {utt_id: (value, 'label:line')}."""
+  """Parses `<utt_id> <value>` lines into {utt_id: (value, 'label:line')}.
+
+  The key ends at the first space or tab (Kaldi's text archives and data dirs; ESPnet's
+  DatadirWriter writes `key value`); a line that starts with white space has no key.
+  """
+  _check_final_newline(label, text)
   out = {}
   for lineno, line in enumerate(_split_lines(text), 1):
     where = f"{label}:{lineno}"
-    key, _, rest = line.partition(" ")
-    if not key or key != key.strip():
+    match = _KEYED_RE.fullmatch(line)
+    if not match:
       raise ValueError(f"{where}: expected '<utt_id> <value>', found {line!r}")
+    key, rest = match.group(1), match.group(2) or ""
     if key in out:
       raise ValueError(f"{where}: utterance {key!r} repeated (first at {out[key][1]})")
     out[key] = (parse_value(rest, where), where)
@@ -223,6 +249,7 @@ def _espnet_scores(rest, where):
 
 def _parse_trn(label, text):
   """Parses sclite trn lines `TEXT<TAB>(id)` into [(id, text, 'label:line')]."""
+  _check_final_newline(label, text)
   out = []
   for lineno, line in enumerate(_split_lines(text), 1):
     where = f"{label}:{lineno}"
@@ -411,23 +438,26 @@ def read_json_nbest(path):
   order. "score" is the first-pass seq2seq score and becomes scores["score"] (so setting "full"
   in `s2s_score` uses it); any other numeric field of a hypothesis (e.g. a rescoring result) is
   kept under its own name. Texts are stripped (the files write hypotheses with a leading space).
+  "ref" may be left out of every utterance (a blind test set: refs == []), not of some.
 
   Args:
     path: str, the JSON file.
 
   Returns:
-    list[NBestList], in file order, one reference each.
+    list[NBestList], in file order, one reference each (or none in a blind set).
 
   Raises:
-    ValueError: invalid JSON, a repeated key, a missing "ref"/"text"/"score", a non-number
-      score, a blank reference, an unknown field, a hypothesis-number gap, or no hypotheses;
-      `file:line`.
+    ValueError: invalid JSON, a repeated key, a missing "text"/"score", a "ref" in some
+      utterances only, a non-number score, a blank reference, an unknown field, a
+      hypothesis-number gap, or no hypotheses; `file:line`.
   """
   raw = _read_text_file(path)
   try:
     data = json.loads(raw, object_pairs_hook=_reject_duplicate_keys)
   except json.JSONDecodeError as e:
     raise ValueError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
+  except RecursionError:
+    raise ValueError(f"{path}:1: invalid JSON: nested too deeply") from None
   except _JsonProblem as problem:
     offsets = _json_key_offsets(raw, problem.field)
     line = raw.count("\n", 0, offsets[1]) + 1 if len(offsets) > 1 else 1
@@ -438,6 +468,11 @@ def read_json_nbest(path):
   for key, entry in data.items():
     try:
       lists.append(_json_entry(key, entry))
+      if bool(lists[-1].refs) != bool(lists[0].refs):
+        raise _JsonProblem(
+          f"has {'a' if lists[-1].refs else 'no'} 'ref' but {lists[0].key!r} has "
+          f"{'one' if lists[0].refs else 'none'} (references go with every list or none)"
+        )
     except _JsonProblem as problem:
       line = _json_line(raw, key, problem.field)
       raise ValueError(f"{path}:{line}: utterance {key!r}: {problem}") from None
@@ -447,11 +482,14 @@ def read_json_nbest(path):
 def _json_entry(key, entry):
   if not isinstance(entry, dict):
     raise _JsonProblem(f"expected an object, found {entry!r}")
-  if not isinstance(entry.get("ref"), str):
-    raise _JsonProblem("missing or non-string 'ref'", field="ref" if "ref" in entry else None)
-  if not entry["ref"].strip():
-    raise _JsonProblem("blank reference (WER/BLEU would be undefined)", field="ref")
-  _check_encodable(entry["ref"], "ref")
+  refs = []
+  if "ref" in entry:
+    if not isinstance(entry["ref"], str):
+      raise _JsonProblem("non-string 'ref'", field="ref")
+    if not entry["ref"].strip():
+      raise _JsonProblem("blank reference (WER/BLEU would be undefined)", field="ref")
+    _check_encodable(entry["ref"], "ref")
+    refs = [entry["ref"].strip()]
   numbered = {}
   for field, value in entry.items():
     if field == "ref":
@@ -465,7 +503,7 @@ def _json_entry(key, entry):
   if sorted(numbered) != list(range(1, len(numbered) + 1)):
     raise _JsonProblem(f"hypotheses must be hyp_1..hyp_N, found numbers {sorted(numbered)}")
   hyps = [numbered[n] for n in range(1, len(numbered) + 1)]
-  return NBestList(key=key, refs=[entry["ref"].strip()], hyps=hyps)
+  return NBestList(key=key, refs=refs, hyps=hyps)
 
 
 def _check_encodable(text, field):
@@ -511,7 +549,7 @@ def read_tsv_nbest(path):
     optional header `#key<TAB>rank<TAB><name_1>...<TAB><name_k><TAB>text` naming the k score
       columns (k may be 0); without a header the columns are key, rank, score, text (k=1);
     reference rows  `<key><TAB>ref<TAB><reference text>` (one or more per key; several refs
-      serve multi-reference BLEU);
+      serve multi-reference BLEU; a file without any ref row is a blind set, refs == []);
     hypothesis rows `<key><TAB><rank><TAB><score_1>...<TAB><score_k><TAB><text>`, rank = 1, 2, ...
       in order for each key; the text may be empty (the line then ends with a tab).
   Rows of different keys may interleave; lists come out in order of each key's first row.
@@ -525,7 +563,8 @@ def read_tsv_nbest(path):
 
   Raises:
     ValueError: wrong column count, a non-number score, a bad rank or rank gap, a blank
-      reference or line, or a key with hypotheses but no reference (or the reverse); `file:line`.
+      reference or line, a key with hypotheses but no reference while others have one, or a key
+      with references but no hypotheses; `file:line`.
   """
   lines = _split_lines(_read_text_file(path))
   score_names = ["score"]
@@ -554,9 +593,9 @@ def read_tsv_nbest(path):
   for key, where in where_first.items():
     if key not in hyps:
       raise ValueError(f"{where}: key {key!r} has references but no hypotheses")
-    if key not in refs:
+    if refs and key not in refs:
       raise ValueError(f"{where}: key {key!r} has hypotheses but no reference")
-    lists.append(NBestList(key=key, refs=refs[key], hyps=hyps[key]))
+    lists.append(NBestList(key=key, refs=refs.get(key, []), hyps=hyps[key]))
   return lists
 
 
@@ -590,7 +629,8 @@ def _parse_tsv_hyp(fields, score_names, expected_rank, where):
 
 
 def write_tsv_nbest(lists, path, score_names=("score",)):
-  """Writes lists in the `read_tsv_nbest` format (header, then each key's refs and hypotheses).
+  """Writes lists in the `read_tsv_nbest` format (header, then each key's refs and hypotheses),
+  atomically.
 
   Args:
     lists: list[NBestList]; texts must not contain tabs or newlines.
@@ -606,8 +646,7 @@ def write_tsv_nbest(lists, path, score_names=("score",)):
   for row in rows:
     if "\n" in row or "\r" in row or row.count("\t") > len(score_names) + 2:
       raise ValueError(f"cannot write {row!r} to TSV: tab or newline inside a field")
-  with open(path, "w", encoding="utf-8") as f:
-    f.write("\n".join(rows) + "\n")
+  io_utils.write_atomically(path, "\n".join(rows) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------
