@@ -103,7 +103,7 @@ def _parse_number(value, where, what):
   if isinstance(value, (int, float)):
     number = float(value)
   elif isinstance(value, str) and _NUMBER_RE.fullmatch(value.strip()):
-    number = float(value)
+    number = float(value.strip())
   else:
     raise ValueError(f"{where}: {what}: expected a number, found {value!r}")
   if not math.isfinite(number):
@@ -456,8 +456,8 @@ def read_json_nbest(path):
     data = json.loads(raw, object_pairs_hook=_reject_duplicate_keys)
   except json.JSONDecodeError as e:
     raise ValueError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
-  except RecursionError:
-    raise ValueError(f"{path}:1: invalid JSON: nested too deeply") from None
+  except (RecursionError, ValueError) as e:  # too deep, or an integer of over 4300 digits
+    raise ValueError(f"{path}:1: invalid JSON: {type(e).__name__}: {e}") from None
   except _JsonProblem as problem:
     offsets = _json_key_offsets(raw, problem.field)
     line = raw.count("\n", 0, offsets[1]) + 1 if len(offsets) > 1 else 1
@@ -563,10 +563,13 @@ def read_tsv_nbest(path):
 
   Raises:
     ValueError: wrong column count, a non-number score, a bad rank or rank gap, a blank
-      reference or line, a key with hypotheses but no reference while others have one, or a key
-      with references but no hypotheses; `file:line`.
+      reference or line, a last line without newline (a truncated file), a key with hypotheses
+      but no reference while others have one, or a key with references but no hypotheses;
+      `file:line`.
   """
-  lines = _split_lines(_read_text_file(path))
+  text = _read_text_file(path)
+  _check_final_newline(path, text)
+  lines = _split_lines(text)
   score_names = ["score"]
   first = 1
   if lines and lines[0].startswith("#"):
