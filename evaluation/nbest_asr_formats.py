@@ -388,8 +388,10 @@ def read_nemo(path, refs_path=None, beam_size=None, columns=("score",)):
   eval_neural_rescorer.py reads that file back with `--beam_size` and `--eval_manifest`, takes
   row i as a candidate of utterance i // beam_size, treats the score as a natural-log score
   where higher is better (`am + alpha * lm + beta * len`, best = max) and writes its output in
-  the same two-column form. The manifest is JSON lines with `audio_filepath` and `text`
-  (nemo/collections/asr/data manifests).
+  the same two-column form; the score is the beam's (scripts/asr_language_modeling/ngram_lm/
+  decoders/decoder_utils.cpp get_beam_search_result: each prefix's fused log-prob score, the
+  candidates sorted by it, highest first). The manifest is JSON lines with `audio_filepath` and
+  `text` (the eval script's `--input_manifest`).
 
   Args:
     path: str, the beam file.

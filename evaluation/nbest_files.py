@@ -26,6 +26,8 @@ from util import io_utils
 # Feature and score names go into file names (Kaldi `<name>.cost`), Moses `NAME=` labels, TSV
 # headers and JSON fields: no white space, '=', '|', '/' or tab in any of them.
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+# Names the formats give to other fields: a JSON hypothesis' "text", TSV's key/rank/ref/text.
+_RESERVED = ("text", "ref", "key", "rank")
 
 
 def read_text(path):
@@ -55,10 +57,6 @@ def check_name(name, where, what="score"):
   return name
 
 
-def _reference(rest, where):
-  return nbest_io._check_reference(rest, where)
-
-
 def read_keyed_refs(path):
   """Reads a Kaldi `text` file of references.
 
@@ -71,7 +69,7 @@ def read_keyed_refs(path):
   Raises:
     ValueError: a malformed line, a repeated key, a blank reference; `file:line`.
   """
-  keyed = nbest_io._parse_espnet_keyed(path, read_text(path), _reference)
+  keyed = nbest_io._parse_espnet_keyed(path, read_text(path), nbest_io._check_reference)
   return {key: ([ref], where) for key, (ref, where) in keyed.items()}
 
 
@@ -89,6 +87,8 @@ def read_aligned_refs(paths):
     ValueError: a blank reference, files of different lengths, no lines; `file:line`.
   """
   paths = [paths] if isinstance(paths, str) else list(paths)
+  if not paths:
+    raise ValueError("no reference files given")
   columns = []
   for path in paths:
     lines = read_lines(path)
@@ -141,12 +141,14 @@ def add_features(lists, features):
     list[NBestList], new lists whose hypotheses carry the features as named scores.
 
   Raises:
-    ValueError: a bad or already used name, values not aligned with the lists, a value that is
-      not a finite number.
+    ValueError: a bad, reserved (text, ref, key, rank) or already used name, values not aligned
+      with the lists, a value that is not a finite number.
   """
   used = {name for nbest in lists for hyp in nbest.hyps for name in hyp.scores}
   for name, values in features.items():
     check_name(name, "features", "feature")
+    if name in _RESERVED:
+      raise ValueError(f"features: {name!r} names another field in some formats")
     if name in used:
       raise ValueError(f"features: {name!r} is already a score of the lists")
     if len(values) != len(lists) or any(

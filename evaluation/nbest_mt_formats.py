@@ -46,8 +46,13 @@ def _check_source(lists, allowed, source_path, wheres):
     raise ValueError(f"{source_path}: its segments are not the lists' (not read from this file)")
   for nbest in lists:
     texts = allowed[nbest.key]
+    if len(nbest.hyps) != len(texts):
+      raise ValueError(
+        f"{wheres[nbest.key]}: {nbest.key!r} has {len(texts)} hypotheses here, "
+        f"{len(nbest.hyps)} in the lists (not read from this file)"
+      )
     for j, hyp in enumerate(nbest.hyps):
-      if len(nbest.hyps) != len(texts) or hyp.text not in texts[j]:
+      if hyp.text not in texts[j]:
         raise ValueError(
           f"{wheres[nbest.key]}: hypothesis {j + 1} of {nbest.key!r} is not {hyp.text!r} "
           "(the lists were not read from this file)"
@@ -145,7 +150,7 @@ def _check_fairseq_hyps(samples, nbest, use_detok):
   has_positional = any(hyp.positional is not None for hyp in hyps)
   features = sorted(hyps[0].features) if hyps else []
   for sample_id, sample in samples.items():
-    if len(sample.hyps) != expected:
+    if not sample.hyps or len(sample.hyps) != expected:
       raise ValueError(
         f"{sample.where}: id {sample_id} has {len(sample.hyps)} H- lines, expected {expected} "
         "(a missing H- line?)"
@@ -299,7 +304,7 @@ def _parse_moses_line(line, where, arity):
     )
   scores = _moses_features(fields[index], where, arity)
   scores["score"] = nbest_io._parse_number(fields[index + 1], where, "total")
-  return segment, nbest_io.Hypothesis(text=fields[1].strip(), scores=scores), index
+  return str(int(segment)), nbest_io.Hypothesis(text=fields[1].strip(), scores=scores), index
 
 
 def _moses_lists(path, lines):

@@ -299,6 +299,7 @@ def test_fairseq_sample(tmp_path):
   "drop, replace, line, message",
   [
     ([15, 16, 17], None, 10, "id 0 has 1 H- lines, expected 2 (a missing H- line?)"),
+    ([12, 13, 14, 15, 16, 17], None, 10, "id 0 has 0 H- lines"),
     ([5], None, 4, "an H- line without its D- line"),
     ([], (5, "P-1\t-0.25\nP-1\t-0.5"), 6, "expected one 'P-<id>"),
     ([], (4, "H-1 -0.5 that is good ."), 4, "expected '<type>-<id><TAB>...'"),
@@ -643,6 +644,7 @@ def test_write_rescored_kaldi_costs_and_moses_labels(tmp_path):
   [
     ({"score": [[0.0] * 3] * 3}, "'score' is already a score"),
     ({"a b": [[0.0] * 3] * 3}, "feature name 'a b'"),
+    ({"text": [[0.0] * 3] * 3}, "'text' names another field"),
     ({"tta": [[0.0] * 3] * 2}, "not aligned"),
     ({"tta": [[0.0] * 3, [0.0] * 2, [0.0] * 3]}, "not aligned"),
     ({"tta": [[0.0, math.nan, 0.0]] + [[0.0] * 3] * 2}, "is not finite"),
