@@ -151,7 +151,7 @@ class DataParams:
   vocab_learn_params: Optional[dict] = None
   vocab_max_sentences: int = cli.param(
     "Learn the vocab from an evenly spaced sample of at most this many training sentences (the "
-    "learner is pure Python: ~13 min on the whole 774k-sentence corpus); default: all.",
+    "learner is pure Python, slow on a whole corpus); default: all.",
     None,
   )
 

@@ -292,7 +292,7 @@ class InGraphTokenizer(tf.Module):
 
   Word pieces come from tensorflow-text's `FastWordpieceTokenizer` (linear-
   time WordPiece; the same output as the classic greedy longest-match-first
-  `WordpieceTokenizer`, about 4x faster here). Its compiled vocab is a uint8
+  `WordpieceTokenizer`, and faster). Its compiled vocab is a uint8
   constant, so a SavedModel carries it without a separate asset file.
   """
 

@@ -80,8 +80,8 @@ class OpenVINOFunction(object):
   the many small ops of a batch-1 call that TensorFlow dispatches one by one. Precision is
   pinned ("f32" or "bf16"): left unset, OpenVINO picks bfloat16 on CPUs with AMX or AVX512-BF16.
   Outputs come back as NumPy arrays in the method's structure (dict, tuple or one array).
-  Conversion (~1-2 s at paper size) happens at the first call, so a NeuralLM converts only the
-  functions its kind uses.
+  Conversion is slow and happens at the first call, so a NeuralLM converts only the functions
+  its kind uses.
   """
 
   def __init__(self, method, signature, precision="f32"):

@@ -28,11 +28,10 @@ stateless random ops keyed by (seed, input pipeline id, batch index). A
 resumed run therefore rebuilds the same stream and `skip(skip_batches)` drops
 exactly the batches the interrupted run consumed. It is cheap because records
 are bucketed on their `length` feature alone and the ids are parsed per batch
-AFTER the skip: skipped batches are read but never parsed or masked (about
-1800 batches of 64 per second on a busy 2-core machine, so ~1 minute for
-10^5 steps). This is exact only with the same seed, files, batch size, bucket
-boundaries, number of input pipelines and the same global TF seed
-(tf.random.set_seed), which tf.data folds into its shuffle seeds. Masks
+AFTER the skip: skipped batches are read but never parsed or masked. This is
+exact only with the same seed, files, batch size, bucket boundaries, number
+of input pipelines and the same global TF seed (tf.random.set_seed), which
+tf.data folds into its shuffle seeds. Masks
 differ from epoch to epoch because the batch index keeps growing across
 epochs (dynamic masking).
 
