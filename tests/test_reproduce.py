@@ -153,7 +153,7 @@ def test_console_hides_startup_and_checkpoint_noise_but_not_errors():
     == "T-TA: 10/10\n"
   )
   assert (
-    reproduce.console_line("E1124 10:18:18.123456 140213 pretraining/training.py:9] loss is NaN\n")
+    reproduce.console_line("E1124 10:18:18.123456 140213 training.py:9] loss is NaN\n")
     == "E loss is NaN\n"
   )
   real = "E0000 00:00:1795515241.1 2974 op_kernel.cc:1828] OP_REQUIRES failed: OOM\n"
