@@ -553,7 +553,7 @@ class FullTokenizer(object):
   def piece_ids_batch(self, texts):
     """Word-piece ids of many sentences, without [SOS]/[EOS].
 
-    Computed by `host_tokenizer` (HF `tokenizers`, no TF op; README "Runtime" has the times),
+    Computed by `host_tokenizer` (HF `tokenizers`, no TF op; docs/runtime.md has the times),
     whose ids equal `InGraphTokenizer`'s on the shared data (scripts/check_tokenizer_ids.py).
 
     Args:

@@ -654,7 +654,7 @@ def define_throughput_flags():
     "Neural LMs: what runs the model. tf: TensorFlow (the reference); openvino: OpenVINO's CPU "
     "kernels in float32, the same numbers within float rounding and faster per sentence; "
     "openvino_bf16: the same in bfloat16 on AMX/AVX512-BF16 CPUs, faster again, scores within "
-    "a tolerance (README, Runtime); onnxruntime: the same functions as ONNX graphs of ONNX "
+    "a tolerance (docs/runtime.md); onnxruntime: the same functions as ONNX graphs of ONNX "
     "Runtime's fused transformer kernels, float32, the same numbers within float rounding.",
   )
 
