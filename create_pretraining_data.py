@@ -1,53 +1,13 @@
-# coding=utf-8
-"""Sentences -> sharded TFRecords for T-TA, biLM and uniLM pretraining.
+"""Sentences -> sharded TFRecords for T-TA, biLM and uniLM pretraining (docs/DESIGN.md §3.1).
 
-Pipeline (docs/DESIGN.md §3):
+Raw inputs (Gutenberg .tar.xz, raw text) go through text/corpus.py first; sentence files are used
+as they are, held out by a seeded hash of the sentence unless --eval_file gives the eval set. The
+vocab is --vocab_file or WordPiece learned from the training split only; the records
+(pretraining/pretraining_records.py) are unpadded, so one data set serves all three objectives.
+The output directory and its records: docs/DESIGN.md §5.2.
 
-  --input_file  (glob, comma list)
-    -> Gutenberg .tar.xz / raw text: corpus.prepare_corpus (boilerplate,
-       sentence split, normalization, dedup, held-out books) -> train.txt /
-       eval.txt
-    -> sentence files (one sentence per line): used as they are; held out by a
-       seeded hash of the sentence unless --eval_file gives the eval set
-    -> vocab: --vocab_file, or WordPiece learned from the TRAINING split only
-       (--vocab_size), so no eval text leaks into the vocabulary
-    -> tokenize in batches: [SOS] pieces [EOS]; a longer sentence keeps a
-       window of max_seq_length-2 pieces, cut at random from the front or the
-       back (seeded by --random_seed and the sentence; the authors' rule),
-       wrapped in [SOS] and [EOS]
-    -> deterministic shuffle (--random_seed) -> sharded TFRecords.
-
-Output directory:
-  train-00000-of-00008.tfrecord ...   shuffled training sentences
-  eval-00000-of-00001.tfrecord        shuffled held-out sentences (if any)
-  vocab.txt                           the vocabulary the ids refer to
-  data_stats.json                     counts, length statistics, args, files
-  corpus/                             corpus.py output (raw inputs only)
-
-One record per sentence (a `tf.train.Example`), UNPADDED, n = its length:
-  input_ids   int64 list [n]  [SOS] pieces [EOS]
-  input_mask  int64 list [n]  all ones (kept for BERT-style readers)
-  length      int64 [1]       n
-Padding, length bucketing and the objectives (MLM masking for the biLM,
-next-token targets for the uniLM) are applied by pretraining/input_pipeline.py, so one
-data set serves all three model types and the biLM's masks change every epoch.
-There is therefore no BERT-style --dupe_factor.
-
-Malformed input: a line that is not valid UTF-8 raises ValueError naming
-file:line, unless --skip_malformed, which skips such lines and counts them
-(`malformed_lines` in data_stats.json). Empty lines are skipped and counted.
-
-Every file is written to a temporary name and renamed into place
-(io_utils.atomic_open); data_stats.json is the stage's stamp
-(io_utils.write_stamp): written last, it records a fingerprint of the
-arguments and inputs, so a rerun with the same arguments finds a complete
-output and returns at once (--force rebuilds).
-
-Example:
-  python create_pretraining_data.py \
-    --input_file=/tmp/tta_corpus_librispeech/train.txt \
-    --eval_file=/tmp/tta_corpus_librispeech/eval.txt \
-    --vocab_size=8000 --output_dir=/tmp/tta_records_ls8k
+  python create_pretraining_data.py --input_file=work/corpus_ls/train.txt \
+    --eval_file=work/corpus_ls/eval.txt --vocab_size=8000 --output_dir=work/records_ls8k
 """
 
 import dataclasses
@@ -151,7 +111,7 @@ class DataParams:
   vocab_learn_params: Optional[dict] = None
   vocab_max_sentences: int = cli.param(
     "Learn the vocab from an evenly spaced sample of at most this many training sentences (the "
-    "learner is pure Python: ~13 min on the whole 774k-sentence corpus); default: all.",
+    "learner is pure Python, slow on a whole corpus); default: all.",
     None,
   )
 

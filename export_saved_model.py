@@ -1,83 +1,12 @@
 """Exports a model directory as a SavedModel that takes sentences as strings.
 
-The SavedModel holds the in-graph WordPiece tokenizer and the model, so a
-server (TF Serving, a C++ or Python client) needs no Python tokenizer. Two
-signatures, both taking one tf.string [B] input (UTF-8 sentences), named by
-what it must hold:
+The SavedModel holds the in-graph WordPiece tokenizer and the NeuralLM's own
+`scoring_graph.ScoringGraph` (its weight snapshots saved with it), so a server needs no Python
+tokenizer and gets the numbers of `inference.NeuralLM`: an `encode` signature (sentence vectors)
+and a `score` signature (token log-probs, in the scoring mode fixed by --scoring). Signatures,
+inputs and loading: docs/saved_model.md.
 
-  texts             (config.json "normalization": "none") raw sentences, as
-                    given to `inference.NeuralLM`; the same numbers.
-  normalized_texts  (any other normalization, e.g. "librispeech") sentences
-                    ALREADY normalized as the model's training text was:
-                    normalization.normalize_librispeech("The cat sat on the
-                    mat.") -> "THE CAT SAT ON THE MAT". LibriSpeech
-                    normalization (numbers, currency, dates and
-                    abbreviations spelled out, accents folded) is Python and
-                    cannot be done faithfully in the graph, so the graph
-                    checks instead: a sentence with a lower-case letter, a
-                    digit or punctuation other than the apostrophe fails the
-                    call with InvalidArgumentError naming the rule and the
-                    offending sentences, never a silently different score.
-                    Normalized sentences score as `inference.NeuralLM` scores
-                    the raw ones.
-
-  encode -> {"context": float32 [B, D]  mean of the last layer over the word
-                        pieces, [SOS]/[EOS] excluded (bilm/bert: position
-                        i's vector from the copy with token i masked, the
-                        paper's mask-and-predict biLM; zeros for a sentence
-                        without pieces),
-             "embed":   float32 [B, D]  the same mean of the embedding output,
-             "first":   float32 [B, D]  last layer at the start token,
-             "last":    float32 [B, D]  last layer at the end token,
-             bilm/bert only:
-             "context_intact": float32 [B, D]  "context" on the intact
-                        input (run_sts.py's "context\\M")}
-  score  -> {"total":          float32 [B]     sum of the token log-probs,
-             "num_tokens":     int32 [B]       tokens scored,
-             "token_logprobs": float32 [B, T]  log p of the token at position
-                        t (the [EOS] included, [SOS] not, by default), 0
-                        where nothing is scored; T = the longest sentence of
-                        the batch in tokens, boundaries included,
-             "truncated":      bool [B]        the sentence was cut to fit}
-
-The numbers are those of `inference.NeuralLM.score` / `.sentence_vectors`:
-the signatures call the NeuralLM's own `scoring_graph.ScoringGraph` (its weight
-snapshots saved with it), and tests/test_export.py checks the outputs. tta
-one pass, log p(x_t | x_\\t); unilm the chain rule, output t-1 predicting
-token t; bilm/bert the pseudo-log-likelihood from one masked copy per scored
-position, built in the graph, the LM head evaluated at the masked position
-only. A sentence longer than max_seq_length - 2 word pieces loses its last
-pieces, keeping [SOS] ... [EOS], and is flagged in "truncated".
-
-`score` computes one scoring mode, fixed at export (--scoring, recorded as
-"scoring" in assets.extra/tta_export.json; default the kind's own,
-`kinds.Kind.default_scoring`: word_l2r for tta_word, piece otherwise), the
-numbers of `NeuralLM.score(..., scoring=...)`:
-  piece     each word piece given every other piece, as above.
-  word_l2r  each piece given the other words and the earlier pieces of its
-            own word (PLL-word-l2r, Kauf & Ivanova 2023), words found in the
-            graph from the vocab's "##" continuation pieces: tta/tta_word in
-            one pass under the word_l2r attention mask; bilm/bert by masked
-            copies that also mask the later pieces of the position's word;
-            unilm the same as piece (it never sees a later piece).
-`encode` does not depend on it: it runs the kind's own attention (tta_word:
-its word mask, the words found in the graph).
-
-The SavedModel also holds the NeuralLM's transposed copy of the embedding
-table (V x D floats, the fast LM-head layout) beside the table itself.
-
-Loading needs tensorflow_text imported first (it registers the tokenizer
-ops):
-  import tensorflow as tf, tensorflow_text  # noqa
-  loaded = tf.saved_model.load("exports/tta")
-  out = loaded.signatures["score"](texts=tf.constant(["the cat sat"]))
-  # a LibriSpeech-normalized model:
-  out = loaded.signatures["score"](normalized_texts=tf.constant(["THE CAT SAT"]))
-The input's name is also in assets.extra/tta_export.json ("input").
-
-Example:
   python export_saved_model.py --model_dir=runs/tta --export_dir=exports/tta
-  python export_saved_model.py --model_dir=runs/tta --export_dir=exports/tta_w --scoring=word_l2r
 """
 
 import json

@@ -497,7 +497,7 @@ class LMHead(keras.layers.Layer):
     h = tf.cast(self.layer_norm(self.transform(hidden)), self.compute_dtype)
     flat = tf.reshape(h, [-1, self.config.hidden_size])  # [N, D]
     # A rank-2 MatMul: einsum("...d,vd->...v") copied and transposed the
-    # 60 MB table on every call (2.5-5x slower on the 2-core CPU).
+    # [V, D] table on every call (docs/DESIGN.md §6).
     if output_kernel is not None:
       logits = tf.matmul(flat, tf.cast(output_kernel, self.compute_dtype))
     else:

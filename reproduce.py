@@ -82,8 +82,8 @@ KENLM_NAME = "5-gram"
 
 # What each mode trains and evaluates. quick: a few minutes in all on 2 CPU
 # cores, to check that every stage works end to end (the numbers mean
-# little). full: the CPU-scale reproduction (see README, "Reproducing the
-# paper at CPU scale", for why this config).
+# little). full: the CPU-scale reproduction (see docs/results.md, "Reproducing
+# the paper at CPU scale", for why this config).
 MODES = {
   "quick": {
     "max_books": 8,

@@ -1,66 +1,13 @@
-"""Runtime of T-TA, biLM and uniLM vs sentence length (paper §5.2, Fig. 4).
+"""Runtime of T-TA, biLM and uniLM against sentence length (paper §5.2, Fig. 4).
 
-Per-sentence latency (batch 1) is timed for the two tasks of the paper:
-  sts:    `NeuralLM.sentence_vectors([s], pooling="context")`, the sentence
-          vector for unsupervised STS. T-TA and uniLM need one pass; the biLM
-          needs one masked copy per word piece (mask-and-predict).
-  rerank: `NeuralLM.score([s])`, the sentence score for N-best reranking.
-          T-TA: one pass; uniLM: one pass (chain rule); biLM: one masked copy
-          per scored token (pseudo-log-likelihood), the LM head only at the
-          masked position.
-Only the call through the public inference API is timed (tokenization
-included, as a user sees it). Each call is broken down by the NeuralLM's own
-stage clock (`stage_clock.StageClock`): normalization, tokenization, batching
-and padding, graph execution, and conversion of the results; inside the
-graph, the encoder alone is timed on the same input (tta/unilm), the rest
-being the LM head (rerank) or the pooling (sts).
+Times one sentence at a time through the public inference API (`NeuralLM.sentence_vectors` for
+STS, `NeuralLM.score` for reranking) on each backend, peers on request (reproduction/peers.py),
+and batched N-best throughput, with the FLOPs of each call and the machine's matmul peak, into
+benchmark.json, benchmark.md and latency.png. This script measures; reproduction/benchmark_report.py
+renders the tables and the plot. What is timed and how: docs/runtime.md.
 
-Backends (--backends): every model is timed on each of TensorFlow (the
-reference) and OpenVINO by default, and on onnxruntime or openvino_bf16 on
-request; the headline compares each model on its fastest path, so no model is
-slowed to flatter a ratio.
-
-Peers (--peers): what a user would run instead, timed in the same turns as
-our models on the same sentences (see reproduction/peers.py): a same-size HF
-BertForMaskedLM one pass on PyTorch eager and on ONNX Runtime (beside T-TA),
-masked copies batched in one PyTorch forward (beside the biLM's STS) and
-minicons' PLL (beside the biLM's rerank), each reported with peer time / ours
-(ours on its fastest backend). Needs requirements-peers.txt
-(scripts/setup_peers.sh).
-
-Sentences are real: for each length, the first STS-B sentence (train, dev,
-test in file order) of exactly that many whitespace words; lengths no STS-B
-sentence has (40, 80) are made by joining consecutive sentences and cutting
-at the word count.
-
-Timing protocol: threads pinned before TF starts; per (task, length) every
-model is warmed up, then the models take turns in `--rounds` rounds, the order
-rotating each round, so slow drifts of the load on a shared machine hit every
-model alike and the ratios stay fair. In its turn a model makes one untimed
-call, then --runs / --rounds timed ones in a row: a model serving sentences
-one after another has its weights in the CPU caches, and a turn right after
-another model's would otherwise time the other model's cache evictions
-(6 models x ~100 MB of weights overflow even a large L3). Median, p10 and
-p90 are reported, with the 1-minute load average around each cell.
-
-Also measured: throughput (sentences/s) of batched scoring of a whole N-best
-set (ESPnet2 LibriSpeech 30-best, `--nbest_set`), the analytic FLOPs of each
-call (see `flops.call_flops`), the achieved GFLOP/s, and the machine's float32
-matmul peak for comparison (taken at the start and at the end of the run,
-which brackets the load).
-
-Outputs in --output_dir (each written atomically): benchmark.json,
-benchmark.md (tables), latency.png (Fig. 4-style plot, log y). This script
-measures; reproduction/benchmark_report.py writes the report (headline ratios, FLOP
-floors, tables, plot) and util/machine.py describes the machine.
-
-Example:
   python run_benchmark.py --output_dir=results/benchmark
   python run_benchmark.py --quick --output_dir=/tmp/bench      # smoke run
-  python run_benchmark.py --models=tta,bilm --lengths=5,20,40 --peers=all \\
-      --output_dir=results/benchmark_peers
-  python run_benchmark.py --model_dir=runs/tta,runs/bilm,runs/unilm \\
-      --output_dir=results/benchmark_trained
 """
 
 import json

@@ -25,11 +25,10 @@ AMX/AVX512_BF16):
     --vocab_file=data/vocab.txt --output_dir=runs/tta \\
     --num_train_steps=100000 --num_warmup_steps=5000
 
-Exit codes: 0 when --num_train_steps is reached (or already was); 75
-(EX_TEMPFAIL, `EXIT_UNFINISHED`) when SIGTERM/SIGINT or --train_minutes
-stopped the run before its last step, after saving a checkpoint: a
-scheduler (or a wrapper loop) should requeue it, and the same command
-resumes; 2 with one line on stderr (util/cli.py) for a wrong input, such as an
+Exit codes: 0 when --num_train_steps is reached (or already was);
+`EXIT_UNFINISHED` when SIGTERM/SIGINT or --train_minutes stopped the run
+before its last step, after saving a checkpoint (the same command resumes);
+2 with one line on stderr (util/cli.py) for a wrong input, such as an
 --output_dir whose lock (run.lock; `training.output_dir_lock`) another live
 run holds: two runs never write one dir at once.
 

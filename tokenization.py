@@ -292,7 +292,7 @@ class InGraphTokenizer(tf.Module):
 
   Word pieces come from tensorflow-text's `FastWordpieceTokenizer` (linear-
   time WordPiece; the same output as the classic greedy longest-match-first
-  `WordpieceTokenizer`, about 4x faster here). Its compiled vocab is a uint8
+  `WordpieceTokenizer`, and faster). Its compiled vocab is a uint8
   constant, so a SavedModel carries it without a separate asset file.
   """
 
@@ -553,7 +553,7 @@ class FullTokenizer(object):
   def piece_ids_batch(self, texts):
     """Word-piece ids of many sentences, without [SOS]/[EOS].
 
-    Computed by `host_tokenizer` (HF `tokenizers`, no TF op; README "Runtime" has the times),
+    Computed by `host_tokenizer` (HF `tokenizers`, no TF op; docs/runtime.md has the times),
     whose ids equal `InGraphTokenizer`'s on the shared data (scripts/check_tokenizer_ids.py).
 
     Args:

@@ -5,12 +5,12 @@
   openvino       the same `ScoringGraph` functions converted by OpenVINO and run by its CPU
                  plugin in float32: TF's numbers within float rounding.
   openvino_bf16  the same in bfloat16, on CPUs with AMX or AVX512-BF16 only (refused elsewhere):
-                 within the tolerance the README gives; its own score-cache identity.
+                 within the tolerance docs/runtime.md gives; its own score-cache identity.
   onnxruntime    the same functions written as ONNX graphs of ONNX Runtime's fused transformer
                  kernels (lm/onnx_backend.py), float32, TF's numbers within float rounding; no
                  TensorFlow op runs in its calls.
-Each backend's numbers are held to TF's by tests/test_backends.py; the speed of each is in the
-README ("Runtime"). The non-TF backends run on the CPU: no strategy, no jit_compile.
+Each backend's numbers are held to TF's by tests/test_backends.py; the speed of each is in
+docs/runtime.md. The non-TF backends run on the CPU: no strategy, no jit_compile.
 """
 
 import contextlib
@@ -30,7 +30,7 @@ _BACKEND_PACKAGES = {
 }
 # OpenVINO's inference precision per backend. float32 reproduces TF within float rounding;
 # bfloat16 (AMX / AVX512-BF16 CPUs only) halves the weight bytes and runs the matmuls on AMX,
-# within a documented tolerance (README, "Runtime"; tests/test_backends.py).
+# within a documented tolerance (docs/runtime.md; tests/test_backends.py).
 OPENVINO_PRECISION = {"openvino": "f32", "openvino_bf16": "bf16"}
 
 
@@ -80,8 +80,8 @@ class OpenVINOFunction(object):
   the many small ops of a batch-1 call that TensorFlow dispatches one by one. Precision is
   pinned ("f32" or "bf16"): left unset, OpenVINO picks bfloat16 on CPUs with AMX or AVX512-BF16.
   Outputs come back as NumPy arrays in the method's structure (dict, tuple or one array).
-  Conversion (~1-2 s at paper size) happens at the first call, so a NeuralLM converts only the
-  functions its kind uses.
+  Conversion is slow and happens at the first call, so a NeuralLM converts only the functions
+  its kind uses.
   """
 
   def __init__(self, method, signature, precision="f32"):

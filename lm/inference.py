@@ -65,10 +65,9 @@ POOLINGS = ("context", "embed", "first", "last")
 # KenLM scores words. A kind trained with the word_l2r mask (tta_word) scores word_l2r unless
 # told otherwise (`kinds.Kind.default_scoring`).
 SCORINGS = kinds.SCORINGS
-# Tokens (rows x length) per forward pass. Measured on 600 LibriSpeech hypotheses (paper-size
-# T-TA, 2-core Sapphire Rapids, README "Runtime"): at 16384 the head's [tokens, V] logits
-# (1.9 GB) stream through memory several times and T-TA scored at 46% of the matmul peak; at
-# 2048 they stay small and it runs at 84%; the biLM's masked copies gain too (84% -> 88%).
+# Tokens (rows x length) per forward pass: small enough that the head's [tokens, V] logits stay
+# small instead of streaming through memory several times per pass (measured with larger
+# budgets: docs/DESIGN.md §6).
 DEFAULT_TOKEN_BUDGET = 2048
 
 
@@ -653,9 +652,9 @@ def define_throughput_flags():
     "tf",
     backends.BACKENDS,
     "Neural LMs: what runs the model. tf: TensorFlow (the reference); openvino: OpenVINO's CPU "
-    "kernels in float32, the same numbers within float rounding and 2-3x faster per sentence; "
+    "kernels in float32, the same numbers within float rounding and faster per sentence; "
     "openvino_bf16: the same in bfloat16 on AMX/AVX512-BF16 CPUs, faster again, scores within "
-    "a tolerance (README, Runtime); onnxruntime: the same functions as ONNX graphs of ONNX "
+    "a tolerance (docs/runtime.md); onnxruntime: the same functions as ONNX graphs of ONNX "
     "Runtime's fused transformer kernels, float32, the same numbers within float rounding.",
   )
 

@@ -295,8 +295,8 @@ class _Graph(object):
     # Pool threads spin between the ops of a run (a woken thread costs each of the ~50 ops
     # some microseconds) and stop when the run returns: each graph has its own pool, and a pool
     # still spinning between calls takes a core from the Python around them, or from another
-    # graph. Spinning for the run only made one 20-word STS call 21% faster on 2 cores than no
-    # spinning (README "Runtime").
+    # graph. Spinning for the run only made a one-sentence call faster than no spinning
+    # (docs/runtime.md).
     options.add_session_config_entry("session.force_spinning_stop", "1")
     return onnxruntime.InferenceSession(
       model.SerializeToString(), options, providers=["CPUExecutionProvider"]

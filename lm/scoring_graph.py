@@ -56,7 +56,7 @@ class ScoringGraph(tf.Module):
     self.output_kernel = None
     if isinstance(model.lm_head, modeling.LMHead):
       # A transposed snapshot of the tied table: the output projection then
-      # reads it in place (4-6x faster than einsum on the 2-core CPU).
+      # reads it in place instead of transposing it on every call (docs/DESIGN.md §6).
       self.output_kernel = tf.Variable(
         tf.transpose(model.embeddings.word_embeddings), trainable=False
       )

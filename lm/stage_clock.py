@@ -11,7 +11,7 @@ class StageClock(object):
   """Where a NeuralLM's calls spend their time, stage by stage (run_benchmark's breakdown).
 
   `lap(stage)` adds the time since the previous lap (or `start`) to `stage`, so the stages of a
-  call add up to the call; a lap costs ~0.1 us.
+  call add up to the call; a lap is one perf_counter read.
   """
 
   STAGES = ("normalization", "tokenization", "batching", "graph", "conversion")

@@ -28,11 +28,10 @@ stateless random ops keyed by (seed, input pipeline id, batch index). A
 resumed run therefore rebuilds the same stream and `skip(skip_batches)` drops
 exactly the batches the interrupted run consumed. It is cheap because records
 are bucketed on their `length` feature alone and the ids are parsed per batch
-AFTER the skip: skipped batches are read but never parsed or masked (about
-1800 batches of 64 per second on a busy 2-core machine, so ~1 minute for
-10^5 steps). This is exact only with the same seed, files, batch size, bucket
-boundaries, number of input pipelines and the same global TF seed
-(tf.random.set_seed), which tf.data folds into its shuffle seeds. Masks
+AFTER the skip: skipped batches are read but never parsed or masked. This is
+exact only with the same seed, files, batch size, bucket boundaries, number
+of input pipelines and the same global TF seed (tf.random.set_seed), which
+tf.data folds into its shuffle seeds. Masks
 differ from epoch to epoch because the batch index keeps growing across
 epochs (dynamic masking).
 
@@ -449,23 +448,37 @@ def make_dataset(
   seed = _pipeline_seed(seed, is_training)
   ds = _read_records(files, is_training, seed, num_pipelines, pipeline_id, shuffle_buffer_size)
   ds = _bucket_and_batch(ds, batch_size, lengths, drop_remainder=is_training)
-  lengths_t = tf.constant(lengths, tf.int32)
-  base_seed = tf.constant([seed, pipeline_id], tf.int64)
+
+  def targets(batch, batch_seed):
+    return make_targets(
+      batch, model_type, batch_seed, vocab_size, mask_id, special_ids, mlm_probability, continuation
+    )
+
   static_batch_size = batch_size if is_training else None
+  ds = _parse_batches(
+    ds, lengths, vocab_size, static_batch_size, (seed, pipeline_id), skip_batches, targets
+  )
+  return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _parse_batches(ds, lengths, vocab_size, static_batch_size, seed_pair, skip_batches, targets):
+  """Parses `_bucket_and_batch`'s batches, skips the first `skip_batches` and adds the targets.
+
+  targets(batch, batch_seed) -> the model's features, batch_seed int64 [2] derived from
+  `seed_pair` and the batch's index in the stream.
+  """
+  lengths_t = tf.constant(lengths, tf.int32)
+  base_seed = tf.constant(seed_pair, tf.int64)
 
   def finish(index, batch):
     batch = _parse_batch(
       batch["serialized"], lengths_t[batch["bucket"]], vocab_size, static_batch_size
     )
-    batch_seed = tf.random.experimental.stateless_fold_in(base_seed, index)
-    return make_targets(
-      batch, model_type, batch_seed, vocab_size, mask_id, special_ids, mlm_probability, continuation
-    )
+    return targets(batch, tf.random.experimental.stateless_fold_in(base_seed, index))
 
   # The batch index keys the masks: skipping batches does not change the
   # masks of the batches that follow, and every epoch gets new masks.
   ds = ds.enumerate()
   if skip_batches:
     ds = ds.skip(skip_batches)
-  ds = ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  return ds.prefetch(tf.data.AUTOTUNE)
+  return ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

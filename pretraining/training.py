@@ -36,7 +36,7 @@ MultiWorkerMirroredStrategy (keras-team/keras#20585). Its steps:
     --train_minutes deadline on any worker stops all of them at the same
     step (a one-scalar all-reduce per loop), so none waits forever in a
     collective. The summary's "finished" is False for a run stopped before
-    num_train_steps (run_pretraining.py then exits 75, to be requeued).
+    num_train_steps (run_pretraining.py then exits `EXIT_UNFINISHED`).
   * One run per output dir (`output_dir_lock`): the chief holds an flock on
     output_dir/run.lock; a second run is refused (`OutputDirBusy`), the lock
     of a crashed run dies with it.
@@ -149,17 +149,17 @@ class TrainParams:
   )
   mixed_precision: bool = cli.param(
     "bfloat16 compute, float32 variables; LayerNorm, softmax and the loss "
-    "stay float32 (1.4-1.7x faster on AMX CPUs).",
+    "stay float32 (faster on AMX CPUs; docs/DESIGN.md §6).",
     False,
   )
   use_xla: bool = cli.param(
     "jit_compile the forward/backward pass (on CPU slower than TF's oneDNN "
-    "kernels: measured 2.8 vs 2.3 s/step at the paper's size).",
+    "kernels; docs/DESIGN.md §6).",
     False,
   )
   train_minutes: float = cli.param(
     "Wall-clock budget; when used up the run saves a checkpoint and stops unfinished "
-    "(run_pretraining.py exits 75, EX_TEMPFAIL, to be requeued) (0: no limit).",
+    "(run_pretraining.py exits 75) (0: no limit).",
     0.0,
   )
   output_layer: str = cli.param(
@@ -206,10 +206,8 @@ def _warn_if_bfloat16_is_emulated(params):
     and machine.cpu_has_native_bfloat16() is False
   ):
     logging.warning(
-      "--mixed_precision on a CPU without AMX/AVX512_BF16: "
-      "bfloat16 is emulated here and trains SLOWER than "
-      "float32 (measured 0.7-0.98x the fp32 speed); leave "
-      "it off on this host"
+      "--mixed_precision on a CPU without AMX/AVX512_BF16: bfloat16 is emulated here and "
+      "trains SLOWER than float32 (docs/DESIGN.md §6); leave it off on this host"
     )
 
 

@@ -158,9 +158,9 @@ def sts_table(sts, set_names, paper_sets=()):
 # (a, b) pairs whose difference a - b the report tests on the same utterances / sentence pairs.
 # The paper's claims: T-TA against the biLM and the uniLM.
 PAPER_PAIRS = (("T-TA", "biLM"), ("T-TA", "uniLM"))
-# Word-level scoring (README, issue 22): does scoring words change reranking (each LM scored
-# word_l2r against itself scored by pieces), and does training with the word mask matter (the
-# T-TA trained with it against the T-TA trained with DMSA, both scored word_l2r)?
+# Word-level scoring (docs/results.md, issue 22): does scoring words change reranking (each LM
+# scored word_l2r against itself scored by pieces), and does training with the word mask matter
+# (the T-TA trained with it against the T-TA trained with DMSA, both scored word_l2r)?
 WORD_L2R = " (word_l2r)"
 WORD_PAIRS = (
   ("T-TA" + WORD_L2R, "T-TA"),
@@ -264,7 +264,7 @@ def report_notes(report):
       "**Quick mode checks the mechanics only**: tiny models trained a few steps on a slice of "
       f"{books}, evaluated on a few lists and pairs, to show that every stage runs end to end. "
       "Its numbers say nothing about T-TA; the meaningful tables are those of the full mode "
-      '(`bash scripts/reproduce.sh --mode=full`), in README.md, "Results of the full mode".'
+      '(`bash scripts/reproduce.sh --mode=full`), in docs/results.md, "Results of the full mode".'
     )
   if any(t["eval_loss"] is None for t in report["training"].values()):
     why = "no evaluation ran"

@@ -13,7 +13,7 @@ of the first --gutenberg_books books). `code_points` (every Unicode code point, 
 a word) is there to show where the two implementations' Unicode tables differ; no text of the
 data holds such characters.
 
-  python scripts/check_tokenizer_ids.py                       # all the data, 6-9 min on 2 cores
+  python scripts/check_tokenizer_ids.py                       # all the data (minutes)
   python scripts/check_tokenizer_ids.py --sources=code_points --show=100
   python scripts/check_tokenizer_ids.py --max_per_source=600 --gutenberg_books=1   # a sample
 """

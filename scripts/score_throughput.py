@@ -6,7 +6,7 @@ sentence per line, and `score.py` scores that file as a user would (a fresh proc
 so TensorFlow's start-up is included in "wall" and excluded in "scoring", which is read from
 the timing of the scoring loop itself). Each run is repeated --runs times; the median is shown.
 
-  python scripts/score_throughput.py                      # ~15 min on 2 cores
+  python scripts/score_throughput.py                      # every model and setup (the longest)
   python scripts/score_throughput.py --models=tta --runs=1 --setups=tf,openvino
 
 Setups: "tf" (one device), "tf_mirrored_x2" (each batch's rows split over two logical CPU

@@ -3,8 +3,8 @@ pretraining/losses.py): losses, training, resume, signals, multi-worker.
 
 Tiny models (hidden 32, 2 layers) on records made by create_pretraining_data
 from a real excerpt of the Gutenberg corpus (shared/data), so the whole file
-runs in well under 3 minutes on 2 CPU cores. The subprocess tests run the
-script exactly as a user would.
+runs in minutes on 2 CPU cores. The subprocess tests run the script exactly
+as a user would.
 """
 
 import dataclasses

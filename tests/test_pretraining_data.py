@@ -25,7 +25,7 @@ _GUTENBERG_ARGS = dict(
   max_seq_length=32,
   num_shards=3,
   max_books=1,
-  # A 2.7k-sentence book: a short binary search keeps the learner at ~2 s.
+  # A 2.7k-sentence book: a short binary search keeps the learner quick.
   vocab_learn_params={"num_iterations": 2, "upper_thresh": 64, "lower_thresh": 2},
 )
 

@@ -60,10 +60,11 @@ def readme_blocks():
 
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory):
-  """A scratch checkout after the main job: the modules, and the quick mode's T-TA and 5-gram."""
+  """A scratch checkout after the main job: the modules and packages, and the quick mode's
+  T-TA and 5-gram."""
   root = tmp_path_factory.mktemp("checkout")
   for name in os.listdir(ROOT):
-    if name.endswith(".py"):
+    if name.endswith(".py") or os.path.isfile(os.path.join(ROOT, name, "__init__.py")):
       os.symlink(os.path.join(ROOT, name), root / name)
   vocab = root / "vocab.txt"
   vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + list(WORDS) + ["hat"]) + "\n")

@@ -103,6 +103,12 @@ def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path):
   # The neural models were trained on LibriSpeech-normalized text and say so.
   config = json.loads((work / "models" / "tta" / "config.json").read_text())
   assert config["normalization"] == "librispeech"
+  _assert_report_tables(work, report)
+  _assert_second_run_redoes_nothing(cmd, work, report)
+
+
+def _assert_report_tables(work, report):
+  """report.md holds every table, and the paired comparisons are all there."""
   text = (work / "report.md").read_text()
   for table in ("Table 1", "Table 1b", "Table 2", "Table 3", "Table 4", "Table 7", "Learning"):
     assert table in text
@@ -115,7 +121,10 @@ def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path):
   assert "T-TA (word_l2r) - T-TA" in text and "T-TA-w - T-TA (word_l2r)" in text
   assert "T-TA - biLM" in text and "T-TA - uniLM" in text
   assert re.search(r"\| \+ T-TA \| \d+\.\d\d \(λ \d\.\d\d, p \d\.\d{3}\) \|", text)
-  # A second run finds every stage done: no training, scoring or KenLM step.
+
+
+def _assert_second_run_redoes_nothing(cmd, work, report):
+  """A second run finds every stage done: no training, scoring or KenLM step."""
   logs_before = sorted(os.listdir(work / "logs"))
   sizes = {n: os.path.getsize(work / "logs" / n) for n in logs_before}
   second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
@@ -144,7 +153,7 @@ def test_console_hides_startup_and_checkpoint_noise_but_not_errors():
     == "T-TA: 10/10\n"
   )
   assert (
-    reproduce.console_line("E1124 10:18:18.123456 140213 pretraining/training.py:9] loss is NaN\n")
+    reproduce.console_line("E1124 10:18:18.123456 140213 training.py:9] loss is NaN\n")
     == "E loss is NaN\n"
   )
   real = "E0000 00:00:1795515241.1 2974 op_kernel.cc:1828] OP_REQUIRES failed: OOM\n"

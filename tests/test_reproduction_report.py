@@ -143,7 +143,7 @@ def test_quick_report_says_it_checks_mechanics_and_why_eval_loss_is_missing():
   text = reproduction_report.render_report(_report("quick", None, 0))
   assert "Quick mode checks the mechanics only" in text
   assert "8 books" in text
-  assert 'README.md, "Results of the full mode"' in text
+  assert 'docs/results.md, "Results of the full mode"' in text
   assert 'Eval loss is "-"' in text and "holds out no sentence" in text
   assert "| T-TA | 1.0 | 1.92 | 900 | 3.5 | 25% | - |" in text
   full = reproduction_report.render_report(_report("full", 4.2, 5000))

@@ -134,7 +134,7 @@ def iter_gutenberg_books(tar_path: str) -> Iterator[Tuple[str, str]]:
 def list_gutenberg_books(tar_path: str) -> List[Tuple[str, int]]:
   """Returns [(book_id, size_in_bytes)] for the books of a tar archive, in archive order.
 
-  Costs one decompression pass (about 3 s for the 26 MB archive); used for the ETA and to choose
+  Costs one decompression pass; used for the ETA and to choose
   the held-out books before the main pass.
   """
   books = []

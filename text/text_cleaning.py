@@ -186,12 +186,12 @@ def unwrap(lines: Sequence[str]) -> str:
 # ---------------------------------------------------------------------------------------------
 # Sentence splitting
 # ---------------------------------------------------------------------------------------------
-# Why hand-written: nltk's punkt needs a model download at run time (not allowed here). Measured on
-# 200 kB of Jane Eyre against the PyPI rule-based splitters: pysbd 0.3.4 took 9.5 s (this splitter
-# 0.05 s, i.e. ~80 min instead of ~25 s for the corpus), segtok 0.8 s; pysbd and sentencex keep a
-# multi-sentence quotation as ONE sentence ('"I don't know. I asked Aunt Reed once..."'), where
-# this splitter, like punkt, splits it. Any of them would also be a new dependency for a rule set
-# of ~60 lines. The rules are tuned to Gutenberg prose (curly quotes, "--" dashes, abbreviations).
+# Why hand-written: nltk's punkt needs a model download at run time (not allowed here); the PyPI
+# rule-based splitters are far slower on this prose (timings: docs/DESIGN.md §6), and pysbd and
+# sentencex keep a multi-sentence quotation as ONE sentence ('"I don't know. I asked Aunt Reed
+# once..."'), where this splitter, like punkt, splits it. Any of them would also be a new
+# dependency for a rule set of ~60 lines. The rules are tuned to Gutenberg prose (curly quotes,
+# "--" dashes, abbreviations).
 
 # Abbreviations after which a period does not end a sentence: titles and words that are followed by
 # a name ("Mr. Smith", "St. Paul"), and Latin connectives ("e.g. London").
