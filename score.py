@@ -174,10 +174,6 @@ def shard_path(output_file, shard_id, num_shards):
   return f"{output_file}-{shard_id:05d}-of-{num_shards:05d}"
 
 
-def done_path(path):
-  return path + ".done.json"
-
-
 def job_key(lm, args):
   """What the records of a run depend on; a resume continues only the same job.
 
@@ -275,15 +271,8 @@ def score_to_file(lm, args):
       progress,
     )
     lines = partial.lines
-    partial.finish(target)
-    if args.num_shards > 1:
-      done = {
-        "job": partial.state["job"],
-        "lines": lines,
-        "input_lines": source.lines_read,
-        "input_sha256": source.sha256(),
-      }
-      io_utils.write_atomically(done_path(target), json.dumps(done, indent=2) + "\n")
+    # A shard's record tells the merge that it is complete and what it was made from.
+    partial.finish(target, source if args.num_shards > 1 else None)
   logging.info("wrote %s (%d lines)", target, lines)
 
 
@@ -310,13 +299,15 @@ def _merge_locked(output_file, num_shards):
   paths = [shard_path(output_file, k, num_shards) for k in range(num_shards)]
   records = []
   for path in paths:
-    if not os.path.exists(done_path(path)) or not os.path.exists(path):
+    if not os.path.exists(resumable.done_path(path)) or not os.path.exists(path):
       state = "unfinished" if os.path.exists(path + ".partial") else "missing"
       raise ValueError(f"shard {path} is {state}: run its score.py --shard_id first")
-    with open(done_path(path), encoding="utf-8") as f:
+    with open(resumable.done_path(path), encoding="utf-8") as f:
       record = json.load(f)
     if "job" not in record:
-      raise ValueError(f"{done_path(path)} records no job (an older score.py): re-run that shard")
+      raise ValueError(
+        f"{resumable.done_path(path)} records no job (an older score.py): re-run that shard"
+      )
     records.append(_merge_key(record))
   for key in records[0]:
     values = {json.dumps(r.get(key)) for r in records}

@@ -11,9 +11,9 @@ TSV with one line per pair, in input order:
 and representation, each float written exactly). Pairs are read, encoded and appended
 `batch_size` at a time, each distinct sentence of a batch once, with progress, into
 `OUTPUT.partial` (util/resumable.py): an interrupted run resumes after its last complete batch and
-ends with the same file. `correlations` gives Pearson and Spearman x 100 with the Pearson's
-bootstrap interval (evaluation/significance.py), `senteval_means` SentEval's "all" row, and
-`markdown_table` the table of a run's pair sets.
+ends with the same file, and an output the same job finished before is kept. `correlations` gives
+Pearson and Spearman x 100 with the Pearson's bootstrap interval (evaluation/significance.py),
+`senteval_means` SentEval's "all" row, and `markdown_table` the table of a run's pair sets.
 """
 
 import collections
@@ -135,7 +135,8 @@ class CosineWriter:
     }
 
   def write(self, source, target, label, total=None):
-    """Streams the pairs of `source` into the TSV `target`, resuming its partial file.
+    """Streams the pairs of `source` into the TSV `target`, resuming its partial file; a target
+    finished by the same job on the same input is kept (`resumable.is_done`).
 
     Args:
       source: a pair_files.PairsFile or SentEvalSubset.
@@ -147,8 +148,12 @@ class CosineWriter:
       cli.InputError: the partial file was made by another job (models, representations, batch
         size, input and its reading) or from another input content; a write failed.
     """
+    job = dict(self.job, **source.identity())
+    if not self.overwrite and resumable.is_done(target, job, source):
+      logging.info("%s: %s is complete (the same job and input), kept", label, target)
+      return
     os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
-    partial = resumable.Partial(target, dict(self.job, **source.identity()), self.overwrite)
+    partial = resumable.Partial(target, job, self.overwrite)
     pairs = iter(source)
     done = max(partial.lines - 1, 0)  # the first line is the header
     if partial.lines:
@@ -166,7 +171,7 @@ class CosineWriter:
       ]
       partial.append([_line(pair, row) for pair, row in zip(batch, zip(*cosines))], source)
       bar.update(len(batch))
-    partial.finish(target)
+    partial.finish(target, source)
 
 
 def read_cosines(path):

@@ -198,6 +198,33 @@ def test_resume_of_another_job_or_input_is_refused_until_overwrite(models, tmp_p
   assert read_lines(out)[2].split("\t")[2] == "the mat sat on the mat"
 
 
+def test_a_finished_output_of_the_same_job_and_input_is_kept(models, tmp_path, monkeypatch):
+  path = pairs_file(tmp_path)
+  source = pair_files.PairsFile(path)
+  out = str(tmp_path / "out.tsv")
+  write(models, source, out)
+  finished = read_lines(out)
+
+  def encoding_again(*args, **kwargs):
+    raise Killed
+
+  with monkeypatch.context() as patched:
+    patched.setattr(pair_similarity, "pair_cosines", encoding_again)
+    write(models, source, out)  # kept: nothing encoded
+    assert read_lines(out) == finished
+    with pytest.raises(Killed):  # --overwrite encodes again
+      write(models, source, out, overwrite=True)
+    with open(path, "a", encoding="utf-8") as f:
+      f.write("the mat\ta dog\t2\n")
+    with pytest.raises(Killed):  # another input: encoded again
+      write(models, source, out)
+  write(models, source, out)
+  lines = read_lines(out)
+  # The same first two batches of 3, then the last batch with the new pair.
+  assert lines[:7] == finished[:7] and len(lines) == len(finished) + 1
+  assert lines[-1].startswith("9\tthe mat\ta dog\t2.0\t")
+
+
 # ----------------------------------------------------------------------- run_sts.py --pairs_file
 
 ENV = dict(os.environ, TTA_PROGRESS_SECONDS="0")

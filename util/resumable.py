@@ -5,6 +5,7 @@
   ... skip partial's records, partial.check_input(source), then per batch:
   partial.append(lines, source)                  # fsynced, then the state replaced atomically
   partial.finish(target)                         # renamed to target when the input is done
+  resumable.is_done(target, job, source)         # finished before (finish(target, source))
 
 An interrupted run resumes after its last complete batch and ends with the same file as an
 uninterrupted one, provided it is the same job (`job`: whatever changes a record) on the same
@@ -12,6 +13,7 @@ input (its path and the sha256 of the lines read). score.py writes its records a
 its per-pair cosines through it. Light on purpose (standard library and util/).
 """
 
+import collections
 import contextlib
 import hashlib
 import json
@@ -171,13 +173,46 @@ class Partial:
   def _write_state(self):
     io_utils.write_atomically(self.state_path, json.dumps(self.state, indent=2) + "\n")
 
-  def finish(self, target):
+  def finish(self, target, source=None):
     """Renames the complete partial file to `target` (an empty one too: all its lines were
-    blank or belonged to other shards)."""
+    blank or belonged to other shards).
+
+    With `source` (the input, read to its end), `done_path(target)` records the job, the lines
+    and the input they were made from, for `is_done` (and score.py's merge of shards).
+    """
     if not os.path.exists(self.path):
       open(self.path, "w").close()
+    lines = self.lines
     os.replace(self.path, target)
     os.remove(self.state_path)
+    if source is not None:
+      done = {
+        "job": self.state["job"],
+        "lines": lines,
+        "input_lines": source.lines_read,
+        "input_sha256": source.sha256(),
+      }
+      io_utils.write_atomically(done_path(target), json.dumps(done, indent=2) + "\n")
+
+
+def done_path(target):
+  """The record of a finished output (`Partial.finish` with a source)."""
+  return target + ".done.json"
+
+
+def is_done(target, job, source):
+  """Whether `target` is the finished output of `job` on the input `source` holds now: its
+  `done_path` record names `job`, and `source`, read to its end here, gives the recorded lines
+  and sha256. A run of several outputs skips those, so that it resumes where it stopped."""
+  try:
+    with open(done_path(target), encoding="utf-8") as f:
+      done = json.load(f)
+  except (OSError, ValueError):
+    return False
+  if not os.path.exists(target) or done.get("job") != job:
+    return False
+  collections.deque(source, maxlen=0)
+  return (source.lines_read, source.sha256()) == (done["input_lines"], done["input_sha256"])
 
 
 def _cut_after(path, count):
