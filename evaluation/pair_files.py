@@ -55,6 +55,9 @@ class PairsFile:
   def __init__(self, path, header="auto"):
     if header not in PAIRS_HEADER:
       raise ValueError(f"header must be one of {PAIRS_HEADER}, got {header!r}")
+    if path == "-":
+      # run_sts.py reads a file twice: whole to check it, then batch by batch to encode it.
+      raise ValueError("pairs are read from a file, not from stdin ('-')")
     self.path = path
     self.header = header
     self._lines = resumable.InputLines(path, strip=False)

@@ -181,11 +181,18 @@ def read_cosines(path):
     (gold, cosines): gold float [P], or None when the pairs have no gold score; cosines
     {column name: float [P]}.
   """
-  with open(path, encoding="utf-8") as f:
-    header = f.readline().rstrip("\n").split("\t")[len(COLUMNS) :]
-    rows = [line.rstrip("\n").split("\t")[len(COLUMNS) - 1 :] for line in f]
-  gold = [float(row[0]) for row in rows] if rows and rows[0][0] else None
-  return gold, {name: [float(row[k + 1]) for row in rows] for k, name in enumerate(header)}
+  gold, columns = [], None
+  # Binary lines: split on "\n" only, as written (a sentence may hold a lone "\r").
+  with open(path, "rb") as f:
+    for number, raw in enumerate(f):
+      fields = raw.decode("utf-8").removesuffix("\n").split("\t")[len(COLUMNS) - 1 :]
+      if number == 0:
+        names, columns = fields[1:], [[] for _ in fields[1:]]
+        continue
+      gold.append(float(fields[0]) if fields[0] else None)
+      for column, value in zip(columns, fields[1:]):
+        column.append(float(value))
+  return (None if None in gold else gold), dict(zip(names, columns))
 
 
 def add_correlations(rows, name, path, bootstrap=(significance.DEFAULT_RESAMPLES, 0)):

@@ -85,6 +85,11 @@ def test_bad_utf8_is_an_input_error_naming_the_line(tmp_path):
     read(pair_files.PairsFile(str(path)))
 
 
+def test_stdin_is_refused():
+  with pytest.raises(ValueError, match="not from stdin"):
+    pair_files.PairsFile("-")
+
+
 def test_count_pairs_reads_the_whole_file(tmp_path):
   assert pair_files.count_pairs(pair_files.PairsFile(write(tmp_path / "a", "a\tb\nc\td\n"))) == (
     2,

@@ -72,7 +72,7 @@ def write(models, source, out, batch_size=3, representations=REPRESENTATIONS, ov
 
 
 def read_lines(path):
-  with open(path, encoding="utf-8") as f:
+  with open(path, encoding="utf-8", newline="") as f:
     return f.read().split("\n")[:-1]
 
 
@@ -106,14 +106,17 @@ def test_cosines_in_input_order_equal_the_vectors_cosines(models, tmp_path):
 
 def test_pairs_without_gold_leave_the_gold_column_empty(models, tmp_path):
   out = str(tmp_path / "plain.tsv")
-  pairs = [(a, b, None) for a, b, _ in PAIRS[:2]]
+  # A lone carriage return inside a sentence stays in it, and in its line.
+  pairs = [("the cat\rsat", "a dog", None), (PAIRS[1][0], PAIRS[1][1], None)]
   write(models[:1], pair_files.PairsFile(pairs_file(tmp_path, pairs, header=False)), out)
-  assert [line.split("\t")[:4] for line in read_lines(out)[1:]] == [
-    ["1", PAIRS[0][0], PAIRS[0][1], ""],
+  lines = read_lines(out)
+  assert [line.split("\t")[:4] for line in lines[1:]] == [
+    ["1", "the cat\rsat", "a dog", ""],
     ["2", PAIRS[1][0], PAIRS[1][1], ""],
   ]
-  gold, _ = pair_similarity.read_cosines(out)
+  gold, cosines = pair_similarity.read_cosines(out)
   assert gold is None
+  assert cosines["tta embed"] == [float(line.split("\t")[5]) for line in lines[1:]]
 
 
 @pytest.mark.parametrize("batch_size", [100, 3])
