@@ -7,28 +7,40 @@ STS-B dev/test and SICK test, with a seeded 95% bootstrap interval of the Pearso
 (evaluation/significance.py). The per-pair cosines and gold scores are kept in sts_results.json so
 that reproduce.py can compare two models on the same pairs. No training, no tuning.
 
-Example:
+Your own pairs (--pairs_file, evaluation/pair_files.py): a TSV of sentence1<TAB>sentence2 with an
+optional gold score, or SentEval's STS12-16 layout (senteval:DIR). The cosines of every pair go to
+--output_dir/pairs/<NAME>.tsv in input order (streamed and resumable,
+evaluation/pair_similarity.py); with gold scores, pairs_results.{json,md} hold the correlations,
+their intervals and each model minus each later one, paired over the same pairs
+(reproduction_report.sts_comparisons). The paper's sets then run only if --sets is given.
+
+Examples:
   python run_sts.py --model_dir=runs/tta,runs/bilm,runs/unilm \
       --representations=context,embed --output_dir=results/sts
+  python run_sts.py --model_dir=tta=runs/tta,bilm=runs/bilm --pairs_file=mine=pairs.tsv \
+      --pairs_file=senteval:SentEval/data/downstream/STS --output_dir=results/pairs
 """
 
+import itertools
 import json
 import os
 import time
 
 from absl import flags
 from absl import logging
-import numpy as np
 
+from evaluation import pair_files
+from evaluation import pair_similarity
 from evaluation import significance
 from evaluation import sts_data
 from lm import inference
+from reproduction import reproduction_report
 from util import cli
 from util import io_utils
-from util import progress
 
 FLAGS = flags.FLAGS
 RESULTS_FILE = "sts_results.json"
+PAIRS_RESULTS_FILE = "pairs_results.json"
 
 flags.DEFINE_list(
   "model_dir",
@@ -62,51 +74,41 @@ flags.DEFINE_integer(
   "Paired bootstrap resamples (over sentence pairs) for each Pearson's 95% interval.",
 )
 flags.DEFINE_integer("bootstrap_seed", 0, "Seed of the bootstrap resampler.")
+flags.DEFINE_multi_string(
+  "pairs_file",
+  [],
+  "Your own sentence pairs (repeatable, or comma-separated): a TSV of sentence1<TAB>sentence2 "
+  "with an optional third column of gold scores, or senteval:DIR for SentEval's STS12-16 layout "
+  "(a directory of STS.input.<subset>.txt + STS.gs.<subset>.txt, or of such directories). "
+  "NAME=FILE names the set (default: the file's name without its extension). Needs --output_dir; "
+  "the paper's --sets then run only when given.",
+)
+flags.DEFINE_enum(
+  "pairs_header",
+  "auto",
+  pair_files.PAIRS_HEADER,
+  "Whether each --pairs_file TSV starts with a header line; auto: when line 1's third field is "
+  "not a number while line 2's is.",
+)
+flags.DEFINE_integer(
+  "pairs_batch_size",
+  pair_similarity.DEFAULT_BATCH_SIZE,
+  "Pairs read, encoded (each distinct sentence once) and appended to pairs/<NAME>.tsv at a time; "
+  "an interrupted run resumes after the last complete batch.",
+  lower_bound=1,
+)
+flags.DEFINE_bool(
+  "overwrite",
+  False,
+  "Start over: discard an unfinished pairs/<NAME>.tsv.partial instead of resuming it (a resume "
+  "must be the same job: models, representations, --pairs_batch_size and input).",
+)
 
 SETS = {
   "stsb_dev": ("STS-B dev", lambda d: sts_data.read_stsb("dev", d)),
   "stsb_test": ("STS-B test", lambda d: sts_data.read_stsb("test", d)),
   "sick_test": ("SICK test", lambda d: sts_data.read_sick(d, "TEST")),
 }
-
-
-def parse_representation(name):
-  """ "context\\M" -> ("context", False); "embed" -> ("embed", True)."""
-  pooling, _, variant = name.partition("\\")
-  if pooling not in inference.POOLINGS or variant not in ("", "M"):
-    raise ValueError(
-      f"unknown representation {name!r}; expected one of {inference.POOLINGS}, optionally with \\M"
-    )
-  return pooling, variant != "M"
-
-
-# Sentences per sentence_vectors call; progress (rate, ETA) is reported between calls.
-ENCODE_CHUNK = 1000
-
-
-def encode(lm, sentences, pooling, masked, label):
-  """lm.sentence_vectors of `sentences` in chunks, logging progress as `label`: float32 [N, D]."""
-  bar = progress.Progress(label, total=len(sentences), unit="sentences")
-  parts = []
-  for begin in range(0, max(len(sentences), 1), ENCODE_CHUNK):  # no sentence: one call, [0, D]
-    chunk = sentences[begin : begin + ENCODE_CHUNK]
-    parts.append(lm.sentence_vectors(chunk, pooling=pooling, masked=masked))
-    bar.update(len(chunk))
-  return np.concatenate(parts)
-
-
-def pair_cosines(lm, pairs, representation, label="encoding"):
-  """Cosine similarity of each pair's two sentence vectors: float [P].
-
-  Each distinct sentence is encoded once; progress lines are logged as `label`.
-  """
-  pooling, masked = parse_representation(representation)
-  sentences = sorted({s for p in pairs for s in (p.sent1, p.sent2)})
-  index = {s: i for i, s in enumerate(sentences)}
-  vectors = encode(lm, sentences, pooling, masked, label)
-  left = vectors[[index[p.sent1] for p in pairs]]
-  right = vectors[[index[p.sent2] for p in pairs]]
-  return inference.cosine(left, right)
 
 
 def evaluate_sts(
@@ -121,14 +123,10 @@ def evaluate_sts(
     dict: "scores" [Pearson x100, Spearman x100], "pearson_ci" [low, high] (95%),
     "cosines" float [P] and "gold" float [P].
   """
-  cosines = pair_cosines(lm, pairs, representation, label)
+  cosines = pair_similarity.pair_cosines(lm, pairs, representation, label)
   gold = [float(p.score) for p in pairs]
-  scores = sts_data.pearson_spearman(cosines, gold)
-  resamples, seed = bootstrap
-  ci = significance.pearson_interval(cosines, gold, num_resamples=resamples, seed=seed)
   return {
-    "scores": list(scores),
-    "pearson_ci": [ci.low, ci.high],
+    **pair_similarity.correlations(cosines, gold, bootstrap),
     "cosines": [float(c) for c in cosines],
     "gold": gold,
   }
@@ -141,41 +139,54 @@ def markdown_table(results, set_names):
     "|---|---|" + "---|" * len(set_names),
   ]
   for row in results:
-    cells = []
-    for name in set_names:
-      pearson, spearman = row["scores"][name]
-      low, high = row["pearson_ci"][name]
-      cells.append(f"{pearson:.2f} [{low:.2f}, {high:.2f}] ({spearman:.2f})")
+    cells = [pair_similarity.score_cell(row["scores"][n], row["pearson_ci"][n]) for n in set_names]
     lines.append(f"| {row['model']} | {row['representation']} | {' | '.join(cells)} |")
   return "\n".join(lines) + "\n"
 
 
 def main(argv):
   del argv
+  if FLAGS.pairs_file and not FLAGS.output_dir:
+    raise cli.InputError("--pairs_file needs --output_dir, where the cosines of each pair go")
   if not FLAGS.output_dir:
     evaluate_and_write()
     return
   # One writer of the results: a second run into --output_dir exits 2 naming this one.
   with io_utils.exclusive_lock(os.path.join(FLAGS.output_dir, RESULTS_FILE), wait=False):
-    evaluate_and_write()
+    if paper_sets():
+      evaluate_and_write()
+    if FLAGS.pairs_file:
+      evaluate_pairs()
+
+
+def paper_sets():
+  """--sets; with --pairs_file, only when --sets is given."""
+  return FLAGS.sets if FLAGS["sets"].present or not FLAGS.pairs_file else []
+
+
+def load_model(spec):
+  """(row name, LM) of a --model_dir entry: name=SPEC, or SPEC named by its directory."""
+  row_name, _, spec = spec.rpartition("=")
+  with cli.user_input():
+    lm = inference.load_lm(spec, **inference.throughput_options())
+  if not hasattr(lm, "sentence_vectors"):
+    raise cli.InputError(f"--model_dir {spec}: an n-gram LM has no sentence vectors")
+  return row_name or os.path.basename(spec.rstrip("/")), lm
 
 
 def evaluate_and_write():
   """Every --model_dir and representation on every set; the table, and the results files."""
   with cli.user_input():
-    data_sets = {name: SETS[name][1](FLAGS.data_dir) for name in FLAGS.sets}
+    data_sets = {name: SETS[name][1](FLAGS.data_dir) for name in paper_sets()}
     for representation in FLAGS.representations:
-      parse_representation(representation)
+      pair_similarity.parse_representation(representation)
   for name, pairs in data_sets.items():
     if FLAGS.max_pairs:
       data_sets[name] = pairs[: FLAGS.max_pairs]
     logging.info("%s: %d pairs", SETS[name][0], len(data_sets[name]))
   results = []
   for spec in FLAGS.model_dir:
-    row_name, _, spec = spec.rpartition("=")
-    with cli.user_input():
-      lm = inference.load_lm(spec, **inference.throughput_options())
-    row_name = row_name or os.path.basename(spec.rstrip("/"))
+    row_name, lm = load_model(spec)
     for representation in FLAGS.representations:
       row = {
         "model": row_name,
@@ -203,13 +214,99 @@ def evaluate_and_write():
           time.time() - start,
         )
       results.append(row)
-  table = markdown_table(results, FLAGS.sets)
+  table = markdown_table(results, paper_sets())
   print(table)
   if FLAGS.output_dir:
     io_utils.write_atomically(
       os.path.join(FLAGS.output_dir, RESULTS_FILE), json.dumps(results, indent=2)
     )
     io_utils.write_atomically(os.path.join(FLAGS.output_dir, "sts_results.md"), table)
+
+
+# ------------------------------------------------------------------ your own pairs (--pairs_file)
+
+
+def evaluate_pairs():
+  """Every --model_dir and representation on every --pairs_file set: pairs/<set>.tsv each, and
+  pairs_results.{json,md} with the correlations of the sets with gold scores."""
+  with cli.user_input():
+    for representation in FLAGS.representations:
+      pair_similarity.parse_representation(representation)
+    specs = [spec for value in FLAGS.pairs_file for spec in value.split(",") if spec]
+    groups = pair_files.pair_sets(specs, FLAGS.pairs_header)
+    counts = {name: pair_files.count_pairs(source) for _, sets in groups for name, source in sets}
+  models = [load_model(spec) for spec in FLAGS.model_dir]
+  names = [name for name, _ in models]
+  if len(set(names)) < len(names):
+    raise cli.InputError(f"--model_dir: two models share a name in {names}: name them name=DIR")
+  rows = [
+    dict(model=name, model_type=lm.model_type, representation=representation)
+    | {field: {} for field in ("scores", "pearson_ci", "cosines", "gold", "all")}
+    for name, lm in models
+    for representation in FLAGS.representations
+  ]
+  writer = pair_similarity.CosineWriter(
+    models, FLAGS.representations, FLAGS.pairs_batch_size, FLAGS.overwrite
+  )
+  bootstrap = (FLAGS.bootstrap_resamples, FLAGS.bootstrap_seed)
+  for _, sets in groups:
+    for name, source in sets:
+      path = os.path.join(FLAGS.output_dir, "pairs", name + ".tsv")
+      logging.info("%s: %d pairs of %s -> %s", name, counts[name][0], source.path, path)
+      writer.write(source, path, name, counts[name][0])
+      if counts[name][1]:
+        pair_similarity.add_correlations(rows, name, path, bootstrap)
+  results, table = pairs_report(rows, groups, counts, names)
+  print(table)
+  io_utils.write_atomically(
+    os.path.join(FLAGS.output_dir, PAIRS_RESULTS_FILE), json.dumps(results, indent=2)
+  )
+  io_utils.write_atomically(os.path.join(FLAGS.output_dir, "pairs_results.md"), table)
+
+
+def pairs_report(rows, groups, counts, model_names):
+  """(pairs_results.json's content, pairs_results.md): the sets, the correlations of those with
+  gold scores (SentEval's "all" rows after each task), each model minus each later one."""
+  gold_groups = [(task, [n for n, _ in sets if counts[n][1]]) for task, sets in groups]
+  gold_groups = [(task, names) for task, names in gold_groups if names]
+  for task, names in gold_groups:
+    if task is not None:
+      for row, means in zip(rows, pair_similarity.senteval_means(rows, names)):
+        row["all"][task] = means
+  comparisons = reproduction_report.sts_comparisons(
+    rows, list(itertools.combinations(model_names, 2))
+  )
+  sets = [
+    {
+      "name": name,
+      "input": source.path,
+      "output": os.path.join("pairs", name + ".tsv"),
+      "pairs": counts[name][0],
+      "gold": bool(counts[name][1]),
+    }
+    for _, group in groups
+    for name, source in group
+  ]
+  parts = [f"Cosines of each pair: {', '.join(s['output'] for s in sets)}.\n"]
+  if gold_groups:
+    parts.insert(
+      0,
+      "Pearson r x 100 [95% bootstrap CI over pairs] (Spearman x 100); all (mean / wmean): "
+      "SentEval's mean and pair-weighted mean of a task's subsets.\n\n"
+      + pair_similarity.markdown_table(rows, gold_groups),
+    )
+  if comparisons:
+    parts.append(
+      "Each model minus each later one, paired bootstrap over the same pairs:\n\n"
+      + reproduction_report.comparison_table(comparisons, ["set", "representation"])
+      + "\n"
+    )
+  results = {
+    "sets": sets,
+    "rows": [{k: v for k, v in row.items() if k not in ("cosines", "gold")} for row in rows],
+    "comparisons": comparisons,
+  }
+  return results, "\n".join(parts)
 
 
 flags.register_validator(

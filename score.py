@@ -36,8 +36,6 @@ so the merged file equals the unsharded output byte for byte.
 """
 
 import collections
-import contextlib
-import hashlib
 import itertools
 import json
 import os
@@ -51,6 +49,7 @@ import kinds
 from util import cli
 from util import io_utils
 from util import progress as progress_lib
+from util import resumable
 
 FLAGS = flags.FLAGS
 
@@ -166,40 +165,6 @@ def score_batch(lm, lines, texts, vectors="none", scoring=None):
 # ----------------------------------------------------------------------------------------------
 
 
-class InputLines:
-  """The input's lines, and the identity of the part read so far.
-
-  Iterating yields (line number, sentence stripped) for every input line ('-' reads stdin), and
-  raises file:line on bad UTF-8. `lines_read` and `sha256()` cover the lines yielded so far: the
-  consumers pull lines lazily, so when a batch is complete they cover the input through that
-  batch's last line, the part of the input its records and all records before them came from.
-  """
-
-  def __init__(self, path):
-    self.path = path
-    self.lines_read = 0
-    self._digest = hashlib.sha256()
-
-  def sha256(self):
-    return self._digest.hexdigest()
-
-  def __iter__(self):
-    stream = sys.stdin.buffer if self.path == "-" else open(self.path, "rb")
-    name = "<stdin>" if self.path == "-" else self.path
-    try:
-      for number, raw in enumerate(stream):
-        self._digest.update(raw)
-        self.lines_read = number + 1
-        try:
-          text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-          raise cli.InputError(f"{name}:{number + 1}: not valid UTF-8 ({e})") from None
-        yield number, text.strip()
-    finally:
-      if stream is not sys.stdin.buffer:
-        stream.close()
-
-
 def shard_of(line, batch_size, num_shards):
   """The shard that scores input line `line`: whole batches go round-robin."""
   return line // batch_size % num_shards
@@ -209,21 +174,16 @@ def shard_path(output_file, shard_id, num_shards):
   return f"{output_file}-{shard_id:05d}-of-{num_shards:05d}"
 
 
-def done_path(path):
-  return path + ".done.json"
-
-
 def job_key(lm, args):
   """What the records of a run depend on; a resume continues only the same job.
 
-  The model (`inference.describe`: weights, vocab, scored tokens, precision), what runs it
-  (backend, token budget and replicas: each changes float rounding), the input file, and every
-  option that changes a record. The input's content is checked apart (`Partial`).
+  The model and what runs it (`inference.run_identity`), the input file, and every option that
+  changes a record. The input's content is checked apart (`resumable.Partial`).
   """
   from lm import inference  # pylint: disable=g-import-not-at-top
 
-  key = {
-    "model": inference.model_id(inference.describe(lm, args.scoring)),
+  return {
+    **inference.run_identity(lm, args.scoring),
     "input": args.input_file if args.input_file == "-" else os.path.abspath(args.input_file),
     "batch_size": args.batch_size,
     "format": args.format,
@@ -231,138 +191,6 @@ def job_key(lm, args):
     "num_shards": args.num_shards,
     "shard_id": args.shard_id,
   }
-  if isinstance(lm, inference.NeuralLM):
-    replicas = lm.strategy.num_replicas_in_sync if lm.strategy else 1
-    key.update(backend=lm.backend, token_budget=lm.token_budget, replicas=replicas)
-  return key
-
-
-class Partial:
-  """`OUTPUT.partial`, the records scored so far, and `OUTPUT.partial.json`, what made them.
-
-  The state file records the job (`job_key`), the complete lines of the partial file, and the
-  input read for them: its line count and sha256 (the input's identity is its path plus a hash
-  of its content, so an input edited, truncated or replaced since is refused, while one that only
-  grew resumes). Each batch is appended and fsynced before the state is replaced atomically, so
-  a resume keeps exactly the lines the state counts (a batch torn by a crash is cut off) and
-  forms the same batches as an uninterrupted run: the same floats.
-  """
-
-  def __init__(self, target, job, overwrite=False):
-    """Opens the partial file of `target` for `job`: resumes it, or starts it afresh.
-
-    Raises:
-      cli.InputError: the partial file was made by another job (saying what differs), or its
-        state is missing or does not fit it; the message says how to start over.
-    """
-    self.path = target + ".partial"
-    self.state_path = self.path + ".json"
-    self.state = {
-      "job": job,
-      "lines": 0,
-      "input_lines": 0,
-      "input_sha256": hashlib.sha256().hexdigest(),
-    }
-    if overwrite or not os.path.exists(self.path):
-      for path in (self.path, self.state_path):
-        if os.path.exists(path):
-          os.remove(path)
-      self._write_state()
-      return
-    start_over = "add --overwrite to start over"
-    try:
-      with open(self.state_path, encoding="utf-8") as f:
-        recorded = json.load(f)
-    except (OSError, ValueError):
-      raise cli.InputError(
-        f"{self.path} has no readable record of the run that wrote it ({self.state_path}): "
-        f"{start_over}"
-      ) from None
-    if recorded.get("job") != job:
-      old = recorded.get("job") or {}
-      differences = "; ".join(
-        f"{key} {old.get(key)} (this run: {job.get(key)})"
-        for key in sorted(set(old) | set(job))
-        if old.get(key) != job.get(key)
-      )
-      raise cli.InputError(
-        f"{self.path} holds records of another job, {differences}: re-run that job to resume "
-        f"it, or {start_over}"
-      )
-    if not _cut_after(self.path, recorded["lines"]):
-      raise cli.InputError(
-        f"{self.path} has fewer lines than {self.state_path} counts ({recorded['lines']}): "
-        f"{start_over}"
-      )
-    self.state = recorded
-
-  @property
-  def lines(self):
-    return self.state["lines"]
-
-  def check_input(self, source):
-    """Raises unless `source` has read what the partial file was scored from."""
-    if (source.lines_read, source.sha256()) != (
-      self.state["input_lines"],
-      self.state["input_sha256"],
-    ):
-      raise cli.InputError(
-        f"{source.path} is not the input {self.path} was scored from (its first "
-        f"{self.state['input_lines']} lines changed): add --overwrite to start over"
-      )
-
-  def append(self, lines, source):
-    """Appends a batch's output lines; `source` has read the input through its last line.
-
-    Raises:
-      cli.InputError: a write failed (a full disk): the partial file is cut back to its last
-        complete batch, and the message says how many lines it keeps and that a re-run resumes.
-    """
-    size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
-    before = self.state
-    try:
-      with open(self.path, "a", encoding="utf-8") as f:
-        f.write("".join(line + "\n" for line in lines))
-        f.flush()
-        os.fsync(f.fileno())
-      self.state = dict(
-        before,
-        lines=before["lines"] + len(lines),
-        input_lines=source.lines_read,
-        input_sha256=source.sha256(),
-      )
-      self._write_state()
-    except OSError as e:
-      self.state = before
-      # The state file still counts the lines before this batch, so a resume cuts there anyway;
-      # cutting now also frees the space the batch took.
-      with contextlib.suppress(OSError):
-        os.truncate(self.path, size)
-      raise cli.InputError(
-        f"cannot write {e.filename or self.path} ({e.strerror or e}): {self.path} keeps its "
-        f"{self.lines} complete lines, and a re-run with the same arguments resumes after them"
-      ) from None
-
-  def _write_state(self):
-    io_utils.write_atomically(self.state_path, json.dumps(self.state, indent=2) + "\n")
-
-  def finish(self, target):
-    """Renames the complete partial file to `target` (an empty one too: all its lines were
-    blank or belonged to other shards)."""
-    if not os.path.exists(self.path):
-      open(self.path, "w").close()
-    os.replace(self.path, target)
-    os.remove(self.state_path)
-
-
-def _cut_after(path, count):
-  """Cuts `path` after its first `count` lines; False if it has fewer."""
-  with open(path, "r+b") as f:
-    for _ in range(count):
-      if not f.readline().endswith(b"\n"):
-        return False
-    f.truncate(f.tell())
-  return True
 
 
 def _batches(numbered, batch_size):
@@ -406,20 +234,20 @@ def _write_stdout(lines):
 
 
 def score_to_file(lm, args):
-  """Scores this run's lines of args.input_file into its output, resuming its `Partial` file.
+  """Scores this run's lines of args.input_file into its output, resuming its partial file.
 
   The only writer of the output: a second run into it exits 2 naming this one (pid, host, start).
 
   Raises:
     cli.InputError: another run holds the output; the partial file is of another job or input
-      (see `Partial`); a write failed.
+      (see `resumable.Partial`); a write failed.
   """
   target = args.output_file
   if args.num_shards > 1:
     target = shard_path(args.output_file, args.shard_id, args.num_shards)
   with io_utils.exclusive_lock(target, wait=False):
-    partial = Partial(target, job_key(lm, args), args.overwrite)
-    source = InputLines(args.input_file)
+    partial = resumable.Partial(target, job_key(lm, args), args.overwrite)
+    source = resumable.InputLines(args.input_file)
     numbered = (
       (n, t) for n, t in source if shard_of(n, args.batch_size, args.num_shards) == args.shard_id
     )
@@ -443,15 +271,8 @@ def score_to_file(lm, args):
       progress,
     )
     lines = partial.lines
-    partial.finish(target)
-    if args.num_shards > 1:
-      done = {
-        "job": partial.state["job"],
-        "lines": lines,
-        "input_lines": source.lines_read,
-        "input_sha256": source.sha256(),
-      }
-      io_utils.write_atomically(done_path(target), json.dumps(done, indent=2) + "\n")
+    # A shard's record tells the merge that it is complete and what it was made from.
+    partial.finish(target, source if args.num_shards > 1 else None)
   logging.info("wrote %s (%d lines)", target, lines)
 
 
@@ -478,13 +299,15 @@ def _merge_locked(output_file, num_shards):
   paths = [shard_path(output_file, k, num_shards) for k in range(num_shards)]
   records = []
   for path in paths:
-    if not os.path.exists(done_path(path)) or not os.path.exists(path):
+    if not os.path.exists(resumable.done_path(path)) or not os.path.exists(path):
       state = "unfinished" if os.path.exists(path + ".partial") else "missing"
       raise ValueError(f"shard {path} is {state}: run its score.py --shard_id first")
-    with open(done_path(path), encoding="utf-8") as f:
+    with open(resumable.done_path(path), encoding="utf-8") as f:
       record = json.load(f)
     if "job" not in record:
-      raise ValueError(f"{done_path(path)} records no job (an older score.py): re-run that shard")
+      raise ValueError(
+        f"{resumable.done_path(path)} records no job (an older score.py): re-run that shard"
+      )
     records.append(_merge_key(record))
   for key in records[0]:
     values = {json.dumps(r.get(key)) for r in records}
@@ -555,7 +378,7 @@ def main(argv):
   if args.output_file == "-":
     score_stream(
       lm,
-      InputLines(args.input_file),
+      resumable.InputLines(args.input_file),
       _write_stdout,
       args,
       progress_lib.Progress("score", total=_count_lines(args.input_file), unit="lines"),

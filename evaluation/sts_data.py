@@ -23,7 +23,8 @@ _SICK_COLUMNS = ("sentence_A", "sentence_B", "relatedness_score", "SemEval_set")
 StsPair = collections.namedtuple("StsPair", ["sent1", "sent2", "score"])
 
 
-def _score(text, where, low, high):
+def score_field(text, where, low, high):
+  """float(text), raising ValueError naming `where` (file:line) unless it is in [low, high]."""
   try:
     value = float(text)
   except ValueError:
@@ -33,7 +34,8 @@ def _score(text, where, low, high):
   return value
 
 
-def _sentence(text, where, column):
+def sentence_field(text, where, column):
+  """text stripped, raising ValueError naming `where` and the column when it is blank."""
   text = text.strip()
   if not text:
     raise ValueError(f"{where}: blank sentence in column {column}")
@@ -77,9 +79,9 @@ def read_stsb_file(path):
       )
     pairs.append(
       StsPair(
-        _sentence(fields[5], where, 6),
-        _sentence(fields[6], where, 7),
-        _score(fields[4], where, 0.0, 5.0),
+        sentence_field(fields[5], where, 6),
+        sentence_field(fields[6], where, 7),
+        score_field(fields[4], where, 0.0, 5.0),
       )
     )
   if not pairs:
@@ -145,9 +147,9 @@ def read_sick_file(path, split="TEST"):
     if split is None or fields[semeval] == split:
       pairs.append(
         StsPair(
-          _sentence(fields[a], where, a + 1),
-          _sentence(fields[b], where, b + 1),
-          _score(fields[score], where, 1.0, 5.0),
+          sentence_field(fields[a], where, a + 1),
+          sentence_field(fields[b], where, b + 1),
+          score_field(fields[score], where, 1.0, 5.0),
         )
       )
   if not pairs:

@@ -764,3 +764,19 @@ def model_id(identity):
   """
   digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()
   return f"{identity['kind']}-{digest[:16]}"
+
+
+def run_identity(lm, scoring=None):
+  """What the numbers of a run of `lm` depend on, for an output that a later run resumes.
+
+  The LM (`model_id` of `describe`: weights, vocab, scored tokens, precision) and, for a neural
+  LM, what runs it: backend, token budget and replicas, each of which changes float rounding.
+
+  Returns:
+    dict: "model", and for a NeuralLM "backend", "token_budget", "replicas".
+  """
+  identity = {"model": model_id(describe(lm, scoring))}
+  if isinstance(lm, NeuralLM):
+    replicas = lm.strategy.num_replicas_in_sync if lm.strategy else 1
+    identity.update(backend=lm.backend, token_budget=lm.token_budget, replicas=replicas)
+  return identity

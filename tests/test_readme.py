@@ -1,9 +1,10 @@
-"""The README's "Score your own sentences" runs as written after the main job.
+"""The README's "Score your own sentences" and "Similarity of your own sentence pairs" run as
+written after the main job.
 
 The main job (`bash scripts/reproduce.sh`) takes minutes, so the fixture puts what the example
 reads where the quick mode writes it (reproduce.py: `<work_dir>/models/<type>` and
-`<work_dir>/kenlm/5gram.bin`, work_dir `runs/reproduce/quick`): a tiny T-TA model dir trained
-on LibriSpeech-normalised text, as the real one, and a toy ARPA model at the 5-gram's path
+`<work_dir>/kenlm/5gram.bin`, work_dir `runs/reproduce/quick`): tiny T-TA and biLM model dirs
+for LibriSpeech-normalised text, as the real ones, and a toy ARPA model at the 5-gram's path
 (KenLM reads ARPA whatever the name). The commands run in a scratch copy of the checkout (the
 modules linked in), so a real `runs/` is never touched. `source scripts/setup_env.sh` is left
 out: it sets up the environment these tests already run in.
@@ -17,6 +18,7 @@ import sys
 
 from conftest import WORDS
 from conftest import tiny_config
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -27,6 +29,7 @@ import tokenization
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = os.path.join("runs", "reproduce", "quick")
 SECTION = "## Score your own sentences"
+PAIRS_SECTION = "## Similarity of your own sentence pairs"
 # A toy bigram model (log10 probabilities) of LibriSpeech-style upper-case words.
 ARPA = """\\data\\
 ngram 1=5
@@ -47,15 +50,33 @@ ngram 2=2
 """
 
 
-def readme_blocks():
-  """The (bash lines, python source) of the README section."""
+def readme_blocks(title=SECTION):
+  """The (bash lines, python source or None) of the README section `title`."""
   with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
     text = f.read()
-  section = text[text.index(SECTION) :]
-  section = section[: section.index("\n## ", len(SECTION))]
+  section = text[text.index(title) :]
+  section = section[: section.index("\n## ", len(title))]
   bash = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
-  python = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-  return [l for l in bash.splitlines() if l and l != "source scripts/setup_env.sh"], python
+  python = re.search(r"```python\n(.*?)```", section, re.S)
+  bash = [l for l in bash.splitlines() if l and l != "source scripts/setup_env.sh"]
+  return bash, python and python.group(1)
+
+
+def run_bash(lines, cwd):
+  """Runs each line in `cwd` as the README's reader would; returns each one's stdout lines."""
+  outputs = []
+  for line in lines:
+    result = subprocess.run(
+      ["bash", "-c", line],
+      cwd=cwd,
+      capture_output=True,
+      text=True,
+      timeout=600,
+      env=dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]),
+    )
+    assert result.returncode == 0, f"{line}\n{result.stderr[-3000:]}"
+    outputs.append(result.stdout.splitlines())
+  return outputs
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +93,9 @@ def checkout(tmp_path_factory):
   config = tiny_config(
     vocab_size=len(tokenization.SPECIAL_TOKENS) + len(WORDS) + 1, normalization="librispeech"
   )
-  model = modeling.build_model(config, "tta")
-  model_dir.save_model_dir(model, str(vocab), str(root / QUICK / "models" / "tta"))
+  for model_type in ("tta", "bilm"):
+    model = modeling.build_model(config, model_type)
+    model_dir.save_model_dir(model, str(vocab), str(root / QUICK / "models" / model_type))
   kenlm = root / QUICK / "kenlm" / "5gram.bin"
   kenlm.parent.mkdir(parents=True)
   kenlm.write_text(ARPA)
@@ -83,18 +105,7 @@ def checkout(tmp_path_factory):
 
 def test_score_your_own_sentences_runs_as_written(checkout, monkeypatch):
   bash, python = readme_blocks()
-  outputs = []
-  for line in bash:
-    result = subprocess.run(
-      ["bash", "-c", line],
-      cwd=checkout,
-      capture_output=True,
-      text=True,
-      timeout=600,
-      env=dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]),
-    )
-    assert result.returncode == 0, f"{line}\n{result.stderr[-3000:]}"
-    outputs.append(result.stdout.splitlines())
+  outputs = run_bash(bash, checkout)
   sentences = ["the cat sat on the mat", "the cat sat on the hat"]
   assert (checkout / "sents.txt").read_text().splitlines() == sentences
   one = json.loads(outputs[1][0])
@@ -114,3 +125,23 @@ def test_score_your_own_sentences_runs_as_written(checkout, monkeypatch):
   exec("\n".join(statements), scope)  # pylint: disable=exec-used
   totals = eval(last, scope)  # pylint: disable=eval-used
   assert totals == pytest.approx([r["score"] for r in records], abs=1e-6)
+
+
+def test_similarity_of_your_own_pairs_runs_as_written(checkout):
+  bash, _ = readme_blocks(PAIRS_SECTION)
+  run_bash(bash, checkout)
+  pairs = [line.split("\t") for line in (checkout / "pairs.tsv").read_text().splitlines()]
+  out = checkout / "pair_results"
+  lines = [line.split("\t") for line in (out / "pairs" / "mine.tsv").read_text().splitlines()]
+  assert lines[0] == ["line", "sentence1", "sentence2", "gold"] + [
+    f"{model} {r}" for model in ("tta", "bilm") for r in ("context", "embed")
+  ]
+  assert [row[1:4] for row in lines[1:]] == [[a, b, str(float(g))] for a, b, g in pairs]
+  report = json.loads((out / "pairs_results.json").read_text())
+  tta_embed = report["rows"][1]
+  assert (tta_embed["model"], tta_embed["representation"]) == ("tta", "embed")
+  cosines, gold = [float(row[5]) for row in lines[1:]], [float(g) for _, _, g in pairs]
+  want = 100 * np.corrcoef(cosines, gold)[0, 1]
+  assert tta_embed["scores"]["mine"][0] == pytest.approx(want, abs=1e-6)
+  assert [(c["a"], c["b"]) for c in report["comparisons"]] == [("tta", "bilm")] * 2
+  assert "| mine | 3 |" in (out / "pairs_results.md").read_text()

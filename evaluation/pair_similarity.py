@@ -1,0 +1,273 @@
+"""Similarity of sentence pairs: each distinct sentence encoded once, each pair's cosine.
+
+A pair's similarity is the cosine of its two sentence vectors (inference.NeuralLM.sentence_vectors
+with a representation's pooling). `pair_cosines` gives them for pairs in memory (run_sts.py's
+STS-B and SICK sets); `CosineWriter` streams pairs from a file (evaluation/pair_files.py) into a
+TSV with one line per pair, in input order:
+
+  line  sentence1  sentence2  gold  <model> <representation>  ...
+
+(`line` the pair's input line, `gold` empty without gold scores, then one cosine column per model
+and representation, each float written exactly). Pairs are read, encoded and appended
+`batch_size` at a time, each distinct sentence of a batch once, with progress, into
+`OUTPUT.partial` (util/resumable.py): an interrupted run resumes after its last complete batch and
+ends with the same file, and an output the same job finished before is kept. `correlations` gives
+Pearson and Spearman x 100 with the Pearson's bootstrap interval (evaluation/significance.py),
+`senteval_means` SentEval's "all" row, and `markdown_table` the table of a run's pair sets.
+"""
+
+import collections
+import itertools
+import os
+
+from absl import logging
+import numpy as np
+
+from evaluation import significance
+from evaluation import sts_data
+from lm import inference
+from util import progress
+from util import resumable
+
+# Sentences per sentence_vectors call; progress (rate, ETA) is reported between calls.
+ENCODE_CHUNK = 1000
+# Pairs read, encoded and appended to the output at a time: each distinct sentence of a batch
+# is encoded once, and an interrupted run resumes after its last complete batch.
+DEFAULT_BATCH_SIZE = 10000
+# The columns of a pairs output before the cosines.
+COLUMNS = ("line", "sentence1", "sentence2", "gold")
+
+
+def parse_representation(name):
+  """ "context\\M" -> ("context", False); "embed" -> ("embed", True)."""
+  pooling, _, variant = name.partition("\\")
+  if pooling not in inference.POOLINGS or variant not in ("", "M"):
+    raise ValueError(
+      f"unknown representation {name!r}; expected one of {inference.POOLINGS}, optionally with \\M"
+    )
+  return pooling, variant != "M"
+
+
+def encode(lm, sentences, pooling, masked, label):
+  """lm.sentence_vectors of `sentences` in chunks, logging progress as `label`: float32 [N, D]."""
+  bar = progress.Progress(label, total=len(sentences), unit="sentences")
+  parts = []
+  for begin in range(0, max(len(sentences), 1), ENCODE_CHUNK):  # no sentence: one call, [0, D]
+    chunk = sentences[begin : begin + ENCODE_CHUNK]
+    parts.append(lm.sentence_vectors(chunk, pooling=pooling, masked=masked))
+    bar.update(len(chunk))
+  return np.concatenate(parts)
+
+
+def pair_cosines(lm, pairs, representation, label="encoding"):
+  """Cosine similarity of each pair's two sentence vectors: float [P].
+
+  Each distinct sentence is encoded once; progress lines are logged as `label`.
+  """
+  pooling, masked = parse_representation(representation)
+  sentences = sorted({s for p in pairs for s in (p.sent1, p.sent2)})
+  index = {s: i for i, s in enumerate(sentences)}
+  vectors = encode(lm, sentences, pooling, masked, label)
+  left = vectors[[index[p.sent1] for p in pairs]]
+  right = vectors[[index[p.sent2] for p in pairs]]
+  return inference.cosine(left, right)
+
+
+def correlations(cosines, gold, bootstrap=(significance.DEFAULT_RESAMPLES, 0)):
+  """Pearson and Spearman x 100 of `cosines` float [P] against `gold` float [P].
+
+  Args:
+    bootstrap: (resamples, seed) of the Pearson's 95% interval.
+
+  Returns:
+    dict: "scores" [Pearson, Spearman], "pearson_ci" [low, high].
+  """
+  scores = sts_data.pearson_spearman(cosines, gold)
+  resamples, seed = bootstrap
+  ci = significance.pearson_interval(cosines, gold, num_resamples=resamples, seed=seed)
+  return {"scores": list(scores), "pearson_ci": [ci.low, ci.high]}
+
+
+def score_cell(scores, ci):
+  """A table cell: "Pearson [low, high] (Spearman)", x 100."""
+  pearson, spearman = scores
+  return f"{pearson:.2f} [{ci[0]:.2f}, {ci[1]:.2f}] ({spearman:.2f})"
+
+
+def column_name(model, representation):
+  """The cosine column of a model (its row name) and representation: "tta context"."""
+  return f"{model} {representation}"
+
+
+def _batches(items, size):
+  iterator = iter(items)
+  while batch := list(itertools.islice(iterator, size)):
+    yield batch
+
+
+def _line(pair, cosines):
+  gold = "" if pair.score is None else repr(pair.score)
+  # repr: the shortest text that reads back as the same float.
+  cosines = [repr(float(c)) for c in cosines]
+  return "\t".join([str(pair.line), pair.sent1, pair.sent2, gold, *cosines])
+
+
+class CosineWriter:
+  """Writes the cosines of pairs read from files, each file's into a TSV, resumably.
+
+  Args:
+    models: list of (name, NeuralLM), the names unique; every batch runs through all of them.
+    representations: list of str (`parse_representation`).
+    batch_size: pairs read, encoded and appended at a time.
+    overwrite: start over instead of resuming an unfinished partial file.
+  """
+
+  def __init__(self, models, representations, batch_size=DEFAULT_BATCH_SIZE, overwrite=False):
+    self.models = models
+    self.representations = list(representations)
+    self.columns = [column_name(name, r) for name, _ in models for r in self.representations]
+    self.overwrite = overwrite
+    # What every output's lines depend on but its input; worked out once, as it hashes weights.
+    self.job = {
+      "models": [dict(name=name, **inference.run_identity(lm)) for name, lm in models],
+      "representations": self.representations,
+      "batch_size": batch_size,
+    }
+
+  def write(self, source, target, label, total=None):
+    """Streams the pairs of `source` into the TSV `target`, resuming its partial file; a target
+    finished by the same job on the same input is kept (`resumable.is_done`).
+
+    Args:
+      source: a pair_files.PairsFile or SentEvalSubset.
+      target: str, the output file (its directory is made).
+      label: str, what progress lines name.
+      total: int or None, the pairs of `source` (for the progress line's ETA).
+
+    Raises:
+      cli.InputError: the partial file was made by another job (models, representations, batch
+        size, input and its reading) or from another input content; a write failed.
+    """
+    job = dict(self.job, **source.identity())
+    if not self.overwrite and resumable.is_done(target, job, source):
+      logging.info("%s: %s is complete (the same job and input), kept", label, target)
+      return
+    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+    partial = resumable.Partial(target, job, self.overwrite)
+    pairs = iter(source)
+    done = max(partial.lines - 1, 0)  # the first line is the header
+    if partial.lines:
+      # Skips the pairs the partial file holds, reading (and hashing) the input up to their end.
+      collections.deque(itertools.islice(pairs, done), maxlen=0)
+      partial.check_input(source)
+    else:
+      partial.append(["\t".join([*COLUMNS, *self.columns])], source)
+    bar = progress.Progress(label, total=None if total is None else total - done, unit="pairs")
+    for batch in _batches(pairs, self.job["batch_size"]):
+      cosines = [
+        pair_cosines(lm, batch, r, f"{name} {r} {label}")
+        for name, lm in self.models
+        for r in self.representations
+      ]
+      partial.append([_line(pair, row) for pair, row in zip(batch, zip(*cosines))], source)
+      bar.update(len(batch))
+    partial.finish(target, source)
+
+
+def read_cosines(path):
+  """The gold scores and cosine columns of a `CosineWriter` output.
+
+  Returns:
+    (gold, cosines): gold float [P], or None when the pairs have no gold score; cosines
+    {column name: float [P]}.
+  """
+  gold, columns = [], None
+  # Binary lines: split on "\n" only, as written (a sentence may hold a lone "\r").
+  with open(path, "rb") as f:
+    for number, raw in enumerate(f):
+      fields = raw.decode("utf-8").removesuffix("\n").split("\t")[len(COLUMNS) - 1 :]
+      if number == 0:
+        names, columns = fields[1:], [[] for _ in fields[1:]]
+        continue
+      gold.append(float(fields[0]) if fields[0] else None)
+      for column, value in zip(columns, fields[1:]):
+        column.append(float(value))
+  return (None if None in gold else gold), dict(zip(names, columns))
+
+
+def add_correlations(rows, name, path, bootstrap=(significance.DEFAULT_RESAMPLES, 0)):
+  """Fills each result row's correlations on the set `name` from its `CosineWriter` output.
+
+  Args:
+    rows: dicts with "model", "representation", and "scores", "pearson_ci", "cosines" and "gold"
+      dicts keyed by set name, which get the set's entries (see `correlations`).
+    path: str, the set's output, with gold scores.
+  """
+  gold, cosines = read_cosines(path)
+  for row in rows:
+    column = column_name(row["model"], row["representation"])
+    row["cosines"][name], row["gold"][name] = cosines[column], gold
+    result = correlations(cosines[column], gold, bootstrap)
+    row["scores"][name], row["pearson_ci"][name] = result["scores"], result["pearson_ci"]
+    logging.info(
+      "%s %s: Pearson %.2f [%.2f, %.2f] Spearman %.2f",
+      column,
+      name,
+      result["scores"][0],
+      *result["pearson_ci"],
+      result["scores"][1],
+    )
+
+
+def senteval_means(rows, subsets):
+  """SentEval's "all" of a task: the mean and the pair-weighted mean of its subsets' correlations.
+
+  Args:
+    rows: result rows with "scores" {set name: [Pearson, Spearman]} and "gold" {set name: [P]}.
+    subsets: list of the task's set names.
+
+  Returns:
+    list, per row: {"mean": [Pearson, Spearman], "wmean": [Pearson, Spearman], "pairs": int}.
+  """
+  out = []
+  for row in rows:
+    scores = np.array([row["scores"][s] for s in subsets])  # [subsets, 2]
+    weights = [len(row["gold"][s]) for s in subsets]
+    out.append(
+      {
+        "mean": [float(x) for x in scores.mean(0)],
+        "wmean": [float(x) for x in np.average(scores, axis=0, weights=weights)],
+        "pairs": sum(weights),
+      }
+    )
+  return out
+
+
+def markdown_table(rows, groups):
+  """Rows the pair sets, columns "model representation": Pearson [95% CI] (Spearman) x 100.
+
+  Args:
+    rows: result rows ("model", "representation", "scores", "pearson_ci", "gold"; "all" {task:
+      `senteval_means` entry} for SentEval tasks).
+    groups: list of (task or None, [set names]): a SentEval task's subsets are followed by its
+      "all" rows, SentEval's mean and pair-weighted mean of the subsets' correlations.
+  """
+  lines = [
+    "| pairs | n | "
+    + " | ".join(column_name(r["model"], r["representation"]) for r in rows)
+    + " |",
+    "|---|---:|" + "---|" * len(rows),
+  ]
+  for task, names in groups:
+    for name in names:
+      cells = [score_cell(r["scores"][name], r["pearson_ci"][name]) for r in rows]
+      lines.append(f"| {name} | {len(rows[0]['gold'][name])} | {' | '.join(cells)} |")
+    if task is None:
+      continue
+    for kind in ("mean", "wmean"):
+      # No interval: SentEval's means of correlations have none.
+      cells = ["{:.2f} ({:.2f})".format(*r["all"][task][kind]) for r in rows]
+      lines.append(
+        f"| {task}/all ({kind}) | {rows[0]['all'][task]['pairs']} | {' | '.join(cells)} |"
+      )
+  return "\n".join(lines) + "\n"

@@ -1,0 +1,225 @@
+"""Output files that survive an interruption: a long run appends, a re-run resumes.
+
+  source = resumable.InputLines(path)            # the input, and the identity of what was read
+  partial = resumable.Partial(target, job)       # target.partial + target.partial.json
+  ... skip partial's records, partial.check_input(source), then per batch:
+  partial.append(lines, source)                  # fsynced, then the state replaced atomically
+  partial.finish(target)                         # renamed to target when the input is done
+  resumable.is_done(target, job, source)         # finished before (finish(target, source))
+
+An interrupted run resumes after its last complete batch and ends with the same file as an
+uninterrupted one, provided it is the same job (`job`: whatever changes a record) on the same
+input (its path and the sha256 of the lines read). score.py writes its records and run_sts.py
+its per-pair cosines through it. Light on purpose (standard library and util/).
+"""
+
+import collections
+import contextlib
+import hashlib
+import json
+import os
+import sys
+
+from util import cli
+from util import io_utils
+
+
+class InputLines:
+  """The input's lines, and the identity of the part read so far.
+
+  Iterating yields (line number, sentence stripped) for every input line ('-' reads stdin), and
+  raises file:line on bad UTF-8; with strip=False the line keeps its spaces and tabs and loses its
+  line break only ("\n" or "\r\n"), for inputs with columns. `lines_read` and `sha256()` cover
+  the lines yielded so far: the consumers pull lines lazily, so when a batch is complete they
+  cover the input through that batch's last line, the part of the input its records and all
+  records before them came from.
+  """
+
+  def __init__(self, path, strip=True):
+    self.path = path
+    self.strip = strip
+    self.lines_read = 0
+    self._digest = hashlib.sha256()
+
+  def sha256(self):
+    return self._digest.hexdigest()
+
+  def __iter__(self):
+    stream = sys.stdin.buffer if self.path == "-" else open(self.path, "rb")
+    name = "<stdin>" if self.path == "-" else self.path
+    try:
+      for number, raw in enumerate(stream):
+        self._digest.update(raw)
+        self.lines_read = number + 1
+        try:
+          text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+          raise cli.InputError(f"{name}:{number + 1}: not valid UTF-8 ({e})") from None
+        if self.strip:
+          yield number, text.strip()
+        else:
+          yield number, text.removesuffix("\n").removesuffix("\r")
+    finally:
+      if stream is not sys.stdin.buffer:
+        stream.close()
+
+
+class Partial:
+  """`OUTPUT.partial`, the records scored so far, and `OUTPUT.partial.json`, what made them.
+
+  The state file records the job (a JSON-able dict of whatever changes a record), the complete
+  lines of the partial file, and the input read for them: its line count and sha256 (the input's
+  identity is its path plus a hash of its content, so an input edited, truncated or replaced since
+  is refused, while one that only grew resumes). Each batch is appended and fsynced before the
+  state is replaced atomically, so a resume keeps exactly the lines the state counts (a batch torn
+  by a crash is cut off) and forms the same batches as an uninterrupted run: the same floats.
+  """
+
+  def __init__(self, target, job, overwrite=False):
+    """Opens the partial file of `target` for `job`: resumes it, or starts it afresh.
+
+    Raises:
+      cli.InputError: the partial file was made by another job (saying what differs), or its
+        state is missing or does not fit it; the message says how to start over.
+    """
+    self.path = target + ".partial"
+    self.state_path = self.path + ".json"
+    self.state = {
+      "job": job,
+      "lines": 0,
+      "input_lines": 0,
+      "input_sha256": hashlib.sha256().hexdigest(),
+    }
+    if overwrite or not os.path.exists(self.path):
+      for path in (self.path, self.state_path):
+        if os.path.exists(path):
+          os.remove(path)
+      self._write_state()
+      return
+    start_over = "add --overwrite to start over"
+    try:
+      with open(self.state_path, encoding="utf-8") as f:
+        recorded = json.load(f)
+    except (OSError, ValueError):
+      raise cli.InputError(
+        f"{self.path} has no readable record of the run that wrote it ({self.state_path}): "
+        f"{start_over}"
+      ) from None
+    if recorded.get("job") != job:
+      old = recorded.get("job") or {}
+      differences = "; ".join(
+        f"{key} {old.get(key)} (this run: {job.get(key)})"
+        for key in sorted(set(old) | set(job))
+        if old.get(key) != job.get(key)
+      )
+      raise cli.InputError(
+        f"{self.path} holds records of another job, {differences}: re-run that job to resume "
+        f"it, or {start_over}"
+      )
+    if not _cut_after(self.path, recorded["lines"]):
+      raise cli.InputError(
+        f"{self.path} has fewer lines than {self.state_path} counts ({recorded['lines']}): "
+        f"{start_over}"
+      )
+    self.state = recorded
+
+  @property
+  def lines(self):
+    return self.state["lines"]
+
+  def check_input(self, source):
+    """Raises unless `source` has read what the partial file was scored from."""
+    if (source.lines_read, source.sha256()) != (
+      self.state["input_lines"],
+      self.state["input_sha256"],
+    ):
+      raise cli.InputError(
+        f"{source.path} is not the input {self.path} was scored from (its first "
+        f"{self.state['input_lines']} lines changed): add --overwrite to start over"
+      )
+
+  def append(self, lines, source):
+    """Appends a batch's output lines; `source` has read the input through its last line.
+
+    Raises:
+      cli.InputError: a write failed (a full disk): the partial file is cut back to its last
+        complete batch, and the message says how many lines it keeps and that a re-run resumes.
+    """
+    size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+    before = self.state
+    try:
+      with open(self.path, "a", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
+        f.flush()
+        os.fsync(f.fileno())
+      self.state = dict(
+        before,
+        lines=before["lines"] + len(lines),
+        input_lines=source.lines_read,
+        input_sha256=source.sha256(),
+      )
+      self._write_state()
+    except OSError as e:
+      self.state = before
+      # The state file still counts the lines before this batch, so a resume cuts there anyway;
+      # cutting now also frees the space the batch took.
+      with contextlib.suppress(OSError):
+        os.truncate(self.path, size)
+      raise cli.InputError(
+        f"cannot write {e.filename or self.path} ({e.strerror or e}): {self.path} keeps its "
+        f"{self.lines} complete lines, and a re-run with the same arguments resumes after them"
+      ) from None
+
+  def _write_state(self):
+    io_utils.write_atomically(self.state_path, json.dumps(self.state, indent=2) + "\n")
+
+  def finish(self, target, source=None):
+    """Renames the complete partial file to `target` (an empty one too: all its lines were
+    blank or belonged to other shards).
+
+    With `source` (the input, read to its end), `done_path(target)` records the job, the lines
+    and the input they were made from, for `is_done` (and score.py's merge of shards).
+    """
+    if not os.path.exists(self.path):
+      open(self.path, "w").close()
+    lines = self.lines
+    os.replace(self.path, target)
+    os.remove(self.state_path)
+    if source is not None:
+      done = {
+        "job": self.state["job"],
+        "lines": lines,
+        "input_lines": source.lines_read,
+        "input_sha256": source.sha256(),
+      }
+      io_utils.write_atomically(done_path(target), json.dumps(done, indent=2) + "\n")
+
+
+def done_path(target):
+  """The record of a finished output (`Partial.finish` with a source)."""
+  return target + ".done.json"
+
+
+def is_done(target, job, source):
+  """Whether `target` is the finished output of `job` on the input `source` holds now: its
+  `done_path` record names `job`, and `source`, read to its end here, gives the recorded lines
+  and sha256. A run of several outputs skips those, so that it resumes where it stopped."""
+  try:
+    with open(done_path(target), encoding="utf-8") as f:
+      done = json.load(f)
+  except (OSError, ValueError):
+    return False
+  if not os.path.exists(target) or done.get("job") != job:
+    return False
+  collections.deque(source, maxlen=0)
+  return (source.lines_read, source.sha256()) == (done["input_lines"], done["input_sha256"])
+
+
+def _cut_after(path, count):
+  """Cuts `path` after its first `count` lines; False if it has fewer."""
+  with open(path, "r+b") as f:
+    for _ in range(count):
+      if not f.readline().endswith(b"\n"):
+        return False
+    f.truncate(f.tell())
+  return True
