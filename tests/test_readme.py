@@ -29,7 +29,7 @@ import tokenization
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = os.path.join("runs", "reproduce", "quick")
 SECTION = "## Score your own sentences"
-PAIRS_SECTION = "## Similarity of your own sentence pairs"
+PAIRS_SECTION = "### Similarity of your own sentence pairs"
 # A toy bigram model (log10 probabilities) of LibriSpeech-style upper-case words.
 ARPA = """\\data\\
 ngram 1=5
