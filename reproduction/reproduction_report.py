@@ -370,11 +370,12 @@ def report_notes(report):
       f"**{seeds:d} seeds**: every neural LM was trained {seeds:d} times, each time with another "
       "weight initialisation and dropout on the same data order, biLM masks and steps (seed 1: "
       "run_pretraining.py's default seeds; seed k: --init_seed=k). A cell gives the mean over "
-      "the seeds, then each seed's value (seed 1 / seed 2 / ...); each seed's CIs, λ and p are "
-      "in report.json. A comparison of two models counts as significant only by the every-seed "
-      "rule (evaluation/significance.py, `significant_in_every_seed`): its paired-bootstrap 95% "
-      'CI excludes 0, on the same side, for every seed ("every seed: yes"). The learning curves '
-      "are seed 1's."
+      "the seeds, then each seed's value (seed 1 / seed 2 / ...), or one value when every seed "
+      "gives the same; each seed's CIs, λ and p are in report.json. A comparison of two models "
+      "counts as significant only by the every-seed rule (evaluation/significance.py, "
+      "`significant_in_every_seed`): its paired-bootstrap 95% CI excludes 0, on the same side, "
+      'for every seed ("every seed: yes"). '
+      "The learning curves are seed 1's."
     )
   return [line for note in notes for line in (note, "")]
 
