@@ -45,7 +45,12 @@ checkpoint):
               LibriSpeech sets (Table 1).
   nmt         run_rescoring.py: WMT21 de-en LM-only selection (Table 2).
 
-Then report.md and report.json in --work_dir (reproduction/reproduction_report.py renders them).
+With --seeds=N every neural LM trains N times (reproduction/seed_runs.py): seed 1 as above, seed
+k > 1 with run_pretraining.py --init_seed=k (another initialisation and dropout, the same data
+order) in seed<k>/, whose stages are its train_<m> and every evaluation above but the curves.
+
+Then report.md and report.json in --work_dir (reproduction/reproduction_report.py renders them;
+with several seeds each figure is the mean over seeds with the per-seed values).
 
   python reproduce.py --mode=quick      # minutes: tiny config, data slices
   python reproduce.py --mode=full --budget_minutes=40
@@ -67,6 +72,7 @@ from absl import logging
 from evaluation import significance
 import kinds
 from reproduction import reproduction_report
+from reproduction import seed_runs
 from util import cli
 from util import io_utils
 from util import machine
@@ -199,6 +205,16 @@ def define_flags():
     "Train exactly this many steps per model instead of converting --budget_minutes.",
   )
   flags.DEFINE_list("models", list(MODEL_TYPES), "Neural LMs to train.")
+  flags.DEFINE_integer(
+    "seeds",
+    1,
+    "Train and evaluate every neural LM this many times. Seed 1 is run_pretraining.py's default "
+    "seed (models/<kind>, eval/, ...); seed k > 1 trains with --init_seed=k in seed<k>/: another "
+    "weight initialisation and dropout, the same data order, biLM masks and steps. Every "
+    "evaluation but the learning curves runs per seed; the report gives each figure's mean and "
+    "per-seed values, and calls a comparison significant only when it is in every seed.",
+    lower_bound=1,
+  )
   flags.DEFINE_integer(
     "asr_max_lists",
     None,
@@ -483,8 +499,8 @@ def stage_plan(work_dir, data_dir, s):
   return io_utils.write_stamp(path, key, record=plan)
 
 
-def stage_train(work_dir, data_dir, s, plan, stages):
-  """Trains each model to plan["train_steps"]; {type: model dir}."""
+def stage_train(work_dir, data_dir, s, plan, stages, seed=1):
+  """Trains each model to plan["train_steps"] with the seeds of `seed`; {type: model dir}."""
   dirs = {}
   for model_type in FLAGS.models:
     stages.start("train_" + model_type)
@@ -498,7 +514,8 @@ def stage_train(work_dir, data_dir, s, plan, stages):
         work_dir,
         "train_" + model_type,
         train_args(data_dir, s, model_type, out, plan["train_steps"])
-        + PRECISION_FLAGS[plan.get("precision", "fp32")],
+        + PRECISION_FLAGS[plan.get("precision", "fp32")]
+        + seed_runs.init_seed_flags(seed),
       )
     dirs[model_type] = out
   return dirs
@@ -651,7 +668,8 @@ def stage_curves(work_dir, root, s, model_dirs, step_tokens, key):
   return points
 
 
-def build_report(s, plan, data_stats, model_dirs, results, peak=None):
+def training_table(s, data_stats, model_dirs, peak):
+  """{display name: the figures of the report's training table} of the models in `model_dirs`."""
   training = {}
   for model_type, d in model_dirs.items():
     summary = read_json(os.path.join(d, "train_summary.json"))
@@ -669,6 +687,13 @@ def build_report(s, plan, data_stats, model_dirs, results, peak=None):
       "final_step": summary["final_step"],
       "eval_loss": loss,
     }
+  return training
+
+
+def build_report(s, plan, data_stats, model_dirs, results, peak=None, further_seeds=()):
+  """The report dict: setup, training and `results` of seed 1, then (with --seeds > 1)
+  "seed_runs", the training and results of each further seed (`further_seeds`), and the
+  comparisons over seeds."""
   report = {
     "setup": {
       "mode": FLAGS.mode,
@@ -698,9 +723,13 @@ def build_report(s, plan, data_stats, model_dirs, results, peak=None):
       "nmt_max_lists": s["nmt_max_lists"],
       "sts_max_pairs": s["sts_max_pairs"],
     },
-    "training": training,
+    "training": training_table(s, data_stats, model_dirs, peak),
   }
   report.update(results)
+  if further_seeds:
+    report["setup"]["seeds"] = 1 + len(further_seeds)
+    report["seed_runs"] = list(further_seeds)
+    report["seed_comparisons"] = seed_runs.seed_comparisons(report)
   return report
 
 
@@ -709,11 +738,15 @@ def build_report(s, plan, data_stats, model_dirs, results, peak=None):
 
 def stage_names():
   """The job's stages in the order they run (stage i of n)."""
-  return (
+  trains = [f"train_{t}" for t in FLAGS.models]
+  names = (
     ["data", "kenlm", "plan"]
-    + [f"train_{t}" for t in FLAGS.models]
+    + trains
     + ["peak", "sts", "asr_paired", "asr_word", "curves", "asr", "nmt"]
   )
+  for seed in range(2, FLAGS.seeds + 1):
+    names += [seed_runs.stage_name(n, seed) for n in trains + list(seed_runs.EVALUATIONS)]
+  return names
 
 
 def check_data():
@@ -726,9 +759,10 @@ def check_data():
   return root
 
 
-def stage_evaluations(work_dir, root, s, model_dirs, kenlm_path, step_tokens, stages):
-  """Runs the stages sts, asr_paired, curves, asr and nmt in that order; returns their results
-  ({stage: result rows}) with T-TA's paired comparisons, as `build_report` takes them."""
+def stage_evaluations(work_dir, root, s, model_dirs, kenlm_path, step_tokens, stages, curves=True):
+  """Runs the stages sts, asr_paired, asr_word, curves (unless not `curves`), asr and nmt in that
+  order; returns their results ({stage: result rows}) with the paired comparisons, as
+  `build_report` takes them."""
   # The resample count in the key re-runs evaluations stored before they carried bootstraps.
   key = {
     "checkpoints": _checkpoint_key(model_dirs),
@@ -777,8 +811,9 @@ def stage_evaluations(work_dir, root, s, model_dirs, kenlm_path, step_tokens, st
       "rescoring_results.json",
       dict(key, sample_lists=sample, scoring="word_l2r"),
     )
-  stages.start("curves")
-  results["curves"] = stage_curves(work_dir, root, s, model_dirs, step_tokens, key)
+  if curves:
+    stages.start("curves")
+    results["curves"] = stage_curves(work_dir, root, s, model_dirs, step_tokens, key)
   # The LMs of one pass per sentence (and the 5-gram) on whole sets: the biLM's pass per token
   # is what the paired sample above is for.
   one_pass = (
@@ -833,10 +868,17 @@ def main(argv):
   stages.start("peak")
   peak = stage_peak(work_dir, plan)
 
-  results = stage_evaluations(
-    work_dir, root, s, model_dirs, kenlm_path, tokens_per_step(s, data_stats), stages
-  )
-  report = build_report(s, plan, data_stats, model_dirs, results, peak)
+  step_tokens = tokens_per_step(s, data_stats)
+  results = stage_evaluations(work_dir, root, s, model_dirs, kenlm_path, step_tokens, stages)
+  further_seeds = []
+  for seed in range(2, FLAGS.seeds + 1):
+    own, view = seed_runs.seed_dir(work_dir, seed), seed_runs.SeedStages(stages, seed)
+    dirs = stage_train(own, data_dir, s, plan, view, seed)
+    seed_results = stage_evaluations(own, root, s, dirs, kenlm_path, step_tokens, view, False)
+    further_seeds.append(
+      dict(seed=seed, training=training_table(s, data_stats, dirs, peak), **seed_results)
+    )
+  report = build_report(s, plan, data_stats, model_dirs, results, peak, further_seeds)
   text = reproduction_report.render_report(report)
   io_utils.write_atomically(os.path.join(work_dir, "report.json"), json.dumps(report, indent=2))
   io_utils.write_atomically(os.path.join(work_dir, "report.md"), text)

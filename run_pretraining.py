@@ -32,9 +32,12 @@ before its last step, after saving a checkpoint (the same command resumes);
 --output_dir whose lock (run.lock; `training.output_dir_lock`) another live
 run holds: two runs never write one dir at once.
 
---deterministic turns on TF op determinism and seeds Python, NumPy and TF
-with --seed: the same seed and data give the same losses, and a run killed
-(even kill -9) and restarted resumes bit-identically to one never stopped.
+Seeds: --seed fixes the data order and the biLM masks, --init_seed (default
+--seed) the weight initialisation and dropout; runs that differ only in
+--init_seed see the same batches in the same order (reproduce.py --seeds).
+--deterministic turns on TF op determinism: the same seeds and data give the
+same losses, and a run killed (even kill -9) and restarted resumes
+bit-identically to one never stopped.
 
 Multi-worker: run the same command on every worker with TF_CONFIG set and
 --strategy=multi_worker; only the chief writes to --output_dir (the others

@@ -14,6 +14,9 @@ p-value (two-sided): the bootstrap distribution of the difference d*, shifted to
 gives p = 2 * min(P(d* <= 0), P(d* >= 0)), capped at 1; identical systems give p = 1. It is
 the "how often does the sign flip" reading of the paired bootstrap, adequate for the yes/no
 question the tables ask; with n_resamples = 1,000 the smallest p it can show is 0.002.
+
+Models trained under several seeds (reproduce.py --seeds): `significant_in_every_seed`, a
+difference counts only when the CI of every seed excludes 0 on the same side.
 """
 
 import dataclasses
@@ -194,3 +197,24 @@ def compare_pearson(
   )
   low, high = _interval(observed, result)
   return Comparison(observed, low, high, _two_sided_p(distribution), len(gold))
+
+
+def significant_in_every_seed(intervals):
+  """The every-seed rule of reproduce.py --seeds for one comparison trained under several seeds.
+
+  A paired bootstrap resamples the test units of ONE trained model per side: it says nothing of
+  how far another training run moves the difference. So the difference counts as significant
+  only when its confidence interval excludes 0 for every seed, all on the same side of 0.
+
+  Args:
+    intervals: the (low, high) CI of the difference for each seed; None for a seed that lacks
+      the comparison.
+
+  Returns:
+    bool; False when any seed lacks it. One seed: the CI of that seed excludes 0.
+  """
+  if not intervals:
+    raise ValueError("no seed to judge")
+  if any(interval is None for interval in intervals):
+    return False
+  return all(low > 0 for low, _ in intervals) or all(high < 0 for _, high in intervals)

@@ -40,8 +40,10 @@ MultiWorkerMirroredStrategy (keras-team/keras#20585). Its steps:
   * One run per output dir (`output_dir_lock`): the chief holds an flock on
     output_dir/run.lock; a second run is refused (`OutputDirBusy`), the lock
     of a crashed run dies with it.
+  * Seeds: --seed fixes the data order and the biLM masks; --init_seed (default --seed) the
+    weight initialisation and dropout (`_data_order_seed` keeps them apart).
   * Determinism (--deterministic): TF op determinism, Python/NumPy/TF seeded
-    with --seed, and the dropout streams restarted at every checkpoint as a
+    with --init_seed, and the dropout streams restarted at every checkpoint as a
     resumed run restarts them, so a run killed and resumed ends bit-identical
     to one never stopped.
   * Logging (`training_metrics.Throughput`): TensorBoard scalars in output_dir/train (loss,
@@ -134,7 +136,17 @@ class TrainParams:
     "(default: the pipeline's).",
     None,
   )
-  seed: int = cli.param("Seed of the data order and masking.", 12345)
+  seed: int = cli.param(
+    "Seed of the data order and the biLM masks, and of weight initialisation and dropout unless "
+    "--init_seed is given.",
+    12345,
+  )
+  init_seed: int = cli.param(
+    "Seed of weight initialisation and dropout (Python, NumPy, Keras and the global TF seed); "
+    "default --seed. Another value trains another model on the data order and biLM masks of "
+    "--seed.",
+    None,
+  )
   save_checkpoints_steps: int = cli.param("Checkpoint interval.", 1000)
   keep_checkpoint_max: int = cli.param("Checkpoints kept.", 5)
   eval_every_steps: int = cli.param("Evaluate every N steps (0: only at the end).", 0)
@@ -558,6 +570,40 @@ class _TrainState:
     return float(lr.numpy()) if hasattr(lr, "numpy") else float(lr)
 
 
+def _init_seed(params):
+  return params.seed if params.init_seed is None else params.init_seed
+
+
+@contextlib.contextmanager
+def _data_order_seed(params):
+  """Builds the training datasets under the global TF seed --seed, whatever --init_seed.
+
+  tf.data folds the global TF seed into its shuffle seeds, so the data order would follow
+  --init_seed otherwise (and a resume is exact only under the same global seed). On exit the
+  global seed is --init_seed again, from the start of its stream, for the dropout of the train
+  loop traced next. Without --init_seed it changes nothing.
+  """
+  if params.init_seed is None:
+    yield
+    return
+  tf.random.set_seed(params.seed)
+  try:
+    yield
+  finally:
+    tf.random.set_seed(params.init_seed)
+
+
+def training_iterator(params, strategy, setup, skip_batches):
+  """The distributed iterator over the training batches, past the first `skip_batches`, in the
+  data order of --seed (`_data_order_seed`)."""
+  with _data_order_seed(params):
+    return iter(
+      strategy.distribute_datasets_from_function(
+        training_setup.make_dataset_fn(params, setup.config, setup.vocab, True, skip_batches)
+      )
+    )
+
+
 def _at_boundary(step, every):
   return every > 0 and step % every == 0
 
@@ -582,11 +628,7 @@ class _Run(object):
     self.eval_result = None
     self.run_start = time.time()
     self.meter = training_metrics.Throughput(setup.config, params.use_xla)
-    self.iterator = iter(
-      strategy.distribute_datasets_from_function(
-        training_setup.make_dataset_fn(params, setup.config, setup.vocab, True, self.skip_batches)
-      )
-    )
+    self.iterator = training_iterator(params, strategy, setup, self.skip_batches)
     self.train_loop = self._make_train_loop()
     self.train_writer, eval_writer = self._summary_writers()
     self.evaluator = None
@@ -819,10 +861,9 @@ def _train_locked(params, strategy, write_dir):
   """The run of `train`, under the output dir's lock."""
   set_precision_policy(params.mixed_precision)
   _warn_if_bfloat16_is_emulated(params)
-  # The seed of Python, NumPy and TF (model initialisation included);
-  # input_pipeline's resume is exact only under the same global TF seed
-  # (tf.data folds it into its shuffle seeds).
-  keras.utils.set_random_seed(params.seed)
+  # The seed of Python, NumPy and TF: weight initialisation and dropout (the data order's global
+  # TF seed is `_data_order_seed`'s).
+  keras.utils.set_random_seed(_init_seed(params))
   resuming = model_dir.latest_checkpoint(params.output_dir) is not None
   setup = training_setup.prepare_model(params, resuming=resuming)
   chief = distribute_utils.is_chief(strategy)

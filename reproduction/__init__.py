@@ -1,6 +1,7 @@
 """The reports of the two long jobs: the reproduction (reproduce.py) and the benchmark.
 
 `reproduction_report` renders report.md / report.json and the learning curves from the stages'
-results; `benchmark_report` renders run_benchmark.py's tables, headline and plot; `peers` times
-the benchmark's peers (Hugging Face BERT on PyTorch and ONNX Runtime, minicons).
+results; `seed_runs` lays out and compares the seeds of reproduce.py --seeds; `benchmark_report`
+renders run_benchmark.py's tables, headline and plot; `peers` times the benchmark's peers (Hugging
+Face BERT on PyTorch and ONNX Runtime, minicons).
 """

@@ -6,12 +6,16 @@ and each evaluation's results) into markdown: Table 1/1b (LibriSpeech WER), 2 (W
 4 (STS-B, SICK), 7 ((pseudo-)perplexity), the training table and the learning curves, whose
 figure `plot_curves` draws. `asr_comparisons` and `sts_comparisons` pair LMs (T-TA with the
 biLM and the uniLM; word-level with piece-level scoring) over the same utterances or sentence
-pairs (evaluation/significance.py).
+pairs (evaluation/significance.py). With several seeds (reproduce.py --seeds,
+reproduction/seed_runs.py) a cell holds the mean over seeds and each seed's value (`seed_cell`),
+and a comparison its mean, each seed's CI and the every-seed rule's verdict.
 """
 
 import dataclasses
+import statistics
 
 from evaluation import significance
+from reproduction import seed_runs
 from util import io_utils
 
 # First-pass setting of the learning curves' dev WER (run_rescoring --settings): reproduce.py's
@@ -87,6 +91,30 @@ def _fmt(value, digits=2):
   return "-" if value is None else f"{value:.{digits}f}"
 
 
+def seed_cell(values, digits=2):
+  """ "47.80 (47.10 / 48.50)": the mean of a figure over seeds, then each seed's value ("-" where a
+  seed lacks it); a single value when every seed gives the same (an LM no seed changes)."""
+  present = [v for v in values if v is not None]
+  if not present:
+    return "-"
+  if len(set(values)) == 1:
+    return _fmt(values[0], digits)
+  return (
+    f"{_fmt(statistics.fmean(present), digits)} ({' / '.join(_fmt(v, digits) for v in values)})"
+  )
+
+
+def _result(rows, lm, column=None):
+  """The result of LM `lm` among rescoring `rows` at (test, setting) `column` (the first one when
+  None); None when absent."""
+  for row in rows or ():
+    if row["lm"] == lm:
+      for r in row["results"]:
+        if column is None or (r["test"], r["setting"]) == column:
+          return r
+  return None
+
+
 def _reranked_cell(result):
   """ "1.53 (λ 0.05, p 0.030)": WER, λ, and p of the paired bootstrap vs the first pass."""
   cell = f"{_fmt(result['reranked'])} (λ {result['lambda']:.2f}"
@@ -95,8 +123,12 @@ def _reranked_cell(result):
   return cell + ")"
 
 
-def wer_table(asr):
-  """Table 1: rows first pass / each LM; columns test sets x settings."""
+def wer_table(asr, others=()):
+  """Table 1: rows first pass / each LM; columns test sets x settings.
+
+  `others`: the rows of each further seed; then an LM's cell is `seed_cell` of its WER (the λ and
+  p of each seed are in report.json).
+  """
   cols = [(r["test"], r["setting"]) for r in asr[0]["results"]]
   head = "| method | " + " | ".join(f"{t.replace('_', ' ')} {st}" for t, st in cols) + " |"
   lines = [head, "|---|" + "---:|" * len(cols)]
@@ -104,19 +136,30 @@ def wer_table(asr):
   lines.append("| first pass | " + " | ".join(_fmt(first[c]["first_pass"]) for c in cols) + " |")
   for row in asr:
     by = {(r["test"], r["setting"]): r for r in row["results"]}
-    lines.append(f"| + {row['lm']} | " + " | ".join(_reranked_cell(by[c]) for c in cols) + " |")
+    if others:
+      runs = [asr, *others]
+      cells = [
+        seed_cell([(_result(run, row["lm"], c) or {}).get("reranked") for run in runs])
+        for c in cols
+      ]
+    else:
+      cells = [_reranked_cell(by[c]) for c in cols]
+    lines.append(f"| + {row['lm']} | " + " | ".join(cells) + " |")
   lines.append("| oracle | " + " | ".join(_fmt(first[c]["oracle"]) for c in cols) + " |")
   return "\n".join(lines)
 
 
-def bleu_table(nmt):
+def bleu_table(nmt, others=()):
+  """Table 2; `others`: the rows of each further seed (cells: `seed_cell`)."""
   r0 = nmt[0]["results"][0]
   lines = [
     "| method | BLEU |",
     "|---|---:|",
     f"| first system in file order | {_fmt(r0['first_pass'])} |",
   ]
-  lines += [f"| {row['lm']} alone | {_fmt(row['results'][0]['reranked'])} |" for row in nmt]
+  for row in nmt:
+    values = [(_result(run, row["lm"]) or {}).get("reranked") for run in [nmt, *others]]
+    lines.append(f"| {row['lm']} alone | {seed_cell(values)} |")
   lines.append(f"| oracle | {_fmt(r0['oracle'])} |")
   return "\n".join(lines)
 
@@ -132,19 +175,31 @@ def _pearson_cell(row, set_name):
   return cell
 
 
-def sts_table(sts, set_names, paper_sets=()):
-  """Pearson x100 per model, context and embed side by side per set."""
+def _pearson_seed_cell(runs, model, representation, set_name):
+  """`seed_cell` of a model's Pearson x100 over the seeds' STS rows `runs`."""
+  values = []
+  for rows in runs:
+    row = next(
+      (r for r in rows or () if (r["model"], r["representation"]) == (model, representation)), None
+    )
+    values.append(None if row is None else row["scores"][set_name][0])
+  return seed_cell(values)
+
+
+def sts_table(sts, set_names, paper_sets=(), others=()):
+  """Pearson x100 per model, context and embed side by side per set; `others`: the rows of each
+  further seed (cells: `seed_cell`, without the CIs, which are each seed's)."""
   reps = ("context", "embed")
   head = "| model | " + " | ".join(f"{n} {r}" for n in set_names for r in reps) + " |"
   lines = [head, "|---|" + "---:|" * (2 * len(set_names))]
   models = list(dict.fromkeys(r["model"] for r in sts))
   by = {(r["model"], r["representation"]): r for r in sts}
   for m in models:
-    lines.append(
-      f"| {m} | "
-      + " | ".join(_pearson_cell(by.get((m, r)), n) for n in set_names for r in reps)
-      + " |"
-    )
+    if others:
+      cells = [_pearson_seed_cell([sts, *others], m, r, n) for n in set_names for r in reps]
+    else:
+      cells = [_pearson_cell(by.get((m, r)), n) for n in set_names for r in reps]
+    lines.append(f"| {m} | " + " | ".join(cells) + " |")
   for m, sets in PAPER["sts"].items():
     if paper_sets and all(n in sets for n in set_names):
       lines.append(
@@ -220,6 +275,28 @@ def sts_comparisons(sts, pairs=STS_PAIRS):
   return out
 
 
+def seed_comparison_table(comparisons, columns):
+  """One line per comparison over seeds (seed_runs.combine_comparisons): "a - b", the `columns`
+  keys, the mean difference, each seed's difference [95% CI], and the every-seed rule's verdict."""
+  lines = [
+    "| comparison | "
+    + " | ".join(columns)
+    + " | mean difference | per seed: difference [95% CI] | every seed |",
+    "|---|" + "---|" * len(columns) + "---:|---|---|",
+  ]
+  for c in comparisons:
+    where = " | ".join(str(c[k]).replace("_", " ") for k in columns)
+    seeds = "; ".join(
+      "-" if s is None else f"{s['difference']:+.2f} [{s['low']:+.2f}, {s['high']:+.2f}]"
+      for s in c["seeds"]
+    )
+    lines.append(
+      f"| {c['a']} - {c['b']} | {where} | {c['difference']:+.2f} | {seeds} | "
+      f"{'yes' if c['every_seed'] else 'no'} |"
+    )
+  return "\n".join(lines)
+
+
 def comparison_table(comparisons, columns):
   """One line per comparison: "a - b", the `columns` keys, difference [95% CI], p."""
   lines = [
@@ -235,23 +312,36 @@ def comparison_table(comparisons, columns):
   return "\n".join(lines)
 
 
-def pppl_table(asr, sets=("dev_clean", "test_clean", "dev_other", "test_other")):
+def _pppl_cells(row, sets):
+  wer = {r["test"]: r["reranked"] for r in row["results"] if r["setting"] == "full"}
+  cells = []
+  for name in sets:
+    p = row["perplexity"].get(name)
+    cell = "-" if p is None else f"{p['mean']:.1f} / {p['median']:.1f}"
+    if name in wer:
+      cell += f" [{wer[name]:.2f}]"
+    cells.append(cell)
+  return " | ".join(cells)
+
+
+def pppl_table(asr, sets=("dev_clean", "test_clean", "dev_other", "test_other"), others=()):
   """Table 7: (pseudo-)perplexity mean / median per LM and set, with the
-  full-setting WER of that LM on that set when it is a test set."""
+  full-setting WER of that LM on that set when it is a test set.
+
+  `others`: the rows of each further seed; then an LM has a row per seed, "T-TA (seed 2)", unless
+  every seed gives it the same cells (an LM no seed changes, such as the 5-gram).
+  """
   lines = [
     "| LM | " + " | ".join(s.replace("_", " ") for s in sets) + " |",
     "|---|" + "---:|" * len(sets),
   ]
   for row in asr:
-    wer = {r["test"]: r["reranked"] for r in row["results"] if r["setting"] == "full"}
-    cells = []
-    for name in sets:
-      p = row["perplexity"].get(name)
-      cell = "-" if p is None else f"{p['mean']:.1f} / {p['median']:.1f}"
-      if name in wer:
-        cell += f" [{wer[name]:.2f}]"
-      cells.append(cell)
-    lines.append(f"| {row['lm']} | {' | '.join(cells)} |")
+    seeds = [row] + [next((r for r in rows if r["lm"] == row["lm"]), None) for rows in others]
+    cells = ["-" if r is None else _pppl_cells(r, sets) for r in seeds]
+    if len(set(cells)) == 1:
+      lines.append(f"| {row['lm']} | {cells[0]} |")
+      continue
+    lines += [f"| {row['lm']} (seed {i:d}) | {c} |" for i, c in enumerate(cells, 1)]
   return "\n".join(lines)
 
 
@@ -274,11 +364,35 @@ def report_notes(report):
         "slice of few books may hold out none), so training ran without --eval_file"
       )
     notes.append(f'Eval loss is "-" where {why}.')
+  seeds = seed_runs.seed_count(report)
+  if seeds > 1:
+    notes.append(
+      f"**{seeds:d} seeds**: every neural LM was trained {seeds:d} times, each time with another "
+      "weight initialisation and dropout on the same data order, biLM masks and steps (seed 1: "
+      "run_pretraining.py's default seeds; seed k: --init_seed=k). A cell gives the mean over "
+      "the seeds, then each seed's value (seed 1 / seed 2 / ...), or one value when every seed "
+      "gives the same; each seed's CIs, λ and p are in report.json. A comparison of two models "
+      "counts as significant only by the every-seed rule (evaluation/significance.py, "
+      "`significant_in_every_seed`): its paired-bootstrap 95% CI excludes 0, on the same side, "
+      'for every seed ("every seed: yes"). '
+      "The learning curves are seed 1's."
+    )
   return [line for note in notes for line in (note, "")]
 
 
+def _others(report, key):
+  """report[key] of each seed after the first (none with one seed)."""
+  return seed_runs.per_seed(report, key)[1:]
+
+
 def _comparison_section(report, key, unit, columns, title="T-TA vs biLM / uniLM"):
-  """Heading and table of report[key] (see asr_comparisons), or nothing when it is empty."""
+  """Heading and table of report[key] (see asr_comparisons), or nothing when it is empty; with
+  several seeds, the table of its comparisons over seeds (report["seed_comparisons"])."""
+  if "seed_comparisons" in report:
+    over_seeds = report["seed_comparisons"].get(key)
+    if not over_seeds:
+      return []
+    return ["", f"{title} ({unit}):", "", seed_comparison_table(over_seeds, columns)]
   if not report.get(key):
     return []
   return ["", f"{title} ({unit}):", "", comparison_table(report[key], columns)]
@@ -301,13 +415,19 @@ def _training_section(report):
     "| model | train min | tokens trained (M) | tokens/s | GFLOP/s | of matmul peak | eval loss |",
     "|---|---:|---:|---:|---:|---:|---:|",
   ]
-  for name, t in report["training"].items():
-    of_peak = "-" if t.get("of_peak") is None else f"{100 * t['of_peak']:.0f}%"
-    parts.append(
-      f"| {name} | {t['wall_seconds'] / 60:.1f} | {t['tokens_trained'] / 1e6:.2f} | "
-      f"{t['tokens_per_second']:.0f} | {_fmt(t.get('gflops_per_second'), 1)} | {of_peak} | "
-      f"{_fmt(t['eval_loss'], 3)} |"
-    )
+  runs = seed_runs.per_seed(report, "training")
+  for name in report["training"]:
+    for seed, training in enumerate(runs, 1):
+      t = (training or {}).get(name)
+      if t is None:
+        continue
+      of_peak = "-" if t.get("of_peak") is None else f"{100 * t['of_peak']:.0f}%"
+      label = name if len(runs) == 1 else f"{name} (seed {seed:d})"
+      parts.append(
+        f"| {label} | {t['wall_seconds'] / 60:.1f} | {t['tokens_trained'] / 1e6:.2f} | "
+        f"{t['tokens_per_second']:.0f} | {_fmt(t.get('gflops_per_second'), 1)} | {of_peak} | "
+        f"{_fmt(t['eval_loss'], 3)} |"
+      )
   if setup.get("matmul_peak"):
     peak = setup["matmul_peak"]
     parts += [
@@ -341,13 +461,15 @@ def _asr_sections(report):
     f"p: paired bootstrap over utterances ({significance.DEFAULT_RESAMPLES:,d} seeded "
     "resamples) of the LM vs the first pass."
   )
+  if seed_runs.seed_count(report) > 1:
+    p_line = "LM cells: mean WER over the seeds (each seed's)."
   if "asr" in report:
     lists = f"first {setup['asr_max_lists']:d}" if setup["asr_max_lists"] else "all"
     parts += [
       "",
       f"## Table 1: LibriSpeech reranking, WER % ({lists} lists of each set; λ tuned on dev)",
       "",
-      wer_table(report["asr"]),
+      wer_table(report["asr"], _others(report, "asr")),
       "",
       p_line,
       *_comparison_section(
@@ -360,7 +482,7 @@ def _asr_sections(report):
       f"## Table 1b: every LM on the same seeded sample of {setup['asr_sample_lists']:d} "
       "lists per set (WER %, λ tuned on the dev sample)",
       "",
-      wer_table(report["asr_paired"]),
+      wer_table(report["asr_paired"], _others(report, "asr_paired")),
       "",
       p_line,
       *_comparison_section(
@@ -371,7 +493,7 @@ def _asr_sections(report):
       "## Table 7: (pseudo-)perplexity mean / median per sentence [full-setting WER] on the "
       "sample of Table 1b; word pieces for the neural LMs, words for the 5-gram",
       "",
-      pppl_table(report["asr_paired"]),
+      pppl_table(report["asr_paired"], others=_others(report, "asr_paired")),
     ]
   return parts
 
@@ -408,7 +530,7 @@ def _nmt_section(report):
     "The candidates carry no NMT scores, so the LMs select alone (the paper interpolated "
     "with its NMT model's scores).",
     "",
-    bleu_table(report["nmt"]),
+    bleu_table(report["nmt"], _others(report, "nmt")),
   ]
 
 
@@ -422,13 +544,15 @@ def _sts_section(report):
     "",
     f"## Table 3: STS-B, Pearson r x 100{first_pairs}",
     "",
-    sts_table(report["sts"], ["stsb_dev", "stsb_test"], True),
+    sts_table(report["sts"], ["stsb_dev", "stsb_test"], True, _others(report, "sts")),
     "",
     "## Table 4: SICK test, Pearson r x 100",
     "",
-    sts_table(report["sts"], ["sick_test"]),
+    sts_table(report["sts"], ["sick_test"], others=_others(report, "sts")),
     "",
-    "Cells: Pearson [95% bootstrap CI over pairs].",
+    "Cells: mean Pearson over the seeds (each seed's)."
+    if seed_runs.seed_count(report) > 1
+    else "Cells: Pearson [95% bootstrap CI over pairs].",
     *_comparison_section(
       report,
       "sts_comparisons",

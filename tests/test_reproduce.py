@@ -14,7 +14,9 @@ import pytest
 
 import reproduce
 from reproduction import reproduction_report
+from reproduction import seed_runs
 from util import cli
+from util import progress
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -219,3 +221,18 @@ def test_curve_checkpoints_are_spread_and_viewed_as_model_dirs(tmp_path):
   from lm import model_dir  # pylint: disable=g-import-not-at-top
 
   assert model_dir.latest_checkpoint(view) == os.path.join(view, "ckpt-4")
+
+
+def test_seed_one_keeps_the_one_seed_layout_and_flags_and_the_others_their_own(tmp_path):
+  work = str(tmp_path)
+  # Seed 1 is a one-seed run as it was: its dir, run_pretraining.py's default seeds.
+  assert seed_runs.seed_dir(work, 1) == work and seed_runs.init_seed_flags(1) == []
+  assert seed_runs.seed_dir(work, 3) == os.path.join(work, "seed3")
+  assert seed_runs.init_seed_flags(3) == ["--init_seed=3"]
+  # A further seed's run_step writes its log and stamps in its own dir, and its stages show their
+  # seed on the console.
+  reproduce.run_step(seed_runs.seed_dir(work, 2), "sts", ["-c", "pass"])
+  assert (tmp_path / "seed2" / "logs" / "sts.log").exists()
+  assert not (tmp_path / "logs").exists()
+  stages = seed_runs.SeedStages(progress.Stages(["sts", "seed2/sts"]), 2)
+  assert stages.start("sts").startswith("stage 2 of 2: seed2/sts")

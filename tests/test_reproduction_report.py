@@ -4,6 +4,7 @@ comparisons, and the notes of a quick-mode report."""
 import pytest
 
 from reproduction import reproduction_report
+from reproduction import seed_runs
 
 
 def _asr_row(lm, reranked, lam, ppl):
@@ -148,3 +149,96 @@ def test_quick_report_says_it_checks_mechanics_and_why_eval_loss_is_missing():
   assert "| T-TA | 1.0 | 1.92 | 900 | 3.5 | 25% | - |" in text
   full = reproduction_report.render_report(_report("full", 4.2, 5000))
   assert "Quick mode" not in full and "Eval loss is" not in full
+
+
+def _sts_row(model, representation, pearson, ci):
+  return {
+    "model": model,
+    "representation": representation,
+    "scores": {n: [pearson, pearson - 1.0] for n in ("stsb_dev", "stsb_test", "sick_test")},
+    "pearson_ci": {n: list(ci) for n in ("stsb_dev", "stsb_test", "sick_test")},
+  }
+
+
+def _comparison(a, b, difference, low, high, p_value=0.01):
+  return {
+    "a": a,
+    "b": b,
+    "set": "sick_test",
+    "representation": "context",
+    "difference": difference,
+    "low": low,
+    "high": high,
+    "p_value": p_value,
+    "num_units": 10,
+  }
+
+
+def _two_seed_report():
+  """A full-mode report of two seeds: seed 2 moves every neural figure, not the 5-gram's."""
+  report = _report("full", 4.2, 5000)
+  report["asr_paired"] = [
+    _asr_row("T-TA", (1.11, 1.22), (0.3, 0.45), (300.0, 12.5)),
+    _asr_row("5-gram", (1.33, 1.44), (0.1, 0.2), (700.0, 250.0)),
+  ]
+  report["sts"] = [_sts_row("T-TA", "context", 40.0, (35.0, 45.0))]
+  report["sts"].append(_sts_row("biLM", "context", 30.0, (25.0, 35.0)))
+  # T-TA beats the biLM by 10 [2, 18] in seed 1 and by 4 [-1, 9] in seed 2: not in every seed.
+  report["sts_comparisons"] = [_comparison("T-TA", "biLM", 10.0, 2.0, 18.0)]
+  seed2 = {
+    "seed": 2,
+    "training": {"T-TA": dict(report["training"]["T-TA"], wall_seconds=120.0)},
+    "asr_paired": [
+      _asr_row("T-TA", (1.31, 1.02), (0.3, 0.45), (320.0, 13.5)),
+      _asr_row("5-gram", (1.33, 1.44), (0.1, 0.2), (700.0, 250.0)),
+    ],
+    "sts": [_sts_row("T-TA", "context", 60.0, (55.0, 65.0))],
+    "sts_comparisons": [_comparison("T-TA", "biLM", 4.0, -1.0, 9.0, 0.2)],
+  }
+  seed2["sts"].append(_sts_row("biLM", "context", 20.0, (15.0, 25.0)))
+  report["seed_runs"] = [seed2]
+  report["setup"]["seeds"] = 2
+  report["setup"].update(asr_sample_lists=4, sts_max_pairs=None)
+  report["seed_comparisons"] = seed_runs.seed_comparisons(report)
+  return report
+
+
+def test_two_seeds_show_each_seeds_value_and_the_mean():
+  text = reproduction_report.render_report(_two_seed_report())
+  # Pearson: means (40 + 60) / 2 and (30 + 20) / 2, then seed 1 / seed 2; no CIs (per seed).
+  assert "| T-TA | 50.00 (40.00 / 60.00) | - |" in text
+  assert "| biLM | 25.00 (30.00 / 20.00) | - |" in text
+  assert "Cells: mean Pearson over the seeds (each seed's)." in text
+  # WER: (1.11 + 1.31) / 2 and (1.22 + 1.02) / 2; the 5-gram, the same in both seeds, once.
+  assert "| + T-TA | 1.21 (1.11 / 1.31) | 1.12 (1.22 / 1.02) |" in text
+  assert "| + 5-gram | 1.33 | 1.44 |" in text
+  # Perplexity and training: a row per seed; the 5-gram's perplexities are the same, one row.
+  assert "| T-TA (seed 1) | - | 300.0 / 12.5 [1.22] | - | - |" in text
+  assert "| T-TA (seed 2) | - | 320.0 / 13.5 [1.02] | - | - |" in text
+  assert "| 5-gram | - | 700.0 / 250.0 [1.44] | - | - |" in text
+  assert "| T-TA (seed 1) | 1.0 | 1.92 |" in text and "| T-TA (seed 2) | 2.0 | 1.92 |" in text
+  # The comparison: mean (10 + 4) / 2, each seed's CI, and not significant in every seed.
+  assert (
+    "| T-TA - biLM | sick test | context | +7.00 | +10.00 [+2.00, +18.00]; +4.00 [-1.00, +9.00] "
+    "| no |" in text
+  )
+  assert "**2 seeds**" in text and "`significant_in_every_seed`" in text
+
+
+def test_seed_comparisons_pair_the_same_comparison_of_each_seed():
+  combine = seed_runs.combine_comparisons
+  both = combine(
+    [
+      [_comparison("T-TA", "biLM", 3.0, 1.0, 5.0), _comparison("T-TA", "uniLM", 1.0, -1.0, 3.0)],
+      [_comparison("T-TA", "biLM", 5.0, 2.0, 8.0)],
+    ]
+  )
+  assert [(c["a"], c["b"], c["set"]) for c in both] == [
+    ("T-TA", "biLM", "sick_test"),
+    ("T-TA", "uniLM", "sick_test"),
+  ]
+  assert both[0]["difference"] == 4.0 and both[0]["every_seed"] is True
+  assert [s["low"] for s in both[0]["seeds"]] == [1.0, 2.0]
+  # Seed 2 lacks T-TA - uniLM: the mean of the seed that has it, and no claim.
+  assert both[1]["difference"] == 1.0 and both[1]["seeds"][1] is None
+  assert both[1]["every_seed"] is False

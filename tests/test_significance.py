@@ -86,3 +86,19 @@ def test_p_values_print_as_a_bound_when_no_resample_crossed_zero():
   assert significance.format_p(0.03) == "0.030"
   assert significance.format_p(0.0) == "< 0.001"
   assert significance.format_p(1.0) == "1.000"
+
+
+def test_every_seed_rule_needs_every_ci_on_one_side_of_zero():
+  rule = significance.significant_in_every_seed
+  assert rule([(0.5, 2.0), (0.1, 1.2)])  # both above 0
+  assert rule([(-3.0, -0.2), (-1.0, -0.01)])  # both below 0
+  assert rule([(0.3, 0.9)])  # one seed: the usual CI rule
+  # One seed's CI reaches 0 (or crosses it): the other seed's clear result does not count.
+  assert not rule([(0.5, 2.0), (0.0, 1.2)])
+  assert not rule([(0.5, 2.0), (-0.4, 1.2)])
+  # Each CI excludes 0, but on opposite sides: the seeds disagree on the direction.
+  assert not rule([(0.5, 2.0), (-2.0, -0.5)])
+  # A seed without the comparison cannot confirm it.
+  assert not rule([(0.5, 2.0), None])
+  with pytest.raises(ValueError, match="no seed"):
+    rule([])
