@@ -349,7 +349,7 @@ class NeuralLM(object):
       )
     return ids, truncated, normalized
 
-  def _batches(self, ids, rows_per_sentence):
+  def _padded_batches(self, ids, rows_per_sentence):
     """`budget_batches` of `ids` under this LM's budget, padded.
 
     Yields:
@@ -413,7 +413,7 @@ class NeuralLM(object):
     too); unilm: log p(x_t | x_<t) from the left."""
     scores = self._one_pass_function(scoring)
     out = [None] * len(ids)
-    for indices, batch in self._batches(ids, lambda n: 1):
+    for indices, batch in self._padded_batches(ids, lambda n: 1):
       score_mask = np.zeros_like(batch.input_mask)
       for row, n in enumerate(batch.lengths):
         score_mask[row, self._scored_positions(n)] = 1
@@ -448,7 +448,7 @@ class NeuralLM(object):
       [n, D] float32), in the order of positions_of.
     """
     out = [None] * len(ids)
-    for indices, batch in self._batches(ids, lambda n: len(positions_of(n))):
+    for indices, batch in self._padded_batches(ids, lambda n: len(positions_of(n))):
       rows, positions, targets, owner = [], [], [], []
       for row, i in enumerate(indices):
         for p in positions_of(batch.lengths[row]):
@@ -525,7 +525,7 @@ class NeuralLM(object):
 
   def _pooled(self, ids, pooling):
     out = np.zeros((len(ids), self.model.config.hidden_size), np.float32)
-    for indices, batch in self._batches(ids, lambda n: 1):
+    for indices, batch in self._padded_batches(ids, lambda n: 1):
       self.clock.lap("batching")
       vectors = self._sentence_vectors(batch.input_ids, batch.input_mask)[pooling]
       self.clock.lap("graph")
