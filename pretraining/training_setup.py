@@ -25,21 +25,6 @@ import modeling
 from pretraining import input_pipeline
 import tokenization
 
-# Architecture fields that the size flags may set; a resumed run must agree
-# with the config.json already in --output_dir on all of them.
-_ARCH_FIELDS = (
-  "vocab_size",
-  "hidden_size",
-  "num_hidden_layers",
-  "num_attention_heads",
-  "intermediate_size",
-  "hidden_act",
-  "max_position_embeddings",
-  "type_vocab_size",
-  "output_layer",
-  "target_embedding_size",
-)
-
 
 @dataclasses.dataclass
 class ModelSetup:
@@ -219,7 +204,7 @@ def _check_same_architecture(existing, config, output_dir):
     config.target_embedding_size = old.get("target_embedding_size")
   diffs = [
     f"{k}: {old.get(k)!r} in {model_dir.config_path(output_dir)}, {new.get(k)!r} now"
-    for k in _ARCH_FIELDS + ("model_type",)
+    for k in modeling.TTAConfig.field_names("architecture")
     if old.get(k) != new.get(k)
   ]
   if diffs:
