@@ -19,7 +19,6 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-import kinds
 from lm import model_dir
 import modeling
 from pretraining import input_pipeline
@@ -322,6 +321,7 @@ def synthetic_dataset(
   mean_length,
   vocab_size,
   mask_id,
+  special_ids,
   max_seq_length,
   seed,
   mlm_probability=0.15,
@@ -330,39 +330,29 @@ def synthetic_dataset(
 ):
   """Random-id batches with lengths in mean_length +- 25% (benchmarking).
 
-  Same features as `input_pipeline.make_dataset` (continuation: as there); a fixed set of
-  `num_batches` batches is cached in memory and repeated, so the input
-  costs nothing during timing.
+  The features of `input_pipeline.make_dataset`, made by its `make_targets` (special_ids,
+  mlm_probability, continuation: as there); a fixed set of `num_batches` batches is cached in
+  memory and repeated, so the input costs nothing during timing.
   """
   rng = np.random.RandomState(seed)
   batches = []
   low, high = max(3, int(mean_length * 0.75)), int(mean_length * 1.25)
-  for _ in range(num_batches):
+  for index in range(num_batches):
     lengths = np.minimum(rng.randint(low, high + 1, size=batch_size), max_seq_length)
     t = int(lengths.max())
     mask = (np.arange(t)[None] < lengths[:, None]).astype(np.int32)
-    ids = rng.randint(7, vocab_size, size=(batch_size, t)).astype(np.int32)
-    ids *= mask
-    target = kinds.get(model_type).target
-    if target == "self":
-      inputs, targets, weights = ids, ids, mask.astype(np.float32)
-    elif target == "next":
-      inputs = ids
-      targets = np.concatenate([ids[:, 1:], np.zeros_like(ids[:, :1])], 1)
-      weights = np.concatenate([mask[:, 1:], np.zeros_like(mask[:, :1])], 1).astype(np.float32)
-    else:  # "mlm"
-      chosen = (rng.uniform(size=ids.shape) < mlm_probability) & (mask > 0)
-      inputs = np.where(chosen, mask_id, ids).astype(np.int32)
-      targets, weights = ids, chosen.astype(np.float32)
-    batch = {
-      "input_ids": inputs,
-      "input_mask": mask,
-      "target_ids": targets.astype(np.int32),
-      "target_weights": weights,
-    }
-    if kinds.get(model_type).attention in modeling.WORD_PATTERNS:
-      batch["word_ids"] = modeling.token_word_ids(ids, continuation).numpy()
-    batches.append(batch)
+    ids = rng.randint(len(tokenization.SPECIAL_TOKENS), vocab_size, size=(batch_size, t))
+    batch = input_pipeline.make_targets(
+      {"input_ids": tf.constant(ids * mask, tf.int32), "input_mask": tf.constant(mask)},
+      model_type,
+      tf.constant([seed, index], tf.int64),
+      vocab_size,
+      mask_id,
+      special_ids,
+      mlm_probability,
+      continuation,
+    )
+    batches.append({k: v.numpy() for k, v in batch.items()})
 
   def gen():
     yield from batches
@@ -394,6 +384,7 @@ def make_dataset_fn(params, config, vocab, is_training, skip_batches=0):
         params.synthetic_length,
         config.vocab_size,
         mask_id,
+        specials,
         params.max_seq_length,
         params.seed + ctx.input_pipeline_id + (0 if is_training else 7919),
         params.mlm_probability,
