@@ -55,6 +55,7 @@ from lm import onnx_backend
 from lm import scoring_graph
 from lm import stage_clock
 from text import normalization as normalization_lib
+import tokenization
 
 POOLINGS = ("context", "embed", "first", "last")
 # How a sentence's pieces are scored (docs/DESIGN.md §4.1). "piece": each piece given every other
@@ -106,10 +107,10 @@ class ScoredSentence:
     return self.total / max(self.num_tokens, 1)
 
   def word_logprobs(self):
-    """Sums the pieces of each word ("##" continues a word): list of floats."""
+    """Sums the pieces of each word (`tokenization.is_continuation`): list of floats."""
     words = []
     for token, logprob in zip(self.tokens, self.token_logprobs):
-      if token.startswith("##") and words:
+      if tokenization.is_continuation(token) and words:
         words[-1] += float(logprob)
       else:
         words.append(float(logprob))
@@ -263,7 +264,7 @@ class NeuralLM(object):
       self._onnx = onnx_backend.OnnxFunctions(
         model,
         tf.config.threading.get_intra_op_parallelism_threads(),
-        tokenizer.continuation_ids(),
+        tokenizer.continuation_flags(),
       )
     self.bos_id, self.eos_id = _boundary_ids(tokenizer)
     self.mask_id = tokenizer.mask_id
@@ -273,7 +274,7 @@ class NeuralLM(object):
     self.normalization = normalization or config.normalization
     self._normalize = normalization_lib.normalizer(self.normalization)
     with backends.scope(strategy):
-      self.graph = scoring_graph.ScoringGraph(model, tokenizer.continuation_ids())
+      self.graph = scoring_graph.ScoringGraph(model, tokenizer.continuation_flags())
     self._compile()
 
   @classmethod
@@ -405,7 +406,7 @@ class NeuralLM(object):
   def _word_ids(self, input_ids):
     """int32 [B, T] word index of each token (pieces of one word share it), from the vocab's
     continuation pieces ("##ing"); the rule of `modeling.word_ids`, in NumPy."""
-    starts = 1 - self.tokenizer.continuation_ids()[input_ids].astype(np.int32)
+    starts = 1 - self.tokenizer.continuation_flags()[input_ids].astype(np.int32)
     return np.cumsum(starts, axis=1, dtype=np.int32)
 
   def _one_pass(self, ids, scoring):

@@ -69,7 +69,7 @@ class OnnxFunctions(object):
   def __init__(self, model, threads=None, continuation=None):
     """Args: model, a `modeling.TransformerLM`; threads, ONNX Runtime's intra-op threads (None:
     its default, one per physical core); continuation, bool [V], the vocab's WordPiece
-    continuation pieces (`tokenization.FullTokenizer.continuation_ids`), from which a graph with
+    continuation pieces (`tokenization.FullTokenizer.continuation_flags`), from which a graph with
     a word attention pattern finds the words (None for a model that never uses one), as
     `ScoringGraph`'s."""
     check_model(model)
@@ -430,7 +430,7 @@ class _AttentionMasks(object):
       if continuation is None:
         raise ValueError(
           f"{model.model_type} with the word attention pattern {attention!r} needs the vocab's "
-          "continuation pieces: OnnxFunctions(model, continuation=tokenizer.continuation_ids())"
+          "continuation pieces: OnnxFunctions(model, continuation=tokenizer.continuation_flags())"
         )
       allowed = _word_pattern_keys(g, attention, continuation, input_ids, input_mask, length)
       bias = g.op(

@@ -275,7 +275,7 @@ def load_target_embeddings(path, vocab, seed=0):
     for kind, key in (
       ("exact", token),
       ("lower", token.lower()),
-      ("piece", token[2:] if token.startswith("##") else None),
+      ("piece", tokenization.continued_text(token)),
     ):
       if key is not None and key in vectors:
         table[index] = vectors[key]

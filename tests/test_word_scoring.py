@@ -137,7 +137,7 @@ def test_scoring_is_part_of_the_identity_and_checked(tokenizer):
 def random_word_batch(tokenizer, rng, lengths):
   """ids, mask int32 [B, max(lengths)]: rows of random pieces, about a third of them
   continuations ("##ing"), padded with [PAD]; a row's first token starts a word, as [SOS]."""
-  continuation = tokenizer.continuation_ids()
+  continuation = tokenizer.continuation_flags()
   starts, pieces = np.flatnonzero(~continuation), np.flatnonzero(continuation)
   width = max(lengths)
   ids = np.where(
@@ -159,7 +159,7 @@ def test_onnxruntime_word_mask_is_modelings(tokenizer):
   rule's owner), and a query has a key exactly where that mask has one."""
   tf.keras.utils.set_random_seed(5)
   model = modeling.build_model(tiny_config(vocab_size=tokenizer.vocab_size), "tta_word")
-  continuation = tokenizer.continuation_ids()
+  continuation = tokenizer.continuation_flags()
   g = onnx_backend._Graph({})  # pylint: disable=protected-access
   input_ids = g.input("input_ids", np.int32, ["B", "T"])
   input_mask = g.input("input_mask", np.int32, ["B", "T"])
@@ -195,7 +195,7 @@ def test_onnxruntime_word_l2r_output_is_exactly_blind_to_its_piece_and_later_one
   an earlier piece of its word or another word changes; rows never mix. A changed piece stays a
   continuation or a word start, so the words stay the same."""
   lm = lm_for(model_type, tokenizer)
-  functions = onnx_backend.OnnxFunctions(lm.model, 1, tokenizer.continuation_ids())
+  functions = onnx_backend.OnnxFunctions(lm.model, 1, tokenizer.continuation_flags())
   sentences = [SENTENCE, "cats walking , the dog ran", "a dog walked"]
   ids, mask = inference.pad_rows(lm.tokenize(sentences)[0], tokenizer.vocab["[PAD]"], 1)
   words = lm._word_ids(ids)  # pylint: disable=protected-access
@@ -209,7 +209,7 @@ def test_onnxruntime_word_l2r_output_is_exactly_blind_to_its_piece_and_later_one
     out.reshape(-1, out.shape[-1])[read_at] = np.concatenate([hidden, log_probs[:, None]], 1)
     return out  # [B, T, D + 1]: the last layer and log p(target) at every real output
 
-  continuation = tokenizer.continuation_ids()
+  continuation = tokenizer.continuation_flags()
   base = outputs(ids)
   for row, n in enumerate(mask.sum(axis=1)):
     for j in range(n):
