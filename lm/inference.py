@@ -403,12 +403,6 @@ class NeuralLM(object):
     self.clock.lap("conversion")
     return results
 
-  def _word_ids(self, input_ids):
-    """int32 [B, T] word index of each token (pieces of one word share it), from the vocab's
-    continuation pieces ("##ing"); the rule of `modeling.word_ids`, in NumPy."""
-    starts = 1 - self.tokenizer.continuation_flags()[input_ids].astype(np.int32)
-    return np.cumsum(starts, axis=1, dtype=np.int32)
-
   def _one_pass(self, ids, scoring):
     """tta, tta_word: log p(x_t | x_\\t) (word_l2r: x_t and the later pieces of its word hidden
     too); unilm: log p(x_t | x_<t) from the left."""
@@ -460,7 +454,7 @@ class NeuralLM(object):
       input_ids = batch.input_ids[rows]
       if word_l2r:
         # Copy r hides its position and every later piece of the same word.
-        words = self._word_ids(input_ids)
+        words = self.graph.word_ids(input_ids).numpy()
         at = words[np.arange(len(rows)), positions][:, None]  # [R, 1]
         later = np.arange(input_ids.shape[1])[None] >= np.array(positions)[:, None]
         input_ids[(words == at) & later] = self.mask_id

@@ -460,8 +460,9 @@ class _AttentionMasks(object):
 
 
 def _word_ids(g, continuation, input_ids):
-  """int32 [B, T], the word of each input token (`modeling.word_ids` of the continuation flags
-  `ScoringGraph.word_ids` gathers): 1 - is_continuation, summed along the row."""
+  """int32 [B, T], the word of each input token: mirror of `modeling.token_word_ids` (what
+  `ScoringGraph.word_ids` computes) in ONNX ops, which tests/test_word_scoring.py holds equal on
+  random ids: 1 - is_continuation, summed along the row."""
   is_continuation = g.op("Gather", g.weight(np.asarray(continuation, bool)), input_ids)
   starts = g.op("Sub", g.weight(np.int32(1)), g.op("Cast", is_continuation, to=_INT32))
   return g.op("CumSum", starts, g.weight(np.int64(1)))
