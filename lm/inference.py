@@ -86,6 +86,8 @@ class ScoredSentence:
       is read (`normalization.Normalized.fallback`).
     unknown_chars: characters the normalization cannot spell (emoji, CJK),
       each scored as [UNK] (KenLM: <unk>).
+    unknown_words: KenLM: the words out of the model's vocabulary, each scored as <unk>
+      (neural LMs: 0; their [UNK] is a token of the vocab).
   """
 
   tokens: list
@@ -93,6 +95,7 @@ class ScoredSentence:
   truncated: bool = False
   normalization_fallback: bool = False
   unknown_chars: int = 0
+  unknown_words: int = 0
 
   @property
   def total(self):
@@ -532,7 +535,7 @@ class NeuralLM(object):
 class NgramLM(object):
   """A KenLM n-gram model behind the same `score` interface."""
 
-  def __init__(self, model_path, score_eos=True, normalization=None, score_sos=False):
+  def __init__(self, model_path, score_eos=True, normalization=None, score_sos=False, bos=True):
     """Loads a KenLM model.
 
     Args:
@@ -542,6 +545,7 @@ class NgramLM(object):
         recorded beside the model by ngram_lm.train_ngram, else none.
       score_sos: accepted as by every LM kind; <s> is never scored, as for
         unilm (nothing predicts it).
+      bos: condition the first word on <s> (False scores a fragment of a sentence).
     """
     from lm import ngram_lm  # pylint: disable=g-import-not-at-top
 
@@ -549,6 +553,7 @@ class NgramLM(object):
     self.scorer = ngram_lm.NgramScorer(model_path)
     self.model_type = "kenlm"
     self.score_eos = score_eos
+    self.bos = bos
     self.stats = _new_stats()
     self.normalization = normalization or ngram_lm.read_model_info(model_path).get(
       "normalization", "none"
@@ -568,7 +573,7 @@ class NgramLM(object):
     texts = [n.text for n in normalized]
     results = []
     for norm, s in zip(
-      normalized, self.scorer.score_sentences(texts, bos=True, eos=self.score_eos)
+      normalized, self.scorer.score_sentences(texts, bos=self.bos, eos=self.score_eos)
     ):
       tokens = norm.text.split() + (["</s>"] if self.score_eos else [])
       results.append(
@@ -577,6 +582,7 @@ class NgramLM(object):
           np.array(s.word_logprobs),
           normalization_fallback=norm.fallback,
           unknown_chars=norm.unknown,
+          unknown_words=s.n_oov,
         )
       )
     self.stats["sentences"] += len(results)
@@ -722,6 +728,8 @@ def describe(lm, scoring=None):
       "bytes": os.path.getsize(path),
       "mtime": os.path.getmtime(path),
       **common,
+      # Only when not conditioned on <s>, so the keys of sentence scores stay what they were.
+      **({} if lm.bos else {"bos": False}),
     }
   with open(lm.tokenizer.vocab_file, "rb") as f:
     vocab_sha256 = hashlib.sha256(f.read()).hexdigest()
