@@ -560,15 +560,16 @@ class NgramLM(object):
     )
     self._normalize = normalization_lib.normalizer(self.normalization)
 
-  # An n-gram model scores words whatever the mode.
-  default_scoring = "piece"
+  # An n-gram model scores whole words, each given the earlier ones, whatever mode is asked for
+  # (SCORINGS say how a neural LM scores pieces); so "word", not one of them (`scoring_of`).
+  default_scoring = "word"
 
   def score(self, sentences, scoring=None):
     """Scores sentences; returns a list of `ScoredSentence` in input order.
 
     scoring: one of SCORINGS or None; all score words, the units of an n-gram model.
     """
-    checked_scoring(scoring or self.default_scoring)
+    scoring_of(self, scoring)
     normalized = _normalize_all(self._normalize, sentences, self.stats)
     texts = [n.text for n in normalized]
     results = []
@@ -704,6 +705,16 @@ def checked_scoring(scoring):
   return scoring
 
 
+def scoring_of(lm, scoring=None):
+  """The mode `lm` scores in when asked for `scoring` (one of SCORINGS, else a ValueError; None:
+  its `default_scoring`): an n-gram model's "word" whatever is asked."""
+  if scoring is not None:
+    checked_scoring(scoring)
+  if isinstance(lm, NgramLM):
+    return lm.default_scoring
+  return scoring or lm.default_scoring
+
+
 def describe(lm, scoring=None):
   """The JSON-able identity of an LM and its scoring mode: everything that changes its scores.
 
@@ -714,7 +725,7 @@ def describe(lm, scoring=None):
   a score cached under one identity is never served for another. `model_id`
   turns it into a short key. scoring None is the LM's `default_scoring`.
   """
-  scoring = checked_scoring(scoring or lm.default_scoring)
+  scoring = scoring_of(lm, scoring)
   common = {
     "normalization": lm.normalization,
     "normalization_rules": normalization_lib.RULES_VERSION,

@@ -288,6 +288,16 @@ def test_kenlm_without_bos_scores_a_fragment(arpa_path):
   assert "bos" not in inference.describe(inference.NgramLM(arpa_path))
 
 
+def test_kenlm_scores_words_whatever_mode_is_asked(arpa_path):
+  from lm import inference  # pylint: disable=g-import-not-at-top
+
+  lm = inference.NgramLM(arpa_path)
+  assert [inference.scoring_of(lm, m) for m in (None, "piece", "word_l2r")] == ["word"] * 3
+  assert lm.score(["a b"], "piece")[0].total == lm.score(["a b"], "word_l2r")[0].total
+  with pytest.raises(ValueError, match="scoring 'word' is not one of"):
+    lm.score(["a b"], scoring="word")  # what it does, but not a mode one can ask for
+
+
 def test_kenlm_scores_every_sentence_and_flags_what_normalization_could_not_spell(
   librispeech_arpa,
 ):
