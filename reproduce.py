@@ -674,7 +674,7 @@ def build_report(s, plan, data_stats, model_dirs, results, peak=None):
       "mode": FLAGS.mode,
       "command": " ".join(["python"] + sys.argv),
       "commit": machine.git_commit(),
-      "machine": machine.machine(),
+      "machine": machine.cpu_and_cores(),
       "finished": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
       "train_sentences": data_stats["train"]["sentences"],
       "train_tokens": data_stats["train"]["tokens"],
