@@ -142,8 +142,6 @@ KINDS = {
 }
 MODEL_TYPES = tuple(KINDS)
 PRETRAINABLE = tuple(name for name, kind in KINDS.items() if kind.pretrainable)
-# The paper's headline speed ratio: the masked-copies baseline over T-TA.
-HEADLINE_SLOW, HEADLINE_FAST = "bilm", "tta"
 
 
 def get(model_type):

@@ -30,6 +30,7 @@ Example:
 
 import collections
 import copy
+import dataclasses
 import json
 import math
 
@@ -46,85 +47,68 @@ OUTPUT_LAYERS = ("softmax", "continuous")
 _MASK_ADDER = -1e9
 
 
-class TTAConfig(object):
-  """Configuration of a `TransformerLM` (BERT's config fields, T-TA defaults)."""
+def _field(default=dataclasses.MISSING, architecture=False, pretraining_flag=False):
+  """A `TTAConfig` field and its roles.
 
-  _FIELDS = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "hidden_act",
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "initializer_range",
-    "mask_token_id",
-    "model_type",
-    "output_layer",
-    "target_embedding_size",
-    "continuous_logit_scale",
-    "do_lower_case",
-    "normalization",
-    "boundary_tokens",
-  )
+  Args:
+    default: the field's default (none for vocab_size).
+    architecture: a checkpoint's weights depend on it, so a resumed run must keep it.
+    pretraining_flag: run_pretraining.py has a flag of its name that sets it.
+  """
+  roles = {"architecture": architecture, "pretraining_flag": pretraining_flag}
+  return dataclasses.field(default=default, metadata=roles)
+
+
+@dataclasses.dataclass(eq=False)
+class TTAConfig:
+  """Configuration of a `TransformerLM` (BERT's config fields, T-TA defaults).
+
+  The fields are those of docs/DESIGN.md §2.1, which gives each one's meaning and default (one
+  statement of them: this docstring would repeat the table); `field_names` lists them by role.
+  `extra` holds further keys found in a JSON file (e.g. the authors' "vocab_file"), kept so the
+  file round-trips, never used. `validate` names any field out of range.
+  """
+
+  vocab_size: int = _field(architecture=True, pretraining_flag=True)
+  hidden_size: int = _field(512, architecture=True, pretraining_flag=True)
+  num_hidden_layers: int = _field(3, architecture=True, pretraining_flag=True)
+  num_attention_heads: int = _field(8, architecture=True, pretraining_flag=True)
+  intermediate_size: int = _field(2048, architecture=True, pretraining_flag=True)
+  hidden_act: str = _field("gelu", architecture=True)
+  hidden_dropout_prob: float = _field(0.1, pretraining_flag=True)
+  attention_probs_dropout_prob: float = _field(0.1, pretraining_flag=True)
+  max_position_embeddings: int = _field(128, architecture=True, pretraining_flag=True)
+  type_vocab_size: int = _field(0, architecture=True)
+  initializer_range: float = _field(0.02)
+  mask_token_id: int = _field(4)
+  model_type: str | None = _field(None, architecture=True)
+  output_layer: str = _field("softmax", architecture=True)
+  target_embedding_size: int | None = _field(None, architecture=True)
+  continuous_logit_scale: float = _field(10.0)
+  do_lower_case: bool = _field(True)
+  normalization: str = _field("none")
+  boundary_tokens: list | None = _field(None)
+  extra: dict = dataclasses.field(default_factory=dict, repr=False)
+
   # Fields left out of the JSON while unset, so that config files (and the score-cache
   # identities built from them) written before the field existed stay byte for byte the same.
   _OMITTED_WHEN_NONE = ("boundary_tokens",)
 
-  def __init__(
-    self,
-    vocab_size,
-    hidden_size=512,
-    num_hidden_layers=3,
-    num_attention_heads=8,
-    intermediate_size=2048,
-    hidden_act="gelu",
-    hidden_dropout_prob=0.1,
-    attention_probs_dropout_prob=0.1,
-    max_position_embeddings=128,
-    type_vocab_size=0,
-    initializer_range=0.02,
-    mask_token_id=4,
-    model_type=None,
-    output_layer="softmax",
-    target_embedding_size=None,
-    continuous_logit_scale=10.0,
-    do_lower_case=True,
-    normalization="none",
-    boundary_tokens=None,
-    **extra,
-  ):
-    """Constructs a TTAConfig.
-
-    Args: the fields of docs/DESIGN.md §2.1, which gives each one's meaning and default (one
-    statement of them: this docstring would repeat the table); and **extra, further keys found in
-    a JSON file (e.g. the authors' "vocab_file"), kept so the file round-trips, never used.
-    `validate` names any field out of range.
-    """
-    self.vocab_size = vocab_size
-    self.hidden_size = hidden_size
-    self.num_hidden_layers = num_hidden_layers
-    self.num_attention_heads = num_attention_heads
-    self.intermediate_size = intermediate_size
-    self.hidden_act = hidden_act
-    self.hidden_dropout_prob = hidden_dropout_prob
-    self.attention_probs_dropout_prob = attention_probs_dropout_prob
-    self.max_position_embeddings = max_position_embeddings
-    self.type_vocab_size = type_vocab_size
-    self.initializer_range = initializer_range
-    self.mask_token_id = mask_token_id
-    self.model_type = model_type
-    self.output_layer = output_layer
-    self.target_embedding_size = target_embedding_size
-    self.continuous_logit_scale = continuous_logit_scale
-    self.do_lower_case = do_lower_case
-    self.normalization = normalization
-    self.boundary_tokens = None if boundary_tokens is None else list(boundary_tokens)
-    self.extra = dict(extra)
+  def __post_init__(self):
+    if self.boundary_tokens is not None:
+      self.boundary_tokens = list(self.boundary_tokens)
+    self.extra = dict(self.extra)
     self.validate()
+
+  @classmethod
+  def field_names(cls, role=None):
+    """The config's fields in order (not `extra`); with `role` ("architecture" or
+    "pretraining_flag", see `_field`) only those it marks."""
+    return tuple(
+      f.name
+      for f in dataclasses.fields(cls)
+      if f.name != "extra" and (role is None or f.metadata[role])
+    )
 
   def validate(self):
     """Raises ValueError naming the offending field."""
@@ -151,7 +135,10 @@ class TTAConfig(object):
 
   @classmethod
   def from_dict(cls, json_object):
-    return cls(**json_object)
+    """A config from a JSON object: its fields, and any other key into `extra`."""
+    names = cls.field_names()
+    fields = {k: v for k, v in json_object.items() if k in names}
+    return cls(**fields, extra={k: v for k, v in json_object.items() if k not in names})
 
   @classmethod
   def from_json_file(cls, json_file):
@@ -165,7 +152,7 @@ class TTAConfig(object):
   def to_dict(self):
     output = {
       name: getattr(self, name)
-      for name in self._FIELDS
+      for name in self.field_names()
       if not (name in self._OMITTED_WHEN_NONE and getattr(self, name) is None)
     }
     output.update(copy.deepcopy(self.extra))

@@ -1,7 +1,8 @@
 # coding=utf-8
 """KenLM n-gram baseline from the command line: train with lmplz, or score sentences in natural log.
 
-The library is lm/ngram_lm.py (training, `NgramScorer`); this script is its flags and output.
+The libraries are lm/ngram_lm.py (training) and `lm.inference.NgramLM` (scoring, the path of
+score.py's kenlm:PATH); this script is their flags and output.
 
 Usage:
   python ngram.py --train_text=corpus.txt --output=lm.bin --order=5
@@ -39,7 +40,10 @@ def define_flags():
   )
   flags.DEFINE_string("model", None, "ARPA or KenLM binary model to score with.")
   flags.DEFINE_string(
-    "score_file", None, "Sentences to score, one per line; prints ln p, n_words, n_oov, text."
+    "score_file",
+    None,
+    "Sentences to score, one per line, normalized as recorded with the model (as score.py "
+    "does); prints ln p, n_words, n_oov, text.",
   )
   flags.DEFINE_bool("bos", True, "Condition the first word on <s>.")
   flags.DEFINE_bool("eos", True, "Score </s> (counted as a word).")
@@ -69,25 +73,39 @@ def main(argv):
     return
   if not FLAGS.model:
     raise app.UsageError("--score_file needs --model")
+  score_file(FLAGS.model, FLAGS.score_file, FLAGS.bos, FLAGS.eos)
+
+
+# Sentences normalized and scored at a time.
+_CHUNK = 256
+
+
+def score_file(model, path, bos, eos):
+  """Prints ln p, n_words, n_oov and the text of each line of `path`, scored by
+  `inference.NgramLM` (score.py's KenLM path: the model's recorded normalization first)."""
+  from lm import inference  # pylint: disable=g-import-not-at-top
+
   with cli.user_input():
-    scorer = ngram_lm.NgramScorer(FLAGS.model)
-    with open(FLAGS.score_file, encoding="utf-8") as f:
+    lm = inference.NgramLM(model, score_eos=eos, bos=bos)
+    with open(path, encoding="utf-8") as f:
       texts = [line.rstrip("\n") for line in f]
-  bar = progress.Progress(os.path.basename(FLAGS.model), total=len(texts), unit="sentences")
-  total, n_words = 0.0, 0
-  for text in texts:
-    s = scorer.score_sentences([text], bos=FLAGS.bos, eos=FLAGS.eos)[0]
-    print(f"{s.logprob:.6f}\t{s.n_words}\t{s.n_oov}\t{text}")
-    total += s.logprob
-    n_words += s.n_words
-    bar.update()
+  bar = progress.Progress(os.path.basename(model), total=len(texts), unit="sentences")
+  total, n_words, n_oov = 0.0, 0, 0
+  for start in range(0, len(texts), _CHUNK):
+    chunk = texts[start : start + _CHUNK]
+    for text, scored in zip(chunk, lm.score(chunk)):
+      print(f"{scored.total:.6f}\t{scored.num_tokens}\t{scored.unknown_words}\t{text}")
+      total += scored.total
+      n_words += scored.num_tokens
+      n_oov += scored.unknown_words
+    bar.update(len(chunk))
   ppl = math.exp(-total / n_words) if n_words else float("nan")
   logging.info(
     "%d sentences, %d scored words (</s> %s), %d OOV, total ln p %.4f, perplexity %.3f",
     len(texts),
     n_words,
-    "included" if FLAGS.eos else "excluded",
-    scorer.total_oov,
+    "included" if eos else "excluded",
+    n_oov,
     total,
     ppl,
   )

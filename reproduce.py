@@ -56,6 +56,7 @@ with several seeds each figure is the mean over seeds with the per-seed values).
   python reproduce.py --mode=full --budget_minutes=40
 """
 
+import dataclasses
 import datetime
 import json
 import logging as std_logging
@@ -86,66 +87,100 @@ MODEL_TYPES = kinds.PRETRAINABLE
 WORD_SCORED = ("tta", "bilm")
 KENLM_NAME = "5-gram"
 
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """What a run trains and evaluates: a mode's preset (`MODES`), some fields set by flags.
+
+  None for a limit (max_books, *_max_lists, *_max_pairs, vocab_max_sentences, vocab_lower_thresh)
+  means none.
+  """
+
+  max_books: int | None  # Gutenberg books for the corpus
+  vocab_size: int
+  vocab_max_sentences: int | None
+  vocab_lower_thresh: int | None
+  num_hidden_layers: int
+  hidden_size: int
+  num_attention_heads: int
+  intermediate_size: int
+  train_batch_size: int
+  learning_rate: float
+  budget_minutes: float  # training time per neural model, converted to steps by the plan stage
+  calibration_steps: int
+  train_log_lines: int
+  train_checkpoints: int
+  ngram_order: int
+  discount_fallback: bool
+  sts_max_pairs: int | None
+  asr_max_lists: int | None
+  asr_sample_lists: int
+  nmt_max_lists: int | None
+  curve_points: int
+  curve_sts_max_pairs: int | None
+  curve_asr_lists: int
+
+
 # What each mode trains and evaluates. quick: a few minutes in all on 2 CPU
 # cores, to check that every stage works end to end (the numbers mean
 # little). full: the CPU-scale reproduction (see docs/results.md, "Reproducing
 # the paper at CPU scale", for why this config).
 MODES = {
-  "quick": {
-    "max_books": 8,
-    "vocab_size": 2000,
-    "vocab_max_sentences": None,
-    "vocab_lower_thresh": 2,
-    "num_hidden_layers": 3,
-    "hidden_size": 128,
-    "num_attention_heads": 2,
-    "intermediate_size": 512,
-    "train_batch_size": 32,
-    "learning_rate": 1e-3,
-    "budget_minutes": 1.0,
-    "calibration_steps": 20,
+  "quick": Settings(
+    max_books=8,
+    vocab_size=2000,
+    vocab_max_sentences=None,
+    vocab_lower_thresh=2,
+    num_hidden_layers=3,
+    hidden_size=128,
+    num_attention_heads=2,
+    intermediate_size=512,
+    train_batch_size=32,
+    learning_rate=1e-3,
+    budget_minutes=1.0,
+    calibration_steps=20,
     # Progress lines and checkpoints per training run (a short log; resume loses <= half a run).
-    "train_log_lines": 5,
-    "train_checkpoints": 2,
-    "ngram_order": 5,
-    "discount_fallback": True,
-    "sts_max_pairs": 200,
-    "asr_max_lists": 10,
-    "asr_sample_lists": 4,
-    "nmt_max_lists": 20,
-    "curve_points": 5,
-    "curve_sts_max_pairs": 50,
-    "curve_asr_lists": 3,
-  },
-  "full": {
-    "max_books": None,
-    "vocab_size": 8000,
-    "vocab_max_sentences": 200000,
-    "vocab_lower_thresh": None,
-    "num_hidden_layers": 3,
-    "hidden_size": 256,
-    "num_attention_heads": 4,
-    "intermediate_size": 1024,
-    "train_batch_size": 64,
-    "learning_rate": 5e-4,
-    "budget_minutes": 40.0,
-    "calibration_steps": 60,
-    "train_log_lines": 20,
-    "train_checkpoints": 10,
-    "ngram_order": 5,
-    "discount_fallback": False,
-    "sts_max_pairs": None,
+    train_log_lines=5,
+    train_checkpoints=2,
+    ngram_order=5,
+    discount_fallback=True,
+    sts_max_pairs=200,
+    asr_max_lists=10,
+    asr_sample_lists=4,
+    nmt_max_lists=20,
+    curve_points=5,
+    curve_sts_max_pairs=50,
+    curve_asr_lists=3,
+  ),
+  "full": Settings(
+    max_books=None,
+    vocab_size=8000,
+    vocab_max_sentences=200000,
+    vocab_lower_thresh=None,
+    num_hidden_layers=3,
+    hidden_size=256,
+    num_attention_heads=4,
+    intermediate_size=1024,
+    train_batch_size=64,
+    learning_rate=5e-4,
+    budget_minutes=40.0,
+    calibration_steps=60,
+    train_log_lines=20,
+    train_checkpoints=10,
+    ngram_order=5,
+    discount_fallback=False,
+    sts_max_pairs=None,
     # The one-pass LMs and the 5-gram score every list of the four sets; the biLM (a pass per
     # token) scores a seeded sample, which every other LM scores too (paired comparisons).
-    "asr_max_lists": None,
-    "asr_sample_lists": 300,
-    "nmt_max_lists": 200,
+    asr_max_lists=None,
+    asr_sample_lists=300,
+    nmt_max_lists=200,
     # Learning curves: this many checkpoints per model, on STS-B dev, SICK test and a sample of
     # each dev set's lists (150: 50 left λ at 0 and the WER flat in the 2026-11-24 run).
-    "curve_points": 5,
-    "curve_sts_max_pairs": None,
-    "curve_asr_lists": 150,
-  },
+    curve_points=5,
+    curve_sts_max_pairs=None,
+    curve_asr_lists=150,
+  ),
 }
 
 # Files each stage reads from the data root, and where to get them.
@@ -351,9 +386,9 @@ def run_step(work_dir, name, args):
   return time.time() - start
 
 
-def settings():
-  """The mode's preset with the command-line overrides applied."""
-  s = dict(MODES[FLAGS.mode])
+def mode_settings():
+  """The mode's `Settings` with the command-line overrides applied."""
+  overrides = {}
   for name in (
     "budget_minutes",
     "asr_max_lists",
@@ -365,66 +400,66 @@ def settings():
     "curve_asr_lists",
   ):
     if FLAGS[name].value is not None:
-      s[name] = FLAGS[name].value or None
-  return s
+      overrides[name] = FLAGS[name].value or None
+  return dataclasses.replace(MODES[FLAGS.mode], **overrides)
 
 
-def model_flags(s):
+def model_flags(settings):
   return [
-    f"--num_hidden_layers={s['num_hidden_layers']:d}",
-    f"--hidden_size={s['hidden_size']:d}",
-    f"--num_attention_heads={s['num_attention_heads']:d}",
-    f"--intermediate_size={s['intermediate_size']:d}",
-    f"--train_batch_size={s['train_batch_size']:d}",
-    f"--learning_rate={s['learning_rate']:g}",
+    f"--num_hidden_layers={settings.num_hidden_layers:d}",
+    f"--hidden_size={settings.hidden_size:d}",
+    f"--num_attention_heads={settings.num_attention_heads:d}",
+    f"--intermediate_size={settings.intermediate_size:d}",
+    f"--train_batch_size={settings.train_batch_size:d}",
+    f"--learning_rate={settings.learning_rate:g}",
   ]
 
 
 # -------------------------------------------------------------------- stages
 
 
-def stage_data(work_dir, root, s):
+def stage_data(work_dir, root, settings):
   out = os.path.join(work_dir, "data")
   args = [
     "create_pretraining_data.py",
     "--input_file=" + os.path.join(root, "gutenberg-books-subset", "texts.tar.xz"),
     "--normalization=librispeech",
-    f"--vocab_size={s['vocab_size']:d}",
+    f"--vocab_size={settings.vocab_size:d}",
     "--output_dir=" + out,
   ]
-  if s["max_books"]:
-    args.append(f"--max_books={s['max_books']:d}")
-  if s["vocab_max_sentences"]:
-    args.append(f"--vocab_max_sentences={s['vocab_max_sentences']:d}")
-  if s["vocab_lower_thresh"]:
-    args.append(f"--vocab_lower_thresh={s['vocab_lower_thresh']:d}")
+  if settings.max_books:
+    args.append(f"--max_books={settings.max_books:d}")
+  if settings.vocab_max_sentences:
+    args.append(f"--vocab_max_sentences={settings.vocab_max_sentences:d}")
+  if settings.vocab_lower_thresh:
+    args.append(f"--vocab_lower_thresh={settings.vocab_lower_thresh:d}")
   # create_pretraining_data.py skips itself when its inputs are unchanged.
   run_step(work_dir, "data", args)
   return out
 
 
-def stage_kenlm(work_dir, data_dir, s):
+def stage_kenlm(work_dir, data_dir, settings):
   text = os.path.join(data_dir, "corpus", "train.txt")
-  out = os.path.join(work_dir, "kenlm", f"{s['ngram_order']:d}gram.bin")
+  out = os.path.join(work_dir, "kenlm", f"{settings.ngram_order:d}gram.bin")
   key = {
     "text_bytes": os.path.getsize(text),
     "text_mtime": os.path.getmtime(text),
-    "order": s["ngram_order"],
+    "order": settings.ngram_order,
   }
   args = [
     "ngram.py",
     "--train_text=" + text,
     "--output=" + out,
-    f"--order={s['ngram_order']:d}",
+    f"--order={settings.ngram_order:d}",
     "--normalization=librispeech",
   ]
-  if s["discount_fallback"]:
+  if settings.discount_fallback:
     args.append("--discount_fallback")
   run_stage(work_dir, "kenlm", key, [out], args)
   return out
 
 
-def train_args(data_dir, s, model_type, output_dir, steps):
+def train_args(data_dir, settings, model_type, output_dir, steps):
   args = [
     "run_pretraining.py",
     "--model_type=" + model_type,
@@ -439,24 +474,24 @@ def train_args(data_dir, s, model_type, output_dir, steps):
       "--output_dir=" + output_dir,
       f"--num_train_steps={steps:d}",
       f"--num_warmup_steps={max(1, steps // 10):d}",
-      f"--save_checkpoints_steps={max(20, steps // s['train_checkpoints']):d}",
+      f"--save_checkpoints_steps={max(20, steps // settings.train_checkpoints):d}",
       # Every checkpoint stays: the learning curves evaluate them all.
-      f"--keep_checkpoint_max={s['train_checkpoints'] + 1:d}",
-      f"--log_every_steps={max(10, steps // s['train_log_lines']):d}",
+      f"--keep_checkpoint_max={settings.train_checkpoints + 1:d}",
+      f"--log_every_steps={max(10, steps // settings.train_log_lines):d}",
       "--max_eval_steps=50",
     ]
-    + model_flags(s)
+    + model_flags(settings)
   )
 
 
 PRECISION_FLAGS = {"fp32": [], "bf16": ["--mixed_precision"]}
 
 
-def _calibrate(work_dir, data_dir, s, precision):
+def _calibrate(work_dir, data_dir, settings, precision):
   """A short T-TA run in `precision` ("fp32" or "bf16"); its speeds from train_summary.json."""
   name = "calibration" if precision == "fp32" else f"calibration_{precision}"
   calib_dir = os.path.join(work_dir, name)
-  args = train_args(data_dir, s, "tta", calib_dir, s["calibration_steps"])
+  args = train_args(data_dir, settings, "tta", calib_dir, settings.calibration_steps)
   run_step(work_dir, name, args + ["--max_eval_steps=1"] + PRECISION_FLAGS[precision])
   summary = read_json(os.path.join(calib_dir, "train_summary.json"))
   return {k: summary[k] for k in ("steps_per_second", "tokens_per_second", "gflops_per_second")}
@@ -467,7 +502,7 @@ def choose_precision(calibrations):
   return max(sorted(calibrations), key=lambda p: (calibrations[p]["steps_per_second"], p == "fp32"))
 
 
-def stage_plan(work_dir, data_dir, s):
+def stage_plan(work_dir, data_dir, settings):
   """Fixes the number of training steps and the precision; returns the plan dict.
 
   bf16 is tried only on a CPU with bf16 matmul instructions (AMX, AVX512_BF16), where it can
@@ -476,8 +511,8 @@ def stage_plan(work_dir, data_dir, s):
   """
   path = os.path.join(work_dir, "plan.json")
   key = {
-    "model": model_flags(s),
-    "budget_minutes": s["budget_minutes"],
+    "model": model_flags(settings),
+    "budget_minutes": settings.budget_minutes,
     "train_steps": FLAGS.train_steps,
   }
   plan = io_utils.read_stamp(path, key)
@@ -487,19 +522,19 @@ def stage_plan(work_dir, data_dir, s):
   if FLAGS.train_steps:
     plan["train_steps"] = FLAGS.train_steps
   else:
-    calibrations = {"fp32": _calibrate(work_dir, data_dir, s, "fp32")}
+    calibrations = {"fp32": _calibrate(work_dir, data_dir, settings, "fp32")}
     if machine.cpu_has_native_bfloat16():
-      calibrations["bf16"] = _calibrate(work_dir, data_dir, s, "bf16")
+      calibrations["bf16"] = _calibrate(work_dir, data_dir, settings, "bf16")
     plan["precision"] = choose_precision(calibrations)
     plan["calibrations"] = calibrations
     plan["calibration"] = calibrations[plan["precision"]]
     steps_per_second = plan["calibration"]["steps_per_second"]
-    plan["train_steps"] = max(20, int(s["budget_minutes"] * 60 * steps_per_second))
+    plan["train_steps"] = max(20, int(settings.budget_minutes * 60 * steps_per_second))
   logging.info("plan: %d steps per model in %s", plan["train_steps"], plan["precision"])
   return io_utils.write_stamp(path, key, record=plan)
 
 
-def stage_train(work_dir, data_dir, s, plan, stages, seed=1):
+def stage_train(work_dir, data_dir, settings, plan, stages, seed=1):
   """Trains each model to plan["train_steps"] with the seeds of `seed`; {type: model dir}."""
   dirs = {}
   for model_type in FLAGS.models:
@@ -513,7 +548,7 @@ def stage_train(work_dir, data_dir, s, plan, stages, seed=1):
       run_step(
         work_dir,
         "train_" + model_type,
-        train_args(data_dir, s, model_type, out, plan["train_steps"])
+        train_args(data_dir, settings, model_type, out, plan["train_steps"])
         + PRECISION_FLAGS[plan.get("precision", "fp32")]
         + seed_runs.init_seed_flags(seed),
       )
@@ -599,19 +634,19 @@ def checkpoint_view(model_dir, step, view_dir):
   return view_dir
 
 
-def tokens_per_step(s, data_stats):
+def tokens_per_step(settings, data_stats):
   """Real (unpadded) training tokens per step: the batch size times the training data's mean
   tokens per sentence (the same for every model: same data, same order)."""
   train = data_stats["train"]
-  return s["train_batch_size"] * train["tokens"] / max(train["sentences"], 1)
+  return settings.train_batch_size * train["tokens"] / max(train["sentences"], 1)
 
 
-def curve_points(work_dir, s, model_dirs, step_tokens):
+def curve_points(work_dir, settings, model_dirs, step_tokens):
   """The checkpoints the learning curves evaluate: [{model, step, tokens, name, view}], with
   tokens = step x `step_tokens`."""
   points = []
   for model_type, d in model_dirs.items():
-    for step in spread(checkpoint_steps(d), s["curve_points"]):
+    for step in spread(checkpoint_steps(d), settings.curve_points):
       name = f"{kinds.display_name(model_type)}@{step:d}"
       view = os.path.join(work_dir, "curves", "models", model_type, f"step-{step:d}")
       points.append(
@@ -626,12 +661,14 @@ def curve_points(work_dir, s, model_dirs, step_tokens):
   return points
 
 
-def stage_curves(work_dir, root, s, model_dirs, step_tokens, key):
+def stage_curves(work_dir, root, settings, model_dirs, step_tokens, key):
   """Evaluates `curve_points` on STS-B dev, SICK test and dev-set WER; writes curves.json and
   learning_curves.png in work_dir/curves; returns the points with their figures."""
-  points = curve_points(work_dir, s, model_dirs, step_tokens)
+  points = curve_points(work_dir, settings, model_dirs, step_tokens)
   specs = [f"{p['name']}={p['view']}" for p in points]
-  key = dict(key, points=[p["name"] for p in points], curve_sts_max_pairs=s["curve_sts_max_pairs"])
+  key = dict(
+    key, points=[p["name"] for p in points], curve_sts_max_pairs=settings.curve_sts_max_pairs
+  )
   sts_args = [
     "run_sts.py",
     "--data_dir=" + root,
@@ -639,12 +676,12 @@ def stage_curves(work_dir, root, s, model_dirs, step_tokens, key):
     "--representations=context",
     "--sets=stsb_dev,sick_test",
   ]
-  if s["curve_sts_max_pairs"]:
-    sts_args.append(f"--max_pairs={s['curve_sts_max_pairs']:d}")
+  if settings.curve_sts_max_pairs:
+    sts_args.append(f"--max_pairs={settings.curve_sts_max_pairs:d}")
   sts = stage_eval(work_dir, "curves_sts", sts_args, "sts_results.json", key)
   setting = reproduction_report.CURVE_ASR_SETTING
   # λ tuned and applied on the same dev sample: a dev WER per checkpoint, no test set involved.
-  asr_args = rescoring_args("asr", root, specs, sample_lists=s["curve_asr_lists"]) + [
+  asr_args = rescoring_args("asr", root, specs, sample_lists=settings.curve_asr_lists) + [
     "--pairs=dev_clean:dev_clean,dev_other:dev_other",
     f"--settings={setting}",
   ]
@@ -653,7 +690,7 @@ def stage_curves(work_dir, root, s, model_dirs, step_tokens, key):
     "curves_asr",
     asr_args,
     "rescoring_results.json",
-    dict(key, curve_asr_lists=s["curve_asr_lists"], curve_asr_setting=setting),
+    dict(key, curve_asr_lists=settings.curve_asr_lists, curve_asr_setting=setting),
   )
   pearson = {r["model"]: r["scores"] for r in sts}
   wer = {row["lm"]: {r["test"]: r["reranked"] for r in row["results"]} for row in asr}
@@ -668,7 +705,7 @@ def stage_curves(work_dir, root, s, model_dirs, step_tokens, key):
   return points
 
 
-def training_table(s, data_stats, model_dirs, peak):
+def training_table(settings, data_stats, model_dirs, peak):
   """{display name: the figures of the report's training table} of the models in `model_dirs`."""
   training = {}
   for model_type, d in model_dirs.items():
@@ -678,7 +715,7 @@ def training_table(s, data_stats, model_dirs, peak):
       "wall_seconds": summary["wall_seconds"],
       "tokens_per_second": summary["tokens_per_second"],
       "gflops_per_second": summary.get("gflops_per_second"),
-      "tokens_trained": summary["final_step"] * tokens_per_step(s, data_stats),
+      "tokens_trained": summary["final_step"] * tokens_per_step(settings, data_stats),
       "of_peak": (
         summary["gflops_per_second"] / peak["gflops"]
         if peak and summary.get("gflops_per_second")
@@ -690,7 +727,7 @@ def training_table(s, data_stats, model_dirs, peak):
   return training
 
 
-def build_report(s, plan, data_stats, model_dirs, results, peak=None, further_seeds=()):
+def build_report(settings, plan, data_stats, model_dirs, results, peak=None, further_seeds=()):
   """The report dict: setup, training and `results` of seed 1, then (with --seeds > 1)
   "seed_runs", the training and results of each further seed (`further_seeds`), and the
   comparisons over seeds."""
@@ -699,31 +736,31 @@ def build_report(s, plan, data_stats, model_dirs, results, peak=None, further_se
       "mode": FLAGS.mode,
       "command": " ".join(["python"] + sys.argv),
       "commit": machine.git_commit(),
-      "machine": machine.machine(),
+      "machine": machine.cpu_and_cores(),
       "finished": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
       "train_sentences": data_stats["train"]["sentences"],
       "train_tokens": data_stats["train"]["tokens"],
       "eval_sentences": data_stats["eval"]["sentences"],
-      "max_books": s["max_books"],
+      "max_books": settings.max_books,
       "vocab_size": data_stats["vocab_size"],
       "model": (
-        f"{s['num_hidden_layers']:d} layers x {s['hidden_size']:d} hidden, "
-        f"{s['num_attention_heads']:d} heads, FFN {s['intermediate_size']:d}"
+        f"{settings.num_hidden_layers:d} layers x {settings.hidden_size:d} hidden, "
+        f"{settings.num_attention_heads:d} heads, FFN {settings.intermediate_size:d}"
       ),
       "train_steps": plan["train_steps"],
-      "batch_size": s["train_batch_size"],
-      "budget_minutes": s["budget_minutes"],
+      "batch_size": settings.train_batch_size,
+      "budget_minutes": settings.budget_minutes,
       "calibration": plan.get("calibration"),
       "calibrations": plan.get("calibrations"),
       "precision": plan.get("precision", "fp32"),
       "matmul_peak": peak,
-      "asr_max_lists": s["asr_max_lists"],
-      "asr_sample_lists": s["asr_sample_lists"],
-      "curve_asr_lists": s["curve_asr_lists"],
-      "nmt_max_lists": s["nmt_max_lists"],
-      "sts_max_pairs": s["sts_max_pairs"],
+      "asr_max_lists": settings.asr_max_lists,
+      "asr_sample_lists": settings.asr_sample_lists,
+      "curve_asr_lists": settings.curve_asr_lists,
+      "nmt_max_lists": settings.nmt_max_lists,
+      "sts_max_pairs": settings.sts_max_pairs,
     },
-    "training": training_table(s, data_stats, model_dirs, peak),
+    "training": training_table(settings, data_stats, model_dirs, peak),
   }
   report.update(results)
   if further_seeds:
@@ -759,7 +796,7 @@ def check_data():
   return root
 
 
-def stage_evaluations(work_dir, root, s, model_dirs, kenlm_path, step_tokens, stages, curves=True):
+def stage_evaluations(work_dir, root, settings, model_dirs, kenlm_path, step_tokens, stages, curves=True):
   """Runs the stages sts, asr_paired, asr_word, curves (unless not `curves`), asr and nmt in that
   order; returns their results ({stage: result rows}) with the paired comparisons, as
   `build_report` takes them."""
@@ -776,17 +813,17 @@ def stage_evaluations(work_dir, root, s, model_dirs, kenlm_path, step_tokens, st
     "--model_dir=" + ",".join(named_specs(model_dirs)),
     "--representations=context,embed",
   ]
-  if s["sts_max_pairs"]:
-    sts_args.append(f"--max_pairs={s['sts_max_pairs']:d}")
+  if settings.sts_max_pairs:
+    sts_args.append(f"--max_pairs={settings.sts_max_pairs:d}")
   stages.start("sts")
   results["sts"] = stage_eval(
-    work_dir, "sts", sts_args, "sts_results.json", dict(key, max_pairs=s["sts_max_pairs"])
+    work_dir, "sts", sts_args, "sts_results.json", dict(key, max_pairs=settings.sts_max_pairs)
   )
   kenlm = [f"{KENLM_NAME}=kenlm:{kenlm_path}"]
   lms = named_specs(model_dirs) + kenlm
   # Every LM on the same seeded sample of lists: the paired comparisons with the biLM.
   stages.start("asr_paired")
-  sample = s["asr_sample_lists"]
+  sample = settings.asr_sample_lists
   results["asr_paired"] = stage_eval(
     work_dir,
     "asr_paired",
@@ -813,15 +850,15 @@ def stage_evaluations(work_dir, root, s, model_dirs, kenlm_path, step_tokens, st
     )
   if curves:
     stages.start("curves")
-    results["curves"] = stage_curves(work_dir, root, s, model_dirs, step_tokens, key)
+    results["curves"] = stage_curves(work_dir, root, settings, model_dirs, step_tokens, key)
   # The LMs of one pass per sentence (and the 5-gram) on whole sets: the biLM's pass per token
   # is what the paired sample above is for.
   one_pass = (
     named_specs({t: d for t, d in model_dirs.items() if not kinds.get(t).masked_copies}) + kenlm
   )
   for task, task_lms, max_lists in (
-    ("asr", one_pass, s["asr_max_lists"]),
-    ("nmt", lms, s["nmt_max_lists"]),
+    ("asr", one_pass, settings.asr_max_lists),
+    ("nmt", lms, settings.nmt_max_lists),
   ):
     stages.start(task)
     results[task] = stage_eval(
@@ -851,34 +888,34 @@ def main(argv):
   logging.get_absl_handler().setFormatter(
     std_logging.Formatter("%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
   )
-  s = settings()
+  settings = mode_settings()
   work_dir = os.path.abspath(FLAGS.work_dir or os.path.join(REPO, "runs", "reproduce", FLAGS.mode))
   os.makedirs(work_dir, exist_ok=True)
   logging.info("mode %s, work dir %s, data %s", FLAGS.mode, work_dir, root)
   stages = progress.Stages(stage_names())
 
   stages.start("data")
-  data_dir = stage_data(work_dir, root, s)
+  data_dir = stage_data(work_dir, root, settings)
   data_stats = read_json(os.path.join(data_dir, "data_stats.json"))
   stages.start("kenlm")
-  kenlm_path = stage_kenlm(work_dir, data_dir, s)
+  kenlm_path = stage_kenlm(work_dir, data_dir, settings)
   stages.start("plan")
-  plan = stage_plan(work_dir, data_dir, s)
-  model_dirs = stage_train(work_dir, data_dir, s, plan, stages)
+  plan = stage_plan(work_dir, data_dir, settings)
+  model_dirs = stage_train(work_dir, data_dir, settings, plan, stages)
   stages.start("peak")
   peak = stage_peak(work_dir, plan)
 
-  step_tokens = tokens_per_step(s, data_stats)
-  results = stage_evaluations(work_dir, root, s, model_dirs, kenlm_path, step_tokens, stages)
+  step_tokens = tokens_per_step(settings, data_stats)
+  results = stage_evaluations(work_dir, root, settings, model_dirs, kenlm_path, step_tokens, stages)
   further_seeds = []
   for seed in range(2, FLAGS.seeds + 1):
     own, view = seed_runs.seed_dir(work_dir, seed), seed_runs.SeedStages(stages, seed)
-    dirs = stage_train(own, data_dir, s, plan, view, seed)
-    seed_results = stage_evaluations(own, root, s, dirs, kenlm_path, step_tokens, view, False)
+    dirs = stage_train(own, data_dir, settings, plan, view, seed)
+    seed_results = stage_evaluations(own, root, settings, dirs, kenlm_path, step_tokens, view, False)
     further_seeds.append(
-      dict(seed=seed, training=training_table(s, data_stats, dirs, peak), **seed_results)
+      dict(seed=seed, training=training_table(settings, data_stats, dirs, peak), **seed_results)
     )
-  report = build_report(s, plan, data_stats, model_dirs, results, peak, further_seeds)
+  report = build_report(settings, plan, data_stats, model_dirs, results, peak, further_seeds)
   text = reproduction_report.render_report(report)
   io_utils.write_atomically(os.path.join(work_dir, "report.json"), json.dumps(report, indent=2))
   io_utils.write_atomically(os.path.join(work_dir, "report.md"), text)

@@ -60,7 +60,7 @@ import os
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-import inspect
+import dataclasses
 import json
 import sys
 
@@ -70,19 +70,6 @@ from absl import logging
 import modeling
 from pretraining import training
 from util import cli
-
-# Config fields the size flags may set. Unset, a field comes from
-# --bert_config_file, the resumed run's config.json or TTAConfig's default.
-_SIZE_FLAGS = (
-  "vocab_size",
-  "hidden_size",
-  "num_hidden_layers",
-  "num_attention_heads",
-  "intermediate_size",
-  "max_position_embeddings",
-  "hidden_dropout_prob",
-  "attention_probs_dropout_prob",
-)
 
 _DEFINE_BY_TYPE = {int: flags.DEFINE_integer, float: flags.DEFINE_float}
 
@@ -96,10 +83,11 @@ def define_flags(flag_values=flags.FLAGS):
     "Inline JSON overriding config fields, e.g. '{\"hidden_size\": 256}'.",
     flag_values=flag_values,
   )
-  config_defaults = inspect.signature(modeling.TTAConfig).parameters
-  for name in _SIZE_FLAGS:
-    default = config_defaults[name].default
-    if default is inspect.Parameter.empty:
+  # Unset, a field comes from --bert_config_file, the resumed run's config.json or TTAConfig's
+  # default.
+  fields = dataclasses.fields(modeling.TTAConfig)
+  for name, default in [(f.name, f.default) for f in fields if f.metadata.get("pretraining_flag")]:
+    if default is dataclasses.MISSING:
       flags.DEFINE_integer(name, None, "Default: the vocab file's size.", flag_values=flag_values)
     else:
       _DEFINE_BY_TYPE[type(default)](
@@ -116,7 +104,8 @@ def params_from_flags(flag_values):
     overrides = json.loads(fv.config_json) if fv.config_json else {}
   except ValueError as e:
     raise cli.InputError(f"--config_json is not JSON: {e}") from None
-  overrides.update({name: fv[name].value for name in _SIZE_FLAGS if fv[name].value is not None})
+  flagged = modeling.TTAConfig.field_names("pretraining_flag")
+  overrides.update({name: fv[name].value for name in flagged if fv[name].value is not None})
   values = cli.param_values(training.TrainParams, fv)
   if values["bucket_boundaries"]:
     values["bucket_boundaries"] = [int(b) for b in values["bucket_boundaries"]]

@@ -341,7 +341,7 @@ def rescore_with(name, lm, lm_id, texts, cache, sets, runs, metric):
     "lm": name,
     # Short; cache/lm_scores.models.json says what it stands for (score_cache.ScoreCache.register).
     "lm_id": lm_id,
-    "scoring": FLAGS.scoring or lm.default_scoring,
+    "scoring": inference.scoring_of(lm, FLAGS.scoring),
     "evaluation": evaluation_key(),
     "scoring_seconds": time.time() - start,
     "truncated": sum(scores[t][2] for t in texts),

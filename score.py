@@ -193,7 +193,8 @@ def job_key(lm, args):
   }
 
 
-def _batches(numbered, batch_size):
+def _line_batches(numbered, batch_size):
+  """(line, text) pairs in lists of `batch_size` (the last may be shorter)."""
   batch = []
   for item in numbered:
     batch.append(item)
@@ -221,7 +222,7 @@ def score_stream(lm, numbered, write, args, progress):
 
   args: the flags that shape a record (batch_size, format, vectors, scoring).
   """
-  for batch in _batches(numbered, args.batch_size):
+  for batch in _line_batches(numbered, args.batch_size):
     lines, texts = zip(*batch)
     records = score_batch(lm, lines, list(texts), args.vectors, args.scoring)
     write([render(r, args.format) for r in records])
@@ -331,8 +332,9 @@ def _merge_locked(output_file, num_shards):
       reader.close()
 
 
-def load_lm(args):
-  """The LM of --model_dir, on --strategy's replicas for a neural LM."""
+def lm_options(args):
+  """`inference.load_lm`'s keyword arguments from the flags: the scored boundaries, the
+  throughput options and, for a neural LM, --strategy's replicas."""
   from lm import inference  # pylint: disable=g-import-not-at-top
   from util import distribute_utils  # pylint: disable=g-import-not-at-top
 
@@ -345,7 +347,7 @@ def load_lm(args):
     kwargs["strategy"] = distribute_utils.get_strategy(
       args.strategy, args.tpu, args.num_cpu_devices
     )
-  return inference.load_lm(args.model_dir, **kwargs)
+  return kwargs
 
 
 def _check_flags(args):
@@ -371,8 +373,10 @@ def main(argv):
     with cli.user_input():
       merge_shards(args.output_file, args.num_shards)
     return
+  from lm import inference  # pylint: disable=g-import-not-at-top
+
   with cli.user_input():
-    lm = load_lm(args)
+    lm = inference.load_lm(args.model_dir, **lm_options(args))
   if args.vectors != "none" and not hasattr(lm, "sentence_vectors"):
     raise app.UsageError(f"--vectors needs a neural LM; {args.model_dir} is not one")
   if args.output_file == "-":

@@ -256,12 +256,23 @@ def basic_tokenize(texts, do_lower_case=True):
   return BasicTokenizer(lower_case=False).tokenize(texts)
 
 
+def is_continuation(token):
+  """Whether a WordPiece token continues a word ("##ing") rather than starting one."""
+  return token.startswith(_SUFFIX_INDICATOR)
+
+
+def continued_text(token):
+  """The text a continuation piece adds to its word ("##ing" -> "ing"); None for a token that
+  starts a word."""
+  return token[len(_SUFFIX_INDICATOR) :] if is_continuation(token) else None
+
+
 def continuation_flags(vocab):
-  """bool [V]: which ids are WordPiece continuations ("##ing"), i.e. do not start a word.
+  """bool [V]: which ids are WordPiece continuations (`is_continuation`), i.e. do not start a word.
 
   vocab: a token->id mapping or a token list in id order (None for an unused id).
   """
-  return np.array([t is not None and t.startswith("##") for t in _vocab_list(vocab)], bool)
+  return np.array([t is not None and is_continuation(t) for t in _vocab_list(vocab)], bool)
 
 
 def _vocab_list(vocab):
@@ -544,8 +555,8 @@ class FullTokenizer(object):
     """(start id, end id) of `boundary_tokens`; ValueError naming any the vocab lacks."""
     return self._graph.boundary_ids()
 
-  def continuation_ids(self):
-    """bool [V]: which ids are WordPiece continuations ("##ing") (`continuation_flags`)."""
+  def continuation_flags(self):
+    """bool [V]: `continuation_flags` of this vocab, computed once."""
     if self._continuation is None:
       self._continuation = continuation_flags(self._id_to_token)
     return self._continuation

@@ -55,6 +55,7 @@ from lm import onnx_backend
 from lm import scoring_graph
 from lm import stage_clock
 from text import normalization as normalization_lib
+import tokenization
 
 POOLINGS = ("context", "embed", "first", "last")
 # How a sentence's pieces are scored (docs/DESIGN.md §4.1). "piece": each piece given every other
@@ -84,6 +85,8 @@ class ScoredSentence:
       is read (`normalization.Normalized.fallback`).
     unknown_chars: characters the normalization cannot spell (emoji, CJK),
       each scored as [UNK] (KenLM: <unk>).
+    unknown_words: KenLM: the words out of the model's vocabulary, each scored as <unk>
+      (neural LMs: 0; their [UNK] is a token of the vocab).
   """
 
   tokens: list
@@ -91,6 +94,7 @@ class ScoredSentence:
   truncated: bool = False
   normalization_fallback: bool = False
   unknown_chars: int = 0
+  unknown_words: int = 0
 
   @property
   def total(self):
@@ -105,10 +109,10 @@ class ScoredSentence:
     return self.total / max(self.num_tokens, 1)
 
   def word_logprobs(self):
-    """Sums the pieces of each word ("##" continues a word): list of floats."""
+    """Sums the pieces of each word (`tokenization.is_continuation`): list of floats."""
     words = []
     for token, logprob in zip(self.tokens, self.token_logprobs):
-      if token.startswith("##") and words:
+      if tokenization.is_continuation(token) and words:
         words[-1] += float(logprob)
       else:
         words.append(float(logprob))
@@ -262,7 +266,7 @@ class NeuralLM(object):
       self._onnx = onnx_backend.OnnxFunctions(
         model,
         tf.config.threading.get_intra_op_parallelism_threads(),
-        tokenizer.continuation_ids(),
+        tokenizer.continuation_flags(),
       )
     self.bos_id, self.eos_id = _boundary_ids(tokenizer)
     self.mask_id = tokenizer.mask_id
@@ -272,7 +276,7 @@ class NeuralLM(object):
     self.normalization = normalization or config.normalization
     self._normalize = normalization_lib.normalizer(self.normalization)
     with backends.scope(strategy):
-      self.graph = scoring_graph.ScoringGraph(model, tokenizer.continuation_ids())
+      self.graph = scoring_graph.ScoringGraph(model, tokenizer.continuation_flags())
     self._compile()
 
   @classmethod
@@ -348,7 +352,7 @@ class NeuralLM(object):
       )
     return ids, truncated, normalized
 
-  def _batches(self, ids, rows_per_sentence):
+  def _padded_batches(self, ids, rows_per_sentence):
     """`budget_batches` of `ids` under this LM's budget, padded.
 
     Yields:
@@ -401,18 +405,12 @@ class NeuralLM(object):
     self.clock.lap("conversion")
     return results
 
-  def _word_ids(self, input_ids):
-    """int32 [B, T] word index of each token (pieces of one word share it), from the vocab's
-    continuation pieces ("##ing"); the rule of `modeling.word_ids`, in NumPy."""
-    starts = 1 - self.tokenizer.continuation_ids()[input_ids].astype(np.int32)
-    return np.cumsum(starts, axis=1, dtype=np.int32)
-
   def _one_pass(self, ids, scoring):
     """tta, tta_word: log p(x_t | x_\\t) (word_l2r: x_t and the later pieces of its word hidden
     too); unilm: log p(x_t | x_<t) from the left."""
     scores = self._one_pass_function(scoring)
     out = [None] * len(ids)
-    for indices, batch in self._batches(ids, lambda n: 1):
+    for indices, batch in self._padded_batches(ids, lambda n: 1):
       score_mask = np.zeros_like(batch.input_mask)
       for row, n in enumerate(batch.lengths):
         score_mask[row, self._scored_positions(n)] = 1
@@ -447,7 +445,7 @@ class NeuralLM(object):
       [n, D] float32), in the order of positions_of.
     """
     out = [None] * len(ids)
-    for indices, batch in self._batches(ids, lambda n: len(positions_of(n))):
+    for indices, batch in self._padded_batches(ids, lambda n: len(positions_of(n))):
       rows, positions, targets, owner = [], [], [], []
       for row, i in enumerate(indices):
         for p in positions_of(batch.lengths[row]):
@@ -458,7 +456,7 @@ class NeuralLM(object):
       input_ids = batch.input_ids[rows]
       if word_l2r:
         # Copy r hides its position and every later piece of the same word.
-        words = self._word_ids(input_ids)
+        words = self.graph.word_ids(input_ids).numpy()
         at = words[np.arange(len(rows)), positions][:, None]  # [R, 1]
         later = np.arange(input_ids.shape[1])[None] >= np.array(positions)[:, None]
         input_ids[(words == at) & later] = self.mask_id
@@ -524,7 +522,7 @@ class NeuralLM(object):
 
   def _pooled(self, ids, pooling):
     out = np.zeros((len(ids), self.model.config.hidden_size), np.float32)
-    for indices, batch in self._batches(ids, lambda n: 1):
+    for indices, batch in self._padded_batches(ids, lambda n: 1):
       self.clock.lap("batching")
       vectors = self._sentence_vectors(batch.input_ids, batch.input_mask)[pooling]
       self.clock.lap("graph")
@@ -536,7 +534,7 @@ class NeuralLM(object):
 class NgramLM(object):
   """A KenLM n-gram model behind the same `score` interface."""
 
-  def __init__(self, model_path, score_eos=True, normalization=None, score_sos=False):
+  def __init__(self, model_path, score_eos=True, normalization=None, score_sos=False, bos=True):
     """Loads a KenLM model.
 
     Args:
@@ -546,6 +544,7 @@ class NgramLM(object):
         recorded beside the model by ngram_lm.train_ngram, else none.
       score_sos: accepted as by every LM kind; <s> is never scored, as for
         unilm (nothing predicts it).
+      bos: condition the first word on <s> (False scores a fragment of a sentence).
     """
     from lm import ngram_lm  # pylint: disable=g-import-not-at-top
 
@@ -553,26 +552,28 @@ class NgramLM(object):
     self.scorer = ngram_lm.NgramScorer(model_path)
     self.model_type = "kenlm"
     self.score_eos = score_eos
+    self.bos = bos
     self.stats = _new_stats()
     self.normalization = normalization or ngram_lm.read_model_info(model_path).get(
       "normalization", "none"
     )
     self._normalize = normalization_lib.normalizer(self.normalization)
 
-  # An n-gram model scores words whatever the mode.
-  default_scoring = "piece"
+  # An n-gram model scores whole words, each given the earlier ones, whatever mode is asked for
+  # (SCORINGS say how a neural LM scores pieces); so "word", not one of them (`scoring_of`).
+  default_scoring = "word"
 
   def score(self, sentences, scoring=None):
     """Scores sentences; returns a list of `ScoredSentence` in input order.
 
     scoring: one of SCORINGS or None; all score words, the units of an n-gram model.
     """
-    checked_scoring(scoring or self.default_scoring)
+    scoring_of(self, scoring)
     normalized = _normalize_all(self._normalize, sentences, self.stats)
     texts = [n.text for n in normalized]
     results = []
     for norm, s in zip(
-      normalized, self.scorer.score_sentences(texts, bos=True, eos=self.score_eos)
+      normalized, self.scorer.score_sentences(texts, bos=self.bos, eos=self.score_eos)
     ):
       tokens = norm.text.split() + (["</s>"] if self.score_eos else [])
       results.append(
@@ -581,6 +582,7 @@ class NgramLM(object):
           np.array(s.word_logprobs),
           normalization_fallback=norm.fallback,
           unknown_chars=norm.unknown,
+          unknown_words=s.n_oov,
         )
       )
     self.stats["sentences"] += len(results)
@@ -702,6 +704,16 @@ def checked_scoring(scoring):
   return scoring
 
 
+def scoring_of(lm, scoring=None):
+  """The mode `lm` scores in when asked for `scoring` (one of SCORINGS, else a ValueError; None:
+  its `default_scoring`): an n-gram model's "word" whatever is asked."""
+  if scoring is not None:
+    checked_scoring(scoring)
+  if isinstance(lm, NgramLM):
+    return lm.default_scoring
+  return scoring or lm.default_scoring
+
+
 def describe(lm, scoring=None):
   """The JSON-able identity of an LM and its scoring mode: everything that changes its scores.
 
@@ -712,7 +724,7 @@ def describe(lm, scoring=None):
   a score cached under one identity is never served for another. `model_id`
   turns it into a short key. scoring None is the LM's `default_scoring`.
   """
-  scoring = checked_scoring(scoring or lm.default_scoring)
+  scoring = scoring_of(lm, scoring)
   common = {
     "normalization": lm.normalization,
     "normalization_rules": normalization_lib.RULES_VERSION,
@@ -726,6 +738,8 @@ def describe(lm, scoring=None):
       "bytes": os.path.getsize(path),
       "mtime": os.path.getmtime(path),
       **common,
+      # Only when not conditioned on <s>, so the keys of sentence scores stay what they were.
+      **({} if lm.bos else {"bos": False}),
     }
   with open(lm.tokenizer.vocab_file, "rb") as f:
     vocab_sha256 = hashlib.sha256(f.read()).hexdigest()

@@ -69,7 +69,7 @@ class OnnxFunctions(object):
   def __init__(self, model, threads=None, continuation=None):
     """Args: model, a `modeling.TransformerLM`; threads, ONNX Runtime's intra-op threads (None:
     its default, one per physical core); continuation, bool [V], the vocab's WordPiece
-    continuation pieces (`tokenization.FullTokenizer.continuation_ids`), from which a graph with
+    continuation pieces (`tokenization.FullTokenizer.continuation_flags`), from which a graph with
     a word attention pattern finds the words (None for a model that never uses one), as
     `ScoringGraph`'s."""
     check_model(model)
@@ -430,7 +430,7 @@ class _AttentionMasks(object):
       if continuation is None:
         raise ValueError(
           f"{model.model_type} with the word attention pattern {attention!r} needs the vocab's "
-          "continuation pieces: OnnxFunctions(model, continuation=tokenizer.continuation_ids())"
+          "continuation pieces: OnnxFunctions(model, continuation=tokenizer.continuation_flags())"
         )
       allowed = _word_pattern_keys(g, attention, continuation, input_ids, input_mask, length)
       bias = g.op(
@@ -460,8 +460,9 @@ class _AttentionMasks(object):
 
 
 def _word_ids(g, continuation, input_ids):
-  """int32 [B, T], the word of each input token (`modeling.word_ids` of the continuation flags
-  `ScoringGraph.word_ids` gathers): 1 - is_continuation, summed along the row."""
+  """int32 [B, T], the word of each input token: mirror of `modeling.token_word_ids` (what
+  `ScoringGraph.word_ids` computes) in ONNX ops, which tests/test_word_scoring.py holds equal on
+  random ids: 1 - is_continuation, summed along the row."""
   is_continuation = g.op("Gather", g.weight(np.asarray(continuation, bool)), input_ids)
   starts = g.op("Sub", g.weight(np.int32(1)), g.op("Cast", is_continuation, to=_INT32))
   return g.op("CumSum", starts, g.weight(np.int64(1)))

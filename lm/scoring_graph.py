@@ -47,7 +47,7 @@ class ScoringGraph(tf.Module):
     """Takes the weight snapshots of `model` (`modeling.TransformerLM`).
 
     continuation: bool [V], the vocab's WordPiece continuation pieces
-      (`tokenization.FullTokenizer.continuation_ids`), from which the graph finds the words
+      (`tokenization.FullTokenizer.continuation_flags`), from which the graph finds the words
       that a word attention pattern needs; None for a graph that never uses one.
     """
     super().__init__(name="scoring_graph")
@@ -89,7 +89,7 @@ class ScoringGraph(tf.Module):
     if self.continuation is None:
       raise ValueError(
         f"{self.model.model_type} with a word attention pattern needs the vocab's continuation "
-        "pieces: ScoringGraph(model, continuation=tokenizer.continuation_ids())"
+        "pieces: ScoringGraph(model, continuation=tokenizer.continuation_flags())"
       )
     return modeling.token_word_ids(input_ids, self.continuation)
 

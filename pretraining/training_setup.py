@@ -19,26 +19,10 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-import kinds
 from lm import model_dir
 import modeling
 from pretraining import input_pipeline
 import tokenization
-
-# Architecture fields that the size flags may set; a resumed run must agree
-# with the config.json already in --output_dir on all of them.
-_ARCH_FIELDS = (
-  "vocab_size",
-  "hidden_size",
-  "num_hidden_layers",
-  "num_attention_heads",
-  "intermediate_size",
-  "hidden_act",
-  "max_position_embeddings",
-  "type_vocab_size",
-  "output_layer",
-  "target_embedding_size",
-)
 
 
 @dataclasses.dataclass
@@ -219,7 +203,7 @@ def _check_same_architecture(existing, config, output_dir):
     config.target_embedding_size = old.get("target_embedding_size")
   diffs = [
     f"{k}: {old.get(k)!r} in {model_dir.config_path(output_dir)}, {new.get(k)!r} now"
-    for k in _ARCH_FIELDS + ("model_type",)
+    for k in modeling.TTAConfig.field_names("architecture")
     if old.get(k) != new.get(k)
   ]
   if diffs:
@@ -291,7 +275,7 @@ def load_target_embeddings(path, vocab, seed=0):
     for kind, key in (
       ("exact", token),
       ("lower", token.lower()),
-      ("piece", token[2:] if token.startswith("##") else None),
+      ("piece", tokenization.continued_text(token)),
     ):
       if key is not None and key in vectors:
         table[index] = vectors[key]
@@ -337,6 +321,7 @@ def synthetic_dataset(
   mean_length,
   vocab_size,
   mask_id,
+  special_ids,
   max_seq_length,
   seed,
   mlm_probability=0.15,
@@ -345,39 +330,29 @@ def synthetic_dataset(
 ):
   """Random-id batches with lengths in mean_length +- 25% (benchmarking).
 
-  Same features as `input_pipeline.make_dataset` (continuation: as there); a fixed set of
-  `num_batches` batches is cached in memory and repeated, so the input
-  costs nothing during timing.
+  The features of `input_pipeline.make_dataset`, made by its `make_targets` (special_ids,
+  mlm_probability, continuation: as there); a fixed set of `num_batches` batches is cached in
+  memory and repeated, so the input costs nothing during timing.
   """
   rng = np.random.RandomState(seed)
   batches = []
   low, high = max(3, int(mean_length * 0.75)), int(mean_length * 1.25)
-  for _ in range(num_batches):
+  for index in range(num_batches):
     lengths = np.minimum(rng.randint(low, high + 1, size=batch_size), max_seq_length)
     t = int(lengths.max())
     mask = (np.arange(t)[None] < lengths[:, None]).astype(np.int32)
-    ids = rng.randint(7, vocab_size, size=(batch_size, t)).astype(np.int32)
-    ids *= mask
-    target = kinds.get(model_type).target
-    if target == "self":
-      inputs, targets, weights = ids, ids, mask.astype(np.float32)
-    elif target == "next":
-      inputs = ids
-      targets = np.concatenate([ids[:, 1:], np.zeros_like(ids[:, :1])], 1)
-      weights = np.concatenate([mask[:, 1:], np.zeros_like(mask[:, :1])], 1).astype(np.float32)
-    else:  # "mlm"
-      chosen = (rng.uniform(size=ids.shape) < mlm_probability) & (mask > 0)
-      inputs = np.where(chosen, mask_id, ids).astype(np.int32)
-      targets, weights = ids, chosen.astype(np.float32)
-    batch = {
-      "input_ids": inputs,
-      "input_mask": mask,
-      "target_ids": targets.astype(np.int32),
-      "target_weights": weights,
-    }
-    if kinds.get(model_type).attention in modeling.WORD_PATTERNS:
-      batch["word_ids"] = modeling.token_word_ids(ids, continuation).numpy()
-    batches.append(batch)
+    ids = rng.randint(len(tokenization.SPECIAL_TOKENS), vocab_size, size=(batch_size, t))
+    batch = input_pipeline.make_targets(
+      {"input_ids": tf.constant(ids * mask, tf.int32), "input_mask": tf.constant(mask)},
+      model_type,
+      tf.constant([seed, index], tf.int64),
+      vocab_size,
+      mask_id,
+      special_ids,
+      mlm_probability,
+      continuation,
+    )
+    batches.append({k: v.numpy() for k, v in batch.items()})
 
   def gen():
     yield from batches
@@ -409,6 +384,7 @@ def make_dataset_fn(params, config, vocab, is_training, skip_batches=0):
         params.synthetic_length,
         config.vocab_size,
         mask_id,
+        specials,
         params.max_seq_length,
         params.seed + ctx.input_pipeline_id + (0 if is_training else 7919),
         params.mlm_probability,

@@ -39,14 +39,15 @@ import numpy as np
 import kinds
 from lm import inference
 from lm import stage_clock
+from reproduction import benchmark_report
 import tokenization
 
 PEERS = ("bert@torch", "bert@onnxruntime", "copies@torch", "minicons@torch")
 # Which of our model kinds each peer is compared with.
 VERSUS = {
-  "bert": kinds.HEADLINE_FAST,
-  "copies": kinds.HEADLINE_SLOW,
-  "minicons": kinds.HEADLINE_SLOW,
+  "bert": benchmark_report.HEADLINE_FAST,
+  "copies": benchmark_report.HEADLINE_SLOW,
+  "minicons": benchmark_report.HEADLINE_SLOW,
 }
 _ONNX_OPSET = 17
 

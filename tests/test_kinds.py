@@ -162,7 +162,7 @@ def test_scoring_rule_reads_what_the_trait_says(kind, tokenizer):
   # The kind's default scoring is its training mask (tta_word: word_l2r), given its words.
   inputs = {"input_ids": ids, "input_mask": mask}
   if kind.attention in modeling.WORD_PATTERNS:
-    inputs["word_ids"] = np.cumsum(~tokenizer.continuation_ids()[ids], axis=1).astype(np.int32)
+    inputs["word_ids"] = np.cumsum(~tokenizer.continuation_flags()[ids], axis=1).astype(np.int32)
   expected = []
   for p in positions:
     if kind.masked_copies:

@@ -276,6 +276,28 @@ def test_load_lm_honours_kenlm_arguments(librispeech_arpa):
     inference.load_lm(spec, max_seq_length=16)
 
 
+def test_kenlm_without_bos_scores_a_fragment(arpa_path):
+  from lm import inference  # pylint: disable=g-import-not-at-top
+
+  lm = inference.NgramLM(arpa_path, score_eos=False, bos=False)
+  (scored,) = lm.score(["a zebra"])
+  # p(a) unigram, then p(<unk>|a) = bo(a) + p(<unk>); as test_bos_eos_flags and test_oov_uses_unk.
+  assert scored.total == pytest.approx((-0.4 - 1.3) * math.log(10.0), abs=1e-5)
+  assert scored.unknown_words == 1
+  assert inference.describe(lm)["bos"] is False
+  assert "bos" not in inference.describe(inference.NgramLM(arpa_path))
+
+
+def test_kenlm_scores_words_whatever_mode_is_asked(arpa_path):
+  from lm import inference  # pylint: disable=g-import-not-at-top
+
+  lm = inference.NgramLM(arpa_path)
+  assert [inference.scoring_of(lm, m) for m in (None, "piece", "word_l2r")] == ["word"] * 3
+  assert lm.score(["a b"], "piece")[0].total == lm.score(["a b"], "word_l2r")[0].total
+  with pytest.raises(ValueError, match="scoring 'word' is not one of"):
+    lm.score(["a b"], scoring="word")  # what it does, but not a mode one can ask for
+
+
 def test_kenlm_scores_every_sentence_and_flags_what_normalization_could_not_spell(
   librispeech_arpa,
 ):
@@ -321,3 +343,45 @@ def test_score_file_logs_progress_and_a_missing_file_is_one_line(tmp_path, arpa_
   assert missing.returncode == 2
   assert missing.stderr.strip().splitlines()[-1].startswith("ngram.py: error: ")
   assert "absent" in missing.stderr and "Traceback" not in missing.stderr
+
+
+@pytest.mark.skipif(
+  not _have_lmplz(), reason="KenLM's lmplz/build_binary not built: run bash scripts/build_kenlm.sh"
+)
+def test_ngram_py_and_score_py_give_the_same_score(tmp_path):
+  """Both commands score through inference.NgramLM: the normalization recorded with the model
+  first, so "25" is read TWENTY FIVE and the words are the model's, not <unk>."""
+  import json  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+
+  corpus = tmp_path / "corpus.txt"
+  said = "HE PAID TWENTY FIVE DOLLARS DIDN'T HE"
+  corpus.write_text("\n".join(_CORPUS * 3).upper() + f"\n{said}\n")
+  out = str(tmp_path / "lm.bin")
+  ngram_lm.train_ngram(
+    str(corpus), out, order=3, memory="64M", discount_fallback=True, normalization="librispeech"
+  )
+  sentences = tmp_path / "sentences.txt"
+  sentences.write_text("He paid 25 dollars, didn't he?\nThe cat sat on the mat.\n")
+  by_hand = ngram_lm.NgramScorer(out).score_sentences([said, "THE CAT SAT ON THE MAT"])
+
+  ngram = _score_file_cli(f"--model={out}", f"--score_file={sentences}")
+  assert ngram.returncode == 0, ngram.stderr
+  rows = [line.split("\t") for line in ngram.stdout.splitlines()]
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  score = subprocess.run(
+    [sys.executable, os.path.join(repo, "score.py"), f"--model_dir=kenlm:{out}"],
+    input=sentences.read_text(),
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  assert score.returncode == 0, score.stderr
+  records = [json.loads(line) for line in score.stdout.splitlines()]
+
+  texts = sentences.read_text().splitlines()
+  assert [row[3] for row in rows] == [r["text"] for r in records] == texts
+  assert [float(row[0]) for row in rows] == pytest.approx([r["score"] for r in records], abs=1e-6)
+  assert [r["score"] for r in records] == pytest.approx([s.logprob for s in by_hand], abs=1e-5)
+  assert [int(row[1]) for row in rows] == [r["num_tokens"] for r in records] == [8, 7]
+  assert [int(row[2]) for row in rows] == [0, 0]  # no word scored as <unk>

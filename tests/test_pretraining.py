@@ -339,6 +339,20 @@ def test_word_vector_file_alignment(tmp_path):
   np.testing.assert_allclose(np.linalg.norm(table[[0, 4]], axis=-1), 1.0, rtol=1e-6)
 
 
+def test_a_resumed_run_keeps_exactly_the_architecture_fields(tmp_path):
+  # The weights depend on the layer count and the kind, not on dropout or the initializer range.
+  old = tiny_config(model_type="tta")
+  new = tiny_config(
+    model_type="bilm", num_hidden_layers=3, hidden_dropout_prob=0.0, initializer_range=0.1
+  )
+  with pytest.raises(ValueError) as e:
+    training_setup._check_same_architecture(old, new, str(tmp_path))
+  named = re.findall(r"(\w+): \S+ in ", str(e.value))
+  assert named == ["num_hidden_layers", "model_type"]
+  same = tiny_config(model_type="tta", initializer_range=1.0)
+  training_setup._check_same_architecture(old, same, str(tmp_path))
+
+
 # ------------------------------------------------------------- (b) resume
 
 

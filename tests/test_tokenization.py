@@ -240,6 +240,17 @@ def test_ids_tokens_round_trip(tokenizers):
   assert special_ids(tokenizer) == tuple(range(7))
 
 
+def test_continuation_pieces_are_the_ones_wordpiece_writes(tokenizers):
+  tokenizer = tokenizers[True]
+  pieces = tokenizer.tokenize("Unaffable hello")
+  assert pieces == ["un", "##aff", "##able", "hello"]
+  flags = tokenizer.continuation_flags()
+  assert flags[tokenizer.convert_tokens_to_ids(pieces)].tolist() == [False, True, True, False]
+  assert flags.tolist() == tokenization.continuation_flags(TINY_VOCAB).tolist()
+  assert sum(flags) == 7  # "##llo" "##aff" "##able" "##x" "##ж" "##α" "##ς"
+  assert [tokenization.continued_text(p) for p in pieces] == [None, "aff", "able", None]
+
+
 def test_saved_model_round_trip(tokenizers, tmp_path):
   graph = tokenizers[True].graph_tokenizer()
 

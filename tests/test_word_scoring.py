@@ -41,7 +41,7 @@ def test_word_ids_follow_the_continuation_pieces(tokenizer):
   lm = lm_for("tta", tokenizer)
   (ids,), _ = lm.tokenize([SENTENCE])
   assert pieces(lm, ids) == ["[SOS]", "walk", "##ing", "dog", "##s", "ran", "far", "away", "[EOS]"]
-  np.testing.assert_array_equal(lm._word_ids(np.array([ids])), [[1, 2, 2, 3, 3, 4, 5, 6, 7]])  # pylint: disable=protected-access
+  np.testing.assert_array_equal(lm.graph.word_ids(np.array([ids])), [[1, 2, 2, 3, 3, 4, 5, 6, 7]])
 
 
 @pytest.mark.parametrize(
@@ -105,7 +105,7 @@ def test_tta_word_scores_word_l2r_by_default_and_piece_with_dmsa(tokenizer):
 def test_bilm_word_l2r_masks_the_piece_and_the_later_pieces_of_its_word(tokenizer):
   lm = lm_for("bilm", tokenizer)
   (ids,), _ = lm.tokenize([SENTENCE])
-  word = lm._word_ids(np.array([ids]))[0]  # pylint: disable=protected-access
+  word = lm.graph.word_ids(np.array([ids])).numpy()[0]
   want = []
   for p in range(1, len(ids)):
     copy = np.array([ids])
@@ -137,7 +137,7 @@ def test_scoring_is_part_of_the_identity_and_checked(tokenizer):
 def random_word_batch(tokenizer, rng, lengths):
   """ids, mask int32 [B, max(lengths)]: rows of random pieces, about a third of them
   continuations ("##ing"), padded with [PAD]; a row's first token starts a word, as [SOS]."""
-  continuation = tokenizer.continuation_ids()
+  continuation = tokenizer.continuation_flags()
   starts, pieces = np.flatnonzero(~continuation), np.flatnonzero(continuation)
   width = max(lengths)
   ids = np.where(
@@ -156,10 +156,11 @@ def test_onnxruntime_word_mask_is_modelings(tokenizer):
   """The bias onnx_backend computes in its graph from the input ids, padding folded in, is what
   modeling adds to the attention scores for the ScoringGraph's words ((1 - mask) * -1e9 of
   `create_attention_mask` with `word_ids` of the continuation flags: `_word_l2r_keys`, the
-  rule's owner), and a query has a key exactly where that mask has one."""
+  rule's owner), a query has a key exactly where that mask has one, and the words it finds are
+  `modeling.token_word_ids`'."""
   tf.keras.utils.set_random_seed(5)
   model = modeling.build_model(tiny_config(vocab_size=tokenizer.vocab_size), "tta_word")
-  continuation = tokenizer.continuation_ids()
+  continuation = tokenizer.continuation_flags()
   g = onnx_backend._Graph({})  # pylint: disable=protected-access
   input_ids = g.input("input_ids", np.int32, ["B", "T"])
   input_mask = g.input("input_mask", np.int32, ["B", "T"])
@@ -170,13 +171,15 @@ def test_onnxruntime_word_mask_is_modelings(tokenizer):
   assert masks.input_mask == ""  # the padding is in the bias
   g.output(masks.pattern, "bias")
   g.output(masks.has_key, "has_key")
+  g.output(onnx_backend._word_ids(g, continuation, input_ids), "words")  # pylint: disable=protected-access
   session = g.session(1)
   rng = np.random.default_rng(0)
   keyless = 0
   for lengths in ([9, 6, 1, 3], [12], [1], [5, 5, 2]):
     ids, mask = random_word_batch(tokenizer, rng, lengths)
-    bias, has_key = session.run(None, {"input_ids": ids, "input_mask": mask})
-    words = modeling.word_ids(tf.gather(tf.constant(continuation), ids))
+    bias, has_key, onnx_words = session.run(None, {"input_ids": ids, "input_mask": mask})
+    words = modeling.token_word_ids(ids, continuation)
+    np.testing.assert_array_equal(onnx_words, words)
     allowed = modeling.create_attention_mask(tf.constant(mask), "word_l2r", words).numpy()
     np.testing.assert_array_equal(bias, (1.0 - allowed) * modeling._MASK_ADDER)  # pylint: disable=protected-access
     np.testing.assert_array_equal(has_key[:, :, 0], allowed[:, 0].max(axis=2))
@@ -195,10 +198,10 @@ def test_onnxruntime_word_l2r_output_is_exactly_blind_to_its_piece_and_later_one
   an earlier piece of its word or another word changes; rows never mix. A changed piece stays a
   continuation or a word start, so the words stay the same."""
   lm = lm_for(model_type, tokenizer)
-  functions = onnx_backend.OnnxFunctions(lm.model, 1, tokenizer.continuation_ids())
+  functions = onnx_backend.OnnxFunctions(lm.model, 1, tokenizer.continuation_flags())
   sentences = [SENTENCE, "cats walking , the dog ran", "a dog walked"]
   ids, mask = inference.pad_rows(lm.tokenize(sentences)[0], tokenizer.vocab["[PAD]"], 1)
-  words = lm._word_ids(ids)  # pylint: disable=protected-access
+  words = lm.graph.word_ids(ids).numpy()
   assert any(np.sum(row == w) > 1 for row in words for w in row)  # split words
   read_at = np.flatnonzero(mask)
   targets = np.arange(len(read_at)) % tokenizer.vocab_size  # whatever, the same in every call
@@ -209,7 +212,7 @@ def test_onnxruntime_word_l2r_output_is_exactly_blind_to_its_piece_and_later_one
     out.reshape(-1, out.shape[-1])[read_at] = np.concatenate([hidden, log_probs[:, None]], 1)
     return out  # [B, T, D + 1]: the last layer and log p(target) at every real output
 
-  continuation = tokenizer.continuation_ids()
+  continuation = tokenizer.continuation_flags()
   base = outputs(ids)
   for row, n in enumerate(mask.sum(axis=1)):
     for j in range(n):

@@ -96,7 +96,7 @@ def environment(threads):
   }
 
 
-def machine():
+def cpu_and_cores():
   """One line for a report: "<cpu model>, <N> cores" (the machine's total)."""
   return f"{cpu_model()}, {os.cpu_count() or 0} cores"
 
