@@ -23,6 +23,7 @@ import numpy as np
 from evaluation import significance
 from evaluation import sts_data
 from lm import inference
+from lm import lm_flags
 from util import cli
 from util import io_utils
 from util import progress
@@ -30,14 +31,7 @@ from util import progress
 FLAGS = flags.FLAGS
 RESULTS_FILE = "sts_results.json"
 
-flags.DEFINE_list(
-  "model_dir",
-  None,
-  "Model directories (config.json, vocab.txt, checkpoint), "
-  "bert:DIR for a Google BERT release (bert_config.json, "
-  "vocab.txt, bert_model.ckpt) or hf:DIR for a Hugging Face BERT (config.json, vocab.txt, "
-  "model.safetensors). name=SPEC sets the row name.",
-)
+lm_flags.define_model_dir(several=True, kenlm=False, required=False)  # required under __main__
 flags.DEFINE_list(
   "representations",
   ["context", "embed"],
@@ -54,12 +48,14 @@ flags.DEFINE_integer(
   "max_pairs",
   None,
   "Evaluate only the first N pairs of each set (quick runs; the full sets are the result).",
+  lower_bound=0,
 )
-inference.define_throughput_flags()
+lm_flags.define_throughput_flags()
 flags.DEFINE_integer(
   "bootstrap_resamples",
   significance.DEFAULT_RESAMPLES,
   "Paired bootstrap resamples (over sentence pairs) for each Pearson's 95% interval.",
+  lower_bound=1,
 )
 flags.DEFINE_integer("bootstrap_seed", 0, "Seed of the bootstrap resampler.")
 
@@ -78,6 +74,16 @@ def parse_representation(name):
       f"unknown representation {name!r}; expected one of {inference.POOLINGS}, optionally with \\M"
     )
   return pooling, variant != "M"
+
+
+def _check_representations(names):
+  """The --representations validator: flags.ValidationError naming an unknown one."""
+  try:
+    for name in names:
+      parse_representation(name)
+  except ValueError as e:
+    raise flags.ValidationError(str(e)) from None
+  return True
 
 
 # Sentences per sentence_vectors call; progress (rate, ETA) is reported between calls.
@@ -162,19 +168,21 @@ def main(argv):
 
 def evaluate_and_write():
   """Every --model_dir and representation on every set; the table, and the results files."""
+  # What is cheap first: the models are there, before the sets are read.
   with cli.user_input():
+    for _, spec in lm_flags.model_specs(FLAGS.model_dir):
+      if spec.startswith("kenlm:"):
+        raise cli.InputError(f"--model_dir {spec}: an n-gram model has no sentence vectors")
+      inference.check_spec(spec)
     data_sets = {name: SETS[name][1](FLAGS.data_dir) for name in FLAGS.sets}
-    for representation in FLAGS.representations:
-      parse_representation(representation)
   for name, pairs in data_sets.items():
     if FLAGS.max_pairs:
       data_sets[name] = pairs[: FLAGS.max_pairs]
     logging.info("%s: %d pairs", SETS[name][0], len(data_sets[name]))
   results = []
-  for spec in FLAGS.model_dir:
-    row_name, _, spec = spec.rpartition("=")
+  for row_name, spec in lm_flags.model_specs(FLAGS.model_dir):
     with cli.user_input():
-      lm = inference.load_lm(spec, **inference.throughput_options())
+      lm = inference.load_lm(spec, **lm_flags.load_options(FLAGS))
     row_name = row_name or os.path.basename(spec.rstrip("/"))
     for representation in FLAGS.representations:
       row = {
@@ -212,9 +220,8 @@ def evaluate_and_write():
     io_utils.write_atomically(os.path.join(FLAGS.output_dir, "sts_results.md"), table)
 
 
-flags.register_validator(
-  "sets", lambda names: set(names) <= set(SETS), f"--sets: choose from {', '.join(SETS)}"
-)
+cli.register_choices("sets", list(SETS))
+flags.register_validator("representations", _check_representations)
 
 
 if __name__ == "__main__":
