@@ -1,9 +1,8 @@
 """The flags of the commands that load an LM, each declared here once with one help text.
 
 score.py, run_rescoring.py, run_sts.py, export_saved_model.py and run_benchmark.py call the
-`define_*` functions they need (from their own `define_flags`, so the flags are theirs in
---help); `load_options` turns the values a command parsed into `inference.load_lm`'s keyword
-arguments. The LM is `--model_dir` in every command; run_rescoring.py also takes its old name
+`define_*` functions they need (the flags are then theirs in --help); `load_options` turns the
+values a command parsed into `inference.load_lm`'s keyword arguments. The LM is `--model_dir` in every command; run_rescoring.py also takes its old name
 `--lm` (an alias), so command lines written for it keep working.
 
 Like every library here, this module never reads the global FLAGS: the command passes its own.
@@ -24,7 +23,10 @@ _LOAD_OPTIONS = ("score_eos", "score_sos", "token_budget", "backend")
 
 def _spec_help(kenlm):
   """What names an LM (`inference.load_lm`'s specs), for the help texts."""
-  specs = ["a model dir (config.json, vocab.txt, checkpoint: run_pretraining.py's output)"]
+  specs = [
+    "a model dir (config.json, vocab.txt, checkpoint, as run_pretraining.py or "
+    "convert_checkpoint.py write it)"
+  ]
   if kenlm:
     specs.append("kenlm:PATH (an ARPA file or KenLM binary)")
   specs += ["bert:DIR (a Google BERT release)", "hf:DIR (a Hugging Face BERT)"]
