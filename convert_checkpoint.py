@@ -21,7 +21,6 @@ Example:
   echo "the cat sat on the mat" | python score.py --model_dir=models/tta-enwiki
 """
 
-from absl import app
 from absl import flags
 from absl import logging
 
@@ -59,31 +58,38 @@ def define_flags():
     "Google's cased releases). Not with hf:DIR, whose tokenizer_config.json says it.",
   )
   flags.DEFINE_string("output_dir", None, "The model dir to write (must not hold a model yet).")
+  flags.mark_flag_as_required("output_dir")
 
 
 def load_source(args):
   """(model, tokenizer) of the checkpoint the flags name.
 
   Raises:
-    app.UsageError: for flags that do not name exactly one source.
+    cli.InputError: for flags that do not name exactly one source.
   """
   if bool(args.input) == bool(args.init_checkpoint):
-    raise app.UsageError("give either --input=hf:DIR|bert:DIR or --init_checkpoint")
+    raise cli.InputError("give either --input=hf:DIR|bert:DIR or --init_checkpoint")
   do_lower_case = True if args.do_lower_case is None else args.do_lower_case
   if args.init_checkpoint:
     if not (args.bert_config_file and args.vocab_file):
-      raise app.UsageError("--init_checkpoint needs --bert_config_file and --vocab_file")
+      raise cli.InputError("--init_checkpoint needs --bert_config_file and --vocab_file")
     return model_dir.load_tf1_model(
       args.bert_config_file, args.vocab_file, args.init_checkpoint, args.model_type, do_lower_case
     )
   if not args.input.startswith(INPUT_PREFIXES):
-    raise app.UsageError(f"--input must start with one of {INPUT_PREFIXES}, got {args.input!r}")
+    raise cli.InputError(f"--input must start with one of {INPUT_PREFIXES}, got {args.input!r}")
   if args.input.startswith("bert:"):
     # Google's release dirs do not say whether they are cased; the flag does.
     return model_dir.load_google_bert(args.input[len("bert:") :], do_lower_case)
   if args.do_lower_case is not None:
-    raise app.UsageError("--do_lower_case is for bert: and TF1 inputs; hf:DIR's tokenizer says it")
+    raise cli.InputError("--do_lower_case is for bert: and TF1 inputs; hf:DIR's tokenizer says it")
   return inference.load_model(args.input)
+
+
+def check_output_dir(output_dir):
+  """Raises ValueError if output_dir already holds a model."""
+  if model_dir.latest_checkpoint(output_dir):
+    raise ValueError(f"{output_dir} already holds a model; choose a new --output_dir")
 
 
 def convert(model, tokenizer, output_dir):
@@ -101,8 +107,7 @@ def convert(model, tokenizer, output_dir):
   Raises:
     ValueError: if output_dir already holds a model.
   """
-  if model_dir.latest_checkpoint(output_dir):
-    raise ValueError(f"{output_dir} already holds a model; choose a new --output_dir")
+  check_output_dir(output_dir)
   # Recorded even when the vocab's rule would choose the same pair: the dir then frames
   # sentences as its source did whatever the rule becomes.
   model.config.boundary_tokens = list(tokenizer.boundary_tokens)
@@ -120,6 +125,7 @@ def convert(model, tokenizer, output_dir):
 def main(argv):
   del argv
   with cli.user_input():
+    check_output_dir(FLAGS.output_dir)  # before the (slow) load
     model, tokenizer = load_source(FLAGS)
     prefix = convert(model, tokenizer, FLAGS.output_dir)
   logging.info(
@@ -133,5 +139,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  flags.mark_flag_as_required("output_dir")
   cli.run(main)

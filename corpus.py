@@ -9,7 +9,6 @@ Example:
 
 import json
 
-from absl import app
 from absl import flags
 
 from text import corpus
@@ -57,7 +56,7 @@ def define_flags():
 def main(argv):
   del argv  # Unused.
   if not FLAGS.output_dir:
-    raise app.UsageError("--output_dir is required")
+    raise cli.InputError("--output_dir is required")
   with cli.user_input():
     inputs = FLAGS.input or [corpus.default_gutenberg_tar(FLAGS.data_dir)]
     stats = corpus.prepare_corpus(

@@ -17,7 +17,6 @@ import os
 import time
 from typing import Optional
 
-from absl import app
 from absl import flags
 from absl import logging
 import tensorflow as tf
@@ -641,7 +640,7 @@ def main(argv):
   del argv  # Unused.
   for name in ("input_file", "output_dir"):
     if not FLAGS[name].value:
-      raise app.UsageError(f"--{name} is required")
+      raise cli.InputError(f"--{name} is required")
   learn_params = None
   if FLAGS.vocab_lower_thresh is not None:
     learn_params = {"lower_thresh": FLAGS.vocab_lower_thresh}

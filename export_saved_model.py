@@ -19,6 +19,7 @@ import tensorflow as tf
 
 import kinds
 from lm import inference
+from lm import lm_flags
 from util import cli
 from util import io_utils
 
@@ -29,34 +30,16 @@ def define_flags():
   """Defines the command-line flags (called from __main__ only, so that
   tests can import this module beside other scripts with the same flag
   names)."""
-  flags.DEFINE_string(
-    "model_dir",
-    None,
-    "Model directory (config.json, vocab.txt, checkpoint), as written by run_pretraining.py "
-    "or convert_checkpoint.py; or bert:DIR / hf:DIR (a Google or Hugging Face BERT).",
-  )
+  lm_flags.define_model_dir(kenlm=False)
   flags.DEFINE_string("export_dir", None, "Where to write the SavedModel.")
+  flags.mark_flag_as_required("export_dir")
   flags.DEFINE_integer(
     "max_seq_length",
     None,
     "Longest input in tokens, boundaries included (default: the model's max_position_embeddings).",
   )
-  flags.DEFINE_bool("score_sos", False, "Also score the start token (tta, bilm, bert).")
-  flags.DEFINE_bool("score_eos", True, "Score the end token.")
-  flags.DEFINE_enum(
-    "scoring",
-    None,
-    list(inference.SCORINGS),
-    "What the score signature computes. piece: each word piece given every other piece; "
-    "word_l2r: given the other words and the earlier pieces of its word (PLL-word-l2r; T-TA in "
-    "one pass, the biLM by masked copies). Default: the model kind's own (word_l2r for "
-    "tta_word, piece otherwise).",
-  )
-  flags.DEFINE_integer(
-    "token_budget",
-    inference.DEFAULT_TOKEN_BUDGET,
-    "bilm/bert: most tokens (masked copies x length) per forward pass inside the graph.",
-  )
+  lm_flags.define_scoring_flags()
+  lm_flags.define_throughput_flags(backend=False)
   flags.DEFINE_bool("overwrite", False, "Replace an existing --export_dir.")
 
 
@@ -248,6 +231,12 @@ class ExportModule(tf.Module):
     }
 
 
+def check_export_dir(export_dir, overwrite=False):
+  """Raises FileExistsError if export_dir exists and overwrite is False."""
+  if os.path.exists(export_dir) and not overwrite:
+    raise FileExistsError(f"{export_dir} exists; pass --overwrite to replace it")
+
+
 def export(lm, export_dir, overwrite=False, scoring=None):
   """Writes `lm` as a SavedModel with the `encode` and `score` signatures.
 
@@ -269,8 +258,7 @@ def export(lm, export_dir, overwrite=False, scoring=None):
     ValueError: scoring is not one of inference.SCORINGS.
   """
   export_dir = os.path.abspath(export_dir)
-  if os.path.exists(export_dir) and not overwrite:
-    raise FileExistsError(f"{export_dir} exists; pass --overwrite to replace it")
+  check_export_dir(export_dir, overwrite)
   module = ExportModule(lm, scoring=scoring)
   # The signatures are traced here from plain methods: a tf.function held by
   # the module would be traced a second time by tf.saved_model.save (and
@@ -305,12 +293,11 @@ def export(lm, export_dir, overwrite=False, scoring=None):
 def main(argv):
   del argv
   with cli.user_input():
+    check_export_dir(os.path.abspath(FLAGS.export_dir), FLAGS.overwrite)
     lm = inference.NeuralLM.from_model_dir(
       FLAGS.model_dir,
       max_seq_length=FLAGS.max_seq_length,
-      score_sos=FLAGS.score_sos,
-      score_eos=FLAGS.score_eos,
-      token_budget=FLAGS.token_budget,
+      **lm_flags.load_options(FLAGS),
     )
   module = export(lm, FLAGS.export_dir, overwrite=FLAGS.overwrite, scoring=FLAGS.scoring)
   # Reload and run once, so a broken export fails here, not in a server.
@@ -329,6 +316,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  flags.mark_flag_as_required("model_dir")
-  flags.mark_flag_as_required("export_dir")
   cli.run(main)

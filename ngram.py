@@ -12,7 +12,6 @@ Usage:
 import math
 import os
 
-from absl import app
 from absl import flags
 from absl import logging
 
@@ -54,10 +53,10 @@ def main(argv):
   del argv
   FLAGS = flags.FLAGS  # pylint: disable=invalid-name
   if bool(FLAGS.train_text) == bool(FLAGS.score_file):
-    raise app.UsageError("give either --train_text (with --output) or --score_file (with --model)")
+    raise cli.InputError("give either --train_text (with --output) or --score_file (with --model)")
   if FLAGS.train_text:
     if not FLAGS.output:
-      raise app.UsageError("--train_text needs --output")
+      raise cli.InputError("--train_text needs --output")
     with cli.user_input():
       ngram_lm.train_ngram(
         FLAGS.train_text,
@@ -72,7 +71,7 @@ def main(argv):
     print(FLAGS.output)
     return
   if not FLAGS.model:
-    raise app.UsageError("--score_file needs --model")
+    raise cli.InputError("--score_file needs --model")
   score_file(FLAGS.model, FLAGS.score_file, FLAGS.bos, FLAGS.eos)
 
 

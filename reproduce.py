@@ -66,7 +66,6 @@ import subprocess
 import sys
 import time
 
-from absl import app
 from absl import flags
 from absl import logging
 
@@ -882,7 +881,7 @@ def main(argv):
   del argv
   unknown = sorted(set(FLAGS.models) - set(MODEL_TYPES))
   if unknown:
-    raise app.UsageError(f"--models: unknown {unknown} (choose from {MODEL_TYPES})")
+    raise cli.InputError(f"--models: unknown {unknown} (choose from {MODEL_TYPES})")
   root = check_data()
   # The job's own lines: time, level, message (absl's prefix adds thread id and source line).
   logging.get_absl_handler().setFormatter(

@@ -16,12 +16,13 @@ import statistics
 import sys
 import time
 
-from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
 
 import kinds
+from lm import backends
+from lm import lm_flags
 from reproduction import benchmark_report
 from reproduction import peers as peers_lib
 from util import cli
@@ -66,18 +67,18 @@ def define_flags():
 
 def _define_model_flags():
   """Which models: trained dirs, or random ones of a given size."""
-  flags.DEFINE_list(
-    "model_dir",
-    None,
-    "Trained model directories (config.json, vocab.txt, "
-    "checkpoint), bert:DIR or hf:DIR; name=DIR sets the row name. Default: random "
-    "models of --models with the size flags below.",
+  lm_flags.define_model_dir(
+    several=True,
+    kenlm=False,
+    required=False,
+    default="random models of --models with the size flags below",
   )
   flags.DEFINE_list(
     "models",
     list(kinds.PRETRAINABLE),
     "Model types to build with random weights when no --model_dir is given.",
   )
+  cli.register_choices("models", kinds.MODEL_TYPES)
   flags.DEFINE_string(
     "vocab_file",
     None,
@@ -103,8 +104,14 @@ def _define_timing_flags():
   flags.DEFINE_list(
     "lengths", ["5", "10", "20", "40", "80"], "Sentence lengths in whitespace words."
   )
-  flags.DEFINE_list("tasks", ["sts", "rerank"], "Tasks to time.")
-  flags.DEFINE_integer("runs", 50, "Timed runs per model, task and length.")
+  flags.register_validator(
+    "lengths",
+    lambda lengths: bool(lengths) and all(n.isdigit() and int(n) > 0 for n in lengths),
+    "expected positive word counts, e.g. 5,10,20",
+  )
+  flags.DEFINE_list("tasks", list(flops.TASKS), "Tasks to time.")
+  cli.register_choices("tasks", flops.TASKS)
+  flags.DEFINE_integer("runs", 50, "Timed runs per model, task and length.", lower_bound=1)
   flags.DEFINE_integer(
     "rounds", 5, "Turns per model (runs / rounds timed calls each, after one untimed call)."
   )
@@ -123,17 +130,14 @@ def _define_timing_flags():
     "the whole test_clean set is 78,600 hypotheses, hours "
     "for the biLM on 2 cores).",
   )
-  flags.DEFINE_integer(
-    "token_budget",
-    None,
-    "NeuralLM token budget per forward pass (default: inference.DEFAULT_TOKEN_BUDGET).",
-  )
+  lm_flags.define_throughput_flags(backend=False)
   flags.DEFINE_list(
     "backends",
     ["tf", "openvino"],
     "inference.NeuralLM backends to time every model on (tf is the reference; onnxruntime is "
     "opt-in; openvino_bf16 is opt-in, AMX/AVX512-BF16 CPUs only, and gets no float32 floors).",
   )
+  cli.register_choices("backends", backends.BACKENDS)
   flags.DEFINE_bool(
     "jit_compile",
     False,
@@ -170,6 +174,7 @@ def _define_peak_flags():
     [f"{m}x{k}x{n}" for m, k, n in MATMUL_SHAPES],
     "Shapes MxKxN ([M,K] x [K,N]) of the matmul peak.",
   )
+  flags.register_validator("matmul_shapes", _check_shapes)
 
 
 _QUICK = {
@@ -330,14 +335,23 @@ def time_encoder(lm, sentence, runs, warmup):
 
 
 def parse_shapes(specs):
-  """["2048x2048x2048", ...] -> [(2048, 2048, 2048), ...]."""
+  """["2048x2048x2048", ...] -> [(2048, 2048, 2048), ...]; ValueError naming a malformed one."""
   shapes = []
   for spec in specs:
     parts = spec.lower().split("x")
     if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-      raise app.UsageError(f"--matmul_shapes: {spec!r} is not MxKxN with positive ints")
+      raise ValueError(f"{spec!r} is not MxKxN with positive ints")
     shapes.append(tuple(int(p) for p in parts))
   return shapes
+
+
+def _check_shapes(specs):
+  """The --matmul_shapes validator."""
+  try:
+    parse_shapes(specs)
+  except ValueError as e:
+    raise flags.ValidationError(str(e)) from None
+  return True
 
 
 def matmul_peak(shapes, runs, when="", dtype="float32"):
@@ -415,9 +429,7 @@ def build_lms(data_dir):
   import modeling  # pylint: disable=g-import-not-at-top
   import tokenization  # pylint: disable=g-import-not-at-top
 
-  options = {"jit_compile": FLAGS.jit_compile}
-  if FLAGS.token_budget:
-    options["token_budget"] = FLAGS.token_budget
+  options = {"jit_compile": FLAGS.jit_compile, "token_budget": FLAGS.token_budget}
 
   def add(name, model, tokenizer):
     """One NeuralLM per backend over the same model: "tta" (tf), "tta@openvino"."""
@@ -428,8 +440,7 @@ def build_lms(data_dir):
 
   lms = {}
   if FLAGS.model_dir:
-    for spec in FLAGS.model_dir:
-      name, _, path = spec.rpartition("=")
+    for name, path in lm_flags.model_specs(FLAGS.model_dir):
       model, tokenizer = inference.load_model(path)
       name = name or model.model_type
       if name in lms:
@@ -673,19 +684,6 @@ def apply_quick():
       FLAGS[name].value = value
 
 
-def check_flags():
-  """Validates --tasks, --lengths and --runs; returns the sorted lengths."""
-  for task in FLAGS.tasks:
-    if task not in flops.TASKS:
-      raise app.UsageError(f"--tasks: {task!r} is not one of {flops.TASKS}")
-  lengths = sorted({int(n) for n in FLAGS.lengths})
-  if not lengths or lengths[0] < 1:
-    raise app.UsageError("--lengths must be positive word counts")
-  if FLAGS.runs < 1:
-    raise app.UsageError("--runs must be >= 1")
-  return lengths
-
-
 def nbest_throughput(lms, peers):
   """Throughput records of ours and of the batched peers on the first --max_lists lists of
   --nbest_set."""
@@ -775,7 +773,7 @@ def main(argv):
   del argv
   if FLAGS.quick:
     apply_quick()
-  lengths = check_flags()
+  lengths = sorted({int(n) for n in FLAGS.lengths})
   # Before anything else touches TF: the thread pools are fixed at start-up.
   threads = machine.pin_threads(FLAGS.intra_op, FLAGS.inter_op)
   if FLAGS.peak_only:
@@ -791,6 +789,12 @@ def main(argv):
         os.path.join(FLAGS.output_dir, "benchmark.json"), json.dumps(result, indent=2) + "\n"
       )
     return
+  from lm import inference  # pylint: disable=g-import-not-at-top
+
+  # What is cheap first: the models are there, before the matmul peak is measured.
+  with cli.user_input():
+    for _, spec in lm_flags.model_specs(FLAGS.model_dir or []):
+      inference.check_spec(spec)
   result = measure(lengths, threads)
   report = benchmark_report.markdown_report(result)
   print(report)

@@ -70,6 +70,7 @@ from absl import logging
 import modeling
 from pretraining import training
 from util import cli
+from util import io_utils
 
 _DEFINE_BY_TYPE = {int: flags.DEFINE_integer, float: flags.DEFINE_float}
 
@@ -116,10 +117,28 @@ def params_from_flags(flag_values):
 EXIT_UNFINISHED = 75
 
 
+def check_data(params):
+  """What is cheap first: the TFRecord globs match files before a strategy, an output dir or a
+  model is made (cli.InputError naming the flag)."""
+  if params.synthetic_data:
+    return  # no file is read
+  if not params.input_file:
+    raise cli.InputError("--input_file is required (or --synthetic_data)")
+  for name in ("input_file", "eval_file"):
+    pattern = getattr(params, name)
+    if pattern:
+      try:
+        io_utils.expand_globs(pattern)
+      except ValueError as e:
+        raise cli.InputError(f"--{name}: {e}") from None
+
+
 def main(argv):
   del argv
   # cli.run prints a cli.InputError (a bad flag; training.OutputDirBusy) as one line.
-  summary = training.train(params_from_flags(flags.FLAGS))
+  params = params_from_flags(flags.FLAGS)
+  check_data(params)
+  summary = training.train(params)
   if not summary["finished"]:
     logging.warning(
       "stopped by %s at step %d before --num_train_steps: exiting %d so that the run is "

@@ -40,25 +40,17 @@ from evaluation import nbest_io
 from evaluation import score_cache
 from evaluation import significance
 from lm import inference
+from lm import lm_flags
 from util import cli
 from util import io_utils
 from util import progress
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_list(
-  "lm",
-  None,
-  "LMs to rerank with: model dirs, kenlm:PATH, bert:DIR or hf:DIR; NAME=SPEC names the row.",
-)
-flags.DEFINE_enum(
-  "scoring",
-  None,
-  list(inference.SCORINGS),
-  "Neural LMs: piece, each word piece given every other piece; word_l2r, given the other words "
-  "and the earlier pieces of its word (PLL-word-l2r); part of the score cache's key. Default: "
-  "the one the model was trained for (word_l2r for tta_word, else piece).",
-)
+lm_flags.define_model_dir(several=True, required=False)  # required under __main__
+# The name this command had for --model_dir before every command took --model_dir.
+flags.DEFINE_alias("lm", "model_dir")
+lm_flags.define_scoring_flags()
 flags.DEFINE_enum(
   "task",
   "asr",
@@ -70,6 +62,11 @@ flags.DEFINE_list(
   ["dev_clean:test_clean", "dev_other:test_other"],
   "ASR dev:test set pairs (λ tuned on dev, applied to test).",
 )
+flags.register_validator(
+  "pairs",
+  lambda pairs: all(len(p.split(":")) == 2 and all(p.split(":")) for p in pairs),
+  "expected DEV:TEST set pairs, e.g. dev_clean:test_clean",
+)
 flags.DEFINE_list(
   "settings",
   ["am", "full"],
@@ -77,6 +74,7 @@ flags.DEFINE_list(
   "0.6 decoder + 0.4 ctc (no LM); full = the beam score with "
   "the Transformer LM fused in (the paper's Seq2SeqASR).",
 )
+cli.register_choices("settings", [s for s in nbest.SETTINGS if s])
 flags.DEFINE_enum(
   "format", "espnet", ["espnet", "json", "tsv"], "N-best format for --dev_file/--test_file."
 )
@@ -88,30 +86,33 @@ flags.DEFINE_enum(
   ["sum", "mean"],
   "LM sentence score: sum of token log-probs, or their mean.",
 )
-flags.DEFINE_bool("score_eos", True, "Score the end-of-sentence token.")
-flags.DEFINE_bool("score_sos", False, "Score the start token (tta/bilm).")
 io_utils.define_data_dir_flag()
 flags.DEFINE_string(
   "output_dir", None, "Results (rescoring_results.json, .md) and the score cache."
 )
-flags.DEFINE_integer("max_lists", None, "Use only the first N lists of each set (quick runs).")
+flags.DEFINE_integer(
+  "max_lists", None, "Use only the first N lists of each set (quick runs).", lower_bound=0
+)
 flags.DEFINE_integer(
   "sample_lists",
   None,
   "Use a seeded random sample of N lists of each set (after --max_lists), the same for every "
   "LM and run: paired comparisons at a fraction of the cost.",
+  lower_bound=0,
 )
 flags.DEFINE_integer("sample_seed", 0, "Seed of --sample_lists.")
 flags.DEFINE_integer(
   "chunk_size",
   500,
   "Sentences scored between cache writes; progress lines (rate, ETA) at most every 10 s.",
+  lower_bound=1,
 )
-inference.define_throughput_flags()
+lm_flags.define_throughput_flags()
 flags.DEFINE_integer(
   "bootstrap_resamples",
   significance.DEFAULT_RESAMPLES,
   "Paired bootstrap resamples (over utterances) for each LM's WER vs the first pass.",
+  lower_bound=1,
 )
 flags.DEFINE_integer("bootstrap_seed", 0, "Seed of the paired bootstrap resampler.")
 
@@ -377,7 +378,27 @@ def rescore_with(name, lm, lm_id, texts, cache, sets, runs, metric):
 
 def main(argv):
   del argv
+  # What is cheap first: the LMs are there and the output dir is this run's, before the lists
+  # are read.
+  with cli.user_input():
+    for _, spec in lm_flags.model_specs(FLAGS.model_dir):
+      inference.check_spec(spec)
   metric = "bleu" if FLAGS.task == "nmt" else "wer"
+  with contextlib.ExitStack() as stack:
+    cache = None
+    if FLAGS.output_dir:
+      # The cache has one writer: a second run into --output_dir exits 2 naming this one.
+      path = os.path.join(FLAGS.output_dir, "cache", "lm_scores.jsonl")
+      stack.enter_context(io_utils.exclusive_lock(path, wait=False))
+      cache = score_cache.ScoreCache(path)
+    rows = rescore_all(cache, metric)
+  print(markdown(rows, metric))
+  if FLAGS.output_dir:
+    write_results(rows, metric)
+
+
+def rescore_all(cache, metric):
+  """Reads the lists and returns the row of each --model_dir LM (`rescore_with`)."""
   with cli.user_input():
     sets, runs = read_sets()
     check_settings(sets, runs)
@@ -392,32 +413,17 @@ def main(argv):
   texts = sorted(
     {t for lists in sets.values() for l in lists for t in [h.text for h in l.hyps] + l.refs}
   )
-  with contextlib.ExitStack() as stack:
-    cache = None
-    if FLAGS.output_dir:
-      # The cache has one writer: a second run into --output_dir exits 2 naming this one.
-      path = os.path.join(FLAGS.output_dir, "cache", "lm_scores.jsonl")
-      stack.enter_context(io_utils.exclusive_lock(path, wait=False))
-      cache = score_cache.ScoreCache(path)
-    rows = []
-    for spec in FLAGS.lm:
-      name, _, spec = spec.rpartition("=")
-      with cli.user_input():
-        lm = inference.load_lm(
-          spec,
-          score_eos=FLAGS.score_eos,
-          score_sos=FLAGS.score_sos,
-          **inference.throughput_options(),
-        )
-      identity = inference.describe(lm, FLAGS.scoring)
-      lm_id = inference.model_id(identity)
-      if cache is not None:
-        cache.register(lm_id, identity)
-      name = name or os.path.basename(spec.rstrip("/"))
-      rows.append(rescore_with(name, lm, lm_id, texts, cache, sets, runs, metric))
-  print(markdown(rows, metric))
-  if FLAGS.output_dir:
-    write_results(rows, metric)
+  rows = []
+  for name, spec in lm_flags.model_specs(FLAGS.model_dir):
+    with cli.user_input():
+      lm = inference.load_lm(spec, **lm_flags.load_options(FLAGS))
+    identity = inference.describe(lm, FLAGS.scoring)
+    lm_id = inference.model_id(identity)
+    if cache is not None:
+      cache.register(lm_id, identity)
+    name = name or os.path.basename(spec.rstrip("/"))
+    rows.append(rescore_with(name, lm, lm_id, texts, cache, sets, runs, metric))
+  return rows
 
 
 def _check_file_flags(values):
@@ -434,5 +440,5 @@ flags.register_multi_flags_validator(["format", "dev_file", "test_file"], _check
 
 
 if __name__ == "__main__":
-  flags.mark_flag_as_required("lm")
+  flags.mark_flag_as_required("model_dir")
   cli.run(main)

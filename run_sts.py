@@ -34,6 +34,7 @@ from evaluation import pair_similarity
 from evaluation import significance
 from evaluation import sts_data
 from lm import inference
+from lm import lm_flags
 from reproduction import reproduction_report
 from util import cli
 from util import io_utils
@@ -42,14 +43,7 @@ FLAGS = flags.FLAGS
 RESULTS_FILE = "sts_results.json"
 PAIRS_RESULTS_FILE = "pairs_results.json"
 
-flags.DEFINE_list(
-  "model_dir",
-  None,
-  "Model directories (config.json, vocab.txt, checkpoint), "
-  "bert:DIR for a Google BERT release (bert_config.json, "
-  "vocab.txt, bert_model.ckpt) or hf:DIR for a Hugging Face BERT (config.json, vocab.txt, "
-  "model.safetensors). name=SPEC sets the row name.",
-)
+lm_flags.define_model_dir(several=True, kenlm=False, required=False)  # required under __main__
 flags.DEFINE_list(
   "representations",
   ["context", "embed"],
@@ -66,12 +60,14 @@ flags.DEFINE_integer(
   "max_pairs",
   None,
   "Evaluate only the first N pairs of each set (quick runs; the full sets are the result).",
+  lower_bound=0,
 )
-inference.define_throughput_flags()
+lm_flags.define_throughput_flags()
 flags.DEFINE_integer(
   "bootstrap_resamples",
   significance.DEFAULT_RESAMPLES,
   "Paired bootstrap resamples (over sentence pairs) for each Pearson's 95% interval.",
+  lower_bound=1,
 )
 flags.DEFINE_integer("bootstrap_seed", 0, "Seed of the bootstrap resampler.")
 flags.DEFINE_multi_string(
@@ -109,6 +105,16 @@ SETS = {
   "stsb_test": ("STS-B test", lambda d: sts_data.read_stsb("test", d)),
   "sick_test": ("SICK test", lambda d: sts_data.read_sick(d, "TEST")),
 }
+
+
+def _check_representations(names):
+  """The --representations validator: flags.ValidationError naming an unknown one."""
+  try:
+    for name in names:
+      pair_similarity.parse_representation(name)
+  except ValueError as e:
+    raise flags.ValidationError(str(e)) from None
+  return True
 
 
 def evaluate_sts(
@@ -164,22 +170,28 @@ def paper_sets():
   return FLAGS.sets if FLAGS["sets"].present or not FLAGS.pairs_file else []
 
 
+def check_model_specs():
+  """cli.InputError naming a --model_dir entry that is no model or has no sentence vectors."""
+  for _, spec in lm_flags.model_specs(FLAGS.model_dir):
+    if spec.startswith("kenlm:"):
+      raise cli.InputError(f"--model_dir {spec}: an n-gram model has no sentence vectors")
+    inference.check_spec(spec)
+
+
 def load_model(spec):
   """(row name, LM) of a --model_dir entry: name=SPEC, or SPEC named by its directory."""
-  row_name, _, spec = spec.rpartition("=")
+  ((row_name, spec),) = lm_flags.model_specs([spec])
   with cli.user_input():
-    lm = inference.load_lm(spec, **inference.throughput_options())
-  if not hasattr(lm, "sentence_vectors"):
-    raise cli.InputError(f"--model_dir {spec}: an n-gram LM has no sentence vectors")
+    lm = inference.load_lm(spec, **lm_flags.load_options(FLAGS))
   return row_name or os.path.basename(spec.rstrip("/")), lm
 
 
 def evaluate_and_write():
   """Every --model_dir and representation on every set; the table, and the results files."""
+  # What is cheap first: the models are there, before the sets are read.
   with cli.user_input():
+    check_model_specs()
     data_sets = {name: SETS[name][1](FLAGS.data_dir) for name in paper_sets()}
-    for representation in FLAGS.representations:
-      pair_similarity.parse_representation(representation)
   for name, pairs in data_sets.items():
     if FLAGS.max_pairs:
       data_sets[name] = pairs[: FLAGS.max_pairs]
@@ -230,8 +242,7 @@ def evaluate_pairs():
   """Every --model_dir and representation on every --pairs_file set: pairs/<set>.tsv each, and
   pairs_results.{json,md} with the correlations of the sets with gold scores."""
   with cli.user_input():
-    for representation in FLAGS.representations:
-      pair_similarity.parse_representation(representation)
+    check_model_specs()
     specs = [spec for value in FLAGS.pairs_file for spec in value.split(",") if spec]
     groups = pair_files.pair_sets(specs, FLAGS.pairs_header)
     counts = {name: pair_files.count_pairs(source) for _, sets in groups for name, source in sets}
@@ -309,9 +320,8 @@ def pairs_report(rows, groups, counts, model_names):
   return results, "\n".join(parts)
 
 
-flags.register_validator(
-  "sets", lambda names: set(names) <= set(SETS), f"--sets: choose from {', '.join(SETS)}"
-)
+cli.register_choices("sets", list(SETS))
+flags.register_validator("representations", _check_representations)
 
 
 if __name__ == "__main__":

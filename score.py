@@ -41,11 +41,9 @@ import json
 import os
 import sys
 
-from absl import app
 from absl import flags
 from absl import logging
 
-import kinds
 from util import cli
 from util import io_utils
 from util import progress as progress_lib
@@ -58,7 +56,9 @@ VECTORS = ("none", "context", "embed")
 
 
 def define_flags():
-  flags.DEFINE_string("model_dir", None, "A model dir, kenlm:PATH, bert:DIR or hf:DIR.")
+  from lm import lm_flags  # pylint: disable=g-import-not-at-top
+
+  lm_flags.define_model_dir(required=False)  # --merge needs none
   flags.DEFINE_string("input_file", "-", "One sentence per line; '-' reads stdin.")
   flags.DEFINE_string(
     "output_file", "-", "Where the records go; '-' writes stdout (no resume, no shards)."
@@ -67,19 +67,16 @@ def define_flags():
     "format", "jsonl", FORMATS, "jsonl: a JSON record per line; tsv: score<TAB>text."
   )
   flags.DEFINE_enum("vectors", "none", VECTORS, "Also output sentence vectors (neural LMs).")
-  flags.DEFINE_enum(
-    "scoring",
-    None,
-    list(kinds.SCORINGS),
-    "piece: each word piece given every other piece; word_l2r: given the other words and the "
-    "earlier pieces of its word (PLL-word-l2r; T-TA in one pass, the biLM by masked copies). "
-    "Default: the one the model was trained for (word_l2r for tta_word, else piece).",
+  lm_flags.define_scoring_flags()
+  flags.DEFINE_integer(
+    "batch_size", 256, "Lines scored (and checkpointed) at a time.", lower_bound=1
   )
-  flags.DEFINE_integer("batch_size", 256, "Lines scored (and checkpointed) at a time.")
-  flags.DEFINE_bool("score_eos", True, "Score the end-of-sentence token.")
-  flags.DEFINE_bool("score_sos", False, "Score the start token (tta/bilm).")
-  flags.DEFINE_integer("num_shards", 1, "Split the input into this many shards (by line index).")
-  flags.DEFINE_integer("shard_id", 0, "Which shard this run scores, 0 .. num_shards-1.")
+  flags.DEFINE_integer(
+    "num_shards", 1, "Split the input into this many shards (by line index).", lower_bound=1
+  )
+  flags.DEFINE_integer(
+    "shard_id", 0, "Which shard this run scores, 0 .. num_shards-1.", lower_bound=0
+  )
   flags.DEFINE_bool("merge", False, "Merge the num_shards shard outputs into --output_file.")
   flags.DEFINE_bool(
     "overwrite",
@@ -98,9 +95,7 @@ def define_flags():
   flags.DEFINE_integer(
     "num_cpu_devices", 0, "Split the CPU into this many logical devices (to try mirrored on CPU)."
   )
-  from lm import inference  # pylint: disable=g-import-not-at-top
-
-  inference.define_throughput_flags()
+  lm_flags.define_throughput_flags()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -336,14 +331,13 @@ def lm_options(args):
   """`inference.load_lm`'s keyword arguments from the flags: the scored boundaries, the
   throughput options and, for a neural LM, --strategy's replicas."""
   from lm import inference  # pylint: disable=g-import-not-at-top
+  from lm import lm_flags  # pylint: disable=g-import-not-at-top
   from util import distribute_utils  # pylint: disable=g-import-not-at-top
 
-  kwargs = dict(
-    score_sos=args.score_sos, score_eos=args.score_eos, **inference.throughput_options()
-  )
+  kwargs = lm_flags.load_options(args)
   if args.strategy != "one_device" or args.num_cpu_devices > 1:
     if args.model_dir.startswith("kenlm:"):
-      raise app.UsageError("--strategy applies to neural LMs; KenLM scores on the CPU")
+      raise cli.InputError("--strategy applies to neural LMs; KenLM scores on the CPU")
     kwargs["strategy"] = distribute_utils.get_strategy(
       args.strategy, args.tpu, args.num_cpu_devices
     )
@@ -351,18 +345,19 @@ def lm_options(args):
 
 
 def _check_flags(args):
+  """What the flags alone tell (before a model is loaded): cli.InputError naming the flag."""
   if args.merge:
     if args.output_file == "-":
-      raise app.UsageError("--merge needs --output_file (the shards' common prefix)")
+      raise cli.InputError("--merge needs --output_file (the shards' common prefix)")
     return
   if not args.model_dir:
-    raise app.UsageError("--model_dir is required (a model dir, kenlm:PATH, bert:DIR or hf:DIR)")
-  if args.batch_size < 1:
-    raise app.UsageError("--batch_size must be positive")
-  if not 0 <= args.shard_id < args.num_shards:
-    raise app.UsageError(f"--shard_id must be in [0, {args.num_shards})")
+    raise cli.InputError("--model_dir is required (a model dir, kenlm:PATH, bert:DIR or hf:DIR)")
+  if args.shard_id >= args.num_shards:
+    raise cli.InputError(f"--shard_id must be in [0, {args.num_shards})")
   if args.num_shards > 1 and "-" in (args.input_file, args.output_file):
-    raise app.UsageError("sharding needs --input_file and --output_file (not stdin/stdout)")
+    raise cli.InputError("sharding needs --input_file and --output_file (not stdin/stdout)")
+  if args.input_file != "-" and not os.path.exists(args.input_file):
+    raise cli.InputError(f"--input_file {args.input_file}: no such file")
 
 
 def main(argv):
@@ -378,7 +373,7 @@ def main(argv):
   with cli.user_input():
     lm = inference.load_lm(args.model_dir, **lm_options(args))
   if args.vectors != "none" and not hasattr(lm, "sentence_vectors"):
-    raise app.UsageError(f"--vectors needs a neural LM; {args.model_dir} is not one")
+    raise cli.InputError(f"--vectors needs a neural LM; {args.model_dir} is not one")
   if args.output_file == "-":
     score_stream(
       lm,

@@ -42,7 +42,6 @@ import json
 import math
 import os
 
-from absl import flags
 from absl import logging
 import numpy as np
 import tensorflow as tf
@@ -640,32 +639,6 @@ def _boundary_ids(tokenizer):
 _THROUGHPUT_OPTIONS = ("token_budget", "pad_multiple", "jit_compile", "strategy", "backend")
 
 
-def define_throughput_flags():
-  """--token_budget and --backend, for the scripts that score or encode with a NeuralLM
-  (`throughput_options` reads them back)."""
-  flags.DEFINE_integer(
-    "token_budget",
-    DEFAULT_TOKEN_BUDGET,
-    "Neural LMs: most tokens (rows x length) per forward pass; bounds the LM head's logits "
-    "and the biLM's masked copies.",
-  )
-  flags.DEFINE_enum(
-    "backend",
-    "tf",
-    backends.BACKENDS,
-    "Neural LMs: what runs the model. tf: TensorFlow (the reference); openvino: OpenVINO's CPU "
-    "kernels in float32, the same numbers within float rounding and faster per sentence; "
-    "openvino_bf16: the same in bfloat16 on AMX/AVX512-BF16 CPUs, faster again, scores within "
-    "a tolerance (docs/runtime.md); onnxruntime: the same functions as ONNX graphs of ONNX "
-    "Runtime's fused transformer kernels, float32, the same numbers within float rounding.",
-  )
-
-
-def throughput_options():
-  """The NeuralLM options of `define_throughput_flags`' flags, as load_lm keyword arguments."""
-  return {"token_budget": flags.FLAGS.token_budget, "backend": flags.FLAGS.backend}
-
-
 # Release formats a neural model is read from besides our model dirs: spec prefix -> loader of
 # the dir after it, returning (model, tokenizer).
 _RELEASE_LOADERS = {
@@ -695,6 +668,27 @@ def load_lm(spec, **kwargs):
     options = {k: v for k, v in kwargs.items() if k not in _THROUGHPUT_OPTIONS}
     return NgramLM(spec[len("kenlm:") :], **options)
   return NeuralLM.from_model_dir(spec, **kwargs)
+
+
+def check_spec(spec):
+  """Checks, loading nothing, that `spec` (as `load_lm` takes it) names something there: a KenLM
+  file, a release dir, or a model dir with a readable config.json. The cheap check a command
+  makes before it reads its data; `load_lm` checks the rest.
+
+  Raises:
+    FileNotFoundError / ValueError: naming what is missing or unreadable.
+  """
+  if spec.startswith("kenlm:"):
+    path = spec[len("kenlm:") :]
+    if not os.path.isfile(path):
+      raise FileNotFoundError(f"n-gram model file not found: {path}")
+    return
+  for prefix in _RELEASE_LOADERS:
+    if spec.startswith(prefix):
+      if not tf.io.gfile.isdir(spec[len(prefix) :]):
+        raise FileNotFoundError(f"{spec}: no such directory")
+      return
+  model_dir_lib.read_config(spec)
 
 
 def checked_scoring(scoring):

@@ -449,7 +449,13 @@ def load_tf1_model(
     do_lower_case: how the vocab was made (BERT's "uncased" releases and the authors': True).
     boundary_tokens: the pair the model was trained with, recorded in its config; None: the
       vocab's pair.
+
+  Raises:
+    FileNotFoundError / ValueError naming the missing or mismatched piece.
   """
+  for path in (config_file, vocab_file):
+    if not tf.io.gfile.exists(path):  # else TF's NotFoundError, which is no OSError
+      raise FileNotFoundError(f"{path} not found")
   config = modeling.TTAConfig.from_json_file(config_file)
   config.model_type = model_type
   config.do_lower_case = do_lower_case

@@ -865,7 +865,8 @@ def _train_locked(params, strategy, write_dir):
   # TF seed is `_data_order_seed`'s).
   keras.utils.set_random_seed(_init_seed(params))
   resuming = model_dir.latest_checkpoint(params.output_dir) is not None
-  setup = training_setup.prepare_model(params, resuming=resuming)
+  with cli.user_input():  # the vocab, config and target embeddings the flags name
+    setup = training_setup.prepare_model(params, resuming=resuming)
   chief = distribute_utils.is_chief(strategy)
   if chief:
     setup.write_model_files(params.output_dir)

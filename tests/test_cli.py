@@ -13,14 +13,27 @@ SCRIPT = textwrap.dedent(
   """
   import sys
   sys.path.insert(0, {root!r})
+  from absl import app
+  from absl import flags
   from util import cli
 
+  flags.DEFINE_enum("case", "bug", ["input", "raised", "usage", "bug"], "What main does.")
+  flags.DEFINE_integer("batch_size", 8, "A bounded flag.", lower_bound=1)
+  flags.DEFINE_string("model_dir", None, "A required flag.")
+  flags.mark_flag_as_required("model_dir")
+  flags.DEFINE_list("sets", ["dev"], "A list flag with choices.")
+  cli.register_choices("sets", ["dev", "test"])
+
   def main(argv):
-    if argv[1] == "input":
+    del argv
+    case = flags.FLAGS.case
+    if case == "input":
       with cli.user_input():
         open("/nonexistent/dev.json")
-    if argv[1] == "raised":
+    if case == "raised":
       raise cli.InputError("dev.json:3: expected a number")
+    if case == "usage":
+      raise app.UsageError("--merge needs --output_file")
     raise ValueError("a bug outside any input block")
 
   cli.run(main)
@@ -28,14 +41,27 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _run(tmp_path, *args):
+def _run(tmp_path, *args, model_dir="m"):
+  """Runs SCRIPT with `args` (and --model_dir, its required flag, unless model_dir is None)."""
   script = tmp_path / "script.py"
   script.write_text(
     SCRIPT.format(root=os.path.dirname(os.path.dirname(os.path.abspath(cli.__file__))))
   )
+  required = [] if model_dir is None else [f"--model_dir={model_dir}"]
   return subprocess.run(
-    [sys.executable, str(script)] + list(args), capture_output=True, text=True, timeout=60
+    [sys.executable, str(script)] + required + list(args),
+    capture_output=True,
+    text=True,
+    timeout=60,
   )
+
+
+def _assert_one_line(result, *fragments):
+  assert result.returncode == cli.EXIT_INPUT_ERROR, result.stderr
+  assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+  assert result.stderr.startswith("script.py: error: ")
+  for fragment in fragments:
+    assert fragment in result.stderr
 
 
 def test_user_input_turns_value_and_os_errors_into_input_errors():
@@ -51,17 +77,36 @@ def test_user_input_turns_value_and_os_errors_into_input_errors():
 
 
 def test_input_error_is_one_line_and_exit_2(tmp_path):
-  for kind, text in (("input", "/nonexistent/dev.json"), ("raised", "dev.json:3: expected")):
-    result = _run(tmp_path, kind)
-    assert result.returncode == cli.EXIT_INPUT_ERROR
-    assert result.stderr.startswith("script.py: error: ")
-    assert text in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
-  debug = _run(tmp_path, "raised", "--verbosity=1")
+  for case, text in (
+    ("input", "/nonexistent/dev.json"),
+    ("raised", "dev.json:3: expected"),
+    ("usage", "--merge needs --output_file"),  # absl's UsageError: no usage dump
+  ):
+    _assert_one_line(_run(tmp_path, f"--case={case}"), text)
+  debug = _run(tmp_path, "--case=raised", "--verbosity=1")
   assert "Traceback" in debug.stderr
 
 
+@pytest.mark.parametrize(
+  "args, fragments",
+  [
+    (["--batch_size=-3"], ["--batch_size=-3", "positive"]),
+    (["--batch_size=abc"], ["--batch_size=abc"]),
+    (["--case=crash"], ["--case=crash", "input|raised|usage|bug"]),
+    (["--sets=dev,train"], ["--sets", "unknown train; choose from dev, test"]),
+    (["--bath_size=3"], ["bath_size", "Did you mean: batch_size", "--helpshort"]),
+    (["dev.json"], ["unexpected argument 'dev.json'"]),
+  ],
+)
+def test_flag_errors_are_one_line_and_exit_2(tmp_path, args, fragments):
+  _assert_one_line(_run(tmp_path, *args), *fragments)
+
+
+def test_a_missing_required_flag_is_one_line(tmp_path):
+  _assert_one_line(_run(tmp_path, model_dir=None), "--model_dir")
+
+
 def test_a_bug_keeps_its_traceback(tmp_path):
-  result = _run(tmp_path, "bug")
+  result = _run(tmp_path, "--case=bug")
   assert result.returncode == 1
   assert "Traceback" in result.stderr and "a bug outside any input block" in result.stderr

@@ -6,7 +6,6 @@ import subprocess
 import sys
 import types
 
-from absl import app
 from conftest import WORDS
 from conftest import tiny_bert
 from conftest import tiny_config
@@ -20,6 +19,7 @@ from lm import inference
 from lm import model_dir
 import modeling
 import tokenization
+from util import cli
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 # The keys of the authors' configs/config.layer-3.vocab-lower.sub-32k.json (besides vocab_file).
@@ -112,5 +112,5 @@ def test_authors_tf1_checkpoint_converts_on_the_command_line(tmp_path):
   ],
 )
 def test_flags_that_do_not_name_one_source_are_refused(given, message):
-  with pytest.raises(app.UsageError, match=message):
+  with pytest.raises(cli.InputError, match=message):
     convert_checkpoint.load_source(args(**given))

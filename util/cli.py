@@ -9,10 +9,12 @@
 A wrong input (a missing or malformed file, a bad flag, a model dir whose config does not fit its
 checkpoint) is the user's to fix, not a bug, and so is a fault around the program (a full disk, a
 damaged checkpoint, an output another run is writing): the script prints "<script>: error:
-<message>" (the message names the file, and the line where it has one) and exits with status 2,
-absl's status for a usage error, without a traceback. `InputError` raised anywhere is such an
-error; so is a ValueError or OSError raised inside a `user_input()` block. Everything else keeps
-absl's traceback; `--verbosity=1` (debug) shows the traceback of an input error too.
+<message>" (the message names the file, and the line where it has one, or the flag) and exits
+with status 2, absl's status for a usage error, without a traceback or a usage dump. Such errors
+are: a flag absl refuses while parsing (an unknown flag, a value its type, enum or bounds refuse,
+a validator's complaint, a required flag missing), `InputError` (and absl's `app.UsageError`)
+raised anywhere, and a ValueError or OSError raised inside a `user_input()` block. Everything
+else keeps absl's traceback; `--verbosity=1` (debug) shows the traceback of an input error too.
 
 Parameters written once: a dataclass whose fields are made with `param` is both the function's
 argument list and the script's flags (`define_param_flags`, `param_values`): same names, defaults
@@ -54,18 +56,50 @@ def user_input():
 
 
 def run(main):
-  """`app.run(main)`; an `InputError` from `main` becomes one line on stderr and exit status 2."""
+  """`app.run(main)`, with every wrong input (see the module docstring) one line and exit 2."""
+
+  def parse(argv):
+    try:
+      return flags.FLAGS(argv)
+    except flags.Error as e:
+      _refuse(e)
 
   def guarded(argv):
     try:
+      if len(argv) > 1:
+        # A value without its flag (`score.py runs/tta`) would otherwise be dropped silently.
+        raise InputError(
+          f"unexpected argument {argv[1]!r}: this command takes flags only (--name=value)"
+        )
       return main(argv)
-    except InputError as e:
+    except (InputError, app.UsageError, flags.Error) as e:
       if logging.get_verbosity() >= logging.DEBUG:
         raise
-      sys.stderr.write(f"{os.path.basename(sys.argv[0])}: error: {e}\n")
-      sys.exit(EXIT_INPUT_ERROR)
+      _refuse(e)
 
-  app.run(guarded)
+  app.run(guarded, flags_parser=parse)
+
+
+def _refuse(error):
+  """Writes `error` as one line "<script>: error: <message>" and exits with EXIT_INPUT_ERROR."""
+  message = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+  if isinstance(error, flags.UnrecognizedFlagError):
+    message += " (--helpshort lists the flags)"
+  sys.stderr.write(f"{os.path.basename(sys.argv[0])}: error: {message}\n")
+  sys.exit(EXIT_INPUT_ERROR)
+
+
+def register_choices(name, choices, flag_values=flags.FLAGS):
+  """Refuses at parse time a value of list flag `name` that is not one of `choices` (absl's
+  enums take one value; a comma-separated list has no enum of its own)."""
+
+  def check(values):
+    unknown = [v for v in values or () if v not in choices]
+    if unknown:
+      raise flags.ValidationError(f"unknown {', '.join(unknown)}; choose from {', '.join(choices)}")
+    return True
+
+  flags.register_validator(name, check, flag_values=flag_values)
 
 
 def param(help_text, default=dataclasses.MISSING, enum=None, flag=None):

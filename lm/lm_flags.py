@@ -1,0 +1,120 @@
+"""The flags of the commands that load an LM, each declared here once with one help text.
+
+score.py, run_rescoring.py, run_sts.py, export_saved_model.py and run_benchmark.py call the
+`define_*` functions they need (the flags are then theirs in --help); `load_options` turns the
+values a command parsed into `inference.load_lm`'s keyword arguments. The LM is `--model_dir` in every command; run_rescoring.py also takes its old name
+`--lm` (an alias), so command lines written for it keep working.
+
+Like every library here, this module never reads the global FLAGS: the command passes its own.
+"""
+
+from absl import flags
+
+from lm import backends
+from lm import inference
+
+# Defined here, the flags belong to the command that calls a define_* function: absl lists a
+# flag under the module that runs DEFINE_* unless that module disclaims it.
+flags.disclaim_key_flags()
+
+# The load_lm keyword arguments of the flags below, as `load_options` reads them back.
+_LOAD_OPTIONS = ("score_eos", "score_sos", "token_budget", "backend")
+
+
+def _spec_help(kenlm):
+  """What names an LM (`inference.load_lm`'s specs), for the help texts."""
+  specs = [
+    "a model dir (config.json, vocab.txt, checkpoint, as run_pretraining.py or "
+    "convert_checkpoint.py write it)"
+  ]
+  if kenlm:
+    specs.append("kenlm:PATH (an ARPA file or KenLM binary)")
+  specs += ["bert:DIR (a Google BERT release)", "hf:DIR (a Hugging Face BERT)"]
+  return ", ".join(specs[:-1]) + " or " + specs[-1]
+
+
+def define_model_dir(
+  several=False, kenlm=True, required=True, default=None, flag_values=flags.FLAGS
+):
+  """--model_dir, the LM (or LMs) to use.
+
+  Args:
+    several: a comma-separated list of LMs, NAME=SPEC naming a result row (`model_specs`);
+      else one LM.
+    kenlm: the command also takes kenlm:PATH (an n-gram model: no sentence vectors, no export).
+    required: an omission is refused at parse time.
+    default: what the command does without one, for the help ("random models ...").
+    flag_values: where to define it.
+  """
+  if several:
+    text = f"The LMs, comma-separated, each {_spec_help(kenlm)}; NAME=SPEC names its row."
+  else:
+    text = f"The LM: {_spec_help(kenlm)}."
+  if default:
+    text += f" Default: {default}."
+  define = flags.DEFINE_list if several else flags.DEFINE_string
+  define("model_dir", None, text, flag_values=flag_values)
+  if required:
+    flags.mark_flag_as_required("model_dir", flag_values=flag_values)
+
+
+def model_specs(model_dirs):
+  """[(row name, spec)] of a --model_dir list; the name is "" where NAME= is not given."""
+  return [(name, spec) for name, _, spec in (item.rpartition("=") for item in model_dirs)]
+
+
+def define_scoring_flags(flag_values=flags.FLAGS):
+  """--scoring, --score_eos and --score_sos: what a sentence's score sums."""
+  flags.DEFINE_enum(
+    "scoring",
+    None,
+    list(inference.SCORINGS),
+    "Neural LMs: how word pieces are scored. piece: each piece given every other piece; "
+    "word_l2r: given the other words and the earlier pieces of its word (PLL-word-l2r; T-TA in "
+    "one pass, the biLM by masked copies). Default: the one the model kind was trained for "
+    "(word_l2r for tta_word, else piece).",
+    flag_values=flag_values,
+  )
+  flags.DEFINE_bool(
+    "score_eos",
+    True,
+    "Score the end-of-sentence token ([EOS]; [SEP] for BERT vocabs; KenLM's </s>).",
+    flag_values=flag_values,
+  )
+  flags.DEFINE_bool(
+    "score_sos",
+    False,
+    "Also score the start token (tta, bilm, bert; nothing predicts it for unilm and KenLM).",
+    flag_values=flag_values,
+  )
+
+
+def define_throughput_flags(backend=True, flag_values=flags.FLAGS):
+  """--token_budget, and --backend unless `backend` is False: how fast, never what, a neural LM
+  computes (KenLM ignores them)."""
+  flags.DEFINE_integer(
+    "token_budget",
+    inference.DEFAULT_TOKEN_BUDGET,
+    "Neural LMs: most tokens (rows x length) per forward pass; bounds the LM head's logits "
+    "and the biLM's masked copies.",
+    lower_bound=1,
+    flag_values=flag_values,
+  )
+  if not backend:
+    return
+  flags.DEFINE_enum(
+    "backend",
+    "tf",
+    backends.BACKENDS,
+    "Neural LMs: what runs the model. tf: TensorFlow (the reference); openvino: OpenVINO's CPU "
+    "kernels in float32, the same numbers within float rounding; openvino_bf16: the same in "
+    "bfloat16 on AMX/AVX512-BF16 CPUs, scores within a tolerance (docs/runtime.md); "
+    "onnxruntime: the same functions as ONNX graphs of ONNX Runtime's fused transformer "
+    "kernels, float32, the same numbers within float rounding.",
+    flag_values=flag_values,
+  )
+
+
+def load_options(flag_values):
+  """{load_lm keyword: value} of the flags above that `flag_values` (a command's) defines."""
+  return {name: flag_values[name].value for name in _LOAD_OPTIONS if name in flag_values}

@@ -1,0 +1,120 @@
+"""Every command, given a wrong input as a new user would, prints one line naming it and exits 2.
+
+Each case runs the command as a subprocess (util/cli.py's promise is about what the user sees:
+no traceback, no usage dump). The wrong inputs are the cheap kind a command must refuse before
+it reads its data or builds anything, so each case costs the command's start-up only.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+from absl import flags
+import pytest
+
+from lm import inference
+from lm import lm_flags
+from util import cli
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+# What TensorFlow's C++ side prints at import, before its logging is set up (the CUDA probe):
+# not the command's, and printed whatever the command does.
+_TF_STARTUP = re.compile(
+  r"^(WARNING: All log messages before absl::InitializeLog|[IWE]0000 00:00:)"
+)
+
+# (command, arguments, fragments of the error line); "{tmp}" is the test's empty tmp_path.
+CASES = [
+  ("score.py", [], ["--model_dir is required"]),
+  ("score.py", ["--model_dir=m", "--batch_size=-3"], ["--batch_size=-3", "positive integer"]),
+  # --lm, the alias of --model_dir; the empty --data_dir holds no lists: the model dir is
+  # refused before they are read.
+  ("run_rescoring.py", ["--lm={tmp}/absent", "--data_dir={tmp}"], ["{tmp}/absent/config.json"]),
+  ("run_rescoring.py", ["--model_dir=m", "--pairs=dev_clean"], ["--pairs", "DEV:TEST"]),
+  ("run_sts.py", ["--model_dir={tmp}/absent", "--data_dir={tmp}"], ["{tmp}/absent/config.json"]),
+  (
+    "run_pretraining.py",
+    ["--input_file={tmp}/train-*.tfrecord", "--output_dir={tmp}/run"],
+    ["--input_file", "train-*.tfrecord", "matches no file"],
+  ),
+  ("create_pretraining_data.py", ["--output_dir={tmp}/data"], ["--input_file is required"]),
+  ("corpus.py", ["--input={tmp}/books.txt"], ["--output_dir is required"]),
+  ("ngram.py", ["--score_file={tmp}/sents.txt"], ["--score_file needs --model"]),
+  ("ngram.py", ["--order=five"], ["--order=five"]),
+  ("reproduce.py", ["--models=tta,gpt"], ["--models", "gpt"]),
+  ("run_benchmark.py", ["--lengths=abc"], ["--lengths", "positive word counts"]),
+  (
+    "export_saved_model.py",
+    ["--model_dir={tmp}/absent", "--export_dir={tmp}/export"],
+    ["{tmp}/absent/config.json"],
+  ),
+  ("convert_checkpoint.py", ["--output_dir={tmp}/model"], ["give either --input"]),
+]
+
+
+@pytest.mark.parametrize("command, args, fragments", CASES)
+def test_a_wrong_input_is_one_line_and_exit_2(tmp_path, command, args, fragments):
+  result = subprocess.run(
+    [sys.executable, os.path.join(ROOT, command)] + [a.format(tmp=tmp_path) for a in args],
+    capture_output=True,
+    text=True,
+    cwd=ROOT,
+    stdin=subprocess.DEVNULL,
+    timeout=300,
+  )
+  lines = [line for line in result.stderr.splitlines() if line and not _TF_STARTUP.match(line)]
+  assert result.returncode == cli.EXIT_INPUT_ERROR, result.stderr
+  assert len(lines) == 1, result.stderr
+  assert lines[0].startswith(f"{command}: error: "), lines[0]
+  for fragment in fragments:
+    assert fragment.format(tmp=tmp_path) in lines[0]
+  assert os.listdir(tmp_path) == [], "a refused run wrote nothing"
+
+
+def test_check_spec_finds_a_missing_model_without_loading_one(tmp_path, tokenizer):
+  from lm import model_dir  # pylint: disable=g-import-not-at-top
+  import modeling  # pylint: disable=g-import-not-at-top
+
+  for spec, missing in (
+    (str(tmp_path / "absent"), "config.json"),
+    (f"kenlm:{tmp_path / 'lm.bin'}", "lm.bin"),
+    (f"bert:{tmp_path / 'absent'}", "absent"),
+    (f"hf:{tmp_path / 'absent'}", "absent"),
+  ):
+    with pytest.raises(FileNotFoundError, match=missing):
+      inference.check_spec(spec)
+  config = modeling.TTAConfig(
+    vocab_size=tokenizer.vocab_size,
+    hidden_size=8,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    intermediate_size=8,
+    max_position_embeddings=16,
+  )
+  model_dir.write_config_and_vocab(str(tmp_path / "tta"), config, tokenizer.vocab_file)
+  inference.check_spec(str(tmp_path / "tta"))  # config and vocab there: the load decides
+
+
+def test_the_lm_flags_read_back_as_load_lm_arguments():
+  values = flags.FlagValues()
+  lm_flags.define_model_dir(several=True, flag_values=values)
+  lm_flags.define_scoring_flags(flag_values=values)
+  lm_flags.define_throughput_flags(flag_values=values)
+  values(["prog", "--model_dir=tta=runs/tta,kenlm:lm.bin", "--score_sos", "--token_budget=64"])
+  assert lm_flags.model_specs(values.model_dir) == [("tta", "runs/tta"), ("", "kenlm:lm.bin")]
+  assert lm_flags.load_options(values) == {
+    "score_eos": True,
+    "score_sos": True,
+    "token_budget": 64,
+    "backend": "tf",
+  }
+  without_backend = flags.FlagValues()
+  lm_flags.define_throughput_flags(backend=False, flag_values=without_backend)
+  without_backend(["prog"])
+  assert lm_flags.load_options(without_backend) == {"token_budget": inference.DEFAULT_TOKEN_BUDGET}
+  with pytest.raises(flags.IllegalFlagValueError, match="model_dir"):
+    required = flags.FlagValues()
+    lm_flags.define_model_dir(flag_values=required)
+    required(["prog"])
