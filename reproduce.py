@@ -795,7 +795,9 @@ def check_data():
   return root
 
 
-def stage_evaluations(work_dir, root, settings, model_dirs, kenlm_path, step_tokens, stages, curves=True):
+def stage_evaluations(
+  work_dir, root, settings, model_dirs, kenlm_path, step_tokens, stages, curves=True
+):
   """Runs the stages sts, asr_paired, asr_word, curves (unless not `curves`), asr and nmt in that
   order; returns their results ({stage: result rows}) with the paired comparisons, as
   `build_report` takes them."""
@@ -910,7 +912,9 @@ def main(argv):
   for seed in range(2, FLAGS.seeds + 1):
     own, view = seed_runs.seed_dir(work_dir, seed), seed_runs.SeedStages(stages, seed)
     dirs = stage_train(own, data_dir, settings, plan, view, seed)
-    seed_results = stage_evaluations(own, root, settings, dirs, kenlm_path, step_tokens, view, False)
+    seed_results = stage_evaluations(
+      own, root, settings, dirs, kenlm_path, step_tokens, view, False
+    )
     further_seeds.append(
       dict(seed=seed, training=training_table(settings, data_stats, dirs, peak), **seed_results)
     )

@@ -330,7 +330,6 @@ def _merge_locked(output_file, num_shards):
 def lm_options(args):
   """`inference.load_lm`'s keyword arguments from the flags: the scored boundaries, the
   throughput options and, for a neural LM, --strategy's replicas."""
-  from lm import inference  # pylint: disable=g-import-not-at-top
   from lm import lm_flags  # pylint: disable=g-import-not-at-top
   from util import distribute_utils  # pylint: disable=g-import-not-at-top
 
