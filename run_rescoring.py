@@ -201,6 +201,8 @@ def read_sets():
       and not FLAGS.weights_file
       and all(lists[0].refs for lists in sets.values())
     )
+    if not FLAGS.output_dir and not table:
+      raise ValueError("--output_dir is needed: the rescored lists and 1-best files go there")
     return sets, [("dev", "test", FLAGS.settings)] if table else []
   if FLAGS.task == "nmt":
     return {"wmt21": nbest_io.read_wmt_candidates(FLAGS.data_dir)}, [(None, "wmt21", [None])]
@@ -526,27 +528,25 @@ def main(argv):
     print(markdown(rows, metric))
     if FLAGS.output_dir:
       write_results(rows, metric)
-  if FLAGS.test_file is not None:
+  if FLAGS.test_file is not None and FLAGS.output_dir:
     with cli.user_input():
       rescore_own_files(sets, all_scores, metric)
 
 
 def _check_file_flags(values):
-  """--test_file (any format) needs --dev_file (to tune on) or --weights_file, and --output_dir;
-  --dev_file alone is refused."""
+  """--test_file (any format) needs --dev_file (to tune on) or --weights_file; --dev_file alone
+  is refused."""
   if values["dev_file"] and not values["test_file"]:
     raise flags.ValidationError("--dev_file needs --test_file")
   if values["test_file"] and not (values["dev_file"] or values["weights_file"]):
     raise flags.ValidationError(
       f"--format={values['format']} needs --dev_file and --test_file (or --weights_file)"
     )
-  if values["test_file"] and not values["output_dir"]:
-    raise flags.ValidationError("--test_file needs --output_dir (the rescored lists go there)")
   return True
 
 
 flags.register_multi_flags_validator(
-  ["format", "dev_file", "test_file", "weights_file", "output_dir"], _check_file_flags
+  ["format", "dev_file", "test_file", "weights_file"], _check_file_flags
 )
 
 
