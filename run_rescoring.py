@@ -450,14 +450,15 @@ def rescore_own_files(sets, lm_scores, metric):
   lm_tables = {n: {m: lm_table(l, s) for m, s in lm_scores.items()} for n, l in sets.items()}
   weights, info = combination_weights(sets, lm_tables, metric)
   report = {"weights": rescore_files.dataclass_dict(weights), "tuning": info, "sets": {}}
-  sources = {"dev": FLAGS.dev_file, "test": FLAGS.test_file}
+  sources = {"dev": (FLAGS.dev_file, FLAGS.dev_refs), "test": (FLAGS.test_file, FLAGS.test_refs)}
   for name, lists in sets.items():
     tables = combination.tables(lists, weights, lm_tables[name])
     choice = combination.choose(tables, weights.vector())
     first = combination.choose(tables, weights.first_pass_only().vector())
     out_dir = os.path.join(FLAGS.output_dir, name)
+    source, refs = sources[name]
     paths = rescore_files.write_outputs(
-      FLAGS.format, lists, sources[name], out_dir, lm_tables[name], choice
+      FLAGS.format, lists, source, out_dir, lm_tables[name], choice, bool(refs)
     )
     entry = {
       "lists": len(lists),

@@ -2,6 +2,7 @@
 combination's weights (evaluation/combination.py), and write each set's rescored lists, 1-best
 (Kaldi `text`, sclite `hyp.trn`) and metrics (when it has references)."""
 
+import dataclasses
 import json
 import os
 
@@ -109,10 +110,13 @@ def metrics(lists, choice, metric, cer):
   return combination.mt_report(lists, choice)
 
 
-def write_outputs(fmt, lists, source_path, out_dir, features, choice):
+def write_outputs(fmt, lists, source_path, out_dir, features, choice, refs_from_files):
   """Writes the rescored lists (input format, each LM a feature), `text` and `hyp.trn` into
-  `out_dir`; returns {what: path}."""
+  `out_dir`; returns {what: path}. With `refs_from_files` the references came from files of
+  their own, and the rescored lists are written without them, as their source was."""
   os.makedirs(out_dir, exist_ok=True)
+  if refs_from_files:
+    lists = [dataclasses.replace(lst, refs=[]) for lst in lists]
   name = "nbest" if fmt in _DIRECTORY_FORMATS else os.path.basename(source_path.rstrip("/"))
   paths = {
     "rescored": os.path.join(out_dir, name),
