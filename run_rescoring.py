@@ -1,6 +1,12 @@
-"""N-best reranking with any LM kind (paper Tables 1, 2 and 7).
+"""N-best reranking with any LM kind (paper Tables 1, 2 and 7), and of your own N-best files.
 
-score = (1-λ)·s2s + λ·lm, with λ chosen on a dev set over 0, 0.05, ..., 1 and
+Your own files (--test_file, any format of evaluation/nbest_formats.py): the combination of
+evaluation/combination.py (first-pass columns, several LMs, a length bonus) is tuned on
+--dev_file (λ grid, then Powell) or loaded from --weights_file, and each set's rescored lists,
+1-best (`text`, `hyp.trn`) and metrics go to --output_dir/<set>/ (README "Rescore your own
+N-best lists"). json/tsv dev and test files with references also get the paper's table below.
+
+The paper's tables: score = (1-λ)·s2s + λ·lm, with λ chosen on a dev set over 0, 0.05, ..., 1 and
 applied to its test set. Reports WER (ASR) or BLEU (NMT) of the first pass,
 after reranking, and of the oracle, the per-λ dev curve, and the
 (pseudo-)perplexity of each LM on the references (mean and median over
@@ -23,7 +29,12 @@ Examples:
   python run_rescoring.py --lm=runs/tta --task=nmt --output_dir=results/nmt
   # Your own lists (mlm-scoring JSON or TSV):
   python run_rescoring.py --lm=runs/tta --task=asr --format=json \
-      --dev_file=dev.json --test_file=test.json --settings=full
+      --dev_file=dev.json --test_file=test.json --settings=full --output_dir=results/own
+  # Kaldi lists, KenLM and T-TA, tuned on dev, then a blind test set with the saved weights:
+  python run_rescoring.py --format=kaldi --lm=ngram=kenlm:lm.bin,tta=runs/tta \
+      --dev_file=dev/nbest --dev_refs=data/dev/text --test_file=test/nbest --output_dir=out
+  python run_rescoring.py --format=kaldi --lm=ngram=kenlm:lm.bin,tta=runs/tta \
+      --test_file=eval/nbest --weights_file=out/weights.json --output_dir=out_eval
 """
 
 import contextlib
