@@ -214,6 +214,7 @@ def read_sets():
     )
     if not FLAGS.output_dir and not table:
       raise ValueError("--output_dir is needed: the rescored lists and 1-best files go there")
+    check_tuning_input(sets)
     return sets, [("dev", "test", FLAGS.settings)] if table else []
   if FLAGS.task == "nmt":
     return {"wmt21": nbest_io.read_wmt_candidates(FLAGS.data_dir)}, [(None, "wmt21", [None])]
@@ -420,18 +421,30 @@ def rescore_with(name, lm, lm_id, texts, scores, sets, runs, metric):
   return row
 
 
+def lm_name(name, spec):
+  """The row and feature name of the LM `spec` (NAME= of --lm, else the path's last part)."""
+  return name or os.path.basename(spec.rstrip("/"))
+
+
+def check_tuning_input(sets):
+  """Before any scoring: --weights_file names the LMs of --lm, or the dev set has references."""
+  if FLAGS.weights_file:
+    weights = combination.load_weights(FLAGS.weights_file)
+    names = [lm_name(name, spec) for name, _, spec in (s.rpartition("=") for s in FLAGS.lm)]
+    if set(weights.lms) != set(names):
+      raise ValueError(
+        f"{FLAGS.weights_file}:1: weights for the LMs {sorted(weights.lms)}, but --lm names "
+        f"{sorted(names)}"
+      )
+  elif not sets["dev"][0].refs:
+    raise ValueError(f"{FLAGS.dev_file}:1: no references to tune the weights on (--dev_refs)")
+
+
 def combination_weights(sets, lm_tables, metric):
   """The combination's weights: --weights_file's, or tuned on dev (saved as weights.json)."""
   if FLAGS.weights_file:
     weights = combination.load_weights(FLAGS.weights_file)
-    if set(weights.lms) != set(lm_tables["test"]):
-      raise ValueError(
-        f"{FLAGS.weights_file}:1: weights for the LMs {sorted(weights.lms)}, but --lm gives "
-        f"{sorted(lm_tables['test'])}"
-      )
     return weights, {"weights_file": os.path.abspath(FLAGS.weights_file)}
-  if not sets["dev"][0].refs:
-    raise ValueError(f"{FLAGS.dev_file}: no references to tune on (--dev_refs)")
   weights = rescore_files.initial_weights(sets["dev"], list(lm_tables["dev"]), FLAGS.first_pass)
   dev_tables = combination.tables(sets["dev"], weights, lm_tables["dev"])
   weights, info = rescore_files.tune(sets["dev"], dev_tables, weights, metric)
@@ -529,7 +542,7 @@ def main(argv):
       lm_id = inference.model_id(identity)
       if cache is not None:
         cache.register(lm_id, identity)
-      name = name or os.path.basename(spec.rstrip("/"))
+      name = lm_name(name, spec)
       start = time.time()
       scores = {"texts": cached_scores(lm, lm_id, texts, cache, name)}
       scores["seconds"] = time.time() - start

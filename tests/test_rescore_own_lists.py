@@ -143,3 +143,24 @@ def test_nmt_with_json_lists_and_two_references(tiny_lm, tmp_path):
   assert "nrefs:2" in line and "chrF" in line
   weights = json.loads((out / "weights.json").read_text())
   assert weights["metric"] == "bleu" and weights["dev"] >= weights["dev_first_pass"]
+
+
+def test_a_weights_file_of_other_lms_is_one_line_before_any_scoring(tiny_lm, tmp_path):
+  lists = _json_lists(tmp_path / "lists.json", [["the cat sat", "a cat"]])
+  weights = tmp_path / "weights.json"
+  weights.write_text('{"first_pass": {"score": 1.0}, "lms": {"ngram": 0.5}, "length": 0.0}\n')
+  result = subprocess.run(
+    [sys.executable, os.path.join(ROOT, "run_rescoring.py"), f"--lm=tta={tiny_lm}"]
+    + ["--format=json", f"--test_file={lists}", f"--weights_file={weights}"]
+    + [f"--output_dir={tmp_path / 'out'}"],
+    capture_output=True,
+    text=True,
+    cwd=ROOT,
+    timeout=600,
+  )
+  assert result.returncode == 2
+  errors = [l for l in result.stderr.splitlines() if l.startswith("run_rescoring.py: error")]
+  assert errors == [
+    f"run_rescoring.py: error: {weights}:1: weights for the LMs ['ngram'], but --lm names ['tta']"
+  ]
+  assert not (tmp_path / "out" / "cache").exists()
