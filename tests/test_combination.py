@@ -3,11 +3,13 @@ small synthetic lists (mechanics; each expected value is counted by hand or reco
 jiwer/sacrebleu directly)."""
 
 import jiwer
+import nbest_fixtures
 import numpy as np
 import pytest
 import sacrebleu
 
 from evaluation import combination
+from evaluation import nbest_formats
 from evaluation import nbest_io
 from evaluation import rescore_files
 
@@ -138,3 +140,42 @@ def test_mt_report_uses_every_reference_and_prints_the_signature():
   assert report["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, refs).score)
   assert report["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, refs).score)
   assert "nrefs:2" in report["bleu_signature"] and "nrefs:2" in report["chrf_signature"]
+
+
+def _toy_lists():
+  """Three lists of three hypotheses with references and the shared data's score names."""
+  texts = [["a b c", "a b", "a"], ["d e", "d f", "d"], ["g", "h", "g h"]]
+  return [
+    nbest_io.NBestList(
+      key=f"spk-utt{i}",
+      refs=[row[0]],
+      hyps=[
+        nbest_io.Hypothesis(
+          t, {"decoder": -1.5 * j - i, "ctc": -0.25 * j, "lm": -10.0 - j, "score": -2.0 * j}
+        )
+        for j, t in enumerate(row)
+      ],
+    )
+    for i, row in enumerate(texts)
+  ]
+
+
+@pytest.mark.parametrize("fmt", sorted(nbest_fixtures.WRITERS))
+def test_rescored_lists_read_back_in_their_format_with_the_lm_feature(fmt, tmp_path):
+  path, refs, options = nbest_fixtures.WRITERS[fmt](_toy_lists(), str(tmp_path / "in"))
+  lists = rescore_files.read_set(fmt, path, [refs] if refs else [], options)
+  values = [[-3.0 - 2 * j - i for j in range(len(n.hyps))] for i, n in enumerate(lists)]
+  choice = [2, 0, 1]
+  paths = rescore_files.write_outputs(
+    fmt, lists, path, str(tmp_path / "out"), {"tta": values}, choice, bool(refs)
+  )
+  again_options = dict(options)
+  if fmt == "nemo":
+    again_options.update(columns=("score", "tta"), beam_size=3)
+  again = nbest_formats.read_nbest(fmt, paths["rescored"], **again_options)
+  assert [[h.text for h in n.hyps] for n in again] == [[h.text for h in n.hyps] for n in lists]
+  got = [[h.scores["tta"] for h in n.hyps] for n in again]
+  assert np.allclose(got, values, atol=1e-6)
+  chosen = [n.hyps[c].text for n, c in zip(lists, choice)]
+  text = (tmp_path / "out" / "text").read_text().splitlines()
+  assert [line.split(" ", 1)[1] for line in text] == chosen
