@@ -489,6 +489,7 @@ def rescore_own_files(sets, lm_scores, metric):
       "outputs": paths,
       "first_pass": rescore_files.metrics(lists, first, metric, FLAGS.cer),
       "rescored": rescore_files.metrics(lists, choice, metric, FLAGS.cer),
+      "oracle": nbest.oracle(lists, metric)[0] if lists[0].refs else None,
     }
     report["sets"][name] = entry
     print(f"{name}: first pass {format_metrics(entry['first_pass'])}")

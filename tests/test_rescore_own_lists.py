@@ -87,6 +87,7 @@ def test_weights_tuned_on_dev_give_a_blind_test_set_the_same_1best(tiny_lm, tmp_
   refs = {n.key: n.refs[0] for n in lists[5:]}
   out = jiwer.process_words([refs[k] for k in refs], [chosen[k] for k in refs])
   got = report["rescored"]
+  assert report["oracle"] <= got["wer"] and blind_report["oracle"] is None
   assert got["wer"] == pytest.approx(100 * out.wer)
   assert (got["substitutions"], got["deletions"], got["insertions"]) == (
     out.substitutions,
