@@ -1,6 +1,12 @@
-"""N-best reranking with any LM kind (paper Tables 1, 2 and 7).
+"""N-best reranking with any LM kind (paper Tables 1, 2 and 7), and of your own N-best files.
 
-score = (1-λ)·s2s + λ·lm, with λ chosen on a dev set over 0, 0.05, ..., 1 and
+Your own files (--test_file, any format of evaluation/nbest_formats.py): the combination of
+evaluation/combination.py (first-pass columns, several LMs, a length bonus) is tuned on
+--dev_file (λ grid, then Powell) or loaded from --weights_file, and each set's rescored lists,
+1-best (`text`, `hyp.trn`) and metrics go to --output_dir/<set>/ (README "Rescore your own
+N-best lists"). json/tsv dev and test files with references also get the paper's table below.
+
+The paper's tables: score = (1-λ)·s2s + λ·lm, with λ chosen on a dev set over 0, 0.05, ..., 1 and
 applied to its test set. Reports WER (ASR) or BLEU (NMT) of the first pass,
 after reranking, and of the oracle, the per-λ dev curve, and the
 (pseudo-)perplexity of each LM on the references (mean and median over
@@ -23,7 +29,12 @@ Examples:
   python run_rescoring.py --lm=runs/tta --task=nmt --output_dir=results/nmt
   # Your own lists (mlm-scoring JSON or TSV):
   python run_rescoring.py --lm=runs/tta --task=asr --format=json \
-      --dev_file=dev.json --test_file=test.json --settings=full
+      --dev_file=dev.json --test_file=test.json --settings=full --output_dir=results/own
+  # Kaldi lists, KenLM and T-TA, tuned on dev, then a blind test set with the saved weights:
+  python run_rescoring.py --format=kaldi --lm=ngram=kenlm:lm.bin,tta=runs/tta \
+      --dev_file=dev/nbest --dev_refs=data/dev/text --test_file=test/nbest --output_dir=out
+  python run_rescoring.py --format=kaldi --lm=ngram=kenlm:lm.bin,tta=runs/tta \
+      --test_file=eval/nbest --weights_file=out/weights.json --output_dir=out_eval
 """
 
 import contextlib
@@ -35,8 +46,11 @@ import time
 from absl import flags
 from absl import logging
 
+from evaluation import combination
 from evaluation import nbest
+from evaluation import nbest_formats
 from evaluation import nbest_io
+from evaluation import rescore_files
 from evaluation import score_cache
 from evaluation import significance
 from lm import inference
@@ -76,10 +90,30 @@ flags.DEFINE_list(
 )
 cli.register_choices("settings", [s for s in nbest.SETTINGS if s])
 flags.DEFINE_enum(
-  "format", "espnet", ["espnet", "json", "tsv"], "N-best format for --dev_file/--test_file."
+  "format",
+  "espnet",
+  list(nbest_formats.FORMATS),
+  "N-best format of --dev_file/--test_file (evaluation/nbest_formats.py).",
 )
-flags.DEFINE_string("dev_file", None, "Dev N-best file (json/tsv formats).")
-flags.DEFINE_string("test_file", None, "Test N-best file (json/tsv formats).")
+flags.DEFINE_string("dev_file", None, "Dev N-best file or dir (with references: weights tuned).")
+flags.DEFINE_string("test_file", None, "Test N-best file or dir (references optional).")
+flags.DEFINE_list("dev_refs", [], "Reference file(s) of --dev_file (several: multi-reference).")
+flags.DEFINE_list("test_refs", [], "Reference file(s) of --test_file (none: a blind set).")
+flags.DEFINE_multi_string(
+  "format_option", [], "KEY=VALUE option of the format's reader (VALUE as JSON if it parses)."
+)
+flags.DEFINE_string(
+  "weights_file",
+  None,
+  "Combination weights to apply (the weights.json of an earlier run); no tuning on dev then.",
+)
+flags.DEFINE_list(
+  "first_pass",
+  [],
+  "First-pass score columns NAME[:WEIGHT] of the combination; default 'score' if the lists "
+  "have it, else every column.",
+)
+flags.DEFINE_bool("cer", False, "Report the character error rate too (ASR files).")
 flags.DEFINE_enum(
   "sentence_score",
   "sum",
@@ -161,20 +195,33 @@ def perplexity(lists, scores):
 
 
 def read_sets():
-  """{set name: list of NBestList} and the (dev, test, settings) to run."""
+  """{set name: list of NBestList} and the (dev, test, settings) of the paper's table to run
+  (none for --test_file sets without references, or rescored with --weights_file)."""
+  if FLAGS.test_file is not None:
+    options = dict(rescore_files.parse_option(o) for o in FLAGS.format_option)
+    sets = {}
+    for name, path, refs in (
+      ("dev", FLAGS.dev_file, FLAGS.dev_refs),
+      ("test", FLAGS.test_file, FLAGS.test_refs),
+    ):
+      if path is not None:
+        sets[name] = rescore_files.read_set(FLAGS.format, path, refs, options)
+    table = (
+      FLAGS.task == "asr"
+      and FLAGS.format in ("json", "tsv")
+      and "dev" in sets
+      and not FLAGS.weights_file
+      and all(lists[0].refs for lists in sets.values())
+    )
+    if not FLAGS.output_dir and not table:
+      raise ValueError("--output_dir is needed: the rescored lists and 1-best files go there")
+    check_tuning_input(sets)
+    return sets, [("dev", "test", FLAGS.settings)] if table else []
   if FLAGS.task == "nmt":
     return {"wmt21": nbest_io.read_wmt_candidates(FLAGS.data_dir)}, [(None, "wmt21", [None])]
-  if FLAGS.format == "espnet":
-    pairs = [p.split(":") for p in FLAGS.pairs]
-    names = sorted({n for p in pairs for n in p})
-    sets = {n: nbest_io.read_espnet_nbest(n, FLAGS.data_dir) for n in names}
-  else:
-    reader = {"json": nbest_io.read_json_nbest, "tsv": nbest_io.read_tsv_nbest}
-    pairs = [("dev", "test")]
-    sets = {
-      "dev": reader[FLAGS.format](FLAGS.dev_file),
-      "test": reader[FLAGS.format](FLAGS.test_file),
-    }
+  pairs = [p.split(":") for p in FLAGS.pairs]
+  names = sorted({n for p in pairs for n in p})
+  sets = {n: nbest_io.read_espnet_nbest(n, FLAGS.data_dir) for n in names}
   return sets, [(dev, test, FLAGS.settings) for dev, test in pairs]
 
 
@@ -276,7 +323,7 @@ def evaluation_key():
   """What the rows of one rescoring_results.json must share to sit in one table."""
   if FLAGS.task == "nmt":
     data = {"sets": ["wmt21"]}
-  elif FLAGS.format == "espnet":
+  elif FLAGS.test_file is None:
     data = {"pairs": FLAGS.pairs}
   else:
     data = {
@@ -334,28 +381,27 @@ def write_results(rows, metric):
   return rows
 
 
-def rescore_with(name, lm, lm_id, texts, cache, sets, runs, metric):
-  """One LM's row: its scores, perplexities and reranking results on every pair and setting."""
-  start = time.time()
-  scores = cached_scores(lm, lm_id, texts, cache, name)
+def rescore_with(name, lm, lm_id, texts, scores, sets, runs, metric):
+  """One LM's row: its perplexities and reranking results on every pair and setting; `scores`
+  are cached_scores' of `texts` (with their scoring time as "seconds")."""
   row = {
     "lm": name,
     # Short; cache/lm_scores.models.json says what it stands for (score_cache.ScoreCache.register).
     "lm_id": lm_id,
     "scoring": inference.scoring_of(lm, FLAGS.scoring),
     "evaluation": evaluation_key(),
-    "scoring_seconds": time.time() - start,
-    "truncated": sum(scores[t][2] for t in texts),
+    "scoring_seconds": scores["seconds"],
+    "truncated": sum(scores["texts"][t][2] for t in texts),
     "results": [],
-    "perplexity": {n: perplexity(l, scores) for n, l in sets.items()},
+    "perplexity": {n: perplexity(l, scores["texts"]) for n, l in sets.items()},
   }
   for dev, test, settings in runs:
     for setting in settings:
       result = rerank_pair(
         sets.get(dev),
         sets[test],
-        lm_table(sets[dev], scores) if dev else None,
-        lm_table(sets[test], scores),
+        lm_table(sets[dev], scores["texts"]) if dev else None,
+        lm_table(sets[test], scores["texts"]),
         setting,
         metric,
         (FLAGS.bootstrap_resamples, FLAGS.bootstrap_seed),
@@ -376,6 +422,85 @@ def rescore_with(name, lm, lm_id, texts, cache, sets, runs, metric):
   return row
 
 
+def lm_name(name, spec):
+  """The row and feature name of the LM `spec` (NAME= of --model_dir, else the path's last part)."""
+  return name or os.path.basename(spec.rstrip("/"))
+
+
+def check_tuning_input(sets):
+  """Before any scoring: --weights_file names the LMs of --model_dir, or dev has references."""
+  if FLAGS.weights_file:
+    weights = combination.load_weights(FLAGS.weights_file)
+    names = [lm_name(name, spec) for name, spec in lm_flags.model_specs(FLAGS.model_dir)]
+    if set(weights.lms) != set(names):
+      raise ValueError(
+        f"{FLAGS.weights_file}:1: weights for the LMs {sorted(weights.lms)}, but --model_dir names "
+        f"{sorted(names)}"
+      )
+  elif not sets["dev"][0].refs:
+    raise ValueError(f"{FLAGS.dev_file}:1: no references to tune the weights on (--dev_refs)")
+
+
+def combination_weights(sets, lm_tables, metric):
+  """The combination's weights: --weights_file's, or tuned on dev (saved as weights.json)."""
+  if FLAGS.weights_file:
+    weights = combination.load_weights(FLAGS.weights_file)
+    return weights, {"weights_file": os.path.abspath(FLAGS.weights_file)}
+  weights = rescore_files.initial_weights(sets["dev"], list(lm_tables["dev"]), FLAGS.first_pass)
+  dev_tables = combination.tables(sets["dev"], weights, lm_tables["dev"])
+  weights, info = rescore_files.tune(sets["dev"], dev_tables, weights, metric)
+  combination.save_weights(os.path.join(FLAGS.output_dir, "weights.json"), weights, info)
+  return weights, info
+
+
+def format_metrics(values):
+  """One line of a set's metrics (WER with S/D/I, or BLEU and chrF with their signatures)."""
+  if values is None:
+    return "no references"
+  if "wer" in values:
+    line = (
+      f"WER {values['wer']:.2f} (S {values['substitutions']}, D {values['deletions']}, "
+      f"I {values['insertions']}, {values['reference_words']} words)"
+    )
+    return line + (f" CER {values['cer']:.2f}" if "cer" in values else "")
+  return (
+    f"BLEU {values['bleu']:.2f} ({values['bleu_signature']}) "
+    f"chrF {values['chrf']:.2f} ({values['chrf_signature']})"
+  )
+
+
+def rescore_own_files(sets, lm_scores, metric):
+  """--test_file runs: the combination's weights, and for each set its rescored lists, 1-best
+  files and metrics in --output_dir/<set>/, summed up in --output_dir/rescoring_report.json."""
+  lm_tables = {n: {m: lm_table(l, s) for m, s in lm_scores.items()} for n, l in sets.items()}
+  weights, info = combination_weights(sets, lm_tables, metric)
+  report = {"weights": rescore_files.dataclass_dict(weights), "tuning": info, "sets": {}}
+  sources = {"dev": (FLAGS.dev_file, FLAGS.dev_refs), "test": (FLAGS.test_file, FLAGS.test_refs)}
+  for name, lists in sets.items():
+    tables = combination.tables(lists, weights, lm_tables[name])
+    choice = combination.choose(tables, weights.vector())
+    first = combination.choose(tables, weights.first_pass_only().vector())
+    out_dir = os.path.join(FLAGS.output_dir, name)
+    source, refs = sources[name]
+    paths = rescore_files.write_outputs(
+      FLAGS.format, lists, source, out_dir, lm_tables[name], choice, bool(refs)
+    )
+    entry = {
+      "lists": len(lists),
+      "outputs": paths,
+      "first_pass": rescore_files.metrics(lists, first, metric, FLAGS.cer),
+      "rescored": rescore_files.metrics(lists, choice, metric, FLAGS.cer),
+      "oracle": nbest.oracle(lists, metric)[0] if lists[0].refs else None,
+    }
+    report["sets"][name] = entry
+    print(f"{name}: first pass {format_metrics(entry['first_pass'])}")
+    print(f"{name}: rescored {format_metrics(entry['rescored'])}")
+  print(f"weights: {json.dumps(report['weights'])}")
+  if weights.toolkit_weights():
+    print(f"as NeMo/ESPnet weights: {json.dumps(weights.toolkit_weights())}")
+  rescore_files.write_report(os.path.join(FLAGS.output_dir, "rescoring_report.json"), report)
+
+
 def main(argv):
   del argv
   # What is cheap first: the LMs are there and the output dir is this run's, before the lists
@@ -391,14 +516,19 @@ def main(argv):
       path = os.path.join(FLAGS.output_dir, "cache", "lm_scores.jsonl")
       stack.enter_context(io_utils.exclusive_lock(path, wait=False))
       cache = score_cache.ScoreCache(path)
-    rows = rescore_all(cache, metric)
-  print(markdown(rows, metric))
-  if FLAGS.output_dir:
-    write_results(rows, metric)
+    rows, all_scores, sets, runs = rescore_all(cache, metric)
+  if runs:
+    print(markdown(rows, metric))
+    if FLAGS.output_dir:
+      write_results(rows, metric)
+  if FLAGS.test_file is not None and FLAGS.output_dir:
+    with cli.user_input():
+      rescore_own_files(sets, all_scores, metric)
 
 
 def rescore_all(cache, metric):
-  """Reads the lists and returns the row of each --model_dir LM (`rescore_with`)."""
+  """Reads the lists and scores them with each --model_dir LM: (the row of each LM with a
+  paper-protocol run (`rescore_with`), {LM name: scores of the texts}, the sets, the runs)."""
   with cli.user_input():
     sets, runs = read_sets()
     check_settings(sets, runs)
@@ -411,9 +541,14 @@ def rescore_all(cache, metric):
   for name, lists in sets.items():
     logging.info("%s: %d lists, %d hypotheses", name, len(lists), sum(len(l.hyps) for l in lists))
   texts = sorted(
-    {t for lists in sets.values() for l in lists for t in [h.text for h in l.hyps] + l.refs}
+    {
+      t
+      for lists in sets.values()
+      for l in lists
+      for t in [h.text for h in l.hyps] + (l.refs if runs else [])
+    }
   )
-  rows = []
+  rows, all_scores = [], {}
   for name, spec in lm_flags.model_specs(FLAGS.model_dir):
     with cli.user_input():
       lm = inference.load_lm(spec, **lm_flags.load_options(FLAGS))
@@ -421,22 +556,31 @@ def rescore_all(cache, metric):
     lm_id = inference.model_id(identity)
     if cache is not None:
       cache.register(lm_id, identity)
-    name = name or os.path.basename(spec.rstrip("/"))
-    rows.append(rescore_with(name, lm, lm_id, texts, cache, sets, runs, metric))
-  return rows
+    name = lm_name(name, spec)
+    start = time.time()
+    scores = {"texts": cached_scores(lm, lm_id, texts, cache, name)}
+    scores["seconds"] = time.time() - start
+    all_scores[name] = scores["texts"]
+    if runs:
+      rows.append(rescore_with(name, lm, lm_id, texts, scores, sets, runs, metric))
+  return rows, all_scores, sets, runs
 
 
 def _check_file_flags(values):
-  """--dev_file and --test_file go with --format=json or tsv, and those formats need both."""
-  given = [f"--{name}" for name in ("dev_file", "test_file") if values[name]]
-  if values["format"] == "espnet" and given:
-    raise flags.ValidationError(f"{' and '.join(given)} need --format=json or --format=tsv")
-  if values["format"] != "espnet" and len(given) < 2:
-    raise flags.ValidationError(f"--format={values['format']} needs --dev_file and --test_file")
+  """--test_file (any format) needs --dev_file (to tune on) or --weights_file; --dev_file alone
+  is refused."""
+  if values["dev_file"] and not values["test_file"]:
+    raise flags.ValidationError("--dev_file needs --test_file")
+  if values["test_file"] and not (values["dev_file"] or values["weights_file"]):
+    raise flags.ValidationError(
+      f"--format={values['format']} needs --dev_file and --test_file (or --weights_file)"
+    )
   return True
 
 
-flags.register_multi_flags_validator(["format", "dev_file", "test_file"], _check_file_flags)
+flags.register_multi_flags_validator(
+  ["format", "dev_file", "test_file", "weights_file"], _check_file_flags
+)
 
 
 if __name__ == "__main__":

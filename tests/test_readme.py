@@ -17,11 +17,15 @@ import subprocess
 import sys
 
 from conftest import WORDS
+from conftest import data_dir_or_skip
 from conftest import tiny_config
+import nbest_fixtures
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from evaluation import nbest_formats
+from evaluation import nbest_io
 from lm import model_dir
 import modeling
 import tokenization
@@ -50,12 +54,17 @@ ngram 2=2
 """
 
 
-def readme_blocks(title=SECTION):
-  """The (bash lines, python source or None) of the README section `title`."""
+def readme_section(title):
+  """The text of the README section `title` (its heading line included)."""
   with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
     text = f.read()
   section = text[text.index(title) :]
-  section = section[: section.index("\n## ", len(title))]
+  return section[: section.index("\n## ", len(title))]
+
+
+def readme_blocks(title=SECTION):
+  """The (bash lines, python source or None) of the README section `title`."""
+  section = readme_section(title)
   bash = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
   python = re.search(r"```python\n(.*?)```", section, re.S)
   bash = [l for l in bash.splitlines() if l and l != "source scripts/setup_env.sh"]
@@ -145,3 +154,57 @@ def test_similarity_of_your_own_pairs_runs_as_written(checkout):
   assert tta_embed["scores"]["mine"][0] == pytest.approx(want, abs=1e-6)
   assert [(c["a"], c["b"]) for c in report["comparisons"]] == [("tta", "bilm")] * 2
   assert "| mine | 3 |" in (out / "pairs_results.md").read_text()
+
+
+RESCORE_SECTION = "## Rescore your own N-best lists"
+TOOLKITS = ("kaldi", "espnet2", "nemo", "fairseq", "moses")
+
+
+@pytest.fixture(scope="module")
+def own_lists(checkout):
+  """Dev and test lists (30-best, from the shared LibriSpeech dev_other) written at the
+  README's paths `nbest/<toolkit>/<set>/` by tests/nbest_fixtures.py; Kaldi's as a directory
+  (`text` and `<name>.cost`)."""
+  data_dir_or_skip(nbest_io.ESPNET_DIR)
+  lists = [n for n in nbest_io.read_espnet_nbest("dev_other") if len(n.hyps) == 30][:5]
+  sets = {"dev": lists[:3], "test": lists[3:]}
+  for toolkit in TOOLKITS:
+    for name, part in sets.items():
+      root = checkout / "nbest" / toolkit / name
+      _, _, options = nbest_fixtures.WRITERS[toolkit](part, str(root))
+      if toolkit == "kaldi":
+        (root / "nbest").mkdir()
+        os.rename(root / "words_text", root / "nbest" / "text")
+        for score, path in options["costs"].items():
+          os.rename(path, root / "nbest" / f"{score}.cost")
+  return sets
+
+
+def test_rescore_your_own_nbest_lists_runs_as_written(checkout, own_lists):
+  block = readme_section(RESCORE_SECTION).split("```bash\n")[1].split("```")[0]
+  commands = [l for l in block.splitlines() if l and not l.startswith("#")]
+  assert len(commands) == len(TOOLKITS) + 1
+  for line in commands:
+    result = subprocess.run(
+      ["bash", "-c", line],
+      cwd=checkout,
+      capture_output=True,
+      text=True,
+      timeout=600,
+      env=dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]),
+    )
+    assert result.returncode == 0, f"{line}\n{result.stderr[-3000:]}"
+  keys = {n.key for n in own_lists["test"]}
+  for toolkit in TOOLKITS:
+    out = checkout / "rescored" / toolkit / "test"
+    text = (out / "text").read_text().splitlines()
+    assert len(text) == len(keys) and len((out / "hyp.trn").read_text().splitlines()) == len(keys)
+    report = json.loads((checkout / "rescored" / toolkit / "rescoring_report.json").read_text())
+    assert report["sets"]["test"]["rescored"]["reference_words"] > 0
+  # The blind run (no references, the tuned weights file) chose what the tuned run chose.
+  blind = checkout / "rescored" / "kaldi_blind" / "test"
+  assert (blind / "text").read_text() == (
+    checkout / "rescored" / "kaldi" / "test" / "text"
+  ).read_text()
+  again = nbest_formats.read_nbest("kaldi", str(blind / "nbest"))
+  assert all({"ngram", "tta"} <= set(h.scores) for n in again for h in n.hyps)

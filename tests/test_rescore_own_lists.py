@@ -1,0 +1,167 @@
+"""run_rescoring.py on your own N-best files (--test_file): tuned weights applied to a blind
+test set, rescored lists in the input format, 1-best files, WER with S/D/I, and MT with two
+references. Tiny random T-TA model (conftest), lists converted from the shared LibriSpeech data
+(tests/nbest_fixtures.py) or written by hand."""
+
+import json
+import os
+import subprocess
+import sys
+
+import conftest
+import jiwer
+import nbest_fixtures
+import pytest
+import sacrebleu
+import tensorflow as tf
+
+from evaluation import nbest_formats
+from evaluation import nbest_io
+from lm import model_dir
+import modeling
+import tokenization
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+  root = tmp_path_factory.mktemp("tiny")
+  vocab = root / "vocab.txt"
+  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + list(conftest.WORDS)) + "\n")
+  tf.keras.utils.set_random_seed(3)
+  config = conftest.tiny_config(vocab_size=len(tokenization.SPECIAL_TOKENS) + len(conftest.WORDS))
+  model_dir.save_model_dir(modeling.build_model(config, "tta"), str(vocab), str(root / "tta"))
+  return str(root / "tta")
+
+
+def _rescore(*args):
+  result = subprocess.run(
+    [sys.executable, os.path.join(ROOT, "run_rescoring.py"), *args],
+    capture_output=True,
+    text=True,
+    cwd=ROOT,
+    timeout=600,
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result.stdout
+
+
+def _kaldi_set(lists, root):
+  """A Kaldi directory (`text` and `<name>.cost`) and its reference file."""
+  text, refs, options = nbest_fixtures.write_kaldi(lists, str(root / "src"))
+  os.makedirs(root / "dir")
+  os.rename(text, root / "dir" / "text")
+  for name, path in options["costs"].items():
+    os.rename(path, root / "dir" / f"{name}.cost")
+  return str(root / "dir"), refs
+
+
+def test_weights_tuned_on_dev_give_a_blind_test_set_the_same_1best(tiny_lm, tmp_path):
+  conftest.data_dir_or_skip(nbest_io.ESPNET_DIR)
+  lists = nbest_io.read_espnet_nbest("dev_other")[:8]
+  dev, dev_refs = _kaldi_set(lists[:5], tmp_path / "dev")
+  test, test_refs = _kaldi_set(lists[5:], tmp_path / "test")
+  tuned, blind = tmp_path / "tuned", tmp_path / "blind"
+  common = [f"--lm=tta={tiny_lm}", "--format=kaldi", f"--test_file={test}"]
+  _rescore(
+    *common,
+    f"--dev_file={dev}",
+    f"--dev_refs={dev_refs}",
+    f"--test_refs={test_refs}",
+    "--first_pass=decoder,ctc",
+    f"--output_dir={tuned}",
+  )
+  weights = json.loads((tuned / "weights.json").read_text())
+  assert set(weights["first_pass"]) == {"decoder", "ctc"} and set(weights["lms"]) == {"tta"}
+  assert weights["dev"] <= weights["grid_start"]["dev"] <= weights["dev_first_pass"]
+  _rescore(*common, f"--weights_file={tuned / 'weights.json'}", f"--output_dir={blind}")
+
+  assert (blind / "test" / "text").read_text() == (tuned / "test" / "text").read_text()
+  report = json.loads((tuned / "rescoring_report.json").read_text())["sets"]["test"]
+  blind_report = json.loads((blind / "rescoring_report.json").read_text())["sets"]["test"]
+  assert blind_report["rescored"] is None and "dev" not in blind_report
+  # The WER and its counts, recomputed from the 1-best file with jiwer.
+  lines = (blind / "test" / "text").read_text().splitlines()
+  chosen = {key: text for key, _, text in (line.partition(" ") for line in lines)}
+  refs = {n.key: n.refs[0] for n in lists[5:]}
+  out = jiwer.process_words([refs[k] for k in refs], [chosen[k] for k in refs])
+  got = report["rescored"]
+  assert report["oracle"] <= got["wer"] and blind_report["oracle"] is None
+  assert got["wer"] == pytest.approx(100 * out.wer)
+  assert (got["substitutions"], got["deletions"], got["insertions"]) == (
+    out.substitutions,
+    out.deletions,
+    out.insertions,
+  )
+  trn = (blind / "test" / "hyp.trn").read_text().splitlines()
+  assert trn == [f"{chosen[k]} ({k})".lstrip() for k in chosen]
+  # The rescored lists, read back in their format, carry the LM's score as a feature.
+  again = nbest_formats.read_nbest("kaldi", str(blind / "test" / "nbest"))
+  assert [[h.text for h in n.hyps] for n in again] == [[h.text for h in n.hyps] for n in lists[5:]]
+  assert all("tta" in h.scores and h.scores["tta"] < 0 for n in again for h in n.hyps)
+
+
+def _json_lists(path, rows):
+  data = {
+    f"seg{i}": {f"hyp_{r + 1}": {"score": -1.0 - r, "text": h} for r, h in enumerate(hyps)}
+    for i, hyps in enumerate(rows)
+  }
+  path.write_text(json.dumps(data, indent=1) + "\n")
+  return str(path)
+
+
+def test_nmt_with_json_lists_and_two_references(tiny_lm, tmp_path):
+  rows = [
+    ["the cat sat on a mat", "cat sat"],
+    ["a dog ran far away", "dog dog ran"],
+    ["the dog sat on the mat", "the mat"],
+  ]
+  refs_a = ["the cat sat on the mat", "a dog ran away", "the dog sat on the mat"]
+  refs_b = ["a cat sat on a mat", "the dog ran far away", "a dog sat on a mat"]
+  lists = _json_lists(tmp_path / "lists.json", rows)
+  ref_files = []
+  for name, refs in (("a", refs_a), ("b", refs_b)):
+    ref_files.append(tmp_path / f"ref.{name}")
+    ref_files[-1].write_text("".join(f"seg{i} {r}\n" for i, r in enumerate(refs)))
+  refs_flag = ",".join(str(p) for p in ref_files)
+  out = tmp_path / "out"
+  stdout = _rescore(
+    f"--lm=tta={tiny_lm}",
+    "--task=nmt",
+    "--format=json",
+    f"--dev_file={lists}",
+    f"--dev_refs={refs_flag}",
+    f"--test_file={lists}",
+    f"--test_refs={refs_flag}",
+    f"--output_dir={out}",
+  )
+  chosen = [line.split(" ", 1)[1] for line in (out / "test" / "text").read_text().splitlines()]
+  bleu = sacrebleu.metrics.BLEU()
+  score = bleu.corpus_score(chosen, [refs_a, refs_b])
+  line = next(l for l in stdout.splitlines() if l.startswith("test: rescored"))
+  assert f"BLEU {score.score:.2f} ({bleu.get_signature()})" in line
+  assert "nrefs:2" in line and "chrF" in line
+  weights = json.loads((out / "weights.json").read_text())
+  assert weights["metric"] == "bleu" and weights["dev"] >= weights["dev_first_pass"]
+
+
+def test_a_weights_file_of_other_lms_is_one_line_before_any_scoring(tiny_lm, tmp_path):
+  lists = _json_lists(tmp_path / "lists.json", [["the cat sat", "a cat"]])
+  weights = tmp_path / "weights.json"
+  weights.write_text('{"first_pass": {"score": 1.0}, "lms": {"ngram": 0.5}, "length": 0.0}\n')
+  result = subprocess.run(
+    [sys.executable, os.path.join(ROOT, "run_rescoring.py"), f"--lm=tta={tiny_lm}"]
+    + ["--format=json", f"--test_file={lists}", f"--weights_file={weights}"]
+    + [f"--output_dir={tmp_path / 'out'}"],
+    capture_output=True,
+    text=True,
+    cwd=ROOT,
+    timeout=600,
+  )
+  assert result.returncode == 2
+  errors = [l for l in result.stderr.splitlines() if l.startswith("run_rescoring.py: error")]
+  assert errors == [
+    f"run_rescoring.py: error: {weights}:1: weights for the LMs ['ngram'], but --lm names ['tta']"
+  ]
+  assert not (tmp_path / "out" / "cache").exists()
