@@ -503,12 +503,13 @@ def rescore_own_files(sets, lm_scores, metric):
 
 def main(argv):
   del argv
-  # What is cheap first: the LMs are there and the output dir is this run's, before the lists
-  # are read.
+  # What is cheap first: the LMs are there, before the lists are read; the lists are read and
+  # checked before anything is written into --output_dir.
   with cli.user_input():
     for _, spec in lm_flags.model_specs(FLAGS.model_dir):
       inference.check_spec(spec)
   metric = "bleu" if FLAGS.task == "nmt" else "wer"
+  sets, runs = read_lists()
   with contextlib.ExitStack() as stack:
     cache = None
     if FLAGS.output_dir:
@@ -516,7 +517,7 @@ def main(argv):
       path = os.path.join(FLAGS.output_dir, "cache", "lm_scores.jsonl")
       stack.enter_context(io_utils.exclusive_lock(path, wait=False))
       cache = score_cache.ScoreCache(path)
-    rows, all_scores, sets, runs = rescore_all(cache, metric)
+    rows, all_scores = rescore_all(cache, sets, runs, metric)
   if runs:
     print(markdown(rows, metric))
     if FLAGS.output_dir:
@@ -526,9 +527,9 @@ def main(argv):
       rescore_own_files(sets, all_scores, metric)
 
 
-def rescore_all(cache, metric):
-  """Reads the lists and scores them with each --model_dir LM: (the row of each LM with a
-  paper-protocol run (`rescore_with`), {LM name: scores of the texts}, the sets, the runs)."""
+def read_lists():
+  """The sets ({name: [NBestList]}, cut by --max_lists / --sample_lists) and the paper-protocol
+  runs, checked."""
   with cli.user_input():
     sets, runs = read_sets()
     check_settings(sets, runs)
@@ -540,6 +541,12 @@ def rescore_all(cache, metric):
     }
   for name, lists in sets.items():
     logging.info("%s: %d lists, %d hypotheses", name, len(lists), sum(len(l.hyps) for l in lists))
+  return sets, runs
+
+
+def rescore_all(cache, sets, runs, metric):
+  """Scores the lists with each --model_dir LM: (the row of each LM with a paper-protocol run
+  (`rescore_with`), {LM name: scores of the texts})."""
   texts = sorted(
     {
       t
@@ -563,7 +570,7 @@ def rescore_all(cache, metric):
     all_scores[name] = scores["texts"]
     if runs:
       rows.append(rescore_with(name, lm, lm_id, texts, scores, sets, runs, metric))
-  return rows, all_scores, sets, runs
+  return rows, all_scores
 
 
 def _check_file_flags(values):

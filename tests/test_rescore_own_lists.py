@@ -162,6 +162,7 @@ def test_a_weights_file_of_other_lms_is_one_line_before_any_scoring(tiny_lm, tmp
   assert result.returncode == 2
   errors = [l for l in result.stderr.splitlines() if l.startswith("run_rescoring.py: error")]
   assert errors == [
-    f"run_rescoring.py: error: {weights}:1: weights for the LMs ['ngram'], but --model_dir names ['tta']"
+    f"run_rescoring.py: error: {weights}:1: weights for the LMs ['ngram'], "
+    "but --model_dir names ['tta']"
   ]
   assert not (tmp_path / "out" / "cache").exists()
