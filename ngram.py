@@ -37,7 +37,12 @@ def define_flags():
     "Normalization of --train_text, stored beside the model "
     "so that scoring normalizes text the same way.",
   )
-  flags.DEFINE_string("model", None, "ARPA or KenLM binary model to score with.")
+  flags.DEFINE_string(
+    "model",
+    None,
+    "ARPA or KenLM binary model to score with: this KenLM tool takes the file itself, as "
+    "KenLM's query does; every LM command takes it as --model_dir=kenlm:PATH.",
+  )
   flags.DEFINE_string(
     "score_file",
     None,

@@ -57,6 +57,7 @@ VECTORS = ("none", "context", "embed")
 
 def define_flags():
   from lm import lm_flags  # pylint: disable=g-import-not-at-top
+  from util import distribute_utils  # pylint: disable=g-import-not-at-top
 
   lm_flags.define_model_dir(required=False)  # --merge needs none
   flags.DEFINE_string("input_file", "-", "One sentence per line; '-' reads stdin.")
@@ -91,10 +92,8 @@ def define_flags():
     "Neural LMs: split each batch's rows over the replicas of this tf.distribute strategy "
     "(mirrored: all local GPUs; tpu: --tpu).",
   )
-  flags.DEFINE_string("tpu", None, "TPU name or address for --strategy=tpu.")
-  flags.DEFINE_integer(
-    "num_cpu_devices", 0, "Split the CPU into this many logical devices (to try mirrored on CPU)."
-  )
+  flags.DEFINE_string("tpu", None, distribute_utils.TPU_HELP)
+  flags.DEFINE_integer("num_cpu_devices", 0, distribute_utils.NUM_CPU_DEVICES_HELP)
   lm_flags.define_throughput_flags()
 
 

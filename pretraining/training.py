@@ -154,11 +154,8 @@ class TrainParams:
   steps_per_loop: int = cli.param("Steps per tf.function call (cuts Python overhead).", 20)
   log_every_steps: int = cli.param("Progress line interval.", 100)
   strategy: str = cli.param("tf.distribute.", "one_device", distribute_utils.STRATEGIES)
-  tpu: str = cli.param("TPU name/address for --strategy=tpu.", None)
-  num_cpu_devices: int = cli.param(
-    "Split the CPU into this many logical devices (for --strategy=mirrored without GPUs; testing).",
-    0,
-  )
+  tpu: str = cli.param(distribute_utils.TPU_HELP, None)
+  num_cpu_devices: int = cli.param(distribute_utils.NUM_CPU_DEVICES_HELP, 0)
   mixed_precision: bool = cli.param(
     "bfloat16 compute, float32 variables; LayerNorm, softmax and the loss "
     "stay float32 (faster on AMX CPUs; docs/DESIGN.md §6).",

@@ -35,6 +35,7 @@ from pretraining import training
 from pretraining import training_setup
 import run_pretraining
 from text import corpus
+from util import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # conftest.TINY with a wider FFN and room for the 48-token records.
@@ -374,8 +375,8 @@ def test_resume_continues_step_and_input_position(data_dir, tmp_path):
   # Restarting a finished run does nothing and keeps the step.
   third = training.train(tiny_params(data_dir, out, num_train_steps=30, eval_file=None))
   assert third["start_step"] == 30 and third["step_losses"] == []
-  # A different architecture in the same output_dir is refused.
-  with pytest.raises(ValueError, match="hidden_size"):
+  # A different architecture in the same output_dir is refused, as a wrong input (one line).
+  with pytest.raises(cli.InputError, match="hidden_size"):
     training.train(
       tiny_params(data_dir, out, eval_file=None, config_overrides=dict(TINY, hidden_size=16))
     )
