@@ -18,6 +18,7 @@ from evaluation import nbest
 from evaluation import nbest_io
 from finetuning import mwer
 from finetuning import mwer_data
+from finetuning import mwer_job
 from finetuning import mwer_training
 from lm import inference
 from lm import model_dir
@@ -310,3 +311,56 @@ def test_resume_is_exact(tmp_path, vocab_file, monkeypatch):
     for record in log:
       del record["eval_seconds"]
   assert logs[0] == logs[1]
+
+
+# ----------------------------------------------------------------- the job
+
+
+def test_the_job_trains_selects_and_evaluates_on_tsv_lists(tmp_path, vocab_file):
+  path = tiny_model_dir(tmp_path, vocab_file, "tta", num_hidden_layers=1)
+  files = {}
+  for name, seed in (("dev", 5), ("test", 6)):
+    lists = toy_lists(16, 4, seed=seed)
+    for l in lists:
+      for h in l.hyps:
+        h.scores["score"] = sum(w * h.scores[n] for n, w in nbest_io.FULL_WEIGHTS.items())
+    files[name] = str(tmp_path / f"{name}.tsv")
+    nbest_io.write_tsv_nbest(lists, files[name], FEATURES + ("score",))
+  params = mwer_job.JobParams(
+    init_model=path,
+    output_dir=str(tmp_path / "job"),
+    format="tsv",
+    train_sets=[files["dev"]],
+    test_sets=[files["test"]],
+    settings=["full"],
+    heldout_fraction=0.3,
+    regularizer_weights=["0.1", "1"],
+    combination_epochs=2,
+    bootstrap_resamples=100,
+    mwer=mwer_training.MwerParams(epochs=1, lists_per_batch=4, hyps_per_list=3),
+  )
+  assert mwer_job.run(params)
+  with open(tmp_path / "job" / "results.json") as f:
+    results = json.load(f)
+  (row,) = results["rows"]
+  test = nbest_io.read_tsv_nbest(files["test"])
+  first_pass = nbest.evaluate(test, nbest.rerank(test, None, 0.0, "full"), "wer")
+  assert row["wer"]["first_pass"] == pytest.approx(first_pass)
+  selection = results["selection"]["full"]
+  runs = selection["runs"]
+  assert selection["heldout_wer"] == min(r["heldout_wer"] for r in runs.values())
+  model = selection["model_dir"]
+  assert os.path.exists(os.path.join(model, mwer.WEIGHTS_FILE))
+  lm = inference.load_lm(model)
+  scores = {
+    h.text: r.total for l in test for h, r in zip(l.hyps, lm.score([h.text for h in l.hyps]))
+  }
+  prepared, _ = mwer_data.prepare(test, None, FEATURES)
+  choice = mwer.read_weights(os.path.join(model, mwer.WEIGHTS_FILE)).choose(
+    prepared, [[scores[h.text] for h in l.hyps] for l in test]
+  )
+  assert row["wer"]["mwer"] == pytest.approx(nbest.evaluate(test, choice, "wer"))
+  # A second run only re-reads: the selection and the numbers stay.
+  assert mwer_job.run(params)
+  with open(tmp_path / "job" / "results.json") as f:
+    assert json.load(f)["rows"] == results["rows"]
