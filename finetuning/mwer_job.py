@@ -138,6 +138,15 @@ class Job(object):
 
   def __init__(self, params, cache):
     self.params, self.cache = params, cache
+    # The flags and the model first: reading the lists takes a while.
+    self.reg_weights = regularizer_weights(params)
+    for setting in params.settings:
+      if setting not in mwer_data.SETTINGS:
+        raise ValueError(f"--settings: {setting!r} is not one of {mwer_data.SETTINGS}")
+    if params.init_model.startswith("kenlm:"):
+      raise ValueError("MWER trains a neural LM; --init_model is an n-gram model")
+    self.lm = inference.load_lm(params.init_model, **self.lm_kwargs())
+    self.scoring = params.scoring or self.lm.default_scoring
     pooled = [l for lists in read_sets(params, params.train_sets).values() for l in lists]
     self.train, self.heldout = mwer_data.split_by_speaker(
       pooled, params.heldout_fraction, params.split_seed
@@ -145,11 +154,6 @@ class Job(object):
     self.dev = self.train + self.heldout
     for setting in params.settings:
       mwer_data.first_pass_weights(setting, pooled[0].hyps[0])
-    self.reg_weights = regularizer_weights(params)
-    self.lm = inference.load_lm(params.init_model, **self.lm_kwargs())
-    if self.lm.model_type == "kenlm":
-      raise ValueError("MWER trains a neural LM; --init_model is an n-gram model")
-    self.scoring = params.scoring or self.lm.default_scoring
     self.strategy = distribute_utils.get_strategy(params.strategy, None, params.num_cpu_devices)
     logging.info(
       "%d training lists (%d speakers), %d held out (%d speakers)",
