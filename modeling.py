@@ -29,6 +29,7 @@ Example:
 """
 
 import collections
+import contextlib
 import copy
 import dataclasses
 import json
@@ -182,10 +183,43 @@ def create_initializer(initializer_range=0.02):
   return keras.initializers.TruncatedNormal(stddev=initializer_range)
 
 
+class _DropoutSeed(object):
+  """The seed of `stateless_dropout`'s block and the dropout calls made in it so far."""
+
+  seed = None
+  calls = 0
+
+
+_DROPOUT_SEED = _DropoutSeed()
+
+
+@contextlib.contextmanager
+def stateless_dropout(seed):
+  """Dropout in the block draws its masks from `seed` (int [2] tensor) and its place among the
+  block's dropout calls, with stateless random ops.
+
+  Outside such a block dropout uses TF's stateful random ops, whose position in their stream
+  lives in a traced function and in no checkpoint. A training step traced in the block and given
+  a seed of (run seed, step) draws the same masks at the same step in every process, so a run
+  resumed from any step continues exactly (finetuning/mwer.py). Not thread-safe: a step traces
+  its replicas one after another.
+  """
+  previous = (_DROPOUT_SEED.seed, _DROPOUT_SEED.calls)
+  _DROPOUT_SEED.seed, _DROPOUT_SEED.calls = seed, 0
+  try:
+    yield
+  finally:
+    _DROPOUT_SEED.seed, _DROPOUT_SEED.calls = previous
+
+
 def dropout(x, rate, training):
   if not training or not rate:
     return x
-  return tf.nn.dropout(x, rate=rate)
+  if _DROPOUT_SEED.seed is None:
+    return tf.nn.dropout(x, rate=rate)
+  _DROPOUT_SEED.calls += 1
+  seed = tf.random.experimental.stateless_fold_in(_DROPOUT_SEED.seed, _DROPOUT_SEED.calls)
+  return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=seed)
 
 
 class Dense(keras.layers.Layer):

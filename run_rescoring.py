@@ -57,7 +57,6 @@ from lm import inference
 from lm import lm_flags
 from util import cli
 from util import io_utils
-from util import progress
 
 FLAGS = flags.FLAGS
 
@@ -151,31 +150,6 @@ flags.DEFINE_integer(
 flags.DEFINE_integer("bootstrap_seed", 0, "Seed of the paired bootstrap resampler.")
 
 _GRID = nbest.DEFAULT_GRID
-
-
-def cached_scores(lm, lm_id, texts, cache, name):
-  """{text: (sum of log-probs, scored tokens, truncated)} for every text.
-
-  Scores only texts missing from the cache, in chunks; each chunk is stored
-  before the next begins, so an interrupted run resumes where it stopped. Progress lines (rate,
-  ETA) name the LM by its short row name `name`.
-  """
-  texts = sorted(set(texts))
-  done = cache.get_many(lm_id, texts) if cache is not None else {}
-  todo = [t for t in texts if t not in done]
-  logging.info(
-    "%s: %d distinct sentences, %d cached, %d to score", name, len(texts), len(done), len(todo)
-  )
-  bar = progress.Progress(name, total=len(todo), unit="sentences")
-  for begin in range(0, len(todo), FLAGS.chunk_size):
-    chunk = todo[begin : begin + FLAGS.chunk_size]
-    scored = lm.score(chunk, scoring=FLAGS.scoring)
-    results = {t: [r.total, r.num_tokens, r.truncated] for t, r in zip(chunk, scored)}
-    if cache is not None:
-      cache.put_many(lm_id, results)
-    done.update(results)
-    bar.update(len(chunk))
-  return done
 
 
 def lm_table(lists, scores):
@@ -565,7 +539,11 @@ def rescore_all(cache, sets, runs, metric):
       cache.register(lm_id, identity)
     name = lm_name(name, spec)
     start = time.time()
-    scores = {"texts": cached_scores(lm, lm_id, texts, cache, name)}
+    scores = {
+      "texts": score_cache.cached_scores(
+        lm, lm_id, texts, cache, name, FLAGS.chunk_size, FLAGS.scoring
+      )
+    }
     scores["seconds"] = time.time() - start
     all_scores[name] = scores["texts"]
     if runs:

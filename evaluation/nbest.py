@@ -309,6 +309,22 @@ def utterance_errors(lists, choice):
   return _sentence_errors(refs, hyps), [len(ref.split()) for ref in refs]
 
 
+def hypothesis_errors(lists):
+  """Word errors (S + D + I, jiwer) of every hypothesis against its list's one reference.
+
+  Args:
+    lists: list[NBestList], each with one reference.
+
+  Returns:
+    list[list[int]], aligned with lists[i].hyps.
+  """
+  pairs = [(nbest.refs[0], hyp.text) for nbest in lists for hyp in nbest.hyps]
+  if not pairs:
+    return [[] for _ in lists]
+  errors = iter(_sentence_errors([r for r, _ in pairs], [h for _, h in pairs]))
+  return [[next(errors) for _ in nbest.hyps] for nbest in lists]
+
+
 def oracle(lists, metric="wer"):
   """The best choice per list given the references.
 
@@ -325,9 +341,7 @@ def oracle(lists, metric="wer"):
     tuple (float, list[int]): the corpus metric of the oracle choice, and the choice.
   """
   if metric == "wer":
-    pairs = [(nbest.refs[0], hyp.text) for nbest in lists for hyp in nbest.hyps]
-    errors = iter(_sentence_errors([r for r, _ in pairs], [h for _, h in pairs]))
-    choice = [_argmax([-next(errors) for _ in nbest.hyps]) for nbest in lists]
+    choice = [_argmax([-e for e in errors]) for errors in hypothesis_errors(lists)]
   elif metric == "bleu":
     bleu = sacrebleu.metrics.BLEU(effective_order=True)
     choice = [

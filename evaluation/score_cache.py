@@ -3,7 +3,10 @@
 import json
 import os
 
+from absl import logging
+
 from util import io_utils
+from util import progress
 
 
 class ScoreCache:
@@ -112,3 +115,37 @@ def _cache_line(model_id, text, value):
     return (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
   except UnicodeEncodeError:
     return (json.dumps(record) + "\n").encode("ascii")
+
+
+def cached_scores(lm, lm_id, texts, cache, name, chunk_size=500, scoring=None):
+  """{text: [sum of log-probs, scored tokens, truncated]} of `lm` for every text.
+
+  Scores only the texts missing from `cache` (None: no cache), in chunks of `chunk_size`; each
+  chunk is stored before the next begins, so an interrupted run resumes where it stopped.
+  Progress lines (rate, ETA) name the LM by its short row name `name`.
+
+  Args:
+    lm: an `inference.NeuralLM` or `inference.NgramLM`.
+    lm_id: the cache key of the LM and its scoring mode (`inference.model_id`).
+    texts: iterable of str.
+    cache: `ScoreCache` or None.
+    name: str.
+    chunk_size: sentences per `lm.score` call and cache write.
+    scoring: the scoring mode (`inference.SCORINGS`), None: the LM's default.
+  """
+  texts = sorted(set(texts))
+  done = cache.get_many(lm_id, texts) if cache is not None else {}
+  todo = [t for t in texts if t not in done]
+  logging.info(
+    "%s: %d distinct sentences, %d cached, %d to score", name, len(texts), len(done), len(todo)
+  )
+  bar = progress.Progress(name, total=len(todo), unit="sentences")
+  for begin in range(0, len(todo), chunk_size):
+    chunk = todo[begin : begin + chunk_size]
+    scored = lm.score(chunk, scoring=scoring)
+    results = {t: [r.total, r.num_tokens, r.truncated] for t, r in zip(chunk, scored)}
+    if cache is not None:
+      cache.put_many(lm_id, results)
+    done.update(results)
+    bar.update(len(chunk))
+  return done

@@ -184,6 +184,38 @@ def pad_rows(id_lists, pad_id, pad_multiple):
   return input_ids, input_mask
 
 
+def masked_copy_rows(input_ids, lengths, positions_of, mask_id, words=None):
+  """One copy of a row per position to score, that token replaced by [MASK]: the inputs of a
+  pseudo-log-likelihood (bilm, bert), built in NumPy.
+
+  Args:
+    input_ids: int [B, T], padded rows.
+    lengths: int [B], real tokens per row.
+    positions_of: length -> the positions of a row of that length to score.
+    mask_id: int, the id of [MASK].
+    words: int [B, T] word index of each token (`modeling.token_word_ids`) for PLL-word-l2r: a copy
+      then also hides the later pieces of its position's word; None: the position only.
+
+  Returns:
+    (copies int32 [R, T], rows int [R] (the row each copy is of), positions int32 [R],
+    targets int32 [R] (the token each copy hides at its position)), copies of row 0 first, each
+    row's in the order of positions_of.
+  """
+  per_row = [positions_of(n) for n in lengths]
+  rows = np.repeat(np.arange(len(per_row)), [len(p) for p in per_row]).astype(np.int64)
+  positions = np.array([p for ps in per_row for p in ps], np.int32)
+  copies = np.array(input_ids, np.int32)[rows]
+  targets = copies[np.arange(len(rows)), positions]
+  if words is not None:
+    copy_words = np.asarray(words)[rows]
+    at = copy_words[np.arange(len(rows)), positions][:, None]  # [R, 1]
+    later = np.arange(copies.shape[1])[None] >= positions[:, None]
+    copies[(copy_words == at) & later] = mask_id
+  else:
+    copies[np.arange(len(rows)), positions] = mask_id
+  return copies, rows, positions, targets
+
+
 class NeuralLM(object):
   """A tta/bilm/unilm/bert model with its tokenizer, ready to score/encode.
 
@@ -445,30 +477,15 @@ class NeuralLM(object):
     """
     out = [None] * len(ids)
     for indices, batch in self._padded_batches(ids, lambda n: len(positions_of(n))):
-      rows, positions, targets, owner = [], [], [], []
-      for row, i in enumerate(indices):
-        for p in positions_of(batch.lengths[row]):
-          rows.append(row)
-          positions.append(p)
-          targets.append(batch.input_ids[row, p])
-          owner.append(i)
-      input_ids = batch.input_ids[rows]
-      if word_l2r:
-        # Copy r hides its position and every later piece of the same word.
-        words = self.graph.word_ids(input_ids).numpy()
-        at = words[np.arange(len(rows)), positions][:, None]  # [R, 1]
-        later = np.arange(input_ids.shape[1])[None] >= np.array(positions)[:, None]
-        input_ids[(words == at) & later] = self.mask_id
-      else:
-        input_ids[np.arange(len(rows)), positions] = self.mask_id
-      copy_mask, positions = batch.input_mask[rows], np.array(positions, np.int32)
-      self.clock.lap("batching")
-      logprobs, hidden = self._masked_copy_scores(
-        input_ids, copy_mask, positions, np.array(targets, np.int32)
+      words = self.graph.word_ids(batch.input_ids).numpy() if word_l2r else None
+      input_ids, rows, positions, targets = masked_copy_rows(
+        batch.input_ids, batch.lengths, positions_of, self.mask_id, words
       )
+      copy_mask, owner = batch.input_mask[rows], np.asarray(indices)[rows]
+      self.clock.lap("batching")
+      logprobs, hidden = self._masked_copy_scores(input_ids, copy_mask, positions, targets)
       self.clock.lap("graph")
       logprobs, hidden = np.asarray(logprobs, np.float64), np.asarray(hidden)
-      owner = np.array(owner)
       for i in indices:
         sel = owner == i
         out[i] = (logprobs[sel], hidden[sel])

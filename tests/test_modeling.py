@@ -427,3 +427,24 @@ def test_continuous_head_logits_and_log_probs():
   np.testing.assert_allclose(np.exp(out["log_probs"].numpy()).sum(-1), 1.0, rtol=1e-5)
   again = modeling.TTAConfig.from_dict(json.loads(config.to_json_string()))
   assert again.output_layer == "continuous" and again == config
+
+
+# ------------------------------------------------------------------- dropout
+
+
+def test_stateless_dropout_follows_its_seed():
+  model = modeling.build_model(tiny_config(), "tta")
+  ids = tf.constant([[3, 5, 7, 9, 11]])
+  inputs = {"input_ids": ids, "input_mask": tf.ones_like(ids)}
+
+  def run(seed):
+    with modeling.stateless_dropout(tf.constant(seed, tf.int64)):
+      return model.encode(inputs, training=True)[0].numpy()
+
+  first = run([1, 2])
+  np.testing.assert_array_equal(run([1, 2]), first)
+  assert not np.array_equal(run([1, 3]), first)
+  assert not np.array_equal(first, model.encode(inputs, training=False)[0].numpy())
+  # Outside a block, dropout is TF's stateful one: two calls draw two masks.
+  stateful = [model.encode(inputs, training=True)[0].numpy() for _ in range(2)]
+  assert not np.array_equal(*stateful)

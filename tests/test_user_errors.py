@@ -51,6 +51,11 @@ CASES = [
     ["{tmp}/absent/config.json"],
   ),
   ("convert_checkpoint.py", ["--output_dir={tmp}/model"], ["give either --input"]),
+  (
+    "run_mwer.py",
+    ["--init_model={tmp}/absent", "--output_dir={tmp}/mwer", "--data_dir={tmp}"],
+    ["{tmp}/absent/config.json"],
+  ),
 ]
 
 

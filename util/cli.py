@@ -138,6 +138,10 @@ def define_param_flags(cls, flag_values=flags.FLAGS):
   """Defines one absl flag per `param` field of dataclass `cls` (in `flag_values`)."""
   for field in _param_fields(cls):
     default = None if field.default is dataclasses.MISSING else field.default
+    if isinstance(default, tuple):
+      # A list field's default is a tuple (a dataclass refuses a mutable default); absl's
+      # list flags take lists.
+      default = list(default)
     name, help_text = _flag_name(field), field.metadata["help"]
     if field.metadata["enum"]:
       flags.DEFINE_enum(name, default, field.metadata["enum"], help_text, flag_values=flag_values)

@@ -1,0 +1,375 @@
+"""The MWER job of run_mwer.py: data, baselines, training runs, selection, final evaluation.
+
+Protocol (docs/DESIGN.md §4.5): the rescorer trains on the training lists only (by default
+dev_clean + dev_other); a part of them, chosen by speaker (`mwer_data.split_by_speaker`),
+selects the checkpoint and the regulariser weight; the test sets are read and scored only by
+the final evaluation (`mwer_report`). Per first-pass setting:
+
+  1. the starting LM scores every training list (cached, `score_cache`), and λ of the usual
+     interpolation is swept on the training part: the combination weights start there;
+  2. (c): MWER trains the combination weights alone, the LM frozen
+     (<output_dir>/<setting>/combination);
+  3. (d): for each regulariser weight, MWER trains the LM and the combination weights together,
+     starting from the starting LM and (c)'s weights (<output_dir>/<setting>/mwer_reg<w>);
+  4. the run and epoch with the lowest held-out WER is copied to <output_dir>/<setting>/model,
+     a model dir like any other with its combination weights beside it (mwer_weights.json)
+     and the training record in config.json ("training");
+
+then every system is evaluated on the whole test sets (results.json, results.md). Every stage
+resumes: scores are cached, runs resume from their checkpoints, a finished run is only
+re-read.
+"""
+
+import dataclasses
+import json
+import os
+import shutil
+
+from absl import logging
+
+from evaluation import nbest
+from evaluation import nbest_io
+from evaluation import score_cache
+from evaluation import significance
+from finetuning import mwer
+from finetuning import mwer_data
+from finetuning import mwer_report
+from finetuning import mwer_training
+from lm import inference
+from util import cli
+from util import distribute_utils
+from util import io_utils
+from util import machine
+
+FORMATS = ("espnet", "json", "tsv")
+MODEL_DIR = "model"
+_READERS = {"json": nbest_io.read_json_nbest, "tsv": nbest_io.read_tsv_nbest}
+
+
+@dataclasses.dataclass
+class JobParams:
+  """The job's settings; run_mwer.py makes its flags from the `cli.param` fields."""
+
+  init_model: str = cli.param("The pretrained LM to start from: a model dir (tta, bilm, ...).")
+  output_dir: str = cli.param("Where the job writes (resumable).")
+  format: str = cli.param("N-best format of --train_sets and --test_sets.", "espnet", FORMATS)
+  train_sets: list = cli.param(
+    "Training lists: ESPnet set names (in the data root) or files of --format; pooled.",
+    ("dev_clean", "dev_other"),
+  )
+  test_sets: list = cli.param(
+    "Test lists (the final evaluation only), each evaluated on its own.",
+    ("test_clean", "test_other"),
+  )
+  settings: list = cli.param(
+    "First-pass settings, each a rescorer of its own: am = 0.6 decoder + 0.4 ctc; full = "
+    "the beam score with its fused LM (decoder, ctc and lm weighted apart).",
+    ("full", "am"),
+  )
+  heldout_fraction: float = cli.param("Share of the training speakers held out.", 0.2)
+  split_seed: int = cli.param("Seed of the held-out speakers.", 0)
+  regularizer_weights: list = cli.param(
+    "Regulariser weights, one MWER run each; the held-out WER picks one.", ("0.1",)
+  )
+  combination_epochs: int = cli.param(
+    "Epochs of baseline (c), the combination weights alone with the LM frozen.", 20
+  )
+  scoring: str = cli.param(
+    "How the LM scores a hypothesis (default: the kind's own, as in run_rescoring.py).",
+    None,
+    inference.SCORINGS,
+  )
+  max_seq_length: int = cli.param(
+    "Longest hypothesis in tokens, longer ones truncated (0: the model's "
+    "max_position_embeddings, as run_rescoring.py scores).",
+    0,
+  )
+  sample_lists: int = cli.param(
+    "Use a seeded random sample of N lists of each set (quick runs; 0: all).", 0
+  )
+  sample_seed: int = cli.param("Seed of --sample_lists.", 0)
+  strategy: str = cli.param(
+    "tf.distribute strategy of the training steps.", "one_device", ("one_device", "mirrored")
+  )
+  num_cpu_devices: int = cli.param("Logical CPU devices for --strategy=mirrored on a CPU.", 0)
+  bootstrap_resamples: int = cli.param(
+    "Paired bootstrap resamples of the final comparisons.", significance.DEFAULT_RESAMPLES
+  )
+  bootstrap_seed: int = cli.param("Seed of the bootstrap.", 0)
+  chunk_size: int = cli.param("Sentences per scoring call and cache write.", 500)
+  # Set by the command.
+  data_dir: str = None
+  mwer: mwer_training.MwerParams = dataclasses.field(default_factory=mwer_training.MwerParams)
+  lm_options: dict = dataclasses.field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------- data
+
+
+def read_sets(params, names):
+  """{name: list[NBestList]} of set names or files, sampled by --sample_lists."""
+  sets = {}
+  for name in names:
+    if params.format == "espnet":
+      lists = nbest_io.read_espnet_nbest(name, params.data_dir)
+    else:
+      lists = _READERS[params.format](name)
+    for nbest_list in lists:
+      if len(nbest_list.refs) != 1:
+        raise ValueError(f"{name}: list {nbest_list.key!r} has {len(nbest_list.refs)} references")
+    if params.sample_lists:
+      lists = nbest.sample_lists(lists, params.sample_lists, params.sample_seed)
+    sets[name] = lists
+  return sets
+
+
+def regularizer_weights(params):
+  try:
+    weights = [float(w) for w in params.regularizer_weights]
+  except ValueError:
+    raise ValueError(f"--regularizer_weights: not numbers: {params.regularizer_weights}") from None
+  if not weights or any(w < 0 for w in weights):
+    raise ValueError(f"--regularizer_weights must be >= 0, got {params.regularizer_weights}")
+  return weights
+
+
+class Job(object):
+  """The job's shared pieces: data, split, the starting LM and its cached scores."""
+
+  def __init__(self, params, cache):
+    self.params, self.cache = params, cache
+    # The flags and the model first: reading the lists takes a while.
+    self.reg_weights = regularizer_weights(params)
+    for setting in params.settings:
+      if setting not in mwer_data.SETTINGS:
+        raise ValueError(f"--settings: {setting!r} is not one of {mwer_data.SETTINGS}")
+    if params.init_model.startswith("kenlm:"):
+      raise ValueError("MWER trains a neural LM; --init_model is an n-gram model")
+    self.lm = inference.load_lm(params.init_model, **self.lm_kwargs())
+    self.scoring = params.scoring or self.lm.default_scoring
+    pooled = [l for lists in read_sets(params, params.train_sets).values() for l in lists]
+    self.train, self.heldout = mwer_data.split_by_speaker(
+      pooled, params.heldout_fraction, params.split_seed
+    )
+    self.dev = self.train + self.heldout
+    for setting in params.settings:
+      mwer_data.first_pass_weights(setting, pooled[0].hyps[0])
+    self.strategy = distribute_utils.get_strategy(params.strategy, None, params.num_cpu_devices)
+    logging.info(
+      "%d training lists (%d speakers), %d held out (%d speakers)",
+      len(self.train),
+      len({mwer_data.speaker(l.key) for l in self.train}),
+      len(self.heldout),
+      len({mwer_data.speaker(l.key) for l in self.heldout}),
+    )
+
+  def lm_kwargs(self):
+    return dict(self.params.lm_options, max_seq_length=self.params.max_seq_length or None)
+
+  def scores(self, lm, lists, name):
+    """{text: LM score} of every hypothesis of `lists`, cached."""
+    lm_id = inference.model_id(inference.describe(lm, self.scoring))
+    self.cache.register(lm_id, inference.describe(lm, self.scoring))
+    texts = [h.text for l in lists for h in l.hyps]
+    scored = score_cache.cached_scores(
+      lm, lm_id, texts, self.cache, name, self.params.chunk_size, self.scoring
+    )
+    return {t: v[0] for t, v in scored.items()}
+
+  def record(self, setting):
+    """What a run's exported model records of the job."""
+    return {
+      "objective": "mwer",
+      "init_model": os.path.abspath(self.params.init_model),
+      "setting": setting,
+      "train_sets": list(self.params.train_sets),
+      "train_lists": len(self.train),
+      "heldout": {
+        "fraction": self.params.heldout_fraction,
+        "seed": self.params.split_seed,
+        "lists": len(self.heldout),
+        "speakers": sorted({mwer_data.speaker(l.key) for l in self.heldout}),
+      },
+      "scoring": self.scoring,
+      "max_seq_length": self.params.max_seq_length or None,
+      "commit": machine.git_commit(),
+    }
+
+
+# ------------------------------------------------------------------- training
+
+
+def _run(job, setting, scorer, start, prepared, name, params):
+  """One MwerRun in <output_dir>/<setting>/<name>; returns its summary."""
+  run_params = dataclasses.replace(
+    params, output_dir=os.path.join(job.params.output_dir, setting, name)
+  )
+  run = mwer_training.MwerRun(
+    run_params,
+    job.strategy,
+    scorer,
+    start,
+    prepared["train"],
+    prepared["heldout"],
+    job.record(setting),
+    job.params.lm_options,
+  )
+  return run.train()
+
+
+def train_setting(job, setting):
+  """Baseline (c) and the MWER runs of one setting, then the selection; returns
+  {"finished", "combination" (weights file of (c)), "selection"}."""
+  p = job.params
+  first_pass = mwer_data.first_pass_weights(setting, job.train[0].hyps[0])
+  names = tuple(first_pass)
+  frozen = job.scores(job.lm, job.dev, "starting LM, dev")
+  table = [[frozen[h.text] for h in l.hyps] for l in job.train]
+  lam = nbest.sweep_lambda(job.train, table, "wer", setting).best_lam
+  k = p.mwer.hyps_per_list
+  plain = {
+    "train": mwer_data.prepare(job.train, None, names, k)[0],
+    "heldout": mwer_data.prepare(job.heldout, None, names)[0],
+  }
+  combination_params = dataclasses.replace(
+    p.mwer, epochs=p.combination_epochs, regularizer="none", regularizer_weight=0.0
+  )
+  summary = _run(
+    job,
+    setting,
+    mwer.FrozenScorer(frozen),
+    mwer.Combination.interpolation(first_pass, lam),
+    plain,
+    "combination",
+    combination_params,
+  )
+  if not summary["finished"]:
+    return {"finished": False}
+  combination_file = os.path.join(summary["best_dir"], mwer.WEIGHTS_FILE)
+  start = mwer.read_weights(combination_file)
+  tokenized = {
+    "train": mwer_data.prepare(job.train, job.lm.tokenize, names, k)[0],
+    "heldout": mwer_data.prepare(job.heldout, job.lm.tokenize, names)[0],
+  }
+  runs = {}
+  for weight in job.reg_weights:
+    params = dataclasses.replace(p.mwer, regularizer_weight=weight)
+    scorer = _neural_scorer(job, params)
+    runs[weight] = _run(job, setting, scorer, start, tokenized, f"mwer_reg{weight:g}", params)
+    if not runs[weight]["finished"]:
+      return {"finished": False}
+  selection = select(job, setting, runs)
+  return {"finished": True, "combination": combination_file, "selection": selection}
+
+
+def _neural_scorer(job, params):
+  """A NeuralScorer of a fresh copy of the starting model (and its frozen teacher)."""
+  with job.strategy.scope():
+    model, tokenizer = inference.load_model(job.params.init_model)
+    teacher = None
+    if params.regularizer == "distillation":
+      teacher, _ = inference.load_model(job.params.init_model)
+      teacher.trainable = False
+  return mwer.NeuralScorer(
+    model,
+    tokenizer,
+    job.scoring,
+    job.params.max_seq_length or None,
+    params.regularizer,
+    teacher,
+    params.seed,
+  )
+
+
+def select(job, setting, runs):
+  """Copies the best run's best/ to <output_dir>/<setting>/model; returns the selection."""
+  candidates = [(w, s["best"]) for w, s in runs.items() if s["best"] is not None]
+  weight, best = min(
+    candidates, key=lambda c: (c[1]["heldout_wer"], c[1]["heldout_mwer"], c[1]["epoch"])
+  )
+  source = runs[weight]["best_dir"]
+  target = os.path.join(job.params.output_dir, setting, MODEL_DIR)
+  tmp = io_utils.make_temp_dir(os.path.dirname(target), ".model-")
+  shutil.rmtree(tmp)
+  shutil.copytree(source, tmp)
+  shutil.rmtree(target, ignore_errors=True)
+  os.rename(tmp, target)
+  selection = {
+    "regularizer_weight": weight,
+    "epoch": best["epoch"],
+    "heldout_wer": best["heldout_wer"],
+    "model_dir": target,
+    "runs": {f"{w:g}": s["best"] for w, s in runs.items()},
+  }
+  logging.info(
+    "%s: selected regularizer weight %g, epoch %d (held-out WER %.3f): %s",
+    setting,
+    weight,
+    best["epoch"],
+    best["heldout_wer"],
+    target,
+  )
+  return selection
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def evaluate(job, trained):
+  """Every setting's four systems on every test set; returns (rows, curves)."""
+  p = job.params
+  tests = read_sets(p, p.test_sets)
+  all_test = [l for lists in tests.values() for l in lists]
+  frozen = job.scores(job.lm, job.dev + all_test, "starting LM")
+  dev_table = [[frozen[h.text] for h in l.hyps] for l in job.dev]
+  rows, curves = [], {}
+  for setting in p.settings:
+    selection = trained[setting]["selection"]
+    lm = inference.load_lm(selection["model_dir"], **job.lm_kwargs())
+    trained_scores = job.scores(lm, all_test, f"MWER LM ({setting})")
+    systems = mwer_report.SettingSystems(
+      setting=setting,
+      interpolation_lambda=nbest.sweep_lambda(job.dev, dev_table, "wer", setting).best_lam,
+      combination=mwer.read_weights(trained[setting]["combination"]),
+      mwer=mwer.read_weights(os.path.join(selection["model_dir"], mwer.WEIGHTS_FILE)),
+    )
+    for name, lists in tests.items():
+      rows.append(
+        mwer_report.evaluate_set(
+          name, lists, systems, frozen, trained_scores, (p.bootstrap_resamples, p.bootstrap_seed)
+        )
+      )
+    for run in ["combination"] + [f"mwer_reg{w:g}" for w in job.reg_weights]:
+      run_dir = os.path.join(p.output_dir, setting, run)
+      curves[f"{setting}/{run}"] = mwer_training.read_epoch_log(run_dir)
+  return rows, curves
+
+
+def run(params):
+  """The whole job; returns False when a signal stopped a training run (resume to finish)."""
+  os.makedirs(params.output_dir, exist_ok=True)
+  cache_path = os.path.join(params.output_dir, "cache", "lm_scores.jsonl")
+  with io_utils.exclusive_lock(cache_path, wait=False):
+    with cli.user_input():
+      job = Job(params, score_cache.ScoreCache(cache_path))
+    trained = {}
+    for setting in params.settings:
+      trained[setting] = train_setting(job, setting)
+      if not trained[setting]["finished"]:
+        return False
+    rows, curves = evaluate(job, trained)
+  results = {
+    "rows": rows,
+    "curves": curves,
+    "selection": {s: t["selection"] for s, t in trained.items()},
+    "init_model": os.path.abspath(params.init_model),
+    "machine": machine.cpu_and_cores(),
+    "commit": machine.git_commit(),
+  }
+  io_utils.write_atomically(
+    os.path.join(params.output_dir, "results.json"), json.dumps(results, indent=2) + "\n"
+  )
+  text = mwer_report.markdown(rows, curves)
+  io_utils.write_atomically(os.path.join(params.output_dir, "results.md"), text)
+  print(text)
+  return True

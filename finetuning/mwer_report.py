@@ -1,0 +1,156 @@
+"""The final evaluation of MWER rescoring: whole test sets, four systems, paired bootstrap CIs.
+
+For each test set and first-pass setting (`nbest.s2s_score`):
+  (a) first_pass     the first pass alone;
+  (b) interpolation  today's reranking, (1 - λ) first pass + λ LM with the starting LM, λ swept
+                     on the dev lists (`nbest.sweep_lambda`);
+  (c) combination    the combination weights (first-pass scores, LM weight, length) learned by
+                     MWER on the training lists with the starting LM frozen;
+  (d) mwer           the MWER-trained LM with the combination weights learned with it.
+Each system's WER comes with its paired bootstrap difference to the first pass (95% CI, p,
+`significance.compare_error_rates`, over utterances); (d) is also compared with (b) and (c).
+"""
+
+import dataclasses
+
+from evaluation import nbest
+from evaluation import significance
+from finetuning import mwer_data
+
+SYSTEMS = ("first_pass", "interpolation", "combination", "mwer")
+LABELS = {
+  "first_pass": "(a) first pass",
+  "interpolation": "(b) LM interpolation",
+  "combination": "(c) weights only, LM frozen",
+  "mwer": "(d) MWER-trained LM",
+}
+# The comparisons of each row: (system, baseline).
+COMPARISONS = (
+  ("interpolation", "first_pass"),
+  ("combination", "first_pass"),
+  ("mwer", "first_pass"),
+  ("mwer", "interpolation"),
+  ("mwer", "combination"),
+)
+
+
+@dataclasses.dataclass
+class SettingSystems:
+  """What one setting's four systems need on a test set.
+
+  Attributes:
+    setting: "am" or "full".
+    interpolation_lambda: λ of (b), swept on dev.
+    combination: `mwer.Combination` of (c).
+    mwer: `mwer.Combination` of (d).
+  """
+
+  setting: str
+  interpolation_lambda: float
+  combination: object
+  mwer: object
+
+
+def evaluate_set(name, lists, systems, frozen_lm, mwer_lm, bootstrap):
+  """One test set under one setting: every system's WER and the comparisons.
+
+  Args:
+    name: the test set's name.
+    lists: list[NBestList], whole lists with one reference each.
+    systems: `SettingSystems`.
+    frozen_lm: {text: score} of the starting LM.
+    mwer_lm: {text: score} of the MWER-trained LM.
+    bootstrap: (resamples, seed).
+
+  Returns:
+    dict: test, setting, oracle, wer {system: WER}, comparisons [{system, baseline,
+    difference, low, high, p_value, num_units}], interpolation_lambda, weights {system: dict}.
+  """
+  setting = systems.setting
+  names = tuple(systems.combination.feature_names)
+  prepared, _ = mwer_data.prepare(lists, None, names)
+  frozen = [[frozen_lm[h.text] for h in l.hyps] for l in lists]
+  trained = [[mwer_lm[h.text] for h in l.hyps] for l in lists]
+  choices = {
+    "first_pass": nbest.rerank(lists, None, 0.0, setting),
+    "interpolation": nbest.rerank(lists, frozen, systems.interpolation_lambda, setting),
+    "combination": systems.combination.choose(prepared, frozen),
+    "mwer": systems.mwer.choose(prepared, trained),
+  }
+  errors = {}
+  for system, choice in choices.items():
+    errors[system], reference_words = nbest.utterance_errors(lists, choice)
+  resamples, seed = bootstrap
+  comparisons = []
+  for system, baseline in COMPARISONS:
+    comparison = significance.compare_error_rates(
+      errors[system], errors[baseline], reference_words, num_resamples=resamples, seed=seed
+    )
+    comparisons.append(dict(dataclasses.asdict(comparison), system=system, baseline=baseline))
+  return {
+    "test": name,
+    "setting": setting,
+    "oracle": nbest.oracle(lists, "wer")[0],
+    "wer": {s: nbest.evaluate(lists, choices[s], "wer") for s in SYSTEMS},
+    "comparisons": comparisons,
+    "interpolation_lambda": systems.interpolation_lambda,
+    "weights": {"combination": systems.combination.to_dict(), "mwer": systems.mwer.to_dict()},
+  }
+
+
+def _comparison(row, system, baseline):
+  for c in row["comparisons"]:
+    if c["system"] == system and c["baseline"] == baseline:
+      return c
+  raise KeyError((system, baseline))
+
+
+def _format(c):
+  return (
+    f"{c['difference']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}], "
+    f"p {significance.format_p(c['p_value'])}"
+  )
+
+
+def markdown(rows, curves):
+  """The results table, then each run's learning curve.
+
+  Args:
+    rows: `evaluate_set` results.
+    curves: {run name: epochs.jsonl records}.
+  """
+  lines = [
+    "WER % (lower is better); differences in WER points with 95% paired bootstrap CIs over "
+    "utterances.",
+    "",
+    "| test | setting | (a) first pass | (b) LM interp. (λ) | (c) weights only | "
+    "(d) MWER LM | oracle | (d) - (a) | (d) - (b) | (d) - (c) | (c) - (a) |",
+    "|---|---|---|---|---|---|---|---|---|---|---|",
+  ]
+  for r in rows:
+    w = r["wer"]
+    lines.append(
+      f"| {r['test']} | {r['setting']} | {w['first_pass']:.3f} | {w['interpolation']:.3f} "
+      f"({r['interpolation_lambda']:.2f}) | {w['combination']:.3f} | {w['mwer']:.3f} | "
+      f"{r['oracle']:.3f} | {_format(_comparison(r, 'mwer', 'first_pass'))} | "
+      f"{_format(_comparison(r, 'mwer', 'interpolation'))} | "
+      f"{_format(_comparison(r, 'mwer', 'combination'))} | "
+      f"{_format(_comparison(r, 'combination', 'first_pass'))} |"
+    )
+  for name, records in curves.items():
+    lines += [
+      "",
+      f"Learning curve of {name}:",
+      "",
+      "| epoch | train MWER loss | train regularizer | held-out MWER loss | held-out expected "
+      "errors | held-out WER |",
+      "|---|---|---|---|---|---|",
+    ]
+    for r in records:
+      train = "-" if r["train_mwer"] is None else f"{r['train_mwer']:+.4f}"
+      regularizer = "-" if r["train_regularizer"] is None else f"{r['train_regularizer']:.4f}"
+      lines.append(
+        f"| {r['epoch']} | {train} | {regularizer} | {r['heldout_mwer']:+.4f} | "
+        f"{r['heldout_expected_errors']:.3f} | {r['heldout_wer']:.3f} |"
+      )
+  return "\n".join(lines) + "\n"

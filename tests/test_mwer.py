@@ -1,0 +1,366 @@
+"""MWER training of a rescorer (finetuning/): the loss, its gradient, the held-out split, the
+trained model dir, exact resume. Tiny models on small synthetic N-best lists."""
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import signal
+
+from conftest import WORDS
+from conftest import tiny_config
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from evaluation import nbest
+from evaluation import nbest_io
+from finetuning import mwer
+from finetuning import mwer_data
+from finetuning import mwer_job
+from finetuning import mwer_training
+from lm import inference
+from lm import model_dir
+import modeling
+import optimization
+import tokenization
+
+PLAIN = [w for w in WORDS if not w.startswith("##") and w not in ".,"]
+FEATURES = ("decoder", "ctc", "lm")
+
+
+def toy_lists(num_lists, num_hyps, seed, speakers=4):
+  """N-best lists of random sentences of PLAIN words: hypothesis 0 is a corrupted reference
+  (the first pass prefers it), the others other corruptions or the reference itself."""
+  rng = np.random.default_rng(seed)
+  lists = []
+  for i in range(num_lists):
+    ref = list(rng.choice(PLAIN, size=rng.integers(3, 7)))
+    hyps = []
+    for j in range(num_hyps):
+      words = list(ref)
+      for _ in range(int(rng.integers(0, 3)) if j else 2):
+        words[int(rng.integers(len(words)))] = str(rng.choice(PLAIN))
+      scores = {name: float(rng.normal(-5.0 - j, 1.0)) for name in FEATURES}
+      hyps.append(nbest_io.Hypothesis(text=" ".join(words), scores=scores))
+    key = f"{100 + i % speakers}-{7 + i % 2}-{i:04d}"
+    lists.append(nbest_io.NBestList(key=key, refs=[" ".join(ref)], hyps=hyps))
+  return lists
+
+
+@pytest.fixture(scope="module")
+def vocab_file(tmp_path_factory):
+  path = tmp_path_factory.mktemp("mwer_vocab") / "vocab.txt"
+  path.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + list(WORDS)) + "\n")
+  return str(path)
+
+
+def tiny_model_dir(root, vocab_file, model_type, seed=3, **overrides):
+  """A random tiny model dir of `model_type`; returns its path."""
+  tf.keras.utils.set_random_seed(seed)
+  config = tiny_config(vocab_size=len(tokenization.SPECIAL_TOKENS) + len(WORDS), **overrides)
+  path = os.path.join(str(root), model_type)
+  model_dir.save_model_dir(modeling.build_model(config, model_type), vocab_file, path)
+  return path
+
+
+def neural_scorer(path, regularizer="none"):
+  strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+  with strategy.scope():
+    model, tokenizer = inference.load_model(path)
+    teacher = inference.load_model(path)[0] if regularizer == "distillation" else None
+  return strategy, mwer.NeuralScorer(model, tokenizer, regularizer=regularizer, teacher=teacher)
+
+
+def make_trainer(strategy, scorer, combination, lm_rate, weights_rate, regularizer_weight=0.0):
+  with strategy.scope():
+    weights = mwer.CombinationWeights(combination)
+    optimizers = (
+      optimization.create_optimizer(lm_rate, 10, 0, 0.0),
+      optimization.create_optimizer(weights_rate, 10, 0, 0.0, clip_norm=None),
+    )
+    if scorer.trainable_variables:
+      optimizers[0].build(list(scorer.trainable_variables))
+    optimizers[1].build(list(weights.trainable_variables))
+  trainer = mwer.Trainer(strategy, scorer, weights, optimizers, regularizer_weight, False, 0)
+  return trainer, weights
+
+
+# --------------------------------------------------------------------- loss
+
+
+def test_mwer_loss_matches_a_hand_computation():
+  # List 1: three hypotheses; list 2: two and a padding slot, which must not count.
+  scores = [[2.0, 1.0, 0.0], [0.5, -0.5, 7.0]]
+  errors = [[1.0, 0.0, 3.0], [2.0, 0.0, 9.0]]
+  valid = [[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]]
+  loss, expected = mwer.mwer_loss(tf.constant(scores), tf.constant(errors), tf.constant(valid))
+  z = math.exp(2) + math.exp(1) + 1.0
+  p = [math.exp(2) / z, math.exp(1) / z, 1.0 / z]
+  mean = (1 + 0 + 3) / 3
+  want1 = p[0] * (1 - mean) + p[1] * (0 - mean) + p[2] * (3 - mean)
+  y = math.exp(0.5) + math.exp(-0.5)
+  q = [math.exp(0.5) / y, math.exp(-0.5) / y]
+  want2 = q[0] * (2 - 1) + q[1] * (0 - 1)
+  np.testing.assert_allclose(loss.numpy(), [want1, want2], rtol=1e-6)
+  np.testing.assert_allclose(expected.numpy(), [p[0] + 3 * p[2], 2 * q[0]], rtol=1e-6)
+
+
+def test_distillation_is_the_kl_divergence_from_the_teacher():
+  teacher = np.log([[0.5, 0.25, 0.25], [0.1, 0.1, 0.8]])
+  student = np.log([[0.25, 0.25, 0.5], [0.1, 0.1, 0.8]])
+  want = 0.5 * math.log(2) + 0.25 * math.log(0.5)  # the second row's KL is 0
+  got = mwer.distillation_sum(tf.constant(student, tf.float32), tf.constant(teacher, tf.float32))
+  np.testing.assert_allclose(float(got), want, rtol=1e-6)
+
+
+def test_combination_weights_survive_their_file_whatever_the_order_of_the_scores(tmp_path):
+  lists = toy_lists(6, 5, seed=4)
+  prepared, _ = mwer_data.prepare(lists, None, FEATURES)
+  lm = [np.arange(5.0) * 0.3 for _ in lists]
+  combination = mwer.Combination(FEATURES, np.array([0.1, 2.0, -1.0]), 0.5, 0.2)
+  path = str(tmp_path / mwer.WEIGHTS_FILE)
+  mwer.write_weights(path, combination, {"training": {}})
+  read = mwer.read_weights(path)
+  want = [combination.scores(p.features, s, p.words) for p, s in zip(prepared, lm)]
+  got = [read.aligned(FEATURES).scores(p.features, s, p.words) for p, s in zip(prepared, lm)]
+  np.testing.assert_allclose(got, want)
+  assert read.choose(prepared, lm) == [int(np.argmax(w)) for w in want]
+  with pytest.raises(ValueError, match="first-pass scores"):
+    read.aligned(("decoder", "ctc"))
+
+
+def _expected_errors(trainer, prepared, training=False):
+  inputs = trainer.scorer.inputs(prepared)
+  inputs.update(mwer_data.padded(prepared))
+  lm, _ = trainer.scorer.lm_scores(inputs, training=training)
+  scores = trainer.weights(inputs["features"], lm, inputs["words"])
+  probs = tf.nn.softmax(scores, -1).numpy()[0]
+  return float(mwer.mwer_loss(scores, inputs["errors"], inputs["valid"])[1][0]), probs
+
+
+def test_a_step_on_the_combination_weights_moves_probability_to_the_best_hypothesis():
+  # The first pass prefers hypothesis 0 (2 errors); hypothesis 2 has none.
+  hyps = [
+    nbest_io.Hypothesis("a b c", {"decoder": -1.0, "ctc": -1.0, "lm": -1.0}),
+    nbest_io.Hypothesis("a b d", {"decoder": -1.5, "ctc": -2.0, "lm": -1.0}),
+    nbest_io.Hypothesis("a e d", {"decoder": -2.0, "ctc": -1.0, "lm": -3.0}),
+  ]
+  lists = [nbest_io.NBestList("1-1-0001", ["a e d"], hyps)]
+  prepared, _ = mwer_data.prepare(lists, None, FEATURES)
+  np.testing.assert_array_equal(prepared[0].errors, [2, 1, 0])
+  scorer = mwer.FrozenScorer({"a b c": -4.0, "a b d": -5.0, "a e d": -4.5})
+  start = mwer.Combination.interpolation(nbest_io.FULL_WEIGHTS, 0.1)
+  trainer, _ = make_trainer(tf.distribute.OneDeviceStrategy("/cpu:0"), scorer, start, 0.0, 0.05)
+  before, p_before = _expected_errors(trainer, prepared)
+  trainer.step(prepared, 0)
+  after, p_after = _expected_errors(trainer, prepared)
+  assert after < before
+  assert p_after[2] > p_before[2]
+
+
+def test_a_step_on_the_lm_alone_lowers_the_expected_errors(tmp_path, vocab_file):
+  strategy, scorer = neural_scorer(tiny_model_dir(tmp_path, vocab_file, "tta"))
+  lists = toy_lists(1, 4, seed=1)
+  prepared, _ = mwer_data.prepare(lists, scorer.inference_lm().tokenize, FEATURES)
+  # s(h) = LM(h): the first-pass and length weights are 0, and only the LM learns.
+  start = mwer.Combination(FEATURES, np.zeros(3), 1.0, 0.0)
+  trainer, weights = make_trainer(strategy, scorer, start, 1e-3, 0.0)
+  before, _ = _expected_errors(trainer, prepared)
+  trainer.step(prepared, 0)
+  after, _ = _expected_errors(trainer, prepared)
+  assert after < before
+  assert weights.to_combination().lm_weight == 1.0
+
+
+# -------------------------------------------------------------------- split
+
+
+def test_the_heldout_split_is_by_speaker_and_deterministic():
+  lists = toy_lists(60, 2, seed=0, speakers=12)
+  train, heldout = mwer_data.split_by_speaker(lists, 0.3, seed=5)
+  # Independently: speaker s is held out when sha256("5\tspeaker:s") / 2^64 < 0.3.
+  speakers = {l.key.split("-")[0] for l in lists}
+  digest = {s: hashlib.sha256(f"5\tspeaker:{s}".encode()).digest() for s in speakers}
+  held = {s for s in speakers if int.from_bytes(digest[s][:8], "big") / 2.0**64 < 0.3}
+  assert 0 < len(held) < len(speakers)
+  assert {l.key.split("-")[0] for l in heldout} == held
+  assert {l.key.split("-")[0] for l in train} == speakers - held
+  assert len(train) + len(heldout) == len(lists)
+  again = mwer_data.split_by_speaker(list(reversed(lists)), 0.3, seed=5)
+  assert sorted(l.key for l in again[1]) == sorted(l.key for l in heldout)
+  other = mwer_data.split_by_speaker(lists, 0.3, seed=6)[1]
+  assert {l.key for l in other} != {l.key for l in heldout}
+  with pytest.raises(ValueError, match="held-out"):
+    mwer_data.split_by_speaker(lists[:1], 0.3, seed=5)
+
+
+# ------------------------------------------------------------ LM scores
+
+
+@pytest.mark.parametrize("model_type", ["tta", "tta_word", "bilm", "unilm"])
+def test_training_scores_hypotheses_as_inference_does(tmp_path, vocab_file, model_type):
+  path = tiny_model_dir(tmp_path, vocab_file, model_type)
+  _, scorer = neural_scorer(path)
+  lm = inference.load_lm(path)
+  lists = [
+    nbest_io.NBestList(
+      "1-1-1",
+      ["the cat sat"],
+      [
+        nbest_io.Hypothesis("the cat sat on the mat", {}),
+        nbest_io.Hypothesis("a dog walking", {}),
+        nbest_io.Hypothesis("the dogs ran far away .", {}),
+      ],
+    )
+  ]
+  prepared, _ = mwer_data.prepare(lists, lm.tokenize, ())
+  got, _ = scorer.lm_scores(scorer.inputs(prepared), training=False)
+  want = [r.total for r in lm.score(prepared[0].texts)]
+  np.testing.assert_allclose(got.numpy()[0], want, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------- the run
+
+
+def mwer_run(path, run_dir, lists, **overrides):
+  strategy, scorer = neural_scorer(path, overrides.pop("regularizer", "pretraining"))
+  tokenize = scorer.inference_lm().tokenize
+  params = mwer_training.MwerParams(
+    epochs=1,
+    lists_per_batch=2,
+    hyps_per_list=3,
+    learning_rate=1e-3,
+    warmup_fraction=0.0,
+    regularizer=scorer.regularizer,
+    output_dir=str(run_dir),
+    regularizer_weight=0.5,
+  )
+  params = dataclasses.replace(params, **overrides)
+  train, heldout = lists[:8], lists[8:]
+  return mwer_training.MwerRun(
+    params,
+    strategy,
+    scorer,
+    mwer.Combination.interpolation(nbest_io.FULL_WEIGHTS, 0.2),
+    mwer_data.prepare(train, tokenize, FEATURES, params.hyps_per_list)[0],
+    mwer_data.prepare(heldout, tokenize, FEATURES)[0],
+    {"objective": "mwer", "init_model": path},
+    {},
+  )
+
+
+def test_the_trained_model_dir_loads_and_scores_like_any_other(tmp_path, vocab_file):
+  path = tiny_model_dir(tmp_path, vocab_file, "tta")
+  lists = toy_lists(12, 4, seed=2)
+  summary = mwer_run(path, tmp_path / "run", lists, regularizer="distillation").train()
+  assert summary["finished"] and summary["best"]["epoch"] == 1
+  best = summary["best_dir"]
+  with open(model_dir.config_path(best)) as f:
+    training = json.load(f)["training"]
+  assert training["objective"] == "mwer" and training["epoch"] == 1
+  lm = inference.load_lm(best)
+  assert model_dir.weights_fingerprint(lm.model) != model_dir.weights_fingerprint(
+    inference.load_lm(path).model
+  )
+  # The held-out WER the run logged, recomputed from the saved model dir and weights file by
+  # the evaluation path: LM scores from load_lm, WER from evaluation.nbest.
+  combination = mwer.read_weights(os.path.join(best, mwer.WEIGHTS_FILE))
+  heldout = lists[8:]
+  scores = [[r.total for r in lm.score([h.text for h in l.hyps])] for l in heldout]
+  prepared, _ = mwer_data.prepare(heldout, None, FEATURES)
+  wer = nbest.evaluate(heldout, combination.choose(prepared, scores), "wer")
+  assert wer == pytest.approx(summary["best"]["heldout_wer"])
+  assert combination.to_dict() == summary["best"]["weights"]
+
+
+def test_resume_is_exact(tmp_path, vocab_file, monkeypatch):
+  tf.config.experimental.enable_op_determinism()
+  # Dropout on: its masks must follow the step, not the process. One layer, no regulariser: a
+  # smaller graph traces faster.
+  path = tiny_model_dir(tmp_path, vocab_file, "tta", num_hidden_layers=1)
+  lists = toy_lists(12, 4, seed=3)
+  options = dict(dropout=True, regularizer="none")
+  straight = mwer_run(path, tmp_path / "straight", lists, **options)
+  straight.train()
+  assert straight.step == 4
+  step = mwer.Trainer.step
+
+  def sigterm_after_step_2(self, prepared, number):
+    sums = step(self, prepared, number)
+    if number == 1:
+      os.kill(os.getpid(), signal.SIGTERM)
+    return sums
+
+  monkeypatch.setattr(mwer.Trainer, "step", sigterm_after_step_2)
+  stopped = mwer_run(path, tmp_path / "resumed", lists, **options).train()
+  assert not stopped["finished"] and stopped["step"] == 2
+  monkeypatch.setattr(mwer.Trainer, "step", step)
+  resumed = mwer_run(path, tmp_path / "resumed", lists, **options)
+  resumed.train()
+  assert resumed.step == 4
+  for a, b in zip(straight.scorer.model.weights, resumed.scorer.model.weights):
+    np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+  assert (
+    straight.state.weights.to_combination().to_dict()
+    == resumed.state.weights.to_combination().to_dict()
+  )
+  logs = [mwer_training.read_epoch_log(tmp_path / name) for name in ("straight", "resumed")]
+  for log in logs:
+    for record in log:
+      del record["eval_seconds"]
+  assert logs[0] == logs[1]
+
+
+# ----------------------------------------------------------------- the job
+
+
+def test_the_job_trains_selects_and_evaluates_on_tsv_lists(tmp_path, vocab_file):
+  path = tiny_model_dir(tmp_path, vocab_file, "tta", num_hidden_layers=1)
+  files = {}
+  for name, seed in (("dev", 5), ("test", 6)):
+    lists = toy_lists(16, 4, seed=seed)
+    for l in lists:
+      for h in l.hyps:
+        h.scores["score"] = sum(w * h.scores[n] for n, w in nbest_io.FULL_WEIGHTS.items())
+    files[name] = str(tmp_path / f"{name}.tsv")
+    nbest_io.write_tsv_nbest(lists, files[name], FEATURES + ("score",))
+  params = mwer_job.JobParams(
+    init_model=path,
+    output_dir=str(tmp_path / "job"),
+    format="tsv",
+    train_sets=[files["dev"]],
+    test_sets=[files["test"]],
+    settings=["full"],
+    heldout_fraction=0.3,
+    regularizer_weights=["0.1", "1"],
+    combination_epochs=2,
+    bootstrap_resamples=100,
+    mwer=mwer_training.MwerParams(epochs=1, lists_per_batch=4, hyps_per_list=3),
+  )
+  assert mwer_job.run(params)
+  with open(tmp_path / "job" / "results.json") as f:
+    results = json.load(f)
+  (row,) = results["rows"]
+  test = nbest_io.read_tsv_nbest(files["test"])
+  first_pass = nbest.evaluate(test, nbest.rerank(test, None, 0.0, "full"), "wer")
+  assert row["wer"]["first_pass"] == pytest.approx(first_pass)
+  selection = results["selection"]["full"]
+  runs = selection["runs"]
+  assert selection["heldout_wer"] == min(r["heldout_wer"] for r in runs.values())
+  model = selection["model_dir"]
+  assert os.path.exists(os.path.join(model, mwer.WEIGHTS_FILE))
+  lm = inference.load_lm(model)
+  scores = {
+    h.text: r.total for l in test for h, r in zip(l.hyps, lm.score([h.text for h in l.hyps]))
+  }
+  prepared, _ = mwer_data.prepare(test, None, FEATURES)
+  choice = mwer.read_weights(os.path.join(model, mwer.WEIGHTS_FILE)).choose(
+    prepared, [[scores[h.text] for h in l.hyps] for l in test]
+  )
+  assert row["wer"]["mwer"] == pytest.approx(nbest.evaluate(test, choice, "wer"))
+  # A second run only re-reads: the selection and the numbers stay.
+  assert mwer_job.run(params)
+  with open(tmp_path / "job" / "results.json") as f:
+    assert json.load(f)["rows"] == results["rows"]
