@@ -8,11 +8,17 @@ Like KenLM's `query` or mlm-scoring's `mlm score`, for every LM kind tta reads (
   python score.py --model_dir=kenlm:lm.bin --format=tsv < sents.txt      # score<TAB>sentence
 
 A JSON record per input line, in input order:
-  {"line": 0, "text": ..., "score": sum of token log-probs (natural log), "mean": per token,
-   "num_tokens": n, "tokens": [...], "token_logprobs": [...], "word_logprobs": [...],
-   "truncated": bool, ...}  (+ "vector": [...] with --vectors=context|embed)
-An empty (or all-blank) line gives `{"line": i, "text": ""}` and TSV an empty score, so output
-line i always belongs to input line i.
+  {"line": 0, "text": ..., "score": sum of token log-probs, "mean": per token,
+   "num_tokens": n, "perplexity": exp(-mean in nats), "num_oov": n, "tokens": [...],
+   "token_logprobs": [...], "word_logprobs": [...], "truncated": bool, ...}
+  (+ "vector": [...] with --vectors=context|embed)
+Log-probs are natural logs; --log_base=10 (KenLM's `query`) or 2 (fairseq) converts every one
+and adds "log_base" to the record. "num_oov": the words the LM cannot represent (KenLM: out of
+its vocabulary, scored as <unk>; a neural LM: pieces that are [UNK]). --keyed reads Kaldi-style
+`<key> <text>` lines (the key up to the first blank) and copies the key into "key" (TSV: the
+first column). --tsv_order=text_score writes `text<TAB>score`, the order of lm-scorer's output
+and NeMo's beam files. An empty (or all-blank) line gives `{"line": i, "text": ""}` and TSV an
+empty score, so output line i always belongs to input line i.
 
 Long inputs stream: --batch_size lines are scored at a time (memory does not grow with the
 number of lines), progress with rate and ETA goes to stderr, and each finished batch is
@@ -38,6 +44,7 @@ so the merged file equals the unsharded output byte for byte.
 import collections
 import itertools
 import json
+import math
 import os
 import sys
 
@@ -53,6 +60,9 @@ FLAGS = flags.FLAGS
 
 FORMATS = ("jsonl", "tsv")
 VECTORS = ("none", "context", "embed")
+# --log_base -> ln(base), the divisor that turns a natural log into a log of that base.
+LOG_BASES = {"e": 1.0, "10": math.log(10.0), "2": math.log(2.0)}
+TSV_ORDERS = ("score_text", "text_score")
 
 
 def define_flags():
@@ -66,6 +76,24 @@ def define_flags():
   )
   flags.DEFINE_enum(
     "format", "jsonl", FORMATS, "jsonl: a JSON record per line; tsv: score<TAB>text."
+  )
+  flags.DEFINE_enum(
+    "tsv_order",
+    "score_text",
+    TSV_ORDERS,
+    "--format=tsv columns: score<TAB>text, or text<TAB>score (lm-scorer's and NeMo's order).",
+  )
+  flags.DEFINE_bool(
+    "keyed",
+    False,
+    "Input lines are `<key> <text>` (Kaldi's text files): the key, up to the first blank, is "
+    "copied into each record (TSV: a first column) and only the text is scored.",
+  )
+  flags.DEFINE_enum(
+    "log_base",
+    "e",
+    list(LOG_BASES),
+    "Base of every log-prob written: e (natural log), 10 (KenLM, SRILM), 2 (fairseq).",
   )
   flags.DEFINE_enum("vectors", "none", VECTORS, "Also output sentence vectors (neural LMs).")
   lm_flags.define_scoring_flags()
@@ -102,24 +130,43 @@ def define_flags():
 # ----------------------------------------------------------------------------------------------
 
 
-def _floats(values):
-  return [round(float(v), 6) for v in values]
+def _floats(values, scale=1.0):
+  return [round(float(v) / scale, 6) for v in values]
 
 
-def record(line, text, scored=None, vector=None):
-  """The JSON record of input line `line` (0-based); `scored` None for an empty line."""
-  out = {"line": line, "text": text}
+def split_key(line):
+  """A `<key> <text>` line -> (key, text): the key up to the first blank (space or tab), as
+  Kaldi's text files; ("", "") for a blank line."""
+  parts = line.split(None, 1)
+  if not parts:
+    return "", ""
+  return parts[0], parts[1].strip() if len(parts) > 1 else ""
+
+
+def record(line, text, scored=None, vector=None, key=None, log_base="e"):
+  """The JSON record of input line `line` (0-based); `scored` None for an empty line.
+
+  key: the line's key (--keyed), None for unkeyed input. log_base: a `LOG_BASES` name.
+  """
+  out = {"line": line} if key is None else {"line": line, "key": key}
+  out["text"] = text
   if scored is None:
     return out
+  scale = LOG_BASES[log_base]
   out.update(
-    score=float(scored.total),
-    mean=float(scored.mean),
+    score=float(scored.total) / scale,
+    mean=float(scored.mean) / scale,
     num_tokens=scored.num_tokens,
+    # The same in every base: exp of the mean negative natural log-prob.
+    perplexity=math.exp(-float(scored.mean)),
+    num_oov=scored.num_oov,
     tokens=list(scored.tokens),
-    token_logprobs=_floats(scored.token_logprobs),
-    word_logprobs=_floats(scored.word_logprobs()),
+    token_logprobs=_floats(scored.token_logprobs, scale),
+    word_logprobs=_floats(scored.word_logprobs(), scale),
     truncated=bool(scored.truncated),
   )
+  if log_base != "e":
+    out["log_base"] = log_base
   for flag in ("normalization_fallback", "unknown_chars"):
     if hasattr(scored, flag):
       out[flag] = getattr(scored, flag)
@@ -128,16 +175,23 @@ def record(line, text, scored=None, vector=None):
   return out
 
 
-def render(rec, output_format):
-  """One output line (no newline) for a record."""
-  if output_format == "tsv":
-    score = f"{rec['score']:.6f}" if "score" in rec else ""
-    return f"{score}\t{rec['text']}"
-  return json.dumps(rec, ensure_ascii=False)
+def render(rec, output_format, tsv_order="score_text"):
+  """One output line (no newline) for a record; TSV puts a record's key first."""
+  if output_format != "tsv":
+    return json.dumps(rec, ensure_ascii=False)
+  score = f"{rec['score']:.6f}" if "score" in rec else ""
+  columns = [score, rec["text"]] if tsv_order == "score_text" else [rec["text"], score]
+  if "key" in rec:
+    columns.insert(0, rec["key"])
+  return "\t".join(columns)
 
 
-def score_batch(lm, lines, texts, vectors="none", scoring=None):
-  """Records for one batch: `lines` [n] input line numbers, `texts` [n] stripped sentences."""
+def score_batch(lm, lines, texts, vectors="none", scoring=None, keyed=False, log_base="e"):
+  """Records for one batch: `lines` [n] input line numbers, `texts` [n] stripped input lines
+  (`<key> <text>` when `keyed`)."""
+  keys = [None] * len(texts)
+  if keyed:
+    keys, texts = zip(*(split_key(t) for t in texts)) if texts else ((), ())
   present = [i for i, text in enumerate(texts) if text]
   scored = lm.score([texts[i] for i in present], scoring=scoring) if present else []
   pooled = None
@@ -145,12 +199,13 @@ def score_batch(lm, lines, texts, vectors="none", scoring=None):
     pooled = lm.sentence_vectors([texts[i] for i in present], pooling=vectors)
   by_row = {i: k for k, i in enumerate(present)}
   out = []
-  for i, (line, text) in enumerate(zip(lines, texts)):
+  for i, (line, text, key) in enumerate(zip(lines, texts, keys)):
     k = by_row.get(i)
     if k is None:
-      out.append(record(line, text))
+      out.append(record(line, text, key=key))
     else:
-      out.append(record(line, text, scored[k], None if pooled is None else pooled[k]))
+      vector = None if pooled is None else pooled[k]
+      out.append(record(line, text, scored[k], vector, key, log_base))
   return out
 
 
@@ -181,6 +236,9 @@ def job_key(lm, args):
     "input": args.input_file if args.input_file == "-" else os.path.abspath(args.input_file),
     "batch_size": args.batch_size,
     "format": args.format,
+    "tsv_order": args.tsv_order,
+    "keyed": args.keyed,
+    "log_base": args.log_base,
     "vectors": args.vectors,
     "num_shards": args.num_shards,
     "shard_id": args.shard_id,
@@ -214,12 +272,15 @@ def _count_lines(path):
 def score_stream(lm, numbered, write, args, progress):
   """Scores (line, text) pairs batch by batch; `write(lines)` gets each batch's output lines.
 
-  args: the flags that shape a record (batch_size, format, vectors, scoring).
+  args: the flags that shape a record (batch_size, format, tsv_order, keyed, log_base, vectors,
+    scoring).
   """
   for batch in _line_batches(numbered, args.batch_size):
     lines, texts = zip(*batch)
-    records = score_batch(lm, lines, list(texts), args.vectors, args.scoring)
-    write([render(r, args.format) for r in records])
+    records = score_batch(
+      lm, lines, list(texts), args.vectors, args.scoring, args.keyed, args.log_base
+    )
+    write([render(r, args.format, args.tsv_order) for r in records])
     progress.update(len(batch))
 
 

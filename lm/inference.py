@@ -107,6 +107,12 @@ class ScoredSentence:
   def mean(self):
     return self.total / max(self.num_tokens, 1)
 
+  @property
+  def num_oov(self):
+    """Words the LM cannot represent: KenLM's out-of-vocabulary words, a neural LM's [UNK]
+    pieces (an unknown character or a word WordPiece cannot split)."""
+    return self.unknown_words + sum(token == "[UNK]" for token in self.tokens)
+
   def word_logprobs(self):
     """Sums the pieces of each word (`tokenization.is_continuation`): list of floats."""
     words = []

@@ -2,6 +2,7 @@
 
 import errno
 import json
+import math
 import os
 import re
 import socket
@@ -76,6 +77,9 @@ def args(input_file, output_file, **overrides):
     input_file=input_file,
     output_file=output_file,
     format="jsonl",
+    tsv_order="score_text",
+    keyed=False,
+    log_base="e",
     vectors="none",
     scoring="piece",
     batch_size=2,
@@ -124,6 +128,77 @@ def test_tsv_and_vectors(lm, input_file, tmp_path):
   score.score_to_file(lm, args(input_file, vec_out, vectors="context"))
   vector = read_records(vec_out)[2]["vector"]
   np.testing.assert_allclose(vector, lm.sentence_vectors(["a dog"])[0], atol=1e-5)
+
+
+def test_keyed_lines_copy_the_key_and_score_the_text_alone(lm, tmp_path):
+  lines = ["utt1 the cat sat on the mat .", "utt-2\ta  dog", "utt3", "", "utt4 the mat"]
+  path = tmp_path / "keyed.txt"
+  path.write_text("\n".join(lines) + "\n")
+  out = str(tmp_path / "keyed.jsonl")
+  score.score_to_file(lm, args(str(path), out, keyed=True))
+  records = read_records(out)
+  assert [r["key"] for r in records] == ["utt1", "utt-2", "utt3", "", "utt4"]
+  assert [r["text"] for r in records] == ["the cat sat on the mat .", "a  dog", "", "", "the mat"]
+  assert "score" not in records[2] and "score" not in records[3]
+  want = lm.score(["the cat sat on the mat .", "a  dog", "the mat"])
+  for r, w in zip([records[0], records[1], records[4]], want):
+    assert r["score"] == pytest.approx(w.total, abs=1e-5)
+  tsv = str(tmp_path / "keyed.tsv")
+  score.score_to_file(lm, args(str(path), tsv, keyed=True, format="tsv"))
+  rows = read(tsv).split("\n")[:-1]
+  assert rows[0].split("\t")[0::2] == ["utt1", "the cat sat on the mat ."]
+  assert rows[2] == "utt3\t\t"
+
+
+@pytest.mark.parametrize("base, log", [("10", np.log10), ("2", np.log2)])
+def test_log_base_converts_every_log_prob_and_perplexity_stays(lm, input_file, tmp_path, base, log):
+  natural = str(tmp_path / "e.jsonl")
+  score.score_to_file(lm, args(input_file, natural))
+  other = str(tmp_path / f"{base}.jsonl")
+  score.score_to_file(lm, args(input_file, other, log_base=base))
+  for e, b in zip(read_records(natural), read_records(other), strict=True):
+    if "score" not in e:
+      assert b == e
+      continue
+    assert b["log_base"] == base and "log_base" not in e
+    # log_b p = log_b(e) * ln p, checked through the probabilities themselves.
+    assert b["score"] == pytest.approx(float(log(np.exp(e["score"]))), rel=1e-6)
+    np.testing.assert_allclose(
+      b["token_logprobs"], log(np.exp(e["token_logprobs"])), rtol=1e-5, atol=2e-6
+    )
+    assert sum(b["word_logprobs"]) == pytest.approx(b["score"], abs=1e-4)
+    assert b["perplexity"] == pytest.approx(e["perplexity"], rel=1e-12)
+    assert b["perplexity"] == pytest.approx(float(base) ** -b["mean"], rel=1e-9)
+
+
+def test_perplexity_and_oov_count_in_each_record(lm, tmp_path):
+  path = tmp_path / "oov.txt"
+  # "zebra" and "€" are not in the tiny vocab: WordPiece maps each to one [UNK].
+  path.write_text("the cat sat\nthe zebra sat on € mat\n")
+  out = str(tmp_path / "oov.jsonl")
+  score.score_to_file(lm, args(str(path), out))
+  plain, unknown = read_records(out)
+  assert plain["num_oov"] == 0
+  assert unknown["num_oov"] == unknown["tokens"].count("[UNK]") == 2
+  for r in (plain, unknown):
+    assert r["perplexity"] == pytest.approx(math.exp(-r["score"] / r["num_tokens"]), rel=1e-9)
+
+
+def test_oov_count_of_kenlm_scores_is_its_unknown_words():
+  scored = inference.ScoredSentence(
+    tokens=["the", "zebra", "</s>"], token_logprobs=np.array([-1.0, -9.0, -0.5]), unknown_words=1
+  )
+  assert scored.num_oov == 1
+
+
+def test_tsv_in_lm_scorer_order(lm, input_file, tmp_path):
+  out = str(tmp_path / "out.tsv")
+  score.score_to_file(lm, args(input_file, out, format="tsv", tsv_order="text_score"))
+  rows = read(out).split("\n")[:-1]
+  assert rows[1] == "\t"
+  text, value = rows[0].split("\t")
+  assert text == "the cat sat on the mat ."
+  assert float(value) == pytest.approx(lm.score([text])[0].total, abs=1e-5)
 
 
 class Killed(Exception):
@@ -363,6 +438,21 @@ def test_stdin_and_file_give_identical_output(tta_dir, input_file, tmp_path):
   with open(out, encoding="utf-8") as f:
     assert f.read() == from_stdin
   assert len(from_stdin.splitlines()) == len(LINES)
+
+
+def test_keyed_tsv_in_base_10_from_the_command_line(lm, tta_dir):
+  out = run_cli(
+    f"--model_dir={tta_dir}",
+    "--keyed",
+    "--format=tsv",
+    "--tsv_order=text_score",
+    "--log_base=10",
+    stdin="u1 the cat sat\nu2 a dog\n",
+  )
+  rows = [row.split("\t") for row in out.splitlines()]
+  assert [(key, text) for key, text, _ in rows] == [("u1", "the cat sat"), ("u2", "a dog")]
+  want = [s.total / math.log(10) for s in lm.score(["the cat sat", "a dog"])]
+  assert [float(v) for _, _, v in rows] == pytest.approx(want, abs=1e-5)
 
 
 def test_mirrored_over_two_cpu_devices_equals_one_device(tta_dir, input_file, tmp_path):
