@@ -1,56 +1,14 @@
 """Reproduces the paper's evaluation at CPU scale, as one resumable job.
 
-Trains T-TA, T-TA-w (T-TA with the word_l2r mask), biLM and uniLM of one config on the
-same Gutenberg text for the same number of steps, a KenLM 5-gram on the same sentences, then
-evaluates all of them and writes one report shaped like the paper's tables:
+Trains T-TA, T-TA-w (T-TA with the word_l2r mask), biLM and uniLM of one config on the same
+Gutenberg text for the same number of steps and a KenLM 5-gram on the same sentences, evaluates
+them all, and writes report.md and report.json in --work_dir, shaped like the paper's Tables 1
+(LibriSpeech reranking), 2 (WMT21 selection), 3-4 (STS-B, SICK) and 7 (perplexity)
+(reproduction/reproduction_report.py renders them).
 
-  Table 1  LibriSpeech 30-best reranking WER (AM-only and full first pass,
-           lambda tuned on the matching dev set)
-  Table 1b the same for every LM, the biLM included, on one seeded sample
-           of lists (T-TA paired with each LM over the same utterances)
-  Table 2  WMT21 de-en LM-only candidate selection BLEU (the paper used
-           WMT13 with NMT scores; our candidates carry no scores)
-  Table 3  STS-B dev/test Pearson r x 100, context and embed representations
-  Table 4  SICK test Pearson r x 100
-  Table 7  (pseudo-)perplexity, mean and median over sentences, with WER
-
-Stages, in the order they run (`stage_names`, the "stage i of n" of the console); each is
-skipped when its stamp (io_utils.write_stamp) says its outputs exist for the same inputs (so
-re-running after an interruption goes on where it stopped, and training resumes from its last
-checkpoint):
-
-  data        create_pretraining_data.py: books -> LibriSpeech-normalized sentences
-              (upper case, numbers spelled, no punctuation: the style of the ASR
-              references) -> WordPiece vocab -> TFRecords. One normalization
-              serves every task: models record it in config.json and inference
-              normalizes STS and WMT text the same way (normalization.normalizer).
-  kenlm       ngram.py: modified Kneser-Ney 5-gram on the same training sentences.
-  plan        a short T-TA run measures steps/s (fp32, and bf16 on a CPU with native
-              bf16: the faster one trains); --budget_minutes then fixes the step
-              count that all models train (same steps = same tokens, same data
-              order), recorded in plan.json. --train_steps sets it directly.
-  train_<m>   run_pretraining.py for each m of --models (tta, tta_word, bilm, unilm).
-  peak        run_benchmark.py --peak_only: the matmul peak in the training
-              precision, the reference of the training table's GFLOP/s.
-  sts         run_sts.py: STS-B dev/test and SICK test, context and embed.
-  asr_paired  run_rescoring.py: every LM, the biLM included, on one seeded sample
-              of lists per LibriSpeech set (Tables 1b and 7); tta_word scores words
-              (PLL-word-l2r, the mask it was trained with), the others pieces.
-  asr_word    run_rescoring.py --scoring=word_l2r: T-TA and the biLM on the same
-              sample, scored word by word; rows of Tables 1b and 7, paired with
-              their piece-level rows and with tta_word.
-  curves      run_sts.py and run_rescoring.py on a few checkpoints per model:
-              the learning curves (curves/).
-  asr         run_rescoring.py: the one-pass LMs and the 5-gram on the whole
-              LibriSpeech sets (Table 1).
-  nmt         run_rescoring.py: WMT21 de-en LM-only selection (Table 2).
-
-With --seeds=N every neural LM trains N times (reproduction/seed_runs.py): seed 1 as above, seed
-k > 1 with run_pretraining.py --init_seed=k (another initialisation and dropout, the same data
-order) in seed<k>/, whose stages are its train_<m> and every evaluation above but the curves.
-
-Then report.md and report.json in --work_dir (reproduction/reproduction_report.py renders them;
-with several seeds each figure is the mean over seeds with the per-seed values).
+Stages (`stage_names`; docs/results.md says what each runs) are skipped when their stamp says
+their outputs exist for the same inputs: a re-run goes on where it stopped. --seeds=N trains each
+neural LM N times (reproduction/seed_runs.py) and reports means with the per-seed values.
 
   python reproduce.py --mode=quick      # minutes: tiny config, data slices
   python reproduce.py --mode=full --budget_minutes=40
@@ -120,10 +78,8 @@ class Settings:
   curve_asr_lists: int
 
 
-# What each mode trains and evaluates. quick: a few minutes in all on 2 CPU
-# cores, to check that every stage works end to end (the numbers mean
-# little). full: the CPU-scale reproduction (see docs/results.md, "Reproducing
-# the paper at CPU scale", for why this config).
+# quick: minutes on 2 CPU cores, every stage end to end (the numbers mean little). full: the
+# CPU-scale reproduction (docs/results.md, "Reproducing the paper at CPU scale", says why).
 MODES = {
   "quick": Settings(
     max_books=8,
@@ -592,7 +548,12 @@ def named_specs(model_dirs):
 
 
 def rescoring_args(task, root, lms, max_lists=None, sample_lists=None):
-  args = ["run_rescoring.py", "--task=" + task, "--data_dir=" + root, "--lm=" + ",".join(lms)]
+  args = [
+    "run_rescoring.py",
+    "--task=" + task,
+    "--data_dir=" + root,
+    "--model_dir=" + ",".join(lms),
+  ]
   if max_lists:
     args.append(f"--max_lists={max_lists:d}")
   if sample_lists:
@@ -795,6 +756,37 @@ def check_data():
   return root
 
 
+def stage_asr_sample(work_dir, root, settings, model_dirs, lms, key, kenlm_path, stages):
+  """Stages asr_paired (every LM in `lms` on one seeded sample of lists: the comparisons paired
+  with the biLM) and asr_word (the same sample scored word by word by the LMs trained without
+  the word mask; T-TA-w scores so by default): their rows, joined as Table 1b's."""
+  stages.start("asr_paired")
+  sample = settings.asr_sample_lists
+  rows = stage_eval(
+    work_dir,
+    "asr_paired",
+    rescoring_args("asr", root, lms, sample_lists=sample),
+    "rescoring_results.json",
+    dict(key, kenlm=kenlm_path, sample_lists=sample),
+  )
+  stages.start("asr_word")
+  word_dirs = {
+    kinds.display_name(t) + reproduction_report.WORD_L2R: d
+    for t, d in model_dirs.items()
+    if t in WORD_SCORED
+  }
+  if word_dirs:
+    rows = rows + stage_eval(
+      work_dir,
+      "asr_word",
+      rescoring_args("asr", root, [f"{n}={d}" for n, d in word_dirs.items()], sample_lists=sample)
+      + ["--scoring=word_l2r"],
+      "rescoring_results.json",
+      dict(key, sample_lists=sample, scoring="word_l2r"),
+    )
+  return rows
+
+
 def stage_evaluations(
   work_dir, root, settings, model_dirs, kenlm_path, step_tokens, stages, curves=True
 ):
@@ -822,33 +814,9 @@ def stage_evaluations(
   )
   kenlm = [f"{KENLM_NAME}=kenlm:{kenlm_path}"]
   lms = named_specs(model_dirs) + kenlm
-  # Every LM on the same seeded sample of lists: the paired comparisons with the biLM.
-  stages.start("asr_paired")
-  sample = settings.asr_sample_lists
-  results["asr_paired"] = stage_eval(
-    work_dir,
-    "asr_paired",
-    rescoring_args("asr", root, lms, sample_lists=sample),
-    "rescoring_results.json",
-    dict(key, kenlm=kenlm_path, sample_lists=sample),
+  results["asr_paired"] = stage_asr_sample(
+    work_dir, root, settings, model_dirs, lms, key, kenlm_path, stages
   )
-  # The same sample scored word by word (PLL-word-l2r) by the LMs trained without the word mask
-  # (T-TA-w scores so by default above): its rows join Table 1b, paired with the piece rows.
-  stages.start("asr_word")
-  word_dirs = {
-    kinds.display_name(t) + reproduction_report.WORD_L2R: d
-    for t, d in model_dirs.items()
-    if t in WORD_SCORED
-  }
-  if word_dirs:
-    results["asr_paired"] = results["asr_paired"] + stage_eval(
-      work_dir,
-      "asr_word",
-      rescoring_args("asr", root, [f"{n}={d}" for n, d in word_dirs.items()], sample_lists=sample)
-      + ["--scoring=word_l2r"],
-      "rescoring_results.json",
-      dict(key, sample_lists=sample, scoring="word_l2r"),
-    )
   if curves:
     stages.start("curves")
     results["curves"] = stage_curves(work_dir, root, settings, model_dirs, step_tokens, key)

@@ -23,17 +23,17 @@ a run holds the cache's lock while it scores, and a second run into the same
 
 Examples:
   # LibriSpeech ESPnet2 30-best, both first-pass settings:
-  python run_rescoring.py --lm=tta=runs/tta,kenlm:runs/lm.bin \
+  python run_rescoring.py --model_dir=tta=runs/tta,kenlm:runs/lm.bin \
       --task=asr --output_dir=results/asr
   # WMT21 de-en candidates, LM-only selection:
-  python run_rescoring.py --lm=runs/tta --task=nmt --output_dir=results/nmt
+  python run_rescoring.py --model_dir=runs/tta --task=nmt --output_dir=results/nmt
   # Your own lists (mlm-scoring JSON or TSV):
-  python run_rescoring.py --lm=runs/tta --task=asr --format=json \
+  python run_rescoring.py --model_dir=runs/tta --task=asr --format=json \
       --dev_file=dev.json --test_file=test.json --settings=full --output_dir=results/own
   # Kaldi lists, KenLM and T-TA, tuned on dev, then a blind test set with the saved weights:
-  python run_rescoring.py --format=kaldi --lm=ngram=kenlm:lm.bin,tta=runs/tta \
+  python run_rescoring.py --format=kaldi --model_dir=ngram=kenlm:lm.bin,tta=runs/tta \
       --dev_file=dev/nbest --dev_refs=data/dev/text --test_file=test/nbest --output_dir=out
-  python run_rescoring.py --format=kaldi --lm=ngram=kenlm:lm.bin,tta=runs/tta \
+  python run_rescoring.py --format=kaldi --model_dir=ngram=kenlm:lm.bin,tta=runs/tta \
       --test_file=eval/nbest --weights_file=out/weights.json --output_dir=out_eval
 """
 
