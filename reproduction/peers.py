@@ -303,9 +303,13 @@ class MiniconsPLL(_Peer):
 
   def _score(self, sentence):
     self.clock.start()
-    (total,) = self._scorer.sequence_score([sentence], reduction=lambda x: x.sum(0).item())
+    (total,) = self.score_sentences([sentence])
     self.clock.lap("graph")
     return total
+
+  def score_sentences(self, sentences):
+    """PLL totals (floats) of a list of sentences, one minicons call (its own batching)."""
+    return self._scorer.sequence_score(list(sentences), reduction=lambda x: x.sum(0).item())
 
 
 def _torch_function(module):

@@ -12,9 +12,11 @@ seconds, seconds per list, the model rows and their tokens in one pass over the 
 epoch of all the pooled lists projected from the sample, the biLM / T-TA ratio, with the CPU,
 threads, load and commit; --output_json writes the same.
 
-  python scripts/benchmark_mwer.py --tta=runs/reproduce/full/models/tta --bilm=runs/reproduce/full/models/bilm
+  python scripts/benchmark_mwer.py --tta=runs/reproduce/full/models/tta \\
+      --bilm=runs/reproduce/full/models/bilm
   # Random models of the full mode's size (3 x 256, 4 heads, FFN 1024) over a vocab file:
-  python scripts/benchmark_mwer.py --random_size=3,256,4,1024 --vocab_file=runs/reproduce/full/data/vocab.txt
+  python scripts/benchmark_mwer.py --random_size=3,256,4,1024 \\
+      --vocab_file=runs/reproduce/full/data/vocab.txt
 """
 
 import json

@@ -54,6 +54,18 @@ def write_kaldi(lists, root):
   return text, _kaldi_refs(lists, root), {"costs": paths}
 
 
+def write_kaldi_dir(lists, root):
+  """`write_kaldi` as the directory `run_rescoring.py --format=kaldi` reads alone:
+  `<root>/nbest/text` and `<root>/nbest/<name>.cost`; returns (that directory, refs path)."""
+  text, refs, options = write_kaldi(lists, root)
+  directory = os.path.join(root, "nbest")
+  os.makedirs(directory)
+  os.rename(text, os.path.join(directory, "text"))
+  for name, path in options["costs"].items():
+    os.rename(path, os.path.join(directory, f"{name}.cost"))
+  return directory, refs
+
+
 def write_espnet2(lists, root):
   """A decode dir of two jobs, logdir/output.<J>/<n>best_recog/{text,score,token,token_int},
   scores as ESPnet's str() of a tensor, and data/<set>/text."""

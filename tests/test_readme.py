@@ -11,6 +11,7 @@ out: it sets up the environment these tests already run in.
 """
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -127,6 +128,10 @@ def test_score_your_own_sentences_runs_as_written(checkout, monkeypatch):
   assert [l.split("\t")[1] for l in outputs[3]] == sentences
   assert all(float(l.split("\t")[0]) < 0 for l in outputs[3])
   assert all(len(json.loads(l)["vector"]) == 32 for l in outputs[4])
+  # Keyed, log10, text before score: the 5-gram's natural-log score of the same line / ln 10.
+  ((key, text, log10),) = [l.split("\t") for l in outputs[5]]
+  assert (key, text) == ("utt1", sentences[0])
+  assert float(log10) == pytest.approx(float(outputs[3][0].split("\t")[0]) / math.log(10), abs=2e-6)
 
   monkeypatch.chdir(checkout)
   *statements, last = python.strip().splitlines()
@@ -170,13 +175,11 @@ def own_lists(checkout):
   sets = {"dev": lists[:3], "test": lists[3:]}
   for toolkit in TOOLKITS:
     for name, part in sets.items():
-      root = checkout / "nbest" / toolkit / name
-      _, _, options = nbest_fixtures.WRITERS[toolkit](part, str(root))
+      root = str(checkout / "nbest" / toolkit / name)
       if toolkit == "kaldi":
-        (root / "nbest").mkdir()
-        os.rename(root / "words_text", root / "nbest" / "text")
-        for score, path in options["costs"].items():
-          os.rename(path, root / "nbest" / f"{score}.cost")
+        nbest_fixtures.write_kaldi_dir(part, root)
+      else:
+        nbest_fixtures.WRITERS[toolkit](part, root)
   return sets
 
 
