@@ -129,7 +129,7 @@ def test_score_your_own_sentences_runs_as_written(checkout, monkeypatch):
   assert all(float(l.split("\t")[0]) < 0 for l in outputs[3])
   assert all(len(json.loads(l)["vector"]) == 32 for l in outputs[4])
   # Keyed, log10, text before score: the 5-gram's natural-log score of the same line / ln 10.
-  ((key, text, log10),) = [l.split("\t") for l in outputs[5]]
+  ((key, text, log10),) = [l.split("\t") for l in outputs[-1]]
   assert (key, text) == ("utt1", sentences[0])
   assert float(log10) == pytest.approx(float(outputs[3][0].split("\t")[0]) / math.log(10), abs=2e-6)
 
