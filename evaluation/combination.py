@@ -83,13 +83,7 @@ def save_weights(path, weights, info):
 
 def load_weights(path):
   """Weights from `save_weights`' file; ValueError naming `path:1` if it is not one."""
-  try:
-    with open(path, encoding="utf-8") as f:
-      data = json.load(f)
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{path}:{e.lineno}: not JSON ({e.msg})") from None
-  except OSError as e:
-    raise ValueError(f"{path}: {e.strerror}") from None
+  data = io_utils.read_json_file(path)
   try:
     first, lms, length = data["first_pass"], data["lms"], float(data["length"])
     parsed = Weights(

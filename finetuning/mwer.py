@@ -150,12 +150,7 @@ def write_weights(path, combination, record):
 
 def read_weights(path):
   """The `Combination` of a weights file (`write_weights`); ValueError naming the file."""
-  try:
-    with open(path, encoding="utf-8") as f:
-      data = json.load(f)
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{path}:{e.lineno}: not JSON ({e.msg})") from None
-  return Combination.from_dict(data, where=path)
+  return Combination.from_dict(io_utils.read_json_file(path), where=path)
 
 
 class CombinationWeights(tf.Module):

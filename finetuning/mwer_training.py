@@ -127,14 +127,8 @@ class _State:
     Raises:
       training.CheckpointError: there are checkpoints and none can be read.
     """
-    found = model_dir.checkpoints(run_dir)
-    for path in found:
-      try:
-        with model_dir.reading_checkpoint(path):
-          self.checkpoint.restore(path).assert_existing_objects_matched()
-      except model_dir.CheckpointUnreadableError as e:
-        logging.warning("%s; trying the checkpoint saved before it", e)
-        continue
+    path, found = model_dir.restore_newest_readable(self.checkpoint, run_dir)
+    if path is not None:
       if path != found[0]:
         model_dir.roll_back_to(run_dir, path)
       logging.info("resumed from %s at step %d", path, int(self.step.numpy()))

@@ -194,6 +194,25 @@ def reading_checkpoint(checkpoint):
     ) from e
 
 
+def restore_newest_readable(checkpoint, model_dir):
+  """Restores `checkpoint` (a tf.train.Checkpoint whose objects must all be in the file) from the
+  newest checkpoint of `model_dir` that can be read, skipping each that cannot with a warning.
+
+  Returns:
+    (the prefix restored, or None when none could be; `checkpoints(model_dir)`, newest first).
+  """
+  found = checkpoints(model_dir)
+  for path in found:
+    try:
+      with reading_checkpoint(path):
+        checkpoint.restore(path).assert_existing_objects_matched()
+    except CheckpointUnreadableError as e:
+      logging.warning("%s; trying the checkpoint saved before it", e)
+      continue
+    return path, found
+  return None, found
+
+
 def error_line(error):
   """The first line of a TensorFlow error's message, without the op's "{{function_node ...}}"."""
   lines = str(error).strip().splitlines()

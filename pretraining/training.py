@@ -518,14 +518,8 @@ class _TrainState:
     Raises:
       CheckpointError: there are checkpoints, and none can be read.
     """
-    found = model_dir.checkpoints(params.output_dir)
-    for checkpoint in found:
-      try:
-        with model_dir.reading_checkpoint(checkpoint):
-          self.checkpoint.restore(checkpoint).assert_existing_objects_matched()
-      except model_dir.CheckpointUnreadableError as e:
-        logging.warning("%s; trying the checkpoint saved before it", e)
-        continue
+    checkpoint, found = model_dir.restore_newest_readable(self.checkpoint, params.output_dir)
+    if checkpoint is not None:
       if checkpoint != found[0]:
         logging.warning("resuming from %s, the newest checkpoint that can be read", checkpoint)
         if chief:

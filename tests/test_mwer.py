@@ -275,8 +275,19 @@ def test_the_trained_model_dir_loads_and_scores_like_any_other(tmp_path, vocab_f
   assert combination.to_dict() == summary["best"]["weights"]
 
 
-def test_resume_is_exact(tmp_path, vocab_file, monkeypatch):
+@pytest.fixture
+def op_determinism():
+  """TF op determinism for one test only: the tests after it in the process draw unseeded
+  random ops, which determinism refuses. TF has no public switch back, hence the private one."""
+  from tensorflow.python.framework import config as tf_config  # pylint: disable=g-import-not-at-top
+
   tf.config.experimental.enable_op_determinism()
+  yield
+  tf_config.disable_op_determinism()
+
+
+def test_resume_is_exact(tmp_path, vocab_file, monkeypatch, op_determinism):
+  del op_determinism
   # Dropout on: its masks must follow the step, not the process. One layer, no regulariser: a
   # smaller graph traces faster.
   path = tiny_model_dir(tmp_path, vocab_file, "tta", num_hidden_layers=1)

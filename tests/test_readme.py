@@ -187,16 +187,7 @@ def test_rescore_your_own_nbest_lists_runs_as_written(checkout, own_lists):
   block = readme_section(RESCORE_SECTION).split("```bash\n")[1].split("```")[0]
   commands = [l for l in block.splitlines() if l and not l.startswith("#")]
   assert len(commands) == len(TOOLKITS) + 1
-  for line in commands:
-    result = subprocess.run(
-      ["bash", "-c", line],
-      cwd=checkout,
-      capture_output=True,
-      text=True,
-      timeout=600,
-      env=dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]),
-    )
-    assert result.returncode == 0, f"{line}\n{result.stderr[-3000:]}"
+  run_bash(commands, checkout)
   keys = {n.key for n in own_lists["test"]}
   for toolkit in TOOLKITS:
     out = checkout / "rescored" / toolkit / "test"

@@ -312,6 +312,18 @@ def _read_json(path):
     return None
 
 
+def read_json_file(path):
+  """The JSON value in `path`; a ValueError naming the file (and the line) when it cannot be
+  read or is not JSON."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      return json.load(f)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path}:{e.lineno}: not JSON ({e.msg})") from None
+  except OSError as e:
+    raise ValueError(f"{path}: {e.strerror}") from None
+
+
 def _json_text(obj):
   return json.dumps(obj, indent=2, sort_keys=True) + "\n"
 
