@@ -207,6 +207,8 @@ def peer_runs(kaldi, threads):
 
 def markdown(result):
   lines = [
+    f"`{result['command']}`",
+    "",
     f"{result['cpu']}, {result['threads']} threads, commit {result['commit']}, load "
     f"{result['load_avg_1m'][0]:.2f} -> {result['load_avg_1m'][1]:.2f}",
     "",
