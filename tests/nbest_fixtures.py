@@ -13,6 +13,8 @@ import math
 import os
 import random
 
+from evaluation import nbest_io
+
 LN2 = math.log(2)
 
 # fmt -> (scores read back: {name: source name}, keys kept, references kept)
@@ -27,6 +29,31 @@ EXPECTED = {
   "tsv": ({"decoder": "decoder", "ctc": "ctc", "lm": "lm", "score": "score"}, True, True),
 }
 NAMES = ("decoder", "ctc", "lm", "score")
+
+
+def toy_lists(texts):
+  """Lists of `texts` (one row per list, its first text also the reference), with the shared
+  data's score names: hypothesis j of list i has decoder -1.5j - i, ctc -0.25j, lm -10 - j and
+  score -2j - 0.125i, so every score differs between hypotheses and between lists."""
+  return [
+    nbest_io.NBestList(
+      key=f"spk-utt{i}",
+      refs=[row[0]],
+      hyps=[
+        nbest_io.Hypothesis(
+          t,
+          {
+            "decoder": -1.5 * j - i,
+            "ctc": -0.25 * j,
+            "lm": -10.0 - j,
+            "score": -2.0 * j - 0.125 * i,
+          },
+        )
+        for j, t in enumerate(row)
+      ],
+    )
+    for i, row in enumerate(texts)
+  ]
 
 
 def _write(path, lines):

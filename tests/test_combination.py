@@ -142,27 +142,12 @@ def test_mt_report_uses_every_reference_and_prints_the_signature():
   assert "nrefs:2" in report["bleu_signature"] and "nrefs:2" in report["chrf_signature"]
 
 
-def _toy_lists():
-  """Three lists of three hypotheses with references and the shared data's score names."""
-  texts = [["a b c", "a b", "a"], ["d e", "d f", "d"], ["g", "h", "g h"]]
-  return [
-    nbest_io.NBestList(
-      key=f"spk-utt{i}",
-      refs=[row[0]],
-      hyps=[
-        nbest_io.Hypothesis(
-          t, {"decoder": -1.5 * j - i, "ctc": -0.25 * j, "lm": -10.0 - j, "score": -2.0 * j}
-        )
-        for j, t in enumerate(row)
-      ],
-    )
-    for i, row in enumerate(texts)
-  ]
-
-
 @pytest.mark.parametrize("fmt", sorted(nbest_fixtures.WRITERS))
 def test_rescored_lists_read_back_in_their_format_with_the_lm_feature(fmt, tmp_path):
-  path, refs, options = nbest_fixtures.WRITERS[fmt](_toy_lists(), str(tmp_path / "in"))
+  path, refs, options = nbest_fixtures.WRITERS[fmt](
+    nbest_fixtures.toy_lists([["a b c", "a b", "a"], ["d e", "d f", "d"], ["g", "h", "g h"]]),
+    str(tmp_path / "in"),
+  )
   lists = rescore_files.read_set(fmt, path, [refs] if refs else [], options)
   values = [[-3.0 - 2 * j - i for j in range(len(n.hyps))] for i, n in enumerate(lists)]
   choice = [2, 0, 1]

@@ -34,19 +34,8 @@ def _hyp(text, **scores):
 
 
 def _toy_lists():
-  """Three lists of three hypotheses (one empty), with references and the shared data's scores."""
-  texts = [["A B C", "A B", ""], ["D E", "D F", "D"], ["G", "H", "G H"]]
-  return [
-    nbest_io.NBestList(
-      key=f"spk-utt{i}",
-      refs=[row[0]],
-      hyps=[
-        _hyp(t, decoder=-1.5 * j - i, ctc=-0.25 * j, lm=-10.0 - j, score=-2.0 * j - 0.125 * i)
-        for j, t in enumerate(row)
-      ],
-    )
-    for i, row in enumerate(texts)
-  ]
+  """Three lists of three hypotheses, one of them empty."""
+  return nbest_fixtures.toy_lists([["A B C", "A B", ""], ["D E", "D F", "D"], ["G", "H", "G H"]])
 
 
 def _assert_same(fmt, original, lists):
