@@ -17,7 +17,12 @@ import sacrebleu
 
 from evaluation import nbest_io
 
-SETTINGS = ("am", "full", None)
+# The first-pass scores each setting combines, with the weights the first pass gave them. The
+# parts of "full" sum to the lists' stored beam score up to the files' rounding: `s2s_score` uses
+# the stored score (what the beam ranked by), MWER training (finetuning/mwer_data) the parts, so
+# that it can learn their weights.
+SETTING_WEIGHTS = {"am": nbest_io.AM_WEIGHTS, "full": nbest_io.FULL_WEIGHTS}
+SETTINGS = (*SETTING_WEIGHTS, None)
 METRICS = ("wer", "bleu")
 DEFAULT_GRID = tuple(round(0.05 * i, 2) for i in range(21))
 

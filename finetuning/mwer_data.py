@@ -20,13 +20,7 @@ import math
 import numpy as np
 
 from evaluation import nbest
-from evaluation import nbest_io
 from util import io_utils
-
-# The first-pass scores each setting of `nbest.s2s_score` combines, with the weights the first
-# pass gave them: the rescorer's combination weights start from these.
-SETTING_WEIGHTS = {"am": nbest_io.AM_WEIGHTS, "full": nbest_io.FULL_WEIGHTS}
-SETTINGS = tuple(SETTING_WEIGHTS)
 
 
 def first_pass_weights(setting, hyp):
@@ -39,9 +33,9 @@ def first_pass_weights(setting, hyp):
   Raises:
     ValueError: an unknown setting, or a hypothesis without the scores it needs.
   """
-  if setting not in SETTING_WEIGHTS:
-    raise ValueError(f"unknown setting {setting!r}; expected one of {SETTINGS}")
-  weights = SETTING_WEIGHTS[setting]
+  if setting not in nbest.SETTING_WEIGHTS:
+    raise ValueError(f"unknown setting {setting!r}; expected one of {tuple(nbest.SETTING_WEIGHTS)}")
+  weights = nbest.SETTING_WEIGHTS[setting]
   if all(name in hyp.scores for name in weights):
     return dict(weights)
   if setting == "full" and "score" in hyp.scores:

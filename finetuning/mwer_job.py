@@ -141,8 +141,8 @@ class Job(object):
     # The flags and the model first: reading the lists takes a while.
     self.reg_weights = regularizer_weights(params)
     for setting in params.settings:
-      if setting not in mwer_data.SETTINGS:
-        raise ValueError(f"--settings: {setting!r} is not one of {mwer_data.SETTINGS}")
+      if setting not in nbest.SETTING_WEIGHTS:
+        raise ValueError(f"--settings: {setting!r} is not one of {tuple(nbest.SETTING_WEIGHTS)}")
     if params.init_model.startswith("kenlm:"):
       raise ValueError("MWER trains a neural LM; --init_model is an n-gram model")
     self.lm = inference.load_lm(params.init_model, **self.lm_kwargs())

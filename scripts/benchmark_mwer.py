@@ -97,6 +97,7 @@ def trainer_of(path, lists, names):
   """(mwer.Trainer, prepared lists) of the model dir `path`, as run_mwer.py trains it."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+  from evaluation import nbest  # pylint: disable=g-import-not-at-top
   from finetuning import mwer  # pylint: disable=g-import-not-at-top
   from finetuning import mwer_data  # pylint: disable=g-import-not-at-top
   from lm import inference  # pylint: disable=g-import-not-at-top
@@ -107,7 +108,7 @@ def trainer_of(path, lists, names):
     model, tokenizer = inference.load_model(path)
     teacher = inference.load_model(path)[0] if FLAGS.regularizer == "distillation" else None
     scorer = mwer.NeuralScorer(model, tokenizer, regularizer=FLAGS.regularizer, teacher=teacher)
-    start = mwer.Combination.interpolation(mwer_data.SETTING_WEIGHTS[FLAGS.setting], 0.0)
+    start = mwer.Combination.interpolation(nbest.SETTING_WEIGHTS[FLAGS.setting], 0.0)
     weights = mwer.CombinationWeights(start)
     optimizers = (
       optimization.create_optimizer(2e-5, 1000, 0),
