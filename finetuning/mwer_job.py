@@ -294,21 +294,32 @@ def select(job, setting, runs):
   shutil.copytree(source, tmp)
   shutil.rmtree(target, ignore_errors=True)
   os.rename(tmp, target)
+  # Every run starts from (c)'s weights and the untouched LM, so their epoch 0 is one point.
+  (start,) = [r for r in runs[weight]["epochs"] if r["epoch"] == 0]
   selection = {
     "regularizer_weight": weight,
     "epoch": best["epoch"],
     "heldout_wer": best["heldout_wer"],
+    "start_heldout_wer": start["heldout_wer"],
     "model_dir": target,
     "runs": {f"{w:g}": s["best"] for w, s in runs.items()},
   }
   logging.info(
-    "%s: selected regularizer weight %g, epoch %d (held-out WER %.3f): %s",
+    "%s: selected regularizer weight %g, epoch %d (held-out WER %.3f, %.3f at the start): %s",
     setting,
     weight,
     best["epoch"],
     best["heldout_wer"],
+    start["heldout_wer"],
     target,
   )
+  if best["heldout_wer"] >= start["heldout_wer"]:
+    logging.warning(
+      "%s: no epoch of MWER training lowered the held-out WER below the start's (the weights "
+      "of (c) with the starting LM); the trained model is kept as (d), though on held-out data "
+      "it is no better than (c)",
+      setting,
+    )
   return selection
 
 
@@ -369,7 +380,7 @@ def run(params):
   io_utils.write_atomically(
     os.path.join(params.output_dir, "results.json"), json.dumps(results, indent=2) + "\n"
   )
-  text = mwer_report.markdown(rows, curves)
+  text = mwer_report.markdown(rows, curves, results["selection"])
   io_utils.write_atomically(os.path.join(params.output_dir, "results.md"), text)
   print(text)
   return True

@@ -112,12 +112,14 @@ def _format(c):
   )
 
 
-def markdown(rows, curves):
-  """The results table, then each run's learning curve.
+def markdown(rows, curves, selection):
+  """The results table, the selected runs against their start, then each run's learning curve.
 
   Args:
     rows: `evaluate_set` results.
     curves: {run name: epochs.jsonl records}.
+    selection: {setting: the job's selection (regularizer_weight, epoch, heldout_wer,
+      start_heldout_wer)}.
   """
   lines = [
     "WER % (lower is better); differences in WER points with 95% paired bootstrap CIs over "
@@ -137,6 +139,9 @@ def markdown(rows, curves):
       f"{_format(_comparison(r, 'mwer', 'combination'))} | "
       f"{_format(_comparison(r, 'combination', 'first_pass'))} |"
     )
+  lines += ["", "Selected on the held-out lists (epoch 0 is (c): its weights, the starting LM):"]
+  lines.append("")
+  lines += [_selection_line(setting, s) for setting, s in selection.items()]
   for name, records in curves.items():
     lines += [
       "",
@@ -154,3 +159,16 @@ def markdown(rows, curves):
         f"{r['heldout_expected_errors']:.3f} | {r['heldout_wer']:.3f} |"
       )
   return "\n".join(lines) + "\n"
+
+
+def _selection_line(setting, s):
+  verdict = (
+    "below the start"
+    if s["heldout_wer"] < s["start_heldout_wer"]
+    else "not below the start: MWER training of the LM did not help on held-out speakers"
+  )
+  return (
+    f"- {setting}: regularizer weight {s['regularizer_weight']:g}, epoch {s['epoch']}, "
+    f"held-out WER {s['heldout_wer']:.3f} against {s['start_heldout_wer']:.3f} at epoch 0, "
+    f"{verdict}"
+  )

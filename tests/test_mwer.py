@@ -19,6 +19,7 @@ from evaluation import nbest_io
 from finetuning import mwer
 from finetuning import mwer_data
 from finetuning import mwer_job
+from finetuning import mwer_report
 from finetuning import mwer_training
 from lm import inference
 from lm import model_dir
@@ -364,6 +365,13 @@ def test_the_job_trains_selects_and_evaluates_on_tsv_lists(tmp_path, vocab_file)
   selection = results["selection"]["full"]
   runs = selection["runs"]
   assert selection["heldout_wer"] == min(r["heldout_wer"] for r in runs.values())
+  starts = [results["curves"][f"full/mwer_reg{w}"][0] for w in ("0.1", "1")]
+  assert [r["epoch"] for r in starts] == [0, 0]
+  assert selection["start_heldout_wer"] == starts[0]["heldout_wer"] == starts[1]["heldout_wer"]
+  helped = selection["heldout_wer"] < selection["start_heldout_wer"]
+  with open(tmp_path / "job" / "results.md") as f:
+    report = f.read()
+  assert ("did not help on held-out speakers" in report) != helped
   model = selection["model_dir"]
   assert os.path.exists(os.path.join(model, mwer.WEIGHTS_FILE))
   lm = inference.load_lm(model)
@@ -379,3 +387,19 @@ def test_the_job_trains_selects_and_evaluates_on_tsv_lists(tmp_path, vocab_file)
   assert mwer_job.run(params)
   with open(tmp_path / "job" / "results.json") as f:
     assert json.load(f)["rows"] == results["rows"]
+
+
+@pytest.mark.parametrize("trained_wer, helped", [(2.9, True), (3.0, False), (3.1, False)])
+def test_the_report_says_whether_the_selected_epoch_beats_the_start(trained_wer, helped):
+  selection = {
+    "full": {
+      "regularizer_weight": 0.1,
+      "epoch": 2,
+      "heldout_wer": trained_wer,
+      "start_heldout_wer": 3.0,
+    }
+  }
+  report = mwer_report.markdown([], {}, selection)
+  (line,) = [l for l in report.splitlines() if l.startswith("- full:")]
+  assert f"held-out WER {trained_wer:.3f} against 3.000 at epoch 0" in line
+  assert ("did not help" in line) != helped
