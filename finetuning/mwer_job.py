@@ -313,7 +313,7 @@ def select(job, setting, runs):
     start["heldout_wer"],
     target,
   )
-  if best["heldout_wer"] >= start["heldout_wer"]:
+  if not mwer_report.training_helped(selection):
     logging.warning(
       "%s: no epoch of MWER training lowered the held-out WER below the start's (the weights "
       "of (c) with the starting LM); the trained model is kept as (d), though on held-out data "

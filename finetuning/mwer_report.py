@@ -139,8 +139,7 @@ def markdown(rows, curves, selection):
       f"{_format(_comparison(r, 'mwer', 'combination'))} | "
       f"{_format(_comparison(r, 'combination', 'first_pass'))} |"
     )
-  lines += ["", "Selected on the held-out lists (epoch 0 is (c): its weights, the starting LM):"]
-  lines.append("")
+  lines += ["", "Held-out selection (epoch 0 is (c): its weights, the starting LM):", ""]
   lines += [_selection_line(setting, s) for setting, s in selection.items()]
   for name, records in curves.items():
     lines += [
@@ -161,10 +160,15 @@ def markdown(rows, curves, selection):
   return "\n".join(lines) + "\n"
 
 
+def training_helped(selection):
+  """Whether the selected epoch's held-out WER is below the start's (epoch 0, which is (c))."""
+  return selection["heldout_wer"] < selection["start_heldout_wer"]
+
+
 def _selection_line(setting, s):
   verdict = (
     "below the start"
-    if s["heldout_wer"] < s["start_heldout_wer"]
+    if training_helped(s)
     else "not below the start: MWER training of the LM did not help on held-out speakers"
   )
   return (
