@@ -10,4 +10,8 @@ ruff check --quiet . || { echo "test.sh: lint errors above (ruff check)" >&2; ex
 # A test whose shared data is missing fails here instead of skipping (conftest.data_dir_or_skip):
 # a skipped real-data test would otherwise pass CI unnoticed.
 export TTA_REQUIRE_DATA="${TTA_REQUIRE_DATA:-1}"
-exec python -m pytest -q tests "$@"
+# Two worker processes (TTA_TEST_WORKERS): most tests are single-threaded Python and TF start-up,
+# so two workers on two cores take about 1/1.7 of one's time. The modules with the longest tests
+# come first (conftest.pytest_collection_modifyitems), an idle worker steals queued tests from the
+# other, and the slowest tests are listed at the end.
+exec python -m pytest -q -n "${TTA_TEST_WORKERS:-2}" --dist worksteal --durations=15 tests "$@"

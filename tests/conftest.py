@@ -16,6 +16,42 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import modeling  # noqa: E402
 from util import io_utils  # noqa: E402
 
+
+def pytest_configure(config):
+  config.addinivalue_line(
+    "markers",
+    "slow(seconds): a test of several seconds (its rough cost on a 2-core machine, for ordering "
+    "only); `bash scripts/test.sh -m 'not slow'` is the fast loop for editing",
+  )
+
+
+def pytest_collection_modifyitems(items):
+  """Whole modules in file order, the module with the longest test first.
+
+  scripts/test.sh's xdist workers (--dist worksteal) each take a contiguous share of this order
+  and steal from the other's end when idle: the longest tests start first, and a module's tests
+  stay together, so its module-scoped fixtures are built once per worker that runs it.
+  """
+
+  def seconds(item):
+    marker = item.get_closest_marker("slow")
+    return marker.kwargs.get("seconds", 1) if marker else 0
+
+  longest, total = {}, {}
+  for item in items:
+    module = item.nodeid.split("::")[0]
+    longest[module] = max(longest.get(module, 0), seconds(item))
+    total[module] = total.get(module, 0) + seconds(item)
+  # A stable sort: the tests of a module keep their order.
+  items.sort(
+    key=lambda item: (-longest[item.nodeid.split("::")[0]], -total[item.nodeid.split("::")[0]])
+  )
+
+
+# A subprocess's timeout only guards against a hang (never a verdict on speed: a busy machine
+# may be many times slower than a quiet one); its TimeoutExpired names the command.
+HANG_SECONDS = 1800
+
 # BERT's test habit: a tiny config that builds and runs in milliseconds. Tests
 # override what their case needs (a vocab size, a layer count).
 TINY = dict(

@@ -54,6 +54,7 @@ def lms(request, reference, tokenizer):
   return reference, inference.NeuralLM(reference.model, tokenizer, backend=request.param)
 
 
+@pytest.mark.slow(seconds=15)
 def test_scores_equal_the_tensorflow_path(lms):
   reference, lm = lms
   want, got = reference.score(SENTENCES), lm.score(SENTENCES)
@@ -64,6 +65,7 @@ def test_scores_equal_the_tensorflow_path(lms):
 
 
 @pytest.mark.parametrize("pooling", inference.POOLINGS)
+@pytest.mark.slow(seconds=15)
 def test_sentence_vectors_equal_the_tensorflow_path(lms, pooling):
   reference, lm = lms
   want = reference.sentence_vectors(SENTENCES, pooling=pooling)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import conftest
+from conftest import HANG_SECONDS
 import pytest
 import tensorflow as tf
 
@@ -51,7 +52,9 @@ def run_benchmark_cli(*flags):
   process has started it): the CompletedProcess, failing the test on a non-zero exit."""
   command = [sys.executable, os.path.join(REPO, "run_benchmark.py"), *flags]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False)
+  proc = subprocess.run(
+    command, capture_output=True, text=True, env=env, timeout=HANG_SECONDS, check=False
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   return proc
 
@@ -63,6 +66,7 @@ def write_vocab(tmp_path):
   return vocab
 
 
+@pytest.mark.slow(seconds=55)
 def test_quick_run_writes_json_markdown_and_plot(tmp_path):
   conftest.data_dir_or_skip()  # STS-B sentences and N-best lists
   vocab = write_vocab(tmp_path)
@@ -119,6 +123,7 @@ def test_quick_run_writes_json_markdown_and_plot(tmp_path):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.slow(seconds=15)
 def test_peak_only_measures_the_matmul_peak_in_the_given_type(tmp_path, dtype):
   out = tmp_path / "peak"
   proc = run_benchmark_cli(

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 
+from conftest import HANG_SECONDS
 import pytest
 
 from util import cli
@@ -52,7 +53,7 @@ def _run(tmp_path, *args, model_dir="m"):
     [sys.executable, str(script)] + required + list(args),
     capture_output=True,
     text=True,
-    timeout=60,
+    timeout=HANG_SECONDS,
   )
 
 

@@ -6,12 +6,14 @@ import subprocess
 import sys
 
 import conftest
+from conftest import HANG_SECONDS
 import numpy as np
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow(seconds=10)
 def test_pytest_command_runs_from_the_repo_root():
   # -P leaves the current directory off sys.path, as the `pytest` command does (and
   # `python -m pytest` does not); conftest must make the top-level modules importable itself.
@@ -31,7 +33,7 @@ def test_pytest_command_runs_from_the_repo_root():
     env=env,
     capture_output=True,
     text=True,
-    timeout=300,
+    timeout=HANG_SECONDS,
   )
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import types
 
+from conftest import HANG_SECONDS
 from conftest import WORDS
 from conftest import tiny_bert
 from conftest import tiny_config
@@ -66,6 +67,7 @@ def test_hf_dir_converts_to_a_model_dir_that_scores_the_same(tmp_path):
     convert_checkpoint.convert(*convert_checkpoint.load_source(args(input=f"hf:{hf}")), out)
 
 
+@pytest.mark.slow(seconds=10)
 def test_authors_tf1_checkpoint_converts_on_the_command_line(tmp_path):
   # The T-TA authors' release: their config (no model_type, a vocab_file key), their vocab's
   # file name, model.ckpt with their variable names (and the untrained pooler).
@@ -92,7 +94,7 @@ def test_authors_tf1_checkpoint_converts_on_the_command_line(tmp_path):
     ],
     capture_output=True,
     text=True,
-    timeout=600,
+    timeout=HANG_SECONDS,
   )
   assert result.returncode == 0, result.stderr[-3000:]
   converted = read_config(out)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tarfile
 
+from conftest import HANG_SECONDS
 from conftest import data_dir_or_skip
 import pytest
 
@@ -257,7 +258,7 @@ def test_cli_runs(tmp_path, plain_file):
     ],
     capture_output=True,
     text=True,
-    timeout=60,
+    timeout=HANG_SECONDS,
     check=False,
   )
   assert proc.returncode == 0, proc.stderr

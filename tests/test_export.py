@@ -54,6 +54,7 @@ def exported(request, tokenizer, tmp_path_factory):
   return lm, tf.saved_model.load(export_dir), export_dir
 
 
+@pytest.mark.slow(seconds=20)
 def test_score_signature_equals_python_path(exported):
   lm, loaded, _ = exported
   want = lm.score(SENTENCES)
@@ -221,6 +222,7 @@ SCORING_EXPORTS = [
 
 
 @pytest.mark.parametrize("model_type,scoring,want_scoring", SCORING_EXPORTS)
+@pytest.mark.slow(seconds=20)
 def test_score_signature_computes_its_scoring_mode(
   scoring_export, model_type, scoring, want_scoring
 ):
@@ -317,6 +319,7 @@ def exported_normalized(tokenizer, tmp_path_factory):
   return lm, tf.saved_model.load(export_dir), export_dir
 
 
+@pytest.mark.slow(seconds=7)
 def test_normalized_model_takes_normalized_texts(exported_normalized):
   """The input says what it must hold, and normalized text scores as the
   Python path scores the raw sentence (which it normalizes itself)."""

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from conftest import BERT_TOKENS
+from conftest import HANG_SECONDS
 from conftest import hf_bert_config
 from conftest import hf_bert_tensors
 from conftest import tiny_bert
@@ -94,12 +95,13 @@ def run_script(script, *args):
     capture_output=True,
     text=True,
     cwd=ROOT,
-    timeout=600,
+    timeout=HANG_SECONDS,
   )
   assert result.returncode == 0, result.stderr[-3000:]
   return result
 
 
+@pytest.mark.slow(seconds=20)
 def test_score_py_and_run_rescoring_score_hf_as_the_tf1_release(release_dirs, tmp_path):
   google, hf = release_dirs
   sentences = tmp_path / "sents.txt"
@@ -243,6 +245,7 @@ def test_vocab_that_does_not_match_the_config_is_refused(tmp_path, bert):
   assert "has 23 tokens but" in refusal(path) and "vocab_size 22" in refusal(path)
 
 
+@pytest.mark.slow(seconds=10)
 def test_hf_dir_exports_with_its_cls_sep_frame(tmp_path, bert):
   lm = inference.NeuralLM.from_model_dir(f"hf:{write_hf_bert_dir(tmp_path / 'hf', bert)}")
   module = export_saved_model.export(lm, str(tmp_path / "export"))

@@ -238,6 +238,7 @@ def test_model_trained_on_normalized_text_scores_normalized_input(tokenizer):
 
 
 @pytest.mark.parametrize("model_type", ["tta", "bilm"])
+@pytest.mark.slow(seconds=10)
 def test_xla_compiled_graphs_give_the_same_scores_and_vectors(tokenizer, model_type):
   plain = lm_for(model_type, tokenizer)
   compiled = inference.NeuralLM(plain.model, tokenizer, jit_compile=True)
@@ -264,6 +265,7 @@ GRAPH_PATHS = {
 
 
 @pytest.mark.parametrize("path", GRAPH_PATHS)
+@pytest.mark.slow(seconds=15)
 def test_tta_graph_functions_are_exactly_self_unknown(tokenizer, path):
   """token_log_probs and sentence_vectors, compiled as the NeuralLM compiles them (the whole
   graph, on every backend), never let token i reach output i, in any row of a padded batch."""
@@ -411,6 +413,7 @@ print("same")
 """
 
 
+@pytest.mark.slow(seconds=30)
 def test_mirrored_replicas_give_the_one_device_answer(tokenizer):
   # Logical CPU devices must be set before TensorFlow starts: a fresh process.
   result = subprocess.run(

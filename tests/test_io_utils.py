@@ -2,6 +2,7 @@
 
 import os
 
+from conftest import HANG_SECONDS
 import pytest
 
 from util import io_utils
@@ -135,7 +136,7 @@ def test_exclusive_lock_serialises_read_merge_writes(tmp_path, monkeypatch):
   with io_utils.exclusive_lock(path):
     worker = threading.Thread(target=append, args=("second",))
     worker.start()
-    assert asked.wait(timeout=60)  # only against a hang: a correct lock asks at once
+    assert asked.wait(timeout=HANG_SECONDS)  # only against a hang: a correct lock asks at once
     assert had_to_wait.is_set()  # the held lock excluded the second writer
     append_text = open(path, encoding="utf-8").read() + "first\n"
     io_utils.write_atomically(path, append_text)

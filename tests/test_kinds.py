@@ -148,6 +148,7 @@ def test_isolated_kinds_are_exactly_self_unknown(kind):
 
 
 @pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.name)
+@pytest.mark.slow(seconds=6)
 def test_scoring_rule_reads_what_the_trait_says(kind, tokenizer):
   """NeuralLM.score against the model run by hand: one pass read at t - offset, or one masked
   copy per scored position read at the mask."""

@@ -104,6 +104,7 @@ def _gradients(model, ids, mask, loss_denominator):
   return full, full - _sgd_update(model, without, loss_denominator)[0], float(np.sum(mask)), row
 
 
+@pytest.mark.slow(seconds=25)
 def test_a_token_weighs_the_same_in_short_and_long_batches():
   """One sentence adds the same gradient beside a short sentence (batch padded to 8) or a long
   one (padded to 16) under the constant; per_batch_tokens weighs each token 1 / batch tokens."""

@@ -213,6 +213,7 @@ def test_config_that_does_not_fit_the_checkpoint_names_file_variable_and_shapes(
     ("remove data", r"ckpt-5\.data-\* is missing"),
   ],
 )
+@pytest.mark.slow(seconds=7)
 def test_damaged_checkpoint_is_one_line_naming_the_file(tmp_path, damage, fault):
   out = _training_checkpoint(tmp_path)
   os.remove(os.path.join(out, "ckpt-0.index"))  # so that ckpt-5 is the latest

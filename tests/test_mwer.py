@@ -161,6 +161,7 @@ def test_a_step_on_the_combination_weights_moves_probability_to_the_best_hypothe
   assert p_after[2] > p_before[2]
 
 
+@pytest.mark.slow(seconds=7)
 def test_a_step_on_the_lm_alone_lowers_the_expected_errors(tmp_path, vocab_file):
   strategy, scorer = neural_scorer(tiny_model_dir(tmp_path, vocab_file, "tta"))
   lists = toy_lists(1, 4, seed=1)
@@ -201,6 +202,7 @@ def test_the_heldout_split_is_by_speaker_and_deterministic():
 
 
 @pytest.mark.parametrize("model_type", ["tta", "tta_word", "bilm", "unilm"])
+@pytest.mark.slow(seconds=10)
 def test_training_scores_hypotheses_as_inference_does(tmp_path, vocab_file, model_type):
   path = tiny_model_dir(tmp_path, vocab_file, model_type)
   _, scorer = neural_scorer(path)
@@ -252,6 +254,7 @@ def mwer_run(path, run_dir, lists, **overrides):
   )
 
 
+@pytest.mark.slow(seconds=10)
 def test_the_trained_model_dir_loads_and_scores_like_any_other(tmp_path, vocab_file):
   path = tiny_model_dir(tmp_path, vocab_file, "tta")
   lists = toy_lists(12, 4, seed=2)
@@ -287,6 +290,7 @@ def op_determinism():
   tf_config.disable_op_determinism()
 
 
+@pytest.mark.slow(seconds=15)
 def test_resume_is_exact(tmp_path, vocab_file, monkeypatch, op_determinism):
   del op_determinism
   # Dropout on: its masks must follow the step, not the process. One layer, no regulariser: a
@@ -332,6 +336,7 @@ def test_resume_is_exact(tmp_path, vocab_file, monkeypatch, op_determinism):
 # ----------------------------------------------------------------- the job
 
 
+@pytest.mark.slow(seconds=25)
 def test_the_job_trains_selects_and_evaluates_on_tsv_lists(tmp_path, vocab_file):
   path = tiny_model_dir(tmp_path, vocab_file, "tta", num_hidden_layers=1)
   files = {}

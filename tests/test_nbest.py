@@ -48,6 +48,7 @@ def _jiwer_percent(refs, hyps):
 
 
 @pytest.mark.parametrize("name", nbest_io.ESPNET_SETS)
+@pytest.mark.slow(seconds=15)
 def test_espnet_counts(espnet_sets, name):
   lists = espnet_sets[name]
   utterances, ref_words, _, _, _ = ESPNET_EXPECTED[name]
@@ -95,6 +96,7 @@ def test_espnet_keeps_empty_hypotheses(espnet_sets):
 
 
 @pytest.mark.parametrize("name", nbest_io.ESPNET_SETS)
+@pytest.mark.slow(seconds=7)
 def test_lambda_zero_reproduces_first_pass(espnet_sets, name):
   lists = espnet_sets[name]
   refs = [l.refs[0] for l in lists]

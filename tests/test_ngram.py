@@ -5,6 +5,7 @@ import math
 import os
 import sys
 
+from conftest import HANG_SECONDS
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -328,10 +329,11 @@ def _score_file_cli(*args):
     capture_output=True,
     text=True,
     env=dict(os.environ, TTA_PROGRESS_SECONDS="0"),  # every progress line
-    timeout=120,
+    timeout=HANG_SECONDS,
   )
 
 
+@pytest.mark.slow(seconds=15)
 def test_score_file_logs_progress_and_a_missing_file_is_one_line(tmp_path, arpa_path):
   texts = tmp_path / "texts.txt"
   texts.write_text("a b\nb\na\n")
@@ -348,6 +350,7 @@ def test_score_file_logs_progress_and_a_missing_file_is_one_line(tmp_path, arpa_
 @pytest.mark.skipif(
   not _have_lmplz(), reason="KenLM's lmplz/build_binary not built: run bash scripts/build_kenlm.sh"
 )
+@pytest.mark.slow(seconds=15)
 def test_ngram_py_and_score_py_give_the_same_score(tmp_path):
   """Both commands score through inference.NgramLM: the normalization recorded with the model
   first, so "25" is read TWENTY FIVE and the words are the model's, not <unk>."""
@@ -374,7 +377,7 @@ def test_ngram_py_and_score_py_give_the_same_score(tmp_path):
     input=sentences.read_text(),
     capture_output=True,
     text=True,
-    timeout=120,
+    timeout=HANG_SECONDS,
   )
   assert score.returncode == 0, score.stderr
   records = [json.loads(line) for line in score.stdout.splitlines()]

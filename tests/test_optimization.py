@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 
+from conftest import HANG_SECONDS
 import numpy as np
 import pytest
 
@@ -299,6 +300,7 @@ def _mirrored_vs_single_device():
   }
 
 
+@pytest.mark.slow(seconds=9)
 def test_mirrored_two_replicas_match_single_device():
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
   proc = subprocess.run(
@@ -306,7 +308,7 @@ def test_mirrored_two_replicas_match_single_device():
     capture_output=True,
     text=True,
     env=env,
-    timeout=120,
+    timeout=HANG_SECONDS,
     check=False,
   )
   assert proc.returncode == 0, proc.stderr[-4000:]

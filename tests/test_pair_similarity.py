@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+from conftest import HANG_SECONDS
 from conftest import WORDS
 from conftest import tiny_config
 import numpy as np
@@ -239,7 +240,7 @@ def run_sts(*args):
     capture_output=True,
     text=True,
     cwd=ROOT,
-    timeout=600,
+    timeout=HANG_SECONDS,
     env=ENV,
   )
 
@@ -274,6 +275,7 @@ def scipy_scores(cosines, gold):
   ]
 
 
+@pytest.mark.slow(seconds=10)
 def test_run_sts_on_pairs_files_and_senteval(model_dirs, senteval_dir, tmp_path):
   plain = tmp_path / "plain.tsv"
   plain.write_text("the cat\ta dog\n")
@@ -343,6 +345,7 @@ def test_run_sts_on_pairs_files_and_senteval(model_dirs, senteval_dir, tmp_path)
     ("senteval", "STS.input.x.txt:3: "),
   ],
 )
+@pytest.mark.slow(seconds=15)
 def test_bad_input_is_one_line_naming_file_and_line(model_dirs, tmp_path, content, where):
   if content == "senteval":
     (tmp_path / "STS.input.x.txt").write_text("a\tb\nc\td\ne\tf\n")

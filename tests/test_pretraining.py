@@ -21,6 +21,7 @@ import time
 
 from absl import flags
 import conftest
+from conftest import HANG_SECONDS
 from conftest import tiny_config
 import keras
 import numpy as np
@@ -238,6 +239,7 @@ def trained(data_dir, tmp_path_factory):
 
 
 @pytest.mark.parametrize("model_type", kinds.PRETRAINABLE)
+@pytest.mark.slow(seconds=45)
 def test_loss_goes_down(trained, model_type):
   _, summary = trained[model_type]
   losses = summary["step_losses"]
@@ -274,6 +276,7 @@ def test_model_dir_is_self_describing(trained, data_dir):
   assert tf.io.gfile.glob(os.path.join(model_dir, "eval", "events.*"))
 
 
+@pytest.mark.slow(seconds=9)
 def test_continuous_output_layer_trains(trained, data_dir, tmp_path):
   """ELMo-C head with the trained tta model's embeddings as targets."""
   source_dir, _ = trained["tta"]
@@ -357,6 +360,7 @@ def test_a_resumed_run_keeps_exactly_the_architecture_fields(tmp_path):
 # ------------------------------------------------------------- (b) resume
 
 
+@pytest.mark.slow(seconds=15)
 def test_resume_continues_step_and_input_position(data_dir, tmp_path):
   out = tmp_path / "resume"
   first = training.train(
@@ -387,6 +391,7 @@ def _truncate(path):
     f.truncate(os.path.getsize(path) // 2)
 
 
+@pytest.mark.slow(seconds=20)
 def test_truncated_latest_checkpoint_resumes_from_the_one_before(data_dir, tmp_path, caplog):
   out = tmp_path / "truncated"
   training.train(tiny_params(data_dir, out, num_train_steps=30, eval_file=None))
@@ -406,6 +411,7 @@ def test_truncated_latest_checkpoint_resumes_from_the_one_before(data_dir, tmp_p
     training.train(tiny_params(data_dir, out, num_train_steps=60, eval_file=None))
 
 
+@pytest.mark.slow(seconds=15)
 def test_full_disk_during_a_checkpoint_save_is_one_line_and_resumable(
   data_dir, tmp_path, monkeypatch
 ):
@@ -449,6 +455,7 @@ def test_output_dir_lock_refuses_a_second_run(data_dir, tmp_path):
   assert sorted(os.listdir(out)) == [training.LOCK_FILE]
 
 
+@pytest.mark.slow(seconds=7)
 def test_stale_lock_of_a_dead_run_is_taken_over(data_dir, tmp_path):
   out = tmp_path / "stale"
   out.mkdir()
@@ -465,6 +472,7 @@ def test_stale_lock_of_a_dead_run_is_taken_over(data_dir, tmp_path):
     pass
 
 
+@pytest.mark.slow(seconds=15)
 def test_train_minutes_stop_is_unfinished(data_dir, tmp_path):
   """A run stopped by --train_minutes before its last step says so (the
   script exits 75 on it); the restart finishes it."""
@@ -511,6 +519,7 @@ def pretraining_flags():
 
 
 @pytest.mark.parametrize("normalization", losses_lib.LOSS_NORMALIZATIONS)
+@pytest.mark.slow(seconds=15)
 def test_loss_normalization_flag_reaches_the_train_loop(
   pretraining_flags, data_dir, tmp_path, monkeypatch, normalization
 ):
@@ -543,10 +552,11 @@ def _env():
   return env
 
 
-def _wait_for(log_path, pattern, proc, timeout=90.0):
-  """Polls the log for a regex; returns the match (or fails)."""
-  deadline = time.time() + timeout
-  while time.time() < deadline:
+def _wait_for(log_path, pattern, proc):
+  """Polls the log for a regex while `proc` runs; returns the match, or fails when the process
+  ends without it (the deadline only guards against a hang)."""
+  deadline = time.monotonic() + HANG_SECONDS
+  while time.monotonic() < deadline:
     with open(log_path) as f:
       matches = list(re.finditer(pattern, f.read()))
     if matches:
@@ -559,6 +569,7 @@ def _wait_for(log_path, pattern, proc, timeout=90.0):
   raise AssertionError(f"no {pattern!r} in the log (rc={proc.poll()}):\n{log[-3000:]}")
 
 
+@pytest.mark.slow(seconds=30)
 def test_kill_and_sigterm(data_dir, tmp_path):
   out = tmp_path / "killed"
   log1 = tmp_path / "run1.log"
@@ -568,7 +579,7 @@ def test_kill_and_sigterm(data_dir, tmp_path):
   try:
     saved = int(_wait_for(str(log1), r"saved checkpoint for step (\d+)", proc).group(1))
     proc.kill()  # kill -9: no handler runs, nothing is flushed
-    proc.wait(timeout=30)
+    proc.wait(timeout=HANG_SECONDS)
   finally:
     if proc.poll() is None:
       proc.kill()
@@ -584,7 +595,7 @@ def test_kill_and_sigterm(data_dir, tmp_path):
     # The killed run's lock went with it (run2 took it over); a second run
     # into the same dir is refused in one line while run2 holds it.
     assert f"pid {proc.pid} on " in (out / training.LOCK_FILE).read_text()
-    second = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=120)
+    second = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=HANG_SECONDS)
     assert second.returncode == 2, second.stderr[-3000:]
     last_line = second.stderr.strip().splitlines()[-1]
     assert last_line.startswith(
@@ -594,7 +605,7 @@ def test_kill_and_sigterm(data_dir, tmp_path):
     assert "Traceback" not in second.stderr
     _wait_for(str(log2), rf"saved checkpoint for step {resumed + 5} ", proc)
     proc.send_signal(signal.SIGTERM)
-    rc = proc.wait(timeout=60)
+    rc = proc.wait(timeout=HANG_SECONDS)
   finally:
     if proc.poll() is None:
       proc.kill()
@@ -638,6 +649,7 @@ def _same_batches(a, b):
   )
 
 
+@pytest.mark.slow(seconds=15)
 def test_init_seed_changes_the_weights_but_not_the_batches(data_dir, tmp_path):
   """--init_seed (reproduce.py --seeds): another initialisation and dropout, the same batches in
   the same order with the same biLM masks."""
@@ -660,11 +672,13 @@ def test_init_seed_changes_the_weights_but_not_the_batches(data_dir, tmp_path):
     assert not np.allclose(mine[name], theirs[name]), name
 
 
+@pytest.mark.slow(seconds=115)
 def test_deterministic_resume_after_kill_is_bit_identical(data_dir, tmp_path):
   """--deterministic: a run killed (-9) after a checkpoint and restarted ends
   with exactly the weights, optimizer slots and input position of a run
-  never stopped (bilm: dropout and the dynamic masks both continue)."""
-  steps = 150
+  never stopped (bilm: dropout and the dynamic masks both continue). The killed run is killed at
+  its first checkpoint (step 10), 40 steps before its end."""
+  steps = 50
   run_args = [
     "--model_type=bilm",
     "--deterministic",
@@ -683,18 +697,18 @@ def test_deterministic_resume_after_kill_is_bit_identical(data_dir, tmp_path):
   try:
     _wait_for(str(logs["killed"]), r"saved checkpoint for step (\d+)", procs["killed"])
     procs["killed"].kill()
-    procs["killed"].wait(timeout=30)
+    procs["killed"].wait(timeout=HANG_SECONDS)
     assert int(tf.train.latest_checkpoint(str(killed)).rsplit("-", 1)[1]) < steps
     resumed = subprocess.run(
       _script_args(data_dir, killed, *run_args),
       capture_output=True,
       text=True,
       env=_env(),
-      timeout=150,
+      timeout=HANG_SECONDS,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert re.search(r"resumed from .* at step [1-9]", resumed.stderr), resumed.stderr[-3000:]
-    assert procs["whole"].wait(timeout=150) == 0, open(logs["whole"]).read()[-3000:]
+    assert procs["whole"].wait(timeout=HANG_SECONDS) == 0, open(logs["whole"]).read()[-3000:]
   finally:
     for proc in procs.values():
       if proc.poll() is None:
@@ -719,6 +733,7 @@ def _free_ports(n):
   return ports
 
 
+@pytest.mark.slow(seconds=20)
 def test_multi_worker_two_processes(data_dir, tmp_path):
   out = tmp_path / "multi"
   workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
@@ -747,7 +762,7 @@ def test_multi_worker_two_processes(data_dir, tmp_path):
         )
       )
   try:
-    rcs = [p.wait(timeout=150) for p in procs]
+    rcs = [p.wait(timeout=HANG_SECONDS) for p in procs]
   finally:
     for p in procs:
       if p.poll() is None:
@@ -821,6 +836,7 @@ print("REPLICAS_OK")
 """
 
 
+@pytest.mark.slow(seconds=20)
 def test_two_replicas_match_one_device():
   """A global batch split over 2 replicas trains exactly like 1 device, under either
   --loss_normalization."""
@@ -829,7 +845,7 @@ def test_two_replicas_match_one_device():
     env=_env(),
     capture_output=True,
     text=True,
-    timeout=120,
+    timeout=HANG_SECONDS,
     cwd=REPO,
   )
   assert "REPLICAS_OK" in proc.stdout, proc.stderr[-3000:]

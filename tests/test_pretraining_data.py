@@ -66,6 +66,7 @@ def _read_all(pattern):
   return records
 
 
+@pytest.mark.slow(seconds=8)
 def test_gutenberg_records_match_tokenizer(gutenberg):
   out, stats, sentences, tokenizer = gutenberg
   max_len = _GUTENBERG_ARGS["max_seq_length"]

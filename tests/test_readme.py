@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 
+from conftest import HANG_SECONDS
 from conftest import WORDS
 from conftest import data_dir_or_skip
 from conftest import tiny_config
@@ -81,7 +82,7 @@ def run_bash(lines, cwd):
       cwd=cwd,
       capture_output=True,
       text=True,
-      timeout=600,
+      timeout=HANG_SECONDS,
       env=dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]),
     )
     assert result.returncode == 0, f"{line}\n{result.stderr[-3000:]}"
@@ -113,6 +114,7 @@ def checkout(tmp_path_factory):
   return root
 
 
+@pytest.mark.slow(seconds=45)
 def test_score_your_own_sentences_runs_as_written(checkout, monkeypatch):
   bash, python = readme_blocks()
   outputs = run_bash(bash, checkout)
@@ -141,6 +143,7 @@ def test_score_your_own_sentences_runs_as_written(checkout, monkeypatch):
   assert totals == pytest.approx([r["score"] for r in records], abs=1e-6)
 
 
+@pytest.mark.slow(seconds=10)
 def test_similarity_of_your_own_pairs_runs_as_written(checkout):
   bash, _ = readme_blocks(PAIRS_SECTION)
   run_bash(bash, checkout)
@@ -183,6 +186,7 @@ def own_lists(checkout):
   return sets
 
 
+@pytest.mark.slow(seconds=65)
 def test_rescore_your_own_nbest_lists_runs_as_written(checkout, own_lists):
   block = readme_section(RESCORE_SECTION).split("```bash\n")[1].split("```")[0]
   commands = [l for l in block.splitlines() if l and not l.startswith("#")]

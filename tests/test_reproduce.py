@@ -46,6 +46,7 @@ def test_missing_data_names_every_file_and_its_source(tmp_path):
   assert not (tmp_path / "work").exists()
 
 
+@pytest.mark.slow(seconds=300)
 def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path):
   data_dir_or_skip("gutenberg-books-subset")
   work = tmp_path / "work"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import conftest
+from conftest import HANG_SECONDS
 import jiwer
 import nbest_fixtures
 import pytest
@@ -41,7 +42,7 @@ def _rescore(*args):
     capture_output=True,
     text=True,
     cwd=ROOT,
-    timeout=600,
+    timeout=HANG_SECONDS,
   )
   assert result.returncode == 0, result.stderr[-3000:]
   return result.stdout
@@ -57,6 +58,7 @@ def _kaldi_set(lists, root):
   return str(root / "dir"), refs
 
 
+@pytest.mark.slow(seconds=25)
 def test_weights_tuned_on_dev_give_a_blind_test_set_the_same_1best(tiny_lm, tmp_path):
   conftest.data_dir_or_skip(nbest_io.ESPNET_DIR)
   lists = nbest_io.read_espnet_nbest("dev_other")[:8]
@@ -111,6 +113,7 @@ def _json_lists(path, rows):
   return str(path)
 
 
+@pytest.mark.slow(seconds=8)
 def test_nmt_with_json_lists_and_two_references(tiny_lm, tmp_path):
   rows = [
     ["the cat sat on a mat", "cat sat"],
@@ -146,6 +149,7 @@ def test_nmt_with_json_lists_and_two_references(tiny_lm, tmp_path):
   assert weights["metric"] == "bleu" and weights["dev"] >= weights["dev_first_pass"]
 
 
+@pytest.mark.slow(seconds=8)
 def test_a_weights_file_of_other_lms_is_one_line_before_any_scoring(tiny_lm, tmp_path):
   lists = _json_lists(tmp_path / "lists.json", [["the cat sat", "a cat"]])
   weights = tmp_path / "weights.json"
@@ -157,7 +161,7 @@ def test_a_weights_file_of_other_lms_is_one_line_before_any_scoring(tiny_lm, tmp
     capture_output=True,
     text=True,
     cwd=ROOT,
-    timeout=600,
+    timeout=HANG_SECONDS,
   )
   assert result.returncode == 2
   errors = [l for l in result.stderr.splitlines() if l.startswith("run_rescoring.py: error")]

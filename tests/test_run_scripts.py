@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import conftest
+from conftest import HANG_SECONDS
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -62,7 +63,7 @@ def _run(script, args):
     capture_output=True,
     text=True,
     cwd=ROOT,
-    timeout=600,
+    timeout=HANG_SECONDS,
     env=ENV,
   )
 
@@ -87,6 +88,7 @@ def test_model_dir_round_trip_gives_the_same_scores(model_dirs):
   assert lm.model_type == "tta"
 
 
+@pytest.mark.slow(seconds=45)
 def test_rescoring_end_to_end_and_cache_resume(model_dirs, tmp_path):
   data_dir = data_dir_or_skip()
   out = str(tmp_path / "asr")
@@ -180,6 +182,7 @@ def test_a_reranker_that_fixes_many_errors_is_significant():
   assert "-33.33 [-33.33, -33.33], p < 0.001" in run_rescoring.format_comparison(c)
 
 
+@pytest.mark.slow(seconds=10)
 def test_sts_end_to_end(model_dirs, tmp_path):
   data_dir = data_dir_or_skip()
   out = str(tmp_path / "sts")
@@ -277,6 +280,7 @@ def _error_lines(stderr):
   ]
 
 
+@pytest.mark.slow(seconds=7)
 def test_malformed_input_file_is_one_line_naming_file_and_line(
   tiny_model_dir, nbest_files, tmp_path
 ):
@@ -296,6 +300,7 @@ def test_malformed_input_file_is_one_line_naming_file_and_line(
   assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow(seconds=15)
 def test_missing_file_and_bad_model_dir_are_one_line(tiny_model_dir, nbest_files, tmp_path):
   result = run_failing(
     "run_rescoring.py",
@@ -313,6 +318,7 @@ def test_missing_file_and_bad_model_dir_are_one_line(tiny_model_dir, nbest_files
   assert "config.json" in lines[0] and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow(seconds=8)
 def test_json_format_without_dev_file_is_refused_up_front(tiny_model_dir, nbest_files):
   result = run_failing(
     "run_rescoring.py", f"--lm={tiny_model_dir}", "--format=json", f"--test_file={nbest_files[1]}"
@@ -322,6 +328,7 @@ def test_json_format_without_dev_file_is_refused_up_front(tiny_model_dir, nbest_
   assert len(_error_lines(result.stderr)) <= 2, result.stderr
 
 
+@pytest.mark.slow(seconds=35)
 def test_lms_run_one_at_a_time_merge_into_one_table(tiny_model_dir, nbest_files, tmp_path):
   out = tmp_path / "asr"
   common = [
@@ -392,6 +399,7 @@ def _model_flags(script, model, nbest_files, tmp_path):
 @pytest.mark.parametrize(
   "script", ["score.py", "run_rescoring.py", "run_sts.py", "export_saved_model.py"]
 )
+@pytest.mark.slow(seconds=30)
 def test_truncated_checkpoint_is_one_line_naming_the_file(
   script, truncated_model_dir, nbest_files, tmp_path
 ):
@@ -411,6 +419,7 @@ def test_truncated_checkpoint_is_one_line_naming_the_file(
   "script, output",
   [("run_rescoring.py", "cache/lm_scores.jsonl"), ("run_sts.py", "sts_results.json")],
 )
+@pytest.mark.slow(seconds=15)
 def test_a_second_run_into_one_output_dir_exits_2_naming_the_first(
   script, output, tiny_model_dir, nbest_files, tmp_path
 ):

@@ -11,6 +11,7 @@ import sys
 import time
 import types
 
+from conftest import HANG_SECONDS
 from conftest import tiny_config
 import numpy as np
 import pytest
@@ -410,7 +411,7 @@ def run_cli(*flags, stdin=None, status=0):
   return result.stdout if status == 0 else result.stderr
 
 
-def wait_for(condition, process, timeout=600):
+def wait_for(condition, process, timeout=HANG_SECONDS):
   """Waits until condition() holds while `process` runs; the timeout only guards a hang."""
   deadline = time.monotonic() + timeout
   while not condition():
@@ -419,6 +420,7 @@ def wait_for(condition, process, timeout=600):
     time.sleep(0.05)
 
 
+@pytest.mark.slow(seconds=7)
 def test_merge_from_the_command_line(lm, input_file, tmp_path):
   whole = str(tmp_path / "whole.jsonl")
   score.score_to_file(lm, args(input_file, whole))
@@ -429,6 +431,7 @@ def test_merge_from_the_command_line(lm, input_file, tmp_path):
   assert read(out) == read(whole)
 
 
+@pytest.mark.slow(seconds=15)
 def test_stdin_and_file_give_identical_output(tta_dir, input_file, tmp_path):
   with open(input_file, encoding="utf-8") as f:
     text = f.read()
@@ -440,6 +443,7 @@ def test_stdin_and_file_give_identical_output(tta_dir, input_file, tmp_path):
   assert len(from_stdin.splitlines()) == len(LINES)
 
 
+@pytest.mark.slow(seconds=7)
 def test_keyed_tsv_in_base_10_from_the_command_line(lm, tta_dir):
   out = run_cli(
     f"--model_dir={tta_dir}",
@@ -455,6 +459,7 @@ def test_keyed_tsv_in_base_10_from_the_command_line(lm, tta_dir):
   assert [float(v) for _, _, v in rows] == pytest.approx(want, abs=1e-5)
 
 
+@pytest.mark.slow(seconds=15)
 def test_mirrored_over_two_cpu_devices_equals_one_device(tta_dir, input_file, tmp_path):
   one = str(tmp_path / "one.jsonl")
   two = str(tmp_path / "two.jsonl")
@@ -468,6 +473,7 @@ def test_mirrored_over_two_cpu_devices_equals_one_device(tta_dir, input_file, tm
       np.testing.assert_allclose(b["vector"], a["vector"], atol=1e-5)
 
 
+@pytest.mark.slow(seconds=15)
 def test_two_runs_into_one_output_the_second_exits_2_naming_the_first(
   tta_dir, lm, input_file, tmp_path
 ):
@@ -483,7 +489,7 @@ def test_two_runs_into_one_output_the_second_exits_2_naming_the_first(
     lock = tmp_path / ".out.jsonl.lock"
     wait_for(lambda: lock.exists() and f"pid {first.pid} on " in lock.read_text(), first)
     error = run_cli(*flags, stdin=text, status=2)
-    first.communicate(text, timeout=600)
+    first.communicate(text, timeout=HANG_SECONDS)
   finally:
     if first.poll() is None:
       first.kill()
@@ -509,6 +515,7 @@ def _recorded_lines(partial):
     return 0
 
 
+@pytest.mark.slow(seconds=25)
 def test_killed_run_restarted_writes_the_uninterrupted_file(tta_dir, tmp_path):
   inputs = tmp_path / "many.txt"
   inputs.write_text("".join(f"{LINES[i % len(LINES)]}\n" for i in range(600)))

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import conftest
+from conftest import HANG_SECONDS
 from conftest import data_dir_or_skip
 import pytest
 import tensorflow as tf
@@ -176,6 +177,7 @@ def test_python_path_accepts_bytes_and_rejects_one_string(tokenizers):
     tokenizer.piece_ids_batch("one sentence")
 
 
+@pytest.mark.slow(seconds=25)
 def test_host_and_graph_ids_agree_on_shared_data():
   """scripts/check_tokenizer_ids.py on 600 sentences of each source of the shared data (the
   script itself checks all of them)."""
@@ -185,7 +187,7 @@ def test_host_and_graph_ids_agree_on_shared_data():
     [sys.executable, script, "--max_per_source=600", "--gutenberg_books=1"],
     capture_output=True,
     text=True,
-    timeout=600,
+    timeout=HANG_SECONDS,
     check=False,
   )
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 from absl import flags
+from conftest import HANG_SECONDS
 import pytest
 
 from lm import inference
@@ -60,6 +61,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("command, args, fragments", CASES)
+@pytest.mark.slow(seconds=85)
 def test_a_wrong_input_is_one_line_and_exit_2(tmp_path, command, args, fragments):
   result = subprocess.run(
     [sys.executable, os.path.join(ROOT, command)] + [a.format(tmp=tmp_path) for a in args],
@@ -67,7 +69,7 @@ def test_a_wrong_input_is_one_line_and_exit_2(tmp_path, command, args, fragments
     text=True,
     cwd=ROOT,
     stdin=subprocess.DEVNULL,
-    timeout=300,
+    timeout=HANG_SECONDS,
   )
   lines = [line for line in result.stderr.splitlines() if line and not _TF_STARTUP.match(line)]
   assert result.returncode == cli.EXIT_INPUT_ERROR, result.stderr

@@ -48,6 +48,7 @@ def test_word_ids_follow_the_continuation_pieces(tokenizer):
   "backend", ["tf", "openvino", pytest.param("onnxruntime", marks=needs_onnxruntime)]
 )
 @pytest.mark.parametrize("model_type", ["tta", "tta_word"])
+@pytest.mark.slow(seconds=20)
 def test_tta_word_l2r_is_blind_to_the_piece_and_its_later_pieces(tokenizer, model_type, backend):
   """Through the compiled one-pass graph (words found in the graph from the ids): the score of
   piece i is bit-identical when a later piece of its word changes, and changes when another
