@@ -112,6 +112,12 @@ flags.DEFINE_list(
   "First-pass score columns NAME[:WEIGHT] of the combination; default 'score' if the lists "
   "have it, else every column.",
 )
+flags.DEFINE_bool(
+  "allow_negative_weights",
+  False,
+  "Let the search on dev give an LM a negative weight (by default LM weights stay >= 0: a "
+  "negative one rewards what the LM finds unlikely, which a small dev set can favour by chance).",
+)
 flags.DEFINE_bool("cer", False, "Report the character error rate too (ASR files).")
 flags.DEFINE_enum(
   "sentence_score",
@@ -189,7 +195,8 @@ def read_sets():
     )
     if not FLAGS.output_dir and not table:
       raise ValueError("--output_dir is needed: the rescored lists and 1-best files go there")
-    check_tuning_input(sets)
+    names = [name for name, _ in lm_flags.named_specs(FLAGS.model_dir)]
+    check_tuning_input(sets, names, FLAGS.weights_file, FLAGS.first_pass, FLAGS.dev_file)
     return sets, [("dev", "test", FLAGS.settings)] if table else []
   if FLAGS.task == "nmt":
     return {"wmt21": nbest_io.read_wmt_candidates(FLAGS.data_dir)}, [(None, "wmt21", [None])]
@@ -396,23 +403,47 @@ def rescore_with(name, lm, lm_id, texts, scores, sets, runs, metric):
   return row
 
 
-def lm_name(name, spec):
-  """The row and feature name of the LM `spec` (NAME= of --model_dir, else the path's last part)."""
-  return name or os.path.basename(spec.rstrip("/"))
+def check_tuning_input(sets, names, weights_file, first_pass, dev_file):
+  """Before any scoring: the combination's weights can be had and fit the lists and LMs.
 
+  `weights_file` (--weights_file) names the LMs `names` (of --model_dir) and the `first_pass`
+  columns (--first_pass), when given; or the dev set (read from `dev_file`) has references to tune
+  on; every first-pass column is in every hypothesis of every set; no LM is named like a
+  first-pass column.
 
-def check_tuning_input(sets):
-  """Before any scoring: --weights_file names the LMs of --model_dir, or dev has references."""
-  if FLAGS.weights_file:
-    weights = combination.load_weights(FLAGS.weights_file)
-    names = [lm_name(name, spec) for name, spec in lm_flags.model_specs(FLAGS.model_dir)]
+  Raises:
+    ValueError: naming the file or flag.
+  """
+  if weights_file:
+    weights = combination.load_weights(weights_file)
     if set(weights.lms) != set(names):
       raise ValueError(
-        f"{FLAGS.weights_file}:1: weights for the LMs {sorted(weights.lms)}, but --model_dir names "
+        f"{weights_file}:1: weights for the LMs {sorted(weights.lms)}, but --model_dir names "
         f"{sorted(names)}"
       )
-  elif not sets["dev"][0].refs:
-    raise ValueError(f"{FLAGS.dev_file}:1: no references to tune the weights on (--dev_refs)")
+    asked = [entry.partition(":")[0] for entry in first_pass]
+    if asked and set(asked) != set(weights.first_pass):
+      raise ValueError(
+        f"--first_pass names {sorted(asked)}, but {weights_file} weighs the first-pass "
+        f"columns {sorted(weights.first_pass)} (leave --first_pass out to use the file's)"
+      )
+  else:
+    if not sets["dev"][0].refs:
+      raise ValueError(f"{dev_file}:1: no references to tune the weights on (--dev_refs)")
+    weights = rescore_files.initial_weights(sets["dev"], names, first_pass)
+  clash = sorted(set(names) & {*weights.first_pass, combination.LENGTH})
+  if clash:
+    raise ValueError(f"--model_dir: the LM name {clash[0]!r} is a first-pass column's; rename it")
+  for set_name, lists in sets.items():
+    for lst in lists:
+      for hyp in lst.hyps:
+        missing = sorted(set(weights.first_pass) - set(hyp.scores))
+        if missing:
+          source = weights_file or "--first_pass"
+          raise ValueError(
+            f"{source}: the first-pass column {missing[0]!r} is not in the {set_name} lists "
+            f"(list {lst.key!r} has {sorted(hyp.scores)})"
+          )
 
 
 def combination_weights(sets, lm_tables, metric):
@@ -422,7 +453,10 @@ def combination_weights(sets, lm_tables, metric):
     return weights, {"weights_file": os.path.abspath(FLAGS.weights_file)}
   weights = rescore_files.initial_weights(sets["dev"], list(lm_tables["dev"]), FLAGS.first_pass)
   dev_tables = combination.tables(sets["dev"], weights, lm_tables["dev"])
-  weights, info = rescore_files.tune(sets["dev"], dev_tables, weights, metric)
+  weights, info = rescore_files.tune(
+    sets["dev"], dev_tables, weights, metric, negative_lms=FLAGS.allow_negative_weights
+  )
+  print(f"weights tuned on {len(sets['dev'])} dev lists")
   combination.save_weights(os.path.join(FLAGS.output_dir, "weights.json"), weights, info)
   return weights, info
 
@@ -480,7 +514,7 @@ def main(argv):
   # What is cheap first: the LMs are there, before the lists are read; the lists are read and
   # checked before anything is written into --output_dir.
   with cli.user_input():
-    for _, spec in lm_flags.model_specs(FLAGS.model_dir):
+    for _, spec in lm_flags.named_specs(FLAGS.model_dir):
       inference.check_spec(spec)
   metric = "bleu" if FLAGS.task == "nmt" else "wer"
   sets, runs = read_lists()
@@ -530,14 +564,13 @@ def rescore_all(cache, sets, runs, metric):
     }
   )
   rows, all_scores = [], {}
-  for name, spec in lm_flags.model_specs(FLAGS.model_dir):
+  for name, spec in lm_flags.named_specs(FLAGS.model_dir):
     with cli.user_input():
       lm = inference.load_lm(spec, **lm_flags.load_options(FLAGS))
     identity = inference.describe(lm, FLAGS.scoring)
     lm_id = inference.model_id(identity)
     if cache is not None:
       cache.register(lm_id, identity)
-    name = lm_name(name, spec)
     start = time.time()
     scores = {
       "texts": score_cache.cached_scores(

@@ -172,7 +172,9 @@ def paper_sets():
 
 def check_model_specs():
   """cli.InputError naming a --model_dir entry that is no model or has no sentence vectors."""
-  for _, spec in lm_flags.model_specs(FLAGS.model_dir):
+  with cli.user_input():
+    specs = lm_flags.named_specs(FLAGS.model_dir)
+  for _, spec in specs:
     if spec.startswith("kenlm:"):
       raise cli.InputError(f"--model_dir {spec}: an n-gram model has no sentence vectors")
     inference.check_spec(spec)
@@ -180,10 +182,10 @@ def check_model_specs():
 
 def load_model(spec):
   """(row name, LM) of a --model_dir entry: name=SPEC, or SPEC named by its directory."""
-  ((row_name, spec),) = lm_flags.model_specs([spec])
+  ((row_name, spec),) = lm_flags.named_specs([spec])
   with cli.user_input():
     lm = inference.load_lm(spec, **lm_flags.load_options(FLAGS))
-  return row_name or os.path.basename(spec.rstrip("/")), lm
+  return row_name, lm
 
 
 def evaluate_and_write():

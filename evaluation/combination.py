@@ -82,17 +82,28 @@ def save_weights(path, weights, info):
 
 
 def load_weights(path):
-  """Weights from `save_weights`' file; ValueError naming `path:1` if it is not one."""
+  """Weights from `save_weights`' file; ValueError naming `path:1` if it is not one, or if a
+  weight is not a finite number (JSON's NaN and Infinity, a quoted number, true/false)."""
   data = io_utils.read_json_file(path)
   try:
-    first, lms, length = data["first_pass"], data["lms"], float(data["length"])
+    first, lms, length = data["first_pass"], data["lms"], data["length"]
     parsed = Weights(
-      {str(k): float(v) for k, v in first.items()}, {str(k): float(v) for k, v in lms.items()}
+      {str(k): _finite(v, f"first_pass.{k}") for k, v in first.items()},
+      {str(k): _finite(v, f"lms.{k}") for k, v in lms.items()},
+      _finite(length, "length"),
     )
-  except (KeyError, TypeError, ValueError, AttributeError) as e:
+  except (KeyError, TypeError, AttributeError) as e:
     raise ValueError(f"{path}:1: not a weights file (first_pass, lms, length): {e!r}") from None
-  parsed.length = length
+  except ValueError as e:
+    raise ValueError(f"{path}:1: {e}") from None
   return parsed
+
+
+def _finite(value, name):
+  """`value` as a float if it is a finite JSON number; ValueError naming the weight otherwise."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+    raise ValueError(f"weight {name} must be a finite number, found {json.dumps(value)}")
+  return float(value)
 
 
 def tables(lists, weights, lm_scores):
@@ -175,8 +186,12 @@ def grid_start(objective, feature_tables, weights, grid=nbest.DEFAULT_GRID):
   return start, objective.value(choose(feature_tables, best[1]))
 
 
-def optimise(objective, feature_tables, start, max_evaluations=2000):
+def optimise(objective, feature_tables, start, max_evaluations=2000, negative_lms=False):
   """Powell's search of the weights from `start`, over the dev metric.
+
+  An LM weight stays >= 0 unless `negative_lms`: a negative one rewards what the LM finds
+  unlikely, which a small dev set can favour by chance (the first-pass and length weights are
+  free).
 
   Returns:
     (Weights, float): the best weights evaluated (`start` unless one was strictly better) and
@@ -191,8 +206,15 @@ def optimise(objective, feature_tables, start, max_evaluations=2000):
       best[:] = [value, np.array(vector, np.float64)]
     return value
 
+  k, m = len(start.first_pass), len(start.lms)
+  lm_bound = (None, None) if negative_lms else (0.0, None)
+  bounds = [(None, None)] * k + [lm_bound] * m + [(None, None)]
   scipy.optimize.minimize(
-    loss, x0, method="Powell", options={"maxfev": max_evaluations, "xtol": 1e-3, "ftol": 1e-9}
+    loss,
+    x0,
+    method="Powell",
+    bounds=bounds,
+    options={"maxfev": max_evaluations, "xtol": 1e-3, "ftol": 1e-9},
   )
   return start.with_vector(best[1]), objective.value(choose(feature_tables, best[1]))
 

@@ -340,30 +340,43 @@ def _read_manifest(path):
   return entries
 
 
+# The beam width in the name eval_beamsearch_ngram gives its file:
+# preds_out_width{beam_width}_alpha{alpha}_beta{beta}.tsv.
+_NEMO_WIDTH_RE = re.compile(r"(?:^|_)width(\d+)(?:_|\.|$)")
+
+
 def _nemo_beam(path, n_rows, beam_size, entries):
-  """The number of rows per utterance, checked against the rows and the manifest."""
+  """The number of rows per utterance: `beam_size`, else the width in NeMo's file name; checked
+  against the rows and the manifest.
+
+  The file has no keys, and NeMo writes one row per candidate its decoder returned, so a beam
+  that is not full makes the file shorter; rows are only split into beams of a known width that
+  fill the file exactly, never by dividing the rows by the manifest's utterances.
+  """
   if beam_size is not None and (isinstance(beam_size, bool) or not isinstance(beam_size, int)):
     raise ValueError(f"beam_size must be a positive integer, found {beam_size!r}")
   if beam_size is not None and beam_size < 1:
     raise ValueError(f"beam_size must be a positive integer, found {beam_size!r}")
-  if beam_size is None and entries is None:
-    raise ValueError(f"{path}: nemo needs beam_size or the manifest (refs_path) to split its rows")
-  if beam_size is not None and n_rows % beam_size:
-    raise ValueError(f"{path}:{n_rows}: {n_rows} rows are not a multiple of beam_size {beam_size}")
-  if entries is None:
-    return beam_size
-  if beam_size is None and n_rows % len(entries):
+  source = "beam_size"
+  if beam_size is None:
+    match = _NEMO_WIDTH_RE.search(os.path.basename(path))
+    if match is None or int(match.group(1)) < 1:
+      raise ValueError(
+        f"{path}: nemo needs the beam width to split its rows into utterances: NeMo's file name "
+        "carries it (preds_out_width<W>_alpha<A>_beta<B>.tsv), else give "
+        "--format_option=beam_size=W"
+      )
+    beam_size, source = int(match.group(1)), "the width in the file name"
+  utterances = len(entries) if entries is not None else None
+  if n_rows % beam_size or (utterances is not None and n_rows != beam_size * utterances):
+    expected = "a multiple of" if utterances is None else f"{utterances} utterances x"
     raise ValueError(
-      f"{path}:{n_rows}: {n_rows} rows are not a multiple of the manifest's {len(entries)} "
-      "utterances"
+      f"{path}:{n_rows}: {n_rows} rows, not {expected} {source} {beam_size}"
+      + (f" = {beam_size * utterances}" if utterances is not None else "")
+      + ": NeMo writes fewer rows when a beam is not full, and a file without keys cannot be "
+      "split then (decode with full beams, or convert the lists to the json format with keys)"
     )
-  beam = beam_size or n_rows // len(entries)
-  if n_rows != beam * len(entries):
-    raise ValueError(
-      f"{path}:{min(n_rows, beam * len(entries)) + 1}: {n_rows} rows, but the manifest has "
-      f"{len(entries)} utterances x beam_size {beam} = {beam * len(entries)}"
-    )
-  return beam
+  return beam_size
 
 
 def _nemo_row(line, where, columns):

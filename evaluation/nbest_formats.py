@@ -31,6 +31,7 @@ Formats (`FORMATS`; the rules of each file and their sources are in its reader's
 """
 
 import dataclasses
+import inspect
 import json
 import numbers
 import re
@@ -269,7 +270,15 @@ def read_nbest(fmt, path, refs_path=None, **format_options):
   Raises:
     ValueError: an unknown format, or bad input; the message names `file:line`.
   """
-  lists, _ = _format(fmt).read(path, refs_path=refs_path, **format_options)
+  reader = _format(fmt).read
+  accepted = [n for n in inspect.signature(reader).parameters if n not in ("path", "refs_path")]
+  unknown = sorted(set(format_options) - set(accepted))
+  if unknown:
+    raise ValueError(
+      f"--format_option {unknown[0]}: not an option of the {fmt} format; it takes "
+      f"{', '.join(accepted) or 'none'}"
+    )
+  lists, _ = reader(path, refs_path=refs_path, **format_options)
   return lists
 
 

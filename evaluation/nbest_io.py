@@ -141,11 +141,12 @@ def _check_reference(text, where):
 
 
 def _read_text_file(path):
-  """The UTF-8 text of a file; bytes that are not UTF-8 raise ValueError naming `file:line`."""
+  """The UTF-8 text of a file, without a byte-order mark (Windows editors write one; it is no
+  part of the first key or word); bytes that are not UTF-8 raise ValueError naming `file:line`."""
   with open(path, "rb") as f:
     data = f.read()
   try:
-    return data.decode("utf-8")
+    return data.decode("utf-8").removeprefix("\ufeff")
   except UnicodeDecodeError as e:
     line = data.count(b"\n", 0, e.start) + 1
     raise ValueError(

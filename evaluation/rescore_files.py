@@ -4,6 +4,7 @@ combination's weights (evaluation/combination.py), and write each set's rescored
 
 import dataclasses
 import json
+import math
 import os
 
 from evaluation import combination
@@ -73,12 +74,15 @@ def initial_weights(lists, lm_names, first_pass):
     try:
       weights[name] = float(value) if sep else 1.0
     except ValueError:
-      raise ValueError(f"--first_pass={entry!r}: expected NAME or NAME:WEIGHT") from None
+      weights[name] = math.nan
+    if not name or not math.isfinite(weights[name]):
+      raise ValueError(f"--first_pass={entry!r}: expected NAME or NAME:WEIGHT (a finite number)")
   return combination.Weights(weights, {m: 0.0 for m in lm_names})
 
 
-def tune(dev_lists, dev_tables, weights, metric):
-  """Weights tuned on dev: the λ grid, then Powell from its best.
+def tune(dev_lists, dev_tables, weights, metric, negative_lms=False):
+  """Weights tuned on dev: the λ grid, then Powell from its best (LM weights >= 0 unless
+  `negative_lms`).
 
   Returns:
     (Weights, dict): the weights and how they were found (JSON-able).
@@ -86,9 +90,11 @@ def tune(dev_lists, dev_tables, weights, metric):
   objective = combination.Objective(dev_lists, metric)
   first = objective.value(combination.choose(dev_tables, weights.vector()))
   start, start_value = combination.grid_start(objective, dev_tables, weights)
-  tuned, value = combination.optimise(objective, dev_tables, start)
+  tuned, value = combination.optimise(objective, dev_tables, start, negative_lms=negative_lms)
   info = {
     "metric": metric,
+    "dev_lists": len(dev_lists),
+    "negative_lm_weights_allowed": negative_lms,
     "dev_first_pass": first,
     "grid_start": {"weights": dataclass_dict(start), "dev": start_value},
     "dev": value,

@@ -9,6 +9,8 @@ for it keep working.
 Like every library here, this module never reads the global FLAGS: the command passes its own.
 """
 
+import os
+
 from absl import flags
 
 from lm import backends
@@ -55,6 +57,8 @@ def define_model_dir(
     text += f" Default: {default}."
   define = flags.DEFINE_list if several else flags.DEFINE_string
   define("model_dir", None, text, flag_values=flag_values)
+  if several:
+    flags.register_validator("model_dir", _check_distinct, flag_values=flag_values)
   if required:
     flags.mark_flag_as_required("model_dir", flag_values=flag_values)
 
@@ -62,6 +66,42 @@ def define_model_dir(
 def model_specs(model_dirs):
   """[(row name, spec)] of a --model_dir list; the name is "" where NAME= is not given."""
   return [(name, spec) for name, _, spec in (item.rpartition("=") for item in model_dirs)]
+
+
+def row_name(name, spec):
+  """The row and feature name of the LM `spec`: its NAME=, else the path's last part."""
+  return name or os.path.basename(spec.rstrip("/"))
+
+
+def named_specs(model_dirs):
+  """[(row name, spec)] of a --model_dir list, every row named (`row_name`).
+
+  Raises:
+    ValueError: two LMs under one row name (their scores and weights would collapse into one).
+  """
+  named = [(row_name(name, spec), spec) for name, spec in model_specs(model_dirs)]
+  seen = {}
+  for name, spec in named:
+    if name in seen:
+      raise ValueError(
+        f"--model_dir names two LMs {name!r} ({seen[name]} and {spec}): give each its own NAME="
+      )
+    seen[name] = spec
+  return named
+
+
+def _check_distinct(model_dirs):
+  """Parse-time check of a --model_dir list: no NAME= twice, no LM twice."""
+  names, specs = {}, {}
+  for name, spec in model_specs(model_dirs or ()):
+    key = os.path.normpath(spec)
+    if key in specs:
+      raise flags.ValidationError(f"{spec} is given twice ({specs[key]!r} and {name or spec!r})")
+    specs[key] = name or spec
+    if name and name in names:
+      raise flags.ValidationError(f"the name {name!r} is given twice ({names[name]} and {spec})")
+    names[name] = spec
+  return True
 
 
 def define_scoring_flags(flag_values=flags.FLAGS):

@@ -120,7 +120,8 @@ def write_espnet2(lists, root):
 
 def write_nemo(lists, root):
   """eval_beamsearch_ngram's `text<TAB>score` rows, beam size rows per utterance in manifest
-  order, and the manifest (JSON lines)."""
+  order, in a file named with that width as NeMo names it, and the manifest (JSON lines)."""
+  (width,) = {len(n.hyps) for n in lists}  # NeMo's file only splits into full beams
   rows = [f"{hyp.text}\t{hyp.scores['score']!r}" for n in lists for hyp in n.hyps]
   manifest = [
     json.dumps(
@@ -129,7 +130,7 @@ def write_nemo(lists, root):
     for n in lists
   ]
   return (
-    _write(os.path.join(root, "preds_out_width30_alpha0.5_beta1.0.tsv"), rows),
+    _write(os.path.join(root, f"preds_out_width{width}_alpha0.5_beta1.0.tsv"), rows),
     _write(os.path.join(root, "manifest.json"), manifest),
     {},
   )

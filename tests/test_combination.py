@@ -120,6 +120,33 @@ def test_a_bad_weights_file_names_the_file(tmp_path):
     combination.load_weights(str(path))
 
 
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", '"0.5"', "true", "null"])
+def test_a_weight_that_is_not_a_finite_number_is_refused(tmp_path, value):
+  # JSON from Python's json module may hold NaN and Infinity; a NaN weight picked rank 1 in
+  # every list.
+  path = tmp_path / "w.json"
+  path.write_text(f'{{"first_pass": {{"score": 1.0}}, "lms": {{"tta": {value}}}, "length": 0}}\n')
+  with pytest.raises(ValueError, match=rf"^{path}:1: weight lms.tta must be a finite number"):
+    combination.load_weights(str(path))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lm_weights_stay_non_negative_unless_allowed(seed):
+  lists, lm = _random_lists(seed)
+  weights = rescore_files.initial_weights(lists, ["lm1", "lm2"], [])
+  tables = combination.tables(lists, weights, lm)
+  objective = combination.Objective(lists, "wer")
+  start, _ = combination.grid_start(objective, tables, weights)
+  kept, _ = combination.optimise(objective, tables, start)
+  assert min(kept.lms.values()) >= 0, kept.lms
+  if seed == 0:  # here the unbounded search gives lm2 a negative weight
+    free, _ = combination.optimise(objective, tables, start, negative_lms=True)
+    assert free.lms["lm2"] < 0, free.lms
+  tuned, info = rescore_files.tune(lists, tables, weights, "wer")
+  assert min(tuned.lms.values()) >= 0
+  assert info["dev_lists"] == len(lists) and info["negative_lm_weights_allowed"] is False
+
+
 def test_mt_report_uses_every_reference_and_prints_the_signature():
   lists = [
     nbest_io.NBestList(

@@ -209,12 +209,63 @@ def test_nemo_beams_sample(tmp_path):
   assert nbest_formats.read_nbest("nemo", beams, refs_path=manifest, beam_size=2) == expected
   blind = nbest_formats.read_nbest("nemo", beams, beam_size=2)
   assert [n.key for n in blind] == ["0", "1"] and all(n.refs == [] for n in blind)
-  _rejects("nemo", beams, f"{beams}:4", "4 rows are not a multiple of beam_size 3", beam_size=3)
+  _rejects("nemo", beams, f"{beams}:4", "4 rows, not a multiple of beam_size 3", beam_size=3)
   _rejects(
-    "nemo", beams, f"{beams}:3", "4 rows, but the manifest has 2", beam_size=1, refs_path=manifest
+    "nemo",
+    beams,
+    f"{beams}:4",
+    "4 rows, not 2 utterances x beam_size 1 = 2",
+    beam_size=1,
+    refs_path=manifest,
   )
-  odd = _write(tmp_path / "odd.tsv", "a\t-1\nb\t-2\nc\t-3\n")
-  _rejects("nemo", odd, f"{odd}:3", "not a multiple of the manifest's 2", refs_path=manifest)
+  # No width in the name and no beam_size: the rows are never split by the manifest's count.
+  odd = _write(tmp_path / "beams.tsv", "a\t-1\nb\t-2\nc\t-3\nd\t-4\n")
+  _rejects("nemo", odd, str(odd), "needs the beam width", refs_path=manifest)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_key(tmp_path):
+  words, costs, refs = _kaldi_sample(tmp_path)
+  plain = nbest_formats.read_nbest("kaldi", words, refs_path=refs, costs=costs)
+  for path in (words, refs):  # a BOM on the words file, then on the references too
+    with open(path, encoding="utf-8") as f:
+      text = f.read()
+    with open(path, "w", encoding="utf-8") as f:
+      f.write("\ufeff" + text)
+    assert nbest_formats.read_nbest("kaldi", words, refs_path=refs, costs=costs) == plain
+
+
+def test_an_unknown_format_option_is_named(tmp_path):
+  beams = _write(tmp_path / "preds_out_width1.tsv", "a\t-1\n")
+  with pytest.raises(ValueError, match="--format_option beam: not an option of the nemo format; "):
+    nbest_formats.read_nbest("nemo", beams, beam=2)
+
+
+def test_nemo_beams_that_are_not_full_are_refused_not_split_wrongly(tmp_path):
+  # eval_beamsearch_ngram writes one row per candidate its decoder returned: at width 3, an
+  # utterance with 1 candidate makes the file two rows short. 4 rows for 2 utterances must not
+  # become beams of 2 (the second utterance would get the first one's third candidate).
+  beams = _write(
+    tmp_path / "preds_out_width3_alpha0.5_beta1.0.tsv", "a b\t-1\na c\t-2\na d\t-3\nyes\t-1\n"
+  )
+  manifest = _write(
+    tmp_path / "manifest.json",
+    '{"audio_filepath": "u1.wav", "text": "a b"}\n{"audio_filepath": "u2.wav", "text": "yes"}\n',
+  )
+  _rejects(
+    "nemo",
+    beams,
+    f"{beams}:4",
+    "4 rows, not 2 utterances x the width in the file name 3 = 6: NeMo writes fewer rows",
+    refs_path=manifest,
+  )
+  # A manifest of other utterances (here only the first) does not fit the beams either.
+  one = _write(tmp_path / "one.json", '{"audio_filepath": "u1.wav", "text": "a b"}\n')
+  full = _write(tmp_path / "preds_out_width2_alpha0.5_beta1.0.tsv", "a\t-1\nb\t-2\nc\t-1\nd\t-2\n")
+  _rejects("nemo", full, f"{full}:4", "4 rows, not 1 utterances x the width", refs_path=one)
+  # The width in the name splits a file whose rows do fill the beams.
+  lists = nbest_formats.read_nbest("nemo", full)
+  assert [[h.text for h in n.hyps] for n in lists] == [["a", "b"], ["c", "d"]]
+
   bad = _write(tmp_path / "bad.tsv", "a\t-1\nb -2\n")
   _rejects("nemo", bad, f"{bad}:2", "expected 2 tab-separated fields", beam_size=2)
   half = _write(
@@ -593,8 +644,8 @@ def test_write_rescored_reads_back_with_the_features(fmt, tmp_path):
   assert lists == before  # the caller's lists are left as they were
   if fmt == "kaldi":
     options = {}  # the output is a directory of `text` and `<name>.cost` archives
-  if fmt == "nemo":
-    options = {**options, "columns": ("score", "tta", "kenlm.5gram")}
+  if fmt == "nemo":  # the output is named by the test, without NeMo's width
+    options = {**options, "columns": ("score", "tta", "kenlm.5gram"), "beam_size": 3}
   back = nbest_formats.read_nbest(fmt, out, refs_path=refs, **options)
   assert [(n.key, n.refs, [h.text for h in n.hyps]) for n in back] == [
     (n.key, n.refs, [h.text for h in n.hyps]) for n in lists

@@ -20,6 +20,7 @@ from evaluation import nbest_formats
 from evaluation import nbest_io
 from lm import model_dir
 import modeling
+import run_rescoring
 import tokenization
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
@@ -170,3 +171,49 @@ def test_a_weights_file_of_other_lms_is_one_line_before_any_scoring(tiny_lm, tmp
     "but --model_dir names ['tta']"
   ]
   assert not (tmp_path / "out" / "cache").exists()
+
+
+def _lists_with(columns, refs=("a b",)):
+  hyps = [nbest_io.Hypothesis("a b", {c: -1.0 for c in columns})]
+  return [nbest_io.NBestList("u1", list(refs), hyps)]
+
+
+@pytest.mark.parametrize(
+  "weights, names, first_pass, message",
+  [
+    # A weights file naming a first-pass column the lists lack (no longer found after scoring).
+    (
+      {"first_pass": {"decoder": 1.0}, "lms": {"tta": 0.5}},
+      ["tta"],
+      [],
+      "{weights}: the first-pass column 'decoder' is not in the test lists",
+    ),
+    # --first_pass beside --weights_file: checked against the file, not ignored.
+    (
+      {"first_pass": {"score": 1.0}, "lms": {"tta": 0.5}},
+      ["tta"],
+      ["nosuch"],
+      "--first_pass names ['nosuch'], but {weights} weighs the first-pass columns ['score']",
+    ),
+    (None, ["tta"], ["nosuch"], "--first_pass: the first-pass column 'nosuch' is not in the dev"),
+    (None, ["tta"], ["score:abc"], "--first_pass='score:abc': expected NAME or NAME:WEIGHT"),
+    (None, ["tta"], ["score:nan"], "--first_pass='score:nan': expected NAME or NAME:WEIGHT"),
+    (None, ["score"], [], "--model_dir: the LM name 'score' is a first-pass column's"),
+  ],
+)
+def test_the_combination_is_checked_before_any_lm_scores(
+  tmp_path, weights, names, first_pass, message
+):
+  # run_rescoring.py calls this on the lists it read, before it loads an LM.
+  path = None
+  if weights is not None:
+    path = tmp_path / "weights.json"
+    path.write_text(json.dumps(dict(weights, length=0.0)))
+  sets = {"dev": _lists_with(["score"]), "test": _lists_with(["score"], refs=())}
+  if path is not None:
+    del sets["dev"]
+  with pytest.raises(ValueError) as error:
+    run_rescoring.check_tuning_input(
+      sets, names, path and str(path), first_pass, str(tmp_path / "dev.json")
+    )
+  assert str(error.value).startswith(message.format(weights=path)), str(error.value)

@@ -125,3 +125,25 @@ def test_the_lm_flags_read_back_as_load_lm_arguments():
     required = flags.FlagValues()
     lm_flags.define_model_dir(flag_values=required)
     required(["prog"])
+
+
+@pytest.mark.parametrize(
+  "value, message",
+  [
+    ("a=kenlm:lm.bin,a=runs/tta", "the name 'a' is given twice"),
+    ("runs/tta,x=runs/tta/", "runs/tta/ is given twice"),
+  ],
+)
+def test_two_lms_under_one_name_are_refused_at_parse_time(value, message):
+  # Both were scored, then collapsed into one weight and one feature.
+  values = flags.FlagValues()
+  lm_flags.define_model_dir(several=True, flag_values=values)
+  with pytest.raises(flags.IllegalFlagValueError, match=re.escape(message)):
+    values(["prog", f"--model_dir={value}"])
+
+
+def test_unnamed_lms_of_one_directory_name_need_a_name():
+  specs = lm_flags.named_specs(["a/tta", "b=c/tta", "kenlm:x/5gram.bin"])
+  assert specs == [("tta", "a/tta"), ("b", "c/tta"), ("5gram.bin", "kenlm:x/5gram.bin")]
+  with pytest.raises(ValueError, match=r"--model_dir names two LMs 'tta' \(a/tta and b/tta\)"):
+    lm_flags.named_specs(["a/tta", "b/tta"])
