@@ -63,13 +63,18 @@ def _jiwer_wer(lists, choice):
   return 100 * jiwer.wer(refs, [l.hyps[c].text for l, c in zip(lists, choice)])
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_the_optimiser_never_ends_worse_on_dev_than_its_grid_start(seed):
+def _grid_start(seed):
+  """(lists, initial weights, tables, dev WER objective, grid start, its WER) of _random_lists."""
   lists, lm = _random_lists(seed)
   weights = rescore_files.initial_weights(lists, ["lm1", "lm2"], [])
   tables = combination.tables(lists, weights, lm)
   objective = combination.Objective(lists, "wer")
-  start, start_wer = combination.grid_start(objective, tables, weights)
+  return (lists, weights, tables, objective, *combination.grid_start(objective, tables, weights))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_optimiser_never_ends_worse_on_dev_than_its_grid_start(seed):
+  lists, weights, tables, objective, start, start_wer = _grid_start(seed)
   tuned, tuned_wer = combination.optimise(objective, tables, start)
   start_choice = combination.choose(tables, start.vector())
   tuned_choice = combination.choose(tables, tuned.vector())
@@ -132,11 +137,7 @@ def test_a_weight_that_is_not_a_finite_number_is_refused(tmp_path, value):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_lm_weights_stay_non_negative_unless_allowed(seed):
-  lists, lm = _random_lists(seed)
-  weights = rescore_files.initial_weights(lists, ["lm1", "lm2"], [])
-  tables = combination.tables(lists, weights, lm)
-  objective = combination.Objective(lists, "wer")
-  start, _ = combination.grid_start(objective, tables, weights)
+  lists, weights, tables, objective, start, _ = _grid_start(seed)
   kept, _ = combination.optimise(objective, tables, start)
   assert min(kept.lms.values()) >= 0, kept.lms
   if seed == 0:  # here the unbounded search gives lm2 a negative weight
