@@ -60,100 +60,108 @@ from util import io_utils
 
 FLAGS = flags.FLAGS
 
-lm_flags.define_model_dir(several=True, required=False)  # required under __main__
-# The name this command had for --model_dir before every command took --model_dir.
-flags.DEFINE_alias("lm", "model_dir")
-lm_flags.define_scoring_flags()
-flags.DEFINE_enum(
-  "task",
-  "asr",
-  ["asr", "nmt"],
-  "asr: WER on ESPnet2 LibriSpeech (or --format files); nmt: BLEU on WMT21 de-en.",
-)
-flags.DEFINE_list(
-  "pairs",
-  ["dev_clean:test_clean", "dev_other:test_other"],
-  "ASR dev:test set pairs (λ tuned on dev, applied to test).",
-)
-flags.register_validator(
-  "pairs",
-  lambda pairs: all(len(p.split(":")) == 2 and all(p.split(":")) for p in pairs),
-  "expected DEV:TEST set pairs, e.g. dev_clean:test_clean",
-)
-flags.DEFINE_list(
-  "settings",
-  ["am", "full"],
-  "ASR first-pass scores: am = "
-  "0.6 decoder + 0.4 ctc (no LM); full = the beam score with "
-  "the Transformer LM fused in (the paper's Seq2SeqASR).",
-)
-cli.register_choices("settings", [s for s in nbest.SETTINGS if s])
-flags.DEFINE_enum(
-  "format",
-  "espnet",
-  list(nbest_formats.FORMATS),
-  "N-best format of --dev_file/--test_file (evaluation/nbest_formats.py).",
-)
-flags.DEFINE_string("dev_file", None, "Dev N-best file or dir (with references: weights tuned).")
-flags.DEFINE_string("test_file", None, "Test N-best file or dir (references optional).")
-flags.DEFINE_list("dev_refs", [], "Reference file(s) of --dev_file (several: multi-reference).")
-flags.DEFINE_list("test_refs", [], "Reference file(s) of --test_file (none: a blind set).")
-flags.DEFINE_multi_string(
-  "format_option", [], "KEY=VALUE option of the format's reader (VALUE as JSON if it parses)."
-)
-flags.DEFINE_string(
-  "weights_file",
-  None,
-  "Combination weights to apply (the weights.json of an earlier run); no tuning on dev then.",
-)
-flags.DEFINE_list(
-  "first_pass",
-  [],
-  "First-pass score columns NAME[:WEIGHT] of the combination; default 'score' if the lists "
-  "have it, else every column.",
-)
-flags.DEFINE_bool(
-  "allow_negative_weights",
-  False,
-  "Let the search on dev give an LM a negative weight (by default LM weights stay >= 0: a "
-  "negative one rewards what the LM finds unlikely, which a small dev set can favour by chance).",
-)
-flags.DEFINE_bool("cer", False, "Report the character error rate too (ASR files).")
-flags.DEFINE_enum(
-  "sentence_score",
-  "sum",
-  ["sum", "mean"],
-  "LM sentence score: sum of token log-probs, or their mean.",
-)
-io_utils.define_data_dir_flag()
-flags.DEFINE_string(
-  "output_dir", None, "Results (rescoring_results.json, .md) and the score cache."
-)
-flags.DEFINE_integer(
-  "max_lists", None, "Use only the first N lists of each set (quick runs).", lower_bound=0
-)
-flags.DEFINE_integer(
-  "sample_lists",
-  None,
-  "Use a seeded random sample of N lists of each set (after --max_lists), the same for every "
-  "LM and run: paired comparisons at a fraction of the cost.",
-  lower_bound=0,
-)
-flags.DEFINE_integer("sample_seed", 0, "Seed of --sample_lists.")
-flags.DEFINE_integer(
-  "chunk_size",
-  500,
-  "Sentences scored between cache writes; progress lines (rate, ETA) at most every 10 s.",
-  lower_bound=1,
-)
-lm_flags.define_throughput_flags()
-flags.DEFINE_integer(
-  "bootstrap_resamples",
-  significance.DEFAULT_RESAMPLES,
-  "Paired bootstrap resamples (over utterances) for each LM's WER vs the first pass.",
-  lower_bound=1,
-)
-flags.DEFINE_integer("bootstrap_seed", 0, "Seed of the paired bootstrap resampler.")
+
+def define_flags():
+  """Defines the command-line flags (called from __main__ only: a module that imports this
+  one, or a test, gets its functions without its flags)."""
+  lm_flags.define_model_dir(several=True, required=True)
+  # The name this command had for --model_dir before every command took --model_dir.
+  flags.DEFINE_alias("lm", "model_dir")
+  lm_flags.define_scoring_flags()
+  flags.DEFINE_enum(
+    "task",
+    "asr",
+    ["asr", "nmt"],
+    "asr: WER on ESPnet2 LibriSpeech (or --format files); nmt: BLEU on WMT21 de-en.",
+  )
+  flags.DEFINE_list(
+    "pairs",
+    ["dev_clean:test_clean", "dev_other:test_other"],
+    "ASR dev:test set pairs (λ tuned on dev, applied to test).",
+  )
+  flags.register_validator(
+    "pairs",
+    lambda pairs: all(len(p.split(":")) == 2 and all(p.split(":")) for p in pairs),
+    "expected DEV:TEST set pairs, e.g. dev_clean:test_clean",
+  )
+  flags.DEFINE_list(
+    "settings",
+    ["am", "full"],
+    "ASR first-pass scores: am = "
+    "0.6 decoder + 0.4 ctc (no LM); full = the beam score with "
+    "the Transformer LM fused in (the paper's Seq2SeqASR).",
+  )
+  cli.register_choices("settings", [s for s in nbest.SETTINGS if s])
+  flags.DEFINE_enum(
+    "format",
+    "espnet",
+    list(nbest_formats.FORMATS),
+    "N-best format of --dev_file/--test_file (evaluation/nbest_formats.py).",
+  )
+  flags.DEFINE_string("dev_file", None, "Dev N-best file or dir (with references: weights tuned).")
+  flags.DEFINE_string("test_file", None, "Test N-best file or dir (references optional).")
+  flags.DEFINE_list("dev_refs", [], "Reference file(s) of --dev_file (several: multi-reference).")
+  flags.DEFINE_list("test_refs", [], "Reference file(s) of --test_file (none: a blind set).")
+  flags.DEFINE_multi_string(
+    "format_option", [], "KEY=VALUE option of the format's reader (VALUE as JSON if it parses)."
+  )
+  flags.DEFINE_string(
+    "weights_file",
+    None,
+    "Combination weights to apply (the weights.json of an earlier run); no tuning on dev then.",
+  )
+  flags.DEFINE_list(
+    "first_pass",
+    [],
+    "First-pass score columns NAME[:WEIGHT] of the combination; default 'score' if the lists "
+    "have it, else every column.",
+  )
+  flags.DEFINE_bool(
+    "allow_negative_weights",
+    False,
+    "Let the search on dev give an LM a negative weight (by default LM weights stay >= 0: a "
+    "negative one rewards what the LM finds unlikely, which a small dev set can favour by chance).",
+  )
+  flags.DEFINE_bool("cer", False, "Report the character error rate too (ASR files).")
+  flags.DEFINE_enum(
+    "sentence_score",
+    "sum",
+    ["sum", "mean"],
+    "LM sentence score: sum of token log-probs, or their mean.",
+  )
+  io_utils.define_data_dir_flag()
+  flags.DEFINE_string(
+    "output_dir", None, "Results (rescoring_results.json, .md) and the score cache."
+  )
+  flags.DEFINE_integer(
+    "max_lists", None, "Use only the first N lists of each set (quick runs).", lower_bound=0
+  )
+  flags.DEFINE_integer(
+    "sample_lists",
+    None,
+    "Use a seeded random sample of N lists of each set (after --max_lists), the same for every "
+    "LM and run: paired comparisons at a fraction of the cost.",
+    lower_bound=0,
+  )
+  flags.DEFINE_integer("sample_seed", 0, "Seed of --sample_lists.")
+  flags.DEFINE_integer(
+    "chunk_size",
+    500,
+    "Sentences scored between cache writes; progress lines (rate, ETA) at most every 10 s.",
+    lower_bound=1,
+  )
+  lm_flags.define_throughput_flags()
+  flags.DEFINE_integer(
+    "bootstrap_resamples",
+    significance.DEFAULT_RESAMPLES,
+    "Paired bootstrap resamples (over utterances) for each LM's WER vs the first pass.",
+    lower_bound=1,
+  )
+  flags.DEFINE_integer("bootstrap_seed", 0, "Seed of the paired bootstrap resampler.")
+  flags.register_multi_flags_validator(
+    ["format", "dev_file", "test_file", "weights_file"], _check_file_flags
+  )
+
 
 _GRID = nbest.DEFAULT_GRID
 
@@ -596,11 +604,6 @@ def _check_file_flags(values):
   return True
 
 
-flags.register_multi_flags_validator(
-  ["format", "dev_file", "test_file", "weights_file"], _check_file_flags
-)
-
-
 if __name__ == "__main__":
-  flags.mark_flag_as_required("model_dir")
+  define_flags()
   cli.run(main)

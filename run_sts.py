@@ -43,62 +43,69 @@ FLAGS = flags.FLAGS
 RESULTS_FILE = "sts_results.json"
 PAIRS_RESULTS_FILE = "pairs_results.json"
 
-lm_flags.define_model_dir(several=True, kenlm=False, required=False)  # required under __main__
-flags.DEFINE_list(
-  "representations",
-  ["context", "embed"],
-  "Any of context, embed, first, last (the [CLS]/[SOS] and "
-  "[SEP]/[EOS] vectors), and context\\M / first\\M ... for the "
-  "bilm/bert intact-input variants.",
-)
-flags.DEFINE_list("sets", ["stsb_dev", "stsb_test", "sick_test"], "Evaluation sets.")
-io_utils.define_data_dir_flag()
-flags.DEFINE_string(
-  "output_dir", None, "Where to write sts_results.json and sts_results.md (optional)."
-)
-flags.DEFINE_integer(
-  "max_pairs",
-  None,
-  "Evaluate only the first N pairs of each set (quick runs; the full sets are the result).",
-  lower_bound=0,
-)
-lm_flags.define_throughput_flags()
-flags.DEFINE_integer(
-  "bootstrap_resamples",
-  significance.DEFAULT_RESAMPLES,
-  "Paired bootstrap resamples (over sentence pairs) for each Pearson's 95% interval.",
-  lower_bound=1,
-)
-flags.DEFINE_integer("bootstrap_seed", 0, "Seed of the bootstrap resampler.")
-flags.DEFINE_multi_string(
-  "pairs_file",
-  [],
-  "Your own sentence pairs (repeatable, or comma-separated): a TSV of sentence1<TAB>sentence2 "
-  "with an optional third column of gold scores, or senteval:DIR for SentEval's STS12-16 layout "
-  "(a directory of STS.input.<subset>.txt + STS.gs.<subset>.txt, or of such directories). "
-  "NAME=FILE names the set (default: the file's name without its extension). Needs --output_dir; "
-  "the paper's --sets then run only when given.",
-)
-flags.DEFINE_enum(
-  "pairs_header",
-  "auto",
-  pair_files.PAIRS_HEADER,
-  "Whether each --pairs_file TSV starts with a header line; auto: when line 1's third field is "
-  "not a number while line 2's is.",
-)
-flags.DEFINE_integer(
-  "pairs_batch_size",
-  pair_similarity.DEFAULT_BATCH_SIZE,
-  "Pairs read, encoded (each distinct sentence once) and appended to pairs/<NAME>.tsv at a time; "
-  "an interrupted run resumes after the last complete batch.",
-  lower_bound=1,
-)
-flags.DEFINE_bool(
-  "overwrite",
-  False,
-  "Start over: discard an unfinished pairs/<NAME>.tsv.partial instead of resuming it (a resume "
-  "must be the same job: models, representations, --pairs_batch_size and input).",
-)
+
+def define_flags():
+  """Defines the command-line flags (called from __main__ only: a module that imports this
+  one, or a test, gets its functions without its flags)."""
+  lm_flags.define_model_dir(several=True, kenlm=False, required=True)
+  flags.DEFINE_list(
+    "representations",
+    ["context", "embed"],
+    "Any of context, embed, first, last (the [CLS]/[SOS] and "
+    "[SEP]/[EOS] vectors), and context\\M / first\\M ... for the "
+    "bilm/bert intact-input variants.",
+  )
+  flags.DEFINE_list("sets", list(SETS), "Evaluation sets.")
+  cli.register_choices("sets", list(SETS))
+  flags.register_validator("representations", _check_representations)
+  io_utils.define_data_dir_flag()
+  flags.DEFINE_string(
+    "output_dir", None, "Where to write sts_results.json and sts_results.md (optional)."
+  )
+  flags.DEFINE_integer(
+    "max_pairs",
+    None,
+    "Evaluate only the first N pairs of each set (quick runs; the full sets are the result).",
+    lower_bound=0,
+  )
+  lm_flags.define_throughput_flags()
+  flags.DEFINE_integer(
+    "bootstrap_resamples",
+    significance.DEFAULT_RESAMPLES,
+    "Paired bootstrap resamples (over sentence pairs) for each Pearson's 95% interval.",
+    lower_bound=1,
+  )
+  flags.DEFINE_integer("bootstrap_seed", 0, "Seed of the bootstrap resampler.")
+  flags.DEFINE_multi_string(
+    "pairs_file",
+    [],
+    "Your own sentence pairs (repeatable, or comma-separated): a TSV of sentence1<TAB>sentence2 "
+    "with an optional third column of gold scores, or senteval:DIR for SentEval's STS12-16 layout "
+    "(a directory of STS.input.<subset>.txt + STS.gs.<subset>.txt, or of such directories). "
+    "NAME=FILE names the set (default: the file's name without its extension). Needs --output_dir; "
+    "the paper's --sets then run only when given.",
+  )
+  flags.DEFINE_enum(
+    "pairs_header",
+    "auto",
+    pair_files.PAIRS_HEADER,
+    "Whether each --pairs_file TSV starts with a header line; auto: when line 1's third field is "
+    "not a number while line 2's is.",
+  )
+  flags.DEFINE_integer(
+    "pairs_batch_size",
+    pair_similarity.DEFAULT_BATCH_SIZE,
+    "Pairs read, encoded (each distinct sentence once) and appended to pairs/<NAME>.tsv at a time; "
+    "an interrupted run resumes after the last complete batch.",
+    lower_bound=1,
+  )
+  flags.DEFINE_bool(
+    "overwrite",
+    False,
+    "Start over: discard an unfinished pairs/<NAME>.tsv.partial instead of resuming it (a resume "
+    "must be the same job: models, representations, --pairs_batch_size and input).",
+  )
+
 
 SETS = {
   "stsb_dev": ("STS-B dev", lambda d: sts_data.read_stsb("dev", d)),
@@ -322,10 +329,6 @@ def pairs_report(rows, groups, counts, model_names):
   return results, "\n".join(parts)
 
 
-cli.register_choices("sets", list(SETS))
-flags.register_validator("representations", _check_representations)
-
-
 if __name__ == "__main__":
-  flags.mark_flag_as_required("model_dir")
+  define_flags()
   cli.run(main)

@@ -4,11 +4,9 @@
 import json
 import os
 import re
-import subprocess
-import sys
 
+import commands
 from conftest import BERT_TOKENS
-from conftest import HANG_SECONDS
 from conftest import hf_bert_config
 from conftest import hf_bert_tensors
 from conftest import tiny_bert
@@ -90,15 +88,7 @@ def test_tf1_release_and_hf_dir_of_the_same_weights_score_equal(release_dirs):
 
 
 def run_script(script, *args):
-  result = subprocess.run(
-    [sys.executable, os.path.join(ROOT, script), *args],
-    capture_output=True,
-    text=True,
-    cwd=ROOT,
-    timeout=HANG_SECONDS,
-  )
-  assert result.returncode == 0, result.stderr[-3000:]
-  return result
+  return commands.run(script, *args, status=0)
 
 
 @pytest.mark.slow(seconds=20)

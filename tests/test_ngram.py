@@ -5,7 +5,7 @@ import math
 import os
 import sys
 
-from conftest import HANG_SECONDS
+import commands
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -319,18 +319,7 @@ def test_kenlm_scores_every_sentence_and_flags_what_normalization_could_not_spel
 
 
 def _score_file_cli(*args):
-  import subprocess  # pylint: disable=g-import-not-at-top
-
-  script = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(ngram_lm.__file__))), "ngram.py"
-  )
-  return subprocess.run(
-    [sys.executable, script] + list(args),
-    capture_output=True,
-    text=True,
-    env=dict(os.environ, TTA_PROGRESS_SECONDS="0"),  # every progress line
-    timeout=HANG_SECONDS,
-  )
+  return commands.run("ngram.py", *args, env={"TTA_PROGRESS_SECONDS": "0"})  # every progress line
 
 
 @pytest.mark.slow(seconds=15)
@@ -355,7 +344,6 @@ def test_ngram_py_and_score_py_give_the_same_score(tmp_path):
   """Both commands score through inference.NgramLM: the normalization recorded with the model
   first, so "25" is read TWENTY FIVE and the words are the model's, not <unk>."""
   import json  # pylint: disable=g-import-not-at-top
-  import subprocess  # pylint: disable=g-import-not-at-top
 
   corpus = tmp_path / "corpus.txt"
   said = "HE PAID TWENTY FIVE DOLLARS DIDN'T HE"
@@ -371,15 +359,9 @@ def test_ngram_py_and_score_py_give_the_same_score(tmp_path):
   ngram = _score_file_cli(f"--model={out}", f"--score_file={sentences}")
   assert ngram.returncode == 0, ngram.stderr
   rows = [line.split("\t") for line in ngram.stdout.splitlines()]
-  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  score = subprocess.run(
-    [sys.executable, os.path.join(repo, "score.py"), f"--model_dir=kenlm:{out}"],
-    input=sentences.read_text(),
-    capture_output=True,
-    text=True,
-    timeout=HANG_SECONDS,
+  score = commands.run(
+    "score.py", f"--model_dir=kenlm:{out}", stdin=sentences.read_text(), status=0
   )
-  assert score.returncode == 0, score.stderr
   records = [json.loads(line) for line in score.stdout.splitlines()]
 
   texts = sentences.read_text().splitlines()

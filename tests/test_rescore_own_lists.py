@@ -5,11 +5,9 @@ references. Tiny random T-TA model (conftest), lists converted from the shared L
 
 import json
 import os
-import subprocess
-import sys
 
+import commands
 import conftest
-from conftest import HANG_SECONDS
 import jiwer
 import nbest_fixtures
 import pytest
@@ -38,15 +36,7 @@ def tiny_lm(tmp_path_factory):
 
 
 def _rescore(*args):
-  result = subprocess.run(
-    [sys.executable, os.path.join(ROOT, "run_rescoring.py"), *args],
-    capture_output=True,
-    text=True,
-    cwd=ROOT,
-    timeout=HANG_SECONDS,
-  )
-  assert result.returncode == 0, result.stderr[-3000:]
-  return result.stdout
+  return commands.run("run_rescoring.py", *args, status=0).stdout
 
 
 def _kaldi_set(lists, root):
@@ -155,16 +145,15 @@ def test_a_weights_file_of_other_lms_is_one_line_before_any_scoring(tiny_lm, tmp
   lists = _json_lists(tmp_path / "lists.json", [["the cat sat", "a cat"]])
   weights = tmp_path / "weights.json"
   weights.write_text('{"first_pass": {"score": 1.0}, "lms": {"ngram": 0.5}, "length": 0.0}\n')
-  result = subprocess.run(
-    [sys.executable, os.path.join(ROOT, "run_rescoring.py"), f"--lm=tta={tiny_lm}"]
-    + ["--format=json", f"--test_file={lists}", f"--weights_file={weights}"]
-    + [f"--output_dir={tmp_path / 'out'}"],
-    capture_output=True,
-    text=True,
-    cwd=ROOT,
-    timeout=HANG_SECONDS,
+  result = commands.run(
+    "run_rescoring.py",
+    f"--lm=tta={tiny_lm}",
+    "--format=json",
+    f"--test_file={lists}",
+    f"--weights_file={weights}",
+    f"--output_dir={tmp_path / 'out'}",
+    status=2,
   )
-  assert result.returncode == 2
   errors = [l for l in result.stderr.splitlines() if l.startswith("run_rescoring.py: error")]
   assert errors == [
     f"run_rescoring.py: error: {weights}:1: weights for the LMs ['ngram'], "

@@ -6,11 +6,9 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 
+import commands
 import conftest
-from conftest import HANG_SECONDS
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -54,18 +52,11 @@ def model_dirs(tmp_path_factory):
 
 
 # Every progress line is logged (not one per 10 s), so that the tests see them.
-ENV = dict(os.environ, TTA_PROGRESS_SECONDS="0")
+ENV = {"TTA_PROGRESS_SECONDS": "0"}
 
 
 def _run(script, args):
-  return subprocess.run(
-    [sys.executable, os.path.join(ROOT, script)] + list(args),
-    capture_output=True,
-    text=True,
-    cwd=ROOT,
-    timeout=HANG_SECONDS,
-    env=ENV,
-  )
+  return commands.run(script, *args, env=ENV)
 
 
 def run_script(script, *args):
