@@ -322,15 +322,7 @@ def run_step(work_dir, name, args):
   with open(log_path, "a", encoding="utf-8") as log:
     log.write(f"\n# {datetime.datetime.now().isoformat()} {' '.join(cmd)}\n")
     log.flush()
-    # The step appends its stdout to the log itself (the file is open for appending).
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.PIPE, text=True)
-    for line in proc.stderr:
-      log.write(line)
-      log.flush()
-      shown = console_line(line)
-      if shown is not None:
-        sys.stderr.write(f"[{name}] {shown}")
-    code = proc.wait()
+    code = run_python(cmd, log, lambda line: _show(name, line))
   if code == cli.EXIT_INPUT_ERROR:  # the step printed its one-line reason above
     raise cli.InputError(f"stage {name} stopped on a wrong input; its log is {log_path}")
   if code != 0:
@@ -339,6 +331,26 @@ def run_step(work_dir, name, args):
     raise RuntimeError(f"stage {name} failed (exit {code}); log {log_path} ends with:\n{tail}")
   logging.info("[%s] done in %.1f min", name, (time.time() - start) / 60)
   return time.time() - start
+
+
+def _show(name, line):
+  """Writes a line of step `name`'s stderr to the console (see console_line)."""
+  shown = console_line(line)
+  if shown is not None:
+    sys.stderr.write(f"[{name}] {shown}")
+
+
+def run_python(cmd, log, show):
+  """Runs `cmd` in the repository: its stdout into the open file `log`, each stderr line into
+  `log` and to `show(line)`; returns its exit status. (The tests run the commands in their own
+  process through this seam.)"""
+  # The step appends its stdout to the log itself (the file is open for appending).
+  proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.PIPE, text=True)
+  for line in proc.stderr:
+    log.write(line)
+    log.flush()
+    show(line)
+  return proc.wait()
 
 
 def mode_settings():

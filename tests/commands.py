@@ -9,8 +9,9 @@ shows (a signal, a kill, thread pools or logical devices set before TensorFlow s
 every command once that way.
 
 After a run the flags it defined are deleted (two commands define --output_dir) and every other
-flag goes back to its default; the Keras dtype policy, op determinism and the SIGINT/SIGTERM
-handlers a run may set are put back.
+flag goes back to its default (a run inside a run gives the outer one its flags back as they
+were); the Keras dtype policy, op determinism and the SIGINT/SIGTERM handlers a run may set are
+put back.
 """
 
 import contextlib
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import traceback
 
+from absl import app
 from absl import flags
 from absl import logging
 import keras
@@ -30,6 +32,18 @@ from tensorflow.python.framework import config as tf_config  # no public getter 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS = flags.FLAGS
+
+# The flag names defined before the outermost run started; a run inside a run (reproduce.py's
+# stages) sets the outer command's flags aside while it runs, as its own process would not have
+# them. absl's --help flags, defined by a process's first app.run, are defined here first so
+# that they stay.
+app.define_help_flags()
+_BASE = []
+
+
+def _names():
+  """The defined flags' names (a short name, absl's --? of --help, goes with its flag)."""
+  return {FLAGS[name].name for name in FLAGS}
 
 
 def run(script, *args, stdin="", env=None, cwd=REPO, status=None):
@@ -88,7 +102,12 @@ def _isolated(argv, stdin, out, err, env, cwd):
   saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
   saved_policy = keras.mixed_precision.global_policy().name
   saved_determinism = tf_config.is_op_determinism_enabled()
-  was_parsed, flags_before = FLAGS.is_parsed(), set(FLAGS)
+  base = _BASE[0] if _BASE else _names()
+  outer = {name: FLAGS[name] for name in _names() - base}
+  for name in outer:
+    delattr(FLAGS, name)
+  _BASE.append(base)
+  was_parsed = FLAGS.is_parsed()
   sys.argv = argv
   os.environ.update(env or {})
   os.chdir(cwd)
@@ -101,11 +120,14 @@ def _isolated(argv, stdin, out, err, env, cwd):
   try:
     yield
   finally:
-    for name in set(FLAGS) - flags_before:
+    for name in _names() - base:
       delattr(FLAGS, name)
     FLAGS.unparse_flags()
+    for name, flag in outer.items():
+      FLAGS[name] = flag
     if was_parsed:
       FLAGS.mark_as_parsed()
+    _BASE.pop()
     sys.argv = saved_argv
     os.environ.clear()
     os.environ.update(saved_env)
