@@ -210,7 +210,9 @@ def read_sets():
     return {"wmt21": nbest_io.read_wmt_candidates(FLAGS.data_dir)}, [(None, "wmt21", [None])]
   pairs = [p.split(":") for p in FLAGS.pairs]
   names = sorted({n for p in pairs for n in p})
-  sets = {n: nbest_io.read_espnet_nbest(n, FLAGS.data_dir) for n in names}
+  # Only the lists of --max_lists / --sample_lists are parsed (read_lists cuts the others alike).
+  select = nbest.list_selection(FLAGS.max_lists, FLAGS.sample_lists, FLAGS.sample_seed)
+  sets = {n: nbest_io.read_espnet_nbest(n, FLAGS.data_dir, select) for n in names}
   return sets, [(dev, test, FLAGS.settings) for dev, test in pairs]
 
 

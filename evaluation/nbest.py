@@ -70,10 +70,27 @@ def sample_lists(lists, n, seed):
   The same (lists, n, seed) give the same sample in every run and for every LM, so LMs scored
   on it are compared on the same utterances (paired).
   """
-  if n >= len(lists):
-    return list(lists)
-  keep = np.random.default_rng(seed).choice(len(lists), size=n, replace=False)
-  return [lists[i] for i in sorted(keep)]
+  return [lists[i] for i in _sample_indices(len(lists), n, seed)]
+
+
+def _sample_indices(count, n, seed):
+  if n >= count:
+    return list(range(count))
+  return sorted(np.random.default_rng(seed).choice(count, size=n, replace=False))
+
+
+def list_selection(max_lists=None, sample_lists=None, seed=0):
+  """The lists a run uses, as a reader's `select`: (list count) -> their indices, in order.
+
+  The first `max_lists` (None or 0: all), then a seeded sample of `sample_lists` of those
+  (`sample_lists` above: the same sample as cutting and sampling the lists read whole).
+  """
+
+  def select(count):
+    count = min(count, max_lists) if max_lists else count
+    return _sample_indices(count, sample_lists, seed) if sample_lists else list(range(count))
+
+  return select
 
 
 def s2s_score(hyp, setting):

@@ -204,15 +204,24 @@ def _load_espnet_files(path):
   return files
 
 
-def _parse_espnet_keyed(label, text, parse_value):
+def _line_key(line):
+  """The key of a `<key> <value>` line, None for a line without one."""
+  match = _KEYED_RE.match(line)
+  return match and match.group(1)
+
+
+def _parse_espnet_keyed(label, text, parse_value, keys=None):
   """Parses `<utt_id> <value>` lines into {utt_id: (value, 'label:line')}.
 
   The key ends at the first space or tab (Kaldi's text archives and data dirs; ESPnet's
-  DatadirWriter writes `key value`); a line that starts with white space has no key.
+  DatadirWriter writes `key value`); a line that starts with white space has no key. With
+  `keys` (a set), the lines of other keys are skipped unparsed.
   """
   _check_final_newline(label, text)
   out = {}
   for lineno, line in enumerate(_split_lines(text), 1):
+    if keys is not None and _line_key(line) not in keys | {None}:
+      continue
     where = f"{label}:{lineno}"
     match = _KEYED_RE.fullmatch(line)
     if not match:
@@ -275,7 +284,7 @@ def _match_trn_id(trn_id, keys):
   return None
 
 
-def read_espnet_nbest(path_or_set_name, data_dir=None):
+def read_espnet_nbest(path_or_set_name, data_dir=None, select=None):
   """Reads an ESPnet2 N-best decode set with its references.
 
   Layout (inside the archive under `<set>/`, or in a directory): for N = 1..R,
@@ -294,6 +303,9 @@ def read_espnet_nbest(path_or_set_name, data_dir=None):
     path_or_set_name: str, a `.tar.xz` / set directory, or a set name (`dev_clean`, `test-other`)
       looked up in `<data_dir>/asr-librispeech-espnet2-30best/`.
     data_dir: str or None, the data root (see `io_utils.data_root`), used with a set name only.
+    select: None for every list, or a function (the set's list count) -> the indices, in
+      reference-file order, of the lists to read (`nbest.list_selection`): only their lines are
+      parsed and checked, so a few lists of a large set read in a fraction of the time.
 
   Returns:
     list[NBestList], in reference-file order, each with one reference and the hypotheses of
@@ -319,17 +331,24 @@ def read_espnet_nbest(path_or_set_name, data_dir=None):
   if sorted(by_rank) != list(range(1, len(by_rank) + 1)):
     raise ValueError(f"{path}: ranks must be 1..R without gaps, found {sorted(by_rank)}")
   has_total = any("score" in kinds for kinds in by_rank.values())
+  references = _parse_trn(*files[trn_name])
+  keys = None
+  if select is not None:
+    # Rank 1 holds every utterance with hypotheses: its keys map the reference ids.
+    known = {_line_key(l) for l in _split_lines(files["raw_hypotheses/1best_recog/text"][1])}
+    references = [references[i] for i in select(len(references))]
+    keys = {_match_trn_id(trn_id, known) for trn_id, _, _ in references} - {None}
 
   ranks = []  # one {utt: (Hypothesis, location)} per rank
   for rank in range(1, len(by_rank) + 1):
-    ranks.append(_read_espnet_rank(path, files, rank, has_total))
+    ranks.append(_read_espnet_rank(path, files, rank, has_total, keys))
 
   first_seen = {}
   for hyps in ranks:
     for key, (_, where) in hyps.items():
       first_seen.setdefault(key, where)
   lists, refs_seen = [], {}
-  for trn_id, ref, where in _parse_trn(*files[trn_name]):
+  for trn_id, ref, where in references:
     key = _match_trn_id(trn_id, first_seen)
     if key is None:
       raise ValueError(
@@ -346,8 +365,9 @@ def read_espnet_nbest(path_or_set_name, data_dir=None):
   return lists
 
 
-def _read_espnet_rank(path, files, rank, has_total):
-  """Returns {utt: (Hypothesis, 'label:line')} for one rank, checking its files agree."""
+def _read_espnet_rank(path, files, rank, has_total, keys=None):
+  """Returns {utt: (Hypothesis, 'label:line')} for one rank (the utterances of `keys`, a set, or
+  every one), checking its files agree."""
   prefix = f"raw_hypotheses/{rank}best_recog/"
   needed = ("text", "scores", "score") if has_total else ("text", "scores")
   parsers = {"text": _espnet_text, "scores": _espnet_scores, "score": _espnet_score}
@@ -355,7 +375,7 @@ def _read_espnet_rank(path, files, rank, has_total):
   for kind in needed:
     if prefix + kind not in files:
       raise ValueError(f"{path}: missing {prefix + kind} (other ranks have it)")
-    parsed[kind] = _parse_espnet_keyed(*files[prefix + kind], parsers[kind])
+    parsed[kind] = _parse_espnet_keyed(*files[prefix + kind], parsers[kind], keys)
   for kind in needed[1:]:
     _check_same_keys(
       parsed["text"], files[prefix + "text"][0], parsed[kind], files[prefix + kind][0]

@@ -667,3 +667,15 @@ def test_sample_lists_is_seeded_ordered_and_without_repeats():
   assert nbest.sample_lists(lists, 30, seed=5) == sample  # same for every LM and run
   assert nbest.sample_lists(lists, 30, seed=6) != sample
   assert nbest.sample_lists(lists, 200, seed=5) == lists
+
+
+@pytest.mark.parametrize(
+  "max_lists, sample, seed", [(6, None, 0), (None, 5, 3), (40, 7, 1), (5000, None, 0)]
+)
+def test_a_selection_reads_what_cutting_the_whole_set_gives(espnet_sets, max_lists, sample, seed):
+  # run_rescoring's --max_lists / --sample_lists parse only the lists they keep.
+  want = espnet_sets["dev_clean"][:max_lists]
+  if sample:
+    want = nbest.sample_lists(want, sample, seed)
+  select = nbest.list_selection(max_lists, sample, seed)
+  assert nbest_io.read_espnet_nbest("dev_clean", select=select) == want

@@ -6,7 +6,8 @@ reads where the quick mode writes it (reproduce.py: `<work_dir>/models/<type>` a
 `<work_dir>/kenlm/5gram.bin`, work_dir `runs/reproduce/quick`): tiny T-TA and biLM model dirs
 for LibriSpeech-normalised text, as the real ones, and a toy ARPA model at the 5-gram's path
 (KenLM reads ARPA whatever the name). The commands run in a scratch copy of the checkout (the
-modules linked in), so a real `runs/` is never touched. `source scripts/setup_env.sh` is left
+modules linked in), so a real `runs/` is never touched; our commands in them run in the test's
+process (`run_bash`). `source scripts/setup_env.sh` is left
 out: it sets up the environment these tests already run in.
 """
 
@@ -14,9 +15,10 @@ import json
 import math
 import os
 import re
+import shlex
 import subprocess
-import sys
 
+import commands
 from conftest import HANG_SECONDS
 from conftest import WORDS
 from conftest import data_dir_or_skip
@@ -74,20 +76,53 @@ def readme_blocks(title=SECTION):
 
 
 def run_bash(lines, cwd):
-  """Runs each line in `cwd` as the README's reader would; returns each one's stdout lines."""
+  """Runs each line in `cwd` as the README's reader would; returns each one's stdout lines.
+
+  A line that runs a command of ours (`[printf ... |] python SCRIPT.py ARGS [< IN] [> OUT]`)
+  runs it in this process (tests/commands.py), its input from the pipe's producer (run by bash)
+  or the file; any other line runs in bash.
+  """
   outputs = []
   for line in lines:
-    result = subprocess.run(
-      ["bash", "-c", line],
-      cwd=cwd,
-      capture_output=True,
-      text=True,
-      timeout=HANG_SECONDS,
-      env=dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]),
-    )
+    words = shlex.split(line, comments=True)
+    if "python" not in words:
+      result = subprocess.run(
+        ["bash", "-c", line], cwd=cwd, capture_output=True, text=True, timeout=HANG_SECONDS
+      )
+    else:
+      result = _run_python_line(line, words, cwd)
     assert result.returncode == 0, f"{line}\n{result.stderr[-3000:]}"
     outputs.append(result.stdout.splitlines())
   return outputs
+
+
+def _run_python_line(line, words, cwd):
+  """A README line `[PRODUCER |] python SCRIPT ARGS [< IN] [> OUT]` with SCRIPT run in-process."""
+  start = words.index("python")
+  stdin = ""
+  if start:
+    assert words[start - 1] == "|", line
+    producer = line[: line.index("| python")]
+    stdin = subprocess.run(
+      ["bash", "-c", producer], cwd=cwd, capture_output=True, text=True, check=True
+    ).stdout
+  script, *args = words[start + 1 :]
+  out = None
+  for redirect in ("<", ">"):
+    if redirect in args:
+      i = args.index(redirect)
+      path = os.path.join(cwd, args[i + 1])
+      args = args[:i] + args[i + 2 :]
+      if redirect == "<":
+        with open(path, encoding="utf-8") as f:
+          stdin = f.read()
+      else:
+        out = path
+  result = commands.run(script, *args, stdin=stdin, cwd=cwd)
+  if out:
+    with open(out, "w", encoding="utf-8") as f:
+      f.write(result.stdout)
+  return result
 
 
 @pytest.fixture(scope="module")
@@ -189,9 +224,9 @@ def own_lists(checkout):
 @pytest.mark.slow(seconds=65)
 def test_rescore_your_own_nbest_lists_runs_as_written(checkout, own_lists):
   block = readme_section(RESCORE_SECTION).split("```bash\n")[1].split("```")[0]
-  commands = [l for l in block.splitlines() if l and not l.startswith("#")]
-  assert len(commands) == len(TOOLKITS) + 1
-  run_bash(commands, checkout)
+  lines = [l for l in block.splitlines() if l and not l.startswith("#")]
+  assert len(lines) == len(TOOLKITS) + 1
+  run_bash(lines, checkout)
   keys = {n.key for n in own_lists["test"]}
   for toolkit in TOOLKITS:
     out = checkout / "rescored" / toolkit / "test"

@@ -1,8 +1,9 @@
 """Every command, given a wrong input as a new user would, prints one line naming it and exits 2.
 
-Each case runs the command as a subprocess (util/cli.py's promise is about what the user sees:
-no traceback, no usage dump). The wrong inputs are the cheap kind a command must refuse before
-it reads its data or builds anything, so each case costs the command's start-up only.
+Each command's first case runs it as a subprocess (util/cli.py's promise is about what the user
+sees: no traceback, no usage dump); its further cases run in the test's process. The wrong inputs
+are the cheap kind a command must refuse before it reads its data or builds anything, so each
+case costs the command's start-up only.
 """
 
 import os
@@ -11,6 +12,7 @@ import subprocess
 import sys
 
 from absl import flags
+import commands
 from conftest import HANG_SECONDS
 import pytest
 
@@ -60,17 +62,29 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("command, args, fragments", CASES)
+# A command's first case runs it as the user does, `python COMMAND` in a process of its own (its
+# `__main__` lines included); its further cases run in this process (tests/commands.py).
+FIRST_OF_COMMAND = {c: i for i, (c, _, _) in reversed(list(enumerate(CASES)))}
+
+
+@pytest.mark.parametrize(
+  "case", range(len(CASES)), ids=[f"{c}-{i}" for i, (c, _, _) in enumerate(CASES)]
+)
 @pytest.mark.slow(seconds=85)
-def test_a_wrong_input_is_one_line_and_exit_2(tmp_path, command, args, fragments):
-  result = subprocess.run(
-    [sys.executable, os.path.join(ROOT, command)] + [a.format(tmp=tmp_path) for a in args],
-    capture_output=True,
-    text=True,
-    cwd=ROOT,
-    stdin=subprocess.DEVNULL,
-    timeout=HANG_SECONDS,
-  )
+def test_a_wrong_input_is_one_line_and_exit_2(tmp_path, case):
+  command, args, fragments = CASES[case]
+  args = [a.format(tmp=tmp_path) for a in args]
+  if FIRST_OF_COMMAND[command] == case:
+    result = subprocess.run(
+      [sys.executable, os.path.join(ROOT, command)] + args,
+      capture_output=True,
+      text=True,
+      cwd=ROOT,
+      stdin=subprocess.DEVNULL,
+      timeout=HANG_SECONDS,
+    )
+  else:
+    result = commands.run(command, *args)
   lines = [line for line in result.stderr.splitlines() if line and not _TF_STARTUP.match(line)]
   assert result.returncode == cli.EXIT_INPUT_ERROR, result.stderr
   assert len(lines) == 1, result.stderr
