@@ -10,8 +10,8 @@ every command once that way.
 
 After a run the flags it defined are deleted (two commands define --output_dir) and every other
 flag goes back to its default (a run inside a run gives the outer one its flags back as they
-were); the Keras dtype policy, op determinism and the SIGINT/SIGTERM handlers a run may set are
-put back.
+were); the log format, the Keras dtype policy, op determinism and the SIGINT/SIGTERM handlers a
+run may set are put back.
 """
 
 import contextlib
@@ -97,7 +97,7 @@ def _isolated(argv, stdin, out, err, env, cwd):
   saved_env = dict(os.environ)
   saved_streams = sys.stdin, sys.stdout, sys.stderr
   handler = logging.get_absl_handler().python_handler
-  saved_log_stream = handler.stream
+  saved_log_stream, saved_log_format = handler.stream, handler.formatter
   saved_root_handlers = list(std_logging.root.handlers)
   saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
   saved_policy = keras.mixed_precision.global_policy().name
@@ -134,6 +134,7 @@ def _isolated(argv, stdin, out, err, env, cwd):
     os.chdir(saved_cwd)
     sys.stdin, sys.stdout, sys.stderr = saved_streams
     handler.stream = saved_log_stream
+    handler.setFormatter(saved_log_format)  # reproduce.py sets its own
     std_logging.root.handlers[:] = saved_root_handlers
     for sig, previous in saved_signals.items():
       signal.signal(sig, previous)

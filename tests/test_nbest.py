@@ -670,7 +670,7 @@ def test_sample_lists_is_seeded_ordered_and_without_repeats():
 
 
 @pytest.mark.parametrize(
-  "max_lists, sample, seed", [(6, None, 0), (None, 5, 3), (40, 7, 1), (5000, None, 0)]
+  "max_lists, sample, seed", [(6, None, 0), (None, 5, 3), (40, 7, 1), (5000, 3, 2)]
 )
 def test_a_selection_reads_what_cutting_the_whole_set_gives(espnet_sets, max_lists, sample, seed):
   # run_rescoring's --max_lists / --sample_lists parse only the lists they keep.
