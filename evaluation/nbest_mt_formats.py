@@ -9,6 +9,7 @@ docstring names the rules of its file and where they come from.
 """
 
 import dataclasses
+import itertools
 import math
 import re
 
@@ -85,6 +86,7 @@ class _FairseqSample:
   source: bool = False
   target: str = None
   hyps: list = dataclasses.field(default_factory=list)
+  lines: list = dataclasses.field(default_factory=list)  # indices of its record lines
 
 
 def _fairseq_attached(kind, rest, hyp, where):
@@ -119,6 +121,7 @@ def _parse_fairseq(path, lines):
       raise ValueError(f"{where}: expected '<type>-<id><TAB>...', found {line!r}")
     kind, sample_id, _, rest = match.groups()
     sample = samples.setdefault(int(sample_id), _FairseqSample(where))
+    sample.lines.append(index)
     if kind == "S":
       if sample.source:
         raise ValueError(f"{where}: a second S- line for id {sample_id}")
@@ -228,25 +231,29 @@ def read_fairseq(path, refs_path=None, detok=True, nbest=None):
   return _attach_aligned_refs(lists, wheres, refs_path)
 
 
-def write_fairseq(lists, source_path, out_path, feature_names):
+def write_fairseq(lists, source_path, out_path, feature_names, kept=None):
   """Writes `source_path` again with, after each hypothesis' lines, one line per new feature,
   `F-<id><TAB><name><TAB><value>`, the value in base 2 as fairseq writes its scores (fairseq's
-  own consumers select lines by their H-/D-/P- prefix and pass over the new one)."""
+  own consumers select lines by their H-/D-/P- prefix and pass over the new one). With `kept`,
+  the records of the other samples are left out (the log lines stay)."""
   lines = nbest_files.read_lines(source_path)
   _, wheres, samples = _fairseq_lists(source_path, lines, True, None)
-  by_key = {str(sample_id): samples[sample_id] for sample_id in sorted(samples)}
-  allowed = {key: [(h.text, h.detok) for h in s.hyps] for key, s in by_key.items()}
+  ids = sorted(samples)
+  chosen = [ids[i] for i in nbest_files.kept_indices(len(ids), kept, source_path)]
+  allowed = {str(i): [(h.text, h.detok) for h in samples[i].hyps] for i in chosen}
   _check_source(lists, allowed, source_path, wheres)
+  left_out = {index for i in set(ids) - set(chosen) for index in samples[i].lines}
   after = {}
   for nbest in lists:
-    for hyp, source in zip(nbest.hyps, by_key[nbest.key].hyps):
+    for hyp, source in zip(nbest.hyps, samples[int(nbest.key)].hyps):
       after[source.last] = [
         f"F-{nbest.key}\t{name}\t{hyp.scores[name] / _LN2!r}" for name in feature_names
       ]
   out = []
   for index, line in enumerate(lines):
-    out.append(line)
-    out.extend(after.get(index, []))
+    if index not in left_out:
+      out.append(line)
+      out.extend(after.get(index, []))
   io_utils.write_atomically(out_path, nbest_files.lines_text(out))
 
 
@@ -374,18 +381,23 @@ def read_moses(path, refs_path=None, nbest=None):
   return _attach_aligned_refs(lists, wheres, refs_path)
 
 
-def write_moses(lists, source_path, out_path, feature_names):
-  """Writes `source_path` again with each new feature appended to the feature field of each
-  line as `NAME= value`; the total is left as it is (the feature has no weight yet)."""
+def write_moses(lists, source_path, out_path, feature_names, kept=None):
+  """Writes the lines of `source_path` of the lists (those at `kept`, else all) with each new
+  feature appended to the feature field of each line as `NAME= value`; the total is left as it
+  is (the feature has no weight yet)."""
   lines = nbest_files.read_lines(source_path)
   source_lists, wheres, field_index = _moses_lists(source_path, lines)
-  allowed = {n.key: [(h.text,) for h in n.hyps] for n in source_lists}
+  # A segment's lines come together (_moses_lists), so its first line is the count before it.
+  starts = list(itertools.accumulate((len(n.hyps) for n in source_lists), initial=0))
+  chosen = nbest_files.kept_indices(len(source_lists), kept, source_path)
+  allowed = {source_lists[i].key: [(h.text,) for h in source_lists[i].hyps] for i in chosen}
   _check_source(lists, allowed, source_path, wheres)
-  hyps = [hyp for nbest in lists for hyp in nbest.hyps]
   out = []
-  for line, index, hyp in zip(lines, field_index, hyps):
-    fields = line.split("|||")
-    added = "".join(f" {name}= {hyp.scores[name]!r}" for name in feature_names)
-    fields[index] = fields[index].rstrip() + added + " "
-    out.append("|||".join(fields))
+  for i, nbest in zip(chosen, lists):
+    for number, hyp in enumerate(nbest.hyps, starts[i]):
+      fields = lines[number].split("|||")
+      added = "".join(f" {name}= {hyp.scores[name]!r}" for name in feature_names)
+      index = field_index[number]
+      fields[index] = fields[index].rstrip() + added + " "
+      out.append("|||".join(fields))
   io_utils.write_atomically(out_path, nbest_files.lines_text(out))

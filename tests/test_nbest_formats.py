@@ -707,6 +707,30 @@ def test_write_rescored_refuses_lists_of_another_file(fmt, tmp_path):
     nbest_formats.write_rescored(fmt, lists, path, str(tmp_path / "out"), {"tta": [[0.0] * 3] * 3})
 
 
+@pytest.mark.parametrize("fmt", ["nemo", "fairseq", "moses"])
+def test_write_rescored_of_some_lists_writes_their_lines_only(fmt, tmp_path):
+  # run_rescoring.py --max_lists / --sample_lists: the lists kept, by their index in the file.
+  path, refs, options = nbest_fixtures.WRITERS[fmt](_toy_lists(), str(tmp_path))
+  lists = nbest_formats.read_nbest(fmt, path, refs_path=refs, **options)
+  out = str(tmp_path / "out")
+  features = {"tta": [[-1.0, -2.0, -3.0], [-4.0, -5.0, -6.0]]}
+  nbest_formats.write_rescored(fmt, [lists[0], lists[2]], path, out, features, kept=[0, 2])
+  back = nbest_formats.read_nbest(
+    fmt, out, **({"beam_size": 3, "columns": ("score", "tta")} if fmt == "nemo" else {})
+  )
+  assert [[h.text for h in n.hyps] for n in back] == [
+    [h.text for h in n.hyps] for n in (lists[0], lists[2])
+  ]
+  assert [h.scores["tta"] for n in back for h in n.hyps] == pytest.approx([-1, -2, -3, -4, -5, -6])
+  with open(out, encoding="utf-8") as f:
+    text = f.read()
+  if fmt == "fairseq":  # the log lines stay, the other sample's records go
+    assert "| INFO |" in text and "BLEU4" in text and "\nS-1\t" not in text
+  for kept, message in (([0, 3], "has 3 lists, no list 4"), ([2, 0], "indices must increase")):
+    with pytest.raises(ValueError, match=message):
+      nbest_formats.write_rescored(fmt, [lists[0], lists[2]], path, out, features, kept=kept)
+
+
 def test_one_best_as_kaldi_text_and_trn(tmp_path):
   lists = _toy_lists()
   nbest_formats.write_kaldi_text(lists, [1, 2, 0], str(tmp_path / "text"))

@@ -14,6 +14,7 @@ import pytest
 import sacrebleu
 import tensorflow as tf
 
+from evaluation import nbest
 from evaluation import nbest_formats
 from evaluation import nbest_io
 from lm import model_dir
@@ -206,3 +207,45 @@ def test_the_combination_is_checked_before_any_lm_scores(
       sets, names, path and str(path), first_pass, str(tmp_path / "dev.json")
     )
   assert str(error.value).startswith(message.format(weights=path)), str(error.value)
+
+
+@pytest.mark.slow(seconds=12)
+@pytest.mark.parametrize(
+  "fmt, cut",
+  [
+    ("fairseq", "--max_lists=2"),
+    ("moses", "--max_lists=2"),
+    ("nemo", "--max_lists=2"),
+    ("moses", "--sample_lists=2"),
+  ],
+)
+def test_a_cut_set_of_line_based_lists_is_rescored_and_written_back(tiny_lm, tmp_path, fmt, cut):
+  conftest.data_dir_or_skip(nbest_io.ESPNET_DIR)
+  lists = nbest_io.read_espnet_nbest("dev_other")[:8]
+  dev, dev_refs, options = nbest_fixtures.WRITERS[fmt](lists[:4], str(tmp_path / "dev"))
+  test, test_refs, _ = nbest_fixtures.WRITERS[fmt](lists[4:], str(tmp_path / "test"))
+  out = tmp_path / "out"
+  _rescore(
+    f"--lm=tta={tiny_lm}",
+    f"--format={fmt}",
+    *[f"--format_option={k}={v}" for k, v in options.items()],
+    f"--dev_file={dev}",
+    f"--dev_refs={dev_refs}",
+    f"--test_file={test}",
+    f"--test_refs={test_refs}",
+    cut,
+    f"--output_dir={out}",
+  )
+  report = json.loads((out / "rescoring_report.json").read_text())
+  assert report["sets"]["test"]["lists"] == report["sets"]["dev"]["lists"] == 2
+  # The rescored file holds the kept lists only, each hypothesis with the LM's score.
+  rescored = out / "test" / os.path.basename(test)
+  back_options = dict(options)
+  if fmt == "nemo":
+    back_options["columns"] = ("score", "tta")
+  back = nbest_formats.read_nbest(fmt, str(rescored), **back_options)
+  sample = cut.startswith("--sample")
+  kept = [lists[4:][i] for i in nbest.list_selection(None, 2, 0)(4)] if sample else lists[4:6]
+  assert [[h.text for h in n.hyps] for n in back] == [[h.text for h in n.hyps] for n in kept]
+  assert all(h.scores["tta"] < 0 for n in back for h in n.hyps)
+  assert len((out / "test" / "text").read_text().splitlines()) == 2
