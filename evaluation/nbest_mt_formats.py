@@ -261,6 +261,11 @@ def write_fairseq(lists, source_path, out_path, feature_names, kept=None):
 # Moses / Marian n-best lists.
 
 
+# Marian's `--word-scores` field (src/translator/output_printer.h: " ||| WordScores=" and the
+# score of each word).
+_MARIAN_WORD_SCORES = "WordScores="
+
+
 def _moses_features(field, where, arity):
   """{name: value} of a feature field `Name= v1 v2 Name2= v3` (also `Name=v`, as Marian writes
   `F0=<score>`) whose first token is a label; a label with several values gives `Name_0`,
@@ -298,11 +303,17 @@ def _parse_moses_line(line, where, arity):
     raise ValueError(
       f"{where}: expected 'id ||| hypothesis ||| features ||| total', found {line!r}"
     )
-  # Moses: id ||| text ||| features ||| total [||| alignment]; Marian puts its alignment field
-  # before the features: the feature field is the first that starts with a label.
+  # Moses: id ||| text ||| features ||| total [||| alignment]; Marian puts its alignment and
+  # word-score fields before the features: the feature field is the first other field that
+  # starts with a label.
   for index in range(2, len(fields) - 1):
     tokens = fields[index].split()
-    if tokens and "=" in tokens[0]:
+    if tokens and tokens[0].startswith(_MARIAN_WORD_SCORES):
+      # Per-word scores, not a feature to weigh; kept in the line as written.
+      for token in [tokens[0][len(_MARIAN_WORD_SCORES) :], *tokens[1:]]:
+        if token:
+          nbest_io._parse_number(token, where, "WordScores")
+    elif tokens and "=" in tokens[0]:
       break
   else:
     raise ValueError(
@@ -348,8 +359,10 @@ def read_moses(path, refs_path=None, nbest=None):
   first, ids from 0; moses/BaseManager.cpp OutputFeatureScores labels each dense feature
   function once, `Name= v1 v2 ...`, and each non-zero sparse feature `name= v`; with
   -include-alignment-in-n-best an alignment field follows the total. Marian
-  (src/translator/output_printer.h): `id ||| translation [||| alignment] ||| F0= v F1= v ...
-  ||| total`, `F0=<score>` when there is no breakdown. The features are Moses' log-linear
+  (src/translator/output_printer.h): `id ||| translation [||| alignment] [||| WordScores= w1
+  w2 ...] ||| F0= v F1= v ... ||| total`, `F0=<score>` when there is no breakdown; the word
+  scores (--word-scores) are not read as features and are written back as they are. The
+  features are Moses' log-linear
   features (natural-log model scores, penalties as counts), taken as written: the total is their
   weighted sum, higher is better, read as "score". A label with several values gives `Name_0`,
   `Name_1`, ...; a sparse feature absent from a line is 0. Pre-2013 Moses `name:` labels are not

@@ -398,6 +398,34 @@ def test_moses_and_marian_samples(tmp_path):
   _rejects("moses", moses, f"{moses}:1", "segment 0 has 2 hypotheses, not 1", nbest=1)
 
 
+def test_marian_word_scores_are_kept_not_weighed(tmp_path):
+  # Marian --word-scores, src/translator/output_printer.h: " ||| WordScores=" and each word's
+  # score (5 decimals) in a field of its own, after the alignment and before the features.
+  lines = [
+    "0 ||| a house ||| WordScores= -0.50000 -0.30000 ||| F0= -1.66 F1= -2.5 ||| -1.66",
+    "0 ||| the house ||| 0-0 1-1 ||| WordScores= -0.86000 -1.00000 ||| F0= -1.86 F1= -2 ||| -1.86",
+    "1 ||| yes ||| WordScores= -0.25000 ||| F0= -0.25 F1= -1 ||| -0.25",
+  ]
+  path = _write(tmp_path / "nbest.marian", "".join(line + "\n" for line in lines))
+  lists = nbest_formats.read_nbest("moses", path)
+  assert [h.scores for n in lists for h in n.hyps] == [
+    {"F0": -1.66, "F1": -2.5, "score": -1.66},
+    {"F0": -1.86, "F1": -2.0, "score": -1.86},
+    {"F0": -0.25, "F1": -1.0, "score": -0.25},
+  ]
+  out = str(tmp_path / "out")
+  nbest_formats.write_rescored("moses", lists, path, out, {"tta": [[-1.0, -2.0], [-3.0]]})
+  with open(out, encoding="utf-8") as f:
+    assert f.read().splitlines() == [
+      "0 ||| a house ||| WordScores= -0.50000 -0.30000 ||| F0= -1.66 F1= -2.5 tta= -1.0 ||| -1.66",
+      "0 ||| the house ||| 0-0 1-1 ||| WordScores= -0.86000 -1.00000 ||| F0= -1.86 F1= -2 "
+      "tta= -2.0 ||| -1.86",
+      "1 ||| yes ||| WordScores= -0.25000 ||| F0= -0.25 F1= -1 tta= -3.0 ||| -0.25",
+    ]
+  bad = _write(tmp_path / "bad.marian", "0 ||| a ||| WordScores= -0.5 high ||| F0= -1 ||| -1\n")
+  _rejects("moses", bad, f"{bad}:1", "WordScores: expected a number")
+
+
 @pytest.mark.parametrize(
   "text, line, message",
   [
