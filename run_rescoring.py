@@ -553,7 +553,8 @@ def main(argv):
       # The cache has one writer: a second run into --output_dir exits 2 naming this one.
       path = os.path.join(FLAGS.output_dir, "cache", "lm_scores.jsonl")
       stack.enter_context(io_utils.exclusive_lock(path, wait=False))
-      cache = score_cache.ScoreCache(path)
+      with cli.user_input():  # a damaged cache: one line, before any LM is loaded
+        cache = score_cache.ScoreCache(path)
     rows, all_scores = rescore_all(cache, sets, runs, metric)
   if runs:
     print(markdown(rows, metric))

@@ -249,3 +249,33 @@ def test_a_cut_set_of_line_based_lists_is_rescored_and_written_back(tiny_lm, tmp
   assert [[h.text for h in n.hyps] for n in back] == [[h.text for h in n.hyps] for n in kept]
   assert all(h.scores["tta"] < 0 for n in back for h in n.hyps)
   assert len((out / "test" / "text").read_text().splitlines()) == 2
+
+
+def test_a_damaged_score_cache_is_one_line_before_any_lm_loads(tiny_lm, tmp_path, monkeypatch):
+  lists = _json_lists(tmp_path / "lists.json", [["the cat sat", "a cat"]])
+  weights = tmp_path / "weights.json"
+  weights.write_text('{"first_pass": {"score": 1.0}, "lms": {"tta": 0.5}, "length": 0.0}\n')
+  cache = tmp_path / "out" / "cache" / "lm_scores.jsonl"
+  cache.parent.mkdir(parents=True)
+  good = '{"model": "m", "text": "a", "value": [-1.0, 2, false]}\n'
+  cache.write_text(good + '{"model": "m", "text": \n' + good)
+
+  def no_loading(*args, **kwargs):
+    raise AssertionError("an LM was loaded")
+
+  monkeypatch.setattr(run_rescoring.inference, "load_lm", no_loading)
+  result = commands.run(
+    "run_rescoring.py",
+    f"--lm=tta={tiny_lm}",
+    "--format=json",
+    f"--test_file={lists}",
+    f"--weights_file={weights}",
+    f"--output_dir={tmp_path / 'out'}",
+    status=2,
+  )
+  errors = [l for l in result.stderr.splitlines() if l.startswith("run_rescoring.py: error")]
+  assert errors == [
+    f"run_rescoring.py: error: {cache}:2: not a JSON cache record (Expecting value at column "
+    "24); remove the line (its score is computed again)"
+  ]
+  assert "Traceback" not in result.stderr
