@@ -110,11 +110,12 @@ def define_flags():
     None,
     "Combination weights to apply (the weights.json of an earlier run); no tuning on dev then.",
   )
-  flags.DEFINE_list(
+  cli.define_escaped_list(
     "first_pass",
     [],
-    "First-pass score columns NAME[:WEIGHT] of the combination; default 'score' if the lists "
-    "have it, else every column.",
+    "First-pass score columns NAME[:WEIGHT] of the combination, separated by commas; a comma in "
+    "a NAME is written \\, (e.g. Moses' sparse feature pl_1,1: --first_pass='pl_1\\,1,LM0'). "
+    "Default 'score' if the lists have it, else every column.",
   )
   flags.DEFINE_bool(
     "allow_negative_weights",
@@ -460,9 +461,10 @@ def check_tuning_input(sets, names, weights_file, first_pass, dev_file):
         missing = sorted(set(weights.first_pass) - set(hyp.scores))
         if missing:
           source = weights_file or "--first_pass"
+          hint = "; a comma in a name is written \\," if any("," in n for n in hyp.scores) else ""
           raise ValueError(
             f"{source}: the first-pass column {missing[0]!r} is not in the {set_name} lists "
-            f"(list {lst.key!r} has {sorted(hyp.scores)})"
+            f"(list {lst.key!r} has {sorted(hyp.scores)}{hint})"
           )
 
 

@@ -279,3 +279,32 @@ def test_a_damaged_score_cache_is_one_line_before_any_lm_loads(tiny_lm, tmp_path
     "24); remove the line (its score is computed again)"
   ]
   assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow(seconds=5)
+def test_a_moses_sparse_feature_with_a_comma_is_named_with_a_backslash(tiny_lm, tmp_path):
+  # Moses writes a sparse feature only where it is not 0 (BaseManager::OutputFeatureScores).
+  nbest = tmp_path / "nbest.txt"
+  nbest.write_text(
+    "0 ||| the cat sat ||| LM0= -4.5 pl_1,1= 2 ||| -3.5\n"
+    "0 ||| a cat sat ||| LM0= -5 ||| -5\n"
+    "1 ||| the dog ran ||| LM0= -3 ||| -3\n"
+    "1 ||| a dog ran ||| LM0= -3.5 pl_1,1= 1 ||| -3\n"
+  )
+  refs = tmp_path / "refs.txt"
+  refs.write_text("the cat sat\na dog ran\n")
+  out = tmp_path / "out"
+  _rescore(
+    f"--lm=tta={tiny_lm}",
+    "--format=moses",
+    f"--dev_file={nbest}",
+    f"--dev_refs={refs}",
+    f"--test_file={nbest}",
+    "--first_pass=pl_1\\,1:0.5,LM0",
+    f"--output_dir={out}",
+  )
+  weights = json.loads((out / "weights.json").read_text())
+  assert sorted(weights["first_pass"]) == ["LM0", "pl_1,1"]
+  assert weights["grid_start"]["weights"]["first_pass"]["pl_1,1"] == 0.5
+  rescored = (out / "test" / "nbest.txt").read_text().splitlines()
+  assert rescored[0].startswith("0 ||| the cat sat ||| LM0= -4.5 pl_1,1= 2 tta= ")
