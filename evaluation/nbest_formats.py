@@ -10,10 +10,10 @@ The contract (what every format's reader gives, whatever the file):
     `hyps` in the file's rank order (rank 1 first), `refs` the references, or [] when the file
     and `refs_path` give none (a blind test set). Either every list has references or none.
   - each Hypothesis' `scores` are named first-pass scores in natural log, higher is better,
-    converted once in the reader: a cost c (-ln p: Kaldi) becomes -c; base 2 (fairseq) is
-    multiplied by ln 2. Which names a format gives is in `FORMATS[fmt].scores`; every
-    hypothesis of a file has the same names. What a file cannot give is absent (ESPnet2 writes
-    no per-component scores; Kaldi no total).
+    converted once in the reader: a cost c (-ln p: Kaldi) becomes -c; base 2 (fairseq, unless
+    its log_base option says e) is multiplied by ln 2. Which names a format gives is in
+    `FORMATS[fmt].scores`; every hypothesis of a file has the same names. What a file cannot
+    give is absent (ESPnet2 writes no per-component scores; Kaldi no total).
   - bad input raises ValueError whose message starts with `file:line:` (cli.user_input turns it
     into one line and exit status 2): a malformed line, a hypothesis missing from a cost or
     score file, rows that do not fill the beams, a missing H- line, references that do not match
@@ -208,9 +208,9 @@ FORMATS = {
     write=nbest_mt_formats.write_fairseq,
     path="fairseq-generate's output",
     refs="line-aligned reference file(s), line i + 1 for id i (default: the T- lines)",
-    options="detok=bool, nbest=int",
+    options="detok=bool, nbest=int, log_base=2|e (default 2; e: fairseq before 2020-01-13)",
     scores=f"'score' (H-, length-normalised), 'logprob' (sum of P-) ({_SCORE_NOTE})",
-    features="a line `F-<id><TAB><name><TAB><value in base 2>` after the hypothesis' lines",
+    features="a line `F-<id><TAB><name><TAB><value in log_base>` after the hypothesis' lines",
   ),
   "moses": Format(
     read=nbest_mt_formats.read_moses,

@@ -335,6 +335,74 @@ def test_fairseq_sample(tmp_path):
   assert nbest_formats.read_nbest("fairseq", path, refs_path=refs)[1].refs == ["it is good"]
 
 
+def _base_warnings(caplog):
+  return [r.getMessage() for r in caplog.records if "log-probs (log_base)" in r.getMessage()]
+
+
+def test_fairseq_log_base_and_the_warning_when_the_file_says_otherwise(tmp_path, caplog):
+  # fairseq before its commit 660d69f (2020-01-13) printed natural-log scores, and its summary
+  # line without the base-2 note. Sample 0's two hypotheses, e ** -0.5 + e ** -1.5 = 0.83, would
+  # total 2 ** -0.5 + 2 ** -1.5 = 1.06 read as base 2: no probabilities.
+  old = [
+    "| loading model(s) from checkpoint_best.pt",
+    "S-0\tja",
+    "H-0\t-0.25\tyes",
+    "P-0\t-0.2500 -0.2500",
+    "H-0\t-0.75\tyeah",
+    "P-0\t-0.7500 -0.7500",
+    "| Translated 1 sentences (4 tokens) in 0.1s (10.00 sentences/s, 40.00 tokens/s)",
+  ]
+  path = _fairseq_sample(tmp_path, old)
+  caplog.set_level("WARNING")
+  natural = nbest_formats.read_nbest("fairseq", path, log_base="e")
+  assert [h.scores for h in natural[0].hyps] == [
+    {"score": -0.25, "logprob": -0.5},
+    {"score": -0.75, "logprob": -1.5},
+  ]
+  assert _base_warnings(caplog) == []
+  nbest_formats.read_nbest("fairseq", path)  # base 2, the default: one warning for the file
+  assert _base_warnings(caplog) == [
+    f"{path}: read as base-2 log-probs (log_base), but its log has generate.py's summary "
+    "without the base-2 note (fairseq before 2020-01-13)"
+  ]
+  caplog.clear()
+  path = _fairseq_sample(tmp_path, old[1:-1])  # no log lines: the probabilities tell
+  nbest_formats.read_nbest("fairseq", path, log_base=2)
+  assert _base_warnings(caplog) == [
+    f"{path}: read as base-2 log-probs (log_base), but the hypotheses of id 0 would together "
+    "have probability 1.06 > 1"
+  ]
+  caplog.clear()
+  # Since 660d69f: base 2, and the note in the same stream.
+  note = "2024-05-01 10:00:01 | INFO | fairseq_cli.generate | NOTE: hypothesis and token scores "
+  path = _fairseq_sample(tmp_path, old[1:-1] + [note + "are output in base 2"])
+  assert [h.scores for h in nbest_formats.read_nbest("fairseq", path)[0].hyps] == [
+    pytest.approx({"score": -0.25 * LN2, "logprob": -0.5 * LN2}, rel=1e-12),
+    pytest.approx({"score": -0.75 * LN2, "logprob": -1.5 * LN2}, rel=1e-12),
+  ]
+  assert len(_base_warnings(caplog)) == 1  # the probabilities, not the note
+  caplog.clear()
+  nbest_formats.read_nbest("fairseq", path, log_base="e")
+  assert _base_warnings(caplog) == [
+    f"{path}: read as base-e log-probs (log_base), but its log says "
+    "'hypothesis and token scores are output in base 2'"
+  ]
+  with pytest.raises(ValueError, match="log_base must be 2 or e, found 10"):
+    nbest_formats.read_nbest("fairseq", path, log_base=10)
+
+
+def test_fairseq_features_are_written_in_the_file_s_base(tmp_path):
+  path = _fairseq_sample(tmp_path)
+  lists = nbest_formats.read_nbest("fairseq", path, log_base="e")
+  out = str(tmp_path / "out.txt")
+  features = {"tta": [[-1.5, -2.5], [-3.5, -4.5]]}
+  nbest_formats.write_rescored("fairseq", lists, path, out, features, log_base="e", nbest=2)
+  with open(out, encoding="utf-8") as f:
+    assert "F-0\ttta\t-1.5\n" in f.read()
+  back = nbest_formats.read_nbest("fairseq", out, log_base="e")
+  assert [h.scores["tta"] for n in back for h in n.hyps] == [-1.5, -2.5, -3.5, -4.5]
+
+
 @pytest.mark.parametrize(
   "drop, replace, line, message",
   [
