@@ -110,11 +110,12 @@ def define_flags():
     None,
     "Combination weights to apply (the weights.json of an earlier run); no tuning on dev then.",
   )
-  flags.DEFINE_list(
+  cli.define_escaped_list(
     "first_pass",
     [],
-    "First-pass score columns NAME[:WEIGHT] of the combination; default 'score' if the lists "
-    "have it, else every column.",
+    "First-pass score columns NAME[:WEIGHT] of the combination, separated by commas; a comma in "
+    "a NAME is written \\, (e.g. Moses' sparse feature pl_1,1: --first_pass='pl_1\\,1,LM0'). "
+    "Default 'score' if the lists have it, else every column.",
   )
   flags.DEFINE_bool(
     "allow_negative_weights",
@@ -134,13 +135,18 @@ def define_flags():
     "output_dir", None, "Results (rescoring_results.json, .md) and the score cache."
   )
   flags.DEFINE_integer(
-    "max_lists", None, "Use only the first N lists of each set (quick runs).", lower_bound=0
+    "max_lists",
+    None,
+    "Use only the first N lists of each set (quick runs). With --test_file, the rescored lists, "
+    "1-best files and metrics then hold those lists only (a line-based file: their lines, in "
+    "the input's order).",
+    lower_bound=0,
   )
   flags.DEFINE_integer(
     "sample_lists",
     None,
     "Use a seeded random sample of N lists of each set (after --max_lists), the same for every "
-    "LM and run: paired comparisons at a fraction of the cost.",
+    "LM and run: paired comparisons at a fraction of the cost. Outputs as for --max_lists.",
     lower_bound=0,
   )
   flags.DEFINE_integer("sample_seed", 0, "Seed of --sample_lists.")
@@ -182,11 +188,16 @@ def perplexity(lists, scores):
   return nbest.pppl_summary([scores[r][0] for r in refs], [scores[r][1] for r in refs])
 
 
+def format_options():
+  """{KEY: VALUE} of --format_option."""
+  return dict(rescore_files.parse_option(o) for o in FLAGS.format_option)
+
+
 def read_sets():
   """{set name: list of NBestList} and the (dev, test, settings) of the paper's table to run
   (none for --test_file sets without references, or rescored with --weights_file)."""
   if FLAGS.test_file is not None:
-    options = dict(rescore_files.parse_option(o) for o in FLAGS.format_option)
+    options = format_options()
     sets = {}
     for name, path, refs in (
       ("dev", FLAGS.dev_file, FLAGS.dev_refs),
@@ -450,9 +461,10 @@ def check_tuning_input(sets, names, weights_file, first_pass, dev_file):
         missing = sorted(set(weights.first_pass) - set(hyp.scores))
         if missing:
           source = weights_file or "--first_pass"
+          hint = "; a comma in a name is written \\," if any("," in n for n in hyp.scores) else ""
           raise ValueError(
             f"{source}: the first-pass column {missing[0]!r} is not in the {set_name} lists "
-            f"(list {lst.key!r} has {sorted(hyp.scores)})"
+            f"(list {lst.key!r} has {sorted(hyp.scores)}{hint})"
           )
 
 
@@ -487,9 +499,10 @@ def format_metrics(values):
   )
 
 
-def rescore_own_files(sets, lm_scores, metric):
+def rescore_own_files(sets, kept, lm_scores, metric):
   """--test_file runs: the combination's weights, and for each set its rescored lists, 1-best
-  files and metrics in --output_dir/<set>/, summed up in --output_dir/rescoring_report.json."""
+  files and metrics in --output_dir/<set>/, summed up in --output_dir/rescoring_report.json;
+  `kept` gives each set's lists' indices in its file (read_lists)."""
   lm_tables = {n: {m: lm_table(l, s) for m, s in lm_scores.items()} for n, l in sets.items()}
   weights, info = combination_weights(sets, lm_tables, metric)
   report = {"weights": rescore_files.dataclass_dict(weights), "tuning": info, "sets": {}}
@@ -501,7 +514,15 @@ def rescore_own_files(sets, lm_scores, metric):
     out_dir = os.path.join(FLAGS.output_dir, name)
     source, refs = sources[name]
     paths = rescore_files.write_outputs(
-      FLAGS.format, lists, source, out_dir, lm_tables[name], choice, bool(refs)
+      FLAGS.format,
+      lists,
+      source,
+      out_dir,
+      lm_tables[name],
+      choice,
+      bool(refs),
+      kept[name],
+      format_options(),
     )
     entry = {
       "lists": len(lists),
@@ -527,14 +548,15 @@ def main(argv):
     for _, spec in lm_flags.named_specs(FLAGS.model_dir):
       inference.check_spec(spec)
   metric = "bleu" if FLAGS.task == "nmt" else "wer"
-  sets, runs = read_lists()
+  sets, runs, kept = read_lists()
   with contextlib.ExitStack() as stack:
     cache = None
     if FLAGS.output_dir:
       # The cache has one writer: a second run into --output_dir exits 2 naming this one.
       path = os.path.join(FLAGS.output_dir, "cache", "lm_scores.jsonl")
       stack.enter_context(io_utils.exclusive_lock(path, wait=False))
-      cache = score_cache.ScoreCache(path)
+      with cli.user_input():  # a damaged cache: one line, before any LM is loaded
+        cache = score_cache.ScoreCache(path)
     rows, all_scores = rescore_all(cache, sets, runs, metric)
   if runs:
     print(markdown(rows, metric))
@@ -542,24 +564,21 @@ def main(argv):
       write_results(rows, metric)
   if FLAGS.test_file is not None and FLAGS.output_dir:
     with cli.user_input():
-      rescore_own_files(sets, all_scores, metric)
+      rescore_own_files(sets, kept, all_scores, metric)
 
 
 def read_lists():
-  """The sets ({name: [NBestList]}, cut by --max_lists / --sample_lists) and the paper-protocol
-  runs, checked."""
+  """The sets ({name: [NBestList]}, cut by --max_lists / --sample_lists), the paper-protocol
+  runs, checked, and {name: the indices of the set's lists among those read}."""
   with cli.user_input():
     sets, runs = read_sets()
     check_settings(sets, runs)
-  if FLAGS.max_lists:
-    sets = {k: v[: FLAGS.max_lists] for k, v in sets.items()}
-  if FLAGS.sample_lists:
-    sets = {
-      k: nbest.sample_lists(v, FLAGS.sample_lists, FLAGS.sample_seed) for k, v in sets.items()
-    }
+  select = nbest.list_selection(FLAGS.max_lists, FLAGS.sample_lists, FLAGS.sample_seed)
+  kept = {name: [int(i) for i in select(len(lists))] for name, lists in sets.items()}
+  sets = {name: [lists[i] for i in kept[name]] for name, lists in sets.items()}
   for name, lists in sets.items():
     logging.info("%s: %d lists, %d hypotheses", name, len(lists), sum(len(l.hyps) for l in lists))
-  return sets, runs
+  return sets, runs, kept
 
 
 def rescore_all(cache, sets, runs, metric):

@@ -441,19 +441,32 @@ def read_nemo(path, refs_path=None, beam_size=None, columns=("score",)):
   return lists, wheres
 
 
-def write_nemo(lists, source_path, out_path, feature_names):
-  """Writes the beam file `source_path` again with one column per new feature appended to each
-  row (read it back with `columns=("score", *feature_names)`)."""
+def write_nemo(lists, source_path, out_path, feature_names, kept=None):
+  """Writes the rows of the beam file `source_path` of the lists (those at `kept`, else all)
+  with one column per new feature appended to each row (read it back with
+  `columns=("score", *feature_names)`)."""
   lines = nbest_files.read_lines(source_path)
-  hyps = [hyp for nbest in lists for hyp in nbest.hyps]
-  if len(lines) != len(hyps):
-    raise ValueError(f"{source_path}: {len(lines)} rows, but the lists have {len(hyps)} hypotheses")
+  # read_nemo splits the rows into beams of one width; list i holds rows i*W .. (i+1)*W - 1.
+  width = max(len(lists[0].hyps), 1) if lists else 1
+  if (
+    any(len(nbest.hyps) != width for nbest in lists)
+    or len(lines) % width
+    or (kept is None and len(lines) != width * len(lists))
+  ):
+    hyps = sum(len(nbest.hyps) for nbest in lists)
+    raise ValueError(
+      f"{source_path}: {len(lines)} rows, but the lists have {hyps} hypotheses"
+      + (f" in beams of {width}" if kept is not None else "")
+      + " (not read from this file)"
+    )
   out = []
-  for lineno, (line, hyp) in enumerate(zip(lines, hyps), 1):
-    if line.split("\t", 1)[0].strip() != hyp.text:
-      raise ValueError(
-        f"{source_path}:{lineno}: row {line!r} is not the hypothesis {hyp.text!r} of the lists "
-        "(they were not read from this file)"
-      )
-    out.append(line + "".join(f"\t{hyp.scores[name]!r}" for name in feature_names))
+  for i, nbest in zip(nbest_files.kept_indices(len(lines) // width, kept, source_path), lists):
+    for lineno, hyp in enumerate(nbest.hyps, i * width + 1):
+      line = lines[lineno - 1]
+      if line.split("\t", 1)[0].strip() != hyp.text:
+        raise ValueError(
+          f"{source_path}:{lineno}: row {line!r} is not the hypothesis {hyp.text!r} of the "
+          "lists (they were not read from this file)"
+        )
+      out.append(line + "".join(f"\t{hyp.scores[name]!r}" for name in feature_names))
   io_utils.write_atomically(out_path, nbest_files.lines_text(out))

@@ -8,6 +8,7 @@ One owner for the rules every toolkit reader and writer of evaluation/nbest_form
                         reference set
   attach_refs           references joined to the lists by key, both ways checked
   add_features          copies of the lists with the new features as named scores, checked
+  kept_indices          which of a source's lists a writer writes back (a cut set: --max_lists)
   write_files           a set of output files (a directory) written atomically
 
 Errors are ValueError naming `file:line`, as in evaluation/nbest_io.py, whose parsing helpers
@@ -171,6 +172,22 @@ def add_features(lists, features):
     ]
     out.append(nbest_io.NBestList(key=nbest.key, refs=list(nbest.refs), hyps=hyps))
   return out
+
+
+def kept_indices(count, kept, source_path):
+  """The indices of the source's lists to write: all `count`, or `kept` (increasing indices of
+  the lists as read, what --max_lists / --sample_lists keep).
+
+  Raises:
+    ValueError: an index past the source's lists (the lists were not read from it).
+  """
+  if kept is None:
+    return list(range(count))
+  if kept and kept[-1] >= count:
+    raise ValueError(
+      f"{source_path}: has {count} lists, no list {kept[-1] + 1} (not read from this file)"
+    )
+  return list(kept)
 
 
 def score_names(lists, label):

@@ -10,10 +10,10 @@ The contract (what every format's reader gives, whatever the file):
     `hyps` in the file's rank order (rank 1 first), `refs` the references, or [] when the file
     and `refs_path` give none (a blind test set). Either every list has references or none.
   - each Hypothesis' `scores` are named first-pass scores in natural log, higher is better,
-    converted once in the reader: a cost c (-ln p: Kaldi) becomes -c; base 2 (fairseq) is
-    multiplied by ln 2. Which names a format gives is in `FORMATS[fmt].scores`; every
-    hypothesis of a file has the same names. What a file cannot give is absent (ESPnet2 writes
-    no per-component scores; Kaldi no total).
+    converted once in the reader: a cost c (-ln p: Kaldi) becomes -c; base 2 (fairseq, unless
+    its log_base option says e) is multiplied by ln 2. Which names a format gives is in
+    `FORMATS[fmt].scores`; every hypothesis of a file has the same names. What a file cannot
+    give is absent (ESPnet2 writes no per-component scores; Kaldi no total).
   - bad input raises ValueError whose message starts with `file:line:` (cli.user_input turns it
     into one line and exit status 2): a malformed line, a hypothesis missing from a cost or
     score file, rows that do not fill the beams, a missing H- line, references that do not match
@@ -50,7 +50,9 @@ class Format:
 
   Attributes:
     read: (path, refs_path=None, **options) -> (list[NBestList], {key: 'file:line'}).
-    write: (lists with the features as scores, source_path, out_path, feature names) -> None.
+    write: (lists with the features as scores, source_path, out_path, feature names) -> None;
+      a writer of a line-based format also takes `kept` (see `write_rescored`) and the reader's
+      options it needs.
     path: str, what `path` (and `out_path`) is.
     refs: str, what `refs_path` is.
     options: str, the format options of `read_nbest`.
@@ -206,9 +208,9 @@ FORMATS = {
     write=nbest_mt_formats.write_fairseq,
     path="fairseq-generate's output",
     refs="line-aligned reference file(s), line i + 1 for id i (default: the T- lines)",
-    options="detok=bool, nbest=int",
+    options="detok=bool, nbest=int, log_base=2|e (default 2; e: fairseq before 2020-01-13)",
     scores=f"'score' (H-, length-normalised), 'logprob' (sum of P-) ({_SCORE_NOTE})",
-    features="a line `F-<id><TAB><name><TAB><value in base 2>` after the hypothesis' lines",
+    features="a line `F-<id><TAB><name><TAB><value in log_base>` after the hypothesis' lines",
   ),
   "moses": Format(
     read=nbest_mt_formats.read_moses,
@@ -282,21 +284,24 @@ def read_nbest(fmt, path, refs_path=None, **format_options):
   return lists
 
 
-def write_rescored(fmt, lists, source_path, out_path, features):
+def write_rescored(fmt, lists, source_path, out_path, features, kept=None, **format_options):
   """Writes the lists in their input format with each feature added as a named score.
 
   Reading `out_path` back with the same format (and options; nemo: `columns` naming the new
-  columns) gives the lists with the features among their scores (fairseq's in base 2, so up to
-  rounding). Written atomically: a failure leaves no partial output.
+  columns) gives the lists with the features among their scores (fairseq's up to rounding).
+  Written atomically: a failure leaves no partial output.
 
   Args:
     fmt: str, a key of FORMATS: the format the lists were read in.
-    lists: list[NBestList], as `read_nbest(fmt, source_path, ...)` returned them (same order).
+    lists: list[NBestList], as `read_nbest(fmt, source_path, ...)` returned them (same order),
+      or the ones of them at `kept`.
     source_path: str, the file they were read from: the line-based formats (nemo, fairseq,
-      moses) copy its lines and add to them; the others write from the lists.
+      moses) copy its lines of `lists` and add to them; the others write from the lists.
     out_path: str, the output file, or directory (kaldi, espnet2, espnet: replaced as a whole).
     features: dict[str, list[list[float]]], name -> values [len(lists)][len(hyps)], natural log,
       higher is better (a writer converts them as its format needs: `FORMATS[fmt].features`).
+    kept: increasing ints or None, the indices of `lists` among the lists read (None: all).
+    **format_options: the options the lists were read with; a writer takes those it needs.
 
   Raises:
     ValueError: a bad or already used feature name, values not aligned with the lists, lists
@@ -305,8 +310,20 @@ def write_rescored(fmt, lists, source_path, out_path, features):
   keys = [n.key for n in lists]
   if len(set(keys)) != len(keys):
     raise ValueError(f"{out_path}: the lists repeat a key")
+  if kept is not None:
+    kept = list(kept)
+    if len(kept) != len(lists) or any(
+      isinstance(i, bool) or not isinstance(i, numbers.Integral) or i < 0 for i in kept
+    ):
+      raise ValueError(f"kept: {len(lists)} indices of the lists read expected, found {kept}")
+    if any(a >= b for a, b in zip(kept, kept[1:])):
+      raise ValueError(f"kept: indices must increase (the lists in their source's order): {kept}")
   rescored = nbest_files.add_features(lists, features)
-  _format(fmt).write(rescored, source_path, out_path, list(features))
+  write = _format(fmt).write
+  # The writers of whole lists need neither the cut nor the reader's options.
+  taken = inspect.signature(write).parameters
+  options = {k: v for k, v in dict(format_options, kept=kept).items() if k in taken}
+  write(rescored, source_path, out_path, list(features), **options)
 
 
 def _chosen(lists, choice):

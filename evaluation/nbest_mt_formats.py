@@ -9,14 +9,16 @@ docstring names the rules of its file and where they come from.
 """
 
 import dataclasses
+import itertools
 import math
 import re
+
+from absl import logging
 
 from evaluation import nbest_files
 from evaluation import nbest_io
 from util import io_utils
 
-_LN2 = math.log(2)
 _SEGMENT_RE = re.compile(r"[0-9]{1,9}")
 
 
@@ -66,11 +68,26 @@ _FAIRSEQ_KINDS = "STHDPAIEF"
 _FAIRSEQ_RECORD_RE = re.compile(r"[A-Z]-[0-9]")
 _FAIRSEQ_LINE_RE = re.compile(r"([A-Z])-([0-9]{1,9})(_[0-9]{1,9})?\t(.*)", re.DOTALL)
 _FAIRSEQ_RESERVED = ("score", "logprob")
+# generate.py's log lines: the note printed since 660d69f (2020-01-13), when its scores became
+# base 2, and the closing summary every version prints.
+_FAIRSEQ_BASE2_NOTE = "hypothesis and token scores are output in base 2"
+_FAIRSEQ_SUMMARY_RE = re.compile(r"\bTranslated [0-9,]+ sentences")
+# generate.py prints each P- value with 4 decimals.
+_FAIRSEQ_P_ROUNDING = 5e-5
+
+
+def _fairseq_log_e(log_base):
+  """ln(base) of a `log_base` option (2 or "e"): what a fairseq score is multiplied by."""
+  if log_base in (2, "2"):
+    return math.log(2)
+  if log_base == "e":
+    return 1.0
+  raise ValueError(f"log_base must be 2 or e, found {log_base!r}")
 
 
 @dataclasses.dataclass
 class _FairseqHyp:
-  score: float  # as written: base 2
+  score: float  # as written: base 2 (or e)
   text: str  # the H- line's text
   where: str
   last: int  # index of its last line (H-, D-, P-, A-, I-, E- or F-)
@@ -85,6 +102,7 @@ class _FairseqSample:
   source: bool = False
   target: str = None
   hyps: list = dataclasses.field(default_factory=list)
+  lines: list = dataclasses.field(default_factory=list)  # indices of its record lines
 
 
 def _fairseq_attached(kind, rest, hyp, where):
@@ -119,6 +137,7 @@ def _parse_fairseq(path, lines):
       raise ValueError(f"{where}: expected '<type>-<id><TAB>...', found {line!r}")
     kind, sample_id, _, rest = match.groups()
     sample = samples.setdefault(int(sample_id), _FairseqSample(where))
+    sample.lines.append(index)
     if kind == "S":
       if sample.source:
         raise ValueError(f"{where}: a second S- line for id {sample_id}")
@@ -165,9 +184,10 @@ def _check_fairseq_hyps(samples, nbest, use_detok):
   return has_positional
 
 
-def _fairseq_lists(path, lines, detok, nbest):
+def _fairseq_lists(path, lines, detok, nbest, log_base):
   """(lists, wheres, samples) of a fairseq-generate output, lists in id order."""
   _check_nbest_option(nbest)
+  to_e = _fairseq_log_e(log_base)
   samples = _parse_fairseq(path, lines)
   use_detok = detok and any(h.detok is not None for s in samples.values() for h in s.hyps)
   has_positional = _check_fairseq_hyps(samples, nbest, use_detok)
@@ -179,10 +199,10 @@ def _fairseq_lists(path, lines, detok, nbest):
       raise ValueError(f"{sample.where}: id {sample_id} has no T- line (others have one)")
     hyps = []
     for hyp in sample.hyps:
-      scores = {"score": hyp.score * _LN2}
+      scores = {"score": hyp.score * to_e}
       if has_positional:
-        scores["logprob"] = math.fsum(hyp.positional) * _LN2
-      scores.update({name: value * _LN2 for name, value in hyp.features.items()})
+        scores["logprob"] = math.fsum(hyp.positional) * to_e
+      scores.update({name: value * to_e for name, value in hyp.features.items()})
       hyps.append(nbest_io.Hypothesis(text=hyp.detok if use_detok else hyp.text, scores=scores))
     key = str(sample_id)
     lists.append(nbest_io.NBestList(key, [sample.target] if has_target else [], hyps))
@@ -190,23 +210,53 @@ def _fairseq_lists(path, lines, detok, nbest):
   return lists, wheres, samples
 
 
-def read_fairseq(path, refs_path=None, detok=True, nbest=None):
+# When a fairseq file's scores are implausible in the base read: H- is the sum of the P- values
+# over (length + 1) ** lenpen (fairseq/sequence_generator.py) in either base, so H- against P-
+# cannot tell the base. What can: generate.py's log (the base-2 note; or its closing summary
+# without the note, a natural-log run before 660d69f), and the P- values as the model's token
+# log-probs: a sample's distinct hypotheses hold at most probability 1 together, so base ** (sum
+# of P-, less its rounding) summed over them above 1 means the base read is too small (a
+# natural-log file read as base 2; an LM fused with a negative weight would do it too).
+def _fairseq_base_doubt(lines, samples, log_base):
+  """Why the file's scores do not look like log-probs in `log_base` (see above), or None."""
+  note = any(_FAIRSEQ_BASE2_NOTE in line for line in lines)
+  if log_base == "e" and note:
+    return f"its log says {_FAIRSEQ_BASE2_NOTE!r}"
+  if log_base != "e" and not note and any(_FAIRSEQ_SUMMARY_RE.search(l) for l in lines):
+    return "its log has generate.py's summary without the base-2 note (fairseq before 2020-01-13)"
+  to_e = _fairseq_log_e(log_base)
+  for sample_id in sorted(samples):
+    sums = {}  # by text: a sampling run may give one hypothesis twice
+    for hyp in samples[sample_id].hyps:
+      if hyp.positional is not None:
+        low = math.fsum(hyp.positional) - _FAIRSEQ_P_ROUNDING * len(hyp.positional)
+        sums.setdefault(hyp.text, low)
+    mass = math.fsum(math.exp(low * to_e) for low in sums.values())
+    if mass > 1:
+      return f"the hypotheses of id {sample_id} would together have probability {mass:.3g} > 1"
+  return None
+
+
+def read_fairseq(path, refs_path=None, detok=True, nbest=None, log_base=2):
   """Reads `fairseq-generate --nbest N` output.
 
   Sources: fairseq_cli/generate.py prints, per sample id (its line in the test set), `S-<id>`
   (source) and `T-<id>` (target) lines, then per hypothesis, best first, `H-<id><TAB><score>
   <TAB><text>` (tokenized, BPE removed), `D-<id><TAB><score><TAB><text>` (detokenized),
   `P-<id><TAB><positional scores>` (one per token and EOS, 4 decimals), and `A-`, `I-`, `E-<id>
-  _<step>` lines on request; the scores are divided by ln 2 ("NOTE: hypothesis and token scores
-  are output in base 2"); its log lines and the closing "Generate ... BLEU" line go to the same
-  stream. fairseq/sequence_generator.py's hypothesis score is the sum of the token log-probs
-  divided by (length + 1) ** lenpen unless --unnormalized.
+  _<step>` lines on request; since its commit 660d69f (2020-01-13) the scores are divided by
+  ln 2 ("NOTE: hypothesis and token scores are output in base 2"), before they were natural
+  log; its log lines and the closing "Generate ... BLEU" line go to the same stream.
+  fairseq/sequence_generator.py's hypothesis score is the sum of the token log-probs divided by
+  (length + 1) ** lenpen unless --unnormalized.
 
-  Conversions (each once, here): "score" = H score * ln 2, natural log, still length-normalised
-  as fairseq made it; "logprob" = sum of the P- values * ln 2, the unnormalised log p(hyp | src)
-  with EOS (rounded: the P- values have 4 decimals), present when the file has P- lines. Lines
-  `F-<id><TAB><name><TAB><value>` after a hypothesis are the features `write_fairseq` appends
-  (base 2 as every fairseq score), read as score `name` * ln 2. Other lines (logs) are skipped.
+  Conversions (each once, here): "score" = H score * ln(base), natural log, still
+  length-normalised as fairseq made it; "logprob" = sum of the P- values * ln(base), the
+  unnormalised log p(hyp | src) with EOS (rounded: the P- values have 4 decimals), present when
+  the file has P- lines. Lines `F-<id><TAB><name><TAB><value>` after a hypothesis are the
+  features `write_fairseq` appends (in the file's base), read as score `name` * ln(base). Other
+  lines (logs) are skipped. A file whose scores look like another base's is read as asked, with
+  one warning (`_fairseq_base_doubt`).
 
   Args:
     path: str, the generate output.
@@ -214,6 +264,7 @@ def read_fairseq(path, refs_path=None, detok=True, nbest=None):
       used instead of the T- lines; without it the T- lines are the references (if any).
     detok: bool, the text is the D- line's (when the file has D- lines); False: the H- line's.
     nbest: int or None, the number of hypotheses per sample (default: the largest found).
+    log_base: 2 or "e", the base of the file's scores ("e": fairseq before 660d69f).
 
   Returns:
     (list[NBestList], dict[str, str]): lists in id order, keys "0", "1", ...; key ->
@@ -224,34 +275,48 @@ def read_fairseq(path, refs_path=None, detok=True, nbest=None):
       line without the D-/P-/F- lines the others have, a D-/P- line before any H- line, T-
       lines for some samples only, references not matching; `file:line`.
   """
-  lists, wheres, _ = _fairseq_lists(path, nbest_files.read_lines(path), detok, nbest)
+  lines = nbest_files.read_lines(path)
+  lists, wheres, samples = _fairseq_lists(path, lines, detok, nbest, log_base)
+  doubt = _fairseq_base_doubt(lines, samples, log_base)
+  if doubt:
+    logging.warning("%s: read as base-%s log-probs (log_base), but %s", path, log_base, doubt)
   return _attach_aligned_refs(lists, wheres, refs_path)
 
 
-def write_fairseq(lists, source_path, out_path, feature_names):
+def write_fairseq(lists, source_path, out_path, feature_names, kept=None, log_base=2):
   """Writes `source_path` again with, after each hypothesis' lines, one line per new feature,
-  `F-<id><TAB><name><TAB><value>`, the value in base 2 as fairseq writes its scores (fairseq's
-  own consumers select lines by their H-/D-/P- prefix and pass over the new one)."""
+  `F-<id><TAB><name><TAB><value>`, the value in the file's `log_base` as its other scores
+  (fairseq's own consumers select lines by their H-/D-/P- prefix and pass over the new one).
+  With `kept`, the records of the other samples are left out (the log lines stay)."""
   lines = nbest_files.read_lines(source_path)
-  _, wheres, samples = _fairseq_lists(source_path, lines, True, None)
-  by_key = {str(sample_id): samples[sample_id] for sample_id in sorted(samples)}
-  allowed = {key: [(h.text, h.detok) for h in s.hyps] for key, s in by_key.items()}
+  _, wheres, samples = _fairseq_lists(source_path, lines, True, None, log_base)
+  to_e = _fairseq_log_e(log_base)
+  ids = sorted(samples)
+  chosen = [ids[i] for i in nbest_files.kept_indices(len(ids), kept, source_path)]
+  allowed = {str(i): [(h.text, h.detok) for h in samples[i].hyps] for i in chosen}
   _check_source(lists, allowed, source_path, wheres)
+  left_out = {index for i in set(ids) - set(chosen) for index in samples[i].lines}
   after = {}
   for nbest in lists:
-    for hyp, source in zip(nbest.hyps, by_key[nbest.key].hyps):
+    for hyp, source in zip(nbest.hyps, samples[int(nbest.key)].hyps):
       after[source.last] = [
-        f"F-{nbest.key}\t{name}\t{hyp.scores[name] / _LN2!r}" for name in feature_names
+        f"F-{nbest.key}\t{name}\t{hyp.scores[name] / to_e!r}" for name in feature_names
       ]
   out = []
   for index, line in enumerate(lines):
-    out.append(line)
-    out.extend(after.get(index, []))
+    if index not in left_out:
+      out.append(line)
+      out.extend(after.get(index, []))
   io_utils.write_atomically(out_path, nbest_files.lines_text(out))
 
 
 # ---------------------------------------------------------------------------------------------
 # Moses / Marian n-best lists.
+
+
+# Marian's `--word-scores` field (src/translator/output_printer.h: " ||| WordScores=" and the
+# score of each word).
+_MARIAN_WORD_SCORES = "WordScores="
 
 
 def _moses_features(field, where, arity):
@@ -291,11 +356,17 @@ def _parse_moses_line(line, where, arity):
     raise ValueError(
       f"{where}: expected 'id ||| hypothesis ||| features ||| total', found {line!r}"
     )
-  # Moses: id ||| text ||| features ||| total [||| alignment]; Marian puts its alignment field
-  # before the features: the feature field is the first that starts with a label.
+  # Moses: id ||| text ||| features ||| total [||| alignment]; Marian puts its alignment and
+  # word-score fields before the features: the feature field is the first other field that
+  # starts with a label.
   for index in range(2, len(fields) - 1):
     tokens = fields[index].split()
-    if tokens and "=" in tokens[0]:
+    if tokens and tokens[0].startswith(_MARIAN_WORD_SCORES):
+      # Per-word scores, not a feature to weigh; kept in the line as written.
+      for token in [tokens[0][len(_MARIAN_WORD_SCORES) :], *tokens[1:]]:
+        if token:
+          nbest_io._parse_number(token, where, "WordScores")
+    elif tokens and "=" in tokens[0]:
       break
   else:
     raise ValueError(
@@ -341,8 +412,10 @@ def read_moses(path, refs_path=None, nbest=None):
   first, ids from 0; moses/BaseManager.cpp OutputFeatureScores labels each dense feature
   function once, `Name= v1 v2 ...`, and each non-zero sparse feature `name= v`; with
   -include-alignment-in-n-best an alignment field follows the total. Marian
-  (src/translator/output_printer.h): `id ||| translation [||| alignment] ||| F0= v F1= v ...
-  ||| total`, `F0=<score>` when there is no breakdown. The features are Moses' log-linear
+  (src/translator/output_printer.h): `id ||| translation [||| alignment] [||| WordScores= w1
+  w2 ...] ||| F0= v F1= v ... ||| total`, `F0=<score>` when there is no breakdown; the word
+  scores (--word-scores) are not read as features and are written back as they are. The
+  features are Moses' log-linear
   features (natural-log model scores, penalties as counts), taken as written: the total is their
   weighted sum, higher is better, read as "score". A label with several values gives `Name_0`,
   `Name_1`, ...; a sparse feature absent from a line is 0. Pre-2013 Moses `name:` labels are not
@@ -374,18 +447,23 @@ def read_moses(path, refs_path=None, nbest=None):
   return _attach_aligned_refs(lists, wheres, refs_path)
 
 
-def write_moses(lists, source_path, out_path, feature_names):
-  """Writes `source_path` again with each new feature appended to the feature field of each
-  line as `NAME= value`; the total is left as it is (the feature has no weight yet)."""
+def write_moses(lists, source_path, out_path, feature_names, kept=None):
+  """Writes the lines of `source_path` of the lists (those at `kept`, else all) with each new
+  feature appended to the feature field of each line as `NAME= value`; the total is left as it
+  is (the feature has no weight yet)."""
   lines = nbest_files.read_lines(source_path)
   source_lists, wheres, field_index = _moses_lists(source_path, lines)
-  allowed = {n.key: [(h.text,) for h in n.hyps] for n in source_lists}
+  # A segment's lines come together (_moses_lists), so its first line is the count before it.
+  starts = list(itertools.accumulate((len(n.hyps) for n in source_lists), initial=0))
+  chosen = nbest_files.kept_indices(len(source_lists), kept, source_path)
+  allowed = {source_lists[i].key: [(h.text,) for h in source_lists[i].hyps] for i in chosen}
   _check_source(lists, allowed, source_path, wheres)
-  hyps = [hyp for nbest in lists for hyp in nbest.hyps]
   out = []
-  for line, index, hyp in zip(lines, field_index, hyps):
-    fields = line.split("|||")
-    added = "".join(f" {name}= {hyp.scores[name]!r}" for name in feature_names)
-    fields[index] = fields[index].rstrip() + added + " "
-    out.append("|||".join(fields))
+  for i, nbest in zip(chosen, lists):
+    for number, hyp in enumerate(nbest.hyps, starts[i]):
+      fields = lines[number].split("|||")
+      added = "".join(f" {name}= {hyp.scores[name]!r}" for name in feature_names)
+      index = field_index[number]
+      fields[index] = fields[index].rstrip() + added + " "
+      out.append("|||".join(fields))
   io_utils.write_atomically(out_path, nbest_files.lines_text(out))

@@ -116,10 +116,14 @@ def metrics(lists, choice, metric, cer):
   return combination.mt_report(lists, choice)
 
 
-def write_outputs(fmt, lists, source_path, out_dir, features, choice, refs_from_files):
+def write_outputs(
+  fmt, lists, source_path, out_dir, features, choice, refs_from_files, kept=None, options=None
+):
   """Writes the rescored lists (input format, each LM a feature), `text` and `hyp.trn` into
   `out_dir`; returns {what: path}. With `refs_from_files` the references came from files of
-  their own, and the rescored lists are written without them, as their source was."""
+  their own, and the rescored lists are written without them, as their source was. `kept` and
+  `options` are `nbest_formats.write_rescored`'s (the lists' indices in the file, the reader's
+  options)."""
   os.makedirs(out_dir, exist_ok=True)
   if refs_from_files:
     lists = [dataclasses.replace(lst, refs=[]) for lst in lists]
@@ -129,7 +133,9 @@ def write_outputs(fmt, lists, source_path, out_dir, features, choice, refs_from_
     "text": os.path.join(out_dir, "text"),
     "trn": os.path.join(out_dir, "hyp.trn"),
   }
-  nbest_formats.write_rescored(fmt, lists, source_path, paths["rescored"], features)
+  nbest_formats.write_rescored(
+    fmt, lists, source_path, paths["rescored"], features, kept, **(options or {})
+  )
   nbest_formats.write_kaldi_text(lists, choice, paths["text"])
   nbest_formats.write_trn(lists, choice, paths["trn"])
   return paths

@@ -21,11 +21,16 @@ class ScoreCache:
   """
 
   def __init__(self, path):
-    """Opens (or starts) the cache at `path`; a missing file is an empty cache."""
+    """Opens (or starts) the cache at `path`; a missing file is an empty cache.
+
+    Raises:
+      ValueError: a malformed line of the cache or of its side file; `file:line`.
+    """
     self.path = path
     self._data = {}
     if os.path.exists(path):
       self._load()
+    self._read_models()  # a damaged side file is refused now, not after a model is loaded
 
   def _load(self):
     with open(self.path, "rb") as f:
@@ -40,17 +45,23 @@ class ScoreCache:
       lines.pop()
     for lineno, line in enumerate(lines, 1):
       where = f"{self.path}:{lineno}"
+      # Removing a bad line loses only its score, which the next run computes again.
+      fix = "remove the line (its score is computed again)"
       try:
         record = json.loads(line.decode("utf-8"))
-      except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{where}: not a JSON cache record ({e})") from None
+      except UnicodeDecodeError as e:
+        raise ValueError(f"{where}: not UTF-8 ({e.reason} at byte {e.start}); {fix}") from None
+      except json.JSONDecodeError as e:
+        raise ValueError(
+          f"{where}: not a JSON cache record ({e.msg} at column {e.colno}); {fix}"
+        ) from None
       if (
         not isinstance(record, dict)
         or not isinstance(record.get("model"), str)
         or not isinstance(record.get("text"), str)
         or "value" not in record
       ):
-        raise ValueError(f"{where}: expected {{'model': str, 'text': str, 'value': ...}}")
+        raise ValueError(f"{where}: expected {{'model': str, 'text': str, 'value': ...}}; {fix}")
       self._data[(record["model"], record["text"])] = record["value"]
 
   @property
@@ -58,15 +69,22 @@ class ScoreCache:
     """The side file {model_id: identity} (see `register`)."""
     return os.path.splitext(self.path)[0] + ".models.json"
 
+  def _read_models(self):
+    """{model_id: identity} of `models_path` ({} without it)."""
+    if not os.path.exists(self.models_path):
+      return {}
+    with open(self.models_path, encoding="utf-8") as f:
+      try:
+        models = json.load(f)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{self.models_path}:{e.lineno}: invalid JSON: {e.msg}") from None
+    if not isinstance(models, dict):
+      raise ValueError(f"{self.models_path}:1: expected a JSON object {{model id: identity}}")
+    return models
+
   def register(self, model_id, identity):
     """Records the full identity behind `model_id` in `models_path` (atomically)."""
-    models = {}
-    if os.path.exists(self.models_path):
-      with open(self.models_path, encoding="utf-8") as f:
-        try:
-          models = json.load(f)
-        except json.JSONDecodeError as e:
-          raise ValueError(f"{self.models_path}:{e.lineno}: invalid JSON: {e.msg}") from None
+    models = self._read_models()
     if models.get(model_id) != identity:
       models[model_id] = identity
       io_utils.write_atomically(self.models_path, json.dumps(models, indent=2, sort_keys=True))

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 
+from absl import flags
 from conftest import HANG_SECONDS
 import pytest
 
@@ -111,3 +112,22 @@ def test_a_bug_keeps_its_traceback(tmp_path):
   result = _run(tmp_path, "--case=bug")
   assert result.returncode == 1
   assert "Traceback" in result.stderr and "a bug outside any input block" in result.stderr
+
+
+@pytest.mark.parametrize(
+  "text, values",
+  [
+    ("decoder,ctc", ["decoder", "ctc"]),
+    (" decoder , ctc:0.4 ", ["decoder", "ctc:0.4"]),
+    ("", []),
+    ('"pl_1,1",LM0', ["pl_1,1", "LM0"]),
+    # What the escape adds: a backslash makes a comma part of the name.
+    ("pl_1\\,1:0.5,LM0", ["pl_1,1:0.5", "LM0"]),
+  ],
+)
+def test_an_escaped_list_is_absl_s_list_with_backslash_escapes(text, values):
+  assert cli.EscapedListParser().parse(text) == values
+  if "\\" not in text:
+    assert flags.ListParser().parse(text) == values
+  with pytest.raises(ValueError, match="not a comma-separated list"):
+    cli.EscapedListParser().parse("pl_1\\")

@@ -335,6 +335,74 @@ def test_fairseq_sample(tmp_path):
   assert nbest_formats.read_nbest("fairseq", path, refs_path=refs)[1].refs == ["it is good"]
 
 
+def _base_warnings(caplog):
+  return [r.getMessage() for r in caplog.records if "log-probs (log_base)" in r.getMessage()]
+
+
+def test_fairseq_log_base_and_the_warning_when_the_file_says_otherwise(tmp_path, caplog):
+  # fairseq before its commit 660d69f (2020-01-13) printed natural-log scores, and its summary
+  # line without the base-2 note. Sample 0's two hypotheses, e ** -0.5 + e ** -1.5 = 0.83, would
+  # total 2 ** -0.5 + 2 ** -1.5 = 1.06 read as base 2: no probabilities.
+  old = [
+    "| loading model(s) from checkpoint_best.pt",
+    "S-0\tja",
+    "H-0\t-0.25\tyes",
+    "P-0\t-0.2500 -0.2500",
+    "H-0\t-0.75\tyeah",
+    "P-0\t-0.7500 -0.7500",
+    "| Translated 1 sentences (4 tokens) in 0.1s (10.00 sentences/s, 40.00 tokens/s)",
+  ]
+  path = _fairseq_sample(tmp_path, old)
+  caplog.set_level("WARNING")
+  natural = nbest_formats.read_nbest("fairseq", path, log_base="e")
+  assert [h.scores for h in natural[0].hyps] == [
+    {"score": -0.25, "logprob": -0.5},
+    {"score": -0.75, "logprob": -1.5},
+  ]
+  assert _base_warnings(caplog) == []
+  nbest_formats.read_nbest("fairseq", path)  # base 2, the default: one warning for the file
+  assert _base_warnings(caplog) == [
+    f"{path}: read as base-2 log-probs (log_base), but its log has generate.py's summary "
+    "without the base-2 note (fairseq before 2020-01-13)"
+  ]
+  caplog.clear()
+  path = _fairseq_sample(tmp_path, old[1:-1])  # no log lines: the probabilities tell
+  nbest_formats.read_nbest("fairseq", path, log_base=2)
+  assert _base_warnings(caplog) == [
+    f"{path}: read as base-2 log-probs (log_base), but the hypotheses of id 0 would together "
+    "have probability 1.06 > 1"
+  ]
+  caplog.clear()
+  # Since 660d69f: base 2, and the note in the same stream.
+  note = "2024-05-01 10:00:01 | INFO | fairseq_cli.generate | NOTE: hypothesis and token scores "
+  path = _fairseq_sample(tmp_path, old[1:-1] + [note + "are output in base 2"])
+  assert [h.scores for h in nbest_formats.read_nbest("fairseq", path)[0].hyps] == [
+    pytest.approx({"score": -0.25 * LN2, "logprob": -0.5 * LN2}, rel=1e-12),
+    pytest.approx({"score": -0.75 * LN2, "logprob": -1.5 * LN2}, rel=1e-12),
+  ]
+  assert len(_base_warnings(caplog)) == 1  # the probabilities, not the note
+  caplog.clear()
+  nbest_formats.read_nbest("fairseq", path, log_base="e")
+  assert _base_warnings(caplog) == [
+    f"{path}: read as base-e log-probs (log_base), but its log says "
+    "'hypothesis and token scores are output in base 2'"
+  ]
+  with pytest.raises(ValueError, match="log_base must be 2 or e, found 10"):
+    nbest_formats.read_nbest("fairseq", path, log_base=10)
+
+
+def test_fairseq_features_are_written_in_the_file_s_base(tmp_path):
+  path = _fairseq_sample(tmp_path)
+  lists = nbest_formats.read_nbest("fairseq", path, log_base="e")
+  out = str(tmp_path / "out.txt")
+  features = {"tta": [[-1.5, -2.5], [-3.5, -4.5]]}
+  nbest_formats.write_rescored("fairseq", lists, path, out, features, log_base="e", nbest=2)
+  with open(out, encoding="utf-8") as f:
+    assert "F-0\ttta\t-1.5\n" in f.read()
+  back = nbest_formats.read_nbest("fairseq", out, log_base="e")
+  assert [h.scores["tta"] for n in back for h in n.hyps] == [-1.5, -2.5, -3.5, -4.5]
+
+
 @pytest.mark.parametrize(
   "drop, replace, line, message",
   [
@@ -396,6 +464,34 @@ def test_moses_and_marian_samples(tmp_path):
     {"F0": -3.5, "F1": -1.0, "score": -3.5},
   ]
   _rejects("moses", moses, f"{moses}:1", "segment 0 has 2 hypotheses, not 1", nbest=1)
+
+
+def test_marian_word_scores_are_kept_not_weighed(tmp_path):
+  # Marian --word-scores, src/translator/output_printer.h: " ||| WordScores=" and each word's
+  # score (5 decimals) in a field of its own, after the alignment and before the features.
+  lines = [
+    "0 ||| a house ||| WordScores= -0.50000 -0.30000 ||| F0= -1.66 F1= -2.5 ||| -1.66",
+    "0 ||| the house ||| 0-0 1-1 ||| WordScores= -0.86000 -1.00000 ||| F0= -1.86 F1= -2 ||| -1.86",
+    "1 ||| yes ||| WordScores= -0.25000 ||| F0= -0.25 F1= -1 ||| -0.25",
+  ]
+  path = _write(tmp_path / "nbest.marian", "".join(line + "\n" for line in lines))
+  lists = nbest_formats.read_nbest("moses", path)
+  assert [h.scores for n in lists for h in n.hyps] == [
+    {"F0": -1.66, "F1": -2.5, "score": -1.66},
+    {"F0": -1.86, "F1": -2.0, "score": -1.86},
+    {"F0": -0.25, "F1": -1.0, "score": -0.25},
+  ]
+  out = str(tmp_path / "out")
+  nbest_formats.write_rescored("moses", lists, path, out, {"tta": [[-1.0, -2.0], [-3.0]]})
+  with open(out, encoding="utf-8") as f:
+    assert f.read().splitlines() == [
+      "0 ||| a house ||| WordScores= -0.50000 -0.30000 ||| F0= -1.66 F1= -2.5 tta= -1.0 ||| -1.66",
+      "0 ||| the house ||| 0-0 1-1 ||| WordScores= -0.86000 -1.00000 ||| F0= -1.86 F1= -2 "
+      "tta= -2.0 ||| -1.86",
+      "1 ||| yes ||| WordScores= -0.25000 ||| F0= -0.25 F1= -1 tta= -3.0 ||| -0.25",
+    ]
+  bad = _write(tmp_path / "bad.marian", "0 ||| a ||| WordScores= -0.5 high ||| F0= -1 ||| -1\n")
+  _rejects("moses", bad, f"{bad}:1", "WordScores: expected a number")
 
 
 @pytest.mark.parametrize(
@@ -705,6 +801,30 @@ def test_write_rescored_refuses_lists_of_another_file(fmt, tmp_path):
   lists[1].hyps[2] = nbest_io.Hypothesis("not in the file", lists[1].hyps[2].scores)
   with pytest.raises(ValueError, match="not read from this file|not the hypothesis"):
     nbest_formats.write_rescored(fmt, lists, path, str(tmp_path / "out"), {"tta": [[0.0] * 3] * 3})
+
+
+@pytest.mark.parametrize("fmt", ["nemo", "fairseq", "moses"])
+def test_write_rescored_of_some_lists_writes_their_lines_only(fmt, tmp_path):
+  # run_rescoring.py --max_lists / --sample_lists: the lists kept, by their index in the file.
+  path, refs, options = nbest_fixtures.WRITERS[fmt](_toy_lists(), str(tmp_path))
+  lists = nbest_formats.read_nbest(fmt, path, refs_path=refs, **options)
+  out = str(tmp_path / "out")
+  features = {"tta": [[-1.0, -2.0, -3.0], [-4.0, -5.0, -6.0]]}
+  nbest_formats.write_rescored(fmt, [lists[0], lists[2]], path, out, features, kept=[0, 2])
+  back = nbest_formats.read_nbest(
+    fmt, out, **({"beam_size": 3, "columns": ("score", "tta")} if fmt == "nemo" else {})
+  )
+  assert [[h.text for h in n.hyps] for n in back] == [
+    [h.text for h in n.hyps] for n in (lists[0], lists[2])
+  ]
+  assert [h.scores["tta"] for n in back for h in n.hyps] == pytest.approx([-1, -2, -3, -4, -5, -6])
+  with open(out, encoding="utf-8") as f:
+    text = f.read()
+  if fmt == "fairseq":  # the log lines stay, the other sample's records go
+    assert "| INFO |" in text and "BLEU4" in text and "\nS-1\t" not in text
+  for kept, message in (([0, 3], "has 3 lists, no list 4"), ([2, 0], "indices must increase")):
+    with pytest.raises(ValueError, match=message):
+      nbest_formats.write_rescored(fmt, [lists[0], lists[2]], path, out, features, kept=kept)
 
 
 def test_one_best_as_kaldi_text_and_trn(tmp_path):

@@ -14,6 +14,7 @@ import pytest
 import sacrebleu
 import tensorflow as tf
 
+from evaluation import nbest
 from evaluation import nbest_formats
 from evaluation import nbest_io
 from lm import model_dir
@@ -206,3 +207,104 @@ def test_the_combination_is_checked_before_any_lm_scores(
       sets, names, path and str(path), first_pass, str(tmp_path / "dev.json")
     )
   assert str(error.value).startswith(message.format(weights=path)), str(error.value)
+
+
+@pytest.mark.slow(seconds=12)
+@pytest.mark.parametrize(
+  "fmt, cut",
+  [
+    ("fairseq", "--max_lists=2"),
+    ("moses", "--max_lists=2"),
+    ("nemo", "--max_lists=2"),
+    ("moses", "--sample_lists=2"),
+  ],
+)
+def test_a_cut_set_of_line_based_lists_is_rescored_and_written_back(tiny_lm, tmp_path, fmt, cut):
+  conftest.data_dir_or_skip(nbest_io.ESPNET_DIR)
+  lists = nbest_io.read_espnet_nbest("dev_other")[:8]
+  dev, dev_refs, options = nbest_fixtures.WRITERS[fmt](lists[:4], str(tmp_path / "dev"))
+  test, test_refs, _ = nbest_fixtures.WRITERS[fmt](lists[4:], str(tmp_path / "test"))
+  out = tmp_path / "out"
+  _rescore(
+    f"--lm=tta={tiny_lm}",
+    f"--format={fmt}",
+    *[f"--format_option={k}={v}" for k, v in options.items()],
+    f"--dev_file={dev}",
+    f"--dev_refs={dev_refs}",
+    f"--test_file={test}",
+    f"--test_refs={test_refs}",
+    cut,
+    f"--output_dir={out}",
+  )
+  report = json.loads((out / "rescoring_report.json").read_text())
+  assert report["sets"]["test"]["lists"] == report["sets"]["dev"]["lists"] == 2
+  # The rescored file holds the kept lists only, each hypothesis with the LM's score.
+  rescored = out / "test" / os.path.basename(test)
+  back_options = dict(options)
+  if fmt == "nemo":
+    back_options["columns"] = ("score", "tta")
+  back = nbest_formats.read_nbest(fmt, str(rescored), **back_options)
+  sample = cut.startswith("--sample")
+  kept = [lists[4:][i] for i in nbest.list_selection(None, 2, 0)(4)] if sample else lists[4:6]
+  assert [[h.text for h in n.hyps] for n in back] == [[h.text for h in n.hyps] for n in kept]
+  assert all(h.scores["tta"] < 0 for n in back for h in n.hyps)
+  assert len((out / "test" / "text").read_text().splitlines()) == 2
+
+
+def test_a_damaged_score_cache_is_one_line_before_any_lm_loads(tiny_lm, tmp_path, monkeypatch):
+  lists = _json_lists(tmp_path / "lists.json", [["the cat sat", "a cat"]])
+  weights = tmp_path / "weights.json"
+  weights.write_text('{"first_pass": {"score": 1.0}, "lms": {"tta": 0.5}, "length": 0.0}\n')
+  cache = tmp_path / "out" / "cache" / "lm_scores.jsonl"
+  cache.parent.mkdir(parents=True)
+  good = '{"model": "m", "text": "a", "value": [-1.0, 2, false]}\n'
+  cache.write_text(good + '{"model": "m", "text": \n' + good)
+
+  def no_loading(*args, **kwargs):
+    raise AssertionError("an LM was loaded")
+
+  monkeypatch.setattr(run_rescoring.inference, "load_lm", no_loading)
+  result = commands.run(
+    "run_rescoring.py",
+    f"--lm=tta={tiny_lm}",
+    "--format=json",
+    f"--test_file={lists}",
+    f"--weights_file={weights}",
+    f"--output_dir={tmp_path / 'out'}",
+    status=2,
+  )
+  errors = [l for l in result.stderr.splitlines() if l.startswith("run_rescoring.py: error")]
+  assert errors == [
+    f"run_rescoring.py: error: {cache}:2: not a JSON cache record (Expecting value at column "
+    "24); remove the line (its score is computed again)"
+  ]
+  assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow(seconds=5)
+def test_a_moses_sparse_feature_with_a_comma_is_named_with_a_backslash(tiny_lm, tmp_path):
+  # Moses writes a sparse feature only where it is not 0 (BaseManager::OutputFeatureScores).
+  nbest = tmp_path / "nbest.txt"
+  nbest.write_text(
+    "0 ||| the cat sat ||| LM0= -4.5 pl_1,1= 2 ||| -3.5\n"
+    "0 ||| a cat sat ||| LM0= -5 ||| -5\n"
+    "1 ||| the dog ran ||| LM0= -3 ||| -3\n"
+    "1 ||| a dog ran ||| LM0= -3.5 pl_1,1= 1 ||| -3\n"
+  )
+  refs = tmp_path / "refs.txt"
+  refs.write_text("the cat sat\na dog ran\n")
+  out = tmp_path / "out"
+  _rescore(
+    f"--lm=tta={tiny_lm}",
+    "--format=moses",
+    f"--dev_file={nbest}",
+    f"--dev_refs={refs}",
+    f"--test_file={nbest}",
+    "--first_pass=pl_1\\,1:0.5,LM0",
+    f"--output_dir={out}",
+  )
+  weights = json.loads((out / "weights.json").read_text())
+  assert sorted(weights["first_pass"]) == ["LM0", "pl_1,1"]
+  assert weights["grid_start"]["weights"]["first_pass"]["pl_1,1"] == 0.5
+  rescored = (out / "test" / "nbest.txt").read_text().splitlines()
+  assert rescored[0].startswith("0 ||| the cat sat ||| LM0= -4.5 pl_1,1= 2 tta= ")

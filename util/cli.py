@@ -24,6 +24,7 @@ Light on purpose (standard library and absl): every script imports it.
 """
 
 import contextlib
+import csv
 import dataclasses
 import os
 import sys
@@ -100,6 +101,32 @@ def register_choices(name, choices, flag_values=flags.FLAGS):
     return True
 
   flags.register_validator(name, check, flag_values=flag_values)
+
+
+class EscapedListParser(flags.ListParser):
+  """absl's comma-separated list (`a,b` -> ['a', 'b'], `"a,b"` -> ['a,b']) where a backslash
+  makes the next character plain: `a\\,b,c` -> ['a,b', 'c'], for names that hold a comma."""
+
+  def parse(self, argument):
+    if isinstance(argument, list) or not argument:
+      return super().parse(argument)
+    try:
+      values = next(csv.reader([argument], strict=True, escapechar="\\"))
+    except csv.Error as e:
+      raise ValueError(f"{argument!r}: not a comma-separated list ({e})") from None
+    return [value.strip() for value in values]
+
+
+def define_escaped_list(name, default, help_text, flag_values=flags.FLAGS):
+  """`flags.DEFINE_list` with `EscapedListParser`."""
+  flags.DEFINE(
+    EscapedListParser(),
+    name,
+    default,
+    help_text,
+    flag_values=flag_values,
+    serializer=flags.CsvListSerializer(","),
+  )
 
 
 def param(help_text, default=dataclasses.MISSING, enum=None, flag=None):
