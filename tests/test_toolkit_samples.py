@@ -110,3 +110,37 @@ def test_marian_nbest_with_word_scores():
   )
   assert first.scores["F0"] == -6.50603
   assert first.scores["score"] == -6.50603
+
+
+# ---------------------------------------------------------------------------------------------
+# Moses (mosesdecoder's MERT example): `id||| text ||| d: v ... lm: v v tm: v ... w: v ||| total`.
+
+
+@pytest.mark.xfail(
+  strict=True,
+  raises=ValueError,
+  reason="not read: read_moses reads `Name=` labels only (its docstring: pre-2013 Moses `name:` "
+  "labels are not read), and the only n-best list Moses' own LGPL repository holds has them: "
+  "'tests/fixtures/toolkits/moses/NBEST:1: no feature field: expected labelled values "
+  "'Name= v ...' (Moses' default) followed by the total'",
+)
+def test_moses_mert_example():
+  lists = nbest_formats.read_nbest(
+    "moses", _sample("moses/NBEST"), refs_path=_sample("moses/REF"), nbest=3
+  )
+  assert [n.key for n in lists] == ["0", "1"]
+  assert [len(n.hyps) for n in lists] == [3, 3]
+  assert lists[0].refs == ["this should also be there is looking further ."]
+  first = lists[0].hyps[0]
+  assert first.text == "this should also be there is looking further ."
+  # Moses' features are natural-log model scores and counts, the total their weighted sum,
+  # higher is better: taken as written. `w:` (word penalty) has one value.
+  assert first.scores["score"] == -14.6262
+  assert first.scores["w"] == -9
+  third = lists[1].hyps[2]
+  assert third.text == (
+    "politicians have not least to pursue progress against the odds , from the receiving public "
+    "opinion in each country ."
+  )
+  assert third.scores["score"] == -30.1231
+  assert third.scores["w"] == -20
