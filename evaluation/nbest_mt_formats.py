@@ -319,14 +319,20 @@ def write_fairseq(lists, source_path, out_path, feature_names, kept=None, log_ba
 _MARIAN_WORD_SCORES = "WordScores="
 
 
+def _is_label(token):
+  """A feature label: `Name=` (`Name=v` as Marian writes it), or pre-2013 Moses' `name:`."""
+  return "=" in token or token.endswith(":")
+
+
 def _moses_features(field, where, arity):
   """{name: value} of a feature field `Name= v1 v2 Name2= v3` (also `Name=v`, as Marian writes
-  `F0=<score>`) whose first token is a label; a label with several values gives `Name_0`,
-  `Name_1`, ...; `arity` records each label's number of values across the file."""
+  `F0=<score>`, and Moses' older `name: v1 v2`) whose first token is a label; a label with
+  several values gives `Name_0`, `Name_1`, ...; `arity` records each label's number of values
+  across the file."""
   groups = []
   for token in field.split():
-    if "=" in token:
-      name, _, value = token.rpartition("=")
+    if _is_label(token):
+      name, _, value = token.rpartition("=") if "=" in token else (token[:-1], ":", "")
       if not name or any(label == name for label, _ in groups):
         raise ValueError(f"{where}: a feature label {token!r} that is empty or repeated")
       groups.append((name, []))
@@ -366,12 +372,12 @@ def _parse_moses_line(line, where, arity):
       for token in [tokens[0][len(_MARIAN_WORD_SCORES) :], *tokens[1:]]:
         if token:
           nbest_io._parse_number(token, where, "WordScores")
-    elif tokens and "=" in tokens[0]:
+    elif tokens and _is_label(tokens[0]):
       break
   else:
     raise ValueError(
-      f"{where}: no feature field: expected labelled values 'Name= v ...' (Moses' default) "
-      "followed by the total"
+      f"{where}: no feature field: expected labelled values 'Name= v ...' (Moses' default; "
+      "'name: v ...' before 2013) followed by the total"
     )
   scores = _moses_features(fields[index], where, arity)
   scores["score"] = nbest_io._parse_number(fields[index + 1], where, "total")
@@ -418,8 +424,8 @@ def read_moses(path, refs_path=None, nbest=None):
   features are Moses' log-linear
   features (natural-log model scores, penalties as counts), taken as written: the total is their
   weighted sum, higher is better, read as "score". A label with several values gives `Name_0`,
-  `Name_1`, ...; a sparse feature absent from a line is 0. Pre-2013 Moses `name:` labels are not
-  read.
+  `Name_1`, ...; a sparse feature absent from a line is 0. Moses before 2013 labelled its features
+  `name:` (`d: v ... lm: v tm: v ... w: v`, its MERT example): read alike.
 
   Args:
     path: str, the n-best list.

@@ -8,8 +8,6 @@ Every expected value is copied by hand from the sample file, never from the read
 
 import os
 
-import pytest
-
 from evaluation import nbest_formats
 
 SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "toolkits")
@@ -85,14 +83,6 @@ def test_marian_scorer_adds_a_feature():
   assert lists[1].hyps[0].scores == {"F0": -2.34179, "Score": -2.85502, "score": -2.34179}
 
 
-@pytest.mark.xfail(
-  strict=True,
-  raises=ValueError,
-  reason="reader bug: read_moses takes the first labelled field for the features, here "
-  "--word-scores' `WordScores=` field, and the next (`F0= ...`) for the total: "
-  "'tests/fixtures/toolkits/marian/word_scores_nbest.txt:1: total: expected a number, "
-  "found ' F0= -1.66407 ''",
-)
 def test_marian_nbest_with_word_scores():
   """--word-scores puts a field of per-word scores before the features; the features and the
   total are still the last two fields."""
@@ -116,14 +106,6 @@ def test_marian_nbest_with_word_scores():
 # Moses (mosesdecoder's MERT example): `id||| text ||| d: v ... lm: v v tm: v ... w: v ||| total`.
 
 
-@pytest.mark.xfail(
-  strict=True,
-  raises=ValueError,
-  reason="not read: read_moses reads `Name=` labels only (its docstring: pre-2013 Moses `name:` "
-  "labels are not read), and the only n-best list Moses' own LGPL repository holds has them: "
-  "'tests/fixtures/toolkits/moses/NBEST:1: no feature field: expected labelled values "
-  "'Name= v ...' (Moses' default) followed by the total'",
-)
 def test_moses_mert_example():
   lists = nbest_formats.read_nbest(
     "moses", _sample("moses/NBEST"), refs_path=_sample("moses/REF"), nbest=3
