@@ -65,7 +65,7 @@ def test_hf_dir_converts_to_a_model_dir_that_scores_the_same(tmp_path):
     convert_checkpoint.convert(*convert_checkpoint.load_source(args(input=f"hf:{hf}")), out)
 
 
-@pytest.mark.slow(seconds=10)
+@pytest.mark.slow(seconds=3)
 def test_authors_tf1_checkpoint_converts_on_the_command_line(tmp_path):
   # The T-TA authors' release: their config (no model_type, a vocab_file key), their vocab's
   # file name, model.ckpt with their variable names (and the untrained pooler).

@@ -91,7 +91,7 @@ def run_script(script, *args):
   return commands.run(script, *args, status=0)
 
 
-@pytest.mark.slow(seconds=20)
+@pytest.mark.slow(seconds=3)
 def test_score_py_and_run_rescoring_score_hf_as_the_tf1_release(release_dirs, tmp_path):
   google, hf = release_dirs
   sentences = tmp_path / "sents.txt"

@@ -322,7 +322,7 @@ def _score_file_cli(*args):
   return commands.run("ngram.py", *args, env={"TTA_PROGRESS_SECONDS": "0"})  # every progress line
 
 
-@pytest.mark.slow(seconds=15)
+@pytest.mark.slow(seconds=3)
 def test_score_file_logs_progress_and_a_missing_file_is_one_line(tmp_path, arpa_path):
   texts = tmp_path / "texts.txt"
   texts.write_text("a b\nb\na\n")
@@ -339,7 +339,7 @@ def test_score_file_logs_progress_and_a_missing_file_is_one_line(tmp_path, arpa_
 @pytest.mark.skipif(
   not _have_lmplz(), reason="KenLM's lmplz/build_binary not built: run bash scripts/build_kenlm.sh"
 )
-@pytest.mark.slow(seconds=15)
+@pytest.mark.slow(seconds=3)
 def test_ngram_py_and_score_py_give_the_same_score(tmp_path):
   """Both commands score through inference.NgramLM: the normalization recorded with the model
   first, so "25" is read TWENTY FIVE and the words are the model's, not <unk>."""

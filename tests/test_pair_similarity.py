@@ -265,7 +265,7 @@ def scipy_scores(cosines, gold):
   ]
 
 
-@pytest.mark.slow(seconds=10)
+@pytest.mark.slow(seconds=3)
 def test_run_sts_on_pairs_files_and_senteval(model_dirs, senteval_dir, tmp_path):
   plain = tmp_path / "plain.tsv"
   plain.write_text("the cat\ta dog\n")
@@ -335,7 +335,7 @@ def test_run_sts_on_pairs_files_and_senteval(model_dirs, senteval_dir, tmp_path)
     ("senteval", "STS.input.x.txt:3: "),
   ],
 )
-@pytest.mark.slow(seconds=15)
+@pytest.mark.slow(seconds=3)
 def test_bad_input_is_one_line_naming_file_and_line(model_dirs, tmp_path, content, where):
   if content == "senteval":
     (tmp_path / "STS.input.x.txt").write_text("a\tb\nc\td\ne\tf\n")

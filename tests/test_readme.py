@@ -149,7 +149,7 @@ def checkout(tmp_path_factory):
   return root
 
 
-@pytest.mark.slow(seconds=45)
+@pytest.mark.slow(seconds=15)
 def test_score_your_own_sentences_runs_as_written(checkout, monkeypatch):
   bash, python = readme_blocks()
   outputs = run_bash(bash, checkout)
@@ -221,7 +221,7 @@ def own_lists(checkout):
   return sets
 
 
-@pytest.mark.slow(seconds=65)
+@pytest.mark.slow(seconds=15)
 def test_rescore_your_own_nbest_lists_runs_as_written(checkout, own_lists):
   block = readme_section(RESCORE_SECTION).split("```bash\n")[1].split("```")[0]
   lines = [l for l in block.splitlines() if l and not l.startswith("#")]

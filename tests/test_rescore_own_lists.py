@@ -50,7 +50,7 @@ def _kaldi_set(lists, root):
   return str(root / "dir"), refs
 
 
-@pytest.mark.slow(seconds=25)
+@pytest.mark.slow(seconds=5)
 def test_weights_tuned_on_dev_give_a_blind_test_set_the_same_1best(tiny_lm, tmp_path):
   conftest.data_dir_or_skip(nbest_io.ESPNET_DIR)
   lists = nbest_io.read_espnet_nbest("dev_other")[:8]
@@ -105,7 +105,7 @@ def _json_lists(path, rows):
   return str(path)
 
 
-@pytest.mark.slow(seconds=8)
+@pytest.mark.slow(seconds=3)
 def test_nmt_with_json_lists_and_two_references(tiny_lm, tmp_path):
   rows = [
     ["the cat sat on a mat", "cat sat"],
@@ -141,7 +141,7 @@ def test_nmt_with_json_lists_and_two_references(tiny_lm, tmp_path):
   assert weights["metric"] == "bleu" and weights["dev"] >= weights["dev_first_pass"]
 
 
-@pytest.mark.slow(seconds=8)
+@pytest.mark.slow(seconds=3)
 def test_a_weights_file_of_other_lms_is_one_line_before_any_scoring(tiny_lm, tmp_path):
   lists = _json_lists(tmp_path / "lists.json", [["the cat sat", "a cat"]])
   weights = tmp_path / "weights.json"

@@ -79,7 +79,7 @@ def test_model_dir_round_trip_gives_the_same_scores(model_dirs):
   assert lm.model_type == "tta"
 
 
-@pytest.mark.slow(seconds=45)
+@pytest.mark.slow(seconds=20)
 def test_rescoring_end_to_end_and_cache_resume(model_dirs, tmp_path):
   data_dir = data_dir_or_skip()
   out = str(tmp_path / "asr")
@@ -272,7 +272,7 @@ def _error_lines(stderr):
   ]
 
 
-@pytest.mark.slow(seconds=7)
+@pytest.mark.slow(seconds=3)
 def test_malformed_input_file_is_one_line_naming_file_and_line(
   tiny_model_dir, nbest_files, tmp_path
 ):
@@ -292,7 +292,7 @@ def test_malformed_input_file_is_one_line_naming_file_and_line(
   assert "Traceback" not in result.stderr
 
 
-@pytest.mark.slow(seconds=15)
+@pytest.mark.slow(seconds=3)
 def test_missing_file_and_bad_model_dir_are_one_line(tiny_model_dir, nbest_files, tmp_path):
   result = run_failing(
     "run_rescoring.py",
@@ -310,7 +310,7 @@ def test_missing_file_and_bad_model_dir_are_one_line(tiny_model_dir, nbest_files
   assert "config.json" in lines[0] and "Traceback" not in result.stderr
 
 
-@pytest.mark.slow(seconds=8)
+@pytest.mark.slow(seconds=3)
 def test_json_format_without_dev_file_is_refused_up_front(tiny_model_dir, nbest_files):
   result = run_failing(
     "run_rescoring.py", f"--lm={tiny_model_dir}", "--format=json", f"--test_file={nbest_files[1]}"
@@ -320,7 +320,7 @@ def test_json_format_without_dev_file_is_refused_up_front(tiny_model_dir, nbest_
   assert len(_error_lines(result.stderr)) <= 2, result.stderr
 
 
-@pytest.mark.slow(seconds=35)
+@pytest.mark.slow(seconds=5)
 def test_lms_run_one_at_a_time_merge_into_one_table(tiny_model_dir, nbest_files, tmp_path):
   out = tmp_path / "asr"
   common = [
@@ -391,7 +391,7 @@ def _model_flags(script, model, nbest_files, tmp_path):
 @pytest.mark.parametrize(
   "script", ["score.py", "run_rescoring.py", "run_sts.py", "export_saved_model.py"]
 )
-@pytest.mark.slow(seconds=30)
+@pytest.mark.slow(seconds=3)
 def test_truncated_checkpoint_is_one_line_naming_the_file(
   script, truncated_model_dir, nbest_files, tmp_path
 ):
@@ -411,7 +411,7 @@ def test_truncated_checkpoint_is_one_line_naming_the_file(
   "script, output",
   [("run_rescoring.py", "cache/lm_scores.jsonl"), ("run_sts.py", "sts_results.json")],
 )
-@pytest.mark.slow(seconds=15)
+@pytest.mark.slow(seconds=3)
 def test_a_second_run_into_one_output_dir_exits_2_naming_the_first(
   script, output, tiny_model_dir, nbest_files, tmp_path
 ):

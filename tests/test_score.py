@@ -430,7 +430,7 @@ def test_merge_from_the_command_line(lm, input_file, tmp_path):
   assert read(out) == read(whole)
 
 
-@pytest.mark.slow(seconds=15)
+@pytest.mark.slow(seconds=3)
 def test_stdin_and_file_give_identical_output(tta_dir, input_file, tmp_path):
   with open(input_file, encoding="utf-8") as f:
     text = f.read()
@@ -442,7 +442,7 @@ def test_stdin_and_file_give_identical_output(tta_dir, input_file, tmp_path):
   assert len(from_stdin.splitlines()) == len(LINES)
 
 
-@pytest.mark.slow(seconds=7)
+@pytest.mark.slow(seconds=3)
 def test_keyed_tsv_in_base_10_from_the_command_line(lm, tta_dir):
   out = run_cli(
     f"--model_dir={tta_dir}",
@@ -521,7 +521,7 @@ def _recorded_lines(partial):
     return 0
 
 
-@pytest.mark.slow(seconds=25)
+@pytest.mark.slow(seconds=12)
 def test_killed_run_restarted_writes_the_uninterrupted_file(tta_dir, tmp_path):
   inputs = tmp_path / "many.txt"
   inputs.write_text("".join(f"{LINES[i % len(LINES)]}\n" for i in range(600)))
