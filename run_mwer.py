@@ -67,14 +67,17 @@ def params_from_flags():
   for name in ("init_model", "output_dir"):
     if not FLAGS[name].value:
       raise cli.InputError(f"--{name} is required")
-  with cli.user_input():  # before anything is written into --output_dir
+  # The flags (the params check their values), then the model, before anything is
+  # written into --output_dir.
+  with cli.user_input():
+    params = mwer_job.JobParams(
+      **cli.param_values(mwer_job.JobParams, FLAGS),
+      data_dir=FLAGS.data_dir,
+      mwer=mwer_training.MwerParams(**cli.param_values(mwer_training.MwerParams, FLAGS)),
+      lm_options=lm_flags.load_options(FLAGS),
+    )
     inference.check_spec(FLAGS.init_model)
-  return mwer_job.JobParams(
-    **cli.param_values(mwer_job.JobParams, FLAGS),
-    data_dir=FLAGS.data_dir,
-    mwer=mwer_training.MwerParams(**cli.param_values(mwer_training.MwerParams, FLAGS)),
-    lm_options=lm_flags.load_options(FLAGS),
-  )
+  return params
 
 
 def main(argv):
