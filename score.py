@@ -298,9 +298,7 @@ def score_to_file(lm, args):
     cli.InputError: another run holds the output; the partial file is of another job or input
       (see `resumable.Partial`); a write failed.
   """
-  target = args.output_file
-  if args.num_shards > 1:
-    target = shard_path(args.output_file, args.shard_id, args.num_shards)
+  target = output_path(args)
   with io_utils.exclusive_lock(target, wait=False):
     partial = resumable.Partial(target, job_key(lm, args), args.overwrite)
     source = resumable.InputLines(args.input_file)
@@ -403,12 +401,27 @@ def lm_options(args):
   return kwargs
 
 
+def output_path(args):
+  """The file a scoring run writes: --output_file, or its shard's file."""
+  if args.num_shards > 1:
+    return shard_path(args.output_file, args.shard_id, args.num_shards)
+  return args.output_file
+
+
 def _check_flags(args):
   """What the flags alone tell (before a model is loaded): cli.InputError naming the flag."""
   if args.merge:
     if args.output_file == "-":
       raise cli.InputError("--merge needs --output_file (the shards' common prefix)")
-    return
+  else:
+    _check_scoring_flags(args)
+  if args.output_file != "-":
+    target = args.output_file if args.merge else output_path(args)
+    io_utils.check_output_path(target, "output_file", is_dir=False)
+
+
+def _check_scoring_flags(args):
+  """The flags of a scoring run (not --merge)."""
   if not args.model_dir:
     raise cli.InputError("--model_dir is required (a model dir, kenlm:PATH, bert:DIR or hf:DIR)")
   if args.shard_id >= args.num_shards:

@@ -1,8 +1,9 @@
-"""Wrong flags of the commands that write results (issue 40).
+"""Wrong flags and unwritable outputs of the commands that write results (issue 40).
 
-Each is refused in one line naming the flag, with exit status 2, before a model loads or a list
-is read, and the refused run leaves nothing behind (no --output_dir, cache). The models named do
-not exist: the refusal must come before they are looked at.
+Each is refused in one line naming the flag or the path, with exit status 2, before a model
+loads or a list is read, and the refused run leaves nothing behind (no --output_dir, lock file,
+cache or partial file). The models named do not exist: the refusal must come before they are
+looked at.
 """
 
 import os
@@ -47,3 +48,71 @@ def test_run_mwer_refuses_a_bad_value_naming_its_flag(tmp_path, flag, name):
   )
   assert name in error_line(result, "run_mwer.py")
   assert os.listdir(tmp_path) == []
+
+
+def _under_a_file(tmp_path):
+  (tmp_path / "file").write_text("")
+  return str(tmp_path / "file" / "out"), "is not a directory"
+
+
+def _read_only(tmp_path):
+  if os.geteuid() == 0:
+    pytest.skip("root writes into a read-only directory")
+  directory = tmp_path / "read_only"
+  directory.mkdir(mode=0o500)
+  return str(directory / "out"), "Permission denied"
+
+
+def _proc(tmp_path):
+  del tmp_path
+  return "/proc/tta-out", "/proc"
+
+
+LOCATIONS = {"under_a_file": _under_a_file, "read_only": _read_only, "proc": _proc}
+
+# (command, flags besides the output); "{tmp}" is the test's tmp_path.
+COMMANDS = {
+  "run_mwer.py": ["--init_model={tmp}/absent", "--data_dir={tmp}", "--output_dir={out}"],
+  "run_rescoring.py": ["--model_dir={tmp}/absent", "--data_dir={tmp}", "--output_dir={out}"],
+  "run_sts.py": ["--model_dir={tmp}/absent", "--data_dir={tmp}", "--output_dir={out}"],
+  "score.py": ["--model_dir={tmp}/absent", "--input_file={tmp}/in.txt", "--output_file={out}"],
+}
+
+
+@pytest.mark.parametrize("location", LOCATIONS)
+@pytest.mark.parametrize("command", COMMANDS)
+def test_an_output_that_cannot_be_written_is_refused_first(tmp_path, command, location):
+  out, why = LOCATIONS[location](tmp_path)
+  (tmp_path / "in.txt").write_text("the cat sat\n")
+  before = sorted(os.listdir(tmp_path))
+  args = [a.format(tmp=tmp_path, out=out) for a in COMMANDS[command]]
+  line = error_line(commands.run(command, *args), command)
+  assert out in line and why in line, line
+  assert sorted(os.listdir(tmp_path)) == before, "a refused run left files behind"
+  if location == "read_only":
+    os.chmod(tmp_path / "read_only", 0o700)
+
+
+def test_score_refuses_a_directory_as_output_file(tmp_path):
+  (tmp_path / "in.txt").write_text("the cat sat\n")
+  (tmp_path / "out").mkdir()
+  result = commands.run(
+    "score.py",
+    f"--model_dir={tmp_path}/absent",
+    f"--input_file={tmp_path}/in.txt",
+    f"--output_file={tmp_path}/out",
+  )
+  line = error_line(result, "score.py")
+  assert f"--output_file {tmp_path}/out: is a directory" in line
+  assert sorted(os.listdir(tmp_path)) == ["in.txt", "out"]
+  assert os.listdir(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_run_refused_for_its_model_leaves_no_output(tmp_path, command):
+  (tmp_path / "in.txt").write_text("the cat sat\n")
+  out = str(tmp_path / "out")
+  args = [a.format(tmp=tmp_path, out=out) for a in COMMANDS[command]]
+  line = error_line(commands.run(command, *args), command)
+  assert f"{tmp_path}/absent" in line
+  assert os.listdir(tmp_path) == ["in.txt"], "a refused run left files behind"
