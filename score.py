@@ -75,7 +75,11 @@ def define_flags():
     "output_file", "-", "Where the records go; '-' writes stdout (no resume, no shards)."
   )
   flags.DEFINE_enum(
-    "format", "jsonl", FORMATS, "jsonl: a JSON record per line; tsv: score<TAB>text."
+    "format",
+    "jsonl",
+    FORMATS,
+    "jsonl: a JSON record per line; tsv: score<TAB>text, a tab, newline, carriage return or "
+    "backslash in the text written as \\t, \\n, \\r, \\\\ (no quoting: each row has its columns).",
   )
   flags.DEFINE_enum(
     "tsv_order",
@@ -175,12 +179,18 @@ def record(line, text, scored=None, vector=None, key=None, log_base="e"):
   return out
 
 
+# Backslash escapes (IANA's TSV, PostgreSQL's COPY): a reader splitting on tabs with quoting off
+# (pandas' quoting=csv.QUOTE_NONE, cut, awk) gets every row's columns; a key has no blank.
+_TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
 def render(rec, output_format, tsv_order="score_text"):
   """One output line (no newline) for a record; TSV puts a record's key first."""
   if output_format != "tsv":
     return json.dumps(rec, ensure_ascii=False)
   score = f"{rec['score']:.6f}" if "score" in rec else ""
-  columns = [score, rec["text"]] if tsv_order == "score_text" else [rec["text"], score]
+  text = rec["text"].translate(_TSV_ESCAPES)
+  columns = [score, text] if tsv_order == "score_text" else [text, score]
   if "key" in rec:
     columns.insert(0, rec["key"])
   return "\t".join(columns)
