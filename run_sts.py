@@ -170,7 +170,8 @@ def main(argv):
     evaluate_and_write()
     return
   # One writer of the results: a second run into --output_dir exits 2 naming this one.
-  with io_utils.exclusive_lock(os.path.join(FLAGS.output_dir, RESULTS_FILE), wait=False):
+  results = os.path.join(FLAGS.output_dir, RESULTS_FILE)
+  with io_utils.output_dir(FLAGS.output_dir), io_utils.exclusive_lock(results, wait=False):
     if paper_sets():
       evaluate_and_write()
     if FLAGS.pairs_file:

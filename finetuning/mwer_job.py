@@ -371,9 +371,8 @@ def evaluate(job, trained):
 
 def run(params):
   """The whole job; returns False when a signal stopped a training run (resume to finish)."""
-  os.makedirs(params.output_dir, exist_ok=True)
   cache_path = os.path.join(params.output_dir, "cache", "lm_scores.jsonl")
-  with io_utils.exclusive_lock(cache_path, wait=False):
+  with io_utils.output_dir(params.output_dir), io_utils.exclusive_lock(cache_path, wait=False):
     with cli.user_input():
       job = Job(params, score_cache.ScoreCache(cache_path))
     trained = {}

@@ -7,10 +7,16 @@ looked at.
 """
 
 import os
+import re
 
 import commands
+from conftest import WORDS
+from conftest import tiny_config
 import pytest
 
+from lm import model_dir
+import modeling
+import tokenization
 from util import cli
 
 BAD_MWER_FLAGS = [
@@ -29,9 +35,9 @@ BAD_MWER_FLAGS = [
 
 
 def error_line(result, command):
-  """The one stderr line of a refused run."""
+  """The one stderr line of a refused run (besides absl's INFO log of what it did first)."""
   assert result.returncode == cli.EXIT_INPUT_ERROR, result.stderr
-  lines = result.stderr.splitlines()
+  lines = [l for l in result.stderr.splitlines() if not re.match(r"I\d{4} ", l)]
   assert len(lines) == 1, result.stderr
   assert lines[0].startswith(f"{command}: error: "), lines[0]
   return lines[0]
@@ -116,3 +122,31 @@ def test_a_run_refused_for_its_model_leaves_no_output(tmp_path, command):
   line = error_line(commands.run(command, *args), command)
   assert f"{tmp_path}/absent" in line
   assert os.listdir(tmp_path) == ["in.txt"], "a refused run left files behind"
+
+
+@pytest.fixture(scope="module")
+def tiny_tta(tmp_path_factory):
+  """A random tiny T-TA model dir."""
+  root = tmp_path_factory.mktemp("tiny_tta")
+  vocab = root / "vocab.txt"
+  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + list(WORDS)) + "\n")
+  config = tiny_config(vocab_size=len(tokenization.SPECIAL_TOKENS) + len(WORDS))
+  path = str(root / "tta")
+  model_dir.save_model_dir(modeling.build_model(config, "tta"), str(vocab), path)
+  return path
+
+
+@pytest.mark.parametrize("command", ["run_mwer.py", "run_sts.py"])
+def test_a_run_refused_for_its_data_after_making_its_output_dir_removes_it(
+  tmp_path, tiny_tta, command
+):
+  (tmp_path / "data").mkdir()  # holds no data set
+  model_flag = "--init_model" if command == "run_mwer.py" else "--model_dir"
+  result = commands.run(
+    command,
+    f"{model_flag}={tiny_tta}",
+    f"--output_dir={tmp_path}/out",
+    f"--data_dir={tmp_path}/data",
+  )
+  assert f"{tmp_path}/data" in error_line(result, command)
+  assert os.listdir(tmp_path) == ["data"], "a refused run left files behind"

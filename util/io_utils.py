@@ -5,6 +5,7 @@
   atomic_path / atomic_open / ...    results are never half-written, with the umask's permissions
   make_temp_dir                      an output dir built aside
   check_output_path                  an output that cannot be written, refused before any work
+  output_dir                         a run's output dir, gone again if the run is refused
   exclusive_lock                     one writer per output: a read-merge-write, or a whole run
   read_stamp / write_stamp / ...     a stage knows whether its outputs are complete
   unit_hash                          seeded, reproducible held-out choices
@@ -227,6 +228,35 @@ def check_output_path(path, flag, is_dir=True):
     raise cli.InputError(f"{where}: cannot write in {existing} ({e.strerror})") from None
   os.close(fd)
   os.remove(probe)
+
+
+@contextlib.contextmanager
+def output_dir(path):
+  """Makes the output dir `path` for the `with` block; if this call made it and the block raises
+  `cli.InputError`, removes what holds no output: released (empty) lock files, then empty dirs.
+
+  So a run refused for its input leaves no empty --output_dir behind, and a refusal later in a
+  run loses nothing it wrote. A run refused because another holds the output (`OutputBusy`)
+  removes nothing: the dir is the other run's.
+  """
+  made = not os.path.isdir(path)
+  os.makedirs(path, exist_ok=True)
+  try:
+    yield path
+  except cli.InputError as e:
+    if made and not isinstance(e, OutputBusy):
+      _remove_empty(path)
+    raise
+
+
+def _remove_empty(path):
+  for directory, _, files in os.walk(path, topdown=False):
+    for name in files:
+      lock = os.path.join(directory, name)
+      if name.startswith(".") and name.endswith(".lock") and os.path.getsize(lock) == 0:
+        os.remove(lock)
+    if not os.listdir(directory):
+      os.rmdir(directory)
 
 
 class OutputBusy(cli.InputError):
