@@ -27,7 +27,8 @@ Every stage resumes: the same command after an interruption continues where it s
 scores cached, training runs from their last checkpoint, with the same next batches and the
 same weights as an uninterrupted run). Exit codes: 0 done; 75 (EX_TEMPFAIL) when SIGTERM/SIGINT
 stopped a training run after saving a checkpoint (the same command resumes it); 2 with one line
-on stderr for a wrong input (a missing model or data set, a bad flag, an output dir in use).
+on stderr for a wrong input (a missing model or data set, a bad flag, an output dir in use or
+not writable).
 """
 
 import os
@@ -67,14 +68,18 @@ def params_from_flags():
   for name in ("init_model", "output_dir"):
     if not FLAGS[name].value:
       raise cli.InputError(f"--{name} is required")
-  with cli.user_input():  # before anything is written into --output_dir
+  # The flags (the params check their values), the output and the model, before anything is
+  # written into --output_dir.
+  with cli.user_input():
+    params = mwer_job.JobParams(
+      **cli.param_values(mwer_job.JobParams, FLAGS),
+      data_dir=FLAGS.data_dir,
+      mwer=mwer_training.MwerParams(**cli.param_values(mwer_training.MwerParams, FLAGS)),
+      lm_options=lm_flags.load_options(FLAGS),
+    )
+    io_utils.check_output_path(params.output_dir, "output_dir")
     inference.check_spec(FLAGS.init_model)
-  return mwer_job.JobParams(
-    **cli.param_values(mwer_job.JobParams, FLAGS),
-    data_dir=FLAGS.data_dir,
-    mwer=mwer_training.MwerParams(**cli.param_values(mwer_training.MwerParams, FLAGS)),
-    lm_options=lm_flags.load_options(FLAGS),
-  )
+  return params
 
 
 def main(argv):

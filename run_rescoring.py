@@ -545,6 +545,8 @@ def main(argv):
   # What is cheap first: the LMs are there, before the lists are read; the lists are read and
   # checked before anything is written into --output_dir.
   with cli.user_input():
+    if FLAGS.output_dir:
+      io_utils.check_output_path(FLAGS.output_dir, "output_dir")
     for _, spec in lm_flags.named_specs(FLAGS.model_dir):
       inference.check_spec(spec)
   metric = "bleu" if FLAGS.task == "nmt" else "wer"

@@ -161,11 +161,17 @@ def main(argv):
   del argv
   if FLAGS.pairs_file and not FLAGS.output_dir:
     raise cli.InputError("--pairs_file needs --output_dir, where the cosines of each pair go")
+  # What is cheap first, before anything is written into --output_dir: the output, the models.
+  with cli.user_input():
+    if FLAGS.output_dir:
+      io_utils.check_output_path(FLAGS.output_dir, "output_dir")
+    check_model_specs()
   if not FLAGS.output_dir:
     evaluate_and_write()
     return
   # One writer of the results: a second run into --output_dir exits 2 naming this one.
-  with io_utils.exclusive_lock(os.path.join(FLAGS.output_dir, RESULTS_FILE), wait=False):
+  results = os.path.join(FLAGS.output_dir, RESULTS_FILE)
+  with io_utils.output_dir(FLAGS.output_dir), io_utils.exclusive_lock(results, wait=False):
     if paper_sets():
       evaluate_and_write()
     if FLAGS.pairs_file:
@@ -197,9 +203,7 @@ def load_model(spec):
 
 def evaluate_and_write():
   """Every --model_dir and representation on every set; the table, and the results files."""
-  # What is cheap first: the models are there, before the sets are read.
   with cli.user_input():
-    check_model_specs()
     data_sets = {name: SETS[name][1](FLAGS.data_dir) for name in paper_sets()}
   for name, pairs in data_sets.items():
     if FLAGS.max_pairs:
@@ -251,7 +255,6 @@ def evaluate_pairs():
   """Every --model_dir and representation on every --pairs_file set: pairs/<set>.tsv each, and
   pairs_results.{json,md} with the correlations of the sets with gold scores."""
   with cli.user_input():
-    check_model_specs()
     specs = [spec for value in FLAGS.pairs_file for spec in value.split(",") if spec]
     groups = pair_files.pair_sets(specs, FLAGS.pairs_header)
     counts = {name: pair_files.count_pairs(source) for _, sets in groups for name, source in sets}

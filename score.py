@@ -75,7 +75,11 @@ def define_flags():
     "output_file", "-", "Where the records go; '-' writes stdout (no resume, no shards)."
   )
   flags.DEFINE_enum(
-    "format", "jsonl", FORMATS, "jsonl: a JSON record per line; tsv: score<TAB>text."
+    "format",
+    "jsonl",
+    FORMATS,
+    "jsonl: a JSON record per line; tsv: score<TAB>text, a tab, newline, carriage return or "
+    "backslash in the text written as \\t, \\n, \\r, \\\\ (no quoting: each row has its columns).",
   )
   flags.DEFINE_enum(
     "tsv_order",
@@ -175,12 +179,18 @@ def record(line, text, scored=None, vector=None, key=None, log_base="e"):
   return out
 
 
+# Backslash escapes (IANA's TSV, PostgreSQL's COPY): a reader splitting on tabs with quoting off
+# (pandas' quoting=csv.QUOTE_NONE, cut, awk) gets every row's columns; a key has no blank.
+_TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
 def render(rec, output_format, tsv_order="score_text"):
   """One output line (no newline) for a record; TSV puts a record's key first."""
   if output_format != "tsv":
     return json.dumps(rec, ensure_ascii=False)
   score = f"{rec['score']:.6f}" if "score" in rec else ""
-  columns = [score, rec["text"]] if tsv_order == "score_text" else [rec["text"], score]
+  text = rec["text"].translate(_TSV_ESCAPES)
+  columns = [score, text] if tsv_order == "score_text" else [text, score]
   if "key" in rec:
     columns.insert(0, rec["key"])
   return "\t".join(columns)
@@ -298,9 +308,7 @@ def score_to_file(lm, args):
     cli.InputError: another run holds the output; the partial file is of another job or input
       (see `resumable.Partial`); a write failed.
   """
-  target = args.output_file
-  if args.num_shards > 1:
-    target = shard_path(args.output_file, args.shard_id, args.num_shards)
+  target = output_path(args)
   with io_utils.exclusive_lock(target, wait=False):
     partial = resumable.Partial(target, job_key(lm, args), args.overwrite)
     source = resumable.InputLines(args.input_file)
@@ -403,12 +411,27 @@ def lm_options(args):
   return kwargs
 
 
+def output_path(args):
+  """The file a scoring run writes: --output_file, or its shard's file."""
+  if args.num_shards > 1:
+    return shard_path(args.output_file, args.shard_id, args.num_shards)
+  return args.output_file
+
+
 def _check_flags(args):
   """What the flags alone tell (before a model is loaded): cli.InputError naming the flag."""
   if args.merge:
     if args.output_file == "-":
       raise cli.InputError("--merge needs --output_file (the shards' common prefix)")
-    return
+  else:
+    _check_scoring_flags(args)
+  if args.output_file != "-":
+    target = args.output_file if args.merge else output_path(args)
+    io_utils.check_output_path(target, "output_file", is_dir=False)
+
+
+def _check_scoring_flags(args):
+  """The flags of a scoring run (not --merge)."""
   if not args.model_dir:
     raise cli.InputError("--model_dir is required (a model dir, kenlm:PATH, bert:DIR or hf:DIR)")
   if args.shard_id >= args.num_shards:

@@ -22,6 +22,7 @@ re-read.
 
 import dataclasses
 import json
+import math
 import os
 import shutil
 
@@ -72,7 +73,7 @@ class JobParams:
     "Regulariser weights, one MWER run each; the held-out WER picks one.", ("0.1",)
   )
   combination_epochs: int = cli.param(
-    "Epochs of baseline (c), the combination weights alone with the LM frozen.", 20
+    "Epochs of baseline (c), the combination weights alone with the LM frozen.", 20, lower_bound=1
   )
   scoring: str = cli.param(
     "How the LM scores a hypothesis (default: the kind's own, as in run_rescoring.py).",
@@ -83,24 +84,38 @@ class JobParams:
     "Longest hypothesis in tokens, longer ones truncated (0: the model's "
     "max_position_embeddings, as run_rescoring.py scores).",
     0,
+    lower_bound=0,
   )
   sample_lists: int = cli.param(
-    "Use a seeded random sample of N lists of each set (quick runs; 0: all).", 0
+    "Use a seeded random sample of N lists of each set (quick runs; 0: all).", 0, lower_bound=0
   )
   sample_seed: int = cli.param("Seed of --sample_lists.", 0)
   strategy: str = cli.param(
     "tf.distribute strategy of the training steps.", "one_device", ("one_device", "mirrored")
   )
-  num_cpu_devices: int = cli.param("Logical CPU devices for --strategy=mirrored on a CPU.", 0)
+  num_cpu_devices: int = cli.param(
+    "Logical CPU devices for --strategy=mirrored on a CPU.", 0, lower_bound=0
+  )
   bootstrap_resamples: int = cli.param(
-    "Paired bootstrap resamples of the final comparisons.", significance.DEFAULT_RESAMPLES
+    "Paired bootstrap resamples of the final comparisons.",
+    significance.DEFAULT_RESAMPLES,
+    lower_bound=1,
   )
   bootstrap_seed: int = cli.param("Seed of the bootstrap.", 0)
-  chunk_size: int = cli.param("Sentences per scoring call and cache write.", 500)
+  chunk_size: int = cli.param("Sentences per scoring call and cache write.", 500, lower_bound=1)
   # Set by the command.
   data_dir: str = None
   mwer: mwer_training.MwerParams = dataclasses.field(default_factory=mwer_training.MwerParams)
   lm_options: dict = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    # What the settings alone tell, before --output_dir is made or a list is read.
+    regularizer_weights(self)
+    for setting in self.settings:
+      if setting not in nbest.SETTING_WEIGHTS:
+        raise ValueError(f"--settings: {setting!r} is not one of {tuple(nbest.SETTING_WEIGHTS)}")
+    if self.init_model.startswith("kenlm:"):
+      raise ValueError("MWER trains a neural LM; --init_model is an n-gram model")
 
 
 # ---------------------------------------------------------------------- data
@@ -128,8 +143,11 @@ def regularizer_weights(params):
     weights = [float(w) for w in params.regularizer_weights]
   except ValueError:
     raise ValueError(f"--regularizer_weights: not numbers: {params.regularizer_weights}") from None
-  if not weights or any(w < 0 for w in weights):
-    raise ValueError(f"--regularizer_weights must be >= 0, got {params.regularizer_weights}")
+  # `not w >= 0` refuses nan too, which would train a whole run before its loss shows it.
+  if not weights or any(not w >= 0 or math.isinf(w) for w in weights):
+    raise ValueError(
+      f"--regularizer_weights must be finite numbers >= 0, got {params.regularizer_weights}"
+    )
   return weights
 
 
@@ -138,13 +156,8 @@ class Job(object):
 
   def __init__(self, params, cache):
     self.params, self.cache = params, cache
-    # The flags and the model first: reading the lists takes a while.
-    self.reg_weights = regularizer_weights(params)
-    for setting in params.settings:
-      if setting not in nbest.SETTING_WEIGHTS:
-        raise ValueError(f"--settings: {setting!r} is not one of {tuple(nbest.SETTING_WEIGHTS)}")
-    if params.init_model.startswith("kenlm:"):
-      raise ValueError("MWER trains a neural LM; --init_model is an n-gram model")
+    self.reg_weights = regularizer_weights(params)  # checked by JobParams
+    # The model first: reading the lists takes a while.
     self.lm = inference.load_lm(params.init_model, **self.lm_kwargs())
     self.scoring = params.scoring or self.lm.default_scoring
     pooled = [l for lists in read_sets(params, params.train_sets).values() for l in lists]
@@ -358,9 +371,8 @@ def evaluate(job, trained):
 
 def run(params):
   """The whole job; returns False when a signal stopped a training run (resume to finish)."""
-  os.makedirs(params.output_dir, exist_ok=True)
   cache_path = os.path.join(params.output_dir, "cache", "lm_scores.jsonl")
-  with io_utils.exclusive_lock(cache_path, wait=False):
+  with io_utils.output_dir(params.output_dir), io_utils.exclusive_lock(cache_path, wait=False):
     with cli.user_input():
       job = Job(params, score_cache.ScoreCache(cache_path))
     trained = {}

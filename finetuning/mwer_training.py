@@ -51,12 +51,13 @@ _KEEP_CHECKPOINTS = 2
 class MwerParams:
   """The settings of a run; run_mwer.py makes its flags from the `cli.param` fields."""
 
-  epochs: int = cli.param("Passes over the training lists.", 3)
-  lists_per_batch: int = cli.param("N-best lists per step.", 8)
+  epochs: int = cli.param("Passes over the training lists.", 3, lower_bound=1)
+  lists_per_batch: int = cli.param("N-best lists per step.", 8, lower_bound=1)
   hyps_per_list: int = cli.param(
     "Top-k hypotheses of each list in training (first-pass rank order), to bound a step's "
     "cost; evaluation always uses whole lists.",
     10,
+    lower_bound=1,
   )
   learning_rate: float = cli.param("Peak learning rate of the LM's weights.", 2e-5)
   weights_learning_rate: float = cli.param(
@@ -74,11 +75,17 @@ class MwerParams:
   dropout: bool = cli.param("Train the LM with its config's dropout.", True)
   seed: int = cli.param("Seed of the batch order, the dropout and the biLM's MLM masks.", 12345)
   save_every_steps: int = cli.param(
-    "Checkpoint interval in steps (0: at each epoch's end only).", 0
+    "Checkpoint interval in steps (0: at each epoch's end only).", 0, lower_bound=0
   )
   # Set by the caller for each run, not flags.
   output_dir: str = None
   regularizer_weight: float = 0.0
+
+  def __post_init__(self):
+    # absl's float bounds include the bound and let nan through; a rate of 0 trains nothing.
+    for name in ("learning_rate", "weights_learning_rate"):
+      if not getattr(self, name) > 0:
+        raise ValueError(f"--{name} must be a number > 0, got {getattr(self, name)}")
 
 
 @dataclasses.dataclass

@@ -5,6 +5,7 @@ import os
 from conftest import HANG_SECONDS
 import pytest
 
+from util import cli
 from util import io_utils
 
 
@@ -142,3 +143,24 @@ def test_exclusive_lock_serialises_read_merge_writes(tmp_path, monkeypatch):
     io_utils.write_atomically(path, append_text)
   worker.join()
   assert open(path, encoding="utf-8").read() == "first\nsecond\n"
+
+
+def test_a_refused_run_removes_the_output_dir_it_made_but_no_output(tmp_path):
+  out = tmp_path / "out"
+  with pytest.raises(cli.InputError):
+    with io_utils.output_dir(str(out)), io_utils.exclusive_lock(str(out / "cache" / "c.jsonl")):
+      raise cli.InputError("refused at the start")
+  assert not out.exists()
+  with pytest.raises(cli.InputError):
+    with io_utils.output_dir(str(out)), io_utils.exclusive_lock(str(out / "results.json")):
+      (out / "pairs").mkdir()
+      (out / "pairs" / "a.tsv").write_text("0.5\n")
+      raise cli.InputError("refused later")
+  assert sorted(os.listdir(out)) == ["pairs"]
+  busy = io_utils.OutputBusy("in use", "pid 1", "lock")
+  for existing in (out, tmp_path / "new"):
+    with pytest.raises(io_utils.OutputBusy):
+      with io_utils.output_dir(str(existing)):
+        raise busy
+  assert (tmp_path / "new").is_dir(), "the dir of a busy output is the other run's"
+  assert (out / "pairs" / "a.tsv").exists()

@@ -203,6 +203,17 @@ def test_tsv_in_lm_scorer_order(lm, input_file, tmp_path):
   assert float(value) == pytest.approx(lm.score([text])[0].total, abs=1e-5)
 
 
+@pytest.mark.parametrize("tsv_order", score.TSV_ORDERS)
+def test_tsv_escapes_a_tab_in_the_text_so_each_row_keeps_its_columns(tsv_order):
+  key, text = score.split_key("utt5 A\tB \\ C")
+  row = score.render(score.record(0, text, key=key) | {"score": -1.5}, "tsv", tsv_order)
+  columns = row.split("\t")
+  assert len(columns) == 3
+  assert columns[0] == "utt5"
+  assert "A\\tB \\\\ C" in columns
+  assert score.render({"line": 0, "text": "a\nb\rc"}, "tsv") == "\ta\\nb\\rc"
+
+
 class Killed(Exception):
   """Stands for the end of a process killed between two batches."""
 

@@ -129,7 +129,7 @@ def define_escaped_list(name, default, help_text, flag_values=flags.FLAGS):
   )
 
 
-def param(help_text, default=dataclasses.MISSING, enum=None, flag=None):
+def param(help_text, default=dataclasses.MISSING, enum=None, flag=None, lower_bound=None):
   """A dataclass field that is also a command-line flag.
 
   Args:
@@ -138,9 +138,12 @@ def param(help_text, default=dataclasses.MISSING, enum=None, flag=None):
     enum: allowed values: the flag is an enum.
     flag: the flag's name when it differs from the field's (BERT's singular --input_file for
       a field holding several globs).
+    lower_bound: the least value of an int or float flag, refused by absl while parsing (a
+      float's bound does not refuse nan: the dataclass's own check does, where it matters).
   """
   return dataclasses.field(
-    default=default, metadata={"help": help_text, "enum": enum, "flag": flag}
+    default=default,
+    metadata={"help": help_text, "enum": enum, "flag": flag, "lower_bound": lower_bound},
   )
 
 
@@ -173,7 +176,9 @@ def define_param_flags(cls, flag_values=flags.FLAGS):
     if field.metadata["enum"]:
       flags.DEFINE_enum(name, default, field.metadata["enum"], help_text, flag_values=flag_values)
     else:
-      _DEFINE_BY_TYPE[field.type](name, default, help_text, flag_values=flag_values)
+      bound = field.metadata["lower_bound"]
+      kwargs = {} if bound is None else {"lower_bound": bound}
+      _DEFINE_BY_TYPE[field.type](name, default, help_text, flag_values=flag_values, **kwargs)
 
 
 def param_values(cls, flag_values):

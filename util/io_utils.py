@@ -4,6 +4,8 @@
   expand_globs                       comma-separated globs -> input files
   atomic_path / atomic_open / ...    results are never half-written, with the umask's permissions
   make_temp_dir                      an output dir built aside
+  check_output_path                  an output that cannot be written, refused before any work
+  output_dir                         a run's output dir, gone again if the run is refused
   exclusive_lock                     one writer per output: a read-merge-write, or a whole run
   read_stamp / write_stamp / ...     a stage knows whether its outputs are complete
   unit_hash                          seeded, reproducible held-out choices
@@ -18,6 +20,7 @@ import json
 import os
 import secrets
 import socket
+import tempfile
 import time
 
 from absl import flags
@@ -188,6 +191,72 @@ def make_temp_dir(parent, prefix):
       return path
     except FileExistsError:
       continue
+
+
+def check_output_path(path, flag, is_dir=True):
+  """Refuses an output path that cannot be written, before a command loads or writes anything.
+
+  Without it the refusal would come from os.makedirs or the lock, after a model loaded or an
+  empty --output_dir was made. Nothing is left behind: the probe file is removed.
+
+  Args:
+    path: str, the output directory (is_dir) or file; a remote path ("gs://...") is not checked.
+    flag: str, the flag that gave it, for the message.
+    is_dir: whether `path` is a directory (made if missing) or a file.
+
+  Raises:
+    cli.InputError: "--<flag> <path>: <why>": `path` exists as the other kind, or the nearest
+      existing directory above it is a file, or is not writable (its mode, a read-only mount,
+      a pseudo file system like /proc).
+  """
+  if "://" in path:
+    return
+  where = f"--{flag} {path}"
+  if os.path.isdir(path) and not is_dir:
+    raise cli.InputError(f"{where}: is a directory; give the path of a file")
+  if os.path.lexists(path) and is_dir and not os.path.isdir(path):
+    raise cli.InputError(f"{where}: exists and is not a directory")
+  existing = os.path.abspath(path if is_dir else os.path.dirname(os.path.abspath(path)))
+  while not os.path.lexists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise cli.InputError(f"{where}: cannot be created: {existing} is not a directory")
+  try:
+    # A real file, not os.access: modes say nothing of a read-only mount or of /proc.
+    fd, probe = tempfile.mkstemp(dir=existing, prefix=".write-probe-")
+  except OSError as e:
+    raise cli.InputError(f"{where}: cannot write in {existing} ({e.strerror})") from None
+  os.close(fd)
+  os.remove(probe)
+
+
+@contextlib.contextmanager
+def output_dir(path):
+  """Makes the output dir `path` for the `with` block; if this call made it and the block raises
+  `cli.InputError`, removes what holds no output: released (empty) lock files, then empty dirs.
+
+  So a run refused for its input leaves no empty --output_dir behind, and a refusal later in a
+  run loses nothing it wrote. A run refused because another holds the output (`OutputBusy`)
+  removes nothing: the dir is the other run's.
+  """
+  made = not os.path.isdir(path)
+  os.makedirs(path, exist_ok=True)
+  try:
+    yield path
+  except cli.InputError as e:
+    if made and not isinstance(e, OutputBusy):
+      _remove_empty(path)
+    raise
+
+
+def _remove_empty(path):
+  for directory, _, files in os.walk(path, topdown=False):
+    for name in files:
+      lock = os.path.join(directory, name)
+      if name.startswith(".") and name.endswith(".lock") and os.path.getsize(lock) == 0:
+        os.remove(lock)
+    if not os.listdir(directory):
+      os.rmdir(directory)
 
 
 class OutputBusy(cli.InputError):
