@@ -26,6 +26,7 @@ def test_the_same_job_resumes_and_another_is_refused_naming_the_first_difference
     (dict(JOB, model={"path": "/a/tta", "sha256": "3"}), "model.sha256 1 (this run: 3)"),
     (dict(JOB, rate=0.002), "rate 0.001 (this run: 0.002)"),
     (dict(JOB, extra=[1, 2]), "extra none (this run: [1, 2])"),
+    (dict(JOB, model=[{"path": "/b"}]), "model /a/tta (this run: [/b])"),
   ):
     with pytest.raises(cli.InputError) as e:
       runs.Record(str(tmp_path), job, ["results.json"])

@@ -109,12 +109,17 @@ class Record:
 def _first_difference(old, new, name="job"):
   """(dotted name, old value, new value) of the first field that differs, in `new`'s order.
 
-  A "path" field is named by its parent (`init_model /a/tta`), the way a user names a model."""
+  A "path" field is named by its parent (`init_model /a/tta`), the way a user names a model,
+  and so is an item of a list (of models: the path tells which)."""
   if isinstance(old, dict) and isinstance(new, dict):
     for key in list(new) + [k for k in old if k not in new]:
       if key not in old or key not in new or old[key] != new[key]:
         inner = name if key == "path" else (key if name == "job" else f"{name}.{key}")
         return _first_difference(old.get(key), new.get(key), inner)
+  if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+    for a, b in zip(old, new):
+      if a != b:
+        return _first_difference(a, b, name)
   return name, old, new
 
 
@@ -123,6 +128,8 @@ def _show(value):
     return "none"
   if isinstance(value, dict) and "path" in value:
     return value["path"]
-  if isinstance(value, (dict, list)):
+  if isinstance(value, list):
+    return "[" + ", ".join(_show(v) for v in value) + "]"
+  if isinstance(value, dict):
     return json.dumps(value)
   return str(value)
