@@ -551,6 +551,10 @@ def _checkpoint_key(model_dirs):
 def stage_eval(work_dir, name, args, result_file, key):
   out = os.path.join(work_dir, "eval", name)
   result = os.path.join(out, result_file)
+  if args[0] == "run_sts.py":
+    # A stage run again is another job in the same dir (its models trained further): run_sts.py
+    # refuses that unless told to start over, as run_stage means.
+    args = args + ["--overwrite"]
   run_stage(work_dir, name, key, [result], args + ["--output_dir=" + out])
   return read_json(result)
 

@@ -25,10 +25,12 @@ Example (the full-mode T-TA of the reproduction as the starting point):
 
 Every stage resumes: the same command after an interruption continues where it stopped (LM
 scores cached, training runs from their last checkpoint, with the same next batches and the
-same weights as an uninterrupted run). Exit codes: 0 done; 75 (EX_TEMPFAIL) when SIGTERM/SIGINT
-stopped a training run after saving a checkpoint (the same command resumes it); 2 with one line
-on stderr for a wrong input (a missing model or data set, a bad flag, an output dir in use or
-not writable).
+same weights as an uninterrupted run). Only the same job resumes: another --init_model, list
+or setting that changes a result (a learning rate, --lists_per_batch, ...) is refused in one
+line naming it, and --overwrite starts over (<output_dir>/run.json records the job). Exit
+codes: 0 done; 75 (EX_TEMPFAIL) when SIGTERM/SIGINT stopped a training run after saving a
+checkpoint (the same command resumes it); 2 with one line on stderr for a wrong input (a missing
+model or data set, a bad flag, an output dir in use or not writable, or holding another job).
 """
 
 import os

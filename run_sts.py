@@ -14,6 +14,11 @@ evaluation/pair_similarity.py); with gold scores, pairs_results.{json,md} hold t
 their intervals and each model minus each later one, paired over the same pairs
 (reproduction_report.sts_comparisons). The paper's sets then run only if --sets is given.
 
+--output_dir holds one job: <output_dir>/run.json records its models (config, vocab, checkpoint),
+representations, sets and the flags that change a result (util/runs.py), and a run of another
+job into it is refused in one line naming the first that differs, before a model loads, rather
+than overwriting its results; --overwrite removes them and starts over.
+
 Examples:
   python run_sts.py --model_dir=runs/tta,runs/bilm,runs/unilm \
       --representations=context,embed --output_dir=results/sts
@@ -38,10 +43,13 @@ from lm import lm_flags
 from reproduction import reproduction_report
 from util import cli
 from util import io_utils
+from util import runs
 
 FLAGS = flags.FLAGS
 RESULTS_FILE = "sts_results.json"
 PAIRS_RESULTS_FILE = "pairs_results.json"
+# What a run writes in --output_dir; --overwrite removes them.
+OUTPUTS = (RESULTS_FILE, "sts_results.md", PAIRS_RESULTS_FILE, "pairs_results.md", "pairs")
 
 
 def define_flags():
@@ -102,8 +110,9 @@ def define_flags():
   flags.DEFINE_bool(
     "overwrite",
     False,
-    "Start over: discard an unfinished pairs/<NAME>.tsv.partial instead of resuming it (a resume "
-    "must be the same job: models, representations, --pairs_batch_size and input).",
+    "Start over: remove the results and pairs/ of the job --output_dir holds instead of refusing "
+    "another job (models, representations, sets, --max_pairs, --pairs_batch_size, bootstrap) or "
+    "resuming an unfinished pairs/<NAME>.tsv.partial.",
   )
 
 
@@ -172,10 +181,49 @@ def main(argv):
   # One writer of the results: a second run into --output_dir exits 2 naming this one.
   results = os.path.join(FLAGS.output_dir, RESULTS_FILE)
   with io_utils.output_dir(FLAGS.output_dir), io_utils.exclusive_lock(results, wait=False):
+    with cli.user_input():
+      groups = pair_groups()
+    # Another job's results are refused before a model loads; the record is written with the
+    # first output, so a run refused for its data or models leaves none.
+    record = runs.Record(FLAGS.output_dir, job_identity(groups), OUTPUTS, FLAGS.overwrite)
     if paper_sets():
-      evaluate_and_write()
+      evaluate_and_write(record)
     if FLAGS.pairs_file:
-      evaluate_pairs()
+      evaluate_pairs(groups, record)
+
+
+def pair_groups():
+  """`pair_files.pair_sets` of --pairs_file ([] without)."""
+  specs = [spec for value in FLAGS.pairs_file for spec in value.split(",") if spec]
+  return pair_files.pair_sets(specs, FLAGS.pairs_header)
+
+
+def job_identity(groups):
+  """The run identity of --output_dir (`util/runs.py`): the models, the sets, every flag that
+  changes a result. A pair set's content is checked apart, per set (`CosineWriter`)."""
+  identity = {
+    "command": "run_sts.py",
+    "model_dir": [
+      dict(inference.spec_identity(spec), name=name)
+      for name, spec in lm_flags.named_specs(FLAGS.model_dir)
+    ],
+    "representations": FLAGS.representations,
+    **lm_flags.load_options(FLAGS),
+    "bootstrap_resamples": FLAGS.bootstrap_resamples,
+    "bootstrap_seed": FLAGS.bootstrap_seed,
+  }
+  if paper_sets():
+    try:
+      data_dir = io_utils.data_root(FLAGS.data_dir)
+    except FileNotFoundError:
+      data_dir = FLAGS.data_dir  # reading the sets names it
+    identity.update(sets=paper_sets(), data_dir=data_dir, max_pairs=FLAGS.max_pairs)
+  if groups:
+    identity.update(
+      pairs_file={name: source.identity() for _, sets in groups for name, source in sets},
+      pairs_batch_size=FLAGS.pairs_batch_size,
+    )
+  return identity
 
 
 def paper_sets():
@@ -201,8 +249,9 @@ def load_model(spec):
   return row_name, lm
 
 
-def evaluate_and_write():
-  """Every --model_dir and representation on every set; the table, and the results files."""
+def evaluate_and_write(record=None):
+  """Every --model_dir and representation on every set; the table, and the results files
+  (`record`, the `runs.Record` of --output_dir, started before they are written)."""
   with cli.user_input():
     data_sets = {name: SETS[name][1](FLAGS.data_dir) for name in paper_sets()}
   for name, pairs in data_sets.items():
@@ -242,6 +291,7 @@ def evaluate_and_write():
   table = markdown_table(results, paper_sets())
   print(table)
   if FLAGS.output_dir:
+    record.start()
     io_utils.write_atomically(
       os.path.join(FLAGS.output_dir, RESULTS_FILE), json.dumps(results, indent=2)
     )
@@ -251,17 +301,17 @@ def evaluate_and_write():
 # ------------------------------------------------------------------ your own pairs (--pairs_file)
 
 
-def evaluate_pairs():
-  """Every --model_dir and representation on every --pairs_file set: pairs/<set>.tsv each, and
-  pairs_results.{json,md} with the correlations of the sets with gold scores."""
+def evaluate_pairs(groups, record):
+  """Every --model_dir and representation on every --pairs_file set (`pair_groups`):
+  pairs/<set>.tsv each, and pairs_results.{json,md} with the correlations of the sets with gold
+  scores; `record` (`runs.Record`) is started once the models load."""
   with cli.user_input():
-    specs = [spec for value in FLAGS.pairs_file for spec in value.split(",") if spec]
-    groups = pair_files.pair_sets(specs, FLAGS.pairs_header)
     counts = {name: pair_files.count_pairs(source) for _, sets in groups for name, source in sets}
   models = [load_model(spec) for spec in FLAGS.model_dir]
   names = [name for name, _ in models]
   if len(set(names)) < len(names):
     raise cli.InputError(f"--model_dir: two models share a name in {names}: name them name=DIR")
+  record.start()
   rows = [
     dict(model=name, model_type=lm.model_type, representation=representation)
     | {field: {} for field in ("scores", "pearson_ci", "cosines", "gold", "all")}

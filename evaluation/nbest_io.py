@@ -158,7 +158,9 @@ def _read_text_file(path):
 # ESPnet2 N-best directories / archives.
 
 
-def _espnet_set_path(path_or_set_name, data_dir):
+def espnet_set_path(path_or_set_name, data_dir):
+  """The archive or directory of an ESPnet set: the path itself, or a set name's archive in the
+  data root (FileNotFoundError naming both when neither)."""
   if os.path.exists(path_or_set_name):
     return path_or_set_name
   name = path_or_set_name.replace("-", "_")
@@ -316,7 +318,7 @@ def read_espnet_nbest(path_or_set_name, data_dir=None, select=None):
       text/score/scores files or with the references, a rank gap, or an utterance without
       hypotheses; the message names `archive:member:line`.
   """
-  path = _espnet_set_path(path_or_set_name, data_dir)
+  path = espnet_set_path(path_or_set_name, data_dir)
   files = _load_espnet_files(path)
   trn_name = "references/ref_wer.trn"
   if trn_name not in files:

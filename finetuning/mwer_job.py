@@ -17,7 +17,9 @@ the final evaluation (`mwer_report`). Per first-pass setting:
 
 then every system is evaluated on the whole test sets (results.json, results.md). Every stage
 resumes: scores are cached, runs resume from their checkpoints, a finished run is only
-re-read.
+re-read. Only the same job resumes: <output_dir>/run.json records its identity (`identity`: the
+starting model, the lists, the settings; `util/runs.py`), and a run of another is refused naming
+what differs, until --overwrite removes the old job's outputs.
 """
 
 import dataclasses
@@ -41,9 +43,26 @@ from util import cli
 from util import distribute_utils
 from util import io_utils
 from util import machine
+from util import runs
 
 FORMATS = ("espnet", "json", "tsv")
 MODEL_DIR = "model"
+# What a job writes in --output_dir besides its score cache: a dir per setting, the results.
+OUTPUTS = (*nbest.SETTING_WEIGHTS, "results.json", "results.md")
+# JobParams and MwerParams fields that change no result: where it goes, how often it saves, how
+# many sentences a cache write holds; and those the record gives their own identity.
+_NOT_IDENTITY = (
+  "output_dir",
+  "overwrite",
+  "chunk_size",
+  "save_every_steps",
+  "regularizer_weight",
+  "data_dir",
+  "init_model",
+  "train_sets",
+  "test_sets",
+  "mwer",
+)
 _READERS = {"json": nbest_io.read_json_nbest, "tsv": nbest_io.read_tsv_nbest}
 
 
@@ -103,6 +122,11 @@ class JobParams:
   )
   bootstrap_seed: int = cli.param("Seed of the bootstrap.", 0)
   chunk_size: int = cli.param("Sentences per scoring call and cache write.", 500, lower_bound=1)
+  overwrite: bool = cli.param(
+    "Start over: remove the checkpoints, models and results of the job --output_dir holds "
+    "(its LM score cache, keyed by model, stays) instead of refusing a job that differs.",
+    False,
+  )
   # Set by the command.
   data_dir: str = None
   mwer: mwer_training.MwerParams = dataclasses.field(default_factory=mwer_training.MwerParams)
@@ -136,6 +160,31 @@ def read_sets(params, names):
       lists = nbest.sample_lists(lists, params.sample_lists, params.sample_seed)
     sets[name] = lists
   return sets
+
+
+def identity(params):
+  """The job's run identity (`util/runs.py`): the starting model, the lists, and every setting
+  that changes a checkpoint or a result, MwerParams' among them by their flag names."""
+  settings = {**dataclasses.asdict(params), **dataclasses.asdict(params.mwer)}
+  return {
+    "command": "run_mwer.py",
+    "init_model": inference.spec_identity(params.init_model),
+    "train_sets": _set_identities(params, params.train_sets),
+    "test_sets": _set_identities(params, params.test_sets),
+    **{name: value for name, value in settings.items() if name not in _NOT_IDENTITY},
+  }
+
+
+def _set_identities(params, names):
+  """{name: runs.path_identity} of --train_sets or --test_sets (a set name in the data root)."""
+  identities = {}
+  for name in names:
+    try:
+      path = nbest_io.espnet_set_path(name, params.data_dir) if params.format == "espnet" else name
+    except FileNotFoundError:
+      path = name  # read_sets names it
+    identities[name] = runs.path_identity(path)
+  return identities
 
 
 def regularizer_weights(params):
@@ -373,8 +422,12 @@ def run(params):
   """The whole job; returns False when a signal stopped a training run (resume to finish)."""
   cache_path = os.path.join(params.output_dir, "cache", "lm_scores.jsonl")
   with io_utils.output_dir(params.output_dir), io_utils.exclusive_lock(cache_path, wait=False):
+    # Another job's checkpoints are refused before the model loads; the record is written once
+    # the model and lists are read, so a run refused for them leaves none.
+    record = runs.Record(params.output_dir, identity(params), OUTPUTS, params.overwrite)
     with cli.user_input():
       job = Job(params, score_cache.ScoreCache(cache_path))
+    record.start()
     trained = {}
     for setting in params.settings:
       trained[setting] = train_setting(job, setting)

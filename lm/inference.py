@@ -55,6 +55,7 @@ from lm import scoring_graph
 from lm import stage_clock
 from text import normalization as normalization_lib
 import tokenization
+from util import runs
 
 POOLINGS = ("context", "embed", "first", "last")
 # How a sentence's pieces are scored (docs/DESIGN.md §4.1). "piece": each piece given every other
@@ -712,6 +713,16 @@ def check_spec(spec):
         raise FileNotFoundError(f"{spec}: no such directory")
       return
   model_dir_lib.read_config(spec)
+
+
+def spec_identity(spec):
+  """The identity of what `spec` (as `load_lm` takes it) names, loading nothing: a model dir's
+  `model_dir.identity`; a KenLM file's or a release dir's path, sizes and modification times
+  (`runs.path_identity`). For a run record that a later run into the same output compares."""
+  for prefix in ("kenlm:", *_RELEASE_LOADERS):
+    if spec.startswith(prefix):
+      return {**runs.path_identity(spec[len(prefix) :]), "spec": prefix}
+  return model_dir_lib.identity(spec)
 
 
 def checked_scoring(scoring):

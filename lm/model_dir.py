@@ -153,6 +153,26 @@ def checkpoints(model_dir):
   return _numbered_checkpoints(model_dir)
 
 
+def identity(model_dir):
+  """What a model dir's numbers depend on, read cheaply (nothing of the weights is hashed): its
+  absolute path, the sha256 of config.json and vocab.txt, and the newest checkpoint with the
+  size and modification time of its files. For a run record (`util/runs.py`): a model trained
+  further, or another model at the path, is another identity."""
+  model_dir = os.path.abspath(model_dir)
+  digests = {}
+  for name in (CONFIG_FILE, VOCAB_FILE):
+    path = os.path.join(model_dir, name)
+    if os.path.exists(path):
+      with open(path, "rb") as f:
+        digests[name] = hashlib.sha256(f.read()).hexdigest()
+  checkpoint = latest_checkpoint(model_dir)
+  files = {}
+  if checkpoint:
+    for path in sorted(tf.io.gfile.glob(checkpoint + ".*")):
+      files[os.path.basename(path)] = [os.path.getsize(path), os.stat(path).st_mtime_ns]
+  return {"path": model_dir, "sha256": digests, "checkpoint": files}
+
+
 def roll_back_to(model_dir, checkpoint):
   """Makes `checkpoint` the latest of the index file, forgetting the checkpoints saved after it.
 

@@ -8,6 +8,7 @@ import math
 import os
 import signal
 
+import commands
 from conftest import WORDS
 from conftest import tiny_config
 import numpy as np
@@ -336,17 +337,23 @@ def test_resume_is_exact(tmp_path, vocab_file, monkeypatch, op_determinism):
 # ----------------------------------------------------------------- the job
 
 
-@pytest.mark.slow(seconds=25)
-def test_the_job_trains_selects_and_evaluates_on_tsv_lists(tmp_path, vocab_file):
-  path = tiny_model_dir(tmp_path, vocab_file, "tta", num_hidden_layers=1)
+def tsv_lists(root, num_lists=16):
+  """{"dev", "test"}: TSV files of toy lists with the full beam score ("score")."""
   files = {}
   for name, seed in (("dev", 5), ("test", 6)):
-    lists = toy_lists(16, 4, seed=seed)
+    lists = toy_lists(num_lists, 4, seed=seed)
     for l in lists:
       for h in l.hyps:
         h.scores["score"] = sum(w * h.scores[n] for n, w in nbest_io.FULL_WEIGHTS.items())
-    files[name] = str(tmp_path / f"{name}.tsv")
+    files[name] = str(root / f"{name}.tsv")
     nbest_io.write_tsv_nbest(lists, files[name], FEATURES + ("score",))
+  return files
+
+
+@pytest.mark.slow(seconds=25)
+def test_the_job_trains_selects_and_evaluates_on_tsv_lists(tmp_path, vocab_file):
+  path = tiny_model_dir(tmp_path, vocab_file, "tta", num_hidden_layers=1)
+  files = tsv_lists(tmp_path)
   params = mwer_job.JobParams(
     init_model=path,
     output_dir=str(tmp_path / "job"),
@@ -392,6 +399,58 @@ def test_the_job_trains_selects_and_evaluates_on_tsv_lists(tmp_path, vocab_file)
   assert mwer_job.run(params)
   with open(tmp_path / "job" / "results.json") as f:
     assert json.load(f)["rows"] == results["rows"]
+
+
+@pytest.mark.slow(seconds=25)
+def test_a_resume_of_another_job_is_refused_naming_what_differs(tmp_path, vocab_file):
+  tta = tiny_model_dir(tmp_path, vocab_file, "tta", num_hidden_layers=1)
+  unilm = tiny_model_dir(tmp_path, vocab_file, "unilm", num_hidden_layers=1)
+  files = tsv_lists(tmp_path, num_lists=8)
+  out = tmp_path / "job"
+
+  def run_mwer(model, *args, status):
+    return commands.run(
+      "run_mwer.py",
+      f"--init_model={model}",
+      f"--output_dir={out}",
+      "--format=tsv",
+      f"--train_sets={files['dev']}",
+      f"--test_sets={files['test']}",
+      "--settings=full",
+      "--heldout_fraction=0.3",
+      "--combination_epochs=1",
+      "--epochs=1",
+      "--lists_per_batch=4",
+      "--hyps_per_list=3",
+      "--bootstrap_resamples=10",
+      *args,
+      status=status,
+    )
+
+  def trained():
+    with open(model_dir.config_path(out / "full" / "model")) as f:
+      return json.load(f)["training"]
+
+  run_mwer(tta, "--learning_rate=1e-3", status=0)
+  first = trained()
+  for model, flag, named in (
+    (unilm, "--learning_rate=1e-3", f"init_model {tta} (this run: {unilm})"),
+    (tta, "--learning_rate=2e-3", "learning_rate 0.001 (this run: 0.002)"),
+    (tta, "--lists_per_batch=2", "lists_per_batch 4 (this run: 2)"),
+  ):
+    result = run_mwer(model, flag, status=2)
+    (line,) = [l for l in result.stderr.splitlines() if l.startswith("run_mwer.py: error:")]
+    assert line == (
+      f"run_mwer.py: error: --output_dir {out} holds another job: {named}; add --overwrite to "
+      "start over"
+    )
+  # The same job resumes: the finished runs are only re-read.
+  run_mwer(tta, "--learning_rate=1e-3", status=0)
+  assert trained() == first
+  run_mwer(unilm, "--learning_rate=2e-3", "--overwrite", status=0)
+  assert trained()["init_model"] == unilm and trained()["learning_rate"] == 2e-3
+  with open(out / "results.json") as f:
+    assert json.load(f)["init_model"] == unilm
 
 
 @pytest.mark.parametrize("trained_wer, helped", [(2.9, True), (3.0, False), (3.1, False)])

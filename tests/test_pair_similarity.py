@@ -328,6 +328,37 @@ def test_run_sts_on_pairs_files_and_senteval(model_dirs, senteval_dir, tmp_path)
   assert re.search(r"\] mine: 7/7 pairs \(100%\), [\d.]+/s", result.stderr)
 
 
+@pytest.mark.slow(seconds=3)
+def test_run_sts_into_the_output_dir_of_another_job_is_refused_until_overwrite(
+  model_dirs, tmp_path
+):
+  out = tmp_path / "out"
+
+  def run(model, *args):
+    return run_sts(
+      f"--model_dir=m={model_dirs[model]}",
+      f"--pairs_file=mine={pairs_file(tmp_path)}",
+      f"--output_dir={out}",
+      *args,
+    )
+
+  assert run("tta").returncode == 0
+  finished = read_lines(out / "pairs" / "mine.tsv")
+  result = run("bilm")
+  assert result.returncode == 2 and error_lines(result.stderr) == [
+    f"run_sts.py: error: --output_dir {out} holds another job: model_dir {model_dirs['tta']} "
+    f"(this run: {model_dirs['bilm']}); add --overwrite to start over"
+  ]
+  result = run("tta", "--representations=embed")
+  assert result.returncode == 2 and "representations" in error_lines(result.stderr)[0]
+  assert read_lines(out / "pairs" / "mine.tsv") == finished
+  assert run("bilm", "--overwrite").returncode == 0
+  assert read_lines(out / "pairs" / "mine.tsv") != finished
+  report = json.loads((out / "pairs_results.json").read_text())
+  assert {r["model_type"] for r in report["rows"]} == {"bilm"}
+  assert run("bilm").returncode == 0  # the same job: the finished set is kept
+
+
 @pytest.mark.parametrize(
   "content, where",
   [

@@ -1,0 +1,135 @@
+"""The job an output dir holds: recorded when a run starts it, compared when a run resumes it.
+
+  record = runs.Record(output_dir, identity, outputs, overwrite)  # refuses another job
+  ... read the inputs, load the models (a refusal here leaves no record behind), then:
+  record.start()                                  # --overwrite: clears `outputs` first
+
+A command that resumes into --output_dir (run_mwer.py's checkpoints, run_sts.py's results)
+would otherwise continue, or overwrite, what another job left there: another model, another
+learning rate. `identity` is a JSON-able dict of what the outputs depend on: the command, the
+models (`inference.spec_identity`: config, vocab and checkpoint, nothing hashed of the weights),
+the inputs (`path_identity`) and every option that changes a result (not progress or thread
+options). It is written to <output_dir>/run.json when the run starts; a later run into the same
+dir resumes only with the same identity, and is refused otherwise in one line naming the first
+field that differs. `overwrite` starts over: it removes the old run's `outputs` (names in the
+dir, the command's own) and nothing else. score.py's per-file record is `resumable.Partial`.
+"""
+
+import json
+import os
+import shutil
+
+from util import cli
+from util import io_utils
+
+RECORD_FILE = "run.json"
+
+
+def path_identity(path):
+  """The identity of an input file or directory without reading it: its absolute path, and
+  the size and modification time of the file (of each file under the directory); `None` for
+  those of a path that does not exist (the run's reader then names it)."""
+  path = os.path.abspath(path)
+  if os.path.isdir(path):
+    files = {}
+    for directory, _, names in os.walk(path):
+      for name in sorted(names):
+        full = os.path.join(directory, name)
+        files[os.path.relpath(full, path)] = _stat(full)
+    return {"path": path, "files": dict(sorted(files.items()))}
+  return {"path": path, **dict(zip(("bytes", "mtime"), _stat(path) or (None, None)))}
+
+
+def _stat(path):
+  try:
+    stat = os.stat(path)
+  except OSError:
+    return None
+  return [stat.st_size, stat.st_mtime_ns]
+
+
+class Record:
+  """The run identity of an output dir (see the module docstring).
+
+  Args:
+    output_dir: str, the command's --output_dir (it exists: the run holds its lock).
+    identity: JSON-able dict, what the run's outputs depend on.
+    outputs: names in `output_dir` the command writes (files or dirs); --overwrite removes them.
+    overwrite: bool, start over instead of resuming.
+
+  Raises:
+    cli.InputError: the dir holds another job (naming the first field that differs), or outputs
+      of a run that recorded none; the message says how to start over.
+  """
+
+  def __init__(self, output_dir, identity, outputs, overwrite=False):
+    self.output_dir, self.outputs, self.overwrite = output_dir, list(outputs), overwrite
+    self.path = os.path.join(output_dir, RECORD_FILE)
+    # As it reads back from the file: tuples become lists.
+    self.identity = json.loads(json.dumps(identity))
+    self._started = False
+    if overwrite:
+      return
+    start_over = "add --overwrite to start over"
+    if not os.path.exists(self.path):
+      found = [name for name in self.outputs if os.path.exists(os.path.join(output_dir, name))]
+      if found:
+        raise cli.InputError(
+          f"--output_dir {output_dir} holds {', '.join(found)} of a run that recorded no job "
+          f"({RECORD_FILE}): {start_over}"
+        )
+      return
+    try:
+      recorded = io_utils.read_json_file(self.path)
+    except ValueError as e:
+      raise cli.InputError(f"{e}: {start_over}") from None
+    if recorded != self.identity:
+      name, old, new = _first_difference(recorded, self.identity)
+      raise cli.InputError(
+        f"--output_dir {output_dir} holds another job: {name} {_show(old)} (this run: "
+        f"{_show(new)}); {start_over}"
+      )
+    self._started = True
+
+  def start(self):
+    """Records the run (once): with overwrite, removes the old run's outputs first."""
+    if self._started:
+      return
+    if self.overwrite:
+      for name in self.outputs + [RECORD_FILE]:
+        path = os.path.join(self.output_dir, name)
+        if os.path.isdir(path):
+          shutil.rmtree(path)
+        elif os.path.lexists(path):
+          os.remove(path)
+    io_utils.write_atomically(self.path, json.dumps(self.identity, indent=2) + "\n")
+    self._started = True
+
+
+def _first_difference(old, new, name="job"):
+  """(dotted name, old value, new value) of the first field that differs, in `new`'s order.
+
+  A "path" field is named by its parent (`init_model /a/tta`), the way a user names a model,
+  and so is an item of a list (of models: the path tells which)."""
+  if isinstance(old, dict) and isinstance(new, dict):
+    for key in list(new) + [k for k in old if k not in new]:
+      if key not in old or key not in new or old[key] != new[key]:
+        inner = name if key == "path" else (key if name == "job" else f"{name}.{key}")
+        return _first_difference(old.get(key), new.get(key), inner)
+  if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+    for a, b in zip(old, new):
+      if a != b:
+        return _first_difference(a, b, name)
+  return name, old, new
+
+
+def _show(value):
+  if value is None:
+    return "none"
+  if isinstance(value, dict) and "path" in value:
+    return value["path"]
+  if isinstance(value, list):
+    return "[" + ", ".join(_show(v) for v in value) + "]"
+  if isinstance(value, dict):
+    return json.dumps(value)
+  return str(value)
