@@ -161,7 +161,14 @@ def markdown_table(results, set_names):
     "|---|---|" + "---|" * len(set_names),
   ]
   for row in results:
-    cells = [pair_similarity.score_cell(row["scores"][n], row["pearson_ci"][n]) for n in set_names]
+    cells = [
+      pair_similarity.score_cell(
+        row["scores"][n],
+        row["pearson_ci"][n],
+        pair_similarity.undefined_reason(row["cosines"][n], row["gold"][n]),
+      )
+      for n in set_names
+    ]
     lines.append(f"| {row['model']} | {row['representation']} | {' | '.join(cells)} |")
   return "\n".join(lines) + "\n"
 
@@ -277,6 +284,16 @@ def evaluate_and_write(record=None):
         bootstrap = (FLAGS.bootstrap_resamples, FLAGS.bootstrap_seed)
         for field, value in evaluate_sts(lm, pairs, representation, label, bootstrap).items():
           row[field][name] = value
+        reason = pair_similarity.undefined_reason(row["cosines"][name], row["gold"][name])
+        if reason:
+          logging.warning(
+            "%s %s %s: Pearson and Spearman are undefined (%s)",
+            row_name,
+            representation,
+            name,
+            reason,
+          )
+          continue
         logging.info(
           "%s %s %s: Pearson %.2f [%.2f, %.2f] Spearman %.2f (%.1f s)",
           row_name,
@@ -349,6 +366,16 @@ def pairs_report(rows, groups, counts, model_names):
   comparisons = reproduction_report.sts_comparisons(
     rows, list(itertools.combinations(model_names, 2))
   )
+  # A difference of correlations is undefined where either is (it would compare a 0 standing in).
+  defined = {
+    (r["model"], r["representation"], name)
+    for r in rows
+    for name, scores in r["scores"].items()
+    if scores[0] is not None
+  }
+  comparisons = [
+    c for c in comparisons if {(c[m], c["representation"], c["set"]) for m in ("a", "b")} <= defined
+  ]
   sets = [
     {
       "name": name,

@@ -13,6 +13,7 @@ and representation, each float written exactly). Pairs are read, encoded and app
 `OUTPUT.partial` (util/resumable.py): an interrupted run resumes after its last complete batch and
 ends with the same file, and an output the same job finished before is kept. `correlations` gives
 Pearson and Spearman x 100 with the Pearson's bootstrap interval (evaluation/significance.py),
+None when undefined (constant gold scores or cosines: `undefined_reason`),
 `senteval_means` SentEval's "all" row, and `markdown_table` the table of a run's pair sets.
 """
 
@@ -73,6 +74,20 @@ def pair_cosines(lm, pairs, representation, label="encoding"):
   return inference.cosine(left, right)
 
 
+def undefined_reason(cosines, gold):
+  """Why the correlations of `cosines` against `gold` are undefined, or None when they are not.
+
+  Pearson and Spearman divide by each side's spread: constant gold scores (e.g. a file whose
+  third column is one value) or constant cosines (a model giving one vector) leave them 0/0,
+  which scipy reports as NaN and the bootstrap as a zero-width interval at 0.
+  """
+  for values, what in ((gold, "gold scores"), (cosines, "cosines")):
+    values = np.asarray(values, np.float64)
+    if np.all(values == values[0]):
+      return f"constant {what}"
+  return None
+
+
 def correlations(cosines, gold, bootstrap=(significance.DEFAULT_RESAMPLES, 0)):
   """Pearson and Spearman x 100 of `cosines` float [P] against `gold` float [P].
 
@@ -80,17 +95,23 @@ def correlations(cosines, gold, bootstrap=(significance.DEFAULT_RESAMPLES, 0)):
     bootstrap: (resamples, seed) of the Pearson's 95% interval.
 
   Returns:
-    dict: "scores" [Pearson, Spearman], "pearson_ci" [low, high].
+    dict: "scores" [Pearson, Spearman], "pearson_ci" [low, high]; each value None when they are
+    undefined (`undefined_reason`), never NaN, which JSON has no value for.
   """
+  if undefined_reason(cosines, gold):
+    return {"scores": [None, None], "pearson_ci": [None, None]}
   scores = sts_data.pearson_spearman(cosines, gold)
   resamples, seed = bootstrap
   ci = significance.pearson_interval(cosines, gold, num_resamples=resamples, seed=seed)
   return {"scores": list(scores), "pearson_ci": [ci.low, ci.high]}
 
 
-def score_cell(scores, ci):
-  """A table cell: "Pearson [low, high] (Spearman)", x 100."""
+def score_cell(scores, ci, reason=None):
+  """A table cell: "Pearson [low, high] (Spearman)", x 100; "undefined (`reason`)" for None
+  scores (`correlations`)."""
   pearson, spearman = scores
+  if pearson is None:
+    return f"undefined ({reason})" if reason else "undefined"
   return f"{pearson:.2f} [{ci[0]:.2f}, {ci[1]:.2f}] ({spearman:.2f})"
 
 
@@ -209,6 +230,11 @@ def add_correlations(rows, name, path, bootstrap=(significance.DEFAULT_RESAMPLES
     row["cosines"][name], row["gold"][name] = cosines[column], gold
     result = correlations(cosines[column], gold, bootstrap)
     row["scores"][name], row["pearson_ci"][name] = result["scores"], result["pearson_ci"]
+    reason = undefined_reason(cosines[column], gold)
+    if reason:
+      # The cosines are still written; only the correlations are reported as undefined.
+      logging.warning("%s %s: Pearson and Spearman are undefined (%s)", column, name, reason)
+      continue
     logging.info(
       "%s %s: Pearson %.2f [%.2f, %.2f] Spearman %.2f",
       column,
@@ -231,8 +257,12 @@ def senteval_means(rows, subsets):
   """
   out = []
   for row in rows:
-    scores = np.array([row["scores"][s] for s in subsets])  # [subsets, 2]
     weights = [len(row["gold"][s]) for s in subsets]
+    if any(row["scores"][s][0] is None for s in subsets):
+      # A mean over a subset without correlations is undefined too, not the others' mean.
+      out.append({"mean": [None, None], "wmean": [None, None], "pairs": sum(weights)})
+      continue
+    scores = np.array([row["scores"][s] for s in subsets])  # [subsets, 2]
     out.append(
       {
         "mean": [float(x) for x in scores.mean(0)],
@@ -260,13 +290,25 @@ def markdown_table(rows, groups):
   ]
   for task, names in groups:
     for name in names:
-      cells = [score_cell(r["scores"][name], r["pearson_ci"][name]) for r in rows]
+      cells = [
+        score_cell(
+          r["scores"][name],
+          r["pearson_ci"][name],
+          undefined_reason(r["cosines"][name], r["gold"][name]),
+        )
+        for r in rows
+      ]
       lines.append(f"| {name} | {len(rows[0]['gold'][name])} | {' | '.join(cells)} |")
     if task is None:
       continue
     for kind in ("mean", "wmean"):
       # No interval: SentEval's means of correlations have none.
-      cells = ["{:.2f} ({:.2f})".format(*r["all"][task][kind]) for r in rows]
+      cells = [
+        "undefined"
+        if None in r["all"][task][kind]
+        else "{:.2f} ({:.2f})".format(*r["all"][task][kind])
+        for r in rows
+      ]
       lines.append(
         f"| {task}/all ({kind}) | {rows[0]['all'][task]['pairs']} | {' | '.join(cells)} |"
       )

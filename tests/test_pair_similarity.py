@@ -381,3 +381,44 @@ def test_bad_input_is_one_line_naming_file_and_line(model_dirs, tmp_path, conten
   lines = error_lines(result.stderr)
   assert result.returncode == 2 and len(lines) == 1, result.stderr
   assert lines[0].startswith(f"run_sts.py: error: {tmp_path}/") and where in lines[0]
+
+
+@pytest.mark.slow(seconds=3)
+def test_constant_gold_scores_give_undefined_correlations_not_nan(model_dirs, tmp_path):
+  (tmp_path / "d").mkdir()
+  constant = pairs_file(tmp_path, [(a, b, 3.0) for a, b, _ in PAIRS])
+  out = tmp_path / "out"
+  result = run_sts(
+    f"--model_dir=tta={model_dirs['tta']},bilm={model_dirs['bilm']}",
+    f"--pairs_file=flat={constant},mine={pairs_file(tmp_path / 'd', PAIRS)}",
+    "--representations=embed",
+    f"--output_dir={out}",
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  text = (out / "pairs_results.json").read_text()
+  assert "NaN" not in text
+  report = json.loads(text)
+  for row in report["rows"]:
+    assert row["scores"]["flat"] == [None, None] and row["pearson_ci"]["flat"] == [None, None]
+    assert None not in row["scores"]["mine"]
+  # No comparison stands on a set without correlations.
+  assert {c["set"] for c in report["comparisons"]} == {"mine"}
+  table = (out / "pairs_results.md").read_text()
+  assert (
+    "| flat | 7 | undefined (constant gold scores) | undefined (constant gold scores) |" in table
+  )
+  assert "nan" not in table.lower()
+  assert re.search(
+    r"flat: Pearson and Spearman are undefined \(constant gold scores\)", result.stderr
+  )
+  assert len(read_lines(out / "pairs" / "flat.tsv")) == 8  # the cosines are still written
+
+
+def test_constant_cosines_give_undefined_correlations():
+  assert pair_similarity.correlations([0.5] * 4, [1.0, 2.0, 3.0, 4.0]) == {
+    "scores": [None, None],
+    "pearson_ci": [None, None],
+  }
+  assert pair_similarity.undefined_reason([0.5] * 4, [1.0, 2.0, 3.0, 4.0]) == "constant cosines"
+  cell = pair_similarity.score_cell([None, None], [None, None], "constant cosines")
+  assert cell == "undefined (constant cosines)"
