@@ -339,14 +339,16 @@ def evaluate_pairs(groups, record):
     models, FLAGS.representations, FLAGS.pairs_batch_size, FLAGS.overwrite
   )
   bootstrap = (FLAGS.bootstrap_resamples, FLAGS.bootstrap_seed)
+  truncated = {}  # set name: pairs with a sentence truncated to fit a model
   for _, sets in groups:
     for name, source in sets:
       path = os.path.join(FLAGS.output_dir, "pairs", name + ".tsv")
       logging.info("%s: %d pairs of %s -> %s", name, counts[name][0], source.path, path)
       writer.write(source, path, name, counts[name][0])
+      truncated[name] = pair_similarity.read_cosines(path, return_truncated=True)[2]
       if counts[name][1]:
         pair_similarity.add_correlations(rows, name, path, bootstrap)
-  results, table = pairs_report(rows, groups, counts, names)
+  results, table = pairs_report(rows, groups, counts, names, truncated)
   print(table)
   io_utils.write_atomically(
     os.path.join(FLAGS.output_dir, PAIRS_RESULTS_FILE), json.dumps(results, indent=2)
@@ -354,9 +356,10 @@ def evaluate_pairs(groups, record):
   io_utils.write_atomically(os.path.join(FLAGS.output_dir, "pairs_results.md"), table)
 
 
-def pairs_report(rows, groups, counts, model_names):
-  """(pairs_results.json's content, pairs_results.md): the sets, the correlations of those with
-  gold scores (SentEval's "all" rows after each task), each model minus each later one."""
+def pairs_report(rows, groups, counts, model_names, truncated):
+  """(pairs_results.json's content, pairs_results.md): the sets (with `truncated`, their pairs
+  with a truncated sentence), the correlations of those with gold scores (SentEval's "all" rows
+  after each task), each model minus each later one."""
   gold_groups = [(task, [n for n, _ in sets if counts[n][1]]) for task, sets in groups]
   gold_groups = [(task, names) for task, names in gold_groups if names]
   for task, names in gold_groups:
@@ -383,11 +386,19 @@ def pairs_report(rows, groups, counts, model_names):
       "output": os.path.join("pairs", name + ".tsv"),
       "pairs": counts[name][0],
       "gold": bool(counts[name][1]),
+      "truncated": truncated[name],
     }
     for _, group in groups
     for name, source in group
   ]
   parts = [f"Cosines of each pair: {', '.join(s['output'] for s in sets)}.\n"]
+  cut = [f"{s['name']} {s['truncated']} of {s['pairs']}" for s in sets if s["truncated"]]
+  if cut:
+    parts.append(
+      "Pairs with a sentence truncated to fit a model (column `truncated` of its TSV): "
+      + ", ".join(cut)
+      + ".\n"
+    )
   if gold_groups:
     parts.insert(
       0,

@@ -5,10 +5,11 @@ with a representation's pooling). `pair_cosines` gives them for pairs in memory 
 STS-B and SICK sets); `CosineWriter` streams pairs from a file (evaluation/pair_files.py) into a
 TSV with one line per pair, in input order:
 
-  line  sentence1  sentence2  gold  <model> <representation>  ...
+  line  sentence1  sentence2  gold  <model> <representation>  ...  truncated
 
 (`line` the pair's input line, `gold` empty without gold scores, then one cosine column per model
-and representation, each float written exactly). Pairs are read, encoded and appended
+and representation, each float written exactly, then `truncated`, 1 when either sentence was cut
+to fit a model's max_seq_length, else 0). Pairs are read, encoded and appended
 `batch_size` at a time, each distinct sentence of a batch once, with progress, into
 `OUTPUT.partial` (util/resumable.py): an interrupted run resumes after its last complete batch and
 ends with the same file, and an output the same job finished before is kept. `correlations` gives
@@ -35,8 +36,10 @@ ENCODE_CHUNK = 1000
 # Pairs read, encoded and appended to the output at a time: each distinct sentence of a batch
 # is encoded once, and an interrupted run resumes after its last complete batch.
 DEFAULT_BATCH_SIZE = 10000
-# The columns of a pairs output before the cosines.
+# The columns of a pairs output before the cosines, and the last one: 1 when either sentence
+# was truncated to fit a model (the log counts them; this says which pairs).
 COLUMNS = ("line", "sentence1", "sentence2", "gold")
+TRUNCATED = "truncated"
 
 
 def parse_representation(name):
@@ -50,28 +53,40 @@ def parse_representation(name):
 
 
 def encode(lm, sentences, pooling, masked, label):
-  """lm.sentence_vectors of `sentences` in chunks, logging progress as `label`: float32 [N, D]."""
+  """lm.sentence_vectors of `sentences` in chunks, logging progress as `label`.
+
+  Returns:
+    (float32 [N, D], bool [N]): the vectors, and whether each sentence was truncated to fit the
+    model (`inference.NeuralLM.tokenize`).
+  """
   bar = progress.Progress(label, total=len(sentences), unit="sentences")
-  parts = []
+  parts, truncated = [], []
   for begin in range(0, max(len(sentences), 1), ENCODE_CHUNK):  # no sentence: one call, [0, D]
     chunk = sentences[begin : begin + ENCODE_CHUNK]
-    parts.append(lm.sentence_vectors(chunk, pooling=pooling, masked=masked))
+    vectors, cut = lm.sentence_vectors(chunk, pooling=pooling, masked=masked, return_truncated=True)
+    parts.append(vectors)
+    truncated.extend(cut)
     bar.update(len(chunk))
-  return np.concatenate(parts)
+  return np.concatenate(parts), np.array(truncated, bool)
 
 
-def pair_cosines(lm, pairs, representation, label="encoding"):
+def pair_cosines(lm, pairs, representation, label="encoding", return_truncated=False):
   """Cosine similarity of each pair's two sentence vectors: float [P].
 
-  Each distinct sentence is encoded once; progress lines are logged as `label`.
+  Each distinct sentence is encoded once; progress lines are logged as `label`. With
+  `return_truncated`, also whether either sentence of each pair was truncated: (float [P],
+  bool [P]).
   """
   pooling, masked = parse_representation(representation)
   sentences = sorted({s for p in pairs for s in (p.sent1, p.sent2)})
   index = {s: i for i, s in enumerate(sentences)}
-  vectors = encode(lm, sentences, pooling, masked, label)
-  left = vectors[[index[p.sent1] for p in pairs]]
-  right = vectors[[index[p.sent2] for p in pairs]]
-  return inference.cosine(left, right)
+  vectors, truncated = encode(lm, sentences, pooling, masked, label)
+  first = [index[p.sent1] for p in pairs]
+  second = [index[p.sent2] for p in pairs]
+  cosines = inference.cosine(vectors[first], vectors[second])
+  if return_truncated:
+    return cosines, truncated[first] | truncated[second]
+  return cosines
 
 
 def undefined_reason(cosines, gold):
@@ -126,11 +141,11 @@ def _batches(items, size):
     yield batch
 
 
-def _line(pair, cosines):
+def _line(pair, cosines, truncated):
   gold = "" if pair.score is None else repr(pair.score)
   # repr: the shortest text that reads back as the same float.
   cosines = [repr(float(c)) for c in cosines]
-  return "\t".join([str(pair.line), pair.sent1, pair.sent2, gold, *cosines])
+  return "\t".join([str(pair.line), pair.sent1, pair.sent2, gold, *cosines, str(int(truncated))])
 
 
 class CosineWriter:
@@ -153,6 +168,8 @@ class CosineWriter:
       "models": [dict(name=name, **inference.run_identity(lm)) for name, lm in models],
       "representations": self.representations,
       "batch_size": batch_size,
+      # A partial file of the layout before the truncated column is another job's, not resumed.
+      "truncated_column": True,
     }
 
   def write(self, source, target, label, total=None):
@@ -182,38 +199,45 @@ class CosineWriter:
       collections.deque(itertools.islice(pairs, done), maxlen=0)
       partial.check_input(source)
     else:
-      partial.append(["\t".join([*COLUMNS, *self.columns])], source)
+      partial.append(["\t".join([*COLUMNS, *self.columns, TRUNCATED])], source)
     bar = progress.Progress(label, total=None if total is None else total - done, unit="pairs")
     for batch in _batches(pairs, self.job["batch_size"]):
-      cosines = [
-        pair_cosines(lm, batch, r, f"{name} {r} {label}")
+      results = [
+        pair_cosines(lm, batch, r, f"{name} {r} {label}", return_truncated=True)
         for name, lm in self.models
         for r in self.representations
       ]
-      partial.append([_line(pair, row) for pair, row in zip(batch, zip(*cosines))], source)
+      cosines = [c for c, _ in results]
+      # Truncated for any model: each model's vectors are of what it read.
+      truncated = np.any([t for _, t in results], axis=0)
+      lines = [_line(p, row, t) for p, row, t in zip(batch, zip(*cosines), truncated)]
+      partial.append(lines, source)
       bar.update(len(batch))
     partial.finish(target, source)
 
 
-def read_cosines(path):
+def read_cosines(path, return_truncated=False):
   """The gold scores and cosine columns of a `CosineWriter` output.
 
   Returns:
     (gold, cosines): gold float [P], or None when the pairs have no gold score; cosines
-    {column name: float [P]}.
+    {column name: float [P]}. With `return_truncated`, also the number of pairs with a
+    truncated sentence.
   """
-  gold, columns = [], None
+  gold, columns, truncated = [], None, 0
   # Binary lines: split on "\n" only, as written (a sentence may hold a lone "\r").
   with open(path, "rb") as f:
     for number, raw in enumerate(f):
       fields = raw.decode("utf-8").removesuffix("\n").split("\t")[len(COLUMNS) - 1 :]
       if number == 0:
-        names, columns = fields[1:], [[] for _ in fields[1:]]
+        names, columns = fields[1:-1], [[] for _ in fields[1:-1]]
         continue
       gold.append(float(fields[0]) if fields[0] else None)
-      for column, value in zip(columns, fields[1:]):
+      for column, value in zip(columns, fields[1:-1]):
         column.append(float(value))
-  return (None if None in gold else gold), dict(zip(names, columns))
+      truncated += fields[-1] == "1"
+  result = (None if None in gold else gold), dict(zip(names, columns))
+  return (*result, truncated) if return_truncated else result
 
 
 def add_correlations(rows, name, path, bootstrap=(significance.DEFAULT_RESAMPLES, 0)):
