@@ -161,7 +161,14 @@ def markdown_table(results, set_names):
     "|---|---|" + "---|" * len(set_names),
   ]
   for row in results:
-    cells = [pair_similarity.score_cell(row["scores"][n], row["pearson_ci"][n]) for n in set_names]
+    cells = [
+      pair_similarity.score_cell(
+        row["scores"][n],
+        row["pearson_ci"][n],
+        pair_similarity.undefined_reason(row["cosines"][n], row["gold"][n]),
+      )
+      for n in set_names
+    ]
     lines.append(f"| {row['model']} | {row['representation']} | {' | '.join(cells)} |")
   return "\n".join(lines) + "\n"
 
@@ -277,6 +284,16 @@ def evaluate_and_write(record=None):
         bootstrap = (FLAGS.bootstrap_resamples, FLAGS.bootstrap_seed)
         for field, value in evaluate_sts(lm, pairs, representation, label, bootstrap).items():
           row[field][name] = value
+        reason = pair_similarity.undefined_reason(row["cosines"][name], row["gold"][name])
+        if reason:
+          logging.warning(
+            "%s %s %s: Pearson and Spearman are undefined (%s)",
+            row_name,
+            representation,
+            name,
+            reason,
+          )
+          continue
         logging.info(
           "%s %s %s: Pearson %.2f [%.2f, %.2f] Spearman %.2f (%.1f s)",
           row_name,
@@ -322,14 +339,16 @@ def evaluate_pairs(groups, record):
     models, FLAGS.representations, FLAGS.pairs_batch_size, FLAGS.overwrite
   )
   bootstrap = (FLAGS.bootstrap_resamples, FLAGS.bootstrap_seed)
+  truncated = {}  # set name: pairs with a sentence truncated to fit a model
   for _, sets in groups:
     for name, source in sets:
       path = os.path.join(FLAGS.output_dir, "pairs", name + ".tsv")
       logging.info("%s: %d pairs of %s -> %s", name, counts[name][0], source.path, path)
       writer.write(source, path, name, counts[name][0])
+      truncated[name] = pair_similarity.read_cosines(path, return_truncated=True)[2]
       if counts[name][1]:
         pair_similarity.add_correlations(rows, name, path, bootstrap)
-  results, table = pairs_report(rows, groups, counts, names)
+  results, table = pairs_report(rows, groups, counts, names, truncated)
   print(table)
   io_utils.write_atomically(
     os.path.join(FLAGS.output_dir, PAIRS_RESULTS_FILE), json.dumps(results, indent=2)
@@ -337,9 +356,10 @@ def evaluate_pairs(groups, record):
   io_utils.write_atomically(os.path.join(FLAGS.output_dir, "pairs_results.md"), table)
 
 
-def pairs_report(rows, groups, counts, model_names):
-  """(pairs_results.json's content, pairs_results.md): the sets, the correlations of those with
-  gold scores (SentEval's "all" rows after each task), each model minus each later one."""
+def pairs_report(rows, groups, counts, model_names, truncated):
+  """(pairs_results.json's content, pairs_results.md): the sets (with `truncated`, their pairs
+  with a truncated sentence), the correlations of those with gold scores (SentEval's "all" rows
+  after each task), each model minus each later one."""
   gold_groups = [(task, [n for n, _ in sets if counts[n][1]]) for task, sets in groups]
   gold_groups = [(task, names) for task, names in gold_groups if names]
   for task, names in gold_groups:
@@ -349,6 +369,16 @@ def pairs_report(rows, groups, counts, model_names):
   comparisons = reproduction_report.sts_comparisons(
     rows, list(itertools.combinations(model_names, 2))
   )
+  # A difference of correlations is undefined where either is (it would compare a 0 standing in).
+  defined = {
+    (r["model"], r["representation"], name)
+    for r in rows
+    for name, scores in r["scores"].items()
+    if scores[0] is not None
+  }
+  comparisons = [
+    c for c in comparisons if {(c[m], c["representation"], c["set"]) for m in ("a", "b")} <= defined
+  ]
   sets = [
     {
       "name": name,
@@ -356,11 +386,19 @@ def pairs_report(rows, groups, counts, model_names):
       "output": os.path.join("pairs", name + ".tsv"),
       "pairs": counts[name][0],
       "gold": bool(counts[name][1]),
+      "truncated": truncated[name],
     }
     for _, group in groups
     for name, source in group
   ]
   parts = [f"Cosines of each pair: {', '.join(s['output'] for s in sets)}.\n"]
+  cut = [f"{s['name']} {s['truncated']} of {s['pairs']}" for s in sets if s["truncated"]]
+  if cut:
+    parts.append(
+      "Pairs with a sentence truncated to fit a model (column `truncated` of its TSV): "
+      + ", ".join(cut)
+      + ".\n"
+    )
   if gold_groups:
     parts.insert(
       0,

@@ -5,14 +5,16 @@ with a representation's pooling). `pair_cosines` gives them for pairs in memory 
 STS-B and SICK sets); `CosineWriter` streams pairs from a file (evaluation/pair_files.py) into a
 TSV with one line per pair, in input order:
 
-  line  sentence1  sentence2  gold  <model> <representation>  ...
+  line  sentence1  sentence2  gold  <model> <representation>  ...  truncated
 
 (`line` the pair's input line, `gold` empty without gold scores, then one cosine column per model
-and representation, each float written exactly). Pairs are read, encoded and appended
+and representation, each float written exactly, then `truncated`, 1 when either sentence was cut
+to fit a model's max_seq_length, else 0). Pairs are read, encoded and appended
 `batch_size` at a time, each distinct sentence of a batch once, with progress, into
 `OUTPUT.partial` (util/resumable.py): an interrupted run resumes after its last complete batch and
 ends with the same file, and an output the same job finished before is kept. `correlations` gives
 Pearson and Spearman x 100 with the Pearson's bootstrap interval (evaluation/significance.py),
+None when undefined (constant gold scores or cosines: `undefined_reason`),
 `senteval_means` SentEval's "all" row, and `markdown_table` the table of a run's pair sets.
 """
 
@@ -34,8 +36,10 @@ ENCODE_CHUNK = 1000
 # Pairs read, encoded and appended to the output at a time: each distinct sentence of a batch
 # is encoded once, and an interrupted run resumes after its last complete batch.
 DEFAULT_BATCH_SIZE = 10000
-# The columns of a pairs output before the cosines.
+# The columns of a pairs output before the cosines, and the last one: 1 when either sentence
+# was truncated to fit a model (the log counts them; this says which pairs).
 COLUMNS = ("line", "sentence1", "sentence2", "gold")
+TRUNCATED = "truncated"
 
 
 def parse_representation(name):
@@ -49,28 +53,54 @@ def parse_representation(name):
 
 
 def encode(lm, sentences, pooling, masked, label):
-  """lm.sentence_vectors of `sentences` in chunks, logging progress as `label`: float32 [N, D]."""
+  """lm.sentence_vectors of `sentences` in chunks, logging progress as `label`.
+
+  Returns:
+    (float32 [N, D], bool [N]): the vectors, and whether each sentence was truncated to fit the
+    model (`inference.NeuralLM.tokenize`).
+  """
   bar = progress.Progress(label, total=len(sentences), unit="sentences")
-  parts = []
+  parts, truncated = [], []
   for begin in range(0, max(len(sentences), 1), ENCODE_CHUNK):  # no sentence: one call, [0, D]
     chunk = sentences[begin : begin + ENCODE_CHUNK]
-    parts.append(lm.sentence_vectors(chunk, pooling=pooling, masked=masked))
+    vectors, cut = lm.sentence_vectors(chunk, pooling=pooling, masked=masked, return_truncated=True)
+    parts.append(vectors)
+    truncated.extend(cut)
     bar.update(len(chunk))
-  return np.concatenate(parts)
+  return np.concatenate(parts), np.array(truncated, bool)
 
 
-def pair_cosines(lm, pairs, representation, label="encoding"):
+def pair_cosines(lm, pairs, representation, label="encoding", return_truncated=False):
   """Cosine similarity of each pair's two sentence vectors: float [P].
 
-  Each distinct sentence is encoded once; progress lines are logged as `label`.
+  Each distinct sentence is encoded once; progress lines are logged as `label`. With
+  `return_truncated`, also whether either sentence of each pair was truncated: (float [P],
+  bool [P]).
   """
   pooling, masked = parse_representation(representation)
   sentences = sorted({s for p in pairs for s in (p.sent1, p.sent2)})
   index = {s: i for i, s in enumerate(sentences)}
-  vectors = encode(lm, sentences, pooling, masked, label)
-  left = vectors[[index[p.sent1] for p in pairs]]
-  right = vectors[[index[p.sent2] for p in pairs]]
-  return inference.cosine(left, right)
+  vectors, truncated = encode(lm, sentences, pooling, masked, label)
+  first = [index[p.sent1] for p in pairs]
+  second = [index[p.sent2] for p in pairs]
+  cosines = inference.cosine(vectors[first], vectors[second])
+  if return_truncated:
+    return cosines, truncated[first] | truncated[second]
+  return cosines
+
+
+def undefined_reason(cosines, gold):
+  """Why the correlations of `cosines` against `gold` are undefined, or None when they are not.
+
+  Pearson and Spearman divide by each side's spread: constant gold scores (e.g. a file whose
+  third column is one value) or constant cosines (a model giving one vector) leave them 0/0,
+  which scipy reports as NaN and the bootstrap as a zero-width interval at 0.
+  """
+  for values, what in ((gold, "gold scores"), (cosines, "cosines")):
+    values = np.asarray(values, np.float64)
+    if np.all(values == values[0]):
+      return f"constant {what}"
+  return None
 
 
 def correlations(cosines, gold, bootstrap=(significance.DEFAULT_RESAMPLES, 0)):
@@ -80,17 +110,23 @@ def correlations(cosines, gold, bootstrap=(significance.DEFAULT_RESAMPLES, 0)):
     bootstrap: (resamples, seed) of the Pearson's 95% interval.
 
   Returns:
-    dict: "scores" [Pearson, Spearman], "pearson_ci" [low, high].
+    dict: "scores" [Pearson, Spearman], "pearson_ci" [low, high]; each value None when they are
+    undefined (`undefined_reason`), never NaN, which JSON has no value for.
   """
+  if undefined_reason(cosines, gold):
+    return {"scores": [None, None], "pearson_ci": [None, None]}
   scores = sts_data.pearson_spearman(cosines, gold)
   resamples, seed = bootstrap
   ci = significance.pearson_interval(cosines, gold, num_resamples=resamples, seed=seed)
   return {"scores": list(scores), "pearson_ci": [ci.low, ci.high]}
 
 
-def score_cell(scores, ci):
-  """A table cell: "Pearson [low, high] (Spearman)", x 100."""
+def score_cell(scores, ci, reason=None):
+  """A table cell: "Pearson [low, high] (Spearman)", x 100; "undefined (`reason`)" for None
+  scores (`correlations`)."""
   pearson, spearman = scores
+  if pearson is None:
+    return f"undefined ({reason})" if reason else "undefined"
   return f"{pearson:.2f} [{ci[0]:.2f}, {ci[1]:.2f}] ({spearman:.2f})"
 
 
@@ -105,11 +141,11 @@ def _batches(items, size):
     yield batch
 
 
-def _line(pair, cosines):
+def _line(pair, cosines, truncated):
   gold = "" if pair.score is None else repr(pair.score)
   # repr: the shortest text that reads back as the same float.
   cosines = [repr(float(c)) for c in cosines]
-  return "\t".join([str(pair.line), pair.sent1, pair.sent2, gold, *cosines])
+  return "\t".join([str(pair.line), pair.sent1, pair.sent2, gold, *cosines, str(int(truncated))])
 
 
 class CosineWriter:
@@ -132,6 +168,8 @@ class CosineWriter:
       "models": [dict(name=name, **inference.run_identity(lm)) for name, lm in models],
       "representations": self.representations,
       "batch_size": batch_size,
+      # A partial file of the layout before the truncated column is another job's, not resumed.
+      "truncated_column": True,
     }
 
   def write(self, source, target, label, total=None):
@@ -161,38 +199,45 @@ class CosineWriter:
       collections.deque(itertools.islice(pairs, done), maxlen=0)
       partial.check_input(source)
     else:
-      partial.append(["\t".join([*COLUMNS, *self.columns])], source)
+      partial.append(["\t".join([*COLUMNS, *self.columns, TRUNCATED])], source)
     bar = progress.Progress(label, total=None if total is None else total - done, unit="pairs")
     for batch in _batches(pairs, self.job["batch_size"]):
-      cosines = [
-        pair_cosines(lm, batch, r, f"{name} {r} {label}")
+      results = [
+        pair_cosines(lm, batch, r, f"{name} {r} {label}", return_truncated=True)
         for name, lm in self.models
         for r in self.representations
       ]
-      partial.append([_line(pair, row) for pair, row in zip(batch, zip(*cosines))], source)
+      cosines = [c for c, _ in results]
+      # Truncated for any model: each model's vectors are of what it read.
+      truncated = np.any([t for _, t in results], axis=0)
+      lines = [_line(p, row, t) for p, row, t in zip(batch, zip(*cosines), truncated)]
+      partial.append(lines, source)
       bar.update(len(batch))
     partial.finish(target, source)
 
 
-def read_cosines(path):
+def read_cosines(path, return_truncated=False):
   """The gold scores and cosine columns of a `CosineWriter` output.
 
   Returns:
     (gold, cosines): gold float [P], or None when the pairs have no gold score; cosines
-    {column name: float [P]}.
+    {column name: float [P]}. With `return_truncated`, also the number of pairs with a
+    truncated sentence.
   """
-  gold, columns = [], None
+  gold, columns, truncated = [], None, 0
   # Binary lines: split on "\n" only, as written (a sentence may hold a lone "\r").
   with open(path, "rb") as f:
     for number, raw in enumerate(f):
       fields = raw.decode("utf-8").removesuffix("\n").split("\t")[len(COLUMNS) - 1 :]
       if number == 0:
-        names, columns = fields[1:], [[] for _ in fields[1:]]
+        names, columns = fields[1:-1], [[] for _ in fields[1:-1]]
         continue
       gold.append(float(fields[0]) if fields[0] else None)
-      for column, value in zip(columns, fields[1:]):
+      for column, value in zip(columns, fields[1:-1]):
         column.append(float(value))
-  return (None if None in gold else gold), dict(zip(names, columns))
+      truncated += fields[-1] == "1"
+  result = (None if None in gold else gold), dict(zip(names, columns))
+  return (*result, truncated) if return_truncated else result
 
 
 def add_correlations(rows, name, path, bootstrap=(significance.DEFAULT_RESAMPLES, 0)):
@@ -209,6 +254,11 @@ def add_correlations(rows, name, path, bootstrap=(significance.DEFAULT_RESAMPLES
     row["cosines"][name], row["gold"][name] = cosines[column], gold
     result = correlations(cosines[column], gold, bootstrap)
     row["scores"][name], row["pearson_ci"][name] = result["scores"], result["pearson_ci"]
+    reason = undefined_reason(cosines[column], gold)
+    if reason:
+      # The cosines are still written; only the correlations are reported as undefined.
+      logging.warning("%s %s: Pearson and Spearman are undefined (%s)", column, name, reason)
+      continue
     logging.info(
       "%s %s: Pearson %.2f [%.2f, %.2f] Spearman %.2f",
       column,
@@ -231,8 +281,12 @@ def senteval_means(rows, subsets):
   """
   out = []
   for row in rows:
-    scores = np.array([row["scores"][s] for s in subsets])  # [subsets, 2]
     weights = [len(row["gold"][s]) for s in subsets]
+    if any(row["scores"][s][0] is None for s in subsets):
+      # A mean over a subset without correlations is undefined too, not the others' mean.
+      out.append({"mean": [None, None], "wmean": [None, None], "pairs": sum(weights)})
+      continue
+    scores = np.array([row["scores"][s] for s in subsets])  # [subsets, 2]
     out.append(
       {
         "mean": [float(x) for x in scores.mean(0)],
@@ -260,13 +314,25 @@ def markdown_table(rows, groups):
   ]
   for task, names in groups:
     for name in names:
-      cells = [score_cell(r["scores"][name], r["pearson_ci"][name]) for r in rows]
+      cells = [
+        score_cell(
+          r["scores"][name],
+          r["pearson_ci"][name],
+          undefined_reason(r["cosines"][name], r["gold"][name]),
+        )
+        for r in rows
+      ]
       lines.append(f"| {name} | {len(rows[0]['gold'][name])} | {' | '.join(cells)} |")
     if task is None:
       continue
     for kind in ("mean", "wmean"):
       # No interval: SentEval's means of correlations have none.
-      cells = ["{:.2f} ({:.2f})".format(*r["all"][task][kind]) for r in rows]
+      cells = [
+        "undefined"
+        if None in r["all"][task][kind]
+        else "{:.2f} ({:.2f})".format(*r["all"][task][kind])
+        for r in rows
+      ]
       lines.append(
         f"| {task}/all ({kind}) | {rows[0]['all'][task]['pairs']} | {' | '.join(cells)} |"
       )

@@ -506,7 +506,7 @@ class NeuralLM(object):
 
   # ---------------------------------------------------------------- vectors
 
-  def sentence_vectors(self, sentences, pooling="context", masked=True):
+  def sentence_vectors(self, sentences, pooling="context", masked=True, return_truncated=False):
     """Sentence vectors for unsupervised STS.
 
     Args:
@@ -519,13 +519,17 @@ class NeuralLM(object):
         variant on intact input. Ignored by tta (always self-unknown) and
         unilm.
 
+      return_truncated: also return `tokenize`'s truncation flags, so that a
+        result computed from these vectors can flag them.
+
     Returns:
       float32 [N, D]. A sentence without word pieces gets a zero vector for
-      "context"/"embed" (counted in stats["empty"]).
+      "context"/"embed" (counted in stats["empty"]). With return_truncated,
+      (vectors, list of N bool).
     """
     if pooling not in POOLINGS:
       raise ValueError(f"pooling {pooling!r} is not one of {POOLINGS}")
-    ids, _ = self.tokenize(sentences)
+    ids, truncated = self.tokenize(sentences)
     if pooling == "context" and masked and self.kind.masked_copies:
 
       def words(n):
@@ -541,7 +545,7 @@ class NeuralLM(object):
       vectors = self._pooled(ids, pooling)
     self.stats["empty"] = self.stats.get("empty", 0) + sum(len(x) == 2 for x in ids)
     self.clock.lap("conversion")
-    return vectors
+    return (vectors, truncated) if return_truncated else vectors
 
   def _pooled(self, ids, pooling):
     out = np.zeros((len(ids), self.model.config.hidden_size), np.float32)

@@ -88,13 +88,14 @@ def test_cosines_in_input_order_equal_the_vectors_cosines(models, tmp_path):
   lines = [line.split("\t") for line in read_lines(out)]
   assert lines[0] == ["line", "sentence1", "sentence2", "gold"] + [
     f"{kind} {r}" for kind in ("tta", "bilm") for r in REPRESENTATIONS
-  ]
+  ] + ["truncated"]
+  assert {row[-1] for row in lines[1:]} == {"0"}
   assert [row[:4] for row in lines[1:]] == [
     [str(i + 2), a, b, repr(gold)] for i, (a, b, gold) in enumerate(PAIRS)
   ]
   for row, (a, b, _) in zip(lines[1:], PAIRS):
     want = [direct_cosine(lm, a, b, r) for _, lm in models for r in REPRESENTATIONS]
-    assert [float(x) for x in row[4:]] == pytest.approx(want, abs=1e-5)
+    assert [float(x) for x in row[4:-1]] == pytest.approx(want, abs=1e-5)
   # The embedding cosines of a random model spread out, so a pair in the wrong place would show.
   embed = [float(row[5]) for row in lines[1:]]
   assert max(embed) - min(embed) > 0.05
@@ -124,9 +125,9 @@ def test_each_distinct_sentence_is_encoded_once(models, tmp_path, monkeypatch, b
   encoded = collections.Counter()
   sentence_vectors = lm.sentence_vectors
 
-  def counting(sentences, pooling="context", masked=True):
+  def counting(sentences, pooling="context", masked=True, **kwargs):
     encoded.update((pooling, s) for s in sentences)
-    return sentence_vectors(sentences, pooling=pooling, masked=masked)
+    return sentence_vectors(sentences, pooling=pooling, masked=masked, **kwargs)
 
   monkeypatch.setattr(lm, "sentence_vectors", counting)
   out = str(tmp_path / "out.tsv")
@@ -381,3 +382,66 @@ def test_bad_input_is_one_line_naming_file_and_line(model_dirs, tmp_path, conten
   lines = error_lines(result.stderr)
   assert result.returncode == 2 and len(lines) == 1, result.stderr
   assert lines[0].startswith(f"run_sts.py: error: {tmp_path}/") and where in lines[0]
+
+
+@pytest.mark.slow(seconds=3)
+def test_constant_gold_scores_give_undefined_correlations_not_nan(model_dirs, tmp_path):
+  (tmp_path / "d").mkdir()
+  constant = pairs_file(tmp_path, [(a, b, 3.0) for a, b, _ in PAIRS])
+  out = tmp_path / "out"
+  result = run_sts(
+    f"--model_dir=tta={model_dirs['tta']},bilm={model_dirs['bilm']}",
+    f"--pairs_file=flat={constant},mine={pairs_file(tmp_path / 'd', PAIRS)}",
+    "--representations=embed",
+    f"--output_dir={out}",
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  text = (out / "pairs_results.json").read_text()
+  assert "NaN" not in text
+  report = json.loads(text)
+  for row in report["rows"]:
+    assert row["scores"]["flat"] == [None, None] and row["pearson_ci"]["flat"] == [None, None]
+    assert None not in row["scores"]["mine"]
+  # No comparison stands on a set without correlations.
+  assert {c["set"] for c in report["comparisons"]} == {"mine"}
+  table = (out / "pairs_results.md").read_text()
+  assert (
+    "| flat | 7 | undefined (constant gold scores) | undefined (constant gold scores) |" in table
+  )
+  assert "nan" not in table.lower()
+  assert re.search(
+    r"flat: Pearson and Spearman are undefined \(constant gold scores\)", result.stderr
+  )
+  assert len(read_lines(out / "pairs" / "flat.tsv")) == 8  # the cosines are still written
+
+
+def test_constant_cosines_give_undefined_correlations():
+  assert pair_similarity.correlations([0.5] * 4, [1.0, 2.0, 3.0, 4.0]) == {
+    "scores": [None, None],
+    "pearson_ci": [None, None],
+  }
+  assert pair_similarity.undefined_reason([0.5] * 4, [1.0, 2.0, 3.0, 4.0]) == "constant cosines"
+  cell = pair_similarity.score_cell([None, None], [None, None], "constant cosines")
+  assert cell == "undefined (constant cosines)"
+
+
+@pytest.mark.slow(seconds=3)
+def test_pairs_with_a_truncated_sentence_are_flagged(model_dirs, tmp_path):
+  long = " ".join(["the cat sat"] * 10)  # more word pieces than the tiny models' 16 positions
+  pairs = [PAIRS[0], (PAIRS[1][0], long, 2.0), (long, "the mat", 3.0), *PAIRS[3:]]
+  out = tmp_path / "out"
+  result = run_sts(
+    f"--model_dir={model_dirs['tta']}",
+    f"--pairs_file={pairs_file(tmp_path, pairs)}",
+    f"--output_dir={out}",
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  lines = [l.split("\t") for l in read_lines(out / "pairs" / "mine.tsv")]
+  assert lines[0][-1] == "truncated"
+  assert [row[-1] for row in lines[1:]] == ["0", "1", "1", "0", "0", "0", "0"]
+  report = json.loads((out / "pairs_results.json").read_text())
+  assert report["sets"][0]["truncated"] == 2
+  assert (
+    "truncated to fit a model (column `truncated` of its TSV): mine 2 of 7."
+    in (out / "pairs_results.md").read_text()
+  )
