@@ -187,8 +187,9 @@ def test_similarity_of_your_own_pairs_runs_as_written(checkout):
   lines = [line.split("\t") for line in (out / "pairs" / "mine.tsv").read_text().splitlines()]
   assert lines[0] == ["line", "sentence1", "sentence2", "gold"] + [
     f"{model} {r}" for model in ("tta", "bilm") for r in ("context", "embed")
-  ]
+  ] + ["truncated"]
   assert [row[1:4] for row in lines[1:]] == [[a, b, str(float(g))] for a, b, g in pairs]
+  assert [row[-1] for row in lines[1:]] == ["0"] * len(pairs)  # short sentences: none cut
   report = json.loads((out / "pairs_results.json").read_text())
   tta_embed = report["rows"][1]
   assert (tta_embed["model"], tta_embed["representation"]) == ("tta", "embed")
