@@ -222,7 +222,8 @@ def _parse_espnet_keyed(label, text, parse_value, keys=None):
   _check_final_newline(label, text)
   out = {}
   for lineno, line in enumerate(_split_lines(text), 1):
-    if keys is not None and _line_key(line) not in keys | {None}:
+    # A line without a key is not skipped: the parse below names it.
+    if keys is not None and (key := _line_key(line)) is not None and key not in keys:
       continue
     where = f"{label}:{lineno}"
     match = _KEYED_RE.fullmatch(line)

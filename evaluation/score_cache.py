@@ -73,11 +73,7 @@ class ScoreCache:
     """{model_id: identity} of `models_path` ({} without it)."""
     if not os.path.exists(self.models_path):
       return {}
-    with open(self.models_path, encoding="utf-8") as f:
-      try:
-        models = json.load(f)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{self.models_path}:{e.lineno}: invalid JSON: {e.msg}") from None
+    models = io_utils.read_json_file(self.models_path)
     if not isinstance(models, dict):
       raise ValueError(f"{self.models_path}:1: expected a JSON object {{model id: identity}}")
     return models

@@ -40,6 +40,21 @@ def _rescore(*args):
   return commands.run("run_rescoring.py", *args, status=0).stdout
 
 
+def _refused_with_weights(lm, lists, weights, out):
+  """run_rescoring.py on JSON `lists` with a weights file, which must exit 2: (the result, its
+  error lines)."""
+  result = commands.run(
+    "run_rescoring.py",
+    f"--lm=tta={lm}",
+    "--format=json",
+    f"--test_file={lists}",
+    f"--weights_file={weights}",
+    f"--output_dir={out}",
+    status=2,
+  )
+  return result, [l for l in result.stderr.splitlines() if l.startswith("run_rescoring.py: error")]
+
+
 def _kaldi_set(lists, root):
   """A Kaldi directory (`text` and `<name>.cost`) and its reference file."""
   text, refs, options = nbest_fixtures.write_kaldi(lists, str(root / "src"))
@@ -146,16 +161,7 @@ def test_a_weights_file_of_other_lms_is_one_line_before_any_scoring(tiny_lm, tmp
   lists = _json_lists(tmp_path / "lists.json", [["the cat sat", "a cat"]])
   weights = tmp_path / "weights.json"
   weights.write_text('{"first_pass": {"score": 1.0}, "lms": {"ngram": 0.5}, "length": 0.0}\n')
-  result = commands.run(
-    "run_rescoring.py",
-    f"--lm=tta={tiny_lm}",
-    "--format=json",
-    f"--test_file={lists}",
-    f"--weights_file={weights}",
-    f"--output_dir={tmp_path / 'out'}",
-    status=2,
-  )
-  errors = [l for l in result.stderr.splitlines() if l.startswith("run_rescoring.py: error")]
+  result, errors = _refused_with_weights(tiny_lm, lists, weights, tmp_path / "out")
   assert errors == [
     f"run_rescoring.py: error: {weights}:1: weights for the LMs ['ngram'], "
     "but --model_dir names ['tta']"
@@ -264,16 +270,7 @@ def test_a_damaged_score_cache_is_one_line_before_any_lm_loads(tiny_lm, tmp_path
     raise AssertionError("an LM was loaded")
 
   monkeypatch.setattr(run_rescoring.inference, "load_lm", no_loading)
-  result = commands.run(
-    "run_rescoring.py",
-    f"--lm=tta={tiny_lm}",
-    "--format=json",
-    f"--test_file={lists}",
-    f"--weights_file={weights}",
-    f"--output_dir={tmp_path / 'out'}",
-    status=2,
-  )
-  errors = [l for l in result.stderr.splitlines() if l.startswith("run_rescoring.py: error")]
+  result, errors = _refused_with_weights(tiny_lm, lists, weights, tmp_path / "out")
   assert errors == [
     f"run_rescoring.py: error: {cache}:2: not a JSON cache record (Expecting value at column "
     "24); remove the line (its score is computed again)"
