@@ -687,11 +687,11 @@ def apply_quick():
 def nbest_throughput(lms, peers):
   """Throughput records of ours and of the batched peers on the first --max_lists lists of
   --nbest_set."""
-  from evaluation import nbest_io  # pylint: disable=g-import-not-at-top
+  from nbest.formats import espnet  # pylint: disable=g-import-not-at-top
 
   if not FLAGS.nbest_set:
     return [], []
-  lists = nbest_io.read_espnet_nbest(FLAGS.nbest_set, FLAGS.data_dir)
+  lists = espnet.read_espnet_nbest(FLAGS.nbest_set, FLAGS.data_dir)
   if FLAGS.max_lists:
     lists = lists[: FLAGS.max_lists]
   texts = [h.text for l in lists for h in l.hyps]

@@ -1,7 +1,7 @@
 """N-best reranking with any LM kind (paper Tables 1, 2 and 7), and of your own N-best files.
 
-Your own files (--test_file, any format of evaluation/nbest_formats.py): the combination of
-evaluation/combination.py (first-pass columns, several LMs, a length bonus) is tuned on
+Your own files (--test_file, any format of evaluation/formats.py): the combination of
+nbest/combination.py (first-pass columns, several LMs, a length bonus) is tuned on
 --dev_file (λ grid, then Powell) or loaded from --weights_file, and each set's rescored lists,
 1-best (`text`, `hyp.trn`) and metrics go to --output_dir/<set>/ (README "Rescore your own
 N-best lists"). json/tsv dev and test files with references also get the paper's table below.
@@ -46,15 +46,18 @@ import time
 from absl import flags
 from absl import logging
 
-from evaluation import combination
-from evaluation import nbest
-from evaluation import nbest_formats
-from evaluation import nbest_io
-from evaluation import rescore_files
+from evaluation import metrics
 from evaluation import score_cache
 from evaluation import significance
 from lm import inference
 from lm import lm_flags
+from nbest import combination
+from nbest import formats
+from nbest import rescoring
+from nbest import settings
+from nbest import shared_data
+from nbest import types
+from nbest.formats import espnet
 from util import cli
 from util import io_utils
 
@@ -91,12 +94,12 @@ def define_flags():
     "0.6 decoder + 0.4 ctc (no LM); full = the beam score with "
     "the Transformer LM fused in (the paper's Seq2SeqASR).",
   )
-  cli.register_choices("settings", [s for s in nbest.SETTINGS if s])
+  cli.register_choices("settings", [s for s in settings.SETTINGS if s])
   flags.DEFINE_enum(
     "format",
     "espnet",
-    list(nbest_formats.FORMATS),
-    "N-best format of --dev_file/--test_file (evaluation/nbest_formats.py).",
+    list(formats.FORMATS),
+    "N-best format of --dev_file/--test_file (evaluation/formats.py).",
   )
   flags.DEFINE_string("dev_file", None, "Dev N-best file or dir (with references: weights tuned).")
   flags.DEFINE_string("test_file", None, "Test N-best file or dir (references optional).")
@@ -169,7 +172,7 @@ def define_flags():
   )
 
 
-_GRID = nbest.DEFAULT_GRID
+_GRID = combination.DEFAULT_GRID
 
 
 def lm_table(lists, scores):
@@ -185,12 +188,12 @@ def lm_table(lists, scores):
 def perplexity(lists, scores):
   """(Pseudo-)perplexity of the LM on the references of `lists`."""
   refs = [r for lst in lists for r in lst.refs]
-  return nbest.pppl_summary([scores[r][0] for r in refs], [scores[r][1] for r in refs])
+  return metrics.pppl_summary([scores[r][0] for r in refs], [scores[r][1] for r in refs])
 
 
 def format_options():
   """{KEY: VALUE} of --format_option."""
-  return dict(rescore_files.parse_option(o) for o in FLAGS.format_option)
+  return dict(rescoring.parse_option(o) for o in FLAGS.format_option)
 
 
 def read_sets():
@@ -204,7 +207,7 @@ def read_sets():
       ("test", FLAGS.test_file, FLAGS.test_refs),
     ):
       if path is not None:
-        sets[name] = rescore_files.read_set(FLAGS.format, path, refs, options)
+        sets[name] = rescoring.read_set(FLAGS.format, path, refs, options)
     table = (
       FLAGS.task == "asr"
       and FLAGS.format in ("json", "tsv")
@@ -218,24 +221,24 @@ def read_sets():
     check_tuning_input(sets, names, FLAGS.weights_file, FLAGS.first_pass, FLAGS.dev_file)
     return sets, [("dev", "test", FLAGS.settings)] if table else []
   if FLAGS.task == "nmt":
-    return {"wmt21": nbest_io.read_wmt_candidates(FLAGS.data_dir)}, [(None, "wmt21", [None])]
+    return {"wmt21": shared_data.read_wmt_candidates(FLAGS.data_dir)}, [(None, "wmt21", [None])]
   pairs = [p.split(":") for p in FLAGS.pairs]
   names = sorted({n for p in pairs for n in p})
   # Only the lists of --max_lists / --sample_lists are parsed (read_lists cuts the others alike).
-  select = nbest.list_selection(FLAGS.max_lists, FLAGS.sample_lists, FLAGS.sample_seed)
-  sets = {n: nbest_io.read_espnet_nbest(n, FLAGS.data_dir, select) for n in names}
+  select = types.list_selection(FLAGS.max_lists, FLAGS.sample_lists, FLAGS.sample_seed)
+  sets = {n: espnet.read_espnet_nbest(n, FLAGS.data_dir, select) for n in names}
   return sets, [(dev, test, FLAGS.settings) for dev, test in pairs]
 
 
 def check_settings(sets, runs):
   """Before any scoring, that each --settings first pass has the scores it combines ("am" needs
   decoder and ctc scores, which mlm-scoring JSON files lack); ValueError naming what is missing."""
-  for dev, test, settings in runs:
-    for setting in settings:
+  for dev, test, names in runs:
+    for setting in names:
       for name in (dev, test):
         if setting and name:
           try:
-            nbest.s2s_score(sets[name][0].hyps[0], setting)
+            settings.s2s_score(sets[name][0].hyps[0], setting)
           except ValueError as e:
             raise ValueError(f"--settings={setting}: {e}") from None
 
@@ -247,8 +250,8 @@ def wer_significance(test, first_choice, choice, bootstrap):
   separate invocations) on the same utterances. `bootstrap` is (resamples, seed). The
   comparison is None with fewer than 2 utterances (nothing to resample).
   """
-  first_errors, reference_words = nbest.utterance_errors(test, first_choice)
-  errors, _ = nbest.utterance_errors(test, choice)
+  first_errors, reference_words = metrics.utterance_errors(test, first_choice)
+  errors, _ = metrics.utterance_errors(test, choice)
   comparison = None
   if len(test) >= 2:
     resamples, seed = bootstrap
@@ -271,23 +274,23 @@ def rerank_pair(
 
   For WER it adds `wer_significance` (`bootstrap` is its (resamples, seed)).
   """
-  first_choice = nbest.rerank(test, None, 0.0, setting)
+  first_choice = combination.rerank(test, None, 0.0, setting)
   result = {
     "setting": setting,
-    "first_pass": nbest.evaluate(test, first_choice, metric),
-    "oracle": nbest.oracle(test, metric)[0],
+    "first_pass": metrics.evaluate(test, first_choice, metric),
+    "oracle": metrics.oracle(test, metric)[0],
   }
   if dev is None:  # no first-pass scores: LM-only selection
     lam, curve = 1.0, None
   else:
-    sweep = nbest.sweep_lambda(dev, lm_dev, metric, setting, _GRID)
+    sweep = combination.sweep_lambda(dev, lm_dev, metric, setting, _GRID)
     lam, curve = sweep.best_lam, sweep.curve
     result["dev_first_pass"] = sweep.curve[0][1]
     result["dev_best"] = sweep.best_value
   result["lambda"] = lam
   result["dev_curve"] = curve
-  choice = nbest.rerank(test, lm_test, lam, setting)
-  result["reranked"] = nbest.evaluate(test, choice, metric)
+  choice = combination.rerank(test, lm_test, lam, setting)
+  result["reranked"] = metrics.evaluate(test, choice, metric)
   if metric == "wer":
     result.update(wer_significance(test, first_choice, choice, bootstrap))
   return result
@@ -397,8 +400,8 @@ def rescore_with(name, lm, lm_id, texts, scores, sets, runs, metric):
     "results": [],
     "perplexity": {n: perplexity(l, scores["texts"]) for n, l in sets.items()},
   }
-  for dev, test, settings in runs:
-    for setting in settings:
+  for dev, test, names in runs:
+    for setting in names:
       result = rerank_pair(
         sets.get(dev),
         sets[test],
@@ -451,7 +454,7 @@ def check_tuning_input(sets, names, weights_file, first_pass, dev_file):
   else:
     if not sets["dev"][0].refs:
       raise ValueError(f"{dev_file}:1: no references to tune the weights on (--dev_refs)")
-    weights = rescore_files.initial_weights(sets["dev"], names, first_pass)
+    weights = rescoring.initial_weights(sets["dev"], names, first_pass)
   clash = sorted(set(names) & {*weights.first_pass, combination.LENGTH})
   if clash:
     raise ValueError(f"--model_dir: the LM name {clash[0]!r} is a first-pass column's; rename it")
@@ -473,9 +476,9 @@ def combination_weights(sets, lm_tables, metric):
   if FLAGS.weights_file:
     weights = combination.load_weights(FLAGS.weights_file)
     return weights, {"weights_file": os.path.abspath(FLAGS.weights_file)}
-  weights = rescore_files.initial_weights(sets["dev"], list(lm_tables["dev"]), FLAGS.first_pass)
+  weights = rescoring.initial_weights(sets["dev"], list(lm_tables["dev"]), FLAGS.first_pass)
   dev_tables = combination.tables(sets["dev"], weights, lm_tables["dev"])
-  weights, info = rescore_files.tune(
+  weights, info = rescoring.tune(
     sets["dev"], dev_tables, weights, metric, negative_lms=FLAGS.allow_negative_weights
   )
   print(f"weights tuned on {len(sets['dev'])} dev lists")
@@ -505,7 +508,7 @@ def rescore_own_files(sets, kept, lm_scores, metric):
   `kept` gives each set's lists' indices in its file (read_lists)."""
   lm_tables = {n: {m: lm_table(l, s) for m, s in lm_scores.items()} for n, l in sets.items()}
   weights, info = combination_weights(sets, lm_tables, metric)
-  report = {"weights": rescore_files.dataclass_dict(weights), "tuning": info, "sets": {}}
+  report = {"weights": rescoring.dataclass_dict(weights), "tuning": info, "sets": {}}
   sources = {"dev": (FLAGS.dev_file, FLAGS.dev_refs), "test": (FLAGS.test_file, FLAGS.test_refs)}
   for name, lists in sets.items():
     tables = combination.tables(lists, weights, lm_tables[name])
@@ -513,7 +516,7 @@ def rescore_own_files(sets, kept, lm_scores, metric):
     first = combination.choose(tables, weights.first_pass_only().vector())
     out_dir = os.path.join(FLAGS.output_dir, name)
     source, refs = sources[name]
-    paths = rescore_files.write_outputs(
+    paths = rescoring.write_outputs(
       FLAGS.format,
       lists,
       source,
@@ -527,9 +530,9 @@ def rescore_own_files(sets, kept, lm_scores, metric):
     entry = {
       "lists": len(lists),
       "outputs": paths,
-      "first_pass": rescore_files.metrics(lists, first, metric, FLAGS.cer),
-      "rescored": rescore_files.metrics(lists, choice, metric, FLAGS.cer),
-      "oracle": nbest.oracle(lists, metric)[0] if lists[0].refs else None,
+      "first_pass": rescoring.set_metrics(lists, first, metric, FLAGS.cer),
+      "rescored": rescoring.set_metrics(lists, choice, metric, FLAGS.cer),
+      "oracle": metrics.oracle(lists, metric)[0] if lists[0].refs else None,
     }
     report["sets"][name] = entry
     print(f"{name}: first pass {format_metrics(entry['first_pass'])}")
@@ -537,7 +540,7 @@ def rescore_own_files(sets, kept, lm_scores, metric):
   print(f"weights: {json.dumps(report['weights'])}")
   if weights.toolkit_weights():
     print(f"as NeMo/ESPnet weights: {json.dumps(weights.toolkit_weights())}")
-  rescore_files.write_report(os.path.join(FLAGS.output_dir, "rescoring_report.json"), report)
+  rescoring.write_report(os.path.join(FLAGS.output_dir, "rescoring_report.json"), report)
 
 
 def main(argv):
@@ -575,7 +578,7 @@ def read_lists():
   with cli.user_input():
     sets, runs = read_sets()
     check_settings(sets, runs)
-  select = nbest.list_selection(FLAGS.max_lists, FLAGS.sample_lists, FLAGS.sample_seed)
+  select = types.list_selection(FLAGS.max_lists, FLAGS.sample_lists, FLAGS.sample_seed)
   kept = {name: [int(i) for i in select(len(lists))] for name, lists in sets.items()}
   sets = {name: [lists[i] for i in kept[name]] for name, lists in sets.items()}
   for name, lists in sets.items():

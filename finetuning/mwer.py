@@ -71,7 +71,7 @@ class Combination:
 
   @classmethod
   def interpolation(cls, first_pass_weights, lam):
-    """(1 - lam) * first pass + lam * LM, `evaluation.nbest.rerank`'s rule, as a Combination."""
+    """(1 - lam) * first pass + lam * LM, `nbest.combination.rerank`'s rule, as a Combination."""
     names = tuple(first_pass_weights)
     weights = np.array([first_pass_weights[n] for n in names], np.float64) * (1.0 - lam)
     return cls(names, weights, float(lam), 0.0)
@@ -103,7 +103,7 @@ class Combination:
 
   def choose(self, prepared, lm_scores):
     """The best hypothesis of each list by s(h) (the first, i.e. the better first-pass rank, on
-    ties), as `evaluation.nbest.rerank` chooses.
+    ties), as `nbest.combination.rerank` chooses.
 
     Args:
       prepared: list[mwer_data.PreparedList].

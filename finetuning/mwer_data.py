@@ -3,7 +3,7 @@
 Each list becomes a `PreparedList`: its hypotheses as token ids (the model's normalisation,
 tokenizer and framing, as `inference.NeuralLM` scores them), the first-pass scores the rescorer
 combines, their lengths in words and their word errors against the reference (jiwer, as
-`evaluation.nbest` measures WER). Training uses the top `hyps_per_list` hypotheses of each list
+`evaluation.metrics` measures WER). Training uses the top `hyps_per_list` hypotheses of each list
 (first-pass rank order) to bound the cost; evaluation always uses the whole list.
 
 The held-out part of the training lists, which selects the checkpoint and the regulariser
@@ -19,7 +19,8 @@ import math
 
 import numpy as np
 
-from evaluation import nbest
+from evaluation import metrics
+from nbest import settings
 from util import io_utils
 
 
@@ -33,9 +34,11 @@ def first_pass_weights(setting, hyp):
   Raises:
     ValueError: an unknown setting, or a hypothesis without the scores it needs.
   """
-  if setting not in nbest.SETTING_WEIGHTS:
-    raise ValueError(f"unknown setting {setting!r}; expected one of {tuple(nbest.SETTING_WEIGHTS)}")
-  weights = nbest.SETTING_WEIGHTS[setting]
+  if setting not in settings.SETTING_WEIGHTS:
+    raise ValueError(
+      f"unknown setting {setting!r}; expected one of {tuple(settings.SETTING_WEIGHTS)}"
+    )
+  weights = settings.SETTING_WEIGHTS[setting]
   if all(name in hyp.scores for name in weights):
     return dict(weights)
   if setting == "full" and "score" in hyp.scores:
@@ -134,7 +137,7 @@ def prepare(lists, tokenize, feature_names, hyps_per_list=None):
     (list[PreparedList], number of truncated hypotheses and references).
   """
   top = [dataclasses.replace(l, hyps=l.hyps[:hyps_per_list]) for l in lists]
-  errors = nbest.hypothesis_errors(top)
+  errors = metrics.hypothesis_errors(top)
   texts = [h.text for l in top for h in l.hyps] + [l.refs[0] for l in top]
   ids, truncated = tokenize(texts) if tokenize else ([[]] * len(texts), [False] * len(texts))
   references = iter(ids[len(texts) - len(top) :])

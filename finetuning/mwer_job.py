@@ -30,8 +30,6 @@ import shutil
 
 from absl import logging
 
-from evaluation import nbest
-from evaluation import nbest_io
 from evaluation import score_cache
 from evaluation import significance
 from finetuning import mwer
@@ -39,6 +37,13 @@ from finetuning import mwer_data
 from finetuning import mwer_report
 from finetuning import mwer_training
 from lm import inference
+from nbest import combination
+from nbest import settings
+from nbest import shared_data
+from nbest import types
+from nbest.formats import espnet
+from nbest.formats import mlm_json
+from nbest.formats import tsv
 from util import cli
 from util import distribute_utils
 from util import io_utils
@@ -48,7 +53,7 @@ from util import runs
 FORMATS = ("espnet", "json", "tsv")
 MODEL_DIR = "model"
 # What a job writes in --output_dir besides its score cache: a dir per setting, the results.
-OUTPUTS = (*nbest.SETTING_WEIGHTS, "results.json", "results.md")
+OUTPUTS = (*settings.SETTING_WEIGHTS, "results.json", "results.md")
 # JobParams and MwerParams fields that change no result: where it goes, how often it saves, how
 # many sentences a cache write holds; and those the record gives their own identity.
 _NOT_IDENTITY = (
@@ -63,7 +68,7 @@ _NOT_IDENTITY = (
   "test_sets",
   "mwer",
 )
-_READERS = {"json": nbest_io.read_json_nbest, "tsv": nbest_io.read_tsv_nbest}
+_READERS = {"json": mlm_json.read_json_nbest, "tsv": tsv.read_tsv_nbest}
 
 
 @dataclasses.dataclass
@@ -136,8 +141,8 @@ class JobParams:
     # What the settings alone tell, before --output_dir is made or a list is read.
     regularizer_weights(self)
     for setting in self.settings:
-      if setting not in nbest.SETTING_WEIGHTS:
-        raise ValueError(f"--settings: {setting!r} is not one of {tuple(nbest.SETTING_WEIGHTS)}")
+      if setting not in settings.SETTING_WEIGHTS:
+        raise ValueError(f"--settings: {setting!r} is not one of {tuple(settings.SETTING_WEIGHTS)}")
     if self.init_model.startswith("kenlm:"):
       raise ValueError("MWER trains a neural LM; --init_model is an n-gram model")
 
@@ -150,14 +155,14 @@ def read_sets(params, names):
   sets = {}
   for name in names:
     if params.format == "espnet":
-      lists = nbest_io.read_espnet_nbest(name, params.data_dir)
+      lists = espnet.read_espnet_nbest(name, params.data_dir)
     else:
       lists = _READERS[params.format](name)
     for nbest_list in lists:
       if len(nbest_list.refs) != 1:
         raise ValueError(f"{name}: list {nbest_list.key!r} has {len(nbest_list.refs)} references")
     if params.sample_lists:
-      lists = nbest.sample_lists(lists, params.sample_lists, params.sample_seed)
+      lists = types.sample_lists(lists, params.sample_lists, params.sample_seed)
     sets[name] = lists
   return sets
 
@@ -180,7 +185,9 @@ def _set_identities(params, names):
   identities = {}
   for name in names:
     try:
-      path = nbest_io.espnet_set_path(name, params.data_dir) if params.format == "espnet" else name
+      path = (
+        shared_data.espnet_set_path(name, params.data_dir) if params.format == "espnet" else name
+      )
     except FileNotFoundError:
       path = name  # read_sets names it
     identities[name] = runs.path_identity(path)
@@ -287,7 +294,7 @@ def train_setting(job, setting):
   names = tuple(first_pass)
   frozen = job.scores(job.lm, job.dev, "starting LM, dev")
   table = [[frozen[h.text] for h in l.hyps] for l in job.train]
-  lam = nbest.sweep_lambda(job.train, table, "wer", setting).best_lam
+  lam = combination.sweep_lambda(job.train, table, "wer", setting).best_lam
   k = p.mwer.hyps_per_list
   plain = {
     "train": mwer_data.prepare(job.train, None, names, k)[0],
@@ -402,7 +409,7 @@ def evaluate(job, trained):
     trained_scores = job.scores(lm, all_test, f"MWER LM ({setting})")
     systems = mwer_report.SettingSystems(
       setting=setting,
-      interpolation_lambda=nbest.sweep_lambda(job.dev, dev_table, "wer", setting).best_lam,
+      interpolation_lambda=combination.sweep_lambda(job.dev, dev_table, "wer", setting).best_lam,
       combination=mwer.read_weights(trained[setting]["combination"]),
       mwer=mwer.read_weights(os.path.join(selection["model_dir"], mwer.WEIGHTS_FILE)),
     )

@@ -1,9 +1,9 @@
 """The final evaluation of MWER rescoring: whole test sets, four systems, paired bootstrap CIs.
 
-For each test set and first-pass setting (`nbest.s2s_score`):
+For each test set and first-pass setting (`settings.s2s_score`):
   (a) first_pass     the first pass alone;
   (b) interpolation  today's reranking, (1 - λ) first pass + λ LM with the starting LM, λ swept
-                     on the dev lists (`nbest.sweep_lambda`);
+                     on the dev lists (`combination.sweep_lambda`);
   (c) combination    the combination weights (first-pass scores, LM weight, length) learned by
                      MWER on the training lists with the starting LM frozen;
   (d) mwer           the MWER-trained LM with the combination weights learned with it.
@@ -13,9 +13,10 @@ Each system's WER comes with its paired bootstrap difference to the first pass (
 
 import dataclasses
 
-from evaluation import nbest
+from evaluation import metrics
 from evaluation import significance
 from finetuning import mwer_data
+from nbest import combination
 
 SYSTEMS = ("first_pass", "interpolation", "combination", "mwer")
 LABELS = {
@@ -72,14 +73,14 @@ def evaluate_set(name, lists, systems, frozen_lm, mwer_lm, bootstrap):
   frozen = [[frozen_lm[h.text] for h in l.hyps] for l in lists]
   trained = [[mwer_lm[h.text] for h in l.hyps] for l in lists]
   choices = {
-    "first_pass": nbest.rerank(lists, None, 0.0, setting),
-    "interpolation": nbest.rerank(lists, frozen, systems.interpolation_lambda, setting),
+    "first_pass": combination.rerank(lists, None, 0.0, setting),
+    "interpolation": combination.rerank(lists, frozen, systems.interpolation_lambda, setting),
     "combination": systems.combination.choose(prepared, frozen),
     "mwer": systems.mwer.choose(prepared, trained),
   }
   errors = {}
   for system, choice in choices.items():
-    errors[system], reference_words = nbest.utterance_errors(lists, choice)
+    errors[system], reference_words = metrics.utterance_errors(lists, choice)
   resamples, seed = bootstrap
   comparisons = []
   for system, baseline in COMPARISONS:
@@ -90,8 +91,8 @@ def evaluate_set(name, lists, systems, frozen_lm, mwer_lm, bootstrap):
   return {
     "test": name,
     "setting": setting,
-    "oracle": nbest.oracle(lists, "wer")[0],
-    "wer": {s: nbest.evaluate(lists, choices[s], "wer") for s in SYSTEMS},
+    "oracle": metrics.oracle(lists, "wer")[0],
+    "wer": {s: metrics.evaluate(lists, choices[s], "wer") for s in SYSTEMS},
     "comparisons": comparisons,
     "interpolation_lambda": systems.interpolation_lambda,
     "weights": {"combination": systems.combination.to_dict(), "mwer": systems.mwer.to_dict()},

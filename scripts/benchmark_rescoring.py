@@ -66,11 +66,11 @@ def write_kaldi_sets(out):
   """The --dev_set sample and --test_set as Kaldi dirs; {name: (dir, refs path, lists)}."""
   import nbest_fixtures  # pylint: disable=g-import-not-at-top
 
-  from evaluation import nbest_io  # pylint: disable=g-import-not-at-top
+  from nbest.formats import espnet  # pylint: disable=g-import-not-at-top
 
-  test = nbest_io.read_espnet_nbest(FLAGS.test_set, FLAGS.data_dir)
+  test = espnet.read_espnet_nbest(FLAGS.test_set, FLAGS.data_dir)
   sets = {
-    "dev": nbest_io.read_espnet_nbest(FLAGS.dev_set, FLAGS.data_dir)[: FLAGS.dev_lists],
+    "dev": espnet.read_espnet_nbest(FLAGS.dev_set, FLAGS.data_dir)[: FLAGS.dev_lists],
     "test": test[: FLAGS.max_lists] if FLAGS.max_lists else test,
   }
   written = {}

@@ -76,25 +76,26 @@ def sick_texts(data_dir):
 
 
 def librispeech_texts(data_dir):
-  from evaluation import nbest_io  # pylint: disable=g-import-not-at-top
+  from nbest import shared_data  # pylint: disable=g-import-not-at-top
+  from nbest.formats import espnet  # pylint: disable=g-import-not-at-top
 
   return [
     text
-    for name in nbest_io.ESPNET_SETS
-    for nbest_list in nbest_io.read_espnet_nbest(name, data_dir)
+    for name in shared_data.ESPNET_SETS
+    for nbest_list in espnet.read_espnet_nbest(name, data_dir)
     for text in nbest_list.refs + [h.text for h in nbest_list.hyps]
   ]
 
 
 def wmt_texts(data_dir):
-  from evaluation import nbest_io  # pylint: disable=g-import-not-at-top
+  from nbest import shared_data  # pylint: disable=g-import-not-at-top
 
   sources = os.path.join(
-    io_utils.data_root(data_dir), nbest_io.WMT_DIR, "sources", "newstest2021.de-en.src.de"
+    io_utils.data_root(data_dir), shared_data.WMT_DIR, "sources", "newstest2021.de-en.src.de"
   )
   with open(sources, encoding="utf-8") as f:
     texts = f.read().splitlines()
-  for nbest_list in nbest_io.read_wmt_candidates(data_dir):
+  for nbest_list in shared_data.read_wmt_candidates(data_dir):
     texts += nbest_list.refs + [h.text for h in nbest_list.hyps]
   return texts
 

@@ -56,9 +56,9 @@ flags.DEFINE_list(
 
 def write_inputs(work, data_dir):
   """The hypotheses of the first lists of test_clean, one per line; returns the path."""
-  from evaluation import nbest_io  # pylint: disable=g-import-not-at-top
+  from nbest.formats import espnet  # pylint: disable=g-import-not-at-top
 
-  lists = nbest_io.read_espnet_nbest("test_clean", data_dir)[: FLAGS.max_lists]
+  lists = espnet.read_espnet_nbest("test_clean", data_dir)[: FLAGS.max_lists]
   path = os.path.join(work, "sentences.txt")
   with open(path, "w", encoding="utf-8") as f:
     for nbest_list in lists:

@@ -1,8 +1,8 @@
-"""Writes N-best lists (nbest_io.NBestList with refs and scores decoder/ctc/lm/score) in each
-toolkit's format, by hand from the format's rules, independently of evaluation/nbest_*.py.
+"""Writes N-best lists (types.NBestList with refs and scores decoder/ctc/lm/score) in each
+toolkit's format, by hand from the format's rules, independently of nbest/formats/.
 
 Each `write_<format>(lists, root)` writes into directory `root` and returns (path, refs_path,
-options) for `nbest_formats.read_nbest`, and what the format keeps: `EXPECTED[fmt]` maps each
+options) for `formats.read_nbest`, and what the format keeps: `EXPECTED[fmt]` maps each
 score name read back to (source score name, factor applied by the converter's reading), and says
 whether the keys and references survive. Used by tests/test_nbest_formats.py on a few real lists
 of the shared LibriSpeech data (no data is committed) and on toy lists.
@@ -13,7 +13,7 @@ import math
 import os
 import random
 
-from evaluation import nbest_io
+from nbest import types
 
 LN2 = math.log(2)
 
@@ -36,11 +36,11 @@ def toy_lists(texts):
   data's score names: hypothesis j of list i has decoder -1.5j - i, ctc -0.25j, lm -10 - j and
   score -2j - 0.125i, so every score differs between hypotheses and between lists."""
   return [
-    nbest_io.NBestList(
+    types.NBestList(
       key=f"spk-utt{i}",
       refs=[row[0]],
       hyps=[
-        nbest_io.Hypothesis(
+        types.Hypothesis(
           t,
           {
             "decoder": -1.5 * j - i,
@@ -199,7 +199,7 @@ def write_json(lists, root):
 
 
 def write_tsv(lists, root):
-  """The TSV of nbest_io.read_tsv_nbest: header, ref rows, hypothesis rows."""
+  """The TSV of tsv.read_tsv_nbest: header, ref rows, hypothesis rows."""
   lines = ["#key\trank\t" + "\t".join(NAMES) + "\ttext"]
   for n in lists:
     lines.append(f"{n.key}\tref\t{n.refs[0]}")

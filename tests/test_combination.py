@@ -1,4 +1,4 @@
-"""evaluation/combination.py: the weighted combination, its tuning on dev and its metrics, on
+"""nbest/combination.py and nbest/tuning.py: the weighted combination, its tuning on dev and its metrics, on
 small synthetic lists (mechanics; each expected value is counted by hand or recomputed with
 jiwer/sacrebleu directly)."""
 
@@ -8,17 +8,19 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from evaluation import combination
-from evaluation import nbest_formats
-from evaluation import nbest_io
-from evaluation import rescore_files
+from evaluation import metrics
+from nbest import combination
+from nbest import formats
+from nbest import rescoring
+from nbest import tuning
+from nbest import types
 
 
 def _lists(rows):
   """NBestLists of [(reference, [(text, score), ...])]; keys u0, u1, ..."""
   return [
-    nbest_io.NBestList(
-      key=f"u{i}", refs=[ref], hyps=[nbest_io.Hypothesis(t, {"score": s}) for t, s in hyps]
+    types.NBestList(
+      key=f"u{i}", refs=[ref], hyps=[types.Hypothesis(t, {"score": s}) for t, s in hyps]
     )
     for i, (ref, hyps) in enumerate(rows)
   ]
@@ -26,7 +28,7 @@ def _lists(rows):
 
 def test_wer_report_counts_substitutions_deletions_insertions_by_hand():
   lists = _lists([("a b c d", [("a x c d e", 0.0)]), ("a b c", [("a c", 0.0)])])
-  report = combination.wer_report(lists, [0, 0], cer=True)
+  report = metrics.wer_report(lists, [0, 0], cer=True)
   # "a x c d e" vs "a b c d": b->x, +e; "a c" vs "a b c": -b.
   assert (report["substitutions"], report["deletions"], report["insertions"]) == (1, 1, 1)
   assert report["reference_words"] == 7
@@ -48,10 +50,10 @@ def _random_lists(seed, count=40, size=6):
     first = rng.normal(size=size)
     truth = [-jiwer.wer(ref, h) + rng.normal(scale=0.3) for h in hyps]
     lists.append(
-      nbest_io.NBestList(
+      types.NBestList(
         key=f"u{i}",
         refs=[ref],
-        hyps=[nbest_io.Hypothesis(h, {"score": float(s)}) for h, s in zip(hyps, first)],
+        hyps=[types.Hypothesis(h, {"score": float(s)}) for h, s in zip(hyps, first)],
       )
     )
     lm.append([float(t) for t in truth])
@@ -66,16 +68,16 @@ def _jiwer_wer(lists, choice):
 def _grid_start(seed):
   """(lists, initial weights, tables, dev WER objective, grid start, its WER) of _random_lists."""
   lists, lm = _random_lists(seed)
-  weights = rescore_files.initial_weights(lists, ["lm1", "lm2"], [])
+  weights = rescoring.initial_weights(lists, ["lm1", "lm2"], [])
   tables = combination.tables(lists, weights, lm)
-  objective = combination.Objective(lists, "wer")
-  return (lists, weights, tables, objective, *combination.grid_start(objective, tables, weights))
+  objective = tuning.Objective(lists, "wer")
+  return (lists, weights, tables, objective, *tuning.grid_start(objective, tables, weights))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_optimiser_never_ends_worse_on_dev_than_its_grid_start(seed):
   lists, weights, tables, objective, start, start_wer = _grid_start(seed)
-  tuned, tuned_wer = combination.optimise(objective, tables, start)
+  tuned, tuned_wer = tuning.optimise(objective, tables, start)
   start_choice = combination.choose(tables, start.vector())
   tuned_choice = combination.choose(tables, tuned.vector())
   assert start_wer == pytest.approx(_jiwer_wer(lists, start_choice))
@@ -138,22 +140,22 @@ def test_a_weight_that_is_not_a_finite_number_is_refused(tmp_path, value):
 @pytest.mark.parametrize("seed", range(6))
 def test_lm_weights_stay_non_negative_unless_allowed(seed):
   lists, weights, tables, objective, start, _ = _grid_start(seed)
-  kept, _ = combination.optimise(objective, tables, start)
+  kept, _ = tuning.optimise(objective, tables, start)
   assert min(kept.lms.values()) >= 0, kept.lms
   if seed == 0:  # here the unbounded search gives lm2 a negative weight
-    free, _ = combination.optimise(objective, tables, start, negative_lms=True)
+    free, _ = tuning.optimise(objective, tables, start, negative_lms=True)
     assert free.lms["lm2"] < 0, free.lms
-  tuned, info = rescore_files.tune(lists, tables, weights, "wer")
+  tuned, info = rescoring.tune(lists, tables, weights, "wer")
   assert min(tuned.lms.values()) >= 0
   assert info["dev_lists"] == len(lists) and info["negative_lm_weights_allowed"] is False
 
 
 def test_mt_report_uses_every_reference_and_prints_the_signature():
   lists = [
-    nbest_io.NBestList(
+    types.NBestList(
       key=str(i),
       refs=[a, b],
-      hyps=[nbest_io.Hypothesis(h, {"score": 0.0}) for h in hyps],
+      hyps=[types.Hypothesis(h, {"score": 0.0}) for h in hyps],
     )
     for i, (a, b, hyps) in enumerate(
       [
@@ -162,7 +164,7 @@ def test_mt_report_uses_every_reference_and_prints_the_signature():
       ]
     )
   ]
-  report = combination.mt_report(lists, [0, 0])
+  report = metrics.mt_report(lists, [0, 0])
   hyps = ["the cat sat on a mat", "a dog ran far away"]
   refs = [[l.refs[0] for l in lists], [l.refs[1] for l in lists]]
   assert report["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, refs).score)
@@ -176,16 +178,16 @@ def test_rescored_lists_read_back_in_their_format_with_the_lm_feature(fmt, tmp_p
     nbest_fixtures.toy_lists([["a b c", "a b", "a"], ["d e", "d f", "d"], ["g", "h", "g h"]]),
     str(tmp_path / "in"),
   )
-  lists = rescore_files.read_set(fmt, path, [refs] if refs else [], options)
+  lists = rescoring.read_set(fmt, path, [refs] if refs else [], options)
   values = [[-3.0 - 2 * j - i for j in range(len(n.hyps))] for i, n in enumerate(lists)]
   choice = [2, 0, 1]
-  paths = rescore_files.write_outputs(
+  paths = rescoring.write_outputs(
     fmt, lists, path, str(tmp_path / "out"), {"tta": values}, choice, bool(refs)
   )
   again_options = dict(options)
   if fmt == "nemo":
     again_options.update(columns=("score", "tta"), beam_size=3)
-  again = nbest_formats.read_nbest(fmt, paths["rescored"], **again_options)
+  again = formats.read_nbest(fmt, paths["rescored"], **again_options)
   assert [[h.text for h in n.hyps] for n in again] == [[h.text for h in n.hyps] for n in lists]
   got = [[h.scores["tta"] for h in n.hyps] for n in again]
   assert np.allclose(got, values, atol=1e-6)

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from evaluation import nbest
-from evaluation import nbest_io
+from evaluation import metrics
 from finetuning import mwer
 from finetuning import mwer_data
 from finetuning import mwer_job
@@ -25,6 +24,10 @@ from finetuning import mwer_training
 from lm import inference
 from lm import model_dir
 import modeling
+from nbest import combination
+from nbest import settings
+from nbest import types
+from nbest.formats import tsv
 import optimization
 import tokenization
 
@@ -45,9 +48,9 @@ def toy_lists(num_lists, num_hyps, seed, speakers=4):
       for _ in range(int(rng.integers(0, 3)) if j else 2):
         words[int(rng.integers(len(words)))] = str(rng.choice(PLAIN))
       scores = {name: float(rng.normal(-5.0 - j, 1.0)) for name in FEATURES}
-      hyps.append(nbest_io.Hypothesis(text=" ".join(words), scores=scores))
+      hyps.append(types.Hypothesis(text=" ".join(words), scores=scores))
     key = f"{100 + i % speakers}-{7 + i % 2}-{i:04d}"
-    lists.append(nbest_io.NBestList(key=key, refs=[" ".join(ref)], hyps=hyps))
+    lists.append(types.NBestList(key=key, refs=[" ".join(ref)], hyps=hyps))
   return lists
 
 
@@ -145,15 +148,15 @@ def _expected_errors(trainer, prepared, training=False):
 def test_a_step_on_the_combination_weights_moves_probability_to_the_best_hypothesis():
   # The first pass prefers hypothesis 0 (2 errors); hypothesis 2 has none.
   hyps = [
-    nbest_io.Hypothesis("a b c", {"decoder": -1.0, "ctc": -1.0, "lm": -1.0}),
-    nbest_io.Hypothesis("a b d", {"decoder": -1.5, "ctc": -2.0, "lm": -1.0}),
-    nbest_io.Hypothesis("a e d", {"decoder": -2.0, "ctc": -1.0, "lm": -3.0}),
+    types.Hypothesis("a b c", {"decoder": -1.0, "ctc": -1.0, "lm": -1.0}),
+    types.Hypothesis("a b d", {"decoder": -1.5, "ctc": -2.0, "lm": -1.0}),
+    types.Hypothesis("a e d", {"decoder": -2.0, "ctc": -1.0, "lm": -3.0}),
   ]
-  lists = [nbest_io.NBestList("1-1-0001", ["a e d"], hyps)]
+  lists = [types.NBestList("1-1-0001", ["a e d"], hyps)]
   prepared, _ = mwer_data.prepare(lists, None, FEATURES)
   np.testing.assert_array_equal(prepared[0].errors, [2, 1, 0])
   scorer = mwer.FrozenScorer({"a b c": -4.0, "a b d": -5.0, "a e d": -4.5})
-  start = mwer.Combination.interpolation(nbest_io.FULL_WEIGHTS, 0.1)
+  start = mwer.Combination.interpolation(settings.FULL_WEIGHTS, 0.1)
   trainer, _ = make_trainer(tf.distribute.OneDeviceStrategy("/cpu:0"), scorer, start, 0.0, 0.05)
   before, p_before = _expected_errors(trainer, prepared)
   trainer.step(prepared, 0)
@@ -209,13 +212,13 @@ def test_training_scores_hypotheses_as_inference_does(tmp_path, vocab_file, mode
   _, scorer = neural_scorer(path)
   lm = inference.load_lm(path)
   lists = [
-    nbest_io.NBestList(
+    types.NBestList(
       "1-1-1",
       ["the cat sat"],
       [
-        nbest_io.Hypothesis("the cat sat on the mat", {}),
-        nbest_io.Hypothesis("a dog walking", {}),
-        nbest_io.Hypothesis("the dogs ran far away .", {}),
+        types.Hypothesis("the cat sat on the mat", {}),
+        types.Hypothesis("a dog walking", {}),
+        types.Hypothesis("the dogs ran far away .", {}),
       ],
     )
   ]
@@ -247,7 +250,7 @@ def mwer_run(path, run_dir, lists, **overrides):
     params,
     strategy,
     scorer,
-    mwer.Combination.interpolation(nbest_io.FULL_WEIGHTS, 0.2),
+    mwer.Combination.interpolation(settings.FULL_WEIGHTS, 0.2),
     mwer_data.prepare(train, tokenize, FEATURES, params.hyps_per_list)[0],
     mwer_data.prepare(heldout, tokenize, FEATURES)[0],
     {"objective": "mwer", "init_model": path},
@@ -270,12 +273,12 @@ def test_the_trained_model_dir_loads_and_scores_like_any_other(tmp_path, vocab_f
     inference.load_lm(path).model
   )
   # The held-out WER the run logged, recomputed from the saved model dir and weights file by
-  # the evaluation path: LM scores from load_lm, WER from evaluation.nbest.
+  # the evaluation path: LM scores from load_lm, WER from evaluation.metrics.
   combination = mwer.read_weights(os.path.join(best, mwer.WEIGHTS_FILE))
   heldout = lists[8:]
   scores = [[r.total for r in lm.score([h.text for h in l.hyps])] for l in heldout]
   prepared, _ = mwer_data.prepare(heldout, None, FEATURES)
-  wer = nbest.evaluate(heldout, combination.choose(prepared, scores), "wer")
+  wer = metrics.evaluate(heldout, combination.choose(prepared, scores), "wer")
   assert wer == pytest.approx(summary["best"]["heldout_wer"])
   assert combination.to_dict() == summary["best"]["weights"]
 
@@ -344,9 +347,9 @@ def tsv_lists(root, num_lists=16):
     lists = toy_lists(num_lists, 4, seed=seed)
     for l in lists:
       for h in l.hyps:
-        h.scores["score"] = sum(w * h.scores[n] for n, w in nbest_io.FULL_WEIGHTS.items())
+        h.scores["score"] = sum(w * h.scores[n] for n, w in settings.FULL_WEIGHTS.items())
     files[name] = str(root / f"{name}.tsv")
-    nbest_io.write_tsv_nbest(lists, files[name], FEATURES + ("score",))
+    tsv.write_tsv_nbest(lists, files[name], FEATURES + ("score",))
   return files
 
 
@@ -371,8 +374,8 @@ def test_the_job_trains_selects_and_evaluates_on_tsv_lists(tmp_path, vocab_file)
   with open(tmp_path / "job" / "results.json") as f:
     results = json.load(f)
   (row,) = results["rows"]
-  test = nbest_io.read_tsv_nbest(files["test"])
-  first_pass = nbest.evaluate(test, nbest.rerank(test, None, 0.0, "full"), "wer")
+  test = tsv.read_tsv_nbest(files["test"])
+  first_pass = metrics.evaluate(test, combination.rerank(test, None, 0.0, "full"), "wer")
   assert row["wer"]["first_pass"] == pytest.approx(first_pass)
   selection = results["selection"]["full"]
   runs = selection["runs"]
@@ -394,7 +397,7 @@ def test_the_job_trains_selects_and_evaluates_on_tsv_lists(tmp_path, vocab_file)
   choice = mwer.read_weights(os.path.join(model, mwer.WEIGHTS_FILE)).choose(
     prepared, [[scores[h.text] for h in l.hyps] for l in test]
   )
-  assert row["wer"]["mwer"] == pytest.approx(nbest.evaluate(test, choice, "wer"))
+  assert row["wer"]["mwer"] == pytest.approx(metrics.evaluate(test, choice, "wer"))
   # A second run only re-reads: the selection and the numbers stay.
   assert mwer_job.run(params)
   with open(tmp_path / "job" / "results.json") as f:

@@ -1,4 +1,4 @@
-"""Tests of evaluation/nbest.py: readers on the shared data and on small bad files, metrics,
+"""Tests of the nbest package and evaluation/metrics.py: readers on the shared data and on small bad files, metrics,
 reranking.
 
 Expected counts come from the data folders' SOURCE.md files; first-pass and oracle WERs are
@@ -16,9 +16,15 @@ import jiwer
 import pytest
 import sacrebleu
 
-from evaluation import nbest
-from evaluation import nbest_io
+from evaluation import metrics
 from evaluation import score_cache
+from nbest import combination
+from nbest import settings
+from nbest import shared_data
+from nbest import types
+from nbest.formats import espnet
+from nbest.formats import mlm_json
+from nbest.formats import tsv
 
 # From asr-librispeech-espnet2-30best/SOURCE.md: utterances, reference words, and the WERs it
 # reports (1-best with LM, 30-best oracle, AM-only rerank), to 2 decimals.
@@ -35,8 +41,8 @@ _data_dir_or_skip = conftest.data_dir_or_skip
 
 @pytest.fixture(scope="module")
 def espnet_sets():
-  _data_dir_or_skip(nbest_io.ESPNET_DIR)
-  return {name: nbest_io.read_espnet_nbest(name) for name in nbest_io.ESPNET_SETS}
+  _data_dir_or_skip(shared_data.ESPNET_DIR)
+  return {name: espnet.read_espnet_nbest(name) for name in shared_data.ESPNET_SETS}
 
 
 def _jiwer_percent(refs, hyps):
@@ -47,7 +53,7 @@ def _jiwer_percent(refs, hyps):
 # Real ESPnet2 LibriSpeech lists.
 
 
-@pytest.mark.parametrize("name", nbest_io.ESPNET_SETS)
+@pytest.mark.parametrize("name", shared_data.ESPNET_SETS)
 @pytest.mark.slow(seconds=15)
 def test_espnet_counts(espnet_sets, name):
   lists = espnet_sets[name]
@@ -62,13 +68,13 @@ def test_espnet_counts(espnet_sets, name):
       assert set(hyp.scores) == {"decoder", "ctc", "lm", "score"}
 
 
-@pytest.mark.parametrize("name", nbest_io.ESPNET_SETS)
+@pytest.mark.parametrize("name", shared_data.ESPNET_SETS)
 def test_espnet_full_score_is_weighted_sum_and_lists_are_sorted(espnet_sets, name):
   for nbest_list in espnet_sets[name]:
     full = [hyp.scores["score"] for hyp in nbest_list.hyps]
     assert full == sorted(full, reverse=True), nbest_list.key
     for hyp in nbest_list.hyps:
-      parts = sum(w * hyp.scores[k] for k, w in nbest_io.FULL_WEIGHTS.items())
+      parts = sum(w * hyp.scores[k] for k, w in settings.FULL_WEIGHTS.items())
       assert abs(parts - hyp.scores["score"]) < 3e-4  # the files round to 4 decimals
 
 
@@ -95,7 +101,7 @@ def test_espnet_keeps_empty_hypotheses(espnet_sets):
   assert len(empty) == 5
 
 
-@pytest.mark.parametrize("name", nbest_io.ESPNET_SETS)
+@pytest.mark.parametrize("name", shared_data.ESPNET_SETS)
 @pytest.mark.slow(seconds=7)
 def test_lambda_zero_reproduces_first_pass(espnet_sets, name):
   lists = espnet_sets[name]
@@ -109,9 +115,9 @@ def test_lambda_zero_reproduces_first_pass(espnet_sets, name):
   ]
   assert best_full == [0] * len(lists)
   expected = _jiwer_percent(refs, [l.hyps[0].text for l in lists])
-  choice = nbest.rerank(lists, lm, 0.0, "full")
+  choice = combination.rerank(lists, lm, 0.0, "full")
   assert choice == best_full
-  assert nbest.evaluate(lists, choice, "wer") == expected
+  assert metrics.evaluate(lists, choice, "wer") == expected
   assert round(expected, 2) == full_wer
 
   # AM-only setting: max of 0.6*decoder + 0.4*ctc, computed here independently.
@@ -122,17 +128,17 @@ def test_lambda_zero_reproduces_first_pass(espnet_sets, name):
     )
     for l in lists
   ]
-  choice = nbest.rerank(lists, None, 0.0, "am")
+  choice = combination.rerank(lists, None, 0.0, "am")
   assert choice == best_am
-  assert nbest.evaluate(lists, choice, "wer") == _jiwer_percent(
+  assert metrics.evaluate(lists, choice, "wer") == _jiwer_percent(
     refs, [l.hyps[i].text for l, i in zip(lists, best_am)]
   )
-  assert round(nbest.evaluate(lists, choice, "wer"), 2) == am_wer
+  assert round(metrics.evaluate(lists, choice, "wer"), 2) == am_wer
 
 
 def test_oracle_wer_real(espnet_sets):
   lists = espnet_sets["test_clean"]
-  value, choice = nbest.oracle(lists, "wer")
+  value, choice = metrics.oracle(lists, "wer")
   refs = [l.refs[0] for l in lists]
   assert value == _jiwer_percent(refs, [l.hyps[i].text for l, i in zip(lists, choice)])
   assert round(value, 2) == ESPNET_EXPECTED["test_clean"][3]
@@ -148,9 +154,11 @@ def test_sweep_with_espnet_lm_beats_am_only(espnet_sets):
   # with the AM score must help, and λ=0 of the curve is the AM-only first pass.
   lists = espnet_sets["dev_other"][:1000]  # a subset keeps the 21-point sweep fast
   lm = [[h.scores["lm"] for h in l.hyps] for l in lists]
-  sweep = nbest.sweep_lambda(lists, lm, "wer", setting="am")
-  assert [lam for lam, _ in sweep.curve] == list(nbest.DEFAULT_GRID)
-  assert sweep.curve[0][1] == nbest.evaluate(lists, nbest.rerank(lists, None, 0.0, "am"), "wer")
+  sweep = combination.sweep_lambda(lists, lm, "wer", setting="am")
+  assert [lam for lam, _ in sweep.curve] == list(combination.DEFAULT_GRID)
+  assert sweep.curve[0][1] == metrics.evaluate(
+    lists, combination.rerank(lists, None, 0.0, "am"), "wer"
+  )
   assert 0.0 < sweep.best_lam < 1.0
   assert sweep.best_value < sweep.curve[0][1]
   assert sweep.best_value == min(value for _, value in sweep.curve)
@@ -161,8 +169,8 @@ def test_sweep_with_espnet_lm_beats_am_only(espnet_sets):
 
 
 def test_wmt_candidates_real():
-  _data_dir_or_skip(nbest_io.WMT_DIR)
-  lists = nbest_io.read_wmt_candidates()
+  _data_dir_or_skip(shared_data.WMT_DIR)
+  lists = shared_data.read_wmt_candidates()
   assert len(lists) == 1000
   assert all(len(l.hyps) == 19 and len(l.refs) == 2 for l in lists)
   systems = [h.system for h in lists[0].hyps]
@@ -171,7 +179,7 @@ def test_wmt_candidates_real():
   assert all(h.scores == {} for h in lists[0].hyps)
   hyps = [l.hyps[0].text for l in lists]
   direct = sacrebleu.corpus_bleu(hyps, [[l.refs[0] for l in lists], [l.refs[1] for l in lists]])
-  assert nbest.evaluate(lists, [0] * len(lists), "bleu") == direct.score
+  assert metrics.evaluate(lists, [0] * len(lists), "bleu") == direct.score
   assert 20.0 < direct.score < 60.0
 
 
@@ -180,9 +188,9 @@ def test_wmt_candidates_real():
 
 
 def test_corpus_wer_hand_and_jiwer():
-  assert nbest.corpus_wer(["a b c d"], ["a b x d"]) == 25.0  # 1 substitution in 4 words
+  assert metrics.corpus_wer(["a b c d"], ["a b x d"]) == 25.0  # 1 substitution in 4 words
   refs, hyps = ["a b c d", "e f"], ["a b c", "e f g"]
-  details = nbest.wer_details(refs, hyps)
+  details = metrics.wer_details(refs, hyps)
   assert (details.substitutions, details.deletions, details.insertions, details.hits) == (
     0,
     1,
@@ -192,38 +200,38 @@ def test_corpus_wer_hand_and_jiwer():
   assert details.ref_words == 6
   assert details.wer == pytest.approx(100.0 * 2 / 6, abs=1e-12)
   assert details.wer == _jiwer_percent(refs, hyps)
-  assert nbest.corpus_wer(["a b"], [""]) == 100.0  # an empty hypothesis deletes everything
+  assert metrics.corpus_wer(["a b"], [""]) == 100.0  # an empty hypothesis deletes everything
 
 
 def test_corpus_bleu_hand_and_sacrebleu():
   hyp = "the cat sat on the mat"
   refs = ["the cat sat on a mat"]
   # Precisions 5/6, 3/5, 2/4, 1/3, equal lengths (BP = 1): BLEU = (1/12) ** (1/4).
-  assert nbest.corpus_bleu([refs], [hyp]) == pytest.approx(100.0 * (1 / 12) ** 0.25, abs=1e-9)
+  assert metrics.corpus_bleu([refs], [hyp]) == pytest.approx(100.0 * (1 / 12) ** 0.25, abs=1e-9)
   refs_list = [
     ["the cat sat on a mat", "a cat was sitting on the mat"],
     ["it is raining today", "today it rains"],
   ]
   hyps = ["the cat sat on the mat", "it rains today"]
   direct = sacrebleu.corpus_bleu(hyps, [[r[0] for r in refs_list], [r[1] for r in refs_list]])
-  assert nbest.corpus_bleu(refs_list, hyps) == direct.score
+  assert metrics.corpus_bleu(refs_list, hyps) == direct.score
   with pytest.raises(ValueError, match="same, non-zero number of references"):
-    nbest.corpus_bleu([["a"], ["b", "c"]], ["a", "b"])
+    metrics.corpus_bleu([["a"], ["b", "c"]], ["a", "b"])
 
 
 def test_pseudo_perplexity():
   sums, counts = [-2.0, -6.0, -3.0], [2, 3, 1]
-  values = nbest.pseudo_perplexity(sums, counts)
+  values = metrics.pseudo_perplexity(sums, counts)
   assert values == [math.e, math.exp(2.0), math.exp(3.0)]
-  summary = nbest.pppl_summary(sums, counts)
+  summary = metrics.pppl_summary(sums, counts)
   assert summary["mean"] == pytest.approx((math.e + math.exp(2) + math.exp(3)) / 3)
   assert summary["median"] == math.exp(2.0)
   assert summary["corpus"] == pytest.approx(math.exp(11 / 6))
-  assert nbest.pppl_summary([-1.0, -3.0], [1, 1])["median"] == statistics.median(
+  assert metrics.pppl_summary([-1.0, -3.0], [1, 1])["median"] == statistics.median(
     [math.e, math.exp(3)]
   )
   with pytest.raises(ValueError, match="positive"):
-    nbest.pseudo_perplexity([-1.0], [0])
+    metrics.pseudo_perplexity([-1.0], [0])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,13 +241,13 @@ def test_pseudo_perplexity():
 def _toy_lists():
   # Three hypotheses each; s2s prefers rank 1, the LM prefers the correct rank 2 or 3.
   def hyp(text, score):
-    return nbest_io.Hypothesis(text=text, scores={"score": score, "decoder": score, "ctc": 0.0})
+    return types.Hypothesis(text=text, scores={"score": score, "decoder": score, "ctc": 0.0})
 
   return [
-    nbest_io.NBestList(
+    types.NBestList(
       "u1", ["a b c d e"], [hyp("a b c d x", -1.0), hyp("a b c d e", -1.5), hyp("x y z w v", -3.0)]
     ),
-    nbest_io.NBestList(
+    types.NBestList(
       "u2", ["f g h i"], [hyp("f g h x", -2.0), hyp("f g h y", -2.1), hyp("f g h i", -4.0)]
     ),
   ]
@@ -248,26 +256,26 @@ def _toy_lists():
 def test_rerank_lambda_extremes_and_formula():
   lists = _toy_lists()
   lm = [[-10.0, -4.0, -20.0], [-9.0, -9.0, -2.0]]
-  assert nbest.rerank(lists, lm, 0.0) == [0, 0]
-  assert nbest.rerank(lists, None, 0.0) == [0, 0]
-  assert nbest.rerank(lists, lm, 1.0) == [1, 2]
+  assert combination.rerank(lists, lm, 0.0) == [0, 0]
+  assert combination.rerank(lists, None, 0.0) == [0, 0]
+  assert combination.rerank(lists, lm, 1.0) == [1, 2]
   # λ=0.5: u1 -> (-5.5, -2.75, -11.5) picks 1; u2 -> (-5.5, -5.55, -3.0) picks 2.
-  assert nbest.rerank(lists, lm, 0.5) == [1, 2]
+  assert combination.rerank(lists, lm, 0.5) == [1, 2]
   # Equal combined scores go to the better first-pass rank.
-  assert nbest.rerank(lists, [[-1.0, -1.0, -1.0], [0.0, 0.0, 0.0]], 1.0) == [0, 0]
-  assert nbest.rerank(lists, lm, 0.0, "am") == [0, 0]
+  assert combination.rerank(lists, [[-1.0, -1.0, -1.0], [0.0, 0.0, 0.0]], 1.0) == [0, 0]
+  assert combination.rerank(lists, lm, 0.0, "am") == [0, 0]
   with pytest.raises(ValueError, match="LM scores for 3 hypotheses"):
-    nbest.rerank(lists, [[0.0], [0.0, 0.0, 0.0]], 0.5)
+    combination.rerank(lists, [[0.0], [0.0, 0.0, 0.0]], 0.5)
   with pytest.raises(ValueError, match="not finite"):
-    nbest.rerank(lists, [[math.nan, 0.0, 0.0], [0.0, 0.0, 0.0]], 0.5)
+    combination.rerank(lists, [[math.nan, 0.0, 0.0], [0.0, 0.0, 0.0]], 0.5)
   with pytest.raises(ValueError, match="unknown setting"):
-    nbest.rerank(lists, lm, 0.5, "lm-only")
+    combination.rerank(lists, lm, 0.5, "lm-only")
 
 
 def test_sweep_and_tie_rule():
   lists = _toy_lists()
   lm = [[-10.0, -4.0, -20.0], [-9.0, -9.0, -2.0]]
-  sweep = nbest.sweep_lambda(lists, lm, "wer")
+  sweep = combination.sweep_lambda(lists, lm, "wer")
   # First pass: 1 error in 5 words + 1 in 4. The LM's choice wins u1 once
   # (1-λ)(-0.5) + λ·6 > 0 (λ > 0.077) and u2 once (1-λ)(-2) + λ·7 > 0 (λ > 0.222).
   values = dict(sweep.curve)
@@ -275,32 +283,30 @@ def test_sweep_and_tie_rule():
   assert values[0.1] == values[0.2] == pytest.approx(100.0 / 9)
   assert values[0.25] == 0.0 and values[1.0] == 0.0
   assert sweep.best_lam == 0.25 and sweep.best_value == 0.0  # smallest λ among the ties
-  bleu_sweep = nbest.sweep_lambda(lists, lm, "bleu", grid=(1.0, 0.5, 0.0))
+  bleu_sweep = combination.sweep_lambda(lists, lm, "bleu", grid=(1.0, 0.5, 0.0))
   assert bleu_sweep.best_lam == 0.5  # the grid order does not matter for the tie rule
   with pytest.raises(ValueError, match="unknown metric"):
-    nbest.sweep_lambda(lists, lm, "ter")
+    combination.sweep_lambda(lists, lm, "ter")
 
 
 def test_oracle_toy():
   lists = _toy_lists()
-  value, choice = nbest.oracle(lists, "wer")
+  value, choice = metrics.oracle(lists, "wer")
   assert choice == [1, 2] and value == 0.0
   # Ties between equally good hypotheses go to the better rank.
-  tied = [
-    nbest_io.NBestList("u", ["a b"], [nbest_io.Hypothesis("a x"), nbest_io.Hypothesis("x b")])
-  ]
-  assert nbest.oracle(tied, "wer") == (50.0, [0])
-  bleu_value, bleu_choice = nbest.oracle(lists, "bleu")
+  tied = [types.NBestList("u", ["a b"], [types.Hypothesis("a x"), types.Hypothesis("x b")])]
+  assert metrics.oracle(tied, "wer") == (50.0, [0])
+  bleu_value, bleu_choice = metrics.oracle(lists, "bleu")
   assert bleu_choice == [1, 2] and bleu_value == pytest.approx(100.0)
 
 
 def test_s2s_score_settings():
-  hyp = nbest_io.Hypothesis("x", {"decoder": -1.0, "ctc": -2.0, "lm": -3.0, "score": -4.2})
-  assert nbest.s2s_score(hyp, "am") == pytest.approx(-1.4)
-  assert nbest.s2s_score(hyp, "full") == -4.2
-  assert nbest.s2s_score(hyp, None) == 0.0
+  hyp = types.Hypothesis("x", {"decoder": -1.0, "ctc": -2.0, "lm": -3.0, "score": -4.2})
+  assert settings.s2s_score(hyp, "am") == pytest.approx(-1.4)
+  assert settings.s2s_score(hyp, "full") == -4.2
+  assert settings.s2s_score(hyp, None) == 0.0
   with pytest.raises(ValueError, match="needs scores"):
-    nbest.s2s_score(nbest_io.Hypothesis("x", {"score": 1.0}), "am")
+    settings.s2s_score(types.Hypothesis("x", {"score": 1.0}), "am")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -345,7 +351,7 @@ def _write_espnet_tar(path, files, root="toy"):
 
 def test_espnet_reader_small_archive_and_directory(tmp_path):
   path = _write_espnet_tar(tmp_path / "toy.tar.xz", _espnet_files())
-  lists = nbest_io.read_espnet_nbest(path)
+  lists = espnet.read_espnet_nbest(path)
   assert [l.key for l in lists] == ["u-1", "u-2"]
   assert lists[0].refs == ["A B"]
   assert [h.text for h in lists[1].hyps] == ["C", ""]
@@ -354,7 +360,7 @@ def test_espnet_reader_small_archive_and_directory(tmp_path):
   for name, lines in _espnet_files().items():
     (directory / name).parent.mkdir(parents=True, exist_ok=True)
     (directory / name).write_text("\n".join(lines) + "\n")
-  assert nbest_io.read_espnet_nbest(str(directory)) == lists
+  assert espnet.read_espnet_nbest(str(directory)) == lists
 
 
 @pytest.mark.parametrize(
@@ -408,7 +414,7 @@ def test_espnet_reader_small_archive_and_directory(tmp_path):
 def test_espnet_reader_rejects_malformed(tmp_path, change, member, line, message):
   path = _write_espnet_tar(tmp_path / "bad.tar.xz", _espnet_files(**change))
   with pytest.raises(ValueError) as info:
-    nbest_io.read_espnet_nbest(path)
+    espnet.read_espnet_nbest(path)
   text = str(info.value)
   assert f"{path}:toy/" in text and f"{member}:{line}:" in text, text
   assert message in text
@@ -419,11 +425,11 @@ def test_espnet_reader_rejects_rank_gap_and_missing_files(tmp_path):
   for kind in ("text", "scores", "score"):
     files[f"raw_hypotheses/3best_recog/{kind}"] = files.pop(f"raw_hypotheses/2best_recog/{kind}")
   with pytest.raises(ValueError, match="ranks must be 1..R"):
-    nbest_io.read_espnet_nbest(_write_espnet_tar(tmp_path / "gap.tar.xz", files))
+    espnet.read_espnet_nbest(_write_espnet_tar(tmp_path / "gap.tar.xz", files))
   files = _espnet_files()
   del files["raw_hypotheses/2best_recog/score"]
   with pytest.raises(ValueError, match="missing raw_hypotheses/2best_recog/score"):
-    nbest_io.read_espnet_nbest(_write_espnet_tar(tmp_path / "nototal.tar.xz", files))
+    espnet.read_espnet_nbest(_write_espnet_tar(tmp_path / "nototal.tar.xz", files))
   files = _espnet_files(
     texts=[["u-1 A B", "u-2 C"], ["u-2 D"]],
     scores=[
@@ -432,11 +438,11 @@ def test_espnet_reader_rejects_rank_gap_and_missing_files(tmp_path):
     ],
     totals=[None, None],
   )
-  lists = nbest_io.read_espnet_nbest(_write_espnet_tar(tmp_path / "short.tar.xz", files))
+  lists = espnet.read_espnet_nbest(_write_espnet_tar(tmp_path / "short.tar.xz", files))
   assert [len(l.hyps) for l in lists] == [1, 2]  # a shorter list is fine
   assert "score" not in lists[0].hyps[0].scores
   with pytest.raises(FileNotFoundError, match="neither an existing path"):
-    nbest_io.read_espnet_nbest("dev_nonexistent")
+    espnet.read_espnet_nbest("dev_nonexistent")
 
 
 def _shin_json():
@@ -453,7 +459,7 @@ def _shin_json():
 def test_json_reader_valid(tmp_path):
   path = tmp_path / "dev.am.json"
   path.write_text(json.dumps(_shin_json(), indent=2))
-  lists = nbest_io.read_json_nbest(str(path))
+  lists = mlm_json.read_json_nbest(str(path))
   assert [l.key for l in lists] == ["utt-a", "utt-b"]
   assert lists[0].refs == ["the cat sat"]
   assert [(h.text, h.scores) for h in lists[0].hyps] == [
@@ -461,7 +467,7 @@ def test_json_reader_valid(tmp_path):
     ("the cat sad", {"score": -7.5}),
   ]
   assert lists[1].hyps[0].text == ""
-  assert nbest.rerank(lists, None, 0.0, "full") == [0, 0]
+  assert combination.rerank(lists, None, 0.0, "full") == [0, 0]
 
 
 @pytest.mark.parametrize(
@@ -488,7 +494,7 @@ def test_json_reader_rejects_malformed(tmp_path, mutate, line, message):
   path = tmp_path / "bad.json"
   path.write_text(json.dumps(data, indent=2))
   with pytest.raises(ValueError) as info:
-    nbest_io.read_json_nbest(str(path))
+    mlm_json.read_json_nbest(str(path))
   assert f"{path}:{line}:" in str(info.value) and message in str(info.value), str(info.value)
 
 
@@ -496,16 +502,16 @@ def test_json_reader_rejects_syntax_duplicates_and_empty(tmp_path):
   path = tmp_path / "bad.json"
   path.write_text('{\n  "u": {"ref": "a",\n  "hyp_1": {"score": -1.0 "text": "a"}}}\n')
   with pytest.raises(ValueError, match=f"{path}:3: invalid JSON"):
-    nbest_io.read_json_nbest(str(path))
+    mlm_json.read_json_nbest(str(path))
   path.write_text(
     '{"u": {"ref": "a", "hyp_1": {"score": 1, "text": "a"}},\n'
     ' "u": {"ref": "b", "hyp_1": {"score": 1, "text": "b"}}}\n'
   )
   with pytest.raises(ValueError, match=f"{path}:2: key 'u' appears twice"):
-    nbest_io.read_json_nbest(str(path))
+    mlm_json.read_json_nbest(str(path))
   path.write_text("{}")
   with pytest.raises(ValueError, match=f"{path}:1: expected a non-empty object"):
-    nbest_io.read_json_nbest(str(path))
+    mlm_json.read_json_nbest(str(path))
 
 
 TSV_OK = (
@@ -522,19 +528,19 @@ TSV_OK = (
 def test_tsv_reader_valid_and_round_trip(tmp_path):
   path = tmp_path / "lists.tsv"
   path.write_text(TSV_OK)
-  lists = nbest_io.read_tsv_nbest(str(path))
+  lists = tsv.read_tsv_nbest(str(path))
   assert [l.key for l in lists] == ["u1", "u2"]
   assert lists[1].refs == ["D", "D E"]
   assert [h.text for h in lists[0].hyps] == ["A B X", "A B C"]
   assert lists[0].hyps[1].scores == {"decoder": -1.5, "ctc": -2.5}
-  assert lists[1].hyps[0] == nbest_io.Hypothesis("", {"decoder": -0.5, "ctc": -10.0})
+  assert lists[1].hyps[0] == types.Hypothesis("", {"decoder": -0.5, "ctc": -10.0})
   copy = tmp_path / "copy.tsv"
-  nbest_io.write_tsv_nbest(lists, str(copy), score_names=("decoder", "ctc"))
-  assert nbest_io.read_tsv_nbest(str(copy)) == lists
+  tsv.write_tsv_nbest(lists, str(copy), score_names=("decoder", "ctc"))
+  assert tsv.read_tsv_nbest(str(copy)) == lists
   plain = tmp_path / "plain.tsv"
   plain.write_text("k\tref\thello world\nk\t1\t-3.25\thello word\n")
-  assert nbest_io.read_tsv_nbest(str(plain)) == [
-    nbest_io.NBestList("k", ["hello world"], [nbest_io.Hypothesis("hello word", {"score": -3.25})])
+  assert tsv.read_tsv_nbest(str(plain)) == [
+    types.NBestList("k", ["hello world"], [types.Hypothesis("hello word", {"score": -3.25})])
   ]
 
 
@@ -556,26 +562,26 @@ def test_tsv_reader_rejects_malformed(tmp_path, content, line, message):
   path = tmp_path / "bad.tsv"
   path.write_text(content)
   with pytest.raises(ValueError) as info:
-    nbest_io.read_tsv_nbest(str(path))
+    tsv.read_tsv_nbest(str(path))
   assert f"{path}:{line}:" in str(info.value) and message in str(info.value), str(info.value)
 
 
 def test_wmt_reader_rejects_misaligned_files(tmp_path):
-  root = tmp_path / nbest_io.WMT_DIR
+  root = tmp_path / shared_data.WMT_DIR
   (root / "references").mkdir(parents=True)
   (root / "system-outputs").mkdir()
   (root / "references" / "newstest2021.de-en.ref.A.en").write_text("one\ntwo\n")
   (root / "system-outputs" / "newstest2021.de-en.hyp.S1.en").write_text("uno\n\n")
   (root / "system-outputs" / "newstest2021.de-en.hyp.S2.en").write_text("eins\n")
   with pytest.raises(ValueError, match=r"hyp\.S2\.en:2: 1 lines, but .* has 2"):
-    nbest_io.read_wmt_candidates(str(tmp_path))
+    shared_data.read_wmt_candidates(str(tmp_path))
   (root / "system-outputs" / "newstest2021.de-en.hyp.S2.en").write_text("eins\nzwei\n")
-  lists = nbest_io.read_wmt_candidates(str(tmp_path))
+  lists = shared_data.read_wmt_candidates(str(tmp_path))
   assert [h.text for h in lists[1].hyps] == ["", "zwei"]  # an empty output is kept
   assert [h.system for h in lists[1].hyps] == ["S1", "S2"]
   (root / "references" / "newstest2021.de-en.ref.A.en").write_text("one\n\n")
   with pytest.raises(ValueError, match=r"ref\.A\.en:2: blank reference"):
-    nbest_io.read_wmt_candidates(str(tmp_path))
+    shared_data.read_wmt_candidates(str(tmp_path))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -648,25 +654,23 @@ def test_score_cache_writes_each_model_identity_once_beside_it(tmp_path):
 
 def test_utterance_errors_count_each_chosen_hypothesis_and_add_up_to_the_wer():
   lists = [
-    nbest_io.NBestList(
-      "u1", ["a b c"], [nbest_io.Hypothesis("a x c d"), nbest_io.Hypothesis("a b c")]
-    ),
-    nbest_io.NBestList("u2", ["d e"], [nbest_io.Hypothesis("d e"), nbest_io.Hypothesis("")]),
+    types.NBestList("u1", ["a b c"], [types.Hypothesis("a x c d"), types.Hypothesis("a b c")]),
+    types.NBestList("u2", ["d e"], [types.Hypothesis("d e"), types.Hypothesis("")]),
   ]
   # u1 rank 1: one substitution (b -> x) and one insertion (d); u2 rank 2: two deletions.
-  errors, words = nbest.utterance_errors(lists, [0, 1])
+  errors, words = metrics.utterance_errors(lists, [0, 1])
   assert errors == [2, 2] and words == [3, 2]
-  assert nbest.evaluate(lists, [0, 1], "wer") == pytest.approx(100 * 4 / 5)
-  assert nbest.utterance_errors(lists, [1, 0]) == ([0, 0], [3, 2])
+  assert metrics.evaluate(lists, [0, 1], "wer") == pytest.approx(100 * 4 / 5)
+  assert metrics.utterance_errors(lists, [1, 0]) == ([0, 0], [3, 2])
 
 
 def test_sample_lists_is_seeded_ordered_and_without_repeats():
   lists = list(range(100))  # stands for NBestList objects: only their order matters
-  sample = nbest.sample_lists(lists, 30, seed=5)
+  sample = types.sample_lists(lists, 30, seed=5)
   assert sample == sorted(set(sample)) and len(sample) == 30
-  assert nbest.sample_lists(lists, 30, seed=5) == sample  # same for every LM and run
-  assert nbest.sample_lists(lists, 30, seed=6) != sample
-  assert nbest.sample_lists(lists, 200, seed=5) == lists
+  assert types.sample_lists(lists, 30, seed=5) == sample  # same for every LM and run
+  assert types.sample_lists(lists, 30, seed=6) != sample
+  assert types.sample_lists(lists, 200, seed=5) == lists
 
 
 @pytest.mark.parametrize(
@@ -676,6 +680,6 @@ def test_a_selection_reads_what_cutting_the_whole_set_gives(espnet_sets, max_lis
   # run_rescoring's --max_lists / --sample_lists parse only the lists they keep.
   want = espnet_sets["dev_clean"][:max_lists]
   if sample:
-    want = nbest.sample_lists(want, sample, seed)
-  select = nbest.list_selection(max_lists, sample, seed)
-  assert nbest_io.read_espnet_nbest("dev_clean", select=select) == want
+    want = types.sample_lists(want, sample, seed)
+  select = types.list_selection(max_lists, sample, seed)
+  assert espnet.read_espnet_nbest("dev_clean", select=select) == want

@@ -1,4 +1,4 @@
-"""evaluation/nbest_formats.py: the toolkits' N-best formats read, written back, and fuzzed.
+"""evaluation/formats.py: the toolkits' N-best formats read, written back, and fuzzed.
 
 (a) A few lists of the shared LibriSpeech data, written in every format by tests/nbest_fixtures.py
     (by hand from each format's rules, not by the library's writers), read back the same.
@@ -22,15 +22,17 @@ from hypothesis import strategies as st
 import nbest_fixtures
 import pytest
 
-from evaluation import nbest_formats
-from evaluation import nbest_io
+from nbest import formats
+from nbest import shared_data
+from nbest import types
+from nbest.formats import espnet
 
 LN2 = math.log(2)
 FORMATS = sorted(nbest_fixtures.WRITERS)
 
 
 def _hyp(text, **scores):
-  return nbest_io.Hypothesis(text=text, scores=scores)
+  return types.Hypothesis(text=text, scores=scores)
 
 
 def _toy_lists():
@@ -62,8 +64,8 @@ def _assert_same(fmt, original, lists):
 
 @pytest.fixture(scope="module")
 def librispeech_lists():
-  conftest.data_dir_or_skip(nbest_io.ESPNET_DIR)
-  lists = nbest_io.read_espnet_nbest("dev_other")
+  conftest.data_dir_or_skip(shared_data.ESPNET_DIR)
+  lists = espnet.read_espnet_nbest("dev_other")
   with_empty = next(n for n in lists if any(h.text == "" for h in n.hyps))
   return lists[:3] + [with_empty]
 
@@ -71,16 +73,16 @@ def librispeech_lists():
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_librispeech_lists_read_back_from_every_format(fmt, librispeech_lists, tmp_path):
   path, refs, options = nbest_fixtures.WRITERS[fmt](librispeech_lists, str(tmp_path))
-  lists = nbest_formats.read_nbest(fmt, path, refs_path=refs, **options)
+  lists = formats.read_nbest(fmt, path, refs_path=refs, **options)
   _assert_same(fmt, librispeech_lists, lists)
 
 
 @pytest.mark.parametrize("fmt", ["kaldi", "espnet2", "moses"])
 def test_without_references_the_lists_are_blind(fmt, librispeech_lists, tmp_path):
   path, _, options = nbest_fixtures.WRITERS[fmt](librispeech_lists, str(tmp_path))
-  lists = nbest_formats.read_nbest(fmt, path, **options)
+  lists = formats.read_nbest(fmt, path, **options)
   assert lists and all(n.refs == [] for n in lists)
-  _assert_same(fmt, [nbest_io.NBestList(n.key, [], n.hyps) for n in librispeech_lists], lists)
+  _assert_same(fmt, [types.NBestList(n.key, [], n.hyps) for n in librispeech_lists], lists)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,7 +98,7 @@ def _write(path, text):
 
 def _rejects(fmt, path, where, message, **kwargs):
   with pytest.raises(ValueError) as info:
-    nbest_formats.read_nbest(fmt, path, **kwargs)
+    formats.read_nbest(fmt, path, **kwargs)
   assert str(info.value).startswith(f"{where}: ") and message in str(info.value), str(info.value)
 
 
@@ -117,9 +119,9 @@ def _kaldi_sample(tmp_path, words=None, acwt=None, refs=None):
 
 def test_kaldi_sample(tmp_path):
   words, costs, refs = _kaldi_sample(tmp_path)
-  lists = nbest_formats.read_nbest("kaldi", words, refs_path=refs, costs=costs)
+  lists = formats.read_nbest("kaldi", words, refs_path=refs, costs=costs)
   assert lists == [
-    nbest_io.NBestList(
+    types.NBestList(
       "s1-u1",
       ["the cat sat"],
       [
@@ -128,7 +130,7 @@ def test_kaldi_sample(tmp_path):
         _hyp("", acoustic=-3300.0, lm=-12.75),
       ],
     ),
-    nbest_io.NBestList("s1-u2", ["yes"], [_hyp("yes", acoustic=-512.0, lm=-7.5)]),
+    types.NBestList("s1-u2", ["yes"], [_hyp("yes", acoustic=-512.0, lm=-7.5)]),
   ]
 
 
@@ -168,12 +170,10 @@ def test_espnet2_decode_dir_sample(tmp_path):
   _write(job2 / "1best_recog" / "score", "u1 -7.0\n")
   _write(decode / "1best_recog" / "text", "u1 ignored: asr.sh's merged 1-best\n")
   refs = _write(tmp_path / "data" / "test_clean" / "text", "u1 A\nu2 THE CAT\n")
-  lists = nbest_formats.read_nbest("espnet2", str(decode), refs_path=refs)
+  lists = formats.read_nbest("espnet2", str(decode), refs_path=refs)
   assert lists == [
-    nbest_io.NBestList("u1", ["A"], [_hyp("", score=-7.0)]),
-    nbest_io.NBestList(
-      "u2", ["THE CAT"], [_hyp("THE CAT", score=-3.25), _hyp("THE CAP", score=-4.5)]
-    ),
+    types.NBestList("u1", ["A"], [_hyp("", score=-7.0)]),
+    types.NBestList("u2", ["THE CAT"], [_hyp("THE CAT", score=-3.25), _hyp("THE CAP", score=-4.5)]),
   ]
   _write(job2 / "1best_recog" / "score", "u3 -7.0\n")
   _rejects("espnet2", str(decode), f"{job2 / '1best_recog' / 'text'}:1", "missing from")
@@ -200,14 +200,14 @@ def test_nemo_beams_sample(tmp_path):
     '{"audio_filepath": "/abs/b2.flac", "duration": 0.5, "text": "yes"}\n',
   )
   expected = [
-    nbest_io.NBestList(
+    types.NBestList(
       "a1", ["hello world"], [_hyp("hello world", score=-3.5), _hyp("hello word", score=-4.25)]
     ),
-    nbest_io.NBestList("b2", ["yes"], [_hyp("", score=-9.0), _hyp("yes", score=-10.0)]),
+    types.NBestList("b2", ["yes"], [_hyp("", score=-9.0), _hyp("yes", score=-10.0)]),
   ]
-  assert nbest_formats.read_nbest("nemo", beams, refs_path=manifest) == expected
-  assert nbest_formats.read_nbest("nemo", beams, refs_path=manifest, beam_size=2) == expected
-  blind = nbest_formats.read_nbest("nemo", beams, beam_size=2)
+  assert formats.read_nbest("nemo", beams, refs_path=manifest) == expected
+  assert formats.read_nbest("nemo", beams, refs_path=manifest, beam_size=2) == expected
+  blind = formats.read_nbest("nemo", beams, beam_size=2)
   assert [n.key for n in blind] == ["0", "1"] and all(n.refs == [] for n in blind)
   _rejects("nemo", beams, f"{beams}:4", "4 rows, not a multiple of beam_size 3", beam_size=3)
   _rejects(
@@ -225,19 +225,19 @@ def test_nemo_beams_sample(tmp_path):
 
 def test_a_byte_order_mark_is_not_part_of_the_first_key(tmp_path):
   words, costs, refs = _kaldi_sample(tmp_path)
-  plain = nbest_formats.read_nbest("kaldi", words, refs_path=refs, costs=costs)
+  plain = formats.read_nbest("kaldi", words, refs_path=refs, costs=costs)
   for path in (words, refs):  # a BOM on the words file, then on the references too
     with open(path, encoding="utf-8") as f:
       text = f.read()
     with open(path, "w", encoding="utf-8") as f:
       f.write("\ufeff" + text)
-    assert nbest_formats.read_nbest("kaldi", words, refs_path=refs, costs=costs) == plain
+    assert formats.read_nbest("kaldi", words, refs_path=refs, costs=costs) == plain
 
 
 def test_an_unknown_format_option_is_named(tmp_path):
   beams = _write(tmp_path / "preds_out_width1.tsv", "a\t-1\n")
   with pytest.raises(ValueError, match="--format_option beam: not an option of the nemo format; "):
-    nbest_formats.read_nbest("nemo", beams, beam=2)
+    formats.read_nbest("nemo", beams, beam=2)
 
 
 def test_nemo_beams_that_are_not_full_are_refused_not_split_wrongly(tmp_path):
@@ -263,7 +263,7 @@ def test_nemo_beams_that_are_not_full_are_refused_not_split_wrongly(tmp_path):
   full = _write(tmp_path / "preds_out_width2_alpha0.5_beta1.0.tsv", "a\t-1\nb\t-2\nc\t-1\nd\t-2\n")
   _rejects("nemo", full, f"{full}:4", "4 rows, not 1 utterances x the width", refs_path=one)
   # The width in the name splits a file whose rows do fill the beams.
-  lists = nbest_formats.read_nbest("nemo", full)
+  lists = formats.read_nbest("nemo", full)
   assert [[h.text for h in n.hyps] for n in lists] == [["a", "b"], ["c", "d"]]
 
   bad = _write(tmp_path / "bad.tsv", "a\t-1\nb -2\n")
@@ -303,9 +303,9 @@ def _fairseq_sample(tmp_path, lines=None):
 
 def test_fairseq_sample(tmp_path):
   path = _fairseq_sample(tmp_path)
-  lists = nbest_formats.read_nbest("fairseq", path)
+  lists = formats.read_nbest("fairseq", path)
   expected = [
-    nbest_io.NBestList(
+    types.NBestList(
       "0",
       ["yes"],
       [
@@ -313,7 +313,7 @@ def test_fairseq_sample(tmp_path):
         _hyp("yeah", score=-2 * LN2, logprob=-4 * LN2),
       ],
     ),
-    nbest_io.NBestList(
+    types.NBestList(
       "1",
       ["that is good ."],
       [
@@ -329,10 +329,10 @@ def test_fairseq_sample(tmp_path):
   for got, want in zip(lists, expected):
     assert [h.text for h in got.hyps] == [h.text for h in want.hyps]
     assert [h.scores for h in got.hyps] == [pytest.approx(h.scores, rel=1e-12) for h in want.hyps]
-  tokenized = nbest_formats.read_nbest("fairseq", path, detok=False)
+  tokenized = formats.read_nbest("fairseq", path, detok=False)
   assert [h.text for h in tokenized[1].hyps] == ["that is good .", "this is good ."]
   refs = _write(tmp_path / "ref.en", "yes\nit is good\n")
-  assert nbest_formats.read_nbest("fairseq", path, refs_path=refs)[1].refs == ["it is good"]
+  assert formats.read_nbest("fairseq", path, refs_path=refs)[1].refs == ["it is good"]
 
 
 def _base_warnings(caplog):
@@ -354,20 +354,20 @@ def test_fairseq_log_base_and_the_warning_when_the_file_says_otherwise(tmp_path,
   ]
   path = _fairseq_sample(tmp_path, old)
   caplog.set_level("WARNING")
-  natural = nbest_formats.read_nbest("fairseq", path, log_base="e")
+  natural = formats.read_nbest("fairseq", path, log_base="e")
   assert [h.scores for h in natural[0].hyps] == [
     {"score": -0.25, "logprob": -0.5},
     {"score": -0.75, "logprob": -1.5},
   ]
   assert _base_warnings(caplog) == []
-  nbest_formats.read_nbest("fairseq", path)  # base 2, the default: one warning for the file
+  formats.read_nbest("fairseq", path)  # base 2, the default: one warning for the file
   assert _base_warnings(caplog) == [
     f"{path}: read as base-2 log-probs (log_base), but its log has generate.py's summary "
     "without the base-2 note (fairseq before 2020-01-13)"
   ]
   caplog.clear()
   path = _fairseq_sample(tmp_path, old[1:-1])  # no log lines: the probabilities tell
-  nbest_formats.read_nbest("fairseq", path, log_base=2)
+  formats.read_nbest("fairseq", path, log_base=2)
   assert _base_warnings(caplog) == [
     f"{path}: read as base-2 log-probs (log_base), but the hypotheses of id 0 would together "
     "have probability 1.06 > 1"
@@ -376,30 +376,30 @@ def test_fairseq_log_base_and_the_warning_when_the_file_says_otherwise(tmp_path,
   # Since 660d69f: base 2, and the note in the same stream.
   note = "2024-05-01 10:00:01 | INFO | fairseq_cli.generate | NOTE: hypothesis and token scores "
   path = _fairseq_sample(tmp_path, old[1:-1] + [note + "are output in base 2"])
-  assert [h.scores for h in nbest_formats.read_nbest("fairseq", path)[0].hyps] == [
+  assert [h.scores for h in formats.read_nbest("fairseq", path)[0].hyps] == [
     pytest.approx({"score": -0.25 * LN2, "logprob": -0.5 * LN2}, rel=1e-12),
     pytest.approx({"score": -0.75 * LN2, "logprob": -1.5 * LN2}, rel=1e-12),
   ]
   assert len(_base_warnings(caplog)) == 1  # the probabilities, not the note
   caplog.clear()
-  nbest_formats.read_nbest("fairseq", path, log_base="e")
+  formats.read_nbest("fairseq", path, log_base="e")
   assert _base_warnings(caplog) == [
     f"{path}: read as base-e log-probs (log_base), but its log says "
     "'hypothesis and token scores are output in base 2'"
   ]
   with pytest.raises(ValueError, match="log_base must be 2 or e, found 10"):
-    nbest_formats.read_nbest("fairseq", path, log_base=10)
+    formats.read_nbest("fairseq", path, log_base=10)
 
 
 def test_fairseq_features_are_written_in_the_file_s_base(tmp_path):
   path = _fairseq_sample(tmp_path)
-  lists = nbest_formats.read_nbest("fairseq", path, log_base="e")
+  lists = formats.read_nbest("fairseq", path, log_base="e")
   out = str(tmp_path / "out.txt")
   features = {"tta": [[-1.5, -2.5], [-3.5, -4.5]]}
-  nbest_formats.write_rescored("fairseq", lists, path, out, features, log_base="e", nbest=2)
+  formats.write_rescored("fairseq", lists, path, out, features, log_base="e", nbest=2)
   with open(out, encoding="utf-8") as f:
     assert "F-0\ttta\t-1.5\n" in f.read()
-  back = nbest_formats.read_nbest("fairseq", out, log_base="e")
+  back = formats.read_nbest("fairseq", out, log_base="e")
   assert [h.scores["tta"] for n in back for h in n.hyps] == [-1.5, -2.5, -3.5, -4.5]
 
 
@@ -437,9 +437,9 @@ def test_moses_and_marian_samples(tmp_path):
     "1 ||| ja ||| LM0= -3 TM0= -1 -1 WordPenalty0= -1 ||| -1.25\n",
   )
   refs = _write(tmp_path / "ref.de", "das haus\nja\n")
-  lists = nbest_formats.read_nbest("moses", moses, refs_path=refs, nbest=None)
+  lists = formats.read_nbest("moses", moses, refs_path=refs, nbest=None)
   assert lists == [
-    nbest_io.NBestList(
+    types.NBestList(
       "0",
       ["das haus"],
       [
@@ -447,7 +447,7 @@ def test_moses_and_marian_samples(tmp_path):
         _hyp("ein haus", LM0=-14.0, TM0_0=-3.0, TM0_1=-5.0, WordPenalty0=-2.0, score=-3.5),
       ],
     ),
-    nbest_io.NBestList(
+    types.NBestList(
       "1", ["ja"], [_hyp("ja", LM0=-3.0, TM0_0=-1.0, TM0_1=-1.0, WordPenalty0=-1.0, score=-1.25)]
     ),
   ]
@@ -458,7 +458,7 @@ def test_moses_and_marian_samples(tmp_path):
     "0 ||| a house ||| F0= -1.5 F1= -2.25 ||| -0.75\n"
     "1 ||| yes ||| 0-0 ||| F0=-3.5 F1= -1 ||| -3.5\n",
   )
-  lists = nbest_formats.read_nbest("moses", marian)
+  lists = formats.read_nbest("moses", marian)
   assert [h.scores for n in lists for h in n.hyps] == [
     {"F0": -1.5, "F1": -2.25, "score": -0.75},
     {"F0": -3.5, "F1": -1.0, "score": -3.5},
@@ -475,14 +475,14 @@ def test_marian_word_scores_are_kept_not_weighed(tmp_path):
     "1 ||| yes ||| WordScores= -0.25000 ||| F0= -0.25 F1= -1 ||| -0.25",
   ]
   path = _write(tmp_path / "nbest.marian", "".join(line + "\n" for line in lines))
-  lists = nbest_formats.read_nbest("moses", path)
+  lists = formats.read_nbest("moses", path)
   assert [h.scores for n in lists for h in n.hyps] == [
     {"F0": -1.66, "F1": -2.5, "score": -1.66},
     {"F0": -1.86, "F1": -2.0, "score": -1.86},
     {"F0": -0.25, "F1": -1.0, "score": -0.25},
   ]
   out = str(tmp_path / "out")
-  nbest_formats.write_rescored("moses", lists, path, out, {"tta": [[-1.0, -2.0], [-3.0]]})
+  formats.write_rescored("moses", lists, path, out, {"tta": [[-1.0, -2.0], [-3.0]]})
   with open(out, encoding="utf-8") as f:
     assert f.read().splitlines() == [
       "0 ||| a house ||| WordScores= -0.50000 -0.30000 ||| F0= -1.66 F1= -2.5 tta= -1.0 ||| -1.66",
@@ -523,14 +523,14 @@ def test_json_and_tsv_blind_sets_take_a_references_file(tmp_path):
   blind_tsv = _write(tmp_path / "blind.tsv", "u1\t1\t-1.0\ta b\nu2\t1\t-2\tc\n")
   refs = _write(tmp_path / "text", "u2 C\nu1 A B\n")
   for fmt, path in (("json", blind_json), ("tsv", blind_tsv)):
-    assert [n.refs for n in nbest_formats.read_nbest(fmt, path)] == [[], []]
-    lists = nbest_formats.read_nbest(fmt, path, refs_path=refs)
+    assert [n.refs for n in formats.read_nbest(fmt, path)] == [[], []]
+    lists = formats.read_nbest(fmt, path, refs_path=refs)
     assert [(n.key, n.refs) for n in lists] == [("u1", ["A B"]), ("u2", ["C"])]
   short_refs = _write(tmp_path / "short", "u1 A B\n")
   _rejects("tsv", blind_tsv, f"{blind_tsv}:2", "'u2' has no reference", refs_path=short_refs)
   _rejects("json", blind_json, f"{blind_json}:8", "'u2' has no reference", refs_path=short_refs)
   with pytest.raises(ValueError, match="unknown N-best format 'srt'"):
-    nbest_formats.read_nbest("srt", blind_tsv)
+    formats.read_nbest("srt", blind_tsv)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -620,7 +620,7 @@ class _FuzzSet:
       f.write(content)
     try:
       if not checked:
-        return nbest_formats.read_nbest(self.fmt, self.path, refs_path=self.refs, **self.options)
+        return formats.read_nbest(self.fmt, self.path, refs_path=self.refs, **self.options)
       return self._read()
     finally:
       with open(victim, "wb") as f:
@@ -628,7 +628,7 @@ class _FuzzSet:
 
   def _read(self):
     try:
-      lists = nbest_formats.read_nbest(self.fmt, self.path, refs_path=self.refs, **self.options)
+      lists = formats.read_nbest(self.fmt, self.path, refs_path=self.refs, **self.options)
     except ValueError as e:
       message = str(e)
       match = re.match(r"(.+?):(\d+): ", message)
@@ -653,7 +653,7 @@ def fuzz_sets(tmp_path_factory):
     path, refs, options = nbest_fixtures.WRITERS[fmt](_toy_lists(), root)
     if fmt == "nemo":
       options = {**options, "beam_size": 3}
-    lists = nbest_formats.read_nbest(fmt, path, refs_path=refs, **options)
+    lists = formats.read_nbest(fmt, path, refs_path=refs, **options)
     contents = {}
     for name in _files_of(root):
       with open(name, "rb") as f:
@@ -727,8 +727,8 @@ def test_fuzz_swapped_columns(fmt, fuzz_sets, data):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_write_rescored_reads_back_with_the_features(fmt, tmp_path):
   path, refs, options = nbest_fixtures.WRITERS[fmt](_toy_lists(), str(tmp_path / "in"))
-  lists = nbest_formats.read_nbest(fmt, path, refs_path=refs, **options)
-  before = [nbest_io.NBestList(n.key, list(n.refs), list(n.hyps)) for n in lists]
+  lists = formats.read_nbest(fmt, path, refs_path=refs, **options)
+  before = [types.NBestList(n.key, list(n.refs), list(n.hyps)) for n in lists]
   features = {
     "tta": [[-3.5 * i - j - 0.1 for j in range(len(n.hyps))] for i, n in enumerate(lists)],
     "kenlm.5gram": [[-7.25] * len(n.hyps) for n in lists],
@@ -736,13 +736,13 @@ def test_write_rescored_reads_back_with_the_features(fmt, tmp_path):
   out = str(
     tmp_path / "out" / ("rescored" if fmt in ("kaldi", "espnet2", "espnet") else "rescored.txt")
   )
-  nbest_formats.write_rescored(fmt, lists, path, out, features)
+  formats.write_rescored(fmt, lists, path, out, features)
   assert lists == before  # the caller's lists are left as they were
   if fmt == "kaldi":
     options = {}  # the output is a directory of `text` and `<name>.cost` archives
   if fmt == "nemo":  # the output is named by the test, without NeMo's width
     options = {**options, "columns": ("score", "tta", "kenlm.5gram"), "beam_size": 3}
-  back = nbest_formats.read_nbest(fmt, out, refs_path=refs, **options)
+  back = formats.read_nbest(fmt, out, refs_path=refs, **options)
   assert [(n.key, n.refs, [h.text for h in n.hyps]) for n in back] == [
     (n.key, n.refs, [h.text for h in n.hyps]) for n in lists
   ]
@@ -756,22 +756,22 @@ def test_write_rescored_reads_back_with_the_features(fmt, tmp_path):
 
 def test_write_rescored_kaldi_costs_and_moses_labels(tmp_path):
   path, refs, options = nbest_fixtures.write_moses(_toy_lists()[:1], str(tmp_path))
-  lists = nbest_formats.read_nbest("moses", path)
-  nbest_formats.write_rescored(
+  lists = formats.read_nbest("moses", path)
+  formats.write_rescored(
     "moses", lists, path, str(tmp_path / "out.txt"), {"tta": [[-1.5, 0.0, 2.0]]}
   )
   first = open(tmp_path / "out.txt", encoding="utf-8").readline()
   assert first == "0 ||| A B C ||| decoder= -0.0 ctc= -0.0 lm= -10.0 tta= -1.5 ||| -0.0\n"
   words, costs, _ = _kaldi_sample(tmp_path / "kaldi")
-  lists = nbest_formats.read_nbest("kaldi", words, costs=costs)
-  nbest_formats.write_rescored(
+  lists = formats.read_nbest("kaldi", words, costs=costs)
+  formats.write_rescored(
     "kaldi", lists, words, str(tmp_path / "k"), {"tta": [[-1.5, 0.0, 2.0], [-3.0]]}
   )
   with open(tmp_path / "k" / "tta.cost", encoding="utf-8") as f:  # cost = -value
     assert f.read() == "s1-u1-1 1.5\ns1-u1-2 -0.0\ns1-u1-3 -2.0\ns1-u2-1 3.0\n"
   # An output directory is replaced as a whole, so never one that holds other files.
   with pytest.raises(ValueError, match="holds acwt, which is not an output of this writer"):
-    nbest_formats.write_rescored("kaldi", lists, words, str(tmp_path / "kaldi"), {})
+    formats.write_rescored("kaldi", lists, words, str(tmp_path / "kaldi"), {})
   assert sorted(os.listdir(tmp_path / "kaldi")) == ["acwt", "lmwt.withlm", "text", "words_text"]
 
 
@@ -788,30 +788,30 @@ def test_write_rescored_kaldi_costs_and_moses_labels(tmp_path):
 )
 def test_write_rescored_refuses_bad_features(tmp_path, features, message):
   path, refs, options = nbest_fixtures.write_nemo(_toy_lists(), str(tmp_path))
-  lists = nbest_formats.read_nbest("nemo", path, refs_path=refs)
+  lists = formats.read_nbest("nemo", path, refs_path=refs)
   with pytest.raises(ValueError, match=re.escape(message)):
-    nbest_formats.write_rescored("nemo", lists, path, str(tmp_path / "out.tsv"), features)
+    formats.write_rescored("nemo", lists, path, str(tmp_path / "out.tsv"), features)
   assert not os.path.exists(tmp_path / "out.tsv")
 
 
 @pytest.mark.parametrize("fmt", ["nemo", "fairseq", "moses"])
 def test_write_rescored_refuses_lists_of_another_file(fmt, tmp_path):
   path, refs, options = nbest_fixtures.WRITERS[fmt](_toy_lists(), str(tmp_path))
-  lists = nbest_formats.read_nbest(fmt, path, refs_path=refs, **options)
-  lists[1].hyps[2] = nbest_io.Hypothesis("not in the file", lists[1].hyps[2].scores)
+  lists = formats.read_nbest(fmt, path, refs_path=refs, **options)
+  lists[1].hyps[2] = types.Hypothesis("not in the file", lists[1].hyps[2].scores)
   with pytest.raises(ValueError, match="not read from this file|not the hypothesis"):
-    nbest_formats.write_rescored(fmt, lists, path, str(tmp_path / "out"), {"tta": [[0.0] * 3] * 3})
+    formats.write_rescored(fmt, lists, path, str(tmp_path / "out"), {"tta": [[0.0] * 3] * 3})
 
 
 @pytest.mark.parametrize("fmt", ["nemo", "fairseq", "moses"])
 def test_write_rescored_of_some_lists_writes_their_lines_only(fmt, tmp_path):
   # run_rescoring.py --max_lists / --sample_lists: the lists kept, by their index in the file.
   path, refs, options = nbest_fixtures.WRITERS[fmt](_toy_lists(), str(tmp_path))
-  lists = nbest_formats.read_nbest(fmt, path, refs_path=refs, **options)
+  lists = formats.read_nbest(fmt, path, refs_path=refs, **options)
   out = str(tmp_path / "out")
   features = {"tta": [[-1.0, -2.0, -3.0], [-4.0, -5.0, -6.0]]}
-  nbest_formats.write_rescored(fmt, [lists[0], lists[2]], path, out, features, kept=[0, 2])
-  back = nbest_formats.read_nbest(
+  formats.write_rescored(fmt, [lists[0], lists[2]], path, out, features, kept=[0, 2])
+  back = formats.read_nbest(
     fmt, out, **({"beam_size": 3, "columns": ("score", "tta")} if fmt == "nemo" else {})
   )
   assert [[h.text for h in n.hyps] for n in back] == [
@@ -824,18 +824,18 @@ def test_write_rescored_of_some_lists_writes_their_lines_only(fmt, tmp_path):
     assert "| INFO |" in text and "BLEU4" in text and "\nS-1\t" not in text
   for kept, message in (([0, 3], "has 3 lists, no list 4"), ([2, 0], "indices must increase")):
     with pytest.raises(ValueError, match=message):
-      nbest_formats.write_rescored(fmt, [lists[0], lists[2]], path, out, features, kept=kept)
+      formats.write_rescored(fmt, [lists[0], lists[2]], path, out, features, kept=kept)
 
 
 def test_one_best_as_kaldi_text_and_trn(tmp_path):
   lists = _toy_lists()
-  nbest_formats.write_kaldi_text(lists, [1, 2, 0], str(tmp_path / "text"))
-  nbest_formats.write_trn(lists, [1, 2, 0], str(tmp_path / "hyp.trn"))
+  formats.write_kaldi_text(lists, [1, 2, 0], str(tmp_path / "text"))
+  formats.write_trn(lists, [1, 2, 0], str(tmp_path / "hyp.trn"))
   assert (tmp_path / "text").read_text() == "spk-utt0 A B\nspk-utt1 D\nspk-utt2 G\n"
   assert (tmp_path / "hyp.trn").read_text() == "A B (spk-utt0)\nD (spk-utt1)\nG (spk-utt2)\n"
-  nbest_formats.write_kaldi_text(lists, [2, 0, 0], str(tmp_path / "text"))
+  formats.write_kaldi_text(lists, [2, 0, 0], str(tmp_path / "text"))
   assert (tmp_path / "text").read_text().startswith("spk-utt0\nspk-utt1 D E\n")
   for choice in ([0, 0], [0, 3, 0], [0, True, 0], [0, 1.0, 0]):
     with pytest.raises(ValueError, match="choice"):
-      nbest_formats.write_trn(lists, choice, str(tmp_path / "bad.trn"))
+      formats.write_trn(lists, choice, str(tmp_path / "bad.trn"))
   assert not os.path.exists(tmp_path / "bad.trn")

@@ -28,10 +28,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from evaluation import nbest_formats
-from evaluation import nbest_io
 from lm import model_dir
 import modeling
+from nbest import formats
+from nbest import shared_data
+from nbest.formats import espnet
 import tokenization
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -209,8 +210,8 @@ def own_lists(checkout):
   """Dev and test lists (30-best, from the shared LibriSpeech dev_other) written at the
   README's paths `nbest/<toolkit>/<set>/` by tests/nbest_fixtures.py; Kaldi's as a directory
   (`text` and `<name>.cost`)."""
-  data_dir_or_skip(nbest_io.ESPNET_DIR)
-  lists = [n for n in nbest_io.read_espnet_nbest("dev_other") if len(n.hyps) == 30][:5]
+  data_dir_or_skip(shared_data.ESPNET_DIR)
+  lists = [n for n in espnet.read_espnet_nbest("dev_other") if len(n.hyps) == 30][:5]
   sets = {"dev": lists[:3], "test": lists[3:]}
   for toolkit in TOOLKITS:
     for name, part in sets.items():
@@ -240,5 +241,5 @@ def test_rescore_your_own_nbest_lists_runs_as_written(checkout, own_lists):
   assert (blind / "text").read_text() == (
     checkout / "rescored" / "kaldi" / "test" / "text"
   ).read_text()
-  again = nbest_formats.read_nbest("kaldi", str(blind / "nbest"))
+  again = formats.read_nbest("kaldi", str(blind / "nbest"))
   assert all({"ngram", "tta"} <= set(h.scores) for n in again for h in n.hyps)

@@ -14,11 +14,12 @@ import pytest
 import sacrebleu
 import tensorflow as tf
 
-from evaluation import nbest
-from evaluation import nbest_formats
-from evaluation import nbest_io
 from lm import model_dir
 import modeling
+from nbest import formats
+from nbest import shared_data
+from nbest import types
+from nbest.formats import espnet
 import run_rescoring
 import tokenization
 
@@ -67,8 +68,8 @@ def _kaldi_set(lists, root):
 
 @pytest.mark.slow(seconds=5)
 def test_weights_tuned_on_dev_give_a_blind_test_set_the_same_1best(tiny_lm, tmp_path):
-  conftest.data_dir_or_skip(nbest_io.ESPNET_DIR)
-  lists = nbest_io.read_espnet_nbest("dev_other")[:8]
+  conftest.data_dir_or_skip(shared_data.ESPNET_DIR)
+  lists = espnet.read_espnet_nbest("dev_other")[:8]
   dev, dev_refs = _kaldi_set(lists[:5], tmp_path / "dev")
   test, test_refs = _kaldi_set(lists[5:], tmp_path / "test")
   tuned, blind = tmp_path / "tuned", tmp_path / "blind"
@@ -106,7 +107,7 @@ def test_weights_tuned_on_dev_give_a_blind_test_set_the_same_1best(tiny_lm, tmp_
   trn = (blind / "test" / "hyp.trn").read_text().splitlines()
   assert trn == [f"{chosen[k]} ({k})".lstrip() for k in chosen]
   # The rescored lists, read back in their format, carry the LM's score as a feature.
-  again = nbest_formats.read_nbest("kaldi", str(blind / "test" / "nbest"))
+  again = formats.read_nbest("kaldi", str(blind / "test" / "nbest"))
   assert [[h.text for h in n.hyps] for n in again] == [[h.text for h in n.hyps] for n in lists[5:]]
   assert all("tta" in h.scores and h.scores["tta"] < 0 for n in again for h in n.hyps)
 
@@ -170,8 +171,8 @@ def test_a_weights_file_of_other_lms_is_one_line_before_any_scoring(tiny_lm, tmp
 
 
 def _lists_with(columns, refs=("a b",)):
-  hyps = [nbest_io.Hypothesis("a b", {c: -1.0 for c in columns})]
-  return [nbest_io.NBestList("u1", list(refs), hyps)]
+  hyps = [types.Hypothesis("a b", {c: -1.0 for c in columns})]
+  return [types.NBestList("u1", list(refs), hyps)]
 
 
 @pytest.mark.parametrize(
@@ -226,8 +227,8 @@ def test_the_combination_is_checked_before_any_lm_scores(
   ],
 )
 def test_a_cut_set_of_line_based_lists_is_rescored_and_written_back(tiny_lm, tmp_path, fmt, cut):
-  conftest.data_dir_or_skip(nbest_io.ESPNET_DIR)
-  lists = nbest_io.read_espnet_nbest("dev_other")[:8]
+  conftest.data_dir_or_skip(shared_data.ESPNET_DIR)
+  lists = espnet.read_espnet_nbest("dev_other")[:8]
   dev, dev_refs, options = nbest_fixtures.WRITERS[fmt](lists[:4], str(tmp_path / "dev"))
   test, test_refs, _ = nbest_fixtures.WRITERS[fmt](lists[4:], str(tmp_path / "test"))
   out = tmp_path / "out"
@@ -249,9 +250,9 @@ def test_a_cut_set_of_line_based_lists_is_rescored_and_written_back(tiny_lm, tmp
   back_options = dict(options)
   if fmt == "nemo":
     back_options["columns"] = ("score", "tta")
-  back = nbest_formats.read_nbest(fmt, str(rescored), **back_options)
+  back = formats.read_nbest(fmt, str(rescored), **back_options)
   sample = cut.startswith("--sample")
-  kept = [lists[4:][i] for i in nbest.list_selection(None, 2, 0)(4)] if sample else lists[4:6]
+  kept = [lists[4:][i] for i in types.list_selection(None, 2, 0)(4)] if sample else lists[4:6]
   assert [[h.text for h in n.hyps] for n in back] == [[h.text for h in n.hyps] for n in kept]
   assert all(h.scores["tta"] < 0 for n in back for h in n.hyps)
   assert len((out / "test" / "text").read_text().splitlines()) == 2

@@ -13,13 +13,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from evaluation import nbest
-from evaluation import nbest_io
+from evaluation import metrics
 from evaluation import significance
 from evaluation import sts_data
 from lm import inference
 from lm import model_dir
 import modeling
+from nbest import combination
+from nbest import types
+from nbest.formats import espnet
 import run_rescoring
 import tokenization
 from util import io_utils
@@ -93,9 +95,9 @@ def test_rescoring_end_to_end_and_cache_resume(model_dirs, tmp_path):
   first = run_script("run_rescoring.py", *args)
   with open(os.path.join(out, "rescoring_results.json")) as f:
     rows = json.load(f)
-  first_six = nbest.list_selection(max_lists=6)
-  test = nbest_io.read_espnet_nbest("test_clean", data_dir, first_six)
-  dev = nbest_io.read_espnet_nbest("dev_clean", data_dir, first_six)
+  first_six = types.list_selection(max_lists=6)
+  test = espnet.read_espnet_nbest("test_clean", data_dir, first_six)
+  dev = espnet.read_espnet_nbest("dev_clean", data_dir, first_six)
   # The reported first pass is the argmax of the s2s score, checked here
   # with jiwer directly.
   am_best = [
@@ -110,17 +112,17 @@ def test_rescoring_end_to_end_and_cache_resume(model_dirs, tmp_path):
     assert results["full"]["first_pass"] == pytest.approx(
       100 * jiwer.wer(refs, [l.hyps[0].text for l in test])
     )
-    assert [lam for lam, _ in results["am"]["dev_curve"]] == list(nbest.DEFAULT_GRID)
+    assert [lam for lam, _ in results["am"]["dev_curve"]] == list(combination.DEFAULT_GRID)
     # The reported test WER is what the chosen λ gives with the LM scores
     # recomputed here through the public inference path.
     lm = inference.NeuralLM.from_model_dir(model_dirs[row["lm"]])
     lm_test = [[s.total for s in lm.score([h.text for h in l.hyps])] for l in test]
     lm_dev = [[s.total for s in lm.score([h.text for h in l.hyps])] for l in dev]
     for setting in ("am", "full"):
-      sweep = nbest.sweep_lambda(dev, lm_dev, "wer", setting)
+      sweep = combination.sweep_lambda(dev, lm_dev, "wer", setting)
       assert results[setting]["lambda"] == sweep.best_lam
-      choice = nbest.rerank(test, lm_test, sweep.best_lam, setting)
-      assert results[setting]["reranked"] == pytest.approx(nbest.evaluate(test, choice, "wer"))
+      choice = combination.rerank(test, lm_test, sweep.best_lam, setting)
+      assert results[setting]["reranked"] == pytest.approx(metrics.evaluate(test, choice, "wer"))
   assert "0 cached" in first.stderr
   second = run_script("run_rescoring.py", *args)
   assert " 0 to score" in second.stderr  # everything came from the cache
@@ -143,12 +145,12 @@ def test_rescoring_end_to_end_and_cache_resume(model_dirs, tmp_path):
 def _fixable_lists(count):
   """`count` lists whose first pass picks a one-word error and whose second hypothesis is right."""
   return [
-    nbest_io.NBestList(
+    types.NBestList(
       key=f"u{i}",
       refs=["the cat sat"],
       hyps=[
-        nbest_io.Hypothesis("the bat sat", {"score": -1.0}),
-        nbest_io.Hypothesis("the cat sat", {"score": -2.0}),
+        types.Hypothesis("the bat sat", {"score": -1.0}),
+        types.Hypothesis("the cat sat", {"score": -2.0}),
       ],
     )
     for i in range(count)

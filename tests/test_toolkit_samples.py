@@ -1,4 +1,4 @@
-"""N-best files the toolkits wrote themselves, read with nbest_formats.read_nbest.
+"""N-best files the toolkits wrote themselves, read with formats.read_nbest.
 
 tests/nbest_fixtures.py writes every format from our reading of its rules, so a rule misread
 there and in the reader passes test_nbest_formats.py. The samples here come from the toolkits'
@@ -8,7 +8,7 @@ Every expected value is copied by hand from the sample file, never from the read
 
 import os
 
-from evaluation import nbest_formats
+from nbest import formats
 
 SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "toolkits")
 
@@ -39,7 +39,7 @@ def test_sources_name_every_sample():
 
 
 def test_marian_nbest():
-  lists = nbest_formats.read_nbest("moses", _sample("marian/wmt16_nbest.txt"), nbest=5)
+  lists = formats.read_nbest("moses", _sample("marian/wmt16_nbest.txt"), nbest=5)
   assert [n.key for n in lists] == ["0", "1"]
   assert [len(n.hyps) for n in lists] == [5, 5]
   assert [n.refs for n in lists] == [[], []]  # the regression test keeps no references
@@ -55,7 +55,7 @@ def test_marian_nbest():
 
 def test_marian_nbest_with_alignment():
   """--alignment puts its field before the features: neither text nor a score."""
-  lists = nbest_formats.read_nbest("moses", _sample("marian/align_nbest.txt"), nbest=3)
+  lists = formats.read_nbest("moses", _sample("marian/align_nbest.txt"), nbest=3)
   assert [n.key for n in lists] == ["0", "1"]
   assert [len(n.hyps) for n in lists] == [3, 3]
   first = lists[0].hyps[0]
@@ -70,7 +70,7 @@ def test_marian_nbest_with_alignment():
 
 def test_marian_scorer_adds_a_feature():
   """marian-scorer appends its score as `Score=` and leaves the total: a rescoring feature."""
-  lists = nbest_formats.read_nbest("moses", _sample("marian/scorer_nbest.txt"), nbest=5)
+  lists = formats.read_nbest("moses", _sample("marian/scorer_nbest.txt"), nbest=5)
   assert [n.key for n in lists] == ["0", "1"]
   assert [len(n.hyps) for n in lists] == [5, 5]
   first = lists[0].hyps[0]
@@ -86,7 +86,7 @@ def test_marian_scorer_adds_a_feature():
 def test_marian_nbest_with_word_scores():
   """--word-scores puts a field of per-word scores before the features; the features and the
   total are still the last two fields."""
-  lists = nbest_formats.read_nbest("moses", _sample("marian/word_scores_nbest.txt"), nbest=3)
+  lists = formats.read_nbest("moses", _sample("marian/word_scores_nbest.txt"), nbest=3)
   assert [n.key for n in lists] == ["0", "1"]
   assert [len(n.hyps) for n in lists] == [3, 3]
   first = lists[0].hyps[0]
@@ -107,7 +107,7 @@ def test_marian_nbest_with_word_scores():
 
 
 def test_moses_mert_example():
-  lists = nbest_formats.read_nbest(
+  lists = formats.read_nbest(
     "moses", _sample("moses/NBEST"), refs_path=_sample("moses/REF"), nbest=3
   )
   assert [n.key for n in lists] == ["0", "1"]

@@ -1,15 +1,17 @@
-"""Rescoring your own N-best files: read a set in any nbest_formats format, tune or load the
-combination's weights (evaluation/combination.py), and write each set's rescored lists, 1-best
-(Kaldi `text`, sclite `hyp.trn`) and metrics (when it has references)."""
+"""Rescoring your own N-best files: read a set in any format (nbest/formats), tune or load the
+combination's weights (nbest/combination.py), and write each set's rescored lists, 1-best (Kaldi
+`text`, sclite `hyp.trn`) and metrics (when it has references)."""
 
 import dataclasses
 import json
 import math
 import os
 
-from evaluation import combination
-from evaluation import nbest_files
-from evaluation import nbest_formats
+from evaluation import metrics
+from nbest import combination
+from nbest import formats
+from nbest import text_files
+from nbest import tuning
 from util import io_utils
 
 # Formats whose rescored output is a directory (write_rescored replaces it as a whole).
@@ -38,10 +40,10 @@ def read_set(fmt, path, refs_paths, options):
   give several references per segment (line-aligned for fairseq/moses, else keyed Kaldi text
   files, each with every key)."""
   if fmt in _ALIGNED_REFS and refs_paths:
-    return nbest_formats.read_nbest(fmt, path, refs_path=list(refs_paths), **options)
-  lists = nbest_formats.read_nbest(fmt, path, refs_paths[0] if refs_paths else None, **options)
+    return formats.read_nbest(fmt, path, refs_path=list(refs_paths), **options)
+  lists = formats.read_nbest(fmt, path, refs_paths[0] if refs_paths else None, **options)
   for extra in refs_paths[1:]:
-    refs = nbest_files.read_keyed_refs(extra)
+    refs = text_files.read_keyed_refs(extra)
     for lst in lists:
       if lst.key not in refs:
         raise ValueError(f"{extra}:1: no reference for {lst.key!r}")
@@ -87,10 +89,10 @@ def tune(dev_lists, dev_tables, weights, metric, negative_lms=False):
   Returns:
     (Weights, dict): the weights and how they were found (JSON-able).
   """
-  objective = combination.Objective(dev_lists, metric)
+  objective = tuning.Objective(dev_lists, metric)
   first = objective.value(combination.choose(dev_tables, weights.vector()))
-  start, start_value = combination.grid_start(objective, dev_tables, weights)
-  tuned, value = combination.optimise(objective, dev_tables, start, negative_lms=negative_lms)
+  start, start_value = tuning.grid_start(objective, dev_tables, weights)
+  tuned, value = tuning.optimise(objective, dev_tables, start, negative_lms=negative_lms)
   info = {
     "metric": metric,
     "dev_lists": len(dev_lists),
@@ -107,13 +109,13 @@ def dataclass_dict(weights):
   return {"first_pass": weights.first_pass, "lms": weights.lms, "length": weights.length}
 
 
-def metrics(lists, choice, metric, cer):
+def set_metrics(lists, choice, metric, cer):
   """The set's metrics of `choice`, or None without references."""
   if not lists or not lists[0].refs:
     return None
   if metric == "wer":
-    return combination.wer_report(lists, choice, cer)
-  return combination.mt_report(lists, choice)
+    return metrics.wer_report(lists, choice, cer)
+  return metrics.mt_report(lists, choice)
 
 
 def write_outputs(
@@ -122,7 +124,7 @@ def write_outputs(
   """Writes the rescored lists (input format, each LM a feature), `text` and `hyp.trn` into
   `out_dir`; returns {what: path}. With `refs_from_files` the references came from files of
   their own, and the rescored lists are written without them, as their source was. `kept` and
-  `options` are `nbest_formats.write_rescored`'s (the lists' indices in the file, the reader's
+  `options` are `formats.write_rescored`'s (the lists' indices in the file, the reader's
   options)."""
   os.makedirs(out_dir, exist_ok=True)
   if refs_from_files:
@@ -133,11 +135,11 @@ def write_outputs(
     "text": os.path.join(out_dir, "text"),
     "trn": os.path.join(out_dir, "hyp.trn"),
   }
-  nbest_formats.write_rescored(
+  formats.write_rescored(
     fmt, lists, source_path, paths["rescored"], features, kept, **(options or {})
   )
-  nbest_formats.write_kaldi_text(lists, choice, paths["text"])
-  nbest_formats.write_trn(lists, choice, paths["trn"])
+  formats.write_kaldi_text(lists, choice, paths["text"])
+  formats.write_trn(lists, choice, paths["trn"])
   return paths
 
 

@@ -1,19 +1,5 @@
-"""The text files behind the N-best formats: lines, keyed files, references, features, outputs.
-
-One owner for the rules every toolkit reader and writer of evaluation/nbest_formats.py shares:
-  read_text             a file's UTF-8 text; a last line without its newline is a truncated file
-  read_keyed_refs       references from a Kaldi `text` file (`<utt> <words>`, also ESPnet's
-                        `data/<set>/text`)
-  read_aligned_refs     references one per line, line i for segment i-1 (MT), one file per
-                        reference set
-  attach_refs           references joined to the lists by key, both ways checked
-  add_features          copies of the lists with the new features as named scores, checked
-  kept_indices          which of a source's lists a writer writes back (a cut set: --max_lists)
-  write_files           a set of output files (a directory) written atomically
-
-Errors are ValueError naming `file:line`, as in evaluation/nbest_io.py, whose parsing helpers
-(numbers, keyed lines, the reference policy) these build on.
-"""
+"""The text-file rules several N-best readers and writers share (public: any format module
+may use them): lines, numbers, keyed files, references, feature names, outputs."""
 
 import dataclasses
 import math
@@ -21,8 +7,149 @@ import os
 import re
 import shutil
 
-from evaluation import nbest_io
+from nbest import types
 from util import io_utils
+
+# A plain decimal number; float() alone would also accept "nan", "inf" and "1_0".
+_NUMBER_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_KEYED_RE = re.compile(r"([^ \t]+)(?:[ \t](.*))?", re.DOTALL)
+
+
+def check_final_newline(label, text):
+  """Refuses a text whose last line has no newline: the tools behind every line-based file read
+  here end each line with one, so such a file was cut short (a full disk, a killed job), and its
+  last value may be cut too and still parse."""
+  if text and not text.endswith("\n"):
+    raise ValueError(
+      f"{label}:{text.count(chr(10)) + 1}: the last line has no newline (a truncated file?)"
+    )
+
+
+def split_lines(text):
+  """Splits on '\\n' only (str.splitlines would also split on \\x1c, \\u2028, ... inside text).
+
+  A final newline does not start an empty line; a trailing '\\r' (CRLF files) is removed.
+  """
+  lines = text.split("\n")
+  if lines and lines[-1] == "":
+    lines.pop()
+  return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def parse_number(value, where, what):
+  """Returns a finite float from a decimal string or a JSON number, else raises ValueError."""
+  if isinstance(value, bool):  # bool is an int subclass; true/false is never a score
+    raise ValueError(f"{where}: {what}: expected a number, found {value!r}")
+  if isinstance(value, (int, float)):
+    number = float(value)
+  elif isinstance(value, str) and _NUMBER_RE.fullmatch(value.strip()):
+    number = float(value.strip())
+  else:
+    raise ValueError(f"{where}: {what}: expected a number, found {value!r}")
+  if not math.isfinite(number):
+    raise ValueError(f"{where}: {what}: expected a finite number, found {value!r}")
+  return number
+
+
+def parse_tensor_float(value, where, what):
+  """Parses ESPnet's `tensor(-1.25)` (its str() of a torch scalar; `tensor(-1.25,
+  device='cuda:0')` when decoded on a GPU), a bare number string, or a JSON number."""
+  if isinstance(value, (int, float)) and not isinstance(value, bool):
+    number = float(value)
+  elif isinstance(value, str):
+    tensor = value.startswith("tensor(") and value.endswith(")")
+    inner = value[7:-1].split(",", 1)[0] if tensor else value
+    try:
+      # float() also takes "1_0"; "nan"/"inf" fail the finiteness check below.
+      number = math.nan if "_" in inner else float(inner)
+    except ValueError:
+      number = math.nan
+  else:
+    number = math.nan
+  if not math.isfinite(number):
+    raise ValueError(
+      f"{where}: {what}: expected a finite number or tensor(<number>), found {value!r}"
+    )
+  return number
+
+
+def check_reference(text, where):
+  text = text.strip()
+  if not text:
+    raise ValueError(f"{where}: blank reference (WER/BLEU would be undefined)")
+  return text
+
+
+def read_text_file(path):
+  """The UTF-8 text of a file, without a byte-order mark (Windows editors write one; it is no
+  part of the first key or word); bytes that are not UTF-8 raise ValueError naming `file:line`."""
+  with open(path, "rb") as f:
+    data = f.read()
+  try:
+    return data.decode("utf-8").removeprefix("\ufeff")
+  except UnicodeDecodeError as e:
+    line = data.count(b"\n", 0, e.start) + 1
+    raise ValueError(
+      f"{path}:{line}: not UTF-8 ({e.reason} at byte {e.start}: {data[e.start : e.end]!r})"
+    ) from None
+
+
+def line_key(line):
+  """The key of a `<key> <value>` line, None for a line without one."""
+  match = _KEYED_RE.match(line)
+  return match and match.group(1)
+
+
+def parse_keyed(label, text, parse_value, keys=None):
+  """Parses `<utt_id> <value>` lines into {utt_id: (value, 'label:line')}.
+
+  The key ends at the first space or tab (Kaldi's text archives and data dirs; ESPnet's
+  DatadirWriter writes `key value`); a line that starts with white space has no key. With
+  `keys` (a set), the lines of other keys are skipped unparsed.
+  """
+  check_final_newline(label, text)
+  out = {}
+  for lineno, line in enumerate(split_lines(text), 1):
+    # A line without a key is not skipped: the parse below names it.
+    if keys is not None and (key := line_key(line)) is not None and key not in keys:
+      continue
+    where = f"{label}:{lineno}"
+    match = _KEYED_RE.fullmatch(line)
+    if not match:
+      raise ValueError(f"{where}: expected '<utt_id> <value>', found {line!r}")
+    key, rest = match.group(1), match.group(2) or ""
+    if key in out:
+      raise ValueError(f"{where}: utterance {key!r} repeated (first at {out[key][1]})")
+    out[key] = (parse_value(rest, where), where)
+  return out
+
+
+def keyed_text(rest, where):
+  del where  # every text is legal, including the empty one (everything deleted)
+  return rest.strip()
+
+
+def check_same_keys(a, a_label, b, b_label):
+  for key, (_, where) in a.items():
+    if key not in b:
+      raise ValueError(f"{where}: utterance {key!r} is missing from {b_label}")
+  for key, (_, where) in b.items():
+    if key not in a:
+      raise ValueError(f"{where}: utterance {key!r} is missing from {a_label}")
+
+
+def collect_ranks(ranks, key):
+  hyps = []
+  for rank, by_key in enumerate(ranks, 1):
+    if key in by_key:
+      if len(hyps) != rank - 1:
+        raise ValueError(
+          f"{by_key[key][1]}: utterance {key!r} appears at rank {rank} "
+          f"but not at rank {len(hyps) + 1}"
+        )
+      hyps.append(by_key[key][0])
+  return hyps
+
 
 # Feature and score names go into file names (Kaldi `<name>.cost`), Moses `NAME=` labels, TSV
 # headers and JSON fields: no white space, '=', '|', '/' or tab in any of them.
@@ -33,19 +160,19 @@ _RESERVED = ("text", "ref", "key", "rank")
 
 def read_text(path):
   """The text of a UTF-8 file that ends with a newline, or is empty (a last line without one is
-  a file cut short: nbest_io._check_final_newline).
+  a file cut short: check_final_newline).
 
   Raises:
     ValueError: bytes that are not UTF-8, or a last line without newline; `file:line`.
   """
-  text = nbest_io._read_text_file(path)
-  nbest_io._check_final_newline(path, text)
+  text = read_text_file(path)
+  check_final_newline(path, text)
   return text
 
 
 def read_lines(path):
-  """`read_text` split into lines (see nbest_io._split_lines)."""
-  return nbest_io._split_lines(read_text(path))
+  """`read_text` split into lines (see split_lines)."""
+  return split_lines(read_text(path))
 
 
 def check_name(name, where, what="score"):
@@ -70,7 +197,7 @@ def read_keyed_refs(path):
   Raises:
     ValueError: a malformed line, a repeated key, a blank reference; `file:line`.
   """
-  keyed = nbest_io._parse_espnet_keyed(path, read_text(path), nbest_io._check_reference)
+  keyed = parse_keyed(path, read_text(path), check_reference)
   return {key: ([ref], where) for key, (ref, where) in keyed.items()}
 
 
@@ -100,9 +227,7 @@ def read_aligned_refs(paths):
         f"{path}:{min(len(lines), len(columns[0])) + 1}: {len(lines)} lines, but {paths[0]} "
         f"has {len(columns[0])} (reference files must be line-aligned)"
       )
-    columns.append(
-      [nbest_io._check_reference(line, f"{path}:{n}") for n, line in enumerate(lines, 1)]
-    )
+    columns.append([check_reference(line, f"{path}:{n}") for n, line in enumerate(lines, 1)])
   return {
     str(i): ([column[i] for column in columns], f"{paths[0]}:{i + 1}")
     for i in range(len(columns[0]))
@@ -170,7 +295,7 @@ def add_features(lists, features):
       )
       for j, hyp in enumerate(nbest.hyps)
     ]
-    out.append(nbest_io.NBestList(key=nbest.key, refs=list(nbest.refs), hyps=hyps))
+    out.append(types.NBestList(key=nbest.key, refs=list(nbest.refs), hyps=hyps))
   return out
 
 
@@ -261,3 +386,48 @@ def write_files(out_dir, files, owned):
 def lines_text(lines):
   """Lines joined into a file's text, each ending with a newline."""
   return "".join(line + "\n" for line in lines)
+
+
+def attach_keyed_refs(lists, wheres, refs_path):
+  if refs_path is not None:
+    attach_refs(lists, wheres, read_keyed_refs(refs_path), refs_path)
+  return lists, wheres
+
+
+def attach_aligned_refs(lists, wheres, refs_path):
+  if refs_path is not None:
+    for nbest in lists:
+      nbest.refs = []
+    attach_refs(lists, wheres, read_aligned_refs(refs_path), refs_path)
+  return lists, wheres
+
+
+def check_nbest_option(nbest):
+  if nbest is not None and (isinstance(nbest, bool) or not isinstance(nbest, int) or nbest < 1):
+    raise ValueError(f"nbest must be a positive integer, found {nbest!r}")
+
+
+def check_source(lists, allowed, source_path, wheres):
+  """The lists to write are the ones read from `source_path`.
+
+  Args:
+    lists: list[NBestList], the lists to write.
+    allowed: dict[str, list[tuple[str, ...]]], key -> per hypothesis the texts it may have.
+    source_path: str, for messages.
+    wheres: dict[str, str], key -> 'file:line' in the source.
+  """
+  if [n.key for n in lists] != list(allowed):
+    raise ValueError(f"{source_path}: its segments are not the lists' (not read from this file)")
+  for nbest in lists:
+    texts = allowed[nbest.key]
+    if len(nbest.hyps) != len(texts):
+      raise ValueError(
+        f"{wheres[nbest.key]}: {nbest.key!r} has {len(texts)} hypotheses here, "
+        f"{len(nbest.hyps)} in the lists (not read from this file)"
+      )
+    for j, hyp in enumerate(nbest.hyps):
+      if hyp.text not in texts[j]:
+        raise ValueError(
+          f"{wheres[nbest.key]}: hypothesis {j + 1} of {nbest.key!r} is not {hyp.text!r} "
+          "(the lists were not read from this file)"
+        )

@@ -1,0 +1,242 @@
+"""The one combination of N-best rescoring, its weights file, and the paper's λ interpolation.
+
+  s(h) = Σ_k w_k·first_pass_k(h) + Σ_m λ_m·LM_m(h) + β·|h|
+
+over any first-pass score columns k (natural log, higher is better, as nbest/formats reads
+them), several LMs m and a bonus β per word of h. Ties in a list go to the better first-pass
+rank. The paper's rule (1-λ)·first pass + λ·LM is the point of this family with one LM
+(`rerank`, `sweep_lambda`); nbest/tuning.py searches the weights on dev.
+
+Tables: for each list a float64 array [num_hyps, num_features], the features in the order
+first-pass columns, LMs, length (`feature_names`).
+"""
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+
+from evaluation import metrics
+from nbest import settings
+from util import io_utils
+
+LENGTH = "length"
+
+
+@dataclasses.dataclass
+class Weights:
+  """Weights of the combination.
+
+  Attributes:
+    first_pass: dict[str, float], score column -> w_k.
+    lms: dict[str, float], LM name -> λ_m.
+    length: float, β, added per word of the hypothesis.
+  """
+
+  first_pass: dict
+  lms: dict
+  length: float = 0.0
+
+  def vector(self):
+    """float64 [num_features], in `feature_names` order."""
+    return np.array([*self.first_pass.values(), *self.lms.values(), self.length], np.float64)
+
+  def with_vector(self, vector):
+    """A copy with the weights of `vector` (in `feature_names` order)."""
+    values = [float(v) for v in vector]
+    k = len(self.first_pass)
+    return Weights(
+      dict(zip(self.first_pass, values[:k])),
+      dict(zip(self.lms, values[k:-1])),
+      values[-1],
+    )
+
+  def first_pass_only(self):
+    """A copy without the LMs and the length bonus: the first pass's own choice."""
+    return Weights(dict(self.first_pass), {m: 0.0 for m in self.lms}, 0.0)
+
+  def toolkit_weights(self):
+    """NeMo/ESPnet's (α, β) when one first-pass score meets one LM: with the first pass's
+    weight scaled to 1, α = λ/w (= λ/(1-λ) on the grid) and β per word; else None."""
+    if len(self.first_pass) != 1 or len(self.lms) != 1:
+      return None
+    (w,) = self.first_pass.values()
+    (lam,) = self.lms.values()
+    if w <= 0:
+      return None
+    return {"alpha": lam / w, "beta": self.length / w}
+
+
+def feature_names(weights):
+  return [*weights.first_pass, *weights.lms, LENGTH]
+
+
+def save_weights(path, weights, info):
+  """Writes the weights (and `info`, a JSON-able dict of how they were found) atomically."""
+  data = dict(info, first_pass=weights.first_pass, lms=weights.lms, length=weights.length)
+  io_utils.write_atomically(path, json.dumps(data, indent=2) + "\n")
+
+
+def load_weights(path):
+  """Weights from `save_weights`' file; ValueError naming `path:1` if it is not one, or if a
+  weight is not a finite number (JSON's NaN and Infinity, a quoted number, true/false)."""
+  data = io_utils.read_json_file(path)
+  try:
+    first, lms, length = data["first_pass"], data["lms"], data["length"]
+    parsed = Weights(
+      {str(k): _finite(v, f"first_pass.{k}") for k, v in first.items()},
+      {str(k): _finite(v, f"lms.{k}") for k, v in lms.items()},
+      _finite(length, "length"),
+    )
+  except (KeyError, TypeError, AttributeError) as e:
+    raise ValueError(f"{path}:1: not a weights file (first_pass, lms, length): {e!r}") from None
+  except ValueError as e:
+    raise ValueError(f"{path}:1: {e}") from None
+  return parsed
+
+
+def _finite(value, name):
+  """`value` as a float if it is a finite JSON number; ValueError naming the weight otherwise."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+    raise ValueError(f"weight {name} must be a finite number, found {json.dumps(value)}")
+  return float(value)
+
+
+def tables(lists, weights, lm_scores):
+  """Feature tables of `lists` (see the module docstring).
+
+  Args:
+    lists: list[NBestList].
+    weights: Weights, naming the columns and LMs.
+    lm_scores: dict[str, list[list[float]]], LM name -> scores aligned with the hypotheses.
+
+  Raises:
+    ValueError: a hypothesis without a first-pass column, or an LM without scores.
+  """
+  for name in weights.lms:
+    if name not in lm_scores:
+      raise ValueError(f"no scores of the LM {name!r} (LMs given: {sorted(lm_scores)})")
+  out = []
+  for i, lst in enumerate(lists):
+    rows = []
+    for j, hyp in enumerate(lst.hyps):
+      missing = [k for k in weights.first_pass if k not in hyp.scores]
+      if missing:
+        raise ValueError(
+          f"list {lst.key!r}: no first-pass score {missing} (it has {sorted(hyp.scores)})"
+        )
+      rows.append(
+        [hyp.scores[k] for k in weights.first_pass]
+        + [lm_scores[m][i][j] for m in weights.lms]
+        + [len(hyp.text.split())]
+      )
+    out.append(np.array(rows, np.float64).reshape(len(lst.hyps), -1))
+  return out
+
+
+def choose(feature_tables, vector):
+  """list[int], the best hypothesis of each list under the weights `vector` (first on ties)."""
+  return [int(np.argmax(t @ vector)) for t in feature_tables]
+
+
+DEFAULT_GRID = tuple(round(0.05 * i, 2) for i in range(21))
+
+
+@dataclasses.dataclass
+class SweepResult:
+  """Outcome of `sweep_lambda`.
+
+  Attributes:
+    metric: str, "wer" (lower is better) or "bleu" (higher is better).
+    curve: list[tuple[float, float]], (λ, metric value) for every grid point, in grid order.
+    best_lam: float, the best λ; among equal values the smallest λ, i.e. the one that departs
+      least from the first pass.
+    best_value: float, the metric at best_lam.
+  """
+
+  metric: str
+  curve: list
+  best_lam: float
+  best_value: float
+
+
+def _s2s_table(lists, setting):
+  return [[settings.s2s_score(hyp, setting) for hyp in nbest.hyps] for nbest in lists]
+
+
+def _check_lm_scores(lists, lm_scores):
+  if len(lm_scores) != len(lists):
+    raise ValueError(f"lm_scores has {len(lm_scores)} entries for {len(lists)} lists")
+  for nbest, scores in zip(lists, lm_scores):
+    if len(scores) != len(nbest.hyps):
+      raise ValueError(
+        f"list {nbest.key!r}: {len(scores)} LM scores for {len(nbest.hyps)} hypotheses"
+      )
+    for score in scores:
+      # NaN would make every comparison false and silently pick rank 1.
+      if not math.isfinite(score):
+        raise ValueError(f"list {nbest.key!r}: LM score {score!r} is not finite")
+
+
+def _choose(s2s, lm_scores, lam):
+  if lm_scores is None:
+    return [int(np.argmax(row)) for row in s2s]
+  return [
+    int(np.argmax([(1.0 - lam) * s + lam * lm for s, lm in zip(s_row, lm_row)]))
+    for s_row, lm_row in zip(s2s, lm_scores)
+  ]
+
+
+def rerank(lists, lm_scores, lam, setting="full"):
+  """Picks the hypothesis with the best (1-λ)·s2s + λ·lm in each list.
+
+  λ=0 returns exactly the first-pass choice (argmax of the s2s score, ties -> better rank).
+  The ESPnet lists are sorted by their full score, so λ=0 with "full" always picks rank 1.
+
+  Args:
+    lists: list[NBestList].
+    lm_scores: list[list[float]] aligned with lists[i].hyps, or None for the first pass
+      (then lam must be 0).
+    lam: float in [0, 1].
+    setting: see `s2s_score`.
+
+  Returns:
+    list[int], the chosen index into lists[i].hyps.
+  """
+  if not 0.0 <= lam <= 1.0:
+    raise ValueError(f"λ must lie in [0, 1], got {lam}")
+  if lm_scores is None and lam != 0.0:
+    raise ValueError("lm_scores=None only makes sense with λ=0 (the first pass)")
+  if lm_scores is not None:
+    _check_lm_scores(lists, lm_scores)
+  return _choose(_s2s_table(lists, setting), lm_scores, lam)
+
+
+def sweep_lambda(dev_lists, dev_lm, metric, setting="full", grid=DEFAULT_GRID):
+  """Evaluates reranking at every λ of a grid and picks the best.
+
+  Args:
+    dev_lists: list[NBestList].
+    dev_lm: list[list[float]], LM scores aligned with the hypotheses.
+    metric: "wer" (minimised) or "bleu" (maximised).
+    setting: see `s2s_score`.
+    grid: sequence of float in [0, 1]; default 0, 0.05, ..., 1.
+
+  Returns:
+    SweepResult; ties go to the smallest λ (closest to the first pass).
+  """
+  if metric not in metrics.METRICS:
+    raise ValueError(f"unknown metric {metric!r}; expected one of {metrics.METRICS}")
+  if not grid:
+    raise ValueError("empty λ grid")
+  _check_lm_scores(dev_lists, dev_lm)
+  s2s = _s2s_table(dev_lists, setting)
+  curve = []
+  for lam in grid:
+    if not 0.0 <= lam <= 1.0:
+      raise ValueError(f"λ must lie in [0, 1], got {lam}")
+    curve.append((lam, metrics.evaluate(dev_lists, _choose(s2s, dev_lm, lam), metric)))
+  sign = 1.0 if metric == "wer" else -1.0
+  best_lam, best_value = min(curve, key=lambda point: (sign * point[1], point[0]))
+  return SweepResult(metric=metric, curve=curve, best_lam=best_lam, best_value=best_value)

@@ -1,0 +1,227 @@
+"""N-best lists in the formats ASR and MT toolkits write: one entry point to read, and writers.
+
+  lists = formats.read_nbest("kaldi", "exp/nbest", refs_path="data/test/text")
+  formats.write_rescored("kaldi", lists, "exp/nbest", "exp/rescored", {"tta": values})
+  formats.write_kaldi_text(lists, choice, "exp/rescored/1best.text")
+  formats.write_trn(lists, choice, "exp/rescored/hyp.trn")
+
+The contract (what every format's reader gives, whatever the file):
+  - list[NBestList] (nbest/types.py): one per utterance or segment, `key` a string,
+    `hyps` in the file's rank order (rank 1 first), `refs` the references, or [] when the file
+    and `refs_path` give none (a blind test set). Either every list has references or none.
+  - each Hypothesis' `scores` are named first-pass scores in natural log, higher is better,
+    converted once in the reader: a cost c (-ln p: Kaldi) becomes -c; base 2 (fairseq, unless
+    its log_base option says e) is multiplied by ln 2. Which names a format gives is in
+    `FORMATS[fmt].scores`; every hypothesis of a file has the same names. What a file cannot
+    give is absent (ESPnet2 writes no per-component scores; Kaldi no total).
+  - bad input raises ValueError whose message starts with `file:line:` (cli.user_input turns it
+    into one line and exit status 2): a malformed line, a hypothesis missing from a cost or
+    score file, rows that do not fill the beams, a missing H- line, references that do not match
+    the lists one to one. A file cut short is refused: its last line must end with a newline.
+
+Formats: one module each in this package, which registers itself (`register`) when this package
+is imported; the rules of each file and their sources are in its reader's docstring. A new format
+is one module here (and a writer of its fixtures in tests/nbest_fixtures.py).
+"""
+
+import dataclasses
+import importlib
+import inspect
+import json
+import numbers
+import pkgutil
+import re
+from typing import Callable
+
+from nbest import text_files
+from util import io_utils
+
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+  """One N-best format.
+
+  Attributes:
+    read: (path, refs_path=None, **options) -> (list[NBestList], {key: 'file:line'}).
+    write: (lists with the features as scores, source_path, out_path, feature names) -> None;
+      a writer of a line-based format also takes `kept` (see `write_rescored`) and the reader's
+      options it needs.
+    path: str, what `path` (and `out_path`) is.
+    refs: str, what `refs_path` is.
+    options: str, the format options of `read_nbest`.
+    scores: str, the score names the reader gives.
+    features: str, how `write_rescored` writes a feature.
+  """
+
+  read: Callable
+  write: Callable
+  path: str
+  refs: str
+  options: str
+  scores: str
+  features: str
+
+
+_JSON_KEY_RE = re.compile(r'\s*("(?:[^"\\]|\\.)*")\s*:')
+
+
+def _first_lines(path, keys):
+  """{key: 'file:line'} of the first line that starts with each key: a TSV row `key<TAB>...`
+  or a JSON member `"key": ...`."""
+  wanted, found = set(keys), {}
+  for lineno, line in enumerate(text_files.split_lines(text_files.read_text_file(path)), 1):
+    candidates = [line.split("\t", 1)[0]]
+    match = _JSON_KEY_RE.match(line)
+    if match:
+      try:
+        candidates.append(json.loads(match.group(1)))
+      except ValueError:
+        pass  # not a JSON string after all: the TSV candidate stays
+    for key in candidates:
+      if key in wanted:
+        found.setdefault(key, f"{path}:{lineno}")
+  return {key: found.get(key, f"{path}:1") for key in keys}
+
+
+def with_refs_file(reader):
+  """A reader of lists that may carry references; `refs_path` adds them to a blind set."""
+
+  def read(path, refs_path=None):
+    lists = reader(path)
+    wheres = _first_lines(path, [n.key for n in lists]) if refs_path is not None else {}
+    if refs_path is not None:
+      if lists[0].refs:
+        raise ValueError(f"{wheres[lists[0].key]}: the lists have references already")
+      refs = text_files.read_keyed_refs(refs_path)
+      text_files.attach_refs(lists, wheres, refs, refs_path)
+    return lists, wheres
+
+  return read
+
+
+SCORE_NOTE = "natural log, higher is better"
+
+# name -> Format, in the order the format modules registered (alphabetical by module).
+FORMATS = {}
+
+
+def register(name, fmt):
+  """Adds a format under `name` (a format module calls this when it is imported)."""
+  if name in FORMATS:
+    raise ValueError(f"N-best format {name!r} registered twice")
+  FORMATS[name] = fmt
+
+
+def _format(fmt):
+  if fmt not in FORMATS:
+    raise ValueError(f"unknown N-best format {fmt!r}; one of {', '.join(FORMATS)}")
+  return FORMATS[fmt]
+
+
+def read_nbest(fmt, path, refs_path=None, **format_options):
+  """Reads N-best lists in a toolkit's format (the contract is in this module's docstring).
+
+  Args:
+    fmt: str, a key of FORMATS.
+    path: str, the input (`FORMATS[fmt].path`).
+    refs_path: str or None, the references (`FORMATS[fmt].refs`); None: only what the file has.
+    **format_options: the format's options (`FORMATS[fmt].options`).
+
+  Returns:
+    list[NBestList].
+
+  Raises:
+    ValueError: an unknown format, or bad input; the message names `file:line`.
+  """
+  reader = _format(fmt).read
+  accepted = [n for n in inspect.signature(reader).parameters if n not in ("path", "refs_path")]
+  unknown = sorted(set(format_options) - set(accepted))
+  if unknown:
+    raise ValueError(
+      f"--format_option {unknown[0]}: not an option of the {fmt} format; it takes "
+      f"{', '.join(accepted) or 'none'}"
+    )
+  lists, _ = reader(path, refs_path=refs_path, **format_options)
+  return lists
+
+
+def write_rescored(fmt, lists, source_path, out_path, features, kept=None, **format_options):
+  """Writes the lists in their input format with each feature added as a named score.
+
+  Reading `out_path` back with the same format (and options; nemo: `columns` naming the new
+  columns) gives the lists with the features among their scores (fairseq's up to rounding).
+  Written atomically: a failure leaves no partial output.
+
+  Args:
+    fmt: str, a key of FORMATS: the format the lists were read in.
+    lists: list[NBestList], as `read_nbest(fmt, source_path, ...)` returned them (same order),
+      or the ones of them at `kept`.
+    source_path: str, the file they were read from: the line-based formats (nemo, fairseq,
+      moses) copy its lines of `lists` and add to them; the others write from the lists.
+    out_path: str, the output file, or directory (kaldi, espnet2, espnet: replaced as a whole).
+    features: dict[str, list[list[float]]], name -> values [len(lists)][len(hyps)], natural log,
+      higher is better (a writer converts them as its format needs: `FORMATS[fmt].features`).
+    kept: increasing ints or None, the indices of `lists` among the lists read (None: all).
+    **format_options: the options the lists were read with; a writer takes those it needs.
+
+  Raises:
+    ValueError: a bad or already used feature name, values not aligned with the lists, lists
+      that do not come from `source_path`, lists the format cannot hold.
+  """
+  keys = [n.key for n in lists]
+  if len(set(keys)) != len(keys):
+    raise ValueError(f"{out_path}: the lists repeat a key")
+  if kept is not None:
+    kept = list(kept)
+    if len(kept) != len(lists) or any(
+      isinstance(i, bool) or not isinstance(i, numbers.Integral) or i < 0 for i in kept
+    ):
+      raise ValueError(f"kept: {len(lists)} indices of the lists read expected, found {kept}")
+    if any(a >= b for a, b in zip(kept, kept[1:])):
+      raise ValueError(f"kept: indices must increase (the lists in their source's order): {kept}")
+  rescored = text_files.add_features(lists, features)
+  write = _format(fmt).write
+  # The writers of whole lists need neither the cut nor the reader's options.
+  taken = inspect.signature(write).parameters
+  options = {k: v for k, v in dict(format_options, kept=kept).items() if k in taken}
+  write(rescored, source_path, out_path, list(features), **options)
+
+
+def _chosen(lists, choice):
+  if len(choice) != len(lists):
+    raise ValueError(f"choice has {len(choice)} entries for {len(lists)} lists")
+  for nbest, index in zip(lists, choice):
+    valid = isinstance(index, numbers.Integral) and not isinstance(index, bool)
+    if not valid or not 0 <= index < len(nbest.hyps):
+      raise ValueError(f"choice {index!r} is not a hypothesis of {nbest.key!r}")
+    yield text_files.check_key(nbest.key), text_files.check_text(nbest.hyps[index].text, "text")
+
+
+def write_kaldi_text(lists, choice, path):
+  """Writes the chosen hypotheses as a Kaldi `text` file (`<utt> <words>`), atomically.
+
+  Args:
+    lists: list[NBestList].
+    choice: sequence of int, the index (0-based) of the chosen hypothesis of each list.
+    path: str, the output file.
+  """
+  lines = [f"{key} {text}".rstrip(" ") for key, text in _chosen(lists, choice)]
+  io_utils.write_atomically(path, text_files.lines_text(lines))
+
+
+def write_trn(lists, choice, path):
+  """Writes the chosen hypotheses as an sclite trn file (`<words> (<utt>)`), atomically.
+
+  Args: as `write_kaldi_text`.
+  """
+  lines = []
+  for key, text in _chosen(lists, choice):
+    if "(" in key or ")" in key:
+      raise ValueError(f"cannot write the key {key!r} to a trn file: parentheses")
+    lines.append(f"{text} ({key})".lstrip(" "))
+  io_utils.write_atomically(path, text_files.lines_text(lines))
+
+
+# Every module of this package is a format that registers itself.
+for _module in pkgutil.iter_modules(__path__):
+  importlib.import_module(f"{__name__}.{_module.name}")
