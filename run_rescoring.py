@@ -238,7 +238,7 @@ def check_settings(sets, runs):
       for name in (dev, test):
         if setting and name:
           try:
-            settings.s2s_score(sets[name][0].hyps[0], setting)
+            settings.first_pass_weights(setting, sets[name][0].hyps[0].scores)
           except ValueError as e:
             raise ValueError(f"--settings={setting}: {e}") from None
 
@@ -508,7 +508,7 @@ def rescore_own_files(sets, kept, lm_scores, metric):
   `kept` gives each set's lists' indices in its file (read_lists)."""
   lm_tables = {n: {m: lm_table(l, s) for m, s in lm_scores.items()} for n, l in sets.items()}
   weights, info = combination_weights(sets, lm_tables, metric)
-  report = {"weights": rescoring.dataclass_dict(weights), "tuning": info, "sets": {}}
+  report = {"weights": weights.to_dict(), "tuning": info, "sets": {}}
   sources = {"dev": (FLAGS.dev_file, FLAGS.dev_refs), "test": (FLAGS.test_file, FLAGS.test_refs)}
   for name, lists in sets.items():
     tables = combination.tables(lists, weights, lm_tables[name])

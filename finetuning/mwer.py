@@ -4,7 +4,7 @@ A hypothesis h of an N-best list gets
 
     s(h) = sum_k w_k * first_pass_k(h) + lm_weight * LM(h) + length_weight * |h|
 
-(`Combination`; |h| in words, LM(h) the sum of the LM's token log-probabilities over the
+(`nbest.combination`; |h| in words, LM(h) the sum of the LM's token log-probabilities over the
 scored tokens, as `inference.NeuralLM.score` gives it), and a list's loss is the expected word
 errors under the softmax of s over the list, minus the list's mean errors (minimum word error
 rate training, Prabhavalkar et al. 2018):
@@ -29,9 +29,6 @@ Dimensions: L = lists, K = hypotheses per list (padded), F = first-pass scores, 
 (hypotheses, or the biLM's masked copies), T = tokens per row, N = scored tokens, V = vocab.
 """
 
-import dataclasses
-import json
-
 import numpy as np
 import tensorflow as tf
 
@@ -40,9 +37,9 @@ import kinds
 from lm import inference
 from lm import model_dir
 import modeling
+from nbest import combination
 from pretraining import input_pipeline
 from pretraining import losses
-from util import io_utils
 
 REGULARIZERS = ("pretraining", "distillation", "none")
 # Below any score difference that matters, above float32's underflow in the softmax.
@@ -53,120 +50,45 @@ WEIGHTS_FILE = "mwer_weights.json"
 # ------------------------------------------------------------- combination
 
 
-@dataclasses.dataclass
-class Combination:
-  """The rescorer's linear combination (numbers, not variables): s(h) above.
+def choose(weights, prepared, lm_scores):
+  """The best hypothesis of each list by s(h) (`combination.Weights`; the first, i.e. the better
+  first-pass rank, on ties), as `nbest.combination.rerank` chooses.
 
-  Attributes:
-    feature_names: tuple of the F first-pass score names.
-    feature_weights: float64 [F].
-    lm_weight: float, the LM's weight (lambda).
-    length_weight: float, per word of the hypothesis (beta).
+  Args:
+    weights: combination.Weights with the one LM `combination.MWER_LM`.
+    prepared: list[mwer_data.PreparedList].
+    lm_scores: per list, float [K] aligned with its hypotheses.
+
+  Returns:
+    list[int].
   """
-
-  feature_names: tuple
-  feature_weights: np.ndarray
-  lm_weight: float = 0.0
-  length_weight: float = 0.0
-
-  @classmethod
-  def interpolation(cls, first_pass_weights, lam):
-    """(1 - lam) * first pass + lam * LM, `nbest.combination.rerank`'s rule, as a Combination."""
-    names = tuple(first_pass_weights)
-    weights = np.array([first_pass_weights[n] for n in names], np.float64) * (1.0 - lam)
-    return cls(names, weights, float(lam), 0.0)
-
-  def aligned(self, names):
-    """This combination with its first-pass weights in the order of `names`.
-
-    Raises:
-      ValueError: `names` are not the combination's first-pass scores.
-    """
-    if sorted(names) != sorted(self.feature_names):
-      raise ValueError(
-        f"the combination weighs first-pass scores {list(self.feature_names)}, the lists have "
-        f"{list(names)}"
-      )
-    index = [self.feature_names.index(n) for n in names]
-    return dataclasses.replace(
-      self, feature_names=tuple(names), feature_weights=self.feature_weights[index]
+  chosen = []
+  for p, lm in zip(prepared, lm_scores):
+    table = combination.stack(p.features, np.asarray(lm, np.float64)[:, None], p.words)
+    chosen.append(
+      int(np.argmax(combination.scores(table, weights.aligned(p.feature_names).vector())))
     )
-
-  def scores(self, features, lm, words):
-    """float64 [..., K]: s(h) of features [..., K, F] (in the order of feature_names), LM scores
-    and word counts [..., K]."""
-    return (
-      np.asarray(features, np.float64) @ self.feature_weights
-      + self.lm_weight * np.asarray(lm, np.float64)
-      + self.length_weight * np.asarray(words, np.float64)
-    )
-
-  def choose(self, prepared, lm_scores):
-    """The best hypothesis of each list by s(h) (the first, i.e. the better first-pass rank, on
-    ties), as `nbest.combination.rerank` chooses.
-
-    Args:
-      prepared: list[mwer_data.PreparedList].
-      lm_scores: per list, float [K] aligned with its hypotheses.
-
-    Returns:
-      list[int].
-    """
-    return [
-      int(np.argmax(self.aligned(p.feature_names).scores(p.features, lm, p.words)))
-      for p, lm in zip(prepared, lm_scores)
-    ]
-
-  def to_dict(self):
-    return {
-      "first_pass_weights": dict(zip(self.feature_names, map(float, self.feature_weights))),
-      "lm_weight": float(self.lm_weight),
-      "length_weight": float(self.length_weight),
-    }
-
-  @classmethod
-  def from_dict(cls, d, where="weights"):
-    """The inverse of `to_dict`; ValueError naming `where` and the field for a bad one."""
-    try:
-      first_pass = d["first_pass_weights"]
-      names = tuple(first_pass)
-      values = [float(first_pass[n]) for n in names]
-      combination = cls(names, np.array(values), float(d["lm_weight"]), float(d["length_weight"]))
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-      raise ValueError(
-        f"{where}: expected {{'first_pass_weights': {{name: number}}, 'lm_weight': number, "
-        f"'length_weight': number}} ({type(e).__name__}: {e})"
-      ) from None
-    if not names or not np.all(np.isfinite(combination.scores(np.zeros(len(names)), 0.0, 0.0))):
-      raise ValueError(f"{where}: no first-pass weights, or a weight that is not finite")
-    return combination
-
-
-def write_weights(path, combination, record):
-  """Writes the combination and `record` (how it was learned) as JSON, atomically."""
-  text = json.dumps(dict(combination.to_dict(), **record), indent=2, sort_keys=True) + "\n"
-  io_utils.write_atomically(path, text)
-
-
-def read_weights(path):
-  """The `Combination` of a weights file (`write_weights`); ValueError naming the file."""
-  return Combination.from_dict(io_utils.read_json_file(path), where=path)
+  return chosen
 
 
 class CombinationWeights(tf.Module):
   """The combination as trainable variables (create under the strategy's scope)."""
 
-  def __init__(self, combination):
+  def __init__(self, weights):
+    """weights: combination.Weights with the one LM `combination.MWER_LM`."""
     super().__init__(name="combination")
-    self.feature_names = tuple(combination.feature_names)
+    if list(weights.lms) != [combination.MWER_LM]:
+      raise ValueError(f"MWER trains one LM, {combination.MWER_LM!r}; found {list(weights.lms)}")
+    self.feature_names = tuple(weights.first_pass)
     self.feature_weights = tf.Variable(
-      np.asarray(combination.feature_weights, np.float32), name="feature_weights"
+      np.asarray(list(weights.first_pass.values()), np.float32), name="feature_weights"
     )
-    self.lm_weight = tf.Variable(float(combination.lm_weight), name="lm_weight")
-    self.length_weight = tf.Variable(float(combination.length_weight), name="length_weight")
+    self.lm_weight = tf.Variable(float(weights.lms[combination.MWER_LM]), name="lm_weight")
+    self.length_weight = tf.Variable(float(weights.length), name="length_weight")
 
   def __call__(self, features, lm, words):
-    """float32 [L, K] s(h) of features [L, K, F], LM scores [L, K] and word counts [L, K]."""
+    """float32 [L, K] s(h) of features [L, K, F], LM scores [L, K] and word counts [L, K]: the
+    combination of `nbest.combination.scores`, with the weights as variables."""
     return (
       tf.linalg.matvec(features, self.feature_weights)
       + self.lm_weight * lm
@@ -174,10 +96,10 @@ class CombinationWeights(tf.Module):
     )
 
   def to_combination(self):
-    return Combination(
-      self.feature_names,
-      self.feature_weights.numpy().astype(np.float64),
-      float(self.lm_weight.numpy()),
+    """The current values as combination.Weights."""
+    return combination.Weights(
+      dict(zip(self.feature_names, self.feature_weights.numpy().astype(np.float64).tolist())),
+      {combination.MWER_LM: float(self.lm_weight.numpy())},
       float(self.length_weight.numpy()),
     )
 

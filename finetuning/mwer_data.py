@@ -20,34 +20,7 @@ import math
 import numpy as np
 
 from evaluation import metrics
-from nbest import settings
 from util import io_utils
-
-
-def first_pass_weights(setting, hyp):
-  """{score name: weight} of the first-pass scores `setting` combines, for lists like `hyp`'s.
-
-  "am" is 0.6 decoder + 0.4 CTC; "full" adds the fused LM's score with weight 0.6 (ESPnet
-  lists, whose full beam score is that sum up to the files' rounding), or is the list's own
-  "score" for lists that carry no parts (mlm-scoring JSON, TSV).
-
-  Raises:
-    ValueError: an unknown setting, or a hypothesis without the scores it needs.
-  """
-  if setting not in settings.SETTING_WEIGHTS:
-    raise ValueError(
-      f"unknown setting {setting!r}; expected one of {tuple(settings.SETTING_WEIGHTS)}"
-    )
-  weights = settings.SETTING_WEIGHTS[setting]
-  if all(name in hyp.scores for name in weights):
-    return dict(weights)
-  if setting == "full" and "score" in hyp.scores:
-    return {"score": 1.0}
-  raise ValueError(
-    f"setting {setting!r} needs scores {sorted(weights)}; hypothesis {hyp.text!r} has "
-    f"{sorted(hyp.scores)}"
-  )
-
 
 # ------------------------------------------------------------------- split
 
@@ -130,7 +103,7 @@ def prepare(lists, tokenize, feature_names, hyps_per_list=None):
     tokenize: list of str -> (id lists `[BOS] pieces [EOS]`, truncated flags), e.g.
       `inference.NeuralLM.tokenize` (the model's normalisation and framing); None for lists
       whose LM scores come from elsewhere (ids are then left empty).
-    feature_names: the first-pass scores to keep (`first_pass_weights`).
+    feature_names: the first-pass scores to keep (`settings.first_pass_weights`).
     hyps_per_list: keep the first K hypotheses of each list (first-pass rank order); None: all.
 
   Returns:

@@ -53,7 +53,7 @@ from util import runs
 FORMATS = ("espnet", "json", "tsv")
 MODEL_DIR = "model"
 # What a job writes in --output_dir besides its score cache: a dir per setting, the results.
-OUTPUTS = (*settings.SETTING_WEIGHTS, "results.json", "results.md")
+OUTPUTS = (*settings.SETTINGS, "results.json", "results.md")
 # JobParams and MwerParams fields that change no result: where it goes, how often it saves, how
 # many sentences a cache write holds; and those the record gives their own identity.
 _NOT_IDENTITY = (
@@ -141,8 +141,8 @@ class JobParams:
     # What the settings alone tell, before --output_dir is made or a list is read.
     regularizer_weights(self)
     for setting in self.settings:
-      if setting not in settings.SETTING_WEIGHTS:
-        raise ValueError(f"--settings: {setting!r} is not one of {tuple(settings.SETTING_WEIGHTS)}")
+      if setting not in settings.SETTINGS:
+        raise ValueError(f"--settings: {setting!r} is not one of {tuple(settings.SETTINGS)}")
     if self.init_model.startswith("kenlm:"):
       raise ValueError("MWER trains a neural LM; --init_model is an n-gram model")
 
@@ -222,7 +222,7 @@ class Job(object):
     )
     self.dev = self.train + self.heldout
     for setting in params.settings:
-      mwer_data.first_pass_weights(setting, pooled[0].hyps[0])
+      settings.first_pass_weights(setting, pooled[0].hyps[0].scores, prefer_parts=True)
     self.strategy = distribute_utils.get_strategy(params.strategy, None, params.num_cpu_devices)
     logging.info(
       "%d training lists (%d speakers), %d held out (%d speakers)",
@@ -290,7 +290,7 @@ def train_setting(job, setting):
   """Baseline (c) and the MWER runs of one setting, then the selection; returns
   {"finished", "combination" (weights file of (c)), "selection"}."""
   p = job.params
-  first_pass = mwer_data.first_pass_weights(setting, job.train[0].hyps[0])
+  first_pass = settings.first_pass_weights(setting, job.train[0].hyps[0].scores, prefer_parts=True)
   names = tuple(first_pass)
   frozen = job.scores(job.lm, job.dev, "starting LM, dev")
   table = [[frozen[h.text] for h in l.hyps] for l in job.train]
@@ -307,7 +307,7 @@ def train_setting(job, setting):
     job,
     setting,
     mwer.FrozenScorer(frozen),
-    mwer.Combination.interpolation(first_pass, lam),
+    combination.Weights.interpolation(first_pass, lam, combination.MWER_LM),
     plain,
     "combination",
     combination_params,
@@ -315,7 +315,7 @@ def train_setting(job, setting):
   if not summary["finished"]:
     return {"finished": False}
   combination_file = os.path.join(summary["best_dir"], mwer.WEIGHTS_FILE)
-  start = mwer.read_weights(combination_file)
+  start = combination.load_weights(combination_file)
   tokenized = {
     "train": mwer_data.prepare(job.train, job.lm.tokenize, names, k)[0],
     "heldout": mwer_data.prepare(job.heldout, job.lm.tokenize, names)[0],
@@ -410,8 +410,8 @@ def evaluate(job, trained):
     systems = mwer_report.SettingSystems(
       setting=setting,
       interpolation_lambda=combination.sweep_lambda(job.dev, dev_table, "wer", setting).best_lam,
-      combination=mwer.read_weights(trained[setting]["combination"]),
-      mwer=mwer.read_weights(os.path.join(selection["model_dir"], mwer.WEIGHTS_FILE)),
+      combination=combination.load_weights(trained[setting]["combination"]),
+      mwer=combination.load_weights(os.path.join(selection["model_dir"], mwer.WEIGHTS_FILE)),
     )
     for name, lists in tests.items():
       rows.append(

@@ -15,6 +15,7 @@ import dataclasses
 
 from evaluation import metrics
 from evaluation import significance
+from finetuning import mwer
 from finetuning import mwer_data
 from nbest import combination
 
@@ -42,8 +43,8 @@ class SettingSystems:
   Attributes:
     setting: "am" or "full".
     interpolation_lambda: λ of (b), swept on dev.
-    combination: `mwer.Combination` of (c).
-    mwer: `mwer.Combination` of (d).
+    combination: `combination.Weights` of (c).
+    mwer: `combination.Weights` of (d).
   """
 
   setting: str
@@ -68,15 +69,15 @@ def evaluate_set(name, lists, systems, frozen_lm, mwer_lm, bootstrap):
     difference, low, high, p_value, num_units}], interpolation_lambda, weights {system: dict}.
   """
   setting = systems.setting
-  names = tuple(systems.combination.feature_names)
+  names = tuple(systems.combination.first_pass)
   prepared, _ = mwer_data.prepare(lists, None, names)
   frozen = [[frozen_lm[h.text] for h in l.hyps] for l in lists]
   trained = [[mwer_lm[h.text] for h in l.hyps] for l in lists]
   choices = {
     "first_pass": combination.rerank(lists, None, 0.0, setting),
     "interpolation": combination.rerank(lists, frozen, systems.interpolation_lambda, setting),
-    "combination": systems.combination.choose(prepared, frozen),
-    "mwer": systems.mwer.choose(prepared, trained),
+    "combination": mwer.choose(systems.combination, prepared, frozen),
+    "mwer": mwer.choose(systems.mwer, prepared, trained),
   }
   errors = {}
   for system, choice in choices.items():

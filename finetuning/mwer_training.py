@@ -36,6 +36,7 @@ import tensorflow as tf
 from finetuning import mwer
 from finetuning import mwer_data
 from lm import model_dir
+from nbest import combination as nbest_combination
 import optimization
 from pretraining import training
 from util import cli
@@ -155,7 +156,7 @@ class MwerRun(object):
     params: `MwerParams` with output_dir and regularizer_weight set.
     strategy: a `tf.distribute` strategy; the scorer's model must be built under its scope.
     scorer: `mwer.NeuralScorer` or `mwer.FrozenScorer`.
-    combination: `mwer.Combination`, the starting combination weights.
+    combination: `nbest.combination.Weights`, the starting combination weights.
     train_lists: list[PreparedList], the top-k hypotheses of each training list.
     heldout_lists: list[PreparedList], whole held-out lists.
     record: JSON-able facts about the run for the exported model (data, split, starting model).
@@ -302,7 +303,7 @@ class MwerRun(object):
     combination, the MWER loss and expected errors over the training top-k, the weights."""
     tables = self.scorer.lm_table(self.heldout_lists, **self.lm_options)
     combination = self.state.weights.to_combination()
-    choice = combination.choose(self.heldout_lists, tables)
+    choice = mwer.choose(combination, self.heldout_lists, tables)
     errors = sum(p.errors[c] for p, c in zip(self.heldout_lists, choice))
     words = sum(p.reference_words for p in self.heldout_lists)
     k = self.params.hyps_per_list
@@ -342,7 +343,9 @@ class MwerRun(object):
       weights=combination.to_dict(),
     )
     self.scorer.export(tmp, facts)
-    mwer.write_weights(os.path.join(tmp, mwer.WEIGHTS_FILE), combination, {"training": facts})
+    nbest_combination.save_weights(
+      os.path.join(tmp, mwer.WEIGHTS_FILE), combination, {"training": facts}
+    )
     best = os.path.join(self.run_dir, BEST_DIR)
     old = best + ".old"
     shutil.rmtree(old, ignore_errors=True)

@@ -22,11 +22,21 @@ from nbest import settings
 from util import io_utils
 
 LENGTH = "length"
+# The weights file (`save_weights`): its format name and version. Version 1 (run_rescoring's files
+# before versions) and run_mwer's first files (first_pass_weights, lm_weight, length_weight) read
+# too.
+WEIGHTS_FORMAT = "tta-nbest-weights"
+WEIGHTS_VERSION = 2
+# The LM of an MWER-trained rescorer (run_mwer.py's mwer_weights.json): rescore with it as
+# `--model_dir=mwer=<its model dir>`.
+MWER_LM = "mwer"
+# The LM of the paper's interpolation (`rerank`, `sweep_lambda`).
+_LM = "lm_score"
 
 
 @dataclasses.dataclass
 class Weights:
-  """Weights of the combination.
+  """Weights of the combination s(h) (see the module docstring).
 
   Attributes:
     first_pass: dict[str, float], score column -> w_k.
@@ -37,6 +47,11 @@ class Weights:
   first_pass: dict
   lms: dict
   length: float = 0.0
+
+  @classmethod
+  def interpolation(cls, first_pass, lam, lm=_LM):
+    """(1-λ)·first pass + λ·LM, the paper's rule, for first-pass weights {score: weight}."""
+    return cls({k: (1.0 - lam) * w for k, w in first_pass.items()}, {lm: float(lam)}, 0.0)
 
   def vector(self):
     """float64 [num_features], in `feature_names` order."""
@@ -51,6 +66,19 @@ class Weights:
       dict(zip(self.lms, values[k:-1])),
       values[-1],
     )
+
+  def aligned(self, names):
+    """A copy with the first-pass weights in the order of `names` (the columns of a table).
+
+    Raises:
+      ValueError: `names` are not the first-pass scores of these weights.
+    """
+    if sorted(names) != sorted(self.first_pass):
+      raise ValueError(
+        f"the weights combine first-pass scores {list(self.first_pass)}, the lists have "
+        f"{list(names)}"
+      )
+    return Weights({n: self.first_pass[n] for n in names}, dict(self.lms), self.length)
 
   def first_pass_only(self):
     """A copy without the LMs and the length bonus: the first pass's own choice."""
@@ -67,6 +95,14 @@ class Weights:
       return None
     return {"alpha": lam / w, "beta": self.length / w}
 
+  def to_dict(self):
+    """The weights as the weights file holds them."""
+    return {
+      "first_pass": {k: float(v) for k, v in self.first_pass.items()},
+      "lms": {k: float(v) for k, v in self.lms.items()},
+      "length": float(self.length),
+    }
+
 
 def feature_names(weights):
   return [*weights.first_pass, *weights.lms, LENGTH]
@@ -74,16 +110,30 @@ def feature_names(weights):
 
 def save_weights(path, weights, info):
   """Writes the weights (and `info`, a JSON-able dict of how they were found) atomically."""
-  data = dict(info, first_pass=weights.first_pass, lms=weights.lms, length=weights.length)
+  data = {"format": WEIGHTS_FORMAT, "version": WEIGHTS_VERSION, **weights.to_dict(), **info}
   io_utils.write_atomically(path, json.dumps(data, indent=2) + "\n")
 
 
 def load_weights(path):
-  """Weights from `save_weights`' file; ValueError naming `path:1` if it is not one, or if a
-  weight is not a finite number (JSON's NaN and Infinity, a quoted number, true/false)."""
+  """Weights from a weights file (`save_weights`, or one of the older files the module names);
+  ValueError naming `path:1` if it is not one, is of a later version, or a weight is not a finite
+  number (JSON's NaN and Infinity, a quoted number, true/false)."""
   data = io_utils.read_json_file(path)
+  version = data.get("version") if isinstance(data, dict) else None
+  if version is not None and (data.get("format") != WEIGHTS_FORMAT or version != WEIGHTS_VERSION):
+    raise ValueError(
+      f"{path}:1: a weights file of format {data.get('format')!r} version {version!r}; this tta "
+      f"reads {WEIGHTS_FORMAT!r} version {WEIGHTS_VERSION} and the files before versions"
+    )
   try:
-    first, lms, length = data["first_pass"], data["lms"], data["length"]
+    if version is None and "first_pass_weights" in data:  # run_mwer's first files
+      first, lms, length = (
+        data["first_pass_weights"],
+        {MWER_LM: data["lm_weight"]},
+        data["length_weight"],
+      )
+    else:
+      first, lms, length = data["first_pass"], data["lms"], data["length"]
     parsed = Weights(
       {str(k): _finite(v, f"first_pass.{k}") for k, v in first.items()},
       {str(k): _finite(v, f"lms.{k}") for k, v in lms.items()},
@@ -103,6 +153,15 @@ def _finite(value, name):
   return float(value)
 
 
+def stack(first_pass, lms, length):
+  """Feature rows float64 [..., K, F + M + 1] of first-pass scores [..., K, F], LM scores
+  [..., K, M] and lengths in words [..., K]."""
+  length = np.asarray(length, np.float64)[..., None]
+  return np.concatenate(
+    [np.asarray(first_pass, np.float64), np.asarray(lms, np.float64), length], -1
+  )
+
+
 def tables(lists, weights, lm_scores):
   """Feature tables of `lists` (see the module docstring).
 
@@ -119,25 +178,34 @@ def tables(lists, weights, lm_scores):
       raise ValueError(f"no scores of the LM {name!r} (LMs given: {sorted(lm_scores)})")
   out = []
   for i, lst in enumerate(lists):
-    rows = []
-    for j, hyp in enumerate(lst.hyps):
+    first_pass = []
+    for hyp in lst.hyps:
       missing = [k for k in weights.first_pass if k not in hyp.scores]
       if missing:
         raise ValueError(
           f"list {lst.key!r}: no first-pass score {missing} (it has {sorted(hyp.scores)})"
         )
-      rows.append(
-        [hyp.scores[k] for k in weights.first_pass]
-        + [lm_scores[m][i][j] for m in weights.lms]
-        + [len(hyp.text.split())]
+      first_pass.append([hyp.scores[k] for k in weights.first_pass])
+    k = len(lst.hyps)
+    out.append(
+      stack(
+        np.reshape(first_pass, (k, len(weights.first_pass))),
+        np.reshape([lm_scores[m][i] for m in weights.lms], (len(weights.lms), k)).T,
+        [len(hyp.text.split()) for hyp in lst.hyps],
       )
-    out.append(np.array(rows, np.float64).reshape(len(lst.hyps), -1))
+    )
   return out
+
+
+def scores(table, vector):
+  """float64 [..., K]: s(h) of feature rows [..., K, F + M + 1] (`feature_names` order) under
+  the weights `vector` [F + M + 1]; the one place the combination is computed."""
+  return np.asarray(table, np.float64) @ np.asarray(vector, np.float64)
 
 
 def choose(feature_tables, vector):
   """list[int], the best hypothesis of each list under the weights `vector` (first on ties)."""
-  return [int(np.argmax(t @ vector)) for t in feature_tables]
+  return [int(np.argmax(scores(t, vector))) for t in feature_tables]
 
 
 DEFAULT_GRID = tuple(round(0.05 * i, 2) for i in range(21))
@@ -161,45 +229,43 @@ class SweepResult:
   best_value: float
 
 
-def _s2s_table(lists, setting):
-  return [[settings.s2s_score(hyp, setting) for hyp in nbest.hyps] for nbest in lists]
-
-
 def _check_lm_scores(lists, lm_scores):
   if len(lm_scores) != len(lists):
     raise ValueError(f"lm_scores has {len(lm_scores)} entries for {len(lists)} lists")
-  for nbest, scores in zip(lists, lm_scores):
-    if len(scores) != len(nbest.hyps):
+  for nbest, values in zip(lists, lm_scores):
+    if len(values) != len(nbest.hyps):
       raise ValueError(
-        f"list {nbest.key!r}: {len(scores)} LM scores for {len(nbest.hyps)} hypotheses"
+        f"list {nbest.key!r}: {len(values)} LM scores for {len(nbest.hyps)} hypotheses"
       )
-    for score in scores:
+    for score in values:
       # NaN would make every comparison false and silently pick rank 1.
       if not math.isfinite(score):
         raise ValueError(f"list {nbest.key!r}: LM score {score!r} is not finite")
 
 
-def _choose(s2s, lm_scores, lam):
+def _interpolation_tables(lists, lm_scores, setting):
+  """(the setting's first-pass weights, feature tables with the LM as `_LM`)."""
+  if not lists:
+    return {}, []
+  first_pass = settings.first_pass_weights(setting, lists[0].hyps[0].scores)
   if lm_scores is None:
-    return [int(np.argmax(row)) for row in s2s]
-  return [
-    int(np.argmax([(1.0 - lam) * s + lam * lm for s, lm in zip(s_row, lm_row)]))
-    for s_row, lm_row in zip(s2s, lm_scores)
-  ]
+    lm_scores = [[0.0] * len(nbest.hyps) for nbest in lists]
+  weights = Weights.interpolation(first_pass, 0.0)
+  return first_pass, tables(lists, weights, {_LM: lm_scores})
 
 
 def rerank(lists, lm_scores, lam, setting="full"):
-  """Picks the hypothesis with the best (1-λ)·s2s + λ·lm in each list.
+  """Picks the hypothesis with the best (1-λ)·first pass + λ·lm in each list.
 
-  λ=0 returns exactly the first-pass choice (argmax of the s2s score, ties -> better rank).
-  The ESPnet lists are sorted by their full score, so λ=0 with "full" always picks rank 1.
+  λ=0 returns exactly the first-pass choice (argmax of the first-pass score, ties -> better
+  rank). The ESPnet lists are sorted by their full score, so λ=0 with "full" always picks rank 1.
 
   Args:
     lists: list[NBestList].
     lm_scores: list[list[float]] aligned with lists[i].hyps, or None for the first pass
       (then lam must be 0).
     lam: float in [0, 1].
-    setting: see `s2s_score`.
+    setting: a name of `settings.SETTINGS`, or None (no first pass: only the LM ranks).
 
   Returns:
     list[int], the chosen index into lists[i].hyps.
@@ -210,7 +276,8 @@ def rerank(lists, lm_scores, lam, setting="full"):
     raise ValueError("lm_scores=None only makes sense with λ=0 (the first pass)")
   if lm_scores is not None:
     _check_lm_scores(lists, lm_scores)
-  return _choose(_s2s_table(lists, setting), lm_scores, lam)
+  first_pass, feature_tables = _interpolation_tables(lists, lm_scores, setting)
+  return choose(feature_tables, Weights.interpolation(first_pass, lam).vector())
 
 
 def sweep_lambda(dev_lists, dev_lm, metric, setting="full", grid=DEFAULT_GRID):
@@ -220,7 +287,7 @@ def sweep_lambda(dev_lists, dev_lm, metric, setting="full", grid=DEFAULT_GRID):
     dev_lists: list[NBestList].
     dev_lm: list[list[float]], LM scores aligned with the hypotheses.
     metric: "wer" (minimised) or "bleu" (maximised).
-    setting: see `s2s_score`.
+    setting: see `rerank`.
     grid: sequence of float in [0, 1]; default 0, 0.05, ..., 1.
 
   Returns:
@@ -231,12 +298,13 @@ def sweep_lambda(dev_lists, dev_lm, metric, setting="full", grid=DEFAULT_GRID):
   if not grid:
     raise ValueError("empty λ grid")
   _check_lm_scores(dev_lists, dev_lm)
-  s2s = _s2s_table(dev_lists, setting)
+  first_pass, feature_tables = _interpolation_tables(dev_lists, dev_lm, setting)
   curve = []
   for lam in grid:
     if not 0.0 <= lam <= 1.0:
       raise ValueError(f"λ must lie in [0, 1], got {lam}")
-    curve.append((lam, metrics.evaluate(dev_lists, _choose(s2s, dev_lm, lam), metric)))
+    choice = choose(feature_tables, Weights.interpolation(first_pass, lam).vector())
+    curve.append((lam, metrics.evaluate(dev_lists, choice, metric)))
   sign = 1.0 if metric == "wer" else -1.0
   best_lam, best_value = min(curve, key=lambda point: (sign * point[1], point[0]))
   return SweepResult(metric=metric, curve=curve, best_lam=best_lam, best_value=best_value)

@@ -98,15 +98,11 @@ def tune(dev_lists, dev_tables, weights, metric, negative_lms=False):
     "dev_lists": len(dev_lists),
     "negative_lm_weights_allowed": negative_lms,
     "dev_first_pass": first,
-    "grid_start": {"weights": dataclass_dict(start), "dev": start_value},
+    "grid_start": {"weights": start.to_dict(), "dev": start_value},
     "dev": value,
     "toolkit_weights": tuned.toolkit_weights(),
   }
   return tuned, info
-
-
-def dataclass_dict(weights):
-  return {"first_pass": weights.first_pass, "lms": weights.lms, "length": weights.length}
 
 
 def set_metrics(lists, choice, metric, cer):

@@ -1,51 +1,79 @@
 """First-pass settings: which first-pass scores a reranker combines, with the first pass's
-weights."""
+weights. A setting is one row of `SETTINGS`; rescoring, the paper's λ grid and MWER all read it."""
 
-# ESPnet2 decoding weights of this data set (README.upstream.md): ctc_weight 0.4 splits the
-# acoustic part into 0.6 decoder + 0.4 CTC, and the Transformer LM was fused with weight 0.6.
-AM_WEIGHTS = {"decoder": 0.6, "ctc": 0.4}
-FULL_WEIGHTS = {"decoder": 0.6, "ctc": 0.4, "lm": 0.6}
-# The first-pass scores each setting combines, with the weights the first pass gave them. The
-# parts of "full" sum to the lists' stored beam score up to the files' rounding: `s2s_score` uses
-# the stored score (what the beam ranked by), MWER training (finetuning/mwer_data) the parts, so
-# that it can learn their weights.
-SETTING_WEIGHTS = {"am": AM_WEIGHTS, "full": FULL_WEIGHTS}
-SETTINGS = (*SETTING_WEIGHTS, None)
+import dataclasses
 
 
-def s2s_score(hyp, setting):
-  """The first-pass score a reranker interpolates with.
+@dataclasses.dataclass(frozen=True)
+class Setting:
+  """One first-pass setting.
 
-  Args:
-    hyp: Hypothesis.
-    setting: "am" -> 0.6*decoder + 0.4*ctc, the ESPnet score with no LM in the first pass;
-      "full" -> scores["score"], the full beam score. For the ESPnet2 lists that is
-      0.6*decoder + 0.4*ctc + 0.6*lm (shallow fusion with a Transformer LM, the paper's
-      Seq2SeqASR setting); the files round it to 4 decimals, so it equals the weighted sum of
-      the rounded parts only to within 2.4e-4. The stored value is used because it is what the
-      beam ranked by. For JSON/TSV lists "full" is the list's own score.
-      None -> 0.0 (lists with no first-pass score, e.g. WMT candidates; only λ=1 is meaningful).
-
-  Returns:
-    float.
-
-  Raises:
-    ValueError: unknown setting, or the hypothesis lacks the scores it needs.
+  Attributes:
+    name: str, its --settings value.
+    parts: dict[str, float], score -> the weight the first pass gave it.
+    total: str or None, a score that holds the first pass's own weighted sum of `parts`, as the
+      beam ranked by it (the files round it: it equals the sum of the rounded parts only to
+      within their rounding).
+    description: str, for --help and reports.
   """
-  if setting is None:
-    return 0.0
-  if setting == "am":
-    missing = [name for name in AM_WEIGHTS if name not in hyp.scores]
-    if missing:
-      raise ValueError(
-        f"setting 'am' needs scores {list(AM_WEIGHTS)}; hypothesis "
-        f"{hyp.text!r} has {sorted(hyp.scores)}"
-      )
-    return sum(weight * hyp.scores[name] for name, weight in AM_WEIGHTS.items())
-  if setting == "full":
-    if "score" not in hyp.scores:
-      raise ValueError(
-        f"setting 'full' needs score 'score'; hypothesis {hyp.text!r} has {sorted(hyp.scores)}"
-      )
-    return hyp.scores["score"]
-  raise ValueError(f"unknown setting {setting!r}; expected one of {SETTINGS}")
+
+  name: str
+  parts: dict
+  total: str = None
+  description: str = ""
+
+  def weights(self, scores, prefer_parts=False):
+    """{score: weight} of the first-pass scores this setting combines, for hypotheses that carry
+    the scores named in `scores`: the stored total where the setting has one and the lists carry
+    it (what the beam ranked by; a reranker uses it), else the parts; with `prefer_parts`, the
+    parts where the lists carry them (MWER learns their weights), else the total.
+
+    Raises:
+      ValueError: the hypotheses carry neither.
+    """
+    has_parts = all(name in scores for name in self.parts)
+    has_total = self.total is not None and self.total in scores
+    if has_parts and (prefer_parts or not has_total):
+      return dict(self.parts)
+    if has_total:
+      return {self.total: 1.0}
+    needed = sorted(self.parts) + ([f"or {self.total!r}"] if self.total else [])
+    raise ValueError(
+      f"setting {self.name!r} needs scores {', '.join(map(repr, needed))}; the hypotheses have "
+      f"{sorted(scores)}"
+    )
+
+
+# ESPnet2 decoding weights of the shared LibriSpeech lists (README.upstream.md): ctc_weight 0.4
+# splits the acoustic part into 0.6 decoder + 0.4 CTC, and the Transformer LM was fused with
+# weight 0.6; the lists' "score" is that sum, rounded to 4 decimals (|diff| <= 2.4e-4).
+SETTINGS = {
+  s.name: s
+  for s in (
+    Setting(
+      "am",
+      {"decoder": 0.6, "ctc": 0.4},
+      description="the acoustic model's scores, no LM in the first pass: 0.6 decoder + 0.4 CTC",
+    ),
+    Setting(
+      "full",
+      {"decoder": 0.6, "ctc": 0.4, "lm": 0.6},
+      total="score",
+      description="the first pass with its LM fused: the beam's total score (0.6 decoder + "
+      "0.4 CTC + 0.6 LM for ESPnet lists; the list's own 'score' for lists without parts)",
+    ),
+  )
+}
+
+
+def get(name):
+  """The Setting called `name`; ValueError naming the known ones otherwise."""
+  if name not in SETTINGS:
+    raise ValueError(f"unknown setting {name!r}; expected one of {', '.join(SETTINGS)}")
+  return SETTINGS[name]
+
+
+def first_pass_weights(setting, scores, prefer_parts=False):
+  """`Setting.weights` of the setting called `setting`; None (no first pass, e.g. WMT
+  candidates: only the LM ranks) gives {}."""
+  return {} if setting is None else get(setting).weights(scores, prefer_parts)

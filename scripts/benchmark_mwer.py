@@ -100,6 +100,7 @@ def trainer_of(path, lists, names):
   from finetuning import mwer  # pylint: disable=g-import-not-at-top
   from finetuning import mwer_data  # pylint: disable=g-import-not-at-top
   from lm import inference  # pylint: disable=g-import-not-at-top
+  from nbest import combination  # pylint: disable=g-import-not-at-top
   from nbest import settings  # pylint: disable=g-import-not-at-top
   import optimization  # pylint: disable=g-import-not-at-top
 
@@ -108,7 +109,8 @@ def trainer_of(path, lists, names):
     model, tokenizer = inference.load_model(path)
     teacher = inference.load_model(path)[0] if FLAGS.regularizer == "distillation" else None
     scorer = mwer.NeuralScorer(model, tokenizer, regularizer=FLAGS.regularizer, teacher=teacher)
-    start = mwer.Combination.interpolation(settings.SETTING_WEIGHTS[FLAGS.setting], 0.0)
+    first_pass = settings.SETTINGS[FLAGS.setting].parts
+    start = combination.Weights.interpolation(first_pass, 0.0, combination.MWER_LM)
     weights = mwer.CombinationWeights(start)
     optimizers = (
       optimization.create_optimizer(2e-5, 1000, 0),
@@ -165,13 +167,14 @@ def time_models(dirs, lists, names):
 def main(argv):
   del argv
   threads = machine.pin_threads(FLAGS.intra_op, FLAGS.inter_op)
-  from finetuning import mwer_data  # pylint: disable=g-import-not-at-top
+  from nbest import settings  # pylint: disable=g-import-not-at-top
   from nbest import types  # pylint: disable=g-import-not-at-top
   from nbest.formats import espnet  # pylint: disable=g-import-not-at-top
 
   with cli.user_input():
     pooled = [l for s in FLAGS.sets for l in espnet.read_espnet_nbest(s, FLAGS.data_dir)]
-    names = tuple(mwer_data.first_pass_weights(FLAGS.setting, pooled[0].hyps[0]))
+    scores = pooled[0].hyps[0].scores
+    names = tuple(settings.first_pass_weights(FLAGS.setting, scores, prefer_parts=True))
   lists = types.sample_lists(pooled, FLAGS.sample_lists, FLAGS.sample_seed)
   with tempfile.TemporaryDirectory() as work:
     if FLAGS.tta or FLAGS.bilm:

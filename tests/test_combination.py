@@ -1,6 +1,8 @@
-"""nbest/combination.py and nbest/tuning.py: the weighted combination, its tuning on dev and its metrics, on
-small synthetic lists (mechanics; each expected value is counted by hand or recomputed with
-jiwer/sacrebleu directly)."""
+"""nbest/combination.py and nbest/tuning.py: the weighted combination, its tuning on dev and
+its metrics, on small synthetic lists (mechanics; each expected value is counted by hand or
+recomputed with jiwer/sacrebleu directly)."""
+
+import json
 
 import jiwer
 import nbest_fixtures
@@ -115,6 +117,33 @@ def test_weights_file_round_trip_and_toolkit_alpha(tmp_path):
   assert toolkit["alpha"] == pytest.approx(0.25 / (1 - 0.25))
   assert toolkit["beta"] == pytest.approx(0.5 / 0.75)
   assert combination.Weights({"a": 1.0, "b": 1.0}, {"tta": 0.5}).toolkit_weights() is None
+
+
+def test_the_weights_file_has_a_version_and_the_files_before_versions_still_read(tmp_path):
+  weights = combination.Weights({"score": 0.75}, {"tta": 0.25}, 0.5)
+  path = tmp_path / "weights.json"
+  combination.save_weights(str(path), weights, {"metric": "wer"})
+  written = json.loads(path.read_text())
+  assert (written["format"], written["version"]) == ("tta-nbest-weights", 2)
+  # run_rescoring's weights.json before versions.
+  path.write_text(
+    '{"metric": "wer", "first_pass": {"score": 0.75}, "lms": {"tta": 0.25}, "length": 0.5}\n'
+  )
+  assert combination.load_weights(str(path)) == weights
+  # run_mwer's mwer_weights.json before versions: its one LM is "mwer".
+  path.write_text(
+    '{"first_pass_weights": {"decoder": 0.6, "ctc": 0.4}, "lm_weight": 0.3, '
+    '"length_weight": -0.1, "training": {}}\n'
+  )
+  assert combination.load_weights(str(path)) == combination.Weights(
+    {"decoder": 0.6, "ctc": 0.4}, {"mwer": 0.3}, -0.1
+  )
+  # A later version (or another format) is refused, not half read.
+  path.write_text(
+    '{"format": "tta-nbest-weights", "version": 3, "first_pass": {}, "lms": {}, "length": 0}\n'
+  )
+  with pytest.raises(ValueError, match=f"^{path}:1: a weights file of format .* version 3"):
+    combination.load_weights(str(path))
 
 
 def test_a_bad_weights_file_names_the_file(tmp_path):

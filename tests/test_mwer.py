@@ -124,14 +124,17 @@ def test_combination_weights_survive_their_file_whatever_the_order_of_the_scores
   lists = toy_lists(6, 5, seed=4)
   prepared, _ = mwer_data.prepare(lists, None, FEATURES)
   lm = [np.arange(5.0) * 0.3 for _ in lists]
-  combination = mwer.Combination(FEATURES, np.array([0.1, 2.0, -1.0]), 0.5, 0.2)
+  # Written in another order than the lists' columns: the weights go by name.
+  weights = combination.Weights(
+    {"lm": -1.0, "decoder": 0.1, "ctc": 2.0}, {combination.MWER_LM: 0.5}, 0.2
+  )
   path = str(tmp_path / mwer.WEIGHTS_FILE)
-  mwer.write_weights(path, combination, {"training": {}})
-  read = mwer.read_weights(path)
-  want = [combination.scores(p.features, s, p.words) for p, s in zip(prepared, lm)]
-  got = [read.aligned(FEATURES).scores(p.features, s, p.words) for p, s in zip(prepared, lm)]
-  np.testing.assert_allclose(got, want)
-  assert read.choose(prepared, lm) == [int(np.argmax(w)) for w in want]
+  combination.save_weights(path, weights, {"training": {}})
+  read = combination.load_weights(path)
+  assert read == weights
+  # s(h) by hand: FEATURES are (decoder, ctc, lm).
+  want = [p.features @ [0.1, 2.0, -1.0] + 0.5 * s + 0.2 * p.words for p, s in zip(prepared, lm)]
+  assert mwer.choose(read, prepared, lm) == [int(np.argmax(w)) for w in want]
   with pytest.raises(ValueError, match="first-pass scores"):
     read.aligned(("decoder", "ctc"))
 
@@ -156,7 +159,9 @@ def test_a_step_on_the_combination_weights_moves_probability_to_the_best_hypothe
   prepared, _ = mwer_data.prepare(lists, None, FEATURES)
   np.testing.assert_array_equal(prepared[0].errors, [2, 1, 0])
   scorer = mwer.FrozenScorer({"a b c": -4.0, "a b d": -5.0, "a e d": -4.5})
-  start = mwer.Combination.interpolation(settings.FULL_WEIGHTS, 0.1)
+  start = combination.Weights.interpolation(
+    settings.SETTINGS["full"].parts, 0.1, combination.MWER_LM
+  )
   trainer, _ = make_trainer(tf.distribute.OneDeviceStrategy("/cpu:0"), scorer, start, 0.0, 0.05)
   before, p_before = _expected_errors(trainer, prepared)
   trainer.step(prepared, 0)
@@ -171,13 +176,13 @@ def test_a_step_on_the_lm_alone_lowers_the_expected_errors(tmp_path, vocab_file)
   lists = toy_lists(1, 4, seed=1)
   prepared, _ = mwer_data.prepare(lists, scorer.inference_lm().tokenize, FEATURES)
   # s(h) = LM(h): the first-pass and length weights are 0, and only the LM learns.
-  start = mwer.Combination(FEATURES, np.zeros(3), 1.0, 0.0)
+  start = combination.Weights(dict.fromkeys(FEATURES, 0.0), {combination.MWER_LM: 1.0}, 0.0)
   trainer, weights = make_trainer(strategy, scorer, start, 1e-3, 0.0)
   before, _ = _expected_errors(trainer, prepared)
   trainer.step(prepared, 0)
   after, _ = _expected_errors(trainer, prepared)
   assert after < before
-  assert weights.to_combination().lm_weight == 1.0
+  assert weights.to_combination().lms == {combination.MWER_LM: 1.0}
 
 
 # -------------------------------------------------------------------- split
@@ -250,7 +255,7 @@ def mwer_run(path, run_dir, lists, **overrides):
     params,
     strategy,
     scorer,
-    mwer.Combination.interpolation(settings.FULL_WEIGHTS, 0.2),
+    combination.Weights.interpolation(settings.SETTINGS["full"].parts, 0.2, combination.MWER_LM),
     mwer_data.prepare(train, tokenize, FEATURES, params.hyps_per_list)[0],
     mwer_data.prepare(heldout, tokenize, FEATURES)[0],
     {"objective": "mwer", "init_model": path},
@@ -274,13 +279,13 @@ def test_the_trained_model_dir_loads_and_scores_like_any_other(tmp_path, vocab_f
   )
   # The held-out WER the run logged, recomputed from the saved model dir and weights file by
   # the evaluation path: LM scores from load_lm, WER from evaluation.metrics.
-  combination = mwer.read_weights(os.path.join(best, mwer.WEIGHTS_FILE))
+  weights = combination.load_weights(os.path.join(best, mwer.WEIGHTS_FILE))
   heldout = lists[8:]
   scores = [[r.total for r in lm.score([h.text for h in l.hyps])] for l in heldout]
   prepared, _ = mwer_data.prepare(heldout, None, FEATURES)
-  wer = metrics.evaluate(heldout, combination.choose(prepared, scores), "wer")
+  wer = metrics.evaluate(heldout, mwer.choose(weights, prepared, scores), "wer")
   assert wer == pytest.approx(summary["best"]["heldout_wer"])
-  assert combination.to_dict() == summary["best"]["weights"]
+  assert weights.to_dict() == summary["best"]["weights"]
 
 
 @pytest.fixture
@@ -347,7 +352,7 @@ def tsv_lists(root, num_lists=16):
     lists = toy_lists(num_lists, 4, seed=seed)
     for l in lists:
       for h in l.hyps:
-        h.scores["score"] = sum(w * h.scores[n] for n, w in settings.FULL_WEIGHTS.items())
+        h.scores["score"] = sum(w * h.scores[n] for n, w in settings.SETTINGS["full"].parts.items())
     files[name] = str(root / f"{name}.tsv")
     tsv.write_tsv_nbest(lists, files[name], FEATURES + ("score",))
   return files
@@ -394,8 +399,10 @@ def test_the_job_trains_selects_and_evaluates_on_tsv_lists(tmp_path, vocab_file)
     h.text: r.total for l in test for h, r in zip(l.hyps, lm.score([h.text for h in l.hyps]))
   }
   prepared, _ = mwer_data.prepare(test, None, FEATURES)
-  choice = mwer.read_weights(os.path.join(model, mwer.WEIGHTS_FILE)).choose(
-    prepared, [[scores[h.text] for h in l.hyps] for l in test]
+  choice = mwer.choose(
+    combination.load_weights(os.path.join(model, mwer.WEIGHTS_FILE)),
+    prepared,
+    [[scores[h.text] for h in l.hyps] for l in test],
   )
   assert row["wer"]["mwer"] == pytest.approx(metrics.evaluate(test, choice, "wer"))
   # A second run only re-reads: the selection and the numbers stay.

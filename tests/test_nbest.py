@@ -1,5 +1,5 @@
-"""Tests of the nbest package and evaluation/metrics.py: readers on the shared data and on small bad files, metrics,
-reranking.
+"""Tests of the nbest package and evaluation/metrics.py: readers on the shared data and on small
+bad files, metrics, reranking.
 
 Expected counts come from the data folders' SOURCE.md files; first-pass and oracle WERs are
 recomputed here with jiwer directly, not through nbest's helpers.
@@ -74,7 +74,7 @@ def test_espnet_full_score_is_weighted_sum_and_lists_are_sorted(espnet_sets, nam
     full = [hyp.scores["score"] for hyp in nbest_list.hyps]
     assert full == sorted(full, reverse=True), nbest_list.key
     for hyp in nbest_list.hyps:
-      parts = sum(w * hyp.scores[k] for k, w in settings.FULL_WEIGHTS.items())
+      parts = sum(w * hyp.scores[k] for k, w in settings.SETTINGS["full"].parts.items())
       assert abs(parts - hyp.scores["score"]) < 3e-4  # the files round to 4 decimals
 
 
@@ -300,13 +300,21 @@ def test_oracle_toy():
   assert bleu_choice == [1, 2] and bleu_value == pytest.approx(100.0)
 
 
-def test_s2s_score_settings():
-  hyp = types.Hypothesis("x", {"decoder": -1.0, "ctc": -2.0, "lm": -3.0, "score": -4.2})
-  assert settings.s2s_score(hyp, "am") == pytest.approx(-1.4)
-  assert settings.s2s_score(hyp, "full") == -4.2
-  assert settings.s2s_score(hyp, None) == 0.0
-  with pytest.raises(ValueError, match="needs scores"):
-    settings.s2s_score(types.Hypothesis("x", {"score": 1.0}), "am")
+def test_each_setting_combines_its_first_pass_scores():
+  every = {"decoder": -1.0, "ctc": -2.0, "lm": -3.0, "score": -4.2}
+  assert settings.first_pass_weights("am", every) == {"decoder": 0.6, "ctc": 0.4}
+  # A reranker takes the stored total (what the beam ranked by), MWER the parts it can weigh.
+  assert settings.first_pass_weights("full", every) == {"score": 1.0}
+  full_parts = {"decoder": 0.6, "ctc": 0.4, "lm": 0.6}
+  assert settings.first_pass_weights("full", every, prefer_parts=True) == full_parts
+  # Lists with only one of them (mlm-scoring JSON: a score; ESPnet2 without `score` files: parts).
+  assert settings.first_pass_weights("full", {"score": 1.0}, prefer_parts=True) == {"score": 1.0}
+  assert settings.first_pass_weights("full", {"decoder": 0, "ctc": 0, "lm": 0}) == full_parts
+  assert settings.first_pass_weights(None, every) == {}
+  with pytest.raises(ValueError, match="setting 'am' needs scores"):
+    settings.first_pass_weights("am", {"score": 1.0})
+  with pytest.raises(ValueError, match="unknown setting 'nosuch'"):
+    settings.first_pass_weights("nosuch", every)
 
 
 # ---------------------------------------------------------------------------------------------

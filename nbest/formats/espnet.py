@@ -7,13 +7,15 @@ import re
 import tarfile
 
 from nbest import formats
-from nbest import settings
 from nbest import shared_data
 from nbest import text_files
 from nbest import types
 
 _ESPNET_MEMBER_RE = re.compile(r"raw_hypotheses/(\d+)best_recog/(text|score|scores)")
 _TRN_RE = re.compile(r"(.*?)[ \t]*\(([^()\s]+)\)")
+
+# Fields every hypothesis' `scores` JSON has ("lm" too when an LM was fused).
+_REQUIRED_SCORES = ("decoder", "ctc")
 
 
 def _load_espnet_files(path):
@@ -65,7 +67,7 @@ def _espnet_scores(rest, where):
     raise ValueError(f"{where}: scores are not a JSON object ({e.msg}): {rest!r}") from None
   if not isinstance(raw, dict):
     raise ValueError(f"{where}: scores are not a JSON object: {rest!r}")
-  for name in settings.AM_WEIGHTS:
+  for name in _REQUIRED_SCORES:
     if name not in raw:
       raise ValueError(f"{where}: scores lack the {name!r} field: {rest!r}")
   return {
@@ -222,10 +224,8 @@ def _write_espnet(lists, source_path, out_path, feature_names):
   """The shared data's layout, unpacked: each feature a field of the `scores` JSON."""
   del source_path, feature_names  # every score but "score" is a field of `scores`
   names = [n for n in text_files.score_names(lists, out_path) if n != "score"]
-  if not set(settings.AM_WEIGHTS) <= set(names):
-    raise ValueError(
-      f"{out_path}: the espnet layout needs the scores {sorted(settings.AM_WEIGHTS)}"
-    )
+  if not set(_REQUIRED_SCORES) <= set(names):
+    raise ValueError(f"{out_path}: the espnet layout needs the scores {list(_REQUIRED_SCORES)}")
   has_total = any("score" in h.scores for n in lists for h in n.hyps)
   files, trn = {}, []
   for nbest in lists:
