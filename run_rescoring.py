@@ -1,25 +1,14 @@
-"""N-best reranking with any LM kind (paper Tables 1, 2 and 7), and of your own N-best files.
+"""N-best reranking with any LM kind: the paper's tables (1, 2 and 7) and your own N-best files.
 
-Your own files (--test_file, any format of evaluation/formats.py): the combination of
-nbest/combination.py (first-pass columns, several LMs, a length bonus) is tuned on
---dev_file (λ grid, then Powell) or loaded from --weights_file, and each set's rescored lists,
-1-best (`text`, `hyp.trn`) and metrics go to --output_dir/<set>/ (README "Rescore your own
-N-best lists"). json/tsv dev and test files with references also get the paper's table below.
-
-The paper's tables: score = (1-λ)·s2s + λ·lm, with λ chosen on a dev set over 0, 0.05, ..., 1 and
-applied to its test set. Reports WER (ASR) or BLEU (NMT) of the first pass,
-after reranking, and of the oracle, the per-λ dev curve, and the
-(pseudo-)perplexity of each LM on the references (mean and median over
-sentences, paper Table 7). For WER, each result keeps the per-utterance errors of the
-chosen hypotheses and a seeded paired bootstrap (evaluation/significance.py) of the LM vs the first
-pass.
-
-LM scores are cached per LM (score_cache.ScoreCache under --output_dir/cache), so a
-re-run, a new setting or an interrupted run never recomputes a sentence.
-Results merge by LM name into --output_dir/rescoring_results.json and .md, so
-LMs run one at a time into one directory add up to one table. One at a time:
-a run holds the cache's lock while it scores, and a second run into the same
---output_dir exits 2 naming the first (pid, host, start).
+Your own files (--test_file, any format of nbest/formats/): the combination s(h) of
+nbest/combination.py (first-pass columns, several LMs, a length bonus) is tuned on --dev_file or
+loaded from --weights_file, and each set's rescored lists, 1-best (`text`, `hyp.trn`) and metrics
+go to --output_dir/<set>/ (nbest/rescoring.py; README "Rescore your own N-best lists"). The
+paper's protocol (λ on dev, applied to test; nbest/paper_protocol.py) runs on the shared
+LibriSpeech and WMT21 sets, and on json/tsv dev and test files with references. LM scores are
+cached per LM under --output_dir/cache, so a re-run never recomputes a sentence; one run at a
+time holds an --output_dir, and a --test_file run resumes only the same job (--overwrite starts
+over).
 
 Examples:
   # LibriSpeech ESPnet2 30-best, both first-pass settings:
@@ -37,27 +26,16 @@ Examples:
       --test_file=eval/nbest --weights_file=out/weights.json --output_dir=out_eval
 """
 
-import contextlib
 import dataclasses
-import json
-import os
-import time
 
 from absl import flags
-from absl import logging
 
-from evaluation import metrics
-from evaluation import score_cache
 from evaluation import significance
-from lm import inference
 from lm import lm_flags
-from nbest import combination
 from nbest import formats
 from nbest import rescoring
+from nbest import rescoring_job
 from nbest import settings
-from nbest import shared_data
-from nbest import types
-from nbest.formats import espnet
 from util import cli
 from util import io_utils
 
@@ -90,11 +68,9 @@ def define_flags():
   flags.DEFINE_list(
     "settings",
     ["am", "full"],
-    "ASR first-pass scores: am = "
-    "0.6 decoder + 0.4 ctc (no LM); full = the beam score with "
-    "the Transformer LM fused in (the paper's Seq2SeqASR).",
+    "The paper's first-pass settings: " + settings.describe(),
   )
-  cli.register_choices("settings", [s for s in settings.SETTINGS if s])
+  cli.register_choices("settings", list(settings.SETTINGS))
   flags.DEFINE_enum(
     "format",
     "espnet",
@@ -167,455 +143,36 @@ def define_flags():
     lower_bound=1,
   )
   flags.DEFINE_integer("bootstrap_seed", 0, "Seed of the paired bootstrap resampler.")
+  flags.DEFINE_bool(
+    "overwrite",
+    False,
+    "--test_file runs: start over in an --output_dir that holds another run's weights, "
+    "rescored lists and report (removes them; the score cache stays).",
+  )
   flags.register_multi_flags_validator(
     ["format", "dev_file", "test_file", "weights_file"], _check_file_flags
   )
 
 
-_GRID = combination.DEFAULT_GRID
-
-
-def lm_table(lists, scores):
-  """LM sentence scores aligned with each list's hypotheses."""
-
-  def value(text):
-    total, count, _ = scores[text]
-    return total / max(count, 1) if FLAGS.sentence_score == "mean" else total
-
-  return [[value(h.text) for h in lst.hyps] for lst in lists]
-
-
-def perplexity(lists, scores):
-  """(Pseudo-)perplexity of the LM on the references of `lists`."""
-  refs = [r for lst in lists for r in lst.refs]
-  return metrics.pppl_summary([scores[r][0] for r in refs], [scores[r][1] for r in refs])
-
-
-def format_options():
-  """{KEY: VALUE} of --format_option."""
-  return dict(rescoring.parse_option(o) for o in FLAGS.format_option)
-
-
-def read_sets():
-  """{set name: list of NBestList} and the (dev, test, settings) of the paper's table to run
-  (none for --test_file sets without references, or rescored with --weights_file)."""
-  if FLAGS.test_file is not None:
-    options = format_options()
-    sets = {}
-    for name, path, refs in (
-      ("dev", FLAGS.dev_file, FLAGS.dev_refs),
-      ("test", FLAGS.test_file, FLAGS.test_refs),
-    ):
-      if path is not None:
-        sets[name] = rescoring.read_set(FLAGS.format, path, refs, options)
-    table = (
-      FLAGS.task == "asr"
-      and FLAGS.format in ("json", "tsv")
-      and "dev" in sets
-      and not FLAGS.weights_file
-      and all(lists[0].refs for lists in sets.values())
-    )
-    if not FLAGS.output_dir and not table:
-      raise ValueError("--output_dir is needed: the rescored lists and 1-best files go there")
-    names = [name for name, _ in lm_flags.named_specs(FLAGS.model_dir)]
-    check_tuning_input(sets, names, FLAGS.weights_file, FLAGS.first_pass, FLAGS.dev_file)
-    return sets, [("dev", "test", FLAGS.settings)] if table else []
-  if FLAGS.task == "nmt":
-    return {"wmt21": shared_data.read_wmt_candidates(FLAGS.data_dir)}, [(None, "wmt21", [None])]
-  pairs = [p.split(":") for p in FLAGS.pairs]
-  names = sorted({n for p in pairs for n in p})
-  # Only the lists of --max_lists / --sample_lists are parsed (read_lists cuts the others alike).
-  select = types.list_selection(FLAGS.max_lists, FLAGS.sample_lists, FLAGS.sample_seed)
-  sets = {n: espnet.read_espnet_nbest(n, FLAGS.data_dir, select) for n in names}
-  return sets, [(dev, test, FLAGS.settings) for dev, test in pairs]
-
-
-def check_settings(sets, runs):
-  """Before any scoring, that each --settings first pass has the scores it combines ("am" needs
-  decoder and ctc scores, which mlm-scoring JSON files lack); ValueError naming what is missing."""
-  for dev, test, names in runs:
-    for setting in names:
-      for name in (dev, test):
-        if setting and name:
-          try:
-            settings.first_pass_weights(setting, sets[name][0].hyps[0].scores)
-          except ValueError as e:
-            raise ValueError(f"--settings={setting}: {e}") from None
-
-
-def wer_significance(test, first_choice, choice, bootstrap):
-  """Per-utterance errors of the reranked choice and its paired bootstrap vs the first pass.
-
-  The error lists are kept in the results so that reproduce.py can compare two LMs (run in
-  separate invocations) on the same utterances. `bootstrap` is (resamples, seed). The
-  comparison is None with fewer than 2 utterances (nothing to resample).
-  """
-  first_errors, reference_words = metrics.utterance_errors(test, first_choice)
-  errors, _ = metrics.utterance_errors(test, choice)
-  comparison = None
-  if len(test) >= 2:
-    resamples, seed = bootstrap
-    comparison = significance.compare_error_rates(
-      errors, first_errors, reference_words, num_resamples=resamples, seed=seed
-    )
-  return {
-    "errors": errors,
-    "first_pass_errors": first_errors,
-    "reference_words": reference_words,
-    # WER points of the LM minus the first pass (negative: fewer errors), 95% CI, p.
-    "vs_first_pass": comparison and dataclasses.asdict(comparison),
-  }
-
-
-def rerank_pair(
-  dev, test, lm_dev, lm_test, setting, metric, bootstrap=(significance.DEFAULT_RESAMPLES, 0)
-):
-  """Tunes λ on dev (if any), applies it to test; returns a result dict.
-
-  For WER it adds `wer_significance` (`bootstrap` is its (resamples, seed)).
-  """
-  first_choice = combination.rerank(test, None, 0.0, setting)
-  result = {
-    "setting": setting,
-    "first_pass": metrics.evaluate(test, first_choice, metric),
-    "oracle": metrics.oracle(test, metric)[0],
-  }
-  if dev is None:  # no first-pass scores: LM-only selection
-    lam, curve = 1.0, None
-  else:
-    sweep = combination.sweep_lambda(dev, lm_dev, metric, setting, _GRID)
-    lam, curve = sweep.best_lam, sweep.curve
-    result["dev_first_pass"] = sweep.curve[0][1]
-    result["dev_best"] = sweep.best_value
-  result["lambda"] = lam
-  result["dev_curve"] = curve
-  choice = combination.rerank(test, lm_test, lam, setting)
-  result["reranked"] = metrics.evaluate(test, choice, metric)
-  if metric == "wer":
-    result.update(wer_significance(test, first_choice, choice, bootstrap))
-  return result
-
-
-def format_comparison(comparison):
-  """ "-0.42 [-0.80, -0.05], p 0.03" for a significance.Comparison dict; "-" for None."""
-  if not comparison:
-    return "-"
-  c = comparison
-  p = significance.format_p(c["p_value"])
-  return f"{c['difference']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}], p {p}"
-
-
-def markdown(rows, metric):
-  lines = [
-    "| LM | set | setting | λ (dev) | first pass | reranked | oracle | PPPL mean / median "
-    "| reranked - first pass [95% CI], p |",
-    "|---|---|---|---|---|---|---|---|---|",
-  ]
-  for row in rows:
-    for r in row["results"]:
-      p = row["perplexity"][r["test"]]
-      lines.append(
-        f"| {row['lm']} | {r['test']} | {r['setting'] or 'LM only'} | {r['lambda']:.2f} | "
-        f"{r['first_pass']:.2f} | {r['reranked']:.2f} | {r['oracle']:.2f} | "
-        f"{p['mean']:.1f} / {p['median']:.1f} | {format_comparison(r.get('vs_first_pass'))} |"
-      )
-  better = "lower is better" if metric == "wer" else "higher is better"
-  table = "\n".join(lines)
-  return f"{metric.upper()} ({better})\n\n{table}\n"
-
-
-def evaluation_key():
-  """What the rows of one rescoring_results.json must share to sit in one table."""
-  if FLAGS.task == "nmt":
-    data = {"sets": ["wmt21"]}
-  elif FLAGS.test_file is None:
-    data = {"pairs": FLAGS.pairs}
-  else:
-    data = {
-      "dev_file": os.path.abspath(FLAGS.dev_file),
-      "test_file": os.path.abspath(FLAGS.test_file),
-    }
-  return dict(
-    data,
-    task=FLAGS.task,
-    format=FLAGS.format,
-    max_lists=FLAGS.max_lists,
-    sample_lists=FLAGS.sample_lists,
-    sample_seed=FLAGS.sample_seed if FLAGS.sample_lists else None,
+def params_from_flags():
+  """`rescoring_job.RescoringParams` from the parsed flags."""
+  with cli.user_input():
+    options = dict(rescoring.parse_option(o) for o in FLAGS.format_option)
+  return rescoring_job.RescoringParams(
+    lms=lm_flags.named_specs(FLAGS.model_dir),
+    format_options=options,
+    lm_options=lm_flags.load_options(FLAGS),
+    **{
+      f.name: FLAGS[f.name].value
+      for f in dataclasses.fields(rescoring_job.RescoringParams)
+      if f.name not in ("lms", "format_options", "lm_options")
+    },
   )
-
-
-def merge_rows(earlier, rows, path):
-  """`earlier` rows (of a results file) with this run's `rows`: a later run's LM replaces its own
-  rows only, so LMs run one at a time into one --output_dir add up to one table.
-
-  Raises:
-    cli.InputError: the earlier rows are of another evaluation (task, sets, --max_lists).
-  """
-  key = rows[0]["evaluation"] if rows else None
-  for row in earlier:
-    if row.get("evaluation") != key:
-      raise cli.InputError(
-        f"{path} holds results of another evaluation ({row.get('evaluation')}, this run: {key}); "
-        "use another --output_dir or remove the file"
-      )
-  names = {row["lm"] for row in rows}
-  return [row for row in earlier if row["lm"] not in names] + rows
-
-
-def write_results(rows, metric):
-  """Merges `rows` into rescoring_results.json and .md of --output_dir (see merge_rows).
-
-  Under a lock, so that two runs finishing at once cannot lose each other's rows; each file is
-  replaced atomically. Returns the merged rows.
-  """
-  path = os.path.join(FLAGS.output_dir, "rescoring_results.json")
-  with io_utils.exclusive_lock(path):
-    earlier = []
-    if os.path.exists(path):
-      with open(path, encoding="utf-8") as f:
-        try:
-          earlier = json.load(f)
-        except json.JSONDecodeError as e:
-          raise cli.InputError(f"{path}:{e.lineno}: not JSON ({e.msg}); remove it") from None
-    rows = merge_rows(earlier, rows, path)
-    io_utils.write_atomically(path, json.dumps(rows, indent=2))
-    io_utils.write_atomically(
-      os.path.join(FLAGS.output_dir, "rescoring_results.md"), markdown(rows, metric)
-    )
-  return rows
-
-
-def rescore_with(name, lm, lm_id, texts, scores, sets, runs, metric):
-  """One LM's row: its perplexities and reranking results on every pair and setting; `scores`
-  are cached_scores' of `texts` (with their scoring time as "seconds")."""
-  row = {
-    "lm": name,
-    # Short; cache/lm_scores.models.json says what it stands for (score_cache.ScoreCache.register).
-    "lm_id": lm_id,
-    "scoring": inference.scoring_of(lm, FLAGS.scoring),
-    "evaluation": evaluation_key(),
-    "scoring_seconds": scores["seconds"],
-    "truncated": sum(scores["texts"][t][2] for t in texts),
-    "results": [],
-    "perplexity": {n: perplexity(l, scores["texts"]) for n, l in sets.items()},
-  }
-  for dev, test, names in runs:
-    for setting in names:
-      result = rerank_pair(
-        sets.get(dev),
-        sets[test],
-        lm_table(sets[dev], scores["texts"]) if dev else None,
-        lm_table(sets[test], scores["texts"]),
-        setting,
-        metric,
-        (FLAGS.bootstrap_resamples, FLAGS.bootstrap_seed),
-      )
-      result.update(dev=dev, test=test)
-      logging.info(
-        "%s %s %s: λ=%.2f %s %.2f -> %.2f (oracle %.2f)",
-        name,
-        test,
-        setting or "LM only",
-        result["lambda"],
-        metric,
-        result["first_pass"],
-        result["reranked"],
-        result["oracle"],
-      )
-      row["results"].append(result)
-  return row
-
-
-def check_tuning_input(sets, names, weights_file, first_pass, dev_file):
-  """Before any scoring: the combination's weights can be had and fit the lists and LMs.
-
-  `weights_file` (--weights_file) names the LMs `names` (of --model_dir) and the `first_pass`
-  columns (--first_pass), when given; or the dev set (read from `dev_file`) has references to tune
-  on; every first-pass column is in every hypothesis of every set; no LM is named like a
-  first-pass column.
-
-  Raises:
-    ValueError: naming the file or flag.
-  """
-  if weights_file:
-    weights = combination.load_weights(weights_file)
-    if set(weights.lms) != set(names):
-      raise ValueError(
-        f"{weights_file}:1: weights for the LMs {sorted(weights.lms)}, but --model_dir names "
-        f"{sorted(names)}"
-      )
-    asked = [entry.partition(":")[0] for entry in first_pass]
-    if asked and set(asked) != set(weights.first_pass):
-      raise ValueError(
-        f"--first_pass names {sorted(asked)}, but {weights_file} weighs the first-pass "
-        f"columns {sorted(weights.first_pass)} (leave --first_pass out to use the file's)"
-      )
-  else:
-    if not sets["dev"][0].refs:
-      raise ValueError(f"{dev_file}:1: no references to tune the weights on (--dev_refs)")
-    weights = rescoring.initial_weights(sets["dev"], names, first_pass)
-  clash = sorted(set(names) & {*weights.first_pass, combination.LENGTH})
-  if clash:
-    raise ValueError(f"--model_dir: the LM name {clash[0]!r} is a first-pass column's; rename it")
-  for set_name, lists in sets.items():
-    for lst in lists:
-      for hyp in lst.hyps:
-        missing = sorted(set(weights.first_pass) - set(hyp.scores))
-        if missing:
-          source = weights_file or "--first_pass"
-          hint = "; a comma in a name is written \\," if any("," in n for n in hyp.scores) else ""
-          raise ValueError(
-            f"{source}: the first-pass column {missing[0]!r} is not in the {set_name} lists "
-            f"(list {lst.key!r} has {sorted(hyp.scores)}{hint})"
-          )
-
-
-def combination_weights(sets, lm_tables, metric):
-  """The combination's weights: --weights_file's, or tuned on dev (saved as weights.json)."""
-  if FLAGS.weights_file:
-    weights = combination.load_weights(FLAGS.weights_file)
-    return weights, {"weights_file": os.path.abspath(FLAGS.weights_file)}
-  weights = rescoring.initial_weights(sets["dev"], list(lm_tables["dev"]), FLAGS.first_pass)
-  dev_tables = combination.tables(sets["dev"], weights, lm_tables["dev"])
-  weights, info = rescoring.tune(
-    sets["dev"], dev_tables, weights, metric, negative_lms=FLAGS.allow_negative_weights
-  )
-  print(f"weights tuned on {len(sets['dev'])} dev lists")
-  combination.save_weights(os.path.join(FLAGS.output_dir, "weights.json"), weights, info)
-  return weights, info
-
-
-def format_metrics(values):
-  """One line of a set's metrics (WER with S/D/I, or BLEU and chrF with their signatures)."""
-  if values is None:
-    return "no references"
-  if "wer" in values:
-    line = (
-      f"WER {values['wer']:.2f} (S {values['substitutions']}, D {values['deletions']}, "
-      f"I {values['insertions']}, {values['reference_words']} words)"
-    )
-    return line + (f" CER {values['cer']:.2f}" if "cer" in values else "")
-  return (
-    f"BLEU {values['bleu']:.2f} ({values['bleu_signature']}) "
-    f"chrF {values['chrf']:.2f} ({values['chrf_signature']})"
-  )
-
-
-def rescore_own_files(sets, kept, lm_scores, metric):
-  """--test_file runs: the combination's weights, and for each set its rescored lists, 1-best
-  files and metrics in --output_dir/<set>/, summed up in --output_dir/rescoring_report.json;
-  `kept` gives each set's lists' indices in its file (read_lists)."""
-  lm_tables = {n: {m: lm_table(l, s) for m, s in lm_scores.items()} for n, l in sets.items()}
-  weights, info = combination_weights(sets, lm_tables, metric)
-  report = {"weights": weights.to_dict(), "tuning": info, "sets": {}}
-  sources = {"dev": (FLAGS.dev_file, FLAGS.dev_refs), "test": (FLAGS.test_file, FLAGS.test_refs)}
-  for name, lists in sets.items():
-    tables = combination.tables(lists, weights, lm_tables[name])
-    choice = combination.choose(tables, weights.vector())
-    first = combination.choose(tables, weights.first_pass_only().vector())
-    out_dir = os.path.join(FLAGS.output_dir, name)
-    source, refs = sources[name]
-    paths = rescoring.write_outputs(
-      FLAGS.format,
-      lists,
-      source,
-      out_dir,
-      lm_tables[name],
-      choice,
-      bool(refs),
-      kept[name],
-      format_options(),
-    )
-    entry = {
-      "lists": len(lists),
-      "outputs": paths,
-      "first_pass": rescoring.set_metrics(lists, first, metric, FLAGS.cer),
-      "rescored": rescoring.set_metrics(lists, choice, metric, FLAGS.cer),
-      "oracle": metrics.oracle(lists, metric)[0] if lists[0].refs else None,
-    }
-    report["sets"][name] = entry
-    print(f"{name}: first pass {format_metrics(entry['first_pass'])}")
-    print(f"{name}: rescored {format_metrics(entry['rescored'])}")
-  print(f"weights: {json.dumps(report['weights'])}")
-  if weights.toolkit_weights():
-    print(f"as NeMo/ESPnet weights: {json.dumps(weights.toolkit_weights())}")
-  rescoring.write_report(os.path.join(FLAGS.output_dir, "rescoring_report.json"), report)
 
 
 def main(argv):
   del argv
-  # What is cheap first: the LMs are there, before the lists are read; the lists are read and
-  # checked before anything is written into --output_dir.
-  with cli.user_input():
-    if FLAGS.output_dir:
-      io_utils.check_output_path(FLAGS.output_dir, "output_dir")
-    for _, spec in lm_flags.named_specs(FLAGS.model_dir):
-      inference.check_spec(spec)
-  metric = "bleu" if FLAGS.task == "nmt" else "wer"
-  sets, runs, kept = read_lists()
-  with contextlib.ExitStack() as stack:
-    cache = None
-    if FLAGS.output_dir:
-      # The cache has one writer: a second run into --output_dir exits 2 naming this one.
-      path = os.path.join(FLAGS.output_dir, "cache", "lm_scores.jsonl")
-      stack.enter_context(io_utils.exclusive_lock(path, wait=False))
-      with cli.user_input():  # a damaged cache: one line, before any LM is loaded
-        cache = score_cache.ScoreCache(path)
-    rows, all_scores = rescore_all(cache, sets, runs, metric)
-  if runs:
-    print(markdown(rows, metric))
-    if FLAGS.output_dir:
-      write_results(rows, metric)
-  if FLAGS.test_file is not None and FLAGS.output_dir:
-    with cli.user_input():
-      rescore_own_files(sets, kept, all_scores, metric)
-
-
-def read_lists():
-  """The sets ({name: [NBestList]}, cut by --max_lists / --sample_lists), the paper-protocol
-  runs, checked, and {name: the indices of the set's lists among those read}."""
-  with cli.user_input():
-    sets, runs = read_sets()
-    check_settings(sets, runs)
-  select = types.list_selection(FLAGS.max_lists, FLAGS.sample_lists, FLAGS.sample_seed)
-  kept = {name: [int(i) for i in select(len(lists))] for name, lists in sets.items()}
-  sets = {name: [lists[i] for i in kept[name]] for name, lists in sets.items()}
-  for name, lists in sets.items():
-    logging.info("%s: %d lists, %d hypotheses", name, len(lists), sum(len(l.hyps) for l in lists))
-  return sets, runs, kept
-
-
-def rescore_all(cache, sets, runs, metric):
-  """Scores the lists with each --model_dir LM: (the row of each LM with a paper-protocol run
-  (`rescore_with`), {LM name: scores of the texts})."""
-  texts = sorted(
-    {
-      t
-      for lists in sets.values()
-      for l in lists
-      for t in [h.text for h in l.hyps] + (l.refs if runs else [])
-    }
-  )
-  rows, all_scores = [], {}
-  for name, spec in lm_flags.named_specs(FLAGS.model_dir):
-    with cli.user_input():
-      lm = inference.load_lm(spec, **lm_flags.load_options(FLAGS))
-    identity = inference.describe(lm, FLAGS.scoring)
-    lm_id = inference.model_id(identity)
-    if cache is not None:
-      cache.register(lm_id, identity)
-    start = time.time()
-    scores = {
-      "texts": score_cache.cached_scores(
-        lm, lm_id, texts, cache, name, FLAGS.chunk_size, FLAGS.scoring
-      )
-    }
-    scores["seconds"] = time.time() - start
-    all_scores[name] = scores["texts"]
-    if runs:
-      rows.append(rescore_with(name, lm, lm_id, texts, scores, sets, runs, metric))
-  return rows, all_scores
+  rescoring_job.run(params_from_flags())
 
 
 def _check_file_flags(values):

@@ -87,8 +87,8 @@ class JobParams:
     ("test_clean", "test_other"),
   )
   settings: list = cli.param(
-    "First-pass settings, each a rescorer of its own: am = 0.6 decoder + 0.4 ctc; full = "
-    "the beam score with its fused LM (decoder, ctc and lm weighted apart).",
+    "First-pass settings, each a rescorer of its own (the parts weighted apart): "
+    + settings.describe(),
     ("full", "am"),
   )
   heldout_fraction: float = cli.param("Share of the training speakers held out.", 0.2)

@@ -55,6 +55,17 @@ def read_set(fmt, path, refs_paths, options):
   return lists
 
 
+def lm_table(lists, scores, sentence_score="sum"):
+  """LM sentence scores aligned with each list's hypotheses: the sum of the token log-probs, or
+  their mean (`sentence_score`)."""
+
+  def value(text):
+    total, count, _ = scores[text]
+    return total / max(count, 1) if sentence_score == "mean" else total
+
+  return [[value(h.text) for h in lst.hyps] for lst in lists]
+
+
 def initial_weights(lists, lm_names, first_pass):
   """The combination's weights before tuning: the LMs at 0, no length bonus.
 
@@ -141,3 +152,125 @@ def write_outputs(
 
 def write_report(path, report):
   io_utils.write_atomically(path, json.dumps(report, indent=2) + "\n")
+
+
+def check_tuning_input(sets, names, weights_file, first_pass, dev_file):
+  """Before any scoring: the combination's weights can be had and fit the lists and LMs.
+
+  `weights_file` (--weights_file) names the LMs `names` (of --model_dir) and the `first_pass`
+  columns (--first_pass), when given; or the dev set (read from `dev_file`) has references to tune
+  on; every first-pass column is in every hypothesis of every set; no LM is named like a
+  first-pass column.
+
+  Raises:
+    ValueError: naming the file or flag.
+  """
+  if weights_file:
+    weights = combination.load_weights(weights_file)
+    if set(weights.lms) != set(names):
+      raise ValueError(
+        f"{weights_file}:1: weights for the LMs {sorted(weights.lms)}, but --model_dir names "
+        f"{sorted(names)}"
+      )
+    asked = [entry.partition(":")[0] for entry in first_pass]
+    if asked and set(asked) != set(weights.first_pass):
+      raise ValueError(
+        f"--first_pass names {sorted(asked)}, but {weights_file} weighs the first-pass "
+        f"columns {sorted(weights.first_pass)} (leave --first_pass out to use the file's)"
+      )
+  else:
+    if not sets["dev"][0].refs:
+      raise ValueError(f"{dev_file}:1: no references to tune the weights on (--dev_refs)")
+    weights = initial_weights(sets["dev"], names, first_pass)
+  clash = sorted(set(names) & {*weights.first_pass, combination.LENGTH})
+  if clash:
+    raise ValueError(f"--model_dir: the LM name {clash[0]!r} is a first-pass column's; rename it")
+  for set_name, lists in sets.items():
+    for lst in lists:
+      for hyp in lst.hyps:
+        missing = sorted(set(weights.first_pass) - set(hyp.scores))
+        if missing:
+          source = weights_file or "--first_pass"
+          hint = "; a comma in a name is written \\," if any("," in n for n in hyp.scores) else ""
+          raise ValueError(
+            f"{source}: the first-pass column {missing[0]!r} is not in the {set_name} lists "
+            f"(list {lst.key!r} has {sorted(hyp.scores)}{hint})"
+          )
+
+
+def combination_weights(params, sets, lm_tables, metric):
+  """The combination's weights: --weights_file's, or tuned on dev (saved as weights.json)."""
+  if params.weights_file:
+    weights = combination.load_weights(params.weights_file)
+    return weights, {"weights_file": os.path.abspath(params.weights_file)}
+  weights = initial_weights(sets["dev"], list(lm_tables["dev"]), params.first_pass)
+  dev_tables = combination.tables(sets["dev"], weights, lm_tables["dev"])
+  weights, info = tune(
+    sets["dev"], dev_tables, weights, metric, negative_lms=params.allow_negative_weights
+  )
+  print(f"weights tuned on {len(sets['dev'])} dev lists")
+  combination.save_weights(os.path.join(params.output_dir, "weights.json"), weights, info)
+  return weights, info
+
+
+def format_metrics(values):
+  """One line of a set's metrics (WER with S/D/I, or BLEU and chrF with their signatures)."""
+  if values is None:
+    return "no references"
+  if "wer" in values:
+    line = (
+      f"WER {values['wer']:.2f} (S {values['substitutions']}, D {values['deletions']}, "
+      f"I {values['insertions']}, {values['reference_words']} words)"
+    )
+    return line + (f" CER {values['cer']:.2f}" if "cer" in values else "")
+  return (
+    f"BLEU {values['bleu']:.2f} ({values['bleu_signature']}) "
+    f"chrF {values['chrf']:.2f} ({values['chrf_signature']})"
+  )
+
+
+def rescore_own_files(params, sets, kept, lm_scores, metric):
+  """--test_file runs: the combination's weights, and for each set its rescored lists, 1-best
+  files and metrics in --output_dir/<set>/, summed up in --output_dir/rescoring_report.json;
+  `kept` gives each set's lists' indices in its file (read_lists)."""
+  lm_tables = {
+    n: {m: lm_table(l, s, params.sentence_score) for m, s in lm_scores.items()}
+    for n, l in sets.items()
+  }
+  weights, info = combination_weights(params, sets, lm_tables, metric)
+  report = {"weights": weights.to_dict(), "tuning": info, "sets": {}}
+  sources = {
+    "dev": (params.dev_file, params.dev_refs),
+    "test": (params.test_file, params.test_refs),
+  }
+  for name, lists in sets.items():
+    tables = combination.tables(lists, weights, lm_tables[name])
+    choice = combination.choose(tables, weights.vector())
+    first = combination.choose(tables, weights.first_pass_only().vector())
+    out_dir = os.path.join(params.output_dir, name)
+    source, refs = sources[name]
+    paths = write_outputs(
+      params.format,
+      lists,
+      source,
+      out_dir,
+      lm_tables[name],
+      choice,
+      bool(refs),
+      kept[name],
+      params.format_options,
+    )
+    entry = {
+      "lists": len(lists),
+      "outputs": paths,
+      "first_pass": set_metrics(lists, first, metric, params.cer),
+      "rescored": set_metrics(lists, choice, metric, params.cer),
+      "oracle": metrics.oracle(lists, metric)[0] if lists[0].refs else None,
+    }
+    report["sets"][name] = entry
+    print(f"{name}: first pass {format_metrics(entry['first_pass'])}")
+    print(f"{name}: rescored {format_metrics(entry['rescored'])}")
+  print(f"weights: {json.dumps(report['weights'])}")
+  if weights.toolkit_weights():
+    print(f"as NeMo/ESPnet weights: {json.dumps(weights.toolkit_weights())}")
+  write_report(os.path.join(params.output_dir, "rescoring_report.json"), report)

@@ -66,6 +66,11 @@ SETTINGS = {
 }
 
 
+def describe():
+  """The settings for a flag's help: 'am = ...; full = ...'."""
+  return "; ".join(f"{s.name} = {s.description}" for s in SETTINGS.values())
+
+
 def get(name):
   """The Setting called `name`; ValueError naming the known ones otherwise."""
   if name not in SETTINGS:

@@ -31,6 +31,7 @@ from absl import logging
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 
+from nbest import settings  # noqa: E402
 from util import cli  # noqa: E402
 from util import io_utils  # noqa: E402
 from util import machine  # noqa: E402
@@ -48,7 +49,7 @@ flags.DEFINE_string("vocab_file", None, "The vocab of --random_size models.")
 flags.DEFINE_list("sets", ["dev_clean", "dev_other"], "ESPnet N-best sets, pooled.")
 flags.DEFINE_integer("sample_lists", 40, "Seeded sample of the pooled lists timed.")
 flags.DEFINE_integer("sample_seed", 0, "Seed of the sample.")
-flags.DEFINE_enum("setting", "full", ["full", "am"], "First-pass setting.")
+flags.DEFINE_enum("setting", "full", list(settings.SETTINGS), "First-pass setting.")
 flags.DEFINE_integer("lists_per_batch", 8, "As run_mwer.py.")
 flags.DEFINE_integer("hyps_per_list", 10, "As run_mwer.py.")
 flags.DEFINE_enum(
@@ -101,7 +102,6 @@ def trainer_of(path, lists, names):
   from finetuning import mwer_data  # pylint: disable=g-import-not-at-top
   from lm import inference  # pylint: disable=g-import-not-at-top
   from nbest import combination  # pylint: disable=g-import-not-at-top
-  from nbest import settings  # pylint: disable=g-import-not-at-top
   import optimization  # pylint: disable=g-import-not-at-top
 
   strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
@@ -167,7 +167,6 @@ def time_models(dirs, lists, names):
 def main(argv):
   del argv
   threads = machine.pin_threads(FLAGS.intra_op, FLAGS.inter_op)
-  from nbest import settings  # pylint: disable=g-import-not-at-top
   from nbest import types  # pylint: disable=g-import-not-at-top
   from nbest.formats import espnet  # pylint: disable=g-import-not-at-top
 

@@ -208,14 +208,14 @@ TOOLKITS = ("kaldi", "espnet2", "nemo", "fairseq", "moses")
 @pytest.fixture(scope="module")
 def own_lists(checkout):
   """Dev and test lists (30-best, from the shared LibriSpeech dev_other) written at the
-  README's paths `nbest/<toolkit>/<set>/` by tests/nbest_fixtures.py; Kaldi's as a directory
+  README's paths `lists/<toolkit>/<set>/` by tests/nbest_fixtures.py; Kaldi's as a directory
   (`text` and `<name>.cost`)."""
   data_dir_or_skip(shared_data.ESPNET_DIR)
   lists = [n for n in espnet.read_espnet_nbest("dev_other") if len(n.hyps) == 30][:5]
   sets = {"dev": lists[:3], "test": lists[3:]}
   for toolkit in TOOLKITS:
     for name, part in sets.items():
-      root = str(checkout / "nbest" / toolkit / name)
+      root = str(checkout / "lists" / toolkit / name)
       if toolkit == "kaldi":
         nbest_fixtures.write_kaldi_dir(part, root)
       else:

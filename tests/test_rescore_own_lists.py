@@ -17,10 +17,11 @@ import tensorflow as tf
 from lm import model_dir
 import modeling
 from nbest import formats
+from nbest import rescoring
+from nbest import rescoring_job
 from nbest import shared_data
 from nbest import types
 from nbest.formats import espnet
-import run_rescoring
 import tokenization
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
@@ -64,6 +65,31 @@ def _kaldi_set(lists, root):
   for name, path in options["costs"].items():
     os.rename(path, root / "dir" / f"{name}.cost")
   return str(root / "dir"), refs
+
+
+@pytest.mark.slow(seconds=6)
+def test_an_output_dir_holding_another_rescoring_job_is_refused_until_overwrite(tiny_lm, tmp_path):
+  conftest.data_dir_or_skip(shared_data.ESPNET_DIR)
+  lists = espnet.read_espnet_nbest("dev_other")[:6]
+  dev, dev_refs = _kaldi_set(lists[:3], tmp_path / "dev")
+  test, _ = _kaldi_set(lists[3:], tmp_path / "test")
+  out = tmp_path / "out"
+  common = [f"--lm=tta={tiny_lm}", "--format=kaldi", f"--test_file={test}", f"--output_dir={out}"]
+  tuned = [*common, f"--dev_file={dev}", f"--dev_refs={dev_refs}", "--first_pass=decoder,ctc"]
+  _rescore(*tuned)
+  _rescore(*tuned)  # the same job again: it resumes (the cache) and rewrites its outputs
+  # Another job (the saved weights on the test set alone) would leave the old dev/ and
+  # weights.json beside its own outputs: refused in one line naming what differs, before scoring.
+  blind = [*common, f"--weights_file={out / 'weights.json'}"]
+  result = commands.run("run_rescoring.py", *blind, status=2)
+  (line,) = [l for l in result.stderr.splitlines() if l.startswith("run_rescoring.py: error")]
+  assert f"--output_dir {out} holds another job: dev_file" in line and "--overwrite" in line
+  assert (out / "dev").is_dir() and (out / "weights.json").exists()
+  # --overwrite removes the old job's outputs (not the score cache, keyed by model) first.
+  weights = tmp_path / "weights.json"
+  os.rename(out / "weights.json", weights)
+  _rescore(*common, f"--weights_file={weights}", "--overwrite")
+  assert sorted(os.listdir(out)) == ["cache", "rescoring_report.json", "run.json", "test"]
 
 
 @pytest.mark.slow(seconds=5)
@@ -210,7 +236,7 @@ def test_the_combination_is_checked_before_any_lm_scores(
   if path is not None:
     del sets["dev"]
   with pytest.raises(ValueError) as error:
-    run_rescoring.check_tuning_input(
+    rescoring.check_tuning_input(
       sets, names, path and str(path), first_pass, str(tmp_path / "dev.json")
     )
   assert str(error.value).startswith(message.format(weights=path)), str(error.value)
@@ -270,7 +296,7 @@ def test_a_damaged_score_cache_is_one_line_before_any_lm_loads(tiny_lm, tmp_path
   def no_loading(*args, **kwargs):
     raise AssertionError("an LM was loaded")
 
-  monkeypatch.setattr(run_rescoring.inference, "load_lm", no_loading)
+  monkeypatch.setattr(rescoring_job.inference, "load_lm", no_loading)
   result, errors = _refused_with_weights(tiny_lm, lists, weights, tmp_path / "out")
   assert errors == [
     f"run_rescoring.py: error: {cache}:2: not a JSON cache record (Expecting value at column "

@@ -20,9 +20,9 @@ from lm import inference
 from lm import model_dir
 import modeling
 from nbest import combination
+from nbest import paper_protocol
 from nbest import types
 from nbest.formats import espnet
-import run_rescoring
 import tokenization
 from util import io_utils
 
@@ -160,7 +160,7 @@ def _fixable_lists(count):
 def test_a_reranker_that_fixes_many_errors_is_significant():
   lists = _fixable_lists(30)
   lm = [[-9.0, -1.0] for _ in lists]  # the LM strongly prefers the right hypothesis
-  result = run_rescoring.rerank_pair(lists, lists, lm, lm, "full", "wer", (1000, 0))
+  result = paper_protocol.rerank_pair(lists, lists, lm, lm, "full", "wer", (1000, 0))
   assert result["first_pass_errors"] == [1] * 30 and result["errors"] == [0] * 30
   assert result["reference_words"] == [3] * 30
   c = result["vs_first_pass"]
@@ -169,11 +169,11 @@ def test_a_reranker_that_fixes_many_errors_is_significant():
   assert c["low"] == pytest.approx(-100 / 3) and c["high"] == pytest.approx(-100 / 3)
   assert c["p_value"] < 0.01 and c["num_units"] == 30
   # An LM that agrees with the first pass changes nothing: difference 0, p 1.
-  same = run_rescoring.rerank_pair(
+  same = paper_protocol.rerank_pair(
     lists, lists, [[-1.0, -9.0]] * 30, [[-1.0, -9.0]] * 30, "full", "wer"
   )
   assert same["vs_first_pass"]["difference"] == 0.0 and same["vs_first_pass"]["p_value"] == 1.0
-  assert "-33.33 [-33.33, -33.33], p < 0.001" in run_rescoring.format_comparison(c)
+  assert "-33.33 [-33.33, -33.33], p < 0.001" in paper_protocol.format_comparison(c)
 
 
 @pytest.mark.slow(seconds=10)

@@ -1,0 +1,224 @@
+"""The paper's reranking protocol (Tables 1, 2 and 7): score = (1-λ)·first pass + λ·LM, λ chosen
+on a dev set over 0, 0.05, ..., 1 and applied to its test set; WER (ASR) or BLEU (NMT) of the
+first pass, after reranking and of the oracle, the dev curve, each LM's (pseudo-)perplexity on
+the references, and for WER a seeded paired bootstrap of the LM vs the first pass. One row per
+LM; rows merge by LM name into <output_dir>/rescoring_results.json and .md, so LMs run one at a
+time into one directory add up to one table."""
+
+import dataclasses
+import json
+import os
+
+from absl import logging
+
+from evaluation import metrics
+from evaluation import significance
+from lm import inference
+from nbest import combination
+from nbest import rescoring
+from nbest import settings
+from util import cli
+from util import io_utils
+
+
+def perplexity(lists, scores):
+  """(Pseudo-)perplexity of the LM on the references of `lists`."""
+  refs = [r for lst in lists for r in lst.refs]
+  return metrics.pppl_summary([scores[r][0] for r in refs], [scores[r][1] for r in refs])
+
+
+def check_settings(sets, table_runs):
+  """Before any scoring, that each --settings first pass has the scores it combines ("am" needs
+  decoder and ctc scores, which mlm-scoring JSON files lack); ValueError naming what is missing."""
+  for dev, test, names in table_runs:
+    for setting in names:
+      for name in (dev, test):
+        if setting and name:
+          try:
+            settings.first_pass_weights(setting, sets[name][0].hyps[0].scores)
+          except ValueError as e:
+            raise ValueError(f"--settings={setting}: {e}") from None
+
+
+def wer_significance(test, first_choice, choice, bootstrap):
+  """Per-utterance errors of the reranked choice and its paired bootstrap vs the first pass.
+
+  The error lists are kept in the results so that reproduce.py can compare two LMs (run in
+  separate invocations) on the same utterances. `bootstrap` is (resamples, seed). The
+  comparison is None with fewer than 2 utterances (nothing to resample).
+  """
+  first_errors, reference_words = metrics.utterance_errors(test, first_choice)
+  errors, _ = metrics.utterance_errors(test, choice)
+  comparison = None
+  if len(test) >= 2:
+    resamples, seed = bootstrap
+    comparison = significance.compare_error_rates(
+      errors, first_errors, reference_words, num_resamples=resamples, seed=seed
+    )
+  return {
+    "errors": errors,
+    "first_pass_errors": first_errors,
+    "reference_words": reference_words,
+    # WER points of the LM minus the first pass (negative: fewer errors), 95% CI, p.
+    "vs_first_pass": comparison and dataclasses.asdict(comparison),
+  }
+
+
+def rerank_pair(
+  dev, test, lm_dev, lm_test, setting, metric, bootstrap=(significance.DEFAULT_RESAMPLES, 0)
+):
+  """Tunes λ on dev (if any), applies it to test; returns a result dict.
+
+  For WER it adds `wer_significance` (`bootstrap` is its (resamples, seed)).
+  """
+  first_choice = combination.rerank(test, None, 0.0, setting)
+  result = {
+    "setting": setting,
+    "first_pass": metrics.evaluate(test, first_choice, metric),
+    "oracle": metrics.oracle(test, metric)[0],
+  }
+  if dev is None:  # no first-pass scores: LM-only selection
+    lam, curve = 1.0, None
+  else:
+    sweep = combination.sweep_lambda(dev, lm_dev, metric, setting, combination.DEFAULT_GRID)
+    lam, curve = sweep.best_lam, sweep.curve
+    result["dev_first_pass"] = sweep.curve[0][1]
+    result["dev_best"] = sweep.best_value
+  result["lambda"] = lam
+  result["dev_curve"] = curve
+  choice = combination.rerank(test, lm_test, lam, setting)
+  result["reranked"] = metrics.evaluate(test, choice, metric)
+  if metric == "wer":
+    result.update(wer_significance(test, first_choice, choice, bootstrap))
+  return result
+
+
+def format_comparison(comparison):
+  """ "-0.42 [-0.80, -0.05], p 0.03" for a significance.Comparison dict; "-" for None."""
+  if not comparison:
+    return "-"
+  c = comparison
+  p = significance.format_p(c["p_value"])
+  return f"{c['difference']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}], p {p}"
+
+
+def markdown(rows, metric):
+  lines = [
+    "| LM | set | setting | λ (dev) | first pass | reranked | oracle | PPPL mean / median "
+    "| reranked - first pass [95% CI], p |",
+    "|---|---|---|---|---|---|---|---|---|",
+  ]
+  for row in rows:
+    for r in row["results"]:
+      p = row["perplexity"][r["test"]]
+      lines.append(
+        f"| {row['lm']} | {r['test']} | {r['setting'] or 'LM only'} | {r['lambda']:.2f} | "
+        f"{r['first_pass']:.2f} | {r['reranked']:.2f} | {r['oracle']:.2f} | "
+        f"{p['mean']:.1f} / {p['median']:.1f} | {format_comparison(r.get('vs_first_pass'))} |"
+      )
+  better = "lower is better" if metric == "wer" else "higher is better"
+  table = "\n".join(lines)
+  return f"{metric.upper()} ({better})\n\n{table}\n"
+
+
+def evaluation_key(params):
+  """What the rows of one rescoring_results.json must share to sit in one table."""
+  if params.task == "nmt":
+    data = {"sets": ["wmt21"]}
+  elif params.test_file is None:
+    data = {"pairs": params.pairs}
+  else:
+    data = {
+      "dev_file": os.path.abspath(params.dev_file),
+      "test_file": os.path.abspath(params.test_file),
+    }
+  return dict(
+    data,
+    task=params.task,
+    format=params.format,
+    max_lists=params.max_lists,
+    sample_lists=params.sample_lists,
+    sample_seed=params.sample_seed if params.sample_lists else None,
+  )
+
+
+def merge_rows(earlier, rows, path):
+  """`earlier` rows (of a results file) with this run's `rows`: a later run's LM replaces its own
+  rows only, so LMs run one at a time into one --output_dir add up to one table.
+
+  Raises:
+    cli.InputError: the earlier rows are of another evaluation (task, sets, --max_lists).
+  """
+  key = rows[0]["evaluation"] if rows else None
+  for row in earlier:
+    if row.get("evaluation") != key:
+      raise cli.InputError(
+        f"{path} holds results of another evaluation ({row.get('evaluation')}, this run: {key}); "
+        "use another --output_dir or remove the file"
+      )
+  names = {row["lm"] for row in rows}
+  return [row for row in earlier if row["lm"] not in names] + rows
+
+
+def write_results(output_dir, rows, metric):
+  """Merges `rows` into rescoring_results.json and .md of --output_dir (see merge_rows).
+
+  Under a lock, so that two runs finishing at once cannot lose each other's rows; each file is
+  replaced atomically. Returns the merged rows.
+  """
+  path = os.path.join(output_dir, "rescoring_results.json")
+  with io_utils.exclusive_lock(path):
+    earlier = []
+    if os.path.exists(path):
+      with open(path, encoding="utf-8") as f:
+        try:
+          earlier = json.load(f)
+        except json.JSONDecodeError as e:
+          raise cli.InputError(f"{path}:{e.lineno}: not JSON ({e.msg}); remove it") from None
+    rows = merge_rows(earlier, rows, path)
+    io_utils.write_atomically(path, json.dumps(rows, indent=2))
+    io_utils.write_atomically(
+      os.path.join(output_dir, "rescoring_results.md"), markdown(rows, metric)
+    )
+  return rows
+
+
+def rescore_with(params, name, lm, lm_id, texts, scores, sets, table_runs, metric):
+  """One LM's row: its perplexities and reranking results on every pair and setting; `scores`
+  are cached_scores' of `texts` (with their scoring time as "seconds")."""
+  row = {
+    "lm": name,
+    # Short; cache/lm_scores.models.json says what it stands for (score_cache.ScoreCache.register).
+    "lm_id": lm_id,
+    "scoring": inference.scoring_of(lm, params.scoring),
+    "evaluation": evaluation_key(params),
+    "scoring_seconds": scores["seconds"],
+    "truncated": sum(scores["texts"][t][2] for t in texts),
+    "results": [],
+    "perplexity": {n: perplexity(l, scores["texts"]) for n, l in sets.items()},
+  }
+  for dev, test, names in table_runs:
+    for setting in names:
+      result = rerank_pair(
+        sets.get(dev),
+        sets[test],
+        rescoring.lm_table(sets[dev], scores["texts"], params.sentence_score) if dev else None,
+        rescoring.lm_table(sets[test], scores["texts"], params.sentence_score),
+        setting,
+        metric,
+        (params.bootstrap_resamples, params.bootstrap_seed),
+      )
+      result.update(dev=dev, test=test)
+      logging.info(
+        "%s %s %s: λ=%.2f %s %.2f -> %.2f (oracle %.2f)",
+        name,
+        test,
+        setting or "LM only",
+        result["lambda"],
+        metric,
+        result["first_pass"],
+        result["reranked"],
+        result["oracle"],
+      )
+      row["results"].append(result)
+  return row

@@ -1,0 +1,210 @@
+"""A rescoring run: read the sets, score every hypothesis with each LM (cached), then the paper's
+table (nbest/paper_protocol.py) and, for a user's --test_file, the combination's outputs
+(nbest/rescoring.py). run_rescoring.py's flags make its `RescoringParams`."""
+
+import contextlib
+import dataclasses
+import os
+import time
+
+from absl import logging
+
+from evaluation import score_cache
+from lm import inference
+from nbest import paper_protocol
+from nbest import rescoring
+from nbest import shared_data
+from nbest import types
+from nbest.formats import espnet
+from util import cli
+from util import io_utils
+from util import runs
+
+# What a --test_file run writes in --output_dir (beside the score cache, which is keyed by model
+# and kept, and the paper's table, whose rows merge by LM); --overwrite removes them.
+OUTPUTS = ("weights.json", "rescoring_report.json", "dev", "test")
+
+
+@dataclasses.dataclass
+class RescoringParams:
+  """What a rescoring run does: run_rescoring.py's flags, by the same names (see its --help)."""
+
+  lms: list  # [(name, spec)] of --model_dir (lm_flags.named_specs)
+  scoring: str = None
+  task: str = "asr"
+  pairs: list = dataclasses.field(default_factory=list)
+  settings: list = dataclasses.field(default_factory=list)
+  format: str = "espnet"
+  dev_file: str = None
+  test_file: str = None
+  dev_refs: list = dataclasses.field(default_factory=list)
+  test_refs: list = dataclasses.field(default_factory=list)
+  format_options: dict = dataclasses.field(default_factory=dict)
+  weights_file: str = None
+  first_pass: list = dataclasses.field(default_factory=list)
+  allow_negative_weights: bool = False
+  cer: bool = False
+  sentence_score: str = "sum"
+  data_dir: str = None
+  output_dir: str = None
+  overwrite: bool = False
+  max_lists: int = None
+  sample_lists: int = None
+  sample_seed: int = 0
+  chunk_size: int = 500
+  bootstrap_resamples: int = 1000
+  bootstrap_seed: int = 0
+  lm_options: dict = dataclasses.field(default_factory=dict)
+
+
+def run(params):
+  """The whole run (the module docstring); one-line errors are cli.InputError / ValueError under
+  cli.user_input, raised before any LM loads where the input alone shows them."""
+  # What is cheap first: the LMs are there, before the lists are read; the lists are read and
+  # checked before anything is written into --output_dir.
+  with cli.user_input():
+    if params.output_dir:
+      io_utils.check_output_path(params.output_dir, "output_dir")
+    for _, spec in params.lms:
+      inference.check_spec(spec)
+  metric = "bleu" if params.task == "nmt" else "wer"
+  sets, table_runs, kept = read_lists(params)
+  record = None
+  if params.test_file is not None and params.output_dir:
+    with cli.user_input():
+      record = runs.Record(params.output_dir, identity(params), OUTPUTS, params.overwrite)
+  with contextlib.ExitStack() as stack:
+    cache = None
+    if params.output_dir:
+      # The cache has one writer: a second run into --output_dir exits 2 naming this one.
+      path = os.path.join(params.output_dir, "cache", "lm_scores.jsonl")
+      stack.enter_context(io_utils.exclusive_lock(path, wait=False))
+      with cli.user_input():  # a damaged cache: one line, before any LM is loaded
+        cache = score_cache.ScoreCache(path)
+    rows, all_scores = rescore_all(params, cache, sets, table_runs, metric)
+  if table_runs:
+    print(paper_protocol.markdown(rows, metric))
+    if params.output_dir:
+      paper_protocol.write_results(params.output_dir, rows, metric)
+  if record is not None:
+    record.start()
+    with cli.user_input():
+      rescoring.rescore_own_files(params, sets, kept, all_scores, metric)
+
+
+def identity(params):
+  """The run identity of a --test_file run's --output_dir (util/runs.py): the lists, the LMs,
+  the weights file and every flag that changes the outputs (not progress or thread options)."""
+  files = {
+    "dev_file": params.dev_file,
+    "test_file": params.test_file,
+    "weights_file": params.weights_file,
+  }
+  return {
+    "command": "run_rescoring.py",
+    **{k: v and runs.path_identity(v) for k, v in files.items()},
+    "dev_refs": [runs.path_identity(p) for p in params.dev_refs],
+    "test_refs": [runs.path_identity(p) for p in params.test_refs],
+    "lms": [dict(inference.spec_identity(spec), name=name) for name, spec in params.lms],
+    **{
+      k: getattr(params, k)
+      for k in (
+        "format",
+        "format_options",
+        "task",
+        "scoring",
+        "sentence_score",
+        "first_pass",
+        "allow_negative_weights",
+        "cer",
+        "max_lists",
+        "sample_lists",
+        "sample_seed",
+      )
+    },
+  }
+
+
+def read_sets(params):
+  """{set name: list of NBestList} and the (dev, test, settings) of the paper's table to run
+  (none for --test_file sets without references, or rescored with --weights_file)."""
+  if params.test_file is not None:
+    sets = {}
+    for name, path, refs in (
+      ("dev", params.dev_file, params.dev_refs),
+      ("test", params.test_file, params.test_refs),
+    ):
+      if path is not None:
+        sets[name] = rescoring.read_set(params.format, path, refs, params.format_options)
+    table = (
+      params.task == "asr"
+      and params.format in ("json", "tsv")
+      and "dev" in sets
+      and not params.weights_file
+      and all(lists[0].refs for lists in sets.values())
+    )
+    if not params.output_dir and not table:
+      raise ValueError("--output_dir is needed: the rescored lists and 1-best files go there")
+    names = [name for name, _ in params.lms]
+    rescoring.check_tuning_input(
+      sets, names, params.weights_file, params.first_pass, params.dev_file
+    )
+    return sets, [("dev", "test", params.settings)] if table else []
+  if params.task == "nmt":
+    return {"wmt21": shared_data.read_wmt_candidates(params.data_dir)}, [(None, "wmt21", [None])]
+  pairs = [p.split(":") for p in params.pairs]
+  names = sorted({n for p in pairs for n in p})
+  # Only the lists of --max_lists / --sample_lists are parsed (read_lists cuts the others alike).
+  select = types.list_selection(params.max_lists, params.sample_lists, params.sample_seed)
+  sets = {n: espnet.read_espnet_nbest(n, params.data_dir, select) for n in names}
+  return sets, [(dev, test, params.settings) for dev, test in pairs]
+
+
+def read_lists(params):
+  """The sets ({name: [NBestList]}, cut by --max_lists / --sample_lists), the paper-protocol
+  runs, checked, and {name: the indices of the set's lists among those read}."""
+  with cli.user_input():
+    sets, table_runs = read_sets(params)
+    paper_protocol.check_settings(sets, table_runs)
+  select = types.list_selection(params.max_lists, params.sample_lists, params.sample_seed)
+  kept = {name: [int(i) for i in select(len(lists))] for name, lists in sets.items()}
+  sets = {name: [lists[i] for i in kept[name]] for name, lists in sets.items()}
+  for name, lists in sets.items():
+    logging.info("%s: %d lists, %d hypotheses", name, len(lists), sum(len(l.hyps) for l in lists))
+  return sets, table_runs, kept
+
+
+def rescore_all(params, cache, sets, table_runs, metric):
+  """Scores the lists with each --model_dir LM: (the row of each LM with a paper-protocol run
+  (`rescore_with`), {LM name: scores of the texts})."""
+  texts = sorted(
+    {
+      t
+      for lists in sets.values()
+      for l in lists
+      for t in [h.text for h in l.hyps] + (l.refs if table_runs else [])
+    }
+  )
+  rows, all_scores = [], {}
+  for name, spec in params.lms:
+    with cli.user_input():
+      lm = inference.load_lm(spec, **params.lm_options)
+    identity = inference.describe(lm, params.scoring)
+    lm_id = inference.model_id(identity)
+    if cache is not None:
+      cache.register(lm_id, identity)
+    start = time.time()
+    scores = {
+      "texts": score_cache.cached_scores(
+        lm, lm_id, texts, cache, name, params.chunk_size, params.scoring
+      )
+    }
+    scores["seconds"] = time.time() - start
+    all_scores[name] = scores["texts"]
+    if table_runs:
+      rows.append(
+        paper_protocol.rescore_with(
+          params, name, lm, lm_id, texts, scores, sets, table_runs, metric
+        )
+      )
+  return rows, all_scores
