@@ -59,9 +59,9 @@ def define_flags():
   flags.DEFINE_list(
     "representations",
     ["context", "embed"],
-    "Any of context, embed, first, last (the [CLS]/[SOS] and "
-    "[SEP]/[EOS] vectors), and context\\M / first\\M ... for the "
-    "bilm/bert intact-input variants.",
+    "Any of context, embed, first_last (the word-piece mean of the first and last blocks' "
+    "average, intact input), first, last (the [CLS]/[SOS] and [SEP]/[EOS] vectors), and "
+    "context\\M for the bilm/bert intact-input context.",
   )
   flags.DEFINE_list("sets", list(SETS), "Evaluation sets.")
   cli.register_choices("sets", list(SETS))
