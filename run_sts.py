@@ -193,10 +193,9 @@ def main(argv):
     # Another job's results are refused before a model loads; the record is written with the
     # first output, so a run refused for its data or models leaves none.
     record = runs.Record(FLAGS.output_dir, job_identity(groups), OUTPUTS, FLAGS.overwrite)
-    if paper_sets():
-      evaluate_and_write(record)
+    paper = evaluate_and_write(record) if paper_sets() else []
     if FLAGS.pairs_file:
-      evaluate_pairs(groups, record)
+      evaluate_pairs(groups, record, paper)
 
 
 def pair_groups():
@@ -258,7 +257,8 @@ def load_model(spec):
 
 def evaluate_and_write(record=None):
   """Every --model_dir and representation on every set; the table, and the results files
-  (`record`, the `runs.Record` of --output_dir, started before they are written)."""
+  (`record`, the `runs.Record` of --output_dir, started before they are written). Returns the
+  result rows."""
   with cli.user_input():
     data_sets = {name: SETS[name][1](FLAGS.data_dir) for name in paper_sets()}
   for name, pairs in data_sets.items():
@@ -313,15 +313,17 @@ def evaluate_and_write(record=None):
       os.path.join(FLAGS.output_dir, RESULTS_FILE), json.dumps(results, indent=2)
     )
     io_utils.write_atomically(os.path.join(FLAGS.output_dir, "sts_results.md"), table)
+  return results
 
 
 # ------------------------------------------------------------------ your own pairs (--pairs_file)
 
 
-def evaluate_pairs(groups, record):
+def evaluate_pairs(groups, record, paper=()):
   """Every --model_dir and representation on every --pairs_file set (`pair_groups`):
   pairs/<set>.tsv each, and pairs_results.{json,md} with the correlations of the sets with gold
-  scores; `record` (`runs.Record`) is started once the models load."""
+  scores; `record` (`runs.Record`) is started once the models load; `paper`, the rows of the
+  paper's sets this run scored (their STS-B test and SICK test join SimCSE's average)."""
   with cli.user_input():
     counts = {name: pair_files.count_pairs(source) for _, sets in groups for name, source in sets}
   models = [load_model(spec) for spec in FLAGS.model_dir]
@@ -348,7 +350,7 @@ def evaluate_pairs(groups, record):
       truncated[name] = pair_similarity.read_cosines(path, return_truncated=True)[2]
       if counts[name][1]:
         pair_similarity.add_correlations(rows, name, path, bootstrap)
-  results, table = pairs_report(rows, groups, counts, names, truncated)
+  results, table = pairs_report(rows, groups, counts, names, truncated, bootstrap, paper)
   print(table)
   io_utils.write_atomically(
     os.path.join(FLAGS.output_dir, PAIRS_RESULTS_FILE), json.dumps(results, indent=2)
@@ -356,16 +358,22 @@ def evaluate_pairs(groups, record):
   io_utils.write_atomically(os.path.join(FLAGS.output_dir, "pairs_results.md"), table)
 
 
-def pairs_report(rows, groups, counts, model_names, truncated):
+def pairs_report(rows, groups, counts, model_names, truncated, bootstrap, paper=()):
   """(pairs_results.json's content, pairs_results.md): the sets (with `truncated`, their pairs
-  with a truncated sentence), the correlations of those with gold scores (SentEval's "all" rows
-  after each task), each model minus each later one."""
+  with a truncated sentence), the correlations of those with gold scores (SentEval's aggregates
+  after each task, SimCSE's average after all), each model minus each later one; `bootstrap`
+  (resamples, seed) of the aggregates' intervals, `paper` as `evaluate_pairs`."""
   gold_groups = [(task, [n for n, _ in sets if counts[n][1]]) for task, sets in groups]
   gold_groups = [(task, names) for task, names in gold_groups if names]
+  tasks = [task for task, _ in gold_groups if task is not None]
   for task, names in gold_groups:
     if task is not None:
-      for row, means in zip(rows, pair_similarity.senteval_means(rows, names)):
-        row["all"][task] = means
+      for row, entry in zip(rows, pair_similarity.senteval_aggregates(rows, names, bootstrap)):
+        row["all"][task] = entry
+  paper = {(r["model"], r["representation"]): r for r in paper}
+  for row in rows if tasks else ():
+    paper_row = paper.get((row["model"], row["representation"]))
+    row["avg"] = pair_similarity.senteval_average(row, tasks, paper_row)
   comparisons = reproduction_report.sts_comparisons(
     rows, list(itertools.combinations(model_names, 2))
   )
@@ -402,9 +410,12 @@ def pairs_report(rows, groups, counts, model_names, truncated):
   if gold_groups:
     parts.insert(
       0,
-      "Pearson r x 100 [95% bootstrap CI over pairs] (Spearman x 100); all (mean / wmean): "
-      "SentEval's mean and pair-weighted mean of a task's subsets.\n\n"
-      + pair_similarity.markdown_table(rows, gold_groups),
+      "Pearson r x 100 [95% bootstrap CI over pairs] (Spearman x 100). A SentEval task's "
+      "all / mean / wmean (SentEval's: the correlation over its subsets' pairs joined, the mean "
+      "and the pair-weighted mean of its subsets' correlations): Spearman x 100 [95% CI] "
+      "(Pearson [95% CI]), each subset resampled within itself. avg: SimCSE's, the mean "
+      "Spearman x 100 of each task's all (and of STS-B test and SICK test when --sets ran "
+      "them).\n\n" + pair_similarity.markdown_table(rows, gold_groups),
     )
   if comparisons:
     parts.append(

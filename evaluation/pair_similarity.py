@@ -15,7 +15,9 @@ to fit a model's max_seq_length, else 0). Pairs are read, encoded and appended
 ends with the same file, and an output the same job finished before is kept. `correlations` gives
 Pearson and Spearman x 100 with the Pearson's bootstrap interval (evaluation/significance.py),
 None when undefined (constant gold scores or cosines: `undefined_reason`),
-`senteval_means` SentEval's "all" row, and `markdown_table` the table of a run's pair sets.
+`senteval_aggregates` SentEval's "all", "mean" and "wmean" of a task with their intervals,
+`senteval_average` SimCSE's average over tasks, and `markdown_table` the table of a run's pair
+sets.
 """
 
 import collections
@@ -269,32 +271,66 @@ def add_correlations(rows, name, path, bootstrap=(significance.DEFAULT_RESAMPLES
     )
 
 
-def senteval_means(rows, subsets):
-  """SentEval's "all" of a task: the mean and the pair-weighted mean of its subsets' correlations.
+def senteval_aggregates(rows, subsets, bootstrap=(significance.DEFAULT_RESAMPLES, 0)):
+  """SentEval's aggregations of a task (`significance.subset_aggregates`): "all" over the
+  concatenated subsets, the mean and the pair-weighted mean of the subsets' correlations.
 
   Args:
-    rows: result rows with "scores" {set name: [Pearson, Spearman]} and "gold" {set name: [P]}.
+    rows: result rows with "cosines" and "gold" {set name: float [P]} (`add_correlations`).
     subsets: list of the task's set names.
+    bootstrap: (resamples, seed) of the intervals.
 
   Returns:
-    list, per row: {"mean": [Pearson, Spearman], "wmean": [Pearson, Spearman], "pairs": int}.
+    list, per row: {"pairs": int, and per aggregate of significance.AGGREGATES: {"scores":
+    [Pearson, Spearman], "ci": [[low, high], [low, high]]}, or None when a subset's correlations
+    are undefined (`undefined_reason`), which leaves the task's undefined too}.
   """
   out = []
   for row in rows:
-    weights = [len(row["gold"][s]) for s in subsets]
-    if any(row["scores"][s][0] is None for s in subsets):
-      # A mean over a subset without correlations is undefined too, not the others' mean.
-      out.append({"mean": [None, None], "wmean": [None, None], "pairs": sum(weights)})
-      continue
-    scores = np.array([row["scores"][s] for s in subsets])  # [subsets, 2]
-    out.append(
-      {
-        "mean": [float(x) for x in scores.mean(0)],
-        "wmean": [float(x) for x in np.average(scores, axis=0, weights=weights)],
-        "pairs": sum(weights),
-      }
-    )
+    cosines = [row["cosines"][s] for s in subsets]
+    gold = [row["gold"][s] for s in subsets]
+    entry = {"pairs": sum(len(g) for g in gold)}
+    if any(undefined_reason(c, g) for c, g in zip(cosines, gold)):
+      entry.update(dict.fromkeys(significance.AGGREGATES))
+    else:
+      entry.update(significance.subset_aggregates(cosines, gold, *bootstrap))
+    out.append(entry)
   return out
+
+
+# SimCSE's "Avg.": the Spearman x 100 of STS12-16 ("all" each), STS-B test and SICK-R test.
+AVERAGED_SETS = ("stsb_test", "sick_test")
+
+
+def senteval_average(row, tasks, paper_row=None):
+  """SimCSE's summary of a model and representation: the mean Spearman x 100 of each SentEval
+  task's "all" and, when `paper_row` (run_sts.py's row of the paper's sets) has them, of STS-B
+  test and SICK test.
+
+  Returns:
+    {"spearman": float or None (undefined where any member is), "over": [task or set names]}.
+  """
+  values = {
+    task: (row["all"][task]["all"] or {"scores": [None, None]})["scores"][1] for task in tasks
+  }
+  for name in AVERAGED_SETS:
+    if paper_row is not None and name in paper_row["scores"]:
+      values[name] = paper_row["scores"][name][1]
+  defined = None not in values.values()
+  return {
+    "spearman": float(np.mean(list(values.values()))) if defined else None,
+    "over": list(values),
+  }
+
+
+def _aggregate_cell(entry):
+  """ "Spearman [low, high] (Pearson [low, high])" x 100 of a `senteval_aggregates` entry."""
+  if entry is None:
+    return "undefined"
+  (pearson, spearman), (p_ci, s_ci) = entry["scores"], entry["ci"]
+  return (
+    f"{spearman:.2f} [{s_ci[0]:.2f}, {s_ci[1]:.2f}] ({pearson:.2f} [{p_ci[0]:.2f}, {p_ci[1]:.2f}])"
+  )
 
 
 def markdown_table(rows, groups):
@@ -302,9 +338,10 @@ def markdown_table(rows, groups):
 
   Args:
     rows: result rows ("model", "representation", "scores", "pearson_ci", "gold"; "all" {task:
-      `senteval_means` entry} for SentEval tasks).
+      `senteval_aggregates` entry} for SentEval tasks, "avg" (`senteval_average`) with any).
     groups: list of (task or None, [set names]): a SentEval task's subsets are followed by its
-      "all" rows, SentEval's mean and pair-weighted mean of the subsets' correlations.
+      aggregates (`senteval_aggregates`), Spearman first as the field prints them, and the
+      table ends with SimCSE's average when a task ran.
   """
   lines = [
     "| pairs | n | "
@@ -325,15 +362,12 @@ def markdown_table(rows, groups):
       lines.append(f"| {name} | {len(rows[0]['gold'][name])} | {' | '.join(cells)} |")
     if task is None:
       continue
-    for kind in ("mean", "wmean"):
-      # No interval: SentEval's means of correlations have none.
-      cells = [
-        "undefined"
-        if None in r["all"][task][kind]
-        else "{:.2f} ({:.2f})".format(*r["all"][task][kind])
-        for r in rows
-      ]
-      lines.append(
-        f"| {task}/all ({kind}) | {rows[0]['all'][task]['pairs']} | {' | '.join(cells)} |"
-      )
+    for kind in significance.AGGREGATES:
+      cells = [_aggregate_cell(r["all"][task][kind]) for r in rows]
+      lines.append(f"| {task}/{kind} | {rows[0]['all'][task]['pairs']} | {' | '.join(cells)} |")
+  if rows and "avg" in rows[0]:
+    cells = [
+      "undefined" if r["avg"]["spearman"] is None else f"{r['avg']['spearman']:.2f}" for r in rows
+    ]
+    lines.append(f"| avg ({', '.join(rows[0]['avg']['over'])}) | | {' | '.join(cells)} |")
   return "\n".join(lines) + "\n"

@@ -307,13 +307,24 @@ def test_run_sts_on_pairs_files_and_senteval(model_dirs, senteval_dir, tmp_path)
       low, high = row["pearson_ci"][name]
       assert low <= row["scores"][name][0] <= high
       assert f"| {pair_similarity.score_cell(row['scores'][name], [low, high])} |" in table
-  # SentEval's "all": the mean and the pair-weighted mean of the subsets' correlations.
-  for row in rows.values():
+  # SentEval's aggregates: the correlations over the subsets' pairs joined, the mean and the
+  # pair-weighted mean of the subsets' correlations; SimCSE's average of the task's "all".
+  for (model, representation), row in rows.items():
+    task = row["all"]["STS12-en-test"]
+    column = f"{model} {representation}"
+    joined = [v for s in subsets for v in cosines[s][column]]
+    gold = [v for s in subsets for v in pair_similarity.read_cosines(out / "pairs" / f"{s}.tsv")[0]]
+    assert task["all"]["scores"] == pytest.approx(scipy_scores(joined, gold), abs=1e-9)
     scores = np.array([row["scores"][s] for s in subsets])
-    assert row["all"]["STS12-en-test"]["mean"] == pytest.approx(list(scores.mean(0)))
-    wmean = (3 * scores[0] + 4 * scores[1]) / 7
-    assert row["all"]["STS12-en-test"]["wmean"] == pytest.approx(list(wmean))
-  assert "| STS12-en-test/all (wmean) | 7 |" in table
+    assert task["mean"]["scores"] == pytest.approx(list(scores.mean(0)))
+    assert task["wmean"]["scores"] == pytest.approx(list((3 * scores[0] + 4 * scores[1]) / 7))
+    assert row["avg"] == {
+      "spearman": pytest.approx(task["all"]["scores"][1]),
+      "over": ["STS12-en-test"],
+    }
+  for kind in ("all", "mean", "wmean"):
+    assert f"| STS12-en-test/{kind} | 7 |" in table
+  assert "| avg (STS12-en-test) | |" in table
   # tta minus bilm on the same pairs, for each set and representation.
   comparisons = {(c["set"], c["representation"]): c for c in report["comparisons"]}
   assert set(comparisons) == {(s, r) for s in ["mine", *subsets] for r in REPRESENTATIONS}
@@ -445,3 +456,15 @@ def test_pairs_with_a_truncated_sentence_are_flagged(model_dirs, tmp_path):
     "truncated to fit a model (column `truncated` of its TSV): mine 2 of 7."
     in (out / "pairs_results.md").read_text()
   )
+
+
+def test_senteval_average_is_simcses_mean_spearman_with_stsb_and_sick_test():
+  row = {"all": {t: {"all": {"scores": [0.0, s]}} for t, s in (("STS12", 40.0), ("STS13", 50.0))}}
+  paper = {"scores": {"stsb_dev": [0.0, 99.0], "stsb_test": [0.0, 60.0], "sick_test": [0.0, 70.0]}}
+  assert pair_similarity.senteval_average(row, ["STS12", "STS13"], paper) == {
+    "spearman": 55.0,
+    "over": ["STS12", "STS13", "stsb_test", "sick_test"],
+  }
+  assert pair_similarity.senteval_average(row, ["STS12", "STS13"])["spearman"] == 45.0
+  row["all"]["STS13"]["all"] = None  # undefined there
+  assert pair_similarity.senteval_average(row, ["STS12", "STS13"])["spearman"] is None
