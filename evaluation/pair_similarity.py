@@ -1,15 +1,16 @@
 """Similarity of sentence pairs: each distinct sentence encoded once, each pair's cosine.
 
 A pair's similarity is the cosine of its two sentence vectors (inference.NeuralLM.sentence_vectors
-with a representation's pooling). `pair_cosines` gives them for pairs in memory (run_sts.py's
-STS-B and SICK sets); `CosineWriter` streams pairs from a file (evaluation/pair_files.py) into a
-TSV with one line per pair, in input order:
+with a representation's pooling; optionally whitened, evaluation/whitening.py). `pair_vectors`
+gives the vectors of pairs in memory (run_sts.py's STS-B and SICK sets); `CosineWriter` streams
+pairs from a file (evaluation/pair_files.py) into a TSV with one line per pair, in input order:
 
   line  sentence1  sentence2  gold  <model> <representation>  ...  truncated
 
 (`line` the pair's input line, `gold` empty without gold scores, then one cosine column per model
-and representation, each float written exactly, then `truncated`, 1 when either sentence was cut
-to fit a model's max_seq_length, else 0). Pairs are read, encoded and appended
+and representation (each followed by its whitened one, "<representation>+W<dim>", when asked),
+each float written exactly, then `truncated`, 1 when either sentence was cut to fit a model's
+max_seq_length, else 0). Pairs are read, encoded and appended
 `batch_size` at a time, each distinct sentence of a batch once, with progress, into
 `OUTPUT.partial` (util/resumable.py): an interrupted run resumes after its last complete batch and
 ends with the same file, and an output the same job finished before is kept. `correlations` gives
@@ -72,12 +73,13 @@ def encode(lm, sentences, pooling, masked, label):
   return np.concatenate(parts), np.array(truncated, bool)
 
 
-def pair_cosines(lm, pairs, representation, label="encoding", return_truncated=False):
-  """Cosine similarity of each pair's two sentence vectors: float [P].
+def pair_vectors(lm, pairs, representation, label="encoding"):
+  """Each pair's two sentence vectors, each distinct sentence encoded once; progress lines are
+  logged as `label`.
 
-  Each distinct sentence is encoded once; progress lines are logged as `label`. With
-  `return_truncated`, also whether either sentence of each pair was truncated: (float [P],
-  bool [P]).
+  Returns:
+    (first float32 [P, D], second float32 [P, D], truncated bool [P]: whether either sentence of
+    the pair was truncated to fit the model).
   """
   pooling, masked = parse_representation(representation)
   sentences = sorted({s for p in pairs for s in (p.sent1, p.sent2)})
@@ -85,10 +87,19 @@ def pair_cosines(lm, pairs, representation, label="encoding", return_truncated=F
   vectors, truncated = encode(lm, sentences, pooling, masked, label)
   first = [index[p.sent1] for p in pairs]
   second = [index[p.sent2] for p in pairs]
-  cosines = inference.cosine(vectors[first], vectors[second])
-  if return_truncated:
-    return cosines, truncated[first] | truncated[second]
-  return cosines
+  return vectors[first], vectors[second], truncated[first] | truncated[second]
+
+
+def whitened_name(representation, dim):
+  """The name of a representation whitened to `dim` dimensions (evaluation/whitening.py):
+  "context+W256"."""
+  return f"{representation}+W{dim:d}"
+
+
+def whitened_cosines(first, second, transform):
+  """Cosines of each pair's two vectors (float [P, D] each) after `transform`
+  (whitening.Whitening): float [P]."""
+  return inference.cosine(transform.apply(first), transform.apply(second))
 
 
 def undefined_reason(cosines, gold):
@@ -158,12 +169,22 @@ class CosineWriter:
     representations: list of str (`parse_representation`).
     batch_size: pairs read, encoded and appended at a time.
     overwrite: start over instead of resuming an unfinished partial file.
+    whiten: 0, or the dimensions of whitened vectors: each representation's column is followed
+      by its whitened one (`whitened_name`), with the transforms `write` is given.
   """
 
-  def __init__(self, models, representations, batch_size=DEFAULT_BATCH_SIZE, overwrite=False):
+  def __init__(
+    self, models, representations, batch_size=DEFAULT_BATCH_SIZE, overwrite=False, whiten=0
+  ):
     self.models = models
     self.representations = list(representations)
-    self.columns = [column_name(name, r) for name, _ in models for r in self.representations]
+    self.whiten = whiten
+    self.columns = [
+      column_name(name, r)
+      for name, _ in models
+      for rep in self.representations
+      for r in ([rep, whitened_name(rep, whiten)] if whiten else [rep])
+    ]
     self.overwrite = overwrite
     # What every output's lines depend on but its input; worked out once, as it hashes weights.
     self.job = {
@@ -174,7 +195,7 @@ class CosineWriter:
       "truncated_column": True,
     }
 
-  def write(self, source, target, label, total=None):
+  def write(self, source, target, label, total=None, transforms=None):
     """Streams the pairs of `source` into the TSV `target`, resuming its partial file; a target
     finished by the same job on the same input is kept (`resumable.is_done`).
 
@@ -183,12 +204,15 @@ class CosineWriter:
       target: str, the output file (its directory is made).
       label: str, what progress lines name.
       total: int or None, the pairs of `source` (for the progress line's ETA).
+      transforms: with `whiten`, {(model name, representation): whitening.Whitening}.
 
     Raises:
       cli.InputError: the partial file was made by another job (models, representations, batch
         size, input and its reading) or from another input content; a write failed.
     """
     job = dict(self.job, **source.identity())
+    if self.whiten:
+      job["whitening"] = {" ".join(key): t.digest() for key, t in transforms.items()}
     if not self.overwrite and resumable.is_done(target, job, source):
       logging.info("%s: %s is complete (the same job and input), kept", label, target)
       return
@@ -204,14 +228,15 @@ class CosineWriter:
       partial.append(["\t".join([*COLUMNS, *self.columns, TRUNCATED])], source)
     bar = progress.Progress(label, total=None if total is None else total - done, unit="pairs")
     for batch in _batches(pairs, self.job["batch_size"]):
-      results = [
-        pair_cosines(lm, batch, r, f"{name} {r} {label}", return_truncated=True)
-        for name, lm in self.models
-        for r in self.representations
-      ]
-      cosines = [c for c, _ in results]
-      # Truncated for any model: each model's vectors are of what it read.
-      truncated = np.any([t for _, t in results], axis=0)
+      cosines, truncated = [], np.zeros(len(batch), bool)
+      for name, lm in self.models:
+        for r in self.representations:
+          first, second, cut = pair_vectors(lm, batch, r, f"{name} {r} {label}")
+          cosines.append(inference.cosine(first, second))
+          if self.whiten:
+            cosines.append(whitened_cosines(first, second, transforms[name, r]))
+          # Truncated for any model: each model's vectors are of what it read.
+          truncated |= cut
       lines = [_line(p, row, t) for p, row, t in zip(batch, zip(*cosines), truncated)]
       partial.append(lines, source)
       bar.update(len(batch))
