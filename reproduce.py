@@ -811,10 +811,11 @@ STS_WHITEN_DIM = 256
 
 
 def sts_whiten_dim(settings):
-  """The STS stage's --whiten: STS_WHITEN_DIM, at most the hidden size (the full mode's 256: all
-  of it), and at most --sts_max_pairs when the sets are cut (each set's whitening is fitted on
-  its own 2P sentences, which span fewer than 2P directions)."""
-  dim = min(STS_WHITEN_DIM, settings.hidden_size)
+  """The STS stage's --whiten: STS_WHITEN_DIM, at most the hidden size - 1 (the full mode's 255:
+  every direction the vectors span; a LayerNorm's outputs, and so their means, lie in a
+  hyperplane), and at most --sts_max_pairs when the sets are cut (each set's whitening is fitted
+  on its own 2P sentences, which span fewer than 2P directions)."""
+  dim = min(STS_WHITEN_DIM, settings.hidden_size - 1)
   return min(dim, settings.sts_max_pairs) if settings.sts_max_pairs else dim
 
 

@@ -65,9 +65,14 @@ def fit(vectors, dim):
   u, s, _ = np.linalg.svd(np.cov(vectors, rowvar=False), hermitian=True)
   rank = int(np.sum(s > RANK_TOLERANCE * max(s[0], np.finfo(np.float64).tiny)))
   if rank < dim:
+    why = {
+      0: " (they are all equal)",
+      # (x - beta) / gamma of a LayerNorm's output sums to 0, and so does a mean of such.
+      size - 1: f" (a LayerNorm's outputs, and their means, span at most {size - 1})",
+    }
     raise ValueError(
       f"the {len(vectors)} vectors span {rank} direction(s), fewer than the {dim} asked for"
-      + (" (they are all equal)" if rank == 0 else "")
+      + why.get(rank, "")
     )
   return Whitening(mean, u[:, :dim] / np.sqrt(s[:dim]))
 

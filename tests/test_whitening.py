@@ -60,6 +60,8 @@ def test_save_and_load_give_the_same_transforms(tmp_path):
     (np.ones((10, 4)), 2, "span 0 direction"),
     (np.eye(4)[:3], 3, "span 2 direction"),  # 3 points span a plane
     (np.eye(4), 5, "5 dimensions asked of 4-dimensional"),
+    # Rows summing to 0, as a LayerNorm's normalised outputs: 3 directions of 4.
+    (np.eye(4)[[0, 1, 2, 3, 0]] - 0.25, 4, "span at most 3"),
     (np.eye(4)[:1], 1, "at least 2"),
   ],
 )
