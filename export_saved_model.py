@@ -181,7 +181,7 @@ class ExportModule(tf.Module):
         (`input_name`).
 
     Returns:
-      dict of float32 [B, D]: context, embed, first, last (and
+      dict of float32 [B, D]: context, embed, first_last, first, last (and
       context_intact for bilm/bert); see the module docstring.
     """
     input_ids, input_mask, lengths, _ = self._inputs(texts)

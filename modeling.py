@@ -659,7 +659,7 @@ class TransformerLM(keras.Model):
       layer.build()
     self.lm_head.build()
 
-  def encode(self, inputs, training=False, fused_key_value=None, attention=None):
+  def encode(self, inputs, training=False, fused_key_value=None, attention=None, first_layer=False):
     """Runs the encoder.
 
     Args:
@@ -671,9 +671,12 @@ class TransformerLM(keras.Model):
         snapshot of them) to project every layer's key/value in one matmul.
       attention: an attention pattern in place of the kind's own (a T-TA
         scored word by word); None: the kind's.
+      first_layer: also return the first block's output (the "first" of
+        first-last pooling).
 
     Returns:
-      (sequence_output, embedding_output), float32 [B, T, D] each.
+      (sequence_output, embedding_output), float32 [B, T, D] each; with
+      first_layer, (sequence_output, embedding_output, first block's output).
     """
     input_ids = inputs["input_ids"]
     input_mask = inputs["input_mask"]
@@ -689,11 +692,15 @@ class TransformerLM(keras.Model):
     key_values = [None] * len(self.encoder_layers)
     if fused_key_value is not None:
       key_values = self._fused_key_values(embedding_output, fused_key_value)
+    outputs = []
     for layer, key_value in zip(self.encoder_layers, key_values):
       # Input isolation: T-TA's keys/values always come from the embedding
       # output; BERT's from the previous layer.
       kv_input = embedding_output if self.kind.input_isolation else hidden
       hidden = layer(hidden, kv_input, attention_mask, training=training, key_value=key_value)
+      outputs.append(hidden)
+    if first_layer:
+      return hidden, embedding_output, outputs[0]
     return hidden, embedding_output
 
   def fused_key_value_weights(self):

@@ -803,6 +803,22 @@ def stage_asr_sample(work_dir, root, settings, model_dirs, lms, key, kenlm_path,
   return rows
 
 
+# The STS stage's vectors: the paper's (context, embed) and the field's unsupervised baseline
+# (BERT-whitening's and SimCSE's first-last average), each also whitened (run_sts.py --whiten).
+STS_REPRESENTATIONS = ("context", "first_last", "embed")
+# BERT-whitening's dimensions (Su et al. 2021: 256 of BERT-base's 768).
+STS_WHITEN_DIM = 256
+
+
+def sts_whiten_dim(settings):
+  """The STS stage's --whiten: STS_WHITEN_DIM, at most the hidden size - 1 (the full mode's 255:
+  every direction the vectors span; a LayerNorm's outputs, and so their means, lie in a
+  hyperplane), and at most --sts_max_pairs when the sets are cut (each set's whitening is fitted
+  on its own 2P sentences, which span fewer than 2P directions)."""
+  dim = min(STS_WHITEN_DIM, settings.hidden_size - 1)
+  return min(dim, settings.sts_max_pairs) if settings.sts_max_pairs else dim
+
+
 def stage_evaluations(
   work_dir, root, settings, model_dirs, kenlm_path, step_tokens, stages, curves=True
 ):
@@ -816,18 +832,26 @@ def stage_evaluations(
     "bootstrap_resamples": significance.DEFAULT_RESAMPLES,
   }
   results = {}
+  whiten = sts_whiten_dim(settings)
   sts_args = [
     "run_sts.py",
     "--data_dir=" + root,
     "--model_dir=" + ",".join(named_specs(model_dirs)),
-    "--representations=context,embed",
+    "--representations=" + ",".join(STS_REPRESENTATIONS),
+    f"--whiten={whiten:d}",
   ]
   if settings.sts_max_pairs:
     sts_args.append(f"--max_pairs={settings.sts_max_pairs:d}")
   stages.start("sts")
-  results["sts"] = stage_eval(
-    work_dir, "sts", sts_args, "sts_results.json", dict(key, max_pairs=settings.sts_max_pairs)
+  # The representations and whitening are in the stage's key: a work dir whose sts stage ran
+  # with others runs it again (and only it).
+  sts_key = dict(
+    key,
+    max_pairs=settings.sts_max_pairs,
+    representations=list(STS_REPRESENTATIONS),
+    whiten=whiten,
   )
+  results["sts"] = stage_eval(work_dir, "sts", sts_args, "sts_results.json", sts_key)
   kenlm = [f"{KENLM_NAME}=kenlm:{kenlm_path}"]
   lms = named_specs(model_dirs) + kenlm
   results["asr_paired"] = stage_asr_sample(

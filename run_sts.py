@@ -26,6 +26,7 @@ Examples:
       --pairs_file=senteval:SentEval/data/downstream/STS --output_dir=results/pairs
 """
 
+import dataclasses
 import itertools
 import json
 import os
@@ -33,11 +34,13 @@ import time
 
 from absl import flags
 from absl import logging
+import numpy as np
 
 from evaluation import pair_files
 from evaluation import pair_similarity
 from evaluation import significance
 from evaluation import sts_data
+from evaluation import whitening
 from lm import inference
 from lm import lm_flags
 from reproduction import reproduction_report
@@ -49,7 +52,15 @@ FLAGS = flags.FLAGS
 RESULTS_FILE = "sts_results.json"
 PAIRS_RESULTS_FILE = "pairs_results.json"
 # What a run writes in --output_dir; --overwrite removes them.
-OUTPUTS = (RESULTS_FILE, "sts_results.md", PAIRS_RESULTS_FILE, "pairs_results.md", "pairs")
+WHITENING_DIR = "whitening"
+OUTPUTS = (
+  RESULTS_FILE,
+  "sts_results.md",
+  PAIRS_RESULTS_FILE,
+  "pairs_results.md",
+  "pairs",
+  WHITENING_DIR,
+)
 
 
 def define_flags():
@@ -59,9 +70,9 @@ def define_flags():
   flags.DEFINE_list(
     "representations",
     ["context", "embed"],
-    "Any of context, embed, first, last (the [CLS]/[SOS] and "
-    "[SEP]/[EOS] vectors), and context\\M / first\\M ... for the "
-    "bilm/bert intact-input variants.",
+    "Any of context, embed, first_last (the word-piece mean of the first and last blocks' "
+    "average, intact input), first, last (the [CLS]/[SOS] and [SEP]/[EOS] vectors), and "
+    "context\\M for the bilm/bert intact-input context.",
   )
   flags.DEFINE_list("sets", list(SETS), "Evaluation sets.")
   cli.register_choices("sets", list(SETS))
@@ -107,6 +118,27 @@ def define_flags():
     "an interrupted run resumes after the last complete batch.",
     lower_bound=1,
   )
+  flags.DEFINE_integer(
+    "whiten",
+    0,
+    "Also score each representation whitened to DIM dimensions (BERT-whitening: the vectors' "
+    "mean and covariance SVD, no labels), as representation+W<DIM>: fitted on the sentences of "
+    "each set (a SentEval task: of all its subsets), or of --whiten_fit, or loaded from "
+    "--whiten_load. The transforms go to <output_dir>/whitening/<set or task>.npz. 0: none.",
+    lower_bound=0,
+  )
+  flags.DEFINE_string(
+    "whiten_fit",
+    None,
+    "With --whiten: a text file, one sentence per line (e.g. the training corpus), to fit the "
+    "whitening on instead of each set's sentences, so that any set, even one pair, is whitened.",
+  )
+  flags.DEFINE_string(
+    "whiten_load",
+    None,
+    "A whitening/<name>.npz of an earlier run: whiten with its transforms (one per model and "
+    "representation) instead of fitting; --whiten, if given, must be their dimension.",
+  )
   flags.DEFINE_bool(
     "overwrite",
     False,
@@ -134,24 +166,42 @@ def _check_representations(names):
 
 
 def evaluate_sts(
-  lm, pairs, representation, label="encoding", bootstrap=(significance.DEFAULT_RESAMPLES, 0)
+  lm,
+  pairs,
+  representation,
+  label="encoding",
+  bootstrap=(significance.DEFAULT_RESAMPLES, 0),
+  whiten=None,
 ):
   """Scores of one set and representation, as stored in sts_results.json.
 
   Args:
     bootstrap: (resamples, seed) of the Pearson interval.
+    whiten: None, or a function of the pairs' vectors (first, second: float [P, D]) that gives
+      the whitening.Whitening to score them whitened too.
 
   Returns:
-    dict: "scores" [Pearson x100, Spearman x100], "pearson_ci" [low, high] (95%),
-    "cosines" float [P] and "gold" float [P].
+    list of dicts, the raw vectors' then (with `whiten`) the whitened ones': "scores" [Pearson
+    x100, Spearman x100], "pearson_ci" [low, high] (95%), "cosines" float [P] and "gold" float
+    [P]; the whitened one's "whitening", its transform.
   """
-  cosines = pair_similarity.pair_cosines(lm, pairs, representation, label)
+  first, second, _ = pair_similarity.pair_vectors(lm, pairs, representation, label)
   gold = [float(p.score) for p in pairs]
-  return {
-    **pair_similarity.correlations(cosines, gold, bootstrap),
-    "cosines": [float(c) for c in cosines],
-    "gold": gold,
-  }
+
+  def scored(cosines):
+    return {
+      **pair_similarity.correlations(cosines, gold, bootstrap),
+      "cosines": [float(c) for c in cosines],
+      "gold": gold,
+    }
+
+  results = [scored(inference.cosine(first, second))]
+  if whiten:
+    transform = whiten(first, second)
+    results.append(
+      dict(scored(pair_similarity.whitened_cosines(first, second, transform)), whitening=transform)
+    )
+  return results
 
 
 def markdown_table(results, set_names):
@@ -182,8 +232,9 @@ def main(argv):
     if FLAGS.output_dir:
       io_utils.check_output_path(FLAGS.output_dir, "output_dir")
     check_model_specs()
+    whiten = whitening_options()
   if not FLAGS.output_dir:
-    evaluate_and_write()
+    evaluate_and_write(whiten=whiten)
     return
   # One writer of the results: a second run into --output_dir exits 2 naming this one.
   results = os.path.join(FLAGS.output_dir, RESULTS_FILE)
@@ -193,10 +244,9 @@ def main(argv):
     # Another job's results are refused before a model loads; the record is written with the
     # first output, so a run refused for its data or models leaves none.
     record = runs.Record(FLAGS.output_dir, job_identity(groups), OUTPUTS, FLAGS.overwrite)
-    if paper_sets():
-      evaluate_and_write(record)
+    paper = evaluate_and_write(record, whiten) if paper_sets() else []
     if FLAGS.pairs_file:
-      evaluate_pairs(groups, record)
+      evaluate_pairs(groups, record, paper, whiten)
 
 
 def pair_groups():
@@ -219,6 +269,12 @@ def job_identity(groups):
     "bootstrap_resamples": FLAGS.bootstrap_resamples,
     "bootstrap_seed": FLAGS.bootstrap_seed,
   }
+  if FLAGS.whiten or FLAGS.whiten_load:
+    identity.update(
+      whiten=FLAGS.whiten,
+      whiten_fit=FLAGS.whiten_fit and runs.path_identity(FLAGS.whiten_fit),
+      whiten_load=FLAGS.whiten_load and runs.path_identity(FLAGS.whiten_load),
+    )
   if paper_sets():
     try:
       data_dir = io_utils.data_root(FLAGS.data_dir)
@@ -256,9 +312,11 @@ def load_model(spec):
   return row_name, lm
 
 
-def evaluate_and_write(record=None):
-  """Every --model_dir and representation on every set; the table, and the results files
-  (`record`, the `runs.Record` of --output_dir, started before they are written)."""
+def evaluate_and_write(record=None, whiten=None):
+  """Every --model_dir and representation on every set, raw and (`whiten`, a `Whiten`)
+  whitened; the table, and the results files (`record`, the `runs.Record` of --output_dir,
+  started before they are written) with each set's transforms. Returns the result rows."""
+  whiten = whiten or Whiten()
   with cli.user_input():
     data_sets = {name: SETS[name][1](FLAGS.data_dir) for name in paper_sets()}
   for name, pairs in data_sets.items():
@@ -266,45 +324,35 @@ def evaluate_and_write(record=None):
       data_sets[name] = pairs[: FLAGS.max_pairs]
     logging.info("%s: %d pairs", SETS[name][0], len(data_sets[name]))
   results = []
+  transforms = {name: {} for name in data_sets}  # set: {column: whitening.Whitening}
+  bootstrap = (FLAGS.bootstrap_resamples, FLAGS.bootstrap_seed)
   for spec in FLAGS.model_dir:
     row_name, lm = load_model(spec)
+    fixed = whiten.model_transforms(row_name, lm, FLAGS.representations)
     for representation in FLAGS.representations:
-      row = {
-        "model": row_name,
-        "model_type": lm.model_type,
-        "representation": representation,
-        "scores": {},
-        "pearson_ci": {},
-        "cosines": {},
-        "gold": {},
-      }
+      rows = [
+        {
+          "model": row_name,
+          "model_type": lm.model_type,
+          "representation": name,
+          **{field: {} for field in ("scores", "pearson_ci", "cosines", "gold")},
+        }
+        for name in whiten.representations(representation)
+      ]
       for name, pairs in data_sets.items():
         start = time.time()
         label = f"{row_name} {representation} {name}"
-        bootstrap = (FLAGS.bootstrap_resamples, FLAGS.bootstrap_seed)
-        for field, value in evaluate_sts(lm, pairs, representation, label, bootstrap).items():
-          row[field][name] = value
-        reason = pair_similarity.undefined_reason(row["cosines"][name], row["gold"][name])
-        if reason:
-          logging.warning(
-            "%s %s %s: Pearson and Spearman are undefined (%s)",
-            row_name,
-            representation,
-            name,
-            reason,
-          )
-          continue
-        logging.info(
-          "%s %s %s: Pearson %.2f [%.2f, %.2f] Spearman %.2f (%.1f s)",
-          row_name,
-          representation,
-          name,
-          row["scores"][name][0],
-          *row["pearson_ci"][name],
-          row["scores"][name][1],
-          time.time() - start,
-        )
-      results.append(row)
+        fit = whiten.fitter(fixed.get(representation), f"{SETS[name][0]}'s sentences")
+        for row, result in zip(
+          rows, evaluate_sts(lm, pairs, representation, label, bootstrap, fit)
+        ):
+          if "whitening" in result:
+            column = pair_similarity.column_name(row_name, representation)
+            transforms[name][column] = result.pop("whitening")
+          for field, value in result.items():
+            row[field][name] = value
+          log_scores(row, name, time.time() - start)
+      results += rows
   table = markdown_table(results, paper_sets())
   print(table)
   if FLAGS.output_dir:
@@ -313,42 +361,202 @@ def evaluate_and_write(record=None):
       os.path.join(FLAGS.output_dir, RESULTS_FILE), json.dumps(results, indent=2)
     )
     io_utils.write_atomically(os.path.join(FLAGS.output_dir, "sts_results.md"), table)
+    for name, fitted in transforms.items():
+      if fitted:
+        save_transforms(name, fitted)
+  return results
+
+
+def log_scores(row, name, seconds):
+  """Logs a result row's scores on set `name` (or why they are undefined)."""
+  what = f"{row['model']} {row['representation']} {name}"
+  reason = pair_similarity.undefined_reason(row["cosines"][name], row["gold"][name])
+  if reason:
+    logging.warning("%s: Pearson and Spearman are undefined (%s)", what, reason)
+    return
+  logging.info(
+    "%s: Pearson %.2f [%.2f, %.2f] Spearman %.2f (%.1f s)",
+    what,
+    row["scores"][name][0],
+    *row["pearson_ci"][name],
+    row["scores"][name][1],
+    seconds,
+  )
+
+
+# ------------------------------------------------------------------ whitening (--whiten)
+
+
+@dataclasses.dataclass
+class Whiten:
+  """What --whiten, --whiten_fit and --whiten_load ask for (`whiten_options`).
+
+  Attributes:
+    dim: the whitened vectors' dimensions; 0: no whitening.
+    source: the flag the transforms come from, for messages.
+    sentences: --whiten_fit's sentences, or None.
+    loaded: --whiten_load's {column name: whitening.Whitening}, or None.
+  """
+
+  dim: int = 0
+  source: str = ""
+  sentences: list = None
+  loaded: dict = None
+
+  def representations(self, representation):
+    """The result rows' representations of `representation`: itself, and whitened."""
+    if not self.dim:
+      return [representation]
+    return [representation, pair_similarity.whitened_name(representation, self.dim)]
+
+  def model_transforms(self, name, lm, representations):
+    """{representation: whitening.Whitening} of the model `name` fixed for every set (fitted on
+    --whiten_fit's sentences or loaded); {} when each set fits its own, or without whitening.
+
+    Raises:
+      cli.InputError: more dimensions than the model's vectors have, a loaded file without the
+        model's transform or with one of other dimensions, vectors that cannot be whitened.
+    """
+    if not self.dim:
+      return {}
+    hidden = lm.model.config.hidden_size
+    if self.dim > hidden:
+      raise cli.InputError(
+        f"{self.source}: {self.dim} dimensions asked of {name}'s {hidden}-dimensional vectors"
+      )
+    if self.loaded is not None:
+      out = {}
+      for r in representations:
+        column = pair_similarity.column_name(name, r)
+        if column not in self.loaded:
+          raise cli.InputError(
+            f"{self.source}: no transform of {column!r} in it (it has {sorted(self.loaded)})"
+          )
+        out[r] = self.loaded[column]
+        if out[r].dims[0] != hidden:
+          raise cli.InputError(
+            f"{self.source}: {column!r} takes {out[r].dims[0]}-dimensional vectors; {name}'s "
+            f"have {hidden}"
+          )
+      return out
+    if self.sentences is None:
+      return {}
+    out = {}
+    for r in representations:
+      vectors, _ = pair_similarity.encode(
+        lm, self.sentences, *pair_similarity.parse_representation(r), f"{name} {r} whitening"
+      )
+      out[r] = self.fitted(vectors, f"{self.source}")
+    return out
+
+  def fitter(self, fixed, what):
+    """evaluate_sts's `whiten`: `fixed` (a model's transform for every set), or a fit on the
+    set's pairs' sentences (`what`, for messages); None without whitening."""
+    if not self.dim:
+      return None
+    if fixed is not None:
+      return lambda first, second: fixed
+    return lambda first, second: self.fitted(np.concatenate([first, second]), what)
+
+  def fitted(self, vectors, what):
+    """whitening.fit of `vectors` float [N, D]; cli.InputError naming `what` when it cannot."""
+    try:
+      return whitening.fit(vectors, self.dim)
+    except ValueError as e:
+      raise cli.InputError(f"--whiten={self.dim} on {what}: {e}") from None
+
+
+def whitening_options():
+  """--whiten, --whiten_fit and --whiten_load as a `Whiten`, their files read.
+
+  Raises:
+    cli.InputError: both files, --whiten_fit without --whiten, a file missing, unreadable or
+      with fewer than 2 sentences, a transforms file of other dimensions than --whiten.
+  """
+  if FLAGS.whiten_fit and FLAGS.whiten_load:
+    raise cli.InputError("--whiten_fit and --whiten_load: give one (fit a transform, or load one)")
+  if FLAGS.whiten_load:
+    source = f"--whiten_load={FLAGS.whiten_load}"
+    try:
+      loaded = whitening.load(FLAGS.whiten_load)
+    except (OSError, ValueError) as e:
+      raise cli.InputError(f"{source}: {e}") from None
+    dims = sorted({t.dims[1] for t in loaded.values()})
+    if len(dims) != 1 or FLAGS.whiten not in (0, dims[0]):
+      raise cli.InputError(
+        f"{source}: its transforms give {dims} dimensions"
+        + (f", not --whiten={FLAGS.whiten}" if FLAGS.whiten else "; one expected")
+      )
+    return Whiten(dims[0], source, loaded=loaded)
+  source = f"--whiten_fit={FLAGS.whiten_fit}"
+  if not FLAGS.whiten_fit:
+    return Whiten(FLAGS.whiten, f"--whiten={FLAGS.whiten}")
+  if not FLAGS.whiten:
+    raise cli.InputError(f"{source} needs --whiten=DIM, the dimensions to keep")
+  try:
+    with open(FLAGS.whiten_fit, encoding="utf-8") as f:
+      sentences = [line.strip() for line in f if line.strip()]
+  except (OSError, UnicodeDecodeError) as e:
+    raise cli.InputError(f"{source}: {e}") from None
+  if len(sentences) < 2:
+    raise cli.InputError(
+      f"{source}: {len(sentences)} sentence(s); a whitening needs at least 2, one per line"
+    )
+  return Whiten(FLAGS.whiten, source, sentences=sentences)
+
+
+def save_transforms(name, transforms):
+  """Writes set or task `name`'s {column: whitening.Whitening} to <output_dir>/whitening/."""
+  path = os.path.join(FLAGS.output_dir, WHITENING_DIR, name + ".npz")
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  whitening.save(path, transforms)
+  logging.info("whitening of %s: %s", name, path)
 
 
 # ------------------------------------------------------------------ your own pairs (--pairs_file)
 
 
-def evaluate_pairs(groups, record):
-  """Every --model_dir and representation on every --pairs_file set (`pair_groups`):
-  pairs/<set>.tsv each, and pairs_results.{json,md} with the correlations of the sets with gold
-  scores; `record` (`runs.Record`) is started once the models load."""
+def evaluate_pairs(groups, record, paper=(), whiten=None):
+  """Every --model_dir and representation on every --pairs_file set (`pair_groups`), raw and
+  (`whiten`, a `Whiten`) whitened: pairs/<set>.tsv each, and pairs_results.{json,md} with the
+  correlations of the sets with gold scores; `record` (`runs.Record`) is started once the models
+  load; `paper`, the rows of the paper's sets this run scored (their STS-B test and SICK test
+  join SimCSE's average)."""
+  whiten = whiten or Whiten()
   with cli.user_input():
     counts = {name: pair_files.count_pairs(source) for _, sets in groups for name, source in sets}
   models = [load_model(spec) for spec in FLAGS.model_dir]
   names = [name for name, _ in models]
   if len(set(names)) < len(names):
     raise cli.InputError(f"--model_dir: two models share a name in {names}: name them name=DIR")
+  fixed = {name: whiten.model_transforms(name, lm, FLAGS.representations) for name, lm in models}
   record.start()
   rows = [
-    dict(model=name, model_type=lm.model_type, representation=representation)
+    dict(model=name, model_type=lm.model_type, representation=r)
     | {field: {} for field in ("scores", "pearson_ci", "cosines", "gold", "all")}
     for name, lm in models
     for representation in FLAGS.representations
+    for r in whiten.representations(representation)
   ]
   writer = pair_similarity.CosineWriter(
-    models, FLAGS.representations, FLAGS.pairs_batch_size, FLAGS.overwrite
+    models, FLAGS.representations, FLAGS.pairs_batch_size, FLAGS.overwrite, whiten.dim
   )
   bootstrap = (FLAGS.bootstrap_resamples, FLAGS.bootstrap_seed)
   truncated = {}  # set name: pairs with a sentence truncated to fit a model
-  for _, sets in groups:
+  for task, sets in groups:
+    transforms = group_transforms(models, sets, whiten, fixed)
+    if transforms:
+      save_transforms(
+        task or sets[0][0], {pair_similarity.column_name(*key): t for key, t in transforms.items()}
+      )
     for name, source in sets:
       path = os.path.join(FLAGS.output_dir, "pairs", name + ".tsv")
       logging.info("%s: %d pairs of %s -> %s", name, counts[name][0], source.path, path)
-      writer.write(source, path, name, counts[name][0])
+      writer.write(source, path, name, counts[name][0], transforms)
       truncated[name] = pair_similarity.read_cosines(path, return_truncated=True)[2]
       if counts[name][1]:
         pair_similarity.add_correlations(rows, name, path, bootstrap)
-  results, table = pairs_report(rows, groups, counts, names, truncated)
+  results, table = pairs_report(rows, groups, counts, names, truncated, bootstrap, paper)
   print(table)
   io_utils.write_atomically(
     os.path.join(FLAGS.output_dir, PAIRS_RESULTS_FILE), json.dumps(results, indent=2)
@@ -356,16 +564,44 @@ def evaluate_pairs(groups, record):
   io_utils.write_atomically(os.path.join(FLAGS.output_dir, "pairs_results.md"), table)
 
 
-def pairs_report(rows, groups, counts, model_names, truncated):
+def group_transforms(models, sets, whiten, fixed):
+  """{(model name, representation): whitening.Whitening} that whitens a --pairs_file group (a
+  file, or a SentEval task's subsets): `fixed` ({model name: `Whiten.model_transforms`}), or
+  fitted on the sentences of every pair of the group, encoded for it (BERT-whitening fits on a
+  task's sentences); {} without whitening."""
+  if not whiten.dim:
+    return {}
+  out = {}
+  pairs = None
+  for name, lm in models:
+    for r in FLAGS.representations:
+      if r in fixed[name]:
+        out[name, r] = fixed[name][r]
+        continue
+      if pairs is None:
+        with cli.user_input():
+          pairs = [pair for _, source in sets for pair in source]
+      first, second, _ = pair_similarity.pair_vectors(lm, pairs, r, f"{name} {r} whitening")
+      out[name, r] = whiten.fitted(np.concatenate([first, second]), ", ".join(n for n, _ in sets))
+  return out
+
+
+def pairs_report(rows, groups, counts, model_names, truncated, bootstrap, paper=()):
   """(pairs_results.json's content, pairs_results.md): the sets (with `truncated`, their pairs
-  with a truncated sentence), the correlations of those with gold scores (SentEval's "all" rows
-  after each task), each model minus each later one."""
+  with a truncated sentence), the correlations of those with gold scores (SentEval's aggregates
+  after each task, SimCSE's average after all), each model minus each later one; `bootstrap`
+  (resamples, seed) of the aggregates' intervals, `paper` as `evaluate_pairs`."""
   gold_groups = [(task, [n for n, _ in sets if counts[n][1]]) for task, sets in groups]
   gold_groups = [(task, names) for task, names in gold_groups if names]
+  tasks = [task for task, _ in gold_groups if task is not None]
   for task, names in gold_groups:
     if task is not None:
-      for row, means in zip(rows, pair_similarity.senteval_means(rows, names)):
-        row["all"][task] = means
+      for row, entry in zip(rows, pair_similarity.senteval_aggregates(rows, names, bootstrap)):
+        row["all"][task] = entry
+  paper = {(r["model"], r["representation"]): r for r in paper}
+  for row in rows if tasks else ():
+    paper_row = paper.get((row["model"], row["representation"]))
+    row["avg"] = pair_similarity.senteval_average(row, tasks, paper_row)
   comparisons = reproduction_report.sts_comparisons(
     rows, list(itertools.combinations(model_names, 2))
   )
@@ -402,9 +638,12 @@ def pairs_report(rows, groups, counts, model_names, truncated):
   if gold_groups:
     parts.insert(
       0,
-      "Pearson r x 100 [95% bootstrap CI over pairs] (Spearman x 100); all (mean / wmean): "
-      "SentEval's mean and pair-weighted mean of a task's subsets.\n\n"
-      + pair_similarity.markdown_table(rows, gold_groups),
+      "Pearson r x 100 [95% bootstrap CI over pairs] (Spearman x 100). A SentEval task's "
+      "all / mean / wmean (SentEval's: the correlation over its subsets' pairs joined, the mean "
+      "and the pair-weighted mean of its subsets' correlations): Spearman x 100 [95% CI] "
+      "(Pearson [95% CI]), each subset resampled within itself. avg: SimCSE's, the mean "
+      "Spearman x 100 of each task's all (and of STS-B test and SICK test when --sets ran "
+      "them).\n\n" + pair_similarity.markdown_table(rows, gold_groups),
     )
   if comparisons:
     parts.append(

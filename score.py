@@ -11,7 +11,7 @@ A JSON record per input line, in input order:
   {"line": 0, "text": ..., "score": sum of token log-probs, "mean": per token,
    "num_tokens": n, "perplexity": exp(-mean in nats), "num_oov": n, "tokens": [...],
    "token_logprobs": [...], "word_logprobs": [...], "truncated": bool, ...}
-  (+ "vector": [...] with --vectors=context|embed)
+  (+ "vector": [...] with --vectors=context|embed|first_last)
 Log-probs are natural logs; --log_base=10 (KenLM's `query`) or 2 (fairseq) converts every one
 and adds "log_base" to the record. "num_oov": the words the LM cannot represent (KenLM: out of
 its vocabulary, scored as <unk>; a neural LM: pieces that are [UNK]). --keyed reads Kaldi-style
@@ -59,7 +59,7 @@ from util import resumable
 FLAGS = flags.FLAGS
 
 FORMATS = ("jsonl", "tsv")
-VECTORS = ("none", "context", "embed")
+VECTORS = ("none", "context", "embed", "first_last")
 # --log_base -> ln(base), the divisor that turns a natural log into a log of that base.
 LOG_BASES = {"e": 1.0, "10": math.log(10.0), "2": math.log(2.0)}
 TSV_ORDERS = ("score_text", "text_score")

@@ -1,21 +1,24 @@
 """Similarity of sentence pairs: each distinct sentence encoded once, each pair's cosine.
 
 A pair's similarity is the cosine of its two sentence vectors (inference.NeuralLM.sentence_vectors
-with a representation's pooling). `pair_cosines` gives them for pairs in memory (run_sts.py's
-STS-B and SICK sets); `CosineWriter` streams pairs from a file (evaluation/pair_files.py) into a
-TSV with one line per pair, in input order:
+with a representation's pooling; optionally whitened, evaluation/whitening.py). `pair_vectors`
+gives the vectors of pairs in memory (run_sts.py's STS-B and SICK sets); `CosineWriter` streams
+pairs from a file (evaluation/pair_files.py) into a TSV with one line per pair, in input order:
 
   line  sentence1  sentence2  gold  <model> <representation>  ...  truncated
 
 (`line` the pair's input line, `gold` empty without gold scores, then one cosine column per model
-and representation, each float written exactly, then `truncated`, 1 when either sentence was cut
-to fit a model's max_seq_length, else 0). Pairs are read, encoded and appended
+and representation (each followed by its whitened one, "<representation>+W<dim>", when asked),
+each float written exactly, then `truncated`, 1 when either sentence was cut to fit a model's
+max_seq_length, else 0). Pairs are read, encoded and appended
 `batch_size` at a time, each distinct sentence of a batch once, with progress, into
 `OUTPUT.partial` (util/resumable.py): an interrupted run resumes after its last complete batch and
 ends with the same file, and an output the same job finished before is kept. `correlations` gives
 Pearson and Spearman x 100 with the Pearson's bootstrap interval (evaluation/significance.py),
 None when undefined (constant gold scores or cosines: `undefined_reason`),
-`senteval_means` SentEval's "all" row, and `markdown_table` the table of a run's pair sets.
+`senteval_aggregates` SentEval's "all", "mean" and "wmean" of a task with their intervals,
+`senteval_average` SimCSE's average over tasks, and `markdown_table` the table of a run's pair
+sets.
 """
 
 import collections
@@ -70,12 +73,13 @@ def encode(lm, sentences, pooling, masked, label):
   return np.concatenate(parts), np.array(truncated, bool)
 
 
-def pair_cosines(lm, pairs, representation, label="encoding", return_truncated=False):
-  """Cosine similarity of each pair's two sentence vectors: float [P].
+def pair_vectors(lm, pairs, representation, label="encoding"):
+  """Each pair's two sentence vectors, each distinct sentence encoded once; progress lines are
+  logged as `label`.
 
-  Each distinct sentence is encoded once; progress lines are logged as `label`. With
-  `return_truncated`, also whether either sentence of each pair was truncated: (float [P],
-  bool [P]).
+  Returns:
+    (first float32 [P, D], second float32 [P, D], truncated bool [P]: whether either sentence of
+    the pair was truncated to fit the model).
   """
   pooling, masked = parse_representation(representation)
   sentences = sorted({s for p in pairs for s in (p.sent1, p.sent2)})
@@ -83,10 +87,19 @@ def pair_cosines(lm, pairs, representation, label="encoding", return_truncated=F
   vectors, truncated = encode(lm, sentences, pooling, masked, label)
   first = [index[p.sent1] for p in pairs]
   second = [index[p.sent2] for p in pairs]
-  cosines = inference.cosine(vectors[first], vectors[second])
-  if return_truncated:
-    return cosines, truncated[first] | truncated[second]
-  return cosines
+  return vectors[first], vectors[second], truncated[first] | truncated[second]
+
+
+def whitened_name(representation, dim):
+  """The name of a representation whitened to `dim` dimensions (evaluation/whitening.py):
+  "context+W256"."""
+  return f"{representation}+W{dim:d}"
+
+
+def whitened_cosines(first, second, transform):
+  """Cosines of each pair's two vectors (float [P, D] each) after `transform`
+  (whitening.Whitening): float [P]."""
+  return inference.cosine(transform.apply(first), transform.apply(second))
 
 
 def undefined_reason(cosines, gold):
@@ -156,12 +169,22 @@ class CosineWriter:
     representations: list of str (`parse_representation`).
     batch_size: pairs read, encoded and appended at a time.
     overwrite: start over instead of resuming an unfinished partial file.
+    whiten: 0, or the dimensions of whitened vectors: each representation's column is followed
+      by its whitened one (`whitened_name`), with the transforms `write` is given.
   """
 
-  def __init__(self, models, representations, batch_size=DEFAULT_BATCH_SIZE, overwrite=False):
+  def __init__(
+    self, models, representations, batch_size=DEFAULT_BATCH_SIZE, overwrite=False, whiten=0
+  ):
     self.models = models
     self.representations = list(representations)
-    self.columns = [column_name(name, r) for name, _ in models for r in self.representations]
+    self.whiten = whiten
+    self.columns = [
+      column_name(name, r)
+      for name, _ in models
+      for rep in self.representations
+      for r in ([rep, whitened_name(rep, whiten)] if whiten else [rep])
+    ]
     self.overwrite = overwrite
     # What every output's lines depend on but its input; worked out once, as it hashes weights.
     self.job = {
@@ -172,7 +195,7 @@ class CosineWriter:
       "truncated_column": True,
     }
 
-  def write(self, source, target, label, total=None):
+  def write(self, source, target, label, total=None, transforms=None):
     """Streams the pairs of `source` into the TSV `target`, resuming its partial file; a target
     finished by the same job on the same input is kept (`resumable.is_done`).
 
@@ -181,12 +204,15 @@ class CosineWriter:
       target: str, the output file (its directory is made).
       label: str, what progress lines name.
       total: int or None, the pairs of `source` (for the progress line's ETA).
+      transforms: with `whiten`, {(model name, representation): whitening.Whitening}.
 
     Raises:
       cli.InputError: the partial file was made by another job (models, representations, batch
         size, input and its reading) or from another input content; a write failed.
     """
     job = dict(self.job, **source.identity())
+    if self.whiten:
+      job["whitening"] = {" ".join(key): t.digest() for key, t in transforms.items()}
     if not self.overwrite and resumable.is_done(target, job, source):
       logging.info("%s: %s is complete (the same job and input), kept", label, target)
       return
@@ -202,14 +228,15 @@ class CosineWriter:
       partial.append(["\t".join([*COLUMNS, *self.columns, TRUNCATED])], source)
     bar = progress.Progress(label, total=None if total is None else total - done, unit="pairs")
     for batch in _batches(pairs, self.job["batch_size"]):
-      results = [
-        pair_cosines(lm, batch, r, f"{name} {r} {label}", return_truncated=True)
-        for name, lm in self.models
-        for r in self.representations
-      ]
-      cosines = [c for c, _ in results]
-      # Truncated for any model: each model's vectors are of what it read.
-      truncated = np.any([t for _, t in results], axis=0)
+      cosines, truncated = [], np.zeros(len(batch), bool)
+      for name, lm in self.models:
+        for r in self.representations:
+          first, second, cut = pair_vectors(lm, batch, r, f"{name} {r} {label}")
+          cosines.append(inference.cosine(first, second))
+          if self.whiten:
+            cosines.append(whitened_cosines(first, second, transforms[name, r]))
+          # Truncated for any model: each model's vectors are of what it read.
+          truncated |= cut
       lines = [_line(p, row, t) for p, row, t in zip(batch, zip(*cosines), truncated)]
       partial.append(lines, source)
       bar.update(len(batch))
@@ -269,32 +296,66 @@ def add_correlations(rows, name, path, bootstrap=(significance.DEFAULT_RESAMPLES
     )
 
 
-def senteval_means(rows, subsets):
-  """SentEval's "all" of a task: the mean and the pair-weighted mean of its subsets' correlations.
+def senteval_aggregates(rows, subsets, bootstrap=(significance.DEFAULT_RESAMPLES, 0)):
+  """SentEval's aggregations of a task (`significance.subset_aggregates`): "all" over the
+  concatenated subsets, the mean and the pair-weighted mean of the subsets' correlations.
 
   Args:
-    rows: result rows with "scores" {set name: [Pearson, Spearman]} and "gold" {set name: [P]}.
+    rows: result rows with "cosines" and "gold" {set name: float [P]} (`add_correlations`).
     subsets: list of the task's set names.
+    bootstrap: (resamples, seed) of the intervals.
 
   Returns:
-    list, per row: {"mean": [Pearson, Spearman], "wmean": [Pearson, Spearman], "pairs": int}.
+    list, per row: {"pairs": int, and per aggregate of significance.AGGREGATES: {"scores":
+    [Pearson, Spearman], "ci": [[low, high], [low, high]]}, or None when a subset's correlations
+    are undefined (`undefined_reason`), which leaves the task's undefined too}.
   """
   out = []
   for row in rows:
-    weights = [len(row["gold"][s]) for s in subsets]
-    if any(row["scores"][s][0] is None for s in subsets):
-      # A mean over a subset without correlations is undefined too, not the others' mean.
-      out.append({"mean": [None, None], "wmean": [None, None], "pairs": sum(weights)})
-      continue
-    scores = np.array([row["scores"][s] for s in subsets])  # [subsets, 2]
-    out.append(
-      {
-        "mean": [float(x) for x in scores.mean(0)],
-        "wmean": [float(x) for x in np.average(scores, axis=0, weights=weights)],
-        "pairs": sum(weights),
-      }
-    )
+    cosines = [row["cosines"][s] for s in subsets]
+    gold = [row["gold"][s] for s in subsets]
+    entry = {"pairs": sum(len(g) for g in gold)}
+    if any(undefined_reason(c, g) for c, g in zip(cosines, gold)):
+      entry.update(dict.fromkeys(significance.AGGREGATES))
+    else:
+      entry.update(significance.subset_aggregates(cosines, gold, *bootstrap))
+    out.append(entry)
   return out
+
+
+# SimCSE's "Avg.": the Spearman x 100 of STS12-16 ("all" each), STS-B test and SICK-R test.
+AVERAGED_SETS = ("stsb_test", "sick_test")
+
+
+def senteval_average(row, tasks, paper_row=None):
+  """SimCSE's summary of a model and representation: the mean Spearman x 100 of each SentEval
+  task's "all" and, when `paper_row` (run_sts.py's row of the paper's sets) has them, of STS-B
+  test and SICK test.
+
+  Returns:
+    {"spearman": float or None (undefined where any member is), "over": [task or set names]}.
+  """
+  values = {
+    task: (row["all"][task]["all"] or {"scores": [None, None]})["scores"][1] for task in tasks
+  }
+  for name in AVERAGED_SETS:
+    if paper_row is not None and name in paper_row["scores"]:
+      values[name] = paper_row["scores"][name][1]
+  defined = None not in values.values()
+  return {
+    "spearman": float(np.mean(list(values.values()))) if defined else None,
+    "over": list(values),
+  }
+
+
+def _aggregate_cell(entry):
+  """ "Spearman [low, high] (Pearson [low, high])" x 100 of a `senteval_aggregates` entry."""
+  if entry is None:
+    return "undefined"
+  (pearson, spearman), (p_ci, s_ci) = entry["scores"], entry["ci"]
+  return (
+    f"{spearman:.2f} [{s_ci[0]:.2f}, {s_ci[1]:.2f}] ({pearson:.2f} [{p_ci[0]:.2f}, {p_ci[1]:.2f}])"
+  )
 
 
 def markdown_table(rows, groups):
@@ -302,9 +363,10 @@ def markdown_table(rows, groups):
 
   Args:
     rows: result rows ("model", "representation", "scores", "pearson_ci", "gold"; "all" {task:
-      `senteval_means` entry} for SentEval tasks).
+      `senteval_aggregates` entry} for SentEval tasks, "avg" (`senteval_average`) with any).
     groups: list of (task or None, [set names]): a SentEval task's subsets are followed by its
-      "all" rows, SentEval's mean and pair-weighted mean of the subsets' correlations.
+      aggregates (`senteval_aggregates`), Spearman first as the field prints them, and the
+      table ends with SimCSE's average when a task ran.
   """
   lines = [
     "| pairs | n | "
@@ -325,15 +387,12 @@ def markdown_table(rows, groups):
       lines.append(f"| {name} | {len(rows[0]['gold'][name])} | {' | '.join(cells)} |")
     if task is None:
       continue
-    for kind in ("mean", "wmean"):
-      # No interval: SentEval's means of correlations have none.
-      cells = [
-        "undefined"
-        if None in r["all"][task][kind]
-        else "{:.2f} ({:.2f})".format(*r["all"][task][kind])
-        for r in rows
-      ]
-      lines.append(
-        f"| {task}/all ({kind}) | {rows[0]['all'][task]['pairs']} | {' | '.join(cells)} |"
-      )
+    for kind in significance.AGGREGATES:
+      cells = [_aggregate_cell(r["all"][task][kind]) for r in rows]
+      lines.append(f"| {task}/{kind} | {rows[0]['all'][task]['pairs']} | {' | '.join(cells)} |")
+  if rows and "avg" in rows[0]:
+    cells = [
+      "undefined" if r["avg"]["spearman"] is None else f"{r['avg']['spearman']:.2f}" for r in rows
+    ]
+    lines.append(f"| avg ({', '.join(rows[0]['avg']['over'])}) | | {' | '.join(cells)} |")
   return "\n".join(lines) + "\n"

@@ -168,6 +168,78 @@ def pearson_interval(
   return Interval(value, low, high)
 
 
+# SentEval's aggregations of an STS task's subsets (senteval/sts.py): "all", Pearson and Spearman
+# over the concatenation of the subsets' pairs (the figure SimCSE and SBERT print), "mean" and
+# "wmean", the mean and the pair-weighted mean of the subsets' correlations (BERT-flow's).
+AGGREGATES = ("all", "mean", "wmean")
+# Resamples drawn at a time: [chunk, pairs] index arrays (STS12-16's largest task: 3,750 pairs).
+_AGGREGATE_CHUNK = 100
+
+
+def _spearman(x, y, axis=-1):
+  """Spearman rho x 100 along `axis`: the Pearson of the ranks (ties get their mean rank)."""
+  return _pearson(stats.rankdata(x, axis=axis), stats.rankdata(y, axis=axis), axis)
+
+
+def _aggregates(predicted, gold):
+  """`AGGREGATES` of subsets, each float [..., 2] (Pearson, Spearman) x 100.
+
+  Args:
+    predicted, gold: lists over the subsets of float [..., n_s] (leading axes: resamples).
+  """
+  per_subset = np.stack(
+    [np.stack([_pearson(p, g), _spearman(p, g)], -1) for p, g in zip(predicted, gold)]
+  )  # [S, ..., 2]
+  joined = np.concatenate(predicted, -1), np.concatenate(gold, -1)
+  return {
+    "all": np.stack([_pearson(*joined), _spearman(*joined)], -1),
+    "mean": per_subset.mean(0),
+    "wmean": np.average(per_subset, axis=0, weights=[p.shape[-1] for p in predicted]),
+  }
+
+
+def subset_aggregates(
+  predicted, gold, num_resamples=DEFAULT_RESAMPLES, confidence=DEFAULT_CONFIDENCE, seed=0
+):
+  """SentEval's `AGGREGATES` of a task's subsets, x 100, with percentile bootstrap intervals.
+
+  The bootstrap is stratified: each resample draws every subset's pairs from that subset, as
+  many as it has, so each subset keeps its size and weight (a task is a fixed set of subsets,
+  and "mean" needs a correlation of each), and all three statistics are read off the same draws.
+
+  Args:
+    predicted, gold: lists over the subsets of float [n_s], each subset's similarities and gold
+      scores.
+
+  Returns:
+    {aggregate: {"scores": [Pearson, Spearman], "ci": [[low, high] of Pearson, of Spearman]}}.
+  """
+  predicted = [np.asarray(p, np.float64) for p in predicted]
+  gold = [np.asarray(g, np.float64) for g in gold]
+  for p, g in zip(predicted, gold, strict=True):
+    _check_paired(p, g)
+  observed = _aggregates(predicted, gold)
+  rng = np.random.default_rng(seed)
+  draws = {name: [] for name in AGGREGATES}
+  for begin in range(0, num_resamples, _AGGREGATE_CHUNK):
+    size = min(_AGGREGATE_CHUNK, num_resamples - begin)
+    picks = [rng.integers(0, len(p), (size, len(p))) for p in predicted]  # [size, n_s] each
+    sample = _aggregates(
+      [p[i] for p, i in zip(predicted, picks)], [g[i] for g, i in zip(gold, picks)]
+    )
+    for name in AGGREGATES:
+      draws[name].append(sample[name])
+  tail = 100 * (1 - confidence) / 2
+  out = {}
+  for name in AGGREGATES:
+    low, high = np.percentile(np.concatenate(draws[name]), [tail, 100 - tail], axis=0)  # [2] each
+    out[name] = {
+      "scores": [float(v) for v in observed[name]],
+      "ci": [[float(low[k]), float(high[k])] for k in range(2)],
+    }
+  return out
+
+
 def compare_pearson(
   predicted_a,
   predicted_b,

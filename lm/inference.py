@@ -57,7 +57,7 @@ from text import normalization as normalization_lib
 import tokenization
 from util import runs
 
-POOLINGS = ("context", "embed", "first", "last")
+POOLINGS = ("context", "embed", "first_last", "first", "last")
 # How a sentence's pieces are scored (docs/DESIGN.md §4.1). "piece": each piece given every other
 # piece (PLL). "word_l2r": each piece given the other words and the earlier pieces of its own
 # word (Kauf & Ivanova 2023's PLL-word-l2r), so a word split in pieces is not over-rewarded:
@@ -512,8 +512,10 @@ class NeuralLM(object):
     Args:
       sentences: list of str.
       pooling: "context" (mean of the last layer over the words, boundaries
-        excluded), "embed" (the same mean of the embedding output), "first"
-        / "last" (the last layer at the start / end token).
+        excluded), "embed" (the same mean of the embedding output),
+        "first_last" (the same mean of the first and last blocks' average,
+        on intact input for every kind), "first" / "last" (the last layer at
+        the start / end token).
       masked: bilm/bert "context" only: position i's vector comes from the
         copy with token i masked (the paper's biLM); False gives the "\\M"
         variant on intact input. Ignored by tta (always self-unknown) and
@@ -524,7 +526,7 @@ class NeuralLM(object):
 
     Returns:
       float32 [N, D]. A sentence without word pieces gets a zero vector for
-      "context"/"embed" (counted in stats["empty"]). With return_truncated,
+      "context"/"embed"/"first_last" (counted in stats["empty"]). With return_truncated,
       (vectors, list of N bool).
     """
     if pooling not in POOLINGS:

@@ -157,12 +157,13 @@ class OnnxFunctions(object):
 
   def sentence_vectors(self, input_ids, input_mask):
     """Every pooling of one pass, float32 [B, D] each, as `ScoringGraph.sentence_vectors`."""
-    pooled, embedded = self._run(
+    pooled, embedded, first_last = self._run(
       "vectors", self.model.kind.attention, input_ids, input_mask, pooling_weights(input_mask)
     )
     return {
       "context": pooled[:, 0],
       "embed": embedded[:, 0],
+      "first_last": first_last[:, 0],
       "first": pooled[:, 1],
       "last": pooled[:, 2],
     }
@@ -344,17 +345,18 @@ def _block_output(g, block, context, skip):
 
 def _encoder(g, model, input_ids, input_mask, attention, continuation):
   """`TransformerLM.encode` of the graph inputs under the attention pattern `attention`, words
-  from `continuation` (bool [V] or None, `OnnxFunctions`): (sequence_output, embedding_output)
-  names."""
+  from `continuation` (bool [V] or None, `OnnxFunctions`): (sequence_output, embedding_output,
+  the first block's output) names."""
   shape = g.op("Shape", input_ids)  # [2]: B, T
   length = g.op("Slice", shape, g.ints([1]), g.ints([2]))  # [1]: T
   masks = _AttentionMasks(g, model, attention, continuation, input_ids, input_mask, length)
   embedding = _Embedding(g, model, input_ids, length)
   if model.kind.input_isolation:
-    return _tta_layers(g, model, embedding, masks, shape, length), embedding.output
+    sequence, first = _tta_layers(g, model, embedding, masks, shape, length)
+    return sequence, embedding.output, first
   # BERT's first layer reads its queries, keys and values from tables too (`_Embedding.project`);
   # the others project the previous layer's output inside the Attention op.
-  hidden = embedding.output
+  hidden = first = embedding.output
   for l, block in enumerate(model.encoder_layers):
     projections = (block.query, block.key, block.value)
     kernel = np.concatenate([_numpy(p.kernel) for p in projections], axis=1)  # [D, 3D]
@@ -381,7 +383,9 @@ def _encoder(g, model, input_ids, input_mask, attention, continuation):
         **masks.attributes,
       )
     hidden = _block_output(g, block, context, hidden)
-  return hidden, embedding.output
+    if l == 0:
+      first = hidden
+  return hidden, embedding.output, first
 
 
 def _positions(model):
@@ -569,8 +573,8 @@ class _Embedding(object):
 
 
 def _tta_layers(g, model, embedding, masks, shape, length):
-  """T-TA's blocks over `_Embedding` `embedding`: the last layer's name. shape, length: int64
-  [2] (B, T) and [1] (T) of the input."""
+  """T-TA's blocks over `_Embedding` `embedding`: the last and the first layer's names. shape,
+  length: int64 [2] (B, T) and [1] (T) of the input."""
   blocks = model.encoder_layers
   # Input isolation: every layer's keys and values are projections of the embedding output
   # (columns key_0, value_0, key_1, ...), all read from one table.
@@ -586,7 +590,7 @@ def _tta_layers(g, model, embedding, masks, shape, length):
   tables = (_numpy(stream[0]), _numpy(blocks[0].query(stream)[0]))
   skip, query = (g.op("Slice", g.weight(t), g.ints([0]), length) for t in tables)
   query = g.op("Expand", query, g.op("Concat", shape, g.ints([1]), axis=0))
-  hidden = None
+  hidden = first = None
   for l, block in enumerate(blocks):
     query_bias = _numpy(block.query.bias)
     if l == 0:
@@ -608,7 +612,9 @@ def _tta_layers(g, model, embedding, masks, shape, length):
       context = g.op("Mul", context, masks.has_key)
     hidden = _block_output(g, block, context, skip)
     skip = hidden  # the residual adds the query stream
-  return hidden
+    if l == 0:
+      first = hidden
+  return hidden, first
 
 
 def _inputs(g):
@@ -622,7 +628,7 @@ def _inputs(g):
 def _encode_graph(model, shared, attention, continuation):
   """(input_ids, input_mask) -> (sequence_output, embedding_output)."""
   g = _Graph(shared)
-  sequence, embedding = _encoder(g, model, *_inputs(g), attention, continuation)
+  sequence, embedding, _ = _encoder(g, model, *_inputs(g), attention, continuation)
   g.output(sequence, "sequence_output")
   g.output(embedding, "embedding_output")
   return g
@@ -634,7 +640,7 @@ def _scores_graph(model, shared, attention, continuation):
   read_at indexes the flattened [B * T] positions: the LM head runs at those rows only.
   """
   g = _Graph(shared)
-  sequence, _ = _encoder(g, model, *_inputs(g), attention, continuation)
+  sequence, _, _ = _encoder(g, model, *_inputs(g), attention, continuation)
   read_at = g.input("read_at", np.int32, ["N"])
   targets = g.input("targets", np.int32, ["N"])
   flat = g.op("Reshape", sequence, g.ints([-1, model.config.hidden_size]))  # [B * T, D]
@@ -662,17 +668,20 @@ def _scores_graph(model, shared, attention, continuation):
 
 
 def _vectors_graph(model, shared, attention, continuation):
-  """(input_ids, input_mask, pooling [B, 3, T]) -> (pooled [B, 3, D], embedded [B, 1, D]).
+  """(input_ids, input_mask, pooling [B, 3, T]) -> (pooled [B, 3, D], embedded [B, 1, D],
+  first_last [B, 1, D]).
 
-  pooled: `pooling_weights` applied to the last layer; embedded: its word mean (row 0) applied
-  to the embedding output.
+  pooled: `pooling_weights` applied to the last layer; embedded and first_last: its word mean
+  (row 0) applied to the embedding output and to the first and last layers' average.
   """
   g = _Graph(shared)
-  sequence, embedding = _encoder(g, model, *_inputs(g), attention, continuation)
+  sequence, embedding, first = _encoder(g, model, *_inputs(g), attention, continuation)
   pooling = g.input("pooling", np.float32, ["B", 3, "T"])
   word_mean = g.op("Slice", pooling, g.ints([0]), g.ints([1]), g.ints([1]))  # [B, 1, T]
+  first_last = g.op("Mul", g.op("Add", first, sequence), g.weight(np.float32(0.5)))
   g.output(g.op("MatMul", pooling, sequence), "pooled")
   g.output(g.op("MatMul", word_mean, embedding), "embedded")
+  g.output(g.op("MatMul", word_mean, first_last), "first_last")
   return g
 
 

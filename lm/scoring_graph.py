@@ -71,17 +71,22 @@ class ScoringGraph(tf.Module):
         tf.Variable(bias, trainable=False),
       )
 
-  def encode(self, input_ids, input_mask, attention=None):
+  def encode(self, input_ids, input_mask, attention=None, first_layer=False):
     """int32 [B, T] each -> (sequence_output, embedding_output) [B, T, D].
 
     attention: an attention pattern in place of the kind's own (kinds.ATTENTION_PATTERNS).
+    first_layer: also return the first block's output [B, T, D], third.
     """
     attention = attention or self.model.kind.attention
     inputs = {"input_ids": input_ids, "input_mask": input_mask}
     if attention in modeling.WORD_PATTERNS:
       inputs["word_ids"] = self.word_ids(input_ids)
     return self.model.encode(
-      inputs, training=False, fused_key_value=self.fused_key_value, attention=attention
+      inputs,
+      training=False,
+      fused_key_value=self.fused_key_value,
+      attention=attention,
+      first_layer=first_layer,
     )
 
   def word_ids(self, input_ids):
@@ -174,14 +179,21 @@ class ScoringGraph(tf.Module):
 
     Returns:
       dict: "context" / "embed", the mean of the last layer / embedding
-      output over the word pieces (zeros for a row without any); "first" /
-      "last", the last layer at the start / end token.
+      output over the word pieces (zeros for a row without any);
+      "first_last", the same mean of the first and last blocks' average;
+      "first" / "last", the last layer at the start / end token.
     """
-    sequence, embedding = self.encode(input_ids, input_mask)
+    sequence, embedding, first = self.encode(input_ids, input_mask, first_layer=True)
     lengths = tf.reduce_sum(input_mask, axis=1)  # [B]
     return {
       "context": _word_mean(sequence, lengths),
       "embed": _word_mean(embedding, lengths),
+      # BERT-whitening's and SimCSE's "first-last avg": "first" is the first Transformer block's
+      # output, as in their code (SimCSE's hidden_states[1] since princeton-nlp/SimCSE#133; its
+      # earlier hidden_states[0] was the embedding output, which "embed" already gives). For
+      # T-TA that block's output is its query stream after one attention over the embeddings of
+      # the OTHER tokens (DMSA), so first_last, like context, never sees token i at position i.
+      "first_last": _word_mean((first + sequence) / 2.0, lengths),
       "first": sequence[:, 0],
       "last": tf.gather(sequence, lengths - 1, batch_dims=1),
     }

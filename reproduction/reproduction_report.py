@@ -187,26 +187,25 @@ def _pearson_seed_cell(runs, model, representation, set_name):
 
 
 def sts_table(sts, set_names, paper_sets=(), others=()):
-  """Pearson x100 per model, context and embed side by side per set; `others`: the rows of each
-  further seed (cells: `seed_cell`, without the CIs, which are each seed's)."""
-  reps = ("context", "embed")
-  head = "| model | " + " | ".join(f"{n} {r}" for n in set_names for r in reps) + " |"
-  lines = [head, "|---|" + "---:|" * (2 * len(set_names))]
-  models = list(dict.fromkeys(r["model"] for r in sts))
+  """Pearson x100, a row per model and representation (in the rows' order: context, first_last,
+  embed, each then whitened, "+W<dim>"), a column per set; `others`: the rows of each further
+  seed (cells: `seed_cell`, without the CIs, which are each seed's)."""
+  lines = [
+    "| model | representation | " + " | ".join(set_names) + " |",
+    "|---|---|" + "---:|" * len(set_names),
+  ]
   by = {(r["model"], r["representation"]): r for r in sts}
-  for m in models:
+  for m, r in by:
     if others:
-      cells = [_pearson_seed_cell([sts, *others], m, r, n) for n in set_names for r in reps]
+      cells = [_pearson_seed_cell([sts, *others], m, r, n) for n in set_names]
     else:
-      cells = [_pearson_cell(by.get((m, r)), n) for n in set_names for r in reps]
-    lines.append(f"| {m} | " + " | ".join(cells) + " |")
+      cells = [_pearson_cell(by[m, r], n) for n in set_names]
+    lines.append(f"| {m} | {r} | " + " | ".join(cells) + " |")
   for m, sets in PAPER["sts"].items():
     if paper_sets and all(n in sets for n in set_names):
-      lines.append(
-        f"| paper {m} (full scale) | "
-        + " | ".join(_fmt(v) for n in set_names for v in sets[n])
-        + " |"
-      )
+      for i, r in enumerate(("context", "embed")):
+        cells = " | ".join(_fmt(sets[n][i]) for n in set_names)
+        lines.append(f"| paper {m} (full scale) | {r} | {cells} |")
   return "\n".join(lines)
 
 

@@ -85,7 +85,7 @@ def test_encode_signature_equals_python_path(exported, pooling):
   got = loaded.signatures["encode"](texts=tf.constant(SENTENCES))
   want = lm.sentence_vectors(SENTENCES, pooling=pooling, masked=True)
   np.testing.assert_allclose(got[pooling].numpy(), want, atol=ATOL[lm.model_type], rtol=0)
-  if pooling in ("context", "embed"):
+  if pooling in ("context", "embed", "first_last"):
     assert not np.any(got[pooling].numpy()[1])  # the empty sentence
 
 
@@ -93,9 +93,9 @@ def test_bilm_exports_the_intact_context_too(exported):
   lm, loaded, _ = exported
   outputs = set(loaded.signatures["encode"].structured_outputs)
   if lm.model_type != "bilm":
-    assert outputs == {"context", "embed", "first", "last"}
+    assert outputs == {"context", "embed", "first_last", "first", "last"}
     return
-  assert outputs == {"context", "context_intact", "embed", "first", "last"}
+  assert outputs == {"context", "context_intact", "embed", "first_last", "first", "last"}
   got = loaded.signatures["encode"](texts=tf.constant(SENTENCES))
   want = lm.sentence_vectors(SENTENCES, pooling="context", masked=False)
   np.testing.assert_allclose(got["context_intact"].numpy(), want, atol=1e-5)

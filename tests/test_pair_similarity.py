@@ -17,6 +17,7 @@ import tensorflow as tf
 from evaluation import pair_files
 from evaluation import pair_similarity
 from evaluation import significance
+from evaluation import whitening
 from lm import inference
 from lm import model_dir
 import modeling
@@ -147,17 +148,17 @@ class Killed(Exception):
 
 def run_killed(models, source, out, monkeypatch, batches, **kwargs):
   """CosineWriter.write killed during batch `batches` + 1; returns the partial file."""
-  pair_cosines = pair_similarity.pair_cosines
+  pair_vectors = pair_similarity.pair_vectors
   calls = []
 
-  def cosines_then_die(*args, **kw):
+  def vectors_then_die(*args, **kw):
     calls.append(1)
     if len(calls) > batches * len(models) * len(REPRESENTATIONS):
       raise Killed
-    return pair_cosines(*args, **kw)
+    return pair_vectors(*args, **kw)
 
   with monkeypatch.context() as patched:
-    patched.setattr(pair_similarity, "pair_cosines", cosines_then_die)
+    patched.setattr(pair_similarity, "pair_vectors", vectors_then_die)
     with pytest.raises(Killed):
       write(models, source, out, **kwargs)
   assert not os.path.exists(out)
@@ -212,7 +213,7 @@ def test_a_finished_output_of_the_same_job_and_input_is_kept(models, tmp_path, m
     raise Killed
 
   with monkeypatch.context() as patched:
-    patched.setattr(pair_similarity, "pair_cosines", encoding_again)
+    patched.setattr(pair_similarity, "pair_vectors", encoding_again)
     write(models, source, out)  # kept: nothing encoded
     assert read_lines(out) == finished
     with pytest.raises(Killed):  # --overwrite encodes again
@@ -307,13 +308,24 @@ def test_run_sts_on_pairs_files_and_senteval(model_dirs, senteval_dir, tmp_path)
       low, high = row["pearson_ci"][name]
       assert low <= row["scores"][name][0] <= high
       assert f"| {pair_similarity.score_cell(row['scores'][name], [low, high])} |" in table
-  # SentEval's "all": the mean and the pair-weighted mean of the subsets' correlations.
-  for row in rows.values():
+  # SentEval's aggregates: the correlations over the subsets' pairs joined, the mean and the
+  # pair-weighted mean of the subsets' correlations; SimCSE's average of the task's "all".
+  for (model, representation), row in rows.items():
+    task = row["all"]["STS12-en-test"]
+    column = f"{model} {representation}"
+    joined = [v for s in subsets for v in cosines[s][column]]
+    gold = [v for s in subsets for v in pair_similarity.read_cosines(out / "pairs" / f"{s}.tsv")[0]]
+    assert task["all"]["scores"] == pytest.approx(scipy_scores(joined, gold), abs=1e-9)
     scores = np.array([row["scores"][s] for s in subsets])
-    assert row["all"]["STS12-en-test"]["mean"] == pytest.approx(list(scores.mean(0)))
-    wmean = (3 * scores[0] + 4 * scores[1]) / 7
-    assert row["all"]["STS12-en-test"]["wmean"] == pytest.approx(list(wmean))
-  assert "| STS12-en-test/all (wmean) | 7 |" in table
+    assert task["mean"]["scores"] == pytest.approx(list(scores.mean(0)))
+    assert task["wmean"]["scores"] == pytest.approx(list((3 * scores[0] + 4 * scores[1]) / 7))
+    assert row["avg"] == {
+      "spearman": pytest.approx(task["all"]["scores"][1]),
+      "over": ["STS12-en-test"],
+    }
+  for kind in ("all", "mean", "wmean"):
+    assert f"| STS12-en-test/{kind} | 7 |" in table
+  assert "| avg (STS12-en-test) | |" in table
   # tta minus bilm on the same pairs, for each set and representation.
   comparisons = {(c["set"], c["representation"]): c for c in report["comparisons"]}
   assert set(comparisons) == {(s, r) for s in ["mine", *subsets] for r in REPRESENTATIONS}
@@ -445,3 +457,124 @@ def test_pairs_with_a_truncated_sentence_are_flagged(model_dirs, tmp_path):
     "truncated to fit a model (column `truncated` of its TSV): mine 2 of 7."
     in (out / "pairs_results.md").read_text()
   )
+
+
+def test_senteval_average_is_simcses_mean_spearman_with_stsb_and_sick_test():
+  row = {"all": {t: {"all": {"scores": [0.0, s]}} for t, s in (("STS12", 40.0), ("STS13", 50.0))}}
+  paper = {"scores": {"stsb_dev": [0.0, 99.0], "stsb_test": [0.0, 60.0], "sick_test": [0.0, 70.0]}}
+  assert pair_similarity.senteval_average(row, ["STS12", "STS13"], paper) == {
+    "spearman": 55.0,
+    "over": ["STS12", "STS13", "stsb_test", "sick_test"],
+  }
+  assert pair_similarity.senteval_average(row, ["STS12", "STS13"])["spearman"] == 45.0
+  row["all"]["STS13"]["all"] = None  # undefined there
+  assert pair_similarity.senteval_average(row, ["STS12", "STS13"])["spearman"] is None
+
+
+def hand_whitened_cosines(lm, fit_sentences, pairs, representation, dim):
+  """BERT-whitening computed apart from evaluation/whitening.py: the covariance's eigenvectors
+  (numpy's eigh) of the vectors of `fit_sentences`, the `dim` of largest variance, each scaled
+  to unit variance; the cosine of each pair after it."""
+  fit = lm.sentence_vectors(fit_sentences, pooling=representation).astype(np.float64)
+  values, vectors = np.linalg.eigh(np.cov(fit.T))
+  top = np.argsort(values)[::-1][:dim]
+  kernel = vectors[:, top] / np.sqrt(values[top])
+  first, second = (
+    (lm.sentence_vectors([p[k] for p in pairs], pooling=representation) - fit.mean(0)) @ kernel
+    for k in (0, 1)
+  )
+  return (first * second).sum(1) / np.linalg.norm(first, axis=1) / np.linalg.norm(second, axis=1)
+
+
+@pytest.mark.slow(seconds=4)
+def test_whiten_fits_on_the_sets_sentences_and_the_saved_transform_whitens_one_pair(
+  model_dirs, models, tmp_path
+):
+  out = tmp_path / "out"
+  result = run_sts(
+    f"--model_dir=tta={model_dirs['tta']}",
+    f"--pairs_file={pairs_file(tmp_path)}",
+    "--whiten=4",
+    f"--output_dir={out}",
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  gold, cosines = pair_similarity.read_cosines(out / "pairs" / "mine.tsv")
+  assert list(cosines) == ["tta context", "tta context+W4", "tta embed", "tta embed+W4"]
+  tta = models[0][1]
+  # BERT-whitening's protocol: fitted on both sentences of every pair of the set.
+  sentences = [p[0] for p in PAIRS] + [p[1] for p in PAIRS]
+  for representation in REPRESENTATIONS:
+    want = hand_whitened_cosines(tta, sentences, PAIRS, representation, 4)
+    np.testing.assert_allclose(cosines[f"tta {representation}+W4"], want, rtol=0, atol=1e-6)
+    assert not np.allclose(cosines[f"tta {representation}"], want, atol=1e-3)
+  rows = json.loads((out / "pairs_results.json").read_text())["rows"]
+  white = next(r for r in rows if r["representation"] == "context+W4")
+  assert white["scores"]["mine"] == pytest.approx(
+    scipy_scores(cosines["tta context+W4"], gold), abs=1e-9
+  )
+  # The saved transform whitens a single pair (no covariance of its own) as it whitened the set.
+  saved = out / "whitening" / "mine.npz"
+  one = tmp_path / "one"
+  one.mkdir()
+  result = run_sts(
+    f"--model_dir=tta={model_dirs['tta']}",
+    f"--pairs_file={pairs_file(one, [(*PAIRS[1][:2], None)], header=False)}",
+    f"--whiten_load={saved}",
+    f"--output_dir={tmp_path / 'out_one'}",
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  _, single = pair_similarity.read_cosines(tmp_path / "out_one" / "pairs" / "mine.tsv")
+  assert single["tta context+W4"] == pytest.approx([cosines["tta context+W4"][1]], abs=1e-6)
+
+
+@pytest.mark.slow(seconds=2)
+def test_whiten_fit_on_a_reference_file_whitens_a_single_pair(model_dirs, models, tmp_path):
+  reference = [a for a, _, _ in PAIRS] + ["the dog sat on a mat", "cats ran far away"]
+  (tmp_path / "corpus.txt").write_text("\n".join(reference) + "\n\n")
+  out = tmp_path / "out"
+  result = run_sts(
+    f"--model_dir=tta={model_dirs['tta']}",
+    f"--pairs_file={pairs_file(tmp_path, [(*PAIRS[0][:2], None)], header=False)}",
+    "--representations=embed",
+    "--whiten=3",
+    f"--whiten_fit={tmp_path / 'corpus.txt'}",
+    f"--output_dir={out}",
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  _, cosines = pair_similarity.read_cosines(out / "pairs" / "mine.tsv")
+  want = hand_whitened_cosines(models[0][1], reference, PAIRS[:1], "embed", 3)
+  np.testing.assert_allclose(cosines["tta embed+W3"], want, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+  "flags,message",
+  [
+    (["--whiten=64"], "--whiten=64: 64 dimensions asked of tta's 32-dimensional vectors"),
+    (["--whiten=4", "--whiten_fit={tmp}/missing.txt"], "--whiten_fit={tmp}/missing.txt: "),
+    (["--whiten=4", "--whiten_fit={tmp}/empty.txt"], "0 sentence(s); a whitening needs at least 2"),
+    (["--whiten_fit={tmp}/empty.txt"], "needs --whiten=DIM"),
+    (["--whiten_load={tmp}/d8.npz"], "'tta context' takes 8-dimensional vectors; tta's have 32"),
+    (["--whiten=3", "--whiten_load={tmp}/d8.npz"], "give [2] dimensions, not --whiten=3"),
+    (["--whiten_load={tmp}/empty.txt"], "not a file of whitening transforms"),
+    (["--whiten=2", "--pairs_file=same={tmp}/same.tsv"], "span 0 direction(s), fewer than the 2"),
+  ],
+)
+def test_bad_whitening_input_is_one_line(model_dirs, tmp_path, flags, message):
+  (tmp_path / "empty.txt").write_text("\n")
+  (tmp_path / "same.tsv").write_text("the cat\tthe cat\t1\nthe cat\tthe cat\t2\n")
+  rng = np.random.default_rng(0)
+  whitening.save(
+    str(tmp_path / "d8.npz"), {"tta context": whitening.fit(rng.normal(size=(20, 8)), 2)}
+  )
+  flags = [f.format(tmp=tmp_path) for f in flags]
+  if not any(f.startswith("--pairs_file") for f in flags):
+    flags.append(f"--pairs_file={pairs_file(tmp_path)}")
+  result = run_sts(
+    f"--model_dir=tta={model_dirs['tta']}",
+    "--representations=context",
+    *flags,
+    f"--output_dir={tmp_path / 'out'}",
+  )
+  lines = error_lines(result.stderr)
+  assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
+  assert message.format(tmp=tmp_path) in lines[0]

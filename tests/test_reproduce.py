@@ -117,14 +117,18 @@ def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path, monkeypat
     assert point["tokens"] > 0
     assert all(point[m] is not None for m, _ in reproduction_report.CURVE_PANELS)
   assert (work / "curves" / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
-  assert {(r["model"], r["representation"]) for r in report["sts"]} == {
-    (m, r) for m in ("T-TA", "T-TA-w", "biLM", "uniLM") for r in ("context", "embed")
-  }
+  # context, first_last and embed, each also whitened to 12 dimensions (--sts_max_pairs=12).
+  representations = [f"{r}{w}" for r in ("context", "first_last", "embed") for w in ("", "+W12")]
+  assert [(r["model"], r["representation"]) for r in report["sts"]] == [
+    (m, r) for m in ("T-TA", "T-TA-w", "biLM", "uniLM") for r in representations
+  ]
+  assert (work / "eval" / "sts" / "whitening" / "stsb_dev.npz").exists()
   # The neural models were trained on LibriSpeech-normalized text and say so.
   config = json.loads((work / "models" / "tta" / "config.json").read_text())
   assert config["normalization"] == "librispeech"
   _assert_report_tables(work, report)
   _assert_second_run_redoes_nothing(cmd, work, report)
+  _assert_an_sts_stage_of_other_representations_runs_again(cmd, work)
 
 
 def _assert_report_tables(work, report):
@@ -133,11 +137,11 @@ def _assert_report_tables(work, report):
   for table in ("Table 1", "Table 1b", "Table 2", "Table 3", "Table 4", "Table 7", "Learning"):
     assert table in text
   # Paired comparisons of T-TA with biLM and uniLM: 2 test sets x 2 settings (uniLM only on the
-  # whole sets), 3 STS sets x 2 representations (and T-TA-w vs T-TA); the word-level pairs
+  # whole sets), 3 STS sets x 6 representations (and T-TA-w vs T-TA); the word-level pairs
   # (reproduction_report.WORD_PAIRS) on the sample; the WER cells carry their p vs the first pass.
   assert len(report["asr_comparisons"]) == 4 and len(report["asr_paired_comparisons"]) == 8
   assert len(report["asr_word_comparisons"]) == 12
-  assert len(report["sts_comparisons"]) == 18
+  assert len(report["sts_comparisons"]) == 54
   assert "T-TA (word_l2r) - T-TA" in text and "T-TA-w - T-TA (word_l2r)" in text
   assert "T-TA - biLM" in text and "T-TA - uniLM" in text
   assert re.search(r"\| \+ T-TA \| \d+\.\d\d \(λ \d\.\d\d, p \d\.\d{3}\) \|", text)
@@ -154,6 +158,22 @@ def _assert_second_run_redoes_nothing(cmd, work, report):
     if name != "data.log":  # the data step runs and finds itself complete
       assert os.path.getsize(work / "logs" / name) == sizes[name], name
   assert json.loads((work / "report.json").read_text())["asr"] == report["asr"]
+
+
+def _assert_an_sts_stage_of_other_representations_runs_again(cmd, work):
+  """A work dir whose sts stage ran before its key held the representations and whitening (only
+  context and embed then) runs that stage again, and no other."""
+  stamp = work / "stamps" / "sts.json"
+  old = json.loads(stamp.read_text())
+  for field in ("representations", "whiten"):
+    del old["key"][field]
+  stamp.write_text(json.dumps(old))
+  sizes = {n: os.path.getsize(work / "logs" / n) for n in os.listdir(work / "logs")}
+  again = commands.run("reproduce.py", *cmd)
+  assert again.returncode == 0, again.stderr[-3000:]
+  grown = {n for n in sizes if os.path.getsize(work / "logs" / n) != sizes[n]}
+  assert grown == {"sts.log", "data.log"}
+  assert json.loads(stamp.read_text())["key"]["whiten"] == 12
 
 
 def test_console_hides_startup_and_checkpoint_noise_but_not_errors():

@@ -46,8 +46,12 @@ def test_report_tables_put_each_number_in_its_cell():
     {"model": "biLM", "representation": "context", "scores": {"sick_test": [33.3, 30.0]}},
   ]
   table = reproduction_report.sts_table(sts, ["sick_test"]).splitlines()
-  assert table[2] == "| T-TA | 55.50 | 44.40 |"
-  assert table[3] == "| biLM | 33.30 | - |"
+  assert table[0] == "| model | representation | sick_test |"
+  assert table[2:] == [
+    "| T-TA | context | 55.50 |",
+    "| T-TA | embed | 44.40 |",
+    "| biLM | context | 33.30 |",
+  ]
 
 
 def _with_errors(row, errors, p_value):
@@ -102,8 +106,8 @@ def test_report_cells_show_p_values_cis_and_paired_lm_comparisons():
     },
   ]
   cells = reproduction_report.sts_table(sts, ["sick_test"]).splitlines()
-  assert cells[2] == "| T-TA | 100.00 [99.50, 100.00] | - |"
-  assert cells[3] == "| biLM | -100.00 [-100.00, -99.50] | - |"
+  assert cells[2] == "| T-TA | context | 100.00 [99.50, 100.00] |"
+  assert cells[3] == "| biLM | context | -100.00 [-100.00, -99.50] |"
   (c,) = reproduction_report.sts_comparisons(sts)
   assert (c["a"], c["b"], c["set"], c["representation"]) == ("T-TA", "biLM", "sick_test", "context")
   assert c["difference"] == pytest.approx(200.0)
@@ -206,8 +210,8 @@ def _two_seed_report():
 def test_two_seeds_show_each_seeds_value_and_the_mean():
   text = reproduction_report.render_report(_two_seed_report())
   # Pearson: means (40 + 60) / 2 and (30 + 20) / 2, then seed 1 / seed 2; no CIs (per seed).
-  assert "| T-TA | 50.00 (40.00 / 60.00) | - |" in text
-  assert "| biLM | 25.00 (30.00 / 20.00) | - |" in text
+  assert "| T-TA | context | 50.00 (40.00 / 60.00) |" in text
+  assert "| biLM | context | 25.00 (30.00 / 20.00) |" in text
   assert "Cells: mean Pearson over the seeds (each seed's)." in text
   # WER: (1.11 + 1.31) / 2 and (1.22 + 1.02) / 2; the 5-gram, the same in both seeds, once.
   assert "| + T-TA | 1.21 (1.11 / 1.31) | 1.12 (1.22 / 1.02) |" in text

@@ -102,3 +102,41 @@ def test_every_seed_rule_needs_every_ci_on_one_side_of_zero():
   assert not rule([(0.5, 2.0), None])
   with pytest.raises(ValueError, match="no seed"):
     rule([])
+
+
+def test_subset_aggregates_equal_a_hand_computation():
+  """SentEval's all / mean / wmean of two subsets (3 and 4 pairs), against scipy on arrays joined
+  by hand; "all" is not the mean: the second subset's gold scores sit higher."""
+  cosines = [[0.1, 0.5, 0.3], [0.2, 0.9, 0.4, 0.6]]
+  gold = [[1.0, 3.0, 2.5], [4.0, 5.0, 3.5, 4.2]]
+  joined_cosines = [0.1, 0.5, 0.3, 0.2, 0.9, 0.4, 0.6]
+  joined_gold = [1.0, 3.0, 2.5, 4.0, 5.0, 3.5, 4.2]
+  got = significance.subset_aggregates(cosines, gold, num_resamples=200, seed=3)
+
+  def both(c, g):
+    return [100 * stats.pearsonr(c, g).statistic, 100 * stats.spearmanr(c, g).statistic]
+
+  first, second = both(cosines[0], gold[0]), both(cosines[1], gold[1])
+  assert got["all"]["scores"] == pytest.approx(both(joined_cosines, joined_gold))
+  assert got["mean"]["scores"] == pytest.approx([(a + b) / 2 for a, b in zip(first, second)])
+  assert got["wmean"]["scores"] == pytest.approx(
+    [(3 * a + 4 * b) / 7 for a, b in zip(first, second)]
+  )
+  assert got["all"]["scores"][1] != pytest.approx(got["mean"]["scores"][1], abs=1)
+  for name in significance.AGGREGATES:
+    for value, (low, high) in zip(got[name]["scores"], got[name]["ci"]):
+      assert low <= value <= high and low < high
+  assert significance.subset_aggregates(cosines, gold, num_resamples=200, seed=3) == got
+
+
+def test_subset_aggregates_resample_within_each_subset():
+  """Perfectly correlated within each subset, anti-correlated across them: every resample of a
+  subset keeps its perfect order, so mean and wmean stay at 100 (a zero-width interval), while
+  "all" over the joined pairs is negative; a resample mixing the subsets could not do that."""
+  cosines = [np.linspace(0.6, 0.9, 40), np.linspace(0.1, 0.4, 40)]
+  gold = [np.linspace(0, 1, 40), np.linspace(4, 5, 40)]
+  got = significance.subset_aggregates(cosines, gold, num_resamples=100)
+  for name in ("mean", "wmean"):
+    assert got[name]["scores"] == pytest.approx([100, 100])
+    assert np.allclose(got[name]["ci"], 100)
+  assert got["all"]["scores"][0] < 0 and got["all"]["ci"][0][1] < 0
