@@ -72,7 +72,10 @@ def run(params):
   record = None
   if params.test_file is not None and params.output_dir:
     with cli.user_input():
-      record = runs.Record(params.output_dir, identity(params), OUTPUTS, params.overwrite)
+      # With the paper's table too (json/tsv files with references), LMs run one at a time into
+      # one dir add up to one table (paper_protocol.merge_rows): each rewrites the outputs whole.
+      job = identity(params, with_lms=not table_runs)
+      record = runs.Record(params.output_dir, job, OUTPUTS, params.overwrite)
   with contextlib.ExitStack() as stack:
     cache = None
     if params.output_dir:
@@ -92,37 +95,26 @@ def run(params):
       rescoring.rescore_own_files(params, sets, kept, all_scores, metric)
 
 
-def identity(params):
-  """The run identity of a --test_file run's --output_dir (util/runs.py): the lists, the LMs,
-  the weights file and every flag that changes the outputs (not progress or thread options)."""
-  files = {
-    "dev_file": params.dev_file,
-    "test_file": params.test_file,
-    "weights_file": params.weights_file,
-  }
-  return {
+def identity(params, with_lms=True):
+  """The run identity of a --test_file run's --output_dir (util/runs.py): the lists, the LMs and
+  how they score (unless not `with_lms`), the weights file and every flag that changes the
+  outputs (not progress or thread options)."""
+  files = {"dev_file": params.dev_file, "test_file": params.test_file}
+  files["weights_file"] = params.weights_file
+  job = {
     "command": "run_rescoring.py",
     **{k: v and runs.path_identity(v) for k, v in files.items()},
     "dev_refs": [runs.path_identity(p) for p in params.dev_refs],
     "test_refs": [runs.path_identity(p) for p in params.test_refs],
-    "lms": [dict(inference.spec_identity(spec), name=name) for name, spec in params.lms],
-    **{
-      k: getattr(params, k)
-      for k in (
-        "format",
-        "format_options",
-        "task",
-        "scoring",
-        "sentence_score",
-        "first_pass",
-        "allow_negative_weights",
-        "cer",
-        "max_lists",
-        "sample_lists",
-        "sample_seed",
-      )
-    },
   }
+  for k in ("format", "format_options", "task", "first_pass", "allow_negative_weights", "cer"):
+    job[k] = getattr(params, k)
+  for k in ("max_lists", "sample_lists", "sample_seed"):
+    job[k] = getattr(params, k)
+  if with_lms:
+    job["lms"] = [dict(inference.spec_identity(spec), name=name) for name, spec in params.lms]
+    job["scoring"], job["sentence_score"] = params.scoring, params.sentence_score
+  return job
 
 
 def read_sets(params):
