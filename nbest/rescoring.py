@@ -17,7 +17,7 @@ from util import io_utils
 # Formats whose rescored output is a directory (write_rescored replaces it as a whole).
 _DIRECTORY_FORMATS = ("kaldi", "espnet2", "espnet")
 # Formats that read several line-aligned reference files themselves.
-_ALIGNED_REFS = ("fairseq", "moses")
+_ALIGNED_REFS = ("fairseq", "moses", "sockeye")
 
 
 def parse_option(text):
@@ -37,8 +37,8 @@ def parse_option(text):
 
 def read_set(fmt, path, refs_paths, options):
   """Lists of one set: `refs_paths` (list of str, maybe empty) are its reference files; several
-  give several references per segment (line-aligned for fairseq/moses, else keyed Kaldi text
-  files, each with every key)."""
+  give several references per segment (line-aligned for the formats of _ALIGNED_REFS, else keyed
+  Kaldi text files, each with every key)."""
   if fmt in _ALIGNED_REFS and refs_paths:
     return formats.read_nbest(fmt, path, refs_path=list(refs_paths), **options)
   lists = formats.read_nbest(fmt, path, refs_paths[0] if refs_paths else None, **options)

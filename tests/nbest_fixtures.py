@@ -27,6 +27,7 @@ EXPECTED = {
   "espnet": ({"decoder": "decoder", "ctc": "ctc", "lm": "lm", "score": "score"}, True, True),
   "json": ({"decoder": "decoder", "ctc": "ctc", "lm": "lm", "score": "score"}, True, True),
   "tsv": ({"decoder": "decoder", "ctc": "ctc", "lm": "lm", "score": "score"}, True, True),
+  "sockeye": ({"score": "score", "factor1_score": "decoder"}, False, True),
 }
 NAMES = ("decoder", "ctc", "lm", "score")
 
@@ -208,6 +209,30 @@ def write_tsv(lists, root):
   return _write(os.path.join(root, "nbest.tsv"), lines), None, {}
 
 
+def write_sockeye(lists, root):
+  """sockeye-translate --nbest-size N --output-type json of a model with one target factor: a
+  JSON object a line, keys sorted; "scores" (one [score, factor score] per translation) and
+  "score" / "factor1_score" of the 1-best are negative log-probs (the scores negated), and the
+  factor's tokens, a tag per word; and line-aligned references."""
+  lines = []
+  for i, n in enumerate(lists):
+    costs = [[-h.scores["score"], -h.scores["decoder"]] for h in n.hyps]
+    factors = [{"factor1": " ".join("O" for _ in h.text.split())} for h in n.hyps]
+    line = {
+      "sentence_id": i + 1,
+      "translation": n.hyps[0].text,
+      "score": costs[0][0],
+      "factor1": factors[0]["factor1"],
+      "factor1_score": costs[0][1],
+      "translations": [h.text for h in n.hyps],
+      "scores": costs,
+      "translations_factors": factors,
+    }
+    lines.append(json.dumps(line, sort_keys=True))
+  refs = _write(os.path.join(root, "refs.txt"), [n.refs[0] for n in lists])
+  return _write(os.path.join(root, "nbest.jsonl"), lines), refs, {}
+
+
 WRITERS = {
   "kaldi": write_kaldi,
   "espnet2": write_espnet2,
@@ -217,4 +242,5 @@ WRITERS = {
   "espnet": write_espnet,
   "json": write_json,
   "tsv": write_tsv,
+  "sockeye": write_sockeye,
 }

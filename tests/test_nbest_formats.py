@@ -23,6 +23,7 @@ import nbest_fixtures
 import pytest
 
 from nbest import formats
+from nbest import rescoring
 from nbest import shared_data
 from nbest import types
 from nbest.formats import espnet
@@ -77,7 +78,7 @@ def test_librispeech_lists_read_back_from_every_format(fmt, librispeech_lists, t
   _assert_same(fmt, librispeech_lists, lists)
 
 
-@pytest.mark.parametrize("fmt", ["kaldi", "espnet2", "moses"])
+@pytest.mark.parametrize("fmt", ["kaldi", "espnet2", "moses", "sockeye"])
 def test_without_references_the_lists_are_blind(fmt, librispeech_lists, tmp_path):
   path, _, options = nbest_fixtures.WRITERS[fmt](librispeech_lists, str(tmp_path))
   lists = formats.read_nbest(fmt, path, **options)
@@ -514,6 +515,86 @@ def test_moses_rejects(tmp_path, text, line, message):
   _rejects("moses", path, f"{path}:{line}", message)
 
 
+def test_sockeye_samples(tmp_path):
+  # sockeye/inference.py TranslatorOutput.json(), printed by output_handler.py's
+  # JSONOutputHandler with sort_keys: negative log-probs, a number per translation up to
+  # Sockeye 3.0, [score, factor scores] since 3.0.2; the fields of a JSON input pass through.
+  old = _write(
+    tmp_path / "old.jsonl",
+    '{"score": 0.5, "scores": [0.5, 0.75], "sentence_id": 1, "topic": "x", '
+    '"translation": "das haus", "translations": ["das haus", " ein haus "]}\n'
+    '{"score": 0.0, "scores": [0.0, 2], "sentence_id": 2, "translation": "ja", '
+    '"translations": ["ja", ""]}\n',
+  )
+  refs = _write(tmp_path / "ref.de", "das Haus\nja\n")
+  assert formats.read_nbest("sockeye", old, refs_path=refs) == [
+    types.NBestList(
+      "0", ["das Haus"], [_hyp("das haus", score=-0.5), _hyp("ein haus", score=-0.75)]
+    ),
+    types.NBestList("1", ["ja"], [_hyp("ja", score=-0.0), _hyp("", score=-2.0)]),
+  ]
+  factored = _write(
+    tmp_path / "new.jsonl",
+    '{"factor1": "O", "factor1_score": 1.5, "score": 0.25, "scores": [[0.25, 1.5], [1.0, 0.5]], '
+    '"sentence_id": 1, "translation": "\\u00e9t\\u00e9", '
+    '"translations": ["\\u00e9t\\u00e9", "ete"], '
+    '"translations_factors": [{"factor1": "O"}, {"factor1": "B"}]}\n',
+  )
+  (nbest,) = formats.read_nbest("sockeye", factored)
+  assert nbest == types.NBestList(
+    "0",
+    [],
+    [_hyp("été", score=-0.25, factor1_score=-1.5), _hyp("ete", score=-1.0, factor1_score=-0.5)],
+  )
+  # A feature is a list beside "translations", in Sockeye's sign; the rest of the line is kept.
+  out = str(tmp_path / "out.jsonl")
+  formats.write_rescored("sockeye", [nbest], factored, out, {"tta": [[-2.5, 0.0]]})
+  with open(out, encoding="utf-8") as f:
+    assert json.loads(f.read()) == {
+      **json.loads(open(factored, encoding="utf-8").read()),
+      "tta_scores": [2.5, -0.0],
+    }
+  (back,) = formats.read_nbest("sockeye", out)
+  assert [h.scores["tta"] for h in back.hyps] == [-2.5, 0.0]
+  short_refs = _write(tmp_path / "short.de", "das Haus\n")
+  _rejects("sockeye", old, f"{old}:2", "'1' has no reference", refs_path=short_refs)
+  # run_rescoring.py --test_refs=a,b: line-aligned reference sets, two references a segment.
+  other = _write(tmp_path / "ref2.de", "ein Haus\nja doch\n")
+  lists = rescoring.read_set("sockeye", old, [refs, other], {})
+  assert [n.refs for n in lists] == [["das Haus", "ein Haus"], ["ja", "ja doch"]]
+
+
+_SOCKEYE_LINE = '{"scores": [1.0, 2.0], "translations": ["a", "b"]}\n'
+
+
+@pytest.mark.parametrize(
+  "text, line, message",
+  [
+    ("a\tb\n", 1, "expected a JSON object"),
+    ("[1, 2]\n", 1, "expected a JSON object"),
+    # Sockeye's line for an empty input: no "translations", a score of -Infinity.
+    ('{"score": -Infinity, "sentence_id": 1, "translation": ""}\n', 1, "no 'translations'"),
+    (_SOCKEYE_LINE + '{"scores": [1.0], "translations": ["a", "b"]}\n', 2, "one per translation"),
+    ('{"translations": ["a"]}\n', 1, "expected 'scores'"),
+    ('{"scores": [[1.0, 2.0], [1.0]], "translations": ["a", "b"]}\n', 1, "lists of one length"),
+    ('{"scores": [1.0, "x"], "translations": ["a", "b"]}\n', 1, "score: expected a number"),
+    ('{"scores": [1.0, NaN], "translations": ["a", "b"]}\n', 1, "expected a finite number"),
+    ('{"scores": [1.0, 2.0], "translations": ["a", 2]}\n', 1, "translation 2 is not a string"),
+    ('{"scores": [1.0], "translations": ["\\ud83d"]}\n', 1, "not a string of characters"),
+    ('{"scores": [1.0], "translations": ["a"], "lm_scores": [1.0, 2.0]}\n', 1, "'lm_scores'"),
+    ('{"scores": [1.0], "translations": ["a"], "a b_scores": [1.0]}\n', 1, "feature name 'a b'"),
+    ('{"scores": [1.0], "translations": ["a"], "score_scores": [1.0]}\n', 1, "of its own"),
+    (_SOCKEYE_LINE + '{"scores": [[1.0, 2.0]], "translations": ["a"]}\n', 2, "line 1 ['score']"),
+    (_SOCKEYE_LINE + "\n", 2, "expected a JSON object"),
+    ("", 1, "no n-best lines"),
+    (_SOCKEYE_LINE[:-1], 1, "the last line has no newline"),
+  ],
+)
+def test_sockeye_rejects(tmp_path, text, line, message):
+  path = _write(tmp_path / "nbest.jsonl", text)
+  _rejects("sockeye", path, f"{path}:{line}", message)
+
+
 def test_json_and_tsv_blind_sets_take_a_references_file(tmp_path):
   data = {
     "u1": {"hyp_1": {"text": "a b", "score": -1.0}},
@@ -590,7 +671,14 @@ _FUZZ = settings(
 # The formats whose files tell a cut one from a whole one; a TSV cut at a line end is a valid
 # shorter TSV (no count, no end mark), so there the check is that what comes back is a prefix.
 _CUT_DETECTED = [f for f in FORMATS if f != "tsv"]
-_SEPARATORS = {"moses": "|||", "nemo": "\t", "fairseq": "\t", "tsv": "\t", "json": ": "}
+_SEPARATORS = {
+  "moses": "|||",
+  "nemo": "\t",
+  "fairseq": "\t",
+  "tsv": "\t",
+  "json": ": ",
+  "sockeye": ", ",
+}
 
 
 def _files_of(root):
@@ -794,7 +882,7 @@ def test_write_rescored_refuses_bad_features(tmp_path, features, message):
   assert not os.path.exists(tmp_path / "out.tsv")
 
 
-@pytest.mark.parametrize("fmt", ["nemo", "fairseq", "moses"])
+@pytest.mark.parametrize("fmt", ["nemo", "fairseq", "moses", "sockeye"])
 def test_write_rescored_refuses_lists_of_another_file(fmt, tmp_path):
   path, refs, options = nbest_fixtures.WRITERS[fmt](_toy_lists(), str(tmp_path))
   lists = formats.read_nbest(fmt, path, refs_path=refs, **options)
@@ -803,7 +891,7 @@ def test_write_rescored_refuses_lists_of_another_file(fmt, tmp_path):
     formats.write_rescored(fmt, lists, path, str(tmp_path / "out"), {"tta": [[0.0] * 3] * 3})
 
 
-@pytest.mark.parametrize("fmt", ["nemo", "fairseq", "moses"])
+@pytest.mark.parametrize("fmt", ["nemo", "fairseq", "moses", "sockeye"])
 def test_write_rescored_of_some_lists_writes_their_lines_only(fmt, tmp_path):
   # run_rescoring.py --max_lists / --sample_lists: the lists kept, by their index in the file.
   path, refs, options = nbest_fixtures.WRITERS[fmt](_toy_lists(), str(tmp_path))

@@ -250,6 +250,7 @@ def test_the_combination_is_checked_before_any_lm_scores(
     ("moses", "--max_lists=2"),
     ("nemo", "--max_lists=2"),
     ("moses", "--sample_lists=2"),
+    ("sockeye", "--max_lists=2"),
   ],
 )
 def test_a_cut_set_of_line_based_lists_is_rescored_and_written_back(tiny_lm, tmp_path, fmt, cut):

@@ -126,3 +126,17 @@ def test_moses_mert_example():
   )
   assert third.scores["score"] == -30.1231
   assert third.scores["w"] == -20
+
+
+# ---------------------------------------------------------------------------------------------
+# Sockeye (its unit test of JSONOutputHandler): a JSON object a line, scores negative log-probs.
+
+
+def test_sockeye_json_output_handler_line():
+  (nbest,) = formats.read_nbest("sockeye", _sample("sockeye/output_handler_nbest.jsonl"))
+  assert nbest.key == "0"  # the line, from 0 (the sample's sentence_id is 0 too)
+  assert nbest.refs == []
+  assert [h.text for h in nbest.hyps] == ["ein Test", "der Test"]
+  # "scores": [0.0, 0.1] are costs, lower is better: negated. The factor scores beside them
+  # ("factor1_score": 0.1, ...) are the 1-best's only, so no hypothesis gets one.
+  assert [h.scores for h in nbest.hyps] == [{"score": -0.0}, {"score": -0.1}]
