@@ -14,11 +14,6 @@ from nbest import text_files
 from nbest import tuning
 from util import io_utils
 
-# Formats whose rescored output is a directory (write_rescored replaces it as a whole).
-_DIRECTORY_FORMATS = ("kaldi", "espnet2", "espnet")
-# Formats that read several line-aligned reference files themselves.
-_ALIGNED_REFS = ("fairseq", "moses", "sockeye")
-
 
 def parse_option(text):
   """A `--format_option` KEY=VALUE: VALUE as JSON when it parses (4, true, {"a": "f"}), else
@@ -37,9 +32,9 @@ def parse_option(text):
 
 def read_set(fmt, path, refs_paths, options):
   """Lists of one set: `refs_paths` (list of str, maybe empty) are its reference files; several
-  give several references per segment (line-aligned for the formats of _ALIGNED_REFS, else keyed
+  give several references per segment (line-aligned for a format with `aligned_refs`, else keyed
   Kaldi text files, each with every key)."""
-  if fmt in _ALIGNED_REFS and refs_paths:
+  if formats.FORMATS[fmt].aligned_refs and refs_paths:
     return formats.read_nbest(fmt, path, refs_path=list(refs_paths), **options)
   lists = formats.read_nbest(fmt, path, refs_paths[0] if refs_paths else None, **options)
   for extra in refs_paths[1:]:
@@ -136,7 +131,7 @@ def write_outputs(
   os.makedirs(out_dir, exist_ok=True)
   if refs_from_files:
     lists = [dataclasses.replace(lst, refs=[]) for lst in lists]
-  name = "nbest" if fmt in _DIRECTORY_FORMATS else os.path.basename(source_path.rstrip("/"))
+  name = "nbest" if formats.FORMATS[fmt].directory else os.path.basename(source_path.rstrip("/"))
   paths = {
     "rescored": os.path.join(out_dir, name),
     "text": os.path.join(out_dir, "text"),

@@ -51,6 +51,9 @@ class Format:
     options: str, the format options of `read_nbest`.
     scores: str, the score names the reader gives.
     features: str, how `write_rescored` writes a feature.
+    aligned_refs: bool, references are line-aligned files (several: several references per
+      segment), read by the reader itself; else keyed files (`<utt> <words>`).
+    directory: bool, the rescored output is a directory (replaced as a whole), not a file.
   """
 
   read: Callable
@@ -60,6 +63,8 @@ class Format:
   options: str
   scores: str
   features: str
+  aligned_refs: bool = False
+  directory: bool = False
 
 
 _JSON_KEY_RE = re.compile(r'\s*("(?:[^"\\]|\\.)*")\s*:')

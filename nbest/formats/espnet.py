@@ -260,5 +260,6 @@ formats.register(
     options="none",
     scores=f"'decoder', 'ctc', 'lm', 'score' ({formats.SCORE_NOTE})",
     features="a field of the `scores` JSON, in an unpacked directory",
+    directory=True,
   ),
 )

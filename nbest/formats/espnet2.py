@@ -171,5 +171,6 @@ formats.register(
     options="none",
     scores=f"'score', the beam search's total ({formats.SCORE_NOTE})",
     features="a keyed file `<n>best_recog/<name>.score` beside `score`",
+    directory=True,
   ),
 )

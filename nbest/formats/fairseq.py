@@ -267,5 +267,6 @@ formats.register(
     options="detok=bool, nbest=int, log_base=2|e (default 2; e: fairseq before 2020-01-13)",
     scores=f"'score' (H-, length-normalised), 'logprob' (sum of P-) ({formats.SCORE_NOTE})",
     features="a line `F-<id><TAB><name><TAB><value in log_base>` after the hypothesis' lines",
+    aligned_refs=True,
   ),
 )

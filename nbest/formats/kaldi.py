@@ -136,5 +136,6 @@ formats.register(
     options="costs={name: cost archive}",
     scores=f"one per cost archive, -cost ({formats.SCORE_NOTE})",
     features="a cost archive `<name>.cost` (`<utt>-<n> <-value>`) in the output directory",
+    directory=True,
   ),
 )

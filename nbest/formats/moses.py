@@ -180,5 +180,6 @@ formats.register(
     options="nbest=int",
     scores="each labelled feature as written, and the total as 'score'",
     features="`NAME= value` appended to the feature field (the total unchanged)",
+    aligned_refs=True,
   ),
 )

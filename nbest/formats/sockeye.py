@@ -142,5 +142,6 @@ formats.register(
     options="none",
     scores=f"'score', 'factor<i>_score' (negated: {formats.SCORE_NOTE})",
     features="a field `<name>_scores` of each line, a list beside 'translations', negated",
+    aligned_refs=True,
   ),
 )
