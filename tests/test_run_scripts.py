@@ -24,6 +24,7 @@ from nbest import paper_protocol
 from nbest import types
 from nbest.formats import espnet
 import tokenization
+from util import cli
 from util import io_utils
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
@@ -351,13 +352,24 @@ def test_lms_run_one_at_a_time_merge_into_one_table(tiny_model_dir, nbest_files,
   again = json.loads((out / "rescoring_results.json").read_text())
   assert [r["lm"] for r in again] == ["second", "first"]
   assert again[0] == rows[1]
-  # Another evaluation is refused, not mixed into the table.
+  # Another evaluation is refused, not mixed into the table: the --output_dir's job (run.json)
+  # names what differs before any LM loads.
   refused = run_failing(
     "run_rescoring.py", f"--lm=third={tiny_model_dir}", "--max_lists=1", *common
   )
   assert refused.returncode == 2
-  assert "another evaluation" in refused.stderr
+  assert "holds another job: max_lists none (this run: 1)" in refused.stderr
   assert json.loads((out / "rescoring_results.json").read_text()) == again
+
+
+def test_rows_of_another_evaluation_are_refused_not_merged():
+  key = {"task": "asr", "pairs": ["dev_clean:test_clean"], "max_lists": None}
+  earlier = [{"lm": "a", "evaluation": key}, {"lm": "b", "evaluation": key}]
+  rows = [{"lm": "b", "evaluation": key, "new": True}]
+  assert paper_protocol.merge_rows(earlier, rows, "r.json") == [earlier[0], rows[0]]
+  other = [{"lm": "c", "evaluation": dict(key, max_lists=1)}]
+  with pytest.raises(cli.InputError, match="^r.json holds results of another evaluation"):
+    paper_protocol.merge_rows(earlier, other, "r.json")
 
 
 # --------------------------------------- one writer per output; a damaged checkpoint
