@@ -68,6 +68,7 @@ def define_flags():
   # The name this command had for --model_dir before every command took --model_dir.
   flags.DEFINE_alias("lm", "model_dir")
   lm_flags.define_scoring_flags()
+  lm_flags.define_long_input_flags()
   flags.DEFINE_enum(
     "task",
     "asr",
@@ -318,6 +319,9 @@ def markdown(rows, metric):
       )
   better = "lower is better" if metric == "wer" else "higher is better"
   table = "\n".join(lines)
+  long = [f"{row['lm']} {row['windowed']}" for row in rows if row.get("windowed")]
+  if long:
+    table += "\n\nSentences longer than the LM takes, read in sliding windows: " + ", ".join(long)
   return f"{metric.upper()} ({better})\n\n{table}\n"
 
 
@@ -394,6 +398,8 @@ def rescore_with(name, lm, lm_id, texts, scores, sets, runs, metric):
     "evaluation": evaluation_key(),
     "scoring_seconds": scores["seconds"],
     "truncated": sum(scores["texts"][t][2] for t in texts),
+    # Sentences longer than the LM takes, read in sliding windows (--long_inputs=window).
+    "windowed": sum(score_cache.windows_of(scores["texts"][t]) > 1 for t in texts),
     "results": [],
     "perplexity": {n: perplexity(l, scores["texts"]) for n, l in sets.items()},
   }

@@ -77,6 +77,7 @@ def define_flags():
     lower_bound=0,
   )
   lm_flags.define_throughput_flags()
+  lm_flags.define_long_input_flags()
   flags.DEFINE_integer(
     "bootstrap_resamples",
     significance.DEFAULT_RESAMPLES,
@@ -277,13 +278,17 @@ def evaluate_and_write(record=None):
         "pearson_ci": {},
         "cosines": {},
         "gold": {},
+        "windowed": {},
       }
       for name, pairs in data_sets.items():
         start = time.time()
         label = f"{row_name} {representation} {name}"
         bootstrap = (FLAGS.bootstrap_resamples, FLAGS.bootstrap_seed)
+        before = lm.stats["windowed"]
         for field, value in evaluate_sts(lm, pairs, representation, label, bootstrap).items():
           row[field][name] = value
+        # Each distinct sentence of the set is encoded once (`pair_similarity.pair_cosines`).
+        row["windowed"][name] = lm.stats["windowed"] - before
         reason = pair_similarity.undefined_reason(row["cosines"][name], row["gold"][name])
         if reason:
           logging.warning(
@@ -305,7 +310,11 @@ def evaluate_and_write(record=None):
           time.time() - start,
         )
       results.append(row)
-  table = markdown_table(results, paper_sets())
+  table = markdown_table(results, paper_sets()) + windowed_note(
+    (f"{r['model']} {r['representation']} {n}", k)
+    for r in results
+    for n, k in r["windowed"].items()
+  )
   print(table)
   if FLAGS.output_dir:
     record.start()
@@ -313,6 +322,17 @@ def evaluate_and_write(record=None):
       os.path.join(FLAGS.output_dir, RESULTS_FILE), json.dumps(results, indent=2)
     )
     io_utils.write_atomically(os.path.join(FLAGS.output_dir, "sts_results.md"), table)
+
+
+def windowed_note(counts):
+  """A report's line counting the sentences read in sliding windows (`--long_inputs=window`),
+  from (what, count) pairs; "" when there are none."""
+  long = [f"{what} {k}" for what, k in counts if k]
+  if not long:
+    return ""
+  return (
+    "\nSentences longer than the model takes, read in sliding windows: " + ", ".join(long) + ".\n"
+  )
 
 
 # ------------------------------------------------------------------ your own pairs (--pairs_file)
@@ -340,15 +360,22 @@ def evaluate_pairs(groups, record):
   )
   bootstrap = (FLAGS.bootstrap_resamples, FLAGS.bootstrap_seed)
   truncated = {}  # set name: pairs with a sentence truncated to fit a model
+  windowed = {}  # set name: {model: sentences this run read in windows}
   for _, sets in groups:
     for name, source in sets:
       path = os.path.join(FLAGS.output_dir, "pairs", name + ".tsv")
       logging.info("%s: %d pairs of %s -> %s", name, counts[name][0], source.path, path)
+      before = {model: lm.stats["windowed"] for model, lm in models}
       writer.write(source, path, name, counts[name][0])
+      # Each representation encodes each distinct sentence of a batch once.
+      windowed[name] = {
+        model: (lm.stats["windowed"] - before[model]) // len(FLAGS.representations)
+        for model, lm in models
+      }
       truncated[name] = pair_similarity.read_cosines(path, return_truncated=True)[2]
       if counts[name][1]:
         pair_similarity.add_correlations(rows, name, path, bootstrap)
-  results, table = pairs_report(rows, groups, counts, names, truncated)
+  results, table = pairs_report(rows, groups, counts, names, truncated, windowed)
   print(table)
   io_utils.write_atomically(
     os.path.join(FLAGS.output_dir, PAIRS_RESULTS_FILE), json.dumps(results, indent=2)
@@ -356,10 +383,11 @@ def evaluate_pairs(groups, record):
   io_utils.write_atomically(os.path.join(FLAGS.output_dir, "pairs_results.md"), table)
 
 
-def pairs_report(rows, groups, counts, model_names, truncated):
+def pairs_report(rows, groups, counts, model_names, truncated, windowed):
   """(pairs_results.json's content, pairs_results.md): the sets (with `truncated`, their pairs
-  with a truncated sentence), the correlations of those with gold scores (SentEval's "all" rows
-  after each task), each model minus each later one."""
+  with a truncated sentence, and `windowed`, {model: the sentences it read in sliding windows in
+  this run, each distinct sentence of a batch once}), the correlations of those with gold
+  scores (SentEval's "all" rows after each task), each model minus each later one."""
   gold_groups = [(task, [n for n, _ in sets if counts[n][1]]) for task, sets in groups]
   gold_groups = [(task, names) for task, names in gold_groups if names]
   for task, names in gold_groups:
@@ -387,6 +415,7 @@ def pairs_report(rows, groups, counts, model_names, truncated):
       "pairs": counts[name][0],
       "gold": bool(counts[name][1]),
       "truncated": truncated[name],
+      "windowed": windowed[name],
     }
     for _, group in groups
     for name, source in group
@@ -399,6 +428,9 @@ def pairs_report(rows, groups, counts, model_names, truncated):
       + ", ".join(cut)
       + ".\n"
     )
+  note = windowed_note((f"{s['name']}: {m}", k) for s in sets for m, k in s["windowed"].items())
+  if note:
+    parts.append(note.lstrip("\n"))
   if gold_groups:
     parts.insert(
       0,

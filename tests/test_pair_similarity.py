@@ -425,14 +425,17 @@ def test_constant_cosines_give_undefined_correlations():
   assert cell == "undefined (constant cosines)"
 
 
+LONG = " ".join(["the cat sat"] * 10)  # more word pieces than the tiny models' 16 positions
+LONG_PAIRS = [PAIRS[0], (PAIRS[1][0], LONG, 2.0), (LONG, "the mat", 3.0), *PAIRS[3:]]
+
+
 @pytest.mark.slow(seconds=3)
 def test_pairs_with_a_truncated_sentence_are_flagged(model_dirs, tmp_path):
-  long = " ".join(["the cat sat"] * 10)  # more word pieces than the tiny models' 16 positions
-  pairs = [PAIRS[0], (PAIRS[1][0], long, 2.0), (long, "the mat", 3.0), *PAIRS[3:]]
   out = tmp_path / "out"
   result = run_sts(
     f"--model_dir={model_dirs['tta']}",
-    f"--pairs_file={pairs_file(tmp_path, pairs)}",
+    f"--pairs_file={pairs_file(tmp_path, LONG_PAIRS)}",
+    "--long_inputs=truncate",
     f"--output_dir={out}",
   )
   assert result.returncode == 0, result.stderr[-3000:]
@@ -445,3 +448,21 @@ def test_pairs_with_a_truncated_sentence_are_flagged(model_dirs, tmp_path):
     "truncated to fit a model (column `truncated` of its TSV): mine 2 of 7."
     in (out / "pairs_results.md").read_text()
   )
+
+
+@pytest.mark.slow(seconds=3)
+def test_long_sentences_are_read_in_windows_by_default_and_counted(model_dirs, tmp_path):
+  out = tmp_path / "out"
+  result = run_sts(
+    f"--model_dir=tta={model_dirs['tta']}",
+    f"--pairs_file={pairs_file(tmp_path, LONG_PAIRS)}",
+    f"--output_dir={out}",
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  lines = [l.split("\t") for l in read_lines(out / "pairs" / "mine.tsv")]
+  assert [row[-1] for row in lines[1:]] == ["0"] * 7  # nothing truncated
+  report = json.loads((out / "pairs_results.json").read_text())
+  # One distinct long sentence, read in windows once per representation.
+  assert report["sets"][0]["truncated"] == 0 and report["sets"][0]["windowed"] == {"tta": 1}
+  table = (out / "pairs_results.md").read_text()
+  assert "read in sliding windows: mine: tta 1." in table
