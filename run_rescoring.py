@@ -177,7 +177,7 @@ def lm_table(lists, scores):
   """LM sentence scores aligned with each list's hypotheses."""
 
   def value(text):
-    total, count, _ = scores[text]
+    total, count = scores[text][:2]
     return total / max(count, 1) if FLAGS.sentence_score == "mean" else total
 
   return [[value(h.text) for h in lst.hyps] for lst in lists]

@@ -56,6 +56,11 @@ CASES = [
     ["--model_dir={tmp}/absent", "--export_dir={tmp}/export"],
     ["{tmp}/absent/config.json"],
   ),
+  (
+    "export_saved_model.py",
+    ["--model_dir={tmp}/absent", "--export_dir={tmp}/export", "--long_inputs=window"],
+    ["--long_inputs=window", "score longer ones with score.py"],
+  ),
   ("convert_checkpoint.py", ["--output_dir={tmp}/model"], ["give either --input"]),
   (
     "run_mwer.py",

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from evaluation import score_cache
 from lm import inference
 from lm import windows
 import modeling
@@ -263,3 +264,22 @@ def test_a_1000_piece_sentence_builds_masked_copies_within_the_window(tokenizer)
   assert max(rows * width for rows, width in shapes) <= max(256, 14 * 16)
   assert sum(rows for rows, _ in shapes) == 1001
   assert np.all(np.isfinite(scored.token_logprobs))
+
+
+def test_a_cache_of_truncated_scores_serves_truncation_only(tokenizer, tmp_path):
+  """A cache written before windows (payloads [total, tokens, truncated]) is keyed on the
+  truncating identity: it still serves --long_inputs=truncate, read as one window each, and a
+  windowing LM, under another key, scores its sentences anew."""
+  truncating = lm_for("tta", tokenizer)
+  windowed = lm_for("tta", tokenizer, long_inputs="window")
+  old_id = inference.model_id(inference.describe(truncating))
+  new_id = inference.model_id(inference.describe(windowed))
+  assert old_id != new_id
+  cache = score_cache.ScoreCache(str(tmp_path / "lm_scores.jsonl"))
+  cache.put_many(old_id, {LONG: [-1.0, 15, True]})
+  served = score_cache.cached_scores(truncating, old_id, [LONG], cache, "tta")
+  assert served == {LONG: [-1.0, 15, True]} and score_cache.windows_of(served[LONG]) == 1
+  (scored,) = windowed.score([LONG])
+  fresh = score_cache.cached_scores(windowed, new_id, [LONG], cache, "tta")
+  assert fresh == {LONG: [scored.total, 25, False, 3]}
+  assert score_cache.windows_of(fresh[LONG]) == 3
