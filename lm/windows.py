@@ -8,7 +8,7 @@ starts or ends inside a word is an input the model saw in training). Window k ho
 end at the sentence's last piece, so every window is full. Each piece is scored (and
 represented) once, in the window where it has the most context (`assign`); the sentence's own
 [BOS] belongs to the first window, its [EOS] to the last, and the boundary tokens a window adds
-are never scored. `inference.NeuralLM` applies it (docs/DESIGN.md §4.1).
+are never scored. `inference.NeuralLM` applies it (README "Long inputs").
 """
 
 import math
