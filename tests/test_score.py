@@ -492,7 +492,7 @@ def test_mirrored_over_two_cpu_devices_equals_one_device(tta_dir, input_file, tm
 
 @pytest.mark.slow(seconds=15)
 def test_two_runs_into_one_output_the_second_exits_2_naming_the_first(
-  tta_dir, lm, input_file, tmp_path
+  tta_dir, input_file, tmp_path
 ):
   text = read(input_file)
   out = str(tmp_path / "out.jsonl")
@@ -520,7 +520,8 @@ def test_two_runs_into_one_output_the_second_exits_2_naming_the_first(
   records = read_records(out)
   assert [r["text"] for r in records] == [line.strip() for line in LINES]
   scored = [r for r in records if "score" in r]
-  for r, w in zip(scored, lm.score([r["text"] for r in scored]), strict=True):
+  windowed = inference.load_lm(tta_dir, long_inputs="window")  # the command's default
+  for r, w in zip(scored, windowed.score([r["text"] for r in scored]), strict=True):
     assert r["score"] == pytest.approx(w.total, abs=1e-5)
 
 
