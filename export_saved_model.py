@@ -39,6 +39,7 @@ def define_flags():
     "Longest input in tokens, boundaries included (default: the model's max_position_embeddings).",
   )
   lm_flags.define_scoring_flags()
+  lm_flags.define_long_input_flags(default="truncate")
   lm_flags.define_throughput_flags(backend=False)
   flags.DEFINE_bool("overwrite", False, "Replace an existing --export_dir.")
 
@@ -292,6 +293,13 @@ def export(lm, export_dir, overwrite=False, scoring=None):
 
 def main(argv):
   del argv
+  if FLAGS.long_inputs != "truncate":
+    # docs/saved_model.md "Long inputs": the signatures frame each sentence as one model input.
+    raise cli.InputError(
+      f"--long_inputs={FLAGS.long_inputs}: the SavedModel's signatures read a sentence as one "
+      "input of at most --max_seq_length tokens and flag `truncated`; score longer ones with "
+      "score.py (docs/saved_model.md, Long inputs)"
+    )
   with cli.user_input():
     check_export_dir(os.path.abspath(FLAGS.export_dir), FLAGS.overwrite)
     lm = inference.NeuralLM.from_model_dir(

@@ -77,6 +77,13 @@ class Kind:
     trained with the word_l2r mask, else "piece"."""
     return "word_l2r" if self.attention == "word_l2r" else "piece"
 
+  @property
+  def window_context(self):
+    """How a piece's context in a sliding window counts (lm/windows.py CONTEXTS): "left" for a
+    kind that attends to the left only, whose best window is the one with the longest left
+    context; "both" for a bidirectional kind, whose best is the window most centred on it."""
+    return "left" if self.attention == "causal" else "both"
+
   def one_pass_attention(self, scoring):
     """The attention pattern a one-pass kind scores with in `scoring` (one of SCORINGS): with
     input isolation, the pattern that hides exactly what the mode hides; otherwise the kind's

@@ -49,6 +49,7 @@ def define_flags():
   # The name this command had for --model_dir before every command took --model_dir.
   flags.DEFINE_alias("lm", "model_dir")
   lm_flags.define_scoring_flags()
+  lm_flags.define_long_input_flags()
   flags.DEFINE_enum(
     "task",
     "asr",

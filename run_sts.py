@@ -88,6 +88,7 @@ def define_flags():
     lower_bound=0,
   )
   lm_flags.define_throughput_flags()
+  lm_flags.define_long_input_flags()
   flags.DEFINE_integer(
     "bootstrap_resamples",
     significance.DEFAULT_RESAMPLES,
@@ -335,7 +336,7 @@ def evaluate_and_write(record=None, whiten=None):
           "model": row_name,
           "model_type": lm.model_type,
           "representation": name,
-          **{field: {} for field in ("scores", "pearson_ci", "cosines", "gold")},
+          **{field: {} for field in ("scores", "pearson_ci", "cosines", "gold", "windowed")},
         }
         for name in whiten.representations(representation)
       ]
@@ -343,6 +344,7 @@ def evaluate_and_write(record=None, whiten=None):
         start = time.time()
         label = f"{row_name} {representation} {name}"
         fit = whiten.fitter(fixed.get(representation), f"{SETS[name][0]}'s sentences")
+        before = lm.stats["windowed"]
         for row, result in zip(
           rows, evaluate_sts(lm, pairs, representation, label, bootstrap, fit)
         ):
@@ -351,9 +353,15 @@ def evaluate_and_write(record=None, whiten=None):
             transforms[name][column] = result.pop("whitening")
           for field, value in result.items():
             row[field][name] = value
+          # Each distinct sentence of the set is encoded once (`pair_similarity.pair_cosines`).
+          row["windowed"][name] = lm.stats["windowed"] - before
           log_scores(row, name, time.time() - start)
       results += rows
-  table = markdown_table(results, paper_sets())
+  table = markdown_table(results, paper_sets()) + windowed_note(
+    (f"{r['model']} {r['representation']} {n}", k)
+    for r in results
+    for n, k in r["windowed"].items()
+  )
   print(table)
   if FLAGS.output_dir:
     record.start()
@@ -513,6 +521,17 @@ def save_transforms(name, transforms):
   logging.info("whitening of %s: %s", name, path)
 
 
+def windowed_note(counts):
+  """A report's line counting the sentences read in sliding windows (`--long_inputs=window`),
+  from (what, count) pairs; "" when there are none."""
+  long = [f"{what} {k}" for what, k in counts if k]
+  if not long:
+    return ""
+  return (
+    "\nSentences longer than the model takes, read in sliding windows: " + ", ".join(long) + ".\n"
+  )
+
+
 # ------------------------------------------------------------------ your own pairs (--pairs_file)
 
 
@@ -543,6 +562,7 @@ def evaluate_pairs(groups, record, paper=(), whiten=None):
   )
   bootstrap = (FLAGS.bootstrap_resamples, FLAGS.bootstrap_seed)
   truncated = {}  # set name: pairs with a sentence truncated to fit a model
+  windowed = {}  # set name: {model: sentences this run read in windows}
   for task, sets in groups:
     transforms = group_transforms(models, sets, whiten, fixed)
     if transforms:
@@ -552,11 +572,17 @@ def evaluate_pairs(groups, record, paper=(), whiten=None):
     for name, source in sets:
       path = os.path.join(FLAGS.output_dir, "pairs", name + ".tsv")
       logging.info("%s: %d pairs of %s -> %s", name, counts[name][0], source.path, path)
+      before = {model: lm.stats["windowed"] for model, lm in models}
       writer.write(source, path, name, counts[name][0], transforms)
+      # Each representation encodes each distinct sentence of a batch once.
+      windowed[name] = {
+        model: (lm.stats["windowed"] - before[model]) // len(FLAGS.representations)
+        for model, lm in models
+      }
       truncated[name] = pair_similarity.read_cosines(path, return_truncated=True)[2]
       if counts[name][1]:
         pair_similarity.add_correlations(rows, name, path, bootstrap)
-  results, table = pairs_report(rows, groups, counts, names, truncated, bootstrap, paper)
+  results, table = pairs_report(rows, groups, counts, names, truncated, windowed, bootstrap, paper)
   print(table)
   io_utils.write_atomically(
     os.path.join(FLAGS.output_dir, PAIRS_RESULTS_FILE), json.dumps(results, indent=2)
@@ -586,11 +612,13 @@ def group_transforms(models, sets, whiten, fixed):
   return out
 
 
-def pairs_report(rows, groups, counts, model_names, truncated, bootstrap, paper=()):
+def pairs_report(rows, groups, counts, model_names, truncated, windowed, bootstrap, paper=()):
   """(pairs_results.json's content, pairs_results.md): the sets (with `truncated`, their pairs
-  with a truncated sentence), the correlations of those with gold scores (SentEval's aggregates
-  after each task, SimCSE's average after all), each model minus each later one; `bootstrap`
-  (resamples, seed) of the aggregates' intervals, `paper` as `evaluate_pairs`."""
+  with a truncated sentence, and `windowed`, {model: the sentences it read in sliding windows in
+  this run, each distinct sentence of a batch once}), the correlations of those with gold scores
+  (SentEval's aggregates after each task, SimCSE's average after all), each model minus each
+  later one; `bootstrap` (resamples, seed) of the aggregates' intervals, `paper` as
+  `evaluate_pairs`."""
   gold_groups = [(task, [n for n, _ in sets if counts[n][1]]) for task, sets in groups]
   gold_groups = [(task, names) for task, names in gold_groups if names]
   tasks = [task for task, _ in gold_groups if task is not None]
@@ -623,6 +651,7 @@ def pairs_report(rows, groups, counts, model_names, truncated, bootstrap, paper=
       "pairs": counts[name][0],
       "gold": bool(counts[name][1]),
       "truncated": truncated[name],
+      "windowed": windowed[name],
     }
     for _, group in groups
     for name, source in group
@@ -635,6 +664,9 @@ def pairs_report(rows, groups, counts, model_names, truncated, bootstrap, paper=
       + ", ".join(cut)
       + ".\n"
     )
+  note = windowed_note((f"{s['name']}: {m}", k) for s in sets for m, k in s["windowed"].items())
+  if note:
+    parts.append(note.lstrip("\n"))
   if gold_groups:
     parts.insert(
       0,

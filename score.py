@@ -11,7 +11,9 @@ A JSON record per input line, in input order:
   {"line": 0, "text": ..., "score": sum of token log-probs, "mean": per token,
    "num_tokens": n, "perplexity": exp(-mean in nats), "num_oov": n, "tokens": [...],
    "token_logprobs": [...], "word_logprobs": [...], "truncated": bool, ...}
-  (+ "vector": [...] with --vectors=context|embed|first_last)
+  (+ "windows": k for a sentence longer than the model takes, scored in k sliding windows
+  (--long_inputs=window, the default; each piece once, in the window where it has the most
+  context); + "vector": [...] with --vectors=context|embed|first_last)
 Log-probs are natural logs; --log_base=10 (KenLM's `query`) or 2 (fairseq) converts every one
 and adds "log_base" to the record. "num_oov": the words the LM cannot represent (KenLM: out of
 its vocabulary, scored as <unk>; a neural LM: pieces that are [UNK]). --keyed reads Kaldi-style
@@ -101,6 +103,7 @@ def define_flags():
   )
   flags.DEFINE_enum("vectors", "none", VECTORS, "Also output sentence vectors (neural LMs).")
   lm_flags.define_scoring_flags()
+  lm_flags.define_long_input_flags()
   flags.DEFINE_integer(
     "batch_size", 256, "Lines scored (and checkpointed) at a time.", lower_bound=1
   )
@@ -169,6 +172,9 @@ def record(line, text, scored=None, vector=None, key=None, log_base="e"):
     word_logprobs=_floats(scored.word_logprobs(), scale),
     truncated=bool(scored.truncated),
   )
+  # Only for a sentence read in windows, so the record of one that fits stays what it was.
+  if scored.windows > 1:
+    out["windows"] = scored.windows
   if log_base != "e":
     out["log_base"] = log_base
   for flag in ("normalization_fallback", "unknown_chars"):

@@ -131,8 +131,16 @@ def _cache_line(model_id, text, value):
     return (json.dumps(record) + "\n").encode("ascii")
 
 
+def windows_of(payload):
+  """The sliding windows a `cached_scores` payload's sentence was read in. A payload of a cache
+  written before windows has no fourth field: its LM identity has no window (only a windowing LM
+  has, `inference.describe`), so its sentences were read whole or truncated, in one window."""
+  return payload[3] if len(payload) > 3 else 1
+
+
 def cached_scores(lm, lm_id, texts, cache, name, chunk_size=500, scoring=None):
-  """{text: [sum of log-probs, scored tokens, truncated]} of `lm` for every text.
+  """{text: [sum of log-probs, scored tokens, truncated, windows]} of `lm` for every text
+  (`windows_of` reads the last from a cache of either layout).
 
   Scores only the texts missing from `cache` (None: no cache), in chunks of `chunk_size`; each
   chunk is stored before the next begins, so an interrupted run resumes where it stopped.
@@ -157,7 +165,7 @@ def cached_scores(lm, lm_id, texts, cache, name, chunk_size=500, scoring=None):
   for begin in range(0, len(todo), chunk_size):
     chunk = todo[begin : begin + chunk_size]
     scored = lm.score(chunk, scoring=scoring)
-    results = {t: [r.total, r.num_tokens, r.truncated] for t, r in zip(chunk, scored)}
+    results = {t: [r.total, r.num_tokens, r.truncated, r.windows] for t, r in zip(chunk, scored)}
     if cache is not None:
       cache.put_many(lm_id, results)
     done.update(results)

@@ -161,7 +161,7 @@ def hypothesis_rows(id_lists, kind, scoring, tokenizer, score_sos=False, score_e
     if scoring == "word_l2r":
       words = modeling.token_word_ids(input_ids, tokenizer.continuation_flags()).numpy()
     copies, rows, positions, targets = inference.masked_copy_rows(
-      input_ids, lengths, positions_of, tokenizer.mask_id, words
+      input_ids, [positions_of(n) for n in lengths], tokenizer.mask_id, words
     )
     read_at = np.stack([np.arange(len(rows)), positions], 1)
     return {

@@ -18,11 +18,15 @@ BERT vocabularies) is scored by default (`score_eos`), the start token never
 is for unilm/kenlm (nothing predicts it) and only on request (`score_sos`)
 for the bidirectional kinds.
 
-Over-long sentences: a sentence with more than max_seq_length - 2 word
-pieces is truncated (its last pieces dropped, [EOS] kept); each such sentence
-is flagged `truncated=True` in its result and counted in `stats`, and a
-warning is logged, so a number computed on a truncated sentence is never
-silent.
+Over-long sentences (`long_inputs`): with "window", a sentence longer than
+`window` tokens is read in sliding windows (lm/windows.py: each piece scored
+and represented once, in the window where it has the most context, each
+window framed as a training instance), its number of windows in its result
+(`windows`) and the windowed sentences counted in `stats`; with "truncate"
+(the default of the library), a sentence with more than max_seq_length - 2
+word pieces loses its last pieces ([EOS] kept) and is flagged
+`truncated=True`. Either way a warning is logged: a number computed on a long
+sentence is never silent.
 
 Text normalization: a model trained on normalized text (config.json
 "normalization": "librispeech", or a KenLM model whose info file says so)
@@ -53,6 +57,7 @@ from lm import model_dir as model_dir_lib
 from lm import onnx_backend
 from lm import scoring_graph
 from lm import stage_clock
+from lm import windows as windows_lib
 from text import normalization as normalization_lib
 import tokenization
 from util import runs
@@ -81,6 +86,7 @@ class ScoredSentence:
       included when scored), words and "</s>" for kenlm.
     token_logprobs: float64 [n] log-probability of each unit.
     truncated: whether the sentence was cut to fit max_seq_length.
+    windows: the sliding windows it was read in (1: whole).
     normalization_fallback: whether the normalizer had to guess how a number
       is read (`normalization.Normalized.fallback`).
     unknown_chars: characters the normalization cannot spell (emoji, CJK),
@@ -92,6 +98,7 @@ class ScoredSentence:
   tokens: list
   token_logprobs: np.ndarray
   truncated: bool = False
+  windows: int = 1
   normalization_fallback: bool = False
   unknown_chars: int = 0
   unknown_words: int = 0
@@ -146,7 +153,7 @@ def _pad_to(length, multiple):
   return int(math.ceil(length / multiple) * multiple)
 
 
-def budget_batches(lengths, token_budget, pad_multiple, rows_per_sentence=lambda n: 1):
+def budget_batches(lengths, token_budget, pad_multiple, rows=None):
   """Groups sentences into batches of at most `token_budget` tokens (rows x padded width).
 
   Sentences are taken in order of length so a batch pads little; a sentence alone over the
@@ -157,18 +164,18 @@ def budget_batches(lengths, token_budget, pad_multiple, rows_per_sentence=lambda
     lengths: tokens of each sentence.
     token_budget: int.
     pad_multiple: rows of different lengths are padded to a multiple of this.
-    rows_per_sentence: length -> rows the sentence takes (its masked copies).
+    rows: rows each sentence takes (its masked copies); None: one each.
 
   Yields:
     lists of sentence indices.
   """
+  rows = [1] * len(lengths) if rows is None else rows
   batch = []
   for i in sorted(range(len(lengths)), key=lambda i: lengths[i]) + [None]:
     if i is not None:
       candidate = batch + [i]
       width = _pad_to(max(lengths[j] for j in candidate), pad_multiple)
-      rows = sum(rows_per_sentence(lengths[j]) for j in candidate)
-      if rows * width <= token_budget or not batch:
+      if sum(rows[j] for j in candidate) * width <= token_budget or not batch:
         batch = candidate
         continue
     if batch:
@@ -191,14 +198,13 @@ def pad_rows(id_lists, pad_id, pad_multiple):
   return input_ids, input_mask
 
 
-def masked_copy_rows(input_ids, lengths, positions_of, mask_id, words=None):
+def masked_copy_rows(input_ids, positions, mask_id, words=None):
   """One copy of a row per position to score, that token replaced by [MASK]: the inputs of a
   pseudo-log-likelihood (bilm, bert), built in NumPy.
 
   Args:
     input_ids: int [B, T], padded rows.
-    lengths: int [B], real tokens per row.
-    positions_of: length -> the positions of a row of that length to score.
+    positions: B lists of int, the positions of each row to score.
     mask_id: int, the id of [MASK].
     words: int [B, T] word index of each token (`modeling.token_word_ids`) for PLL-word-l2r: a copy
       then also hides the later pieces of its position's word; None: the position only.
@@ -206,11 +212,10 @@ def masked_copy_rows(input_ids, lengths, positions_of, mask_id, words=None):
   Returns:
     (copies int32 [R, T], rows int [R] (the row each copy is of), positions int32 [R],
     targets int32 [R] (the token each copy hides at its position)), copies of row 0 first, each
-    row's in the order of positions_of.
+    row's in the order of its positions.
   """
-  per_row = [positions_of(n) for n in lengths]
-  rows = np.repeat(np.arange(len(per_row)), [len(p) for p in per_row]).astype(np.int64)
-  positions = np.array([p for ps in per_row for p in ps], np.int32)
+  rows = np.repeat(np.arange(len(positions)), [len(p) for p in positions]).astype(np.int64)
+  positions = np.array([p for ps in positions for p in ps], np.int32)
   copies = np.array(input_ids, np.int32)[rows]
   targets = copies[np.arange(len(rows)), positions]
   if words is not None:
@@ -249,6 +254,9 @@ class NeuralLM(object):
     jit_compile=False,
     strategy=None,
     backend="tf",
+    long_inputs="truncate",
+    window=None,
+    stride=None,
   ):
     """Wraps a built model.
 
@@ -276,6 +284,15 @@ class NeuralLM(object):
       backend: what runs the graph functions, one of backends.BACKENDS (each
         described there); TensorFlow ("tf") is the reference. Tokenization and
         normalization are the same on every backend.
+      long_inputs: a sentence longer than max_seq_length tokens is "truncate"d (flagged) or
+        read in sliding "window"s (lm/windows.py).
+      window: tokens per window, boundaries included; default max_seq_length. With "window", a
+        sentence longer than this is windowed.
+      stride: word pieces from one window to the next; default half a window's pieces.
+
+    Raises:
+      ValueError: long_inputs is not one of windows.LONG_INPUTS; window or stride cannot cut a
+        sentence (`windows.check`).
     """
     self.model = model
     self.model_type = model.model_type
@@ -288,6 +305,12 @@ class NeuralLM(object):
       )
     self.max_seq_length = min(
       max_seq_length or config.max_position_embeddings, config.max_position_embeddings
+    )
+    if long_inputs not in windows_lib.LONG_INPUTS:
+      raise ValueError(f"--long_inputs={long_inputs} is not one of {windows_lib.LONG_INPUTS}")
+    self.long_inputs = long_inputs
+    self.window, self.stride = windows_lib.check(
+      window or self.max_seq_length, stride, self.max_seq_length
     )
     self.kind = model.kind
     self.score_sos = score_sos and self.kind.scores_sos
@@ -342,6 +365,8 @@ class NeuralLM(object):
       self.graph.masked_copy_scores, [spec, spec, rows, rows]
     )
     self._sentence_vectors = self.compiled(self.graph.sentence_vectors, [spec, spec])
+    # The encoder alone, for the vectors of windowed sentences; compiled at its first use.
+    self._encode = {}  # ScoringGraph method name: compiled, for windowed vectors
 
   def compiled(self, method, signature):
     """`method` (of self.graph) compiled as this NeuralLM compiles its graph functions: on the
@@ -362,7 +387,8 @@ class NeuralLM(object):
   # ---------------------------------------------------------- tokenization
 
   def tokenize(self, sentences):
-    """Sentences -> list of id lists `[BOS] pieces [EOS]` and truncation flags."""
+    """Sentences -> list of id lists `[BOS] pieces [EOS]` and truncation flags; with
+    long_inputs "window", a list may be longer than the model takes (`num_windows`)."""
     self.clock.start()
     ids, truncated, _ = self._prepare(sentences)
     return ids, truncated
@@ -372,15 +398,17 @@ class NeuralLM(object):
     normalized = _normalize_all(self._normalize, sentences, self.stats)
     self.clock.lap("normalization")
     pieces = self.tokenizer.piece_ids_batch([n.text for n in normalized])
-    keep = self.max_seq_length - 2
+    keep = self.max_seq_length - 2 if self.long_inputs == "truncate" else None
     ids, truncated = [], []
     for sentence_pieces in pieces:
-      truncated.append(len(sentence_pieces) > keep)
+      truncated.append(keep is not None and len(sentence_pieces) > keep)
       ids.append([self.bos_id] + sentence_pieces[:keep] + [self.eos_id])
     self.clock.lap("tokenization")
     n_truncated = sum(truncated)
+    n_windowed = sum(self.num_windows(len(x)) > 1 for x in ids)
     self.stats["sentences"] += len(ids)
     self.stats["truncated"] += n_truncated
+    self.stats["windowed"] += n_windowed
     if n_truncated:
       logging.warning(
         "%d of %d sentences are longer than %d tokens and were truncated (flagged in the results)",
@@ -388,16 +416,54 @@ class NeuralLM(object):
         len(ids),
         self.max_seq_length,
       )
+    if n_windowed:
+      logging.warning(
+        "%d of %d sentences are longer than %d tokens and were read in windows (each piece "
+        "once, in the window where it has the most context; flagged in the results)",
+        n_windowed,
+        len(ids),
+        self.window,
+      )
     return ids, truncated, normalized
 
-  def _padded_batches(self, ids, rows_per_sentence):
-    """`budget_batches` of `ids` under this LM's budget, padded.
+  def num_windows(self, length):
+    """The windows a sentence of `length` tokens (boundaries included) is read in: 1 when it
+    fits the window or long_inputs is "truncate"."""
+    if self.long_inputs == "truncate" or length <= self.window:
+      return 1
+    return len(windows_lib.starts(length - 2, self.window - 2, self.stride))
+
+  def _rows(self, ids, positions):
+    """Sentences -> the rows the model reads: a sentence that fits is one row; a longer one its
+    windows (`windows.split`), each with the positions assigned to it.
+
+    Args:
+      ids: list of id lists, `[BOS] pieces [EOS]`.
+      positions: per sentence, its ascending positions to score or represent.
+
+    Returns:
+      (rows: list of id lists, row_positions: the positions of each row, owners: the sentence
+      of each row); a sentence's rows are consecutive and their positions, in order, are its own.
+    """
+    rows, row_positions, owners = [], [], []
+    for i, (x, p) in enumerate(zip(ids, positions)):
+      parts = [(x, p, 0)]
+      if self.num_windows(len(x)) > 1:
+        parts = windows_lib.split(x, p, self.window, self.stride, self.kind.window_context)
+      for row, row_p, _ in parts:
+        rows.append(row)
+        row_positions.append(row_p)
+        owners.append(i)
+    return rows, row_positions, owners
+
+  def _padded_batches(self, ids, rows=None):
+    """`budget_batches` of `ids` under this LM's budget, padded; rows: model rows each takes.
 
     Yields:
       (indices, Encoded) per batch.
     """
     lengths = [len(x) for x in ids]
-    for batch in budget_batches(lengths, self.token_budget, self.pad_multiple, rows_per_sentence):
+    for batch in budget_batches(lengths, self.token_budget, self.pad_multiple, rows):
       yield batch, self._pad([ids[j] for j in batch])
 
   def _pad(self, id_lists):
@@ -423,19 +489,17 @@ class NeuralLM(object):
     scoring = checked_scoring(scoring or self.default_scoring)
     self.clock.start()
     ids, truncated, normalized = self._prepare(sentences)
-    if self.kind.masked_copies:
-      logprobs = self._pll(ids, scoring == "word_l2r")
-    else:
-      logprobs = self._one_pass(ids, scoring)
+    positions = [self._scored_positions(len(x)) for x in ids]
+    logprobs = self._log_probs(ids, positions, scoring)
     results = []
-    for x, lp, cut, norm in zip(ids, logprobs, truncated, normalized):
-      positions = self._scored_positions(len(x))
-      tokens = self.tokenizer.convert_ids_to_tokens([x[p] for p in positions])
+    for x, p, lp, cut, norm in zip(ids, positions, logprobs, truncated, normalized):
+      tokens = self.tokenizer.convert_ids_to_tokens([x[t] for t in p])
       results.append(
         ScoredSentence(
           tokens,
           lp,
           truncated=cut,
+          windows=self.num_windows(len(x)),
           normalization_fallback=norm.fallback,
           unknown_chars=norm.unknown,
         )
@@ -443,15 +507,26 @@ class NeuralLM(object):
     self.clock.lap("conversion")
     return results
 
-  def _one_pass(self, ids, scoring):
+  def _log_probs(self, ids, positions, scoring):
+    """log p of the tokens at `positions` of each sentence (ids, `[BOS] pieces [EOS]`), float64
+    [len(positions[i])] each, a long sentence's from its windows (`_rows`)."""
+    rows, row_positions, owners = self._rows(ids, positions)
+    if self.kind.masked_copies:
+      copies = self._masked_copies(rows, row_positions, scoring == "word_l2r")
+      per_row = [lp for lp, _ in copies]
+    else:
+      per_row = self._one_pass(rows, row_positions, scoring)
+    return [np.concatenate(parts) for parts in _by_owner(per_row, owners, len(ids))]
+
+  def _one_pass(self, ids, positions, scoring):
     """tta, tta_word: log p(x_t | x_\\t) (word_l2r: x_t and the later pieces of its word hidden
-    too); unilm: log p(x_t | x_<t) from the left."""
+    too); unilm: log p(x_t | x_<t) from the left; at `positions` of each row of `ids`."""
     scores = self._one_pass_function(scoring)
     out = [None] * len(ids)
-    for indices, batch in self._padded_batches(ids, lambda n: 1):
+    for indices, batch in self._padded_batches(ids):
       score_mask = np.zeros_like(batch.input_mask)
-      for row, n in enumerate(batch.lengths):
-        score_mask[row, self._scored_positions(n)] = 1
+      for row, i in enumerate(indices):
+        score_mask[row, positions[i]] = 1
       self.clock.lap("batching")
       logprobs = scores(batch.input_ids, batch.input_mask, score_mask)
       self.clock.lap("graph")
@@ -470,27 +545,27 @@ class NeuralLM(object):
       self._one_pass_scores[scoring] = self.compiled(method, [spec] * 3)
     return self._one_pass_scores[scoring]
 
-  def _masked_copies(self, ids, positions_of, word_l2r=False):
-    """Runs one masked copy per (sentence, position) in budgeted batches.
+  def _masked_copies(self, ids, positions, word_l2r=False):
+    """Runs one masked copy per (row, position) in budgeted batches.
 
     Args:
-      ids: list of id lists.
-      positions_of: length -> list of positions to mask.
+      ids: list of id lists, each at most max_seq_length tokens.
+      positions: per row of ids, the positions to mask.
       word_l2r: each copy also masks the later pieces of its position's word.
 
     Returns:
-      per sentence, (log-probs [n] float64, hidden at the masked positions
-      [n, D] float32), in the order of positions_of.
+      per row, (log-probs [n] float64, hidden at the masked positions
+      [n, D] float32), in the order of its positions.
     """
     out = [None] * len(ids)
-    for indices, batch in self._padded_batches(ids, lambda n: len(positions_of(n))):
+    for indices, batch in self._padded_batches(ids, [len(p) for p in positions]):
       words = self.graph.word_ids(batch.input_ids).numpy() if word_l2r else None
-      input_ids, rows, positions, targets = masked_copy_rows(
-        batch.input_ids, batch.lengths, positions_of, self.mask_id, words
+      input_ids, rows, masked_at, targets = masked_copy_rows(
+        batch.input_ids, [positions[i] for i in indices], self.mask_id, words
       )
       copy_mask, owner = batch.input_mask[rows], np.asarray(indices)[rows]
       self.clock.lap("batching")
-      logprobs, hidden = self._masked_copy_scores(input_ids, copy_mask, positions, targets)
+      logprobs, hidden = self._masked_copy_scores(input_ids, copy_mask, masked_at, targets)
       self.clock.lap("graph")
       logprobs, hidden = np.asarray(logprobs, np.float64), np.asarray(hidden)
       for i in indices:
@@ -498,11 +573,6 @@ class NeuralLM(object):
         out[i] = (logprobs[sel], hidden[sel])
       self.clock.lap("conversion")
     return out
-
-  def _pll(self, ids, word_l2r=False):
-    """bilm/bert pseudo-log-likelihood terms log p(x_t | x_\\t via [MASK]) (word_l2r: the later
-    pieces of x_t's word masked too)."""
-    return [lp for lp, _ in self._masked_copies(ids, self._scored_positions, word_l2r)]
 
   # ---------------------------------------------------------------- vectors
 
@@ -524,6 +594,10 @@ class NeuralLM(object):
       return_truncated: also return `tokenize`'s truncation flags, so that a
         result computed from these vectors can flag them.
 
+    A sentence longer than the window (long_inputs "window") averages each
+    piece's vector from the window assigned to it (`windows.assign`); its
+    "first" / "last" come from its first / last window.
+
     Returns:
       float32 [N, D]. A sentence without word pieces gets a zero vector for
       "context"/"embed"/"first_last" (counted in stats["empty"]). With return_truncated,
@@ -533,16 +607,16 @@ class NeuralLM(object):
       raise ValueError(f"pooling {pooling!r} is not one of {POOLINGS}")
     ids, truncated = self.tokenize(sentences)
     if pooling == "context" and masked and self.kind.masked_copies:
-
-      def words(n):
-        return list(range(1, n - 1))
-
+      words = [list(range(1, len(x) - 1)) for x in ids]
+      rows, row_positions, owners = self._rows(ids, words)
+      hidden = [h for _, h in self._masked_copies(rows, row_positions)]
       # Zero rows stay for sentences without word pieces (and the shape is
       # [0, D] for no sentences, as in `_pooled`).
       vectors = np.zeros((len(ids), self.model.config.hidden_size), np.float32)
-      for row, (_, hidden) in enumerate(self._masked_copies(ids, words)):
-        if len(hidden):
-          vectors[row] = hidden.mean(0)
+      for row, parts in enumerate(_by_owner(hidden, owners, len(ids))):
+        parts = np.concatenate(parts)
+        if len(parts):
+          vectors[row] = parts.mean(0)
     else:
       vectors = self._pooled(ids, pooling)
     self.stats["empty"] = self.stats.get("empty", 0) + sum(len(x) == 2 for x in ids)
@@ -551,13 +625,65 @@ class NeuralLM(object):
 
   def _pooled(self, ids, pooling):
     out = np.zeros((len(ids), self.model.config.hidden_size), np.float32)
-    for indices, batch in self._padded_batches(ids, lambda n: 1):
+    whole = [i for i, x in enumerate(ids) if self.num_windows(len(x)) == 1]
+    for indices, batch in self._padded_batches([ids[i] for i in whole]):
       self.clock.lap("batching")
       vectors = self._sentence_vectors(batch.input_ids, batch.input_mask)[pooling]
       self.clock.lap("graph")
-      out[indices] = np.asarray(vectors)
+      out[np.asarray(whole, int)[indices]] = np.asarray(vectors)
       self.clock.lap("conversion")
+    windowed = sorted(set(range(len(ids))) - set(whole))
+    if windowed:
+      out[windowed] = self._windowed_pooled([ids[i] for i in windowed], pooling)
     return out
+
+  def _windowed_pooled(self, ids, pooling):
+    """`_pooled` of sentences longer than the window, from each window's outputs: float32
+    [len(ids), D] (`_WINDOW_POOLING`)."""
+    if pooling not in _WINDOW_POOLING:
+      raise ValueError(f"pooling {pooling!r} has no windowed form; long_inputs='truncate' has")
+    method, output, rule = _WINDOW_POOLING[pooling]
+    words = [list(range(1, len(x) - 1)) for x in ids]
+    rows, row_positions, owners = self._rows(ids, words)
+    if method not in self._encode:
+      spec = tf.TensorSpec([None, None], tf.int32)
+      self._encode[method] = self.compiled(getattr(self.graph, method), [spec, spec])
+    per_row = [None] * len(rows)
+    for indices, batch in self._padded_batches(rows):
+      self.clock.lap("batching")
+      values = output(self._encode[method](batch.input_ids, batch.input_mask))
+      self.clock.lap("graph")
+      for row, i in enumerate(indices):
+        per_row[i] = (values[row, : batch.lengths[row]], row_positions[i])
+    out = np.zeros((len(ids), values.shape[-1]), np.float32)
+    for s, parts in enumerate(_by_owner(per_row, owners, len(ids))):
+      if rule == "mean":
+        out[s] = np.concatenate([v[p] for v, p in parts]).mean(0)
+      else:
+        # The sentence's own [BOS] is in its first window, its [EOS] in its last.
+        out[s] = parts[0][0][0] if rule == "first" else parts[-1][0][-1]
+    self.clock.lap("conversion")
+    return out
+
+
+# How a windowed sentence's vector is read from its windows' outputs: the ScoringGraph method,
+# the per-token output [B, T, D] from its results, and the rule: the mean over its pieces, each
+# from the window it is assigned to, or the start / end token of its first / last window.
+_WINDOW_POOLING = {
+  "context": ("encode", lambda o: np.asarray(o[0]), "mean"),
+  "embed": ("encode", lambda o: np.asarray(o[1]), "mean"),
+  "first_last": ("encode_layers", lambda o: (np.asarray(o[0]) + np.asarray(o[2])) / 2.0, "mean"),
+  "first": ("encode", lambda o: np.asarray(o[0]), "first"),
+  "last": ("encode", lambda o: np.asarray(o[0]), "last"),
+}
+
+
+def _by_owner(values, owners, count):
+  """Per-row values -> per sentence, the list of its rows' values, in row order."""
+  out = [[] for _ in range(count)]
+  for value, owner in zip(values, owners):
+    out[owner].append(value)
+  return out
 
 
 class NgramLM(object):
@@ -619,9 +745,15 @@ class NgramLM(object):
 
 
 def _new_stats():
-  """The counters of an LM's `stats`: sentences, and those truncated or normalized by guess;
-  unknown_chars sums `ScoredSentence.unknown_chars`."""
-  return {"sentences": 0, "truncated": 0, "normalization_fallbacks": 0, "unknown_chars": 0}
+  """The counters of an LM's `stats`: sentences, and those truncated, windowed or normalized by
+  guess; unknown_chars sums `ScoredSentence.unknown_chars`."""
+  return {
+    "sentences": 0,
+    "truncated": 0,
+    "windowed": 0,
+    "normalization_fallbacks": 0,
+    "unknown_chars": 0,
+  }
 
 
 def _normalize_all(normalize, sentences, stats):
@@ -667,6 +799,8 @@ def _boundary_ids(tokenizer):
 # NeuralLM options that change how fast scores are computed, never what they
 # are: an n-gram model has no batches to size.
 _THROUGHPUT_OPTIONS = ("token_budget", "pad_multiple", "jit_compile", "strategy", "backend")
+# NeuralLM options for sentences longer than the model takes: an n-gram model takes any length.
+_LONG_INPUT_OPTIONS = ("long_inputs", "window", "stride")
 
 
 # Release formats a neural model is read from besides our model dirs: spec prefix -> loader of
@@ -691,11 +825,12 @@ def load_lm(spec, **kwargs):
   BERT release or "hf:DIR" for a Hugging Face BERT masked LM.
 
   kwargs are NeuralLM's; a KenLM model takes score_eos, score_sos and
-  normalization, ignores the throughput options and rejects the others
+  normalization, ignores the throughput and long-input options and rejects the others
   (TypeError), so no argument is dropped silently.
   """
   if spec.startswith("kenlm:"):
-    options = {k: v for k, v in kwargs.items() if k not in _THROUGHPUT_OPTIONS}
+    ignored = _THROUGHPUT_OPTIONS + _LONG_INPUT_OPTIONS
+    options = {k: v for k, v in kwargs.items() if k not in ignored}
     return NgramLM(spec[len("kenlm:") :], **options)
   return NeuralLM.from_model_dir(spec, **kwargs)
 
@@ -754,7 +889,8 @@ def describe(lm, scoring=None):
   For caches and reports: the weights (a fingerprint; for KenLM the file's
   path, size and modification time), the vocab file's content, lower-casing,
   the normalization and its rules' version, the scored boundary tokens, the
-  pair that frames a sentence (when not [SOS]/[EOS]) and the longest input, so
+  pair that frames a sentence (when not [SOS]/[EOS]), the longest input and
+  the sliding windows of a longer one, so
   a score cached under one identity is never served for another. `model_id`
   turns it into a short key. scoring None is the LM's `default_scoring`.
   """
@@ -797,6 +933,13 @@ def describe(lm, scoring=None):
     # Only when not "piece", so the keys of piece-level caches stay what they were (KenLM scores
     # words whatever the mode, and keeps its key).
     **({"scoring": scoring} if scoring != "piece" else {}),
+    # Only when windowing, so the keys of truncating caches (all caches before windows) stay
+    # what they were; the window and stride change a long sentence's score.
+    **(
+      {"long_inputs": lm.long_inputs, "window": lm.window, "stride": lm.stride}
+      if lm.long_inputs == "window"
+      else {}
+    ),
   }
 
 

@@ -15,13 +15,22 @@ from absl import flags
 
 from lm import backends
 from lm import inference
+from lm import windows
 
 # Defined here, the flags belong to the command that calls a define_* function: absl lists a
 # flag under the module that runs DEFINE_* unless that module disclaims it.
 flags.disclaim_key_flags()
 
 # The load_lm keyword arguments of the flags below, as `load_options` reads them back.
-_LOAD_OPTIONS = ("score_eos", "score_sos", "token_budget", "backend")
+_LOAD_OPTIONS = (
+  "score_eos",
+  "score_sos",
+  "token_budget",
+  "backend",
+  "long_inputs",
+  "window",
+  "stride",
+)
 
 
 def _spec_help(kenlm):
@@ -128,6 +137,57 @@ def define_scoring_flags(flag_values=flags.FLAGS):
     "Also score the start token (tta, bilm, bert; nothing predicts it for unilm and KenLM).",
     flag_values=flag_values,
   )
+
+
+def define_long_input_flags(default="window", flag_values=flags.FLAGS):
+  """--long_inputs, and with "window" among its choices --window and --stride: how a neural LM
+  reads a sentence longer than it takes (lm/windows.py; KenLM takes any length).
+
+  Args:
+    default: "window", or "truncate" for a command that only truncates (export_saved_model.py:
+      its `--long_inputs` then takes "truncate" alone, and refuses "window" with the reason).
+  """
+  flags.DEFINE_enum(
+    "long_inputs",
+    default,
+    list(windows.LONG_INPUTS),
+    "Neural LMs: a sentence longer than the model takes (its max_position_embeddings) is read "
+    "in sliding windows of --window tokens, each word piece scored and represented once, in "
+    "the window where it has the most context (the most centred; for the uniLM the longest "
+    "left context), its record saying in how many (window); or loses its last pieces and is "
+    "flagged truncated (truncate).",
+    flag_values=flag_values,
+  )
+  if default != "window":
+    return
+  flags.DEFINE_integer(
+    "window",
+    None,
+    "--long_inputs=window: tokens per window, [BOS] and [EOS] included, at most the model's "
+    "max_position_embeddings (the default); a longer sentence is windowed.",
+    lower_bound=3,
+    flag_values=flag_values,
+  )
+  flags.DEFINE_integer(
+    "stride",
+    None,
+    "--long_inputs=window: word pieces from one window to the next, 1 .. --window - 2 (default "
+    "half a window's pieces). The biLM costs one masked copy per piece whatever the stride; "
+    "T-TA and the uniLM one pass per window.",
+    lower_bound=1,
+    flag_values=flag_values,
+  )
+  flags.register_multi_flags_validator(["window", "stride"], _check_stride, flag_values=flag_values)
+
+
+def _check_stride(values):
+  """--stride leaves no piece out of every window: at most the pieces of one."""
+  if values["window"] and values["stride"] and values["stride"] > values["window"] - 2:
+    raise flags.ValidationError(
+      f"--stride={values['stride']} is more than the {values['window'] - 2} word pieces of a "
+      f"--window={values['window']} window (a longer stride skips pieces)"
+    )
+  return True
 
 
 def define_throughput_flags(backend=True, flag_values=flags.FLAGS):

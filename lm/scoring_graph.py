@@ -89,6 +89,11 @@ class ScoringGraph(tf.Module):
       first_layer=first_layer,
     )
 
+  def encode_layers(self, input_ids, input_mask):
+    """int32 [B, T] each -> (sequence_output, embedding_output, the first block's output)
+    [B, T, D]: `encode` for a windowed first_last (NeuralLM's sliding windows)."""
+    return self.encode(input_ids, input_mask, first_layer=True)
+
   def word_ids(self, input_ids):
     """int32 [B, T] -> int32 [B, T], `modeling.word_ids` from the vocab's continuation pieces."""
     if self.continuation is None:

@@ -12,6 +12,7 @@ import os
 from absl import logging
 
 from evaluation import metrics
+from evaluation import score_cache
 from evaluation import significance
 from lm import inference
 from nbest import combination
@@ -118,6 +119,9 @@ def markdown(rows, metric):
       )
   better = "lower is better" if metric == "wer" else "higher is better"
   table = "\n".join(lines)
+  long = [f"{row['lm']} {row['windowed']}" for row in rows if row.get("windowed")]
+  if long:
+    table += "\n\nSentences longer than the LM takes, read in sliding windows: " + ", ".join(long)
   return f"{metric.upper()} ({better})\n\n{table}\n"
 
 
@@ -194,6 +198,8 @@ def rescore_with(params, name, lm, lm_id, texts, scores, sets, table_runs, metri
     "evaluation": evaluation_key(params),
     "scoring_seconds": scores["seconds"],
     "truncated": sum(scores["texts"][t][2] for t in texts),
+    # Sentences longer than the LM takes, read in sliding windows (--long_inputs=window).
+    "windowed": sum(score_cache.windows_of(scores["texts"][t]) > 1 for t in texts),
     "results": [],
     "perplexity": {n: perplexity(l, scores["texts"]) for n, l in sets.items()},
   }

@@ -55,7 +55,7 @@ def lm_table(lists, scores, sentence_score="sum"):
   their mean (`sentence_score`)."""
 
   def value(text):
-    total, count, _ = scores[text]
+    total, count = scores[text][:2]
     return total / max(count, 1) if sentence_score == "mean" else total
 
   return [[value(h.text) for h in lst.hyps] for lst in lists]

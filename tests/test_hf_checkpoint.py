@@ -100,7 +100,7 @@ def test_score_py_and_run_rescoring_score_hf_as_the_tf1_release(release_dirs, tm
   run_script(
     "score.py", f"--model_dir=hf:{hf}", f"--input_file={sentences}", f"--output_file={out}"
   )
-  tf1 = inference.load_lm(f"bert:{google}")
+  tf1 = inference.load_lm(f"bert:{google}", long_inputs="window")  # the commands' default
   want = [score.record(i, t, s) for i, (t, s) in enumerate(zip(SENTENCES, tf1.score(SENTENCES)))]
   assert [json.loads(line) for line in out.read_text().splitlines()] == want
 

@@ -437,26 +437,41 @@ def test_constant_cosines_give_undefined_correlations():
   assert cell == "undefined (constant cosines)"
 
 
-@pytest.mark.slow(seconds=3)
-def test_pairs_with_a_truncated_sentence_are_flagged(model_dirs, tmp_path):
-  long = " ".join(["the cat sat"] * 10)  # more word pieces than the tiny models' 16 positions
-  pairs = [PAIRS[0], (PAIRS[1][0], long, 2.0), (long, "the mat", 3.0), *PAIRS[3:]]
+LONG = " ".join(["the cat sat"] * 10)  # more word pieces than the tiny models' 16 positions
+LONG_PAIRS = [PAIRS[0], (PAIRS[1][0], LONG, 2.0), (LONG, "the mat", 3.0), *PAIRS[3:]]
+
+
+def run_long_pairs(model_dirs, tmp_path, *flags):
+  """run_sts.py --pairs_file of LONG_PAIRS with the T-TA: (the TSV's last column, header first;
+  pairs_results.json's first set; pairs_results.md)."""
   out = tmp_path / "out"
   result = run_sts(
-    f"--model_dir={model_dirs['tta']}",
-    f"--pairs_file={pairs_file(tmp_path, pairs)}",
+    f"--model_dir=tta={model_dirs['tta']}",
+    f"--pairs_file={pairs_file(tmp_path, LONG_PAIRS)}",
     f"--output_dir={out}",
+    *flags,
   )
   assert result.returncode == 0, result.stderr[-3000:]
-  lines = [l.split("\t") for l in read_lines(out / "pairs" / "mine.tsv")]
-  assert lines[0][-1] == "truncated"
-  assert [row[-1] for row in lines[1:]] == ["0", "1", "1", "0", "0", "0", "0"]
+  column = [l.split("\t")[-1] for l in read_lines(out / "pairs" / "mine.tsv")]
   report = json.loads((out / "pairs_results.json").read_text())
-  assert report["sets"][0]["truncated"] == 2
-  assert (
-    "truncated to fit a model (column `truncated` of its TSV): mine 2 of 7."
-    in (out / "pairs_results.md").read_text()
-  )
+  return column, report["sets"][0], (out / "pairs_results.md").read_text()
+
+
+@pytest.mark.slow(seconds=3)
+def test_pairs_with_a_truncated_sentence_are_flagged(model_dirs, tmp_path):
+  column, counts, table = run_long_pairs(model_dirs, tmp_path, "--long_inputs=truncate")
+  assert column == ["truncated", "0", "1", "1", "0", "0", "0", "0"]
+  assert counts["truncated"] == 2 and counts["windowed"] == {"tta": 0}
+  assert "truncated to fit a model (column `truncated` of its TSV): mine 2 of 7." in table
+
+
+@pytest.mark.slow(seconds=3)
+def test_long_sentences_are_read_in_windows_by_default_and_counted(model_dirs, tmp_path):
+  column, counts, table = run_long_pairs(model_dirs, tmp_path)
+  assert column == ["truncated"] + ["0"] * 7  # nothing truncated
+  # One distinct long sentence, read in windows (once per representation).
+  assert counts["truncated"] == 0 and counts["windowed"] == {"tta": 1}
+  assert "read in sliding windows: mine: tta 1." in table
 
 
 def test_senteval_average_is_simcses_mean_spearman_with_stsb_and_sick_test():

@@ -243,3 +243,19 @@ def test_rescore_your_own_nbest_lists_runs_as_written(checkout, own_lists):
   ).read_text()
   again = formats.read_nbest("kaldi", str(blind / "nbest"))
   assert all({"ngram", "tta"} <= set(h.scores) for n in again for h in n.hyps)
+
+
+LONG_SECTION = "## Long inputs"
+
+
+@pytest.mark.slow(seconds=6)
+def test_long_inputs_run_as_written(checkout):
+  bash, _ = readme_blocks(LONG_SECTION)
+  outputs = run_bash(bash, checkout)
+  (tta,) = [json.loads(l) for l in (checkout / "long.jsonl").read_text().splitlines()]
+  (bilm,), (cut,) = [[json.loads(l) for l in lines] for lines in outputs[2:]]
+  # 180 words in windows of the tiny models' 16 tokens: every piece and [EOS] scored once.
+  for record in (tta, bilm):
+    assert record["num_tokens"] == 181 and not record["truncated"] and record["windows"] > 1
+  assert tta["windows"] == 25 and bilm["windows"] == 22
+  assert cut["truncated"] and cut["num_tokens"] == 15 and "windows" not in cut

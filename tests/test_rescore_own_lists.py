@@ -333,3 +333,27 @@ def test_a_moses_sparse_feature_with_a_comma_is_named_with_a_backslash(tiny_lm, 
   assert weights["grid_start"]["weights"]["first_pass"]["pl_1,1"] == 0.5
   rescored = (out / "test" / "nbest.txt").read_text().splitlines()
   assert rescored[0].startswith("0 ||| the cat sat ||| LM0= -4.5 pl_1,1= 2 tta= ")
+
+
+@pytest.mark.slow(seconds=3)
+def test_long_hypotheses_are_read_in_windows_and_counted(tiny_lm, tmp_path):
+  long = " ".join(["the cat sat"] * 6)  # 18 pieces, over the tiny model's 16 positions
+  rows = [["the cat sat", long], ["a dog ran", "a dog"]]
+  lists = _json_lists(tmp_path / "lists.json", rows)
+  refs = tmp_path / "refs.txt"
+  refs.write_text("seg0 the cat sat\nseg1 a dog ran\n")
+  out = tmp_path / "out"
+  stdout = _rescore(
+    f"--lm=tta={tiny_lm}",
+    "--format=json",
+    "--settings=full",
+    f"--dev_file={lists}",
+    f"--dev_refs={refs}",
+    f"--test_file={lists}",
+    f"--test_refs={refs}",
+    f"--output_dir={out}",
+  )
+  (row,) = json.loads((out / "rescoring_results.json").read_text())
+  assert row["windowed"] == 1 and row["truncated"] == 0
+  assert "read in sliding windows: tta 1" in stdout
+  assert "read in sliding windows: tta 1" in (out / "rescoring_results.md").read_text()

@@ -492,7 +492,7 @@ def test_mirrored_over_two_cpu_devices_equals_one_device(tta_dir, input_file, tm
 
 @pytest.mark.slow(seconds=15)
 def test_two_runs_into_one_output_the_second_exits_2_naming_the_first(
-  tta_dir, lm, input_file, tmp_path
+  tta_dir, input_file, tmp_path
 ):
   text = read(input_file)
   out = str(tmp_path / "out.jsonl")
@@ -520,7 +520,8 @@ def test_two_runs_into_one_output_the_second_exits_2_naming_the_first(
   records = read_records(out)
   assert [r["text"] for r in records] == [line.strip() for line in LINES]
   scored = [r for r in records if "score" in r]
-  for r, w in zip(scored, lm.score([r["text"] for r in scored]), strict=True):
+  windowed = inference.load_lm(tta_dir, long_inputs="window")  # the command's default
+  for r, w in zip(scored, windowed.score([r["text"] for r in scored]), strict=True):
     assert r["score"] == pytest.approx(w.total, abs=1e-5)
 
 
@@ -560,3 +561,26 @@ def test_killed_run_restarted_writes_the_uninterrupted_file(tta_dir, tmp_path):
   assert os.path.exists(out + ".partial") and not os.path.exists(out)
   run_cli(*flags, stdin=text)
   assert read(out) == read(whole)
+
+
+@pytest.mark.slow(seconds=4)
+def test_a_long_line_is_scored_in_windows_by_default_and_truncated_on_request(tta_dir):
+  long = LINES[4]  # 24 pieces: 26 tokens, over the model's 16
+  windowed = json.loads(
+    run_cli(f"--model_dir={tta_dir}", stdin=long + "\nthe mat\n").split("\n")[0]
+  )
+  assert windowed["windows"] == 3 and windowed["truncated"] is False
+  assert windowed["num_tokens"] == 25 and windowed["tokens"][-1] == "[EOS]"
+  cut = json.loads(run_cli(f"--model_dir={tta_dir}", "--long_inputs=truncate", stdin=long))
+  assert cut["truncated"] is True and cut["num_tokens"] == 15 and "windows" not in cut
+  # A line that fits: the same record either way, without "windows".
+  fits = [
+    run_cli(f"--model_dir={tta_dir}", f"--long_inputs={m}", stdin="the mat\n")
+    for m in (
+      "window",
+      "truncate",
+    )
+  ]
+  assert fits[0] == fits[1] and "windows" not in json.loads(fits[0])
+  error = run_cli(f"--model_dir={tta_dir}", "--window=17", stdin=long, status=2)
+  assert "--window=17 is more than the 16 tokens the model takes" in error

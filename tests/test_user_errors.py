@@ -32,11 +32,14 @@ _TF_STARTUP = re.compile(
 CASES = [
   ("score.py", [], ["--model_dir is required"]),
   ("score.py", ["--model_dir=m", "--batch_size=-3"], ["--batch_size=-3", "positive integer"]),
+  ("score.py", ["--model_dir=m", "--window=64", "--stride=63"], ["--stride=63", "62 word pieces"]),
+  ("score.py", ["--model_dir=m", "--stride=0"], ["--stride=0", "not a positive integer"]),
   # --lm, the alias of --model_dir; the empty --data_dir holds no lists: the model dir is
   # refused before they are read.
   ("run_rescoring.py", ["--lm={tmp}/absent", "--data_dir={tmp}"], ["{tmp}/absent/config.json"]),
   ("run_rescoring.py", ["--model_dir=m", "--pairs=dev_clean"], ["--pairs", "DEV:TEST"]),
   ("run_sts.py", ["--model_dir={tmp}/absent", "--data_dir={tmp}"], ["{tmp}/absent/config.json"]),
+  ("run_sts.py", ["--model_dir=m", "--window=2"], ["--window=2", "not integer >= 3"]),
   (
     "run_pretraining.py",
     ["--input_file={tmp}/train-*.tfrecord", "--output_dir={tmp}/run"],
@@ -52,6 +55,11 @@ CASES = [
     "export_saved_model.py",
     ["--model_dir={tmp}/absent", "--export_dir={tmp}/export"],
     ["{tmp}/absent/config.json"],
+  ),
+  (
+    "export_saved_model.py",
+    ["--model_dir={tmp}/absent", "--export_dir={tmp}/export", "--long_inputs=window"],
+    ["--long_inputs=window", "score longer ones with score.py"],
   ),
   ("convert_checkpoint.py", ["--output_dir={tmp}/model"], ["give either --input"]),
   (
@@ -123,13 +131,25 @@ def test_the_lm_flags_read_back_as_load_lm_arguments():
   lm_flags.define_model_dir(several=True, flag_values=values)
   lm_flags.define_scoring_flags(flag_values=values)
   lm_flags.define_throughput_flags(flag_values=values)
-  values(["prog", "--model_dir=tta=runs/tta,kenlm:lm.bin", "--score_sos", "--token_budget=64"])
+  lm_flags.define_long_input_flags(flag_values=values)
+  values(
+    [
+      "prog",
+      "--model_dir=tta=runs/tta,kenlm:lm.bin",
+      "--score_sos",
+      "--token_budget=64",
+      "--stride=5",
+    ]
+  )
   assert lm_flags.model_specs(values.model_dir) == [("tta", "runs/tta"), ("", "kenlm:lm.bin")]
   assert lm_flags.load_options(values) == {
     "score_eos": True,
     "score_sos": True,
     "token_budget": 64,
     "backend": "tf",
+    "long_inputs": "window",
+    "window": None,
+    "stride": 5,
   }
   without_backend = flags.FlagValues()
   lm_flags.define_throughput_flags(backend=False, flag_values=without_backend)

@@ -58,7 +58,8 @@ def test_tta_word_l2r_is_blind_to_the_piece_and_its_later_pieces(tokenizer, mode
   vocab = lm.tokenizer.vocab
 
   def scores(changed):
-    return lm._one_pass([changed], "word_l2r")[0]  # pylint: disable=protected-access
+    positions = [lm._scored_positions(len(changed))]  # pylint: disable=protected-access
+    return lm._one_pass([changed], positions, "word_l2r")[0]  # pylint: disable=protected-access
 
   base = scores(ids)
   # "walk ##ing" -> "walk ##ed": position 1's query sees neither 1 nor 2.
