@@ -185,6 +185,15 @@ def test_a_long_sentence_vector_averages_each_piece_from_its_window(tokenizer, m
   np.testing.assert_allclose(
     lm.sentence_vectors([LONG], "last")[0], last["sequence_output"][-1], atol=1e-5
   )
+  # first_last: each piece's average of the first and last blocks, from its window, intact.
+  first_last = []
+  for window, mine, _ in parts:
+    inputs = {"input_ids": tf.constant([window]), "input_mask": tf.ones([1, len(window)], tf.int32)}
+    sequence, _, first_block = lm.model.encode(inputs, first_layer=True)
+    first_last.extend(((sequence[0].numpy() + first_block[0].numpy()) / 2)[mine])
+  np.testing.assert_allclose(
+    lm.sentence_vectors([LONG], "first_last")[0], np.mean(first_last, 0), atol=1e-5
+  )
 
 
 def test_windowed_tta_is_exactly_self_unknown_for_every_piece(tokenizer):
