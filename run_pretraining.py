@@ -15,8 +15,12 @@ The output dir becomes a model dir (lm/model_dir.py): config.json (with
 model_type, do_lower_case, normalization, output_layer) and vocab.txt are
 written beside the checkpoints first, so every run_* script takes
 --model_dir alone. A run restarted with the same --output_dir resumes from
-its latest checkpoint, data position included. TensorBoard scalars go to
-output_dir/train and output_dir/eval, train_summary.json to output_dir.
+its latest checkpoint, data position included, if it is the same job
+(output_dir/run.json: the data, input files and every flag that changes the
+model; a larger --num_train_steps extends it); another is refused in one line
+naming the first field that differs, and --overwrite starts over. TensorBoard
+scalars go to output_dir/train and output_dir/eval, train_summary.json to
+output_dir.
 
 Example (the paper's model; add --mixed_precision on GPUs, TPUs and CPUs with
 AMX/AVX512_BF16):

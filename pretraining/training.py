@@ -33,7 +33,9 @@ from pretraining import training_metrics
 from pretraining import training_setup
 from util import cli
 from util import distribute_utils
+from util import io_utils
 from util import machine
+from util import runs
 from util import training_loop
 
 # ----------------------------------------------------------------- parameters
@@ -155,7 +157,77 @@ class TrainParams:
     "(same device kind and strategy; some GPU ops are slower or refuse to run).",
     False,
   )
+  overwrite: bool = cli.param(
+    "Start over: remove the checkpoints, logs and summary of the training --output_dir holds "
+    "(another job's, or this job's) instead of resuming it.",
+    False,
+  )
   install_signal_handlers: bool = True
+
+
+# What a resume may change: how the run goes, logs and evaluates, and --num_train_steps, which
+# extends it. Every other field changes the model it ends with, so it is part of the run's
+# identity (`run_identity`).
+_NOT_IDENTITY = (
+  "output_dir",
+  "eval_file",
+  "eval_batch_size",
+  "num_train_steps",
+  "init_checkpoint",  # ignored by a resume
+  "save_checkpoints_steps",
+  "keep_checkpoint_max",
+  "eval_every_steps",
+  "max_eval_steps",
+  "steps_per_loop",
+  "log_every_steps",
+  "strategy",
+  "tpu",
+  "num_cpu_devices",
+  "use_xla",
+  "train_minutes",
+  "calibrate_logit_scale",
+  "overwrite",
+  "install_signal_handlers",
+)
+# The input files of a run, recorded by their path, size and modification time.
+_INPUT_FILES = ("vocab_file", "bert_config_file", "target_embeddings")
+
+
+def run_identity(params):
+  """What the model a run ends with depends on (`util/runs.py`): the command, the training data
+  and the other input files, and every field but `_NOT_IDENTITY`'s."""
+  fields = {
+    name: value
+    for name, value in dataclasses.asdict(params).items()
+    if name not in _NOT_IDENTITY + _INPUT_FILES + ("input_file",)
+  }
+  data = None
+  if params.input_file:
+    data = [runs.path_identity(path) for path in io_utils.expand_globs(params.input_file)]
+  files = {
+    name: runs.path_identity(getattr(params, name)) if getattr(params, name) else None
+    for name in _INPUT_FILES
+  }
+  return {"command": "run_pretraining.py", "input_file": data, **files, **fields}
+
+
+def _run_record(params):
+  """The run identity of --output_dir (`runs.Record`), checked against this run's; None for a
+  remote output dir (gs://), which holds no record.
+
+  Its outputs (what --overwrite removes) are the checkpoints, the logs and the summary; config.json
+  and vocab.txt are written anew by every run. A dir of checkpoints that records no job (from a
+  version that recorded none) is this job's: it resumes, as it did then.
+  """
+  if "://" in params.output_dir:
+    return None
+  found = os.listdir(params.output_dir)
+  outputs = [n for n in found if n.startswith(model_dir.CHECKPOINT_NAME + "-")]
+  outputs += ["checkpoint", "train", "eval", "train_summary.json"]
+  with cli.user_input():
+    return runs.Record(
+      params.output_dir, run_identity(params), outputs, params.overwrite, adopt_unrecorded=True
+    )
 
 
 def set_precision_policy(mixed_precision):
@@ -499,10 +571,15 @@ def _train_locked(params, strategy, write_dir):
   # The seed of Python, NumPy and TF: weight initialisation and dropout (the data order's global
   # TF seed is `_data_order_seed`'s).
   keras.utils.set_random_seed(_init_seed(params))
-  resuming = model_dir.latest_checkpoint(params.output_dir) is not None
+  chief = distribute_utils.is_chief(strategy)
+  # Another job's training is refused before anything is read or written; --overwrite clears it
+  # once the flags' files have been read.
+  record = _run_record(params) if chief else None
+  resuming = not params.overwrite and model_dir.latest_checkpoint(params.output_dir) is not None
   with cli.user_input():  # the vocab, config and target embeddings the flags name
     setup = training_setup.prepare_model(params, resuming=resuming)
-  chief = distribute_utils.is_chief(strategy)
+  if record:
+    record.start()
   if chief:
     setup.write_model_files(params.output_dir)
 
@@ -593,7 +670,9 @@ def _restore_or_initialise(state, params, target_table, chief):
   Returns:
     The checkpoint prefix resumed from, or None.
   """
-  latest = training_loop.restore(state.checkpoint, params.output_dir, roll_back=chief)
+  latest = None
+  if not params.overwrite:  # (the chief has removed them; the other workers must not read them)
+    latest = training_loop.restore(state.checkpoint, params.output_dir, roll_back=chief)
   if latest is not None:
     logging.info(
       "resumed from %s at step %d (input position %d batches)",

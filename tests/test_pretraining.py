@@ -37,6 +37,7 @@ from pretraining import training_setup
 import run_pretraining
 from text import corpus
 from util import cli
+from util import runs
 from util import training_loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -385,6 +386,33 @@ def test_resume_continues_step_and_input_position(data_dir, tmp_path):
     training.train(
       tiny_params(data_dir, out, eval_file=None, config_overrides=dict(TINY, hidden_size=16))
     )
+
+
+@pytest.mark.slow(seconds=15)
+def test_another_job_in_the_output_dir_is_refused_until_overwrite(data_dir, tmp_path):
+  out = tmp_path / "job"
+  short = dict(num_train_steps=4, num_warmup_steps=1, save_checkpoints_steps=2, eval_file=None)
+  training.train(tiny_params(data_dir, out, **short))
+  recorded = json.loads((out / runs.RECORD_FILE).read_text())
+  assert recorded["learning_rate"] == 2e-3 and "num_train_steps" not in recorded
+  with pytest.raises(cli.InputError) as error:
+    training.train(tiny_params(data_dir, out, **dict(short, learning_rate=1e-3)))
+  assert str(error.value) == (
+    f"--output_dir {out} holds another job: learning_rate 0.002 (this run: 0.001); add "
+    "--overwrite to start over"
+  )
+  assert model_dir.checkpoints(str(out))[0].endswith("ckpt-4")  # nothing lost
+  fresh = training.train(
+    tiny_params(data_dir, out, overwrite=True, **dict(short, learning_rate=1e-3))
+  )
+  assert fresh["start_step"] == 0 and fresh["finished"]
+  assert json.loads((out / runs.RECORD_FILE).read_text())["learning_rate"] == 1e-3
+  # A dir of a version that recorded no job resumes as it did then, and is recorded.
+  (out / runs.RECORD_FILE).unlink()
+  resumed = training.train(
+    tiny_params(data_dir, out, **dict(short, learning_rate=1e-3, num_train_steps=6))
+  )
+  assert resumed["start_step"] == 4 and (out / runs.RECORD_FILE).exists()
 
 
 def _truncate(path):
