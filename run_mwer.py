@@ -51,11 +51,9 @@ from lm import inference
 from lm import lm_flags
 from util import cli
 from util import io_utils
+from util import training_loop
 
 FLAGS = flags.FLAGS
-
-# os.EX_TEMPFAIL: a signal stopped a training run; the same command resumes it.
-EXIT_UNFINISHED = 75
 
 
 def define_flags():
@@ -91,9 +89,9 @@ def main(argv):
   if not mwer_job.run(params):
     logging.warning(
       "stopped by a signal before the last step: exiting %d; the same command resumes",
-      EXIT_UNFINISHED,
+      training_loop.EXIT_UNFINISHED,
     )
-    sys.exit(EXIT_UNFINISHED)
+    sys.exit(training_loop.EXIT_UNFINISHED)
 
 
 if __name__ == "__main__":

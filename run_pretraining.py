@@ -15,8 +15,12 @@ The output dir becomes a model dir (lm/model_dir.py): config.json (with
 model_type, do_lower_case, normalization, output_layer) and vocab.txt are
 written beside the checkpoints first, so every run_* script takes
 --model_dir alone. A run restarted with the same --output_dir resumes from
-its latest checkpoint, data position included. TensorBoard scalars go to
-output_dir/train and output_dir/eval, train_summary.json to output_dir.
+its latest checkpoint, data position included, if it is the same job
+(output_dir/run.json: the data, input files and every flag that changes the
+model; a larger --num_train_steps extends it); another is refused in one line
+naming the first field that differs, and --overwrite starts over. TensorBoard
+scalars go to output_dir/train and output_dir/eval, train_summary.json to
+output_dir.
 
 Example (the paper's model; add --mixed_precision on GPUs, TPUs and CPUs with
 AMX/AVX512_BF16):
@@ -26,10 +30,10 @@ AMX/AVX512_BF16):
     --num_train_steps=100000 --num_warmup_steps=5000
 
 Exit codes: 0 when --num_train_steps is reached (or already was);
-`EXIT_UNFINISHED` when SIGTERM/SIGINT or --train_minutes stopped the run
+75 (`training_loop.EXIT_UNFINISHED`) when SIGTERM/SIGINT or --train_minutes stopped the run
 before its last step, after saving a checkpoint (the same command resumes);
 2 with one line on stderr (util/cli.py) for a wrong input, such as an
---output_dir whose lock (run.lock; `training.output_dir_lock`) another live
+--output_dir whose lock (run.lock; `training_loop.output_dir_lock`) another live
 run holds: two runs never write one dir at once.
 
 Seeds: --seed fixes the data order and the biLM masks, --init_seed (default
@@ -71,6 +75,7 @@ import modeling
 from pretraining import training
 from util import cli
 from util import io_utils
+from util import training_loop
 
 _DEFINE_BY_TYPE = {int: flags.DEFINE_integer, float: flags.DEFINE_float}
 
@@ -113,10 +118,6 @@ def params_from_flags(flag_values):
   return training.TrainParams(config_overrides=overrides, **values)
 
 
-# os.EX_TEMPFAIL (sysexits.h): "try again later", a code schedulers read as requeue.
-EXIT_UNFINISHED = 75
-
-
 def check_data(params):
   """What is cheap first: the TFRecord globs match files before a strategy, an output dir or a
   model is made (cli.InputError naming the flag)."""
@@ -135,9 +136,10 @@ def check_data(params):
 
 def main(argv):
   del argv
-  # cli.run prints a cli.InputError (a bad flag; training.OutputDirBusy) as one line.
+  # cli.run prints a cli.InputError (a bad flag; training_loop.OutputDirBusy) as one line.
   params = params_from_flags(flags.FLAGS)
   check_data(params)
+  io_utils.check_output_path(params.output_dir, "output_dir")
   summary = training.train(params)
   if not summary["finished"]:
     logging.warning(
@@ -145,9 +147,9 @@ def main(argv):
       "requeued; the same command resumes it",
       summary["stopped_by"],
       summary["final_step"],
-      EXIT_UNFINISHED,
+      training_loop.EXIT_UNFINISHED,
     )
-    sys.exit(EXIT_UNFINISHED)
+    sys.exit(training_loop.EXIT_UNFINISHED)
 
 
 if __name__ == "__main__":

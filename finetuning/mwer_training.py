@@ -35,13 +35,12 @@ import tensorflow as tf
 
 from finetuning import mwer
 from finetuning import mwer_data
-from lm import model_dir
 from nbest import combination as nbest_combination
 import optimization
-from pretraining import training
 from util import cli
 from util import io_utils
 from util import progress
+from util import training_loop
 
 EPOCH_LOG = "epochs.jsonl"
 BEST_DIR = "best"
@@ -129,25 +128,6 @@ class _State:
       objects["model"] = scorer.model
     return cls(weights, lm_optimizer, weights_optimizer, step, sums, tf.train.Checkpoint(**objects))
 
-  def restore(self, run_dir):
-    """Restores the newest readable checkpoint of run_dir; returns its path or None.
-
-    Raises:
-      training.CheckpointError: there are checkpoints and none can be read.
-    """
-    path, found = model_dir.restore_newest_readable(self.checkpoint, run_dir)
-    if path is not None:
-      if path != found[0]:
-        model_dir.roll_back_to(run_dir, path)
-      logging.info("resumed from %s at step %d", path, int(self.step.numpy()))
-      return path
-    if found:
-      raise training.CheckpointError(
-        f"none of the {len(found)} checkpoints in {run_dir} can be read: move them away to "
-        "train from the start"
-      )
-    return None
-
 
 class MwerRun(object):
   """One rescorer's training in params.output_dir (see the module docstring).
@@ -202,14 +182,12 @@ class MwerRun(object):
       record or None), best_dir.
     """
     os.makedirs(self.run_dir, exist_ok=True)
-    with training.output_dir_lock(self.run_dir):
-      self.state.restore(self.run_dir)
-      manager = tf.train.CheckpointManager(
-        self.state.checkpoint,
-        self.run_dir,
-        max_to_keep=_KEEP_CHECKPOINTS,
-        step_counter=self.state.step,
-        checkpoint_name=model_dir.CHECKPOINT_NAME,
+    with training_loop.output_dir_lock(self.run_dir):
+      resumed = training_loop.restore(self.state.checkpoint, self.run_dir)
+      if resumed:
+        logging.info("resumed from %s at step %d", resumed, self.step)
+      manager = training_loop.checkpoint_manager(
+        self.state.checkpoint, self.run_dir, _KEEP_CHECKPOINTS, self.state.step
       )
       self._evaluate_pending()
       finished = self._loop(manager)
@@ -224,7 +202,8 @@ class MwerRun(object):
 
   def _loop(self, manager):
     """The step loop; returns whether the last step was reached."""
-    stop = training.StopRequest()
+    last = manager.latest_checkpoint
+    stop = training_loop.StopRequest()
     stop.install()
     bar = progress.Progress(
       os.path.basename(self.run_dir.rstrip("/")), total=self.total_steps - self.step, unit="steps"
@@ -235,7 +214,7 @@ class MwerRun(object):
         at_epoch_end = self.step % self.steps_per_epoch == 0
         every = self.params.save_every_steps
         if at_epoch_end or (every and self.step % every == 0) or stop.signal is not None:
-          manager.save(checkpoint_number=self.step)
+          last = training_loop.save(manager, self.step, last)
         if at_epoch_end:
           self._evaluate_pending()
         if stop.signal is not None:

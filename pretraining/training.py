@@ -1,57 +1,14 @@
 # coding=utf-8
-"""The pretraining loop: a T-TA, biLM or uniLM under tf.distribute.
+"""The pretraining loop: a T-TA, biLM or uniLM under tf.distribute; `train(params)` is the run.
 
-`train(params)` is the whole run; run_pretraining.py turns flags into
-`TrainParams` and calls it. Around this module: pretraining/losses.py (the losses),
-pretraining/training_setup.py (a run's vocab, config, continuous targets and datasets),
-util/distribute_utils.py (strategy, chief, cross-worker agreement) and
-lm/model_dir.py (config.json, vocab.txt, checkpoints).
-
-Why a custom loop and not `model.fit`: Keras 3 `fit` does not run under
-MultiWorkerMirroredStrategy (keras-team/keras#20585). Its steps:
-  * Strategy (`distribute_utils`): one device, mirrored GPUs (or logical CPUs),
-    multi-worker, TPU. Only the chief writes --output_dir; the other workers
-    write their checkpoints to a temporary directory, as the tf.distribute
-    guide recommends.
-  * Step loop (`make_train_loop`): one `tf.function` runs --steps_per_loop
-    steps, each under `strategy.run`; the per-replica loss sum is divided by
-    one denominator for all replicas (--loss_normalization, pretraining/losses.py: the
-    constant train_batch_size * max_seq_length, or the GLOBAL sum of target
-    weights, an all-reduce), so the gradients the optimizer sums over
-    replicas are exactly those of the global-batch loss;
-    `optimization.AdamWeightDecay` clips their global norm to 1.0 after
-    that sum and applies BERT's warmup + linear decay.
-  * Checkpoints (`tf.train.CheckpointManager`, the last --keep_checkpoint_max)
-    every --save_checkpoints_steps, at the end, on SIGTERM/SIGINT and when
-    --train_minutes is used up. A run restarted with the same --output_dir
-    resumes from its latest checkpoint: model, optimizer slots and
-    iterations (= the global step), and the input position (the number of
-    batches consumed, given back to the pipeline as `skip_batches`, so the
-    data order continues where it stopped). config.json and vocab.txt are
-    written first, so every run_* script takes --model_dir alone. A latest
-    checkpoint that cannot be read (cut short, corrupt) is skipped with a
-    warning for the one before it; a save that fails (a full disk) stops the
-    run with one line (`CheckpointError`, exit 2: not requeued).
-  * Stop requests (`StopRequest`, `_StopCondition`): a signal or the
-    --train_minutes deadline on any worker stops all of them at the same
-    step (a one-scalar all-reduce per loop), so none waits forever in a
-    collective. The summary's "finished" is False for a run stopped before
-    num_train_steps (run_pretraining.py then exits `EXIT_UNFINISHED`).
-  * One run per output dir (`output_dir_lock`): the chief holds an flock on
-    output_dir/run.lock; a second run is refused (`OutputDirBusy`), the lock
-    of a crashed run dies with it.
-  * Seeds: --seed fixes the data order and the biLM masks; --init_seed (default --seed) the
-    weight initialisation and dropout (`_data_order_seed` keeps them apart).
-  * Determinism (--deterministic): TF op determinism, Python/NumPy/TF seeded
-    with --init_seed, and the dropout streams restarted at every checkpoint as a
-    resumed run restarts them, so a run killed and resumed ends bit-identical
-    to one never stopped.
-  * Logging (`training_metrics.Throughput`): TensorBoard scalars in output_dir/train (loss,
-    lr, accuracy, steps/s, tokens/s, GFLOP/s of `flops.training_flops`) and
-    a progress line with ETA every --log_every_steps.
-  * Eval (`_Evaluator`): loss / perplexity / accuracy on --eval_file every
-    --eval_every_steps and at the end, into output_dir/eval; a continuous
-    head also gets its inference logit scale calibrated there.
+A custom loop, not `model.fit`: Keras 3 `fit` does not run under MultiWorkerMirroredStrategy
+(keras-team/keras#20585). `_train_locked` reads top to bottom: setup, restore or warm start, the
+steps (one `tf.function` per --steps_per_loop, each step's loss sum divided by one denominator for
+all replicas, --loss_normalization), checkpoints every --save_checkpoints_steps, eval, the final
+checkpoint, eval and calibration, the summary. The run's lock, signals and checkpoint restore with
+roll-back are util/training_loop.py's; a stop (a signal or --train_minutes, agreed on by every
+worker, `_StopCondition`) saves and returns unfinished. A resume continues the data order
+(`input_batches` in the checkpoint); --deterministic makes it bit-identical to a run never stopped.
 """
 
 import contextlib
@@ -60,8 +17,6 @@ import json
 import math
 import os
 import shutil
-import signal
-import threading
 import time
 
 from absl import logging
@@ -80,6 +35,8 @@ from util import cli
 from util import distribute_utils
 from util import io_utils
 from util import machine
+from util import runs
+from util import training_loop
 
 # ----------------------------------------------------------------- parameters
 
@@ -200,7 +157,77 @@ class TrainParams:
     "(same device kind and strategy; some GPU ops are slower or refuse to run).",
     False,
   )
+  overwrite: bool = cli.param(
+    "Start over: remove the checkpoints, logs and summary of the training --output_dir holds "
+    "(another job's, or this job's) instead of resuming it.",
+    False,
+  )
   install_signal_handlers: bool = True
+
+
+# What a resume may change: how the run goes, logs and evaluates, and --num_train_steps, which
+# extends it. Every other field changes the model it ends with, so it is part of the run's
+# identity (`run_identity`).
+_NOT_IDENTITY = (
+  "output_dir",
+  "eval_file",
+  "eval_batch_size",
+  "num_train_steps",
+  "init_checkpoint",  # ignored by a resume
+  "save_checkpoints_steps",
+  "keep_checkpoint_max",
+  "eval_every_steps",
+  "max_eval_steps",
+  "steps_per_loop",
+  "log_every_steps",
+  "strategy",
+  "tpu",
+  "num_cpu_devices",
+  "use_xla",
+  "train_minutes",
+  "calibrate_logit_scale",
+  "overwrite",
+  "install_signal_handlers",
+)
+# The input files of a run, recorded by their path, size and modification time.
+_INPUT_FILES = ("vocab_file", "bert_config_file", "target_embeddings")
+
+
+def run_identity(params):
+  """What the model a run ends with depends on (`util/runs.py`): the command, the training data
+  and the other input files, and every field but `_NOT_IDENTITY`'s."""
+  fields = {
+    name: value
+    for name, value in dataclasses.asdict(params).items()
+    if name not in _NOT_IDENTITY + _INPUT_FILES + ("input_file",)
+  }
+  data = None
+  if params.input_file:
+    data = [runs.path_identity(path) for path in io_utils.expand_globs(params.input_file)]
+  files = {
+    name: runs.path_identity(getattr(params, name)) if getattr(params, name) else None
+    for name in _INPUT_FILES
+  }
+  return {"command": "run_pretraining.py", "input_file": data, **files, **fields}
+
+
+def _run_record(params):
+  """The run identity of --output_dir (`runs.Record`), checked against this run's; None for a
+  remote output dir (gs://), which holds no record.
+
+  Its outputs (what --overwrite removes) are the checkpoints, the logs and the summary; config.json
+  and vocab.txt are written anew by every run. A dir of checkpoints that records no job (from a
+  version that recorded none) is this job's: it resumes, as it did then.
+  """
+  if "://" in params.output_dir:
+    return None
+  found = os.listdir(params.output_dir)
+  outputs = [n for n in found if n.startswith(model_dir.CHECKPOINT_NAME + "-")]
+  outputs += ["checkpoint", "train", "eval", "train_summary.json"]
+  with cli.user_input():
+    return runs.Record(
+      params.output_dir, run_identity(params), outputs, params.overwrite, adopt_unrecorded=True
+    )
 
 
 def set_precision_policy(mixed_precision):
@@ -223,37 +250,11 @@ def _warn_if_bfloat16_is_emulated(params):
 # ------------------------------------------------------------ stop requests
 
 
-class StopRequest(object):
-  """Set by SIGTERM/SIGINT; the loop saves a checkpoint and returns."""
-
-  def __init__(self):
-    self.signal = None
-    self._previous = {}
-
-  def install(self):
-    if threading.current_thread() is not threading.main_thread():
-      return
-    for signum in (signal.SIGTERM, signal.SIGINT):
-      self._previous[signum] = signal.signal(signum, self._handle)
-
-  def _handle(self, signum, frame):
-    del frame
-    if self.signal is not None and signum == signal.SIGINT:
-      raise KeyboardInterrupt  # a second Ctrl-C aborts without saving
-    self.signal = signum
-    logging.warning("received signal %d: stopping after this loop and saving a checkpoint", signum)
-
-  def uninstall(self):
-    for signum, handler in self._previous.items():
-      signal.signal(signum, handler)
-    self._previous = {}
-
-
 class _StopCondition(object):
   """A signal or the --train_minutes deadline, agreed on by all workers."""
 
   def __init__(self, strategy, params):
-    self.request = StopRequest()
+    self.request = training_loop.StopRequest()
     if params.install_signal_handlers:
       self.request.install()
     self.deadline = time.time() + 60.0 * params.train_minutes if params.train_minutes > 0 else None
@@ -277,45 +278,6 @@ class _StopCondition(object):
 
   def uninstall(self):
     self.request.uninstall()
-
-
-# ---------------------------------------------------------- output dir lock
-
-LOCK_FILE = "run.lock"
-
-
-class OutputDirBusy(cli.InputError):
-  """Another live training run holds the lock of --output_dir (scripts: one line, exit 2)."""
-
-
-class CheckpointError(cli.InputError):
-  """A checkpoint cannot be saved (a full disk), or none of the output dir's can be read."""
-
-
-@contextlib.contextmanager
-def output_dir_lock(output_dir):
-  """Holds an exclusive lock on output_dir (an existing local dir) for the `with` body.
-
-  `io_utils.exclusive_lock` on output_dir/run.lock: the file holds the owner's pid, host and
-  start time, for the message a second run gets; the lock dies with its process, so a crashed
-  run never blocks the next (see there for network and remote file systems).
-
-  Raises:
-    OutputDirBusy: another run holds the lock.
-  """
-  with contextlib.ExitStack() as stack:
-    try:
-      stack.enter_context(
-        io_utils.exclusive_lock(
-          output_dir, wait=False, lock_file=os.path.join(output_dir, LOCK_FILE)
-        )
-      )
-    except io_utils.OutputBusy as e:
-      raise OutputDirBusy(
-        f"--output_dir {output_dir} is in use by another training run ({e.holder}; lock file "
-        f"{e.lock_file}): wait for it to end or choose another --output_dir"
-      ) from None
-    yield
 
 
 # ---------------------------------------------------------- train and eval
@@ -486,8 +448,6 @@ class _TrainState:
   # apart from the step so the data stream is explicit in the checkpoint).
   input_batches: tf.Variable
   checkpoint: tf.train.Checkpoint
-  # Made by `save_to` after the restore (it reads the index file a roll-back rewrites).
-  manager: tf.train.CheckpointManager = None
 
   @classmethod
   def create(cls, params, config, strategy):
@@ -504,54 +464,6 @@ class _TrainState:
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, input_batches=input_batches)
     return cls(model, optimizer, input_batches, checkpoint)
 
-  def restore_or_initialise(self, params, target_table, chief):
-    """Resumes from the newest readable checkpoint of the output dir, else warm-starts / sets
-    continuous targets.
-
-    A checkpoint that cannot be read (cut short by a full disk or a crash, corrupt) is skipped
-    with a warning for the one saved before it, and the chief rolls the index file back to that
-    one; a dir whose checkpoints all fail is refused, never silently trained from step 0.
-
-    Returns:
-      The checkpoint prefix resumed from, or None.
-
-    Raises:
-      CheckpointError: there are checkpoints, and none can be read.
-    """
-    checkpoint, found = model_dir.restore_newest_readable(self.checkpoint, params.output_dir)
-    if checkpoint is not None:
-      if checkpoint != found[0]:
-        logging.warning("resuming from %s, the newest checkpoint that can be read", checkpoint)
-        if chief:
-          model_dir.roll_back_to(params.output_dir, checkpoint)
-      logging.info(
-        "resumed from %s at step %d (input position %d batches)",
-        checkpoint,
-        self.step,
-        int(self.input_batches.numpy()),
-      )
-      return checkpoint
-    if found:
-      raise CheckpointError(
-        f"none of the {len(found)} checkpoints in {params.output_dir} can be read (the warnings "
-        "above say why): move them away to train from step 0"
-      )
-    if params.init_checkpoint:
-      model_dir.warm_start(self.model, params.init_checkpoint)
-    if target_table is not None:
-      self.model.lm_head.set_target_embeddings(target_table)
-    return None
-
-  def save_to(self, write_dir, params):
-    """Starts the CheckpointManager that saves this state into `write_dir`."""
-    self.manager = tf.train.CheckpointManager(
-      self.checkpoint,
-      write_dir,
-      max_to_keep=params.keep_checkpoint_max,
-      step_counter=self.optimizer.iterations,
-      checkpoint_name=model_dir.CHECKPOINT_NAME,
-    )
-
   @property
   def step(self):
     return int(self.optimizer.iterations.numpy())
@@ -559,6 +471,21 @@ class _TrainState:
   def learning_rate(self):
     lr = self.optimizer.learning_rate
     return float(lr.numpy()) if hasattr(lr, "numpy") else float(lr)
+
+
+@dataclasses.dataclass
+class _Progress:
+  """What a `train` call has done so far: the figures of its summary."""
+
+  start_step: int
+  skip_batches: int
+  # The newest checkpoint saved or resumed from, and its step (None: none yet).
+  last_path: str
+  last_saved: int
+  step_losses: list = dataclasses.field(default_factory=list)
+  stopped_by: str = "num_train_steps"
+  eval_result: dict = None
+  run_start: float = dataclasses.field(default_factory=time.time)
 
 
 def _init_seed(params):
@@ -603,222 +530,11 @@ def _next_boundary(step, every):
   return (step // every + 1) * every if every > 0 else float("inf")
 
 
-class _Run(object):
-  """The step loop of one `train` call and what it accumulates."""
-
-  def __init__(self, params, strategy, setup, state, latest):
-    self.params, self.strategy, self.setup = params, strategy, setup
-    self.state = state
-    self.chief = distribute_utils.is_chief(strategy)
-    self.start_step = self.step = state.step
-    self.skip_batches = int(state.input_batches.numpy())
-    self.step_losses = []
-    self.stopped_by = "num_train_steps"
-    self.last_saved = self.start_step if latest else None
-    self.last_path = latest
-    self.eval_result = None
-    self.run_start = time.time()
-    self.meter = training_metrics.Throughput(setup.config, params.use_xla)
-    self.iterator = training_iterator(params, strategy, setup, self.skip_batches)
-    self.train_loop = self._make_train_loop()
-    self.train_writer, eval_writer = self._summary_writers()
-    self.evaluator = None
-    if params.eval_file or (params.synthetic_data and params.eval_every_steps):
-      self.evaluator = _Evaluator(strategy, state.model, params, setup, eval_writer)
-    self._writers = (self.train_writer, eval_writer)
-
-  def _summary_writers(self):
-    if not self.chief:
-      return tf.summary.create_noop_writer(), tf.summary.create_noop_writer()
-    return tuple(
-      tf.summary.create_file_writer(os.path.join(self.params.output_dir, name))
-      for name in ("train", "eval")
-    )
-
-  def loop(self):
-    """Trains until num_train_steps or a stop request."""
-    p = self.params
-    stop = _StopCondition(self.strategy, p)
-    logging.info(
-      "training %s (%s head) from step %d to %d, %d replicas, global batch %d, %s",
-      p.model_type,
-      self.setup.config.output_layer,
-      self.start_step,
-      p.num_train_steps,
-      self.strategy.num_replicas_in_sync,
-      p.train_batch_size,
-      "bf16" if p.mixed_precision else "fp32",
-    )
-    try:
-      while self.step < p.num_train_steps:
-        self._run_steps(self._steps_until_next_event(), stop)
-        if _at_boundary(self.step, p.save_checkpoints_steps):
-          self._save("interval")
-          if p.deterministic:
-            self._restart_random_streams()
-        if self.evaluator and _at_boundary(self.step, p.eval_every_steps):
-          self.eval_result = self.evaluator.run(self.step)
-        reason = stop.reason()
-        if reason:
-          self.stopped_by = reason
-          logging.info("stopping at step %d (%s)", self.step, reason)
-          break
-    finally:
-      stop.uninstall()
-
-  def _restart_random_streams(self):
-    """Starts the train loop's random streams afresh, as a resumed run does.
-
-    Dropout draws from stateful random kernels whose seeds are fixed by the global seed, but
-    whose positions in their streams live in the traced function, not in the checkpoint: a
-    run resumed from this checkpoint starts them at the beginning. A fresh trace here does
-    the same, so that the run and any run resumed from its checkpoints draw the same masks.
-    """
-    self.train_loop = self._make_train_loop()
-
-  def _make_train_loop(self):
-    p = self.params
-    denominator = losses.constant_denominator(
-      p.loss_normalization, p.train_batch_size, p.max_seq_length
-    )
-    return make_train_loop(
-      self.strategy, self.state.model, self.state.optimizer, p.use_xla, denominator
-    )
-
-  def _steps_until_next_event(self):
-    """Steps of the next tf.function call: up to --steps_per_loop, ending at
-    the next checkpoint, progress line or eval."""
-    p, step = self.params, self.step
-    num = min(
-      p.steps_per_loop,
-      p.num_train_steps - step,
-      _next_boundary(step, p.save_checkpoints_steps) - step,
-      _next_boundary(step, p.log_every_steps) - step,
-      _next_boundary(step, p.eval_every_steps) - step if self.evaluator else float("inf"),
-    )
-    return int(max(1, num))
-
-  def _run_steps(self, num, stop):
-    """One train_loop call of `num` steps, with its scalars and logging."""
-    t0 = time.time()
-    rows = self.train_loop(self.iterator, tf.constant(num, tf.int32)).numpy()
-    seconds = time.time() - t0
-    self.step += num
-    self.state.input_batches.assign_add(num)
-    self.step_losses.extend(float(row[0] / max(row[1], 1e-9)) for row in rows)
-    learning_rate = self.state.learning_rate()
-    scalars = self.meter.add(rows.sum(0), num, seconds, learning_rate)
-    with self.train_writer.as_default():
-      for name, value in scalars.items():
-        training_metrics.write_scalar(name, value, self.step)
-    if (
-      _at_boundary(self.step, self.params.log_every_steps)
-      or self.step >= self.params.num_train_steps
-    ):
-      self.meter.log_window(
-        self.step,
-        self.params.num_train_steps,
-        learning_rate,
-        time.time() - self.run_start,
-        stop.seconds_left(),
-      )
-
-  @property
-  def finished(self):
-    """num_train_steps reached (a stop request may have come at the last step too)."""
-    return self.step >= self.params.num_train_steps
-
-  def _save(self, why):
-    try:
-      self.last_path = self.state.manager.save(checkpoint_number=self.step)
-    except (tf.errors.OpError, OSError) as e:
-      # A full disk: TF removes its temporary files and leaves the index file as it was, so the
-      # last whole checkpoint stays the latest. Stopping here (exit 2, not 75) is no crash loop.
-      resume = f"resumes from {self.last_path}" if self.last_path else "starts from step 0"
-      raise CheckpointError(
-        f"cannot save the checkpoint of step {self.step} in {self.state.manager.directory}: "
-        f"{model_dir.error_line(e)}; a re-run with the same command {resume}"
-      ) from e
-    self.last_saved = self.step
-    logging.info("saved checkpoint for step %d (%s): %s", self.step, why, self.last_path)
-
-  def finish(self):
-    """Final checkpoint, eval and calibration; returns the run's summary."""
-    if self.last_saved != self.step:
-      self._save(self.stopped_by if self.stopped_by != "num_train_steps" else "final")
-    finished = self.finished and self.stopped_by == "num_train_steps"
-    if self.evaluator and finished and not _at_boundary(self.step, self.params.eval_every_steps):
-      self.eval_result = self.evaluator.run(self.step)
-    self._calibrate_logit_scale()
-    for writer in self._writers:
-      writer.flush()
-    summary = self._summary()
-    if self.chief:
-      with tf.io.gfile.GFile(os.path.join(self.params.output_dir, "train_summary.json"), "w") as f:
-        json.dump(
-          {k: v for k, v in summary.items() if k != "step_losses"}, f, indent=2, sort_keys=True
-        )
-    logging.info(
-      "done: step %d, %.2f steps/s, %.0f tokens/s, %.1f GFLOP/s (stopped by %s)",
-      self.step,
-      summary["steps_per_second"],
-      summary["tokens_per_second"],
-      summary["gflops_per_second"],
-      self.stopped_by,
-    )
-    return summary
-
-  def _calibrate_logit_scale(self):
-    """A continuous head's inference scale: the one that fits the eval data
-    best (it changes the size of scores and perplexities, not which token
-    ranks first), stored in config.json."""
-    config = self.setup.config
-    if not (
-      config.output_layer == "continuous"
-      and self.eval_result
-      and self.params.calibrate_logit_scale
-      and self.step >= self.params.num_train_steps
-    ):
-      return
-    config.continuous_logit_scale = self.eval_result["best_logit_scale"]
-    logging.info(
-      "continuous_logit_scale calibrated on the eval set: %g (perplexity %.4g)",
-      config.continuous_logit_scale,
-      self.eval_result["best_scale_perplexity"],
-    )
-    if self.chief:
-      self.setup.write_model_files(self.params.output_dir)
-
-  def _summary(self):
-    p = self.params
-    return dict(
-      {
-        "model_type": p.model_type,
-        "output_layer": self.setup.config.output_layer,
-        "mixed_precision": p.mixed_precision,
-        "use_xla": p.use_xla,
-        "strategy": p.strategy,
-        "replicas": self.strategy.num_replicas_in_sync,
-        "start_step": self.start_step,
-        "final_step": self.step,
-        "finished": self.finished,
-        "skip_batches": self.skip_batches,
-        "input_batches": int(self.state.input_batches.numpy()),
-        "stopped_by": self.stopped_by,
-        "checkpoint": self.last_path,
-        "step_losses": self.step_losses,
-        "eval": self.eval_result,
-        "wall_seconds": time.time() - self.run_start,
-      },
-      **self.meter.summary(),
-    )
-
-
 def train(params, strategy=None):
   """Trains (or resumes) according to `params`.
 
-  On the chief, the run holds `output_dir_lock(params.output_dir)` from before it reads the
-  latest checkpoint until its summary is written.
+  On the chief, the run holds `training_loop.output_dir_lock(params.output_dir)` from before it
+  reads the latest checkpoint until its summary is written.
 
   Args:
     params: `TrainParams`.
@@ -830,7 +546,7 @@ def train(params, strategy=None):
     final eval (if any), checkpoint path.
 
   Raises:
-    OutputDirBusy: another run holds the lock of params.output_dir.
+    training_loop.OutputDirBusy: another run holds the lock of params.output_dir.
   """
   if params.deterministic:
     tf.config.experimental.enable_op_determinism()
@@ -841,7 +557,7 @@ def train(params, strategy=None):
   tf.io.gfile.makedirs(write_dir)
   with contextlib.ExitStack() as lock:
     if distribute_utils.is_chief(strategy):
-      lock.enter_context(output_dir_lock(params.output_dir))
+      lock.enter_context(training_loop.output_dir_lock(params.output_dir))
     summary = _train_locked(params, strategy, write_dir)
   if write_dir != params.output_dir:
     shutil.rmtree(write_dir, ignore_errors=True)
@@ -849,21 +565,225 @@ def train(params, strategy=None):
 
 
 def _train_locked(params, strategy, write_dir):
-  """The run of `train`, under the output dir's lock."""
+  """The run of `train`, under the output dir's lock, top to bottom."""
   set_precision_policy(params.mixed_precision)
   _warn_if_bfloat16_is_emulated(params)
   # The seed of Python, NumPy and TF: weight initialisation and dropout (the data order's global
   # TF seed is `_data_order_seed`'s).
   keras.utils.set_random_seed(_init_seed(params))
-  resuming = model_dir.latest_checkpoint(params.output_dir) is not None
+  chief = distribute_utils.is_chief(strategy)
+  # Another job's training is refused before anything is read or written; --overwrite clears it
+  # once the flags' files have been read.
+  record = _run_record(params) if chief else None
+  resuming = not params.overwrite and model_dir.latest_checkpoint(params.output_dir) is not None
   with cli.user_input():  # the vocab, config and target embeddings the flags name
     setup = training_setup.prepare_model(params, resuming=resuming)
-  chief = distribute_utils.is_chief(strategy)
+  if record:
+    record.start()
   if chief:
     setup.write_model_files(params.output_dir)
+
+  # The model, optimizer and input position: resumed, else warm-started.
   state = _TrainState.create(params, setup.config, strategy)
-  latest = state.restore_or_initialise(params, setup.target_table, chief)
-  state.save_to(write_dir, params)
-  run = _Run(params, strategy, setup, state, latest)
-  run.loop()
-  return run.finish()
+  latest = _restore_or_initialise(state, params, setup.target_table, chief)
+  manager = training_loop.checkpoint_manager(
+    state.checkpoint, write_dir, params.keep_checkpoint_max, state.optimizer.iterations
+  )
+  progress = _Progress(
+    state.step, int(state.input_batches.numpy()), latest, state.step if latest else None
+  )
+
+  # What the steps read and write, made in this order: the datasets draw their seeds from the
+  # global seed's stream.
+  meter = training_metrics.Throughput(setup.config, params.use_xla)
+  iterator = training_iterator(params, strategy, setup, progress.skip_batches)
+  train_loop = _new_train_loop(params, strategy, state)
+  train_writer, eval_writer = _summary_writers(params.output_dir, chief)
+  evaluator = None
+  if params.eval_file or (params.synthetic_data and params.eval_every_steps):
+    evaluator = _Evaluator(strategy, state.model, params, setup, eval_writer)
+
+  # The steps, until num_train_steps or a stop request.
+  stop = _StopCondition(strategy, params)
+  _log_start(params, strategy, setup, state.step)
+  try:
+    while state.step < params.num_train_steps:
+      num = _steps_until_next_event(params, state.step, evaluator is not None)
+      _run_steps(train_loop, iterator, num, state, meter, train_writer, progress)
+      if _at_boundary(state.step, params.log_every_steps) or state.step >= params.num_train_steps:
+        meter.log_window(
+          state.step,
+          params.num_train_steps,
+          state.learning_rate(),
+          time.time() - progress.run_start,
+          stop.seconds_left(),
+        )
+      if _at_boundary(state.step, params.save_checkpoints_steps):
+        _save(manager, state, progress, "interval")
+        if params.deterministic:
+          # Dropout's stateful kernels keep their stream positions in the traced function, not
+          # in the checkpoint: a fresh trace starts them afresh, as a run resumed from here does.
+          train_loop = _new_train_loop(params, strategy, state)
+      if evaluator and _at_boundary(state.step, params.eval_every_steps):
+        progress.eval_result = evaluator.run(state.step)
+      reason = stop.reason()
+      if reason:
+        progress.stopped_by = reason
+        logging.info("stopping at step %d (%s)", state.step, reason)
+        break
+  finally:
+    stop.uninstall()
+
+  # The last checkpoint, eval and calibration, and the summary.
+  if progress.last_saved != state.step:
+    stopped = progress.stopped_by
+    _save(manager, state, progress, stopped if stopped != "num_train_steps" else "final")
+  finished = state.step >= params.num_train_steps
+  if evaluator and finished and progress.stopped_by == "num_train_steps":
+    if not _at_boundary(state.step, params.eval_every_steps):
+      progress.eval_result = evaluator.run(state.step)
+  if finished:
+    _calibrate_logit_scale(params, setup, progress.eval_result, chief)
+  for writer in (train_writer, eval_writer):
+    writer.flush()
+  summary = _summary(params, strategy, setup, state, meter, progress)
+  if chief:
+    with tf.io.gfile.GFile(os.path.join(params.output_dir, "train_summary.json"), "w") as f:
+      json.dump(
+        {k: v for k, v in summary.items() if k != "step_losses"}, f, indent=2, sort_keys=True
+      )
+  logging.info(
+    "done: step %d, %.2f steps/s, %.0f tokens/s, %.1f GFLOP/s (stopped by %s)",
+    state.step,
+    summary["steps_per_second"],
+    summary["tokens_per_second"],
+    summary["gflops_per_second"],
+    progress.stopped_by,
+  )
+  return summary
+
+
+def _restore_or_initialise(state, params, target_table, chief):
+  """Resumes from the output dir's newest readable checkpoint (`training_loop.restore`; the
+  chief rolls its index back), else warm-starts / sets the continuous targets.
+
+  Returns:
+    The checkpoint prefix resumed from, or None.
+  """
+  latest = None
+  if not params.overwrite:  # (the chief has removed them; the other workers must not read them)
+    latest = training_loop.restore(state.checkpoint, params.output_dir, roll_back=chief)
+  if latest is not None:
+    logging.info(
+      "resumed from %s at step %d (input position %d batches)",
+      latest,
+      state.step,
+      int(state.input_batches.numpy()),
+    )
+    return latest
+  if params.init_checkpoint:
+    model_dir.warm_start(state.model, params.init_checkpoint)
+  if target_table is not None:
+    state.model.lm_head.set_target_embeddings(target_table)
+  return None
+
+
+def _new_train_loop(params, strategy, state):
+  denominator = losses.constant_denominator(
+    params.loss_normalization, params.train_batch_size, params.max_seq_length
+  )
+  return make_train_loop(strategy, state.model, state.optimizer, params.use_xla, denominator)
+
+
+def _summary_writers(output_dir, chief):
+  """TensorBoard writers of output_dir/train and output_dir/eval (no-ops off the chief)."""
+  if not chief:
+    return tf.summary.create_noop_writer(), tf.summary.create_noop_writer()
+  return tuple(
+    tf.summary.create_file_writer(os.path.join(output_dir, name)) for name in ("train", "eval")
+  )
+
+
+def _log_start(params, strategy, setup, step):
+  logging.info(
+    "training %s (%s head) from step %d to %d, %d replicas, global batch %d, %s",
+    params.model_type,
+    setup.config.output_layer,
+    step,
+    params.num_train_steps,
+    strategy.num_replicas_in_sync,
+    params.train_batch_size,
+    "bf16" if params.mixed_precision else "fp32",
+  )
+
+
+def _steps_until_next_event(params, step, evaluating):
+  """Steps of the next tf.function call: up to --steps_per_loop, ending at the next checkpoint,
+  progress line or eval."""
+  num = min(
+    params.steps_per_loop,
+    params.num_train_steps - step,
+    _next_boundary(step, params.save_checkpoints_steps) - step,
+    _next_boundary(step, params.log_every_steps) - step,
+    _next_boundary(step, params.eval_every_steps) - step if evaluating else float("inf"),
+  )
+  return int(max(1, num))
+
+
+def _run_steps(train_loop, iterator, num, state, meter, writer, progress):
+  """One train_loop call of `num` steps, and its scalars."""
+  t0 = time.time()
+  rows = train_loop(iterator, tf.constant(num, tf.int32)).numpy()
+  seconds = time.time() - t0
+  state.input_batches.assign_add(num)
+  progress.step_losses.extend(float(row[0] / max(row[1], 1e-9)) for row in rows)
+  scalars = meter.add(rows.sum(0), num, seconds, state.learning_rate())
+  with writer.as_default():
+    for name, value in scalars.items():
+      training_metrics.write_scalar(name, value, state.step)
+
+
+def _save(manager, state, progress, why):
+  progress.last_path = training_loop.save(manager, state.step, progress.last_path)
+  progress.last_saved = state.step
+  logging.info("saved checkpoint for step %d (%s): %s", state.step, why, progress.last_path)
+
+
+def _calibrate_logit_scale(params, setup, eval_result, chief):
+  """A finished continuous head's inference scale: the one that fits the eval data best (it
+  changes the size of scores and perplexities, not which token ranks first), in config.json."""
+  config = setup.config
+  if not (config.output_layer == "continuous" and eval_result and params.calibrate_logit_scale):
+    return
+  config.continuous_logit_scale = eval_result["best_logit_scale"]
+  logging.info(
+    "continuous_logit_scale calibrated on the eval set: %g (perplexity %.4g)",
+    config.continuous_logit_scale,
+    eval_result["best_scale_perplexity"],
+  )
+  if chief:
+    setup.write_model_files(params.output_dir)
+
+
+def _summary(params, strategy, setup, state, meter, progress):
+  return dict(
+    {
+      "model_type": params.model_type,
+      "output_layer": setup.config.output_layer,
+      "mixed_precision": params.mixed_precision,
+      "use_xla": params.use_xla,
+      "strategy": params.strategy,
+      "replicas": strategy.num_replicas_in_sync,
+      "start_step": progress.start_step,
+      "final_step": state.step,
+      "finished": state.step >= params.num_train_steps,
+      "skip_batches": progress.skip_batches,
+      "input_batches": int(state.input_batches.numpy()),
+      "stopped_by": progress.stopped_by,
+      "checkpoint": progress.last_path,
+      "step_losses": progress.step_losses,
+      "eval": progress.eval_result,
+      "wall_seconds": time.time() - progress.run_start,
+    },
+    **meter.summary(),
+  )

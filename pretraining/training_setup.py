@@ -142,7 +142,8 @@ def build_config(params, vocab, target_size=None):
     ValueError: when --output_dir holds a config.json whose architecture
       differs from the one the flags ask for (naming each field).
   """
-  existing = _resumed_config(params.output_dir)
+  # --overwrite: the config.json there is of the run this one replaces.
+  existing = None if params.overwrite else _resumed_config(params.output_dir)
   if params.bert_config_file:
     fields = modeling.TTAConfig.from_json_file(params.bert_config_file).to_dict()
   elif existing is not None:

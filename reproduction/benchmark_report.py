@@ -1,6 +1,6 @@
 """The runtime benchmark's report: headline ratios, FLOP floors and files.
 
-run_benchmark.py measures and hands over one `result` dict (environment,
+reproduction/benchmark.py measures and hands over one `result` dict (environment,
 flags, latency records, throughput records, matmul peaks); this module turns
 it into what a reader sees:
 

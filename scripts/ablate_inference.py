@@ -51,13 +51,13 @@ def main(argv):
 
   from lm import inference  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
-  import run_benchmark  # pylint: disable=g-import-not-at-top
+  from reproduction import benchmark  # pylint: disable=g-import-not-at-top
   import tokenization  # pylint: disable=g-import-not-at-top
 
   root = io_utils.data_root(FLAGS.data_dir)
   vocab = os.path.join(root, "reference-vocab", "tta-vocab-lower.sub-32k.txt")
   tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
-  sentence = run_benchmark.sentences_of_lengths(run_benchmark.stsb_sentences(root), [FLAGS.words])[
+  sentence = benchmark.sentences_of_lengths(benchmark.stsb_sentences(root), [FLAGS.words])[
     FLAGS.words
   ][0]
   config = modeling.TTAConfig(vocab_size=tokenizer.vocab_size)
@@ -113,8 +113,8 @@ def main(argv):
       rows.append(
         (
           f"{model_type} {task}: XLA",
-          median_ms(run_benchmark.task_call(plain, task, sentence), FLAGS.runs, FLAGS.warmup),
-          median_ms(run_benchmark.task_call(xla, task, sentence), FLAGS.runs, FLAGS.warmup),
+          median_ms(benchmark.task_call(plain, task, sentence), FLAGS.runs, FLAGS.warmup),
+          median_ms(benchmark.task_call(xla, task, sentence), FLAGS.runs, FLAGS.warmup),
         )
       )
   print("\n| optimisation | before ms | after ms | speed-up |")

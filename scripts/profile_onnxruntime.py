@@ -5,11 +5,11 @@ Issue 21: T-TA on our own ONNX Runtime graphs (lm/onnx_backend.py,
 exported to ONNX Runtime and fused by ORT's transformer optimizer (reproduction/peers.py,
 bert@onnxruntime), though T-TA does fewer FLOPs. This script shows where each spends the time.
 
-The engines are built as run_benchmark.py builds them (its `build_lms` and `build_peers`, with
-its model and timing flags): a random T-TA of the size flags (default paper size: 3 x 512,
-8 heads, FFN 2048, the authors' 29,530-piece vocab) on backend "onnxruntime", and the
-bert@onnxruntime peer of the same size and vocab. Sentences are real STS-B ones of --lengths
-words, picked as run_benchmark picks them.
+The engines are built as run_benchmark.py builds them (reproduction/benchmark.py's `build_lms`
+and `build_peers`, with its model and timing flags): a random T-TA of the size flags (default
+paper size: 3 x 512, 8 heads, FFN 2048, the authors' 29,530-piece vocab) on backend
+"onnxruntime", and the bert@onnxruntime peer of the same size and vocab. Sentences are real
+STS-B ones of --lengths words, picked as run_benchmark picks them.
 
 For each task (sts: `lm.sentence_vectors([s], pooling="context")` and the peer's sts call;
 rerank: `lm.score([s])` and the peer's rerank call) and each length:
@@ -17,8 +17,8 @@ rerank: `lm.score([s])` and the peer's rerank call) and each length:
   1. Timing. The graph a call runs is found by recording `session.run` during one call (ours:
      the sessions of `OnnxFunctions._sessions`; the peer: the session its run function holds);
      its exact feeds are kept. The public call and the bare `session.run(None, feeds)` of each
-     engine are then timed in turns (run_benchmark's `time_cell`: --warmup untimed calls, then
-     --rounds turns with the order rotating), medians over --runs.
+     engine are then timed in turns (benchmark.time_cell: --warmup untimed calls, then --rounds
+     turns with the order rotating), medians over --runs.
   2. Per-op profile. A second session of each graph, from the same model bytes with the same
      session options (threads, spinning, optimization level, ...) plus `enable_profiling`, runs
      --warmup + --runs times on the same feeds (the engines in turns). ORT's JSON trace has one
@@ -70,6 +70,7 @@ from absl import logging
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lm import stage_clock  # noqa: E402
+from reproduction import benchmark  # noqa: E402
 from reproduction import peers as peers_lib  # noqa: E402
 import run_benchmark  # noqa: E402
 from util import cli  # noqa: E402
@@ -118,8 +119,7 @@ _KERNEL_SUFFIX = "_kernel_time"
 def define_flags():
   """run_benchmark's model and timing flags (same names and meanings), with this script's
   defaults, and --output_dir (called from __main__ only, so that tests can import this module)."""
-  run_benchmark._define_model_flags()  # pylint: disable=protected-access
-  run_benchmark._define_timing_flags()  # pylint: disable=protected-access
+  run_benchmark.define_measure_flags()
   io_utils.define_data_dir_flag()
   flags.DEFINE_string(
     "output_dir", "runs/profile_onnxruntime", "Where to write profile.md, profile.json, traces/."
@@ -177,7 +177,7 @@ def our_engine(name, lm):
     return [(session, model_bytes(session)) for session, _, _ in sessions]
 
   def call(task, sentence):
-    return run_benchmark.task_call(lm, task, sentence)
+    return benchmark.task_call(lm, task, sentence)
 
   return Engine(name, TASKS, call, lm.clock, graphs, _describe(lm))
 
@@ -413,7 +413,7 @@ def _mean_us(seconds):
 
 def profile_runs(twins, runs, warmup, rounds):
   """Runs each profiling session `warmup` times, then `runs` times in `rounds` turns (the order
-  rotating, as run_benchmark's `time_cell`, but no extra untimed call per turn: the trace must
+  rotating, as benchmark.time_cell, but no extra untimed call per turn: the trace must
   hold warmup + runs runs exactly).
 
   Args:
@@ -463,7 +463,7 @@ def profile_cell(engines, task, text, runs, warmup, rounds, trace_dir, label, ke
       stage_clock.StageClock(),
     )
   load_before = machine.load_average()
-  timings = run_benchmark.time_cell(timed, runs, warmup, rounds)
+  timings = benchmark.time_cell(timed, runs, warmup, rounds)
   twins = {}
   for e in engines:
     graph = graphs[e.name]
@@ -676,13 +676,12 @@ def main(argv):
   del argv
   lengths = check_flags()
   threads = machine.pin_threads(FLAGS.intra_op, FLAGS.inter_op)
-  lms = run_benchmark.build_lms(FLAGS.data_dir)
+  params = run_benchmark.measure_params(FLAGS)
+  lms = benchmark.build_lms(params)
   engines = [our_engine(name, lm) for name, lm in lms.items()]
   if FLAGS.peers:
-    engines += peer_engines(lambda: run_benchmark.build_peers(lms, threads)).values()
-  sentences = run_benchmark.sentences_of_lengths(
-    run_benchmark.stsb_sentences(FLAGS.data_dir), lengths
-  )
+    engines += peer_engines(lambda: benchmark.build_peers(lms, threads, params)).values()
+  sentences = benchmark.sentences_of_lengths(benchmark.stsb_sentences(FLAGS.data_dir), lengths)
   result = {
     "environment": dict(
       machine.environment(threads),

@@ -3,7 +3,7 @@
 Makes TFRecords of synthetic sentences, trains a tiny T-TA for two steps and scores one
 sentence with it, each command run as a user runs it, in a child process that records the
 project files whose code runs (`sys.setprofile`) during one call of the function that handles
-a batch: `pretraining.training._Run._run_steps` (one step; the first call also traces the step
+a batch: `pretraining.training._run_steps` (one step; the first call also traces the step
 function, which is where the model, the loss and the optimizer run in Python) and score.py's
 `score_batch` (the first call, the graph traced with it). Setup (flags, reading the model, the
 data sets) is left out. Prints, per phase, the files in the order of their first call.
@@ -146,7 +146,7 @@ def main():
     )
     steps = _traced(
       tmp,
-      "pretraining.training:_Run._run_steps",
+      "pretraining.training:_run_steps",
       "run_pretraining.py",
       "--model_type=tta",
       f"--input_file={records}/train-*",

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import kinds
 from lm import stage_clock
-import run_benchmark
+from reproduction import benchmark
 import tokenization
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -22,26 +22,26 @@ WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "."]
 
 def test_sentences_of_lengths_prefers_a_real_sentence_then_joins():
   sentences = [("a b c", "s1"), ("d e", "s2"), ("f g h i", "s3"), ("j k", "s4")]
-  picked = run_benchmark.sentences_of_lengths(sentences, [2, 4, 6])
+  picked = benchmark.sentences_of_lengths(sentences, [2, 4, 6])
   assert picked[2] == ("d e", "s2")
   assert picked[4] == ("f g h i", "s3")
   text, origin = picked[6]
   assert text == "a b c d e f" and origin.startswith("joined: s1 .. s3")
   with pytest.raises(ValueError, match="fewer than the 99"):
-    run_benchmark.sentences_of_lengths(sentences, [99])
+    benchmark.sentences_of_lengths(sentences, [99])
 
 
 def test_parse_shapes():
-  assert run_benchmark.parse_shapes(["2048x2048x2048", "24X512x2048"]) == [
+  assert benchmark.parse_shapes(["2048x2048x2048", "24X512x2048"]) == [
     (2048, 2048, 2048),
     (24, 512, 2048),
   ]
   with pytest.raises(Exception, match="MxKxN"):
-    run_benchmark.parse_shapes(["2048x2048"])
+    benchmark.parse_shapes(["2048x2048"])
 
 
 def test_summarize():
-  stats = run_benchmark.summarize([0.001 * i for i in range(1, 11)])
+  stats = benchmark.summarize([0.001 * i for i in range(1, 11)])
   assert stats["median_ms"] == pytest.approx(5.5)
   assert stats["p10_ms"] < stats["median_ms"] < stats["p90_ms"]
   assert stats["runs"] == 10

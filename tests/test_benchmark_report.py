@@ -98,7 +98,7 @@ def test_bfloat16_backends_get_no_float32_floors():
 
 
 def _result():
-  """A result dict as run_benchmark.measure returns it, with made-up times."""
+  """A result dict as benchmark.measure returns it, with made-up times."""
   latency = [
     {
       "task": task,

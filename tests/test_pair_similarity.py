@@ -186,9 +186,9 @@ def test_resume_of_another_job_or_input_is_refused_until_overwrite(models, tmp_p
   out = str(tmp_path / "out.tsv")
   partial = run_killed(models, source, out, monkeypatch, batches=1)
   kept = read_lines(partial)
-  with pytest.raises(cli.InputError, match=r"holds records of another job, representations"):
+  with pytest.raises(cli.InputError, match=r"holds records of another job: representations"):
     write(models, source, out, representations=["embed"])
-  with pytest.raises(cli.InputError, match=r"holds records of another job, batch_size 3"):
+  with pytest.raises(cli.InputError, match=r"holds records of another job: batch_size 3"):
     write(models, source, out, batch_size=2)
   # The pairs the partial file holds were read from other lines.
   with open(path, encoding="utf-8") as f:

@@ -37,6 +37,8 @@ from pretraining import training_setup
 import run_pretraining
 from text import corpus
 from util import cli
+from util import runs
+from util import training_loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # conftest.TINY with a wider FFN and room for the 48-token records.
@@ -386,6 +388,33 @@ def test_resume_continues_step_and_input_position(data_dir, tmp_path):
     )
 
 
+@pytest.mark.slow(seconds=15)
+def test_another_job_in_the_output_dir_is_refused_until_overwrite(data_dir, tmp_path):
+  out = tmp_path / "job"
+  short = dict(num_train_steps=4, num_warmup_steps=1, save_checkpoints_steps=2, eval_file=None)
+  training.train(tiny_params(data_dir, out, **short))
+  recorded = json.loads((out / runs.RECORD_FILE).read_text())
+  assert recorded["learning_rate"] == 2e-3 and "num_train_steps" not in recorded
+  with pytest.raises(cli.InputError) as error:
+    training.train(tiny_params(data_dir, out, **dict(short, learning_rate=1e-3)))
+  assert str(error.value) == (
+    f"--output_dir {out} holds another job: learning_rate 0.002 (this run: 0.001); add "
+    "--overwrite to start over"
+  )
+  assert model_dir.checkpoints(str(out))[0].endswith("ckpt-4")  # nothing lost
+  fresh = training.train(
+    tiny_params(data_dir, out, overwrite=True, **dict(short, learning_rate=1e-3))
+  )
+  assert fresh["start_step"] == 0 and fresh["finished"]
+  assert json.loads((out / runs.RECORD_FILE).read_text())["learning_rate"] == 1e-3
+  # A dir of a version that recorded no job resumes as it did then, and is recorded.
+  (out / runs.RECORD_FILE).unlink()
+  resumed = training.train(
+    tiny_params(data_dir, out, **dict(short, learning_rate=1e-3, num_train_steps=6))
+  )
+  assert resumed["start_step"] == 4 and (out / runs.RECORD_FILE).exists()
+
+
 def _truncate(path):
   with open(path, "r+b") as f:
     f.truncate(os.path.getsize(path) // 2)
@@ -407,7 +436,9 @@ def test_truncated_latest_checkpoint_resumes_from_the_one_before(data_dir, tmp_p
   # No checkpoint can be read: refused in one line, not trained from step 0.
   for step in (15, 30, 45):
     _truncate(out / f"ckpt-{step}.data-00000-of-00001")
-  with pytest.raises(training.CheckpointError, match=r"none of the 3 checkpoints in .* be read"):
+  with pytest.raises(
+    training_loop.CheckpointError, match=r"none of the 3 checkpoints in .* be read"
+  ):
     training.train(tiny_params(data_dir, out, num_train_steps=60, eval_file=None))
 
 
@@ -427,7 +458,7 @@ def test_full_disk_during_a_checkpoint_save_is_one_line_and_resumable(
 
   out = tmp_path / "full"
   monkeypatch.setattr(tf.train.CheckpointManager, "save", save_on_a_full_disk)
-  with pytest.raises(training.CheckpointError) as error:
+  with pytest.raises(training_loop.CheckpointError) as error:
     training.train(tiny_params(data_dir, out, num_train_steps=30, eval_file=None))
   message = str(error.value)
   assert message.startswith(f"cannot save the checkpoint of step 30 in {out}: {out}/ckpt-30_temp")
@@ -446,13 +477,13 @@ def test_full_disk_during_a_checkpoint_save_is_one_line_and_resumable(
 def test_output_dir_lock_refuses_a_second_run(data_dir, tmp_path):
   out = tmp_path / "locked"
   out.mkdir()
-  with training.output_dir_lock(str(out)):
-    with pytest.raises(training.OutputDirBusy, match=rf"pid {os.getpid()} on "):
+  with training_loop.output_dir_lock(str(out)):
+    with pytest.raises(training_loop.OutputDirBusy, match=rf"pid {os.getpid()} on "):
       training.train(
         tiny_params(data_dir, out, num_train_steps=2, num_warmup_steps=1, eval_file=None)
       )
   # Refused before it wrote anything.
-  assert sorted(os.listdir(out)) == [training.LOCK_FILE]
+  assert sorted(os.listdir(out)) == [training_loop.LOCK_FILE]
 
 
 @pytest.mark.slow(seconds=7)
@@ -461,14 +492,14 @@ def test_stale_lock_of_a_dead_run_is_taken_over(data_dir, tmp_path):
   out.mkdir()
   # What a killed run leaves: its line in the lock file, but no flock (the
   # kernel dropped it with the process).
-  (out / training.LOCK_FILE).write_text("pid 999999 on elsewhere since 2026-01-01 00:00:00")
+  (out / training_loop.LOCK_FILE).write_text("pid 999999 on elsewhere since 2026-01-01 00:00:00")
   summary = training.train(
     tiny_params(data_dir, out, num_train_steps=2, num_warmup_steps=1, eval_file=None)
   )
   assert summary["final_step"] == 2 and summary["finished"]
-  assert (out / training.LOCK_FILE).read_text() == ""  # released on exit
+  assert (out / training_loop.LOCK_FILE).read_text() == ""  # released on exit
   # Released, it can be taken again at once.
-  with training.output_dir_lock(str(out)):
+  with training_loop.output_dir_lock(str(out)):
     pass
 
 
@@ -594,7 +625,7 @@ def test_kill_and_sigterm(data_dir, tmp_path):
     assert resumed >= saved
     # The killed run's lock went with it (run2 took it over); a second run
     # into the same dir is refused in one line while run2 holds it.
-    assert f"pid {proc.pid} on " in (out / training.LOCK_FILE).read_text()
+    assert f"pid {proc.pid} on " in (out / training_loop.LOCK_FILE).read_text()
     second = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=HANG_SECONDS)
     assert second.returncode == 2, second.stderr[-3000:]
     last_line = second.stderr.strip().splitlines()[-1]

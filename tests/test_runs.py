@@ -6,6 +6,7 @@ import os
 import pytest
 
 from util import cli
+from util import resumable
 from util import runs
 
 JOB = {"command": "cmd.py", "model": {"path": "/a/tta", "sha256": "1"}, "rate": 0.001}
@@ -65,3 +66,15 @@ def test_path_identity_has_the_size_and_mtime_of_each_file(tmp_path):
     "f": [3, os.stat(tmp_path / "d" / "f").st_mtime_ns]
   }
   assert runs.path_identity(str(tmp_path / "absent"))["bytes"] is None
+
+
+def test_a_partial_file_of_another_job_is_refused_in_the_same_words(tmp_path):
+  target = str(tmp_path / "out.jsonl")
+  resumable.Partial(target, {"model": "tta-1", "batch_size": 2})
+  open(target + ".partial", "w").close()
+  with pytest.raises(cli.InputError) as e:
+    resumable.Partial(target, {"model": "tta-1", "batch_size": 3})
+  assert str(e.value) == (
+    f"{target}.partial holds records of another job: batch_size 2 (this run: 3); add --overwrite "
+    "to start over"
+  )

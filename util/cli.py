@@ -33,6 +33,10 @@ from absl import app
 from absl import flags
 from absl import logging
 
+# The flags `define_param_flags` defines belong to the script that calls it, so that its --help
+# lists them (absl attributes a flag to the module that runs DEFINE_*).
+flags.disclaim_key_flags()
+
 # The exit status of a wrong input (absl exits with 1 for an uncaught exception).
 EXIT_INPUT_ERROR = 2
 

@@ -22,6 +22,7 @@ import sys
 
 from util import cli
 from util import io_utils
+from util import runs
 
 
 class InputLines:
@@ -96,30 +97,20 @@ class Partial:
           os.remove(path)
       self._write_state()
       return
-    start_over = "add --overwrite to start over"
     try:
       with open(self.state_path, encoding="utf-8") as f:
         recorded = json.load(f)
     except (OSError, ValueError):
       raise cli.InputError(
         f"{self.path} has no readable record of the run that wrote it ({self.state_path}): "
-        f"{start_over}"
+        f"{runs.START_OVER}"
       ) from None
-    if recorded.get("job") != job:
-      old = recorded.get("job") or {}
-      differences = "; ".join(
-        f"{key} {old.get(key)} (this run: {job.get(key)})"
-        for key in sorted(set(old) | set(job))
-        if old.get(key) != job.get(key)
-      )
-      raise cli.InputError(
-        f"{self.path} holds records of another job, {differences}: re-run that job to resume "
-        f"it, or {start_over}"
-      )
+    if recorded.get("job") != json.loads(json.dumps(job)):
+      raise runs.another_job(f"{self.path} holds records of another job", recorded.get("job"), job)
     if not _cut_after(self.path, recorded["lines"]):
       raise cli.InputError(
         f"{self.path} has fewer lines than {self.state_path} counts ({recorded['lines']}): "
-        f"{start_over}"
+        f"{runs.START_OVER}"
       )
     self.state = recorded
 
@@ -135,7 +126,7 @@ class Partial:
     ):
       raise cli.InputError(
         f"{source.path} is not the input {self.path} was scored from (its first "
-        f"{self.state['input_lines']} lines changed): add --overwrite to start over"
+        f"{self.state['input_lines']} lines changed): {runs.START_OVER}"
       )
 
   def append(self, lines, source):

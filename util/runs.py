@@ -4,15 +4,16 @@
   ... read the inputs, load the models (a refusal here leaves no record behind), then:
   record.start()                                  # --overwrite: clears `outputs` first
 
-A command that resumes into --output_dir (run_mwer.py's checkpoints, run_sts.py's results)
-would otherwise continue, or overwrite, what another job left there: another model, another
-learning rate. `identity` is a JSON-able dict of what the outputs depend on: the command, the
-models (`inference.spec_identity`: config, vocab and checkpoint, nothing hashed of the weights),
-the inputs (`path_identity`) and every option that changes a result (not progress or thread
-options). It is written to <output_dir>/run.json when the run starts; a later run into the same
-dir resumes only with the same identity, and is refused otherwise in one line naming the first
-field that differs. `overwrite` starts over: it removes the old run's `outputs` (names in the
-dir, the command's own) and nothing else. score.py's per-file record is `resumable.Partial`.
+A command that resumes into --output_dir (run_mwer.py's and run_pretraining.py's checkpoints,
+run_sts.py's results) would otherwise continue, or overwrite, what another job left there:
+another model, another learning rate. `identity` is a JSON-able dict of what the outputs depend
+on: the command, the models (`inference.spec_identity`: config, vocab and checkpoint, nothing
+hashed of the weights), the inputs (`path_identity`) and every option that changes a result (not
+progress or thread options). It is written to <output_dir>/run.json when the run starts; a later
+run into the same dir resumes only with the same identity, and is refused otherwise in one line
+naming the first field that differs (`another_job`, the words of resumable.Partial's refusal too).
+`overwrite` starts over: it removes the old run's `outputs` (names in the dir, the command's own)
+and nothing else.
 """
 
 import json
@@ -23,6 +24,7 @@ from util import cli
 from util import io_utils
 
 RECORD_FILE = "run.json"
+START_OVER = "add --overwrite to start over"
 
 
 def path_identity(path):
@@ -56,13 +58,15 @@ class Record:
     identity: JSON-able dict, what the run's outputs depend on.
     outputs: names in `output_dir` the command writes (files or dirs); --overwrite removes them.
     overwrite: bool, start over instead of resuming.
+    adopt_unrecorded: outputs without a record (of a version that wrote none) are this job's,
+      recorded by `start`; else refused.
 
   Raises:
     cli.InputError: the dir holds another job (naming the first field that differs), or outputs
       of a run that recorded none; the message says how to start over.
   """
 
-  def __init__(self, output_dir, identity, outputs, overwrite=False):
+  def __init__(self, output_dir, identity, outputs, overwrite=False, adopt_unrecorded=False):
     self.output_dir, self.outputs, self.overwrite = output_dir, list(outputs), overwrite
     self.path = os.path.join(output_dir, RECORD_FILE)
     # As it reads back from the file: tuples become lists.
@@ -70,25 +74,20 @@ class Record:
     self._started = False
     if overwrite:
       return
-    start_over = "add --overwrite to start over"
     if not os.path.exists(self.path):
       found = [name for name in self.outputs if os.path.exists(os.path.join(output_dir, name))]
-      if found:
+      if found and not adopt_unrecorded:
         raise cli.InputError(
           f"--output_dir {output_dir} holds {', '.join(found)} of a run that recorded no job "
-          f"({RECORD_FILE}): {start_over}"
+          f"({RECORD_FILE}): {START_OVER}"
         )
       return
     try:
       recorded = io_utils.read_json_file(self.path)
     except ValueError as e:
-      raise cli.InputError(f"{e}: {start_over}") from None
+      raise cli.InputError(f"{e}: {START_OVER}") from None
     if recorded != self.identity:
-      name, old, new = _first_difference(recorded, self.identity)
-      raise cli.InputError(
-        f"--output_dir {output_dir} holds another job: {name} {_show(old)} (this run: "
-        f"{_show(new)}); {start_over}"
-      )
+      raise another_job(f"--output_dir {output_dir} holds another job", recorded, self.identity)
     self._started = True
 
   def start(self):
@@ -104,6 +103,18 @@ class Record:
           os.remove(path)
     io_utils.write_atomically(self.path, json.dumps(self.identity, indent=2) + "\n")
     self._started = True
+
+
+def another_job(where, recorded, identity):
+  """The refusal of a run into outputs of another job, in one line: `where` ("OUTPUT holds
+  another job"), then the first field in which `recorded` differs from this run's `identity`,
+  and how to start over. The one wording of Record's and resumable.Partial's refusals.
+
+  Returns:
+    cli.InputError, to raise.
+  """
+  name, old, new = _first_difference(recorded, json.loads(json.dumps(identity)))
+  return cli.InputError(f"{where}: {name} {_show(old)} (this run: {_show(new)}); {START_OVER}")
 
 
 def _first_difference(old, new, name="job"):
