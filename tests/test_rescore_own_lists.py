@@ -67,12 +67,18 @@ def _kaldi_set(lists, root):
   return str(root / "dir"), refs
 
 
+def _kaldi_dev_test(tmp_path, num_dev, num_test):
+  """Kaldi dev and test sets of the first lists of dev_other: (lists, (dev, its refs), (test,
+  its refs))."""
+  conftest.data_dir_or_skip(shared_data.ESPNET_DIR)
+  lists = espnet.read_espnet_nbest("dev_other")[: num_dev + num_test]
+  dev = _kaldi_set(lists[:num_dev], tmp_path / "dev")
+  return lists, dev, _kaldi_set(lists[num_dev:], tmp_path / "test")
+
+
 @pytest.mark.slow(seconds=6)
 def test_an_output_dir_holding_another_rescoring_job_is_refused_until_overwrite(tiny_lm, tmp_path):
-  conftest.data_dir_or_skip(shared_data.ESPNET_DIR)
-  lists = espnet.read_espnet_nbest("dev_other")[:6]
-  dev, dev_refs = _kaldi_set(lists[:3], tmp_path / "dev")
-  test, _ = _kaldi_set(lists[3:], tmp_path / "test")
+  _, (dev, dev_refs), (test, _) = _kaldi_dev_test(tmp_path, 3, 3)
   out = tmp_path / "out"
   common = [f"--lm=tta={tiny_lm}", "--format=kaldi", f"--test_file={test}", f"--output_dir={out}"]
   tuned = [*common, f"--dev_file={dev}", f"--dev_refs={dev_refs}", "--first_pass=decoder,ctc"]
@@ -94,10 +100,7 @@ def test_an_output_dir_holding_another_rescoring_job_is_refused_until_overwrite(
 
 @pytest.mark.slow(seconds=5)
 def test_weights_tuned_on_dev_give_a_blind_test_set_the_same_1best(tiny_lm, tmp_path):
-  conftest.data_dir_or_skip(shared_data.ESPNET_DIR)
-  lists = espnet.read_espnet_nbest("dev_other")[:8]
-  dev, dev_refs = _kaldi_set(lists[:5], tmp_path / "dev")
-  test, test_refs = _kaldi_set(lists[5:], tmp_path / "test")
+  lists, (dev, dev_refs), (test, test_refs) = _kaldi_dev_test(tmp_path, 5, 3)
   tuned, blind = tmp_path / "tuned", tmp_path / "blind"
   common = [f"--lm=tta={tiny_lm}", "--format=kaldi", f"--test_file={test}"]
   _rescore(
