@@ -10,9 +10,10 @@ util/flops.py read it too. The table, and what adding a kind takes: docs/DESIGN.
 import dataclasses
 
 # Which keys query f may attend (modeling.create_attention_mask implements each):
-# "dmsa": every real key but f itself (T-TA); "full": every real key; "causal": keys t <= f;
-# "word_l2r": every real key but f and the later pieces of f's word (PLL-word-l2r in one pass).
-ATTENTION_PATTERNS = ("dmsa", "full", "causal", "word_l2r")
+# "dmsa": every real key but f itself (T-TA); "bidirectional": every real key (biLM);
+# "causal": keys t <= f; "word_l2r": every real key but f and the later pieces of f's word
+# (PLL-word-l2r in one pass). ("full" names a first-pass setting and a reproduction mode.)
+ATTENTION_PATTERNS = ("dmsa", "bidirectional", "causal", "word_l2r")
 # How a sentence is scored: "one_pass" reads every token's prediction from one forward pass;
 # "masked_copies" runs one copy per scored position with that token replaced by [MASK].
 SCORING_RULES = ("one_pass", "masked_copies")
@@ -114,7 +115,7 @@ KINDS = {
     Kind(
       name="bilm",
       display_name="biLM",
-      attention="full",
+      attention="bidirectional",
       input_isolation=False,
       scoring="masked_copies",
       prediction_offset=0,
@@ -136,7 +137,7 @@ KINDS = {
     Kind(
       name="bert",
       display_name="BERT",
-      attention="full",
+      attention="bidirectional",
       input_isolation=False,
       scoring="masked_copies",
       prediction_offset=0,

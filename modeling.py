@@ -560,7 +560,7 @@ def _word_l2r_keys(query, key, words):
 # every token [B, T] (`word_ids`; None where no pattern reads it); None adds no restriction.
 _PATTERN_KEYS = {
   "dmsa": _dmsa_keys,
-  "full": None,
+  "bidirectional": None,
   "causal": _causal_keys,
   "word_l2r": _word_l2r_keys,
 }
@@ -605,7 +605,7 @@ def create_attention_mask(input_mask, pattern, words=None):
     words: int32 [B, T], `word_ids`; needed by WORD_PATTERNS only.
 
   Returns:
-    float32 [B, 1, F=T, T] (or [B, 1, 1, T] for "full"); 1 where query f may attend key t.
+    float32 [B, 1, F=T, T] (or [B, 1, 1, T] for "bidirectional"); 1 where query f may attend key t.
   """
   if pattern not in _PATTERN_KEYS:
     raise ValueError(f"attention pattern {pattern!r} is not one of {tuple(_PATTERN_KEYS)}")

@@ -61,7 +61,7 @@ def expected_mask(pattern, mask):
   same_word = words[:, :, None] == words[:, None, :]  # [B, F, T]
   allowed = {
     "dmsa": (query != key)[None],
-    "full": np.ones((1, t, t), bool),
+    "bidirectional": np.ones((1, t, t), bool),
     "causal": (key <= query)[None],
     "word_l2r": ~(same_word & (key >= query)[None]),
   }[pattern]
