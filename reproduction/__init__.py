@@ -1,7 +1,9 @@
-"""The reports of the two long jobs: the reproduction (reproduce.py) and the benchmark.
+"""The two long jobs' engines and reports: the reproduction (reproduce.py) and the benchmark.
 
-`reproduction_report` renders report.md / report.json and the learning curves from the stages'
-results; `seed_runs` lays out and compares the seeds of reproduce.py --seeds; `benchmark_report`
-renders run_benchmark.py's tables, headline and plot; `peers` times the benchmark's peers (Hugging
-Face BERT on PyTorch and ONNX Runtime, minicons).
+`stages` runs the reproduction's stages in order (each a command run by `steps`, skipped when its
+stamp says it is done) for the `modes` preset and flags; `reproduction_report` renders report.md /
+report.json and the learning curves from the stages' results; `seed_runs` lays out and compares
+the seeds of reproduce.py --seeds; `benchmark_report` renders run_benchmark.py's tables, headline
+and plot; `peers` times the benchmark's peers (Hugging Face BERT on PyTorch and ONNX Runtime,
+minicons).
 """
