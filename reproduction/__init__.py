@@ -1,6 +1,6 @@
 """The two long jobs' engines and reports: the reproduction (reproduce.py) and the benchmark.
 
-`stages` runs the reproduction's stages in order (each a command run by `steps`, skipped when its
+`stages` runs the reproduction's stages in order (each a command run by `runner`, skipped when its
 stamp says it is done) for the `modes` preset and flags; `reproduction_report` renders report.md /
 report.json and the learning curves from the stages' results; `seed_runs` lays out and compares
 the seeds of reproduce.py --seeds; `benchmark_report` renders run_benchmark.py's tables, headline

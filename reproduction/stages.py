@@ -13,8 +13,8 @@ from evaluation import significance
 import kinds
 from reproduction import modes
 from reproduction import reproduction_report
+from reproduction import runner
 from reproduction import seed_runs
-from reproduction import steps
 from util import io_utils
 from util import machine
 from util import progress
@@ -22,6 +22,19 @@ from util import progress
 # The models trained with piece-level masks that asr_word also scores word by word (PLL-word-l2r).
 WORD_SCORED = ("tta", "bilm")
 KENLM_NAME = "5-gram"
+
+
+def stage_names(params):
+  """The job's stages in the order they run (stage i of n)."""
+  trains = [f"train_{t}" for t in params.models]
+  names = (
+    ["data", "kenlm", "plan"]
+    + trains
+    + ["peak", "sts", "asr_paired", "asr_word", "curves", "asr", "nmt"]
+  )
+  for seed in range(2, params.seeds + 1):
+    names += [seed_runs.stage_name(n, seed) for n in trains + list(seed_runs.EVALUATIONS)]
+  return names
 
 
 def model_flags(settings):
@@ -54,7 +67,7 @@ def stage_data(work_dir, root, settings):
   if settings.vocab_lower_thresh:
     args.append(f"--vocab_lower_thresh={settings.vocab_lower_thresh:d}")
   # create_pretraining_data.py skips itself when its inputs are unchanged.
-  steps.run_step(work_dir, "data", args)
+  runner.run_step(work_dir, "data", args)
   return out
 
 
@@ -75,7 +88,7 @@ def stage_kenlm(work_dir, data_dir, settings):
   ]
   if settings.discount_fallback:
     args.append("--discount_fallback")
-  steps.run_stage(work_dir, "kenlm", key, [out], args)
+  runner.run_stage(work_dir, "kenlm", key, [out], args)
   return out
 
 
@@ -112,7 +125,7 @@ def _calibrate(work_dir, data_dir, settings, precision):
   name = "calibration" if precision == "fp32" else f"calibration_{precision}"
   calib_dir = os.path.join(work_dir, name)
   args = train_args(data_dir, settings, "tta", calib_dir, settings.calibration_steps)
-  steps.run_step(work_dir, name, args + ["--max_eval_steps=1"] + PRECISION_FLAGS[precision])
+  runner.run_step(work_dir, name, args + ["--max_eval_steps=1"] + PRECISION_FLAGS[precision])
   summary = io_utils.read_json_file(os.path.join(calib_dir, "train_summary.json"))
   return {k: summary[k] for k in ("steps_per_second", "tokens_per_second", "gflops_per_second")}
 
@@ -166,7 +179,7 @@ def stage_train(work_dir, data_dir, settings, plan, models, stages, seed=1):
       and io_utils.read_json_file(summary_path)["final_step"] >= plan["train_steps"]
     )
     if not done:
-      steps.run_step(
+      runner.run_step(
         work_dir,
         "train_" + model_type,
         train_args(data_dir, settings, model_type, out, plan["train_steps"])
@@ -191,7 +204,7 @@ def stage_peak(work_dir, plan):
     "--matmul_runs=10",
     "--output_dir=" + out,
   ]
-  steps.run_stage(work_dir, "peak", {"dtype": dtype}, [result], args)
+  runner.run_stage(work_dir, "peak", {"dtype": dtype}, [result], args)
   return {
     "dtype": dtype,
     "gflops": max(r["gflops"] for r in io_utils.read_json_file(result)["matmul_peak"]),
@@ -211,9 +224,9 @@ def stage_eval(work_dir, name, args, result_file, key):
   result = os.path.join(out, result_file)
   if args[0] == "run_sts.py":
     # A stage run again is another job in the same dir (its models trained further): run_sts.py
-    # refuses that unless told to start over, as steps.run_stage means.
+    # refuses that unless told to start over, as runner.run_stage means.
     args = args + ["--overwrite"]
-  steps.run_stage(work_dir, name, key, [result], args + ["--output_dir=" + out])
+  runner.run_stage(work_dir, name, key, [result], args + ["--output_dir=" + out])
   return io_utils.read_json_file(result)
 
 
@@ -404,19 +417,6 @@ def build_report(
     report["seed_runs"] = list(further_seeds)
     report["seed_comparisons"] = seed_runs.seed_comparisons(report)
   return report
-
-
-def stage_names(params):
-  """The job's stages in the order they run (stage i of n)."""
-  trains = [f"train_{t}" for t in params.models]
-  names = (
-    ["data", "kenlm", "plan"]
-    + trains
-    + ["peak", "sts", "asr_paired", "asr_word", "curves", "asr", "nmt"]
-  )
-  for seed in range(2, params.seeds + 1):
-    names += [seed_runs.stage_name(n, seed) for n in trains + list(seed_runs.EVALUATIONS)]
-  return names
 
 
 def stage_asr_sample(work_dir, root, settings, model_dirs, lms, key, kenlm_path, stages):

@@ -15,9 +15,9 @@ import pytest
 
 from reproduction import modes
 from reproduction import reproduction_report
+from reproduction import runner
 from reproduction import seed_runs
 from reproduction import stages
-from reproduction import steps
 from util import cli
 from util import progress
 
@@ -50,7 +50,7 @@ def test_missing_data_names_every_file_and_its_source(tmp_path):
 
 
 def _run_here(cmd, log, show):
-  """steps.run_python with the stage's command run in this process (tests/commands.py), but
+  """runner.run_python with the stage's command run in this process (tests/commands.py), but
   run_benchmark.py: its thread pools are set before TensorFlow starts, in a process of its own."""
   script, *args = cmd[1:]
   if script == "run_benchmark.py":
@@ -63,13 +63,13 @@ def _run_here(cmd, log, show):
   return result.returncode
 
 
-_RUN_PYTHON = steps.run_python
+_RUN_PYTHON = runner.run_python
 
 
 @pytest.mark.slow(seconds=120)
 def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path, monkeypatch):
   data_dir_or_skip("gutenberg-books-subset")
-  monkeypatch.setattr(steps, "run_python", _run_here)
+  monkeypatch.setattr(runner, "run_python", _run_here)
   work = tmp_path / "work"
   cmd = [
     "--mode=quick",
@@ -188,19 +188,19 @@ def test_console_hides_startup_and_checkpoint_noise_but_not_errors():
     "CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)\n",
     "I1124 10:18:18.123456 140213 checkpoint.py:123] Sharding callback duration: 34\n",
   ]
-  assert [steps.console_line(l) for l in noise] == [None] * len(noise)
+  assert [runner.console_line(l) for l in noise] == [None] * len(noise)
   # Other lines show, with absl's prefix cut to its level letter (none for info).
   assert (
-    steps.console_line("I1124 10:18:18.123456 140213 run_rescoring.py:97] T-TA: 10/10\n")
+    runner.console_line("I1124 10:18:18.123456 140213 run_rescoring.py:97] T-TA: 10/10\n")
     == "T-TA: 10/10\n"
   )
   assert (
-    steps.console_line("E1124 10:18:18.123456 140213 training.py:9] loss is NaN\n")
+    runner.console_line("E1124 10:18:18.123456 140213 training.py:9] loss is NaN\n")
     == "E loss is NaN\n"
   )
   real = "E0000 00:00:1795515241.1 2974 op_kernel.cc:1828] OP_REQUIRES failed: OOM\n"
-  assert steps.console_line(real) == "E OP_REQUIRES failed: OOM\n"
-  assert steps.console_line("Traceback (most recent call last):\n") is not None
+  assert runner.console_line(real) == "E OP_REQUIRES failed: OOM\n"
+  assert runner.console_line("Traceback (most recent call last):\n") is not None
 
 
 def test_a_step_shows_its_stderr_logs_everything_and_fails_by_kind(tmp_path, capfd):
@@ -209,16 +209,16 @@ def test_a_step_shows_its_stderr_logs_everything_and_fails_by_kind(tmp_path, cap
     "sys.stderr.write('I0000 00:00:1.2 7 cudart_stub.cc:31] Could not find cuda drivers\\n'); "
     "sys.stderr.write('T-TA: 5/10 sentences\\n')"
   )
-  steps.run_step(str(tmp_path), "demo", ["-c", code])
+  runner.run_step(str(tmp_path), "demo", ["-c", code])
   shown = capfd.readouterr().err
   assert "[demo] T-TA: 5/10 sentences" in shown
   assert "results table" not in shown and "cuda" not in shown
   log = (tmp_path / "logs" / "demo.log").read_text()
   assert "| results table |" in log and "cuda drivers" in log and "T-TA: 5/10" in log
   with pytest.raises(cli.InputError, match="stage bad_input stopped on a wrong input"):
-    steps.run_step(str(tmp_path), "bad_input", ["-c", "import sys; sys.exit(2)"])
+    runner.run_step(str(tmp_path), "bad_input", ["-c", "import sys; sys.exit(2)"])
   with pytest.raises(RuntimeError, match="stage crash failed"):
-    steps.run_step(str(tmp_path), "crash", ["-c", "raise SystemExit(1)"])
+    runner.run_step(str(tmp_path), "crash", ["-c", "raise SystemExit(1)"])
 
 
 def test_precision_is_the_faster_calibration_and_fp32_on_a_tie():
@@ -271,7 +271,7 @@ def test_seed_one_keeps_the_one_seed_layout_and_flags_and_the_others_their_own(t
   assert seed_runs.init_seed_flags(3) == ["--init_seed=3"]
   # A further seed's run_step writes its log and stamps in its own dir, and its stages show their
   # seed on the console.
-  steps.run_step(seed_runs.seed_dir(work, 2), "sts", ["-c", "pass"])
+  runner.run_step(seed_runs.seed_dir(work, 2), "sts", ["-c", "pass"])
   assert (tmp_path / "seed2" / "logs" / "sts.log").exists()
   assert not (tmp_path / "logs").exists()
   seed_stages = seed_runs.SeedStages(progress.Stages(["sts", "seed2/sts"]), 2)

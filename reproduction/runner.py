@@ -1,7 +1,7 @@
 """The reproduction's steps: a command of the repository run as `python <args>`, its output in
 logs/<name>.log and its stderr, shortened, on the console; a stage's step skipped when its stamp
-says its outputs exist for the same inputs. `run_python` is the seam the tests run the commands
-in their own process through.
+says its outputs exist for the same inputs. `run_python` is the seam through which the tests run
+the commands in their own process.
 """
 
 import datetime
