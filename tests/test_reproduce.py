@@ -1,7 +1,7 @@
-"""Tests of reproduce.py: missing data, steps and their console, the precision plan, curve
-checkpoints, and one tiny end-to-end run on real data slices that must resume without redoing any
-stage (the stage stamps themselves are tested in test_io_utils.py; the report's tables in
-test_reproduction_report.py)."""
+"""Tests of reproduce.py and its stages (reproduction/): missing data, steps and their console,
+the precision plan, curve checkpoints, and one tiny end-to-end run on real data slices that must
+resume without redoing any stage (the stage stamps themselves are tested in test_io_utils.py; the
+report's tables in test_reproduction_report.py)."""
 
 import json
 import os
@@ -13,9 +13,11 @@ import commands
 from conftest import data_dir_or_skip
 import pytest
 
-import reproduce
+from reproduction import modes
 from reproduction import reproduction_report
+from reproduction import runner
 from reproduction import seed_runs
+from reproduction import stages
 from util import cli
 from util import progress
 
@@ -37,7 +39,7 @@ def test_missing_data_names_every_file_and_its_source(tmp_path):
     text=True,
   )
   assert proc.returncode == 2
-  for rel, _ in reproduce.REQUIRED_DATA:
+  for rel, _ in modes.REQUIRED_DATA:
     if rel == "stsb/sts-dev.csv":
       assert rel + "\n" not in proc.stderr
     else:
@@ -48,7 +50,7 @@ def test_missing_data_names_every_file_and_its_source(tmp_path):
 
 
 def _run_here(cmd, log, show):
-  """reproduce.run_python with the stage's command run in this process (tests/commands.py), but
+  """runner.run_python with the stage's command run in this process (tests/commands.py), but
   run_benchmark.py: its thread pools are set before TensorFlow starts, in a process of its own."""
   script, *args = cmd[1:]
   if script == "run_benchmark.py":
@@ -61,13 +63,13 @@ def _run_here(cmd, log, show):
   return result.returncode
 
 
-_RUN_PYTHON = reproduce.run_python
+_RUN_PYTHON = runner.run_python
 
 
 @pytest.mark.slow(seconds=120)
 def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path, monkeypatch):
   data_dir_or_skip("gutenberg-books-subset")
-  monkeypatch.setattr(reproduce, "run_python", _run_here)
+  monkeypatch.setattr(runner, "run_python", _run_here)
   work = tmp_path / "work"
   cmd = [
     "--mode=quick",
@@ -186,19 +188,19 @@ def test_console_hides_startup_and_checkpoint_noise_but_not_errors():
     "CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)\n",
     "I1124 10:18:18.123456 140213 checkpoint.py:123] Sharding callback duration: 34\n",
   ]
-  assert [reproduce.console_line(l) for l in noise] == [None] * len(noise)
+  assert [runner.console_line(l) for l in noise] == [None] * len(noise)
   # Other lines show, with absl's prefix cut to its level letter (none for info).
   assert (
-    reproduce.console_line("I1124 10:18:18.123456 140213 run_rescoring.py:97] T-TA: 10/10\n")
+    runner.console_line("I1124 10:18:18.123456 140213 run_rescoring.py:97] T-TA: 10/10\n")
     == "T-TA: 10/10\n"
   )
   assert (
-    reproduce.console_line("E1124 10:18:18.123456 140213 training.py:9] loss is NaN\n")
+    runner.console_line("E1124 10:18:18.123456 140213 training.py:9] loss is NaN\n")
     == "E loss is NaN\n"
   )
   real = "E0000 00:00:1795515241.1 2974 op_kernel.cc:1828] OP_REQUIRES failed: OOM\n"
-  assert reproduce.console_line(real) == "E OP_REQUIRES failed: OOM\n"
-  assert reproduce.console_line("Traceback (most recent call last):\n") is not None
+  assert runner.console_line(real) == "E OP_REQUIRES failed: OOM\n"
+  assert runner.console_line("Traceback (most recent call last):\n") is not None
 
 
 def test_a_step_shows_its_stderr_logs_everything_and_fails_by_kind(tmp_path, capfd):
@@ -207,24 +209,24 @@ def test_a_step_shows_its_stderr_logs_everything_and_fails_by_kind(tmp_path, cap
     "sys.stderr.write('I0000 00:00:1.2 7 cudart_stub.cc:31] Could not find cuda drivers\\n'); "
     "sys.stderr.write('T-TA: 5/10 sentences\\n')"
   )
-  reproduce.run_step(str(tmp_path), "demo", ["-c", code])
+  runner.run_step(str(tmp_path), "demo", ["-c", code])
   shown = capfd.readouterr().err
   assert "[demo] T-TA: 5/10 sentences" in shown
   assert "results table" not in shown and "cuda" not in shown
   log = (tmp_path / "logs" / "demo.log").read_text()
   assert "| results table |" in log and "cuda drivers" in log and "T-TA: 5/10" in log
   with pytest.raises(cli.InputError, match="stage bad_input stopped on a wrong input"):
-    reproduce.run_step(str(tmp_path), "bad_input", ["-c", "import sys; sys.exit(2)"])
+    runner.run_step(str(tmp_path), "bad_input", ["-c", "import sys; sys.exit(2)"])
   with pytest.raises(RuntimeError, match="stage crash failed"):
-    reproduce.run_step(str(tmp_path), "crash", ["-c", "raise SystemExit(1)"])
+    runner.run_step(str(tmp_path), "crash", ["-c", "raise SystemExit(1)"])
 
 
 def test_precision_is_the_faster_calibration_and_fp32_on_a_tie():
   fast, slow = {"steps_per_second": 2.0}, {"steps_per_second": 1.0}
-  assert reproduce.choose_precision({"fp32": slow, "bf16": fast}) == "bf16"
-  assert reproduce.choose_precision({"fp32": fast, "bf16": slow}) == "fp32"
-  assert reproduce.choose_precision({"fp32": slow, "bf16": dict(slow)}) == "fp32"
-  assert reproduce.choose_precision({"fp32": slow}) == "fp32"
+  assert stages.choose_precision({"fp32": slow, "bf16": fast}) == "bf16"
+  assert stages.choose_precision({"fp32": fast, "bf16": slow}) == "fp32"
+  assert stages.choose_precision({"fp32": slow, "bf16": dict(slow)}) == "fp32"
+  assert stages.choose_precision({"fp32": slow}) == "fp32"
   setup = {"calibrations": {"fp32": slow, "bf16": fast}}
   assert (
     reproduction_report._precision_reason(setup) == " (calibration steps/s: bf16 2.00 vs fp32 1.00)"
@@ -234,21 +236,21 @@ def test_precision_is_the_faster_calibration_and_fp32_on_a_tie():
 
 def test_curve_checkpoints_are_spread_and_viewed_as_model_dirs(tmp_path):
   # Indices 0, 2.5, 5, 7.5, 10 of 11 checkpoints, rounded half to even: 0, 2, 5, 8, 10.
-  assert reproduce.spread([10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 101], 5) == [
+  assert stages.spread([10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 101], 5) == [
     10,
     30,
     60,
     90,
     101,
   ]
-  assert reproduce.spread([5, 9], 5) == [5, 9]
+  assert stages.spread([5, 9], 5) == [5, 9]
   model = tmp_path / "model"
   model.mkdir()
   for name in ("config.json", "vocab.txt", "ckpt-4.index", "ckpt-4.data-00000-of-00001"):
     (model / name).write_text(name)
   (model / "ckpt-40.index").write_text("not this one")
-  assert reproduce.checkpoint_steps(str(model)) == [4, 40]
-  view = reproduce.checkpoint_view(str(model), 4, str(tmp_path / "view"))
+  assert stages.checkpoint_steps(str(model)) == [4, 40]
+  view = stages.checkpoint_view(str(model), 4, str(tmp_path / "view"))
   assert sorted(os.listdir(view)) == [
     "checkpoint",
     "ckpt-4.data-00000-of-00001",
@@ -269,8 +271,8 @@ def test_seed_one_keeps_the_one_seed_layout_and_flags_and_the_others_their_own(t
   assert seed_runs.init_seed_flags(3) == ["--init_seed=3"]
   # A further seed's run_step writes its log and stamps in its own dir, and its stages show their
   # seed on the console.
-  reproduce.run_step(seed_runs.seed_dir(work, 2), "sts", ["-c", "pass"])
+  runner.run_step(seed_runs.seed_dir(work, 2), "sts", ["-c", "pass"])
   assert (tmp_path / "seed2" / "logs" / "sts.log").exists()
   assert not (tmp_path / "logs").exists()
-  stages = seed_runs.SeedStages(progress.Stages(["sts", "seed2/sts"]), 2)
-  assert stages.start("sts").startswith("stage 2 of 2: seed2/sts")
+  seed_stages = seed_runs.SeedStages(progress.Stages(["sts", "seed2/sts"]), 2)
+  assert seed_stages.start("sts").startswith("stage 2 of 2: seed2/sts")

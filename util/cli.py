@@ -33,8 +33,9 @@ from absl import app
 from absl import flags
 from absl import logging
 
-# The flags `define_param_flags` defines belong to the script that calls it, so that its --help
-# lists them (absl attributes a flag to the module that runs DEFINE_*).
+# The flags `define_param_flags` (and `define_escaped_list`) define belong to the script that
+# calls them, so that its --helpshort lists them (absl attributes a flag to the module that runs
+# DEFINE_*).
 flags.disclaim_key_flags()
 
 # The exit status of a wrong input (absl exits with 1 for an uncaught exception).
