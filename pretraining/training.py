@@ -166,13 +166,15 @@ class TrainParams:
 
 
 # What a resume may change: how the run goes, logs and evaluates, and --num_train_steps, which
-# extends it. Every other field changes the model it ends with, so it is part of the run's
+# extends it, with the warmup that goes with it (reproduce.py warms up for a tenth of the steps of
+# its budget). Every other field changes the model it ends with, so it is part of the run's
 # identity (`run_identity`).
 _NOT_IDENTITY = (
   "output_dir",
   "eval_file",
   "eval_batch_size",
   "num_train_steps",
+  "num_warmup_steps",
   "init_checkpoint",  # ignored by a resume
   "save_checkpoints_steps",
   "keep_checkpoint_max",

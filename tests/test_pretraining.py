@@ -413,6 +413,9 @@ def test_another_job_in_the_output_dir_is_refused_until_overwrite(data_dir, tmp_
     tiny_params(data_dir, out, **dict(short, learning_rate=1e-3, num_train_steps=6))
   )
   assert resumed["start_step"] == 4 and (out / runs.RECORD_FILE).exists()
+  # Extending a run extends its warmup too (reproduce.py's tenth of a larger budget): the same job.
+  longer = dict(short, learning_rate=1e-3, num_train_steps=8, num_warmup_steps=2)
+  assert training.train(tiny_params(data_dir, out, **longer))["start_step"] == 6
 
 
 def _truncate(path):
