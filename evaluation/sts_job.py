@@ -131,7 +131,7 @@ def run(params):
     check_model_specs(params.model_dir)
     whiten = whitening_options(params)
   if not params.output_dir:
-    evaluate_and_write(params, whiten=whiten)
+    evaluate_and_write(params, whiten)
     return
   # One writer of the results: a second run into --output_dir exits 2 naming this one.
   results = os.path.join(params.output_dir, RESULTS_FILE)
@@ -141,9 +141,9 @@ def run(params):
     # Another job's results are refused before a model loads; the record is written with the
     # first output, so a run refused for its data or models leaves none.
     record = runs.Record(params.output_dir, identity(params, groups), OUTPUTS, params.overwrite)
-    paper = evaluate_and_write(params, record, whiten) if params.sets else []
+    paper = evaluate_and_write(params, whiten, record) if params.sets else []
     if params.pairs_file:
-      evaluate_pairs(params, groups, record, paper, whiten)
+      evaluate_pairs(params, groups, record, whiten, paper)
 
 
 def pair_groups(params):
@@ -262,11 +262,10 @@ def markdown_table(results, set_names):
   return "\n".join(lines) + "\n"
 
 
-def evaluate_and_write(params, record=None, whiten=None):
+def evaluate_and_write(params, whiten, record=None):
   """Every --model_dir and representation on every set, raw and (`whiten`, a `Whiten`)
   whitened; the table, and the results files (`record`, the `runs.Record` of --output_dir,
   started before they are written) with each set's transforms. Returns the result rows."""
-  whiten = whiten or Whiten()
   with cli.user_input():
     data_sets = {name: SETS[name][1](params.data_dir) for name in params.sets}
   for name, pairs in data_sets.items():
@@ -355,8 +354,8 @@ class Whiten:
     loaded: --whiten_load's {column name: whitening.Whitening}, or None.
   """
 
-  dim: int = 0
-  source: str = ""
+  dim: int
+  source: str
   sentences: list = None
   loaded: dict = None
 
@@ -484,13 +483,12 @@ def windowed_note(counts):
 # ------------------------------------------------------------------ your own pairs (--pairs_file)
 
 
-def evaluate_pairs(params, groups, record, paper=(), whiten=None):
+def evaluate_pairs(params, groups, record, whiten, paper):
   """Every --model_dir and representation on every --pairs_file set (`pair_groups`), raw and
   (`whiten`, a `Whiten`) whitened: pairs/<set>.tsv each, and pairs_results.{json,md} with the
   correlations of the sets with gold scores; `record` (`runs.Record`) is started once the models
   load; `paper`, the rows of the paper's sets this run scored (their STS-B test and SICK test
   join SimCSE's average)."""
-  whiten = whiten or Whiten()
   with cli.user_input():
     counts = {name: pair_files.count_pairs(source) for _, sets in groups for name, source in sets}
   models = [load_model(spec, params.lm_options) for spec in params.model_dir]
@@ -563,7 +561,7 @@ def group_transforms(models, representations, sets, whiten, fixed):
   return out
 
 
-def pairs_report(rows, groups, counts, model_names, truncated, windowed, bootstrap, paper=()):
+def pairs_report(rows, groups, counts, model_names, truncated, windowed, bootstrap, paper):
   """(pairs_results.json's content, pairs_results.md): the sets (with `truncated`, their pairs
   with a truncated sentence, and `windowed`, {model: the sentences it read in sliding windows in
   this run, each distinct sentence of a batch once}), the correlations of those with gold scores
