@@ -22,7 +22,7 @@ import export_saved_model
 from lm import hf_checkpoint
 from lm import inference
 from lm import model_dir
-import score
+from lm import scoring_job
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 SENTENCES = ["the cat sat on the mat .", "a dog ran far away", "walking cats"]
@@ -101,7 +101,9 @@ def test_score_py_and_run_rescoring_score_hf_as_the_tf1_release(release_dirs, tm
     "score.py", f"--model_dir=hf:{hf}", f"--input_file={sentences}", f"--output_file={out}"
   )
   tf1 = inference.load_lm(f"bert:{google}", long_inputs="window")  # the commands' default
-  want = [score.record(i, t, s) for i, (t, s) in enumerate(zip(SENTENCES, tf1.score(SENTENCES)))]
+  want = [
+    scoring_job.record(i, t, s) for i, (t, s) in enumerate(zip(SENTENCES, tf1.score(SENTENCES)))
+  ]
   assert [json.loads(line) for line in out.read_text().splitlines()] == want
 
   def nbest_file(name, lists):
