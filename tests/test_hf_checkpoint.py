@@ -18,10 +18,10 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops for loading)
 
-import export_saved_model
 from lm import hf_checkpoint
 from lm import inference
 from lm import model_dir
+from lm import saved_model_export
 from lm import scoring_job
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
@@ -240,7 +240,7 @@ def test_vocab_that_does_not_match_the_config_is_refused(tmp_path, bert):
 @pytest.mark.slow(seconds=10)
 def test_hf_dir_exports_with_its_cls_sep_frame(tmp_path, bert):
   lm = inference.NeuralLM.from_model_dir(f"hf:{write_hf_bert_dir(tmp_path / 'hf', bert)}")
-  module = export_saved_model.export(lm, str(tmp_path / "export"))
+  module = saved_model_export.export(lm, str(tmp_path / "export"))
   assert (module.info()["bos_id"], module.info()["eos_id"]) == (2, 3)  # [CLS], [SEP]
   loaded = tf.saved_model.load(str(tmp_path / "export"))
   got = loaded.signatures["score"](texts=tf.constant(SENTENCES))["total"].numpy()
