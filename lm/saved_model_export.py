@@ -9,7 +9,6 @@ Signatures, inputs and loading: docs/saved_model.md.
 import dataclasses
 import json
 import os
-import shutil
 
 from absl import logging
 import tensorflow as tf
@@ -266,21 +265,12 @@ def export(lm, export_dir, overwrite=False, scoring=None):
     ).get_concrete_function()
     for name in SIGNATURES
   }
-  parent = os.path.dirname(export_dir)
-  os.makedirs(parent, exist_ok=True)
-  tmp = io_utils.make_temp_dir(parent, "." + os.path.basename(export_dir) + ".")
-  try:
+  with io_utils.atomic_dir(export_dir) as tmp:
     tf.saved_model.save(module, tmp, signatures=signatures)
     os.makedirs(os.path.join(tmp, EXTRA_DIR), exist_ok=True)
     with open(os.path.join(tmp, EXTRA_DIR, EXPORT_INFO), "w", encoding="utf-8") as f:
       json.dump(module.info(), f, indent=2, sort_keys=True)
       f.write("\n")
-    if os.path.exists(export_dir):
-      shutil.rmtree(export_dir)
-    os.replace(tmp, export_dir)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
   logging.info("exported %s model (scoring %s) to %s", lm.model_type, module.scoring, export_dir)
   return module
 
