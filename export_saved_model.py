@@ -1,27 +1,17 @@
 """Exports a model directory as a SavedModel that takes sentences as strings.
 
-The SavedModel holds the in-graph WordPiece tokenizer and the NeuralLM's own
-`scoring_graph.ScoringGraph` (its weight snapshots saved with it), so a server needs no Python
-tokenizer and gets the numbers of `inference.NeuralLM`: an `encode` signature (sentence vectors)
-and a `score` signature (token log-probs, in the scoring mode fixed by --scoring). Signatures,
-inputs and loading: docs/saved_model.md.
+An `encode` signature (sentence vectors) and a `score` signature (token log-probs, in the scoring
+mode fixed by --scoring), with the tokenizer in the graph; lm/saved_model_export.py writes it.
+Signatures, inputs and loading: docs/saved_model.md.
 
   python export_saved_model.py --model_dir=runs/tta --export_dir=exports/tta
 """
 
-import json
-import os
-import shutil
-
 from absl import flags
-from absl import logging
-import tensorflow as tf
 
-import kinds
-from lm import inference
 from lm import lm_flags
+from lm import saved_model_export
 from util import cli
-from util import io_utils
 
 FLAGS = flags.FLAGS
 
@@ -31,295 +21,22 @@ def define_flags():
   tests can import this module beside other scripts with the same flag
   names)."""
   lm_flags.define_model_dir(kenlm=False)
-  flags.DEFINE_string("export_dir", None, "Where to write the SavedModel.")
+  cli.define_param_flags(saved_model_export.ExportParams)
   flags.mark_flag_as_required("export_dir")
-  flags.DEFINE_integer(
-    "max_seq_length",
-    None,
-    "Longest input in tokens, boundaries included (default: the model's max_position_embeddings).",
-  )
   lm_flags.define_scoring_flags()
   lm_flags.define_long_input_flags(default="truncate")
   lm_flags.define_throughput_flags(backend=False)
-  flags.DEFINE_bool("overwrite", False, "Replace an existing --export_dir.")
-
-
-# Extra files beside the SavedModel, as TF Serving names the folder.
-EXTRA_DIR = "assets.extra"
-EXPORT_INFO = "tta_export.json"
-SIGNATURES = ("encode", "score")
-
-# What normalized text cannot hold (RE2): a lower-case letter, a decimal digit, or punctuation
-# other than the apostrophe. Characters A-Z cannot spell (emoji, CJK) stay: the normalizer keeps
-# them as words of their own, which the tokenizer maps to [UNK].
-_NOT_NORMALIZED = r"(?s).*(\p{Ll}|\p{Nd}|[^'\P{P}]).*"
-_NOT_NORMALIZED_RULE = (
-  "normalized_texts must be {}-normalized like the model's training text "
-  "(normalization.normalize_librispeech: upper case, numbers spelled out): no lower-case "
-  "letters, digits or punctuation other than apostrophes; offending sentences:"
-)
-
-
-class ExportModule(tf.Module):
-  """Tokenizer + model with `encode` and `score` taking strings: raw
-  `texts`, or `normalized_texts` for a model trained on normalized text
-  (`input_name`; see the module docstring).
-
-  The computations are those of the NeuralLM's `scoring_graph.ScoringGraph`
-  (encoder, pooling, target log-probabilities, masked-copy scoring), held
-  by this module with its weight snapshots; the conventions (boundary ids,
-  max_seq_length, which tokens are scored, the [MASK] id) are read from the
-  NeuralLM too. What is added here is what the Python path does outside the
-  graph: tokenization, padding, and building the masked copies.
-
-  Dimensions: B = sentences, T = the batch's longest length in tokens,
-  R = masked copies, D = hidden size.
-  """
-
-  def __init__(self, lm, name=None, scoring=None):
-    """Builds the module.
-
-    Args:
-      lm: `inference.NeuralLM` (tta, tta_word, bilm, bert or unilm).
-      name: tf.Module name.
-      scoring: what `score` computes, one of inference.SCORINGS; None: the kind's own
-        (`lm.default_scoring`).
-
-    Raises:
-      ValueError: scoring is not one of inference.SCORINGS.
-    """
-    super().__init__(name=name)
-    self.scoring = inference.checked_scoring(scoring or lm.default_scoring)
-    self.graph = lm.graph
-    self.tokenizer = lm.tokenizer.graph_tokenizer()
-    # Plain Python values: baked into the graph as constants.
-    self._model_type = lm.model_type
-    self._max_seq_length = int(lm.max_seq_length)
-    self._bos_id = int(lm.bos_id)
-    self._eos_id = int(lm.eos_id)
-    self._mask_id = int(lm.mask_id)
-    self._pad_id = int(lm.tokenizer.pad_id)
-    self._score_sos = bool(lm.score_sos)
-    self._score_eos = bool(lm.score_eos)
-    self._token_budget = int(lm.token_budget)
-    self._masked_copies_kind = lm.kind.masked_copies
-    self._normalization = lm.normalization
-    # The signatures' input: raw text only where the Python path does not normalize it.
-    self.input_name = "texts" if lm.normalization == "none" else "normalized_texts"
-
-  def info(self):
-    """The conventions baked into the graph, JSON-able."""
-    return {
-      "model_type": self._model_type,
-      "max_seq_length": self._max_seq_length,
-      "bos_id": self._bos_id,
-      "eos_id": self._eos_id,
-      "mask_id": self._mask_id,
-      "pad_id": self._pad_id,
-      "score_sos": self._score_sos,
-      "score_eos": self._score_eos,
-      "scoring": self.scoring,
-      "token_budget": self._token_budget,
-      "normalization": self._normalization,
-      "input": self.input_name,
-      "config": json.loads(self.graph.model.config.to_json_string()),
-    }
-
-  # ------------------------------------------------------------ inputs
-
-  def _inputs(self, texts):
-    """texts [B] -> input_ids, input_mask int32 [B, T], lengths int32 [B],
-    truncated bool [B] (`scoring_graph.ScoringGraph.frame`). A model trained on
-    normalized text first checks that texts are normalized."""
-    if self._normalization != "none":
-      texts = self._assert_normalized(texts)
-    return self.graph.frame(
-      self.tokenizer(texts), self._max_seq_length, self._bos_id, self._eos_id, self._pad_id
-    )
-
-  def _assert_normalized(self, texts):
-    """texts tf.string [B], passed on only once each is found normalized.
-
-    Raises (when the graph runs):
-      InvalidArgumentError: the rule and the first offending sentences.
-    """
-    bad = tf.strings.regex_full_match(texts, _NOT_NORMALIZED)  # [B]
-    check = tf.debugging.Assert(
-      tf.logical_not(tf.reduce_any(bad)),
-      [_NOT_NORMALIZED_RULE.format(self._normalization), tf.boolean_mask(texts, bad)],
-      summarize=5,
-    )
-    with tf.control_dependencies([check]):
-      return tf.identity(texts)
-
-  def _scored_span(self, lengths):
-    """[starts, limits) int32 [B] of the scored positions of each sentence (`kinds.scored_span`;
-    NeuralLM has already cleared score_sos for a kind that cannot score [SOS])."""
-    first, limits = kinds.scored_span(self._model_type, lengths, self._score_sos, self._score_eos)
-    starts = tf.fill(tf.shape(lengths), first)
-    return starts, tf.maximum(limits, starts)
-
-  def _masked_copies(self, input_ids, input_mask, starts, limits, with_head, word_l2r=False):
-    """`scoring_graph.ScoringGraph.masked_copies` with this export's [MASK] id and token budget."""
-    return self.graph.masked_copies(
-      input_ids,
-      input_mask,
-      starts,
-      limits,
-      self._mask_id,
-      self._token_budget,
-      with_head,
-      word_l2r=word_l2r,
-    )
-
-  # --------------------------------------------------------- signatures
-
-  def encode(self, texts):
-    """The `encode` signature: sentence vectors.
-
-    Args:
-      texts: tf.string [B], the signature's `texts` or `normalized_texts`
-        (`input_name`).
-
-    Returns:
-      dict of float32 [B, D]: context, embed, first_last, first, last (and
-      context_intact for bilm/bert); see the module docstring.
-    """
-    input_ids, input_mask, lengths, _ = self._inputs(texts)
-    out = self.graph.sentence_vectors(input_ids, input_mask)
-    if self._masked_copies_kind:
-      # Position i's vector from the copy with token i masked, i over the
-      # word pieces 1 .. n-2; a sentence without pieces gets zeros.
-      rows, _, at_mask, _ = self._masked_copies(
-        input_ids, input_mask, tf.ones_like(lengths), tf.maximum(lengths - 1, 1), with_head=False
-      )
-      out["context_intact"] = out["context"]
-      out["context"] = tf.math.unsorted_segment_mean(at_mask, rows, tf.shape(lengths)[0])
-    return out
-
-  def score(self, texts):
-    """The `score` signature: sentence and token log-probabilities, in this export's scoring
-    mode (`self.scoring`).
-
-    Args:
-      texts: tf.string [B], the signature's `texts` or `normalized_texts`
-        (`input_name`).
-
-    Returns:
-      dict: total float32 [B], num_tokens int32 [B], token_logprobs
-      float32 [B, T], truncated bool [B]; see the module docstring.
-    """
-    input_ids, input_mask, lengths, truncated = self._inputs(texts)
-    starts, limits = self._scored_span(lengths)
-    if self._masked_copies_kind:
-      rows, positions, _, logp = self._masked_copies(
-        input_ids, input_mask, starts, limits, with_head=True, word_l2r=self.scoring == "word_l2r"
-      )
-      token_logprobs = tf.scatter_nd(
-        tf.stack([rows, positions], 1), logp, tf.shape(input_ids)
-      )  # [B, T]
-    else:
-      width = tf.range(tf.shape(input_ids)[1])[tf.newaxis]  # [1, T]
-      score_mask = tf.logical_and(width >= starts[:, None], width < limits[:, None])
-      token_logprobs = self.graph.one_pass_method(self.scoring)(
-        input_ids, input_mask, tf.cast(score_mask, tf.int32)
-      )
-    return {
-      "total": tf.reduce_sum(token_logprobs, axis=1),
-      "num_tokens": limits - starts,
-      "token_logprobs": token_logprobs,
-      "truncated": truncated,
-    }
-
-
-def check_export_dir(export_dir, overwrite=False):
-  """Raises FileExistsError if export_dir exists and overwrite is False."""
-  if os.path.exists(export_dir) and not overwrite:
-    raise FileExistsError(f"{export_dir} exists; pass --overwrite to replace it")
-
-
-def export(lm, export_dir, overwrite=False, scoring=None):
-  """Writes `lm` as a SavedModel with the `encode` and `score` signatures.
-
-  The SavedModel is written to a temporary folder beside export_dir and
-  renamed into place, so a reader never sees half an export.
-
-  Args:
-    lm: `inference.NeuralLM`.
-    export_dir: str, local folder to create.
-    overwrite: replace an existing export_dir.
-    scoring: what the `score` signature computes, one of inference.SCORINGS; None: the kind's
-      own (`lm.default_scoring`: word_l2r for tta_word, piece otherwise).
-
-  Returns:
-    The `ExportModule` that was saved.
-
-  Raises:
-    FileExistsError: export_dir exists and overwrite is False.
-    ValueError: scoring is not one of inference.SCORINGS.
-  """
-  export_dir = os.path.abspath(export_dir)
-  check_export_dir(export_dir, overwrite)
-  module = ExportModule(lm, scoring=scoring)
-  # The signatures are traced here from plain methods: a tf.function held by
-  # the module would be traced a second time by tf.saved_model.save (and
-  # the export take twice as long) for no gain over the signatures.
-  signatures = {
-    name: tf.function(
-      getattr(module, name),
-      input_signature=[tf.TensorSpec([None], tf.string, name=module.input_name)],
-      autograph=False,
-    ).get_concrete_function()
-    for name in SIGNATURES
-  }
-  parent = os.path.dirname(export_dir)
-  os.makedirs(parent, exist_ok=True)
-  tmp = io_utils.make_temp_dir(parent, "." + os.path.basename(export_dir) + ".")
-  try:
-    tf.saved_model.save(module, tmp, signatures=signatures)
-    os.makedirs(os.path.join(tmp, EXTRA_DIR), exist_ok=True)
-    with open(os.path.join(tmp, EXTRA_DIR, EXPORT_INFO), "w", encoding="utf-8") as f:
-      json.dump(module.info(), f, indent=2, sort_keys=True)
-      f.write("\n")
-    if os.path.exists(export_dir):
-      shutil.rmtree(export_dir)
-    os.replace(tmp, export_dir)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
-  logging.info("exported %s model (scoring %s) to %s", lm.model_type, module.scoring, export_dir)
-  return module
 
 
 def main(argv):
   del argv
-  if FLAGS.long_inputs != "truncate":
-    # docs/saved_model.md "Long inputs": the signatures frame each sentence as one model input.
-    raise cli.InputError(
-      f"--long_inputs={FLAGS.long_inputs}: the SavedModel's signatures read a sentence as one "
-      "input of at most --max_seq_length tokens and flag `truncated`; score longer ones with "
-      "score.py (docs/saved_model.md, Long inputs)"
-    )
-  with cli.user_input():
-    check_export_dir(os.path.abspath(FLAGS.export_dir), FLAGS.overwrite)
-    lm = inference.NeuralLM.from_model_dir(
-      FLAGS.model_dir,
-      max_seq_length=FLAGS.max_seq_length,
-      **lm_flags.load_options(FLAGS),
-    )
-  module = export(lm, FLAGS.export_dir, overwrite=FLAGS.overwrite, scoring=FLAGS.scoring)
-  # Reload and run once, so a broken export fails here, not in a server.
-  loaded = tf.saved_model.load(FLAGS.export_dir)
-  text = "the cat sat on the mat ." if lm.normalization == "none" else "THE CAT SAT ON THE MAT"
-  inputs = {module.input_name: tf.constant([text])}
-  scores = loaded.signatures["score"](**inputs)
-  vectors = loaded.signatures["encode"](**inputs)
-  logging.info(
-    "check: total %.4f over %d tokens; context vector of %d dims",
-    float(scores["total"][0]),
-    int(scores["num_tokens"][0]),
-    int(vectors["context"].shape[-1]),
+  params = saved_model_export.ExportParams(
+    **cli.param_values(saved_model_export.ExportParams, FLAGS),
+    model_dir=FLAGS.model_dir,
+    scoring=FLAGS.scoring,
+    lm_options=lm_flags.load_options(FLAGS),
   )
+  saved_model_export.run(params)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ import dataclasses
 import math
 import os
 import re
-import shutil
 
 from nbest import types
 from util import io_utils
@@ -367,20 +366,12 @@ def write_files(out_dir, files, owned):
             f"{out_dir}: holds {rel}, which is not an output of this writer: refusing to replace "
             "it (give a new directory)"
           )
-  parent = os.path.dirname(out_dir)
-  tmp = io_utils.make_temp_dir(parent, "." + os.path.basename(out_dir) + ".")
-  try:
+  with io_utils.atomic_dir(out_dir) as tmp:
     for rel, text in files.items():
       full = os.path.join(tmp, rel)
       os.makedirs(os.path.dirname(full), exist_ok=True)
       with open(full, "w", encoding="utf-8") as f:
         f.write(text)
-    if os.path.isdir(out_dir):
-      shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
 
 
 def lines_text(lines):

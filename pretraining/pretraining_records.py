@@ -5,7 +5,7 @@ The record format is docs/DESIGN.md §5.2 (unpadded `input_ids`, `input_mask`, `
 back by pretraining/input_pipeline.py. `tokenize_sentences` frames each sentence as `[SOS] pieces
 [EOS]`, cuts an over-long one as the authors do (`truncate_ids`) and counts lengths, pieces and
 unknown pieces; `write_shards` shuffles the records deterministically into `<split>-XXXXX-of-YYYYY`
-files. create_pretraining_data.py is the job that calls them.
+files. pretraining_data.py is the job that calls them.
 """
 
 import concurrent.futures

@@ -13,8 +13,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops for loading)
 
-import export_saved_model
 from lm import inference
+from lm import saved_model_export
 import modeling
 from text import normalization
 
@@ -50,7 +50,7 @@ def exported(request, tokenizer, tmp_path_factory):
   # chunks (and lm/inference.py in several batches).
   lm = inference.NeuralLM(model, tokenizer, max_seq_length=MAX_SEQ_LENGTH, token_budget=40)
   export_dir = str(tmp_path_factory.mktemp("export") / request.param)
-  export_saved_model.export(lm, export_dir)
+  saved_model_export.export(lm, export_dir)
   return lm, tf.saved_model.load(export_dir), export_dir
 
 
@@ -108,7 +108,7 @@ def test_one_sentence_batches_and_export_info(exported):
     want = lm.score([sentence])[0]
     assert float(got["total"][0]) == pytest.approx(want.total, abs=1e-3)
   with open(
-    os.path.join(export_dir, export_saved_model.EXTRA_DIR, export_saved_model.EXPORT_INFO)
+    os.path.join(export_dir, saved_model_export.EXTRA_DIR, saved_model_export.EXPORT_INFO)
   ) as f:
     info = json.load(f)
   assert info["model_type"] == lm.model_type
@@ -126,7 +126,7 @@ def test_tta_export_is_exactly_self_unknown(tokenizer, tmp_path):
   """
   tf.keras.utils.set_random_seed(5)
   model = modeling.build_model(export_config(tokenizer, **SHARP_ATTENTION), "tta")
-  export_saved_model.export(inference.NeuralLM(model, tokenizer), str(tmp_path / "tta"))
+  saved_model_export.export(inference.NeuralLM(model, tokenizer), str(tmp_path / "tta"))
   encode = tf.saved_model.load(str(tmp_path / "tta")).signatures["encode"]
   words = np.array(tokenizer.convert_tokens_to_ids([w for w in WORDS if not w.startswith("##")]))
   lengths = np.array([7, 3, 5, 3])  # [SOS] words [EOS]: two one-word sentences among longer ones
@@ -149,7 +149,7 @@ def test_tta_export_is_exactly_self_unknown(tokenizer, tmp_path):
 def test_export_refuses_to_overwrite(exported):
   lm, _, export_dir = exported
   with pytest.raises(FileExistsError, match="--overwrite"):
-    export_saved_model.export(lm, export_dir)
+    saved_model_export.export(lm, export_dir)
 
 
 def test_empty_batch(exported):
@@ -204,7 +204,7 @@ def scoring_export(tokenizer, tmp_path_factory):
         token_budget=40,  # the bilm's in-graph copies in several chunks
       )
       export_dir = str(tmp_path_factory.mktemp("export") / f"{model_type}-{scoring}")
-      export_saved_model.export(lm, export_dir, scoring=scoring)
+      saved_model_export.export(lm, export_dir, scoring=scoring)
       cache[model_type, scoring] = lm, tf.saved_model.load(export_dir), export_dir
     return cache[model_type, scoring]
 
@@ -244,7 +244,7 @@ def test_score_signature_computes_its_scoring_mode(
   gap = max(np.max(np.abs(w.token_logprobs - o.token_logprobs)) for w, o in zip(want, other))
   assert gap > 100 * atol
   with open(
-    os.path.join(export_dir, export_saved_model.EXTRA_DIR, export_saved_model.EXPORT_INFO)
+    os.path.join(export_dir, saved_model_export.EXTRA_DIR, saved_model_export.EXPORT_INFO)
   ) as f:
     info = json.load(f)
   assert info["scoring"] == want_scoring
@@ -298,7 +298,7 @@ def test_word_l2r_export_is_blind_to_the_later_pieces_of_the_word(
 def test_export_refuses_an_unknown_scoring(scoring_export):
   lm, _, _ = scoring_export("tta", "word_l2r")
   with pytest.raises(ValueError, match="scoring 'words' is not one of"):
-    export_saved_model.ExportModule(lm, scoring="words")
+    saved_model_export.ExportModule(lm, scoring="words")
 
 
 # ------------------------------------------- a LibriSpeech-normalized model
@@ -315,7 +315,7 @@ def exported_normalized(tokenizer, tmp_path_factory):
   lm = inference.NeuralLM(modeling.build_model(config, "tta"), tokenizer, max_seq_length=16)
   assert lm.normalization == "librispeech"
   export_dir = str(tmp_path_factory.mktemp("export") / "normalized")
-  export_saved_model.export(lm, export_dir)
+  saved_model_export.export(lm, export_dir)
   return lm, tf.saved_model.load(export_dir), export_dir
 
 
@@ -324,7 +324,7 @@ def test_normalized_model_takes_normalized_texts(exported_normalized):
   """The input says what it must hold, and normalized text scores as the
   Python path scores the raw sentence (which it normalizes itself)."""
   lm, loaded, export_dir = exported_normalized
-  for name in export_saved_model.SIGNATURES:
+  for name in saved_model_export.SIGNATURES:
     inputs = loaded.signatures[name].structured_input_signature[1]
     assert list(inputs) == ["normalized_texts"], (name, inputs)
   with open(os.path.join(export_dir, "assets.extra", "tta_export.json")) as f:
@@ -347,7 +347,7 @@ def test_normalized_model_takes_normalized_texts(exported_normalized):
 @pytest.mark.parametrize(
   "text", ["The cat sat on the mat.", "THE CAT SAT ON THE MAT.", "ROOM 101", "THE CAT, THE MAT"]
 )
-@pytest.mark.parametrize("signature", export_saved_model.SIGNATURES)
+@pytest.mark.parametrize("signature", saved_model_export.SIGNATURES)
 def test_normalized_model_rejects_text_that_is_not(exported_normalized, text, signature):
   """Never a silently different score: case, digits or punctuation fail the
   call, naming the rule and the sentence (and only the offending one)."""

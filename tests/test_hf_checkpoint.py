@@ -18,11 +18,11 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops for loading)
 
-import export_saved_model
 from lm import hf_checkpoint
 from lm import inference
 from lm import model_dir
-import score
+from lm import saved_model_export
+from lm import scoring_job
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 SENTENCES = ["the cat sat on the mat .", "a dog ran far away", "walking cats"]
@@ -101,7 +101,9 @@ def test_score_py_and_run_rescoring_score_hf_as_the_tf1_release(release_dirs, tm
     "score.py", f"--model_dir=hf:{hf}", f"--input_file={sentences}", f"--output_file={out}"
   )
   tf1 = inference.load_lm(f"bert:{google}", long_inputs="window")  # the commands' default
-  want = [score.record(i, t, s) for i, (t, s) in enumerate(zip(SENTENCES, tf1.score(SENTENCES)))]
+  want = [
+    scoring_job.record(i, t, s) for i, (t, s) in enumerate(zip(SENTENCES, tf1.score(SENTENCES)))
+  ]
   assert [json.loads(line) for line in out.read_text().splitlines()] == want
 
   def nbest_file(name, lists):
@@ -238,7 +240,7 @@ def test_vocab_that_does_not_match_the_config_is_refused(tmp_path, bert):
 @pytest.mark.slow(seconds=10)
 def test_hf_dir_exports_with_its_cls_sep_frame(tmp_path, bert):
   lm = inference.NeuralLM.from_model_dir(f"hf:{write_hf_bert_dir(tmp_path / 'hf', bert)}")
-  module = export_saved_model.export(lm, str(tmp_path / "export"))
+  module = saved_model_export.export(lm, str(tmp_path / "export"))
   assert (module.info()["bos_id"], module.info()["eos_id"]) == (2, 3)  # [CLS], [SEP]
   loaded = tf.saved_model.load(str(tmp_path / "export"))
   got = loaded.signatures["score"](texts=tf.constant(SENTENCES))["total"].numpy()

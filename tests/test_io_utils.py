@@ -89,8 +89,8 @@ def test_results_and_export_dirs_get_the_umask_permissions(tmp_path, umask_027):
 def test_an_export_dir_gets_the_umask_permissions(tmp_path, umask_027):
   from conftest import tiny_config  # pylint: disable=g-import-not-at-top
 
-  import export_saved_model  # pylint: disable=g-import-not-at-top
   from lm import inference  # pylint: disable=g-import-not-at-top
+  from lm import saved_model_export  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
   import tokenization  # pylint: disable=g-import-not-at-top
 
@@ -100,7 +100,7 @@ def test_an_export_dir_gets_the_umask_permissions(tmp_path, umask_027):
   config = tiny_config(vocab_size=tokenizer.vocab_size, hidden_size=8, num_attention_heads=2)
   lm = inference.NeuralLM(modeling.build_model(config, "unilm"), tokenizer, max_seq_length=8)
   export_dir = tmp_path / "export" / "unilm"
-  export_saved_model.export(lm, str(export_dir))
+  saved_model_export.export(lm, str(export_dir))
   assert export_dir.stat().st_mode & 0o777 == 0o777 & ~umask_027
 
 

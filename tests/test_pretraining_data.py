@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import create_pretraining_data as cpd
+from pretraining import pretraining_data
 from pretraining import pretraining_records
 from text import corpus
 import tokenization
@@ -39,9 +39,12 @@ def gutenberg_tar():
 def gutenberg(gutenberg_tar, tmp_path_factory):
   """Records from the first Gutenberg book, through corpus.py."""
   out = str(tmp_path_factory.mktemp("gutenberg_records"))
-  stats = cpd.create_pretraining_data(gutenberg_tar, out, **_GUTENBERG_ARGS)
+  stats = pretraining_data.create_pretraining_data(gutenberg_tar, out, **_GUTENBERG_ARGS)
   sentences = [
-    s for _, s in cpd.read_sentence_file(os.path.join(out, cpd.CORPUS_SUBDIR, "train.txt"))
+    s
+    for _, s in pretraining_data.read_sentence_file(
+      os.path.join(out, pretraining_data.CORPUS_SUBDIR, "train.txt")
+    )
   ]
   tokenizer = tokenization.FullTokenizer(os.path.join(out, "vocab.txt"), do_lower_case=True)
   return out, stats, sentences, tokenizer
@@ -120,7 +123,7 @@ def test_gutenberg_rerun_skips_and_rebuild_removes_stale_shards(gutenberg, guten
   out, stats, _, _ = gutenberg
   shards = sorted(glob.glob(os.path.join(out, "train-*")))
   mtimes = [os.stat(p).st_mtime_ns for p in shards]
-  again = cpd.create_pretraining_data(gutenberg_tar, out, **_GUTENBERG_ARGS)
+  again = pretraining_data.create_pretraining_data(gutenberg_tar, out, **_GUTENBERG_ARGS)
   assert again["reused"] is True
   assert again["fingerprint"] == stats["fingerprint"]
   assert [os.stat(p).st_mtime_ns for p in shards] == mtimes
@@ -132,7 +135,7 @@ def test_gutenberg_rerun_skips_and_rebuild_removes_stale_shards(gutenberg, guten
   args = dict(
     _GUTENBERG_ARGS, num_shards=2, vocab_file=vocab, vocab_size=None, vocab_learn_params=None
   )
-  rebuilt = cpd.create_pretraining_data(gutenberg_tar, out, **args)
+  rebuilt = pretraining_data.create_pretraining_data(gutenberg_tar, out, **args)
   assert "reused" not in rebuilt
   assert sorted(os.path.basename(p) for p in glob.glob(os.path.join(out, "train-*"))) == [
     "train-00000-of-00002.tfrecord",
@@ -156,8 +159,10 @@ def test_malformed_line_raises_with_location_or_is_skipped(gutenberg, tmp_path):
     [b"A good first sentence.\n", b"   \n", b"Caf\xe9 in Latin-1.\n", b"Another good one.\n"],
   )
   with pytest.raises(ValueError, match=r"bad\.txt:3: not valid UTF-8"):
-    cpd.create_pretraining_data(bad, str(tmp_path / "strict"), vocab_file=vocab, eval_fraction=0.0)
-  stats = cpd.create_pretraining_data(
+    pretraining_data.create_pretraining_data(
+      bad, str(tmp_path / "strict"), vocab_file=vocab, eval_fraction=0.0
+    )
+  stats = pretraining_data.create_pretraining_data(
     bad, str(tmp_path / "lenient"), vocab_file=vocab, eval_fraction=0.0, skip_malformed=True
   )
   assert stats["train"]["sentences"] == 2
@@ -172,7 +177,7 @@ def test_sentence_files_held_out_by_hash_or_eval_file(gutenberg, tmp_path):
   vocab = os.path.join(out, "vocab.txt")
   text = [(s + "\n").encode("utf-8") for s in sentences[:400]]
   train = _write_lines(tmp_path / "train.txt", text)
-  stats = cpd.create_pretraining_data(
+  stats = pretraining_data.create_pretraining_data(
     train,
     str(tmp_path / "a"),
     vocab_file=vocab,
@@ -188,17 +193,17 @@ def test_sentence_files_held_out_by_hash_or_eval_file(gutenberg, tmp_path):
   assert not train_ids & eval_ids
 
   evalf = _write_lines(tmp_path / "eval.txt", text[:10])
-  stats = cpd.create_pretraining_data(
+  stats = pretraining_data.create_pretraining_data(
     train, str(tmp_path / "b"), vocab_file=vocab, eval_files=evalf
   )
   assert stats["train"]["sentences"] == 400
   assert stats["eval"]["sentences"] == 10
 
   with pytest.raises(ValueError, match="normalization"):
-    cpd.create_pretraining_data(
+    pretraining_data.create_pretraining_data(
       train, str(tmp_path / "c"), vocab_file=vocab, normalization="librispeech"
     )
   with pytest.raises(ValueError, match="matches no file"):
-    cpd.create_pretraining_data(
+    pretraining_data.create_pretraining_data(
       str(tmp_path / "nothing*.txt"), str(tmp_path / "d"), vocab_file=vocab
     )

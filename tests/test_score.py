@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import time
-import types
 
 import commands
 from conftest import HANG_SECONDS
@@ -20,9 +19,10 @@ import tensorflow as tf
 
 from lm import inference
 from lm import model_dir
+from lm import scoring_job
 import modeling
-import score
 import tokenization
+from util import cli
 from util import io_utils
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -75,22 +75,9 @@ def input_file(tmp_path):
 
 
 def args(input_file, output_file, **overrides):
-  values = dict(
-    input_file=input_file,
-    output_file=output_file,
-    format="jsonl",
-    tsv_order="score_text",
-    keyed=False,
-    log_base="e",
-    vectors="none",
-    scoring="piece",
-    batch_size=2,
-    num_shards=1,
-    shard_id=0,
-    overwrite=False,
-  )
-  values.update(overrides)
-  return types.SimpleNamespace(**values)
+  """`scoring_job.ScoreParams` of a run: piece scoring, 2 lines a batch, else the defaults."""
+  values = dict(input_file=input_file, output_file=output_file, scoring="piece", batch_size=2)
+  return scoring_job.ScoreParams(**dict(values, **overrides))
 
 
 def read_records(path):
@@ -100,7 +87,7 @@ def read_records(path):
 
 def test_records_match_inference_in_input_order(lm, input_file, tmp_path):
   out = str(tmp_path / "out.jsonl")
-  score.score_to_file(lm, args(input_file, out))
+  scoring_job.score_to_file(lm, args(input_file, out))
   records = read_records(out)
   assert [r["line"] for r in records] == list(range(len(LINES)))
   assert [r["text"] for r in records] == [line.strip() for line in LINES]
@@ -119,7 +106,7 @@ def test_records_match_inference_in_input_order(lm, input_file, tmp_path):
 
 def test_tsv_and_vectors(lm, input_file, tmp_path):
   out = str(tmp_path / "out.tsv")
-  score.score_to_file(lm, args(input_file, out, format="tsv"))
+  scoring_job.score_to_file(lm, args(input_file, out, format="tsv"))
   with open(out, encoding="utf-8") as f:
     rows = f.read().split("\n")[:-1]
   assert len(rows) == len(LINES)
@@ -127,7 +114,7 @@ def test_tsv_and_vectors(lm, input_file, tmp_path):
   want = lm.score([LINES[0]])[0].total
   assert float(rows[0].split("\t")[0]) == pytest.approx(want, abs=1e-5)
   vec_out = str(tmp_path / "vec.jsonl")
-  score.score_to_file(lm, args(input_file, vec_out, vectors="context"))
+  scoring_job.score_to_file(lm, args(input_file, vec_out, vectors="context"))
   vector = read_records(vec_out)[2]["vector"]
   np.testing.assert_allclose(vector, lm.sentence_vectors(["a dog"])[0], atol=1e-5)
 
@@ -137,7 +124,7 @@ def test_keyed_lines_copy_the_key_and_score_the_text_alone(lm, tmp_path):
   path = tmp_path / "keyed.txt"
   path.write_text("\n".join(lines) + "\n")
   out = str(tmp_path / "keyed.jsonl")
-  score.score_to_file(lm, args(str(path), out, keyed=True))
+  scoring_job.score_to_file(lm, args(str(path), out, keyed=True))
   records = read_records(out)
   assert [r["key"] for r in records] == ["utt1", "utt-2", "utt3", "", "utt4"]
   assert [r["text"] for r in records] == ["the cat sat on the mat .", "a  dog", "", "", "the mat"]
@@ -146,7 +133,7 @@ def test_keyed_lines_copy_the_key_and_score_the_text_alone(lm, tmp_path):
   for r, w in zip([records[0], records[1], records[4]], want):
     assert r["score"] == pytest.approx(w.total, abs=1e-5)
   tsv = str(tmp_path / "keyed.tsv")
-  score.score_to_file(lm, args(str(path), tsv, keyed=True, format="tsv"))
+  scoring_job.score_to_file(lm, args(str(path), tsv, keyed=True, format="tsv"))
   rows = read(tsv).split("\n")[:-1]
   assert rows[0].split("\t")[0::2] == ["utt1", "the cat sat on the mat ."]
   assert rows[2] == "utt3\t\t"
@@ -155,9 +142,9 @@ def test_keyed_lines_copy_the_key_and_score_the_text_alone(lm, tmp_path):
 @pytest.mark.parametrize("base, log", [("10", np.log10), ("2", np.log2)])
 def test_log_base_converts_every_log_prob_and_perplexity_stays(lm, input_file, tmp_path, base, log):
   natural = str(tmp_path / "e.jsonl")
-  score.score_to_file(lm, args(input_file, natural))
+  scoring_job.score_to_file(lm, args(input_file, natural))
   other = str(tmp_path / f"{base}.jsonl")
-  score.score_to_file(lm, args(input_file, other, log_base=base))
+  scoring_job.score_to_file(lm, args(input_file, other, log_base=base))
   for e, b in zip(read_records(natural), read_records(other), strict=True):
     if "score" not in e:
       assert b == e
@@ -178,7 +165,7 @@ def test_perplexity_and_oov_count_in_each_record(lm, tmp_path):
   # "zebra" and "€" are not in the tiny vocab: WordPiece maps each to one [UNK].
   path.write_text("the cat sat\nthe zebra sat on € mat\n")
   out = str(tmp_path / "oov.jsonl")
-  score.score_to_file(lm, args(str(path), out))
+  scoring_job.score_to_file(lm, args(str(path), out))
   plain, unknown = read_records(out)
   assert plain["num_oov"] == 0
   assert unknown["num_oov"] == unknown["tokens"].count("[UNK]") == 2
@@ -195,7 +182,7 @@ def test_oov_count_of_kenlm_scores_is_its_unknown_words():
 
 def test_tsv_in_lm_scorer_order(lm, input_file, tmp_path):
   out = str(tmp_path / "out.tsv")
-  score.score_to_file(lm, args(input_file, out, format="tsv", tsv_order="text_score"))
+  scoring_job.score_to_file(lm, args(input_file, out, format="tsv", tsv_order="text_score"))
   rows = read(out).split("\n")[:-1]
   assert rows[1] == "\t"
   text, value = rows[0].split("\t")
@@ -203,15 +190,15 @@ def test_tsv_in_lm_scorer_order(lm, input_file, tmp_path):
   assert float(value) == pytest.approx(lm.score([text])[0].total, abs=1e-5)
 
 
-@pytest.mark.parametrize("tsv_order", score.TSV_ORDERS)
+@pytest.mark.parametrize("tsv_order", scoring_job.TSV_ORDERS)
 def test_tsv_escapes_a_tab_in_the_text_so_each_row_keeps_its_columns(tsv_order):
-  key, text = score.split_key("utt5 A\tB \\ C")
-  row = score.render(score.record(0, text, key=key) | {"score": -1.5}, "tsv", tsv_order)
+  key, text = scoring_job.split_key("utt5 A\tB \\ C")
+  row = scoring_job.render(scoring_job.record(0, text, key=key) | {"score": -1.5}, "tsv", tsv_order)
   columns = row.split("\t")
   assert len(columns) == 3
   assert columns[0] == "utt5"
   assert "A\\tB \\\\ C" in columns
-  assert score.render({"line": 0, "text": "a\nb\rc"}, "tsv") == "\ta\\nb\\rc"
+  assert scoring_job.render({"line": 0, "text": "a\nb\rc"}, "tsv") == "\ta\\nb\\rc"
 
 
 class Killed(Exception):
@@ -220,7 +207,7 @@ class Killed(Exception):
 
 def run_killed(monkeypatch, lm, run_args, batches):
   """score_to_file killed after `batches` complete batches; returns the partial file."""
-  score_batch = score.score_batch
+  score_batch = scoring_job.score_batch
   done = []
 
   def score_batch_then_die(*args):
@@ -230,9 +217,9 @@ def run_killed(monkeypatch, lm, run_args, batches):
     return score_batch(*args)
 
   with monkeypatch.context() as patched:
-    patched.setattr(score, "score_batch", score_batch_then_die)
+    patched.setattr(scoring_job, "score_batch", score_batch_then_die)
     with pytest.raises(Killed):
-      score.score_to_file(lm, run_args)
+      scoring_job.score_to_file(lm, run_args)
   assert not os.path.exists(run_args.output_file)
   return run_args.output_file + ".partial"
 
@@ -244,7 +231,7 @@ def read(path):
 
 def test_interrupted_run_resumes_to_the_same_file(lm, input_file, tmp_path, monkeypatch):
   whole = str(tmp_path / "whole.jsonl")
-  score.score_to_file(lm, args(input_file, whole))
+  scoring_job.score_to_file(lm, args(input_file, whole))
   full = read(whole)
   resumed = str(tmp_path / "resumed.jsonl")
   partial = run_killed(monkeypatch, lm, args(input_file, resumed), batches=2)
@@ -252,7 +239,7 @@ def test_interrupted_run_resumes_to_the_same_file(lm, input_file, tmp_path, monk
   # Killed in the middle of writing the third batch: its torn line is cut off.
   with open(partial, "a", encoding="utf-8") as f:
     f.write(full.splitlines(keepends=True)[4][:10])
-  score.score_to_file(lm, args(input_file, resumed))
+  scoring_job.score_to_file(lm, args(input_file, resumed))
   assert read(resumed) == full
   assert not os.path.exists(partial) and not os.path.exists(partial + ".json")
 
@@ -299,14 +286,14 @@ def test_resume_of_another_job_is_refused_until_overwrite(
       "vectors": {"vectors": "context"},
       "scoring": {"scoring": "word_l2r"},
     }[change]
-  with pytest.raises(score.cli.InputError, match=refusal) as error:
-    score.score_to_file(again, args(input_file, out, **overrides))
+  with pytest.raises(cli.InputError, match=refusal) as error:
+    scoring_job.score_to_file(again, args(input_file, out, **overrides))
   assert "add --overwrite to start over" in str(error.value)
   assert len(str(error.value).splitlines()) == 1
   assert read(partial) == kept and not os.path.exists(out)  # nothing mixed, nothing lost
-  score.score_to_file(again, args(input_file, out, overwrite=True, **overrides))
+  scoring_job.score_to_file(again, args(input_file, out, overwrite=True, **overrides))
   fresh = str(tmp_path / "fresh.jsonl")
-  score.score_to_file(again, args(input_file, fresh, **overrides))
+  scoring_job.score_to_file(again, args(input_file, fresh, **overrides))
   assert read(out) == read(fresh)
 
 
@@ -314,9 +301,9 @@ def test_resume_after_the_input_grew(lm, input_file, tmp_path, monkeypatch):
   out = str(tmp_path / "out.jsonl")
   run_killed(monkeypatch, lm, args(input_file, out), batches=2)
   _grow(input_file)
-  score.score_to_file(lm, args(input_file, out))
+  scoring_job.score_to_file(lm, args(input_file, out))
   whole = str(tmp_path / "whole.jsonl")
-  score.score_to_file(lm, args(input_file, whole))
+  scoring_job.score_to_file(lm, args(input_file, whole))
   assert read(out) == read(whole)
 
 
@@ -336,25 +323,25 @@ def test_full_disk_is_one_line_and_the_rerun_resumes(lm, input_file, tmp_path, m
 
   with monkeypatch.context() as patched:
     patched.setattr(os, "fsync", fsync_on_a_full_disk)
-    with pytest.raises(score.cli.InputError) as error:
-      score.score_to_file(lm, args(input_file, out))
+    with pytest.raises(cli.InputError) as error:
+      scoring_job.score_to_file(lm, args(input_file, out))
   assert str(error.value) == (
     f"cannot write {out}.partial (No space left on device): {out}.partial keeps its 4 complete "
     "lines, and a re-run with the same arguments resumes after them"
   )
   assert not os.path.exists(out)  # nothing under the final name
   whole = str(tmp_path / "whole.jsonl")
-  score.score_to_file(lm, args(input_file, whole))
+  scoring_job.score_to_file(lm, args(input_file, whole))
   assert read(out + ".partial") == "".join(read(whole).splitlines(keepends=True)[:4])
-  score.score_to_file(lm, args(input_file, out))
+  scoring_job.score_to_file(lm, args(input_file, out))
   assert read(out) == read(whole)
 
 
 def test_a_second_writer_of_the_output_is_refused(lm, input_file, tmp_path):
   out = str(tmp_path / "out.jsonl")
   with io_utils.exclusive_lock(out):  # as a run that holds the output would
-    with pytest.raises(score.cli.InputError) as error:
-      score.score_to_file(lm, args(input_file, out))
+    with pytest.raises(cli.InputError) as error:
+      scoring_job.score_to_file(lm, args(input_file, out))
   assert str(error.value).startswith(
     f"{out} is in use by another run (pid {os.getpid()} on {socket.gethostname()} since "
   )
@@ -363,11 +350,11 @@ def test_a_second_writer_of_the_output_is_refused(lm, input_file, tmp_path):
 
 def test_shards_merge_to_the_unsharded_output(lm, input_file, tmp_path):
   whole = str(tmp_path / "whole.jsonl")
-  score.score_to_file(lm, args(input_file, whole))
+  scoring_job.score_to_file(lm, args(input_file, whole))
   out = str(tmp_path / "merged.jsonl")
   for shard in range(3):
-    score.score_to_file(lm, args(input_file, out, num_shards=3, shard_id=shard))
-  score.merge_shards(out, 3)
+    scoring_job.score_to_file(lm, args(input_file, out, num_shards=3, shard_id=shard))
+  scoring_job.merge_shards(out, 3)
   with open(whole, encoding="utf-8") as a, open(out, encoding="utf-8") as b:
     assert a.read() == b.read()
 
@@ -375,17 +362,17 @@ def test_shards_merge_to_the_unsharded_output(lm, input_file, tmp_path):
 def test_merge_refuses_missing_or_truncated_shards(lm, input_file, tmp_path):
   out = str(tmp_path / "merged.jsonl")
   for shard in (0, 2):
-    score.score_to_file(lm, args(input_file, out, num_shards=3, shard_id=shard))
+    scoring_job.score_to_file(lm, args(input_file, out, num_shards=3, shard_id=shard))
   with pytest.raises(ValueError, match=r"merged.jsonl-00001-of-00003 is missing"):
-    score.merge_shards(out, 3)
-  score.score_to_file(lm, args(input_file, out, num_shards=3, shard_id=1))
-  part = score.shard_path(out, 2, 3)
+    scoring_job.merge_shards(out, 3)
+  scoring_job.score_to_file(lm, args(input_file, out, num_shards=3, shard_id=1))
+  part = scoring_job.shard_path(out, 2, 3)
   with open(part, encoding="utf-8") as f:
     lines = f.readlines()
   with open(part, "w", encoding="utf-8") as f:
     f.writelines(lines[:-1])
   with pytest.raises(ValueError, match="00002-of-00003 ends before input line"):
-    score.merge_shards(out, 3)
+    scoring_job.merge_shards(out, 3)
   assert not os.path.exists(out)
 
 
@@ -405,9 +392,11 @@ def test_merge_refuses_shards_of_another_job(lm, other_lm, input_file, tmp_path,
       overrides = {"batch_size": 3}
     elif shard == 2:
       _edit(input_file)
-    score.score_to_file(shard_lm, args(input_file, out, num_shards=3, shard_id=shard, **overrides))
+    scoring_job.score_to_file(
+      shard_lm, args(input_file, out, num_shards=3, shard_id=shard, **overrides)
+    )
   with pytest.raises(ValueError, match=rf"shards of {re.escape(out)} disagree on {change}: "):
-    score.merge_shards(out, 3)
+    scoring_job.merge_shards(out, 3)
   assert not os.path.exists(out)
 
 
@@ -433,10 +422,10 @@ def wait_for(condition, process, timeout=HANG_SECONDS):
 @pytest.mark.slow(seconds=7)
 def test_merge_from_the_command_line(lm, input_file, tmp_path):
   whole = str(tmp_path / "whole.jsonl")
-  score.score_to_file(lm, args(input_file, whole))
+  scoring_job.score_to_file(lm, args(input_file, whole))
   out = str(tmp_path / "merged.jsonl")
   for shard in range(2):
-    score.score_to_file(lm, args(input_file, out, num_shards=2, shard_id=shard))
+    scoring_job.score_to_file(lm, args(input_file, out, num_shards=2, shard_id=shard))
   run_cli("--merge", "--num_shards=2", f"--output_file={out}")
   assert read(out) == read(whole)
 

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import socket
 import tempfile
 import time
@@ -191,6 +192,21 @@ def make_temp_dir(parent, prefix):
       return path
     except FileExistsError:
       continue
+
+
+@contextlib.contextmanager
+def atomic_dir(path):
+  """Yields a new directory beside `path` (`make_temp_dir`) that replaces `path` as a whole on
+  success; an exception removes it and leaves any earlier `path` untouched."""
+  tmp = make_temp_dir(os.path.dirname(path), "." + os.path.basename(path) + ".")
+  try:
+    yield tmp
+    if os.path.exists(path):
+      shutil.rmtree(path)
+    os.replace(tmp, path)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
 
 
 def check_output_path(path, flag, is_dir=True):

@@ -1,0 +1,429 @@
+"""score.py's job: sentences in, one record per line out, in input order (the manual: README).
+
+`run` scores `ScoreParams.input_file` batch by batch to stdout, or into `--output_file`, resumed
+from its partial file (util/resumable.py) and sharded by whole batches, or merges the shards.
+`record` and `render` own the output formats: the JSON record and TSV's escaped columns.
+"""
+
+import collections
+import dataclasses
+import itertools
+import json
+import math
+import os
+import sys
+
+from absl import logging
+
+from lm import inference
+from util import cli
+from util import distribute_utils
+from util import io_utils
+from util import progress as progress_lib
+from util import resumable
+
+FORMATS = ("jsonl", "tsv")
+VECTORS = ("none", "context", "embed", "first_last")
+# --log_base -> ln(base), the divisor that turns a natural log into a log of that base.
+LOG_BASES = {"e": 1.0, "10": math.log(10.0), "2": math.log(2.0)}
+TSV_ORDERS = ("score_text", "text_score")
+
+
+@dataclasses.dataclass
+class ScoreParams:
+  """What a scoring run reads, writes and how; score.py makes its flags from the `cli.param`
+  fields."""
+
+  input_file: str = cli.param("One sentence per line; '-' reads stdin.", "-")
+  output_file: str = cli.param(
+    "Where the records go; '-' writes stdout (no resume, no shards).", "-"
+  )
+  format: str = cli.param(
+    "jsonl: a JSON record per line; tsv: score<TAB>text, a tab, newline, carriage return or "
+    "backslash in the text written as \\t, \\n, \\r, \\\\ (no quoting: each row has its columns).",
+    "jsonl",
+    FORMATS,
+  )
+  tsv_order: str = cli.param(
+    "--format=tsv columns: score<TAB>text, or text<TAB>score (lm-scorer's and NeMo's order).",
+    "score_text",
+    TSV_ORDERS,
+  )
+  keyed: bool = cli.param(
+    "Input lines are `<key> <text>` (Kaldi's text files): the key, up to the first blank, is "
+    "copied into each record (TSV: a first column) and only the text is scored.",
+    False,
+  )
+  log_base: str = cli.param(
+    "Base of every log-prob written: e (natural log), 10 (KenLM, SRILM), 2 (fairseq).",
+    "e",
+    tuple(LOG_BASES),
+  )
+  vectors: str = cli.param("Also output sentence vectors (neural LMs).", "none", VECTORS)
+  batch_size: int = cli.param("Lines scored (and checkpointed) at a time.", 256, lower_bound=1)
+  num_shards: int = cli.param(
+    "Split the input into this many shards (by line index).", 1, lower_bound=1
+  )
+  shard_id: int = cli.param("Which shard this run scores, 0 .. num_shards-1.", 0, lower_bound=0)
+  merge: bool = cli.param("Merge the num_shards shard outputs into --output_file.", False)
+  overwrite: bool = cli.param(
+    "Start over: discard an unfinished OUTPUT.partial instead of resuming it (a resume must be "
+    "the same job: model, input, batch size and options).",
+    False,
+  )
+  strategy: str = cli.param(
+    "Neural LMs: split each batch's rows over the replicas of this tf.distribute strategy "
+    "(mirrored: all local GPUs; tpu: --tpu).",
+    "one_device",
+    ("one_device", "mirrored", "tpu"),
+  )
+  tpu: str = cli.param(distribute_utils.TPU_HELP, None)
+  num_cpu_devices: int = cli.param(distribute_utils.NUM_CPU_DEVICES_HELP, 0)
+  # Set by the command from lm_flags' flags, not made from these fields.
+  model_dir: str = None
+  scoring: str = None
+  # `inference.load_lm`'s keyword arguments of the scoring and throughput flags
+  # (`lm_flags.load_options`).
+  lm_options: dict = dataclasses.field(default_factory=dict)
+
+
+def run(params):
+  """score.py's job: checks `params`, then merges the shards or loads the LM and scores.
+
+  Raises:
+    cli.InputError: a wrong input, naming the flag or file.
+  """
+  check_params(params)
+  if params.merge:
+    with cli.user_input():
+      merge_shards(params.output_file, params.num_shards)
+    return
+  with cli.user_input():
+    lm = inference.load_lm(params.model_dir, **lm_options(params))
+  if params.vectors != "none" and not hasattr(lm, "sentence_vectors"):
+    raise cli.InputError(f"--vectors needs a neural LM; {params.model_dir} is not one")
+  if params.output_file == "-":
+    score_stream(
+      lm,
+      resumable.InputLines(params.input_file),
+      _write_stdout,
+      params,
+      progress_lib.Progress("score", total=_count_lines(params.input_file), unit="lines"),
+    )
+  else:
+    score_to_file(lm, params)
+
+
+# ----------------------------------------------------------------------------------------------
+# Records
+# ----------------------------------------------------------------------------------------------
+
+
+def _floats(values, scale=1.0):
+  return [round(float(v) / scale, 6) for v in values]
+
+
+def split_key(line):
+  """A `<key> <text>` line -> (key, text): the key up to the first blank (space or tab), as
+  Kaldi's text files; ("", "") for a blank line."""
+  parts = line.split(None, 1)
+  if not parts:
+    return "", ""
+  return parts[0], parts[1].strip() if len(parts) > 1 else ""
+
+
+def record(line, text, scored=None, vector=None, key=None, log_base="e"):
+  """The JSON record of input line `line` (0-based); `scored` None for an empty line.
+
+  key: the line's key (--keyed), None for unkeyed input. log_base: a `LOG_BASES` name.
+  """
+  out = {"line": line} if key is None else {"line": line, "key": key}
+  out["text"] = text
+  if scored is None:
+    return out
+  scale = LOG_BASES[log_base]
+  out.update(
+    score=float(scored.total) / scale,
+    mean=float(scored.mean) / scale,
+    num_tokens=scored.num_tokens,
+    # The same in every base: exp of the mean negative natural log-prob.
+    perplexity=math.exp(-float(scored.mean)),
+    num_oov=scored.num_oov,
+    tokens=list(scored.tokens),
+    token_logprobs=_floats(scored.token_logprobs, scale),
+    word_logprobs=_floats(scored.word_logprobs(), scale),
+    truncated=bool(scored.truncated),
+  )
+  # Only for a sentence read in windows, so the record of one that fits stays what it was.
+  if scored.windows > 1:
+    out["windows"] = scored.windows
+  if log_base != "e":
+    out["log_base"] = log_base
+  for flag in ("normalization_fallback", "unknown_chars"):
+    if hasattr(scored, flag):
+      out[flag] = getattr(scored, flag)
+  if vector is not None:
+    out["vector"] = _floats(vector)
+  return out
+
+
+# Backslash escapes (IANA's TSV, PostgreSQL's COPY): a reader splitting on tabs with quoting off
+# (pandas' quoting=csv.QUOTE_NONE, cut, awk) gets every row's columns; a key has no blank.
+_TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def render(rec, output_format, tsv_order="score_text"):
+  """One output line (no newline) for a record; TSV puts a record's key first."""
+  if output_format != "tsv":
+    return json.dumps(rec, ensure_ascii=False)
+  score = f"{rec['score']:.6f}" if "score" in rec else ""
+  text = rec["text"].translate(_TSV_ESCAPES)
+  columns = [score, text] if tsv_order == "score_text" else [text, score]
+  if "key" in rec:
+    columns.insert(0, rec["key"])
+  return "\t".join(columns)
+
+
+def score_batch(lm, lines, texts, vectors="none", scoring=None, keyed=False, log_base="e"):
+  """Records for one batch: `lines` [n] input line numbers, `texts` [n] stripped input lines
+  (`<key> <text>` when `keyed`)."""
+  keys = [None] * len(texts)
+  if keyed:
+    keys, texts = zip(*(split_key(t) for t in texts)) if texts else ((), ())
+  present = [i for i, text in enumerate(texts) if text]
+  scored = lm.score([texts[i] for i in present], scoring=scoring) if present else []
+  pooled = None
+  if vectors != "none" and present:
+    pooled = lm.sentence_vectors([texts[i] for i in present], pooling=vectors)
+  by_row = {i: k for k, i in enumerate(present)}
+  out = []
+  for i, (line, text, key) in enumerate(zip(lines, texts, keys)):
+    k = by_row.get(i)
+    if k is None:
+      out.append(record(line, text, key=key))
+    else:
+      vector = None if pooled is None else pooled[k]
+      out.append(record(line, text, scored[k], vector, key, log_base))
+  return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Input, shards and resume
+# ----------------------------------------------------------------------------------------------
+
+
+def shard_of(line, batch_size, num_shards):
+  """The shard that scores input line `line`: whole batches go round-robin."""
+  return line // batch_size % num_shards
+
+
+def shard_path(output_file, shard_id, num_shards):
+  return f"{output_file}-{shard_id:05d}-of-{num_shards:05d}"
+
+
+def job_key(lm, params):
+  """What the records of a run depend on; a resume continues only the same job.
+
+  The model and what runs it (`inference.run_identity`), the input file, and every option that
+  changes a record. The input's content is checked apart (`resumable.Partial`).
+  """
+  return {
+    **inference.run_identity(lm, params.scoring),
+    "input": params.input_file if params.input_file == "-" else os.path.abspath(params.input_file),
+    "batch_size": params.batch_size,
+    "format": params.format,
+    "tsv_order": params.tsv_order,
+    "keyed": params.keyed,
+    "log_base": params.log_base,
+    "vectors": params.vectors,
+    "num_shards": params.num_shards,
+    "shard_id": params.shard_id,
+  }
+
+
+def _line_batches(numbered, batch_size):
+  """(line, text) pairs in lists of `batch_size` (the last may be shorter)."""
+  batch = []
+  for item in numbered:
+    batch.append(item)
+    if len(batch) == batch_size:
+      yield batch
+      batch = []
+  if batch:
+    yield batch
+
+
+def _count_lines(path):
+  if path == "-":
+    return None
+  with open(path, "rb") as f:
+    return sum(1 for _ in f)
+
+
+# ----------------------------------------------------------------------------------------------
+# Runs
+# ----------------------------------------------------------------------------------------------
+
+
+def score_stream(lm, numbered, write, params, progress):
+  """Scores (line, text) pairs batch by batch; `write(lines)` gets each batch's output lines.
+
+  params: `ScoreParams`; what shapes a record (batch_size, format, tsv_order, keyed, log_base,
+    vectors, scoring).
+  """
+  for batch in _line_batches(numbered, params.batch_size):
+    lines, texts = zip(*batch)
+    records = score_batch(
+      lm, lines, list(texts), params.vectors, params.scoring, params.keyed, params.log_base
+    )
+    write([render(r, params.format, params.tsv_order) for r in records])
+    progress.update(len(batch))
+
+
+def _write_stdout(lines):
+  sys.stdout.write("".join(line + "\n" for line in lines))
+  sys.stdout.flush()
+
+
+def score_to_file(lm, params):
+  """Scores this run's lines of params.input_file into its output, resuming its partial file.
+
+  The only writer of the output: a second run into it exits 2 naming this one (pid, host, start).
+
+  Raises:
+    cli.InputError: another run holds the output; the partial file is of another job or input
+      (see `resumable.Partial`); a write failed.
+  """
+  target = output_path(params)
+  with io_utils.exclusive_lock(target, wait=False):
+    partial = resumable.Partial(target, job_key(lm, params), params.overwrite)
+    source = resumable.InputLines(params.input_file)
+    numbered = (
+      (n, t)
+      for n, t in source
+      if shard_of(n, params.batch_size, params.num_shards) == params.shard_id
+    )
+    if partial.lines:
+      logging.info("resuming %s after %d complete lines", partial.path, partial.lines)
+      # Skips what the partial file holds, reading (and hashing) the input up to its end.
+      collections.deque(itertools.islice(numbered, partial.lines), maxlen=0)
+      partial.check_input(source)
+    todo = _count_lines(params.input_file)  # this run's lines still to score (None: stdin)
+    if todo is not None:
+      todo = (
+        sum(
+          shard_of(n, params.batch_size, params.num_shards) == params.shard_id for n in range(todo)
+        )
+        - partial.lines
+      )
+    progress = progress_lib.Progress("score", total=todo, unit="lines")
+    score_stream(
+      lm,
+      numbered,
+      lambda lines: partial.append(lines, source),
+      params,
+      progress,
+    )
+    lines = partial.lines
+    # A shard's record tells the merge that it is complete and what it was made from.
+    partial.finish(target, source if params.num_shards > 1 else None)
+  logging.info("wrote %s (%d lines)", target, lines)
+
+
+def merge_shards(output_file, num_shards):
+  """Interleaves complete shards back into input order; raises naming what is missing or differs.
+
+  Shards merge only when they come from the same job: the same input content, model, batch
+  size, format and options (see `job_key`).
+  """
+  with io_utils.exclusive_lock(output_file, wait=False):
+    _merge_locked(output_file, num_shards)
+  logging.info("merged %d shards into %s", num_shards, output_file)
+
+
+def _merge_key(done):
+  """What the shards of one output must agree on, from a shard's `.done.json`: its job but for
+  the shard_id and the input's path (machines may mount one input at different paths), and the
+  input's content."""
+  job = {k: v for k, v in done["job"].items() if k not in ("shard_id", "input")}
+  return dict(job, input_lines=done["input_lines"], input_sha256=done["input_sha256"])
+
+
+def _merge_locked(output_file, num_shards):
+  paths = [shard_path(output_file, k, num_shards) for k in range(num_shards)]
+  records = []
+  for path in paths:
+    if not os.path.exists(resumable.done_path(path)) or not os.path.exists(path):
+      state = "unfinished" if os.path.exists(path + ".partial") else "missing"
+      raise ValueError(f"shard {path} is {state}: run its score.py --shard_id first")
+    with open(resumable.done_path(path), encoding="utf-8") as f:
+      record = json.load(f)
+    if "job" not in record:
+      raise ValueError(
+        f"{resumable.done_path(path)} records no job (an older score.py): re-run that shard"
+      )
+    records.append(_merge_key(record))
+  for key in records[0]:
+    values = {json.dumps(r.get(key)) for r in records}
+    if len(values) > 1:
+      raise ValueError(f"shards of {output_file} disagree on {key}: {', '.join(sorted(values))}")
+  readers = [open(p, encoding="utf-8") for p in paths]
+  try:
+    with io_utils.atomic_open(output_file) as out:
+      batch_size = records[0]["batch_size"]
+      for n in range(records[0]["input_lines"]):
+        shard = shard_of(n, batch_size, num_shards)
+        line = readers[shard].readline()
+        if not line.endswith("\n"):
+          raise ValueError(f"shard {paths[shard]} ends before input line {n + 1}")
+        out.write(line)
+    for reader, path in zip(readers, paths):
+      if reader.readline():
+        raise ValueError(f"shard {path} has more lines than its part of the input")
+  finally:
+    for reader in readers:
+      reader.close()
+
+
+def lm_options(params):
+  """`inference.load_lm`'s keyword arguments: `params.lm_options` (the scored boundaries, the
+  throughput options) and, for a neural LM, --strategy's replicas."""
+  kwargs = dict(params.lm_options)
+  if params.strategy != "one_device" or params.num_cpu_devices > 1:
+    if params.model_dir.startswith("kenlm:"):
+      raise cli.InputError("--strategy applies to neural LMs; KenLM scores on the CPU")
+    kwargs["strategy"] = distribute_utils.get_strategy(
+      params.strategy, params.tpu, params.num_cpu_devices
+    )
+  return kwargs
+
+
+def output_path(params):
+  """The file a scoring run writes: --output_file, or its shard's file."""
+  if params.num_shards > 1:
+    return shard_path(params.output_file, params.shard_id, params.num_shards)
+  return params.output_file
+
+
+def check_params(params):
+  """What the flags alone tell (before a model is loaded): cli.InputError naming the flag."""
+  if params.merge:
+    if params.output_file == "-":
+      raise cli.InputError("--merge needs --output_file (the shards' common prefix)")
+  else:
+    _check_scoring_flags(params)
+  if params.output_file != "-":
+    target = params.output_file if params.merge else output_path(params)
+    io_utils.check_output_path(target, "output_file", is_dir=False)
+
+
+def _check_scoring_flags(params):
+  """The flags of a scoring run (not --merge)."""
+  if not params.model_dir:
+    raise cli.InputError("--model_dir is required (a model dir, kenlm:PATH, bert:DIR or hf:DIR)")
+  if params.shard_id >= params.num_shards:
+    raise cli.InputError(f"--shard_id must be in [0, {params.num_shards})")
+  if params.num_shards > 1 and "-" in (params.input_file, params.output_file):
+    raise cli.InputError("sharding needs --input_file and --output_file (not stdin/stdout)")
+  if params.input_file != "-" and not os.path.exists(params.input_file):
+    raise cli.InputError(f"--input_file {params.input_file}: no such file")
