@@ -26,13 +26,9 @@ Examples:
       --test_file=eval/nbest --weights_file=out/weights.json --output_dir=out_eval
 """
 
-import dataclasses
-
 from absl import flags
 
-from evaluation import significance
 from lm import lm_flags
-from nbest import formats
 from nbest import rescoring
 from nbest import rescoring_job
 from nbest import settings
@@ -50,45 +46,15 @@ def define_flags():
   flags.DEFINE_alias("lm", "model_dir")
   lm_flags.define_scoring_flags()
   lm_flags.define_long_input_flags()
-  flags.DEFINE_enum(
-    "task",
-    "asr",
-    ["asr", "nmt"],
-    "asr: WER on ESPnet2 LibriSpeech (or --format files); nmt: BLEU on WMT21 de-en.",
-  )
-  flags.DEFINE_list(
-    "pairs",
-    ["dev_clean:test_clean", "dev_other:test_other"],
-    "ASR dev:test set pairs (λ tuned on dev, applied to test).",
-  )
+  cli.define_param_flags(rescoring_job.RescoringParams)
   flags.register_validator(
     "pairs",
     lambda pairs: all(len(p.split(":")) == 2 and all(p.split(":")) for p in pairs),
     "expected DEV:TEST set pairs, e.g. dev_clean:test_clean",
   )
-  flags.DEFINE_list(
-    "settings",
-    ["am", "full"],
-    "The paper's first-pass settings: " + settings.describe(),
-  )
   cli.register_choices("settings", list(settings.SETTINGS))
-  flags.DEFINE_enum(
-    "format",
-    "espnet",
-    list(formats.FORMATS),
-    "N-best format of --dev_file/--test_file (evaluation/formats.py).",
-  )
-  flags.DEFINE_string("dev_file", None, "Dev N-best file or dir (with references: weights tuned).")
-  flags.DEFINE_string("test_file", None, "Test N-best file or dir (references optional).")
-  flags.DEFINE_list("dev_refs", [], "Reference file(s) of --dev_file (several: multi-reference).")
-  flags.DEFINE_list("test_refs", [], "Reference file(s) of --test_file (none: a blind set).")
   flags.DEFINE_multi_string(
     "format_option", [], "KEY=VALUE option of the format's reader (VALUE as JSON if it parses)."
-  )
-  flags.DEFINE_string(
-    "weights_file",
-    None,
-    "Combination weights to apply (the weights.json of an earlier run); no tuning on dev then.",
   )
   cli.define_escaped_list(
     "first_pass",
@@ -97,59 +63,8 @@ def define_flags():
     "a NAME is written \\, (e.g. Moses' sparse feature pl_1,1: --first_pass='pl_1\\,1,LM0'). "
     "Default 'score' if the lists have it, else every column.",
   )
-  flags.DEFINE_bool(
-    "allow_negative_weights",
-    False,
-    "Let the search on dev give an LM a negative weight (by default LM weights stay >= 0: a "
-    "negative one rewards what the LM finds unlikely, which a small dev set can favour by chance).",
-  )
-  flags.DEFINE_bool("cer", False, "Report the character error rate too (ASR files).")
-  flags.DEFINE_enum(
-    "sentence_score",
-    "sum",
-    ["sum", "mean"],
-    "LM sentence score: sum of token log-probs, or their mean.",
-  )
   io_utils.define_data_dir_flag()
-  flags.DEFINE_string(
-    "output_dir", None, "Results (rescoring_results.json, .md) and the score cache."
-  )
-  flags.DEFINE_integer(
-    "max_lists",
-    None,
-    "Use only the first N lists of each set (quick runs). With --test_file, the rescored lists, "
-    "1-best files and metrics then hold those lists only (a line-based file: their lines, in "
-    "the input's order).",
-    lower_bound=0,
-  )
-  flags.DEFINE_integer(
-    "sample_lists",
-    None,
-    "Use a seeded random sample of N lists of each set (after --max_lists), the same for every "
-    "LM and run: paired comparisons at a fraction of the cost. Outputs as for --max_lists.",
-    lower_bound=0,
-  )
-  flags.DEFINE_integer("sample_seed", 0, "Seed of --sample_lists.")
-  flags.DEFINE_integer(
-    "chunk_size",
-    500,
-    "Sentences scored between cache writes; progress lines (rate, ETA) at most every 10 s.",
-    lower_bound=1,
-  )
   lm_flags.define_throughput_flags()
-  flags.DEFINE_integer(
-    "bootstrap_resamples",
-    significance.DEFAULT_RESAMPLES,
-    "Paired bootstrap resamples (over utterances) for each LM's WER vs the first pass.",
-    lower_bound=1,
-  )
-  flags.DEFINE_integer("bootstrap_seed", 0, "Seed of the paired bootstrap resampler.")
-  flags.DEFINE_bool(
-    "overwrite",
-    False,
-    "--test_file runs: start over in an --output_dir that holds another run's weights, "
-    "rescored lists and report (removes them; the score cache stays).",
-  )
   flags.register_multi_flags_validator(
     ["format", "dev_file", "test_file", "weights_file"], _check_file_flags
   )
@@ -161,13 +76,12 @@ def params_from_flags():
     options = dict(rescoring.parse_option(o) for o in FLAGS.format_option)
   return rescoring_job.RescoringParams(
     lms=lm_flags.named_specs(FLAGS.model_dir),
+    scoring=FLAGS.scoring,
+    first_pass=FLAGS.first_pass,
     format_options=options,
+    data_dir=FLAGS.data_dir,
     lm_options=lm_flags.load_options(FLAGS),
-    **{
-      f.name: FLAGS[f.name].value
-      for f in dataclasses.fields(rescoring_job.RescoringParams)
-      if f.name not in ("lms", "format_options", "lm_options")
-    },
+    **cli.param_values(rescoring_job.RescoringParams, FLAGS),
   )
 
 

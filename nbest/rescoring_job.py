@@ -10,9 +10,12 @@ import time
 from absl import logging
 
 from evaluation import score_cache
+from evaluation import significance
 from lm import inference
+from nbest import formats
 from nbest import paper_protocol
 from nbest import rescoring
+from nbest import settings
 from nbest import shared_data
 from nbest import types
 from nbest.formats import espnet
@@ -27,33 +30,82 @@ OUTPUTS = ("weights.json", "rescoring_report.json", "dev", "test")
 
 @dataclasses.dataclass
 class RescoringParams:
-  """What a rescoring run does: run_rescoring.py's flags, by the same names (see its --help)."""
+  """What a rescoring run does: run_rescoring.py's flags (the `cli.param` fields are defined
+  from here; the others by their owners: lm_flags, io_utils, the command's --first_pass and
+  --format_option)."""
 
   lms: list  # [(name, spec)] of --model_dir (lm_flags.named_specs)
+  task: str = cli.param(
+    "asr: WER on ESPnet2 LibriSpeech (or --format files); nmt: BLEU on WMT21 de-en.",
+    "asr",
+    enum=("asr", "nmt"),
+  )
+  pairs: list = cli.param(
+    "ASR dev:test set pairs (λ tuned on dev, applied to test).",
+    ("dev_clean:test_clean", "dev_other:test_other"),
+  )
+  settings: list = cli.param(
+    "The paper's first-pass settings: " + settings.describe(), ("am", "full")
+  )
+  format: str = cli.param(
+    "N-best format of --dev_file/--test_file (nbest/formats/).",
+    "espnet",
+    enum=tuple(formats.FORMATS),
+  )
+  dev_file: str = cli.param("Dev N-best file or dir (with references: weights tuned).", None)
+  test_file: str = cli.param("Test N-best file or dir (references optional).", None)
+  dev_refs: list = cli.param("Reference file(s) of --dev_file (several: multi-reference).", ())
+  test_refs: list = cli.param("Reference file(s) of --test_file (none: a blind set).", ())
+  weights_file: str = cli.param(
+    "Combination weights to apply (the weights.json of an earlier run); no tuning on dev then.",
+    None,
+  )
+  allow_negative_weights: bool = cli.param(
+    "Let the search on dev give an LM a negative weight (by default LM weights stay >= 0: a "
+    "negative one rewards what the LM finds unlikely, which a small dev set can favour by "
+    "chance).",
+    False,
+  )
+  cer: bool = cli.param("Report the character error rate too (ASR files).", False)
+  sentence_score: str = cli.param(
+    "LM sentence score: sum of token log-probs, or their mean.", "sum", enum=("sum", "mean")
+  )
+  output_dir: str = cli.param("Results (rescoring_results.json, .md) and the score cache.", None)
+  max_lists: int = cli.param(
+    "Use only the first N lists of each set (quick runs). With --test_file, the rescored "
+    "lists, 1-best files and metrics then hold those lists only (a line-based file: their "
+    "lines, in the input's order).",
+    None,
+    lower_bound=0,
+  )
+  sample_lists: int = cli.param(
+    "Use a seeded random sample of N lists of each set (after --max_lists), the same for "
+    "every LM and run: paired comparisons at a fraction of the cost. Outputs as for "
+    "--max_lists.",
+    None,
+    lower_bound=0,
+  )
+  sample_seed: int = cli.param("Seed of --sample_lists.", 0)
+  chunk_size: int = cli.param(
+    "Sentences scored between cache writes; progress lines (rate, ETA) at most every 10 s.",
+    500,
+    lower_bound=1,
+  )
+  bootstrap_resamples: int = cli.param(
+    "Paired bootstrap resamples (over utterances) for each LM's WER vs the first pass.",
+    significance.DEFAULT_RESAMPLES,
+    lower_bound=1,
+  )
+  bootstrap_seed: int = cli.param("Seed of the paired bootstrap resampler.", 0)
+  overwrite: bool = cli.param(
+    "--test_file runs: start over in an --output_dir that holds another run's weights, "
+    "rescored lists and report (removes them; the score cache stays).",
+    False,
+  )
   scoring: str = None
-  task: str = "asr"
-  pairs: list = dataclasses.field(default_factory=list)
-  settings: list = dataclasses.field(default_factory=list)
-  format: str = "espnet"
-  dev_file: str = None
-  test_file: str = None
-  dev_refs: list = dataclasses.field(default_factory=list)
-  test_refs: list = dataclasses.field(default_factory=list)
-  format_options: dict = dataclasses.field(default_factory=dict)
-  weights_file: str = None
   first_pass: list = dataclasses.field(default_factory=list)
-  allow_negative_weights: bool = False
-  cer: bool = False
-  sentence_score: str = "sum"
+  format_options: dict = dataclasses.field(default_factory=dict)
   data_dir: str = None
-  output_dir: str = None
-  overwrite: bool = False
-  max_lists: int = None
-  sample_lists: int = None
-  sample_seed: int = 0
-  chunk_size: int = 500
-  bootstrap_resamples: int = 1000
-  bootstrap_seed: int = 0
   lm_options: dict = dataclasses.field(default_factory=dict)
 
 
