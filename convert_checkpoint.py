@@ -1,24 +1,11 @@
-"""Converts a released checkpoint into a model dir every script reads by --model_dir alone.
+"""Converts a released checkpoint into a model dir that every command reads by --model_dir alone.
 
-Sources:
-  --input=hf:DIR      a Hugging Face BERT masked LM (config.json, vocab.txt, model.safetensors);
-  --input=bert:DIR    a Google BERT release (bert_config.json, vocab.txt, bert_model.ckpt);
-  --init_checkpoint=PREFIX --bert_config_file=FILE --vocab_file=FILE [--model_type=tta]
-                      a TF1 name-based checkpoint with its BERT-style config, such as the T-TA
-                      authors' released model (github.com/joongbo/tta).
+Sources: --input=hf:DIR (Hugging Face BERT), --input=bert:DIR (a Google BERT release), or
+--init_checkpoint, --bert_config_file and --vocab_file (a TF1 checkpoint such as the T-TA
+authors'). The written model dir is read back and its weights compared with the source's before
+success is reported. Examples: README "Released checkpoints".
 
-The model dir holds config.json (with model_type, do_lower_case and the boundary tokens that
-frame a sentence, so it scores as its source did), vocab.txt and ckpt-0. It is read back and
-its weights compared with the source's before the command reports success.
-
-Example:
-  python convert_checkpoint.py --input=hf:downloads/bert-base-uncased \\
-      --output_dir=models/bert-base-uncased
-  AUTHORS=models/tta-layer-3-enwiki-lower-sub-32k
-  python convert_checkpoint.py --init_checkpoint=$AUTHORS/model.ckpt \\
-      --bert_config_file=$AUTHORS/config.layer-3.vocab-lower.sub-32k.json \\
-      --vocab_file=$AUTHORS/vocab-lower.sub-32k.txt --output_dir=models/tta-enwiki
-  echo "the cat sat on the mat" | python score.py --model_dir=models/tta-enwiki
+  python convert_checkpoint.py --input=hf:downloads/bert-base-uncased --output_dir=models/bert
 """
 
 from absl import flags

@@ -1,9 +1,8 @@
 # coding=utf-8
-"""Corpus preparation: raw text -> clean sentences, one per line (text/corpus.py does the work).
+"""Corpus preparation: Gutenberg archives or text files -> train.txt, eval.txt, stats.json.
 
-Gutenberg archives (streamed) or plain text files -> train.txt, eval.txt and stats.json.
+text/corpus.py does the work.
 
-Example:
   python corpus.py --output_dir=/tmp/tta_corpus_librispeech --normalization=librispeech
 """
 

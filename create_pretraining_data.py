@@ -1,12 +1,8 @@
-"""Sentences -> sharded TFRecords for T-TA, biLM and uniLM pretraining (docs/DESIGN.md §3.1).
+"""Sentences -> vocab -> sharded, unpadded TFRecords for T-TA, biLM and uniLM pretraining.
 
-Raw inputs (Gutenberg .tar.xz, raw text) go through text/corpus.py first; sentence files are used
-as they are, held out by a seeded hash of the sentence unless --eval_file gives the eval set. The
-vocab is --vocab_file or WordPiece learned from the training split only; the records are unpadded,
-so one data set serves all three objectives. pretraining/pretraining_data.py builds it; the output
-directory and its records: docs/DESIGN.md §5.2.
+pretraining/pretraining_data.py builds them; the data: docs/DESIGN.md §3.1, the output: §5.2.
 
-  python create_pretraining_data.py --input_file=work/corpus_ls/train.txt \
+  python create_pretraining_data.py --input_file=work/corpus_ls/train.txt \\
     --eval_file=work/corpus_ls/eval.txt --vocab_size=8000 --output_dir=work/records_ls8k
 """
 

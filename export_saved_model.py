@@ -1,8 +1,6 @@
-"""Exports a model directory as a SavedModel that takes sentences as strings.
+"""Exports a model dir as a SavedModel with `encode` and `score` signatures over strings.
 
-An `encode` signature (sentence vectors) and a `score` signature (token log-probs, in the scoring
-mode fixed by --scoring), with the tokenizer in the graph; lm/saved_model_export.py writes it.
-Signatures, inputs and loading: docs/saved_model.md.
+lm/saved_model_export.py writes it; signatures and loading: docs/saved_model.md.
 
   python export_saved_model.py --model_dir=runs/tta --export_dir=exports/tta
 """

@@ -1,10 +1,6 @@
-"""The model kinds as one table of traits.
+"""The model kinds (T-TA, biLM, uniLM, BERT, ...) as one table of traits that code looks up.
 
-Every difference between T-TA, the biLM, the uniLM and a Google BERT checkpoint that code
-branches on is a field of `Kind`: modules look a trait up (`kinds.get(model_type).scoring`)
-instead of comparing kind names, so a new kind is one entry of `KINDS` (plus a mask function in
-modeling.py when its attention pattern is new). Imports no TensorFlow: reproduce.py and
-util/flops.py read it too. The table, and what adding a kind takes: docs/DESIGN.md §2.4.
+Imports no TensorFlow. The table, and what adding a kind takes: docs/DESIGN.md §2.4.
 """
 
 import dataclasses

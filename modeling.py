@@ -1,31 +1,11 @@
 # coding=utf-8
 """T-TA, biLM, uniLM and Google-BERT-compatible Transformer language models.
 
-TensorFlow 2 / Keras 3 reimplementation of T-TA (Shin et al., ACL 2020,
-"Fast and Accurate Deep Bidirectional Language Representations for
-Unsupervised Learning") and its same-size baselines.
+T-TA's three differences from BERT are in `TransformerLM.encode` (docs/DESIGN.md §2.3).
 
-T-TA differs from a BERT encoder in exactly three places, all in
-`TransformerLM.encode`:
-  1. input isolation: every layer takes its keys/values from the fixed
-     embedding output E, never from the previous layer;
-  2. the first layer's query is LN([MASK] embedding + position): no token
-     identity enters the query stream;
-  3. the diagonal of the attention mask is removed (DMSA).
-Together they make output i a function of the tokens j != i only, so one
-forward pass gives p(x_i | x_\\i) at every position.
-
-Dimension legend (as in google-research/bert):
-  B = batch size, F = from (query) length, T = to (key/value) length,
-  N = number of attention heads, H = size per head, D = hidden size,
-  V = vocabulary size.
-
-Example:
-  >>> config = TTAConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2,
-  ...                    num_attention_heads=4, intermediate_size=37)
-  >>> model = build_model(config, model_type="tta")
-  >>> out = model({"input_ids": ids, "input_mask": mask}, training=False)
-  >>> out["log_probs"]  # float32 [B, T, V]: log p(x_t | x_\\t)
+Dimension legend (as in google-research/bert): B = batch size, F = from (query) length,
+T = to (key/value) length, N = attention heads, H = size per head, D = hidden size,
+V = vocabulary size.
 """
 
 import collections

@@ -1,10 +1,8 @@
 # coding=utf-8
-"""KenLM n-gram baseline from the command line: train with lmplz, or score sentences in natural log.
+"""KenLM n-gram baseline: train with lmplz, or score sentences in natural log.
 
-The libraries are lm/ngram_lm.py (training) and `lm.inference.NgramLM` (scoring, the path of
-score.py's kenlm:PATH); this script is their flags and output.
+The flags and output of lm/ngram_lm.py (training) and `lm.inference.NgramLM` (scoring).
 
-Usage:
   python ngram.py --train_text=corpus.txt --output=lm.bin --order=5
   python ngram.py --model=lm.bin --score_file=sents.txt
 """

@@ -1,45 +1,9 @@
 # coding=utf-8
-"""BERT's optimizer for a TF2 custom training loop.
+"""BERT's optimizer for a TF2 custom training loop (google-research/bert `optimization.py`).
 
-Three pieces, as in google-research/bert `optimization.py`:
-
-* `AdamWeightDecay`: Adam with decoupled weight decay and *no* bias correction.
-* Global-norm gradient clipping at 1.0, applied to the whole gradient before the update.
-* `LinearWarmupLinearDecay`: linear warmup from 0, then BERT's linear (power 1) decay to 0.
-
-`create_optimizer` puts them together the way BERT's `create_optimizer` does.
-
-Where the clipping happens (the one design choice that matters under `tf.distribute`):
-`AdamWeightDecay(clip_norm=...)` clips inside the optimizer, *after* the gradients have been
-summed over replicas and *before* the Adam update. The training step therefore hands the raw
-per-replica gradients to `apply_gradients` and must NOT clip them itself. Clipping per replica
-(what Keras' own `global_clipnorm` does: it runs before Keras' cross-replica sum; and what BERT's
-TF1 code did on TPU, where `CrossShardOptimizer` summed the already-clipped per-core gradients)
-would make the update depend on the number of replicas; clipping the sum is BERT's one-device
-behaviour on any number of replicas.
-
-Usage in a custom loop. Checked: one device, `MirroredStrategy` (two CPU replicas, in the tests)
-and `MultiWorkerMirroredStrategy` (two local workers, by hand) give the same update as one
-device on the same global batch. `TPUStrategy` and XLA-compiled GPU steps go through the same
-Keras merge-call / replica-context update path but were not run.
-
-```python
-with strategy.scope():
-  model = modeling.build_model(config, model_type="tta")
-  optimizer = optimization.create_optimizer(1e-4, num_train_steps, num_warmup_steps)
-  optimizer.build(model.trainable_variables)   # slots exist before restore / tf.function
-  checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
-
-@tf.function
-def train_step(iterator):
-  def step_fn(features):
-    with tf.GradientTape() as tape:
-      loss = per_example_loss_sum(features) / global_batch_size
-    grads = tape.gradient(loss, model.trainable_variables)
-    optimizer.apply_gradients(zip(grads, model.trainable_variables))  # sums, clips, updates
-    return loss
-  return strategy.run(step_fn, args=(next(iterator),))
-```
+`AdamWeightDecay` (decoupled weight decay, no bias correction, global-norm clipping of the
+replica-summed gradient: the step must not clip), `LinearWarmupLinearDecay`, and
+`create_optimizer`, which puts them together. Why the clipping sits there: docs/DESIGN.md §3.2.
 """
 
 import re

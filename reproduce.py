@@ -1,11 +1,7 @@
 """Reproduces the paper's evaluation at CPU scale, as one resumable job.
 
-Trains T-TA, T-TA-w, biLM and uniLM of one config on the same Gutenberg text for the same number
-of steps and a KenLM 5-gram on the same sentences, evaluates them all, and writes report.md and
-report.json in --work_dir, shaped like the paper's Tables 1, 2, 3-4 and 7. A stage whose stamp
-says its outputs exist for the same inputs is skipped: the same command after a stop goes on
-where it stopped. The stages are reproduction/stages.py's; README and docs/results.md say what
-each runs.
+Trains T-TA, T-TA-w, biLM, uniLM and a KenLM 5-gram on the same text, evaluates them and writes
+report.md and report.json in --work_dir (reproduction/stages.py; docs/results.md).
 
   python reproduce.py --mode=quick      # minutes: tiny config, data slices
   python reproduce.py --mode=full --budget_minutes=40

@@ -1,11 +1,7 @@
 """Runtime of T-TA, biLM and uniLM against sentence length (paper §5.2, Fig. 4).
 
-Times one sentence at a time through the public inference API (`NeuralLM.sentence_vectors` for
-STS, `NeuralLM.score` for reranking) on each backend, peers on request (reproduction/peers.py),
-and batched N-best throughput, with the FLOPs of each call and the machine's matmul peak, into
-benchmark.json, benchmark.md and latency.png. reproduction/benchmark.py measures;
-reproduction/benchmark_report.py renders the tables and the plot. What is timed and how:
-docs/runtime.md.
+reproduction/benchmark.py measures, reproduction/benchmark_report.py writes benchmark.json,
+benchmark.md and latency.png. What is timed and how: docs/runtime.md.
 
   python run_benchmark.py --output_dir=results/benchmark
   python run_benchmark.py --quick --output_dir=/tmp/bench      # smoke run

@@ -1,36 +1,10 @@
 # coding=utf-8
 """Discriminative (MWER) training of a neural LM as an N-best rescorer, and its evaluation.
 
-The rescorer scores a hypothesis h of an N-best list as
+finetuning/mwer_job.py runs the job; the method: docs/DESIGN.md §4.5; the manual, outputs and
+exit codes: README "Discriminative rescoring (MWER)".
 
-    s(h) = sum_k w_k * first_pass_k(h) + λ * LM(h) + β * |h|     (|h| in words)
-
-and MWER training (Prabhavalkar et al. 2018) minimises the expected word errors under the
-softmax of s over each list, with gradients reaching the LM's weights and w, λ, β
-(finetuning/mwer.py). T-TA scores a hypothesis in one forward pass, so its MWER epoch costs
-about what scoring the lists costs; the biLM's pseudo-log-likelihood needs a pass per token
-inside the loss (scripts/benchmark_mwer.py measures both).
-
-The job (finetuning/mwer_job.py): trains on --train_sets only (dev_clean + dev_other), holds out
-a share of their speakers to select the checkpoint and the regulariser weight, and evaluates on
-the whole --test_sets only at the end, against (a) the first pass, (b) the usual interpolation
-with the starting LM (λ on dev), (c) the combination weights alone learned by MWER with the LM
-frozen, for each --settings, with paired bootstrap CIs (<output_dir>/results.md and .json). The
-trained model is <output_dir>/<setting>/model, a model dir that run_rescoring.py and score.py
-load like any other; its config.json records how it was trained ("training") and
-mwer_weights.json beside it holds the learned combination weights.
-
-Example (the full-mode T-TA of the reproduction as the starting point):
   python run_mwer.py --init_model=runs/reproduce/full/models/tta --output_dir=runs/mwer
-
-Every stage resumes: the same command after an interruption continues where it stopped (LM
-scores cached, training runs from their last checkpoint, with the same next batches and the
-same weights as an uninterrupted run). Only the same job resumes: another --init_model, list
-or setting that changes a result (a learning rate, --lists_per_batch, ...) is refused in one
-line naming it, and --overwrite starts over (<output_dir>/run.json records the job). Exit
-codes: 0 done; 75 (EX_TEMPFAIL) when SIGTERM/SIGINT stopped a training run after saving a
-checkpoint (the same command resumes it); 2 with one line on stderr for a wrong input (a missing
-model or data set, a bad flag, an output dir in use or not writable, or holding another job).
 """
 
 import os

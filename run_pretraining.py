@@ -1,58 +1,12 @@
 # coding=utf-8
 """Pretrains a T-TA, biLM or uniLM: flags -> `training.TrainParams` -> train.
 
-One data set serves all three objectives (docs/DESIGN.md §3): tta predicts
-every input token without seeing it, bilm the ~15% masked ones (dynamic
-masking), unilm the next token (pretraining/losses.py). The head is BERT's tied
-vocabulary softmax or, with --output_layer=continuous, ELMo-C's continuous
-output layer (cosine distance to a frozen pretrained embedding of the
-target; no V-sized softmax; `modeling.ContinuousHead`). The loop, its
-checkpoints, resume, signals, eval and logging are pretraining/training.py's; each flag
-below is a `TrainParams` field (same name, default and help), plus the
-model-size flags and --config_json, which override config fields.
+Each flag is a `TrainParams` field, plus the model-size flags and --config_json, which override
+config fields. pretraining/training.py owns the loop, checkpoints, resume and signals; the
+manual and exit codes: README "Pretrain"; the design: docs/DESIGN.md §3.
 
-The output dir becomes a model dir (lm/model_dir.py): config.json (with
-model_type, do_lower_case, normalization, output_layer) and vocab.txt are
-written beside the checkpoints first, so every run_* script takes
---model_dir alone. A run restarted with the same --output_dir resumes from
-its latest checkpoint, data position included, if it is the same job
-(output_dir/run.json: the data, input files and every flag that changes the
-model; a larger --num_train_steps extends it); another is refused in one line
-naming the first field that differs, and --overwrite starts over. TensorBoard
-scalars go to output_dir/train and output_dir/eval, train_summary.json to
-output_dir.
-
-Example (the paper's model; add --mixed_precision on GPUs, TPUs and CPUs with
-AMX/AVX512_BF16):
-  python run_pretraining.py --model_type=tta \\
-    --input_file='data/train-*.tfrecord' --eval_file='data/eval-*.tfrecord' \\
-    --vocab_file=data/vocab.txt --output_dir=runs/tta \\
-    --num_train_steps=100000 --num_warmup_steps=5000
-
-Exit codes: 0 when --num_train_steps is reached (or already was);
-75 (`training_loop.EXIT_UNFINISHED`) when SIGTERM/SIGINT or --train_minutes stopped the run
-before its last step, after saving a checkpoint (the same command resumes);
-2 with one line on stderr (util/cli.py) for a wrong input, such as an
---output_dir whose lock (run.lock; `training_loop.output_dir_lock`) another live
-run holds: two runs never write one dir at once.
-
-Seeds: --seed fixes the data order and the biLM masks, --init_seed (default
---seed) the weight initialisation and dropout; runs that differ only in
---init_seed see the same batches in the same order (reproduce.py --seeds).
---deterministic turns on TF op determinism: the same seeds and data give the
-same losses, and a run killed (even kill -9) and restarted resumes
-bit-identically to one never stopped.
-
-Multi-worker: run the same command on every worker with TF_CONFIG set and
---strategy=multi_worker; only the chief writes to --output_dir (the others
-write their checkpoints to a temporary directory, as the tf.distribute
-guide recommends) and all of them must see --output_dir to resume. A stop
-request (signal, --train_minutes) on any worker stops all of them at the
-same step, so none waits forever in a collective.
-
-The vocabulary softmax is most of the training FLOPs and the continuous head
-removes it; bfloat16 does not pay on a CPU without native bf16 (the run
-warns). Measured speeds of both heads and precisions: docs/DESIGN.md §6.
+  python run_pretraining.py --model_type=tta --input_file='data/train-*.tfrecord' \\
+    --vocab_file=data/vocab.txt --output_dir=runs/tta --num_train_steps=100000
 """
 
 import os

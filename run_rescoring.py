@@ -1,29 +1,11 @@
 """N-best reranking with any LM kind: the paper's tables (1, 2 and 7) and your own N-best files.
 
-Your own files (--test_file, any format of nbest/formats/): the combination s(h) of
-nbest/combination.py (first-pass columns, several LMs, a length bonus) is tuned on --dev_file or
-loaded from --weights_file, and each set's rescored lists, 1-best (`text`, `hyp.trn`) and metrics
-go to --output_dir/<set>/ (nbest/rescoring.py; README "Rescore your own N-best lists"). The
-paper's protocol (λ on dev, applied to test; nbest/paper_protocol.py) runs on the shared
-LibriSpeech and WMT21 sets, and on json/tsv dev and test files with references. LM scores are
-cached per LM under --output_dir/cache, so a re-run never recomputes a sentence; one run at a
-time holds an --output_dir, and a --test_file run resumes only the same job (--overwrite starts
-over).
+Your own files (nbest/rescoring.py) or the paper's protocol (nbest/paper_protocol.py); the
+manual: README "Rescore your own N-best lists".
 
-Examples:
-  # LibriSpeech ESPnet2 30-best, both first-pass settings:
-  python run_rescoring.py --model_dir=tta=runs/tta,kenlm:runs/lm.bin \
-      --task=asr --output_dir=results/asr
-  # WMT21 de-en candidates, LM-only selection:
-  python run_rescoring.py --model_dir=runs/tta --task=nmt --output_dir=results/nmt
-  # Your own lists (mlm-scoring JSON or TSV):
-  python run_rescoring.py --model_dir=runs/tta --task=asr --format=json \
-      --dev_file=dev.json --test_file=test.json --settings=full --output_dir=results/own
-  # Kaldi lists, KenLM and T-TA, tuned on dev, then a blind test set with the saved weights:
-  python run_rescoring.py --format=kaldi --model_dir=ngram=kenlm:lm.bin,tta=runs/tta \
+  python run_rescoring.py --model_dir=runs/tta --task=asr --output_dir=results/asr
+  python run_rescoring.py --format=kaldi --model_dir=ngram=kenlm:lm.bin,tta=runs/tta \\
       --dev_file=dev/nbest --dev_refs=data/dev/text --test_file=test/nbest --output_dir=out
-  python run_rescoring.py --format=kaldi --model_dir=ngram=kenlm:lm.bin,tta=runs/tta \
-      --test_file=eval/nbest --weights_file=out/weights.json --output_dir=out_eval
 """
 
 from absl import flags

@@ -1,12 +1,8 @@
 """Unsupervised semantic textual similarity (paper Tables 3 and 4), and of your own sentence pairs.
 
-Scores STS-B dev/test and SICK test, or your --pairs_file sets, by the cosine of each pair's
-sentence vectors (evaluation/sts_job.py). The manual: README, "Sentence similarity (STS)".
+evaluation/sts_job.py runs it; the manual: README "Sentence similarity (STS)".
 
-  python run_sts.py --model_dir=runs/tta,runs/bilm,runs/unilm \
-      --representations=context,embed --output_dir=results/sts
-  python run_sts.py --model_dir=tta=runs/tta,bilm=runs/bilm --pairs_file=mine=pairs.tsv \
-      --pairs_file=senteval:SentEval/data/downstream/STS --output_dir=results/pairs
+  python run_sts.py --model_dir=runs/tta,runs/bilm,runs/unilm --output_dir=results/sts
 """
 
 from absl import flags

@@ -1,11 +1,8 @@
 """Scores sentences with any LM: one sentence per line in, one JSON record per line out.
 
-Like KenLM's `query`, for every LM kind tta reads (a model dir, `kenlm:PATH`, `bert:DIR`, `hf:DIR`);
-records, resume, shards and their merge: README "Score your own sentences". lm/scoring_job.py
-runs it.
+lm/scoring_job.py runs it; records, resume and shards: README "Score your own sentences".
 
   echo "the cat sat on the mat" | python score.py --model_dir=runs/tta
-  python score.py --model_dir=runs/tta --input_file=sents.txt --output_file=scores.jsonl
 """
 
 from absl import flags

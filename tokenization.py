@@ -1,48 +1,15 @@
 # coding=utf-8
 """BERT-compatible WordPiece tokenization: one specification, two implementations.
 
-`InGraphTokenizer` is a `tf.Module` built from tensorflow-text ops
-(`BasicTokenizer` for splitting into words, `FastWordpieceTokenizer` for greedy
-longest-match-first pieces) plus a few `tf.strings` steps that make it agree
-with Google BERT's Python tokenizer. It runs inside `tf.function`s and
-SavedModels. `host_tokenizer` is the same specification in Hugging Face
-`tokenizers` (Rust, no TF op, so no TF call overhead per sentence), and `FullTokenizer`,
-the plain-Python entry point for scripts and `inference.NeuralLM`, runs it. The
-two give the same ids on every sentence of the shared data (1.85M distinct
-sentences: STS-B, SICK, the LibriSpeech and WMT lists, the Gutenberg books;
-scripts/check_tokenizer_ids.py, and tests/test_tokenization.py on a sample).
+`InGraphTokenizer` (tensorflow-text ops, for `tf.function`s and SavedModels) and
+`host_tokenizer` / `FullTokenizer` (Hugging Face `tokenizers`) give the same ids; where
+tensorflow-text differs from Google BERT and what we do: docs/DESIGN.md §3.4.
 
-Where tensorflow-text's `BertTokenizer` differs from BERT, and what we do:
-  * It does not clean the text: NUL, U+FFFD and control/format characters
-    (Cc, Cf) become spaces (splitting "a<NUL>b" in two) where BERT drops them,
-    and it splits only on ASCII whitespace where BERT also splits on Unicode
-    spaces (Zs, and U+2028/U+2029 via Python's `str.split`). `_clean_text`
-    does BERT's cleaning before tensorflow-text sees the text.
-  * Its `lower_case=True` uses NFKC case folding (`case_fold_utf8`): "ß" ->
-    "ss", "ﬁ" -> "fi", "Ⅻ" -> "xii", final "ς" -> "σ". BERT uses Python's
-    `str.lower()`, which `tf.strings.lower(encoding="utf-8")` matches (full
-    case mapping, final sigma included). So we lower-case, NFD and strip Mn
-    ourselves and call `BasicTokenizer(lower_case=False)` only to split.
-  * Its word-piece step limits words in UTF-8 bytes (`max_bytes_per_word`),
-    BERT in characters (`max_input_chars_per_word`). We count characters and
-    turn an over-long word into a string the byte limit is sure to reject, so
-    it becomes one [UNK] exactly as in BERT.
-Checked against a transcription of BERT's algorithm on every code point
-(alone and inside words, both casings) and on 20k random sentences with the
-T-TA vocab: the only differences left are ~100 characters new in Unicode
-14/15, where TF's Unicode tables (ICU, RE2) and Python 3.11's (14.0) disagree
-on category or case. Between tf-text and `host_tokenizer` the same holds: of all
-code points, alone and inside a word, 421 tokenize differently (punctuation and
-CJK ideographs added in Unicode 10-16, which one side's tables do not have yet).
+A vocab file holds one token per line, its id the 0-based line number. Special tokens are looked
+up by name, never at fixed ids: the T-TA authors' vocab starts with `SPECIAL_TOKENS` (ids 0..6),
+Google BERT's has [PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103 and no [SOS]/[EOS].
 
-Vocab files hold one token per line; a token's id is its 0-based line number.
-Special tokens are looked up by name, never assumed to sit at fixed ids: the
-T-TA authors' vocab starts with `SPECIAL_TOKENS` (ids 0..6), Google BERT's
-vocab.txt has [PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103 and no
-[SOS]/[EOS].
-
-Dimensions: B = batch size (sentences), W = words, P = word pieces,
-T = max_seq_length.
+Dimensions: B = batch size (sentences), W = words, P = word pieces, T = max_seq_length.
 """
 
 from __future__ import absolute_import
