@@ -1,16 +1,8 @@
-"""What runs a NeuralLM's graph functions (`inference.NeuralLM.compiled` picks one):
+"""What runs a NeuralLM's graph functions: tf (XLA, tf.distribute replicas), openvino,
+openvino_bf16 (AMX/AVX512-BF16 CPUs only) and onnxruntime (lm/onnx_backend.py).
 
-  tf             TensorFlow, the reference; XLA with jit_compile; over a tf.distribute strategy's
-                 replicas (each batch's rows split between them).
-  openvino       the same `ScoringGraph` functions converted by OpenVINO and run by its CPU
-                 plugin in float32: TF's numbers within float rounding.
-  openvino_bf16  the same in bfloat16, on CPUs with AMX or AVX512-BF16 only (refused elsewhere):
-                 within the tolerance docs/runtime.md gives; its own score-cache identity.
-  onnxruntime    the same functions written as ONNX graphs of ONNX Runtime's fused transformer
-                 kernels (lm/onnx_backend.py), float32, TF's numbers within float rounding; no
-                 TensorFlow op runs in its calls.
-Each backend's numbers are held to TF's by tests/test_backends.py; the speed of each is in
-docs/runtime.md. The non-TF backends run on the CPU: no strategy, no jit_compile.
+`inference.NeuralLM.compiled` picks one; the non-TF backends run on the CPU (no strategy, no
+jit_compile). tests/test_backends.py holds their numbers to TF's; the design: docs/DESIGN.md §4.4.
 """
 
 import contextlib

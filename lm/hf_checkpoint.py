@@ -1,29 +1,15 @@
 # coding=utf-8
 """Hugging Face BERT masked LMs, read as model_type "bert" (`hf:DIR` for every script).
 
-A Hugging Face dir (what `save_pretrained` writes, or a Hub snapshot) holds
+A dir holds config.json, vocab.txt, optional tokenizer_config.json (do_lower_case) and
+model.safetensors (or its index and shards), read with safetensors: no PyTorch, never a pickle.
+Another architecture, or a setting our BERT cannot reproduce, is refused by name.
 
-  config.json            BertConfig: sizes, activation, LayerNorm epsilon, token types;
-  vocab.txt              BERT's WordPiece vocab;
-  tokenizer_config.json  optional: do_lower_case (default true, as BertTokenizer's);
-  model.safetensors      the weights (or model.safetensors.index.json and its shards).
-
-The weights are read as NumPy arrays with the safetensors package: no PyTorch, and never a
-pickle (a dir with only pytorch_model.bin is refused with the command that converts it).
-Architectures other than BERT are refused by name, and so is any setting our BERT cannot
-reproduce (another activation or LayerNorm epsilon, relative positions, untied output
-embeddings, a decoder), rather than loaded into numbers that are silently different.
-
-Names: HF's BERT modules are Google's TF1 scopes, so every TF1 name of our model
-(`modeling.TransformerLM.tf1_variables`) has one HF name by a fixed rule (`hf_name`): "/"
-becomes ".", layer_N becomes layer.N, a dense kernel becomes `weight` stored transposed
-(torch's Linear keeps [out, in]), LayerNorm gamma/beta become weight/bias (older checkpoints
-keep gamma/beta, also read), embedding tables get ".weight", and cls/predictions/output_bias
-is cls.predictions.bias. As for TF1 checkpoints, every tensor is checked by name and shape
+Names: every TF1 name of our model (`modeling.TransformerLM.tf1_variables`) has one HF name by a
+fixed rule (`hf_name`): "/" -> ".", layer_N -> layer.N, a dense kernel -> `weight` transposed,
+LayerNorm gamma/beta -> weight/bias (gamma/beta also read), embedding tables get ".weight",
+cls/predictions/output_bias -> cls.predictions.bias. Every tensor is checked by name and shape
 before anything is assigned (`model_dir.match_names`).
-
-Example:
-  model, tokenizer = hf_checkpoint.load_hf_bert("models/bert-base-uncased")
 """
 
 import json

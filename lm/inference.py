@@ -1,43 +1,9 @@
-"""The one inference path: text -> token log-probabilities, sentence scores
-and sentence vectors, for every LM kind (tta, bilm, bert, unilm, kenlm).
+"""The one inference path: text -> token log-probabilities, sentence scores and sentence vectors,
+for every LM kind (tta, bilm, bert, unilm, kenlm).
 
-Rescoring (run_rescoring.py), STS (run_sts.py) and the runtime benchmark
-(run_benchmark.py) all call this module, so a speed-up or a fix here reaches
-all three and the comparison between model kinds stays like for like.
-
-What is computed per kind (DESIGN.md §4):
-  tta:        one pass; log p(x_t | x_\\t) at every scored position.
-  bilm, bert: pseudo-log-likelihood: one masked copy per scored position,
-              copies of many sentences packed into batches by a token budget,
-              the LM head evaluated at the masked position only.
-  unilm:      chain rule; log p(x_t | x_<t).
-  kenlm:      n-gram log-probabilities (natural log) of words and </s>.
-
-Which boundary tokens are scored: the end token ([EOS], or [SEP] for Google
-BERT vocabularies) is scored by default (`score_eos`), the start token never
-is for unilm/kenlm (nothing predicts it) and only on request (`score_sos`)
-for the bidirectional kinds.
-
-Over-long sentences (`long_inputs`): with "window", a sentence longer than
-`window` tokens is read in sliding windows (lm/windows.py: each piece scored
-and represented once, in the window where it has the most context, each
-window framed as a training instance), its number of windows in its result
-(`windows`) and the windowed sentences counted in `stats`; with "truncate"
-(the default of the library), a sentence with more than max_seq_length - 2
-word pieces loses its last pieces ([EOS] kept) and is flagged
-`truncated=True`. Either way a warning is logged: a number computed on a long
-sentence is never silent.
-
-Text normalization: a model trained on normalized text (config.json
-"normalization": "librispeech", or a KenLM model whose info file says so)
-gets its input normalized the same way (`normalization.normalizer`) before
-tokenization, so STS pairs and WMT candidates with digits and punctuation meet
-the vocabulary the model learned. Normalization never raises and never drops
-text silently (`normalization.normalizer`): a number the strict reading refuses
-is read leniently, and characters A-Z cannot spell (emoji, CJK) stay as words
-the tokenizer maps to [UNK] (KenLM: <unk>), so they cost probability. Each
-sentence says so in its result (`normalization_fallback`, `unknown_chars`),
-summed in `stats["normalization_fallbacks"]` and `stats["unknown_chars"]`.
+score.py, run_rescoring.py, run_sts.py and run_benchmark.py all call it. What is scored per kind,
+the boundary tokens and text normalization: docs/DESIGN.md §4.1; long inputs (truncated or read
+in windows, never silently): README "Long inputs".
 """
 
 import dataclasses

@@ -1,12 +1,8 @@
-"""The flags of the commands that load an LM, each declared here once with one help text.
+"""The flags of the commands that load an LM, each declared once with one help text.
 
-score.py, run_rescoring.py, run_sts.py, export_saved_model.py and run_benchmark.py call the
-`define_*` functions they need (the flags are then theirs in --help); `load_options` turns the
-values a command parsed into `inference.load_lm`'s keyword arguments. The LM is `--model_dir` in
-every command; run_rescoring.py also takes its old name `--lm` (an alias), so command lines written
-for it keep working.
-
-Like every library here, this module never reads the global FLAGS: the command passes its own.
+Commands call the `define_*` functions they need; `load_options` turns the parsed values into
+`inference.load_lm`'s keyword arguments. run_rescoring.py also takes `--lm`, the old name of
+`--model_dir`.
 """
 
 import os

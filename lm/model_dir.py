@@ -1,30 +1,10 @@
 # coding=utf-8
-"""The model directory: the one place that reads and writes a model on disk.
+"""The model directory: the one place that reads and writes a model on disk (docs/DESIGN.md §5.1).
 
-A model dir, written by pretraining/training.py (or `save_model_dir`), holds
-
-  config.json  `modeling.TTAConfig` in BERT's JSON format, with the fields
-               that make the dir self-describing: model_type, output_layer,
-               do_lower_case and normalization (the tokenizer and text
-               settings of the training data);
-  vocab.txt    the WordPiece vocab, one token per line (token i has id i);
-  ckpt-N.*     `tf.train.Checkpoint` files whose model object is "model"
-               (training checkpoints also hold "optimizer" and
-               "input_batches"), and the `checkpoint` index file that a
-               `tf.train.CheckpointManager` keeps beside them;
-
-so every run_* script takes --model_dir alone (docs/DESIGN.md §2). Older
-config.json files, which kept do_lower_case and normalization as untyped
-extra keys, load unchanged: the keys have the same names.
-
-Also here, because they are other ways a model arrives on disk: Google BERT
-release dirs (bert_config.json, vocab.txt, bert_model.ckpt) and the TF1
-name-based checkpoints of Google BERT and the T-TA authors, read and written
-under the names of `TransformerLM.tf1_variables()`.
-
-Example:
-  model, tokenizer = model_dir.load_model_dir("runs/tta")
-  model_dir.save_model_dir(model, "runs/tta/vocab.txt", "/tmp/copy")
+config.json (`modeling.TTAConfig` with model_type, output_layer, do_lower_case, normalization),
+vocab.txt and `tf.train.Checkpoint` files whose model object is "model". Also the other ways a
+model arrives on disk: Google BERT release dirs and TF1 name-based checkpoints of Google BERT and
+the T-TA authors, under the names of `TransformerLM.tf1_variables()`.
 """
 
 import contextlib

@@ -1,19 +1,9 @@
 # coding=utf-8
-"""KenLM n-gram language model baseline: training with lmplz and natural-log sentence scoring.
+"""KenLM n-gram baseline: training with lmplz/build_binary and natural-log sentence scoring.
 
-The n-gram baseline of the paper's reranking experiments (docs/DESIGN.md §4). Training shells out
-to KenLM's `lmplz` (modified Kneser-Ney estimation, ARPA output) and `build_binary` (ARPA -> binary,
-which loads in milliseconds); scripts/build_kenlm.sh builds both into third_party/kenlm/bin/.
-Scoring uses the `kenlm` Python module, which reads either format.
-
-Every score this module returns is a NATURAL log (nats), like the neural models' log_probs, so
-scores of different LM kinds can be interpolated directly. kenlm itself reports log10.
-
-Boundary symbols: text is given without `<s>`/`</s>`. With bos=True a word is conditioned on `<s>`
-as context (`<s>` itself is never predicted and never counted); with eos=True the probability of
-`</s>` after the last word is part of the sentence score and counts as one word.
-
-The library behind inference.NgramLM, reproduce.py and the `ngram.py` command line.
+Every score is a natural log (kenlm reports log10). Text comes without `<s>`/`</s>`: bos=True
+conditions on `<s>` (never predicted nor counted); eos=True adds `</s>`, counted as one word.
+The binaries come from scripts/build_kenlm.sh.
 """
 
 import collections

@@ -1,30 +1,10 @@
 """The ONNX Runtime backend of lm/inference.py (`NeuralLM(backend="onnxruntime")`).
 
-`OnnxFunctions` gives `scoring_graph.ScoringGraph`'s methods (encode, token_log_probs,
-word_l2r_log_probs, masked_copy_scores, sentence_vectors) with the same inputs and outputs, each
-under the attention pattern the ScoringGraph method uses, as ONNX graphs run by ONNX Runtime's
-CPU kernels. The graphs are written here from the model's weights, not converted
-from the TF functions: ONNX Runtime is fast on transformers through its fused com.microsoft ops
-(Attention / MultiHeadAttention, SkipLayerNormalization, BiasGelu), which a converter emits only
-where its pattern matching recognises BERT, and T-TA's structure (docs/DESIGN.md §2.3) is small
-and fixed:
-  - every layer's keys and values come from the embedding output (input isolation), so they
-    are a function of (token, position): a gather from a [V, 2LD] table, a [L, 2LD] one and
-    the embedding LayerNorm's scale replace their matmul (BERT's first layer gets the same);
-  - the first layer's query is position-only, so its projection is a [L, D] table;
-  - DMSA is an additive attention bias on the diagonal. Masked logits get -1e9 (padded keys
-    too, as `mask_filter_value`), whose softmax weight is exactly 0 in float32, so output i
-    stays bit for bit independent of token i;
-  - word_l2r (tta_word's attention, and any T-TA's scoring "word_l2r") differs per sentence: the
-    graph finds the words from the input ids (a gather of the vocab's continuation flags and a
-    cumulative sum, `modeling.word_ids`) and makes each row's -1e9 bias, padded keys included,
-    by the rule of `modeling._word_l2r_keys`, so output i stays bit for bit independent of
-    piece i and the later pieces of its word.
-biLM and uniLM are BERT's encoder on the Attention op (uniLM's causal pattern as its bias), its
-first layer on MultiHeadAttention with table-read projections.
-
-A call runs no TensorFlow op: inputs are padded and fed as NumPy arrays. TensorFlow runs when
-a graph is built (at its first call), to take the tables above from the model's own layers.
+`OnnxFunctions` gives `scoring_graph.ScoringGraph`'s methods with the same inputs and outputs, as
+ONNX graphs written from the model's weights with ONNX Runtime's fused com.microsoft ops (not
+converted from TF). Input isolation makes keys and values table reads; masks are -1e9 biases, so
+output i stays bit for bit independent of token i (docs/DESIGN.md §4.4). A call runs no
+TensorFlow op; TensorFlow runs only when a graph is built, to read the tables.
 
 Dimensions: B = rows, T = tokens per row, D = hidden size, V = vocab size, L =
 max_position_embeddings, N = scored positions, R = masked copies.

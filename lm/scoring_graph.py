@@ -1,7 +1,7 @@
-"""The model's inference computations as tf-traceable methods (`ScoringGraph`): the one
-definition of encoding, pooling, target log-probabilities, and the SavedModel's in-graph framing
-and masked copies, shared by `inference.NeuralLM` (compiled per backend) and
-export_saved_model.py (traced into its signatures).
+"""The model's inference computations as tf-traceable methods (`ScoringGraph`).
+
+One definition of encoding, pooling, target log-probabilities and the SavedModel's in-graph
+framing and masked copies, compiled by `inference.NeuralLM` and traced by export_saved_model.py.
 """
 
 import tensorflow as tf

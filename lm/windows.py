@@ -1,14 +1,10 @@
 """Sliding windows over a sentence longer than a model takes: the one statement of the rule.
 
-A sentence of n word pieces that does not fit `size` tokens (`[BOS] pieces [EOS]`) is read in
-windows of `size` tokens, each framed `[BOS] pieces [EOS]` as a training instance is (the
-authors' create_tfrecords.py cuts an over-long sentence at a piece boundary, so a window that
-starts or ends inside a word is an input the model saw in training). Window k holds pieces
-[starts[k], starts[k] + size - 2); they begin every `stride` pieces, the last one moved back to
-end at the sentence's last piece, so every window is full. Each piece is scored (and
-represented) once, in the window where it has the most context (`assign`); the sentence's own
-[BOS] belongs to the first window, its [EOS] to the last, and the boundary tokens a window adds
-are never scored. `inference.NeuralLM` applies it (README "Long inputs").
+Window k holds pieces [starts[k], starts[k] + size - 2), framed `[BOS] pieces [EOS]` as a
+training instance is (the authors' create_tfrecords.py also cuts at piece boundaries); windows
+begin every `stride` pieces, the last moved back to end at the last piece. Each piece is scored
+once, in the window where it has the most context (`assign`); the sentence's [BOS] belongs to the
+first window, its [EOS] to the last, and a window's added boundary tokens are never scored.
 """
 
 import math

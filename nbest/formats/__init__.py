@@ -1,27 +1,16 @@
-"""N-best lists in the formats ASR and MT toolkits write: one entry point to read, and writers.
+"""N-best lists in the formats ASR and MT toolkits write: `read_nbest`, `write_rescored`, writers.
 
-  lists = formats.read_nbest("kaldi", "exp/nbest", refs_path="data/test/text")
-  formats.write_rescored("kaldi", lists, "exp/nbest", "exp/rescored", {"tta": values})
-  formats.write_kaldi_text(lists, choice, "exp/rescored/1best.text")
-  formats.write_trn(lists, choice, "exp/rescored/hyp.trn")
-
-The contract (what every format's reader gives, whatever the file):
-  - list[NBestList] (nbest/types.py): one per utterance or segment, `key` a string,
-    `hyps` in the file's rank order (rank 1 first), `refs` the references, or [] when the file
-    and `refs_path` give none (a blind test set). Either every list has references or none.
-  - each Hypothesis' `scores` are named first-pass scores in natural log, higher is better,
-    converted once in the reader: a cost c (-ln p: Kaldi) becomes -c; base 2 (fairseq, unless
-    its log_base option says e) is multiplied by ln 2. Which names a format gives is in
-    `FORMATS[fmt].scores`; every hypothesis of a file has the same names. What a file cannot
-    give is absent (ESPnet2 writes no per-component scores; Kaldi no total).
-  - bad input raises ValueError whose message starts with `file:line:` (cli.user_input turns it
-    into one line and exit status 2): a malformed line, a hypothesis missing from a cost or
-    score file, rows that do not fill the beams, a missing H- line, references that do not match
-    the lists one to one. A file cut short is refused: its last line must end with a newline.
-
-Formats: one module each in this package, which registers itself (`register`) when this package
-is imported; the rules of each file and their sources are in its reader's docstring. A new format
-is one module here (and a writer of its fixtures in tests/nbest_fixtures.py).
+The contract every reader keeps (docs/DESIGN.md §5.3):
+  - list[NBestList], one per utterance, `hyps` in the file's rank order, `refs` [] when there are
+    none (a blind test set); either every list has references or none.
+  - `scores` are named first-pass scores in natural log, higher is better, converted once in the
+    reader (a Kaldi cost c -> -c; fairseq's base 2 times ln 2); the names are
+    `FORMATS[fmt].scores`, the same for every hypothesis of a file; what a file cannot give is
+    absent.
+  - bad input raises ValueError starting `file:line:`; a file whose last line has no newline is
+    refused as cut short.
+Each format is one module here that registers itself; its reader's docstring gives the file's
+rules and their sources.
 """
 
 import dataclasses
