@@ -1,29 +1,12 @@
 """The discriminative rescorer: its score, the MWER loss, the regularisers and one step.
 
-A hypothesis h of an N-best list gets
-
     s(h) = sum_k w_k * first_pass_k(h) + lm_weight * LM(h) + length_weight * |h|
-
-(`nbest.combination`; |h| in words, LM(h) the sum of the LM's token log-probabilities over the
-scored tokens, as `inference.NeuralLM.score` gives it), and a list's loss is the expected word
-errors under the softmax of s over the list, minus the list's mean errors (minimum word error
-rate training, Prabhavalkar et al. 2018):
-
     loss(list) = sum_h P(h | list) * (errors(h) - mean_h' errors(h')),  P = softmax(s)
 
-The mean does not change the gradient (sum_h dP(h) = 0); it centres the loss at the uniform
-choice. A batch's loss is the mean over its lists. Gradients reach the combination weights
-(w, lm_weight, length_weight) and, with a `NeuralScorer`, every weight of the LM: LM(h) is
-computed here from `modeling` directly, differentiably, and not by `ScoringGraph`, whose weight
-snapshots serve inference and pass no gradient. T-TA scores a hypothesis in one pass; the
-biLM needs one masked copy per scored token (`inference.masked_copy_rows`), inside the loss.
-
-Regularisers (`REGULARIZERS`), weighted by `regularizer_weight`, keep the LM a language model:
-"pretraining", the model's own pretraining loss (pretraining/losses.py; T-TA: every token of the
-sentence from its context, the biLM: MLM, the uniLM: next token) on the REFERENCES of the batch's
-lists, per reference token; "distillation", the KL divergence from the frozen starting model's
-token distributions to the trained one's at every scored token of the batch's hypotheses, per
-scored token.
+(`nbest.combination`; Prabhavalkar et al. 2018). LM(h) is computed here from `modeling`,
+differentiably (not by `ScoringGraph`, whose weight snapshots pass no gradient). Regularisers
+(`REGULARIZERS`): "pretraining" (the model's own loss on the references) or "distillation" (KL
+from the frozen starting model at every scored token).
 
 Dimensions: L = lists, K = hypotheses per list (padded), F = first-pass scores, R = model rows
 (hypotheses, or the biLM's masked copies), T = tokens per row, N = scored tokens, V = vocab.

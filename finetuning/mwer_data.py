@@ -1,17 +1,9 @@
-"""N-best lists as MWER training data.
+"""N-best lists as MWER training data (`PreparedList`: ids, first-pass scores, lengths, errors).
 
-Each list becomes a `PreparedList`: its hypotheses as token ids (the model's normalisation,
-tokenizer and framing, as `inference.NeuralLM` scores them), the first-pass scores the rescorer
-combines, their lengths in words and their word errors against the reference (jiwer, as
-`evaluation.metrics` measures WER). Training uses the top `hyps_per_list` hypotheses of each list
-(first-pass rank order) to bound the cost; evaluation always uses the whole list.
-
-The held-out part of the training lists, which selects the checkpoint and the regulariser
-weight, is chosen by speaker (`split_by_speaker`): LibriSpeech utterance ids are
-speaker-chapter-utterance, and a speaker's lists all fall on one side, so the held-out WER
-measures how the rescorer does on voices it was not trained on. The batch order of an epoch is
-a seeded permutation of the training lists (`batch_indices`), a function of (seed, step) alone,
-so a resumed run sees exactly the batches the uninterrupted one would have.
+Hypotheses are tokenized as `inference.NeuralLM` scores them; training uses the top
+`hyps_per_list`, evaluation the whole list. The held-out part is chosen by LibriSpeech speaker
+(`split_by_speaker`); an epoch's batch order is a function of (seed, step) (`batch_indices`), so
+a resumed run sees the batches an uninterrupted one would.
 """
 
 import dataclasses

@@ -1,25 +1,7 @@
 """The MWER job of run_mwer.py: data, baselines, training runs, selection, final evaluation.
 
-Protocol (docs/DESIGN.md §4.5): the rescorer trains on the training lists only (by default
-dev_clean + dev_other); a part of them, chosen by speaker (`mwer_data.split_by_speaker`),
-selects the checkpoint and the regulariser weight; the test sets are read and scored only by
-the final evaluation (`mwer_report`). Per first-pass setting:
-
-  1. the starting LM scores every training list (cached, `score_cache`), and λ of the usual
-     interpolation is swept on the training part: the combination weights start there;
-  2. (c): MWER trains the combination weights alone, the LM frozen
-     (<output_dir>/<setting>/combination);
-  3. (d): for each regulariser weight, MWER trains the LM and the combination weights together,
-     starting from the starting LM and (c)'s weights (<output_dir>/<setting>/mwer_reg<w>);
-  4. the run and epoch with the lowest held-out WER is copied to <output_dir>/<setting>/model,
-     a model dir like any other with its combination weights beside it (mwer_weights.json)
-     and the training record in config.json ("training");
-
-then every system is evaluated on the whole test sets (results.json, results.md). Every stage
-resumes: scores are cached, runs resume from their checkpoints, a finished run is only
-re-read. Only the same job resumes: <output_dir>/run.json records its identity (`identity`: the
-starting model, the lists, the settings; `util/runs.py`), and a run of another is refused naming
-what differs, until --overwrite removes the old job's outputs.
+The protocol and its outputs: docs/DESIGN.md §4.5, README "Discriminative rescoring (MWER)".
+Every stage resumes; only the same job resumes (<output_dir>/run.json, `identity`, util/runs.py).
 """
 
 import dataclasses

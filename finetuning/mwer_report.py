@@ -1,14 +1,8 @@
 """The final evaluation of MWER rescoring: whole test sets, four systems, paired bootstrap CIs.
 
-For each test set and first-pass setting (`settings.s2s_score`):
-  (a) first_pass     the first pass alone;
-  (b) interpolation  today's reranking, (1 - λ) first pass + λ LM with the starting LM, λ swept
-                     on the dev lists (`combination.sweep_lambda`);
-  (c) combination    the combination weights (first-pass scores, LM weight, length) learned by
-                     MWER on the training lists with the starting LM frozen;
-  (d) mwer           the MWER-trained LM with the combination weights learned with it.
-Each system's WER comes with its paired bootstrap difference to the first pass (95% CI, p,
-`significance.compare_error_rates`, over utterances); (d) is also compared with (b) and (c).
+(a) the first pass, (b) λ interpolation with the starting LM, (c) the combination weights learned
+with the LM frozen, (d) the MWER-trained LM; each against the first pass, and (d) against (b)
+and (c) (`significance.compare_error_rates`, over utterances).
 """
 
 import dataclasses

@@ -1,26 +1,10 @@
 """An MWER training run: epochs of steps, checkpoints, exact resume, held-out selection.
 
-One run trains one rescorer (the LM's weights with a `mwer.NeuralScorer`, or the combination
-weights alone with a `mwer.FrozenScorer`) in its own directory:
-
-  ckpt-N.*, checkpoint   the state after step N: the model, both optimizers (the LM's, BERT's
-                         AdamWeightDecay with warmup and linear decay; the combination's, the
-                         same without weight decay), the combination weights, the step and the
-                         current epoch's running sums (`tf.train.CheckpointManager`, the last 2)
-  epochs.jsonl           one line per evaluated epoch: training loss, held-out MWER loss,
-                         expected errors and WER, the combination weights, the time
-  best/                  the epoch (>= 1) with the lowest held-out WER (ties: lower held-out
-                         loss, then the earlier epoch): a model dir with mwer_weights.json
-                         beside config.json, or mwer_weights.json alone for a FrozenScorer
-
-Checkpoints come at every epoch's end, every `save_every_steps`, and on SIGTERM/SIGINT (the run
-then returns unfinished; run_mwer.py exits 75 to be requeued). A run restarted in the same
-directory resumes from its newest readable checkpoint and continues exactly: the batch order is
-a function of (seed, step) (`mwer_data.batch_indices`), so are the dropout masks
-(`mwer.Trainer`), and the optimizers' slots and schedules are in the checkpoint, so k steps, a
-stop at any step and the remaining steps end with the weights of one straight run
-(tests/test_mwer.py). Epoch 0, the starting point, is evaluated too (the curve's first point)
-but is not a candidate for best/: the run's result is a trained rescorer.
+One run trains one rescorer (`mwer.NeuralScorer`, or `mwer.FrozenScorer` for the combination
+weights alone) in its own directory: ckpt-N (the model, both optimizers, the weights, the step,
+the epoch's running sums), epochs.jsonl (one line per evaluated epoch) and best/ (the epoch >= 1
+with the lowest held-out WER). k steps, a stop and the rest end with the weights of one straight
+run (tests/test_mwer.py).
 """
 
 import dataclasses

@@ -1,44 +1,18 @@
 # coding=utf-8
-"""tf.data input pipeline: sentence TFRecords -> batches for every LM objective.
-
-The records (create_pretraining_data.py) hold one UNPADDED sentence each,
-`[SOS] pieces [EOS]`. This module pads, buckets by length and turns a batch
-into inputs and targets for the three objectives, so that ONE data set serves
-T-TA, the biLM and the uniLM, and the loss has the same form for all:
-
-  loss = sum(target_weights * CE(log_probs, target_ids)) / sum(target_weights)
+"""tf.data input pipeline: unpadded sentence TFRecords -> bucketed batches for every LM objective.
 
   model_type   input_ids              target_ids           target_weights
   tta          x                      x                    1 at real tokens
   bilm         x with 15% corrupted   x                    1 at chosen tokens
   unilm        x                      x shifted left by 1  1 where x_{t+1} real
-  (tta_word is trained like tta, bert like bilm.)
+  (tta_word is trained like tta, bert like bilm; word_l2r kinds also get word_ids [B, L].)
 
-A kind whose attention needs the words of the tokens (tta_word's word_l2r mask) also gets
-word_ids int32 [B, L] (`modeling.word_ids`, from the vocab's WordPiece continuation pieces).
+Every stage is deterministic for a seed (the biLM's masks are stateless, keyed by batch index),
+so a resume rebuilds the stream and skips the consumed batches unparsed; exact only with the same
+seed, files, batch size, buckets, input pipelines and global TF seed.
 
-Dimension legend: B = sentences per batch, L = padded length of the batch
-(a bucket length, at most max_seq_length), n = one sentence's length.
-
-Determinism and resuming (`skip_batches`): every stage is deterministic for a
-given `seed`: the file order and the record shuffle are seeded tf.data
-shuffles, interleave and map keep their order (deterministic=True), length
-bucketing is a pure function of that order, and the biLM's masks come from
-stateless random ops keyed by (seed, input pipeline id, batch index). A
-resumed run therefore rebuilds the same stream and `skip(skip_batches)` drops
-exactly the batches the interrupted run consumed. It is cheap because records
-are bucketed on their `length` feature alone and the ids are parsed per batch
-AFTER the skip: skipped batches are read but never parsed or masked. This is
-exact only with the same seed, files, batch size, bucket boundaries, number
-of input pipelines and the same global TF seed (tf.random.set_seed), which
-tf.data folds into its shuffle seeds. Masks
-differ from epoch to epoch because the batch index keeps growing across
-epochs (dynamic masking).
-
-Pipeline (training): files (shuffled each epoch, repeated) -> interleave 8
--> record shuffle -> parse `length` (512 at a time) -> group_by_window on the
-length bucket -> batches of serialized records -> enumerate -> skip ->
-parse ids, pad to the bucket length, make targets -> prefetch.
+Dimensions: B = sentences per batch, L = padded length of the batch (a bucket length), n = one
+sentence's length.
 """
 
 from absl import logging

@@ -1,27 +1,11 @@
 # coding=utf-8
-"""The pretraining losses, as global sums (docs/DESIGN.md §3).
+"""The pretraining losses, as global sums (docs/DESIGN.md §3.2).
 
-For every model type the training loss is
-
-    sum(w * loss(head(h), target)) / denominator    (global sum over replicas)
-
-where the denominator is, by --loss_normalization (`LOSS_NORMALIZATIONS`),
-"constant": train_batch_size * max_seq_length, the authors' reduce_mean over
-B x 128 padded positions with padding weight 0 (joongbo/tta run_training.py),
-so every real token weighs the same in every batch; or "per_batch_tokens":
-the global batch's weight sum sum(w), a per-token mean that weighs a token of a
-short-sentence batch more. Eval and logged losses are per real token,
-loss_sum / weight_sum, either way. Targets: tta: the input token itself (the
-model never sees it), bilm: dynamic MLM targets (w = 1 at the ~15% chosen
-positions), unilm: the next token; `input_pipeline` makes `target_ids` and
-`target_weights` [B, T].
-The head is BERT's tied vocabulary softmax (cross-entropy), or ELMo-C's
-continuous output layer (cosine distance to a frozen pretrained embedding of
-the target; no V-sized softmax; `modeling.ContinuousHead`).
-
-The heads' terms are SUMS, not means: `training_loss` divides by a
-denominator that is the same on every replica, so the gradients the
-optimizer sums over replicas are exactly those of the global-batch loss.
+The training loss is sum(w * loss(head(h), target)) / denominator over all replicas; the
+denominator (--loss_normalization) is "constant", train_batch_size * max_seq_length (the
+authors' reduce_mean over padded positions, joongbo/tta run_training.py), or "per_batch_tokens".
+The heads' terms are sums, so the gradients the optimizer sums over replicas are exactly those
+of the global-batch loss. Heads: BERT's tied softmax, or ELMo-C's continuous output layer.
 """
 
 import tensorflow as tf

@@ -1,11 +1,8 @@
 # coding=utf-8
 """The pretraining records: sentences -> ids -> one tf.train.Example each -> shuffled shards.
 
-The record format is docs/DESIGN.md §5.2 (unpadded `input_ids`, `input_mask`, `length`), read
-back by pretraining/input_pipeline.py. `tokenize_sentences` frames each sentence as `[SOS] pieces
-[EOS]`, cuts an over-long one as the authors do (`truncate_ids`) and counts lengths, pieces and
-unknown pieces; `write_shards` shuffles the records deterministically into `<split>-XXXXX-of-YYYYY`
-files. pretraining_data.py is the job that calls them.
+The format: docs/DESIGN.md §5.2; pretraining/input_pipeline.py reads it back and
+pretraining_data.py is the job that writes it.
 """
 
 import concurrent.futures

@@ -2,13 +2,8 @@
 """The pretraining loop: a T-TA, biLM or uniLM under tf.distribute; `train(params)` is the run.
 
 A custom loop, not `model.fit`: Keras 3 `fit` does not run under MultiWorkerMirroredStrategy
-(keras-team/keras#20585). `_train_locked` reads top to bottom: setup, restore or warm start, the
-steps (one `tf.function` per --steps_per_loop, each step's loss sum divided by one denominator for
-all replicas, --loss_normalization), checkpoints every --save_checkpoints_steps, eval, the final
-checkpoint, eval and calibration, the summary. The run's lock, signals and checkpoint restore with
-roll-back are util/training_loop.py's; a stop (a signal or --train_minutes, agreed on by every
-worker, `_StopCondition`) saves and returns unfinished. A resume continues the data order
-(`input_batches` in the checkpoint); --deterministic makes it bit-identical to a run never stopped.
+(keras-team/keras#20585). `_train_locked` reads top to bottom; the lock, signals and checkpoint
+restore with roll-back are util/training_loop.py's (docs/DESIGN.md §3.3).
 """
 
 import contextlib

@@ -1,13 +1,8 @@
 # coding=utf-8
 """What a pretraining run trains, decided before any variable exists.
 
-The vocab (--vocab_file, the data dir's, or the resumed run's), the model
-config (config.json of a resumed run or --bert_config_file, then
---config_json and the size flags; a resumed run must keep its
-architecture), the tokenizer settings the records were made with, the
-frozen targets of a new continuous head (ELMo-C: a word-vector file or a
-trained model dir), and the train/eval datasets (TFRecords through
-input_pipeline, or synthetic ids for benchmarks). `params` is a
+The vocab, the model config (a resumed run keeps its architecture), the tokenizer settings of the
+records, a continuous head's frozen targets and the train/eval datasets, from a
 `training.TrainParams`.
 """
 
