@@ -1,24 +1,9 @@
 """Similarity of sentence pairs: each distinct sentence encoded once, each pair's cosine.
 
-A pair's similarity is the cosine of its two sentence vectors (inference.NeuralLM.sentence_vectors
-with a representation's pooling; optionally whitened, evaluation/whitening.py). `pair_vectors`
-gives the vectors of pairs in memory (run_sts.py's STS-B and SICK sets); `CosineWriter` streams
-pairs from a file (evaluation/pair_files.py) into a TSV with one line per pair, in input order:
-
-  line  sentence1  sentence2  gold  <model> <representation>  ...  truncated
-
-(`line` the pair's input line, `gold` empty without gold scores, then one cosine column per model
-and representation (each followed by its whitened one, "<representation>+W<dim>", when asked),
-each float written exactly, then `truncated`, 1 when either sentence was cut to fit a model's
-max_seq_length, else 0). Pairs are read, encoded and appended
-`batch_size` at a time, each distinct sentence of a batch once, with progress, into
-`OUTPUT.partial` (util/resumable.py): an interrupted run resumes after its last complete batch and
-ends with the same file, and an output the same job finished before is kept. `correlations` gives
-Pearson and Spearman x 100 with the Pearson's bootstrap interval (evaluation/significance.py),
-None when undefined (constant gold scores or cosines: `undefined_reason`),
-`senteval_aggregates` SentEval's "all", "mean" and "wmean" of a task with their intervals,
-`senteval_average` SimCSE's average over tasks, and `markdown_table` the table of a run's pair
-sets.
+`pair_vectors` (pairs in memory), `CosineWriter` (pairs from a file into a resumable TSV, one line
+per pair in input order: line, sentence1, sentence2, gold, one cosine column per model and
+representation (and its whitened one), truncated), `correlations` (Pearson and Spearman x 100
+with a bootstrap interval), SentEval's aggregates and the markdown table.
 """
 
 import collections

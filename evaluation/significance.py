@@ -1,22 +1,10 @@
-"""Paired bootstrap significance for the reproduction's claims (WER and STS).
+"""Paired bootstrap significance for the reproduction's claims (WER and STS; Koehn 2004).
 
-Every comparison the reports make is paired: two LMs rerank the SAME utterances, two models
-score the SAME sentence pairs. So the unit that is resampled is the utterance (or the pair),
-with replacement, and each resample recomputes the corpus-level statistic of both systems on
-the same draw (Koehn, 2004, "Statistical significance tests for machine translation
-evaluation"). scipy.stats.bootstrap does the resampling (`paired=True`) and gives the
-percentile confidence interval; the p-value is read off the same bootstrap distribution.
-
-Percentile rather than scipy's default BCa: BCa's jackknife is undefined when the statistic
-is constant (two identical systems), a case the reports must show as "no difference", not nan.
-
-p-value (two-sided): the bootstrap distribution of the difference d*, shifted to the null,
-gives p = 2 * min(P(d* <= 0), P(d* >= 0)), capped at 1; identical systems give p = 1. It is
-the "how often does the sign flip" reading of the paired bootstrap, adequate for the yes/no
-question the tables ask; with n_resamples = 1,000 the smallest p it can show is 0.002.
-
-Models trained under several seeds (reproduce.py --seeds): `significant_in_every_seed`, a
-difference counts only when the CI of every seed excludes 0 on the same side.
+The resampled unit is the utterance (or the sentence pair), both systems on the same draw
+(scipy.stats.bootstrap, `paired=True`). Percentile intervals, not BCa: BCa is undefined for two
+identical systems, which must read "no difference". p = 2 * min(P(d* <= 0), P(d* >= 0)) of the
+difference's bootstrap distribution, capped at 1. Across seeds (`significant_in_every_seed`) a
+difference counts only when every seed's CI excludes 0 on the same side.
 """
 
 import dataclasses

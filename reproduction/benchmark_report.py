@@ -1,18 +1,7 @@
-"""The runtime benchmark's report: headline ratios, FLOP floors and files.
+"""The runtime benchmark's report: headline ratios, peer ratios, FLOP floors and the files.
 
-reproduction/benchmark.py measures and hands over one `result` dict (environment,
-flags, latency records, throughput records, matmul peaks); this module turns
-it into what a reader sees:
-
-  headline         biLM / T-TA median latency per task at 20 words, next to
-                   the paper's CPU ratio, with T-TA's FLOP floors
-  peer ratios      peer time / ours for each peer cell (--peers), ours being
-                   the model kind the peer stands beside, on its fastest backend
-  benchmark.md     the tables (`markdown_report`)
-  latency.png      the paper's Fig. 4-style plot (`plot`)
-  benchmark.json   the result dict itself
-
-Each file is written atomically (`write_outputs`).
+Turns reproduction/benchmark.py's `result` dict into benchmark.md (`markdown_report`),
+latency.png (`plot`) and benchmark.json, each written atomically (`write_outputs`).
 """
 
 import json

@@ -1,32 +1,10 @@
 """The runtime benchmark's peers: what a user would run instead of our models.
 
-Each peer is a same-size Hugging Face `BertForMaskedLM` (random weights from a `BertConfig` of
-our config's sizes, no hub download) called the way its library is meant to be used, on one
-sentence, with HF `tokenizers` (`tokenization.host_tokenizer`, the ids of our tokenizer) inside
-the call:
-
-  bert@torch        one pass on PyTorch eager, for the STS call (mean of the last layer over
-                    the word pieces) and the rerank call (log-softmax over the vocabulary at
-                    every position, the log-prob of each piece gathered): what T-TA computes.
-  bert@onnxruntime  the same two calls exported by `torch.onnx.export` (the TorchScript exporter,
-                    whose graph ONNX Runtime's transformer optimizer fuses: Attention,
-                    SkipLayerNormalization, BiasGelu, EmbedLayerNormalization; torch 2.13's
-                    default dynamo exporter leaves attention unfused), then
-                    `onnxruntime.transformers.optimizer.optimize_model(model_type="bert")`.
-  copies@torch      the biLM's masked STS: one masked copy per word piece, the copies in one
-                    PyTorch forward, position i's last layer from the copy masking i, averaged.
-  minicons@torch    minicons' pseudo-log-likelihood (`scorer.MaskedLMScorer.sequence_score`,
-                    summed), the biLM's rerank call as the mlm-scoring papers run it.
-
-The bert peers stand beside T-TA (`versus="tta"`), the others beside the biLM. minicons masks
-and scores the word pieces only; our PLL also scores [EOS] (one copy more).
-
-Every peer has a `clock` (`stage_clock.StageClock`, as a NeuralLM) so the benchmark times it in
-the same turns as our models and breaks its calls down the same way; minicons' call is one
-library call, so all of it is "graph".
-
-torch, transformers, minicons and onnxruntime come from requirements-peers.txt
-(scripts/setup_peers.sh) and are imported only when peers are built.
+Same-size Hugging Face `BertForMaskedLM`s (random weights, no download) called as their library
+means them to be, with our tokenizer's ids: bert@torch, bert@onnxruntime, copies@torch and
+minicons@torch (docs/runtime.md "Peers"). Each has a `stage_clock.StageClock` so the benchmark
+times it like our models. The packages come from requirements-peers.txt (scripts/setup_peers.sh)
+and are imported only when peers are built.
 """
 
 import importlib.metadata

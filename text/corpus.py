@@ -1,32 +1,10 @@
 # coding=utf-8
-"""Corpus preparation: raw text -> clean sentences, one per line.
+"""Corpus preparation: Gutenberg books (streamed) or text files -> train.txt, eval.txt, stats.json.
 
-This is the text half of the pretraining pipeline (docs/DESIGN.md §3). It turns Project
-Gutenberg books (the `texts.tar.xz` of `gutenberg-books-subset`, read as a stream) or plain text
-files into `train.txt` and `eval.txt` with one sentence per line, plus `stats.json` that accounts
-for every paragraph and sentence that was dropped and why. `create_pretraining_data.py` tokenizes
-these files; the KenLM 5-gram is trained on the same `train.txt`.
-
-Pipeline for one Gutenberg book (`process_document`; the rules are text/text_cleaning.py's):
-
-  raw text
-    -> strip_gutenberg_boilerplate()   licence header/footer (START/END markers, legacy variants)
-    -> paragraph blocks                 blank-line separated groups of hard-wrapped lines
-    -> paragraph filter                 boilerplate, tables of contents, headings, banners, ... (*)
-    -> unwrap + inline cleaning         [Illustration: ...] tags, footnote markers, _italics_
-    -> split_sentences()                rule based (abbreviations, initials, quotes, ellipses)
-    -> sentence filter                  non-letters, all caps, too short/long, ... (*)
-    -> normalization                    "none" (cleaned text) or "librispeech"
-    (text/normalization.py)
-    -> dedup, train/eval split          held-out BOOKS for Gutenberg, line hash for plain files
-
-(*) every drop is counted under its reason, so that for both levels
-    candidates == kept + sum(dropped) (+ duplicates for sentences).
-
-stats.json is the stage's stamp (io_utils.write_stamp): written last, it records the arguments,
-so a rerun with the same arguments finds the output complete and returns at once.
-
-Its command line is corpus.py at the top level.
+`process_document` chains text/text_cleaning.py's rules (boilerplate, paragraphs, unwrapping,
+sentence splitting, filters) and text/normalization.py, then dedups and holds out whole books
+(plain files: by line hash). stats.json counts every drop by reason and is the stage's stamp
+(`io_utils.write_stamp`). The steps: docs/DESIGN.md §3.1; the command: corpus.py.
 """
 
 import collections

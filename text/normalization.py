@@ -1,25 +1,11 @@
 # coding=utf-8
 """Text normalization: the one owner of how training and evaluation text is normalized.
 
-A model trained on normalized text must see its evaluation text normalized the same way, so the
-rules live here once and every user imports them: `corpus.py` (training sentences),
-`create_pretraining_data.py` and `ngram.py` (the `--normalization` flag values), and
-`lm/inference.py` (STS pairs, N-best hypotheses and WMT candidates, through `normalizer`).
-
-Normalizations (`NORMALIZATIONS`):
-  none         the text as given.
-  librispeech  LibriSpeech transcript style (`normalize_librispeech`): upper case, numbers and
-               abbreviations spelled as read (numbers by `num2words`), accents folded to A-Z, no
-               punctuation except apostrophes inside words.
-
-Training text and evaluation text differ in what happens to a sentence the rules cannot spell:
-corpus preparation drops it (`NormalizationError`); evaluation (`normalizer`) never raises and
-never drops text silently: numbers are read leniently and flagged, and characters A-Z cannot
-spell (emoji, CJK) are kept as words of their own, which score as unknown words.
-
-Example:
-  normalize_librispeech("Mr. O'Brien's café, 1894!")
-  # -> "MISTER O'BRIEN'S CAFE EIGHTEEN NINETY FOUR"
+`NORMALIZATIONS`: "none", or "librispeech" (`normalize_librispeech`: upper case, numbers and
+abbreviations spelled as read by `num2words`, accents folded to A-Z, no punctuation but
+apostrophes inside words). Corpus preparation drops a sentence the rules cannot spell
+(`NormalizationError`); evaluation (`normalizer`) never raises nor drops text: numbers are read
+leniently and flagged, characters A-Z cannot spell stay as words of their own.
 """
 
 import collections

@@ -1,26 +1,10 @@
-"""The scripts' entry point: absl's `app.run`, with one-line errors for bad input.
+"""The scripts' entry point: absl's `app.run` with one-line errors for bad input (`cli.run(main)`).
 
-  if __name__ == "__main__":
-    cli.run(main)               # instead of app.run(main)
-
-  with cli.user_input():        # around the code that reads the user's files, flags and models
-    sets = read_sets()
-
-A wrong input (a missing or malformed file, a bad flag, a model dir whose config does not fit its
-checkpoint) is the user's to fix, not a bug, and so is a fault around the program (a full disk, a
-damaged checkpoint, an output another run is writing): the script prints "<script>: error:
-<message>" (the message names the file, and the line where it has one, or the flag) and exits
-with status 2, absl's status for a usage error, without a traceback or a usage dump. Such errors
-are: a flag absl refuses while parsing (an unknown flag, a value its type, enum or bounds refuse,
-a validator's complaint, a required flag missing), `InputError` (and absl's `app.UsageError`)
-raised anywhere, and a ValueError or OSError raised inside a `user_input()` block. Everything
-else keeps absl's traceback; `--verbosity=1` (debug) shows the traceback of an input error too.
-
-Parameters written once: a dataclass whose fields are made with `param` is both the function's
-argument list and the script's flags (`define_param_flags`, `param_values`): same names, defaults
-and help texts, so the two can never disagree.
-
-Light on purpose (standard library and absl): every script imports it.
+A wrong input (a flag absl refuses, `InputError` or `app.UsageError` anywhere, a ValueError or
+OSError inside a `user_input()` block) prints "<script>: error: <message>" and exits 2 without a
+traceback (`--verbosity=1` shows it); anything else keeps absl's traceback. A dataclass whose
+fields are made with `param` is both a function's arguments and a script's flags
+(`define_param_flags`, `param_values`). Light on purpose: standard library and absl.
 """
 
 import contextlib

@@ -1,17 +1,8 @@
-"""Small file helpers shared by the scripts, one owner each.
+"""Small file helpers shared by the scripts: the data root, globs, atomic writes, output dirs and
+their checks, the one lock (`exclusive_lock`), stage stamps and seeded held-out hashes.
 
-  data_root / define_data_dir_flag   where the shared data is, and the `--data_dir` flag
-  expand_globs                       comma-separated globs -> input files
-  atomic_path / atomic_open / ...    results are never half-written, with the umask's permissions
-  make_temp_dir                      an output dir built aside
-  check_output_path                  an output that cannot be written, refused before any work
-  output_dir                         a run's output dir, gone again if the run is refused
-  exclusive_lock                     one writer per output: a read-merge-write, or a whole run
-  read_stamp / write_stamp / ...     a stage knows whether its outputs are complete
-  unit_hash                          seeded, reproducible held-out choices
-
-Light on purpose (standard library, absl and util/cli.py): corpus.py's worker processes import it.
-TensorFlow is imported only when needed: for `expand_globs` and for a remote path ("gs://...").
+Light on purpose (standard library, absl, util/cli.py): corpus.py's worker processes import it;
+TensorFlow only for `expand_globs` and remote paths.
 """
 
 import contextlib

@@ -1,16 +1,7 @@
-"""Progress lines with rate and ETA for the long stages a person watches.
+"""Progress lines with rate and ETA for the long stages a person watches: the one progress writer.
 
-  bar = progress.Progress("T-TA", total=len(todo), unit="sentences")
-  for chunk in chunks:
-    ...
-    bar.update(len(chunk))   # "T-TA: 2000/4776 sentences (41%), 240.1/s, 0:08 elapsed, ETA 0:12"
-
-A line is logged at most every `every` seconds, and a final line for a stage that logged before
-or ran that long: a slow stage shows signs of life and ends with its rate, a stage of a few
-seconds stays quiet (its caller logs its result). $TTA_PROGRESS_SECONDS sets the default
-interval (10 s; 0 logs every update). A caller with its own rhythm (every N books) calls `log`.
-The one progress writer of the project: every long stage reports through it, so every line reads
-the same. Light on purpose (standard library and absl).
+A line at most every `every` seconds ($TTA_PROGRESS_SECONDS, default 10; 0 logs every update),
+and a final one for a stage that logged before. Light on purpose (standard library and absl).
 """
 
 import math

@@ -1,16 +1,9 @@
 """Output files that survive an interruption: a long run appends, a re-run resumes.
 
-  source = resumable.InputLines(path)            # the input, and the identity of what was read
-  partial = resumable.Partial(target, job)       # target.partial + target.partial.json
-  ... skip partial's records, partial.check_input(source), then per batch:
-  partial.append(lines, source)                  # fsynced, then the state replaced atomically
-  partial.finish(target)                         # renamed to target when the input is done
-  resumable.is_done(target, job, source)         # finished before (finish(target, source))
-
-An interrupted run resumes after its last complete batch and ends with the same file as an
-uninterrupted one, provided it is the same job (`job`: whatever changes a record) on the same
-input (its path and the sha256 of the lines read). score.py writes its records and run_sts.py
-its per-pair cosines through it. Light on purpose (standard library and util/).
+`Partial(target, job)` appends fsynced batches to target.partial (state in .partial.json) and
+`finish` renames it; a re-run of the same job (`job`) on the same input (`InputLines`: path and
+sha256 of the lines read) resumes after the last complete batch and ends with the same file.
+score.py and run_sts.py write through it. Light on purpose (standard library and util/).
 """
 
 import collections

@@ -1,19 +1,10 @@
 """The job an output dir holds: recorded when a run starts it, compared when a run resumes it.
 
-  record = runs.Record(output_dir, identity, outputs, overwrite)  # refuses another job
-  ... read the inputs, load the models (a refusal here leaves no record behind), then:
-  record.start()                                  # --overwrite: clears `outputs` first
-
-A command that resumes into --output_dir (run_mwer.py's and run_pretraining.py's checkpoints,
-run_sts.py's results) would otherwise continue, or overwrite, what another job left there:
-another model, another learning rate. `identity` is a JSON-able dict of what the outputs depend
-on: the command, the models (`inference.spec_identity`: config, vocab and checkpoint, nothing
-hashed of the weights), the inputs (`path_identity`) and every option that changes a result (not
-progress or thread options). It is written to <output_dir>/run.json when the run starts; a later
-run into the same dir resumes only with the same identity, and is refused otherwise in one line
-naming the first field that differs (`another_job`, the words of resumable.Partial's refusal too).
-`overwrite` starts over: it removes the old run's `outputs` (names in the dir, the command's own)
-and nothing else.
+`Record(output_dir, identity, outputs, overwrite)` refuses another job; `start()` writes
+<output_dir>/run.json (and with --overwrite first removes the old run's `outputs`). `identity` is
+a JSON-able dict of what the outputs depend on (the command, `inference.spec_identity` of the
+models, `path_identity` of the inputs, every option that changes a result); a different one is
+refused in one line naming the first field that differs (`another_job`).
 """
 
 import json
