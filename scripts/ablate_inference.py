@@ -1,14 +1,7 @@
-"""Before/after timings of each inference optimisation, one at a time.
+"""Before/after timings of each inference optimisation, one at a time (docs/runtime.md).
 
-Paper-size random models (3 x 512, 8 heads, FFN 2048, the authors' 29,530
-piece vocab), one real 20-word STS-B sentence, batch 1, median of --runs:
-
-  fused K/V      T-TA encoder graph: per-layer key/value projections vs the
-                 one fused matmul (scoring_graph.ScoringGraph's snapshot)
-  no padding     T-TA encoder graph on the sentence padded to a multiple of
-                 8 (the old rule for every batch) vs unpadded
-  XLA            STS and reranking calls of tta/bilm/unilm through the
-                 public API with and without jit_compile
+Paper-size random models, one 20-word STS-B sentence, batch 1, median of --runs: the fused K/V
+projection, no padding to a multiple of 8, and XLA (jit_compile) through the public API.
 
   python scripts/ablate_inference.py [--runs=50] [--data_dir=...]
 """

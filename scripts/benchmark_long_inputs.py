@@ -1,15 +1,9 @@
 """Long sentences scored in sliding windows: T-TA against the biLM, time and peak memory.
 
-Sentences of --words words (default 100, 300 and 1,000) are scored by `inference.NeuralLM.score`
-with --long_inputs (default window, as the scoring commands), one sentence per call, the lengths
-in increasing order after a 10-word sentence has traced the graph functions. Printed per model
-and length: scored tokens, windows, the median time of --runs calls after a warm-up call, the
-peak resident memory above the process's before the row's first call (sampled every millisecond
-from /proc/self/statm; the biLM's masked copies are built per window, so a longer sentence
-needs no more than a shorter one) and the process's peak so far (getrusage). The header gives
-the commit, CPU and threads.
+Per model and --words length (default 100, 300, 1,000; one sentence per call, after a warm-up):
+scored tokens, windows, the median time of --runs calls, the peak resident memory above the
+process's before the row (sampled every ms from /proc/self/statm) and the process's peak so far.
 
-  python scripts/benchmark_long_inputs.py --tta=runs/tta --bilm=runs/bilm
   python scripts/benchmark_long_inputs.py --tta=runs/tta --bilm=runs/bilm --words=1000 --stride=32
 """
 

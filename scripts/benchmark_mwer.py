@@ -1,22 +1,13 @@
 """Seconds per MWER training epoch of T-TA and of the biLM over the same N-best lists, one run.
 
-The cost argument of discriminative training for T-TA (issue 29): inside the MWER loss T-TA
-scores a hypothesis in one forward (and backward) pass, the biLM's pseudo-log-likelihood needs a
-masked copy per scored token (finetuning/mwer.py). Both train on the same seeded sample of lists
-(--sample_lists of the pooled --sets; the whole sets are too slow for the biLM on a CPU), with
-the same batches, regulariser and flags as run_mwer.py; the steps alternate (a T-TA step, then
-the biLM's on the same batch), so a change of the machine's load hits both alike. Each model's
-first step traces its tf.function and is timed apart; an epoch is the remaining steps of one
-pass over the sample plus one more step on its first batch. Printed: per model the epoch's
-seconds, seconds per list, the model rows and their tokens in one pass over the sample, the
-epoch of all the pooled lists projected from the sample, the biLM / T-TA ratio, with the CPU,
-threads, load and commit; --output_json writes the same.
+Both train on the same seeded --sample_lists of the pooled --sets with run_mwer.py's batches and
+flags; steps alternate between the models, each model's first (tracing) step is timed apart.
+Printed (and --output_json): per model the epoch's seconds, per list, rows and tokens, the
+projected epoch over all lists and the biLM / T-TA ratio, with the CPU, load and commit.
 
   python scripts/benchmark_mwer.py --tta=runs/reproduce/full/models/tta \\
       --bilm=runs/reproduce/full/models/bilm
-  # Random models of the full mode's size (3 x 256, 4 heads, FFN 1024) over a vocab file:
-  python scripts/benchmark_mwer.py --random_size=3,256,4,1024 \\
-      --vocab_file=runs/reproduce/full/data/vocab.txt
+  python scripts/benchmark_mwer.py --random_size=3,256,4,1024 --vocab_file=VOCAB  # random models
 """
 
 import json

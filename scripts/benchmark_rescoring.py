@@ -1,20 +1,10 @@
 """Hypotheses per second of rescoring a whole N-best set end to end from the Kaldi format, one run.
 
-Issue 28's benchmark. The shared LibriSpeech test_clean 30-best lists (2,620 lists) are written
-as a Kaldi directory (`text` plus one `<name>.cost` archive per first-pass score, by the tests'
-converter tests/nbest_fixtures.py), and then timed, each as a user runs it, in this order:
-
-  1. `run_rescoring.py --format=kaldi` with T-TA alone, then with KenLM + T-TA: the whole set
-     read, scored, reranked with weights tuned beforehand (untimed) on --dev_lists lists of
-     dev_clean, and written out (rescored lists, Kaldi text, hyp.trn, WER): a process's wall time,
-     model loading and TF start-up included, from an empty score cache;
-  2. `score.py` with T-TA on the same set's distinct hypotheses (what run_rescoring scores);
-  3. in this process, on the first --peer_lists lists: T-TA's `NeuralLM.score` and a same-size
-     BERT's pseudo-log-likelihood through minicons (random weights of T-TA's sizes and vocab,
-     reproduction/peers.py; requirements-peers.txt), --peer_batch sentences per call.
-
-Printed and written to --output_dir/results.{json,md}: hypotheses, distinct sentences, seconds
-and hypotheses/s of each, WER of the blind runs, with the CPU, threads, load and commit.
+LibriSpeech test_clean 30-best as a Kaldi dir (tests/nbest_fixtures.py), timed as a user runs it:
+run_rescoring.py --format=kaldi with T-TA, then KenLM + T-TA (weights tuned beforehand, a whole
+process from an empty cache); score.py on the distinct hypotheses; and in-process, on
+--peer_lists lists, `NeuralLM.score` against a same-size BERT's PLL through minicons.
+Results to --output_dir/results.{json,md} with the CPU, threads, load and commit.
 
   python scripts/benchmark_rescoring.py --tta=runs/reproduce/full/models/tta \\
       --kenlm=runs/reproduce/full/kenlm/5gram.bin

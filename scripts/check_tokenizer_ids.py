@@ -1,20 +1,11 @@
 """Checks that the host tokenizer (HF `tokenizers`) gives tf-text's ids on the shared data.
 
-`tokenization.host_tokenizer` and `tokenization.InGraphTokenizer` are two implementations of one
-specification; the SavedModel runs the second, Python callers the first. This script tokenizes
-every distinct sentence of the shared data with both (the authors' 29,530-piece vocab by
-default) and prints, per source, how many sentences were compared and how many got different
-ids, then the first mismatches piece by piece. Exit status 1 if any sentence differs.
-
-Sources: STS-B (train, dev, test), SICK (all of SICK.txt), the LibriSpeech 30-best lists (every
-hypothesis and reference of the four sets), WMT21 de-en (the 19 systems' candidates, the
-references and the German sources) and Gutenberg books (every raw line, boilerplate included,
-of the first --gutenberg_books books). `code_points` (every Unicode code point, alone and inside
-a word) is there to show where the two implementations' Unicode tables differ; no text of the
-data holds such characters.
+Tokenizes every distinct sentence of STS-B, SICK, the LibriSpeech lists, WMT21 de-en and the
+Gutenberg books with both (`tokenization.host_tokenizer`, `InGraphTokenizer`) and prints per
+source the sentences compared and those that differ; exit 1 if any differs. `code_points` shows
+where the two Unicode tables differ (docs/DESIGN.md §3.4).
 
   python scripts/check_tokenizer_ids.py                       # all the data (minutes)
-  python scripts/check_tokenizer_ids.py --sources=code_points --show=100
   python scripts/check_tokenizer_ids.py --max_per_source=600 --gutenberg_books=1   # a sample
 """
 

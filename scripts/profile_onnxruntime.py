@@ -1,52 +1,14 @@
 """Where the time of one sentence goes on ONNX Runtime: T-TA's graphs vs a fused HF BERT, per op.
 
-Issue 21: T-TA on our own ONNX Runtime graphs (lm/onnx_backend.py,
-`NeuralLM(backend="onnxruntime")`) is slower for one sentence than a same-size Hugging Face BERT
-exported to ONNX Runtime and fused by ORT's transformer optimizer (reproduction/peers.py,
-bert@onnxruntime), though T-TA does fewer FLOPs. This script shows where each spends the time.
+The engines are run_benchmark.py's (a random T-TA on backend "onnxruntime" and the
+bert@onnxruntime peer, same size and vocab). Per task and --lengths: the public call and the
+bare `session.run` of each are timed in turns (medians of --runs); a profiled second session of
+the same graph sums ORT's kernel events per op type after the warm-up runs (times truncated to
+whole us). Outputs in --output_dir: profile.md, profile.json and ORT's raw traces/*.json.
 
-The engines are built as run_benchmark.py builds them (reproduction/benchmark.py's `build_lms`
-and `build_peers`, with its model and timing flags): a random T-TA of the size flags (default
-paper size: 3 x 512, 8 heads, FFN 2048, the authors' 29,530-piece vocab) on backend
-"onnxruntime", and the bert@onnxruntime peer of the same size and vocab. Sentences are real
-STS-B ones of --lengths words, picked as run_benchmark picks them.
-
-For each task (sts: `lm.sentence_vectors([s], pooling="context")` and the peer's sts call;
-rerank: `lm.score([s])` and the peer's rerank call) and each length:
-
-  1. Timing. The graph a call runs is found by recording `session.run` during one call (ours:
-     the sessions of `OnnxFunctions._sessions`; the peer: the session its run function holds);
-     its exact feeds are kept. The public call and the bare `session.run(None, feeds)` of each
-     engine are then timed in turns (benchmark.time_cell: --warmup untimed calls, then --rounds
-     turns with the order rotating), medians over --runs.
-  2. Per-op profile. A second session of each graph, from the same model bytes with the same
-     session options (threads, spinning, optimization level, ...) plus `enable_profiling`, runs
-     --warmup + --runs times on the same feeds (the engines in turns). ORT's JSON trace has one
-     "model_run" event per run; kernel events ("cat": "Node", names ending "_kernel_time")
-     before the end of the last warm-up run are dropped, the rest are summed per op type
-     (args.op_name): mean us per call, nodes per call, share of the kernel total.
-  3. Per call: the public call's wall time (and its stages: tokenization, batching, graph,
-     conversion), the bare session.run's wall time, the profiled session.run's, the model_run
-     span and the sum of kernel times, so the time outside kernels (inside ORT's run), outside
-     ORT's run (the Python binding) and outside the session (our Python around it) is visible.
-
-Caveats: ORT's trace has whole microseconds, so every kernel's time is truncated (up to 1 us
-per node); the profiler's own bookkeeping makes the profiled run a little slower than the bare
-one (both are shown).
-
-Outputs in --output_dir: profile.md (the tables, also printed), profile.json (the same, with
-the CPU, threads, session options, commit and versions) and traces/*.json (ORT's raw traces, for
-chrome://tracing or Perfetto). run_benchmark's --nbest_set, --max_lists and --token_budget do
-nothing here; --backends must stay onnxruntime and --peers hold ONNX Runtime peers only.
-
-Run it under `nice` on a shared machine:
   nice python scripts/profile_onnxruntime.py                      # paper size, 20 words
   nice python scripts/profile_onnxruntime.py --lengths=5,20,40 --tasks=rerank
-  nice python scripts/profile_onnxruntime.py --hidden_size=64 --num_hidden_layers=2 \\
-      --num_attention_heads=2 --intermediate_size=256 --runs=20 --warmup=5 \\
-      --output_dir=/tmp/profile_tiny                              # smoke run
-Needs onnxruntime and onnx; the peer needs requirements-peers.txt (scripts/setup_peers.sh);
---peers= (empty) profiles ours alone.
+Needs onnxruntime and onnx; the peer requirements-peers.txt (--peers= profiles ours alone).
 """
 
 import bisect

@@ -1,19 +1,11 @@
-"""Throughput of `score.py` (sentences/s) for T-TA, biLM and uniLM, on one device and mirrored.
+"""Throughput of `score.py` (sentences/s) for T-TA, biLM and uniLM, per setup (docs/runtime.md).
 
-Random paper-size models (3 x 512, 8 heads, FFN 2048, the authors' 29,530-piece vocab) are
-written as model dirs, the first --max_lists LibriSpeech test_clean 30-best lists become one
-sentence per line, and `score.py` scores that file as a user would (a fresh process each time,
-so TensorFlow's start-up is included in "wall" and excluded in "scoring", which is read from
-the timing of the scoring loop itself). Each run is repeated --runs times; the median is shown.
+Random paper-size model dirs score the first --max_lists LibriSpeech test_clean lists as a user
+runs score.py (a fresh process: "wall" includes TF's start-up, "scoring" does not); medians of
+--runs. Setups: tf, tf_mirrored_x2 (two logical CPU devices: the replica path's overhead, not a
+speed-up), openvino, openvino_bf16, onnxruntime.
 
-  python scripts/score_throughput.py                      # every model and setup (the longest)
   python scripts/score_throughput.py --models=tta --runs=1 --setups=tf,openvino
-
-Setups: "tf" (one device), "tf_mirrored_x2" (each batch's rows split over two logical CPU
-devices, `--strategy=mirrored --num_cpu_devices=2`: on a CPU the two replicas share the same
-cores, so it shows the overhead of the replica path, not a speed-up; on GPUs each replica has
-its own device), "openvino", "openvino_bf16" and "onnxruntime" (`--backend`; bf16 only where the
-CPU has it).
 """
 
 import os

@@ -1,12 +1,8 @@
 """Which project files a training batch and a scored sentence go through (docs/DESIGN.md §1).
 
-Makes TFRecords of synthetic sentences, trains a tiny T-TA for two steps and scores one
-sentence with it, each command run as a user runs it, in a child process that records the
-project files whose code runs (`sys.setprofile`) during one call of the function that handles
-a batch: `pretraining.training._run_steps` (one step; the first call also traces the step
-function, which is where the model, the loss and the optimizer run in Python) and score.py's
-`score_batch` (the first call, the graph traced with it). Setup (flags, reading the model, the
-data sets) is left out. Prints, per phase, the files in the order of their first call.
+Trains a tiny T-TA two steps and scores one sentence, each command in a child process that
+records (`sys.setprofile`) the project files run by one call of `training._run_steps` and of
+score.py's `score_batch`; prints them per phase in the order of their first call.
 
   python scripts/trace_flow.py
 """
