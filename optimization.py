@@ -130,31 +130,17 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
       update = m / (sqrt(v) + epsilon) + weight_decay_rate * w     # decay term only if decayed
       w = w - lr * update
 
-  Two deliberate departures from textbook Adam / Keras' AdamW, both to match the optimizer that
-  trained BERT's (and T-TA's) released checkpoints:
-  * No bias correction of `m` and `v`. Early updates are therefore *larger* than bias-corrected
-    Adam's (for a steady gradient by (1 - beta_1**t) / sqrt(1 - beta_2**t): about 6.5x around
-    step 10, still 1.26x at step 1000); BERT's warmup absorbs this, and its hyper-parameters
-    (lr 1e-4, epsilon 1e-6, warmup) were tuned with it.
-  * The decay is decoupled (Loshchilov & Hutter): `weight_decay_rate * w` is added to the Adam
-    direction, not to the gradient, so it does not pass through `m`/`v` and is not clipped.
-    It is scaled by the same learning rate (and so follows the schedule), as in BERT.
+  As BERT's, and unlike textbook Adam: no bias correction of `m` and `v` (early updates are
+  larger; BERT's warmup and hyper-parameters were tuned with it), and decoupled decay
+  (Loshchilov & Hutter): `weight_decay_rate * w` joins the Adam direction, scaled by the learning
+  rate, not passing through `m`/`v` nor the clip. Variables whose Keras 3 `variable.path` matches
+  a regex of `exclude_from_weight_decay` (`re.search`; `.name` is only the last component) get no
+  decay, decided once in `build`.
 
-  Variables whose path matches any regex in `exclude_from_weight_decay` (`re.search`) get no
-  decay. The path is Keras 3's `variable.path`
-  ("bert/encoder/layer_0/attention/output/LayerNorm/gamma"); Keras 3's `variable.name` is only
-  the last component ("gamma"), which is why matching uses the path (falling back to `.name`
-  for plain `tf.Variable`s). The decision is taken once, in `build`, from the variables given.
-
-  Distribution: Keras' TF optimizer, called from `apply_gradients` inside `strategy.run`, sums
-  the per-replica gradients across replicas and updates each mirrored variable in a merge call.
-  This class keeps that machinery and only inserts the global-norm clip between the sum and the
-  update. Create (and `build`) the optimizer under `strategy.scope()`. The per-replica loss
-  must be scaled by the *global* batch size so that the sum is the global-batch gradient.
-
-  Mixed precision: with Keras' "mixed_bfloat16" policy the variables (and so the slots) stay
-  float32 and gradients arrive in float32; any lower-precision gradient is cast to the
-  variable's dtype before use. No loss scaling is needed for bfloat16.
+  Distribution: Keras sums the per-replica gradients in `apply_gradients`; this class only
+  inserts the global-norm clip between the sum and the update (docs/DESIGN.md §3.2). Create and
+  `build` it under `strategy.scope()`; scale the per-replica loss by the global batch size.
+  Mixed precision: variables and slots stay float32, lower-precision gradients are cast.
 
   Checkpointing: `tf.train.Checkpoint(optimizer=...)` saves the iteration count and the
   `adam_m`/`adam_v` slots; the learning rate is a function of the iteration count, so restoring

@@ -464,10 +464,8 @@ def normalize_librispeech(sentence: str, counts: Optional[collections.Counter] =
   folded to ASCII (café -> CAFE, Æ -> AE); hyphens and dashes -> spaces; all other punctuation
   and symbols removed, except apostrophes between two letters (O'BRIEN'S, DON'T); a leading or
   trailing apostrophe ('TIS, SOLDIERS') is removed, as in the LibriSpeech references.
-  Why spell numbers rather than drop sentences with digits: the references spell them
-  ("EIGHTEEN SIXTY THREE", "FIVE HUNDRED AND SIXTY") and dropping would bias the corpus against
-  dates and quantities; numbers we cannot say with confidence are dropped instead (see Raises).
-  Evaluation text, which must never be dropped, goes through `normalizer` instead.
+  Numbers are spelled, as the references spell them, rather than dropped (which would bias the
+  corpus against dates and quantities). Evaluation text goes through `normalizer` instead.
 
   Example: "Mr. O'Brien's café, 1894!" -> "MISTER O'BRIEN'S CAFE EIGHTEEN NINETY FOUR".
 
