@@ -14,68 +14,32 @@ from absl import flags
 from absl import logging
 
 from lm import ngram_lm
-from text import normalization as normalization_lib
 from util import cli
 from util import progress
+
+FLAGS = flags.FLAGS
 
 
 def define_flags():
   """Defines the CLI flags."""
-  flags.DEFINE_string("train_text", None, "Training text, one sentence per line: trains a model.")
-  flags.DEFINE_string("output", None, "Where the trained model goes (with --train_text).")
-  flags.DEFINE_integer("order", 5, "n-gram order.")
-  flags.DEFINE_string("memory", "20%", "lmplz -S: sorting memory, e.g. 20% or 2G.")
-  flags.DEFINE_list("prune", None, "lmplz --prune count thresholds per order, e.g. 0,0,1.")
-  flags.DEFINE_bool("discount_fallback", False, "lmplz --discount_fallback (tiny corpora).")
-  flags.DEFINE_bool("binary", True, "Write a KenLM binary (else ARPA).")
-  flags.DEFINE_enum(
-    "normalization",
-    None,
-    normalization_lib.NORMALIZATIONS,
-    "Normalization of --train_text, stored beside the model "
-    "so that scoring normalizes text the same way.",
-  )
-  flags.DEFINE_string(
-    "model",
-    None,
-    "ARPA or KenLM binary model to score with: this KenLM tool takes the file itself, as "
-    "KenLM's query does; every LM command takes it as --model_dir=kenlm:PATH.",
-  )
-  flags.DEFINE_string(
-    "score_file",
-    None,
-    "Sentences to score, one per line, normalized as recorded with the model (as score.py "
-    "does); prints ln p, n_words, n_oov, text.",
-  )
-  flags.DEFINE_bool("bos", True, "Condition the first word on <s>.")
-  flags.DEFINE_bool("eos", True, "Score </s> (counted as a word).")
-  return flags.FLAGS
+  cli.define_param_flags(ngram_lm.NgramParams)
+
+
+def params_from_flags():
+  """`ngram_lm.NgramParams` from the parsed flags."""
+  with cli.user_input():
+    return ngram_lm.NgramParams(**cli.param_values(ngram_lm.NgramParams, FLAGS))
 
 
 def main(argv):
   del argv
-  FLAGS = flags.FLAGS  # pylint: disable=invalid-name
-  if bool(FLAGS.train_text) == bool(FLAGS.score_file):
-    raise cli.InputError("give either --train_text (with --output) or --score_file (with --model)")
-  if FLAGS.train_text:
-    if not FLAGS.output:
-      raise cli.InputError("--train_text needs --output")
+  params = params_from_flags()
+  if params.train_text:
     with cli.user_input():
-      ngram_lm.train_ngram(
-        FLAGS.train_text,
-        FLAGS.output,
-        order=FLAGS.order,
-        memory=FLAGS.memory,
-        prune=FLAGS.prune,
-        discount_fallback=FLAGS.discount_fallback,
-        binary=FLAGS.binary,
-        normalization=FLAGS.normalization,
-      )
-    print(FLAGS.output)
+      ngram_lm.train(params)
+    print(params.output)
     return
-  if not FLAGS.model:
-    raise cli.InputError("--score_file needs --model")
-  score_file(FLAGS.model, FLAGS.score_file, FLAGS.bos, FLAGS.eos)
+  score_file(params.model, params.score_file, params.bos, params.eos)
 
 
 # Sentences normalized and scored at a time.
