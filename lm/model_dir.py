@@ -9,6 +9,7 @@ the T-TA authors, under the names of `TransformerLM.tf1_variables()`.
 
 import contextlib
 import copy
+import dataclasses
 import gc
 import hashlib
 import os
@@ -18,8 +19,10 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+import kinds
 import modeling
 import tokenization
+from util import cli
 from util import io_utils
 
 CONFIG_FILE = "config.json"
@@ -628,3 +631,117 @@ def write_tf1_checkpoint(arrays, checkpoint_prefix):
     with tf.compat.v1.Session() as sess:
       sess.run(tf.compat.v1.global_variables_initializer())
       return saver.save(sess, checkpoint_prefix, write_meta_graph=False)
+
+
+# ---------------------------------------------------------------------- conversion
+
+# The release formats convert_checkpoint.py's --input takes (a model dir of ours needs none).
+INPUT_PREFIXES = ("hf:", "bert:")
+
+
+@dataclasses.dataclass
+class ConversionParams:
+  """Which released checkpoint to convert and where; convert_checkpoint.py makes its flags from
+  the `cli.param` fields. Exactly one source: `input` (hf:DIR, bert:DIR) or `init_checkpoint`."""
+
+  output_dir: str = cli.param("The model dir to write (must not hold a model yet).")
+  input: str = cli.param(
+    "hf:DIR (Hugging Face BERT) or bert:DIR (Google BERT release) to convert.", None
+  )
+  init_checkpoint: str = cli.param(
+    "Instead of --input: a TF1 checkpoint prefix (e.g. DIR/model.ckpt).", None
+  )
+  bert_config_file: str = cli.param("With --init_checkpoint: its BERT-style config.", None)
+  vocab_file: str = cli.param("With --init_checkpoint: the vocab it was trained with.", None)
+  model_type: str = cli.param(
+    "With --init_checkpoint: what it holds (the T-TA authors' checkpoint: tta).",
+    "tta",
+    kinds.MODEL_TYPES,
+  )
+  do_lower_case: bool = cli.param(
+    "bert:DIR and --init_checkpoint: whether the vocab is uncased (default true; false for "
+    "Google's cased releases). Not with hf:DIR, whose tokenizer_config.json says it.",
+    None,
+  )
+
+  def __post_init__(self):
+    if bool(self.input) == bool(self.init_checkpoint):
+      raise ValueError("give either --input=hf:DIR|bert:DIR or --init_checkpoint")
+    if self.init_checkpoint:
+      if not (self.bert_config_file and self.vocab_file):
+        raise ValueError("--init_checkpoint needs --bert_config_file and --vocab_file")
+      return
+    if not self.input.startswith(INPUT_PREFIXES):
+      raise ValueError(f"--input must start with one of {INPUT_PREFIXES}, got {self.input!r}")
+    if self.input.startswith("hf:") and self.do_lower_case is not None:
+      raise ValueError("--do_lower_case is for bert: and TF1 inputs; hf:DIR's tokenizer says it")
+
+
+def load_source(params):
+  """(model, tokenizer) of the checkpoint `ConversionParams` `params` names."""
+  do_lower_case = True if params.do_lower_case is None else params.do_lower_case
+  if params.init_checkpoint:
+    return load_tf1_model(
+      params.bert_config_file,
+      params.vocab_file,
+      params.init_checkpoint,
+      params.model_type,
+      do_lower_case,
+    )
+  if params.input.startswith("bert:"):
+    # Google's release dirs do not say whether they are cased; the flag does.
+    return load_google_bert(params.input[len("bert:") :], do_lower_case)
+  # hf_checkpoint reads through this module: imported here, not at the top.
+  from lm import hf_checkpoint  # pylint: disable=g-import-not-at-top
+
+  return hf_checkpoint.load_hf_bert(params.input[len("hf:") :])
+
+
+def check_output_dir(output_dir):
+  """Raises ValueError if output_dir already holds a model."""
+  if latest_checkpoint(output_dir):
+    raise ValueError(f"{output_dir} already holds a model; choose a new --output_dir")
+
+
+def convert(model, tokenizer, output_dir):
+  """Writes a loaded model as a model dir and checks that it reads back the same.
+
+  Args:
+    model: `modeling.TransformerLM` as a loader returned it.
+    tokenizer: its `tokenization.FullTokenizer`; its lower-casing and boundary tokens are
+      recorded in config.json.
+    output_dir: str; must not hold a checkpoint yet.
+
+  Returns:
+    The checkpoint prefix written.
+
+  Raises:
+    ValueError: if output_dir already holds a model.
+  """
+  check_output_dir(output_dir)
+  # Recorded even when the vocab's rule would choose the same pair: the dir then frames
+  # sentences as its source did whatever the rule becomes.
+  model.config.boundary_tokens = list(tokenizer.boundary_tokens)
+  model.config.do_lower_case = tokenizer.do_lower_case
+  prefix = save_model_dir(model, tokenizer.vocab_file, output_dir)
+  again, again_tokenizer = load_model_dir(output_dir)
+  if (
+    weights_fingerprint(again) != weights_fingerprint(model)
+    or again_tokenizer.boundary_tokens != tokenizer.boundary_tokens
+  ):
+    raise RuntimeError(f"{output_dir} does not read back as the model just written")
+  return prefix
+
+
+def convert_checkpoint(params):
+  """Converts the checkpoint `ConversionParams` `params` names into `params.output_dir`.
+
+  Returns:
+    (model, tokenizer, checkpoint prefix written).
+
+  Raises:
+    ValueError / OSError: naming the unreadable source or the output dir that holds a model.
+  """
+  check_output_dir(params.output_dir)  # before the (slow) load
+  model, tokenizer = load_source(params)
+  return model, tokenizer, convert(model, tokenizer, params.output_dir)

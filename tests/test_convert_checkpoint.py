@@ -2,7 +2,6 @@
 
 import json
 import os
-import types
 
 import commands
 from conftest import WORDS
@@ -13,12 +12,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import convert_checkpoint
 from lm import inference
 from lm import model_dir
 import modeling
 import tokenization
-from util import cli
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 # The keys of the authors' configs/config.layer-3.vocab-lower.sub-32k.json (besides vocab_file).
@@ -37,12 +34,6 @@ AUTHORS_CONFIG_KEYS = (
 SENTENCES = ["the cat sat on the mat .", "a dog ran far away", "walking cats"]
 
 
-def args(**values):
-  """The flag values `convert_checkpoint.load_source` reads, unset unless given."""
-  names = ("input", "init_checkpoint", "bert_config_file", "vocab_file", "do_lower_case")
-  return types.SimpleNamespace(**dict(dict.fromkeys(names), model_type="tta", **values))
-
-
 def assert_same_scores(a, b):
   for x, y in zip(a.score(SENTENCES), b.score(SENTENCES)):
     assert x.tokens == y.tokens
@@ -57,12 +48,17 @@ def read_config(path):
 def test_hf_dir_converts_to_a_model_dir_that_scores_the_same(tmp_path):
   hf = write_hf_bert_dir(tmp_path / "hf", tiny_bert())
   out = str(tmp_path / "converted")
-  convert_checkpoint.convert(*convert_checkpoint.load_source(args(input=f"hf:{hf}")), out)
+  params = model_dir.ConversionParams(output_dir=out, input=f"hf:{hf}")
+  model_dir.convert_checkpoint(params)
   config = read_config(out)
   assert config["model_type"] == "bert" and config["boundary_tokens"] == ["[CLS]", "[SEP]"]
   assert_same_scores(inference.load_lm(f"hf:{hf}"), inference.load_lm(out))
-  with pytest.raises(ValueError, match="already holds a model"):
-    convert_checkpoint.convert(*convert_checkpoint.load_source(args(input=f"hf:{hf}")), out)
+  for convert_again in (
+    lambda: model_dir.convert_checkpoint(params),  # refused before the load
+    lambda: model_dir.convert(*model_dir.load_source(params), out),
+  ):
+    with pytest.raises(ValueError, match="already holds a model"):
+      convert_again()
 
 
 @pytest.mark.slow(seconds=3)
@@ -106,5 +102,5 @@ def test_authors_tf1_checkpoint_converts_on_the_command_line(tmp_path):
   ],
 )
 def test_flags_that_do_not_name_one_source_are_refused(given, message):
-  with pytest.raises(cli.InputError, match=message):
-    convert_checkpoint.load_source(args(**given))
+  with pytest.raises(ValueError, match=message):
+    model_dir.ConversionParams(output_dir="out", **given)
