@@ -45,12 +45,13 @@ def choose(weights, prepared, lm_scores):
   Returns:
     list[int].
   """
+  vectors = {}  # the weights in the order of a list's first-pass columns (one order, usually)
   chosen = []
   for p, lm in zip(prepared, lm_scores):
+    if p.feature_names not in vectors:
+      vectors[p.feature_names] = weights.aligned(p.feature_names).vector()
     table = combination.stack(p.features, np.asarray(lm, np.float64)[:, None], p.words)
-    chosen.append(
-      int(np.argmax(combination.scores(table, weights.aligned(p.feature_names).vector())))
-    )
+    chosen.append(int(np.argmax(combination.scores(table, vectors[p.feature_names]))))
   return chosen
 
 

@@ -151,17 +151,15 @@ def identity(params, with_lms=True):
   """The run identity of a --test_file run's --output_dir (util/runs.py): the lists, the LMs and
   how they score (unless not `with_lms`), the weights file and every flag that changes the
   outputs (not progress or thread options)."""
-  files = {"dev_file": params.dev_file, "test_file": params.test_file}
-  files["weights_file"] = params.weights_file
+  files = ("dev_file", "test_file", "weights_file")
   job = {
     "command": "run_rescoring.py",
-    **{k: v and runs.path_identity(v) for k, v in files.items()},
+    **{k: getattr(params, k) and runs.path_identity(getattr(params, k)) for k in files},
     "dev_refs": [runs.path_identity(p) for p in params.dev_refs],
     "test_refs": [runs.path_identity(p) for p in params.test_refs],
   }
-  for k in ("format", "format_options", "task", "first_pass", "allow_negative_weights", "cer"):
-    job[k] = getattr(params, k)
-  for k in ("max_lists", "sample_lists", "sample_seed"):
+  outputs = ("format", "format_options", "task", "first_pass", "allow_negative_weights", "cer")
+  for k in outputs + ("max_lists", "sample_lists", "sample_seed"):
     job[k] = getattr(params, k)
   if with_lms:
     job["lms"] = [dict(inference.spec_identity(spec), name=name) for name, spec in params.lms]
