@@ -17,11 +17,11 @@ from absl import logging
 
 import kinds
 from lm import backends
+from lm import flops
 from lm import lm_flags
 from reproduction import benchmark
 from reproduction import benchmark_report
 from util import cli
-from util import flops
 from util import io_utils
 from util import machine
 

@@ -17,6 +17,7 @@ import time
 from absl import logging
 import numpy as np
 
+from evaluation import comparisons
 from evaluation import pair_files
 from evaluation import pair_similarity
 from evaluation import significance
@@ -24,7 +25,6 @@ from evaluation import sts_data
 from evaluation import whitening
 from lm import inference
 from lm import lm_flags
-from reproduction import reproduction_report
 from util import cli
 from util import io_utils
 from util import runs
@@ -579,9 +579,7 @@ def pairs_report(rows, groups, counts, model_names, truncated, windowed, bootstr
   for row in rows if tasks else ():
     paper_row = paper.get((row["model"], row["representation"]))
     row["avg"] = pair_similarity.senteval_average(row, tasks, paper_row)
-  comparisons = reproduction_report.sts_comparisons(
-    rows, list(itertools.combinations(model_names, 2))
-  )
+  paired = comparisons.sts_comparisons(rows, list(itertools.combinations(model_names, 2)))
   # A difference of correlations is undefined where either is (it would compare a 0 standing in).
   defined = {
     (r["model"], r["representation"], name)
@@ -589,8 +587,8 @@ def pairs_report(rows, groups, counts, model_names, truncated, windowed, bootstr
     for name, scores in r["scores"].items()
     if scores[0] is not None
   }
-  comparisons = [
-    c for c in comparisons if {(c[m], c["representation"], c["set"]) for m in ("a", "b")} <= defined
+  paired = [
+    c for c in paired if {(c[m], c["representation"], c["set"]) for m in ("a", "b")} <= defined
   ]
   sets = [
     {
@@ -626,15 +624,15 @@ def pairs_report(rows, groups, counts, model_names, truncated, windowed, bootstr
       "Spearman x 100 of each task's all (and of STS-B test and SICK test when --sets ran "
       "them).\n\n" + pair_similarity.markdown_table(rows, gold_groups),
     )
-  if comparisons:
+  if paired:
     parts.append(
       "Each model minus each later one, paired bootstrap over the same pairs:\n\n"
-      + reproduction_report.comparison_table(comparisons, ["set", "representation"])
+      + comparisons.comparison_table(paired, ["set", "representation"])
       + "\n"
     )
   results = {
     "sets": sets,
     "rows": [{k: v for k, v in row.items() if k not in ("cosines", "gold")} for row in rows],
-    "comparisons": comparisons,
+    "comparisons": paired,
   }
   return results, "\n".join(parts)

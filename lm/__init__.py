@@ -4,5 +4,5 @@
 spec; `NeuralLM`, `NgramLM`); `scoring_graph` holds the graph functions it compiles and the
 SavedModel traces; `backends` (with `stage_clock`) and `onnx_backend` are what runs them;
 `model_dir` and `hf_checkpoint` read and write models on disk; `ngram_lm` trains and scores KenLM
-5-grams.
+5-grams; `flops` counts a model's matmul FLOPs per kind (the benchmark's and training's GFLOP/s).
 """

@@ -8,7 +8,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from util import flops
+from lm import flops
 from util import progress
 
 # The per-step global sums a train/eval step returns, in this order.

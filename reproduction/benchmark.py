@@ -16,10 +16,10 @@ from absl import logging
 import numpy as np
 
 import kinds
+from lm import flops
 from reproduction import benchmark_report
 from reproduction import peers as peers_lib
 from util import cli
-from util import flops
 from util import io_utils
 from util import machine
 

@@ -8,7 +8,7 @@ import json
 import os
 
 from lm import backends
-from util import flops
+from lm import flops
 from util import io_utils
 
 # Short task names used in the plot legend, as in the paper's Figure 4.

@@ -20,7 +20,7 @@ from evaluation import significance
 # The stages each seed k > 1 runs after its training: every evaluation that compares models (the
 # learning curves are seed 1's only).
 EVALUATIONS = ("sts", "asr_paired", "asr_word", "asr", "nmt")
-# The report's lists of paired comparisons (reproduction_report.asr_comparisons, sts_comparisons).
+# The report's lists of paired comparisons (evaluation/comparisons.py).
 COMPARISONS = (
   "asr_comparisons",
   "asr_paired_comparisons",

@@ -9,6 +9,7 @@ import re
 
 from absl import logging
 
+from evaluation import comparisons
 from evaluation import significance
 import kinds
 from reproduction import modes
@@ -525,11 +526,11 @@ def stage_evaluations(
       dict(key, kenlm=kenlm_path, max_lists=max_lists),
     )
 
-  results["sts_comparisons"] = reproduction_report.sts_comparisons(results["sts"])
-  results["asr_comparisons"] = reproduction_report.asr_comparisons(results["asr"])
-  results["asr_paired_comparisons"] = reproduction_report.asr_comparisons(results["asr_paired"])
-  results["asr_word_comparisons"] = reproduction_report.asr_comparisons(
-    results["asr_paired"], reproduction_report.WORD_PAIRS
+  results["sts_comparisons"] = comparisons.sts_comparisons(results["sts"])
+  results["asr_comparisons"] = comparisons.asr_comparisons(results["asr"])
+  results["asr_paired_comparisons"] = comparisons.asr_comparisons(results["asr_paired"])
+  results["asr_word_comparisons"] = comparisons.asr_comparisons(
+    results["asr_paired"], comparisons.WORD_PAIRS
   )
   return results
 

@@ -1,13 +1,13 @@
-"""FLOP counts (util/flops.py), checked by hand against the formulas."""
+"""FLOP counts (lm/flops.py), checked by hand against the formulas."""
 
 from conftest import tiny_config
 import pytest
 
 import kinds
+from lm import flops
 from lm import inference
 import modeling
 import tokenization
-from util import flops
 
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "."]
 # The shapes the hand counts below use: D=4, I=8, one layer, V=50.

@@ -140,7 +140,7 @@ def _assert_report_tables(work, report):
     assert table in text
   # Paired comparisons of T-TA with biLM and uniLM: 2 test sets x 2 settings (uniLM only on the
   # whole sets), 3 STS sets x 6 representations (and T-TA-w vs T-TA); the word-level pairs
-  # (reproduction_report.WORD_PAIRS) on the sample; the WER cells carry their p vs the first pass.
+  # (comparisons.WORD_PAIRS) on the sample; the WER cells carry their p vs the first pass.
   assert len(report["asr_comparisons"]) == 4 and len(report["asr_paired_comparisons"]) == 8
   assert len(report["asr_word_comparisons"]) == 12
   assert len(report["sts_comparisons"]) == 54

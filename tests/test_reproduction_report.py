@@ -3,6 +3,7 @@ comparisons, and the notes of a quick-mode report."""
 
 import pytest
 
+from evaluation import comparisons
 from reproduction import reproduction_report
 from reproduction import seed_runs
 
@@ -74,15 +75,15 @@ def test_report_cells_show_p_values_cis_and_paired_lm_comparisons():
   assert lines[5] == "| + 5-gram | 1.50 (λ 0.10) | 1.60 (λ 0.20) |"
   # T-TA makes 0 errors where biLM makes 1 in 4 words, on every utterance: -25 WER points in
   # every resample, so the CI is [-25, -25] and no resample reaches 0 (p 0).
-  comparisons = reproduction_report.asr_comparisons(asr)
-  assert [(c["b"], c["test"], c["setting"]) for c in comparisons] == [
+  paired = comparisons.asr_comparisons(asr)
+  assert [(c["b"], c["test"], c["setting"]) for c in paired] == [
     ("biLM", "test_clean", "am"),
     ("biLM", "test_clean", "full"),
   ]
-  assert comparisons[0]["difference"] == pytest.approx(-25.0)
-  assert comparisons[0]["low"] == pytest.approx(-25.0) == comparisons[0]["high"]
-  assert comparisons[0]["p_value"] == 0.0 and comparisons[0]["num_units"] == 4
-  table = reproduction_report.comparison_table(comparisons, ["test", "setting"]).splitlines()
+  assert paired[0]["difference"] == pytest.approx(-25.0)
+  assert paired[0]["low"] == pytest.approx(-25.0) == paired[0]["high"]
+  assert paired[0]["p_value"] == 0.0 and paired[0]["num_units"] == 4
+  table = comparisons.comparison_table(paired, ["test", "setting"]).splitlines()
   assert table[2] == "| T-TA - biLM | test clean | am | -25.00 [-25.00, -25.00] | < 0.001 |"
   # STS: T-TA's cosines follow the gold scores exactly (r = 100), biLM's are reversed
   # (r = -100): difference 200, and its CI stays above 0.
@@ -108,7 +109,7 @@ def test_report_cells_show_p_values_cis_and_paired_lm_comparisons():
   cells = reproduction_report.sts_table(sts, ["sick_test"]).splitlines()
   assert cells[2] == "| T-TA | context | 100.00 [99.50, 100.00] |"
   assert cells[3] == "| biLM | context | -100.00 [-100.00, -99.50] |"
-  (c,) = reproduction_report.sts_comparisons(sts)
+  (c,) = comparisons.sts_comparisons(sts)
   assert (c["a"], c["b"], c["set"], c["representation"]) == ("T-TA", "biLM", "sick_test", "context")
   assert c["difference"] == pytest.approx(200.0)
   assert 0 < c["low"] <= c["high"] <= 200.0 + 1e-9 and c["p_value"] < 0.01

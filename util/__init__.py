@@ -2,6 +2,6 @@
 
 `cli` (the entry point: a wrong input is one line and exit 2), `io_utils` (data root, atomic
 writes, stamps, locks), `resumable` (outputs a re-run resumes), `runs` (the job an output dir
-holds), `progress` (rate and ETA), `machine` (the CPU and commit behind a figure), `flops`
-(analytic FLOPs), `distribute_utils` (tf.distribute strategies).
+holds), `progress` (rate and ETA), `machine` (the CPU and commit behind a figure),
+`distribute_utils` (tf.distribute strategies).
 """
