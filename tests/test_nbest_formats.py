@@ -157,6 +157,19 @@ def test_kaldi_rejects(tmp_path, change, file, line, message):
   _rejects("kaldi", words, where, message, refs_path=refs, costs=costs)
 
 
+def test_kaldi_word_ids_before_int2sym_are_refused_but_numbers_in_words_are_read(tmp_path):
+  # rnnlmrescore.sh's `words` archive before `utils/int2sym.pl -f 2- words.txt`: word ids.
+  ids = "s1-u1-1 2519 412 9001\ns1-u1-2 2519 412 9000\ns1-u1-3 \ns1-u2-1 88\n"
+  words, costs, refs = _kaldi_sample(tmp_path, words=ids)
+  for message in ("word ids", "utils/int2sym.pl", "words.txt"):
+    _rejects("kaldi", words, f"{words}:1", message, refs_path=refs, costs=costs)
+  # Real transcripts that hold numbers, one of them numerals only, are words.
+  numbers = "s1-u1-1 call 911\ns1-u1-2 call 9 1 1\ns1-u1-3 \ns1-u2-1 2020\n"
+  words, costs, refs = _kaldi_sample(tmp_path, words=numbers)
+  lists = formats.read_nbest("kaldi", words, costs=costs)
+  assert [[h.text for h in n.hyps] for n in lists] == [["call 911", "call 9 1 1", ""], ["2020"]]
+
+
 def test_espnet2_decode_dir_sample(tmp_path):
   # espnet2/bin/asr_inference.py writes <n>best_recog/{token,token_int,score,text} under each
   # job's --output_dir logdir/output.JOB (egs2/TEMPLATE/asr1/asr.sh); score = str(hyp.score).

@@ -360,3 +360,23 @@ def test_long_hypotheses_are_read_in_windows_and_counted(tiny_lm, tmp_path):
   assert row["windowed"] == 1 and row["truncated"] == 0
   assert "read in sliding windows: tta 1" in stdout
   assert "read in sliding windows: tta 1" in (out / "rescoring_results.md").read_text()
+
+
+def test_kaldi_word_ids_are_one_line_naming_int2sym(tiny_lm, tmp_path):
+  lists = nbest_fixtures.toy_lists([["7 19 3", "7 19"], ["245", "245 8"]])
+  directory, refs = nbest_fixtures.write_kaldi_dir(lists, str(tmp_path / "ids"))
+  result = commands.run(
+    "run_rescoring.py",
+    f"--lm=tta={tiny_lm}",
+    "--format=kaldi",
+    f"--dev_file={directory}",
+    f"--dev_refs={refs}",
+    f"--test_file={directory}",
+    f"--test_refs={refs}",
+    f"--output_dir={tmp_path / 'out'}",
+    status=2,
+  )
+  (line,) = [l for l in result.stderr.splitlines() if l.startswith("run_rescoring.py: error")]
+  assert f"{os.path.join(directory, 'text')}:1" in line
+  assert "utils/int2sym.pl" in line and "words.txt" in line
+  assert not (tmp_path / "out").exists()
