@@ -123,7 +123,7 @@ def run(params):
   record = None
   if params.test_file is not None and params.output_dir:
     with cli.user_input():
-      # With the paper's table too (json/tsv files with references), LMs run one at a time into
+      # With the paper's table too (`paper_table` files with references), LMs run one at a time into
       # one dir add up to one table (paper_protocol.merge_rows): each rewrites the outputs whole.
       job = identity(params, with_lms=not table_runs)
       record = runs.Record(params.output_dir, job, OUTPUTS, params.overwrite)
