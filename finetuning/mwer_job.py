@@ -20,19 +20,20 @@ from finetuning import mwer_report
 from finetuning import mwer_training
 from lm import inference
 from nbest import combination
+from nbest import formats
 from nbest import settings
 from nbest import shared_data
 from nbest import types
-from nbest.formats import espnet
-from nbest.formats import mlm_json
-from nbest.formats import tsv
 from util import cli
 from util import distribute_utils
 from util import io_utils
 from util import machine
 from util import runs
 
-FORMATS = ("espnet", "json", "tsv")
+# MWER reads sets without reference files and holds speakers out by utterance key.
+FORMATS = tuple(
+  name for name, fmt in formats.FORMATS.items() if fmt.refs_in_file and not fmt.aligned_refs
+)
 MODEL_DIR = "model"
 # What a job writes in --output_dir besides its score cache: a dir per setting, the results.
 OUTPUTS = (*settings.SETTINGS, "results.json", "results.md")
@@ -50,7 +51,6 @@ _NOT_IDENTITY = (
   "test_sets",
   "mwer",
 )
-_READERS = {"json": mlm_json.read_json_nbest, "tsv": tsv.read_tsv_nbest}
 
 
 @dataclasses.dataclass
@@ -136,10 +136,7 @@ def read_sets(params, names):
   """{name: list[NBestList]} of set names or files, sampled by --sample_lists."""
   sets = {}
   for name in names:
-    if params.format == "espnet":
-      lists = espnet.read_espnet_nbest(name, params.data_dir)
-    else:
-      lists = _READERS[params.format](name)
+    lists, _ = formats.read_set(params.format, name, data_dir=params.data_dir)
     for nbest_list in lists:
       if len(nbest_list.refs) != 1:
         raise ValueError(f"{name}: list {nbest_list.key!r} has {len(nbest_list.refs)} references")

@@ -10,7 +10,6 @@ import os
 from evaluation import metrics
 from nbest import combination
 from nbest import formats
-from nbest import text_files
 from nbest import tuning
 from util import io_utils
 
@@ -28,26 +27,6 @@ def parse_option(text):
   if key == "columns" and isinstance(parsed, list):
     parsed = tuple(parsed)
   return key, parsed
-
-
-def read_set(fmt, path, refs_paths, options):
-  """Lists of one set: `refs_paths` (list of str, maybe empty) are its reference files; several
-  give several references per segment (line-aligned for a format with `aligned_refs`, else keyed
-  Kaldi text files, each with every key)."""
-  if formats.FORMATS[fmt].aligned_refs and refs_paths:
-    return formats.read_nbest(fmt, path, refs_path=list(refs_paths), **options)
-  lists = formats.read_nbest(fmt, path, refs_paths[0] if refs_paths else None, **options)
-  for extra in refs_paths[1:]:
-    refs = text_files.read_keyed_refs(extra)
-    for lst in lists:
-      if lst.key not in refs:
-        raise ValueError(f"{extra}:1: no reference for {lst.key!r}")
-      lst.refs.append(refs[lst.key][0][0])
-    keys = {lst.key for lst in lists}
-    for key, (_, where) in refs.items():
-      if key not in keys:
-        raise ValueError(f"{where}: reference for {key!r}, which has no hypotheses")
-  return lists
 
 
 def lm_table(lists, scores, sentence_score="sum"):
@@ -224,10 +203,11 @@ def format_metrics(values):
   )
 
 
-def rescore_own_files(params, sets, kept, lm_scores, metric):
+def rescore_own_files(params, sets, kept, lm_scores, metric, unmatched):
   """--test_file runs: the combination's weights, and for each set its rescored lists, 1-best
   files and metrics in --output_dir/<set>/, summed up in --output_dir/rescoring_report.json;
-  `kept` gives each set's lists' indices in its file (read_lists)."""
+  `kept` gives each set's lists' indices in its file, `unmatched` its references without
+  hypotheses, left out of every metric (read_lists)."""
   lm_tables = {
     n: {m: lm_table(l, s, params.sentence_score) for m, s in lm_scores.items()}
     for n, l in sets.items()
@@ -257,6 +237,7 @@ def rescore_own_files(params, sets, kept, lm_scores, metric):
     )
     entry = {
       "lists": len(lists),
+      "references_without_hypotheses": unmatched[name],
       "outputs": paths,
       "first_pass": set_metrics(lists, first, metric, params.cer),
       "rescored": set_metrics(lists, choice, metric, params.cer),

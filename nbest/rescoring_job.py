@@ -18,7 +18,6 @@ from nbest import rescoring
 from nbest import settings
 from nbest import shared_data
 from nbest import types
-from nbest.formats import espnet
 from util import cli
 from util import io_utils
 from util import runs
@@ -120,11 +119,11 @@ def run(params):
     for _, spec in params.lms:
       inference.check_spec(spec)
   metric = "bleu" if params.task == "nmt" else "wer"
-  sets, table_runs, kept = read_lists(params)
+  sets, table_runs, kept, unmatched = read_lists(params)
   record = None
   if params.test_file is not None and params.output_dir:
     with cli.user_input():
-      # With the paper's table too (json/tsv files with references), LMs run one at a time into
+      # With the paper's table too (`paper_table` files with references), LMs run one at a time into
       # one dir add up to one table (paper_protocol.merge_rows): each rewrites the outputs whole.
       job = identity(params, with_lms=not table_runs)
       record = runs.Record(params.output_dir, job, OUTPUTS, params.overwrite)
@@ -144,7 +143,7 @@ def run(params):
   if record is not None:
     record.start()
     with cli.user_input():
-      rescoring.rescore_own_files(params, sets, kept, all_scores, metric)
+      rescoring.rescore_own_files(params, sets, kept, all_scores, metric, unmatched)
 
 
 def identity(params, with_lms=True):
@@ -168,19 +167,22 @@ def identity(params, with_lms=True):
 
 
 def read_sets(params):
-  """{set name: list of NBestList} and the (dev, test, settings) of the paper's table to run
-  (none for --test_file sets without references, or rescored with --weights_file)."""
+  """{set name: list of NBestList}, the (dev, test, settings) of the paper's table to run (none
+  for --test_file sets without references, or rescored with --weights_file), and {--test_file set
+  name: its references without hypotheses} (`formats.read_set`)."""
   if params.test_file is not None:
-    sets = {}
+    sets, unmatched = {}, {}
     for name, path, refs in (
       ("dev", params.dev_file, params.dev_refs),
       ("test", params.test_file, params.test_refs),
     ):
       if path is not None:
-        sets[name] = rescoring.read_set(params.format, path, refs, params.format_options)
+        sets[name], unmatched[name] = formats.read_set(
+          params.format, path, refs, params.format_options
+        )
     table = (
       params.task == "asr"
-      and params.format in ("json", "tsv")
+      and formats.FORMATS[params.format].paper_table
       and "dev" in sets
       and not params.weights_file
       and all(lists[0].refs for lists in sets.values())
@@ -191,29 +193,36 @@ def read_sets(params):
     rescoring.check_tuning_input(
       sets, names, params.weights_file, params.first_pass, params.dev_file
     )
-    return sets, [("dev", "test", params.settings)] if table else []
+    return sets, [("dev", "test", params.settings)] if table else [], unmatched
   if params.task == "nmt":
-    return {"wmt21": shared_data.read_wmt_candidates(params.data_dir)}, [(None, "wmt21", [None])]
+    return (
+      {"wmt21": shared_data.read_wmt_candidates(params.data_dir)},
+      [(None, "wmt21", [None])],
+      {},
+    )
   pairs = [p.split(":") for p in params.pairs]
   names = sorted({n for p in pairs for n in p})
   # Only the lists of --max_lists / --sample_lists are parsed (read_lists cuts the others alike).
   select = types.list_selection(params.max_lists, params.sample_lists, params.sample_seed)
-  sets = {n: espnet.read_espnet_nbest(n, params.data_dir, select) for n in names}
-  return sets, [(dev, test, params.settings) for dev, test in pairs]
+  sets = {}
+  for n in names:
+    sets[n], _ = formats.read_set("espnet", n, data_dir=params.data_dir, select=select)
+  return sets, [(dev, test, params.settings) for dev, test in pairs], {}
 
 
 def read_lists(params):
   """The sets ({name: [NBestList]}, cut by --max_lists / --sample_lists), the paper-protocol
-  runs, checked, and {name: the indices of the set's lists among those read}."""
+  runs, checked, {name: the indices of the set's lists among those read} and {name: its
+  references without hypotheses}."""
   with cli.user_input():
-    sets, table_runs = read_sets(params)
+    sets, table_runs, unmatched = read_sets(params)
     paper_protocol.check_settings(sets, table_runs)
   select = types.list_selection(params.max_lists, params.sample_lists, params.sample_seed)
   kept = {name: [int(i) for i in select(len(lists))] for name, lists in sets.items()}
   sets = {name: [lists[i] for i in kept[name]] for name, lists in sets.items()}
   for name, lists in sets.items():
     logging.info("%s: %d lists, %d hypotheses", name, len(lists), sum(len(l.hyps) for l in lists))
-  return sets, table_runs, kept
+  return sets, table_runs, kept, unmatched
 
 
 def rescore_all(params, cache, sets, table_runs, metric):

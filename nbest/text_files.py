@@ -6,6 +6,8 @@ import math
 import os
 import re
 
+from absl import logging
+
 from nbest import types
 from util import io_utils
 
@@ -233,26 +235,33 @@ def read_aligned_refs(paths):
   }
 
 
-def attach_refs(lists, wheres, refs, refs_path):
-  """Sets each list's references from `refs`, requiring the same keys on both sides.
+def attach_refs(lists, wheres, refs, refs_path, partial=False):
+  """Sets each list's references from `refs`, requiring a reference for every list.
 
   Args:
     lists: list[NBestList], modified in place (their refs must be empty).
     wheres: dict[str, str], key -> 'file:line' of the list's first hypothesis.
     refs: dict[str, tuple[list[str], str]], key -> (references, 'file:line').
     refs_path: str or sequence of str, the reference file(s), for messages.
+    partial: bool, references without a list are allowed (else refused).
+
+  Returns:
+    list[str], the keys of the references without a list, in `refs`' order.
 
   Raises:
-    ValueError: a list without a reference, or a reference without a list; `file:line`.
+    ValueError: a list without a reference, or (not `partial`) a reference without a list;
+      `file:line`.
   """
   for nbest in lists:
     if nbest.key not in refs:
       raise ValueError(f"{wheres[nbest.key]}: {nbest.key!r} has no reference in {refs_path}")
     nbest.refs = list(refs[nbest.key][0])
   keys = {nbest.key for nbest in lists}
-  for key, (_, where) in refs.items():
-    if key not in keys:
-      raise ValueError(f"{where}: reference for {key!r}, which has no hypotheses")
+  unmatched = [key for key in refs if key not in keys]
+  if unmatched and not partial:
+    key = unmatched[0]
+    raise ValueError(f"{refs[key][1]}: reference for {key!r}, which has no hypotheses")
+  return unmatched
 
 
 def add_features(lists, features):
@@ -386,11 +395,47 @@ def attach_keyed_refs(lists, wheres, refs_path):
 
 
 def attach_aligned_refs(lists, wheres, refs_path):
+  """A reader's `add_aligned_refs` (when `refs_path` is given): returns (lists, wheres)."""
   if refs_path is not None:
-    for nbest in lists:
-      nbest.refs = []
-    attach_refs(lists, wheres, read_aligned_refs(refs_path), refs_path)
+    add_aligned_refs(lists, wheres, refs_path)
   return lists, wheres
+
+
+def add_aligned_refs(lists, wheres, refs_path):
+  """Sets the lists' references from line-aligned files (`read_aligned_refs`), replacing any.
+
+  Such files are the test set's own, one line per input; a toolkit may leave an input out
+  (fairseq-generate skips one too long for the model, --skip-invalid-size-inputs-valid-test),
+  which the user cannot mend in the references. So the lists present are scored against their
+  lines and a reference without a list is counted and logged, not refused; a list without a
+  reference line is refused.
+
+  Args:
+    lists: list[NBestList], keyed "0", "1", ... (the line from 0), modified in place.
+    wheres: dict[str, str], key -> 'file:line' of the list.
+    refs_path: str or sequence of str, the reference file(s).
+
+  Returns:
+    int, the number of references without a list.
+  """
+  for nbest in lists:
+    nbest.refs = []
+  refs = read_aligned_refs(refs_path)
+  unmatched = attach_refs(lists, wheres, refs, refs_path, partial=True)
+  if unmatched:
+    lines = ", ".join(refs[key][1].rsplit(":", 1)[1] for key in unmatched[:5])
+    logging.warning(
+      "%s: %d of the %d references have no hypotheses (line %s%s: inputs the toolkit left out, "
+      "as fairseq's --skip-invalid-size-inputs-valid-test does); the metrics are of the %d "
+      "lists present",
+      refs_path if isinstance(refs_path, str) else refs_path[0],
+      len(unmatched),
+      len(refs),
+      lines,
+      ", ..." if len(unmatched) > 5 else "",
+      len(lists),
+    )
+  return len(unmatched)
 
 
 def check_nbest_option(nbest):

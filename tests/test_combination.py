@@ -207,7 +207,7 @@ def test_rescored_lists_read_back_in_their_format_with_the_lm_feature(fmt, tmp_p
     nbest_fixtures.toy_lists([["a b c", "a b", "a"], ["d e", "d f", "d"], ["g", "h", "g h"]]),
     str(tmp_path / "in"),
   )
-  lists = rescoring.read_set(fmt, path, [refs] if refs else [], options)
+  lists, _ = formats.read_set(fmt, path, [refs] if refs else [], options)
   values = [[-3.0 - 2 * j - i for j in range(len(n.hyps))] for i, n in enumerate(lists)]
   choice = [2, 0, 1]
   paths = rescoring.write_outputs(

@@ -23,7 +23,6 @@ import nbest_fixtures
 import pytest
 
 from nbest import formats
-from nbest import rescoring
 from nbest import shared_data
 from nbest import types
 from nbest.formats import espnet
@@ -155,6 +154,42 @@ def test_kaldi_rejects(tmp_path, change, file, line, message):
     costs = {"acoustic": _write(tmp_path / "acwt", acwt)}
   where = f"{tmp_path / file}:{line}"
   _rejects("kaldi", words, where, message, refs_path=refs, costs=costs)
+
+
+def test_kaldi_word_ids_before_int2sym_are_refused_but_numbers_in_words_are_read(tmp_path):
+  # rnnlmrescore.sh's `words` archive before `utils/int2sym.pl -f 2- words.txt`: word ids.
+  ids = "s1-u1-1 2519 412 9001\ns1-u1-2 2519 412 9000\ns1-u1-3 \ns1-u2-1 88\n"
+  words, costs, refs = _kaldi_sample(tmp_path, words=ids)
+  for message in ("word ids", "utils/int2sym.pl", "words.txt"):
+    _rejects("kaldi", words, f"{words}:1", message, refs_path=refs, costs=costs)
+  # Real transcripts that hold numbers, one of them numerals only, are words.
+  numbers = "s1-u1-1 call 911\ns1-u1-2 call 9 1 1\ns1-u1-3 \ns1-u2-1 2020\n"
+  words, costs, refs = _kaldi_sample(tmp_path, words=numbers)
+  lists = formats.read_nbest("kaldi", words, costs=costs)
+  assert [[h.text for h in n.hyps] for n in lists] == [["call 911", "call 9 1 1", ""], ["2020"]]
+
+
+def test_line_aligned_references_of_inputs_the_toolkit_left_out_are_counted(tmp_path):
+  # fairseq-generate --skip-invalid-size-inputs-valid-test prints no record for a too-long
+  # input: id 1 of a three-line test set is missing; its reference file keeps all three lines.
+  lists = nbest_fixtures.toy_lists([["A B", "A"], ["C D", "C"], ["E F", "E"]])
+  path, refs, options = nbest_fixtures.write_fairseq(lists, str(tmp_path / "all"))
+  skipped = [l for l in open(path).read().splitlines() if not re.match(r"[STHDP]-1\t", l)]
+  path = _write(tmp_path / "skipped.txt", "\n".join(skipped) + "\n")
+  got = formats.read_nbest("fairseq", path, refs_path=refs, **options)
+  assert [(n.key, n.refs) for n in got] == [("0", ["A B"]), ("2", ["E F"])]
+  assert formats.read_set("fairseq", path, [refs], options)[1] == 1
+  # The same rule for every format with line-aligned references; a list without its line stays
+  # refused.
+  for fmt in sorted(f for f, spec in formats.FORMATS.items() if spec.aligned_refs):
+    path, refs, options = nbest_fixtures.WRITERS[fmt](lists[:2], str(tmp_path / fmt))
+    longer = _write(tmp_path / fmt / "refs3.txt", "A B\nC D\nE F\n")
+    got = formats.read_nbest(fmt, path, refs_path=longer, **options)
+    assert [n.refs for n in got] == [["A B"], ["C D"]], fmt
+    assert formats.read_set(fmt, path, [longer], options)[1] == 1
+    shorter = _write(tmp_path / fmt / "refs1.txt", "A B\n")
+    with pytest.raises(ValueError, match="'1' has no reference"):
+      formats.read_set(fmt, path, [shorter], options)
 
 
 def test_espnet2_decode_dir_sample(tmp_path):
@@ -560,7 +595,7 @@ def test_sockeye_samples(tmp_path):
   _rejects("sockeye", old, f"{old}:2", "'1' has no reference", refs_path=short_refs)
   # run_rescoring.py --test_refs=a,b: line-aligned reference sets, two references a segment.
   other = _write(tmp_path / "ref2.de", "ein Haus\nja doch\n")
-  lists = rescoring.read_set("sockeye", old, [refs, other], {})
+  lists, _ = formats.read_set("sockeye", old, [refs, other], {})
   assert [n.refs for n in lists] == [["das Haus", "ein Haus"], ["ja", "ja doch"]]
 
 

@@ -5,6 +5,7 @@ references. Tiny random T-TA model (conftest), lists converted from the shared L
 
 import json
 import os
+import re
 
 import commands
 import conftest
@@ -360,3 +361,64 @@ def test_long_hypotheses_are_read_in_windows_and_counted(tiny_lm, tmp_path):
   assert row["windowed"] == 1 and row["truncated"] == 0
   assert "read in sliding windows: tta 1" in stdout
   assert "read in sliding windows: tta 1" in (out / "rescoring_results.md").read_text()
+
+
+@pytest.mark.slow(seconds=4)
+def test_a_fairseq_test_set_with_a_skipped_id_is_scored_on_the_ids_present(tiny_lm, tmp_path):
+  rows = [["the cat sat", "a cat sat"], ["the dog ran", "dog ran"], ["a cat ran", "the cat ran"]]
+  refs = ["the cat sat on", "a dog ran", "the cat ran"]
+  lists = nbest_fixtures.toy_lists(rows)
+  for nbest, ref in zip(lists, refs):
+    nbest.refs = [ref]
+  dev, dev_refs, options = nbest_fixtures.write_fairseq(lists, str(tmp_path / "dev"))
+  full, test_refs, _ = nbest_fixtures.write_fairseq(lists, str(tmp_path / "test"))
+  # fairseq-generate --skip-invalid-size-inputs-valid-test left id 1 out; refs.txt has 3 lines.
+  with open(full, encoding="utf-8") as f:
+    kept = [l for l in f if not re.match(r"[STHDP]-1\t", l)]
+  test = tmp_path / "test" / "skipped.txt"
+  test.write_text("".join(kept), encoding="utf-8")
+  out = tmp_path / "out"
+  result = commands.run(
+    "run_rescoring.py",
+    f"--lm=tta={tiny_lm}",
+    "--format=fairseq",
+    f"--format_option=nbest={options['nbest']}",
+    f"--dev_file={dev}",
+    f"--dev_refs={dev_refs}",
+    f"--test_file={test}",
+    f"--test_refs={test_refs}",
+    f"--output_dir={out}",
+    status=0,
+  )
+  assert f"{test_refs}: 1 of the 3 references have no hypotheses (line 2" in result.stderr
+  entry = json.loads((out / "rescoring_report.json").read_text())["sets"]["test"]
+  assert entry["lists"] == 2 and entry["references_without_hypotheses"] == 1
+  # Every metric is of ids 0 and 2 against lines 1 and 3 (7 words), none of line 2.
+  present = [refs[0], refs[2]]
+  chosen = [l.split(" ", 1)[1] for l in (out / "test" / "text").read_text().splitlines()]
+  assert entry["rescored"]["wer"] == pytest.approx(100 * jiwer.wer(present, chosen))
+  first = [rows[0][0], rows[2][0]]  # the first pass's "score" ranks hypothesis 1 first
+  assert entry["first_pass"]["wer"] == pytest.approx(100 * jiwer.wer(present, first))
+  assert entry["first_pass"]["reference_words"] == entry["rescored"]["reference_words"] == 7
+  # Oracle: "the cat sat" (1 deletion) and "the cat ran" (exact).
+  assert entry["oracle"] == pytest.approx(100 / 7)
+
+
+def test_kaldi_word_ids_are_one_line_naming_int2sym(tiny_lm, tmp_path):
+  lists = nbest_fixtures.toy_lists([["7 19 3", "7 19"], ["245", "245 8"]])
+  directory, refs = nbest_fixtures.write_kaldi_dir(lists, str(tmp_path / "ids"))
+  result = commands.run(
+    "run_rescoring.py",
+    f"--lm=tta={tiny_lm}",
+    "--format=kaldi",
+    f"--dev_file={directory}",
+    f"--dev_refs={refs}",
+    f"--test_file={directory}",
+    f"--test_refs={refs}",
+    f"--output_dir={tmp_path / 'out'}",
+    status=2,
+  )
+  (line,) = [l for l in result.stderr.splitlines() if l.startswith("run_rescoring.py: error")]
+  assert f"{os.path.join(directory, 'text')}:1" in line
+  assert "utils/int2sym.pl" in line and "words.txt" in line
+  assert not (tmp_path / "out").exists()

@@ -128,6 +128,20 @@ def test_moses_mert_example():
   assert third.scores["w"] == -20
 
 
+def test_moses_segment_left_out_is_scored_against_the_other_lines(tmp_path):
+  # A decoder that printed nothing for segment 0: the test set's REF keeps both lines.
+  with open(_sample("moses/NBEST"), encoding="utf-8") as f:
+    lines = [l for l in f if l.startswith("1|||")]
+  path = tmp_path / "NBEST"
+  path.write_text("".join(lines), encoding="utf-8")
+  lists = formats.read_nbest("moses", str(path), refs_path=_sample("moses/REF"), nbest=3)
+  assert [n.key for n in lists] == ["1"]
+  assert lists[0].refs == [
+    "people have not least to pursue progress against the odds , from the receiving public "
+    "opinion in each country ."
+  ]
+
+
 # ---------------------------------------------------------------------------------------------
 # Sockeye (its unit test of JSONOutputHandler): a JSON object a line, scores negative log-probs.
 

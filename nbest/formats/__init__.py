@@ -31,7 +31,9 @@ class Format:
   """One N-best format.
 
   Attributes:
-    read: (path, refs_path=None, **options) -> (list[NBestList], {key: 'file:line'}).
+    read: (path, refs_path=None, **options) -> (list[NBestList], {key: 'file:line'}); a reader
+      of the shared data's sets also takes `data_dir` (a set name in the data root) and `select`
+      (`types.list_selection`: only those lists are parsed) from `read_set`.
     write: (lists with the features as scores, source_path, out_path, feature names) -> None;
       a writer of a line-based format also takes `kept` (see `write_rescored`) and the reader's
       options it needs.
@@ -43,6 +45,11 @@ class Format:
     aligned_refs: bool, references are line-aligned files (several: several references per
       segment), read by the reader itself; else keyed files (`<utt> <words>`).
     directory: bool, the rescored output is a directory (replaced as a whole), not a file.
+    refs_in_file: bool, the input itself can hold the lists' references, so a set is read
+      without a reference file (MWER's sets are, keyed by utterance: formats with this and not
+      `aligned_refs`).
+    paper_table: bool, ASR files of this format with references feed the paper's table too
+      (run_rescoring.py --dev_file/--test_file: the first-pass settings of nbest/settings.py).
   """
 
   read: Callable
@@ -54,6 +61,8 @@ class Format:
   features: str
   aligned_refs: bool = False
   directory: bool = False
+  refs_in_file: bool = False
+  paper_table: bool = False
 
 
 _JSON_KEY_RE = re.compile(r'\s*("(?:[^"\\]|\\.)*")\s*:')
@@ -112,6 +121,26 @@ def _format(fmt):
   return FORMATS[fmt]
 
 
+# What `read_set` gives a reader that takes it, besides the user's format options.
+_CONTEXT = ("path", "refs_path", "data_dir", "select")
+
+
+def _read(fmt, path, refs_path, format_options, **context):
+  """(lists, wheres) of `FORMATS[fmt].read`, the options checked; `context` (data_dir, select)
+  goes to a reader that takes it."""
+  reader = _format(fmt).read
+  parameters = inspect.signature(reader).parameters
+  accepted = [n for n in parameters if n not in _CONTEXT]
+  unknown = sorted(set(format_options) - set(accepted))
+  if unknown:
+    raise ValueError(
+      f"--format_option {unknown[0]}: not an option of the {fmt} format; it takes "
+      f"{', '.join(accepted) or 'none'}"
+    )
+  taken = {k: v for k, v in context.items() if k in parameters and v is not None}
+  return reader(path, refs_path=refs_path, **format_options, **taken)
+
+
 def read_nbest(fmt, path, refs_path=None, **format_options):
   """Reads N-best lists in a toolkit's format (the contract is in this module's docstring).
 
@@ -127,16 +156,49 @@ def read_nbest(fmt, path, refs_path=None, **format_options):
   Raises:
     ValueError: an unknown format, or bad input; the message names `file:line`.
   """
-  reader = _format(fmt).read
-  accepted = [n for n in inspect.signature(reader).parameters if n not in ("path", "refs_path")]
-  unknown = sorted(set(format_options) - set(accepted))
-  if unknown:
-    raise ValueError(
-      f"--format_option {unknown[0]}: not an option of the {fmt} format; it takes "
-      f"{', '.join(accepted) or 'none'}"
-    )
-  lists, _ = reader(path, refs_path=refs_path, **format_options)
+  lists, _ = _read(fmt, path, refs_path, format_options)
   return lists
+
+
+def read_set(fmt, path, refs_paths=(), options=None, data_dir=None, select=None):
+  """The lists of one set with their references: the one reader of rescoring and MWER.
+
+  Args:
+    fmt: str, a key of FORMATS.
+    path: str, the input (`FORMATS[fmt].path`; the espnet format: also a set name).
+    refs_paths: sequence of str, the reference files (`FORMATS[fmt].refs`), maybe none; several
+      give several references per list: line-aligned files for a format with `aligned_refs`,
+      else keyed Kaldi text files after the first (each with every key).
+    options: dict or None, the format's options (`FORMATS[fmt].options`).
+    data_dir: str or None, the data root, for a set name.
+    select: None, or `types.list_selection`'s function: a reader that takes it parses only those
+      lists; the others give every list (the caller cuts them).
+
+  Returns:
+    (list[NBestList], int): the lists, and how many line-aligned references have no list (ids
+    the toolkit left out: `text_files.add_aligned_refs`; 0 for the other kinds).
+
+  Raises:
+    ValueError: as `read_nbest`, and a list without a reference or a keyed reference without a
+      list; `file:line`.
+  """
+  refs_paths, options = list(refs_paths), options or {}
+  context = {"data_dir": data_dir, "select": select}
+  if _format(fmt).aligned_refs and refs_paths:
+    lists, wheres = _read(fmt, path, None, options, **context)
+    return lists, text_files.add_aligned_refs(lists, wheres, refs_paths)
+  lists, _ = _read(fmt, path, refs_paths[0] if refs_paths else None, options, **context)
+  for extra in refs_paths[1:]:
+    refs = text_files.read_keyed_refs(extra)
+    for lst in lists:
+      if lst.key not in refs:
+        raise ValueError(f"{extra}:1: no reference for {lst.key!r}")
+      lst.refs.append(refs[lst.key][0][0])
+    keys = {lst.key for lst in lists}
+    for key, (_, where) in refs.items():
+      if key not in keys:
+        raise ValueError(f"{where}: reference for {key!r}, which has no hypotheses")
+  return lists, 0
 
 
 def write_rescored(fmt, lists, source_path, out_path, features, kept=None, **format_options):

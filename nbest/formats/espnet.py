@@ -214,10 +214,10 @@ def _read_espnet_rank(path, files, rank, has_total, keys=None):
 _ESPNET_OUTPUT_RE = re.compile(r"raw_hypotheses/[1-9][0-9]*best_recog/(text|score|scores)")
 
 
-def _read_espnet(path, refs_path=None):
+def _read_espnet(path, refs_path=None, data_dir=None, select=None):
   if refs_path is not None:
     raise ValueError(f"{refs_path}: the espnet layout holds its references (ref_wer.trn)")
-  return read_espnet_nbest(path), {}
+  return read_espnet_nbest(path, data_dir, select), {}
 
 
 def _write_espnet(lists, source_path, out_path, feature_names):
@@ -261,5 +261,6 @@ formats.register(
     scores=f"'decoder', 'ctc', 'lm', 'score' ({formats.SCORE_NOTE})",
     features="a field of the `scores` JSON, in an unpacked directory",
     directory=True,
+    refs_in_file=True,
   ),
 )

@@ -268,5 +268,6 @@ formats.register(
     scores=f"'score' (H-, length-normalised), 'logprob' (sum of P-) ({formats.SCORE_NOTE})",
     features="a line `F-<id><TAB><name><TAB><value in log_base>` after the hypothesis' lines",
     aligned_refs=True,
+    refs_in_file=True,
   ),
 )

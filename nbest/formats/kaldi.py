@@ -9,6 +9,7 @@ from nbest import types
 
 _KALDI_KEY_RE = re.compile(r"(.+)-([1-9][0-9]{0,8})", re.DOTALL)
 _COST_SUFFIX = ".cost"
+_WORD_ID_RE = re.compile(r"[0-9]+")
 
 
 def _group_ranks(items, label):
@@ -84,10 +85,12 @@ def read_kaldi(path, refs_path=None, costs=None):
 
   Raises:
     ValueError: a malformed key or line, a rank gap, a key of the transcriptions missing from a
-      cost archive or the reverse, a non-number cost, references not matching; `file:line`.
+      cost archive or the reverse, a non-number cost, references not matching, transcriptions
+      in word ids (every hypothesis integers only: before int2sym.pl); `file:line`.
   """
   text_path, cost_paths = _kaldi_paths(path, costs)
   texts = text_files.parse_keyed(text_path, text_files.read_text(text_path), text_files.keyed_text)
+  _check_words(texts, text_path)
   scores = {key: {} for key in texts}
   for name, cost_path in cost_paths.items():
     parsed = text_files.parse_keyed(cost_path, text_files.read_text(cost_path), _kaldi_cost)
@@ -103,6 +106,19 @@ def read_kaldi(path, refs_path=None, costs=None):
     items.append((match.group(1), int(match.group(2)), hyp, where))
   lists, wheres = _group_ranks(items, text_path)
   return text_files.attach_keyed_refs(lists, wheres, refs_path)
+
+
+def _check_words(texts, text_path):
+  """Refuses transcriptions still in word ids (nbest-to-linear writes ids; utils/int2sym.pl
+  makes them words): every hypothesis of the file is integer tokens only, one at least not empty.
+  The rule is the file's, not a hypothesis', so transcripts with numbers ("call 911") pass; a
+  task whose every hypothesis is numerals alone is refused too."""
+  words = [text.split() for text, _ in texts.values()]
+  if any(words) and all(_WORD_ID_RE.fullmatch(w) for hyp in words for w in hyp):
+    raise ValueError(
+      f"{text_path}:1: every hypothesis is integers: word ids, not words; map them with "
+      "`utils/int2sym.pl -f 2- <lang>/words.txt` (the words.txt of the decoding graph) first"
+    )
 
 
 def write_kaldi(lists, source_path, out_path, feature_names):

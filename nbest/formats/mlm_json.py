@@ -183,5 +183,7 @@ formats.register(
     options="none",
     scores="'score' and every other number field, as written",
     features="a field of each hypothesis",
+    refs_in_file=True,
+    paper_table=True,
   ),
 )

@@ -133,5 +133,7 @@ formats.register(
     options="none",
     scores="the header's score columns, as written",
     features="a new score column",
+    refs_in_file=True,
+    paper_table=True,
   ),
 )
