@@ -21,6 +21,7 @@ from absl import logging
 # Registers bfloat16 with NumPy, so safetensors.numpy reads BF16 checkpoints.
 import ml_dtypes  # noqa: F401
 import numpy as np
+from safetensors import SafetensorError
 from safetensors import safe_open
 
 from lm import model_dir as model_dir_lib
@@ -249,11 +250,22 @@ class SafetensorsWeights(object):
   """
 
   def __init__(self, hf_dir):
+    """Reads the headers of the dir's safetensors files.
+
+    Raises:
+      model_dir.CheckpointUnreadableError: one line naming a file that is truncated or not
+        safetensors (its header says more bytes than the file holds, or is no header).
+    """
     self.source = hf_dir
     self.shapes = {}
     self._files = {}
     for path in weight_files(hf_dir):
-      handle = safe_open(path, framework="np")
+      try:
+        handle = safe_open(path, framework="np")
+      except SafetensorError as e:
+        raise model_dir_lib.CheckpointUnreadableError(
+          f"{path} cannot be read: {e} (a truncated download, or not a safetensors file)"
+        ) from None
       for name in handle.keys():
         self.shapes[name] = list(handle.get_slice(name).get_shape())
         self._files[name] = handle
@@ -292,6 +304,8 @@ def load_weights(model, weights):
   Raises:
     model_dir.CheckpointMismatchError: naming every missing, mis-shaped or unexpected tensor,
       a checkpoint without the masked-LM head, or tied copies that differ.
+    model_dir.NonFiniteWeightsError: naming the first tensor (in the model's order) with a NaN
+      or inf; the model is then partly assigned, and not to be used.
   """
   context = f"cannot load {weights.source} into a {model.model_type} model"
   if not any(name.startswith("cls.predictions.") for name in weights.shapes):
@@ -322,6 +336,7 @@ def load_weights(model, weights):
         )
   for name, (variable, transposed) in assignments.items():
     value = weights.get(name)
+    model_dir_lib.check_finite(name, value, weights.source)
     variable.assign(value.T if transposed else value)
   return ignored
 
