@@ -453,6 +453,8 @@ def whitening_options(params):
     source = f"--whiten_load={params.whiten_load}"
     try:
       loaded = whitening.load(params.whiten_load)
+    except whitening.BadTransformsError as e:
+      raise cli.InputError(f"--whiten_load: {e}") from None  # it names the file
     except (OSError, ValueError) as e:
       raise cli.InputError(f"{source}: {e}") from None
     dims = sorted({t.dims[1] for t in loaded.values()})

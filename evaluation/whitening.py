@@ -14,6 +14,7 @@ whose shapes disagree.
 import dataclasses
 import hashlib
 import json
+import os
 import zipfile
 import zlib
 
@@ -167,6 +168,12 @@ def load(path):
     BadTransformsError: one line naming `path` (and the transform) and what is wrong.
     OSError: unreadable.
   """
+  # np.load reads what is not a zip as a .npy or a pickle, and says so: a truncated .npz (its
+  # directory is at the end) is told apart first.
+  if os.path.isfile(path) and not zipfile.is_zipfile(path):
+    raise BadTransformsError(
+      f"{path}: not a file of whitening transforms (no .npz: truncated, or another kind of file)"
+    )
   try:
     with np.load(path, allow_pickle=False) as data:
       names = data["names"]
@@ -187,7 +194,7 @@ def load(path):
   except BadTransformsError:
     raise
   except (KeyError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-    # A truncated file is no zip (its directory is at the end); a damaged member fails to parse.
+    # A damaged member fails to parse, or its CRC to match.
     raise BadTransformsError(
       f"{path}: not a file of whitening transforms ({e or type(e).__name__})"
     ) from None

@@ -9,7 +9,8 @@ Names: every TF1 name of our model (`modeling.TransformerLM.tf1_variables`) has 
 fixed rule (`hf_name`): "/" -> ".", layer_N -> layer.N, a dense kernel -> `weight` transposed,
 LayerNorm gamma/beta -> weight/bias (gamma/beta also read), embedding tables get ".weight",
 cls/predictions/output_bias -> cls.predictions.bias. Every tensor is checked by name and shape
-before anything is assigned (`model_dir.match_names`).
+before anything is assigned (`model_dir.match_names`), and finite as it is assigned
+(`model_dir.check_finite`).
 """
 
 import json
@@ -329,7 +330,8 @@ def load_weights(model, weights):
   for name, copy in _tied_copies(prefix).items():
     source = next(n for n in _spellings(name, prefix) if n in assignments)
     if copy != source and copy in weights.shapes:
-      if not np.array_equal(weights.get(copy), weights.get(source)):
+      # equal_nan: a NaN in both copies is named by the finite check below, not called untied.
+      if not np.array_equal(weights.get(copy), weights.get(source), equal_nan=True):
         raise model_dir_lib.CheckpointMismatchError(
           f"{context}: {copy} differs from {source}; our output layer is tied to them, as "
           "BERT's (untied output embeddings are not implemented)"

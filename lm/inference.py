@@ -921,8 +921,9 @@ def check_finite(lm_name, text, *values):
   """
   for value in values:
     if not np.all(np.isfinite(value)):
+      what = f"the score {float(value)}" if np.ndim(value) == 0 else "a vector"
       raise cli.InputError(
-        f"{lm_name} scores {text!r} {float(np.sum(value))}: not finite (a log-probability or "
+        f"{lm_name} gives {text!r} {what}, which is not finite (a log-probability or "
         "activation of the model overflows); nothing of it is written"
       )
 

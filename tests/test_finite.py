@@ -86,6 +86,17 @@ def test_released_weights_that_are_not_finite_are_refused_naming_the_first(
   assert bad_releases[kind].split(":", 1)[1] in message
 
 
+def test_a_nan_in_both_tied_copies_is_named_as_a_nan_not_as_untied(bert, tmp_path):
+  tensors = hf_bert_tensors(bert, older_checkpoint=True)  # with the decoder's tied copy
+  table = tensors["bert.embeddings.word_embeddings.weight"].copy()
+  table[4, 2] = np.nan
+  tensors["bert.embeddings.word_embeddings.weight"] = table
+  tensors["cls.predictions.decoder.weight"] = table.copy()
+  path = write_hf_bert_dir(tmp_path / "hf", bert, tensors=tensors)
+  with pytest.raises(model_dir.NonFiniteWeightsError, match="word_embeddings.weight holds 1 NaN"):
+    hf_checkpoint.load_hf_bert(path)
+
+
 def test_our_model_dir_that_is_not_finite_is_refused(tmp_path, tokenizer):
   tf.keras.utils.set_random_seed(1)
   model = modeling.build_model(tiny_config(vocab_size=tokenizer.vocab_size), "tta")
