@@ -5,6 +5,7 @@ import os
 
 from absl import logging
 
+from lm import inference
 from util import io_utils
 from util import progress
 
@@ -15,7 +16,9 @@ class ScoreCache:
   Each line is `{"model": str, "text": str, "value": <JSON payload>}` (e.g. per-token
   log-probs and their sum). `put_many` appends all its lines with one write, then flushes and
   fsyncs, so an interrupted run keeps every batch it finished; a last line cut off by a crash
-  is dropped (and trimmed from the file) on the next open. The last write of a key wins.
+  is dropped (and trimmed from the file) on the next open. The last write of a key wins. No
+  NaN or infinity is written (JSON has none; `put_many` refuses it), and one an older run wrote
+  is not read.
   One writer at a time. `model_id` is short (`inference.model_id`); `register` writes what each
   one stands for to a readable side file, `<path without .jsonl>.models.json`.
   """
@@ -43,12 +46,20 @@ class ScoreCache:
         f.truncate(len(raw) - len(raw.split(b"\n")[-1]))
     else:
       lines.pop()
+    dropped = []
     for lineno, line in enumerate(lines, 1):
       where = f"{self.path}:{lineno}"
       # Removing a bad line loses only its score, which the next run computes again.
       fix = "remove the line (its score is computed again)"
       try:
-        record = json.loads(line.decode("utf-8"))
+        record = json.loads(line.decode("utf-8"), parse_constant=_refuse_constant)
+      except _NotFinite:
+        # Written by a run before scores were checked finite (`inference.check_finite`): a NaN
+        # or infinite score is no score, so it is computed again when asked for (and refused
+        # then if it still is not finite) rather than served, or the whole cache refused for a
+        # line that only an old run could write.
+        dropped.append(lineno)
+        continue
       except UnicodeDecodeError as e:
         raise ValueError(f"{where}: not UTF-8 ({e.reason} at byte {e.start}); {fix}") from None
       except json.JSONDecodeError as e:
@@ -63,6 +74,14 @@ class ScoreCache:
       ):
         raise ValueError(f"{where}: expected {{'model': str, 'text': str, 'value': ...}}; {fix}")
       self._data[(record["model"], record["text"])] = record["value"]
+    if dropped:
+      logging.warning(
+        "%s: %d line(s) with a score that is not finite (NaN, Infinity), from line %d: not "
+        "used, computed again when needed",
+        self.path,
+        len(dropped),
+        dropped[0],
+      )
 
   @property
   def models_path(self):
@@ -101,6 +120,9 @@ class ScoreCache:
     Args:
       model_id: str, identifies the model and its scoring options (the caller's choice).
       items: dict[str, payload] or iterable of (text, payload); payloads must be JSON-able.
+
+    Raises:
+      ValueError: a payload holds NaN or an infinity (nothing is written).
     """
     pairs = list(items.items()) if isinstance(items, dict) else list(items)
     if not pairs:
@@ -118,6 +140,16 @@ class ScoreCache:
       self._data[(model_id, text)] = json.loads(json.dumps(value))
 
 
+class _NotFinite(Exception):
+  pass
+
+
+def _refuse_constant(name):
+  """json.loads' parse_constant: NaN, Infinity and -Infinity, which Python's json reads as
+  floats but JSON has not, end the line's reading."""
+  raise _NotFinite(name)
+
+
 def _cache_line(model_id, text, value):
   """One ScoreCache record as UTF-8 bytes with a final newline.
 
@@ -126,9 +158,9 @@ def _cache_line(model_id, text, value):
   """
   record = {"model": model_id, "text": text, "value": value}
   try:
-    return (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+    return (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
   except UnicodeEncodeError:
-    return (json.dumps(record) + "\n").encode("ascii")
+    return (json.dumps(record, allow_nan=False) + "\n").encode("ascii")
 
 
 def windows_of(payload):
@@ -165,6 +197,8 @@ def cached_scores(lm, lm_id, texts, cache, name, chunk_size=500, scoring=None):
   for begin in range(0, len(todo), chunk_size):
     chunk = todo[begin : begin + chunk_size]
     scored = lm.score(chunk, scoring=scoring)
+    for text, result in zip(chunk, scored):
+      inference.check_finite(name, text, result.total)
     results = {t: [r.total, r.num_tokens, r.truncated, r.windows] for t, r in zip(chunk, scored)}
     if cache is not None:
       cache.put_many(lm_id, results)

@@ -277,7 +277,8 @@ def evaluate_and_write(params, whiten, record=None):
   bootstrap = (params.bootstrap_resamples, params.bootstrap_seed)
   for spec in params.model_dir:
     row_name, lm = load_model(spec, params.lm_options)
-    fixed = whiten.model_transforms(row_name, lm, params.representations)
+    model = whiten.model_identity(lm)
+    fixed = whiten.model_transforms(row_name, lm, params.representations, model)
     for representation in params.representations:
       rows = [
         {
@@ -291,7 +292,9 @@ def evaluate_and_write(params, whiten, record=None):
       for name, pairs in data_sets.items():
         start = time.time()
         label = f"{row_name} {representation} {name}"
-        fit = whiten.fitter(fixed.get(representation), f"{SETS[name][0]}'s sentences")
+        fit = whiten.fitter(
+          fixed.get(representation), f"{SETS[name][0]}'s sentences", (model, representation)
+        )
         before = lm.stats["windowed"]
         for row, result in zip(
           rows, evaluate_sts(lm, pairs, representation, label, bootstrap, fit)
@@ -365,13 +368,20 @@ class Whiten:
       return [representation]
     return [representation, pair_similarity.whitened_name(representation, self.dim)]
 
-  def model_transforms(self, name, lm, representations):
-    """{representation: whitening.Whitening} of the model `name` fixed for every set (fitted on
-    --whiten_fit's sentences or loaded); {} when each set fits its own, or without whitening.
+  def model_identity(self, lm):
+    """`whitening.model_identity` of `lm`, what its transforms record (it hashes the weights:
+    once per model); None without whitening."""
+    return whitening.model_identity(lm) if self.dim else None
+
+  def model_transforms(self, name, lm, representations, model):
+    """{representation: whitening.Whitening} of the model `name` (`model`, its
+    `model_identity`) fixed for every set (fitted on --whiten_fit's sentences or loaded); {}
+    when each set fits its own, or without whitening.
 
     Raises:
-      cli.InputError: more dimensions than the model's vectors have, a loaded file without the
-        model's transform or with one of other dimensions, vectors that cannot be whitened.
+      cli.InputError: more dimensions than the model's vectors have, a loaded transform of
+        other dimensions or fitted for another model or representation (naming what differs),
+        vectors that cannot be whitened.
     """
     if not self.dim:
       return {}
@@ -384,16 +394,19 @@ class Whiten:
       out = {}
       for r in representations:
         column = pair_similarity.column_name(name, r)
-        if column not in self.loaded:
-          raise cli.InputError(
-            f"{self.source}: no transform of {column!r} in it (it has {sorted(self.loaded)})"
-          )
-        out[r] = self.loaded[column]
+        out[r] = self.loaded[column]  # whitening_options checked that every column is there
         if out[r].dims[0] != hidden:
           raise cli.InputError(
             f"{self.source}: {column!r} takes {out[r].dims[0]}-dimensional vectors; {name}'s "
             f"have {hidden}"
           )
+        try:
+          whitening.check_fitted_for(out[r], {"model": model, "representation": r})
+        except ValueError as e:
+          raise cli.InputError(
+            f"{self.source}: {column!r} was {e}; fit it again for this model (--whiten="
+            f"{self.dim} without --whiten_load)"
+          ) from None
       return out
     if self.sentences is None:
       return {}
@@ -402,22 +415,25 @@ class Whiten:
       vectors, _ = pair_similarity.encode(
         lm, self.sentences, *pair_similarity.parse_representation(r), f"{name} {r} whitening"
       )
-      out[r] = self.fitted(vectors, f"{self.source}")
+      out[r] = self.fitted(vectors, f"{self.source}", (model, r))
     return out
 
-  def fitter(self, fixed, what):
+  def fitter(self, fixed, what, fitted_for):
     """evaluate_sts's `whiten`: `fixed` (a model's transform for every set), or a fit on the
-    set's pairs' sentences (`what`, for messages); None without whitening."""
+    set's pairs' sentences (`what`, for messages; `fitted_for` as `fitted`'s); None without
+    whitening."""
     if not self.dim:
       return None
     if fixed is not None:
       return lambda first, second: fixed
-    return lambda first, second: self.fitted(np.concatenate([first, second]), what)
+    return lambda first, second: self.fitted(np.concatenate([first, second]), what, fitted_for)
 
-  def fitted(self, vectors, what):
-    """whitening.fit of `vectors` float [N, D]; cli.InputError naming `what` when it cannot."""
+  def fitted(self, vectors, what, fitted_for):
+    """whitening.fit of `vectors` float [N, D], the vectors of `fitted_for` (the model's
+    `model_identity`, the representation); cli.InputError naming `what` when it cannot."""
+    model, representation = fitted_for
     try:
-      return whitening.fit(vectors, self.dim)
+      return whitening.fit(vectors, self.dim, {"model": model, "representation": representation})
     except ValueError as e:
       raise cli.InputError(f"--whiten={self.dim} on {what}: {e}") from None
 
@@ -427,7 +443,9 @@ def whitening_options(params):
 
   Raises:
     cli.InputError: both files, --whiten_fit without --whiten, a file missing, unreadable or
-      with fewer than 2 sentences, a transforms file of other dimensions than --whiten.
+      with fewer than 2 sentences, a transforms file that is not one (`whitening.load`: damaged,
+      not finite, shapes that disagree, no record of its model), of other dimensions than
+      --whiten, or without the transform of a --model_dir and representation.
   """
   if params.whiten_fit and params.whiten_load:
     raise cli.InputError("--whiten_fit and --whiten_load: give one (fit a transform, or load one)")
@@ -435,6 +453,8 @@ def whitening_options(params):
     source = f"--whiten_load={params.whiten_load}"
     try:
       loaded = whitening.load(params.whiten_load)
+    except whitening.BadTransformsError as e:
+      raise cli.InputError(f"--whiten_load: {e}") from None  # it names the file
     except (OSError, ValueError) as e:
       raise cli.InputError(f"{source}: {e}") from None
     dims = sorted({t.dims[1] for t in loaded.values()})
@@ -443,6 +463,15 @@ def whitening_options(params):
         f"{source}: its transforms give {dims} dimensions"
         + (f", not --whiten={params.whiten}" if params.whiten else "; one expected")
       )
+    with cli.user_input():
+      names = [name for name, _ in lm_flags.named_specs(params.model_dir)]
+    for name in names:
+      for r in params.representations:
+        column = pair_similarity.column_name(name, r)
+        if column not in loaded:
+          raise cli.InputError(
+            f"{source}: no transform of {column!r} in it (it has {sorted(loaded)})"
+          )
     return Whiten(dims[0], source, loaded=loaded)
   source = f"--whiten_fit={params.whiten_fit}"
   if not params.whiten_fit:
@@ -495,7 +524,11 @@ def evaluate_pairs(params, groups, record, whiten, paper):
   names = [name for name, _ in models]
   if len(set(names)) < len(names):
     raise cli.InputError(f"--model_dir: two models share a name in {names}: name them name=DIR")
-  fixed = {name: whiten.model_transforms(name, lm, params.representations) for name, lm in models}
+  identities = {name: whiten.model_identity(lm) for name, lm in models}
+  fixed = {
+    name: whiten.model_transforms(name, lm, params.representations, identities[name])
+    for name, lm in models
+  }
   record.start()
   rows = [
     dict(model=name, model_type=lm.model_type, representation=r)
@@ -511,7 +544,7 @@ def evaluate_pairs(params, groups, record, whiten, paper):
   truncated = {}  # set name: pairs with a sentence truncated to fit a model
   windowed = {}  # set name: {model: sentences this run read in windows}
   for task, sets in groups:
-    transforms = group_transforms(models, params.representations, sets, whiten, fixed)
+    transforms = group_transforms(models, params.representations, sets, whiten, fixed, identities)
     if transforms:
       save_transforms(
         params.output_dir,
@@ -539,11 +572,12 @@ def evaluate_pairs(params, groups, record, whiten, paper):
   io_utils.write_atomically(os.path.join(params.output_dir, "pairs_results.md"), table)
 
 
-def group_transforms(models, representations, sets, whiten, fixed):
+def group_transforms(models, representations, sets, whiten, fixed, identities):
   """{(model name, representation): whitening.Whitening} that whitens a --pairs_file group (a
   file, or a SentEval task's subsets): `fixed` ({model name: `Whiten.model_transforms`}), or
   fitted on the sentences of every pair of the group, encoded for it (BERT-whitening fits on a
-  task's sentences); {} without whitening."""
+  task's sentences; `identities`, {model name: `Whiten.model_identity`}); {} without
+  whitening."""
   if not whiten.dim:
     return {}
   out = {}
@@ -557,7 +591,9 @@ def group_transforms(models, representations, sets, whiten, fixed):
         with cli.user_input():
           pairs = [pair for _, source in sets for pair in source]
       first, second, _ = pair_similarity.pair_vectors(lm, pairs, r, f"{name} {r} whitening")
-      out[name, r] = whiten.fitted(np.concatenate([first, second]), ", ".join(n for n, _ in sets))
+      out[name, r] = whiten.fitted(
+        np.concatenate([first, second]), ", ".join(n for n, _ in sets), (identities[name], r)
+      )
   return out
 
 

@@ -5,15 +5,38 @@ maps x to (x - mu) U[:, :k] diag(s[:k])^-1/2: zero mean, identity covariance on 
 was fitted on, the k directions of largest variance kept. Cosines of whitened vectors no longer
 see the few directions every vector shares (anisotropy), which is what lifts BERT's STS scores.
 A file of transforms (`save`, `load`: .npz, one per named column, e.g. "tta context") lets a
-transform fitted on one text (a task's sentences, a corpus) whiten another.
+transform fitted on one text (a task's sentences, a corpus) whiten another; each records the
+model (`model_identity`) and representation it was fitted for, which `check_fitted_for` holds
+to the model it is applied to, and `load` refuses a file whose transforms are not finite or
+whose shapes disagree.
 """
 
 import dataclasses
 import hashlib
+import json
+import os
+import zipfile
+import zlib
 
 import numpy as np
 
+from lm import inference
 from util import io_utils
+
+# The fields of an LM's identity (`inference.describe`) that make the space its vectors are in: a
+# transform fitted in one space means nothing in another. Left out are what changes only which
+# tokens a score sums, how an over-long input is cut or windowed (a few vectors, not the space),
+# and float rounding (backend, precision): under those a transform still fits.
+MODEL_FIELDS = (
+  "kind",
+  "config",
+  "weights_sha256",
+  "vocab_sha256",
+  "do_lower_case",
+  "normalization",
+  "normalization_rules",
+  "boundary_tokens",
+)
 
 # Singular values of the covariance below this fraction of the largest are taken as zero: a
 # direction the vectors do not span cannot be scaled to unit variance.
@@ -27,10 +50,13 @@ class Whitening:
   Attributes:
     mean: float64 [D].
     kernel: float64 [D, K], U[:, :K] diag(s[:K])^-1/2.
+    fitted_for: {"model": `model_identity` of the LM, "representation": str} whose vectors it
+      was fitted on; None for one not fitted for a model's vectors (it cannot be saved).
   """
 
   mean: np.ndarray
   kernel: np.ndarray
+  fitted_for: dict = None
 
   @property
   def dims(self):
@@ -48,8 +74,15 @@ class Whitening:
     return h.hexdigest()[:16]
 
 
-def fit(vectors, dim):
-  """The whitening of `vectors` (float [N, D]) to `dim` dimensions.
+def model_identity(lm):
+  """The part of `inference.describe(lm)` a transform of its vectors depends on (MODEL_FIELDS):
+  the weights, vocab, config and how text is read."""
+  described = inference.describe(lm)
+  return {key: described[key] for key in MODEL_FIELDS if key in described}
+
+
+def fit(vectors, dim, fitted_for=None):
+  """The whitening of `vectors` (float [N, D]) to `dim` dimensions; `fitted_for` as Whitening's.
 
   Raises:
     ValueError: dim not in 1 .. D, fewer than 2 vectors, or vectors spanning fewer than `dim`
@@ -74,31 +107,124 @@ def fit(vectors, dim):
       f"the {len(vectors)} vectors span {rank} direction(s), fewer than the {dim} asked for"
       + why.get(rank, "")
     )
-  return Whitening(mean, u[:, :dim] / np.sqrt(s[:dim]))
+  return Whitening(mean, u[:, :dim] / np.sqrt(s[:dim]), fitted_for)
+
+
+def check_fitted_for(transform, fitted_for):
+  """Raises ValueError naming every field that differs between what `transform` was fitted for
+  and `fitted_for` (the model and representation it is to whiten), in one line."""
+  have, want = transform.fitted_for, fitted_for
+  differ = []
+  if have["representation"] != want["representation"]:
+    differ.append(f"representation {have['representation']!r}, not {want['representation']!r}")
+  model, this = have["model"], want["model"]
+  for key in sorted(set(model) | set(this)):
+    if model.get(key) == this.get(key):
+      continue
+    if key == "config" and isinstance(model.get(key), dict):
+      ours = this.get(key) or {}
+      differ += [
+        f"config {k} {model[key].get(k)!r}, not {ours.get(k)!r}"
+        for k in sorted(set(model[key]) | set(ours))
+        if model[key].get(k) != ours.get(k)
+      ]
+    else:
+      differ.append(f"{key} {_short(model.get(key))}, not {_short(this.get(key))}")
+  if differ:
+    raise ValueError("fitted for another model or representation: " + "; ".join(differ))
+
+
+def _short(value):
+  """A field's value for a message: a sha256 cut to 12 hex digits."""
+  return value[:12] if isinstance(value, str) and len(value) == 64 else repr(value)
 
 
 def save(path, transforms):
-  """Writes {name: Whitening} to the .npz `path`."""
+  """Writes {name: Whitening} (each with its `fitted_for`) to the .npz `path`."""
   names = list(transforms)
   arrays = {"names": np.array(names, dtype=str)}
   for i, name in enumerate(names):
+    if transforms[name].fitted_for is None:
+      raise ValueError(f"{name!r}: a transform saved must say what it was fitted for")
     arrays[f"mean_{i:d}"] = transforms[name].mean
     arrays[f"kernel_{i:d}"] = transforms[name].kernel
+    arrays[f"fitted_for_{i:d}"] = np.array(json.dumps(transforms[name].fitted_for, sort_keys=True))
   with io_utils.atomic_open(path, "wb") as f:
     np.savez(f, **arrays)
 
 
+class BadTransformsError(ValueError):
+  """A file of transforms that is not one, or is not fit to use: one line naming it."""
+
+
 def load(path):
-  """{name: Whitening} of a `save`d .npz.
+  """{name: Whitening} of a `save`d .npz, each checked: what it was fitted for is recorded, the
+  mean [D] and kernel [D, K] (1 <= K <= D) fit together, every number is finite.
+
+  A file from before transforms recorded their model is refused, not trusted: nothing in it
+  says which model's vectors it fits, and fitting again costs one pass over the sentences.
 
   Raises:
-    ValueError: not a file of transforms; OSError: unreadable.
+    BadTransformsError: one line naming `path` (and the transform) and what is wrong.
+    OSError: unreadable.
   """
+  # np.load reads what is not a zip as a .npy or a pickle, and says so: a truncated .npz (its
+  # directory is at the end) is told apart first.
+  if os.path.isfile(path) and not zipfile.is_zipfile(path):
+    raise BadTransformsError(
+      f"{path}: not a file of whitening transforms (no .npz: truncated, or another kind of file)"
+    )
   try:
     with np.load(path, allow_pickle=False) as data:
-      return {
-        str(name): Whitening(data[f"mean_{i:d}"], data[f"kernel_{i:d}"])
-        for i, name in enumerate(data["names"])
-      }
-  except (KeyError, ValueError) as e:
-    raise ValueError(f"{path}: not a file of whitening transforms ({e})") from None
+      names = data["names"]
+      if names.ndim != 1 or names.dtype.kind != "U":
+        raise BadTransformsError(f"{path}: its names are {names.dtype} {names.shape}, not str")
+      out = {}
+      for i, name in enumerate(names.tolist()):
+        if f"fitted_for_{i:d}" not in data.files:
+          raise BadTransformsError(
+            f"{path}: {name!r} does not record the model it was fitted for (a file from before "
+            "transforms did); fit it again: run_sts.py --whiten=DIM, its whitening/ dir"
+          )
+        fitted_for = json.loads(str(data[f"fitted_for_{i:d}"]))
+        transform = Whitening(data[f"mean_{i:d}"], data[f"kernel_{i:d}"], fitted_for)
+        _check(transform, f"{path}: {name!r}")
+        out[name] = transform
+      return out
+  except BadTransformsError:
+    raise
+  except (KeyError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+    # A damaged member fails to parse, or its CRC to match.
+    raise BadTransformsError(
+      f"{path}: not a file of whitening transforms ({e or type(e).__name__})"
+    ) from None
+
+
+def _check(transform, where):
+  """Raises BadTransformsError (from `where`) for a transform that is not one: shapes that do
+  not fit together, numbers that are not finite floats, no record of what it was fitted for."""
+  mean, kernel, fitted_for = transform.mean, transform.kernel, transform.fitted_for
+  if (
+    not isinstance(fitted_for, dict)
+    or not isinstance(fitted_for.get("model"), dict)
+    or not isinstance(fitted_for.get("representation"), str)
+  ):
+    raise BadTransformsError(f"{where}: what it was fitted for is not {{model, representation}}")
+  for part, value in (("mean", mean), ("kernel", kernel)):
+    if value.dtype.kind != "f":
+      raise BadTransformsError(f"{where}: its {part} is {value.dtype}, not float")
+  if mean.ndim != 1 or kernel.ndim != 2 or not 1 <= kernel.shape[1] <= kernel.shape[0]:
+    raise BadTransformsError(
+      f"{where}: a mean of shape {mean.shape} and a kernel of {kernel.shape}; a "
+      "transform has a mean [D] and a kernel [D, K], 1 <= K <= D"
+    )
+  if mean.shape[0] != kernel.shape[0]:
+    raise BadTransformsError(
+      f"{where}: its mean has {mean.shape[0]} dimensions but its kernel takes {kernel.shape[0]}"
+    )
+  for part, value in (("mean", mean), ("kernel", kernel)):
+    bad = int(value.size - np.count_nonzero(np.isfinite(value)))
+    if bad:
+      raise BadTransformsError(
+        f"{where}: its {part} holds {bad} NaN or infinite value(s); fit it again"
+      )

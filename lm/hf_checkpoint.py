@@ -9,7 +9,8 @@ Names: every TF1 name of our model (`modeling.TransformerLM.tf1_variables`) has 
 fixed rule (`hf_name`): "/" -> ".", layer_N -> layer.N, a dense kernel -> `weight` transposed,
 LayerNorm gamma/beta -> weight/bias (gamma/beta also read), embedding tables get ".weight",
 cls/predictions/output_bias -> cls.predictions.bias. Every tensor is checked by name and shape
-before anything is assigned (`model_dir.match_names`).
+before anything is assigned (`model_dir.match_names`), and finite as it is assigned
+(`model_dir.check_finite`).
 """
 
 import json
@@ -21,6 +22,7 @@ from absl import logging
 # Registers bfloat16 with NumPy, so safetensors.numpy reads BF16 checkpoints.
 import ml_dtypes  # noqa: F401
 import numpy as np
+from safetensors import SafetensorError
 from safetensors import safe_open
 
 from lm import model_dir as model_dir_lib
@@ -249,11 +251,22 @@ class SafetensorsWeights(object):
   """
 
   def __init__(self, hf_dir):
+    """Reads the headers of the dir's safetensors files.
+
+    Raises:
+      model_dir.CheckpointUnreadableError: one line naming a file that is truncated or not
+        safetensors (its header says more bytes than the file holds, or is no header).
+    """
     self.source = hf_dir
     self.shapes = {}
     self._files = {}
     for path in weight_files(hf_dir):
-      handle = safe_open(path, framework="np")
+      try:
+        handle = safe_open(path, framework="np")
+      except SafetensorError as e:
+        raise model_dir_lib.CheckpointUnreadableError(
+          f"{path} cannot be read: {e} (a truncated download, or not a safetensors file)"
+        ) from None
       for name in handle.keys():
         self.shapes[name] = list(handle.get_slice(name).get_shape())
         self._files[name] = handle
@@ -292,6 +305,8 @@ def load_weights(model, weights):
   Raises:
     model_dir.CheckpointMismatchError: naming every missing, mis-shaped or unexpected tensor,
       a checkpoint without the masked-LM head, or tied copies that differ.
+    model_dir.NonFiniteWeightsError: naming the first tensor (in the model's order) with a NaN
+      or inf; the model is then partly assigned, and not to be used.
   """
   context = f"cannot load {weights.source} into a {model.model_type} model"
   if not any(name.startswith("cls.predictions.") for name in weights.shapes):
@@ -315,13 +330,15 @@ def load_weights(model, weights):
   for name, copy in _tied_copies(prefix).items():
     source = next(n for n in _spellings(name, prefix) if n in assignments)
     if copy != source and copy in weights.shapes:
-      if not np.array_equal(weights.get(copy), weights.get(source)):
+      # equal_nan: a NaN in both copies is named by the finite check below, not called untied.
+      if not np.array_equal(weights.get(copy), weights.get(source), equal_nan=True):
         raise model_dir_lib.CheckpointMismatchError(
           f"{context}: {copy} differs from {source}; our output layer is tied to them, as "
           "BERT's (untied output embeddings are not implemented)"
         )
   for name, (variable, transposed) in assignments.items():
     value = weights.get(name)
+    model_dir_lib.check_finite(name, value, weights.source)
     variable.assign(value.T if transposed else value)
   return ignored
 

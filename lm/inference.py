@@ -26,6 +26,7 @@ from lm import stage_clock
 from lm import windows as windows_lib
 from text import normalization as normalization_lib
 import tokenization
+from util import cli
 from util import runs
 
 POOLINGS = ("context", "embed", "first_last", "first", "last")
@@ -907,6 +908,24 @@ def describe(lm, scoring=None):
       else {}
     ),
   }
+
+
+def check_finite(lm_name, text, *values):
+  """Raises cli.InputError naming LM `lm_name` and sentence `text` when one of `values` (its
+  score, its vector: floats or float arrays) is NaN or infinite.
+
+  Checked before a score is written anywhere (score.py's records, the rescoring score cache):
+  JSON has no number for NaN or inf (Python writes `NaN`, which other readers refuse), and a NaN
+  in a ranking compares false with everything. Weights are checked finite when they load
+  (`model_dir.check_finite`); this catches what finite weights can still overflow to.
+  """
+  for value in values:
+    if not np.all(np.isfinite(value)):
+      what = f"the score {float(value)}" if np.ndim(value) == 0 else "a vector"
+      raise cli.InputError(
+        f"{lm_name} gives {text!r} {what}, which is not finite (a log-probability or "
+        "activation of the model overflows); nothing of it is written"
+      )
 
 
 def _boundary_identity(pair):

@@ -54,6 +54,27 @@ class CheckpointUnreadableError(ValueError):
   """A checkpoint file is missing, truncated or corrupt; the message is one line naming it."""
 
 
+class NonFiniteWeightsError(ValueError):
+  """A weight holds NaN or inf: the message is one line naming the checkpoint and the variable."""
+
+
+def check_finite(name, value, source):
+  """Raises NonFiniteWeightsError when `value` (the weight `name` of checkpoint `source`) holds a
+  NaN or an infinity.
+
+  Every loader calls it on each weight before it is used (`load_model_dir`, `load_tf1_checkpoint`,
+  `hf_checkpoint.load_weights`): such a model scores every sentence NaN, which JSON cannot hold
+  and no ranking can use, and a conversion would write it on. A diverged training run or a
+  damaged download gives one.
+  """
+  bad = int(np.size(value) - np.count_nonzero(np.isfinite(value)))
+  if bad:
+    raise NonFiniteWeightsError(
+      f"{source}: {name} holds {bad} NaN or infinite value(s) of {np.size(value)}; a model with "
+      "weights that are not numbers cannot score (a diverged run, or a damaged file)"
+    )
+
+
 # ------------------------------------------------------------ files and paths
 
 
@@ -262,7 +283,8 @@ def load_model_dir(model_dir, checkpoint=None):
     checkpoint: a specific checkpoint prefix; default the latest one.
 
   Raises:
-    ValueError / FileNotFoundError naming the missing or mismatched piece.
+    ValueError / FileNotFoundError naming the missing or mismatched piece; NonFiniteWeightsError
+      naming the first weight (in `tf1_variables` order) with a NaN or inf.
   """
   config = read_config(model_dir)
   vocab_file = vocab_path(model_dir)
@@ -274,6 +296,8 @@ def load_model_dir(model_dir, checkpoint=None):
   model = modeling.build_model(config)
   checkpoint = checkpoint or resolve_checkpoint(model_dir)
   _restore_for_inference(model, checkpoint, config_path(model_dir))
+  for name, variable in model.tf1_variables().items():
+    check_finite(name, variable.numpy(), checkpoint)
   logging.info("loaded %s model from %s", config.model_type, checkpoint)
   return model, tokenizer
 
@@ -524,6 +548,8 @@ def load_tf1_checkpoint(model, checkpoint_path, strict=True):
   Raises:
     CheckpointMismatchError: naming every offending variable.
     CheckpointUnreadableError: a file of the checkpoint is missing, truncated or corrupt.
+    NonFiniteWeightsError: naming the first variable (in the model's order) with a NaN or inf;
+      the model is then partly assigned, and not to be used.
   """
   with reading_checkpoint(checkpoint_path):
     reader = tf.train.load_checkpoint(checkpoint_path)
@@ -537,7 +563,9 @@ def load_tf1_checkpoint(model, checkpoint_path, strict=True):
   )
   with reading_checkpoint(checkpoint_path):
     for name, var in wanted.items():
-      var.assign(reader.get_tensor(name))
+      value = reader.get_tensor(name)
+      check_finite(name, value, checkpoint_path)
+      var.assign(value)
   return {"loaded": list(wanted), "ignored": ignored, "unexpected": unexpected}
 
 

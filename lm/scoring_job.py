@@ -175,7 +175,7 @@ _TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r
 def render(rec, output_format, tsv_order="score_text"):
   """One output line (no newline) for a record; TSV puts a record's key first."""
   if output_format != "tsv":
-    return json.dumps(rec, ensure_ascii=False)
+    return json.dumps(rec, ensure_ascii=False, allow_nan=False)  # check_finite ran: never NaN
   score = f"{rec['score']:.6f}" if "score" in rec else ""
   text = rec["text"].translate(_TSV_ESCAPES)
   columns = [score, text] if tsv_order == "score_text" else [text, score]
@@ -276,6 +276,9 @@ def score_stream(lm, numbered, write, params, progress):
     records = score_batch(
       lm, lines, list(texts), params.vectors, params.scoring, params.keyed, params.log_base
     )
+    for r in records:
+      if "score" in r:
+        inference.check_finite(params.model_dir, r["text"], r["score"], r.get("vector", 0.0))
     write([render(r, params.format, params.tsv_order) for r in records])
     progress.update(len(batch))
 

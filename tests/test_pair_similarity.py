@@ -578,8 +578,10 @@ def test_bad_whitening_input_is_one_line(model_dirs, tmp_path, flags, message):
   (tmp_path / "empty.txt").write_text("\n")
   (tmp_path / "same.tsv").write_text("the cat\tthe cat\t1\nthe cat\tthe cat\t2\n")
   rng = np.random.default_rng(0)
+  fitted_for = {"model": {}, "representation": "context"}
   whitening.save(
-    str(tmp_path / "d8.npz"), {"tta context": whitening.fit(rng.normal(size=(20, 8)), 2)}
+    str(tmp_path / "d8.npz"),
+    {"tta context": whitening.fit(rng.normal(size=(20, 8)), 2, fitted_for)},
   )
   flags = [f.format(tmp=tmp_path) for f in flags]
   if not any(f.startswith("--pairs_file") for f in flags):
