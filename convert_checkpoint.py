@@ -11,7 +11,7 @@ success is reported (lm/model_dir.py converts). Examples: README "Released check
 from absl import flags
 from absl import logging
 
-from lm import model_dir
+from lm import conversion
 from util import cli
 
 FLAGS = flags.FLAGS
@@ -19,21 +19,21 @@ FLAGS = flags.FLAGS
 
 def define_flags():
   """Defines the command-line flags (from __main__ only, so tests can import the module)."""
-  cli.define_param_flags(model_dir.ConversionParams)
+  cli.define_param_flags(conversion.ConversionParams)
   flags.mark_flag_as_required("output_dir")
 
 
 def params_from_flags():
-  """`model_dir.ConversionParams` from the parsed flags."""
+  """`conversion.ConversionParams` from the parsed flags."""
   with cli.user_input():
-    return model_dir.ConversionParams(**cli.param_values(model_dir.ConversionParams, FLAGS))
+    return conversion.ConversionParams(**cli.param_values(conversion.ConversionParams, FLAGS))
 
 
 def main(argv):
   del argv
   params = params_from_flags()
   with cli.user_input():
-    model, tokenizer, prefix = model_dir.convert_checkpoint(params)
+    model, tokenizer, prefix = conversion.convert_checkpoint(params)
   logging.info(
     "wrote %s model %s (sentences framed by %s ... %s); score with --model_dir=%s",
     model.model_type,

@@ -9,8 +9,8 @@ Names: every TF1 name of our model (`modeling.TransformerLM.tf1_variables`) has 
 fixed rule (`hf_name`): "/" -> ".", layer_N -> layer.N, a dense kernel -> `weight` transposed,
 LayerNorm gamma/beta -> weight/bias (gamma/beta also read), embedding tables get ".weight",
 cls/predictions/output_bias -> cls.predictions.bias. Every tensor is checked by name and shape
-before anything is assigned (`model_dir.match_names`), and finite as it is assigned
-(`model_dir.check_finite`).
+before anything is assigned (`checkpoints.match_names`), and finite as it is assigned
+(`checkpoints.check_finite`).
 """
 
 import json
@@ -25,6 +25,7 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors import safe_open
 
+from lm import checkpoints
 from lm import model_dir as model_dir_lib
 import modeling
 
@@ -254,7 +255,7 @@ class SafetensorsWeights(object):
     """Reads the headers of the dir's safetensors files.
 
     Raises:
-      model_dir.CheckpointUnreadableError: one line naming a file that is truncated or not
+      checkpoints.CheckpointUnreadableError: one line naming a file that is truncated or not
         safetensors (its header says more bytes than the file holds, or is no header).
     """
     self.source = hf_dir
@@ -264,7 +265,7 @@ class SafetensorsWeights(object):
       try:
         handle = safe_open(path, framework="np")
       except SafetensorError as e:
-        raise model_dir_lib.CheckpointUnreadableError(
+        raise checkpoints.CheckpointUnreadableError(
           f"{path} cannot be read: {e} (a truncated download, or not a safetensors file)"
         ) from None
       for name in handle.keys():
@@ -303,14 +304,14 @@ def load_weights(model, weights):
     The sorted names not loaded (ignored).
 
   Raises:
-    model_dir.CheckpointMismatchError: naming every missing, mis-shaped or unexpected tensor,
+    checkpoints.CheckpointMismatchError: naming every missing, mis-shaped or unexpected tensor,
       a checkpoint without the masked-LM head, or tied copies that differ.
-    model_dir.NonFiniteWeightsError: naming the first tensor (in the model's order) with a NaN
+    checkpoints.NonFiniteWeightsError: naming the first tensor (in the model's order) with a NaN
       or inf; the model is then partly assigned, and not to be used.
   """
   context = f"cannot load {weights.source} into a {model.model_type} model"
   if not any(name.startswith("cls.predictions.") for name in weights.shapes):
-    raise model_dir_lib.CheckpointMismatchError(
+    raise checkpoints.CheckpointMismatchError(
       f"{context}: it has no masked-LM head (cls.predictions.*): a BertModel or a fine-tuned "
       "BERT cannot score; use the BertForMaskedLM or BertForPreTraining checkpoint"
     )
@@ -320,7 +321,7 @@ def load_weights(model, weights):
     name, transposed = hf_name(tf1_name, prefix)
     found = next((n for n in _spellings(name, prefix) if n in weights.shapes), name)
     assignments[found] = (variable, transposed)
-  ignored, _ = model_dir_lib.match_names(
+  ignored, _ = checkpoints.match_names(
     {n: list(v.shape)[::-1] if t else list(v.shape) for n, (v, t) in assignments.items()},
     weights.shapes,
     _IGNORED,
@@ -332,13 +333,13 @@ def load_weights(model, weights):
     if copy != source and copy in weights.shapes:
       # equal_nan: a NaN in both copies is named by the finite check below, not called untied.
       if not np.array_equal(weights.get(copy), weights.get(source), equal_nan=True):
-        raise model_dir_lib.CheckpointMismatchError(
+        raise checkpoints.CheckpointMismatchError(
           f"{context}: {copy} differs from {source}; our output layer is tied to them, as "
           "BERT's (untied output embeddings are not implemented)"
         )
   for name, (variable, transposed) in assignments.items():
     value = weights.get(name)
-    model_dir_lib.check_finite(name, value, weights.source)
+    checkpoints.check_finite(name, value, weights.source)
     variable.assign(value.T if transposed else value)
   return ignored
 

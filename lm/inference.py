@@ -18,6 +18,7 @@ import tensorflow as tf
 
 import kinds
 from lm import backends
+from lm import conversion
 from lm import hf_checkpoint
 from lm import model_dir as model_dir_lib
 from lm import onnx_backend
@@ -773,7 +774,7 @@ _LONG_INPUT_OPTIONS = ("long_inputs", "window", "stride")
 # Release formats a neural model is read from besides our model dirs: spec prefix -> loader of
 # the dir after it, returning (model, tokenizer).
 _RELEASE_LOADERS = {
-  "bert:": model_dir_lib.load_google_bert,  # bert_config.json, vocab.txt, bert_model.ckpt
+  "bert:": conversion.load_google_bert,  # bert_config.json, vocab.txt, bert_model.ckpt
   "hf:": hf_checkpoint.load_hf_bert,  # config.json, vocab.txt, model.safetensors
 }
 
@@ -917,7 +918,7 @@ def check_finite(lm_name, text, *values):
   Checked before a score is written anywhere (score.py's records, the rescoring score cache):
   JSON has no number for NaN or inf (Python writes `NaN`, which other readers refuse), and a NaN
   in a ranking compares false with everything. Weights are checked finite when they load
-  (`model_dir.check_finite`); this catches what finite weights can still overflow to.
+  (`checkpoints.check_finite`); this catches what finite weights can still overflow to.
   """
   for value in values:
     if not np.all(np.isfinite(value)):

@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 import kinds
+from lm import checkpoints
 from lm import model_dir
 import modeling
 import optimization
@@ -219,7 +220,7 @@ def _run_record(params):
   if "://" in params.output_dir:
     return None
   found = os.listdir(params.output_dir)
-  outputs = [n for n in found if n.startswith(model_dir.CHECKPOINT_NAME + "-")]
+  outputs = [n for n in found if n.startswith(checkpoints.CHECKPOINT_NAME + "-")]
   outputs += ["checkpoint", "train", "eval", "train_summary.json"]
   with cli.user_input():
     return runs.Record(
@@ -572,7 +573,7 @@ def _train_locked(params, strategy, write_dir):
   # Another job's training is refused before anything is read or written; --overwrite clears it
   # once the flags' files have been read.
   record = _run_record(params) if chief else None
-  resuming = not params.overwrite and model_dir.latest_checkpoint(params.output_dir) is not None
+  resuming = not params.overwrite and checkpoints.latest_checkpoint(params.output_dir) is not None
   with cli.user_input():  # the vocab, config and target embeddings the flags name
     setup = training_setup.prepare_model(params, resuming=resuming)
   if record:

@@ -14,6 +14,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from lm import checkpoints
 from lm import model_dir
 import modeling
 from pretraining import input_pipeline
@@ -122,7 +123,7 @@ def _resumed_config(output_dir):
   Only a dir with a checkpoint binds the architecture (and then its
   config.json is complete: the chief writes it before any checkpoint).
   """
-  if model_dir.latest_checkpoint(output_dir) and tf.io.gfile.exists(
+  if checkpoints.latest_checkpoint(output_dir) and tf.io.gfile.exists(
     model_dir.config_path(output_dir)
   ):
     return model_dir.read_config(output_dir)

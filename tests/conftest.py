@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from lm import checkpoints
 import modeling  # noqa: E402
 from util import io_utils  # noqa: E402
 
@@ -141,13 +142,12 @@ def tiny_bert(tokens=BERT_TOKENS, seed=21):
 def write_google_release(path, model, tokens=BERT_TOKENS):
   """Writes a Google BERT release dir (bert_config.json, vocab.txt, bert_model.ckpt) of `model`;
   returns the path as str."""
-  from lm import model_dir  # pylint: disable=g-import-not-at-top
 
   os.makedirs(path, exist_ok=True)
   with open(os.path.join(path, "vocab.txt"), "w") as f:
     f.write("\n".join(tokens) + "\n")
   model.config.to_json_file(os.path.join(path, "bert_config.json"))
-  model_dir.save_tf1_checkpoint(model, os.path.join(path, "bert_model.ckpt"))
+  checkpoints.save_tf1_checkpoint(model, os.path.join(path, "bert_model.ckpt"))
   return str(path)
 
 

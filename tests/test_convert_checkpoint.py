@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from lm import checkpoints
+from lm import conversion
 from lm import inference
-from lm import model_dir
 import modeling
 import tokenization
 
@@ -48,14 +49,14 @@ def read_config(path):
 def test_hf_dir_converts_to_a_model_dir_that_scores_the_same(tmp_path):
   hf = write_hf_bert_dir(tmp_path / "hf", tiny_bert())
   out = str(tmp_path / "converted")
-  params = model_dir.ConversionParams(output_dir=out, input=f"hf:{hf}")
-  model_dir.convert_checkpoint(params)
+  params = conversion.ConversionParams(output_dir=out, input=f"hf:{hf}")
+  conversion.convert_checkpoint(params)
   config = read_config(out)
   assert config["model_type"] == "bert" and config["boundary_tokens"] == ["[CLS]", "[SEP]"]
   assert_same_scores(inference.load_lm(f"hf:{hf}"), inference.load_lm(out))
   for convert_again in (
-    lambda: model_dir.convert_checkpoint(params),  # refused before the load
-    lambda: model_dir.convert(*model_dir.load_source(params), out),
+    lambda: conversion.convert_checkpoint(params),  # refused before the load
+    lambda: conversion.convert(*conversion.load_source(params), out),
   ):
     with pytest.raises(ValueError, match="already holds a model"):
       convert_again()
@@ -72,7 +73,7 @@ def test_authors_tf1_checkpoint_converts_on_the_command_line(tmp_path):
   tf.keras.utils.set_random_seed(8)
   config = tiny_config(vocab_size=len(tokenization.SPECIAL_TOKENS) + len(WORDS))
   original = modeling.build_model(config, "tta")
-  model_dir.save_tf1_checkpoint(original, str(release / "model.ckpt"))
+  checkpoints.save_tf1_checkpoint(original, str(release / "model.ckpt"))
   authors_config = release / "config.layer-3.vocab-lower.sub-32k.json"
   fields = {k: getattr(config, k) for k in AUTHORS_CONFIG_KEYS}
   authors_config.write_text(json.dumps(dict(fields, vocab_file=vocab.name)))
@@ -103,4 +104,4 @@ def test_authors_tf1_checkpoint_converts_on_the_command_line(tmp_path):
 )
 def test_flags_that_do_not_name_one_source_are_refused(given, message):
   with pytest.raises(ValueError, match=message):
-    model_dir.ConversionParams(output_dir="out", **given)
+    conversion.ConversionParams(output_dir="out", **given)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from lm import checkpoints
 from lm import hf_checkpoint
 from lm import inference
 from lm import model_dir
@@ -79,7 +80,7 @@ def bad_releases(bert, tmp_path_factory):
 def test_released_weights_that_are_not_finite_are_refused_naming_the_first(
   bad_releases, kind, named
 ):
-  with pytest.raises(model_dir.NonFiniteWeightsError) as error:
+  with pytest.raises(checkpoints.NonFiniteWeightsError) as error:
     inference.load_model(bad_releases[kind])
   message = str(error.value)
   assert re.search(named, message) and "\n" not in message, message
@@ -93,7 +94,7 @@ def test_a_nan_in_both_tied_copies_is_named_as_a_nan_not_as_untied(bert, tmp_pat
   tensors["bert.embeddings.word_embeddings.weight"] = table
   tensors["cls.predictions.decoder.weight"] = table.copy()
   path = write_hf_bert_dir(tmp_path / "hf", bert, tensors=tensors)
-  with pytest.raises(model_dir.NonFiniteWeightsError, match="word_embeddings.weight holds 1 NaN"):
+  with pytest.raises(checkpoints.NonFiniteWeightsError, match="word_embeddings.weight holds 1 NaN"):
     hf_checkpoint.load_hf_bert(path)
 
 
@@ -103,7 +104,7 @@ def test_our_model_dir_that_is_not_finite_is_refused(tmp_path, tokenizer):
   name = "bert/encoder/layer_1/attention/self/key/bias"
   model.tf1_variables()[name].assign(np.full([32], np.nan, np.float32))
   model_dir.save_model_dir(model, tokenizer.vocab_file, str(tmp_path / "tta"))
-  with pytest.raises(model_dir.NonFiniteWeightsError, match=rf"{name} holds 32 NaN or infinite"):
+  with pytest.raises(checkpoints.NonFiniteWeightsError, match=rf"{name} holds 32 NaN or infinite"):
     model_dir.load_model_dir(str(tmp_path / "tta"))
 
 
@@ -130,7 +131,7 @@ def test_convert_checkpoint_refuses_nan_weights_and_writes_no_model(bad_releases
       "convert_checkpoint.py", f"--input={bad_releases[kind]}", f"--output_dir={out}"
     )
     assert bad in one_error_line(result)
-    assert model_dir.latest_checkpoint(str(out)) is None
+    assert checkpoints.latest_checkpoint(str(out)) is None
 
 
 def nbest_file(path, lists):

@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops for loading)
 
+from lm import checkpoints
 from lm import hf_checkpoint
 from lm import inference
 from lm import model_dir
@@ -227,7 +228,7 @@ def test_tensors_that_do_not_fit_are_named_and_nothing_is_assigned(tmp_path, ber
   weights = hf_checkpoint.SafetensorsWeights(path)
   model = tiny_bert(seed=5)
   before = model_dir.weights_fingerprint(model)
-  with pytest.raises(model_dir.CheckpointMismatchError, match=named):
+  with pytest.raises(checkpoints.CheckpointMismatchError, match=named):
     hf_checkpoint.load_weights(model, weights)
   assert model_dir.weights_fingerprint(model) == before
 

@@ -18,6 +18,7 @@ from test_modeling import google_bert_arrays
 from test_modeling import random_batch
 from test_modeling import run
 
+from lm import checkpoints
 from lm import model_dir
 import modeling
 import tokenization
@@ -45,7 +46,7 @@ def test_save_and_load_round_trip(tmp_path):
   vocab = _write_vocab(tmp_path / "source_vocab.txt")
   out = str(tmp_path / "dir")
   prefix = model_dir.save_model_dir(model, vocab, out)
-  assert model_dir.latest_checkpoint(out) == prefix
+  assert checkpoints.latest_checkpoint(out) == prefix
   loaded, tokenizer = model_dir.load_model_dir(out)
   assert loaded.model_type == "tta"
   assert loaded.config == modeling.TTAConfig.from_dict(
@@ -113,15 +114,15 @@ def test_latest_checkpoint_from_index_file_or_highest_number(tmp_path):
   model = modeling.build_model(tiny_config(), "tta")
   empty = tmp_path / "empty"
   empty.mkdir()
-  assert model_dir.latest_checkpoint(str(empty)) is None
-  assert model_dir.latest_checkpoint(str(tmp_path / "missing")) is None
+  assert checkpoints.latest_checkpoint(str(empty)) is None
+  assert checkpoints.latest_checkpoint(str(tmp_path / "missing")) is None
   with pytest.raises(FileNotFoundError, match="no checkpoint"):
-    model_dir.resolve_checkpoint(str(empty))
+    checkpoints.resolve_checkpoint(str(empty))
   # No index file: the highest ckpt-N (numerically, not as text).
   bare = tmp_path / "bare"
   for step in (2, 10, 9):
     tf.train.Checkpoint(model=model).write(str(bare / f"ckpt-{step}"))
-  assert model_dir.latest_checkpoint(str(bare)) == str(bare / "ckpt-10")
+  assert checkpoints.latest_checkpoint(str(bare)) == str(bare / "ckpt-10")
   # A CheckpointManager's index file names the latest, whatever its number.
   managed = tmp_path / "managed"
   manager = tf.train.CheckpointManager(
@@ -129,10 +130,10 @@ def test_latest_checkpoint_from_index_file_or_highest_number(tmp_path):
   )
   manager.save(checkpoint_number=20)
   manager.save(checkpoint_number=3)
-  assert model_dir.latest_checkpoint(str(managed)) == str(managed / "ckpt-3")
-  assert model_dir.resolve_checkpoint(str(managed)) == str(managed / "ckpt-3")
+  assert checkpoints.latest_checkpoint(str(managed)) == str(managed / "ckpt-3")
+  assert checkpoints.resolve_checkpoint(str(managed)) == str(managed / "ckpt-3")
   prefix = str(managed / "ckpt-20")
-  assert model_dir.resolve_checkpoint(prefix) == prefix
+  assert checkpoints.resolve_checkpoint(prefix) == prefix
 
 
 def test_missing_piece_is_named(tmp_path):
@@ -193,7 +194,7 @@ def test_config_that_does_not_fit_the_checkpoint_names_file_variable_and_shapes(
   config = json.loads(open(model_dir.config_path(out)).read())
   config["hidden_size"] = 16
   open(model_dir.config_path(out), "w").write(json.dumps(config))
-  with pytest.raises(model_dir.CheckpointMismatchError) as error:
+  with pytest.raises(checkpoints.CheckpointMismatchError) as error:
     model_dir.load_model_dir(out)
   message = str(error.value)
   assert message.startswith(f"{model_dir.config_path(out)} does not match checkpoint")
@@ -228,7 +229,7 @@ def test_damaged_checkpoint_is_one_line_naming_the_file(tmp_path, damage, fault)
     path = data if damage == "truncate data" else index
     with open(path, "r+b") as f:
       f.truncate(os.path.getsize(path) // 2)
-  with pytest.raises(model_dir.CheckpointUnreadableError) as error:
+  with pytest.raises(checkpoints.CheckpointUnreadableError) as error:
     model_dir.load_model_dir(out)
   message = str(error.value)
   assert re.match(rf"checkpoint {re.escape(out)}/ckpt-5 cannot be read: {re.escape(out)}/", message)
@@ -240,7 +241,7 @@ def test_checkpoints_newest_first_and_roll_back(tmp_path):
   bare = tmp_path / "bare"
   for step in (2, 10, 9):
     tf.train.Checkpoint(model=model).write(str(bare / f"ckpt-{step}"))
-  assert model_dir.checkpoints(str(bare)) == [str(bare / f"ckpt-{n}") for n in (10, 9, 2)]
+  assert checkpoints.newest_first(str(bare)) == [str(bare / f"ckpt-{n}") for n in (10, 9, 2)]
   managed = tmp_path / "managed"
   checkpoint = tf.train.Checkpoint(model=model)
 
@@ -249,14 +250,16 @@ def test_checkpoints_newest_first_and_roll_back(tmp_path):
 
   for step in (5, 10, 15):
     manager().save(checkpoint_number=step)
-  assert model_dir.checkpoints(str(managed)) == [str(managed / f"ckpt-{n}") for n in (15, 10, 5)]
-  model_dir.roll_back_to(str(managed), str(managed / "ckpt-5"))
-  assert model_dir.checkpoints(str(managed)) == [str(managed / "ckpt-5")]
+  assert checkpoints.newest_first(str(managed)) == [str(managed / f"ckpt-{n}") for n in (15, 10, 5)]
+  checkpoints.roll_back_to(str(managed), str(managed / "ckpt-5"))
+  assert checkpoints.newest_first(str(managed)) == [str(managed / "ckpt-5")]
   # A manager made after the roll-back keeps the re-saved steps as the newest.
   resumed = manager()
   for step in (10, 15, 20):
     resumed.save(checkpoint_number=step)
-  assert model_dir.checkpoints(str(managed)) == [str(managed / f"ckpt-{n}") for n in (20, 15, 10)]
+  assert checkpoints.newest_first(str(managed)) == [
+    str(managed / f"ckpt-{n}") for n in (20, 15, 10)
+  ]
   assert sorted(p.name for p in managed.glob("*.index")) == [
     f"ckpt-{n}.index" for n in (10, 15, 20)
   ]
@@ -267,9 +270,9 @@ def test_checkpoints_newest_first_and_roll_back(tmp_path):
 
 
 def test_saved_tf1_checkpoint_round_trips(tmp_path, models):
-  prefix = model_dir.save_tf1_checkpoint(models["tta"], str(tmp_path / "tta.ckpt"))
+  prefix = checkpoints.save_tf1_checkpoint(models["tta"], str(tmp_path / "tta.ckpt"))
   fresh = modeling.build_model(tiny_config(), "tta")
-  model_dir.load_tf1_checkpoint(fresh, prefix)
+  checkpoints.load_tf1_checkpoint(fresh, prefix)
   ids, mask = random_batch(np.random.default_rng(7), [6, 2])
   a, b = run(models["tta"], ids, mask), run(fresh, ids, mask)
   for key in a:
@@ -318,7 +321,7 @@ def _authors_tta_variables(config):
 
 def test_saved_tf1_checkpoint_has_every_variable_of_the_authors_graph(tmp_path, models):
   config = tiny_config()
-  prefix = model_dir.save_tf1_checkpoint(models["tta"], str(tmp_path / "tta.ckpt"))
+  prefix = checkpoints.save_tf1_checkpoint(models["tta"], str(tmp_path / "tta.ckpt"))
   expected = _authors_tta_variables(config)
   assert len(expected) == 11 + 16 * config.num_hidden_layers
   assert dict(tf.train.list_variables(prefix)) == expected
@@ -339,13 +342,13 @@ def test_saved_tf1_checkpoint_has_every_variable_of_the_authors_graph(tmp_path, 
   assert np.abs(kernel).max() <= 2 * config.initializer_range
   assert 0.8 * config.initializer_range < kernel.std() < 0.95 * config.initializer_range
   np.testing.assert_array_equal(restored["bert/pooler/dense/bias"], np.zeros(config.hidden_size))
-  again = model_dir.save_tf1_checkpoint(models["tta"], str(tmp_path / "again.ckpt"))
+  again = checkpoints.save_tf1_checkpoint(models["tta"], str(tmp_path / "again.ckpt"))
   np.testing.assert_array_equal(
     tf.train.load_checkpoint(again).get_tensor("bert/pooler/dense/kernel"), kernel
   )
 
   # Loading it back ignores the pooler, strictly.
-  report = model_dir.load_tf1_checkpoint(modeling.build_model(config, "tta"), prefix)
+  report = checkpoints.load_tf1_checkpoint(modeling.build_model(config, "tta"), prefix)
   assert report["ignored"] == ["bert/pooler/dense/bias", "bert/pooler/dense/kernel"]
   assert report["unexpected"] == []
 
@@ -354,11 +357,11 @@ def test_missing_variable_fails_by_name_and_assigns_nothing(tmp_path):
   config = tiny_config(type_vocab_size=2)
   arrays = google_bert_arrays(config, np.random.default_rng(8))
   del arrays["bert/encoder/layer_1/attention/self/key/bias"]
-  prefix = model_dir.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
+  prefix = checkpoints.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
   model = modeling.build_model(config, "bert")
   before = model.embeddings.word_embeddings.numpy().copy()
-  with pytest.raises(model_dir.CheckpointMismatchError, match="layer_1/attention/self/key/bias"):
-    model_dir.load_tf1_checkpoint(model, prefix)
+  with pytest.raises(checkpoints.CheckpointMismatchError, match="layer_1/attention/self/key/bias"):
+    checkpoints.load_tf1_checkpoint(model, prefix)
   np.testing.assert_array_equal(model.embeddings.word_embeddings.numpy(), before)
 
 
@@ -366,33 +369,33 @@ def test_mis_shaped_variable_fails_by_name(tmp_path):
   config = tiny_config(type_vocab_size=2)
   arrays = google_bert_arrays(config, np.random.default_rng(9))
   arrays["bert/encoder/layer_0/intermediate/dense/kernel"] = np.zeros((32, 36), np.float32)
-  prefix = model_dir.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
+  prefix = checkpoints.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
   with pytest.raises(
-    model_dir.CheckpointMismatchError,
+    checkpoints.CheckpointMismatchError,
     match=r"layer_0/intermediate/dense/kernel: checkpoint "
     r"\[32, 36\], model \[32, 37\]",
   ):
-    model_dir.load_tf1_checkpoint(modeling.build_model(config, "bert"), prefix)
+    checkpoints.load_tf1_checkpoint(modeling.build_model(config, "bert"), prefix)
 
 
 def test_unexpected_variable_fails_when_strict(tmp_path):
   config = tiny_config()
   arrays = google_bert_arrays(config, np.random.default_rng(10))
   arrays["bert/encoder/layer_2/output/dense/kernel"] = np.zeros((32, 32), np.float32)
-  prefix = model_dir.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
+  prefix = checkpoints.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
   model = modeling.build_model(config, "tta")
   with pytest.raises(
-    model_dir.CheckpointMismatchError,
+    checkpoints.CheckpointMismatchError,
     match="unexpected in checkpoint: bert/encoder/layer_2/output/dense/kernel",
   ):
-    model_dir.load_tf1_checkpoint(model, prefix)
-  report = model_dir.load_tf1_checkpoint(model, prefix, strict=False)
+    checkpoints.load_tf1_checkpoint(model, prefix)
+  report = checkpoints.load_tf1_checkpoint(model, prefix, strict=False)
   assert report["unexpected"] == ["bert/encoder/layer_2/output/dense/kernel"]
 
 
 def test_tf1_checkpoint_is_told_from_ours(tmp_path, models):
-  tf1 = model_dir.save_tf1_checkpoint(models["tta"], str(tmp_path / "tf1"))
+  tf1 = checkpoints.save_tf1_checkpoint(models["tta"], str(tmp_path / "tf1"))
   ours = tf.train.Checkpoint(model=models["tta"]).write(str(tmp_path / "ours" / "ckpt-1"))
-  assert model_dir.is_tf1_checkpoint(tf1)
-  assert not model_dir.is_tf1_checkpoint(ours)
+  assert checkpoints.is_tf1_checkpoint(tf1)
+  assert not checkpoints.is_tf1_checkpoint(ours)
   assert os.path.exists(tf1 + ".index")

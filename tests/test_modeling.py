@@ -22,7 +22,7 @@ import pytest
 from scipy.special import erf
 import tensorflow as tf
 
-from lm import model_dir
+from lm import checkpoints
 import modeling
 
 VOCAB = TINY["vocab_size"]
@@ -327,9 +327,9 @@ def test_tf1_checkpoint_loads_and_matches_reference(tmp_path, model_type):
   config = tiny_config(type_vocab_size=type_vocab_size)
   rng = np.random.default_rng(6)
   arrays = google_bert_arrays(config, rng)
-  prefix = model_dir.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
+  prefix = checkpoints.write_tf1_checkpoint(arrays, str(tmp_path / "model.ckpt"))
   model = modeling.build_model(config, model_type)
-  report = model_dir.load_tf1_checkpoint(model, prefix)
+  report = checkpoints.load_tf1_checkpoint(model, prefix)
   assert len(report["loaded"]) == len(model.trainable_variables)
   assert "bert/pooler/dense/kernel" in report["ignored"]
   assert "global_step" in report["ignored"]

@@ -29,6 +29,7 @@ import pytest
 import tensorflow as tf
 
 import kinds
+from lm import checkpoints
 from lm import model_dir
 import modeling
 from pretraining import losses as losses_lib
@@ -323,7 +324,7 @@ def test_init_checkpoint_ours_and_tf1(trained, tmp_path):
   config = modeling.TTAConfig.from_json_file(os.path.join(source_dir, "config.json"))
   source = modeling.build_model(config)
   tf.train.Checkpoint(model=source).read(tf.train.latest_checkpoint(source_dir)).expect_partial()
-  tf1_prefix = model_dir.save_tf1_checkpoint(source, str(tmp_path / "tf1"))
+  tf1_prefix = checkpoints.save_tf1_checkpoint(source, str(tmp_path / "tf1"))
   for init in (source_dir, tf1_prefix):
     fresh = modeling.build_model(config)
     model_dir.warm_start(fresh, init)
@@ -401,7 +402,7 @@ def test_another_job_in_the_output_dir_is_refused_until_overwrite(data_dir, tmp_
     f"--output_dir {out} holds another job: learning_rate 0.002 (this run: 0.001); add "
     "--overwrite to start over"
   )
-  assert model_dir.checkpoints(str(out))[0].endswith("ckpt-4")  # nothing lost
+  assert checkpoints.newest_first(str(out))[0].endswith("ckpt-4")  # nothing lost
   fresh = training.train(
     tiny_params(data_dir, out, overwrite=True, **dict(short, learning_rate=1e-3))
   )
@@ -434,7 +435,7 @@ def test_truncated_latest_checkpoint_resumes_from_the_one_before(data_dir, tmp_p
   warning = f"{out}/ckpt-30.data-00000-of-00001 is truncated or corrupt (Read less bytes"
   assert any(warning in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
   # The index file was rolled back, so the re-saved ckpt-30 counts as new, not as the oldest.
-  assert model_dir.checkpoints(str(out)) == [str(out / f"ckpt-{n}") for n in (45, 30, 15)]
+  assert checkpoints.newest_first(str(out)) == [str(out / f"ckpt-{n}") for n in (45, 30, 15)]
   model_dir.load_model_dir(str(out), str(out / "ckpt-30"))
   # No checkpoint can be read: refused in one line, not trained from step 0.
   for step in (15, 30, 45):

@@ -13,6 +13,7 @@ import commands
 from conftest import data_dir_or_skip
 import pytest
 
+from lm import checkpoints
 from reproduction import modes
 from reproduction import reproduction_report
 from reproduction import runner
@@ -258,9 +259,8 @@ def test_curve_checkpoints_are_spread_and_viewed_as_model_dirs(tmp_path):
     "config.json",
     "vocab.txt",
   ]
-  from lm import model_dir  # pylint: disable=g-import-not-at-top
 
-  assert model_dir.latest_checkpoint(view) == os.path.join(view, "ckpt-4")
+  assert checkpoints.latest_checkpoint(view) == os.path.join(view, "ckpt-4")
 
 
 def test_seed_one_keeps_the_one_seed_layout_and_flags_and_the_others_their_own(tmp_path):

@@ -16,7 +16,7 @@ import threading
 from absl import logging
 import tensorflow as tf
 
-from lm import model_dir
+from lm import checkpoints
 from util import cli
 from util import io_utils
 
@@ -101,7 +101,7 @@ def restore(checkpoint, directory, roll_back=True):
     CheckpointError: there are checkpoints and none can be read (a run never silently starts
       over from step 0).
   """
-  path, found = model_dir.restore_newest_readable(checkpoint, directory)
+  path, found = checkpoints.restore_newest_readable(checkpoint, directory)
   if path is None and found:
     raise CheckpointError(
       f"none of the {len(found)} checkpoints in {directory} can be read (the warnings above say "
@@ -110,7 +110,7 @@ def restore(checkpoint, directory, roll_back=True):
   if path is not None and path != found[0]:
     logging.warning("resuming from %s, the newest checkpoint that can be read", path)
     if roll_back:
-      model_dir.roll_back_to(directory, path)
+      checkpoints.roll_back_to(directory, path)
   return path
 
 
@@ -122,7 +122,7 @@ def checkpoint_manager(checkpoint, directory, max_to_keep, step_counter):
     directory,
     max_to_keep=max_to_keep,
     step_counter=step_counter,
-    checkpoint_name=model_dir.CHECKPOINT_NAME,
+    checkpoint_name=checkpoints.CHECKPOINT_NAME,
   )
 
 
@@ -146,5 +146,5 @@ def save(manager, step, last_path):
     resume = f"resumes from {last_path}" if last_path else "starts from step 0"
     raise CheckpointError(
       f"cannot save the checkpoint of step {step} in {manager.directory}: "
-      f"{model_dir.error_line(e)}; a re-run with the same command {resume}"
+      f"{checkpoints.error_line(e)}; a re-run with the same command {resume}"
     ) from e
