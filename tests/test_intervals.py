@@ -21,6 +21,8 @@ from scipy import stats
 from evaluation import pair_similarity
 from evaluation import significance
 from evaluation import sts_job
+from finetuning import mwer_report
+from nbest import combination
 from nbest import paper_protocol
 from nbest import types
 from reproduction import reproduction_report
@@ -172,6 +174,54 @@ def test_reproduction_report_prints_the_interval_of_one_lm_minus_another():
   difference, low, high, _ = numbers(line)
   want = paired_bootstrap(wer_difference, (mine, theirs, lengths))
   assert_interval(difference, low, high, want, rounding=PRINTED)
+
+
+def test_mwer_report_prints_the_interval_of_each_system_minus_another():
+  """run_mwer.py's table (`mwer_report.evaluate_set` and `markdown`): lists whose hypothesis k
+  is the choice of system k, (a) first pass, (b) interpolation, (c) weights only, (d) MWER."""
+  rng = np.random.default_rng(4)
+  lengths = rng.integers(5, 25, 200)
+  errors = rng.binomial(lengths, [[0.15], [0.14], [0.13], [0.11]])  # [system, utterance]
+  lists, frozen, trained = [], {}, {}
+  for i, n in enumerate(lengths):
+    hyps = []
+    for k in range(4):
+      # A word of its own keeps each text apart (the LM scores are looked up by text).
+      text = " ".join([f"u{i}h{k}"] + ["x"] * errors[k, i] + ["w"] * (n - errors[k, i]))
+      hyps.append(types.Hypothesis(text, {"decoder": -k, "ctc": -k}))
+      frozen[text] = {1: 1.0, 2: -1.0}.get(k, 0.0)  # (b) takes its best, (c) its worst
+      trained[text] = float(k == 3)
+    lists.append(types.NBestList(str(i), [" ".join([f"u{i}h0"] + ["w"] * n)], hyps))
+  # The reference's first word: right in hypothesis 0 only.
+  errors[1:] += 1
+  lengths = lengths + 1
+  first_pass = {"decoder": 0.0, "ctc": 0.0}
+  systems = mwer_report.SettingSystems(
+    "am",
+    1.0,
+    combination.Weights(first_pass, {combination.MWER_LM: -1.0}),
+    combination.Weights(first_pass, {combination.MWER_LM: 1.0}),
+  )
+  row = mwer_report.evaluate_set("test", lists, systems, frozen, trained, (RESAMPLES, 6))
+  index = {s: k for k, s in enumerate(mwer_report.SYSTEMS)}
+  assert [row["wer"][s] for s in mwer_report.SYSTEMS] == pytest.approx(
+    list(100 * errors.sum(1) / lengths.sum())
+  )
+  cells = mwer_report.markdown([row], {}, {}).splitlines()[4].split(" | ")[-4:]
+  for cell, (system, baseline) in zip(
+    cells,
+    [
+      ("mwer", "first_pass"),
+      ("mwer", "interpolation"),
+      ("mwer", "combination"),
+      ("combination", "first_pass"),
+    ],
+  ):
+    difference, low, high, _ = numbers(cell)
+    want = paired_bootstrap(
+      wer_difference, (errors[index[system]], errors[index[baseline]], lengths)
+    )
+    assert_interval(difference, low, high, want, rounding=PRINTED)
 
 
 # ------------------------------------------------------------------ correlations of one set
