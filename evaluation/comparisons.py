@@ -53,9 +53,11 @@ def asr_comparisons(asr, pairs=PAPER_PAIRS):
   return out
 
 
-def sts_comparisons(sts, pairs=STS_PAIRS):
+def sts_comparisons(sts, pairs=STS_PAIRS, bootstrap=(significance.DEFAULT_RESAMPLES, 0)):
   """Pearson x100 of a minus b for each (a, b) of `pairs`, per set and representation, paired
-  bootstrap over the same sentence pairs (rows need the per-pair "cosines" and "gold")."""
+  bootstrap over the same sentence pairs (rows need the per-pair "cosines" and "gold");
+  `bootstrap` is its (resamples, seed)."""
+  resamples, seed = bootstrap
   by = {(r["model"], r["representation"]): r for r in sts}
   out = []
   for first, other in pairs:
@@ -64,7 +66,13 @@ def sts_comparisons(sts, pairs=STS_PAIRS):
       if model != first or theirs is None:
         continue
       for name, cosines in (mine.get("cosines") or {}).items():
-        c = significance.compare_pearson(cosines, theirs["cosines"][name], mine["gold"][name])
+        c = significance.compare_pearson(
+          cosines,
+          theirs["cosines"][name],
+          mine["gold"][name],
+          num_resamples=resamples,
+          seed=seed,
+        )
         out.append(
           _comparison_dict(first, other, {"set": name, "representation": representation}, c)
         )

@@ -295,6 +295,7 @@ def senteval_aggregates(rows, subsets, bootstrap=(significance.DEFAULT_RESAMPLES
     [Pearson, Spearman], "ci": [[low, high], [low, high]]}, or None when a subset's correlations
     are undefined (`undefined_reason`), which leaves the task's undefined too}.
   """
+  resamples, seed = bootstrap
   out = []
   for row in rows:
     cosines = [row["cosines"][s] for s in subsets]
@@ -303,7 +304,9 @@ def senteval_aggregates(rows, subsets, bootstrap=(significance.DEFAULT_RESAMPLES
     if any(undefined_reason(c, g) for c, g in zip(cosines, gold)):
       entry.update(dict.fromkeys(significance.AGGREGATES))
     else:
-      entry.update(significance.subset_aggregates(cosines, gold, *bootstrap))
+      entry.update(
+        significance.subset_aggregates(cosines, gold, num_resamples=resamples, seed=seed)
+      )
     out.append(entry)
   return out
 

@@ -4,7 +4,10 @@ The resampled unit is the utterance (or the sentence pair), both systems on the 
 (scipy.stats.bootstrap, `paired=True`). Percentile intervals, not BCa: BCa is undefined for two
 identical systems, which must read "no difference". p = 2 * min(P(d* <= 0), P(d* >= 0)) of the
 difference's bootstrap distribution, capped at 1. Across seeds (`significant_in_every_seed`) a
-difference counts only when every seed's CI excludes 0 on the same side.
+difference counts only when every seed's CI excludes 0 on the same side. The resampling options
+(resamples, level, seed) are keyword-only: a (resamples, seed) pair spread into them would make
+the seed the level. tests/test_intervals.py checks every interval the reports print against an
+independent one.
 """
 
 import dataclasses
@@ -94,6 +97,7 @@ def compare_error_rates(
   errors_a,
   errors_b,
   reference_lengths,
+  *,
   num_resamples=DEFAULT_RESAMPLES,
   confidence=DEFAULT_CONFIDENCE,
   seed=0,
@@ -137,7 +141,7 @@ def _pearson(x, y, axis=-1):
 
 
 def pearson_interval(
-  predicted, gold, num_resamples=DEFAULT_RESAMPLES, confidence=DEFAULT_CONFIDENCE, seed=0
+  predicted, gold, *, num_resamples=DEFAULT_RESAMPLES, confidence=DEFAULT_CONFIDENCE, seed=0
 ):
   """Pearson r x 100 of `predicted` against `gold` with a paired bootstrap interval.
 
@@ -187,7 +191,7 @@ def _aggregates(predicted, gold):
 
 
 def subset_aggregates(
-  predicted, gold, num_resamples=DEFAULT_RESAMPLES, confidence=DEFAULT_CONFIDENCE, seed=0
+  predicted, gold, *, num_resamples=DEFAULT_RESAMPLES, confidence=DEFAULT_CONFIDENCE, seed=0
 ):
   """SentEval's `AGGREGATES` of a task's subsets, x 100, with percentile bootstrap intervals.
 
@@ -232,6 +236,7 @@ def compare_pearson(
   predicted_a,
   predicted_b,
   gold,
+  *,
   num_resamples=DEFAULT_RESAMPLES,
   confidence=DEFAULT_CONFIDENCE,
   seed=0,

@@ -602,7 +602,7 @@ def pairs_report(rows, groups, counts, model_names, truncated, windowed, bootstr
   with a truncated sentence, and `windowed`, {model: the sentences it read in sliding windows in
   this run, each distinct sentence of a batch once}), the correlations of those with gold scores
   (SentEval's aggregates after each task, SimCSE's average after all), each model minus each
-  later one; `bootstrap` (resamples, seed) of the aggregates' intervals, `paper` as
+  later one; `bootstrap` (resamples, seed) of the aggregates' and comparisons' intervals, `paper` as
   `evaluate_pairs`."""
   gold_groups = [(task, [n for n, _ in sets if counts[n][1]]) for task, sets in groups]
   gold_groups = [(task, names) for task, names in gold_groups if names]
@@ -615,7 +615,9 @@ def pairs_report(rows, groups, counts, model_names, truncated, windowed, bootstr
   for row in rows if tasks else ():
     paper_row = paper.get((row["model"], row["representation"]))
     row["avg"] = pair_similarity.senteval_average(row, tasks, paper_row)
-  paired = comparisons.sts_comparisons(rows, list(itertools.combinations(model_names, 2)))
+  paired = comparisons.sts_comparisons(
+    rows, list(itertools.combinations(model_names, 2)), bootstrap
+  )
   # A difference of correlations is undefined where either is (it would compare a 0 standing in).
   defined = {
     (r["model"], r["representation"], name)

@@ -26,8 +26,10 @@ class ExportParams:
 
   export_dir: str = cli.param("Where to write the SavedModel.")
   max_seq_length: int = cli.param(
-    "Longest input in tokens, boundaries included (default: the model's max_position_embeddings).",
+    "Longest input in tokens, boundaries included: [BOS], a piece and [EOS] at least, the "
+    "model's max_position_embeddings at most (the default).",
     None,
+    lower_bound=3,
   )
   overwrite: bool = cli.param("Replace an existing --export_dir.", False)
   # Set by the command from lm_flags' flags, not made from these fields.
@@ -281,7 +283,7 @@ def run(params):
 
   Raises:
     cli.InputError: a wrong input (a windowed --long_inputs, an existing --export_dir, a model
-      dir that does not load).
+      dir that does not load, a --max_seq_length over its max_position_embeddings).
   """
   long_inputs = params.lm_options.get("long_inputs", "truncate")
   if long_inputs != "truncate":
@@ -295,6 +297,13 @@ def run(params):
     check_export_dir(os.path.abspath(params.export_dir), params.overwrite)
     lm = inference.NeuralLM.from_model_dir(
       params.model_dir, max_seq_length=params.max_seq_length, **params.lm_options
+    )
+  positions = lm.model.config.max_position_embeddings
+  if (params.max_seq_length or 0) > positions:
+    # NeuralLM would take the model's length instead: the export would not be what was asked.
+    raise cli.InputError(
+      f"--max_seq_length={params.max_seq_length} is more than the {positions} tokens the model "
+      f"takes (max_position_embeddings of {params.model_dir})"
     )
   module = export(lm, params.export_dir, overwrite=params.overwrite, scoring=params.scoring)
   loaded = tf.saved_model.load(params.export_dir)

@@ -225,9 +225,17 @@ def job_key(lm, params):
   """What the records of a run depend on; a resume continues only the same job.
 
   The model and what runs it (`inference.run_identity`), the input file, and every option that
-  changes a record. The input's content is checked apart (`resumable.Partial`).
+  changes a record. The input's content is checked apart (`resumable.Partial`). A neural LM's
+  --long_inputs (and when windowing, --window and --stride) come first, in the open as well as
+  hashed into the model's id, so that a resume with other ones is refused naming the flag.
   """
+  windows = {}
+  if isinstance(lm, inference.NeuralLM):
+    windows["long_inputs"] = lm.long_inputs
+    if lm.long_inputs == "window":
+      windows.update(window=lm.window, stride=lm.stride)
   return {
+    **windows,
     **inference.run_identity(lm, params.scoring),
     "input": params.input_file if params.input_file == "-" else os.path.abspath(params.input_file),
     "batch_size": params.batch_size,

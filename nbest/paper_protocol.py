@@ -119,9 +119,10 @@ def markdown(rows, metric):
       )
   better = "lower is better" if metric == "wer" else "higher is better"
   table = "\n".join(lines)
-  long = [f"{row['lm']} {row['windowed']}" for row in rows if row.get("windowed")]
-  if long:
-    table += "\n\nSentences longer than the LM takes, read in sliding windows: " + ", ".join(long)
+  for key, how in (("windowed", "read in sliding windows"), ("truncated", "truncated to fit")):
+    long = [f"{row['lm']} {row[key]}" for row in rows if row.get(key)]
+    if long:
+      table += f"\n\nSentences longer than the LM takes, {how}: " + ", ".join(long)
   return f"{metric.upper()} ({better})\n\n{table}\n"
 
 

@@ -435,7 +435,7 @@ def stage_asr_sample(work_dir, root, settings, model_dirs, lms, key, kenlm_path,
   )
   stages.start("asr_word")
   word_dirs = {
-    kinds.display_name(t) + reproduction_report.WORD_L2R: d
+    kinds.display_name(t) + comparisons.WORD_L2R: d
     for t, d in model_dirs.items()
     if t in WORD_SCORED
   }

@@ -3,6 +3,7 @@
 import json
 import os
 
+import commands
 from conftest import SHARP_ATTENTION
 from conftest import WORDS
 from conftest import assert_self_unknown
@@ -14,6 +15,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops for loading)
 
 from lm import inference
+from lm import model_dir
 from lm import saved_model_export
 import modeling
 from text import normalization
@@ -358,3 +360,32 @@ def test_normalized_model_rejects_text_that_is_not(exported_normalized, text, si
   message = str(error.value)
   assert "no lower-case letters, digits or punctuation other than apostrophes" in message
   assert text in message and "THE CAT'S MAT" not in message
+
+
+@pytest.mark.parametrize(
+  "length, error",
+  [
+    ("33", "--max_seq_length=33 is more than the 32 tokens the model takes"),
+    # Below [BOS] piece [EOS]: refused as itself, not as the --window it would default.
+    ("-5", "flag --max_seq_length=-5: -5 is not integer >= 3"),
+  ],
+)
+def test_a_max_seq_length_the_model_cannot_take_is_refused(tokenizer, tmp_path, length, error):
+  """export_saved_model.py --max_seq_length above max_position_embeddings (32 here), or below
+  3: one line naming the flag, nothing written (a shorter export would not be what was asked)."""
+  model = modeling.build_model(export_config(tokenizer), "tta")
+  path = str(tmp_path / "tta")
+  model_dir.save_model_dir(model, tokenizer.vocab_file, path)
+  export_dir = tmp_path / "export"
+  result = commands.run(
+    "export_saved_model.py",
+    f"--model_dir={path}",
+    f"--export_dir={export_dir}",
+    f"--max_seq_length={length}",
+  )
+  assert result.returncode == 2
+  (line,) = [l for l in result.stderr.splitlines() if l.startswith("export_saved_model.py:")]
+  assert line.startswith(f"export_saved_model.py: error: {error}"), line
+  if length == "33":
+    assert line.endswith(f"(max_position_embeddings of {path})")
+  assert not export_dir.exists()

@@ -340,7 +340,16 @@ def test_a_moses_sparse_feature_with_a_comma_is_named_with_a_backslash(tiny_lm, 
 
 
 @pytest.mark.slow(seconds=3)
-def test_long_hypotheses_are_read_in_windows_and_counted(tiny_lm, tmp_path):
+@pytest.mark.parametrize(
+  "long_inputs, counted, line",
+  [
+    ("window", "windowed", "read in sliding windows"),
+    ("truncate", "truncated", "truncated to fit"),
+  ],
+)
+def test_long_hypotheses_are_read_in_windows_or_truncated_and_counted(
+  tiny_lm, tmp_path, long_inputs, counted, line
+):
   long = " ".join(["the cat sat"] * 6)  # 18 pieces, over the tiny model's 16 positions
   rows = [["the cat sat", long], ["a dog ran", "a dog"]]
   lists = _json_lists(tmp_path / "lists.json", rows)
@@ -356,11 +365,15 @@ def test_long_hypotheses_are_read_in_windows_and_counted(tiny_lm, tmp_path):
     f"--test_file={lists}",
     f"--test_refs={refs}",
     f"--output_dir={out}",
+    f"--long_inputs={long_inputs}",
   )
   (row,) = json.loads((out / "rescoring_results.json").read_text())
-  assert row["windowed"] == 1 and row["truncated"] == 0
-  assert "read in sliding windows: tta 1" in stdout
-  assert "read in sliding windows: tta 1" in (out / "rescoring_results.md").read_text()
+  other = ({"windowed", "truncated"} - {counted}).pop()
+  assert row[counted] == 1 and row[other] == 0
+  # The table says what the JSON counts, and only that.
+  table = (out / "rescoring_results.md").read_text()
+  assert f"{line}: tta 1" in stdout and f"{line}: tta 1" in table
+  assert table.count("Sentences longer than the LM takes") == 1
 
 
 @pytest.mark.slow(seconds=4)

@@ -265,16 +265,26 @@ def _edit(path):
     # The scoring mode is part of the model's identity (inference.describe).
     ("scoring", r"model tta-\w+ \(this run: tta-\w+\)"),
     ("legacy", r"has no readable record of the run that wrote it"),
+    # A windowed run (16-token windows, the model's length) resumed with other window flags.
+    ("window", r"window 16 \(this run: 12\)"),
+    ("long_inputs", r"long_inputs window \(this run: truncate\)"),
   ],
 )
 def test_resume_of_another_job_is_refused_until_overwrite(
-  lm, other_tta_dir, input_file, tmp_path, monkeypatch, change, refusal
+  lm, tta_dir, other_tta_dir, input_file, tmp_path, monkeypatch, change, refusal
 ):
   out = str(tmp_path / "out.jsonl")
-  partial = run_killed(monkeypatch, lm, args(input_file, out), batches=2)
+  first = lm
+  if change in ("window", "long_inputs"):
+    first = inference.load_lm(tta_dir, long_inputs="window")
+  partial = run_killed(monkeypatch, first, args(input_file, out), batches=2)
   kept = read(partial)
   again, overrides = lm, {}
-  if change == "model":
+  if change == "window":
+    again = inference.load_lm(tta_dir, long_inputs="window", window=12)
+  elif change == "long_inputs":
+    pass  # `lm` truncates
+  elif change == "model":
     again = inference.load_lm(other_tta_dir)
   elif change == "input":
     _edit(input_file)
