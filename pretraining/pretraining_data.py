@@ -671,14 +671,19 @@ def _job_blocks(blocks, job_id, num_jobs):
 
 
 def _layouts(args, scans, sources):
-  """Each split's `Layout`: piles per shard from the scan's line count (an upper bound of its
+  """Each split's `Layout`: piles per shard from the scan's line counts (a bound of the split's
   records), so a pile holds about PILE_RECORDS / 4 records at most."""
+  lines = {mode: 0 for mode in ("hash", "train", "eval")}
+  for path, mode, _ in sources.files:
+    lines[mode] += scans[path].lines
+  # The held-out share of hashed lines is binomial: twice its mean (plus a margin) is a bound
+  # that holds but for a vanishing chance, and then a pile is only larger than planned.
+  held_out = min(lines["hash"], int(2 * args.eval_fraction * lines["hash"]) + 1000)
+  bounds = {"train": lines["hash"] + lines["train"], "eval": held_out + lines["eval"]}
   layouts = {}
   for split, shards in (("train", args.num_shards), ("eval", args.num_eval_shards)):
-    modes = ("hash", "train") if split == "train" else ("hash", "eval")
-    lines = sum(scans[p].lines for p, mode, _ in sources.files if mode in modes)
     layouts[split] = pretraining_records.Layout(
-      shards, pretraining_records.piles_per_shard(lines, shards, PILE_RECORDS)
+      shards, pretraining_records.piles_per_shard(bounds[split], shards, PILE_RECORDS)
     )
   return layouts
 
@@ -753,13 +758,14 @@ def _read_parts(parts_dir, identity, num_jobs, blocks):
   """Every job's part, checked: present, of this job, complete.
 
   Returns:
-    (summaries of all blocks in order, parts' done records, vocab path of part 0).
+    ([(part dir, block index)] of all blocks in order, parts' done records, vocab path of
+    part 0).
 
   Raises:
     cli.InputError: naming the missing or unfinished part (and the --job_id to run), or another
       job's part.
   """
-  summaries, done_records, vocabs = [], [], []
+  located, done_records, vocabs = [], [], []
   for job_id in range(num_jobs):
     part = os.path.join(parts_dir, _part_name(job_id, num_jobs))
     job_file = os.path.join(part, "job.json")
@@ -772,10 +778,9 @@ def _read_parts(parts_dir, identity, num_jobs, blocks):
     if recorded != json.loads(json.dumps(identity)):
       raise runs.another_job(f"--merge: {part} holds another job", recorded, identity)
     done_file = os.path.join(part, "done.json")
+    mine = _job_blocks(blocks, job_id, num_jobs)
     missing = [
-      b.index
-      for b in _job_blocks(blocks, job_id, num_jobs)
-      if pretraining_records.read_block_summary(part, b.index) is None
+      b.index for b in mine if pretraining_records.read_block_summary(part, b.index) is None
     ]
     if not os.path.exists(done_file) or missing:
       raise cli.InputError(
@@ -784,19 +789,18 @@ def _read_parts(parts_dir, identity, num_jobs, blocks):
       )
     done_records.append(io_utils.read_json_file(done_file))
     vocabs.append(os.path.join(part, VOCAB_FILE))
-    for b in _job_blocks(blocks, job_id, num_jobs):
-      summaries.append((part, pretraining_records.read_block_summary(part, b.index)))
+    located.extend((part, b.index) for b in mine)
   shas = {_sha256_file(v) for v in vocabs}
   if len(shas) != 1:
     raise cli.InputError(f"--merge: the parts' vocabs differ ({', '.join(vocabs)})")
-  return summaries, done_records, vocabs[0]
+  return located, done_records, vocabs[0]
 
 
-def _assemble(output_dir, parts_dir, summaries, layouts, args):
+def _assemble(output_dir, parts_dir, located, layouts, args):
   """Writes every shard (skipping those a killed run finished) and sums the statistics.
 
   Memory: one shuffle unit (about PILE_RECORDS records at most) plus the pile tables
-  (blocks x piles int64).
+  (12 bytes x blocks x piles, `pretraining_records.pile_tables`).
 
   Returns:
     (files, split_stats): the shards written ({"file", "records", "bytes"}) and
@@ -804,21 +808,21 @@ def _assemble(output_dir, parts_dir, summaries, layouts, args):
   """
   state_path = os.path.join(parts_dir, "assembled.json")
   assembled = io_utils.read_json_file(state_path) if os.path.exists(state_path) else {}
+  record_files = [pretraining_records.block_paths(part, index)[0] for part, index in located]
   files, split_stats = [], {}
   for split in pretraining_records.SPLITS:
-    total = {}
-    for _, summary in summaries:
-      for part in ("read", "records"):
-        pretraining_records.add_counts(total, summary["splits"][split][part])
+    layout, total = layouts[split], {}
+    counts, offsets = pretraining_records.pile_tables(
+      (pretraining_records.read_block_summary(part, index) for part, index in located),
+      len(located),
+      split,
+      layout.num_piles,
+      total,
+    )
     split_stats[split] = pretraining_records.finish_stats(total)
     if not split_stats[split]["sentences"]:
       logging.warning("no %s sentences; no %s shards written", split, split)
       continue
-    layout = layouts[split]
-    counts, offsets = pretraining_records.pile_matrices(
-      [s for _, s in summaries], split, layout.num_piles
-    )
-    record_files = [pretraining_records.block_paths(part, s["index"])[0] for part, s in summaries]
     bar = progress.Progress(f"write {split}", total=split_stats[split]["sentences"], unit="records")
     for shard in range(layout.num_shards):
       name = pretraining_records.shard_name(split, shard, layout.num_shards)
@@ -834,6 +838,7 @@ def _assemble(output_dir, parts_dir, summaries, layouts, args):
         io_utils.write_atomically(state_path, json.dumps(assembled, indent=2) + "\n")
       files.append(entry)
       bar.update(entry["records"])
+    del counts, offsets
   return files, split_stats
 
 
@@ -913,11 +918,11 @@ def _build(args, run, output_dir, force):
         "seconds": round(time.time() - start, 1),
       }
   with io_utils.exclusive_lock(parts_dir, wait=False):
-    summaries, done_records, part_vocab = _read_parts(parts_dir, identity, run.num_jobs, blocks)
+    located, done_records, part_vocab = _read_parts(parts_dir, identity, run.num_jobs, blocks)
     if run.merge:
       vocab_seconds = max(d["vocab_seconds"] for d in done_records)
       block_seconds = max(d["block_seconds"] for d in done_records)
-    files, split_stats = _assemble(output_dir, parts_dir, summaries, layouts, args)
+    files, split_stats = _assemble(output_dir, parts_dir, located, layouts, args)
     if not split_stats["train"]["sentences"]:
       raise ValueError(
         f"no training sentences in {[p for p, m, _ in sources.files if m != 'eval']}"

@@ -366,23 +366,36 @@ def _sparse(counts, sizes):
   return {str(int(p)): [int(counts[p]), int(sizes[p])] for p in np.flatnonzero(counts)}
 
 
-def pile_matrices(summaries, split, num_piles):
-  """(counts, offsets) int64 [blocks, piles] and [blocks, piles + 1] of a split: records per
-  pile of each block, and where each pile starts in the block's records file."""
-  counts = np.zeros((len(summaries), num_piles), np.int64)
-  sizes = np.zeros_like(counts)
-  base = np.zeros(len(summaries), np.int64)
+def pile_tables(summaries, num_blocks, split, num_piles, total):
+  """A split's pile tables, summing its statistics into `total` (`add_counts`) on the way.
+
+  Args:
+    summaries: iterable of the blocks' summaries in block order (read one at a time: only the
+      tables stay in memory, 12 bytes per block and pile).
+    num_blocks: int, their number.
+    split: "train" or "eval".
+    num_piles: int, the split's piles.
+    total: dict, the split's summed counts (updated).
+
+  Returns:
+    (counts int32 [blocks, piles], offsets int64 [blocks, piles + 1]): records per pile of each
+    block, and where each pile starts in the block's records file.
+  """
+  counts = np.zeros((num_blocks, num_piles), np.int32)
+  offsets = np.zeros((num_blocks, num_piles + 1), np.int64)
   for row, summary in enumerate(summaries):
+    base = 0
     for split_name in SPLITS:
       piles = summary["splits"][split_name]["piles"]
       if split_name == split:
         for pile, (count, size) in piles.items():
-          counts[row, int(pile)], sizes[row, int(pile)] = count, size
+          counts[row, int(pile)], offsets[row, int(pile) + 1] = count, size
+        for part in ("read", "records"):
+          add_counts(total, summary["splits"][split][part])
         break
-      base[row] += sum(size for _, size in piles.values())
-  offsets = np.zeros((len(summaries), num_piles + 1), np.int64)
-  offsets[:, 1:] = np.cumsum(sizes, axis=1)
-  return counts, offsets + base[:, None]
+      base += sum(size for _, size in piles.values())
+    offsets[row] = np.cumsum(offsets[row]) + base
+  return counts, offsets
 
 
 def read_records(path, begin, end):
