@@ -547,3 +547,28 @@ def test_workers_need_no_tensorflow():
     "assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
   )
   subprocess.run([sys.executable, "-c", code], cwd=commands.REPO, check=True)
+
+
+def test_vocab_learner_reads_a_seeded_sample_of_training_sentences(
+  corpus_600, reference_vocab, tmp_path, small_units, monkeypatch
+):
+  path, sentences = corpus_600
+  samples = []
+
+  def learner(sample, vocab_size, **kwargs):
+    samples.append(list(sample))
+    return list(tokenization.load_vocab(reference_vocab))
+
+  monkeypatch.setattr(tokenization, "build_vocab", learner)
+  args = _args(None, vocab_file=None, vocab_size=100, vocab_max_sentences=200)
+  pretraining_data.create_pretraining_data(path, str(tmp_path / "a"), **args)
+  pretraining_data.create_pretraining_data(path, str(tmp_path / "b"), **dict(args, num_workers=2))
+  first, second = samples
+  assert first == second  # seeded
+  # Each of the 600 lines kept with probability 1/3 (sd ~12), then the held-out 10% left out.
+  assert 140 < len(first) < 230
+  held_out = {s for s in sentences if pretraining_data.io_utils.unit_hash(12345, s) < 0.1}
+  assert first and not set(first) & held_out and set(first) <= set(sentences)
+  # Spread over the corpus, not its first lines.
+  lines = sorted(sentences.index(s) for s in first)
+  assert lines[0] < 30 and lines[-1] > 570
