@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import commands
 from conftest import data_dir_or_skip
@@ -572,3 +573,37 @@ def test_vocab_learner_reads_a_seeded_sample_of_training_sentences(
   # Spread over the corpus, not its first lines.
   lines = sorted(sentences.index(s) for s in first)
   assert lines[0] < 30 and lines[-1] > 570
+
+
+@pytest.mark.slow(seconds=15)
+def test_kill_9_then_the_same_command_ends_as_an_uninterrupted_run(
+  corpus_600, reference_vocab, tmp_path
+):
+  """A real SIGKILL of the command once it has started its parts (wherever it then is: in the
+  blocks or the assembly); the same command then ends with the bytes of an uninterrupted run."""
+  path, _ = corpus_600
+  flags_ = [
+    f"--input_file={path}",
+    f"--vocab_file={reference_vocab}",
+    "--max_seq_length=24",
+    "--num_shards=3",
+    "--eval_fraction=0.1",
+    "--num_workers=2",
+  ]
+  out = tmp_path / "killed"
+  process = subprocess.Popen(
+    [sys.executable, "create_pretraining_data.py", *flags_, f"--output_dir={out}"],
+    cwd=commands.REPO,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+  )
+  part = out / pretraining_data.PARTS_SUBDIR / "job-00000-of-00001" / "job.json"
+  while process.poll() is None and not part.exists():
+    time.sleep(0.05)
+  process.kill()
+  assert process.wait() == -9, "the run ended before it could be killed"
+  commands.run("create_pretraining_data.py", *flags_, f"--output_dir={out}", status=0)
+  commands.run(
+    "create_pretraining_data.py", *flags_, f"--output_dir={tmp_path / 'whole'}", status=0
+  )
+  assert _outputs(out) == _outputs(tmp_path / "whole")
