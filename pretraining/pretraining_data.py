@@ -688,20 +688,34 @@ def _layouts(args, scans, sources):
   return layouts
 
 
+def _as_json(value):
+  return json.loads(json.dumps(value))
+
+
+def _parts_of(parts_dir):
+  """The recorded identities (job.json) of the parts in `parts_dir`.
+
+  Raises:
+    cli.InputError: a job.json that is not JSON.
+  """
+  if not os.path.isdir(parts_dir):
+    return []
+  identities = []
+  for name in sorted(os.listdir(parts_dir)):
+    path = os.path.join(parts_dir, name, "job.json")
+    if os.path.exists(path):
+      try:
+        identities.append(io_utils.read_json_file(path))
+      except ValueError as e:
+        raise cli.InputError(f"{e}: {runs.START_OVER}") from None
+  return identities
+
+
 def _check_parts(parts_dir, identity, overwrite, output_dir):
   """Refuses (one line, runs.another_job) unfinished parts of another job in `parts_dir`; with
   `overwrite` removes them instead."""
-  if not os.path.isdir(parts_dir):
-    return
-  for name in sorted(os.listdir(parts_dir)):
-    path = os.path.join(parts_dir, name, "job.json")
-    if not os.path.exists(path):
-      continue
-    try:
-      recorded = io_utils.read_json_file(path)
-    except ValueError as e:
-      raise cli.InputError(f"{e}: {runs.START_OVER}") from None
-    if recorded != json.loads(json.dumps(identity)):
+  for recorded in _parts_of(parts_dir):
+    if recorded != _as_json(identity):
       if overwrite:
         logging.info("--overwrite: removing the unfinished parts of another job in %s", parts_dir)
         shutil.rmtree(parts_dir)
@@ -775,7 +789,7 @@ def _read_parts(parts_dir, identity, num_jobs, blocks):
         f"--num_jobs={num_jobs} first"
       )
     recorded = io_utils.read_json_file(job_file)
-    if recorded != json.loads(json.dumps(identity)):
+    if recorded != _as_json(identity):
       raise runs.another_job(f"--merge: {part} holds another job", recorded, identity)
     done_file = os.path.join(part, "done.json")
     mine = _job_blocks(blocks, job_id, num_jobs)
@@ -857,6 +871,15 @@ def _build(args, run, output_dir, force):
   input_sha256 = fingerprint_src["files"]
   stamp_path = os.path.join(output_dir, STATS_FILE)
   parts_dir = os.path.join(output_dir, PARTS_SUBDIR)
+  layouts = _layouts(args, scans, sources)
+  # What the parts depend on, spelled out (a refusal names the first field that differs).
+  identity = {
+    **fingerprint_src,
+    "num_jobs": run.num_jobs,
+    "blocks": len(blocks),
+    "block_bytes": BLOCK_BYTES,
+    "layouts": {s: dataclasses.asdict(layout) for s, layout in layouts.items()},
+  }
   stats = None if force else io_utils.read_stamp(stamp_path, fingerprint)
   if stats is not None:
     logging.info(
@@ -867,16 +890,9 @@ def _build(args, run, output_dir, force):
       stats["train"]["sentences"],
       stats["eval"]["sentences"],
     )
+    if _parts_of(parts_dir) and all(p == _as_json(identity) for p in _parts_of(parts_dir)):
+      shutil.rmtree(parts_dir)  # This job's parts, left by a kill after its stamp was written.
     return dict(stats, reused=True)
-  layouts = _layouts(args, scans, sources)
-  # What the parts depend on, spelled out (a refusal names the first field that differs).
-  identity = {
-    **fingerprint_src,
-    "num_jobs": run.num_jobs,
-    "blocks": len(blocks),
-    "block_bytes": BLOCK_BYTES,
-    "layouts": {s: dataclasses.asdict(layout) for s, layout in layouts.items()},
-  }
   _check_parts(parts_dir, identity, run.overwrite, output_dir)
   # From here on the directory is being rewritten: without its stamp an
   # interrupted run can never be mistaken for a complete one.

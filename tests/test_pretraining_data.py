@@ -607,3 +607,23 @@ def test_kill_9_then_the_same_command_ends_as_an_uninterrupted_run(
     "create_pretraining_data.py", *flags_, f"--output_dir={tmp_path / 'whole'}", status=0
   )
   assert _outputs(out) == _outputs(tmp_path / "whole")
+
+
+def test_parts_left_by_a_kill_after_the_stamp_are_removed_by_the_rerun(
+  corpus_600, reference_vocab, tmp_path, monkeypatch
+):
+  path, _ = corpus_600
+  out = str(tmp_path / "out")
+  rmtree = pretraining_data.shutil.rmtree
+
+  def killed(directory, *args, **kwargs):
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(pretraining_data.shutil, "rmtree", killed)
+  with pytest.raises(KeyboardInterrupt):
+    pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
+  parts = os.path.join(out, pretraining_data.PARTS_SUBDIR)
+  assert os.path.isdir(parts) and os.path.exists(os.path.join(out, "data_stats.json"))
+  monkeypatch.setattr(pretraining_data.shutil, "rmtree", rmtree)
+  again = pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
+  assert again["reused"] is True and not os.path.exists(parts)
