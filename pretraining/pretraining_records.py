@@ -35,6 +35,8 @@ _HISTOGRAM_EDGES = (16, 32, 48, 64, 96, 128, 256, 512)
 # A block file is its records, each framed as a little-endian uint32 length and the bytes.
 _FRAME = struct.Struct("<I")
 BOM = b"\xef\xbb\xbf"
+# Sentences per tokenizer call in a worker.
+_TOKENIZE_BATCH = 4096
 
 
 def shard_name(split, index, num_shards):
@@ -328,16 +330,22 @@ def make_block(block, data=None):
   start_id, end_id = config.boundary_ids
   piles = {split: collections.defaultdict(list) for split in SPLITS}
   stats = {split: _record_counts() for split in SPLITS}
-  encoded = tokenizer.encode_batch_fast(sentences, add_special_tokens=False)
-  for sentence, number, split, encoding in zip(sentences, numbers, splits, encoded):
-    pieces = encoding.ids
-    ids = [start_id] + pieces + [end_id]
-    cut = truncate_ids(ids, config.max_seq_length, config.seed, sentence)
-    _count(stats[split], ids, cut, pieces.count(config.unk_id), config.max_seq_length)
-    layout = config.layouts[split]
-    pile = pile_of(config.seed, block.file_index, number, layout.num_piles)
-    piles[split][pile].append(make_example(cut, varints))
-  del sentences, encoded
+  for begin in range(0, len(sentences), _TOKENIZE_BATCH):
+    # A batch at a time: an Encoding (offsets, tokens, ...) weighs far more than its ids.
+    batch = slice(begin, begin + _TOKENIZE_BATCH)
+    encoded = tokenizer.encode_batch_fast(sentences[batch], add_special_tokens=False)
+    for sentence, number, split, encoding in zip(
+      sentences[batch], numbers[batch], splits[batch], encoded
+    ):
+      pieces = encoding.ids
+      ids = [start_id] + pieces + [end_id]
+      cut = truncate_ids(ids, config.max_seq_length, config.seed, sentence)
+      _count(stats[split], ids, cut, pieces.count(config.unk_id), config.max_seq_length)
+      layout = config.layouts[split]
+      pile = pile_of(config.seed, block.file_index, number, layout.num_piles)
+      piles[split][pile].append(make_example(cut, varints))
+    del encoded
+  del sentences
   records_path, summary_path = block_paths(config.parts_dir, block.index)
   summary = {"index": block.index, "splits": {}}
   total = 0
