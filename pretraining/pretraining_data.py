@@ -46,7 +46,8 @@ from util import runs
 # 3: over-long sentences are cut at random from the front or the back (the
 # authors' rule, `pretraining_records.truncate_ids`) instead of keeping their first pieces.
 # 4: streamed: records go to shards by a seeded hash of their position and are shuffled pile by
-# pile (pretraining_records.pile_of); the vocab learner reads a seeded sample of lines.
+# pile (pretraining_records.pile_of); truncation is seeded by the position, not the sentence;
+# the vocab learner reads a seeded sample of lines.
 FORMAT_VERSION = 4
 
 STATS_FILE = "data_stats.json"

@@ -104,20 +104,21 @@ def make_example(ids, varints=None):
   return _delimited(b"\n", _delimited(b"\n", _IDS_KEY + value) + tail)
 
 
-def truncate_ids(ids, max_seq_length, seed, sentence):
+def truncate_ids(ids, max_seq_length, seed, position):
   """Cuts an over-long sentence to max_seq_length ids as the authors do.
 
   joongbo/tta create_tfrecords.py (truncate_seq) drops pieces one at a time,
   each from the front or the back with probability 1/2, until
   max_seq_length-2 remain, then wraps them in [SOS] and [EOS]. The same coin
-  flips are drawn here from a generator seeded with (seed, sentence), so a cut
-  depends on neither the order of the sentences nor the number of workers.
+  flips are drawn here from a generator seeded with (seed, the sentence's position in the
+  corpus), so a cut depends on neither the order in which sentences are processed nor the
+  number of workers, and a sentence repeated in the corpus is cut in other places.
 
   Args:
     ids: list of int [n], `[SOS] pieces [EOS]`.
     max_seq_length: int >= 3.
     seed: int, --random_seed.
-    sentence: str, the sentence the ids encode.
+    position: str, the sentence's position (`position_key`).
 
   Returns:
     list of int [min(n, max_seq_length)]: `[SOS] window [EOS]`, the window a
@@ -127,7 +128,7 @@ def truncate_ids(ids, max_seq_length, seed, sentence):
   if excess <= 0:
     return ids
   # A str seed is hashed with SHA-512: independent of PYTHONHASHSEED.
-  rng = random.Random(f"{seed}\ttruncate\t{sentence}")
+  rng = random.Random(f"{seed}\ttruncate\t{position}")
   front = sum(rng.random() < 0.5 for _ in range(excess))
   return ids[:1] + ids[1 + front : len(ids) - 1 - (excess - front)] + ids[-1:]
 
@@ -149,9 +150,14 @@ def truncate_ids(ids, max_seq_length, seed, sentence):
 # (exchangeability), so the argument is unchanged.
 
 
-def pile_of(seed, file_index, line, num_piles):
-  """The pile in [0, num_piles) of the record from line `line` of input file `file_index`."""
-  digest = hashlib.blake2b(f"{seed}\t{file_index}\t{line}".encode(), digest_size=8).digest()
+def position_key(file_index, line):
+  """The position of a sentence in the corpus: "<input file index>:<line number>"."""
+  return f"{file_index}:{line}"
+
+
+def pile_of(seed, position, num_piles):
+  """The pile in [0, num_piles) of the record at `position` (`position_key`)."""
+  digest = hashlib.blake2b(f"{seed}\t{position}".encode(), digest_size=8).digest()
   return (int.from_bytes(digest, "big") * num_piles) >> 64
 
 
@@ -334,15 +340,13 @@ def make_block(block, data=None):
     # A batch at a time: an Encoding (offsets, tokens, ...) weighs far more than its ids.
     batch = slice(begin, begin + _TOKENIZE_BATCH)
     encoded = tokenizer.encode_batch_fast(sentences[batch], add_special_tokens=False)
-    for sentence, number, split, encoding in zip(
-      sentences[batch], numbers[batch], splits[batch], encoded
-    ):
+    for number, split, encoding in zip(numbers[batch], splits[batch], encoded):
       pieces = encoding.ids
       ids = [start_id] + pieces + [end_id]
-      cut = truncate_ids(ids, config.max_seq_length, config.seed, sentence)
+      position = position_key(block.file_index, number)
+      cut = truncate_ids(ids, config.max_seq_length, config.seed, position)
       _count(stats[split], ids, cut, pieces.count(config.unk_id), config.max_seq_length)
-      layout = config.layouts[split]
-      pile = pile_of(config.seed, block.file_index, number, layout.num_piles)
+      pile = pile_of(config.seed, position, config.layouts[split].num_piles)
       piles[split][pile].append(make_example(cut, varints))
     del encoded
   del sentences

@@ -49,14 +49,11 @@ def gutenberg(gutenberg_tar, tmp_path_factory):
   """Records from the first Gutenberg book, through corpus.py."""
   out = str(tmp_path_factory.mktemp("gutenberg_records"))
   stats = pretraining_data.create_pretraining_data(gutenberg_tar, out, **_GUTENBERG_ARGS)
-  sentences = [
-    s
-    for _, s in pretraining_data.read_sentence_file(
-      os.path.join(out, pretraining_data.CORPUS_SUBDIR, "train.txt")
-    )
-  ]
+  numbered = pretraining_data.read_sentence_file(
+    os.path.join(out, pretraining_data.CORPUS_SUBDIR, "train.txt")
+  )
   tokenizer = tokenization.FullTokenizer(os.path.join(out, "vocab.txt"), do_lower_case=True)
-  return out, stats, sentences, tokenizer
+  return out, stats, numbered, tokenizer
 
 
 def _read_all(pattern):
@@ -80,7 +77,8 @@ def _read_all(pattern):
 
 @pytest.mark.slow(seconds=8)
 def test_gutenberg_records_match_tokenizer(gutenberg):
-  out, stats, sentences, tokenizer = gutenberg
+  out, stats, numbered, tokenizer = gutenberg
+  sentences = [s for _, s in numbered]
   max_len = _GUTENBERG_ARGS["max_seq_length"]
   assert len(sentences) > 1000
   assert stats["vocab_size"] == len(tokenizer.vocab) <= 1000
@@ -100,13 +98,14 @@ def test_gutenberg_records_match_tokenizer(gutenberg):
   assert stats["train"]["tokens"] == sum(len(r["input_ids"]) for r in records)
 
   # The records are exactly the tokenizer's encodings (shuffled), over-long
-  # ones cut by truncate_ids (seeded by the default --random_seed): decoding a
-  # record's ids gives a contiguous window of the sentence's pieces.
+  # ones cut by truncate_ids (seeded by the default --random_seed and the position: train.txt is
+  # input 0): decoding a record's ids gives a contiguous window of the sentence's pieces.
   pieces = tokenizer.tokenize_batch(sentences)
   expected = collections.defaultdict(list)  # ids -> pieces kept
-  for sentence, sentence_pieces in zip(sentences, pieces):
+  for (number, _), sentence_pieces in zip(numbered, pieces):
     ids = [tokenizer.sos_id] + tokenizer.convert_tokens_to_ids(sentence_pieces) + [tokenizer.eos_id]
-    ids = pretraining_records.truncate_ids(ids, max_len, 12345, sentence)
+    position = pretraining_records.position_key(0, number)
+    ids = pretraining_records.truncate_ids(ids, max_len, 12345, position)
     kept = tokenizer.convert_ids_to_tokens(ids[1:-1])
     assert any(sentence_pieces[i : i + len(kept)] == kept for i in range(len(sentence_pieces)))
     expected[tuple(ids)].append(kept)
@@ -182,7 +181,8 @@ def test_malformed_line_raises_with_location_or_is_skipped(gutenberg, tmp_path):
 
 
 def test_sentence_files_held_out_by_hash_or_eval_file(gutenberg, tmp_path):
-  out, _, sentences, _ = gutenberg
+  out, _, numbered, _ = gutenberg
+  sentences = [s for _, s in numbered]
   vocab = os.path.join(out, "vocab.txt")
   text = [(s + "\n").encode("utf-8") for s in sentences[:400]]
   train = _write_lines(tmp_path / "train.txt", text)

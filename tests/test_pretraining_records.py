@@ -20,7 +20,7 @@ def test_truncate_ids_cuts_front_or_back_at_random_seeded_keeping_boundaries():
     assert cut[0] == 3 and cut[-1] == 1  # [SOS] and [EOS] never dropped.
     front = cut[1] - ids[1]  # Pieces cut from the front.
     assert cut[1:-1] == ids[1 + front : 1 + front + max_len - 2]  # A contiguous window.
-    # Seeded by (seed, sentence): same again, not by the ids or the call order.
+    # Seeded by (seed, position): same again, not by the ids or the call order.
     assert pretraining_records.truncate_ids(list(ids), max_len, 7, sentence) == cut
     fronts.append(front)
   # Both ends are cut, nearly always within one sentence (only the back or
