@@ -359,26 +359,6 @@ def _check_utf8(path, piece, first_line):
         raise pretraining_records.malformed_error(path, first_line + offset, raw, e) from None
 
 
-def read_sentence_file(path, skip_malformed=False):
-  """The (line number, sentence) pairs of a sentence file, for tests and small files (the job
-  itself streams). Raises ValueError naming path:line for a malformed line unless skipped."""
-  result = []
-  with _open_text_bytes(path) as f:
-    data = f.read()
-  if data.startswith(pretraining_records.BOM):
-    data = data[len(pretraining_records.BOM) :]
-  for number, raw in enumerate(data.split(b"\n"), 1):
-    try:
-      line = raw.decode("utf-8").strip()
-    except UnicodeDecodeError as e:
-      if skip_malformed:
-        continue
-      raise pretraining_records.malformed_error(path, number, raw, e) from None
-    if line:
-      result.append((number, line))
-  return result
-
-
 def _sha256_file(path):
   digest = hashlib.sha256()
   with _open_raw(path) as f:

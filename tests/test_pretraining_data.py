@@ -49,9 +49,8 @@ def gutenberg(gutenberg_tar, tmp_path_factory):
   """Records from the first Gutenberg book, through corpus.py."""
   out = str(tmp_path_factory.mktemp("gutenberg_records"))
   stats = pretraining_data.create_pretraining_data(gutenberg_tar, out, **_GUTENBERG_ARGS)
-  numbered = pretraining_data.read_sentence_file(
-    os.path.join(out, pretraining_data.CORPUS_SUBDIR, "train.txt")
-  )
+  with open(os.path.join(out, pretraining_data.CORPUS_SUBDIR, "train.txt"), encoding="utf-8") as f:
+    numbered = [(n, s.strip()) for n, s in enumerate(f.read().split("\n"), 1) if s.strip()]
   tokenizer = tokenization.FullTokenizer(os.path.join(out, "vocab.txt"), do_lower_case=True)
   return out, stats, numbered, tokenizer
 
