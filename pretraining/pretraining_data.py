@@ -36,6 +36,7 @@ from text import corpus
 from text import normalization as normalization_lib
 from util import cli
 from util import io_utils
+from util import machine
 from util import progress
 from util import runs
 
@@ -185,8 +186,8 @@ class RunParams:
   """How the job runs, not what it makes (none of it changes a byte of the output)."""
 
   num_workers: int = cli.param(
-    "Processes that tokenize and serialize (default: the machine's cores); the output is the "
-    "same for any number.",
+    "Processes that tokenize and serialize (default: the cores this process may use); the output "
+    "is the same for any number.",
     None,
   )
   num_jobs: int = cli.param(
@@ -898,7 +899,7 @@ def _build(args, run, output_dir, force):
           _job_blocks(blocks, run.job_id, run.num_jobs),
           part_dir,
           _worker_config(vocab_path, args, layouts, part_dir),
-          run.num_workers or os.cpu_count() or 1,
+          run.num_workers or machine.usable_cores(),
         )
         done = {"vocab_seconds": vocab_seconds, "block_seconds": block_seconds}
         io_utils.write_atomically(done_path, json.dumps(done) + "\n")
