@@ -4,6 +4,9 @@ pretraining/pretraining_data.py builds them; the data: docs/DESIGN.md §3.1, the
 
   python create_pretraining_data.py --input_file=work/corpus_ls/train.txt \\
     --eval_file=work/corpus_ls/eval.txt --vocab_size=8000 --output_dir=work/records_ls8k
+
+Streams on every core (--num_workers); kill it and run it again to resume. Across machines:
+--num_jobs=N --job_id=I (each into the same --output_dir), then the same command with --merge.
 """
 
 import json
@@ -26,6 +29,7 @@ def define_flags():
   and absl refuses a second definition.
   """
   cli.define_param_flags(pretraining_data.DataParams)
+  cli.define_param_flags(pretraining_data.RunParams)
   flags.DEFINE_string("output_dir", None, "Where the TFRecords, vocab.txt and data_stats.json go.")
   flags.DEFINE_integer(
     "vocab_lower_thresh",
@@ -45,10 +49,14 @@ def main(argv):
   if FLAGS.vocab_lower_thresh is not None:
     learn_params = {"lower_thresh": FLAGS.vocab_lower_thresh}
   options = cli.param_values(pretraining_data.DataParams, FLAGS)
+  options.update(cli.param_values(pretraining_data.RunParams, FLAGS))
   with cli.user_input():
     stats = pretraining_data.create_pretraining_data(
       output_dir=FLAGS.output_dir, force=FLAGS.force, vocab_learn_params=learn_params, **options
     )
+  if "part" in stats:  # one job of several: the merge writes data_stats.json
+    print(json.dumps(stats, sort_keys=True))
+    return
   summary = {
     split: {k: stats[split][k] for k in ("sentences", "tokens", "truncated", "unk_rate")}
     for split in pretraining_records.SPLITS

@@ -1,27 +1,44 @@
 """The pretraining data set: sentences -> vocab -> sharded TFRecords in one output directory.
 
-Raw inputs go through text/corpus.py; sentence files are read as they are and held out by a seeded
-hash unless eval files are given. The vocab is given or learned from the training split; the
-records are pretraining_records.py's. `create_pretraining_data` skips a directory already complete
-for the same arguments and inputs (data_stats.json's fingerprint). Layout: docs/DESIGN.md §5.2.
+Raw inputs go through text/corpus.py; sentence files (plain, .gz, .bz2, .xz; globs and
+directories of them) are read as they are and held out by a seeded hash unless eval files are
+given. The vocab is given or learned from a seeded sample of the training split; the records are
+pretraining_records.py's. The job streams (docs/DESIGN.md §3.1, §5.2): a scan checks and cuts the
+inputs into blocks of lines; worker processes turn blocks into records sorted by pile (a seeded
+hash of the line's position); the shards are assembled pile by pile, each shuffled in memory.
+Memory is bounded by constants, not by the corpus; the output is the same for any number of
+workers, after a kill and a resume, and when N jobs (`--num_jobs`, `--job_id`) are merged
+(`--merge`). `create_pretraining_data` skips a directory already complete for the same arguments
+and inputs (data_stats.json's fingerprint).
+
+Light at import (no TensorFlow): worker processes spawned under create_pretraining_data.py
+import this module again; TensorFlow is imported by the parent's steps that need it.
 """
 
+import bz2
+import codecs
+import contextlib
 import dataclasses
+import gzip
 import hashlib
 import json
+import lzma
+import multiprocessing
 import os
+import shutil
 import time
 from typing import Optional
 
 from absl import logging
-import tensorflow as tf
 
 from pretraining import pretraining_records
 from text import corpus
 from text import normalization as normalization_lib
-import tokenization
 from util import cli
 from util import io_utils
+from util import machine
+from util import progress
+from util import runs
 
 # Bumped whenever the record format or the processing changes, so an output
 # directory written by an older version is never reused as complete.
@@ -29,12 +46,28 @@ from util import io_utils
 # instead of a blake2b hash of our own.
 # 3: over-long sentences are cut at random from the front or the back (the
 # authors' rule, `pretraining_records.truncate_ids`) instead of keeping their first pieces.
-FORMAT_VERSION = 3
+# 4: streamed: records go to shards by a seeded hash of their position and are shuffled pile by
+# pile (pretraining_records.pile_of); truncation is seeded by the position, not the sentence;
+# the vocab learner reads a seeded sample of lines.
+FORMAT_VERSION = 4
 
 STATS_FILE = "data_stats.json"
 VOCAB_FILE = "vocab.txt"
 CORPUS_SUBDIR = "corpus"
+# The unfinished work: one directory per job (blocks' records, vocab), and the assembly's state.
+PARTS_SUBDIR = "parts"
 INPUT_FORMATS = ("auto", "sentences", "raw")
+COMPRESSIONS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+
+# Bytes of (decompressed) text per block: the unit of work of a worker, of a resume and of a
+# job's share. Fixed, so that the blocks never depend on the number of workers or jobs (and the
+# output does not depend on the blocks at all: see pretraining_records). A worker holds one
+# block's text and records, a few times this.
+BLOCK_BYTES = 8 << 20
+# Records shuffled in memory at once when a shard is assembled (pretraining_records.shuffle_units).
+PILE_RECORDS = 1 << 17
+# Bytes the scan reads at a time.
+_SCAN_CHUNK = 8 << 20
 
 
 # ----------------------------------------------------------------------------
@@ -52,9 +85,9 @@ class DataParams:
   """
 
   input_files: str = cli.param(
-    "Comma-separated globs (or a list): Gutenberg .tar.xz archives (cleaned by corpus.py) and/or "
-    "UTF-8 files with one sentence per line (with --input_format=raw every input goes through "
-    "corpus.py).",
+    "Comma-separated globs (or a list) of files or directories (every file under them): "
+    "Gutenberg .tar.xz archives (cleaned by corpus.py) and/or UTF-8 files with one sentence per "
+    "line, plain or .gz/.bz2/.xz (with --input_format=raw every input goes through corpus.py).",
     flag="input_file",
   )
   eval_files: str = cli.param(
@@ -104,16 +137,17 @@ class DataParams:
   # (the script's --vocab_lower_thresh).
   vocab_learn_params: Optional[dict] = None
   vocab_max_sentences: int = cli.param(
-    "Learn the vocab from an evenly spaced sample of at most this many training sentences (the "
-    "learner is pure Python, slow on a whole corpus); default: all.",
+    "Learn the vocab from a seeded sample of about this many training lines (each line kept "
+    "with probability this / the training lines; the learner is slow on a whole corpus); "
+    "default: all.",
     None,
   )
 
   def __post_init__(self):
     """Expands the globs; raises ValueError naming the flag of a bad argument."""
     # Frozen: the canonical forms are set once, here.
-    object.__setattr__(self, "input_files", io_utils.expand_globs(self.input_files))
-    eval_files = io_utils.expand_globs(self.eval_files) if self.eval_files else []
+    object.__setattr__(self, "input_files", _expand_inputs(self.input_files))
+    eval_files = _expand_inputs(self.eval_files) if self.eval_files else []
     object.__setattr__(self, "eval_files", eval_files)
     object.__setattr__(self, "vocab_file", self.vocab_file and os.path.abspath(self.vocab_file))
     object.__setattr__(self, "do_lower_case", bool(self.do_lower_case))
@@ -123,6 +157,8 @@ class DataParams:
         f"give exactly one of --vocab_file and --vocab_size (got "
         f"vocab_file={self.vocab_file!r}, vocab_size={self.vocab_size!r})"
       )
+    import tokenization  # pylint: disable=g-import-not-at-top
+
     num_special = len(tokenization.SPECIAL_TOKENS)
     if self.vocab_size is not None and self.vocab_size <= num_special:
       raise ValueError(
@@ -141,120 +177,201 @@ class DataParams:
       raise ValueError(f"--eval_fraction must be in [0, 1), got {self.eval_fraction!r}")
     if self.input_format not in INPUT_FORMATS:
       raise ValueError(f"--input_format must be one of {INPUT_FORMATS}, got {self.input_format!r}")
+    if self.vocab_max_sentences is not None and self.vocab_max_sentences <= 0:
+      raise ValueError(f"--vocab_max_sentences must be positive, got {self.vocab_max_sentences}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunParams:
+  """How the job runs, not what it makes (none of it changes a byte of the output)."""
+
+  num_workers: int = cli.param(
+    "Processes that tokenize and serialize (default: the cores this process may use); the output "
+    "is the same for any number.",
+    None,
+  )
+  num_jobs: int = cli.param(
+    "Split the work into this many jobs (machines: a Slurm array, indexed jobs), each run with "
+    "its --job_id into the same --output_dir; then one run with --merge assembles the shards.",
+    1,
+  )
+  job_id: int = cli.param("This job's part, 0 <= --job_id < --num_jobs.", 0)
+  merge: bool = cli.param(
+    "Assemble the shards and data_stats.json from the --num_jobs finished parts in --output_dir "
+    "(checks that each is present, complete and of this job).",
+    False,
+  )
+  overwrite: bool = cli.param(
+    "Remove the unfinished parts of another job in --output_dir and start over.", False
+  )
+
+  def __post_init__(self):
+    if self.num_workers is not None and self.num_workers < 1:
+      raise ValueError(f"--num_workers must be >= 1, got {self.num_workers}")
+    if self.num_jobs < 1 or not 0 <= self.job_id < self.num_jobs:
+      raise ValueError(
+        f"--job_id must be in [0, --num_jobs) and --num_jobs >= 1, got --job_id={self.job_id} "
+        f"--num_jobs={self.num_jobs}"
+      )
+    if self.merge and self.job_id:
+      raise ValueError("--merge assembles every job's part: do not give --job_id with it")
+
+
+def _expand_inputs(patterns):
+  """`io_utils.expand_globs`, with a directory replaced by the files under it (sorted, hidden
+  names skipped), as Wikipedia extractions ship (`AA/wiki_00`, ...).
+
+  Raises:
+    ValueError: a pattern matches no file, or a directory holds none.
+  """
+  paths = []
+  for path in io_utils.expand_globs(patterns):
+    if "://" in path or not os.path.isdir(path):
+      paths.append(path)
+      continue
+    found = []
+    for directory, subdirs, names in os.walk(path):
+      subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+      found.extend(os.path.join(directory, n) for n in sorted(names) if not n.startswith("."))
+    if not found:
+      raise ValueError(f"input directory {path} holds no file")
+    paths.extend(p for p in found if p not in paths)
+  return paths
 
 
 # ----------------------------------------------------------------------------
-# Sentences: corpus.py for raw input, sentence files as they are.
+# Sentence files: opened plain or decompressed, scanned once
 # ----------------------------------------------------------------------------
+
+
+def _compression(path):
+  return next((ext for ext in COMPRESSIONS if path.endswith(ext)), None)
+
+
+def _open_raw(path):
+  if "://" in path:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    return tf.io.gfile.GFile(path, "rb")
+  return open(path, "rb")
+
+
+class _HashingReader:
+  """A binary file whose bytes read are hashed (the input's sha256, taken during the scan)."""
+
+  def __init__(self, raw):
+    self.raw, self.digest = raw, hashlib.sha256()
+
+  def read(self, size=-1):
+    data = self.raw.read(size)
+    self.digest.update(data)
+    return data
+
+  def readable(self):
+    return True
+
+
+@contextlib.contextmanager
+def _open_text_bytes(path, raw=None):
+  """The file's text bytes (decompressed by its extension)."""
+  with contextlib.ExitStack() as stack:
+    raw = raw or stack.enter_context(_open_raw(path))
+    compression = _compression(path)
+    yield stack.enter_context(COMPRESSIONS[compression](raw, "rb")) if compression else raw
 
 
 @dataclasses.dataclass
-class SentenceReadStats:
-  """Counts of what `read_sentence_file` skipped."""
+class FileScan:
+  """What the scan of one sentence file found: its sha256 (of the file's bytes as stored), its
+  lines, and its blocks [(start, end, first line)] of decompressed bytes."""
 
-  lines: int = 0
-  empty_lines: int = 0
-  malformed_lines: int = 0
-  # "file:line" of the first few, for the log.
-  malformed_examples: list = dataclasses.field(default_factory=list)
+  path: str
+  sha256: str
+  lines: int
+  has_text: bool
+  blocks: list
 
 
-def read_sentence_file(path, skip_malformed=False, stats=None):
-  """Reads a one-sentence-per-line UTF-8 file.
+def scan_sentence_file(path, check_utf8=True):
+  """Reads a sentence file once: hashes it, checks that it is UTF-8, counts its lines and cuts
+  it into blocks of whole lines of about BLOCK_BYTES (a block ends with the line holding its
+  BLOCK_BYTES-th byte). Streams: memory is a chunk of _SCAN_CHUNK bytes.
 
-  Lines are split on "\\n" only (not str.splitlines, which also splits on
-  U+2028, \\x0b, ... and would make our line numbers disagree with editors'
-  and corpus.py's); a trailing "\\r" and surrounding whitespace are removed.
-
-  Args:
-    path: file path (anything tf.io.gfile opens).
-    skip_malformed: if True a line that is not valid UTF-8 is skipped and
-      counted; if False it raises.
-    stats: optional SentenceReadStats, updated in place.
-
-  Returns:
-    list of (line_number, sentence) with 1-based line numbers; empty lines
-    are left out (and counted in `stats`).
+  Lines are split on "\\n" only (not str.splitlines, which also splits on U+2028, \\x0b, ... and
+  would make our line numbers disagree with editors' and corpus.py's).
 
   Raises:
-    ValueError: "path:line: not valid UTF-8 ..." for a malformed line when
-      skip_malformed is False.
+    ValueError: "path:line: not valid UTF-8 ..." (when check_utf8), or an OSError's text for a
+      file that cannot be read or decompressed.
   """
-  stats = stats if stats is not None else SentenceReadStats()
-  with tf.io.gfile.GFile(path, "rb") as f:
-    data = f.read()
-  if data.startswith(b"\xef\xbb\xbf"):
-    data = data[3:]  # A byte-order mark would glue itself to sentence 1.
-  raw_lines = data.split(b"\n")
-  if raw_lines and not raw_lines[-1]:
-    raw_lines.pop()  # The newline that ends the last line.
   try:
-    # One decode of the whole file is far faster than one per line; the
-    # per-line path below only runs when the file has a bad byte.
-    lines = data.decode("utf-8").split("\n")[: len(raw_lines)]
+    with _open_raw(path) as raw_file:
+      raw = _HashingReader(raw_file)
+      with _open_text_bytes(path, raw) as text:
+        scan = _scan(path, text, check_utf8)
+      while raw.read(_SCAN_CHUNK):  # Bytes past the end of a compressed stream.
+        pass
+  except (OSError, EOFError, lzma.LZMAError) as e:
+    raise ValueError(f"{path}: cannot read ({e})") from None
+  scan.sha256 = raw.digest.hexdigest()
+  return scan
+
+
+def _scan(path, text, check_utf8):
+  blocks, block_start, block_line = [], 0, 1
+  position, lines, carry, has_text, last_byte_newline = 0, 0, b"", False, True
+  while True:
+    chunk = text.read(_SCAN_CHUNK)
+    data = carry + chunk
+    cut = len(data) if not chunk else data.rfind(b"\n") + 1
+    piece, carry = data[:cut], data[cut:]
+    if piece:
+      if check_utf8:
+        _check_utf8(path, piece, lines + 1)
+      has_text = has_text or bool(piece.strip(b" \t\r\n\f\v" + pretraining_records.BOM))
+      while block_start + BLOCK_BYTES <= position + len(piece):
+        newline = piece.find(b"\n", block_start + BLOCK_BYTES - 1 - position)
+        if newline < 0:
+          break  # The file's last line, without its newline.
+        end = position + newline + 1
+        blocks.append((block_start, end, block_line))
+        block_line = lines + piece.count(b"\n", 0, newline + 1) + 1
+        block_start = end
+      lines += piece.count(b"\n")
+      position += len(piece)
+      last_byte_newline = piece.endswith(b"\n")
+    if not chunk:
+      break
+  if position > block_start:
+    blocks.append((block_start, position, block_line))
+  if position and not last_byte_newline:
+    lines += 1
+  return FileScan(path, "", lines, has_text, blocks)
+
+
+def _check_utf8(path, piece, first_line):
+  try:
+    codecs.decode(piece, "utf-8")
   except UnicodeDecodeError:
-    lines = []
-    for number, raw in enumerate(raw_lines, 1):
+    for offset, raw in enumerate(piece.split(b"\n")):
       try:
-        lines.append(raw.decode("utf-8"))
+        raw.decode("utf-8")
       except UnicodeDecodeError as e:
-        where = f"{path}:{number}"
-        if not skip_malformed:
-          raise ValueError(
-            f"{where}: not valid UTF-8 (byte {raw[e.start : e.start + 1]!r} at column "
-            f"{e.start + 1}: {e.reason}); expected UTF-8 text, one sentence per line. Fix the "
-            "file or pass --skip_malformed to skip and count such lines."
-          ) from None
-        stats.malformed_lines += 1
-        if len(stats.malformed_examples) < 10:
-          stats.malformed_examples.append(where)
-          logging.warning("%s: not valid UTF-8; line skipped", where)
-        lines.append(None)
-  result = []
-  for number, line in enumerate(lines, 1):
-    stats.lines += 1
-    if line is None:
-      continue
-    line = line.strip()
-    if not line:
-      stats.empty_lines += 1
-      continue
-    result.append((number, line))
-  return result
+        raise pretraining_records.malformed_error(path, first_line + offset, raw, e) from None
 
 
 def _sha256_file(path):
   digest = hashlib.sha256()
-  with tf.io.gfile.GFile(path, "rb") as f:
-    while True:
-      block = f.read(1 << 22)
-      if not block:
-        break
+  with _open_raw(path) as f:
+    while block := f.read(1 << 22):
       digest.update(block)
   return digest.hexdigest()
-
-
-def evenly_spaced(items, max_items):
-  """At most max_items of items, evenly spaced and in order (all if None).
-
-  A stride sample rather than a random one: deterministic without a seed,
-  and it spans every book of the (book-ordered) training split.
-  """
-  if max_items is None or len(items) <= max_items:
-    return items
-  if max_items <= 0:
-    raise ValueError(f"vocab_max_sentences must be positive, got {max_items:d}")
-  step = len(items) / max_items
-  return [items[int(i * step)] for i in range(max_items)]
 
 
 def run_corpus(
   raw_inputs, corpus_dir, normalization, eval_fraction, seed, max_books=None, force=False
 ):
   """Runs corpus.prepare_corpus on raw inputs.
-
-  corpus.py spawns its worker processes; each imports the main module, so
-  under create_pretraining_data.py a worker loads TensorFlow once before its first book.
 
   Args:
     raw_inputs: list of paths (Gutenberg tar archives or raw text files).
@@ -291,31 +408,19 @@ def _is_raw(path, input_format):
 
 @dataclasses.dataclass
 class _Sources:
-  """The sentence files of each split.
+  """The sentence files in processing order, each with its mode: "hash" (split by a seeded hash
+  of each sentence), "train" or "eval" (as a whole), and whether the user gave it (then a file
+  without a sentence is refused); corpus.py's stats.json, or None without raw inputs."""
 
-  Attributes:
-    hashed: files split between train and eval by a seeded hash of each
-      sentence when split_by_hash, else all training data.
-    train: files that are training data as a whole (corpus.py's train.txt).
-    eval: files that are eval data as a whole (--eval_file, corpus.py's
-      eval.txt).
-    split_by_hash: whether `hashed` is split (no --eval_file, eval_fraction
-      > 0).
-    corpus_stats: corpus.py's stats.json, or None without raw inputs.
-  """
-
-  hashed: list
-  train: list
-  eval: list
-  split_by_hash: bool
+  files: list  # [(path, mode, given)]
   corpus_stats: Optional[dict]
 
-  def files(self):
-    return sorted(set(self.hashed + self.train + self.eval))
+  def paths(self):
+    return sorted({path for path, _, _ in self.files})
 
 
 def _prepare_sources(args, output_dir, force):
-  """Runs corpus.py on the raw inputs; returns every split's `_Sources`.
+  """Runs corpus.py on the raw inputs; returns the `_Sources`.
 
   Raises:
     ValueError: for --normalization with sentence files, which are used as
@@ -330,16 +435,12 @@ def _prepare_sources(args, output_dir, force):
       "files, used as they are. Normalize them with corpus.py "
       "(--input_format=lines) or pass --normalization=none."
     )
-  sources = _Sources(
-    hashed=sentence_files,
-    train=[],
-    eval=list(args.eval_files),
-    split_by_hash=not args.eval_files and args.eval_fraction > 0,
-    corpus_stats=None,
-  )
+  split_by_hash = not args.eval_files and args.eval_fraction > 0
+  files = [(p, "hash" if split_by_hash else "train", True) for p in sentence_files]
+  corpus_stats = None
   if raw:
     corpus_dir = os.path.join(output_dir, CORPUS_SUBDIR)
-    sources.corpus_stats = run_corpus(
+    corpus_stats = run_corpus(
       raw,
       corpus_dir,
       args.normalization,
@@ -348,70 +449,74 @@ def _prepare_sources(args, output_dir, force):
       args.max_books,
       force,
     )
-    sources.train.append(os.path.join(corpus_dir, "train.txt"))
-    sources.eval.append(os.path.join(corpus_dir, "eval.txt"))
-  return sources
+    files.append((os.path.join(corpus_dir, "train.txt"), "train", False))
+    files.append((os.path.join(corpus_dir, "eval.txt"), "eval", False))
+  files.extend((p, "eval", True) for p in args.eval_files)
+  return _Sources(files, corpus_stats)
 
 
-def _fingerprint(args, sources):
-  """Hashes what the records depend on.
-
-  That is the arguments and the exact bytes of every sentence file read
-  (corpus.py output included) and of the vocab.
+def _scan_sources(sources, args):
+  """Scans every sentence file (`scan_sentence_file`) before any slow work.
 
   Returns:
-    (fingerprint, input_sha256): a sha256 hex digest, and {path: sha256} of
-    the sentence files.
-  """
-  input_sha256 = {p: _sha256_file(p) for p in sources.files()}
-  fingerprint_src = {
-    "format_version": FORMAT_VERSION,
-    "args": dataclasses.asdict(args),
-    "files": input_sha256,
-    "vocab_sha256": args.vocab_file and _sha256_file(args.vocab_file),
-  }
-  fingerprint = hashlib.sha256(
-    json.dumps(fingerprint_src, sort_keys=True).encode("utf-8")
-  ).hexdigest()
-  return fingerprint, input_sha256
-
-
-def _read_splits(sources, args):
-  """Reads every sentence file into its split.
-
-  Returns:
-    (sentences, read_stats): {split: list of str}, {split: SentenceReadStats}.
+    (scans {path: FileScan}, blocks: list of pretraining_records.Block in processing order).
 
   Raises:
-    ValueError: if there is no training sentence.
+    ValueError: a malformed line (path:line), a file given without a sentence, or no file
+      holding a training sentence.
   """
   start = time.time()
-  read_stats = {split: SentenceReadStats() for split in pretraining_records.SPLITS}
-  sentences = {split: [] for split in pretraining_records.SPLITS}
-  for path in sources.hashed:
-    for _, sentence in read_sentence_file(path, args.skip_malformed, read_stats["train"]):
-      held_out = sources.split_by_hash and (
-        io_utils.unit_hash(args.random_seed, sentence) < args.eval_fraction
+  scans = {}
+  for path in sources.paths():
+    scans[path] = scan_sentence_file(path, check_utf8=not args.skip_malformed)
+  blocks = []
+  for file_index, (path, mode, given) in enumerate(sources.files):
+    scan = scans[path]
+    if given and not scan.has_text:
+      raise ValueError(f"{path}: no sentence (the file is empty or holds blank lines only)")
+    worker_reads = "://" not in path and _compression(path) is None
+    for begin, end, first_line in scan.blocks:
+      blocks.append(
+        pretraining_records.Block(
+          len(blocks), file_index, path, mode, begin, end, first_line, worker_reads
+        )
       )
-      sentences["eval" if held_out else "train"].append(sentence)
-  for split, paths in (("train", sources.train), ("eval", sources.eval)):
-    for path in paths:
-      sentences[split].extend(
-        s for _, s in read_sentence_file(path, args.skip_malformed, read_stats[split])
-      )
+  if not any(scans[p].has_text for p, mode, _ in sources.files if mode != "eval"):
+    raise ValueError(f"no training sentences in {[p for p, m, _ in sources.files if m != 'eval']}")
+  total = sum(os.path.getsize(p) for p in scans if "://" not in p)
   logging.info(
-    "read %d train and %d eval sentences from %d files (%d empty "
-    "and %d malformed lines skipped) in %.1f s",
-    len(sentences["train"]),
-    len(sentences["eval"]),
-    len(sources.files()),
-    sum(s.empty_lines for s in read_stats.values()),
-    sum(s.malformed_lines for s in read_stats.values()),
+    "scanned %d files (%.1f MB, %d lines) in %.1f s: %d blocks",
+    len(scans),
+    total / 1e6,
+    sum(s.lines for s in scans.values()),
     time.time() - start,
+    len(blocks),
   )
-  if not sentences["train"]:
-    raise ValueError(f"no training sentences in {sources.hashed + sources.train}")
-  return sentences, read_stats
+  return scans, blocks
+
+
+def _block_data(blocks, read_all):
+  """(block, bytes or None) for `blocks` (in processing order): None where the worker reads
+  the block itself (unless `read_all`); else the parent reads it, decompressing each file once
+  in sequence. Memory: one block."""
+  stream_path, stream, stack, position = None, None, contextlib.ExitStack(), 0
+  with stack:
+    for block in blocks:
+      if block.worker_reads and not read_all:
+        yield block, None
+        continue
+      if block.worker_reads:
+        yield block, pretraining_records.read_block(block)
+        continue
+      if stream_path != block.path or position > block.start:
+        stack.close()
+        stream = stack.enter_context(_open_text_bytes(block.path))
+        stream_path, position = block.path, 0
+      while position < block.start:  # Blocks of other jobs, or done before a resume.
+        position += len(stream.read(min(_SCAN_CHUNK, block.start - position)))
+      data = stream.read(block.end - block.start)
+      position += len(data)
+      yield block, data
 
 
 # ----------------------------------------------------------------------------
@@ -419,28 +524,63 @@ def _read_splits(sources, args):
 # ----------------------------------------------------------------------------
 
 
-def _make_vocab(train_sentences, vocab_path, args):
-  """Writes vocab.txt.
+def _vocab_sample(blocks, scans, sources, args):
+  """A seeded sample of the training sentences for the vocab learner (a generator).
 
-  A copy of --vocab_file, or WordPiece learned from the training split only,
-  so eval text stays unseen.
+  Hash-threshold sampling, not a reservoir: each line is kept with probability
+  rate = vocab_max_sentences / (lines of the training files) by a generator seeded with the
+  block's position, so the sample needs no memory (it streams into the learner, whose word
+  counts are its only state) and is the same in every job. Held-out sentences are left out.
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  train_files = {p for p, mode, _ in sources.files if mode != "eval"}
+  lines = sum(scans[p].lines for p in train_files)
+  rate = 1.0 if args.vocab_max_sentences is None else min(1.0, args.vocab_max_sentences / lines)
+  train_blocks = [b for b in blocks if b.mode != "eval"]
+  for block, data in _block_data(train_blocks, read_all=True):
+    if block.start == 0 and data.startswith(pretraining_records.BOM):
+      data = data[len(pretraining_records.BOM) :]
+    raw_lines = data.split(b"\n")
+    keep = np.random.default_rng([args.random_seed, block.file_index, block.first_line]).random(
+      len(raw_lines)
+    )
+    for raw, u in zip(raw_lines, keep):
+      if u >= rate:
+        continue
+      try:
+        sentence = raw.decode("utf-8").strip()
+      except UnicodeDecodeError:
+        continue  # Malformed lines are refused by the scan, or skipped.
+      if not sentence:
+        continue
+      if block.mode == "hash" and io_utils.unit_hash(args.random_seed, sentence) < (
+        args.eval_fraction
+      ):
+        continue
+      yield sentence
+
+
+def _make_vocab(blocks, scans, sources, vocab_path, args):
+  """Writes vocab.txt: a copy of --vocab_file, or WordPiece learned from the training split
+  only (so eval text stays unseen).
 
   Returns:
     (tokens, seconds): the tokens in id order, and the time taken.
   """
+  import tokenization  # pylint: disable=g-import-not-at-top
+
   start = time.time()
   if args.vocab_file is not None:
     tokens = list(tokenization.load_vocab(args.vocab_file))
   else:
-    sample = evenly_spaced(train_sentences, args.vocab_max_sentences)
     logging.info(
-      "learning a WordPiece vocab of size %d from %d of %d training sentences",
+      "learning a WordPiece vocab of size %d from %s training sentences",
       args.vocab_size,
-      len(sample),
-      len(train_sentences),
+      "all" if args.vocab_max_sentences is None else f"about {args.vocab_max_sentences}",
     )
     tokens = tokenization.build_vocab(
-      sample,
+      _vocab_sample(blocks, scans, sources, args),
       args.vocab_size,
       do_lower_case=args.do_lower_case,
       learn_params=args.vocab_learn_params,
@@ -451,16 +591,251 @@ def _make_vocab(train_sentences, vocab_path, args):
   return tokens, seconds
 
 
-def _make_tokenizer(tokens, vocab_path, do_lower_case):
-  """The records' tokenizer; tokenization.boundary_tokens frames sentences."""
-  boundary = tokenization.boundary_tokens(tokens)
+def _load_vocab(vocab_path):
+  """The records' vocab, checked, and the tokens that frame a sentence
+  (tokenization.boundary_tokens) without building a graph tokenizer.
+
+  Returns:
+    (OrderedDict token -> id, (start token, end token)).
+
+  Raises:
+    ValueError: for a malformed vocab, or one without [UNK] or [PAD].
+  """
+  import tokenization  # pylint: disable=g-import-not-at-top
+
+  vocab = tokenization.load_vocab(vocab_path)
+  for required in ("[UNK]", "[PAD]"):
+    if required not in vocab:
+      raise ValueError(f"{vocab_path}: the vocab has no {required} token; the tokenizer needs it.")
+  boundary = tokenization.boundary_tokens(vocab)
   if boundary != ("[SOS]", "[EOS]"):
     logging.warning(
       "the vocab has no [SOS]/[EOS] (a Google BERT vocab?); "
       "sentences are framed by %s ... %s instead.",
       *boundary,
     )
-  return tokenization.FullTokenizer(vocab_path, do_lower_case, boundary_tokens=boundary)
+  return vocab, boundary
+
+
+# ----------------------------------------------------------------------------
+# The job: identity, parts, blocks
+# ----------------------------------------------------------------------------
+
+
+def _fingerprint(args, scans):
+  """Hashes what the records depend on: the arguments and the exact bytes of every sentence
+  file read (corpus.py output included) and of the vocab.
+
+  Returns:
+    (fingerprint, source): a sha256 hex digest, and what it hashes (format_version, args,
+    files: {path: sha256} of the sentence files, vocab_sha256).
+  """
+  input_sha256 = {p: scans[p].sha256 for p in sorted(scans)}
+  fingerprint_src = {
+    "format_version": FORMAT_VERSION,
+    "args": dataclasses.asdict(args),
+    "files": input_sha256,
+    "vocab_sha256": args.vocab_file and _sha256_file(args.vocab_file),
+  }
+  fingerprint = hashlib.sha256(
+    json.dumps(fingerprint_src, sort_keys=True).encode("utf-8")
+  ).hexdigest()
+  return fingerprint, fingerprint_src
+
+
+def _part_name(job_id, num_jobs):
+  return f"job-{job_id:05d}-of-{num_jobs:05d}"
+
+
+def _job_blocks(blocks, job_id, num_jobs):
+  """Job `job_id`'s share: a contiguous run of the blocks (1/num_jobs of them)."""
+  return blocks[len(blocks) * job_id // num_jobs : len(blocks) * (job_id + 1) // num_jobs]
+
+
+def _layouts(args, scans, sources):
+  """Each split's `Layout`: piles per shard from the scan's line counts (a bound of the split's
+  records), so a pile holds about PILE_RECORDS / 4 records at most."""
+  lines = {mode: 0 for mode in ("hash", "train", "eval")}
+  for path, mode, _ in sources.files:
+    lines[mode] += scans[path].lines
+  # The held-out share of hashed lines is binomial: twice its mean (plus a margin) is a bound
+  # that holds but for a vanishing chance, and then a pile is only larger than planned.
+  held_out = min(lines["hash"], int(2 * args.eval_fraction * lines["hash"]) + 1000)
+  bounds = {"train": lines["hash"] + lines["train"], "eval": held_out + lines["eval"]}
+  layouts = {}
+  for split, shards in (("train", args.num_shards), ("eval", args.num_eval_shards)):
+    layouts[split] = pretraining_records.Layout(
+      shards, pretraining_records.piles_per_shard(bounds[split], shards, PILE_RECORDS)
+    )
+  return layouts
+
+
+def _as_json(value):
+  return json.loads(json.dumps(value))
+
+
+def _parts_of(parts_dir):
+  """The recorded identities (job.json) of the parts in `parts_dir`.
+
+  Raises:
+    cli.InputError: a job.json that is not JSON.
+  """
+  if not os.path.isdir(parts_dir):
+    return []
+  identities = []
+  for name in sorted(os.listdir(parts_dir)):
+    path = os.path.join(parts_dir, name, "job.json")
+    if os.path.exists(path):
+      try:
+        identities.append(io_utils.read_json_file(path))
+      except ValueError as e:
+        raise cli.InputError(f"{e}: {runs.START_OVER}") from None
+  return identities
+
+
+def _check_parts(parts_dir, identity, overwrite, output_dir):
+  """Refuses (one line, runs.another_job) unfinished parts of another job in `parts_dir`; with
+  `overwrite` removes them instead."""
+  for recorded in _parts_of(parts_dir):
+    if recorded != _as_json(identity):
+      if overwrite:
+        logging.info("--overwrite: removing the unfinished parts of another job in %s", parts_dir)
+        shutil.rmtree(parts_dir)
+        return
+      raise runs.another_job(
+        f"--output_dir {output_dir} holds unfinished parts of another job", recorded, identity
+      )
+
+
+def _run_blocks(blocks, part_dir, config, num_workers):
+  """Makes the records of every block not yet done (a resume redoes only the unfinished ones).
+
+  Returns:
+    float, seconds spent.
+  """
+  start = time.time()
+  todo = [b for b in blocks if pretraining_records.read_block_summary(part_dir, b.index) is None]
+  logging.info(
+    "%d of %d blocks to do (%d done before), %d worker(s)",
+    len(todo),
+    len(blocks),
+    len(blocks) - len(todo),
+    num_workers,
+  )
+  bar = progress.Progress("records", total=len(todo), unit="blocks")
+  if num_workers == 1 or len(todo) <= 1:
+    pretraining_records.init_worker(config)
+    for block, data in _block_data(todo, read_all=False):
+      pretraining_records.make_block(block, data)
+      bar.update(1)
+    return time.time() - start
+  # spawn: a fresh interpreter per worker (fork would copy the parent's TensorFlow threads).
+  context = multiprocessing.get_context("spawn")
+  with context.Pool(num_workers, pretraining_records.init_worker, (config,)) as pool:
+    pending = []
+    # At most two blocks per worker in flight: the parent's memory stays a few blocks.
+    for block, data in _block_data(todo, read_all=False):
+      pending.append(pool.apply_async(pretraining_records.make_block, (block, data)))
+      while len(pending) >= 2 * num_workers or (pending and pending[0].ready()):
+        pending.pop(0).get()
+        bar.update(1)
+    for result in pending:
+      result.get()
+      bar.update(1)
+  return time.time() - start
+
+
+# ----------------------------------------------------------------------------
+# Assembly: the shards from every job's blocks
+# ----------------------------------------------------------------------------
+
+
+def _read_parts(parts_dir, identity, num_jobs, blocks):
+  """Every job's part, checked: present, of this job, complete.
+
+  Returns:
+    ([(part dir, block index)] of all blocks in order, parts' done records, vocab path of
+    part 0).
+
+  Raises:
+    cli.InputError: naming the missing or unfinished part (and the --job_id to run), or another
+      job's part.
+  """
+  located, done_records, vocabs = [], [], []
+  for job_id in range(num_jobs):
+    part = os.path.join(parts_dir, _part_name(job_id, num_jobs))
+    job_file = os.path.join(part, "job.json")
+    if not os.path.exists(job_file):
+      raise cli.InputError(
+        f"--merge: part {part} is missing: run this command with --job_id={job_id} "
+        f"--num_jobs={num_jobs} first"
+      )
+    recorded = io_utils.read_json_file(job_file)
+    if recorded != _as_json(identity):
+      raise runs.another_job(f"--merge: {part} holds another job", recorded, identity)
+    done_file = os.path.join(part, "done.json")
+    mine = _job_blocks(blocks, job_id, num_jobs)
+    missing = [
+      b.index for b in mine if pretraining_records.read_block_summary(part, b.index) is None
+    ]
+    if not os.path.exists(done_file) or missing:
+      raise cli.InputError(
+        f"--merge: part {part} is not finished ({len(missing)} blocks to do): run (or resume) "
+        f"this command with --job_id={job_id} --num_jobs={num_jobs}"
+      )
+    done_records.append(io_utils.read_json_file(done_file))
+    vocabs.append(os.path.join(part, VOCAB_FILE))
+    located.extend((part, b.index) for b in mine)
+  shas = {_sha256_file(v) for v in vocabs}
+  if len(shas) != 1:
+    raise cli.InputError(f"--merge: the parts' vocabs differ ({', '.join(vocabs)})")
+  return located, done_records, vocabs[0]
+
+
+def _assemble(output_dir, parts_dir, located, layouts, args):
+  """Writes every shard (skipping those a killed run finished) and sums the statistics.
+
+  Memory: one shuffle unit (about PILE_RECORDS records at most) plus the pile tables
+  (12 bytes x blocks x piles, `pretraining_records.pile_tables`).
+
+  Returns:
+    (files, split_stats): the shards written ({"file", "records", "bytes"}) and
+    {split: statistics}.
+  """
+  state_path = os.path.join(parts_dir, "assembled.json")
+  assembled = io_utils.read_json_file(state_path) if os.path.exists(state_path) else {}
+  record_files = [pretraining_records.block_paths(part, index)[0] for part, index in located]
+  files, split_stats = [], {}
+  for split in pretraining_records.SPLITS:
+    layout, total = layouts[split], {}
+    counts, offsets = pretraining_records.pile_tables(
+      (pretraining_records.read_block_summary(part, index) for part, index in located),
+      len(located),
+      split,
+      layout.num_piles,
+      total,
+    )
+    split_stats[split] = pretraining_records.finish_stats(total)
+    if not split_stats[split]["sentences"]:
+      logging.warning("no %s sentences; no %s shards written", split, split)
+      continue
+    bar = progress.Progress(f"write {split}", total=split_stats[split]["sentences"], unit="records")
+    for shard in range(layout.num_shards):
+      name = pretraining_records.shard_name(split, shard, layout.num_shards)
+      path = os.path.join(output_dir, name)
+      entry = assembled.get(name)
+      if not (entry and os.path.exists(path) and os.path.getsize(path) == entry["bytes"]):
+        records = pretraining_records.shard_records(
+          record_files, offsets, counts, layout, shard, args.random_seed, split, PILE_RECORDS
+        )
+        count = pretraining_records.write_records(path, records)
+        entry = {"file": name, "records": count, "bytes": os.path.getsize(path)}
+        assembled[name] = entry
+        io_utils.write_atomically(state_path, json.dumps(assembled, indent=2) + "\n")
+      files.append(entry)
+      bar.update(entry["records"])
+    del counts, offsets
+  return files, split_stats
 
 
 # ----------------------------------------------------------------------------
@@ -468,59 +843,25 @@ def _make_tokenizer(tokens, vocab_path, do_lower_case):
 # ----------------------------------------------------------------------------
 
 
-def _write_splits(tokenizer, sentences, read_stats, output_dir, args):
-  """Tokenizes each split and writes its shards; frees each split's text.
-
-  Returns:
-    (files, split_stats, seconds): the shards written ({"file", "records",
-    "bytes"}), {split: pretraining_records.tokenize_sentences stats + read counts}, and the time
-    spent tokenizing.
-  """
-  files = []
-  split_stats = {}
-  seconds = 0.0
-  shards = {"train": args.num_shards, "eval": args.num_eval_shards}
-  for split in pretraining_records.SPLITS:
-    start = time.time()
-    examples, split_stats[split] = pretraining_records.tokenize_sentences(
-      tokenizer,
-      sentences[split],
-      args.max_seq_length,
-      args.random_seed,
-      what="tokenize " + split,
-    )
-    sentences[split] = None  # Free the text before the next split.
-    seconds += time.time() - start
-    split_stats[split].update(dataclasses.asdict(read_stats[split]))
-    if not examples:
-      logging.warning("no %s sentences; no %s shards written", split, split)
-      continue
-    t = split_stats[split]
-    logging.info(
-      "%s: %d sentences, %d tokens, mean length %.1f, %d (%.2f%%) truncated to %d, UNK rate %.4f%%",
-      split,
-      t["sentences"],
-      t["tokens"],
-      t["lengths"]["mean"],
-      t["truncated"],
-      100 * t["truncated_fraction"],
-      args.max_seq_length,
-      100 * t["unk_rate"],
-    )
-    files.extend(
-      pretraining_records.write_shards(output_dir, split, examples, shards[split], args.random_seed)
-    )
-    del examples
-  return files, split_stats, seconds
-
-
-def _build(args, output_dir, force):
+def _build(args, run, output_dir, force):
   """The steps of `create_pretraining_data` once its arguments are checked."""
   start = time.time()
-  tf.io.gfile.makedirs(output_dir)
+  os.makedirs(output_dir, exist_ok=True)
   sources = _prepare_sources(args, output_dir, force)
-  fingerprint, input_sha256 = _fingerprint(args, sources)
+  scans, blocks = _scan_sources(sources, args)
+  fingerprint, fingerprint_src = _fingerprint(args, scans)
+  input_sha256 = fingerprint_src["files"]
   stamp_path = os.path.join(output_dir, STATS_FILE)
+  parts_dir = os.path.join(output_dir, PARTS_SUBDIR)
+  layouts = _layouts(args, scans, sources)
+  # What the parts depend on, spelled out (a refusal names the first field that differs).
+  identity = {
+    **fingerprint_src,
+    "num_jobs": run.num_jobs,
+    "blocks": len(blocks),
+    "block_bytes": BLOCK_BYTES,
+    "layouts": {s: dataclasses.asdict(layout) for s, layout in layouts.items()},
+  }
   stats = None if force else io_utils.read_stamp(stamp_path, fingerprint)
   if stats is not None:
     logging.info(
@@ -531,46 +872,74 @@ def _build(args, output_dir, force):
       stats["train"]["sentences"],
       stats["eval"]["sentences"],
     )
+    if _parts_of(parts_dir) and all(p == _as_json(identity) for p in _parts_of(parts_dir)):
+      shutil.rmtree(parts_dir)  # This job's parts, left by a kill after its stamp was written.
     return dict(stats, reused=True)
+  _check_parts(parts_dir, identity, run.overwrite, output_dir)
   # From here on the directory is being rewritten: without its stamp an
   # interrupted run can never be mistaken for a complete one.
   io_utils.remove_stamp(stamp_path)
-
-  sentences, read_stats = _read_splits(sources, args)
-  vocab_path = os.path.join(output_dir, VOCAB_FILE)
-  tokens, vocab_seconds = _make_vocab(sentences["train"], vocab_path, args)
-  tokenizer = _make_tokenizer(tokens, vocab_path, args.do_lower_case)
-  files, split_stats, tokenize_seconds = _write_splits(
-    tokenizer, sentences, read_stats, output_dir, args
-  )
-  pretraining_records.remove_stale_shards(output_dir, files)
-
-  num_sentences = sum(split_stats[s]["sentences"] for s in pretraining_records.SPLITS)
-  corpus_stats = sources.corpus_stats
-  stats = {
-    "format_version": FORMAT_VERSION,
-    "fingerprint": fingerprint,
-    "args": dataclasses.asdict(args),
-    "input_sha256": input_sha256,
-    "vocab_size": len(tokens),
-    "special_ids": {
-      t: tokenizer.vocab[t] for t in tokenization.SPECIAL_TOKENS if t in tokenizer.vocab
-    },
-    "boundary_tokens": list(tokenizer.boundary_tokens),
-    "train": split_stats["train"],
-    "eval": split_stats["eval"],
-    "files": files,
-    "corpus": corpus_stats
-    and {k: corpus_stats.get(k) for k in ("train", "eval", "books", "sentences")},
-    "seconds": {
+  vocab_seconds = block_seconds = 0.0
+  if not run.merge:
+    part_dir = os.path.join(parts_dir, _part_name(run.job_id, run.num_jobs))
+    os.makedirs(part_dir, exist_ok=True)
+    with io_utils.exclusive_lock(part_dir, wait=False):
+      io_utils.write_atomically(
+        os.path.join(part_dir, "job.json"), json.dumps(identity, indent=2) + "\n"
+      )
+      done_path = os.path.join(part_dir, "done.json")
+      if os.path.exists(done_path):
+        done = io_utils.read_json_file(done_path)
+        vocab_seconds, block_seconds = done["vocab_seconds"], done["block_seconds"]
+      else:
+        vocab_path = os.path.join(part_dir, VOCAB_FILE)
+        if not os.path.exists(vocab_path):
+          _, vocab_seconds = _make_vocab(blocks, scans, sources, vocab_path, args)
+        block_seconds = _run_blocks(
+          _job_blocks(blocks, run.job_id, run.num_jobs),
+          part_dir,
+          _worker_config(vocab_path, args, layouts, part_dir),
+          run.num_workers or machine.usable_cores(),
+        )
+        done = {"vocab_seconds": vocab_seconds, "block_seconds": block_seconds}
+        io_utils.write_atomically(done_path, json.dumps(done) + "\n")
+    if run.num_jobs > 1:
+      logging.info(
+        "part %d of %d done in %s; when every part is, run the same command with --merge",
+        run.job_id,
+        run.num_jobs,
+        part_dir,
+      )
+      return {
+        "part": run.job_id,
+        "num_jobs": run.num_jobs,
+        "seconds": round(time.time() - start, 1),
+      }
+  with io_utils.exclusive_lock(parts_dir, wait=False):
+    located, done_records, part_vocab = _read_parts(parts_dir, identity, run.num_jobs, blocks)
+    if run.merge:
+      vocab_seconds = max(d["vocab_seconds"] for d in done_records)
+      block_seconds = max(d["block_seconds"] for d in done_records)
+    files, split_stats = _assemble(output_dir, parts_dir, located, layouts, args)
+    if not split_stats["train"]["sentences"]:
+      raise ValueError(
+        f"no training sentences in {[p for p, m, _ in sources.files if m != 'eval']}"
+      )
+    vocab_path = os.path.join(output_dir, VOCAB_FILE)
+    with io_utils.atomic_path(vocab_path) as tmp:
+      shutil.copyfile(part_vocab, tmp)
+    pretraining_records.remove_stale_shards(output_dir, files)
+    stats = _stats(args, sources, fingerprint, input_sha256, vocab_path, split_stats, files)
+    num_sentences = sum(split_stats[s]["sentences"] for s in pretraining_records.SPLITS)
+    stats["seconds"] = {
       "total": round(time.time() - start, 1),
       "vocab": round(vocab_seconds, 1),
-      "tokenize": round(tokenize_seconds, 1),
-    },
-    "sentences_per_second": round(num_sentences / max(tokenize_seconds, 1e-9), 1),
-  }
-  outputs = [os.path.join(output_dir, f["file"]) for f in files] + [vocab_path]
-  stats = io_utils.write_stamp(stamp_path, fingerprint, outputs, stats)
+      "tokenize": round(block_seconds, 1),
+    }
+    stats["sentences_per_second"] = round(num_sentences / max(block_seconds, 1e-9), 1)
+    outputs = [os.path.join(output_dir, f["file"]) for f in files] + [vocab_path]
+    stats = io_utils.write_stamp(stamp_path, fingerprint, outputs, stats)
+  shutil.rmtree(parts_dir)
   logging.info(
     "wrote %d train + %d eval sentences (%d + %d tokens) in %d files to %s in %.1f s",
     stats["train"]["sentences"],
@@ -584,6 +953,62 @@ def _build(args, output_dir, force):
   return stats
 
 
+def _worker_config(vocab_path, args, layouts, part_dir):
+  import tokenization  # pylint: disable=g-import-not-at-top
+
+  vocab, boundary = _load_vocab(vocab_path)
+  return pretraining_records.WorkerConfig(
+    tokenizer_json=tokenization.host_tokenizer(vocab, args.do_lower_case).to_str(),
+    boundary_ids=tuple(vocab[t] for t in boundary),
+    unk_id=vocab["[UNK]"],
+    vocab_size=len(vocab),
+    max_seq_length=args.max_seq_length,
+    seed=args.random_seed,
+    eval_fraction=args.eval_fraction,
+    layouts=layouts,
+    skip_malformed=args.skip_malformed,
+    parts_dir=part_dir,
+  )
+
+
+def _stats(args, sources, fingerprint, input_sha256, vocab_path, split_stats, files):
+  """data_stats.json's record (without the times)."""
+  import tokenization  # pylint: disable=g-import-not-at-top
+
+  vocab, boundary = _load_vocab(vocab_path)
+  corpus_stats = sources.corpus_stats
+  for split in pretraining_records.SPLITS:
+    t = split_stats[split]
+    logging.info(
+      "%s: %d sentences, %d tokens, mean length %.1f, %d (%.2f%%) truncated to %d, UNK rate %.4f%%",
+      split,
+      t["sentences"],
+      t["tokens"],
+      t["lengths"]["mean"],
+      t["truncated"],
+      100 * t["truncated_fraction"],
+      args.max_seq_length,
+      100 * t["unk_rate"],
+    )
+  return {
+    "format_version": FORMAT_VERSION,
+    "fingerprint": fingerprint,
+    "args": dataclasses.asdict(args),
+    "input_sha256": input_sha256,
+    "vocab_size": len(vocab),
+    "special_ids": {t: vocab[t] for t in tokenization.SPECIAL_TOKENS if t in vocab},
+    "boundary_tokens": list(boundary),
+    "train": split_stats["train"],
+    "eval": split_stats["eval"],
+    "files": files,
+    "corpus": corpus_stats
+    and {k: corpus_stats.get(k) for k in ("train", "eval", "books", "sentences")},
+  }
+
+
+_RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunParams))
+
+
 def create_pretraining_data(input_files, output_dir, force=False, **options):
   """Builds the TFRecord data set (layout: docs/DESIGN.md §5.2).
 
@@ -591,14 +1016,18 @@ def create_pretraining_data(input_files, output_dir, force=False, **options):
     input_files: comma-separated globs (str) or list of globs; see `DataParams`.
     output_dir: output directory (created).
     force: rebuild even if a complete output with these arguments exists.
-    **options: the other fields of `DataParams` (vocab_file or vocab_size, max_seq_length, ...).
+    **options: the other fields of `DataParams` (vocab_file or vocab_size, max_seq_length, ...)
+      and of `RunParams` (num_workers, num_jobs, job_id, merge, overwrite).
 
   Returns:
-    dict: the contents of data_stats.json, plus "reused": True when an
-    existing complete output was returned without work.
+    dict: the contents of data_stats.json, plus "reused": True when an existing complete output
+    was returned without work; for a job of several (--num_jobs > 1, not --merge) only
+    {"part", "num_jobs", "seconds"}.
 
   Raises:
-    ValueError: for bad arguments (naming the flag) or malformed input
-      (naming file:line).
+    ValueError: for bad arguments (naming the flag) or malformed input (naming file:line).
+    cli.InputError: unfinished parts of another job in output_dir, or a merge of parts that are
+      missing, unfinished or of another job.
   """
-  return _build(DataParams(input_files=input_files, **options), output_dir, force)
+  run = RunParams(**{k: options.pop(k) for k in _RUN_FIELDS if k in options})
+  return _build(DataParams(input_files=input_files, **options), run, output_dir, force)

@@ -2,10 +2,18 @@
 """Tests for create_pretraining_data.py (its records are read back as tf.train.Examples; the
 training reader, input_pipeline.make_dataset, is tested in test_input_pipeline.py)."""
 
+import bz2
 import collections
 import glob
+import gzip
+import lzma
 import os
+import re
+import subprocess
+import sys
+import time
 
+import commands
 from conftest import data_dir_or_skip
 import numpy as np
 import pytest
@@ -15,6 +23,7 @@ from pretraining import pretraining_data
 from pretraining import pretraining_records
 from text import corpus
 import tokenization
+from util import cli
 
 # ----------------------------------------------------------------------------
 # create_pretraining_data on a real Gutenberg excerpt
@@ -40,14 +49,10 @@ def gutenberg(gutenberg_tar, tmp_path_factory):
   """Records from the first Gutenberg book, through corpus.py."""
   out = str(tmp_path_factory.mktemp("gutenberg_records"))
   stats = pretraining_data.create_pretraining_data(gutenberg_tar, out, **_GUTENBERG_ARGS)
-  sentences = [
-    s
-    for _, s in pretraining_data.read_sentence_file(
-      os.path.join(out, pretraining_data.CORPUS_SUBDIR, "train.txt")
-    )
-  ]
+  with open(os.path.join(out, pretraining_data.CORPUS_SUBDIR, "train.txt"), encoding="utf-8") as f:
+    numbered = [(n, s.strip()) for n, s in enumerate(f.read().split("\n"), 1) if s.strip()]
   tokenizer = tokenization.FullTokenizer(os.path.join(out, "vocab.txt"), do_lower_case=True)
-  return out, stats, sentences, tokenizer
+  return out, stats, numbered, tokenizer
 
 
 def _read_all(pattern):
@@ -71,7 +76,8 @@ def _read_all(pattern):
 
 @pytest.mark.slow(seconds=8)
 def test_gutenberg_records_match_tokenizer(gutenberg):
-  out, stats, sentences, tokenizer = gutenberg
+  out, stats, numbered, tokenizer = gutenberg
+  sentences = [s for _, s in numbered]
   max_len = _GUTENBERG_ARGS["max_seq_length"]
   assert len(sentences) > 1000
   assert stats["vocab_size"] == len(tokenizer.vocab) <= 1000
@@ -91,13 +97,14 @@ def test_gutenberg_records_match_tokenizer(gutenberg):
   assert stats["train"]["tokens"] == sum(len(r["input_ids"]) for r in records)
 
   # The records are exactly the tokenizer's encodings (shuffled), over-long
-  # ones cut by truncate_ids (seeded by the default --random_seed): decoding a
-  # record's ids gives a contiguous window of the sentence's pieces.
+  # ones cut by truncate_ids (seeded by the default --random_seed and the position: train.txt is
+  # input 0): decoding a record's ids gives a contiguous window of the sentence's pieces.
   pieces = tokenizer.tokenize_batch(sentences)
   expected = collections.defaultdict(list)  # ids -> pieces kept
-  for sentence, sentence_pieces in zip(sentences, pieces):
+  for (number, _), sentence_pieces in zip(numbered, pieces):
     ids = [tokenizer.sos_id] + tokenizer.convert_tokens_to_ids(sentence_pieces) + [tokenizer.eos_id]
-    ids = pretraining_records.truncate_ids(ids, max_len, 12345, sentence)
+    position = pretraining_records.position_key(0, number)
+    ids = pretraining_records.truncate_ids(ids, max_len, 12345, position)
     kept = tokenizer.convert_ids_to_tokens(ids[1:-1])
     assert any(sentence_pieces[i : i + len(kept)] == kept for i in range(len(sentence_pieces)))
     expected[tuple(ids)].append(kept)
@@ -173,7 +180,8 @@ def test_malformed_line_raises_with_location_or_is_skipped(gutenberg, tmp_path):
 
 
 def test_sentence_files_held_out_by_hash_or_eval_file(gutenberg, tmp_path):
-  out, _, sentences, _ = gutenberg
+  out, _, numbered, _ = gutenberg
+  sentences = [s for _, s in numbered]
   vocab = os.path.join(out, "vocab.txt")
   text = [(s + "\n").encode("utf-8") for s in sentences[:400]]
   train = _write_lines(tmp_path / "train.txt", text)
@@ -207,3 +215,414 @@ def test_sentence_files_held_out_by_hash_or_eval_file(gutenberg, tmp_path):
     pretraining_data.create_pretraining_data(
       str(tmp_path / "nothing*.txt"), str(tmp_path / "d"), vocab_file=vocab
     )
+
+
+# ----------------------------------------------------------------------------
+# The streaming job on a tiny synthetic corpus: workers, resume, jobs, inputs, shuffle
+# ----------------------------------------------------------------------------
+
+_WORDS = "the a man woman house river old new green small tall walked saw found quietly".split()
+
+
+def _sentences(count, seed=0):
+  """`count` distinct sentences (each names its number), a few over-long."""
+  rng = np.random.default_rng(seed)
+  result = []
+  for i in range(count):
+    words = rng.choice(_WORDS, size=int(rng.integers(2, 30 if i % 50 else 60)))
+    result.append(f"line {i} " + " ".join(words))
+  return result
+
+
+@pytest.fixture(scope="module")
+def reference_vocab():
+  return os.path.join(data_dir_or_skip("reference-vocab"), "reference-vocab", _VOCAB)
+
+
+_VOCAB = "tta-vocab-lower.sub-32k.txt"
+
+
+@pytest.fixture
+def small_units(monkeypatch):
+  """Blocks of ~2 kB and shuffle units of 64 records: many of each on a tiny corpus."""
+  monkeypatch.setattr(pretraining_data, "BLOCK_BYTES", 2000)
+  monkeypatch.setattr(pretraining_data, "PILE_RECORDS", 64)
+
+
+def _text_file(path, sentences, opener=open):
+  with opener(path, "wb") as f:
+    f.write("".join(s + "\n" for s in sentences).encode("utf-8"))
+  return str(path)
+
+
+def _args(vocab, **kwargs):
+  return dict(
+    dict(vocab_file=vocab, max_seq_length=24, num_shards=3, eval_fraction=0.1, num_workers=1),
+    **kwargs,
+  )
+
+
+def _outputs(directory):
+  """{name: bytes} of the shards and the vocab, and data_stats.json without its times."""
+  files = {}
+  for name in sorted(os.listdir(directory)):
+    if name.endswith(".tfrecord") or name == "vocab.txt":
+      with open(os.path.join(directory, name), "rb") as f:
+        files[name] = f.read()
+  stats = pretraining_data.io_utils.read_json_file(os.path.join(directory, "data_stats.json"))
+  for key in ("seconds", "sentences_per_second"):
+    stats.pop(key)
+  files["data_stats.json"] = stats
+  return files
+
+
+@pytest.fixture(scope="module")
+def corpus_600(tmp_path_factory):
+  root = tmp_path_factory.mktemp("corpus_600")
+  sentences = _sentences(600)
+  return _text_file(root / "a.txt", sentences), sentences
+
+
+def test_any_worker_count_and_block_size_give_the_same_bytes(
+  corpus_600, reference_vocab, tmp_path, small_units, monkeypatch
+):
+  path, _ = corpus_600
+  pretraining_data.create_pretraining_data(path, str(tmp_path / "w1"), **_args(reference_vocab))
+  pretraining_data.create_pretraining_data(
+    path, str(tmp_path / "w2"), **_args(reference_vocab, num_workers=2)
+  )
+  one = _outputs(tmp_path / "w1")
+  assert len([n for n in one if n.startswith("train-")]) == 3
+  assert one == _outputs(tmp_path / "w2")
+  # Blocks three times larger: other work units, the same records in the same order.
+  monkeypatch.setattr(pretraining_data, "BLOCK_BYTES", 6000)
+  pretraining_data.create_pretraining_data(path, str(tmp_path / "big"), **_args(reference_vocab))
+  assert one == _outputs(tmp_path / "big")
+  assert not os.path.exists(tmp_path / "w1" / pretraining_data.PARTS_SUBDIR)
+
+
+def _records(directory, split="train"):
+  """[(shard, position, ids tuple)] of a split's records."""
+  result = []
+  for shard, path in enumerate(sorted(glob.glob(os.path.join(directory, f"{split}-*")))):
+    for position, serialized in enumerate(tf.data.TFRecordDataset(path)):
+      ids = tf.train.Example.FromString(serialized.numpy()).features.feature["input_ids"]
+      result.append((shard, position, tuple(ids.int64_list.value)))
+  return result
+
+
+def test_records_are_every_sentence_once_spread_over_shards_and_shuffled(
+  reference_vocab, tmp_path, small_units
+):
+  sentences = _sentences(1200, seed=1)
+  path = _text_file(tmp_path / "c.txt", sentences)
+  out = str(tmp_path / "out")
+  stats = pretraining_data.create_pretraining_data(
+    path, out, **_args(reference_vocab, max_seq_length=256, num_shards=4, eval_fraction=0.0)
+  )
+  tokenizer = tokenization.FullTokenizer(reference_vocab)
+  expected = {tuple(ids): i for i, ids in enumerate(tokenizer.encode_batch(sentences))}
+  records = _records(out)
+  # Every sentence exactly once (each is distinct: it names its line).
+  assert collections.Counter(r[2] for r in records) == collections.Counter(list(expected))
+  assert stats["train"]["sentences"] == 1200
+  # Spread: each shard holds ~300 (binomial, sd 15); a run of consecutive lines spreads too.
+  sizes = collections.Counter(r[0] for r in records)
+  assert all(200 < sizes[s] < 400 for s in range(4)), sizes
+  first_100 = collections.Counter(r[0] for r in records if expected[r[2]] < 100)
+  assert len(first_100) == 4 and max(first_100.values()) < 50
+  # Shuffled within a shard: position and line number are uncorrelated (|r| ~ 0.06 by chance).
+  for shard in range(4):
+    lines = [expected[r[2]] for r in records if r[0] == shard]
+    r = np.corrcoef(lines, np.arange(len(lines)))[0, 1]
+    assert abs(r) < 0.25, (shard, r)
+
+
+def test_killed_block_work_resumes_without_redoing_blocks_and_ends_the_same(
+  corpus_600, reference_vocab, tmp_path, small_units, monkeypatch
+):
+  path, _ = corpus_600
+  pretraining_data.create_pretraining_data(path, str(tmp_path / "whole"), **_args(reference_vocab))
+  make_block = pretraining_records.make_block
+  calls = []
+
+  def dies_after_5(block, data=None):
+    if len(calls) == 5:
+      raise KeyboardInterrupt  # as a kill: nothing after this block runs
+    calls.append(block.index)
+    return make_block(block, data)
+
+  monkeypatch.setattr(pretraining_records, "make_block", dies_after_5)
+  out = str(tmp_path / "resumed")
+  with pytest.raises(KeyboardInterrupt):
+    pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
+  assert not os.path.exists(os.path.join(out, "data_stats.json"))
+  done = calls[:]
+  calls.clear()
+  monkeypatch.setattr(pretraining_records, "make_block", _counting(make_block, calls))
+  pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
+  assert not set(done) & set(calls) and len(done) == 5 and calls  # only the rest was made
+  assert _outputs(out) == _outputs(tmp_path / "whole")
+
+
+def _counting(function, calls):
+  def wrapped(block, data=None):
+    calls.append(block.index)
+    return function(block, data)
+
+  return wrapped
+
+
+def test_killed_assembly_resumes_after_the_finished_shards(
+  corpus_600, reference_vocab, tmp_path, small_units, monkeypatch
+):
+  path, _ = corpus_600
+  pretraining_data.create_pretraining_data(path, str(tmp_path / "whole"), **_args(reference_vocab))
+  write_records = pretraining_records.write_records
+  written = []
+
+  def dies_in_shard_2(shard_path, examples):
+    if len(written) == 2:
+      next(iter(examples))
+      raise KeyboardInterrupt
+    written.append(shard_path)
+    return write_records(shard_path, examples)
+
+  monkeypatch.setattr(pretraining_records, "write_records", dies_in_shard_2)
+  out = str(tmp_path / "resumed")
+  with pytest.raises(KeyboardInterrupt):
+    pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
+  first = written[:]
+  mtimes = [os.stat(p).st_mtime_ns for p in first]
+  monkeypatch.setattr(pretraining_records, "write_records", write_records)
+  pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
+  assert [os.stat(p).st_mtime_ns for p in first] == mtimes  # not written again
+  assert _outputs(out) == _outputs(tmp_path / "whole")
+
+
+def test_jobs_merged_equal_one_job_and_the_merge_checks_its_parts(
+  corpus_600, reference_vocab, tmp_path, small_units
+):
+  path, _ = corpus_600
+  pretraining_data.create_pretraining_data(path, str(tmp_path / "one"), **_args(reference_vocab))
+  out = str(tmp_path / "jobs")
+  jobs = _args(reference_vocab, num_jobs=2)
+  with pytest.raises(cli.InputError, match=r"job-00000-of-00002 is missing: run .* --job_id=0"):
+    pretraining_data.create_pretraining_data(path, out, merge=True, **jobs)
+  part = pretraining_data.create_pretraining_data(path, out, job_id=1, **jobs)
+  assert part["part"] == 1 and not os.path.exists(os.path.join(out, "data_stats.json"))
+  with pytest.raises(cli.InputError, match=r"job-00000-of-00002 is missing"):
+    pretraining_data.create_pretraining_data(path, out, merge=True, **jobs)
+  # Another job (another seed) is refused, in one line naming what differs.
+  with pytest.raises(cli.InputError, match=r"holds unfinished parts of another job: .*overwrite"):
+    pretraining_data.create_pretraining_data(path, out, job_id=0, **dict(jobs, random_seed=7))
+  pretraining_data.create_pretraining_data(path, out, job_id=0, **jobs)
+  pretraining_data.create_pretraining_data(path, out, merge=True, **jobs)
+  assert _outputs(out) == _outputs(tmp_path / "one")
+
+
+def _error_lines(result):
+  """The command's refusals (its other stderr lines are the log)."""
+  return [line for line in result.stderr.splitlines() if ": error: " in line]
+
+
+def test_another_jobs_unfinished_dir_is_refused_on_one_line(
+  corpus_600, reference_vocab, tmp_path, small_units, monkeypatch
+):
+  path, _ = corpus_600
+  out = str(tmp_path / "out")
+  make_block = pretraining_records.make_block
+
+  def dies(block, data=None):
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(pretraining_records, "make_block", dies)
+  with pytest.raises(KeyboardInterrupt):
+    pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
+  monkeypatch.setattr(pretraining_records, "make_block", make_block)
+  result = commands.run(
+    "create_pretraining_data.py",
+    f"--input_file={path}",
+    f"--output_dir={out}",
+    f"--vocab_file={reference_vocab}",
+    "--max_seq_length=32",
+    "--num_shards=3",
+    "--eval_fraction=0.1",
+    "--num_workers=1",
+    status=2,
+  )
+  (error,) = _error_lines(result)
+  assert "holds unfinished parts of another job: args.max_seq_length 24 (this run: 32)" in error
+  assert "--overwrite" in error
+  commands.run(
+    "create_pretraining_data.py",
+    f"--input_file={path}",
+    f"--output_dir={out}",
+    f"--vocab_file={reference_vocab}",
+    "--max_seq_length=32",
+    "--num_shards=3",
+    "--num_workers=1",
+    "--overwrite",
+    status=0,
+  )
+  assert len(glob.glob(os.path.join(out, "train-*-of-00003.tfrecord"))) == 3
+
+
+def test_compressed_directory_and_glob_inputs_read_as_plain(
+  corpus_600, reference_vocab, tmp_path, small_units
+):
+  _, sentences = corpus_600
+  plain = tmp_path / "plain"
+  plain.mkdir()
+  halves = [sentences[:300], sentences[300:]]
+  _text_file(plain / "part-0.txt", halves[0])
+  _text_file(plain / "part-1.txt", halves[1])
+  pretraining_data.create_pretraining_data(
+    str(plain / "part-*.txt"), str(tmp_path / "out_plain"), **_args(reference_vocab)
+  )
+  expected = _outputs(tmp_path / "out_plain")
+  expected["data_stats.json"] = {
+    k: v
+    for k, v in expected["data_stats.json"].items()
+    if k not in ("args", "input_sha256", "fingerprint", "key")
+  }
+  for name, opener in (("gz", gzip.open), ("bz2", bz2.open), ("xz", lzma.open)):
+    directory = tmp_path / name
+    directory.mkdir()
+    _text_file(directory / f"part-0.txt.{name}", halves[0], opener)
+    _text_file(directory / f"part-1.txt.{name}", halves[1], opener)
+    out = tmp_path / f"out_{name}"
+    stats = pretraining_data.create_pretraining_data(
+      str(directory), str(out), **_args(reference_vocab)
+    )
+    assert len(stats["input_sha256"]) == 2
+    got = _outputs(out)
+    got["data_stats.json"] = {
+      k: v
+      for k, v in got["data_stats.json"].items()
+      if k not in ("args", "input_sha256", "fingerprint", "key")
+    }
+    assert got == expected, name
+
+
+def test_bad_byte_empty_and_missing_files_are_one_line_errors(reference_vocab, tmp_path):
+  good = _text_file(tmp_path / "good.txt", ["a sentence", "another one"])
+  bad = tmp_path / "bad.txt.gz"
+  with gzip.open(bad, "wb") as f:
+    f.write(b"fine\nalso fine\nCaf\xe9\n")
+  empty = _text_file(tmp_path / "empty.txt", ["", "  "])
+  cases = [
+    (f"{good},{bad}", r"bad\.txt\.gz:3: not valid UTF-8"),
+    (f"{good},{empty}", r"empty\.txt: no sentence"),
+    (str(tmp_path / "missing.txt"), r"missing\.txt' matches no file"),
+  ]
+  for inputs, message in cases:
+    result = commands.run(
+      "create_pretraining_data.py",
+      f"--input_file={inputs}",
+      f"--output_dir={tmp_path / 'out'}",
+      f"--vocab_file={reference_vocab}",
+      status=2,
+    )
+    (error,) = _error_lines(result)
+    assert re.search(message, error), error
+  assert not os.path.exists(tmp_path / "out" / "train-00000-of-00008.tfrecord")
+
+
+def test_length_stats_from_a_histogram_match_numpy():
+  rng = np.random.default_rng(3)
+  lengths = rng.integers(3, 140, size=997)
+  stats = pretraining_records.length_stats(collections.Counter(lengths.tolist()))
+  assert stats["max"] == lengths.max()
+  assert stats["mean"] == round(float(lengths.mean()), 3)
+  for p, value in stats["percentiles"].items():
+    assert value == pytest.approx(np.percentile(lengths, int(p)))
+  assert sum(stats["histogram"].values()) == 997
+  assert stats["histogram"]["1-16"] == int((lengths <= 16).sum())
+
+
+def test_workers_need_no_tensorflow():
+  code = (
+    "import sys; import create_pretraining_data; from pretraining import pretraining_records; "
+    "assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
+  )
+  subprocess.run([sys.executable, "-c", code], cwd=commands.REPO, check=True)
+
+
+def test_vocab_learner_reads_a_seeded_sample_of_training_sentences(
+  corpus_600, reference_vocab, tmp_path, small_units, monkeypatch
+):
+  path, sentences = corpus_600
+  samples = []
+
+  def learner(sample, vocab_size, **kwargs):
+    samples.append(list(sample))
+    return list(tokenization.load_vocab(reference_vocab))
+
+  monkeypatch.setattr(tokenization, "build_vocab", learner)
+  args = _args(None, vocab_file=None, vocab_size=100, vocab_max_sentences=200)
+  pretraining_data.create_pretraining_data(path, str(tmp_path / "a"), **args)
+  pretraining_data.create_pretraining_data(path, str(tmp_path / "b"), **dict(args, num_workers=2))
+  first, second = samples
+  assert first == second  # seeded
+  # Each of the 600 lines kept with probability 1/3 (sd ~12), then the held-out 10% left out.
+  assert 140 < len(first) < 230
+  held_out = {s for s in sentences if pretraining_data.io_utils.unit_hash(12345, s) < 0.1}
+  assert first and not set(first) & held_out and set(first) <= set(sentences)
+  # Spread over the corpus, not its first lines.
+  lines = sorted(sentences.index(s) for s in first)
+  assert lines[0] < 30 and lines[-1] > 570
+
+
+@pytest.mark.slow(seconds=15)
+def test_kill_9_then_the_same_command_ends_as_an_uninterrupted_run(
+  corpus_600, reference_vocab, tmp_path
+):
+  """A real SIGKILL of the command once it has started its parts (wherever it then is: in the
+  blocks or the assembly); the same command then ends with the bytes of an uninterrupted run."""
+  path, _ = corpus_600
+  flags_ = [
+    f"--input_file={path}",
+    f"--vocab_file={reference_vocab}",
+    "--max_seq_length=24",
+    "--num_shards=3",
+    "--eval_fraction=0.1",
+    "--num_workers=2",
+  ]
+  out = tmp_path / "killed"
+  process = subprocess.Popen(
+    [sys.executable, "create_pretraining_data.py", *flags_, f"--output_dir={out}"],
+    cwd=commands.REPO,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+  )
+  part = out / pretraining_data.PARTS_SUBDIR / "job-00000-of-00001" / "job.json"
+  while process.poll() is None and not part.exists():
+    time.sleep(0.05)
+  process.kill()
+  assert process.wait() == -9, "the run ended before it could be killed"
+  commands.run("create_pretraining_data.py", *flags_, f"--output_dir={out}", status=0)
+  commands.run(
+    "create_pretraining_data.py", *flags_, f"--output_dir={tmp_path / 'whole'}", status=0
+  )
+  assert _outputs(out) == _outputs(tmp_path / "whole")
+
+
+def test_parts_left_by_a_kill_after_the_stamp_are_removed_by_the_rerun(
+  corpus_600, reference_vocab, tmp_path, monkeypatch
+):
+  path, _ = corpus_600
+  out = str(tmp_path / "out")
+  rmtree = pretraining_data.shutil.rmtree
+
+  def killed(directory, *args, **kwargs):
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(pretraining_data.shutil, "rmtree", killed)
+  with pytest.raises(KeyboardInterrupt):
+    pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
+  parts = os.path.join(out, pretraining_data.PARTS_SUBDIR)
+  assert os.path.isdir(parts) and os.path.exists(os.path.join(out, "data_stats.json"))
+  monkeypatch.setattr(pretraining_data.shutil, "rmtree", rmtree)
+  again = pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
+  assert again["reused"] is True and not os.path.exists(parts)

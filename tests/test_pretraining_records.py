@@ -20,7 +20,7 @@ def test_truncate_ids_cuts_front_or_back_at_random_seeded_keeping_boundaries():
     assert cut[0] == 3 and cut[-1] == 1  # [SOS] and [EOS] never dropped.
     front = cut[1] - ids[1]  # Pieces cut from the front.
     assert cut[1:-1] == ids[1 + front : 1 + front + max_len - 2]  # A contiguous window.
-    # Seeded by (seed, sentence): same again, not by the ids or the call order.
+    # Seeded by (seed, position): same again, not by the ids or the call order.
     assert pretraining_records.truncate_ids(list(ids), max_len, 7, sentence) == cut
     fronts.append(front)
   # Both ends are cut, nearly always within one sentence (only the back or
@@ -44,3 +44,20 @@ def test_truncate_ids_cuts_front_or_back_at_random_seeded_keeping_boundaries():
   assert set(ones) == {0, 1}
   # Sentences that fit are unchanged.
   assert pretraining_records.truncate_ids(_toy_ids(0, 8), max_len, 7, "short") == _toy_ids(0, 8)
+
+
+def test_make_example_is_the_example_tensorflow_builds():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  table = [pretraining_records._varint(i) for i in range(70000)]
+  for n, top in ((1, 10), (3, 127), (40, 30000), (128, 70000), (300, 70000)):
+    ids = [(7919 * i + 3) % top for i in range(n)]
+    feature = {
+      "input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=ids)),
+      "input_mask": tf.train.Feature(int64_list=tf.train.Int64List(value=[1] * n)),
+      "length": tf.train.Feature(int64_list=tf.train.Int64List(value=[n])),
+    }
+    expected = tf.train.Example(features=tf.train.Features(feature=feature))
+    ours = pretraining_records.make_example(ids, table)
+    assert tf.train.Example.FromString(ours) == expected
+    assert pretraining_records.make_example(ids) == ours
