@@ -86,6 +86,17 @@ def test_table_names_match_keys_and_lists_derive_from_it():
     kinds.Kind("x", "X", "sideways", False, "one_pass", 0, "self", True, True)
 
 
+def test_only_a_self_hiding_pattern_makes_an_isolated_kind_score_with_the_scoring_mask():
+  """An isolated causal kind sees its own token: scored with DMSA it would read the token it
+  predicts (offset 1), so it keeps its own mask in every scoring mode."""
+  causal = kinds.Kind("x", "X", "causal", True, "one_pass", 1, "next", False, True)
+  assert not causal.self_unknown
+  assert [causal.one_pass_attention(s) for s in kinds.SCORINGS] == ["causal", "causal"]
+  tta = kinds.get("tta_word")
+  assert tta.self_unknown
+  assert [tta.one_pass_attention(s) for s in kinds.SCORINGS] == ["dmsa", "word_l2r"]
+
+
 @pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.name)
 def test_attention_mask_follows_the_pattern(kind):
   _, mask = padded_batch()
@@ -135,8 +146,8 @@ def test_training_targets_follow_the_target_trait(kind):
     np.testing.assert_array_equal(out["target_ids"][chosen], ids[chosen])
 
 
-@pytest.mark.parametrize("kind", [k for k in ALL_KINDS if k.input_isolation], ids=lambda k: k.name)
-def test_isolated_kinds_are_exactly_self_unknown(kind):
+@pytest.mark.parametrize("kind", [k for k in ALL_KINDS if k.self_unknown], ids=lambda k: k.name)
+def test_self_unknown_kinds_are_exactly_self_unknown(kind):
   tf.keras.utils.set_random_seed(3)
   model = modeling.build_model(config_for(kind, **SHARP_ATTENTION), kind.name)
   ids, mask = padded_batch()
