@@ -1,6 +1,6 @@
 """The model kinds (T-TA, biLM, uniLM, BERT, ...) as one table of traits that code looks up.
 
-Imports no TensorFlow. The table, and what adding a kind takes: docs/DESIGN.md §2.4.
+Imports no TensorFlow. The table: docs/DESIGN.md §2.4; what adding a kind takes: §7.3.
 """
 
 import dataclasses

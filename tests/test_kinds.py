@@ -5,6 +5,8 @@ masked copy run through the model by hand), not from the code under test, so a k
 and behaviour disagree fails.
 """
 
+import os
+
 from conftest import SHARP_ATTENTION
 from conftest import assert_self_unknown
 from conftest import tiny_config
@@ -84,6 +86,35 @@ def test_table_names_match_keys_and_lists_derive_from_it():
     kinds.get("roberta")
   with pytest.raises(ValueError, match="attention must be one of"):
     kinds.Kind("x", "X", "sideways", False, "one_pass", 0, "self", True, True)
+
+
+def test_design_doc_table_has_a_row_per_kind_with_its_traits():
+  """docs/DESIGN.md §2.4's table: one row per entry of KINDS, in its order, with its traits."""
+  path = os.path.join(os.path.dirname(__file__), "..", "docs", "DESIGN.md")
+  with open(path, encoding="utf-8") as f:
+    section = f.read().split("### 2.4 ")[1].split("\n### ")[0]
+  rows = [
+    [cell.strip() for cell in line.strip("|").split("|")]
+    for line in section.splitlines()
+    if line.startswith("| `")
+  ]
+  got = [
+    (
+      name.split()[0].strip("`"),
+      name.split()[1].strip("()"),
+      attention.strip("`"),
+      isolation == "yes",
+      scoring.strip("`"),
+      target.split()[0].strip("`"),
+      pretrainable.startswith("yes"),
+    )
+    for name, attention, isolation, scoring, _, target, _, pretrainable in rows
+  ]
+  want = [
+    (k.name, k.display_name, k.attention, k.input_isolation, k.scoring, k.target, k.pretrainable)
+    for k in ALL_KINDS
+  ]
+  assert got == want
 
 
 def test_only_a_self_hiding_pattern_makes_an_isolated_kind_score_with_the_scoring_mask():
