@@ -1,6 +1,6 @@
 """The model kinds (T-TA, biLM, uniLM, BERT, ...) as one table of traits that code looks up.
 
-Imports no TensorFlow. The table, and what adding a kind takes: docs/DESIGN.md §2.4.
+Imports no TensorFlow. The table: docs/DESIGN.md §2.4; what adding a kind takes: §7.3.
 """
 
 import dataclasses
@@ -19,9 +19,10 @@ TARGETS = ("self", "mlm", "next")
 # How a sentence's pieces are scored (inference.SCORINGS): "piece", each piece given every other
 # piece; "word_l2r", given the other words and the earlier pieces of its own word (PLL-word-l2r).
 SCORINGS = ("piece", "word_l2r")
-# The attention a kind with input isolation scores with in each scoring mode, whatever mask it
-# was trained with: its output i is then exactly the prediction of token i from the keys the
-# pattern leaves it (a T-TA trained with DMSA can be scored word by word, and the reverse).
+# The attention a self-unknown kind (`Kind.self_unknown`) scores with in each scoring mode,
+# whatever mask it was trained with: its output i is then exactly the prediction of token i
+# from the keys the pattern leaves it (a T-TA trained with DMSA can be scored word by word,
+# and the reverse). These are the patterns that hide each query's own key.
 _ISOLATED_SCORING_ATTENTION = {"piece": "dmsa", "word_l2r": "word_l2r"}
 
 
@@ -69,6 +70,12 @@ class Kind:
     return self.scoring == "masked_copies"
 
   @property
+  def self_unknown(self):
+    """Output t is exactly a function of the other tokens: input isolation under a pattern that
+    hides each query's own key (T-TA). An isolated causal kind sees its own token."""
+    return self.input_isolation and self.attention in _ISOLATED_SCORING_ATTENTION.values()
+
+  @property
   def default_scoring(self):
     """The scoring mode of SCORINGS that matches how the kind was trained: "word_l2r" for a kind
     trained with the word_l2r mask, else "piece"."""
@@ -82,12 +89,12 @@ class Kind:
     return "left" if self.attention == "causal" else "both"
 
   def one_pass_attention(self, scoring):
-    """The attention pattern a one-pass kind scores with in `scoring` (one of SCORINGS): with
-    input isolation, the pattern that hides exactly what the mode hides; otherwise the kind's
+    """The attention pattern a one-pass kind scores with in `scoring` (one of SCORINGS): for a
+    self-unknown kind, the pattern that hides exactly what the mode hides; otherwise the kind's
     own (the uniLM sees only the left, so its piece and word_l2r scores are the same)."""
     if scoring not in SCORINGS:
       raise ValueError(f"scoring {scoring!r} is not one of {SCORINGS}")
-    return _ISOLATED_SCORING_ATTENTION[scoring] if self.input_isolation else self.attention
+    return _ISOLATED_SCORING_ATTENTION[scoring] if self.self_unknown else self.attention
 
 
 _TTA = Kind(

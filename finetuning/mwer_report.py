@@ -35,7 +35,7 @@ class SettingSystems:
   """What one setting's four systems need on a test set.
 
   Attributes:
-    setting: "am" or "full".
+    setting: a name of nbest/settings.py's SETTINGS.
     interpolation_lambda: λ of (b), swept on dev.
     combination: `combination.Weights` of (c).
     mwer: `combination.Weights` of (d).

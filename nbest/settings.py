@@ -1,5 +1,6 @@
 """First-pass settings: which first-pass scores a reranker combines, with the first pass's
-weights. A setting is one row of `SETTINGS`; rescoring, the paper's λ grid and MWER all read it."""
+weights. A setting is one row of `SETTINGS`; rescoring, the paper's λ grid and MWER all read it
+(adding one: docs/DESIGN.md §7.2)."""
 
 import dataclasses
 

@@ -5,6 +5,8 @@ masked copy run through the model by hand), not from the code under test, so a k
 and behaviour disagree fails.
 """
 
+import os
+
 from conftest import SHARP_ATTENTION
 from conftest import assert_self_unknown
 from conftest import tiny_config
@@ -86,6 +88,46 @@ def test_table_names_match_keys_and_lists_derive_from_it():
     kinds.Kind("x", "X", "sideways", False, "one_pass", 0, "self", True, True)
 
 
+def test_design_doc_table_has_a_row_per_kind_with_its_traits():
+  """docs/DESIGN.md §2.4's table: one row per entry of KINDS, in its order, with its traits."""
+  path = os.path.join(os.path.dirname(__file__), "..", "docs", "DESIGN.md")
+  with open(path, encoding="utf-8") as f:
+    section = f.read().split("### 2.4 ")[1].split("\n### ")[0]
+  rows = [
+    [cell.strip() for cell in line.strip("|").split("|")]
+    for line in section.splitlines()
+    if line.startswith("| `")
+  ]
+  got = [
+    (
+      name.split()[0].strip("`"),
+      name.split()[1].strip("()"),
+      attention.strip("`"),
+      isolation == "yes",
+      scoring.strip("`"),
+      target.split()[0].strip("`"),
+      pretrainable.startswith("yes"),
+    )
+    for name, attention, isolation, scoring, _, target, _, pretrainable in rows
+  ]
+  want = [
+    (k.name, k.display_name, k.attention, k.input_isolation, k.scoring, k.target, k.pretrainable)
+    for k in ALL_KINDS
+  ]
+  assert got == want
+
+
+def test_only_a_self_hiding_pattern_makes_an_isolated_kind_score_with_the_scoring_mask():
+  """An isolated causal kind sees its own token: scored with DMSA it would read the token it
+  predicts (offset 1), so it keeps its own mask in every scoring mode."""
+  causal = kinds.Kind("x", "X", "causal", True, "one_pass", 1, "next", False, True)
+  assert not causal.self_unknown
+  assert [causal.one_pass_attention(s) for s in kinds.SCORINGS] == ["causal", "causal"]
+  tta = kinds.get("tta_word")
+  assert tta.self_unknown
+  assert [tta.one_pass_attention(s) for s in kinds.SCORINGS] == ["dmsa", "word_l2r"]
+
+
 @pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda k: k.name)
 def test_attention_mask_follows_the_pattern(kind):
   _, mask = padded_batch()
@@ -135,8 +177,8 @@ def test_training_targets_follow_the_target_trait(kind):
     np.testing.assert_array_equal(out["target_ids"][chosen], ids[chosen])
 
 
-@pytest.mark.parametrize("kind", [k for k in ALL_KINDS if k.input_isolation], ids=lambda k: k.name)
-def test_isolated_kinds_are_exactly_self_unknown(kind):
+@pytest.mark.parametrize("kind", [k for k in ALL_KINDS if k.self_unknown], ids=lambda k: k.name)
+def test_self_unknown_kinds_are_exactly_self_unknown(kind):
   tf.keras.utils.set_random_seed(3)
   model = modeling.build_model(config_for(kind, **SHARP_ATTENTION), kind.name)
   ids, mask = padded_batch()

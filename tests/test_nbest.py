@@ -8,6 +8,7 @@ recomputed here with jiwer directly, not through nbest's helpers.
 import io
 import json
 import math
+import random
 import statistics
 import tarfile
 
@@ -298,6 +299,31 @@ def test_oracle_toy():
   assert metrics.oracle(tied, "wer") == (50.0, [0])
   bleu_value, bleu_choice = metrics.oracle(lists, "bleu")
   assert bleu_choice == [1, 2] and bleu_value == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("name", list(settings.SETTINGS))
+def test_every_setting_ranks_by_its_weighted_parts_at_lambda_zero(name):
+  """Each score column alone prefers another hypothesis, so only the setting's own weighted sum
+  of parts (summed here from its row) picks the one rerank picks; λ = 1 leaves the LM alone."""
+  setting = settings.get(name)
+  columns = sorted({"decoder", "ctc", "lm", *setting.parts})
+  rng = random.Random(0)
+  lists = []
+  for u in range(20):
+    hyps = [
+      types.Hypothesis(f"h{i}", {c: rng.gauss(0, 1) for c in columns})
+      for i in range(len(columns) + 1)
+    ]
+    lists.append(types.NBestList(f"u{u}", ["h0"], hyps))
+
+  def first_pass(hyp):
+    return sum(w * hyp.scores[k] for k, w in setting.parts.items())
+
+  want = [max(range(len(l.hyps)), key=lambda i, l=l: first_pass(l.hyps[i])) for l in lists]
+  assert combination.rerank(lists, None, 0.0, name) == want
+  lm = [[float(i) for i in range(len(l.hyps))] for l in lists]
+  assert combination.rerank(lists, lm, 1.0, name) == [len(l.hyps) - 1 for l in lists]
+  assert f"{name} = {setting.description}" in settings.describe()
 
 
 def test_each_setting_combines_its_first_pass_scores():
