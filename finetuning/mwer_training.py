@@ -256,7 +256,9 @@ class MwerRun(object):
     combination, the MWER loss and expected errors over the training top-k, the weights."""
     tables = self.scorer.lm_table(self.heldout_lists, **self.lm_options)
     combination = self.state.weights.to_combination()
-    choice = mwer.choose(combination, self.heldout_lists, tables)
+    choice = nbest_combination.choose(
+      mwer.feature_tables(combination, self.heldout_lists, tables), combination.vector()
+    )
     errors = sum(p.errors[c] for p, c in zip(self.heldout_lists, choice))
     words = sum(p.reference_words for p in self.heldout_lists)
     k = self.params.hyps_per_list
