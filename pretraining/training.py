@@ -372,32 +372,26 @@ def evaluate(eval_step, dist_dataset, continuous):
   return result
 
 
-class _Evaluator(object):
-  """Evaluates on --eval_file (or synthetic data) into output_dir/eval."""
+def _evaluator(strategy, model, params, setup, writer, progress):
+  """evaluate(step): the eval set (--eval_file or synthetic data) into progress.eval_result, a
+  log line and output_dir/eval."""
+  dataset_fn = training_setup.make_dataset_fn(params, setup.config, setup.vocab, False)
+  element_spec = strategy.distribute_datasets_from_function(dataset_fn).element_spec
+  eval_step = make_eval_step(strategy, model, params.use_xla, element_spec)
 
-  def __init__(self, strategy, model, params, setup, writer):
-    self._strategy = strategy
-    self._dataset_fn = training_setup.make_dataset_fn(params, setup.config, setup.vocab, False)
-    self._continuous = setup.config.output_layer == "continuous"
-    self._writer = writer
-    self._eval_step = make_eval_step(
-      strategy,
-      model,
-      params.use_xla,
-      strategy.distribute_datasets_from_function(self._dataset_fn).element_spec,
-    )
-
-  def run(self, step):
-    dist = self._strategy.distribute_datasets_from_function(self._dataset_fn)
-    result = evaluate(self._eval_step, dist, self._continuous)
+  def run(step):
+    dist = strategy.distribute_datasets_from_function(dataset_fn)
+    result = evaluate(eval_step, dist, setup.config.output_layer == "continuous")
     logging.info(
       "eval at step %d: %s", step, " ".join(f"{k} {v:.4g}" for k, v in sorted(result.items()))
     )
-    with self._writer.as_default():
+    with writer.as_default():
       for name in ("loss", "perplexity", "accuracy", "cosine_logit_ce"):
         if name in result:
           training_metrics.write_scalar(name, result[name], step)
-    return result
+    progress.eval_result = result
+
+  return run
 
 
 # -------------------------------------------------------------------- train
@@ -552,7 +546,7 @@ def _train_locked(params, strategy, write_dir):
   train_writer, eval_writer = _summary_writers(params.output_dir, chief)
   evaluator = None
   if params.eval_file or (params.synthetic_data and params.eval_every_steps):
-    evaluator = _Evaluator(strategy, state.model, params, setup, eval_writer)
+    evaluator = _evaluator(strategy, state.model, params, setup, eval_writer, progress)
 
   def train_steps(num):
     nonlocal train_loop
@@ -567,9 +561,6 @@ def _train_locked(params, strategy, write_dir):
       # the checkpoint just saved: a fresh trace starts them afresh, as a run resumed there does.
       train_loop = _new_train_loop(params, strategy, state)
     _run_steps(train_loop, iterator, num, state, meter, train_writer, progress)
-
-  def evaluate(step):
-    progress.eval_result = evaluator.run(step)
 
   def log(step, seconds_left):
     elapsed = time.time() - progress.run_start
@@ -586,7 +577,7 @@ def _train_locked(params, strategy, write_dir):
     resumed=latest,
     keep=params.keep_checkpoint_max,
     save_every=(params.save_checkpoints_steps,),
-    evaluate=evaluate if evaluator else None,
+    evaluate=evaluator,
     eval_every=params.eval_every_steps,
     log=log,
     log_every=params.log_every_steps,
