@@ -176,7 +176,7 @@ class MwerRun(object):
       bar = progress.Progress(
         os.path.basename(self.run_dir.rstrip("/")), total=self.total_steps - self.step, unit="steps"
       )
-      result = training_loop.run(
+      stopped_by, _ = training_loop.run(
         self.state.checkpoint,
         self.run_dir,
         lambda: self.step,
@@ -191,7 +191,7 @@ class MwerRun(object):
       )
       epochs = read_epoch_log(self.run_dir)
     return {
-      "finished": result.stopped_by is None,
+      "finished": stopped_by is None,
       "step": self.step,
       "epochs": epochs,
       "best": best_epoch(epochs),

@@ -568,7 +568,7 @@ def _train_locked(params, strategy, write_dir):
 
   # The steps, until num_train_steps or a stop request.
   _log_start(params, strategy, setup, state.step)
-  result = training_loop.run(
+  stopped_by, progress.last_path = training_loop.run(
     state.checkpoint,
     write_dir,
     lambda: state.step,
@@ -586,8 +586,7 @@ def _train_locked(params, strategy, write_dir):
     install_signal_handlers=params.install_signal_handlers,
     train_minutes=params.train_minutes,
   )
-  progress.stopped_by = result.stopped_by or "num_train_steps"
-  progress.last_path = result.checkpoint
+  progress.stopped_by = stopped_by or "num_train_steps"
 
   # The calibration of a finished run, and the summary.
   if state.step >= params.num_train_steps:

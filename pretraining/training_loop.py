@@ -4,8 +4,8 @@
   with training_loop.output_dir_lock(output_dir):         # one run per output dir
     resumed = training_loop.restore(checkpoint, output_dir)  # newest readable, rolled back to
     ... the caller's warm start, logs ...
-    result = training_loop.run(checkpoint, output_dir, step, total_steps, train_steps, ...)
-  # the command: training_loop.exit_unfinished(...) when result.stopped_by is set before the
+    stopped_by, _ = training_loop.run(checkpoint, output_dir, step, total_steps, train_steps, ...)
+  # the command: training_loop.exit_unfinished(...) when stopped_by is set before the
   # last step (a signal, --train_minutes): exit 75, and the same command resumes
 
 `run` takes the step as callables (`step()`, `train_steps(num)`, `evaluate(step)`, `log(...)`):
@@ -15,7 +15,6 @@ lm/model_dir.py; finetuning/ builds on pretraining/ and imports it from here.
 """
 
 import contextlib
-import dataclasses
 import os
 import signal
 import sys
@@ -98,20 +97,6 @@ def restore(checkpoint, directory, roll_back=True):
   return path
 
 
-@dataclasses.dataclass
-class Result:
-  """What `run` ended with.
-
-  Attributes:
-    stopped_by: why it stopped before total_steps ("signal 15", "train_minutes", "another
-      worker"), or None: it ran to total_steps.
-    checkpoint: the newest checkpoint saved or resumed from (None: none).
-  """
-
-  stopped_by: str
-  checkpoint: str
-
-
 def run(
   checkpoint,
   directory,
@@ -157,7 +142,9 @@ def run(
     train_minutes: float, the wall-clock budget (0: none).
 
   Returns:
-    `Result`.
+    (stopped_by, checkpoint): why it stopped before total_steps ("signal 15", "train_minutes",
+    "another worker"; None: it ran to total_steps), and the newest checkpoint saved or resumed
+    from (None: none).
 
   Raises:
     CheckpointError: a checkpoint cannot be saved.
@@ -196,7 +183,7 @@ def run(
     last_path = _save(manager, now, last_path, stopped_by or "final")
   if evaluate and now >= total_steps and not stopped_by and not _at(now, eval_every):
     evaluate(now)
-  return Result(stopped_by, last_path)
+  return stopped_by, last_path
 
 
 def exit_unfinished(why):
