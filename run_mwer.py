@@ -14,7 +14,6 @@ os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import dataclasses
-import sys
 
 from absl import flags
 from absl import logging
@@ -23,9 +22,9 @@ from finetuning import mwer_job
 from finetuning import mwer_training
 from lm import inference
 from lm import lm_flags
+from pretraining import training_loop
 from util import cli
 from util import io_utils
-from util import training_loop
 
 FLAGS = flags.FLAGS
 
@@ -61,11 +60,7 @@ def main(argv):
   params = params_from_flags()
   logging.info("MWER job: %s", dataclasses.asdict(params))
   if not mwer_job.run(params):
-    logging.warning(
-      "stopped by a signal before the last step: exiting %d; the same command resumes",
-      training_loop.EXIT_UNFINISHED,
-    )
-    sys.exit(training_loop.EXIT_UNFINISHED)
+    training_loop.exit_unfinished("stopped by a signal before the last step")
 
 
 if __name__ == "__main__":

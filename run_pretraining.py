@@ -20,16 +20,14 @@ os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import dataclasses
 import json
-import sys
 
 from absl import flags
-from absl import logging
 
 import modeling
 from pretraining import training
+from pretraining import training_loop
 from util import cli
 from util import io_utils
-from util import training_loop
 
 _DEFINE_BY_TYPE = {int: flags.DEFINE_integer, float: flags.DEFINE_float}
 
@@ -96,14 +94,9 @@ def main(argv):
   io_utils.check_output_path(params.output_dir, "output_dir")
   summary = training.train(params)
   if not summary["finished"]:
-    logging.warning(
-      "stopped by %s at step %d before --num_train_steps: exiting %d so that the run is "
-      "requeued; the same command resumes it",
-      summary["stopped_by"],
-      summary["final_step"],
-      training_loop.EXIT_UNFINISHED,
+    training_loop.exit_unfinished(
+      f"stopped by {summary['stopped_by']} at step {summary['final_step']} before --num_train_steps"
     )
-    sys.exit(training_loop.EXIT_UNFINISHED)
 
 
 if __name__ == "__main__":

@@ -33,9 +33,9 @@ WEIGHTS_FILE = "mwer_weights.json"
 # ------------------------------------------------------------- combination
 
 
-def choose(weights, prepared, lm_scores):
-  """The best hypothesis of each list by s(h) (`combination.Weights`; the first, i.e. the better
-  first-pass rank, on ties), as `nbest.combination.rerank` chooses.
+def feature_tables(weights, prepared, lm_scores):
+  """The feature tables of prepared lists and one LM's scores, for `combination.choose(tables,
+  weights.vector())`: the first-pass columns in the order of `weights` (they go by name).
 
   Args:
     weights: combination.Weights with the one LM `combination.MWER_LM`.
@@ -43,16 +43,20 @@ def choose(weights, prepared, lm_scores):
     lm_scores: per list, float [K] aligned with its hypotheses.
 
   Returns:
-    list[int].
+    list of float64 [K, F + 2] (`combination.stack`).
+
+  Raises:
+    ValueError: a list's first-pass scores are not those of `weights`.
   """
-  vectors = {}  # the weights in the order of a list's first-pass columns (one order, usually)
-  chosen = []
+  orders = {}  # each list's columns in the weights' order (one order, usually)
+  out = []
   for p, lm in zip(prepared, lm_scores):
-    if p.feature_names not in vectors:
-      vectors[p.feature_names] = weights.aligned(p.feature_names).vector()
-    table = combination.stack(p.features, np.asarray(lm, np.float64)[:, None], p.words)
-    chosen.append(int(np.argmax(combination.scores(table, vectors[p.feature_names]))))
-  return chosen
+    if p.feature_names not in orders:
+      weights.aligned(p.feature_names)
+      orders[p.feature_names] = [p.feature_names.index(n) for n in weights.first_pass]
+    features = np.asarray(p.features, np.float64)[:, orders[p.feature_names]]
+    out.append(combination.stack(features, np.asarray(lm, np.float64)[:, None], p.words))
+  return out
 
 
 class CombinationWeights(tf.Module):

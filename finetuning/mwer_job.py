@@ -23,6 +23,7 @@ from nbest import combination
 from nbest import formats
 from nbest import settings
 from nbest import shared_data
+from nbest import tuning
 from nbest import types
 from util import cli
 from util import distribute_utils
@@ -273,7 +274,7 @@ def train_setting(job, setting):
   names = tuple(first_pass)
   frozen = job.scores(job.lm, job.dev, "starting LM, dev")
   table = [[frozen[h.text] for h in l.hyps] for l in job.train]
-  lam = combination.sweep_lambda(job.train, table, "wer", setting).best_lam
+  lam = tuning.sweep_lambda(job.train, table, "wer", setting).best_lam
   k = p.mwer.hyps_per_list
   plain = {
     "train": mwer_data.prepare(job.train, None, names, k)[0],
@@ -388,7 +389,7 @@ def evaluate(job, trained):
     trained_scores = job.scores(lm, all_test, f"MWER LM ({setting})")
     systems = mwer_report.SettingSystems(
       setting=setting,
-      interpolation_lambda=combination.sweep_lambda(job.dev, dev_table, "wer", setting).best_lam,
+      interpolation_lambda=tuning.sweep_lambda(job.dev, dev_table, "wer", setting).best_lam,
       combination=combination.load_weights(trained[setting]["combination"]),
       mwer=combination.load_weights(os.path.join(selection["model_dir"], mwer.WEIGHTS_FILE)),
     )

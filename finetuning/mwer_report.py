@@ -67,11 +67,14 @@ def evaluate_set(name, lists, systems, frozen_lm, mwer_lm, bootstrap):
   prepared, _ = mwer_data.prepare(lists, None, names)
   frozen = [[frozen_lm[h.text] for h in l.hyps] for l in lists]
   trained = [[mwer_lm[h.text] for h in l.hyps] for l in lists]
+  combined = {"combination": (systems.combination, frozen), "mwer": (systems.mwer, trained)}
   choices = {
     "first_pass": combination.rerank(lists, None, 0.0, setting),
     "interpolation": combination.rerank(lists, frozen, systems.interpolation_lambda, setting),
-    "combination": mwer.choose(systems.combination, prepared, frozen),
-    "mwer": mwer.choose(systems.mwer, prepared, trained),
+    **{
+      system: combination.choose(mwer.feature_tables(weights, prepared, lm), weights.vector())
+      for system, (weights, lm) in combined.items()
+    },
   }
   errors = {}
   for system, choice in choices.items():

@@ -21,10 +21,10 @@ from finetuning import mwer
 from finetuning import mwer_data
 from nbest import combination as nbest_combination
 import optimization
+from pretraining import training_loop
 from util import cli
 from util import io_utils
 from util import progress
-from util import training_loop
 
 EPOCH_LOG = "epochs.jsonl"
 BEST_DIR = "best"
@@ -159,7 +159,9 @@ class MwerRun(object):
     return int(self.state.step.numpy())
 
   def train(self):
-    """Trains (or resumes) to the last epoch or a stop signal, under the run dir's lock.
+    """Trains (or resumes) to the last epoch or a stop signal, under the run dir's lock
+    (pretraining/training_loop.py's loop: a checkpoint at each epoch's end and every
+    --save_every_steps, an evaluation at each epoch's end).
 
     Returns:
       dict: finished (bool), step, epochs (the epochs.jsonl records), best (the selected
@@ -170,43 +172,31 @@ class MwerRun(object):
       resumed = training_loop.restore(self.state.checkpoint, self.run_dir)
       if resumed:
         logging.info("resumed from %s at step %d", resumed, self.step)
-      manager = training_loop.checkpoint_manager(
-        self.state.checkpoint, self.run_dir, _KEEP_CHECKPOINTS, self.state.step
-      )
       self._evaluate_pending()
-      finished = self._loop(manager)
+      bar = progress.Progress(
+        os.path.basename(self.run_dir.rstrip("/")), total=self.total_steps - self.step, unit="steps"
+      )
+      stopped_by, _ = training_loop.run(
+        self.state.checkpoint,
+        self.run_dir,
+        lambda: self.step,
+        self.total_steps,
+        lambda num: self._train_step(bar),
+        resumed=resumed,
+        keep=_KEEP_CHECKPOINTS,
+        save_every=(self.steps_per_epoch, self.params.save_every_steps),
+        evaluate=lambda step: self._evaluate_pending(),
+        eval_every=self.steps_per_epoch,
+        strategy=self.strategy,
+      )
       epochs = read_epoch_log(self.run_dir)
     return {
-      "finished": finished,
+      "finished": stopped_by is None,
       "step": self.step,
       "epochs": epochs,
       "best": best_epoch(epochs),
       "best_dir": os.path.join(self.run_dir, BEST_DIR),
     }
-
-  def _loop(self, manager):
-    """The step loop; returns whether the last step was reached."""
-    last = manager.latest_checkpoint
-    stop = training_loop.StopRequest()
-    stop.install()
-    bar = progress.Progress(
-      os.path.basename(self.run_dir.rstrip("/")), total=self.total_steps - self.step, unit="steps"
-    )
-    try:
-      while self.step < self.total_steps:
-        self._train_step(bar)
-        at_epoch_end = self.step % self.steps_per_epoch == 0
-        every = self.params.save_every_steps
-        if at_epoch_end or (every and self.step % every == 0) or stop.signal is not None:
-          last = training_loop.save(manager, self.step, last)
-        if at_epoch_end:
-          self._evaluate_pending()
-        if stop.signal is not None:
-          logging.info("stopping at step %d (signal %d)", self.step, stop.signal)
-          return False
-    finally:
-      stop.uninstall()
-    return True
 
   def _train_step(self, bar):
     step = self.step
@@ -266,7 +256,9 @@ class MwerRun(object):
     combination, the MWER loss and expected errors over the training top-k, the weights."""
     tables = self.scorer.lm_table(self.heldout_lists, **self.lm_options)
     combination = self.state.weights.to_combination()
-    choice = mwer.choose(combination, self.heldout_lists, tables)
+    choice = nbest_combination.choose(
+      mwer.feature_tables(combination, self.heldout_lists, tables), combination.vector()
+    )
     errors = sum(p.errors[c] for p, c in zip(self.heldout_lists, choice))
     words = sum(p.reference_words for p in self.heldout_lists)
     k = self.params.hyps_per_list

@@ -5,7 +5,7 @@
 over any first-pass score columns k (natural log, higher is better, as nbest/formats reads
 them), several LMs m and a bonus β per word of h. Ties in a list go to the better first-pass
 rank. The paper's rule (1-λ)·first pass + λ·LM is the point of this family with one LM
-(`rerank`, `sweep_lambda`); nbest/tuning.py searches the weights on dev.
+(`rerank`); nbest/tuning.py holds every search of the weights on dev (its λ grid and Powell).
 
 Tables: for each list a float64 array [num_hyps, num_features], the features in the order
 first-pass columns, LMs, length (`feature_names`).
@@ -17,7 +17,6 @@ import math
 
 import numpy as np
 
-from evaluation import metrics
 from nbest import settings
 from util import io_utils
 
@@ -30,7 +29,7 @@ WEIGHTS_VERSION = 2
 # The LM of an MWER-trained rescorer (run_mwer.py's mwer_weights.json): rescore with it as
 # `--model_dir=mwer=<its model dir>`.
 MWER_LM = "mwer"
-# The LM of the paper's interpolation (`rerank`, `sweep_lambda`).
+# The LM of the paper's interpolation (`rerank`, `tuning.sweep_lambda`).
 _LM = "lm_score"
 
 
@@ -208,28 +207,8 @@ def choose(feature_tables, vector):
   return [int(np.argmax(scores(t, vector))) for t in feature_tables]
 
 
-DEFAULT_GRID = tuple(round(0.05 * i, 2) for i in range(21))
-
-
-@dataclasses.dataclass
-class SweepResult:
-  """Outcome of `sweep_lambda`.
-
-  Attributes:
-    metric: str, "wer" (lower is better) or "bleu" (higher is better).
-    curve: list[tuple[float, float]], (λ, metric value) for every grid point, in grid order.
-    best_lam: float, the best λ; among equal values the smallest λ, i.e. the one that departs
-      least from the first pass.
-    best_value: float, the metric at best_lam.
-  """
-
-  metric: str
-  curve: list
-  best_lam: float
-  best_value: float
-
-
-def _check_lm_scores(lists, lm_scores):
+def check_lm_scores(lists, lm_scores):
+  """ValueError unless `lm_scores` holds one finite score per hypothesis of `lists`."""
   if len(lm_scores) != len(lists):
     raise ValueError(f"lm_scores has {len(lm_scores)} entries for {len(lists)} lists")
   for nbest, values in zip(lists, lm_scores):
@@ -243,7 +222,7 @@ def _check_lm_scores(lists, lm_scores):
         raise ValueError(f"list {nbest.key!r}: LM score {score!r} is not finite")
 
 
-def _interpolation_tables(lists, lm_scores, setting):
+def interpolation_tables(lists, lm_scores, setting):
   """(the setting's first-pass weights, feature tables with the LM as `_LM`)."""
   if not lists:
     return {}, []
@@ -275,36 +254,6 @@ def rerank(lists, lm_scores, lam, setting="full"):
   if lm_scores is None and lam != 0.0:
     raise ValueError("lm_scores=None only makes sense with λ=0 (the first pass)")
   if lm_scores is not None:
-    _check_lm_scores(lists, lm_scores)
-  first_pass, feature_tables = _interpolation_tables(lists, lm_scores, setting)
+    check_lm_scores(lists, lm_scores)
+  first_pass, feature_tables = interpolation_tables(lists, lm_scores, setting)
   return choose(feature_tables, Weights.interpolation(first_pass, lam).vector())
-
-
-def sweep_lambda(dev_lists, dev_lm, metric, setting="full", grid=DEFAULT_GRID):
-  """Evaluates reranking at every λ of a grid and picks the best.
-
-  Args:
-    dev_lists: list[NBestList].
-    dev_lm: list[list[float]], LM scores aligned with the hypotheses.
-    metric: "wer" (minimised) or "bleu" (maximised).
-    setting: see `rerank`.
-    grid: sequence of float in [0, 1]; default 0, 0.05, ..., 1.
-
-  Returns:
-    SweepResult; ties go to the smallest λ (closest to the first pass).
-  """
-  if metric not in metrics.METRICS:
-    raise ValueError(f"unknown metric {metric!r}; expected one of {metrics.METRICS}")
-  if not grid:
-    raise ValueError("empty λ grid")
-  _check_lm_scores(dev_lists, dev_lm)
-  first_pass, feature_tables = _interpolation_tables(dev_lists, dev_lm, setting)
-  curve = []
-  for lam in grid:
-    if not 0.0 <= lam <= 1.0:
-      raise ValueError(f"λ must lie in [0, 1], got {lam}")
-    choice = choose(feature_tables, Weights.interpolation(first_pass, lam).vector())
-    curve.append((lam, metrics.evaluate(dev_lists, choice, metric)))
-  sign = 1.0 if metric == "wer" else -1.0
-  best_lam, best_value = min(curve, key=lambda point: (sign * point[1], point[0]))
-  return SweepResult(metric=metric, curve=curve, best_lam=best_lam, best_value=best_value)

@@ -18,6 +18,7 @@ from lm import inference
 from nbest import combination
 from nbest import rescoring
 from nbest import settings
+from nbest import tuning
 from util import cli
 from util import io_utils
 
@@ -81,7 +82,7 @@ def rerank_pair(
   if dev is None:  # no first-pass scores: LM-only selection
     lam, curve = 1.0, None
   else:
-    sweep = combination.sweep_lambda(dev, lm_dev, metric, setting, combination.DEFAULT_GRID)
+    sweep = tuning.sweep_lambda(dev, lm_dev, metric, setting, tuning.DEFAULT_GRID)
     lam, curve = sweep.best_lam, sweep.curve
     result["dev_first_pass"] = sweep.curve[0][1]
     result["dev_best"] = sweep.best_value

@@ -1,7 +1,9 @@
-"""Tuning the combination's weights on dev: the paper's λ grid, then Powell's search
+"""Every search of the combination's weights on dev: the paper's λ grid, then Powell's search
 (MERT-style: the dev metric itself is the objective, a piecewise constant function of the
 weights, so the search keeps the best point it ever evaluated and never ends worse than the
 grid's best)."""
+
+import dataclasses
 
 import numpy as np
 import scipy.optimize
@@ -33,24 +35,89 @@ class Objective:
     return self.value(choice) if self.metric == "wer" else -self.value(choice)
 
 
-def grid_start(objective, feature_tables, weights, grid=combination.DEFAULT_GRID):
-  """The λ grid of the paper's protocol: (1-λ)·(first pass at `weights`) + λ·first LM.
+DEFAULT_GRID = tuple(round(0.05 * i, 2) for i in range(21))
+
+
+@dataclasses.dataclass
+class SweepResult:
+  """Outcome of `sweep_lambda`.
+
+  Attributes:
+    metric: str, "wer" (lower is better) or "bleu" (higher is better).
+    curve: list[tuple[float, float]], (λ, metric value) for every grid point, in grid order.
+    best_lam: float, the best λ; among equal values the smallest λ, i.e. the one that departs
+      least from the first pass.
+    best_value: float, the metric at best_lam.
+  """
+
+  metric: str
+  curve: list
+  best_lam: float
+  best_value: float
+
+
+def _lambda_grid(value, metric, feature_tables, weights, grid):
+  """The one λ grid: (1-λ)·(first pass at `weights`) + λ·(their first LM), other LMs and the
+  length at 0, at every λ of `grid`; `value(choice)` is the metric of a choice.
+
+  Returns:
+    (SweepResult, float64 vector of the best point); ties go to the smallest λ.
+  """
+  if not grid:
+    raise ValueError("empty λ grid")
+  base = weights.vector()
+  k = len(weights.first_pass)
+  curve, vectors = [], {}
+  for lam in grid:
+    if not 0.0 <= lam <= 1.0:
+      raise ValueError(f"λ must lie in [0, 1], got {lam}")
+    vector = np.zeros_like(base)
+    vector[:k] = (1.0 - lam) * base[:k]
+    vector[k] = lam
+    vectors.setdefault(lam, vector)
+    curve.append((lam, value(combination.choose(feature_tables, vector))))
+  sign = 1.0 if metric == "wer" else -1.0
+  best_lam, best_value = min(curve, key=lambda point: (sign * point[1], point[0]))
+  return SweepResult(metric, curve, best_lam, best_value), vectors[best_lam]
+
+
+def sweep_lambda(dev_lists, dev_lm, metric, setting="full", grid=DEFAULT_GRID):
+  """The paper's protocol: reranking by (1-λ)·first pass + λ·LM at every λ of a grid, on dev.
+
+  Args:
+    dev_lists: list[NBestList].
+    dev_lm: list[list[float]], LM scores aligned with the hypotheses.
+    metric: "wer" (minimised) or "bleu" (maximised).
+    setting: the first pass (`combination.rerank`).
+    grid: sequence of float in [0, 1]; default 0, 0.05, ..., 1.
+
+  Returns:
+    SweepResult; ties go to the smallest λ (closest to the first pass).
+  """
+  if metric not in metrics.METRICS:
+    raise ValueError(f"unknown metric {metric!r}; expected one of {metrics.METRICS}")
+  combination.check_lm_scores(dev_lists, dev_lm)
+  first_pass, feature_tables = combination.interpolation_tables(dev_lists, dev_lm, setting)
+  weights = combination.Weights.interpolation(first_pass, 0.0)
+  sweep, _ = _lambda_grid(
+    lambda choice: metrics.evaluate(dev_lists, choice, metric),
+    metric,
+    feature_tables,
+    weights,
+    grid,
+  )
+  return sweep
+
+
+def grid_start(objective, feature_tables, weights, grid=DEFAULT_GRID):
+  """The start of `optimise`: the best point of the λ grid of `sweep_lambda` over the first
+  pass at `weights` and their first LM.
 
   Returns:
     (Weights, float): the best grid point (smallest λ on ties) and its dev metric.
   """
-  base = weights.vector()
-  k = len(weights.first_pass)
-  best = None
-  for lam in grid:
-    vector = np.zeros_like(base)
-    vector[:k] = (1.0 - lam) * base[:k]
-    vector[k] = lam
-    loss = objective.loss(combination.choose(feature_tables, vector))
-    if best is None or loss < best[0]:
-      best = (loss, vector)
-  start = weights.with_vector(best[1])
-  return start, objective.value(combination.choose(feature_tables, best[1]))
+  sweep, vector = _lambda_grid(objective.value, objective.metric, feature_tables, weights, grid)
+  return weights.with_vector(vector), sweep.best_value
 
 
 def optimise(objective, feature_tables, start, max_evaluations=2000, negative_lms=False):

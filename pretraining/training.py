@@ -2,8 +2,9 @@
 """The pretraining loop: a T-TA, biLM or uniLM under tf.distribute; `train(params)` is the run.
 
 A custom loop, not `model.fit`: Keras 3 `fit` does not run under MultiWorkerMirroredStrategy
-(keras-team/keras#20585). `_train_locked` reads top to bottom; the lock, signals and checkpoint
-restore with roll-back are util/training_loop.py's (docs/DESIGN.md §3.3).
+(keras-team/keras#20585). `_train_locked` reads top to bottom; the loop that checkpoints,
+evaluates and stops, the lock and the restore with roll-back are pretraining/training_loop.py's,
+which MWER fine-tuning runs too (docs/DESIGN.md §3.3).
 """
 
 import contextlib
@@ -25,6 +26,7 @@ from lm import model_dir
 import modeling
 import optimization
 from pretraining import losses
+from pretraining import training_loop
 from pretraining import training_metrics
 from pretraining import training_setup
 from util import cli
@@ -32,7 +34,6 @@ from util import distribute_utils
 from util import io_utils
 from util import machine
 from util import runs
-from util import training_loop
 
 # ----------------------------------------------------------------- parameters
 
@@ -245,39 +246,6 @@ def _warn_if_bfloat16_is_emulated(params):
     )
 
 
-# ------------------------------------------------------------ stop requests
-
-
-class _StopCondition(object):
-  """A signal or the --train_minutes deadline, agreed on by all workers."""
-
-  def __init__(self, strategy, params):
-    self.request = training_loop.StopRequest()
-    if params.install_signal_handlers:
-      self.request.install()
-    self.deadline = time.time() + 60.0 * params.train_minutes if params.train_minutes > 0 else None
-    self._any_worker = distribute_utils.any_worker_agreement(strategy)
-
-  def seconds_left(self):
-    """Until the deadline (>= 0), or None without one."""
-    if self.deadline is None:
-      return None
-    return max(self.deadline - time.time(), 0.0)
-
-  def reason(self):
-    """Why to stop now ("signal 15", "train_minutes", "another worker"), or
-    None to go on. Every worker must call it at the same step."""
-    expired = self.deadline is not None and time.time() >= self.deadline
-    if not self._any_worker(self.request.signal is not None or expired):
-      return None
-    if self.request.signal is not None:
-      return f"signal {self.request.signal:d}"
-    return "train_minutes" if expired else "another worker"
-
-  def uninstall(self):
-    self.request.uninstall()
-
-
 # ---------------------------------------------------------- train and eval
 
 
@@ -405,32 +373,26 @@ def evaluate(eval_step, dist_dataset, continuous):
   return result
 
 
-class _Evaluator(object):
-  """Evaluates on --eval_file (or synthetic data) into output_dir/eval."""
+def _evaluator(strategy, model, params, setup, writer, progress):
+  """evaluate(step): the eval set (--eval_file or synthetic data) into progress.eval_result, a
+  log line and output_dir/eval."""
+  dataset_fn = training_setup.make_dataset_fn(params, setup.config, setup.vocab, False)
+  element_spec = strategy.distribute_datasets_from_function(dataset_fn).element_spec
+  eval_step = make_eval_step(strategy, model, params.use_xla, element_spec)
 
-  def __init__(self, strategy, model, params, setup, writer):
-    self._strategy = strategy
-    self._dataset_fn = training_setup.make_dataset_fn(params, setup.config, setup.vocab, False)
-    self._continuous = setup.config.output_layer == "continuous"
-    self._writer = writer
-    self._eval_step = make_eval_step(
-      strategy,
-      model,
-      params.use_xla,
-      strategy.distribute_datasets_from_function(self._dataset_fn).element_spec,
-    )
-
-  def run(self, step):
-    dist = self._strategy.distribute_datasets_from_function(self._dataset_fn)
-    result = evaluate(self._eval_step, dist, self._continuous)
+  def run(step):
+    dist = strategy.distribute_datasets_from_function(dataset_fn)
+    result = evaluate(eval_step, dist, setup.config.output_layer == "continuous")
     logging.info(
       "eval at step %d: %s", step, " ".join(f"{k} {v:.4g}" for k, v in sorted(result.items()))
     )
-    with self._writer.as_default():
+    with writer.as_default():
       for name in ("loss", "perplexity", "accuracy", "cosine_logit_ce"):
         if name in result:
           training_metrics.write_scalar(name, result[name], step)
-    return result
+    progress.eval_result = result
+
+  return run
 
 
 # -------------------------------------------------------------------- train
@@ -477,9 +439,8 @@ class _Progress:
 
   start_step: int
   skip_batches: int
-  # The newest checkpoint saved or resumed from, and its step (None: none yet).
+  # The newest checkpoint saved or resumed from (None: none yet).
   last_path: str
-  last_saved: int
   step_losses: list = dataclasses.field(default_factory=list)
   stopped_by: str = "num_train_steps"
   eval_result: dict = None
@@ -518,14 +479,6 @@ def training_iterator(params, strategy, setup, skip_batches):
         training_setup.make_dataset_fn(params, setup.config, setup.vocab, True, skip_batches)
       )
     )
-
-
-def _at_boundary(step, every):
-  return every > 0 and step % every == 0
-
-
-def _next_boundary(step, every):
-  return (step // every + 1) * every if every > 0 else float("inf")
 
 
 def train(params, strategy=None):
@@ -584,12 +537,7 @@ def _train_locked(params, strategy, write_dir):
   # The model, optimizer and input position: resumed, else warm-started.
   state = _TrainState.create(params, setup.config, strategy)
   latest = _restore_or_initialise(state, params, setup.target_table, chief)
-  manager = training_loop.checkpoint_manager(
-    state.checkpoint, write_dir, params.keep_checkpoint_max, state.optimizer.iterations
-  )
-  progress = _Progress(
-    state.step, int(state.input_batches.numpy()), latest, state.step if latest else None
-  )
+  progress = _Progress(state.step, int(state.input_batches.numpy()), latest)
 
   # What the steps read and write, made in this order: the datasets draw their seeds from the
   # global seed's stream.
@@ -599,48 +547,50 @@ def _train_locked(params, strategy, write_dir):
   train_writer, eval_writer = _summary_writers(params.output_dir, chief)
   evaluator = None
   if params.eval_file or (params.synthetic_data and params.eval_every_steps):
-    evaluator = _Evaluator(strategy, state.model, params, setup, eval_writer)
+    evaluator = _evaluator(strategy, state.model, params, setup, eval_writer, progress)
+
+  def train_steps(num):
+    nonlocal train_loop
+    every = params.save_checkpoints_steps
+    if (
+      params.deterministic
+      and every
+      and state.step != progress.start_step
+      and state.step % every == 0
+    ):
+      # Dropout's stateful kernels keep their stream positions in the traced function, not in
+      # the checkpoint just saved: a fresh trace starts them afresh, as a run resumed there does.
+      train_loop = _new_train_loop(params, strategy, state)
+    _run_steps(train_loop, iterator, num, state, meter, train_writer, progress)
+
+  def log(step, seconds_left):
+    elapsed = time.time() - progress.run_start
+    meter.log_window(step, params.num_train_steps, state.learning_rate(), elapsed, seconds_left)
 
   # The steps, until num_train_steps or a stop request.
-  stop = _StopCondition(strategy, params)
   _log_start(params, strategy, setup, state.step)
-  try:
-    while state.step < params.num_train_steps:
-      num = _steps_until_next_event(params, state.step, evaluator is not None)
-      _run_steps(train_loop, iterator, num, state, meter, train_writer, progress)
-      if _at_boundary(state.step, params.log_every_steps) or state.step >= params.num_train_steps:
-        meter.log_window(
-          state.step,
-          params.num_train_steps,
-          state.learning_rate(),
-          time.time() - progress.run_start,
-          stop.seconds_left(),
-        )
-      if _at_boundary(state.step, params.save_checkpoints_steps):
-        _save(manager, state, progress, "interval")
-        if params.deterministic:
-          # Dropout's stateful kernels keep their stream positions in the traced function, not
-          # in the checkpoint: a fresh trace starts them afresh, as a run resumed from here does.
-          train_loop = _new_train_loop(params, strategy, state)
-      if evaluator and _at_boundary(state.step, params.eval_every_steps):
-        progress.eval_result = evaluator.run(state.step)
-      reason = stop.reason()
-      if reason:
-        progress.stopped_by = reason
-        logging.info("stopping at step %d (%s)", state.step, reason)
-        break
-  finally:
-    stop.uninstall()
+  stopped_by, progress.last_path = training_loop.run(
+    state.checkpoint,
+    write_dir,
+    lambda: state.step,
+    params.num_train_steps,
+    train_steps,
+    resumed=latest,
+    keep=params.keep_checkpoint_max,
+    save_every=(params.save_checkpoints_steps,),
+    evaluate=evaluator,
+    eval_every=params.eval_every_steps,
+    log=log,
+    log_every=params.log_every_steps,
+    steps_per_call=params.steps_per_loop,
+    strategy=strategy,
+    install_signal_handlers=params.install_signal_handlers,
+    train_minutes=params.train_minutes,
+  )
+  progress.stopped_by = stopped_by or "num_train_steps"
 
-  # The last checkpoint, eval and calibration, and the summary.
-  if progress.last_saved != state.step:
-    stopped = progress.stopped_by
-    _save(manager, state, progress, stopped if stopped != "num_train_steps" else "final")
-  finished = state.step >= params.num_train_steps
-  if evaluator and finished and progress.stopped_by == "num_train_steps":
-    if not _at_boundary(state.step, params.eval_every_steps):
-      progress.eval_result = evaluator.run(state.step)
-  if finished:
+  # The calibration of a finished run, and the summary.
+  if state.step >= params.num_train_steps:
     _calibrate_logit_scale(params, setup, progress.eval_result, chief)
   for writer in (train_writer, eval_writer):
     writer.flush()
@@ -678,6 +628,11 @@ def _restore_or_initialise(state, params, target_table, chief):
       state.step,
       int(state.input_batches.numpy()),
     )
+    if state.step > params.num_train_steps:
+      raise cli.InputError(
+        f"--num_train_steps {params.num_train_steps} is below step {state.step}, which {latest} "
+        f"has reached: give --num_train_steps >= {state.step}, or --overwrite to start over"
+      )
     return latest
   if params.init_checkpoint:
     model_dir.warm_start(state.model, params.init_checkpoint)
@@ -715,19 +670,6 @@ def _log_start(params, strategy, setup, step):
   )
 
 
-def _steps_until_next_event(params, step, evaluating):
-  """Steps of the next tf.function call: up to --steps_per_loop, ending at the next checkpoint,
-  progress line or eval."""
-  num = min(
-    params.steps_per_loop,
-    params.num_train_steps - step,
-    _next_boundary(step, params.save_checkpoints_steps) - step,
-    _next_boundary(step, params.log_every_steps) - step,
-    _next_boundary(step, params.eval_every_steps) - step if evaluating else float("inf"),
-  )
-  return int(max(1, num))
-
-
 def _run_steps(train_loop, iterator, num, state, meter, writer, progress):
   """One train_loop call of `num` steps, and its scalars."""
   t0 = time.time()
@@ -739,12 +681,6 @@ def _run_steps(train_loop, iterator, num, state, meter, writer, progress):
   with writer.as_default():
     for name, value in scalars.items():
       training_metrics.write_scalar(name, value, state.step)
-
-
-def _save(manager, state, progress, why):
-  progress.last_path = training_loop.save(manager, state.step, progress.last_path)
-  progress.last_saved = state.step
-  logging.info("saved checkpoint for step %d (%s): %s", state.step, why, progress.last_path)
 
 
 def _calibrate_logit_scale(params, setup, eval_result, chief):

@@ -134,7 +134,9 @@ def test_combination_weights_survive_their_file_whatever_the_order_of_the_scores
   assert read == weights
   # s(h) by hand: FEATURES are (decoder, ctc, lm).
   want = [p.features @ [0.1, 2.0, -1.0] + 0.5 * s + 0.2 * p.words for p, s in zip(prepared, lm)]
-  assert mwer.choose(read, prepared, lm) == [int(np.argmax(w)) for w in want]
+  assert combination.choose(mwer.feature_tables(read, prepared, lm), read.vector()) == [
+    int(np.argmax(w)) for w in want
+  ]
   with pytest.raises(ValueError, match="first-pass scores"):
     read.aligned(("decoder", "ctc"))
 
@@ -283,7 +285,8 @@ def test_the_trained_model_dir_loads_and_scores_like_any_other(tmp_path, vocab_f
   heldout = lists[8:]
   scores = [[r.total for r in lm.score([h.text for h in l.hyps])] for l in heldout]
   prepared, _ = mwer_data.prepare(heldout, None, FEATURES)
-  wer = metrics.evaluate(heldout, mwer.choose(weights, prepared, scores), "wer")
+  choice = combination.choose(mwer.feature_tables(weights, prepared, scores), weights.vector())
+  wer = metrics.evaluate(heldout, choice, "wer")
   assert wer == pytest.approx(summary["best"]["heldout_wer"])
   assert weights.to_dict() == summary["best"]["weights"]
 
@@ -399,10 +402,10 @@ def test_the_job_trains_selects_and_evaluates_on_tsv_lists(tmp_path, vocab_file)
     h.text: r.total for l in test for h, r in zip(l.hyps, lm.score([h.text for h in l.hyps]))
   }
   prepared, _ = mwer_data.prepare(test, None, FEATURES)
-  choice = mwer.choose(
-    combination.load_weights(os.path.join(model, mwer.WEIGHTS_FILE)),
-    prepared,
-    [[scores[h.text] for h in l.hyps] for l in test],
+  weights = combination.load_weights(os.path.join(model, mwer.WEIGHTS_FILE))
+  choice = combination.choose(
+    mwer.feature_tables(weights, prepared, [[scores[h.text] for h in l.hyps] for l in test]),
+    weights.vector(),
   )
   assert row["wer"]["mwer"] == pytest.approx(metrics.evaluate(test, choice, "wer"))
   # A second run only re-reads: the selection and the numbers stay.

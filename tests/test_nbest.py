@@ -22,6 +22,7 @@ from evaluation import score_cache
 from nbest import combination
 from nbest import settings
 from nbest import shared_data
+from nbest import tuning
 from nbest import types
 from nbest.formats import espnet
 from nbest.formats import mlm_json
@@ -155,8 +156,8 @@ def test_sweep_with_espnet_lm_beats_am_only(espnet_sets):
   # with the AM score must help, and λ=0 of the curve is the AM-only first pass.
   lists = espnet_sets["dev_other"][:1000]  # a subset keeps the 21-point sweep fast
   lm = [[h.scores["lm"] for h in l.hyps] for l in lists]
-  sweep = combination.sweep_lambda(lists, lm, "wer", setting="am")
-  assert [lam for lam, _ in sweep.curve] == list(combination.DEFAULT_GRID)
+  sweep = tuning.sweep_lambda(lists, lm, "wer", setting="am")
+  assert [lam for lam, _ in sweep.curve] == list(tuning.DEFAULT_GRID)
   assert sweep.curve[0][1] == metrics.evaluate(
     lists, combination.rerank(lists, None, 0.0, "am"), "wer"
   )
@@ -276,7 +277,7 @@ def test_rerank_lambda_extremes_and_formula():
 def test_sweep_and_tie_rule():
   lists = _toy_lists()
   lm = [[-10.0, -4.0, -20.0], [-9.0, -9.0, -2.0]]
-  sweep = combination.sweep_lambda(lists, lm, "wer")
+  sweep = tuning.sweep_lambda(lists, lm, "wer")
   # First pass: 1 error in 5 words + 1 in 4. The LM's choice wins u1 once
   # (1-λ)(-0.5) + λ·6 > 0 (λ > 0.077) and u2 once (1-λ)(-2) + λ·7 > 0 (λ > 0.222).
   values = dict(sweep.curve)
@@ -284,10 +285,10 @@ def test_sweep_and_tie_rule():
   assert values[0.1] == values[0.2] == pytest.approx(100.0 / 9)
   assert values[0.25] == 0.0 and values[1.0] == 0.0
   assert sweep.best_lam == 0.25 and sweep.best_value == 0.0  # smallest λ among the ties
-  bleu_sweep = combination.sweep_lambda(lists, lm, "bleu", grid=(1.0, 0.5, 0.0))
+  bleu_sweep = tuning.sweep_lambda(lists, lm, "bleu", grid=(1.0, 0.5, 0.0))
   assert bleu_sweep.best_lam == 0.5  # the grid order does not matter for the tie rule
   with pytest.raises(ValueError, match="unknown metric"):
-    combination.sweep_lambda(lists, lm, "ter")
+    tuning.sweep_lambda(lists, lm, "ter")
 
 
 def test_oracle_toy():

@@ -20,6 +20,7 @@ import tarfile
 import time
 
 from absl import flags
+import commands
 import conftest
 from conftest import HANG_SECONDS
 from conftest import tiny_config
@@ -34,12 +35,12 @@ from lm import model_dir
 import modeling
 from pretraining import losses as losses_lib
 from pretraining import training
+from pretraining import training_loop
 from pretraining import training_setup
 import run_pretraining
 from text import corpus
 from util import cli
 from util import runs
-from util import training_loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # conftest.TINY with a wider FFN and room for the 48-token records.
@@ -387,6 +388,20 @@ def test_resume_continues_step_and_input_position(data_dir, tmp_path):
     training.train(
       tiny_params(data_dir, out, eval_file=None, config_overrides=dict(TINY, hidden_size=16))
     )
+
+
+@pytest.mark.slow(seconds=15)
+def test_num_train_steps_below_the_step_reached_is_one_line_and_exit_2(data_dir, tmp_path):
+  out = tmp_path / "shorter"
+  short = ["--num_train_steps=4", "--save_checkpoints_steps=4", "--steps_per_loop=2"]
+  commands.run("run_pretraining.py", *_script_args(data_dir, out, *short)[2:], status=0)
+  args = _script_args(data_dir, out, "--num_train_steps=2")[2:]
+  result = commands.run("run_pretraining.py", *args, status=2)
+  assert result.stderr.strip().splitlines()[-1] == (
+    f"run_pretraining.py: error: --num_train_steps 2 is below step 4, which {out}/ckpt-4 has "
+    "reached: give --num_train_steps >= 4, or --overwrite to start over"
+  )
+  assert checkpoints.newest_first(str(out))[0].endswith("ckpt-4")  # nothing lost
 
 
 @pytest.mark.slow(seconds=15)

@@ -21,6 +21,7 @@ from lm import model_dir
 import modeling
 from nbest import combination
 from nbest import paper_protocol
+from nbest import tuning
 from nbest import types
 from nbest.formats import espnet
 import tokenization
@@ -113,14 +114,14 @@ def test_rescoring_end_to_end_and_cache_resume(model_dirs, tmp_path):
     assert results["full"]["first_pass"] == pytest.approx(
       100 * jiwer.wer(refs, [l.hyps[0].text for l in test])
     )
-    assert [lam for lam, _ in results["am"]["dev_curve"]] == list(combination.DEFAULT_GRID)
+    assert [lam for lam, _ in results["am"]["dev_curve"]] == list(tuning.DEFAULT_GRID)
     # The reported test WER is what the chosen λ gives with the LM scores
     # recomputed here through the public inference path.
     lm = inference.NeuralLM.from_model_dir(model_dirs[row["lm"]])
     lm_test = [[s.total for s in lm.score([h.text for h in l.hyps])] for l in test]
     lm_dev = [[s.total for s in lm.score([h.text for h in l.hyps])] for l in dev]
     for setting in ("am", "full"):
-      sweep = combination.sweep_lambda(dev, lm_dev, "wer", setting)
+      sweep = tuning.sweep_lambda(dev, lm_dev, "wer", setting)
       assert results[setting]["lambda"] == sweep.best_lam
       choice = combination.rerank(test, lm_test, sweep.best_lam, setting)
       assert results[setting]["reranked"] == pytest.approx(metrics.evaluate(test, choice, "wer"))

@@ -1,0 +1,267 @@
+"""The one training loop: pretraining (pretraining/training.py) and MWER fine-tuning
+(finetuning/mwer_training.py) both run it, in this order:
+
+  with training_loop.output_dir_lock(output_dir):         # one run per output dir
+    resumed = training_loop.restore(checkpoint, output_dir)  # newest readable, rolled back to
+    ... the caller's warm start, logs ...
+    stopped_by, _ = training_loop.run(checkpoint, output_dir, step, total_steps, train_steps, ...)
+  # the command: training_loop.exit_unfinished(...) when stopped_by is set before the
+  # last step (a signal, --train_minutes): exit 75, and the same command resumes
+
+`run` takes the step as callables (`step()`, `train_steps(num)`, `evaluate(step)`, `log(...)`):
+the caller owns its model, optimizer and data, the loop owns when to checkpoint, evaluate, log
+and stop. It lives in pretraining/, not util/, because it reads checkpoints through
+lm/checkpoints.py; finetuning/ builds on pretraining/ and imports it from here.
+"""
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+
+from absl import logging
+import tensorflow as tf
+
+from lm import checkpoints
+from util import cli
+from util import distribute_utils
+from util import io_utils
+
+# os.EX_TEMPFAIL (sysexits.h): "try again later", a code schedulers read as requeue. The commands
+# exit with it when a stop request ended the run before its last step; the same command resumes.
+EXIT_UNFINISHED = 75
+
+LOCK_FILE = "run.lock"
+
+
+class OutputDirBusy(cli.InputError):
+  """Another live training run holds the lock of the output dir (scripts: one line, exit 2)."""
+
+
+class CheckpointError(cli.InputError):
+  """A checkpoint cannot be saved (a full disk), or none of the output dir's can be read."""
+
+
+@contextlib.contextmanager
+def output_dir_lock(output_dir):
+  """Holds an exclusive lock on output_dir (an existing local dir) for the `with` body.
+
+  `io_utils.exclusive_lock` on output_dir/run.lock: it holds the owner's pid, host and start
+  time for the message a second run gets, and dies with its process.
+
+  Raises:
+    OutputDirBusy: another run holds the lock.
+  """
+  with contextlib.ExitStack() as stack:
+    try:
+      stack.enter_context(
+        io_utils.exclusive_lock(
+          output_dir, wait=False, lock_file=os.path.join(output_dir, LOCK_FILE)
+        )
+      )
+    except io_utils.OutputBusy as e:
+      raise OutputDirBusy(
+        f"--output_dir {output_dir} is in use by another training run ({e.holder}; lock file "
+        f"{e.lock_file}): wait for it to end or choose another --output_dir"
+      ) from None
+    yield
+
+
+def restore(checkpoint, directory, roll_back=True):
+  """Restores `checkpoint` (a tf.train.Checkpoint) from the newest readable checkpoint of
+  `directory`.
+
+  One cut short by a full disk or a crash, or corrupt, is skipped with a warning for the one
+  saved before it, and the index file is rolled back to that one (`roll_back`: False on the
+  workers that do not own `directory`), so that the manager `run` makes does not list it.
+
+  Returns:
+    The checkpoint prefix restored, or None when `directory` holds none.
+
+  Raises:
+    CheckpointError: there are checkpoints and none can be read (a run never silently starts
+      over from step 0).
+  """
+  path, found = checkpoints.restore_newest_readable(checkpoint, directory)
+  if path is None and found:
+    raise CheckpointError(
+      f"none of the {len(found)} checkpoints in {directory} can be read (the warnings above say "
+      "why): move them away to train from step 0"
+    )
+  if path is not None and path != found[0]:
+    logging.warning("resuming from %s, the newest checkpoint that can be read", path)
+    if roll_back:
+      checkpoints.roll_back_to(directory, path)
+  return path
+
+
+def run(
+  checkpoint,
+  directory,
+  step,
+  total_steps,
+  train_steps,
+  *,
+  resumed,
+  keep,
+  save_every=(),
+  evaluate=None,
+  eval_every=0,
+  log=None,
+  log_every=0,
+  steps_per_call=1,
+  strategy=None,
+  install_signal_handlers=True,
+  train_minutes=0.0,
+):
+  """Steps from step() to total_steps; checkpoints, evaluations and progress lines on the way.
+
+  Each iteration trains up to `steps_per_call` steps, ending at the next event; then, at the
+  step reached: a progress line (`log`), a checkpoint, an evaluation, and the stop check. A
+  stop request (SIGTERM/SIGINT, the `train_minutes` deadline, another worker's) ends the loop
+  there; the last step reached is always saved.
+
+  Args:
+    checkpoint: the run's tf.train.Checkpoint (restored already: `restore`).
+    directory: where its ckpt-N go (`keep` of them kept).
+    step: () -> int, the step the checkpoint holds.
+    total_steps: int, the run's last step.
+    train_steps: num -> None, trains `num` steps (step() grows by num).
+    resumed: the checkpoint prefix restored, or None.
+    keep: int, the checkpoints kept.
+    save_every: ints; a checkpoint at every multiple of any of them (0: none).
+    evaluate: step -> None, or None; called at every multiple of `eval_every` (0: never) and,
+      unless just called or stopped, at total_steps.
+    log: (step, seconds left of train_minutes or None) -> None; called at every multiple of
+      `log_every` and at total_steps.
+    steps_per_call: int, the most steps of one train_steps call.
+    strategy: the tf.distribute strategy (its workers agree on when to stop), or None.
+    install_signal_handlers: False in tests and threads that keep their own.
+    train_minutes: float, the wall-clock budget (0: none).
+
+  Returns:
+    (stopped_by, checkpoint): why it stopped before total_steps ("signal 15", "train_minutes",
+    "another worker"; None: it ran to total_steps), and the newest checkpoint saved or resumed
+    from (None: none).
+
+  Raises:
+    CheckpointError: a checkpoint cannot be saved.
+  """
+  manager = tf.train.CheckpointManager(
+    checkpoint,
+    directory,
+    max_to_keep=keep,
+    step_counter=None,
+    checkpoint_name=checkpoints.CHECKPOINT_NAME,
+  )
+  last_path, last_saved = resumed, step() if resumed else None
+  stop = _Stop(strategy, install_signal_handlers, train_minutes)
+  stopped_by = None
+  try:
+    while step() < total_steps:
+      now = step()
+      events = [*save_every, log_every, eval_every if evaluate else 0]
+      num = min(steps_per_call, total_steps - now, *[_next(now, e) - now for e in events])
+      train_steps(int(max(1, num)))
+      now = step()
+      if log and (_at(now, log_every) or now >= total_steps):
+        log(now, stop.seconds_left())
+      if any(_at(now, every) for every in save_every):
+        last_path, last_saved = _save(manager, now, last_path, "interval"), now
+      if evaluate and _at(now, eval_every):
+        evaluate(now)
+      stopped_by = stop.reason()
+      if stopped_by:
+        logging.info("stopping at step %d (%s)", now, stopped_by)
+        break
+  finally:
+    stop.uninstall()
+  now = step()
+  if last_saved != now:
+    last_path = _save(manager, now, last_path, stopped_by or "final")
+  if evaluate and now >= total_steps and not stopped_by and not _at(now, eval_every):
+    evaluate(now)
+  return stopped_by, last_path
+
+
+def exit_unfinished(why):
+  """Ends a command whose run stopped before its last step: exit 75 (`EXIT_UNFINISHED`)."""
+  logging.warning(
+    "%s: exiting %d so that the run is requeued; the same command resumes it",
+    why,
+    EXIT_UNFINISHED,
+  )
+  sys.exit(EXIT_UNFINISHED)
+
+
+def _at(step, every):
+  return every > 0 and step % every == 0
+
+
+def _next(step, every):
+  return (step // every + 1) * every if every > 0 else float("inf")
+
+
+def _save(manager, step, last_path, why):
+  """Saves the checkpoint of `step`; returns its prefix.
+
+  Raises:
+    CheckpointError: the save failed (a full disk), in one line saying where a re-run resumes:
+      TF removes its temporary files and leaves the index file as it was, so the last whole
+      checkpoint stays the latest, and stopping here (exit 2, not 75) is no crash loop.
+  """
+  try:
+    path = manager.save(checkpoint_number=step)
+  except (tf.errors.OpError, OSError) as e:
+    resume = f"resumes from {last_path}" if last_path else "starts from step 0"
+    raise CheckpointError(
+      f"cannot save the checkpoint of step {step} in {manager.directory}: "
+      f"{checkpoints.error_line(e)}; a re-run with the same command {resume}"
+    ) from e
+  logging.info("saved checkpoint for step %d (%s): %s", step, why, path)
+  return path
+
+
+class _Stop(object):
+  """SIGTERM/SIGINT or the train_minutes deadline, agreed on by all workers."""
+
+  def __init__(self, strategy, install, train_minutes):
+    self.signal = None
+    self._previous = {}
+    if install and threading.current_thread() is threading.main_thread():
+      for signum in (signal.SIGTERM, signal.SIGINT):
+        self._previous[signum] = signal.signal(signum, self._handle)
+    self.deadline = time.time() + 60.0 * train_minutes if train_minutes > 0 else None
+    self._any_worker = (
+      distribute_utils.any_worker_agreement(strategy) if strategy else (lambda flag: flag)
+    )
+
+  def _handle(self, signum, frame):
+    del frame
+    if self.signal is not None and signum == signal.SIGINT:
+      raise KeyboardInterrupt  # a second Ctrl-C aborts without saving
+    self.signal = signum
+    logging.warning("received signal %d: stopping after this loop and saving a checkpoint", signum)
+
+  def seconds_left(self):
+    """Until the deadline (>= 0), or None without one."""
+    if self.deadline is None:
+      return None
+    return max(self.deadline - time.time(), 0.0)
+
+  def reason(self):
+    """Why to stop now ("signal 15", "train_minutes", "another worker"), or None to go on.
+    Every worker must call it at the same step."""
+    expired = self.deadline is not None and time.time() >= self.deadline
+    if not self._any_worker(self.signal is not None or expired):
+      return None
+    if self.signal is not None:
+      return f"signal {self.signal:d}"
+    return "train_minutes" if expired else "another worker"
+
+  def uninstall(self):
+    for signum, handler in self._previous.items():
+      signal.signal(signum, handler)
+    self._previous = {}
