@@ -94,9 +94,11 @@ class Partial:
       with open(self.state_path, encoding="utf-8") as f:
         recorded = json.load(f)
     except (OSError, ValueError):
+      recorded = None
+    if not _is_state(recorded):
       raise cli.InputError(
-        f"{self.path} has no readable record of the run that wrote it ({self.state_path}): "
-        f"{runs.START_OVER}"
+        f"{self.path} has no readable record of the run that wrote it ({self.state_path} is "
+        f"missing or not such a record): {runs.START_OVER}"
       ) from None
     if recorded.get("job") != json.loads(json.dumps(job)):
       raise runs.another_job(f"{self.path} holds records of another job", recorded.get("job"), job)
@@ -193,10 +195,23 @@ def is_done(target, job, source):
       done = json.load(f)
   except (OSError, ValueError):
     return False
-  if not os.path.exists(target) or done.get("job") != job:
+  if not _is_state(done) or not os.path.exists(target) or done["job"] != job:
     return False
   collections.deque(source, maxlen=0)
   return (source.lines_read, source.sha256()) == (done["input_lines"], done["input_sha256"])
+
+
+def _is_state(value):
+  """Whether `value` (a state file's JSON) is a state `Partial` wrote: its fields and types."""
+  return (
+    isinstance(value, dict)
+    and "job" in value
+    and all(
+      isinstance(value.get(k), int) and not isinstance(value.get(k), bool) and value[k] >= 0
+      for k in ("lines", "input_lines")
+    )
+    and isinstance(value.get("input_sha256"), str)
+  )
 
 
 def _cut_after(path, count):
