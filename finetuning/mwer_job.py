@@ -413,7 +413,6 @@ def evaluate(job, trained):
 
 def run(params):
   """The whole job; returns False when a signal stopped a training run (resume to finish)."""
-  io_utils.check_outputs_apart(params)
   cache_path = os.path.join(params.output_dir, "cache", "lm_scores.jsonl")
   with io_utils.output_dir(params.output_dir), io_utils.exclusive_lock(cache_path, wait=False):
     # Another job's checkpoints are refused before the model loads; the record is written once

@@ -320,7 +320,10 @@ def output_dir(path):
   removes nothing: the dir is the other run's.
   """
   made = not os.path.isdir(path)
-  os.makedirs(path, exist_ok=True)
+  try:
+    os.makedirs(path, exist_ok=True)
+  except OSError as e:
+    raise cli.InputError(f"cannot make {path} ({e.strerror})") from None
   try:
     yield path
   except cli.InputError as e:

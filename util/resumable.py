@@ -145,15 +145,17 @@ class Partial:
         input_sha256=source.sha256(),
       )
       self._write_state()
-    except OSError as e:
+    except (OSError, cli.InputError) as e:
       self.state = before
       # The state file still counts the lines before this batch, so a resume cuts there anyway;
       # cutting now also frees the space the batch took.
       with contextlib.suppress(OSError):
         os.truncate(self.path, size)
+      # An InputError is the state file's (io_utils.write_atomically names it).
+      why = str(e) if isinstance(e, cli.InputError) else f"cannot write {self.path} ({e.strerror})"
       raise cli.InputError(
-        f"cannot write {e.filename or self.path} ({e.strerror or e}): {self.path} keeps its "
-        f"{self.lines} complete lines, and a re-run with the same arguments resumes after them"
+        f"{why}: {self.path} keeps its {self.lines} complete lines, and a re-run with the same "
+        "arguments resumes after them"
       ) from None
 
   def _write_state(self):
