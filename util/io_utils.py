@@ -440,13 +440,16 @@ def _open_lock(lock_file, wait, path, made_dir):
       system), naming it; nothing this call made is left.
   """
   directory = os.path.dirname(lock_file)
-  try:
-    if directory:
-      os.makedirs(directory, exist_ok=True)
-  except OSError as e:
-    raise cli.InputError(f"cannot make {directory} for the lock of {path} ({e.strerror})") from None
   while True:
     created = False
+    try:
+      # In the loop: a refused run that made the dir may remove it between two attempts.
+      if directory:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as e:
+      raise cli.InputError(
+        f"cannot make {directory} for the lock of {path} ({e.strerror})"
+      ) from None
     try:
       try:
         fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
