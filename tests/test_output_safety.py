@@ -216,3 +216,24 @@ def test_every_command_refuses_an_output_around_its_input(tmp_path, command):
   line = _error(commands.run(command, *[a.format(tmp=tmp_path) for a in args]), command)
   assert line.startswith(f"--{out_flag} {tmp_path}/in") and f" --{in_flag} " in line, line
   assert _tree(tmp_path) == before and sorted(os.listdir(tmp_path)) == ["in"]
+
+
+def test_score_that_cannot_write_its_first_batch_leaves_nothing(tmp_path, tiny_tta, monkeypatch):
+  sentences = tmp_path / "sents.txt"
+  sentences.write_text("the cat sat\n")
+  real_open = open
+
+  def no_space_for_records(path, mode="r", *args, **kwargs):
+    if str(path).endswith(".partial") and "a" in mode:
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    return real_open(path, mode, *args, **kwargs)
+
+  monkeypatch.setattr("builtins.open", no_space_for_records)
+  out = tmp_path / "new" / "scores.jsonl"
+  line = _error(
+    commands.run("score.py", f"--model_dir={tiny_tta}", f"--input_file={sentences}",
+                 f"--output_file={out}"),
+    "score.py",
+  )  # fmt: skip
+  assert line == f"cannot write {out}.partial (No space left on device); nothing was kept"
+  assert os.listdir(tmp_path) == ["sents.txt"]

@@ -153,6 +153,12 @@ class Partial:
         os.truncate(self.path, size)
       # An InputError is the state file's (io_utils.write_atomically names it).
       why = str(e) if isinstance(e, cli.InputError) else f"cannot write {self.path} ({e.strerror})"
+      if not self.lines:
+        # Nothing to resume from: the run leaves nothing (the lock and its dir go too).
+        for path in (self.path, self.state_path):
+          with contextlib.suppress(OSError):
+            os.remove(path)
+        raise cli.InputError(f"{why}; nothing was kept") from None
       raise cli.InputError(
         f"{why}: {self.path} keeps its {self.lines} complete lines, and a re-run with the same "
         "arguments resumes after them"
