@@ -65,15 +65,22 @@ def test_overwrite_refuses_an_output_no_run_recorded_and_removes_nothing(tmp_pat
   assert (tmp_path / "runs" / "list.txt").read_text() == "mine"
 
 
-def test_overwrite_of_an_old_record_removes_only_what_it_recorded(tmp_path):
-  # A run.json of a version that recorded no outputs: the job resumes, but its outputs count as
-  # unrecorded, so --overwrite refuses them instead of guessing whose they are.
+def test_an_old_record_owns_the_outputs_written_after_it(tmp_path):
+  # A run.json of a version that recorded no outputs: what changed after it was written is its
+  # run's; what is older was there before the run (the user's) and is refused, never removed.
+  (tmp_path / "runs").mkdir()
   (tmp_path / runs.RECORD_FILE).write_text(json.dumps(JOB))
   (tmp_path / "results.json").write_text("{}")
-  runs.Record(str(tmp_path), JOB, ["results.json"]).start()
-  with pytest.raises(cli.InputError, match=r"holds results.json, which no run of this command"):
-    runs.Record(str(tmp_path), dict(JOB, rate=0.002), ["results.json"], overwrite=True)
-  assert (tmp_path / "results.json").exists()
+  written = os.stat(tmp_path / runs.RECORD_FILE).st_mtime_ns
+  os.utime(tmp_path / "runs", ns=(written - 10**9, written - 10**9))
+  os.utime(tmp_path / "results.json", ns=(written + 10**9, written + 10**9))
+  with pytest.raises(cli.InputError, match=r"holds runs, which no run of this command"):
+    runs.Record(str(tmp_path), JOB, ["results.json", "runs"])
+  with pytest.raises(cli.InputError, match=r"holds runs, which no run of this command"):
+    runs.Record(str(tmp_path), JOB, ["results.json", "runs"], overwrite=True)
+  runs.Record(str(tmp_path), JOB, ["results.json"]).start()  # resumes
+  runs.Record(str(tmp_path), dict(JOB, rate=0.002), ["results.json"], overwrite=True).start()
+  assert not (tmp_path / "results.json").exists() and (tmp_path / "runs").exists()
 
 
 def test_a_glob_output_is_recorded_for_the_names_it_matches_later(tmp_path):

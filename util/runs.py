@@ -53,8 +53,9 @@ class Record:
   run.json holds the identity and, under RECORDED, the names of `outputs` this job created: those
   that did not exist when it was recorded. --overwrite removes only those; an output name that
   exists and is not recorded is the user's (or of a job that recorded none) and is refused, never
-  removed. A run.json without RECORDED (of a version that recorded none) still resumes; its
-  outputs count as unrecorded, so --overwrite refuses them (remove them yourself).
+  removed. A run.json without RECORDED (of a version that recorded none) counts as recorded the
+  outputs modified since it was written (its run recorded the job, then wrote them); an older
+  one was there before that run and is refused.
 
   Args:
     output_dir: str, the command's --output_dir (it exists: the run holds its lock).
@@ -91,8 +92,10 @@ class Record:
     elif RECORDED in recorded:
       mine = recorded.pop(RECORDED)
     else:
-      # A record of a version that kept none: its job resumes as it did; nothing is removed.
-      mine = [] if overwrite else found
+      # A record of a version that kept none: its outputs are those changed since it was written
+      # (a run records its job before it writes); an older one was there before the run.
+      since = os.stat(self.path).st_mtime_ns
+      mine = [n for n in found if os.lstat(os.path.join(output_dir, n)).st_mtime_ns >= since]
     self.recorded = [n for n in found if any(fnmatch.fnmatchcase(n, m) for m in mine)]
     foreign = [name for name in found if name not in self.recorded]
     if foreign:
