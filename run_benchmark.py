@@ -136,6 +136,9 @@ def params_from_flags(flag_values):
 def main(argv):
   del argv
   params, peak = params_from_flags(FLAGS)
+  io_utils.check_outputs_apart(params, outputs=[("output_dir", FLAGS.output_dir)])
+  if FLAGS.output_dir:
+    io_utils.check_output_path(FLAGS.output_dir, "output_dir")
   # Before anything else touches TF: the thread pools are fixed at start-up.
   threads = machine.pin_threads(params.intra_op, params.inter_op)
   if peak.peak_only:

@@ -50,6 +50,7 @@ def params_from_flags():
       mwer=mwer_training.MwerParams(**cli.param_values(mwer_training.MwerParams, FLAGS)),
       lm_options=lm_flags.load_options(FLAGS),
     )
+    io_utils.check_outputs_apart(params)
     io_utils.check_output_path(params.output_dir, "output_dir")
     inference.check_spec(FLAGS.init_model)
   return params

@@ -91,6 +91,7 @@ def main(argv):
   # cli.run prints a cli.InputError (a bad flag; training_loop.OutputDirBusy) as one line.
   params = params_from_flags(flags.FLAGS)
   check_data(params)
+  io_utils.check_outputs_apart(params)
   io_utils.check_output_path(params.output_dir, "output_dir")
   summary = training.train(params)
   if not summary["finished"]:

@@ -52,7 +52,7 @@ SETS = {
 class JobParams:
   """What an STS run does; run_sts.py makes its flags from the `cli.param` fields."""
 
-  model_dir: list  # --model_dir entries, NAME=SPEC or SPEC (lm_flags.named_specs)
+  model_dir: list = cli.path_field(cli.INPUT, "model_dir")  # NAME=SPEC or SPEC entries
   representations: list = cli.param(
     "Any of context, embed, first_last (the word-piece mean of the first and last blocks' "
     "average, intact input), first, last (the [CLS]/[SOS] and [SEP]/[EOS] vectors), and "
@@ -61,7 +61,9 @@ class JobParams:
   )
   sets: list = cli.param("Evaluation sets.", tuple(SETS))
   output_dir: str = cli.param(
-    "Where to write sts_results.json and sts_results.md (optional).", None
+    "Where to write sts_results.json and sts_results.md (optional).",
+    None,
+    io=cli.OUTPUT,
   )
   max_pairs: int = cli.param(
     "Evaluate only the first N pairs of each set (quick runs; the full sets are the result).",
@@ -98,11 +100,13 @@ class JobParams:
     "With --whiten: a text file, one sentence per line (e.g. the training corpus), to fit the "
     "whitening on instead of each set's sentences, so that any set, even one pair, is whitened.",
     None,
+    io=cli.INPUT,
   )
   whiten_load: str = cli.param(
     "A whitening/<name>.npz of an earlier run: whiten with its transforms (one per model and "
     "representation) instead of fitting; --whiten, if given, must be their dimension.",
     None,
+    io=cli.INPUT,
   )
   overwrite: bool = cli.param(
     "Start over: remove the results and pairs/ of the job --output_dir holds instead of refusing "
@@ -111,7 +115,7 @@ class JobParams:
     False,
   )
   # Set by the command.
-  pairs_file: list = dataclasses.field(default_factory=list)  # --pairs_file values
+  pairs_file: list = cli.path_field(cli.INPUT, "pairs_file", default_factory=list)
   data_dir: str = None
   lm_options: dict = dataclasses.field(default_factory=dict)  # lm_flags.load_options
 
@@ -126,6 +130,7 @@ def run(params):
   where the flags, the output dir, the models' files or the inputs alone show them."""
   # What is cheap first, before anything is written into --output_dir: the output, the models.
   with cli.user_input():
+    io_utils.check_outputs_apart(params)
     if params.output_dir:
       io_utils.check_output_path(params.output_dir, "output_dir")
     check_model_specs(params.model_dir)
@@ -140,10 +145,12 @@ def run(params):
       groups = pair_groups(params)
     # Another job's results are refused before a model loads; the record is written with the
     # first output, so a run refused for its data or models leaves none.
-    record = runs.Record(params.output_dir, identity(params, groups), OUTPUTS, params.overwrite)
-    paper = evaluate_and_write(params, whiten, record) if params.sets else []
-    if params.pairs_file:
-      evaluate_pairs(params, groups, record, whiten, paper)
+    with runs.Record(
+      params.output_dir, identity(params, groups), OUTPUTS, params.overwrite
+    ) as record:
+      paper = evaluate_and_write(params, whiten, record) if params.sets else []
+      if params.pairs_file:
+        evaluate_pairs(params, groups, record, whiten, paper)
 
 
 def pair_groups(params):

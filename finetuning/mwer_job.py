@@ -58,16 +58,20 @@ _NOT_IDENTITY = (
 class JobParams:
   """The job's settings; run_mwer.py makes its flags from the `cli.param` fields."""
 
-  init_model: str = cli.param("The pretrained LM to start from: a model dir (tta, bilm, ...).")
-  output_dir: str = cli.param("Where the job writes (resumable).")
+  init_model: str = cli.param(
+    "The pretrained LM to start from: a model dir (tta, bilm, ...).", io=cli.INPUT
+  )
+  output_dir: str = cli.param("Where the job writes (resumable).", io=cli.OUTPUT)
   format: str = cli.param("N-best format of --train_sets and --test_sets.", "espnet", FORMATS)
   train_sets: list = cli.param(
     "Training lists: ESPnet set names (in the data root) or files of --format; pooled.",
     ("dev_clean", "dev_other"),
+    io=cli.INPUT,
   )
   test_sets: list = cli.param(
     "Test lists (the final evaluation only), each evaluated on its own.",
     ("test_clean", "test_other"),
+    io=cli.INPUT,
   )
   settings: list = cli.param(
     "First-pass settings, each a rescorer of its own (the parts weighted apart): "
@@ -411,16 +415,16 @@ def run(params):
   with io_utils.output_dir(params.output_dir), io_utils.exclusive_lock(cache_path, wait=False):
     # Another job's checkpoints are refused before the model loads; the record is written once
     # the model and lists are read, so a run refused for them leaves none.
-    record = runs.Record(params.output_dir, identity(params), OUTPUTS, params.overwrite)
-    with cli.user_input():
-      job = Job(params, score_cache.ScoreCache(cache_path))
-    record.start()
-    trained = {}
-    for setting in params.settings:
-      trained[setting] = train_setting(job, setting)
-      if not trained[setting]["finished"]:
-        return False
-    rows, curves = evaluate(job, trained)
+    with runs.Record(params.output_dir, identity(params), OUTPUTS, params.overwrite) as record:
+      with cli.user_input():
+        job = Job(params, score_cache.ScoreCache(cache_path))
+      record.start()
+      trained = {}
+      for setting in params.settings:
+        trained[setting] = train_setting(job, setting)
+        if not trained[setting]["finished"]:
+          return False
+      rows, curves = evaluate(job, trained)
   results = {
     "rows": rows,
     "curves": curves,

@@ -16,6 +16,7 @@ from lm import hf_checkpoint
 from lm import model_dir
 import modeling
 from util import cli
+from util import io_utils
 
 
 def load_google_bert(bert_dir, do_lower_case=True):
@@ -85,15 +86,19 @@ class ConversionParams:
   """Which released checkpoint to convert and where; convert_checkpoint.py makes its flags from
   the `cli.param` fields. Exactly one source: `input` (hf:DIR, bert:DIR) or `init_checkpoint`."""
 
-  output_dir: str = cli.param("The model dir to write (must not hold a model yet).")
+  output_dir: str = cli.param("The model dir to write (must not hold a model yet).", io=cli.OUTPUT)
   input: str = cli.param(
-    "hf:DIR (Hugging Face BERT) or bert:DIR (Google BERT release) to convert.", None
+    "hf:DIR (Hugging Face BERT) or bert:DIR (Google BERT release) to convert.", None, io=cli.INPUT
   )
   init_checkpoint: str = cli.param(
-    "Instead of --input: a TF1 checkpoint prefix (e.g. DIR/model.ckpt).", None
+    "Instead of --input: a TF1 checkpoint prefix (e.g. DIR/model.ckpt).", None, io=cli.INPUT
   )
-  bert_config_file: str = cli.param("With --init_checkpoint: its BERT-style config.", None)
-  vocab_file: str = cli.param("With --init_checkpoint: the vocab it was trained with.", None)
+  bert_config_file: str = cli.param(
+    "With --init_checkpoint: its BERT-style config.", None, io=cli.INPUT
+  )
+  vocab_file: str = cli.param(
+    "With --init_checkpoint: the vocab it was trained with.", None, io=cli.INPUT
+  )
   model_type: str = cli.param(
     "With --init_checkpoint: what it holds (the T-TA authors' checkpoint: tta).",
     "tta",
@@ -180,6 +185,8 @@ def convert_checkpoint(params):
   Raises:
     ValueError / OSError: naming the unreadable source or the output dir that holds a model.
   """
+  io_utils.check_outputs_apart(params)
+  io_utils.check_output_path(params.output_dir, "output_dir")
   check_output_dir(params.output_dir)  # before the (slow) load
   model, tokenizer = load_source(params)
   return model, tokenizer, convert(model, tokenizer, params.output_dir)

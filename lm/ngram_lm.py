@@ -227,8 +227,10 @@ class NgramParams:
   """ngram.py's two modes: train (`train_ngram`) or score a file (`inference.NgramLM`); the
   command makes its flags from the `cli.param` fields."""
 
-  train_text: str = cli.param("Training text, one sentence per line: trains a model.", None)
-  output: str = cli.param("Where the trained model goes (with --train_text).", None)
+  train_text: str = cli.param(
+    "Training text, one sentence per line: trains a model.", None, io=cli.INPUT
+  )
+  output: str = cli.param("Where the trained model goes (with --train_text).", None, io=cli.OUTPUT)
   order: int = cli.param("n-gram order.", 5)
   memory: str = cli.param("lmplz -S: sorting memory, e.g. 20% or 2G.", "20%")
   prune: list = cli.param("lmplz --prune count thresholds per order, e.g. 0,0,1.", None)
@@ -264,6 +266,8 @@ class NgramParams:
 
 def train(params):
   """`train_ngram` with the training fields of `NgramParams` `params`; returns the model path."""
+  io_utils.check_outputs_apart(params)
+  io_utils.check_output_path(params.output, "output", is_dir=False)
   return train_ngram(
     params.train_text,
     params.output,

@@ -24,7 +24,7 @@ class ExportParams:
   """What to export and where; export_saved_model.py makes its flags from the `cli.param`
   fields."""
 
-  export_dir: str = cli.param("Where to write the SavedModel.")
+  export_dir: str = cli.param("Where to write the SavedModel.", io=cli.OUTPUT)
   max_seq_length: int = cli.param(
     "Longest input in tokens, boundaries included: [BOS], a piece and [EOS] at least, the "
     "model's max_position_embeddings at most (the default).",
@@ -33,7 +33,7 @@ class ExportParams:
   )
   overwrite: bool = cli.param("Replace an existing --export_dir.", False)
   # Set by the command from lm_flags' flags, not made from these fields.
-  model_dir: str = None
+  model_dir: str = cli.path_field(cli.INPUT, "model_dir")
   scoring: str = None
   # `inference.load_lm`'s keyword arguments of those flags (`lm_flags.load_options`).
   lm_options: dict = dataclasses.field(default_factory=dict)
@@ -228,9 +228,17 @@ class ExportModule(tf.Module):
 
 
 def check_export_dir(export_dir, overwrite=False):
-  """Raises FileExistsError if export_dir exists and overwrite is False."""
-  if os.path.exists(export_dir) and not overwrite:
+  """Raises FileExistsError if export_dir exists and overwrite is False, or if it exists and is
+  not an export (--overwrite replaces only what an export wrote: a dir holding its EXPORT_INFO)."""
+  if not os.path.lexists(export_dir):
+    return
+  if not overwrite:
     raise FileExistsError(f"{export_dir} exists; pass --overwrite to replace it")
+  if not os.path.isfile(os.path.join(export_dir, EXTRA_DIR, EXPORT_INFO)):
+    raise FileExistsError(
+      f"{export_dir} exists and is not an export of this command (no {EXTRA_DIR}/{EXPORT_INFO}): "
+      "--overwrite replaces only those; choose another --export_dir"
+    )
 
 
 def export(lm, export_dir, overwrite=False, scoring=None):
@@ -294,6 +302,8 @@ def run(params):
       "score.py (docs/saved_model.md, Long inputs)"
     )
   with cli.user_input():
+    io_utils.check_outputs_apart(params)
+    io_utils.check_output_path(params.export_dir, "export_dir")
     check_export_dir(os.path.abspath(params.export_dir), params.overwrite)
     lm = inference.NeuralLM.from_model_dir(
       params.model_dir, max_seq_length=params.max_seq_length, **params.lm_options

@@ -34,9 +34,11 @@ class ScoreParams:
   """What a scoring run reads, writes and how; score.py makes its flags from the `cli.param`
   fields."""
 
-  input_file: str = cli.param("One sentence per line; '-' reads stdin.", "-")
+  input_file: str = cli.param("One sentence per line; '-' reads stdin.", "-", io=cli.INPUT)
   output_file: str = cli.param(
-    "Where the records go; '-' writes stdout (no resume, no shards).", "-"
+    "Where the records go; '-' writes stdout (no resume, no shards).",
+    "-",
+    io=cli.OUTPUT,
   )
   format: str = cli.param(
     "jsonl: a JSON record per line; tsv: score<TAB>text, a tab, newline, carriage return or "
@@ -80,7 +82,7 @@ class ScoreParams:
   tpu: str = cli.param(distribute_utils.TPU_HELP, None)
   num_cpu_devices: int = cli.param(distribute_utils.NUM_CPU_DEVICES_HELP, 0)
   # Set by the command from lm_flags' flags, not made from these fields.
-  model_dir: str = None
+  model_dir: str = cli.path_field(cli.INPUT, "model_dir")
   scoring: str = None
   # `inference.load_lm`'s keyword arguments of the scoring and throughput flags
   # (`lm_flags.load_options`).
@@ -367,9 +369,8 @@ def _merge_locked(output_file, num_shards):
     if not os.path.exists(resumable.done_path(path)) or not os.path.exists(path):
       state = "unfinished" if os.path.exists(path + ".partial") else "missing"
       raise ValueError(f"shard {path} is {state}: run its score.py --shard_id first")
-    with open(resumable.done_path(path), encoding="utf-8") as f:
-      record = json.load(f)
-    if "job" not in record:
+    record = io_utils.read_json_file(resumable.done_path(path))
+    if not isinstance(record, dict) or "job" not in record:
       raise ValueError(
         f"{resumable.done_path(path)} records no job (an older score.py): re-run that shard"
       )
@@ -423,6 +424,7 @@ def check_params(params):
       raise cli.InputError("--merge needs --output_file (the shards' common prefix)")
   else:
     _check_scoring_flags(params)
+  io_utils.check_outputs_apart(params)
   if params.output_file != "-":
     target = params.output_file if params.merge else output_path(params)
     io_utils.check_output_path(target, "output_file", is_dir=False)

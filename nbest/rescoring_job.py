@@ -33,7 +33,7 @@ class RescoringParams:
   from here; the others by their owners: lm_flags, io_utils, the command's --first_pass and
   --format_option)."""
 
-  lms: list  # [(name, spec)] of --model_dir (lm_flags.named_specs)
+  lms: list = cli.path_field(cli.INPUT, "model_dir")  # [(name, spec)] (lm_flags.named_specs)
   task: str = cli.param(
     "asr: WER on ESPnet2 LibriSpeech (or --format files); nmt: BLEU on WMT21 de-en.",
     "asr",
@@ -51,13 +51,20 @@ class RescoringParams:
     "espnet",
     enum=tuple(formats.FORMATS),
   )
-  dev_file: str = cli.param("Dev N-best file or dir (with references: weights tuned).", None)
-  test_file: str = cli.param("Test N-best file or dir (references optional).", None)
-  dev_refs: list = cli.param("Reference file(s) of --dev_file (several: multi-reference).", ())
-  test_refs: list = cli.param("Reference file(s) of --test_file (none: a blind set).", ())
+  dev_file: str = cli.param(
+    "Dev N-best file or dir (with references: weights tuned).", None, io=cli.INPUT
+  )
+  test_file: str = cli.param("Test N-best file or dir (references optional).", None, io=cli.INPUT)
+  dev_refs: list = cli.param(
+    "Reference file(s) of --dev_file (several: multi-reference).", (), io=cli.INPUT
+  )
+  test_refs: list = cli.param(
+    "Reference file(s) of --test_file (none: a blind set).", (), io=cli.INPUT
+  )
   weights_file: str = cli.param(
     "Combination weights to apply (the weights.json of an earlier run); no tuning on dev then.",
     None,
+    io=cli.INPUT,
   )
   allow_negative_weights: bool = cli.param(
     "Let the search on dev give an LM a negative weight (by default LM weights stay >= 0: a "
@@ -69,7 +76,9 @@ class RescoringParams:
   sentence_score: str = cli.param(
     "LM sentence score: sum of token log-probs, or their mean.", "sum", enum=("sum", "mean")
   )
-  output_dir: str = cli.param("Results (rescoring_results.json, .md) and the score cache.", None)
+  output_dir: str = cli.param(
+    "Results (rescoring_results.json, .md) and the score cache.", None, io=cli.OUTPUT
+  )
   max_lists: int = cli.param(
     "Use only the first N lists of each set (quick runs). With --test_file, the rescored "
     "lists, 1-best files and metrics then hold those lists only (a line-based file: their "
@@ -114,6 +123,7 @@ def run(params):
   # What is cheap first: the LMs are there, before the lists are read; the lists are read and
   # checked before anything is written into --output_dir.
   with cli.user_input():
+    io_utils.check_outputs_apart(params)
     if params.output_dir:
       io_utils.check_output_path(params.output_dir, "output_dir")
     for _, spec in params.lms:
@@ -141,8 +151,8 @@ def run(params):
     if params.output_dir:
       paper_protocol.write_results(params.output_dir, rows, metric)
   if record is not None:
-    record.start()
-    with cli.user_input():
+    with record, cli.user_input():
+      record.start()
       rescoring.rescore_own_files(params, sets, kept, all_scores, metric, unmatched)
 
 

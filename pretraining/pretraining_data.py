@@ -89,15 +89,17 @@ class DataParams:
     "Gutenberg .tar.xz archives (cleaned by corpus.py) and/or UTF-8 files with one sentence per "
     "line, plain or .gz/.bz2/.xz (with --input_format=raw every input goes through corpus.py).",
     flag="input_file",
+    io=cli.INPUT,
   )
   eval_files: str = cli.param(
     "Comma-separated globs (or a list) of eval sentence files; then --input_file sentence files "
     "are all training data.",
     None,
     flag="eval_file",
+    io=cli.INPUT,
   )
   vocab_file: str = cli.param(
-    "Existing vocab (one token per line). Exclusive with --vocab_size.", None
+    "Existing vocab (one token per line). Exclusive with --vocab_size.", None, io=cli.INPUT
   )
   vocab_size: int = cli.param(
     "Learn a WordPiece vocab of (at most about) this size from the training split.", None
@@ -1026,8 +1028,10 @@ def create_pretraining_data(input_files, output_dir, force=False, **options):
 
   Raises:
     ValueError: for bad arguments (naming the flag) or malformed input (naming file:line).
-    cli.InputError: unfinished parts of another job in output_dir, or a merge of parts that are
-      missing, unfinished or of another job.
+    cli.InputError: output_dir is, holds or lies inside an input; unfinished parts of another job
+      in output_dir, or a merge of parts that are missing, unfinished or of another job.
   """
   run = RunParams(**{k: options.pop(k) for k in _RUN_FIELDS if k in options})
-  return _build(DataParams(input_files=input_files, **options), run, output_dir, force)
+  args = DataParams(input_files=input_files, **options)
+  io_utils.check_outputs_apart(args, outputs=[("output_dir", output_dir)])
+  return _build(args, run, output_dir, force)

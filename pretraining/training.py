@@ -48,26 +48,34 @@ class TrainParams:
   flags) and install_signal_handlers are for callers only.
   """
 
-  output_dir: str = cli.param("Checkpoints, config.json, vocab.txt, TensorBoard logs.")
+  output_dir: str = cli.param(
+    "Checkpoints, config.json, vocab.txt, TensorBoard logs.", io=cli.OUTPUT
+  )
   model_type: str = cli.param("Which LM to train.", "tta", kinds.PRETRAINABLE)
-  input_file: str = cli.param("Glob of training TFRecords (create_pretraining_data.py).", None)
-  eval_file: str = cli.param("Glob of evaluation TFRecords.", None)
+  input_file: str = cli.param(
+    "Glob of training TFRecords (create_pretraining_data.py).", None, io=cli.INPUT
+  )
+  eval_file: str = cli.param("Glob of evaluation TFRecords.", None, io=cli.INPUT)
   vocab_file: str = cli.param(
     "WordPiece vocab; default the vocab.txt beside "
     "--input_file, or the one already in --output_dir.",
     None,
+    io=cli.INPUT,
   )
   do_lower_case: bool = cli.param(
     "Stored in config.json for the tokenizer; default: from the data dir's "
     "data_stats.json, else True.",
     None,
   )
-  bert_config_file: str = cli.param("Model config JSON (TTAConfig / BERT format).", None)
+  bert_config_file: str = cli.param(
+    "Model config JSON (TTAConfig / BERT format).", None, io=cli.INPUT
+  )
   config_overrides: dict = dataclasses.field(default_factory=dict)
   init_checkpoint: str = cli.param(
     "Warm start (ignored when --output_dir already holds a checkpoint): "
     "our model dir / checkpoint, or a Google-BERT / T-TA TF1 checkpoint.",
     None,
+    io=cli.INPUT,
   )
   train_batch_size: int = cli.param("Global batch size (sentences).", 64)
   eval_batch_size: int = cli.param("Global eval batch size.", 64)
@@ -135,6 +143,7 @@ class TrainParams:
     "(word2vec/fastText .vec) aligned to the vocab, or a trained model dir "
     "(its word_embeddings are used).",
     None,
+    io=cli.INPUT,
   )
   continuous_logit_scale: float = cli.param(
     "Inference scale of a continuous model's cosine logits: "
@@ -220,9 +229,13 @@ def _run_record(params):
   """
   if "://" in params.output_dir:
     return None
-  found = os.listdir(params.output_dir)
-  outputs = [n for n in found if n.startswith(checkpoints.CHECKPOINT_NAME + "-")]
-  outputs += ["checkpoint", "train", "eval", "train_summary.json"]
+  outputs = [
+    checkpoints.CHECKPOINT_NAME + "-*",
+    "checkpoint",
+    "train",
+    "eval",
+    "train_summary.json",
+  ]
   with cli.user_input():
     return runs.Record(
       params.output_dir, run_identity(params), outputs, params.overwrite, adopt_unrecorded=True

@@ -49,6 +49,7 @@ class MeasureParams:
     "vocab, <data_dir>/reference-vocab/"
     "tta-vocab-lower.sub-32k.txt, 29,530 pieces).",
     None,
+    io=cli.INPUT,
   )
   do_lower_case: bool = cli.param("Lower-case the input.", True)
   hidden_size: int = cli.param("Random models: hidden size.", 512)
@@ -71,6 +72,7 @@ class MeasureParams:
   nbest_set: str = cli.param(
     "ESPnet2 N-best set for the throughput of batched scoring (a set name or path); empty to skip.",
     "test_clean",
+    io=cli.INPUT,
   )
   max_lists: int = cli.param(
     "Score only the first N lists of --nbest_set (0: all; "
@@ -93,7 +95,7 @@ class MeasureParams:
     (),
   )
   # Set by the command from lm_flags' and io_utils' flags, not made from these fields.
-  model_dir: list = None
+  model_dir: list = cli.path_field(cli.INPUT, "model_dir")
   token_budget: int = None
   data_dir: str = None
 

@@ -164,3 +164,93 @@ def test_a_refused_run_removes_the_output_dir_it_made_but_no_output(tmp_path):
         raise busy
   assert (tmp_path / "new").is_dir(), "the dir of a busy output is the other run's"
   assert (out / "pairs" / "a.tsv").exists()
+
+
+def _marked(**values):
+  """A params dataclass with marked paths, as the commands' (cli.param's `io`)."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+
+  fields = [
+    ("input_file", str, cli.param("in", None, io=cli.INPUT)),
+    ("model_dir", list, cli.path_field(cli.INPUT, "model_dir")),
+    ("output_dir", str, cli.param("out", None, io=cli.OUTPUT)),
+  ]
+  return dataclasses.make_dataclass("Params", fields)(**values)
+
+
+def test_an_output_that_is_contains_or_lies_inside_an_input_is_refused(tmp_path):
+  lists = tmp_path / "lists" / "x" / "test"
+  lists.mkdir(parents=True)
+  (lists / "nbest").write_text("1 a\n")
+  (tmp_path / "model").mkdir()
+  os.symlink(lists, tmp_path / "link")
+  nbest = str(lists / "nbest")
+  for out, relation in (
+    (nbest, "is"),
+    (str(tmp_path / "link" / "nbest"), "is"),  # through a symlink
+    (str(tmp_path / "lists" / "x"), "contains"),  # the README's lists/x/test/nbest layout
+    (str(tmp_path / "lists" / "x" / "test" / "nbest" / ".." / ".."), "contains"),
+  ):
+    with pytest.raises(cli.InputError) as e:
+      io_utils.check_outputs_apart(_marked(input_file=nbest, output_dir=out))
+    assert str(e.value) == (
+      f"--output_dir {out} {relation} --input_file {nbest}: a command never writes over, into or "
+      "around what it reads; choose another --output_dir"
+    )
+  # A model spec (NAME=kenlm:PATH) and a checkpoint prefix are paths too.
+  inside = str(tmp_path / "model" / "out")
+  for spec in (f"tta=kenlm:{tmp_path / 'model'}", str(tmp_path / "model")):
+    with pytest.raises(cli.InputError, match=r"lies inside --model_dir"):
+      io_utils.check_outputs_apart(_marked(model_dir=[spec], output_dir=inside))
+  (tmp_path / "model" / "model.ckpt.index").write_text("")
+  with pytest.raises(cli.InputError, match=r"contains --model_dir"):
+    io_utils.check_outputs_apart(
+      _marked(model_dir=[("tta", str(tmp_path / "model" / "model.ckpt"))], output_dir=str(tmp_path))
+    )
+  # Beside the input, stdout, or an input that is not there: nothing to refuse.
+  io_utils.check_outputs_apart(_marked(input_file=nbest, output_dir=str(lists / "out")))
+  io_utils.check_outputs_apart(_marked(input_file=nbest, output_dir="-"))
+  io_utils.check_outputs_apart(_marked(input_file="absent", output_dir="absent"))
+
+
+def _full_disk(*args, **kwargs):
+  import errno  # pylint: disable=g-import-not-at-top
+
+  raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_disk_is_one_line_naming_the_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+  path = tmp_path / "run.json"
+  path.write_text("old")
+  monkeypatch.setattr(os, "fsync", _full_disk)
+  with pytest.raises(cli.InputError) as e:
+    io_utils.write_atomically(str(path), "new")
+  assert str(e.value) == f"cannot write {path} (No space left on device)"
+  assert os.listdir(tmp_path) == ["run.json"] and path.read_text() == "old"
+
+
+def test_a_lock_that_cannot_be_written_leaves_no_lock_and_no_dir(tmp_path, monkeypatch):
+  out = tmp_path / "new" / "scores.jsonl"
+  monkeypatch.setattr(os, "pwrite", _full_disk)
+  with pytest.raises(cli.InputError) as e:
+    with io_utils.exclusive_lock(str(out), wait=False):
+      pass
+  assert str(e.value) == (
+    f"cannot write the lock file {tmp_path}/new/.scores.jsonl.lock (No space left on device)"
+  )
+  assert os.listdir(tmp_path) == []
+
+
+def test_a_refused_run_leaves_no_lock_file_it_made(tmp_path):
+  out = tmp_path / "scores.jsonl"
+  with pytest.raises(cli.InputError):
+    with io_utils.exclusive_lock(str(out), wait=False):
+      raise cli.InputError("refused")
+  assert os.listdir(tmp_path) == []
+  with io_utils.exclusive_lock(str(out), wait=False):
+    pass
+  assert os.listdir(tmp_path) == [".scores.jsonl.lock"]  # released: empty, kept
+  with pytest.raises(cli.InputError):
+    with io_utils.exclusive_lock(str(out), wait=False):
+      raise cli.InputError("refused")
+  assert os.listdir(tmp_path) == [".scores.jsonl.lock"]  # not this run's to remove

@@ -382,9 +382,10 @@ def test_run_sts_into_the_output_dir_of_another_job_is_refused_until_overwrite(
 @pytest.mark.slow(seconds=3)
 def test_bad_input_is_one_line_naming_file_and_line(model_dirs, tmp_path, content, where):
   if content == "senteval":
-    (tmp_path / "STS.input.x.txt").write_text("a\tb\nc\td\ne\tf\n")
-    (tmp_path / "STS.gs.x.txt").write_text("1\n2\n")  # one line short
-    spec = f"senteval:{tmp_path}"
+    (tmp_path / "senteval").mkdir()  # apart from --output_dir, which may not lie inside an input
+    (tmp_path / "senteval" / "STS.input.x.txt").write_text("a\tb\nc\td\ne\tf\n")
+    (tmp_path / "senteval" / "STS.gs.x.txt").write_text("1\n2\n")  # one line short
+    spec = f"senteval:{tmp_path}/senteval"
   else:
     (tmp_path / "bad.tsv").write_text(content)
     spec = str(tmp_path / "bad.tsv")

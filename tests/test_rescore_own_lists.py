@@ -87,15 +87,18 @@ def test_an_output_dir_holding_another_rescoring_job_is_refused_until_overwrite(
   _rescore(*tuned)  # the same job again: it resumes (the cache) and rewrites its outputs
   # Another job (the saved weights on the test set alone) would leave the old dev/ and
   # weights.json beside its own outputs: refused in one line naming what differs, before scoring.
-  blind = [*common, f"--weights_file={out / 'weights.json'}"]
+  # Its weights file, read from inside --output_dir, is refused first: --overwrite would remove it.
+  result = commands.run("run_rescoring.py", *common, f"--weights_file={out}/weights.json", status=2)
+  assert f"--output_dir {out} contains --weights_file {out}/weights.json: " in result.stderr
+  weights = tmp_path / "weights.json"
+  weights.write_bytes((out / "weights.json").read_bytes())
+  blind = [*common, f"--weights_file={weights}"]
   result = commands.run("run_rescoring.py", *blind, status=2)
   (line,) = [l for l in result.stderr.splitlines() if l.startswith("run_rescoring.py: error")]
   assert f"--output_dir {out} holds another job: dev_file" in line and "--overwrite" in line
   assert (out / "dev").is_dir() and (out / "weights.json").exists()
   # --overwrite removes the old job's outputs (not the score cache, keyed by model) first.
-  weights = tmp_path / "weights.json"
-  os.rename(out / "weights.json", weights)
-  _rescore(*common, f"--weights_file={weights}", "--overwrite")
+  _rescore(*blind, "--overwrite")
   assert sorted(os.listdir(out)) == ["cache", "rescoring_report.json", "run.json", "test"]
 
 

@@ -47,7 +47,76 @@ def test_overwrite_removes_the_outputs_and_nothing_else(tmp_path):
   assert (tmp_path / "results.json").exists()
   record.start()
   assert sorted(os.listdir(tmp_path)) == ["notes.txt", runs.RECORD_FILE]
-  assert json.loads((tmp_path / runs.RECORD_FILE).read_text()) == other
+  recorded = json.loads((tmp_path / runs.RECORD_FILE).read_text())
+  assert recorded.pop(runs.RECORDED) == ["results.json", "runs"]
+  assert recorded == other
+
+
+def test_overwrite_refuses_an_output_no_run_recorded_and_removes_nothing(tmp_path):
+  # The user's own dir under an output's name, in a dir no run recorded.
+  (tmp_path / "runs").mkdir()
+  (tmp_path / "runs" / "list.txt").write_text("mine")
+  with pytest.raises(cli.InputError) as e:
+    runs.Record(str(tmp_path), JOB, ["results.json", "runs"], overwrite=True)
+  assert str(e.value) == (
+    f"--output_dir {tmp_path} holds runs, which no run of this command recorded in run.json as "
+    "its own (--overwrite removes only those): move it away or choose another --output_dir"
+  )
+  assert (tmp_path / "runs" / "list.txt").read_text() == "mine"
+
+
+def test_an_old_record_owns_the_outputs_written_after_it(tmp_path):
+  # A run.json of a version that recorded no outputs: what changed after it was written is its
+  # run's; what is older was there before the run (the user's) and is refused, never removed.
+  (tmp_path / "runs").mkdir()
+  (tmp_path / runs.RECORD_FILE).write_text(json.dumps(JOB))
+  (tmp_path / "results.json").write_text("{}")
+  written = os.stat(tmp_path / runs.RECORD_FILE).st_mtime_ns
+  os.utime(tmp_path / "runs", ns=(written - 10**9, written - 10**9))
+  os.utime(tmp_path / "results.json", ns=(written + 10**9, written + 10**9))
+  with pytest.raises(cli.InputError, match=r"holds runs, which no run of this command"):
+    runs.Record(str(tmp_path), JOB, ["results.json", "runs"])
+  with pytest.raises(cli.InputError, match=r"holds runs, which no run of this command"):
+    runs.Record(str(tmp_path), JOB, ["results.json", "runs"], overwrite=True)
+  runs.Record(str(tmp_path), JOB, ["results.json"]).start()  # resumes
+  runs.Record(str(tmp_path), dict(JOB, rate=0.002), ["results.json"], overwrite=True).start()
+  assert not (tmp_path / "results.json").exists() and (tmp_path / "runs").exists()
+
+
+def test_a_glob_output_is_recorded_for_the_names_it_matches_later(tmp_path):
+  record = runs.Record(str(tmp_path), JOB, ["ckpt-*", "results.json"])
+  record.start()
+  (tmp_path / "ckpt-1.index").write_text("")
+  (tmp_path / "results.json").write_text("{}")
+  runs.Record(str(tmp_path), dict(JOB, rate=0.002), ["ckpt-*"], overwrite=True).start()
+  assert not (tmp_path / "ckpt-1.index").exists()
+
+
+def test_a_run_refused_after_its_record_takes_the_record_back(tmp_path):
+  with pytest.raises(cli.InputError):
+    with runs.Record(str(tmp_path), JOB, ["results.json"]) as record:
+      record.start()
+      raise cli.InputError("--whiten_load: bad transform")
+  assert not (tmp_path / runs.RECORD_FILE).exists()
+  # The corrected command is not another job; once it wrote an output, the record stays.
+  with pytest.raises(cli.InputError):
+    with runs.Record(str(tmp_path), dict(JOB, rate=0.002), ["results.json"]) as record:
+      record.start()
+      (tmp_path / "results.json").write_text("{}")
+      raise cli.InputError("later")
+  assert (tmp_path / runs.RECORD_FILE).exists()
+
+
+@pytest.mark.parametrize(
+  "content, named",
+  [(b"\xff\xfe{}", "not UTF-8"), (b"[]", "not a record of a run"), (b"{", "not JSON")],
+)
+def test_an_unreadable_run_json_is_named(tmp_path, content, named):
+  (tmp_path / runs.RECORD_FILE).write_bytes(content)
+  with pytest.raises(cli.InputError) as e:
+    runs.Record(str(tmp_path), JOB, ["results.json"])
+  assert str(tmp_path / runs.RECORD_FILE) in str(e.value) and named in str(e.value)
+  assert str(e.value).endswith("add --overwrite to start over")
 
 
 def test_outputs_without_a_record_are_refused(tmp_path):
@@ -77,4 +146,18 @@ def test_a_partial_file_of_another_job_is_refused_in_the_same_words(tmp_path):
   assert str(e.value) == (
     f"{target}.partial holds records of another job: batch_size 2 (this run: 3); add --overwrite "
     "to start over"
+  )
+
+
+@pytest.mark.parametrize("state", ["[]", '{"x": 1}', '{"job": {}, "lines": "2"}', "{"])
+def test_a_partial_state_that_is_not_a_state_is_one_line(tmp_path, state):
+  target = str(tmp_path / "out.jsonl")
+  open(target + ".partial", "w").close()
+  with open(target + ".partial.json", "w") as f:
+    f.write(state)
+  with pytest.raises(cli.InputError) as e:
+    resumable.Partial(target, {"model": "tta-1"})
+  assert str(e.value) == (
+    f"{target}.partial has no readable record of the run that wrote it ({target}.partial.json "
+    "is missing or not such a record): add --overwrite to start over"
   )

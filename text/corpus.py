@@ -632,7 +632,7 @@ def prepare_corpus(
 class CorpusParams:
   """`prepare_corpus`'s arguments; corpus.py makes its flags from the `cli.param` fields."""
 
-  output_dir: str = cli.param("Where train.txt, eval.txt and stats.json go.")
+  output_dir: str = cli.param("Where train.txt, eval.txt and stats.json go.", io=cli.OUTPUT)
   input: list = cli.param(
     "Comma-separated input paths: Gutenberg .tar.xz archives and/or plain text "
     "files. Default: <data_dir>/gutenberg-books-subset/texts.tar.xz.",
@@ -667,20 +667,26 @@ class CorpusParams:
 
 
 def run(params: CorpusParams) -> dict:
-  """`prepare_corpus` with `params` (no --input: the Gutenberg archive of the data root)."""
+  """`prepare_corpus` with `params` (no --input: the Gutenberg archive of the data root).
+
+  The output is checked first (apart from the inputs, writable); a run refused for its input
+  leaves no --output_dir it made."""
   inputs = params.input or [default_gutenberg_tar(params.data_dir)]
-  return prepare_corpus(
-    inputs,
-    params.output_dir,
-    normalization=params.normalization,
-    eval_fraction=params.eval_fraction,
-    seed=params.seed,
-    dedup=params.dedup,
-    min_words=params.min_words,
-    max_words=params.max_words,
-    input_format=params.input_format,
-    num_workers=params.num_workers,
-    log_every=params.log_every,
-    max_books=params.max_books,
-    force=params.force,
-  )
+  io_utils.check_outputs_apart(params, inputs=[("input", inputs)])
+  io_utils.check_output_path(params.output_dir, "output_dir")
+  with io_utils.output_dir(params.output_dir), cli.user_input():
+    return prepare_corpus(
+      inputs,
+      params.output_dir,
+      normalization=params.normalization,
+      eval_fraction=params.eval_fraction,
+      seed=params.seed,
+      dedup=params.dedup,
+      min_words=params.min_words,
+      max_words=params.max_words,
+      input_format=params.input_format,
+      num_workers=params.num_workers,
+      log_every=params.log_every,
+      max_books=params.max_books,
+      force=params.force,
+    )

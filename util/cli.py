@@ -118,7 +118,13 @@ def define_escaped_list(name, default, help_text, flag_values=flags.FLAGS):
   )
 
 
-def param(help_text, default=dataclasses.MISSING, enum=None, flag=None, lower_bound=None):
+# The `io` marker of a field (`param`, `path_field`) that holds paths a command reads or writes:
+# its output paths are kept apart from its input paths (io_utils.check_outputs_apart).
+INPUT = "input"
+OUTPUT = "output"
+
+
+def param(help_text, default=dataclasses.MISSING, enum=None, flag=None, lower_bound=None, io=None):
   """A dataclass field that is also a command-line flag.
 
   Args:
@@ -129,11 +135,39 @@ def param(help_text, default=dataclasses.MISSING, enum=None, flag=None, lower_bo
       a field holding several globs).
     lower_bound: the least value of an int or float flag, refused by absl while parsing (a
       float's bound does not refuse nan: the dataclass's own check does, where it matters).
+    io: INPUT or OUTPUT for a field holding paths (a path, a list of them, comma-separated
+      globs, model specs such as kenlm:PATH or NAME=DIR) the command reads or writes.
   """
   return dataclasses.field(
     default=default,
-    metadata={"help": help_text, "enum": enum, "flag": flag, "lower_bound": lower_bound},
+    metadata={
+      "help": help_text,
+      "enum": enum,
+      "flag": flag,
+      "lower_bound": lower_bound,
+      "io": io,
+    },
   )
+
+
+def path_field(io, flag, default=None, default_factory=dataclasses.MISSING):
+  """A dataclass field that is not made into a flag (the command sets it) but holds the paths of
+  flag `flag`, marked INPUT or OUTPUT as `param`'s `io`."""
+  if default_factory is not dataclasses.MISSING:
+    default = dataclasses.MISSING
+  return dataclasses.field(
+    default=default, default_factory=default_factory, metadata={"io": io, "flag": flag}
+  )
+
+
+def io_values(params, io):
+  """[(flag name, value)] of the fields of dataclass instance `params` marked `io` (INPUT or
+  OUTPUT) whose value is set."""
+  return [
+    (_flag_name(f), getattr(params, f.name))
+    for f in dataclasses.fields(params)
+    if f.metadata.get("io") == io and getattr(params, f.name) not in (None, "", (), [])
+  ]
 
 
 _DEFINE_BY_TYPE = {

@@ -6,9 +6,11 @@ TensorFlow only for `expand_globs` and remote paths.
 """
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -161,9 +163,18 @@ def atomic_open(path, mode="w", encoding="utf-8"):
 
 
 def write_atomically(path, text):
-  """Writes a str to `path` atomically (see atomic_open)."""
-  with atomic_open(path) as f:
-    f.write(text)
+  """Writes a str to `path` atomically (see atomic_open): the one writer of the commands' small
+  state files (run.json, a .partial.json state, a done record, a stamp) and results files.
+
+  Raises:
+    cli.InputError: the file cannot be written (a full disk, a quota, a read-only file system),
+      naming it and why; the temporary file is removed and any earlier `path` is untouched.
+  """
+  try:
+    with atomic_open(path) as f:
+      f.write(text)
+  except OSError as e:
+    raise cli.InputError(f"cannot write {path} ({e.strerror or e})") from None
 
 
 def make_temp_dir(parent, prefix):
@@ -237,6 +248,68 @@ def check_output_path(path, flag, is_dir=True):
   os.remove(probe)
 
 
+# A model spec's backend prefix (kenlm:PATH, hf:DIR, bert:DIR) or a pairs file's (senteval:DIR).
+_SCHEME = re.compile(r"^[a-z][a-z0-9_]*:(?!//)")
+
+
+def local_paths(value):
+  """The local paths a marked field's value names (`cli.param`'s `io`): a path; a list of values;
+  a (name, spec) tuple; NAME=SPEC; a backend prefix (kenlm:PATH, hf:DIR, senteval:DIR); comma-
+  separated globs (of a value that is not itself a path). '-' (stdin, stdout) and remote paths
+  name none."""
+  if isinstance(value, tuple) and len(value) == 2:
+    return local_paths(value[1])  # a (name, spec) pair (lm_flags.named_specs)
+  if isinstance(value, (list, tuple)):
+    return [path for item in value for path in local_paths(item)]
+  if not isinstance(value, str) or value in ("", "-") or "://" in value:
+    return []
+  if os.path.lexists(value):
+    return [value]
+  paths = []
+  for part in (p.strip() for p in value.split(",")):
+    if not os.path.lexists(part):
+      part = part.rpartition("=")[2]  # NAME=SPEC, as lm_flags.model_specs reads it
+    part = _SCHEME.sub("", part) if not os.path.lexists(part) else part
+    if not part or part == "-" or "://" in part:
+      continue
+    matches = glob.glob(part) if glob.has_magic(part) else []
+    paths.extend(matches or [part])
+  return paths
+
+
+def check_outputs_apart(params, inputs=(), outputs=()):
+  """Refuses an output path that is, contains or lies inside an input path, before any work.
+
+  The paths are those of `params`' fields marked `cli.INPUT` and `cli.OUTPUT` (`cli.param`'s
+  `io`), plus `inputs` and `outputs` ([(flag, value)] a command knows otherwise), compared
+  resolved (`os.path.realpath`: symlinks followed, `..` and relative paths made absolute). So no
+  write, --overwrite included, can replace or remove what the command was asked to read.
+
+  Raises:
+    cli.InputError: "--<out flag> <path> is|contains|lies inside --<in flag> <path>: ..."
+  """
+  ins = [(f, p) for f, v in cli.io_values(params, cli.INPUT) + list(inputs) for p in local_paths(v)]
+  # What is not there cannot be lost; a checkpoint prefix (DIR/model.ckpt) is there by its files.
+  ins = [(f, p) for f, p in ins if os.path.lexists(p) or glob.glob(glob.escape(p) + ".*")]
+  outs = cli.io_values(params, cli.OUTPUT) + list(outputs)
+  for out_flag, out in [(f, p) for f, v in outs for p in local_paths(v)]:
+    real_out = os.path.realpath(out)
+    for in_flag, path in ins:
+      real_in = os.path.realpath(path)
+      if real_out == real_in:
+        relation = "is"
+      elif real_in.startswith(real_out.rstrip(os.sep) + os.sep):
+        relation = "contains"
+      elif real_out.startswith(real_in.rstrip(os.sep) + os.sep):
+        relation = "lies inside"
+      else:
+        continue
+      raise cli.InputError(
+        f"--{out_flag} {out} {relation} --{in_flag} {path}: a command never writes over, into "
+        f"or around what it reads; choose another --{out_flag}"
+      )
+
+
 @contextlib.contextmanager
 def output_dir(path):
   """Makes the output dir `path` for the `with` block; if this call made it and the block raises
@@ -247,7 +320,10 @@ def output_dir(path):
   removes nothing: the dir is the other run's.
   """
   made = not os.path.isdir(path)
-  os.makedirs(path, exist_ok=True)
+  try:
+    os.makedirs(path, exist_ok=True)
+  except OSError as e:
+    raise cli.InputError(f"cannot make {path} ({e.strerror})") from None
   try:
     yield path
   except cli.InputError as e:
@@ -307,28 +383,115 @@ def exclusive_lock(path, wait=True, lock_file=None):
     yield
     return
   directory, name = os.path.split(path)
-  if directory:
-    os.makedirs(directory, exist_ok=True)
   lock_file = lock_file or os.path.join(directory, f".{name}.lock")
-  fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
+  made = _missing_top(os.path.dirname(os.path.abspath(lock_file)))
+  fd, created = _open_lock(lock_file, wait, path, made)
   try:
-    locked = _flock(fd, wait, path, lock_file)
-    if locked:
-      previous = _lock_holder(fd)
-      if previous:
-        logging.warning(
-          "%s: the run that held it (%s) ended without releasing it", lock_file, previous
-        )
-      holder = f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%F %T')}"
-      os.ftruncate(fd, 0)
-      os.pwrite(fd, holder.encode("utf-8"), 0)
-    try:
-      yield
-    finally:
-      if locked:
-        os.ftruncate(fd, 0)  # an empty lock file: released cleanly
+    yield
+    os.ftruncate(fd, 0)  # an empty lock file: released cleanly
+  except BaseException:
+    if created and not wait:
+      # A run that ends refused leaves no trace of itself. No other run waits on this file (no
+      # waiter with wait=False), and one that opened it meanwhile sees it gone (`_open_lock`).
+      _remove_made(lock_file, made)
+    else:
+      with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+    raise
   finally:
     os.close(fd)  # drops the flock
+
+
+def _missing_top(directory):
+  """The topmost missing directory of `directory`'s path (None if it exists): what making it
+  creates."""
+  top = None
+  while not os.path.lexists(directory):
+    directory, top = os.path.dirname(directory), directory
+  return top
+
+
+def _remove_made(path, made_dir, directory=None):
+  """Removes the file `path` (if given), then the directories up to `made_dir` (made for it)
+  left empty, from `path`'s own (or `directory`) up."""
+  if path is not None:
+    with contextlib.suppress(OSError):
+      os.remove(path)
+  if made_dir is None:
+    return
+  directory = directory or os.path.dirname(os.path.abspath(path))
+  while len(directory) >= len(made_dir):
+    try:
+      os.rmdir(directory)
+    except OSError:
+      return
+    directory = os.path.dirname(directory)
+
+
+def _open_lock(lock_file, wait, path, made_dir):
+  """Opens and flocks `lock_file` and writes this process's holder line into it.
+
+  Returns:
+    (fd, created): created when this call made the file (it removes it again on a failure).
+
+  Raises:
+    OutputBusy: see `exclusive_lock`.
+    cli.InputError: the lock file cannot be made or written (a full disk, a read-only file
+      system), naming it; nothing this call made is left.
+  """
+  directory = os.path.dirname(lock_file)
+  while True:
+    created = False
+    try:
+      # In the loop: a refused run that made the dir may remove it between two attempts.
+      if directory:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as e:
+      raise cli.InputError(
+        f"cannot make {directory} for the lock of {path} ({e.strerror})"
+      ) from None
+    try:
+      try:
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+        created = True
+      except FileExistsError:
+        fd = os.open(lock_file, os.O_RDWR)
+    except FileNotFoundError:
+      continue  # removed between the two opens: make it anew
+    except OSError as e:
+      _remove_made(None, made_dir, os.path.dirname(os.path.abspath(lock_file)))
+      raise cli.InputError(f"cannot make the lock file {lock_file} ({e.strerror})") from None
+    try:
+      locked = _flock(fd, wait, path, lock_file)
+      if locked and not _same_file(fd, lock_file):
+        os.close(fd)  # its holder removed it after a refusal: lock the file now there
+        continue
+      if locked:
+        previous = _lock_holder(fd)
+        if previous:
+          logging.warning(
+            "%s: the run that held it (%s) ended without releasing it", lock_file, previous
+          )
+        holder = f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%F %T')}"
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, holder.encode("utf-8"), 0)
+      return fd, created
+    except BaseException as e:
+      os.close(fd)
+      if created:
+        _remove_made(lock_file, made_dir)
+      if isinstance(e, OSError):
+        raise cli.InputError(
+          f"cannot write the lock file {lock_file} ({e.strerror or e})"
+        ) from None
+      raise
+
+
+def _same_file(fd, path):
+  try:
+    return os.path.samestat(os.fstat(fd), os.stat(path))
+  except FileNotFoundError:
+    return False
 
 
 def _flock(fd, wait, path, lock_file):
@@ -396,6 +559,8 @@ def read_json_file(path):
       return json.load(f)
   except json.JSONDecodeError as e:
     raise ValueError(f"{path}:{e.lineno}: not JSON ({e.msg})") from None
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
   except OSError as e:
     raise ValueError(f"{path}: {e.strerror}") from None
 

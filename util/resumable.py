@@ -94,9 +94,11 @@ class Partial:
       with open(self.state_path, encoding="utf-8") as f:
         recorded = json.load(f)
     except (OSError, ValueError):
+      recorded = None
+    if not _is_state(recorded):
       raise cli.InputError(
-        f"{self.path} has no readable record of the run that wrote it ({self.state_path}): "
-        f"{runs.START_OVER}"
+        f"{self.path} has no readable record of the run that wrote it ({self.state_path} is "
+        f"missing or not such a record): {runs.START_OVER}"
       ) from None
     if recorded.get("job") != json.loads(json.dumps(job)):
       raise runs.another_job(f"{self.path} holds records of another job", recorded.get("job"), job)
@@ -143,15 +145,23 @@ class Partial:
         input_sha256=source.sha256(),
       )
       self._write_state()
-    except OSError as e:
+    except (OSError, cli.InputError) as e:
       self.state = before
       # The state file still counts the lines before this batch, so a resume cuts there anyway;
       # cutting now also frees the space the batch took.
       with contextlib.suppress(OSError):
         os.truncate(self.path, size)
+      # An InputError is the state file's (io_utils.write_atomically names it).
+      why = str(e) if isinstance(e, cli.InputError) else f"cannot write {self.path} ({e.strerror})"
+      if not self.lines:
+        # Nothing to resume from: the run leaves nothing (the lock and its dir go too).
+        for path in (self.path, self.state_path):
+          with contextlib.suppress(OSError):
+            os.remove(path)
+        raise cli.InputError(f"{why}; nothing was kept") from None
       raise cli.InputError(
-        f"cannot write {e.filename or self.path} ({e.strerror or e}): {self.path} keeps its "
-        f"{self.lines} complete lines, and a re-run with the same arguments resumes after them"
+        f"{why}: {self.path} keeps its {self.lines} complete lines, and a re-run with the same "
+        "arguments resumes after them"
       ) from None
 
   def _write_state(self):
@@ -193,10 +203,23 @@ def is_done(target, job, source):
       done = json.load(f)
   except (OSError, ValueError):
     return False
-  if not os.path.exists(target) or done.get("job") != job:
+  if not _is_state(done) or not os.path.exists(target) or done["job"] != job:
     return False
   collections.deque(source, maxlen=0)
   return (source.lines_read, source.sha256()) == (done["input_lines"], done["input_sha256"])
+
+
+def _is_state(value):
+  """Whether `value` (a state file's JSON) is a state `Partial` wrote: its fields and types."""
+  return (
+    isinstance(value, dict)
+    and "job" in value
+    and all(
+      isinstance(value.get(k), int) and not isinstance(value.get(k), bool) and value[k] >= 0
+      for k in ("lines", "input_lines")
+    )
+    and isinstance(value.get("input_sha256"), str)
+  )
 
 
 def _cut_after(path, count):

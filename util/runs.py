@@ -1,12 +1,16 @@
 """The job an output dir holds: recorded when a run starts it, compared when a run resumes it.
 
 `Record(output_dir, identity, outputs, overwrite)` refuses another job; `start()` writes
-<output_dir>/run.json (and with --overwrite first removes the old run's `outputs`). `identity` is
+<output_dir>/run.json (and with --overwrite first removes the `outputs` the old run recorded as
+its own; an output it did not record is the user's, refused, never removed). `identity` is
 a JSON-able dict of what the outputs depend on (the command, `inference.spec_identity` of the
 models, `path_identity` of the inputs, every option that changes a result); a different one is
 refused in one line naming the first field that differs (`another_job`).
 """
 
+import contextlib
+import fnmatch
+import glob
 import json
 import os
 import shutil
@@ -15,6 +19,8 @@ from util import cli
 from util import io_utils
 
 RECORD_FILE = "run.json"
+# run.json's field of the outputs the job created (`Record`); not part of the identity.
+RECORDED = "recorded_outputs"
 START_OVER = "add --overwrite to start over"
 
 
@@ -42,19 +48,28 @@ def _stat(path):
 
 
 class Record:
-  """The run identity of an output dir (see the module docstring).
+  """The run identity of an output dir (see the module docstring), and the outputs its runs made.
+
+  run.json holds the identity and, under RECORDED, the names of `outputs` this job created: those
+  that did not exist when it was recorded. --overwrite removes only those; an output name that
+  exists and is not recorded is the user's (or of a job that recorded none) and is refused, never
+  removed. A run.json without RECORDED (of a version that recorded none) counts as recorded the
+  outputs modified since it was written (its run recorded the job, then wrote them); an older
+  one was there before that run and is refused.
 
   Args:
     output_dir: str, the command's --output_dir (it exists: the run holds its lock).
     identity: JSON-able dict, what the run's outputs depend on.
-    outputs: names in `output_dir` the command writes (files or dirs); --overwrite removes them.
+    outputs: names in `output_dir` the command writes (files or dirs; a glob such as "ckpt-*"
+      stands for the names it matches); --overwrite removes the recorded ones.
     overwrite: bool, start over instead of resuming.
     adopt_unrecorded: outputs without a record (of a version that wrote none) are this job's,
       recorded by `start`; else refused.
 
   Raises:
-    cli.InputError: the dir holds another job (naming the first field that differs), or outputs
-      of a run that recorded none; the message says how to start over.
+    cli.InputError: the dir holds another job (naming the first field that differs), outputs of
+      a run that recorded none, or (with overwrite) outputs this command did not record; the
+      message says how to go on.
   """
 
   def __init__(self, output_dir, identity, outputs, overwrite=False, adopt_unrecorded=False):
@@ -63,37 +78,94 @@ class Record:
     # As it reads back from the file: tuples become lists.
     self.identity = json.loads(json.dumps(identity))
     self._started = False
-    if overwrite:
-      return
-    if not os.path.exists(self.path):
-      found = [name for name in self.outputs if os.path.exists(os.path.join(output_dir, name))]
-      if found and not adopt_unrecorded:
+    self._wrote = False
+    recorded = self._read() if os.path.exists(self.path) else None
+    found = self._existing()
+    if recorded is None:
+      if found and not adopt_unrecorded and not overwrite:
         raise cli.InputError(
           f"--output_dir {output_dir} holds {', '.join(found)} of a run that recorded no job "
-          f"({RECORD_FILE}): {START_OVER}"
+          f"({RECORD_FILE}): move {'them' if len(found) > 1 else 'it'} away or choose another "
+          "--output_dir"
         )
+      mine = found if adopt_unrecorded else []
+    elif RECORDED in recorded:
+      mine = recorded.pop(RECORDED)
+    else:
+      # A record of a version that kept none: its outputs are those changed since it was written
+      # (a run records its job before it writes); an older one was there before the run.
+      since = os.stat(self.path).st_mtime_ns
+      mine = [n for n in found if os.lstat(os.path.join(output_dir, n)).st_mtime_ns >= since]
+    self.recorded = [n for n in found if any(fnmatch.fnmatchcase(n, m) for m in mine)]
+    foreign = [name for name in found if name not in self.recorded]
+    if foreign:
+      raise cli.InputError(
+        f"--output_dir {output_dir} holds {', '.join(foreign)}, which no run of this command "
+        f"recorded in {RECORD_FILE} as its own{' (--overwrite removes only those)' * overwrite}: "
+        f"move {'them' if len(foreign) > 1 else 'it'} away or choose another --output_dir"
+      )
+    if overwrite or recorded is None:
       return
-    try:
-      recorded = io_utils.read_json_file(self.path)
-    except ValueError as e:
-      raise cli.InputError(f"{e}: {START_OVER}") from None
     if recorded != self.identity:
       raise another_job(f"--output_dir {output_dir} holds another job", recorded, self.identity)
     self._started = True
 
+  def _read(self):
+    """run.json's dict; cli.InputError naming it when it is not a record."""
+    try:
+      recorded = io_utils.read_json_file(self.path)
+    except ValueError as e:
+      if not self.overwrite:
+        raise cli.InputError(f"{e}: {START_OVER}") from None
+      return {}  # what it recorded is unknown: none of the outputs are taken for this job's
+    if not isinstance(recorded, dict):
+      if not self.overwrite:
+        raise cli.InputError(f"{self.path}: not a record of a run (a JSON object): {START_OVER}")
+      return {}
+    return recorded
+
+  def _existing(self):
+    """The names of `outputs` that exist in the dir (globs expanded), in order."""
+    names = os.listdir(self.output_dir) if os.path.isdir(self.output_dir) else []
+    found = []
+    for pattern in self.outputs:
+      for name in sorted(fnmatch.filter(names, pattern)) if glob.has_magic(pattern) else [pattern]:
+        if name not in found and os.path.lexists(os.path.join(self.output_dir, name)):
+          found.append(name)
+    return found
+
   def start(self):
-    """Records the run (once): with overwrite, removes the old run's outputs first."""
+    """Records the run (once): with overwrite, removes the old run's recorded outputs first.
+
+    The record claims the outputs that do not exist now (this run creates them) beside those it
+    recorded before.
+    """
     if self._started:
       return
     if self.overwrite:
-      for name in self.outputs + [RECORD_FILE]:
+      for name in self.recorded:
         path = os.path.join(self.output_dir, name)
-        if os.path.isdir(path):
+        if os.path.isdir(path) and not os.path.islink(path):
           shutil.rmtree(path)
         elif os.path.lexists(path):
           os.remove(path)
-    io_utils.write_atomically(self.path, json.dumps(self.identity, indent=2) + "\n")
-    self._started = True
+      self.recorded = []
+    found = self._existing()
+    claimed = self.recorded + [name for name in self.outputs if name not in found]
+    record = dict(self.identity, **{RECORDED: claimed})
+    io_utils.write_atomically(self.path, json.dumps(record, indent=2) + "\n")
+    self._started = self._wrote = True
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, kind, error, traceback):
+    """A run refused (cli.InputError) after `start` but before it made any of its outputs takes
+    its run.json back, so that the corrected command is not refused as another job."""
+    if isinstance(error, cli.InputError) and self._wrote and not self._existing():
+      with contextlib.suppress(OSError):
+        os.remove(self.path)
+      self._started = self._wrote = False
 
 
 def another_job(where, recorded, identity):
