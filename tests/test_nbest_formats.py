@@ -803,6 +803,13 @@ def test_fuzz_truncated_file(fmt, fuzz_sets, data):
   lists = fuzz.read(victim, content[: data.draw(st.integers(0, max(len(content) - 1, 0)))])
   if lists is None or lists == fuzz.lists:
     return
+  if formats.FORMATS[fmt].aligned_refs:
+    # Line-aligned references: ids the toolkit left out are counted, not refused
+    # (text_files.add_aligned_refs), so a file cut between two whole lists reads as the lists
+    # before the cut, each whole.
+    whole = {nbest.key: nbest for nbest in fuzz.lists}
+    assert all(got == whole[got.key] for got in lists), f"a cut {victim} read as other lists"
+    return
   assert fmt not in _CUT_DETECTED, f"a cut {victim} read as other lists"
   for got, want in zip(lists, fuzz.lists):
     assert got.key == want.key and got.hyps == want.hyps[: len(got.hyps)]
