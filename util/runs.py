@@ -44,7 +44,8 @@ def identity(command, params, **values):
   Returns:
     {"command": command, **values, then every other field by its flag name}: an OUTPUT field
     and one marked `result=False` left out, an INPUT field as the `path_identity` of its path
-    (a list: of each), a dataclass as its own fields in its place, any other as its value.
+    (a list: of each), a dataclass as its own fields in its place, any other as its value; as
+    it reads back from run.json (tuples become lists).
 
   Raises:
     ValueError: two fields (a nested dataclass's among them) under one name.
@@ -61,7 +62,7 @@ def identity(command, params, **values):
     if name in job:
       raise ValueError(f"{type(params).__name__}: two fields named {name} in the run identity")
     job[name] = _paths_identity(value) if field.metadata.get("io") == cli.INPUT else value
-  return job
+  return json.loads(json.dumps(job))
 
 
 def _identity_fields(params):
