@@ -113,6 +113,7 @@ class JobParams:
     "another job (models, representations, sets, --max_pairs, --pairs_batch_size, bootstrap) or "
     "resuming an unfinished pairs/<NAME>.tsv.partial.",
     False,
+    result=False,
   )
   # Set by the command.
   pairs_file: list = cli.path_field(cli.INPUT, "pairs_file", default_factory=list)
@@ -160,37 +161,25 @@ def pair_groups(params):
 
 
 def identity(params, groups):
-  """The run identity of --output_dir (`util/runs.py`): the models, the sets, every flag that
-  changes a result. A pair set's content is checked apart, per set (`CosineWriter`)."""
-  job = {
-    "command": "run_sts.py",
-    "model_dir": [
-      dict(inference.spec_identity(spec), name=name)
-      for name, spec in lm_flags.named_specs(params.model_dir)
-    ],
-    "representations": params.representations,
-    **params.lm_options,
-    "bootstrap_resamples": params.bootstrap_resamples,
-    "bootstrap_seed": params.bootstrap_seed,
-  }
-  if params.whiten or params.whiten_load:
-    job.update(
-      whiten=params.whiten,
-      whiten_fit=params.whiten_fit and runs.path_identity(params.whiten_fit),
-      whiten_load=params.whiten_load and runs.path_identity(params.whiten_load),
-    )
+  """The run identity of --output_dir (`runs.identity`): the models, the pair sets, the data root
+  of the paper's sets, and every field not marked `result=False`. A pair set's content is
+  checked apart, per set (`CosineWriter`)."""
+  data_dir = None
   if params.sets:
     try:
       data_dir = io_utils.data_root(params.data_dir)
     except FileNotFoundError:
       data_dir = params.data_dir  # reading the sets names it
-    job.update(sets=params.sets, data_dir=data_dir, max_pairs=params.max_pairs)
-  if groups:
-    job.update(
-      pairs_file={name: source.identity() for _, sets in groups for name, source in sets},
-      pairs_batch_size=params.pairs_batch_size,
-    )
-  return job
+  return runs.identity(
+    "run_sts.py",
+    params,
+    model_dir=[
+      dict(inference.spec_identity(spec), name=name)
+      for name, spec in lm_flags.named_specs(params.model_dir)
+    ],
+    pairs_file={name: source.identity() for _, sets in groups for name, source in sets},
+    data_dir=data_dir,
+  )
 
 
 def check_model_specs(model_dir):

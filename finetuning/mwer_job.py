@@ -38,20 +38,6 @@ FORMATS = tuple(
 MODEL_DIR = "model"
 # What a job writes in --output_dir besides its score cache: a dir per setting, the results.
 OUTPUTS = (*settings.SETTINGS, "results.json", "results.md")
-# JobParams and MwerParams fields that change no result: where it goes, how often it saves, how
-# many sentences a cache write holds; and those the record gives their own identity.
-_NOT_IDENTITY = (
-  "output_dir",
-  "overwrite",
-  "chunk_size",
-  "save_every_steps",
-  "regularizer_weight",
-  "data_dir",
-  "init_model",
-  "train_sets",
-  "test_sets",
-  "mwer",
-)
 
 
 @dataclasses.dataclass
@@ -113,11 +99,14 @@ class JobParams:
     lower_bound=1,
   )
   bootstrap_seed: int = cli.param("Seed of the bootstrap.", 0)
-  chunk_size: int = cli.param("Sentences per scoring call and cache write.", 500, lower_bound=1)
+  chunk_size: int = cli.param(
+    "Sentences per scoring call and cache write.", 500, lower_bound=1, result=False
+  )
   overwrite: bool = cli.param(
     "Start over: remove the checkpoints, models and results of the job --output_dir holds "
     "(its LM score cache, keyed by model, stays) instead of refusing a job that differs.",
     False,
+    result=False,
   )
   # Set by the command.
   data_dir: str = None
@@ -152,16 +141,15 @@ def read_sets(params, names):
 
 
 def identity(params):
-  """The job's run identity (`util/runs.py`): the starting model, the lists, and every setting
-  that changes a checkpoint or a result, MwerParams' among them by their flag names."""
-  settings = {**dataclasses.asdict(params), **dataclasses.asdict(params.mwer)}
-  return {
-    "command": "run_mwer.py",
-    "init_model": inference.spec_identity(params.init_model),
-    "train_sets": _set_identities(params, params.train_sets),
-    "test_sets": _set_identities(params, params.test_sets),
-    **{name: value for name, value in settings.items() if name not in _NOT_IDENTITY},
-  }
+  """The job's run identity (`runs.identity`): the starting model, the lists, and every field not
+  marked `result=False`, MwerParams' among them by their flag names."""
+  return runs.identity(
+    "run_mwer.py",
+    params,
+    init_model=inference.spec_identity(params.init_model),
+    train_sets=_set_identities(params, params.train_sets),
+    test_sets=_set_identities(params, params.test_sets),
+  )
 
 
 def _set_identities(params, names):

@@ -59,11 +59,11 @@ class MwerParams:
   dropout: bool = cli.param("Train the LM with its config's dropout.", True)
   seed: int = cli.param("Seed of the batch order, the dropout and the biLM's MLM masks.", 12345)
   save_every_steps: int = cli.param(
-    "Checkpoint interval in steps (0: at each epoch's end only).", 0, lower_bound=0
+    "Checkpoint interval in steps (0: at each epoch's end only).", 0, lower_bound=0, result=False
   )
-  # Set by the caller for each run, not flags.
-  output_dir: str = None
-  regularizer_weight: float = 0.0
+  # Set by the caller for each run, not flags (the job's identity has --regularizer_weights).
+  output_dir: str = cli.setting(result=False)
+  regularizer_weight: float = cli.setting(0.0, result=False)
 
   def __post_init__(self):
     # absl's float bounds include the bound and let nan through; a rate of 0 trains nothing.

@@ -21,6 +21,7 @@ from util import distribute_utils
 from util import io_utils
 from util import progress as progress_lib
 from util import resumable
+from util import runs
 
 FORMATS = ("jsonl", "tsv")
 VECTORS = ("none", "context", "embed", "first_last")
@@ -72,15 +73,17 @@ class ScoreParams:
     "Start over: discard an unfinished OUTPUT.partial instead of resuming it (a resume must be "
     "the same job: model, input, batch size and options).",
     False,
+    result=False,
   )
   strategy: str = cli.param(
     "Neural LMs: split each batch's rows over the replicas of this tf.distribute strategy "
     "(mirrored: all local GPUs; tpu: --tpu).",
     "one_device",
     ("one_device", "mirrored", "tpu"),
+    result=False,  # what changes a record is the replicas: in --model_dir's run_identity
   )
-  tpu: str = cli.param(distribute_utils.TPU_HELP, None)
-  num_cpu_devices: int = cli.param(distribute_utils.NUM_CPU_DEVICES_HELP, 0)
+  tpu: str = cli.param(distribute_utils.TPU_HELP, None, result=False)
+  num_cpu_devices: int = cli.param(distribute_utils.NUM_CPU_DEVICES_HELP, 0, result=False)
   # Set by the command from lm_flags' flags, not made from these fields.
   model_dir: str = cli.path_field(cli.INPUT, "model_dir")
   scoring: str = None
@@ -224,31 +227,28 @@ def shard_path(output_file, shard_id, num_shards):
 
 
 def job_key(lm, params):
-  """What the records of a run depend on; a resume continues only the same job.
+  """What the records of a run depend on (`runs.identity`); a resume continues only the same job.
 
-  The model and what runs it (`inference.run_identity`), the input file, and every option that
-  changes a record. The input's content is checked apart (`resumable.Partial`). A neural LM's
-  --long_inputs (and when windowing, --window and --stride) come first, in the open as well as
-  hashed into the model's id, so that a resume with other ones is refused naming the flag.
+  The model and what runs it (`inference.run_identity` as --model_dir, replicas included), the
+  input file's path, and every field of `params` not marked `result=False`. The input's content
+  is checked apart (`resumable.Partial`). A neural LM's --long_inputs (and when windowing,
+  --window and --stride) come first, in the open as well as hashed into the model's id, so that
+  a resume with other ones is refused naming the flag.
   """
   windows = {}
   if isinstance(lm, inference.NeuralLM):
     windows["long_inputs"] = lm.long_inputs
     if lm.long_inputs == "window":
       windows.update(window=lm.window, stride=lm.stride)
-  return {
+  path = params.input_file
+  return runs.identity(
+    "score.py",
+    params,
     **windows,
-    **inference.run_identity(lm, params.scoring),
-    "input": params.input_file if params.input_file == "-" else os.path.abspath(params.input_file),
-    "batch_size": params.batch_size,
-    "format": params.format,
-    "tsv_order": params.tsv_order,
-    "keyed": params.keyed,
-    "log_base": params.log_base,
-    "vectors": params.vectors,
-    "num_shards": params.num_shards,
-    "shard_id": params.shard_id,
-  }
+    model_dir=inference.run_identity(lm, params.scoring),
+    scoring=inference.scoring_of(lm, params.scoring),
+    input_file=path if path == "-" else os.path.abspath(path),
+  )
 
 
 def _line_batches(numbered, batch_size):
@@ -358,7 +358,7 @@ def _merge_key(done):
   """What the shards of one output must agree on, from a shard's `.done.json`: its job but for
   the shard_id and the input's path (machines may mount one input at different paths), and the
   input's content."""
-  job = {k: v for k, v in done["job"].items() if k not in ("shard_id", "input")}
+  job = {k: v for k, v in done["job"].items() if k not in ("shard_id", "input_file")}
   return dict(job, input_lines=done["input_lines"], input_sha256=done["input_sha256"])
 
 

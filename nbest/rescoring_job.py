@@ -98,6 +98,7 @@ class RescoringParams:
     "Sentences scored between cache writes; progress lines (rate, ETA) at most every 10 s.",
     500,
     lower_bound=1,
+    result=False,
   )
   bootstrap_resamples: int = cli.param(
     "Paired bootstrap resamples (over utterances) for each LM's WER vs the first pass.",
@@ -109,6 +110,7 @@ class RescoringParams:
     "--test_file runs: start over in an --output_dir that holds another run's weights, "
     "rescored lists and report (removes them; the score cache stays).",
     False,
+    result=False,
   )
   scoring: str = None
   first_pass: list = dataclasses.field(default_factory=list)
@@ -157,23 +159,17 @@ def run(params):
 
 
 def identity(params, with_lms=True):
-  """The run identity of a --test_file run's --output_dir (util/runs.py): the lists, the LMs and
-  how they score (unless not `with_lms`), the weights file and every flag that changes the
-  outputs (not progress or thread options)."""
-  files = ("dev_file", "test_file", "weights_file")
-  job = {
-    "command": "run_rescoring.py",
-    **{k: getattr(params, k) and runs.path_identity(getattr(params, k)) for k in files},
-    "dev_refs": [runs.path_identity(p) for p in params.dev_refs],
-    "test_refs": [runs.path_identity(p) for p in params.test_refs],
-  }
-  outputs = ("format", "format_options", "task", "first_pass", "allow_negative_weights", "cer")
-  for k in outputs + ("max_lists", "sample_lists", "sample_seed"):
-    job[k] = getattr(params, k)
-  if with_lms:
-    job["lms"] = [dict(inference.spec_identity(spec), name=name) for name, spec in params.lms]
-    job["scoring"], job["sentence_score"] = params.scoring, params.sentence_score
-  return job
+  """The run identity of a --test_file run's --output_dir (`runs.identity`): the LMs
+  (`inference.spec_identity`) and every field not marked `result=False`; without `with_lms`
+  (the paper's table, to which each run adds its LMs' rows) nothing of the LMs."""
+  if not with_lms:
+    return runs.identity(
+      "run_rescoring.py",
+      params,
+      **dict.fromkeys(("lms", "scoring", "sentence_score", "lm_options")),
+    )
+  lms = [dict(inference.spec_identity(spec), name=name) for name, spec in params.lms]
+  return runs.identity("run_rescoring.py", params, lms=lms)
 
 
 def read_sets(params):

@@ -45,7 +45,8 @@ class TrainParams:
   The single statement of each default: run_pretraining.py generates its
   flags (same names, these defaults, the help texts below) from the fields
   made with `cli.param`. config_overrides (from --config_json and the size
-  flags) and install_signal_handlers are for callers only.
+  flags) and install_signal_handlers are for callers only. The fields marked
+  `result=False` are those a resume may change (`run_identity`).
   """
 
   output_dir: str = cli.param(
@@ -55,7 +56,7 @@ class TrainParams:
   input_file: str = cli.param(
     "Glob of training TFRecords (create_pretraining_data.py).", None, io=cli.INPUT
   )
-  eval_file: str = cli.param("Glob of evaluation TFRecords.", None, io=cli.INPUT)
+  eval_file: str = cli.param("Glob of evaluation TFRecords.", None, io=cli.INPUT, result=False)
   vocab_file: str = cli.param(
     "WordPiece vocab; default the vocab.txt beside "
     "--input_file, or the one already in --output_dir.",
@@ -76,13 +77,14 @@ class TrainParams:
     "our model dir / checkpoint, or a Google-BERT / T-TA TF1 checkpoint.",
     None,
     io=cli.INPUT,
+    result=False,
   )
   train_batch_size: int = cli.param("Global batch size (sentences).", 64)
-  eval_batch_size: int = cli.param("Global eval batch size.", 64)
+  eval_batch_size: int = cli.param("Global eval batch size.", 64, result=False)
   learning_rate: float = cli.param("Peak learning rate.", 1e-4)
   weight_decay_rate: float = cli.param("Decoupled weight decay.", 0.01)
-  num_train_steps: int = cli.param("Total optimizer steps.", 100000)
-  num_warmup_steps: int = cli.param("Linear warmup steps.", 10000)
+  num_train_steps: int = cli.param("Total optimizer steps.", 100000, result=False)
+  num_warmup_steps: int = cli.param("Linear warmup steps.", 10000, result=False)
   max_seq_length: int = cli.param("Longest sentence in tokens.", 128)
   loss_normalization: str = cli.param(
     "Divisor of each batch's training-loss sum: constant = train_batch_size * max_seq_length "
@@ -109,15 +111,21 @@ class TrainParams:
     "--seed.",
     None,
   )
-  save_checkpoints_steps: int = cli.param("Checkpoint interval.", 1000)
-  keep_checkpoint_max: int = cli.param("Checkpoints kept.", 5)
-  eval_every_steps: int = cli.param("Evaluate every N steps (0: only at the end).", 0)
-  max_eval_steps: int = cli.param("Eval batches per evaluation (0: the whole eval file).", 100)
-  steps_per_loop: int = cli.param("Steps per tf.function call (cuts Python overhead).", 20)
-  log_every_steps: int = cli.param("Progress line interval.", 100)
-  strategy: str = cli.param("tf.distribute.", "one_device", distribute_utils.STRATEGIES)
-  tpu: str = cli.param(distribute_utils.TPU_HELP, None)
-  num_cpu_devices: int = cli.param(distribute_utils.NUM_CPU_DEVICES_HELP, 0)
+  save_checkpoints_steps: int = cli.param("Checkpoint interval.", 1000, result=False)
+  keep_checkpoint_max: int = cli.param("Checkpoints kept.", 5, result=False)
+  eval_every_steps: int = cli.param("Evaluate every N steps (0: only at the end).", 0, result=False)
+  max_eval_steps: int = cli.param(
+    "Eval batches per evaluation (0: the whole eval file).", 100, result=False
+  )
+  steps_per_loop: int = cli.param(
+    "Steps per tf.function call (cuts Python overhead).", 20, result=False
+  )
+  log_every_steps: int = cli.param("Progress line interval.", 100, result=False)
+  strategy: str = cli.param(
+    "tf.distribute.", "one_device", distribute_utils.STRATEGIES, result=False
+  )
+  tpu: str = cli.param(distribute_utils.TPU_HELP, None, result=False)
+  num_cpu_devices: int = cli.param(distribute_utils.NUM_CPU_DEVICES_HELP, 0, result=False)
   mixed_precision: bool = cli.param(
     "bfloat16 compute, float32 variables; LayerNorm, softmax and the loss "
     "stay float32 (faster on AMX CPUs; docs/DESIGN.md §6).",
@@ -127,11 +135,13 @@ class TrainParams:
     "jit_compile the forward/backward pass (on CPU slower than TF's oneDNN "
     "kernels; docs/DESIGN.md §6).",
     False,
+    result=False,
   )
   train_minutes: float = cli.param(
     "Wall-clock budget; when used up the run saves a checkpoint and stops unfinished "
     "(run_pretraining.py exits 75) (0: no limit).",
     0.0,
+    result=False,
   )
   output_layer: str = cli.param(
     "softmax: tied vocabulary softmax; continuous: ELMo-C cosine loss against --target_embeddings.",
@@ -154,6 +164,7 @@ class TrainParams:
     "Continuous head: after the final eval, store in config.json the scale "
     "(of losses.LOGIT_SCALES) with the lowest eval cross-entropy.",
     True,
+    result=False,
   )
   synthetic_data: bool = cli.param("Random ids instead of --input_file (benchmarking).", False)
   synthetic_length: int = cli.param("Mean sentence length of --synthetic_data.", 32)
@@ -167,56 +178,20 @@ class TrainParams:
     "Start over: remove the checkpoints, logs and summary of the training --output_dir holds "
     "(another job's, or this job's) instead of resuming it.",
     False,
+    result=False,
   )
-  install_signal_handlers: bool = True
-
-
-# What a resume may change: how the run goes, logs and evaluates, and --num_train_steps, which
-# extends it, with the warmup that goes with it (reproduce.py warms up for a tenth of the steps of
-# its budget). Every other field changes the model it ends with, so it is part of the run's
-# identity (`run_identity`).
-_NOT_IDENTITY = (
-  "output_dir",
-  "eval_file",
-  "eval_batch_size",
-  "num_train_steps",
-  "num_warmup_steps",
-  "init_checkpoint",  # ignored by a resume
-  "save_checkpoints_steps",
-  "keep_checkpoint_max",
-  "eval_every_steps",
-  "max_eval_steps",
-  "steps_per_loop",
-  "log_every_steps",
-  "strategy",
-  "tpu",
-  "num_cpu_devices",
-  "use_xla",
-  "train_minutes",
-  "calibrate_logit_scale",
-  "overwrite",
-  "install_signal_handlers",
-)
-# The input files of a run, recorded by their path, size and modification time.
-_INPUT_FILES = ("vocab_file", "bert_config_file", "target_embeddings")
+  install_signal_handlers: bool = cli.setting(True, result=False)
 
 
 def run_identity(params):
-  """What the model a run ends with depends on (`util/runs.py`): the command, the training data
-  and the other input files, and every field but `_NOT_IDENTITY`'s."""
-  fields = {
-    name: value
-    for name, value in dataclasses.asdict(params).items()
-    if name not in _NOT_IDENTITY + _INPUT_FILES + ("input_file",)
-  }
+  """What the model a run ends with depends on (`runs.identity`): the command, the training data
+  (the files --input_file's globs match) and every field not marked `result=False`, those a
+  resume may change: how the run goes, logs and evaluates, and --num_train_steps, which extends
+  it, with the warmup that goes with it (reproduce.py warms up for a tenth of its steps)."""
   data = None
   if params.input_file:
     data = [runs.path_identity(path) for path in io_utils.expand_globs(params.input_file)]
-  files = {
-    name: runs.path_identity(getattr(params, name)) if getattr(params, name) else None
-    for name in _INPUT_FILES
-  }
-  return {"command": "run_pretraining.py", "input_file": data, **files, **fields}
+  return runs.identity("run_pretraining.py", params, input_file=data)
 
 
 def _run_record(params):

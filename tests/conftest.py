@@ -103,6 +103,21 @@ def tokenizer(tmp_path_factory):
   return tokenization.FullTokenizer(str(path), do_lower_case=True)
 
 
+@pytest.fixture(scope="module")
+def tiny_tta(tmp_path_factory):
+  """A random tiny T-TA model dir of the special tokens and WORDS."""
+  from lm import model_dir  # pylint: disable=g-import-not-at-top
+  import tokenization  # pylint: disable=g-import-not-at-top
+
+  root = tmp_path_factory.mktemp("tiny_tta")
+  vocab = root / "vocab.txt"
+  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + list(WORDS)) + "\n")
+  config = tiny_config(vocab_size=len(tokenization.SPECIAL_TOKENS) + len(WORDS))
+  path = str(root / "tta")
+  model_dir.save_model_dir(modeling.build_model(config, "tta"), str(vocab), path)
+  return path
+
+
 def data_dir_or_skip(subdir=""):
   """The shared data root (`io_utils.data_root`: $TTA_DATA, else ../shared/data) holding `subdir`.
 

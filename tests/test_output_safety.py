@@ -9,13 +9,8 @@ import json
 import os
 
 import commands
-from conftest import WORDS
-from conftest import tiny_config
 import pytest
 
-from lm import model_dir
-import modeling
-import tokenization
 from util import runs
 
 
@@ -37,18 +32,6 @@ def _tree(root):
       with open(path, "rb") as f:
         out[os.path.relpath(path, root)] = f.read()
   return out
-
-
-@pytest.fixture(scope="module")
-def tiny_tta(tmp_path_factory):
-  """A random tiny T-TA model dir."""
-  root = tmp_path_factory.mktemp("tiny_tta")
-  vocab = root / "vocab.txt"
-  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + list(WORDS)) + "\n")
-  config = tiny_config(vocab_size=len(tokenization.SPECIAL_TOKENS) + len(WORDS))
-  path = str(root / "tta")
-  model_dir.save_model_dir(modeling.build_model(config, "tta"), str(vocab), path)
-  return path
 
 
 def test_score_refuses_to_write_its_scores_over_its_input(tmp_path):

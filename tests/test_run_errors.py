@@ -10,13 +10,8 @@ import os
 import re
 
 import commands
-from conftest import WORDS
-from conftest import tiny_config
 import pytest
 
-from lm import model_dir
-import modeling
-import tokenization
 from util import cli
 
 BAD_MWER_FLAGS = [
@@ -127,18 +122,6 @@ def test_a_run_refused_for_its_model_leaves_no_output(tmp_path, command):
   line = error_line(commands.run(command, *args), command)
   assert f"{tmp_path}/absent" in line
   assert os.listdir(tmp_path) == ["in.txt"], "a refused run left files behind"
-
-
-@pytest.fixture(scope="module")
-def tiny_tta(tmp_path_factory):
-  """A random tiny T-TA model dir."""
-  root = tmp_path_factory.mktemp("tiny_tta")
-  vocab = root / "vocab.txt"
-  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + list(WORDS)) + "\n")
-  config = tiny_config(vocab_size=len(tokenization.SPECIAL_TOKENS) + len(WORDS))
-  path = str(root / "tta")
-  model_dir.save_model_dir(modeling.build_model(config, "tta"), str(vocab), path)
-  return path
 
 
 @pytest.mark.parametrize("command", ["run_mwer.py", "run_sts.py"])

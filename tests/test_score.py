@@ -258,12 +258,12 @@ def _edit(path):
 @pytest.mark.parametrize(
   "change, refusal",
   [
-    ("model", r"model tta-\w+ \(this run: tta-\w+\)"),
+    ("model", r"model_dir\.model tta-\w+ \(this run: tta-\w+\)"),
     ("input", r"input.txt is not the input .* was scored from \(its first 4 lines changed\)"),
     ("batch_size", r"batch_size 2 \(this run: 3\)"),
     ("vectors", r"vectors none \(this run: context\)"),
     # The scoring mode is part of the model's identity (inference.describe).
-    ("scoring", r"model tta-\w+ \(this run: tta-\w+\)"),
+    ("scoring", r"model_dir\.model tta-\w+ \(this run: tta-\w+\)"),
     ("legacy", r"has no readable record of the run that wrote it"),
     # A windowed run (16-token windows, the model's length) resumed with other window flags.
     ("window", r"window 16 \(this run: 12\)"),
@@ -391,12 +391,12 @@ def other_lm(other_tta_dir):
   return inference.load_lm(other_tta_dir)
 
 
-@pytest.mark.parametrize("change", ["model", "batch_size", "input_sha256"])
+@pytest.mark.parametrize("change", ["model_dir", "batch_size", "input_sha256"])
 def test_merge_refuses_shards_of_another_job(lm, other_lm, input_file, tmp_path, change):
   out = str(tmp_path / "merged.jsonl")
   for shard in range(3):
     shard_lm, overrides = lm, {}
-    if shard == 2 and change == "model":
+    if shard == 2 and change == "model_dir":
       shard_lm = other_lm
     elif shard == 2 and change == "batch_size":
       overrides = {"batch_size": 3}

@@ -4,7 +4,8 @@ A wrong input (a flag absl refuses, `InputError` or `app.UsageError` anywhere, a
 OSError inside a `user_input()` block) prints "<script>: error: <message>" and exits 2 without a
 traceback (`--verbosity=1` shows it); anything else keeps absl's traceback. A dataclass whose
 fields are made with `param` is both a function's arguments and a script's flags
-(`define_param_flags`, `param_values`). Light on purpose: standard library and absl.
+(`define_param_flags`, `param_values`); a field is part of the run identity of the job's outputs
+(util/runs.py `identity`) unless marked `result=False`. Light on purpose: standard library and absl.
 """
 
 import contextlib
@@ -124,7 +125,15 @@ INPUT = "input"
 OUTPUT = "output"
 
 
-def param(help_text, default=dataclasses.MISSING, enum=None, flag=None, lower_bound=None, io=None):
+def param(
+  help_text,
+  default=dataclasses.MISSING,
+  enum=None,
+  flag=None,
+  lower_bound=None,
+  io=None,
+  result=True,
+):
   """A dataclass field that is also a command-line flag.
 
   Args:
@@ -137,6 +146,9 @@ def param(help_text, default=dataclasses.MISSING, enum=None, flag=None, lower_bo
       float's bound does not refuse nan: the dataclass's own check does, where it matters).
     io: INPUT or OUTPUT for a field holding paths (a path, a list of them, comma-separated
       globs, model specs such as kenlm:PATH or NAME=DIR) the command reads or writes.
+    result: False for a field that changes none of the job's results (progress, threads, how
+      often it saves, --overwrite): left out of its run identity (util/runs.py `identity`), so
+      that a resume may change it. An OUTPUT field is never part of it.
   """
   return dataclasses.field(
     default=default,
@@ -146,25 +158,44 @@ def param(help_text, default=dataclasses.MISSING, enum=None, flag=None, lower_bo
       "flag": flag,
       "lower_bound": lower_bound,
       "io": io,
+      "result": result,
     },
   )
 
 
-def path_field(io, flag, default=None, default_factory=dataclasses.MISSING):
+def path_field(io, flag, default=None, default_factory=dataclasses.MISSING, result=True):
   """A dataclass field that is not made into a flag (the command sets it) but holds the paths of
-  flag `flag`, marked INPUT or OUTPUT as `param`'s `io`."""
+  flag `flag`, marked INPUT or OUTPUT as `param`'s `io`, and `result` as `param`'s."""
   if default_factory is not dataclasses.MISSING:
     default = dataclasses.MISSING
   return dataclasses.field(
-    default=default, default_factory=default_factory, metadata={"io": io, "flag": flag}
+    default=default,
+    default_factory=default_factory,
+    metadata={"io": io, "flag": flag, "result": result},
   )
+
+
+def setting(default=None, result=True):
+  """A dataclass field that is no flag (a caller sets it), marked `result` as `param`'s."""
+  return dataclasses.field(default=default, metadata={"result": result})
+
+
+def is_result(field):
+  """Whether dataclass field `field` is part of the run identity: not OUTPUT, not marked
+  `result=False` (an unmarked field is)."""
+  return field.metadata.get("result", True) and field.metadata.get("io") != OUTPUT
+
+
+def flag_name(field):
+  """The flag of dataclass field `field` (`param`'s `flag`), else the field's name."""
+  return field.metadata.get("flag") or field.name
 
 
 def io_values(params, io):
   """[(flag name, value)] of the fields of dataclass instance `params` marked `io` (INPUT or
   OUTPUT) whose value is set."""
   return [
-    (_flag_name(f), getattr(params, f.name))
+    (flag_name(f), getattr(params, f.name))
     for f in dataclasses.fields(params)
     if f.metadata.get("io") == io and getattr(params, f.name) not in (None, "", (), [])
   ]
@@ -183,10 +214,6 @@ def _param_fields(cls):
   return [f for f in dataclasses.fields(cls) if "help" in f.metadata]
 
 
-def _flag_name(field):
-  return field.metadata["flag"] or field.name
-
-
 def define_param_flags(cls, flag_values=flags.FLAGS):
   """Defines one absl flag per `param` field of dataclass `cls` (in `flag_values`)."""
   for field in _param_fields(cls):
@@ -195,7 +222,7 @@ def define_param_flags(cls, flag_values=flags.FLAGS):
       # A list field's default is a tuple (a dataclass refuses a mutable default); absl's
       # list flags take lists.
       default = list(default)
-    name, help_text = _flag_name(field), field.metadata["help"]
+    name, help_text = flag_name(field), field.metadata["help"]
     if field.metadata["enum"]:
       flags.DEFINE_enum(name, default, field.metadata["enum"], help_text, flag_values=flag_values)
     else:
@@ -206,4 +233,4 @@ def define_param_flags(cls, flag_values=flags.FLAGS):
 
 def param_values(cls, flag_values):
   """{field name: parsed flag value} of the `param` fields of `cls`."""
-  return {f.name: flag_values[_flag_name(f)].value for f in _param_fields(cls)}
+  return {f.name: flag_values[flag_name(f)].value for f in _param_fields(cls)}

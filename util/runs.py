@@ -2,13 +2,16 @@
 
 `Record(output_dir, identity, outputs, overwrite)` refuses another job; `start()` writes
 <output_dir>/run.json (and with --overwrite first removes the `outputs` the old run recorded as
-its own; an output it did not record is the user's, refused, never removed). `identity` is
-a JSON-able dict of what the outputs depend on (the command, `inference.spec_identity` of the
-models, `path_identity` of the inputs, every option that changes a result); a different one is
-refused in one line naming the first field that differs (`another_job`).
+its own; an output it did not record is the user's, refused, never removed). The identity, a
+JSON-able dict of what the outputs depend on, is `identity(command, params, ...)` for every
+command: each field of its params dataclass by its flag name unless marked `result=False`
+(util/cli.py), the inputs by `path_identity` or the job's own identity of them
+(`inference.spec_identity` of a model); a different one is refused in one line naming the
+first field that differs (`another_job`).
 """
 
 import contextlib
+import dataclasses
 import fnmatch
 import glob
 import json
@@ -22,6 +25,68 @@ RECORD_FILE = "run.json"
 # run.json's field of the outputs the job created (`Record`); not part of the identity.
 RECORDED = "recorded_outputs"
 START_OVER = "add --overwrite to start over"
+# A field one identity has and the other lacks (`another_job`).
+_ABSENT = object()
+
+
+def identity(command, params, **values):
+  """The run identity of `command` run with `params`, derived from its fields: a new field is
+  part of it unless marked `result=False` (`cli.param`).
+
+  Args:
+    command: the command's file name ("score.py").
+    params: the job's params dataclass instance.
+    **values: the job's identity of fields it reads itself (by field name: a model spec's
+      `inference.spec_identity`, set names' files, a glob's files), or facts it computes that no
+      field holds (the window an LM applies); they come first, in their order, so that a refusal
+      names them before what follows from them.
+
+  Returns:
+    {"command": command, **values, then every other field by its flag name}: an OUTPUT field
+    and one marked `result=False` left out, an INPUT field as the `path_identity` of its path
+    (a list: of each), a dataclass as its own fields in its place, any other as its value; as
+    it reads back from run.json (tuples become lists).
+
+  Raises:
+    ValueError: two fields (a nested dataclass's among them) under one name.
+  """
+  fields = _identity_fields(params)
+  names = {field.name: cli.flag_name(field) for field, _ in fields}
+  job = {"command": command}
+  for name, value in values.items():
+    job[names.get(name, name)] = value
+  for field, value in fields:
+    if field.name in values:
+      continue
+    name = cli.flag_name(field)
+    if name in job:
+      raise ValueError(f"{type(params).__name__}: two fields named {name} in the run identity")
+    job[name] = _paths_identity(value) if field.metadata.get("io") == cli.INPUT else value
+  return json.loads(json.dumps(job))
+
+
+def _identity_fields(params):
+  """[(field, value)] of dataclass instance `params` that are part of its run identity, a
+  dataclass field's own fields in its place."""
+  fields = []
+  for field in dataclasses.fields(params):
+    value = getattr(params, field.name)
+    if not cli.is_result(field):
+      continue
+    if dataclasses.is_dataclass(value):
+      fields += _identity_fields(value)
+    else:
+      fields.append((field, value))
+  return fields
+
+
+def _paths_identity(value):
+  """`path_identity` of an INPUT field's path, or of each of a list of them; unset: as it is."""
+  if not value:
+    return value
+  if isinstance(value, (list, tuple)):
+    return [path_identity(path) for path in value]
+  return path_identity(value)
 
 
 def path_identity(path):
@@ -177,7 +242,10 @@ def another_job(where, recorded, identity):
     cli.InputError, to raise.
   """
   name, old, new = _first_difference(recorded, json.loads(json.dumps(identity)))
-  return cli.InputError(f"{where}: {name} {_show(old)} (this run: {_show(new)}); {START_OVER}")
+  shown = [_show(old), _show(new)]
+  if shown[0] == shown[1] and (old is _ABSENT or new is _ABSENT):  # the other holds None
+    shown[new is _ABSENT] = "absent"
+  return cli.InputError(f"{where}: {name} {shown[0]} (this run: {shown[1]}); {START_OVER}")
 
 
 def _first_difference(old, new, name="job"):
@@ -189,7 +257,7 @@ def _first_difference(old, new, name="job"):
     for key in list(new) + [k for k in old if k not in new]:
       if key not in old or key not in new or old[key] != new[key]:
         inner = name if key == "path" else (key if name == "job" else f"{name}.{key}")
-        return _first_difference(old.get(key), new.get(key), inner)
+        return _first_difference(old.get(key, _ABSENT), new.get(key, _ABSENT), inner)
   if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
     for a, b in zip(old, new):
       if a != b:
@@ -198,7 +266,7 @@ def _first_difference(old, new, name="job"):
 
 
 def _show(value):
-  if value is None:
+  if value is None or value is _ABSENT:
     return "none"
   if isinstance(value, dict) and "path" in value:
     return value["path"]
