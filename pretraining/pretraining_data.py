@@ -1034,4 +1034,6 @@ def create_pretraining_data(input_files, output_dir, force=False, **options):
   run = RunParams(**{k: options.pop(k) for k in _RUN_FIELDS if k in options})
   args = DataParams(input_files=input_files, **options)
   io_utils.check_outputs_apart(args, outputs=[("output_dir", output_dir)])
-  return _build(args, run, output_dir, force)
+  # A run refused for its input (a bad byte, an empty file) leaves no empty --output_dir.
+  with io_utils.output_dir(output_dir), cli.user_input():
+    return _build(args, run, output_dir, force)

@@ -107,6 +107,16 @@ def test_a_run_refused_after_its_record_takes_the_record_back(tmp_path):
   assert (tmp_path / runs.RECORD_FILE).exists()
 
 
+def test_a_dir_made_for_an_output_it_could_not_write_does_not_keep_the_record(tmp_path):
+  # run_sts.py on a full disk: its pairs/ dir is made, the first state file cannot be written.
+  with pytest.raises(cli.InputError):
+    with runs.Record(str(tmp_path), JOB, ["results.json", "pairs"]) as record:
+      record.start()
+      (tmp_path / "pairs").mkdir()
+      raise cli.InputError("cannot write pairs/x.tsv.partial.json (No space left on device)")
+  assert sorted(os.listdir(tmp_path)) == []
+
+
 @pytest.mark.parametrize(
   "content, named",
   [(b"\xff\xfe{}", "not UTF-8"), (b"[]", "not a record of a run"), (b"{", "not JSON")],

@@ -144,6 +144,7 @@ class Record:
     self.identity = json.loads(json.dumps(identity))
     self._started = False
     self._wrote = False
+    self._made = []  # outputs absent when `start` recorded the run
     recorded = self._read() if os.path.exists(self.path) else None
     found = self._existing()
     if recorded is None:
@@ -216,7 +217,8 @@ class Record:
           os.remove(path)
       self.recorded = []
     found = self._existing()
-    claimed = self.recorded + [name for name in self.outputs if name not in found]
+    self._made = [name for name in self.outputs if name not in found]
+    claimed = self.recorded + self._made
     record = dict(self.identity, **{RECORDED: claimed})
     io_utils.write_atomically(self.path, json.dumps(record, indent=2) + "\n")
     self._started = self._wrote = True
@@ -227,7 +229,13 @@ class Record:
   def __exit__(self, kind, error, traceback):
     """A run refused (cli.InputError) after `start` but before it made any of its outputs takes
     its run.json back, so that the corrected command is not refused as another job."""
-    if isinstance(error, cli.InputError) and self._wrote and not self._existing():
+    if not (isinstance(error, cli.InputError) and self._wrote):
+      return
+    # A dir this run made for an output it then could not write (a full disk) holds nothing.
+    for name in self._made:
+      with contextlib.suppress(OSError):
+        os.rmdir(os.path.join(self.output_dir, name))
+    if not self._existing():
       with contextlib.suppress(OSError):
         os.remove(self.path)
       self._started = self._wrote = False
