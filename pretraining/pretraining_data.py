@@ -1035,5 +1035,5 @@ def create_pretraining_data(input_files, output_dir, force=False, **options):
   args = DataParams(input_files=input_files, **options)
   io_utils.check_outputs_apart(args, outputs=[("output_dir", output_dir)])
   # A run refused for its input (a bad byte, an empty file) leaves no empty --output_dir.
-  with io_utils.output_dir(output_dir), cli.user_input():
+  with io_utils.output_dir(output_dir):
     return _build(args, run, output_dir, force)

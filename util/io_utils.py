@@ -313,7 +313,8 @@ def check_outputs_apart(params, inputs=(), outputs=()):
 @contextlib.contextmanager
 def output_dir(path):
   """Makes the output dir `path` for the `with` block; if this call made it and the block raises
-  `cli.InputError`, removes what holds no output: released (empty) lock files, then empty dirs.
+  (`cli.InputError`, or a library's ValueError that its command turns into one), removes what
+  holds no output: released (empty) lock files, then empty dirs.
 
   So a run refused for its input leaves no empty --output_dir behind, and a refusal later in a
   run loses nothing it wrote. A run refused because another holds the output (`OutputBusy`)
@@ -326,7 +327,7 @@ def output_dir(path):
     raise cli.InputError(f"cannot make {path} ({e.strerror})") from None
   try:
     yield path
-  except cli.InputError as e:
+  except (cli.InputError, ValueError) as e:
     if made and not isinstance(e, OutputBusy):
       _remove_empty(path)
     raise
