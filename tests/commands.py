@@ -19,6 +19,7 @@ import importlib
 import io
 import logging as std_logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -141,3 +142,14 @@ def _isolated(argv, stdin, out, err, env, cwd):
     keras.mixed_precision.set_global_policy(saved_policy)
     if saved_determinism != tf_config.is_op_determinism_enabled():
       (tf_config.enable_op_determinism if saved_determinism else tf_config.disable_op_determinism)()
+
+
+def one_error_line(result):
+  """The single line a refused command writes (TensorFlow's and absl's notes left out)."""
+  lines = [
+    l
+    for l in result.stderr.splitlines()
+    if l and not re.match(r"^(WARNING: All log|E0000 |I\d{4} |W\d{4} )", l)
+  ]
+  assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
+  return lines[0]

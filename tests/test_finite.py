@@ -31,17 +31,6 @@ HF_BAD = "bert.encoder.layer.0.attention.self.query.weight"
 TF1_BAD = "bert/encoder/layer_1/output/dense/kernel"
 
 
-def one_error_line(result):
-  """The single line a refused command writes (TensorFlow's and absl's notes left out)."""
-  lines = [
-    l
-    for l in result.stderr.splitlines()
-    if l and not re.match(r"^(WARNING: All log|E0000 |I\d{4} |W\d{4} )", l)
-  ]
-  assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
-  return lines[0]
-
-
 @pytest.fixture(scope="module")
 def bert():
   return tiny_bert()
@@ -116,11 +105,11 @@ def test_score_py_refuses_nan_weights_before_scoring(bad_releases, tmp_path):
     result = commands.run(
       "score.py", f"--model_dir={spec}", f"--input_file={sentences}", f"--output_file={out}"
     )
-    assert bad in one_error_line(result)
+    assert bad in commands.one_error_line(result)
     assert not out.exists() and not os.path.exists(f"{out}.partial")
     # To stdout too: nothing is written.
     result = commands.run("score.py", f"--model_dir={spec}", stdin=SENTENCES[0] + "\n")
-    assert bad in one_error_line(result) and result.stdout == ""
+    assert bad in commands.one_error_line(result) and result.stdout == ""
 
 
 @pytest.mark.slow(seconds=2)
@@ -130,7 +119,7 @@ def test_convert_checkpoint_refuses_nan_weights_and_writes_no_model(bad_releases
     result = commands.run(
       "convert_checkpoint.py", f"--input={bad_releases[kind]}", f"--output_dir={out}"
     )
-    assert bad in one_error_line(result)
+    assert bad in commands.one_error_line(result)
     assert checkpoints.latest_checkpoint(str(out)) is None
 
 
@@ -171,7 +160,7 @@ def rescore(tmp_path, spec, name="lm"):
 @pytest.mark.slow(seconds=2)
 def test_run_rescoring_refuses_nan_weights_before_scoring(bad_releases, tmp_path):
   result, cached = rescore(tmp_path, bad_releases["hf"])
-  assert HF_BAD in one_error_line(result)
+  assert HF_BAD in commands.one_error_line(result)
   assert cached == []
 
 
@@ -211,7 +200,7 @@ def test_score_py_refuses_a_score_that_is_not_finite(overflowing, tmp_path):
   result = commands.run(
     "score.py", f"--model_dir={overflowing}", f"--input_file={sentences}", f"--output_file={out}"
   )
-  line = one_error_line(result)
+  line = commands.one_error_line(result)
   assert overflowing in line and "'cat'" in line and "not finite" in line, line
   for path in (out, f"{out}.partial"):
     if os.path.exists(path):
@@ -221,13 +210,13 @@ def test_score_py_refuses_a_score_that_is_not_finite(overflowing, tmp_path):
     result = commands.run(
       "score.py", f"--model_dir={overflowing}", f"--format={output_format}", stdin="the cat\n"
     )
-    assert "'the cat'" in one_error_line(result) and result.stdout == ""
+    assert "'the cat'" in commands.one_error_line(result) and result.stdout == ""
 
 
 @pytest.mark.slow(seconds=2)
 def test_run_rescoring_caches_no_score_that_is_not_finite(overflowing, tmp_path):
   result, cached = rescore(tmp_path, overflowing, name="big")
-  line = one_error_line(result)
+  line = commands.one_error_line(result)
   assert "big" in line and "not finite" in line and "'a cat sat'" in line, line
   assert not any("Infinity" in l or "NaN" in l for l in cached), cached
 
@@ -260,4 +249,4 @@ def test_truncated_safetensors_is_one_line_naming_the_file(bert, tmp_path, keep)
   message = str(error.value)
   assert message.startswith(f"{weights} cannot be read") and "\n" not in message, message
   result = commands.run("score.py", f"--model_dir=hf:{path}", stdin="the cat\n")
-  assert weights in one_error_line(result)
+  assert weights in commands.one_error_line(result)

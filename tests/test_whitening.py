@@ -129,21 +129,11 @@ def run_sts(model, pairs, out, *flags, status=None):
   )
 
 
-def one_error_line(result):
-  lines = [
-    l
-    for l in result.stderr.splitlines()
-    if l and not re.match(r"^(WARNING: All log|E0000 |I\d{4} |W\d{4} )", l)
-  ]
-  assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
-  return lines[0]
-
-
 @pytest.mark.slow(seconds=2)
 def test_a_transform_fitted_for_another_model_of_the_same_name_is_refused(fitted, tmp_path):
   dirs, pairs, npz = fitted
   out = tmp_path / "out"
-  line = one_error_line(run_sts(dirs["b"], pairs, out, f"--whiten_load={npz}"))
+  line = commands.one_error_line(run_sts(dirs["b"], pairs, out, f"--whiten_load={npz}"))
   assert "'tta context' was fitted for another model" in line and "weights_sha256" in line, line
   assert not (out / "pairs").exists() and not (out / "pairs_results.json").exists()
   # The model it was fitted for takes it.
@@ -196,7 +186,7 @@ def test_a_damaged_file_of_transforms_is_one_line_before_any_output(
   else:
     doctored(npz, path, edit)
   out = tmp_path / "out"
-  line = one_error_line(run_sts(dirs["a"], pairs, out, f"--whiten_load={path}"))
+  line = commands.one_error_line(run_sts(dirs["a"], pairs, out, f"--whiten_load={path}"))
   assert str(path) in line and named in line, line
   assert not out.exists()
 
