@@ -8,30 +8,20 @@ success is reported (lm/model_dir.py converts). Examples: README "Released check
   python convert_checkpoint.py --input=hf:downloads/bert-base-uncased --output_dir=models/bert
 """
 
-from absl import flags
 from absl import logging
 
 from lm import conversion
 from util import cli
 
-FLAGS = flags.FLAGS
-
 
 def define_flags():
   """Defines the command-line flags (from __main__ only, so tests can import the module)."""
   cli.define_param_flags(conversion.ConversionParams)
-  flags.mark_flag_as_required("output_dir")
-
-
-def params_from_flags():
-  """`conversion.ConversionParams` from the parsed flags."""
-  with cli.user_input():
-    return conversion.ConversionParams(**cli.param_values(conversion.ConversionParams, FLAGS))
 
 
 def main(argv):
   del argv
-  params = params_from_flags()
+  params = cli.params(conversion.ConversionParams)
   with cli.user_input():
     model, tokenizer, prefix = conversion.convert_checkpoint(params)
   logging.info(

@@ -8,13 +8,8 @@ text/corpus.py does the work.
 
 import json
 
-from absl import flags
-
 from text import corpus
 from util import cli
-from util import io_utils
-
-FLAGS = flags.FLAGS
 
 # The stats.json entries the command prints.
 _REPORTED = (
@@ -32,20 +27,11 @@ _REPORTED = (
 def define_flags():
   """Defines the command-line flags (called under __main__ only, like every command here)."""
   cli.define_param_flags(corpus.CorpusParams)
-  io_utils.define_data_dir_flag()
-
-
-def params_from_flags():
-  """`corpus.CorpusParams` from the parsed flags."""
-  with cli.user_input():
-    return corpus.CorpusParams(
-      **cli.param_values(corpus.CorpusParams, FLAGS), data_dir=FLAGS.data_dir
-    )
 
 
 def main(argv):
   del argv  # Unused.
-  params = params_from_flags()
+  params = cli.params(corpus.CorpusParams)
   with cli.user_input():
     stats = corpus.run(params)
   print(json.dumps({k: stats[k] for k in _REPORTED}, indent=2))

@@ -11,49 +11,26 @@ Streams on every core (--num_workers); kill it and run it again to resume. Acros
 
 import json
 
-from absl import flags
-
 from pretraining import pretraining_data
 from pretraining import pretraining_records
 from util import cli
 
-FLAGS = flags.FLAGS
-
 
 def define_flags():
-  """Defines the command-line flags (BERT's names where BERT has them): the `DataParams` fields,
-  and what is not an argument of the records.
+  """Defines the command-line flags (BERT's names where BERT has them).
 
   Called from __main__ only, like corpus.define_flags: a script importing
   this module may define flags of the same names (--output_dir, ...) itself,
   and absl refuses a second definition.
   """
-  cli.define_param_flags(pretraining_data.DataParams)
-  cli.define_param_flags(pretraining_data.RunParams)
-  flags.DEFINE_string("output_dir", None, "Where the TFRecords, vocab.txt and data_stats.json go.")
-  flags.DEFINE_integer(
-    "vocab_lower_thresh",
-    None,
-    "Minimum count of a learned word piece (the learner's default is 10; lower it for tiny "
-    "corpora).",
-  )
-  flags.DEFINE_bool("force", False, "Rebuild even if --output_dir is complete for these arguments.")
+  cli.define_param_flags(pretraining_data.JobParams)
 
 
 def main(argv):
   del argv  # Unused.
-  for name in ("input_file", "output_dir"):
-    if not FLAGS[name].value:
-      raise cli.InputError(f"--{name} is required")
-  learn_params = None
-  if FLAGS.vocab_lower_thresh is not None:
-    learn_params = {"lower_thresh": FLAGS.vocab_lower_thresh}
-  options = cli.param_values(pretraining_data.DataParams, FLAGS)
-  options.update(cli.param_values(pretraining_data.RunParams, FLAGS))
+  job = cli.params(pretraining_data.JobParams)
   with cli.user_input():
-    stats = pretraining_data.create_pretraining_data(
-      output_dir=FLAGS.output_dir, force=FLAGS.force, vocab_learn_params=learn_params, **options
-    )
+    stats = pretraining_data.run(job)
   if "part" in stats:  # one job of several: the merge writes data_stats.json
     print(json.dumps(stats, sort_keys=True))
     return

@@ -28,15 +28,14 @@ OUTPUT_LAYERS = ("softmax", "continuous")
 _MASK_ADDER = -1e9
 
 
-def _field(default=dataclasses.MISSING, architecture=False, pretraining_flag=False):
+def _field(default=dataclasses.MISSING, architecture=False):
   """A `TTAConfig` field and its roles.
 
   Args:
     default: the field's default (none for vocab_size).
     architecture: a checkpoint's weights depend on it, so a resumed run must keep it.
-    pretraining_flag: run_pretraining.py has a flag of its name that sets it.
   """
-  roles = {"architecture": architecture, "pretraining_flag": pretraining_flag}
+  roles = {"architecture": architecture}
   return dataclasses.field(default=default, metadata=roles)
 
 
@@ -50,15 +49,15 @@ class TTAConfig:
   file round-trips, never used. `validate` names any field out of range.
   """
 
-  vocab_size: int = _field(architecture=True, pretraining_flag=True)
-  hidden_size: int = _field(512, architecture=True, pretraining_flag=True)
-  num_hidden_layers: int = _field(3, architecture=True, pretraining_flag=True)
-  num_attention_heads: int = _field(8, architecture=True, pretraining_flag=True)
-  intermediate_size: int = _field(2048, architecture=True, pretraining_flag=True)
+  vocab_size: int = _field(architecture=True)
+  hidden_size: int = _field(512, architecture=True)
+  num_hidden_layers: int = _field(3, architecture=True)
+  num_attention_heads: int = _field(8, architecture=True)
+  intermediate_size: int = _field(2048, architecture=True)
   hidden_act: str = _field("gelu", architecture=True)
-  hidden_dropout_prob: float = _field(0.1, pretraining_flag=True)
-  attention_probs_dropout_prob: float = _field(0.1, pretraining_flag=True)
-  max_position_embeddings: int = _field(128, architecture=True, pretraining_flag=True)
+  hidden_dropout_prob: float = _field(0.1)
+  attention_probs_dropout_prob: float = _field(0.1)
+  max_position_embeddings: int = _field(128, architecture=True)
   type_vocab_size: int = _field(0, architecture=True)
   initializer_range: float = _field(0.02)
   mask_token_id: int = _field(4)
@@ -83,8 +82,8 @@ class TTAConfig:
 
   @classmethod
   def field_names(cls, role=None):
-    """The config's fields in order (not `extra`); with `role` ("architecture" or
-    "pretraining_flag", see `_field`) only those it marks."""
+    """The config's fields in order (not `extra`); with `role` ("architecture", see `_field`)
+    only those it marks."""
     return tuple(
       f.name
       for f in dataclasses.fields(cls)

@@ -10,14 +10,11 @@ The flags and output of lm/ngram_lm.py (training) and `lm.inference.NgramLM` (sc
 import math
 import os
 
-from absl import flags
 from absl import logging
 
 from lm import ngram_lm
 from util import cli
 from util import progress
-
-FLAGS = flags.FLAGS
 
 
 def define_flags():
@@ -25,15 +22,9 @@ def define_flags():
   cli.define_param_flags(ngram_lm.NgramParams)
 
 
-def params_from_flags():
-  """`ngram_lm.NgramParams` from the parsed flags."""
-  with cli.user_input():
-    return ngram_lm.NgramParams(**cli.param_values(ngram_lm.NgramParams, FLAGS))
-
-
 def main(argv):
   del argv
-  params = params_from_flags()
+  params = cli.params(ngram_lm.NgramParams)
   if params.train_text:
     with cli.user_input():
       ngram_lm.train(params)

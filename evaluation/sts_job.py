@@ -24,7 +24,7 @@ from evaluation import significance
 from evaluation import sts_data
 from evaluation import whitening
 from lm import inference
-from lm import lm_flags
+from lm import lm_options as lm_options_lib
 from util import cli
 from util import io_utils
 from util import runs
@@ -50,16 +50,17 @@ SETS = {
 
 @dataclasses.dataclass
 class JobParams:
-  """What an STS run does; run_sts.py makes its flags from the `cli.param` fields."""
+  """What an STS run does: run_sts.py's flags."""
 
-  model_dir: list = cli.path_field(cli.INPUT, "model_dir")  # NAME=SPEC or SPEC entries
+  model_dir: list = lm_options_lib.model_dir_param(several=True, kenlm=False)
   representations: list = cli.param(
     "Any of context, embed, first_last (the word-piece mean of the first and last blocks' "
     "average, intact input), first, last (the [CLS]/[SOS] and [SEP]/[EOS] vectors), and "
     "context\\M for the bilm/bert intact-input context.",
     ("context", "embed"),
+    check=lambda names: [pair_similarity.parse_representation(name) for name in names],
   )
-  sets: list = cli.param("Evaluation sets.", tuple(SETS))
+  sets: list = cli.param("Evaluation sets.", tuple(SETS), check=cli.choices(list(SETS)))
   output_dir: str = cli.param(
     "Where to write sts_results.json and sts_results.md (optional).",
     None,
@@ -115,10 +116,21 @@ class JobParams:
     False,
     result=False,
   )
-  # Set by the command.
-  pairs_file: list = cli.path_field(cli.INPUT, "pairs_file", default_factory=list)
-  data_dir: str = None
-  lm_options: dict = dataclasses.field(default_factory=dict)  # lm_flags.load_options
+  pairs_file: list = cli.param(
+    "Your own sentence pairs (repeatable, or comma-separated): a TSV of sentence1<TAB>sentence2 "
+    "with an optional third column of gold scores, or senteval:DIR for SentEval's STS12-16 layout "
+    "(a directory of STS.input.<subset>.txt + STS.gs.<subset>.txt, or of such directories). "
+    "NAME=FILE names the set (default: the file's name without its extension). Needs --output_dir; "
+    "the paper's --sets then run only when given.",
+    (),
+    io=cli.INPUT,
+    kind=cli.MULTI,
+    preset={"sets": []},
+  )
+  data_dir: str = io_utils.data_dir_param()
+  lm_options: lm_options_lib.LMOptions = lm_options_lib.nested(
+    only=lm_options_lib.THROUGHPUT + lm_options_lib.LONG_INPUTS
+  )
 
   def __post_init__(self):
     if self.pairs_file and not self.output_dir:
@@ -175,7 +187,7 @@ def identity(params, groups):
     params,
     model_dir=[
       dict(inference.spec_identity(spec), name=name)
-      for name, spec in lm_flags.named_specs(params.model_dir)
+      for name, spec in lm_options_lib.named_specs(params.model_dir)
     ],
     pairs_file={name: source.identity() for _, sets in groups for name, source in sets},
     data_dir=data_dir,
@@ -185,7 +197,7 @@ def identity(params, groups):
 def check_model_specs(model_dir):
   """cli.InputError naming a --model_dir entry that is no model or has no sentence vectors."""
   with cli.user_input():
-    specs = lm_flags.named_specs(model_dir)
+    specs = lm_options_lib.named_specs(model_dir)
   for _, spec in specs:
     if spec.startswith("kenlm:"):
       raise cli.InputError(f"--model_dir {spec}: an n-gram model has no sentence vectors")
@@ -194,9 +206,9 @@ def check_model_specs(model_dir):
 
 def load_model(spec, lm_options):
   """(row name, LM) of a --model_dir entry: name=SPEC, or SPEC named by its directory."""
-  ((row_name, spec),) = lm_flags.named_specs([spec])
+  ((row_name, spec),) = lm_options_lib.named_specs([spec])
   with cli.user_input():
-    lm = inference.load_lm(spec, **lm_options)
+    lm = inference.load_lm(spec, **lm_options.load_kwargs())
   return row_name, lm
 
 
@@ -460,7 +472,7 @@ def whitening_options(params):
         + (f", not --whiten={params.whiten}" if params.whiten else "; one expected")
       )
     with cli.user_input():
-      names = [name for name, _ in lm_flags.named_specs(params.model_dir)]
+      names = [name for name, _ in lm_options_lib.named_specs(params.model_dir)]
     for name in names:
       for r in params.representations:
         column = pair_similarity.column_name(name, r)

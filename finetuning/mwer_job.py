@@ -19,6 +19,7 @@ from finetuning import mwer_data
 from finetuning import mwer_report
 from finetuning import mwer_training
 from lm import inference
+from lm import lm_options as lm_options_lib
 from nbest import combination
 from nbest import formats
 from nbest import settings
@@ -42,7 +43,7 @@ OUTPUTS = (*settings.SETTINGS, "results.json", "results.md")
 
 @dataclasses.dataclass
 class JobParams:
-  """The job's settings; run_mwer.py makes its flags from the `cli.param` fields."""
+  """The job's settings: run_mwer.py's flags."""
 
   init_model: str = cli.param(
     "The pretrained LM to start from: a model dir (tta, bilm, ...).", io=cli.INPUT
@@ -108,10 +109,12 @@ class JobParams:
     False,
     result=False,
   )
-  # Set by the command.
-  data_dir: str = None
-  mwer: mwer_training.MwerParams = dataclasses.field(default_factory=mwer_training.MwerParams)
-  lm_options: dict = dataclasses.field(default_factory=dict)
+  data_dir: str = io_utils.data_dir_param()
+  mwer: mwer_training.MwerParams = cli.nested(mwer_training.MwerParams)
+  # Held-out scoring reads a hypothesis as one input, as training does.
+  lm_options: lm_options_lib.LMOptions = lm_options_lib.nested(
+    only=lm_options_lib.THROUGHPUT, defaults={"long_inputs": "truncate"}
+  )
 
   def __post_init__(self):
     # What the settings alone tell, before --output_dir is made or a list is read.
@@ -205,7 +208,9 @@ class Job(object):
     )
 
   def lm_kwargs(self):
-    return dict(self.params.lm_options, max_seq_length=self.params.max_seq_length or None)
+    return dict(
+      self.params.lm_options.load_kwargs(), max_seq_length=self.params.max_seq_length or None
+    )
 
   def scores(self, lm, lists, name):
     """{text: LM score} of every hypothesis of `lists`, cached."""
@@ -253,7 +258,7 @@ def _run(job, setting, scorer, start, prepared, name, params):
     prepared["train"],
     prepared["heldout"],
     job.record(setting),
-    job.params.lm_options,
+    job.params.lm_options.load_kwargs(),
   )
   return run.train()
 
@@ -399,6 +404,12 @@ def evaluate(job, trained):
 
 def run(params):
   """The whole job; returns False when a signal stopped a training run (resume to finish)."""
+  # The output and the model, before anything is written into --output_dir.
+  with cli.user_input():
+    io_utils.check_outputs_apart(params)
+    io_utils.check_output_path(params.output_dir, "output_dir")
+    inference.check_spec(params.init_model)
+  logging.info("MWER job: %s", dataclasses.asdict(params))
   cache_path = os.path.join(params.output_dir, "cache", "lm_scores.jsonl")
   with io_utils.output_dir(params.output_dir), io_utils.exclusive_lock(cache_path, wait=False):
     # Another job's checkpoints are refused before the model loads; the record is written once

@@ -15,15 +15,16 @@ import tensorflow as tf
 
 import kinds
 from lm import inference
+from lm import lm_options as lm_options_lib
 from util import cli
 from util import io_utils
 
 
 @dataclasses.dataclass
 class ExportParams:
-  """What to export and where; export_saved_model.py makes its flags from the `cli.param`
-  fields."""
+  """What to export and where: export_saved_model.py's flags."""
 
+  model_dir: str = lm_options_lib.model_dir_param(kenlm=False)
   export_dir: str = cli.param("Where to write the SavedModel.", io=cli.OUTPUT)
   max_seq_length: int = cli.param(
     "Longest input in tokens, boundaries included: [BOS], a piece and [EOS] at least, the "
@@ -32,11 +33,12 @@ class ExportParams:
     lower_bound=3,
   )
   overwrite: bool = cli.param("Replace an existing --export_dir.", False)
-  # Set by the command from lm_flags' flags, not made from these fields.
-  model_dir: str = cli.path_field(cli.INPUT, "model_dir")
-  scoring: str = None
-  # `inference.load_lm`'s keyword arguments of those flags (`lm_flags.load_options`).
-  lm_options: dict = dataclasses.field(default_factory=dict)
+  scoring: str = lm_options_lib.scoring_param()
+  # A SavedModel's graph truncates (no windows); --long_inputs=window is refused with the reason.
+  lm_options: lm_options_lib.LMOptions = lm_options_lib.nested(
+    only=lm_options_lib.SCORED + ("long_inputs", "token_budget"),
+    defaults={"long_inputs": "truncate"},
+  )
 
 
 # Extra files beside the SavedModel, as TF Serving names the folder.
@@ -293,7 +295,7 @@ def run(params):
     cli.InputError: a wrong input (a windowed --long_inputs, an existing --export_dir, a model
       dir that does not load, a --max_seq_length over its max_position_embeddings).
   """
-  long_inputs = params.lm_options.get("long_inputs", "truncate")
+  long_inputs = params.lm_options.long_inputs
   if long_inputs != "truncate":
     # docs/saved_model.md "Long inputs": the signatures frame each sentence as one model input.
     raise cli.InputError(
@@ -306,7 +308,7 @@ def run(params):
     io_utils.check_output_path(params.export_dir, "export_dir")
     check_export_dir(os.path.abspath(params.export_dir), params.overwrite)
     lm = inference.NeuralLM.from_model_dir(
-      params.model_dir, max_seq_length=params.max_seq_length, **params.lm_options
+      params.model_dir, max_seq_length=params.max_seq_length, **params.lm_options.load_kwargs()
     )
   positions = lm.model.config.max_position_embeddings
   if (params.max_seq_length or 0) > positions:

@@ -16,6 +16,7 @@ import sys
 from absl import logging
 
 from lm import inference
+from lm import lm_options as lm_options_lib
 from util import cli
 from util import distribute_utils
 from util import io_utils
@@ -84,12 +85,9 @@ class ScoreParams:
   )
   tpu: str = cli.param(distribute_utils.TPU_HELP, None, result=False)
   num_cpu_devices: int = cli.param(distribute_utils.NUM_CPU_DEVICES_HELP, 0, result=False)
-  # Set by the command from lm_flags' flags, not made from these fields.
-  model_dir: str = cli.path_field(cli.INPUT, "model_dir")
-  scoring: str = None
-  # `inference.load_lm`'s keyword arguments of the scoring and throughput flags
-  # (`lm_flags.load_options`).
-  lm_options: dict = dataclasses.field(default_factory=dict)
+  model_dir: str = lm_options_lib.model_dir_param(required=False)  # --merge needs none
+  scoring: str = lm_options_lib.scoring_param()
+  lm_options: lm_options_lib.LMOptions = lm_options_lib.nested()
 
 
 def run(params):
@@ -400,7 +398,7 @@ def _merge_locked(output_file, num_shards):
 def lm_options(params):
   """`inference.load_lm`'s keyword arguments: `params.lm_options` (the scored boundaries, the
   throughput options) and, for a neural LM, --strategy's replicas."""
-  kwargs = dict(params.lm_options)
+  kwargs = params.lm_options.load_kwargs()
   if params.strategy != "one_device" or params.num_cpu_devices > 1:
     if params.model_dir.startswith("kenlm:"):
       raise cli.InputError("--strategy applies to neural LMs; KenLM scores on the CPU")

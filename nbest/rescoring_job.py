@@ -12,6 +12,7 @@ from absl import logging
 from evaluation import score_cache
 from evaluation import significance
 from lm import inference
+from lm import lm_options as lm_options_lib
 from nbest import formats
 from nbest import paper_protocol
 from nbest import rescoring
@@ -27,13 +28,30 @@ from util import runs
 OUTPUTS = ("weights.json", "rescoring_report.json", "dev", "test")
 
 
+def _check_pairs(pairs):
+  if not all(len(p.split(":")) == 2 and all(p.split(":")) for p in pairs):
+    raise ValueError("expected DEV:TEST set pairs, e.g. dev_clean:test_clean")
+
+
+def _check_file_flags(values):
+  """--test_file (any format) needs --dev_file (to tune on) or --weights_file; --dev_file alone
+  is refused."""
+  if values["dev_file"] and not values["test_file"]:
+    raise ValueError("--dev_file needs --test_file")
+  if values["test_file"] and not (values["dev_file"] or values["weights_file"]):
+    raise ValueError(
+      f"--format={values['format']} needs --dev_file and --test_file (or --weights_file)"
+    )
+
+
 @dataclasses.dataclass
 class RescoringParams:
-  """What a rescoring run does: run_rescoring.py's flags (the `cli.param` fields are defined
-  from here; the others by their owners: lm_flags, io_utils, the command's --first_pass and
-  --format_option)."""
+  """What a rescoring run does: run_rescoring.py's flags."""
 
-  lms: list = cli.path_field(cli.INPUT, "model_dir")  # [(name, spec)] (lm_flags.named_specs)
+  # [(name, spec)]: lm_options.named_specs of the --model_dir list.
+  lms: list = lm_options_lib.model_dir_param(
+    several=True, convert=lm_options_lib.named_specs, alias="lm"
+  )
   task: str = cli.param(
     "asr: WER on ESPnet2 LibriSpeech (or --format files); nmt: BLEU on WMT21 de-en.",
     "asr",
@@ -42,9 +60,12 @@ class RescoringParams:
   pairs: list = cli.param(
     "ASR dev:test set pairs (λ tuned on dev, applied to test).",
     ("dev_clean:test_clean", "dev_other:test_other"),
+    check=_check_pairs,
   )
   settings: list = cli.param(
-    "The paper's first-pass settings: " + settings.describe(), ("am", "full")
+    "The paper's first-pass settings: " + settings.describe(),
+    ("am", "full"),
+    check=cli.choices(list(settings.SETTINGS)),
   )
   format: str = cli.param(
     "N-best format of --dev_file/--test_file (nbest/formats/).",
@@ -112,11 +133,25 @@ class RescoringParams:
     False,
     result=False,
   )
-  scoring: str = None
-  first_pass: list = dataclasses.field(default_factory=list)
-  format_options: dict = dataclasses.field(default_factory=dict)
-  data_dir: str = None
-  lm_options: dict = dataclasses.field(default_factory=dict)
+  scoring: str = lm_options_lib.scoring_param()
+  first_pass: list = cli.param(
+    "First-pass score columns NAME[:WEIGHT] of the combination, separated by commas; a comma in "
+    "a NAME is written \\, (e.g. Moses' sparse feature pl_1,1: --first_pass='pl_1\\,1,LM0'). "
+    "Default 'score' if the lists have it, else every column.",
+    (),
+    kind=cli.ESCAPED_LIST,
+  )
+  format_options: dict = cli.param(
+    "KEY=VALUE option of the format's reader (VALUE as JSON if it parses).",
+    (),
+    flag="format_option",
+    kind=cli.MULTI,
+    convert=lambda options: dict(rescoring.parse_option(o) for o in options),
+  )
+  data_dir: str = io_utils.data_dir_param()
+  lm_options: lm_options_lib.LMOptions = lm_options_lib.nested()
+
+  FLAG_CHECKS = ((("format", "dev_file", "test_file", "weights_file"), _check_file_flags),)
 
 
 def run(params):
@@ -245,7 +280,7 @@ def rescore_all(params, cache, sets, table_runs, metric):
   rows, all_scores = [], {}
   for name, spec in params.lms:
     with cli.user_input():
-      lm = inference.load_lm(spec, **params.lm_options)
+      lm = inference.load_lm(spec, **params.lm_options.load_kwargs())
     identity = inference.describe(lm, params.scoring)
     lm_id = inference.model_id(identity)
     if cache is not None:

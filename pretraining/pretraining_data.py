@@ -135,9 +135,15 @@ class DataParams:
     "Skip (and count) lines that are not UTF-8 instead of failing with file:line.", False
   )
   max_books: int = cli.param("corpus.py reads only this many books per archive (quick runs).", None)
-  # tokenization.build_vocab's learner options, e.g. {"lower_thresh": 2} for a tiny corpus
-  # (the script's --vocab_lower_thresh).
-  vocab_learn_params: Optional[dict] = None
+  # tokenization.build_vocab's learner options, e.g. {"lower_thresh": 2} for a tiny corpus.
+  vocab_learn_params: Optional[dict] = cli.param(
+    "Minimum count of a learned word piece (the learner's default is 10; lower it for tiny "
+    "corpora).",
+    None,
+    flag="vocab_lower_thresh",
+    kind=int,
+    convert=lambda count: {"lower_thresh": count},
+  )
   vocab_max_sentences: int = cli.param(
     "Learn the vocab from a seeded sample of about this many training lines (each line kept "
     "with probability this / the training lines; the learner is slow on a whole corpus); "
@@ -1011,15 +1017,21 @@ def _stats(args, sources, fingerprint, input_sha256, vocab_path, split_stats, fi
 _RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunParams))
 
 
-def create_pretraining_data(input_files, output_dir, force=False, **options):
-  """Builds the TFRecord data set (layout: docs/DESIGN.md §5.2).
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JobParams:
+  """create_pretraining_data.py's flags: where, and the records' and the run's params."""
 
-  Args:
-    input_files: comma-separated globs (str) or list of globs; see `DataParams`.
-    output_dir: output directory (created).
-    force: rebuild even if a complete output with these arguments exists.
-    **options: the other fields of `DataParams` (vocab_file or vocab_size, max_seq_length, ...)
-      and of `RunParams` (num_workers, num_jobs, job_id, merge, overwrite).
+  data: DataParams = cli.nested(DataParams)
+  run: RunParams = cli.nested(RunParams)
+  output_dir: str = cli.param(
+    "Where the TFRecords, vocab.txt and data_stats.json go.", io=cli.OUTPUT
+  )
+  force: bool = cli.param("Rebuild even if --output_dir is complete for these arguments.", False)
+
+
+def run(job):
+  """Builds the TFRecord data set of `job` (`JobParams`) into its output dir (layout:
+  docs/DESIGN.md §5.2).
 
   Returns:
     dict: the contents of data_stats.json, plus "reused": True when an existing complete output
@@ -1027,13 +1039,23 @@ def create_pretraining_data(input_files, output_dir, force=False, **options):
     {"part", "num_jobs", "seconds"}.
 
   Raises:
-    ValueError: for bad arguments (naming the flag) or malformed input (naming file:line).
+    ValueError: malformed input (naming file:line).
     cli.InputError: output_dir is, holds or lies inside an input; unfinished parts of another job
       in output_dir, or a merge of parts that are missing, unfinished or of another job.
   """
-  run = RunParams(**{k: options.pop(k) for k in _RUN_FIELDS if k in options})
-  args = DataParams(input_files=input_files, **options)
-  io_utils.check_outputs_apart(args, outputs=[("output_dir", output_dir)])
+  io_utils.check_outputs_apart(job)
   # A run refused for its input (a bad byte, an empty file) leaves no empty --output_dir.
-  with io_utils.output_dir(output_dir):
-    return _build(args, run, output_dir, force)
+  with io_utils.output_dir(job.output_dir):
+    return _build(job.data, job.run, job.output_dir, job.force)
+
+
+def create_pretraining_data(input_files, output_dir, force=False, **options):
+  """`run` of the job these arguments make: `input_files` and the other fields of `DataParams`
+  and `RunParams` (num_workers, num_jobs, job_id, merge, overwrite) by name.
+
+  Raises:
+    ValueError: a bad argument (naming the flag), and as `run`.
+  """
+  run_params = RunParams(**{k: options.pop(k) for k in _RUN_FIELDS if k in options})
+  data = DataParams(input_files=input_files, **options)
+  return run(JobParams(output_dir=output_dir, force=force, data=data, run=run_params))

@@ -38,16 +38,60 @@ from util import runs
 # ----------------------------------------------------------------- parameters
 
 
+def _config_help(name):
+  default = {f.name: f.default for f in dataclasses.fields(modeling.TTAConfig)}[name]
+  return f"Default {default} (the paper's)."
+
+
+def _int_list(values):
+  try:
+    return [int(value) for value in values]
+  except ValueError:
+    raise ValueError(f"--bucket_boundaries: expected integers, got {','.join(values)}") from None
+
+
+@dataclasses.dataclass
+class ConfigFlags:
+  """run_pretraining.py's flags that set config fields (`overrides`); unset, a field comes from
+  --bert_config_file, the resumed run's config.json or TTAConfig's default."""
+
+  config_json: str = cli.param(
+    "Inline JSON overriding config fields, e.g. '{\"hidden_size\": 256}'.", None
+  )
+  vocab_size: int = cli.param("Default: the vocab file's size.", None)
+  hidden_size: int = cli.param(_config_help("hidden_size"), None)
+  num_hidden_layers: int = cli.param(_config_help("num_hidden_layers"), None)
+  num_attention_heads: int = cli.param(_config_help("num_attention_heads"), None)
+  intermediate_size: int = cli.param(_config_help("intermediate_size"), None)
+  hidden_dropout_prob: float = cli.param(_config_help("hidden_dropout_prob"), None)
+  attention_probs_dropout_prob: float = cli.param(
+    _config_help("attention_probs_dropout_prob"), None
+  )
+  max_position_embeddings: int = cli.param(_config_help("max_position_embeddings"), None)
+
+  def overrides(self):
+    """{config field: value} of --config_json, then of the flags given (which win).
+
+    Raises:
+      ValueError: --config_json is not a JSON object.
+    """
+    try:
+      overrides = json.loads(self.config_json) if self.config_json else {}
+    except ValueError as e:
+      raise ValueError(f"--config_json is not JSON: {e}") from None
+    if not isinstance(overrides, dict):
+      raise ValueError(f"--config_json is not a JSON object: {self.config_json}")
+    for field in dataclasses.fields(self):
+      if field.name != "config_json" and getattr(self, field.name) is not None:
+        overrides[field.name] = getattr(self, field.name)
+    return overrides
+
+
 @dataclasses.dataclass
 class TrainParams:
-  """Everything `train` needs.
-
-  The single statement of each default: run_pretraining.py generates its
-  flags (same names, these defaults, the help texts below) from the fields
-  made with `cli.param`. config_overrides (from --config_json and the size
-  flags) and install_signal_handlers are for callers only. The fields marked
-  `result=False` are those a resume may change (`run_identity`).
-  """
+  """Everything `train` needs: run_pretraining.py's flags. `config_overrides` holds those of
+  `config_flags` (a caller may give it directly); the fields marked `result=False` are those a
+  resume may change (`run_identity`)."""
 
   output_dir: str = cli.param(
     "Checkpoints, config.json, vocab.txt, TensorBoard logs.", io=cli.OUTPUT
@@ -72,6 +116,8 @@ class TrainParams:
     "Model config JSON (TTAConfig / BERT format).", None, io=cli.INPUT
   )
   config_overrides: dict = dataclasses.field(default_factory=dict)
+  # Folded into config_overrides, which the run identity holds.
+  config_flags: ConfigFlags = cli.nested(ConfigFlags, result=False)
   init_checkpoint: str = cli.param(
     "Warm start (ignored when --output_dir already holds a checkpoint): "
     "our model dir / checkpoint, or a Google-BERT / T-TA TF1 checkpoint.",
@@ -99,6 +145,7 @@ class TrainParams:
     "Sequence-length bucket boundaries for batching, e.g. 16,24,32,48,64 "
     "(default: the pipeline's).",
     None,
+    convert=_int_list,
   )
   seed: int = cli.param(
     "Seed of the data order and the biLM masks, and of weight initialisation and dropout unless "
@@ -181,6 +228,9 @@ class TrainParams:
     result=False,
   )
   install_signal_handlers: bool = cli.setting(True, result=False)
+
+  def __post_init__(self):
+    self.config_overrides = {**self.config_overrides, **self.config_flags.overrides()}
 
 
 def run_identity(params):
@@ -467,6 +517,34 @@ def training_iterator(params, strategy, setup, skip_batches):
         training_setup.make_dataset_fn(params, setup.config, setup.vocab, True, skip_batches)
       )
     )
+
+
+def run(params):
+  """run_pretraining.py's job: the inputs and the output checked, then `train`; returns its
+  summary.
+
+  Raises:
+    cli.InputError: naming the flag, before a strategy, an output dir or a model is made.
+  """
+  check_data(params)
+  io_utils.check_outputs_apart(params)
+  io_utils.check_output_path(params.output_dir, "output_dir")
+  return train(params)
+
+
+def check_data(params):
+  """The TFRecord globs match files (cli.InputError naming the flag)."""
+  if params.synthetic_data:
+    return  # no file is read
+  if not params.input_file:
+    raise cli.InputError("--input_file is required (or --synthetic_data)")
+  for name in ("input_file", "eval_file"):
+    pattern = getattr(params, name)
+    if pattern:
+      try:
+        io_utils.expand_globs(pattern)
+      except ValueError as e:
+        raise cli.InputError(f"--{name}: {e}") from None
 
 
 def train(params, strategy=None):

@@ -16,7 +16,9 @@ from absl import logging
 import numpy as np
 
 import kinds
+from lm import backends
 from lm import flops
+from lm import lm_options as lm_options_lib
 from reproduction import benchmark_report
 from reproduction import peers as peers_lib
 from util import cli
@@ -36,13 +38,26 @@ MATMUL_SHAPES = (
 )
 
 
+def _check_lengths(lengths):
+  if not lengths or not all(n.isdigit() and int(n) > 0 for n in lengths):
+    raise ValueError("expected positive word counts, e.g. 5,10,20")
+
+
 @dataclasses.dataclass
 class MeasureParams:
-  """Which models, and what is timed how often; the command makes its flags from the fields."""
+  """Which models, and what is timed how often (run_benchmark.py's and
+  scripts/profile_onnxruntime.py's flags)."""
 
+  model_dir: list = lm_options_lib.model_dir_param(
+    several=True,
+    kenlm=False,
+    required=False,
+    default="random models of --models with the size flags below",
+  )
   models: list = cli.param(
     "Model types to build with random weights when no --model_dir is given.",
     tuple(kinds.PRETRAINABLE),
+    check=cli.choices(kinds.MODEL_TYPES),
   )
   vocab_file: str = cli.param(
     "Vocab of the random models (default: the T-TA authors' "
@@ -60,8 +75,10 @@ class MeasureParams:
     "Random models: max_position_embeddings, and the longest input in tokens.", 128
   )
   seed: int = cli.param("Random seed of the random weights.", 1)
-  lengths: list = cli.param("Sentence lengths in whitespace words.", ("5", "10", "20", "40", "80"))
-  tasks: list = cli.param("Tasks to time.", tuple(flops.TASKS))
+  lengths: list = cli.param(
+    "Sentence lengths in whitespace words.", ("5", "10", "20", "40", "80"), check=_check_lengths
+  )
+  tasks: list = cli.param("Tasks to time.", tuple(flops.TASKS), check=cli.choices(flops.TASKS))
   runs: int = cli.param("Timed runs per model, task and length.", 50, lower_bound=1)
   rounds: int = cli.param(
     "Turns per model (runs / rounds timed calls each, after one untimed call).", 5
@@ -84,6 +101,7 @@ class MeasureParams:
     "inference.NeuralLM backends to time every model on (tf is the reference; onnxruntime is "
     "opt-in; openvino_bf16 is opt-in, AMX/AVX512-BF16 CPUs only, and gets no float32 floors).",
     ("tf", "openvino"),
+    check=cli.choices(backends.BACKENDS),
   )
   jit_compile: bool = cli.param(
     "XLA-compile the inference graphs of every model (inference.NeuralLM jit_compile).", False
@@ -94,10 +112,8 @@ class MeasureParams:
     "requirements-peers.txt (scripts/setup_peers.sh).",
     (),
   )
-  # Set by the command from lm_flags' and io_utils' flags, not made from these fields.
-  model_dir: list = cli.path_field(cli.INPUT, "model_dir")
-  token_budget: int = None
-  data_dir: str = None
+  token_budget: int = lm_options_lib.token_budget_param()
+  data_dir: str = io_utils.data_dir_param()
 
   def word_counts(self):
     """--lengths as sorted distinct ints."""
@@ -124,6 +140,57 @@ class PeakParams:
   matmul_shapes: list = cli.param(
     "Shapes MxKxN ([M,K] x [K,N]) of the matmul peak.",
     tuple(f"{m}x{k}x{n}" for m, k, n in MATMUL_SHAPES),
+    check=lambda specs: parse_shapes(specs),
+  )
+
+
+# --quick: a smoke run's values of the flags not given explicitly.
+QUICK = {
+  "lengths": ["5", "20"],
+  "runs": 10,
+  "warmup": 2,
+  "hidden_size": 64,
+  "num_hidden_layers": 2,
+  "num_attention_heads": 4,
+  "intermediate_size": 256,
+  "max_lists": 2,
+  "matmul_runs": 3,
+}
+# The flags benchmark.json records (after --quick).
+RECORDED_FLAGS = (
+  "model_dir",
+  "models",
+  "lengths",
+  "tasks",
+  "runs",
+  "rounds",
+  "warmup",
+  "nbest_set",
+  "max_lists",
+  "token_budget",
+  "quick",
+  "seed",
+  "jit_compile",
+  "backends",
+  "peers",
+)
+
+
+@dataclasses.dataclass
+class JobParams:
+  """run_benchmark.py's flags: what is measured, the peak, where the results go."""
+
+  measure: MeasureParams = cli.nested(MeasureParams)
+  peak: PeakParams = cli.nested(PeakParams)
+  output_dir: str = cli.param(
+    "Where to write benchmark.json, benchmark.md and latency.png.", None, io=cli.OUTPUT
+  )
+  quick: bool = cli.param(
+    "Smoke run: lengths 5,20, 10 runs, 2 warm-up runs, a tiny "
+    "config (2 layers x 64, 4 heads, FFN 256), 2 N-best lists, "
+    "3 matmul runs. Flags given explicitly still win.",
+    False,
+    preset=QUICK,
   )
 
 
@@ -355,7 +422,6 @@ def build_lms(params):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   from lm import inference  # pylint: disable=g-import-not-at-top
-  from lm import lm_flags  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
   import tokenization  # pylint: disable=g-import-not-at-top
 
@@ -370,7 +436,7 @@ def build_lms(params):
 
   lms = {}
   if params.model_dir:
-    for name, path in lm_flags.model_specs(params.model_dir):
+    for name, path in lm_options_lib.model_specs(params.model_dir):
       model, tokenizer = inference.load_model(path)
       name = name or model.model_type
       if name in lms:
@@ -678,3 +744,40 @@ def peak_only(peak, threads):
   """The result dict of --peak_only: the environment and the matmul peak in --matmul_dtype."""
   records = matmul_peak(parse_shapes(peak.matmul_shapes), peak.matmul_runs, dtype=peak.matmul_dtype)
   return {"environment": machine.environment(threads), "matmul_peak": records}
+
+
+def run(job, command):
+  """run_benchmark.py's job: the matmul peak alone (--peak_only), or every measurement, printed
+  and written into --output_dir. `command` is the command line, recorded."""
+  params, peak = job.measure, job.peak
+  io_utils.check_outputs_apart(job)
+  if job.output_dir:
+    io_utils.check_output_path(job.output_dir, "output_dir")
+  # Before anything else touches TF: the thread pools are fixed at start-up.
+  threads = machine.pin_threads(params.intra_op, params.inter_op)
+  if peak.peak_only:
+    result = peak_only(peak, threads)
+    for record in result["matmul_peak"]:
+      print(f"{record['dtype']} {record['shape']}: {record['gflops']:.1f} GFLOP/s")
+    if job.output_dir:
+      os.makedirs(job.output_dir, exist_ok=True)
+      io_utils.write_atomically(
+        os.path.join(job.output_dir, "benchmark.json"), json.dumps(result, indent=2) + "\n"
+      )
+    return
+  from lm import inference  # pylint: disable=g-import-not-at-top
+
+  # What is cheap first: the models are there, before the matmul peak is measured.
+  with cli.user_input():
+    for _, spec in lm_options_lib.model_specs(params.model_dir or []):
+      inference.check_spec(spec)
+  recorded = dict(dataclasses.asdict(params), quick=job.quick)
+  facts = {"flags": {name: recorded[name] for name in RECORDED_FLAGS}, "command": command}
+  result = measure(params, peak, threads, facts)
+  report = benchmark_report.markdown_report(result)
+  print(report)
+  for line in benchmark_report.headline_lines(result):
+    print(line)
+  if job.output_dir:
+    benchmark_report.write_outputs(result, report, job.output_dir)
+    logging.info("wrote benchmark.json, benchmark.md and latency.png to %s", job.output_dir)

@@ -165,9 +165,7 @@ class Params:
     "mode).",
     None,
   )
-  # Set by the command.
-  data_dir: str = None  # --data_dir (io_utils.data_root finds the root)
-  command: str = None  # the command line, as the report gives it
+  data_dir: str = io_utils.data_dir_param()
 
   def __post_init__(self):
     unknown = sorted(set(self.models) - set(MODEL_TYPES))

@@ -376,7 +376,7 @@ def training_table(settings, data_stats, model_dirs, peak):
 
 
 def build_report(
-  params, settings, plan, data_stats, model_dirs, results, peak=None, further_seeds=()
+  params, settings, plan, data_stats, model_dirs, results, peak=None, further_seeds=(), command=None
 ):
   """The report dict: setup, training and `results` of seed 1, then (with --seeds > 1)
   "seed_runs", the training and results of each further seed (`further_seeds`), and the
@@ -384,7 +384,7 @@ def build_report(
   report = {
     "setup": {
       "mode": params.mode,
-      "command": params.command,
+      "command": command,
       "commit": machine.git_commit(),
       "machine": machine.cpu_and_cores(),
       "finished": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
@@ -535,12 +535,13 @@ def stage_evaluations(
   return results
 
 
-def run(params):
+def run(params, command=None):
   """Runs the job's stages in order (each skipped when its stamp says it is done) and writes
   report.json and report.md in the work dir.
 
   Args:
     params: `modes.Params`.
+    command: the command line, as the report gives it.
 
   Returns:
     (the path of report.md, its text, the time this run took as `progress.Stages.elapsed` says).
@@ -582,7 +583,7 @@ def run(params):
       dict(seed=seed, training=training_table(settings, data_stats, dirs, peak), **seed_results)
     )
   report = build_report(
-    params, settings, plan, data_stats, model_dirs, results, peak, further_seeds
+    params, settings, plan, data_stats, model_dirs, results, peak, further_seeds, command
   )
   text = reproduction_report.render_report(report)
   report_file = os.path.join(work_dir, "report.md")

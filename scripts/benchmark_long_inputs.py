@@ -20,7 +20,8 @@ from absl import flags
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 
-from lm import lm_flags  # noqa: E402
+from lm import lm_options  # noqa: E402
+from util import cli  # noqa: E402
 from util import machine  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -28,8 +29,7 @@ flags.DEFINE_string("tta", None, "T-TA model dir.", required=True)
 flags.DEFINE_string("bilm", None, "biLM model dir.", required=True)
 flags.DEFINE_list("words", ["100", "300", "1000"], "Sentence lengths in words.")
 flags.DEFINE_integer("runs", 3, "Timed calls per cell (the median is shown).", lower_bound=1)
-lm_flags.define_throughput_flags()
-lm_flags.define_long_input_flags()
+cli.define_param_flags(lm_options.LMOptions)
 
 # Words any English WordPiece vocab holds, cycled into sentences of the asked length.
 _TEXT = "the old man said that he would walk to the river before the sun went down".split()
@@ -82,7 +82,7 @@ def main(argv):
   del argv
   from lm import inference  # pylint: disable=g-import-not-at-top
 
-  options = lm_flags.load_options(FLAGS)
+  options = cli.params(lm_options.LMOptions).load_kwargs()
   lms = {
     name: inference.load_lm(spec, **options)
     for name, spec in (("T-TA", FLAGS.tta), ("biLM", FLAGS.bilm))

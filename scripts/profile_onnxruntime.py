@@ -34,7 +34,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lm import stage_clock  # noqa: E402
 from reproduction import benchmark  # noqa: E402
 from reproduction import peers as peers_lib  # noqa: E402
-import run_benchmark  # noqa: E402
 from util import cli  # noqa: E402
 from util import io_utils  # noqa: E402
 from util import machine  # noqa: E402
@@ -81,8 +80,7 @@ _KERNEL_SUFFIX = "_kernel_time"
 def define_flags():
   """run_benchmark's model and timing flags (same names and meanings), with this script's
   defaults, and --output_dir (called from __main__ only, so that tests can import this module)."""
-  run_benchmark.define_measure_flags()
-  io_utils.define_data_dir_flag()
+  cli.define_param_flags(benchmark.MeasureParams)
   flags.DEFINE_string(
     "output_dir", "runs/profile_onnxruntime", "Where to write profile.md, profile.json, traces/."
   )
@@ -638,7 +636,7 @@ def main(argv):
   del argv
   lengths = check_flags()
   threads = machine.pin_threads(FLAGS.intra_op, FLAGS.inter_op)
-  params = run_benchmark.measure_params(FLAGS)
+  params = cli.params(benchmark.MeasureParams)
   lms = benchmark.build_lms(params)
   engines = [our_engine(name, lm) for name, lm in lms.items()]
   if FLAGS.peers:

@@ -1,5 +1,6 @@
 """Tests of util/cli.py: a wrong input is one line and exit status 2; a bug keeps its traceback."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -13,22 +14,24 @@ from util import cli
 
 SCRIPT = textwrap.dedent(
   """
+  import dataclasses
   import sys
   sys.path.insert(0, {root!r})
   from absl import app
-  from absl import flags
   from util import cli
 
-  flags.DEFINE_enum("case", "bug", ["input", "raised", "usage", "bug"], "What main does.")
-  flags.DEFINE_integer("batch_size", 8, "A bounded flag.", lower_bound=1)
-  flags.DEFINE_string("model_dir", None, "A required flag.")
-  flags.mark_flag_as_required("model_dir")
-  flags.DEFINE_list("sets", ["dev"], "A list flag with choices.")
-  cli.register_choices("sets", ["dev", "test"])
+  @dataclasses.dataclass
+  class Params:
+    model_dir: str = cli.param("A required flag.")
+    case: str = cli.param("What main does.", "bug", enum=["input", "raised", "usage", "bug"])
+    batch_size: int = cli.param("A bounded flag.", 8, lower_bound=1)
+    sets: list = cli.param("Choices.", ("dev",), check=cli.choices(["dev", "test"]))
+
+  cli.define_param_flags(Params)
 
   def main(argv):
     del argv
-    case = flags.FLAGS.case
+    case = cli.params(Params).case
     if case == "input":
       with cli.user_input():
         open("/nonexistent/dev.json")
@@ -105,7 +108,60 @@ def test_flag_errors_are_one_line_and_exit_2(tmp_path, args, fragments):
 
 
 def test_a_missing_required_flag_is_one_line(tmp_path):
-  _assert_one_line(_run(tmp_path, model_dir=None), "--model_dir")
+  _assert_one_line(_run(tmp_path, model_dir=None), "--model_dir is required")
+
+
+def _check_order(values):
+  if values["low"] is not None and values["high"] is not None and values["low"] > values["high"]:
+    raise ValueError("--low is above --high")
+
+
+@dataclasses.dataclass
+class _Inner:
+  low: int = cli.param("Low.", None)
+  high: int = cli.param("High.", None)
+  extra: str = cli.param("Not a flag of _Outer.", "kept")
+  paths: list = cli.param("Inputs.", (), io=cli.INPUT)
+
+  FLAG_CHECKS = ((("low", "high"), _check_order),)
+
+
+@dataclasses.dataclass
+class _Outer:
+  name: str = cli.param("Required.", alias="old_name")
+  counts: dict = cli.param("An int made a dict.", None, kind=int, convert=lambda n: {"count": n})
+  options: list = cli.param("Repeatable.", (), kind=cli.MULTI)
+  columns: list = cli.param("Escaped.", (), kind=cli.ESCAPED_LIST)
+  smoke: bool = cli.param("Presets.", False, preset={"high": 9, "options": ["p"]})
+  inner: _Inner = cli.nested(_Inner, only=("low", "high", "paths"), defaults={"extra": "set"})
+  out: str = cli.param("Output.", None, io=cli.OUTPUT)
+
+
+def _outer(*args):
+  values = flags.FlagValues()
+  cli.define_param_flags(_Outer, values)
+  values(["prog", *args])
+  return values
+
+
+def test_params_build_nested_converted_and_preset_fields():
+  values = _outer("--old_name=a", "--counts=3", "--options=x", "--options=y", "--low=2")
+  assert "extra" not in values  # not in `only`
+  params = cli.params(_Outer, values)
+  assert params.name == "a" and params.counts == {"count": 3}
+  assert params.options == ["x", "y"] and params.columns == []
+  assert params.inner == _Inner(low=2, high=None, extra="set", paths=[])
+  # --smoke gives the flags not given its values; one given keeps its own.
+  smoke = cli.params(_Outer, _outer("--name=a", "--smoke", "--low=1", "--options=z"))
+  assert (smoke.inner.high, smoke.options) == (9, ["z"])
+  assert cli.params(_Outer, _outer("--name=a", "--columns=a\\,b,c")).columns == ["a,b", "c"]
+  with pytest.raises(flags.IllegalFlagValueError, match="--low is above --high"):
+    _outer("--name=a", "--low=3", "--high=2")
+  with pytest.raises(cli.InputError, match="--name is required"):
+    cli.params(_Outer, _outer())
+  with_paths = cli.params(_Outer, _outer("--name=a", "--paths=p,q", "--out=o"))
+  assert cli.io_values(with_paths, cli.INPUT) == [("paths", ["p", "q"])]
+  assert cli.io_values(with_paths, cli.OUTPUT) == [("out", "o")]
 
 
 def test_a_bug_keeps_its_traceback(tmp_path):

@@ -172,7 +172,7 @@ def _marked(**values):
 
   fields = [
     ("input_file", str, cli.param("in", None, io=cli.INPUT)),
-    ("model_dir", list, cli.path_field(cli.INPUT, "model_dir")),
+    ("model_dir", list, cli.param("models", None, io=cli.INPUT)),
     ("output_dir", str, cli.param("out", None, io=cli.OUTPUT)),
   ]
   return dataclasses.make_dataclass("Params", fields)(**values)

@@ -577,7 +577,7 @@ def test_loss_normalization_flag_reaches_the_train_loop(
   argv = _script_args(data_dir, out, f"--loss_normalization={normalization}", "--num_train_steps=2")
   pretraining_flags(argv[1:])
   params = dataclasses.replace(
-    run_pretraining.params_from_flags(pretraining_flags), install_signal_handlers=False
+    cli.params(training.TrainParams, pretraining_flags), install_signal_handlers=False
   )
   denominators = []
   make_train_loop = training.make_train_loop

@@ -6,6 +6,7 @@ are the cheap kind a command must refuse before it reads its data or builds anyt
 case costs the command's start-up only.
 """
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -17,7 +18,7 @@ from conftest import HANG_SECONDS
 import pytest
 
 from lm import inference
-from lm import lm_flags
+from lm import lm_options as lm_options_lib
 from util import cli
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -126,12 +127,24 @@ def test_check_spec_finds_a_missing_model_without_loading_one(tmp_path, tokenize
   inference.check_spec(str(tmp_path / "tta"))  # config and vocab there: the load decides
 
 
+@dataclasses.dataclass
+class _LMJob:
+  """A job's params with the LM fields, as the commands that load LMs have them."""
+
+  model_dir: list = lm_options_lib.model_dir_param(several=True)
+  lm_options: lm_options_lib.LMOptions = lm_options_lib.nested()
+
+
+@dataclasses.dataclass
+class _BudgetJob:
+  lm_options: lm_options_lib.LMOptions = lm_options_lib.nested(
+    only=("token_budget",), defaults={"long_inputs": "truncate"}
+  )
+
+
 def test_the_lm_flags_read_back_as_load_lm_arguments():
   values = flags.FlagValues()
-  lm_flags.define_model_dir(several=True, flag_values=values)
-  lm_flags.define_scoring_flags(flag_values=values)
-  lm_flags.define_throughput_flags(flag_values=values)
-  lm_flags.define_long_input_flags(flag_values=values)
+  cli.define_param_flags(_LMJob, values)
   values(
     [
       "prog",
@@ -141,8 +154,9 @@ def test_the_lm_flags_read_back_as_load_lm_arguments():
       "--stride=5",
     ]
   )
-  assert lm_flags.model_specs(values.model_dir) == [("tta", "runs/tta"), ("", "kenlm:lm.bin")]
-  assert lm_flags.load_options(values) == {
+  job = cli.params(_LMJob, values)
+  assert lm_options_lib.model_specs(job.model_dir) == [("tta", "runs/tta"), ("", "kenlm:lm.bin")]
+  assert job.lm_options.load_kwargs() == {
     "score_eos": True,
     "score_sos": True,
     "token_budget": 64,
@@ -151,14 +165,25 @@ def test_the_lm_flags_read_back_as_load_lm_arguments():
     "window": None,
     "stride": 5,
   }
-  without_backend = flags.FlagValues()
-  lm_flags.define_throughput_flags(backend=False, flag_values=without_backend)
-  without_backend(["prog"])
-  assert lm_flags.load_options(without_backend) == {"token_budget": inference.DEFAULT_TOKEN_BUDGET}
-  with pytest.raises(flags.IllegalFlagValueError, match="model_dir"):
-    required = flags.FlagValues()
-    lm_flags.define_model_dir(flag_values=required)
-    required(["prog"])
+  # A command that takes --token_budget alone: no other LM flag, the others' defaults.
+  budget_only = flags.FlagValues()
+  cli.define_param_flags(_BudgetJob, budget_only)
+  budget_only(["prog", "--token_budget=32"])
+  assert sorted(budget_only) == ["token_budget"]
+  assert cli.params(_BudgetJob, budget_only).lm_options.load_kwargs() == {
+    "score_eos": True,
+    "score_sos": False,
+    "token_budget": 32,
+    "backend": "tf",
+    "long_inputs": "truncate",
+    "window": None,
+    "stride": None,
+  }
+  required = flags.FlagValues()
+  cli.define_param_flags(_LMJob, required)
+  required(["prog"])
+  with pytest.raises(cli.InputError, match="--model_dir is required"):
+    cli.params(_LMJob, required)
 
 
 @pytest.mark.parametrize(
@@ -171,13 +196,13 @@ def test_the_lm_flags_read_back_as_load_lm_arguments():
 def test_two_lms_under_one_name_are_refused_at_parse_time(value, message):
   # Both were scored, then collapsed into one weight and one feature.
   values = flags.FlagValues()
-  lm_flags.define_model_dir(several=True, flag_values=values)
+  cli.define_param_flags(_LMJob, values)
   with pytest.raises(flags.IllegalFlagValueError, match=re.escape(message)):
     values(["prog", f"--model_dir={value}"])
 
 
 def test_unnamed_lms_of_one_directory_name_need_a_name():
-  specs = lm_flags.named_specs(["a/tta", "b=c/tta", "kenlm:x/5gram.bin"])
+  specs = lm_options_lib.named_specs(["a/tta", "b=c/tta", "kenlm:x/5gram.bin"])
   assert specs == [("tta", "a/tta"), ("b", "c/tta"), ("5gram.bin", "kenlm:x/5gram.bin")]
   with pytest.raises(ValueError, match=r"--model_dir names two LMs 'tta' \(a/tta and b/tta\)"):
-    lm_flags.named_specs(["a/tta", "b/tta"])
+    lm_options_lib.named_specs(["a/tta", "b/tta"])

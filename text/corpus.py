@@ -658,8 +658,7 @@ class CorpusParams:
   log_every: int = cli.param("Log progress every this many books.", 20)
   max_books: int = cli.param("Stop after this many books per archive.", None)
   force: bool = cli.param("Rebuild even if output_dir is complete for these arguments.", False)
-  # Set by the command: where the default --input is.
-  data_dir: str = None
+  data_dir: str = io_utils.data_dir_param()  # where the default --input is
 
   def __post_init__(self):
     if not self.output_dir:

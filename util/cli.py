@@ -4,7 +4,7 @@ A wrong input (a flag absl refuses, `InputError` or `app.UsageError` anywhere, a
 OSError inside a `user_input()` block) prints "<script>: error: <message>" and exits 2 without a
 traceback (`--verbosity=1` shows it); anything else keeps absl's traceback. A dataclass whose
 fields are made with `param` is both a function's arguments and a script's flags
-(`define_param_flags`, `param_values`); a field is part of the run identity of the job's outputs
+(`define_param_flags`, `params`); a field is part of the run identity of the job's outputs
 (util/runs.py `identity`) unless marked `result=False`. Light on purpose: standard library and absl.
 """
 
@@ -18,7 +18,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
-# The flags `define_param_flags` (and `define_escaped_list`) define belong to the script that
+# The flags `define_param_flags` defines belong to the script that
 # calls them, so that its --helpshort lists them (absl attributes a flag to the module that runs
 # DEFINE_*).
 flags.disclaim_key_flags()
@@ -80,17 +80,16 @@ def _refuse(error):
   sys.exit(EXIT_INPUT_ERROR)
 
 
-def register_choices(name, choices, flag_values=flags.FLAGS):
-  """Refuses at parse time a value of list flag `name` that is not one of `choices` (absl's
-  enums take one value; a comma-separated list has no enum of its own)."""
+def choices(allowed):
+  """A `param` check refusing a value of a list flag that is not one of `allowed` (absl's enums
+  take one value; a comma-separated list has no enum of its own)."""
 
   def check(values):
-    unknown = [v for v in values or () if v not in choices]
+    unknown = [v for v in values if v not in allowed]
     if unknown:
-      raise flags.ValidationError(f"unknown {', '.join(unknown)}; choose from {', '.join(choices)}")
-    return True
+      raise ValueError(f"unknown {', '.join(unknown)}; choose from {', '.join(allowed)}")
 
-  flags.register_validator(name, check, flag_values=flag_values)
+  return check
 
 
 class EscapedListParser(flags.ListParser):
@@ -107,22 +106,15 @@ class EscapedListParser(flags.ListParser):
     return [value.strip() for value in values]
 
 
-def define_escaped_list(name, default, help_text, flag_values=flags.FLAGS):
-  """`flags.DEFINE_list` with `EscapedListParser`."""
-  flags.DEFINE(
-    EscapedListParser(),
-    name,
-    default,
-    help_text,
-    flag_values=flag_values,
-    serializer=flags.CsvListSerializer(","),
-  )
-
-
-# The `io` marker of a field (`param`, `path_field`) that holds paths a command reads or writes:
+# The `io` marker of a field (`param`) that holds paths a command reads or writes:
 # its output paths are kept apart from its input paths (io_utils.check_outputs_apart).
 INPUT = "input"
 OUTPUT = "output"
+
+
+# The `kind` of a `param` whose flag is not made from the field's type.
+MULTI = "multi"  # a repeatable string flag (--name=a --name=b): a list
+ESCAPED_LIST = "escaped_list"  # a comma-separated list with backslash escapes (EscapedListParser)
 
 
 def param(
@@ -133,12 +125,18 @@ def param(
   lower_bound=None,
   io=None,
   result=True,
+  kind=None,
+  check=None,
+  convert=None,
+  alias=None,
+  preset=None,
 ):
   """A dataclass field that is also a command-line flag.
 
   Args:
     help_text: the flag's help, and the field's description.
-    default: the default of both (MISSING: the field is required, the flag defaults to None).
+    default: the default of both. MISSING: the field is required; its flag defaults to None and
+      `params` refuses a run without it ("--NAME is required").
     enum: allowed values: the flag is an enum.
     flag: the flag's name when it differs from the field's (BERT's singular --input_file for
       a field holding several globs).
@@ -149,6 +147,16 @@ def param(
     result: False for a field that changes none of the job's results (progress, threads, how
       often it saves, --overwrite): left out of its run identity (util/runs.py `identity`), so
       that a resume may change it. An OUTPUT field is never part of it.
+    kind: MULTI or ESCAPED_LIST for a list flag of that kind, or the type of the flag's value
+      (str, int, float, bool, list) where it is not the field's (a `convert` makes the field's);
+      None: from the field's type.
+    check: function(value) raising ValueError for a value absl should refuse while parsing
+      (not called for None).
+    convert: function(flag value) -> field value (not called for None); a ValueError is a
+      wrong input.
+    alias: another name of the flag (an old one).
+    preset: {flag name: value} that the flags not given take when this flag is set (true, or
+      not empty).
   """
   return dataclasses.field(
     default=default,
@@ -159,19 +167,37 @@ def param(
       "lower_bound": lower_bound,
       "io": io,
       "result": result,
+      "kind": kind,
+      "check": check,
+      "convert": convert,
+      "alias": alias,
+      "preset": preset,
     },
   )
 
 
-def path_field(io, flag, default=None, default_factory=dataclasses.MISSING, result=True):
-  """A dataclass field that is not made into a flag (the command sets it) but holds the paths of
-  flag `flag`, marked INPUT or OUTPUT as `param`'s `io`, and `result` as `param`'s."""
-  if default_factory is not dataclasses.MISSING:
-    default = dataclasses.MISSING
+def nested(cls, only=None, defaults=None, result=True, flat=True):
+  """A dataclass field holding dataclass `cls`, whose `param` fields are flags of the command
+  too (its `FLAG_CHECKS` with them).
+
+  Args:
+    cls: the nested dataclass (lm/lm_options.py's LMOptions).
+    only: the names of the fields made into flags (default: all); the others keep their default.
+    defaults: {field name: value} replacing the field's default, flag or not.
+    result: False: no field of it is part of the run identity (as `param`'s).
+    flat: its fields are in the run identity as the holder's own; False: under this field's
+      name, as {name: value} of its flags (the identity LMOptions had as a dict).
+  """
+  defaults = dict(defaults or {})
   return dataclasses.field(
-    default=default,
-    default_factory=default_factory,
-    metadata={"io": io, "flag": flag, "result": result},
+    default_factory=lambda: cls(**defaults),
+    metadata={
+      "nested": cls,
+      "only": only,
+      "defaults": defaults,
+      "result": result,
+      "flat": flat,
+    },
   )
 
 
@@ -192,13 +218,16 @@ def flag_name(field):
 
 
 def io_values(params, io):
-  """[(flag name, value)] of the fields of dataclass instance `params` marked `io` (INPUT or
-  OUTPUT) whose value is set."""
-  return [
-    (flag_name(f), getattr(params, f.name))
-    for f in dataclasses.fields(params)
-    if f.metadata.get("io") == io and getattr(params, f.name) not in (None, "", (), [])
-  ]
+  """[(flag name, value)] of the fields of dataclass instance `params` (and of the dataclasses
+  it holds) marked `io` (INPUT or OUTPUT) whose value is set."""
+  found = []
+  for field in dataclasses.fields(params):
+    value = getattr(params, field.name)
+    if dataclasses.is_dataclass(value):
+      found += io_values(value, io)
+    elif field.metadata.get("io") == io and value not in (None, "", (), []):
+      found.append((flag_name(field), value))
+  return found
 
 
 _DEFINE_BY_TYPE = {
@@ -210,27 +239,132 @@ _DEFINE_BY_TYPE = {
 }
 
 
-def _param_fields(cls):
-  return [f for f in dataclasses.fields(cls) if "help" in f.metadata]
+def _flag_fields(cls, only=None, defaults=None):
+  """[(field, its default)] of the fields of `cls` that are flags, nested ones in their place."""
+  found = []
+  for field in dataclasses.fields(cls):
+    if "nested" in field.metadata:
+      meta = field.metadata
+      found += _flag_fields(meta["nested"], meta["only"], meta["defaults"])
+    elif "help" in field.metadata and (only is None or field.name in only):
+      default = (defaults or {}).get(field.name, field.default)
+      found.append((field, None if default is dataclasses.MISSING else default))
+  return found
+
+
+def _checks(cls):
+  """[(flag names, check)] of `cls`'s FLAG_CHECKS and of its nested dataclasses'."""
+  found = list(getattr(cls, "FLAG_CHECKS", ()))
+  for field in dataclasses.fields(cls):
+    if "nested" in field.metadata:
+      found += _checks(field.metadata["nested"])
+  return found
+
+
+def _validator(check):
+  """An absl validator of `check` (a `param`'s): its ValueError refuses the value."""
+
+  def validate(value):
+    try:
+      if value is not None:
+        check(value)
+    except ValueError as e:
+      raise flags.ValidationError(str(e)) from None
+    return True
+
+  return validate
 
 
 def define_param_flags(cls, flag_values=flags.FLAGS):
-  """Defines one absl flag per `param` field of dataclass `cls` (in `flag_values`)."""
-  for field in _param_fields(cls):
-    default = None if field.default is dataclasses.MISSING else field.default
+  """Defines one absl flag per `param` field of dataclass `cls` and of its `nested` ones (in
+  `flag_values`), with their checks."""
+  for field, default in _flag_fields(cls):
     if isinstance(default, tuple):
       # A list field's default is a tuple (a dataclass refuses a mutable default); absl's
       # list flags take lists.
       default = list(default)
-    name, help_text = flag_name(field), field.metadata["help"]
-    if field.metadata["enum"]:
-      flags.DEFINE_enum(name, default, field.metadata["enum"], help_text, flag_values=flag_values)
+    meta = field.metadata
+    name, help_text = flag_name(field), meta["help"]
+    if meta["enum"]:
+      flags.DEFINE_enum(name, default, meta["enum"], help_text, flag_values=flag_values)
+    elif meta["kind"] == MULTI:
+      flags.DEFINE_multi_string(name, default, help_text, flag_values=flag_values)
+    elif meta["kind"] == ESCAPED_LIST:
+      flags.DEFINE(
+        EscapedListParser(),
+        name,
+        default,
+        help_text,
+        flag_values=flag_values,
+        serializer=flags.CsvListSerializer(","),
+      )
     else:
-      bound = field.metadata["lower_bound"]
+      bound = meta["lower_bound"]
       kwargs = {} if bound is None else {"lower_bound": bound}
-      _DEFINE_BY_TYPE[field.type](name, default, help_text, flag_values=flag_values, **kwargs)
+      flag_type = meta["kind"] or field.type
+      _DEFINE_BY_TYPE[flag_type](name, default, help_text, flag_values=flag_values, **kwargs)
+    if meta["check"]:
+      flags.register_validator(name, _validator(meta["check"]), flag_values=flag_values)
+    if meta["alias"]:
+      flags.DEFINE_alias(meta["alias"], name, flag_values=flag_values)
+  for names, check in _checks(cls):
+    if all(name in flag_values for name in names):
+      flags.register_multi_flags_validator(
+        list(names), _multi_validator(check), flag_values=flag_values
+      )
 
 
-def param_values(cls, flag_values):
-  """{field name: parsed flag value} of the `param` fields of `cls`."""
-  return {f.name: flag_values[flag_name(f)].value for f in _param_fields(cls)}
+def _multi_validator(check):
+  """An absl multi-flag validator of a FLAG_CHECKS function({flag name: value})."""
+
+  def validate(values):
+    try:
+      check(values)
+    except ValueError as e:
+      raise flags.ValidationError(str(e)) from None
+    return True
+
+  return validate
+
+
+def params(cls, flag_values=flags.FLAGS):
+  """An instance of dataclass `cls` from the parsed flags `define_param_flags(cls)` defined.
+
+  Fields that are no flag keep their default. A `preset` flag that is set gives the flags not
+  given its values.
+
+  Raises:
+    InputError: a required flag is not given, a `convert` or the dataclass refuses a value.
+  """
+  presets = {}
+  for field, _ in _flag_fields(cls):
+    if field.metadata["preset"] and flag_values[flag_name(field)].value:
+      presets.update(field.metadata["preset"])
+
+  def value(field):
+    name = flag_name(field)
+    if name in presets and not flag_values[name].present:
+      return presets[name]
+    return flag_values[name].value
+
+  # Every required flag before any value is checked.
+  for field, _ in _flag_fields(cls):
+    if field.default is dataclasses.MISSING and value(field) in (None, ""):
+      raise InputError(f"--{flag_name(field)} is required")
+  with user_input():
+    return _build(cls, value, None, {})
+
+
+def _build(cls, value, only, defaults):
+  """`cls` from the flag values (`value(field)`) of its fields that are flags."""
+  values = dict(defaults)
+  for field in dataclasses.fields(cls):
+    meta = field.metadata
+    if "nested" in meta:
+      values[field.name] = _build(meta["nested"], value, meta["only"], meta["defaults"])
+    elif "help" in meta and (only is None or field.name in only):
+      given = value(field)
+      if given is not None and meta["convert"]:
+        given = meta["convert"](given)
+      values[field.name] = given
+  return cls(**values)

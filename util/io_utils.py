@@ -33,11 +33,17 @@ flags.disclaim_key_flags()
 # ---------------------------------------------------------------------------------------------
 
 
+_DATA_DIR_HELP = "Data root (default: $TTA_DATA, else ../shared/data beside the repository)."
+
+
+def data_dir_param():
+  """The --data_dir field of a command that reads the shared data (`data_root`)."""
+  return cli.param(_DATA_DIR_HELP, None)
+
+
 def define_data_dir_flag():
-  """Defines `--data_dir`, the data root flag of every script that reads the shared data."""
-  flags.DEFINE_string(
-    "data_dir", None, "Data root (default: $TTA_DATA, else ../shared/data beside the repository)."
-  )
+  """Defines `--data_dir` in a script that has no params dataclass."""
+  flags.DEFINE_string("data_dir", None, _DATA_DIR_HELP)
 
 
 def data_root(data_dir=None):
@@ -258,7 +264,7 @@ def local_paths(value):
   separated globs (of a value that is not itself a path). '-' (stdin, stdout) and remote paths
   name none."""
   if isinstance(value, tuple) and len(value) == 2:
-    return local_paths(value[1])  # a (name, spec) pair (lm_flags.named_specs)
+    return local_paths(value[1])  # a (name, spec) pair (lm_options.named_specs)
   if isinstance(value, (list, tuple)):
     return [path for item in value for path in local_paths(item)]
   if not isinstance(value, str) or value in ("", "-") or "://" in value:
@@ -268,7 +274,7 @@ def local_paths(value):
   paths = []
   for part in (p.strip() for p in value.split(",")):
     if not os.path.lexists(part):
-      part = part.rpartition("=")[2]  # NAME=SPEC, as lm_flags.model_specs reads it
+      part = part.rpartition("=")[2]  # NAME=SPEC, as lm_options.model_specs reads it
     part = _SCHEME.sub("", part) if not os.path.lexists(part) else part
     if not part or part == "-" or "://" in part:
       continue

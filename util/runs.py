@@ -73,8 +73,11 @@ def _identity_fields(params):
     value = getattr(params, field.name)
     if not cli.is_result(field):
       continue
-    if dataclasses.is_dataclass(value):
+    if dataclasses.is_dataclass(value) and field.metadata.get("flat", True):
       fields += _identity_fields(value)
+    elif dataclasses.is_dataclass(value):
+      only = field.metadata.get("only") or [f.name for f in dataclasses.fields(value)]
+      fields.append((field, {name: getattr(value, name) for name in only}))
     else:
       fields.append((field, value))
   return fields
