@@ -122,11 +122,9 @@ def hypothesis_errors(lists):
 
 
 def oracle(lists, metric="wer"):
-  """(corpus metric, choice) of the best hypothesis per list, ties to the better first-pass rank.
-
-  Fewest errors per utterance is the exact WER oracle; BLEU does not add over sentences, so the
-  best sentence BLEU (effective order) is the usual approximation.
-  """
+  """(corpus metric, choice) of the best hypothesis per list, ties to the better first-pass
+  rank: fewest errors is the exact WER oracle; BLEU does not add over sentences, so the best
+  sentence BLEU (effective order) is the usual approximation."""
   if metric == "wer":
     choice = [_argmax([-e for e in errors]) for errors in hypothesis_errors(lists)]
   elif metric == "bleu":

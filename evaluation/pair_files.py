@@ -1,9 +1,6 @@
-"""Readers of run_sts.py's --pairs_file sets: a user's TSV and SentEval's STS12-16 layout.
-
-Both read lazily and tell the part read so far (`lines_read`, `sha256()`), so that an output made
-from them resumes (util/resumable.py). Malformed input raises ValueError naming `file:line` (bad
-UTF-8: cli.InputError).
-"""
+"""Lazy readers of run_sts.py's --pairs_file sets (a user's TSV, SentEval's STS12-16) that tell
+the part read so far, so that an output made from them resumes (util/resumable.py). Malformed
+input raises ValueError naming `file:line` (bad UTF-8: cli.InputError)."""
 
 import collections
 import hashlib
@@ -32,13 +29,9 @@ def _number(text):
 
 
 class PairsFile:
-  """A user's pairs, `_PAIRS_FORMAT` per line; every line has a gold score (any finite number:
-  the scale is the user's) or none does. header="auto": line 1 is a header when its third field
-  is not a number while line 2's is.
-
-  Each iteration reads the file afresh, yielding `NumberedPair`s in file order; `lines_read` and
-  `sha256()` are those of the current iteration.
-  """
+  """A user's pairs, `_PAIRS_FORMAT` per line, each iteration reading the file afresh; every
+  line has a gold score (any finite number: the scale is the user's) or none does.
+  header="auto": line 1 is a header when its third field is not a number while line 2's is."""
 
   def __init__(self, path, header="auto"):
     if header not in PAIRS_HEADER:

@@ -146,13 +146,10 @@ class CosineWriter:
     }
 
   def write(self, source, target, label, total=None, transforms=None):
-    """Streams `source` (a PairsFile or SentEvalSubset) into the TSV `target`, resuming its partial
-    file; a target the same job finished on the same input is kept. `transforms`: with `whiten`,
-    {(model name, representation): whitening.Whitening}.
-
-    Raises:
-      cli.InputError: the partial file is another job's or from another input; a write failed.
-    """
+    """Streams `source` (a PairsFile or SentEvalSubset) into the TSV `target`, resuming its
+    partial file, keeping a target this job finished on the same input; cli.InputError for
+    another job's or input's partial file or a failed write. `transforms`: with `whiten`,
+    {(model name, representation): whitening.Whitening}."""
     job = dict(self.job, **source.identity())
     if self.whiten:
       job["whitening"] = {" ".join(key): t.digest() for key, t in transforms.items()}

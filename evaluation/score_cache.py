@@ -11,12 +11,9 @@ from util import progress
 
 
 class ScoreCache:
-  """Append-only JSON-lines cache, `{"model": str, "text": str, "value": payload}` per line.
-
-  `put_many` fsyncs each batch, so an interrupted run keeps every batch it finished; a last line
-  cut off by a crash is trimmed on the next open. The last write of a key wins. One writer at a
-  time. `register` records what each short model_id stands for in `models_path`.
-  """
+  """Append-only JSON-lines cache, `{"model": str, "text": str, "value": payload}` per line, one
+  writer at a time; the last write of a key wins. A last line cut off by a crash is trimmed on
+  the next open. `register` records what each short model_id stands for in `models_path`."""
 
   def __init__(self, path):
     """A missing `path` is an empty cache; ValueError (`file:line`) for a malformed line of it
@@ -149,12 +146,9 @@ def windows_of(payload):
 
 
 def cached_scores(lm, lm_id, texts, cache, name, chunk_size=500, scoring=None):
-  """{text: [sum of log-probs (nats), scored tokens, truncated, windows]} of `lm` for `texts`.
-
-  Scores only the texts missing from `cache` (None: no cache), storing each chunk before the
-  next, so an interrupted run resumes. `lm_id`: the cache key (`inference.model_id`); `scoring`:
-  one of `inference.SCORINGS`, None the LM's default.
-  """
+  """{text: [sum of log-probs (nats), scored tokens, truncated, windows]} of `lm` for `texts`,
+  scoring those missing from `cache` (None: none) and storing each chunk before the next, so an
+  interrupted run resumes; `lm_id`: the cache key (`inference.model_id`)."""
   texts = sorted(set(texts))
   done = cache.get_many(lm_id, texts) if cache is not None else {}
   todo = [t for t in texts if t not in done]

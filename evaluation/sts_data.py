@@ -48,11 +48,9 @@ def _lines(path):
 
 
 def read_stsb_file(path):
-  """list[StsPair] of an STS Benchmark file (e.g. `stsb/sts-dev.csv`), in file order.
-
-  Tab-separated, no header, no quoting (sentences may contain `"`, so no CSV reader): genre,
-  file, year, id, score, sentence1, sentence2, on some lines 2 extra fields, ignored.
-  """
+  """list[StsPair] of an STS Benchmark file (`stsb/sts-dev.csv`): tab-separated, no header, no
+  quoting (sentences may hold `"`, so no CSV reader): genre, file, year, id, score, sentence1,
+  sentence2, on some lines 2 extra fields, ignored."""
   pairs = []
   for lineno, line in enumerate(_lines(path), 1):
     where = f"{path}:{lineno}"

@@ -341,8 +341,7 @@ class Whiten:
     return [representation, pair_similarity.whitened_name(representation, self.dim)]
 
   def model_identity(self, lm):
-    """`whitening.model_identity` of `lm`, what its transforms record (it hashes the weights:
-    once per model); None without whitening."""
+    """`whitening.model_identity` of `lm` (hashes the weights: once per model), None without."""
     return whitening.model_identity(lm) if self.dim else None
 
   def model_transforms(self, name, lm, representations, model):
@@ -384,9 +383,7 @@ class Whiten:
     return out
 
   def fitter(self, fixed, what, fitted_for):
-    """evaluate_sts's `whiten`: `fixed` (a model's transform for every set), or a fit on the
-    set's pairs' sentences (`what`, for messages; `fitted_for` as `fitted`'s); None without
-    whitening."""
+    """evaluate_sts's `whiten`: `fixed`, or a fit on the set's sentences; None without."""
     if not self.dim:
       return None
     if fixed is not None:

@@ -1,9 +1,6 @@
-"""BERT-whitening of sentence vectors (Su et al. 2021), fitted without labels.
-
-x -> (x - mu) U[:, :k] diag(s[:k])^-1/2, with mu the mean and U diag(s) U^T the SVD of the
-vectors' covariance: zero mean, identity covariance, the k directions of largest variance kept.
-Cosines of whitened vectors no longer see the few directions every vector shares (anisotropy).
-"""
+"""BERT-whitening (Su et al. 2021): x -> (x - mu) U[:, :k] diag(s[:k])^-1/2, with mu the mean and
+U diag(s) U^T the SVD of the vectors' covariance, fitted without labels. Cosines of whitened
+vectors no longer see the few directions every vector shares (anisotropy)."""
 
 import dataclasses
 import hashlib
