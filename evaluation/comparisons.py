@@ -1,6 +1,5 @@
-"""Paired comparisons of two LMs on the same utterances or sentence pairs
-(evaluation/significance.py), and their markdown tables: rescoring WER (`asr_comparisons`), STS
-Pearson (`sts_comparisons`); run_sts.py and reproduce.py's report print them."""
+"""Paired comparisons of two LMs on the same utterances (WER) or sentence pairs (STS Pearson),
+and the markdown tables run_sts.py and reproduce.py's report print."""
 
 import dataclasses
 
@@ -27,17 +26,9 @@ def _comparison_dict(a, b, where, comparison):
 
 
 def asr_comparisons(asr, pairs=PAPER_PAIRS):
-  """WER of a minus b for each (a, b) of `pairs`, paired bootstrap over the same utterances.
-
-  Args:
-    asr: rescoring_results.json rows, whose WER results keep per-utterance "errors".
-    pairs: (a, b) LM names; a pair with an LM the rows lack is left out.
-
-  Returns:
-    list of dicts: a, b, test, setting and the significance.Comparison fields (WER points;
-    negative means a makes fewer errors). Pairs without errors or with < 2 utterances
-    are left out.
-  """
+  """Dicts of a, b, test, setting and the `significance.Comparison` of WER a minus b for each
+  (a, b) of `pairs` in rescoring_results.json rows `asr`, over the same utterances; pairs
+  lacking an LM, per-utterance "errors" or 2 utterances are left out."""
   rows = {row["lm"]: row for row in asr}
   out = []
   for first, other in pairs:

@@ -26,15 +26,8 @@ class WerDetails:
 
 
 def wer_details(refs, hyps):
-  """Corpus WER with jiwer (case-sensitive, whitespace tokens; callers normalise text).
-
-  Args:
-    refs: list[str], references.
-    hyps: list[str], hypotheses aligned with refs (may be empty strings).
-
-  Returns:
-    WerDetails, with wer in percent = 100 * (S + D + I) / (S + D + H).
-  """
+  """WerDetails of `hyps` against `refs` (list[str] each; a hyp may be empty), wer in percent =
+  100 (S + D + I) / (S + D + H). jiwer: case-sensitive, whitespace tokens; callers normalise."""
   if len(refs) != len(hyps) or not refs:
     raise ValueError(
       f"need equally many refs and hyps (at least one), got {len(refs)} and {len(hyps)}"
@@ -55,16 +48,8 @@ def corpus_wer(refs, hyps):
 
 
 def corpus_bleu(refs_list, hyps):
-  """Corpus BLEU with sacrebleu's defaults (13a tokenisation, mixed case, exp smoothing).
-
-  Args:
-    refs_list: list[list[str]], the references of each segment (as in NBestList.refs); every
-      segment needs the same number of references.
-    hyps: list[str], one hypothesis per segment.
-
-  Returns:
-    float, BLEU in [0, 100].
-  """
+  """BLEU in [0, 100], sacrebleu's defaults (13a tokenisation, mixed case, exp smoothing);
+  `refs_list`: each segment's references (NBestList.refs), as many for every segment."""
   if len(refs_list) != len(hyps) or not hyps:
     raise ValueError(
       f"need equally many reference sets and hyps (at least one), got "
@@ -81,16 +66,7 @@ def corpus_bleu(refs_list, hyps):
 
 
 def evaluate(lists, choice, metric):
-  """Scores one choice of hypothesis per list.
-
-  Args:
-    lists: list[NBestList].
-    choice: list[int], index into lists[i].hyps.
-    metric: "wer" (needs exactly one reference per list) or "bleu".
-
-  Returns:
-    float, WER or BLEU in percent.
-  """
+  """WER or BLEU (percent) of lists[i].hyps[choice[i]]; WER needs one reference per list."""
   if len(choice) != len(lists):
     raise ValueError(f"{len(choice)} choices for {len(lists)} lists")
   hyps = [nbest.hyps[i].text for nbest, i in zip(lists, choice)]
@@ -129,30 +105,15 @@ def sentence_errors(refs, hyps):
 
 
 def utterance_errors(lists, choice):
-  """Per-utterance word errors of one choice, for paired significance tests.
-
-  Args:
-    lists: list[NBestList], each with one reference.
-    choice: list[int], index into lists[i].hyps.
-
-  Returns:
-    tuple (list[int], list[int]): S + D + I of each chosen hypothesis, and the words of each
-    reference; their sums give `evaluate(lists, choice, "wer")`.
-  """
+  """(S + D + I of each chosen hypothesis, words of each reference), list[int] each, for paired
+  significance tests; their sums give `evaluate(lists, choice, "wer")`."""
   refs = [nbest.refs[0] for nbest in lists]
   hyps = [nbest.hyps[i].text for nbest, i in zip(lists, choice)]
   return sentence_errors(refs, hyps), [len(ref.split()) for ref in refs]
 
 
 def hypothesis_errors(lists):
-  """Word errors (S + D + I, jiwer) of every hypothesis against its list's one reference.
-
-  Args:
-    lists: list[NBestList], each with one reference.
-
-  Returns:
-    list[list[int]], aligned with lists[i].hyps.
-  """
+  """list[list[int]]: S + D + I of every hypothesis against its list's one reference."""
   pairs = [(nbest.refs[0], hyp.text) for nbest in lists for hyp in nbest.hyps]
   if not pairs:
     return [[] for _ in lists]
@@ -161,20 +122,9 @@ def hypothesis_errors(lists):
 
 
 def oracle(lists, metric="wer"):
-  """The best choice per list given the references.
-
-  For WER the choice minimises each utterance's edit errors, which gives the exact corpus
-  oracle (corpus WER is total errors / total reference words). For BLEU, which does not add
-  over sentences, it maximises sentence BLEU (sacrebleu, effective order): the usual
-  approximation of the oracle. Ties go to the better first-pass rank.
-
-  Args:
-    lists: list[NBestList].
-    metric: "wer" or "bleu".
-
-  Returns:
-    tuple (float, list[int]): the corpus metric of the oracle choice, and the choice.
-  """
+  """(corpus metric, choice) of the best hypothesis per list, ties to the better first-pass
+  rank: fewest errors is the exact WER oracle; BLEU does not add over sentences, so the best
+  sentence BLEU (effective order) is the usual approximation."""
   if metric == "wer":
     choice = [_argmax([-e for e in errors]) for errors in hypothesis_errors(lists)]
   elif metric == "bleu":
@@ -189,16 +139,8 @@ def oracle(lists, metric="wer"):
 
 
 def pseudo_perplexity(token_logprob_sums, token_counts):
-  """Per-sentence (pseudo-)perplexity exp(-sum / count).
-
-  Args:
-    token_logprob_sums: list[float], natural-log probability summed over each sentence's scored
-      tokens (PLL for T-TA/biLM, the chain-rule log-likelihood for uniLM).
-    token_counts: list[int], the number of scored tokens per sentence (> 0).
-
-  Returns:
-    list[float]; inf where the exponent overflows.
-  """
+  """Per-sentence (pseudo-)perplexity exp(-sum / count), inf on overflow; sums in nats over
+  each sentence's scored tokens (PLL for T-TA/biLM, chain rule for uniLM), counts > 0."""
   if len(token_logprob_sums) != len(token_counts):
     raise ValueError(f"{len(token_logprob_sums)} sums for {len(token_counts)} counts")
   out = []
@@ -215,12 +157,8 @@ def pseudo_perplexity(token_logprob_sums, token_counts):
 
 
 def pppl_summary(token_logprob_sums, token_counts):
-  """Mean and median of the per-sentence (pseudo-)perplexities, as in the paper's Table 7.
-
-  Returns:
-    dict with "mean" (PPLa), "median" (PPLm), and "corpus" = exp(-Σsum / Σcount), the
-    token-weighted value used by Salazar et al. (2020).
-  """
+  """{"mean" (PPLa), "median" (PPLm) of the per-sentence values (the paper's Table 7), "corpus":
+  exp(-Σsum / Σcount), token-weighted as in Salazar et al. (2020)}."""
   values = pseudo_perplexity(token_logprob_sums, token_counts)
   if not values:
     raise ValueError("no sentences")
@@ -230,11 +168,7 @@ def pppl_summary(token_logprob_sums, token_counts):
 
 
 def wer_report(lists, choice, cer=False):
-  """WER (jiwer) of `choice` with its substitution, deletion and insertion counts; CER too.
-
-  Returns:
-    dict: wer (percent), substitutions, deletions, insertions, reference_words, [cer].
-  """
+  """{wer (percent), substitutions, deletions, insertions, reference_words[, cer]} of `choice`."""
   refs = [lst.refs[0] for lst in lists]
   hyps = [lst.hyps[c].text for lst, c in zip(lists, choice)]
   details = wer_details(refs, hyps)
@@ -251,11 +185,7 @@ def wer_report(lists, choice, cer=False):
 
 
 def mt_report(lists, choice):
-  """Corpus BLEU and chrF (sacrebleu, every reference of each segment) with their signatures.
-
-  Returns:
-    dict: bleu, bleu_signature, chrf, chrf_signature.
-  """
+  """{bleu, bleu_signature, chrf, chrf_signature}: sacrebleu, every reference of each segment."""
   counts = {len(lst.refs) for lst in lists}
   if len(counts) != 1:
     raise ValueError(f"every segment needs as many references; found counts {sorted(counts)}")

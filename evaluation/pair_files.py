@@ -1,12 +1,6 @@
-"""Readers of sentence pairs for run_sts.py beyond its sets: a user's file, SentEval's STS12-16.
-
-`PairsFile` reads `sentence1<TAB>sentence2[<TAB>gold score]` lines; `senteval_tasks` finds the
-`SentEvalSubset`s of SentEval's STS12-16 layout (`STS.input.<subset>.txt` + `STS.gs.<subset>.txt`).
-Both read lazily, for big files: iterating yields `NumberedPair(line, sent1, sent2, score)`, and
-`lines_read`, `sha256()` and `identity()` tell the part read so far, so that an output made from
-them resumes (util/resumable.py). Sentences are stripped of surrounding whitespace and otherwise
-untouched. Malformed input raises ValueError naming `file:line` (bad UTF-8: cli.InputError).
-"""
+"""Lazy readers of run_sts.py's --pairs_file sets (a user's TSV, SentEval's STS12-16) that tell
+the part read so far, so that an output made from them resumes (util/resumable.py). Malformed
+input raises ValueError naming `file:line` (bad UTF-8: cli.InputError)."""
 
 import collections
 import hashlib
@@ -35,22 +29,9 @@ def _number(text):
 
 
 class PairsFile:
-  """A user's sentence pairs, read lazily: `sentence1<TAB>sentence2[<TAB>gold score]` per line.
-
-  Every line has a gold score (any finite number: the scale is the user's) or none does. A header
-  line is skipped with header="yes"; with "auto" line 1 is one when its third field is not a
-  number while line 2's is (a file without gold scores has no header then).
-
-  Iterating yields `NumberedPair` in file order (score None without gold scores); each iteration
-  reads the file afresh. `path`, `lines_read` and `sha256()` are those of the lines read so far
-  by the current iteration (resumable.InputLines), `identity()` the rest of what an output made
-  from the pairs depends on.
-
-  Raises (while iterating) ValueError naming `file:line`: an empty file or no pair after the
-  header, a blank line, other than 2 or 3 tab-separated fields, a blank sentence, a gold score
-  that is not a number, a line with a gold score in a file without (or the reverse); bad UTF-8
-  raises cli.InputError.
-  """
+  """A user's pairs, `_PAIRS_FORMAT` per line, each iteration reading the file afresh; every
+  line has a gold score (any finite number: the scale is the user's) or none does.
+  header="auto": line 1 is a header when its third field is not a number while line 2's is."""
 
   def __init__(self, path, header="auto"):
     if header not in PAIRS_HEADER:
@@ -139,18 +120,9 @@ _SENTEVAL_INPUT = re.compile(r"STS(\d{4})?\.input\.(.+)\.txt")
 
 
 class SentEvalSubset:
-  """One subset of SentEval's STS12-16 test sets, read lazily.
-
-  `STS.input.<subset>.txt` has sentence1<TAB>sentence2 per line (further fields, as in the raw
-  STS16 files, are ignored); `STS.gs.<subset>.txt` has the gold score in [0, 5] of the same line,
-  or a blank line for a pair without one, which is skipped with its input line (as SentEval
-  does). Iterating yields `NumberedPair` (the input file's line); `path` (the input file),
-  `lines_read` and `sha256()` (of both files) are those of the current iteration, as
-  `PairsFile`'s.
-
-  Raises (while iterating) ValueError naming `file:line`: the files' lengths differ, a line
-  with fewer than 2 fields, a blank sentence, a bad gold score, no gold score at all.
-  """
+  """One subset of SentEval's STS12-16, read lazily as `PairsFile`: `STS.input.<subset>.txt`
+  (sentence1<TAB>sentence2, further fields ignored) beside `STS.gs.<subset>.txt` (a score in
+  [0, 5] per line; a blank one skips its pair, as SentEval does). `sha256()` covers both."""
 
   def __init__(self, input_path, gold_path):
     self.path = input_path
@@ -222,22 +194,9 @@ def _senteval_subsets(directory):
 
 
 def senteval_tasks(directory, name=None):
-  """The STS tasks of SentEval's layout in `directory`.
-
-  Args:
-    directory: str, a directory with `STS.input.<subset>.txt` files (one task, e.g. SentEval's
-      `data/downstream/STS/STS12-en-test`), or one whose subdirectories have them (SentEval's
-      `data/downstream/STS`: one task per subdirectory; STSBenchmark and others without such
-      files are skipped).
-    name: str or None, the task's name in the first case; default the directory's name.
-
-  Returns:
-    list of (task name, [(subset name, SentEvalSubset)]), tasks and subsets sorted by name.
-
-  Raises:
-    ValueError: no such directory, no STS.input files, a missing gold file, a name for a
-      directory of tasks.
-  """
+  """[(task name, [(subset name, SentEvalSubset)])], sorted: one task when `directory` holds
+  `STS.input.<subset>.txt` files (named `name`, default the directory's), else one per
+  subdirectory that does (SentEval's data/downstream/STS). ValueError when it cannot."""
   if not os.path.isdir(directory):
     raise ValueError(f"{directory}: no such directory (SentEval's STS layout expected)")
   subsets = _senteval_subsets(directory)
@@ -274,20 +233,9 @@ def _set_name(name, spec):
 
 
 def pair_sets(specs, header="auto"):
-  """The pair sets of run_sts.py's --pairs_file entries, in their order.
-
-  Args:
-    specs: list of str: FILE (a `PairsFile`, named by the file's name without its extension),
-      senteval:DIR (`senteval_tasks`), either as NAME=SPEC to name the set or task.
-    header: the `PairsFile` header rule.
-
-  Returns:
-    list of (SentEval task name or None, [(set name, reader)]): a TSV is one set of its own; a
-    SentEval task groups its subsets, named "<task>/<subset>".
-
-  Raises:
-    ValueError: a name that cannot name a file, two sets of one name, a SentEval directory
-      without its layout (the readers' errors while reading come later).
+  """[(SentEval task or None, [(set name, reader)])] of --pairs_file `specs`, in order: FILE (a
+  `PairsFile` named by its stem) or senteval:DIR (subsets named "<task>/<subset>"), either as
+  NAME=SPEC. ValueError for a bad or repeated name, or no SentEval layout; the readers' come later.
   """
   groups = []
   for spec in specs:
@@ -307,12 +255,8 @@ def pair_sets(specs, header="auto"):
 
 
 def count_pairs(source):
-  """(pairs, whether they have gold scores) of a reader, read whole, so that its errors show
-  before any encoding.
-
-  Raises:
-    ValueError: the reader's, or a single pair with a gold score (no correlation).
-  """
+  """(pairs, has gold scores) of a reader read whole, so that its errors show before any
+  encoding; ValueError for one pair with a gold score (no correlation)."""
   count, has_gold = 0, False
   for pair in source:
     count, has_gold = count + 1, pair.score is not None

@@ -1,10 +1,5 @@
-"""Similarity of sentence pairs: each distinct sentence encoded once, each pair's cosine.
-
-`pair_vectors` (pairs in memory), `CosineWriter` (pairs from a file into a resumable TSV, one line
-per pair in input order: line, sentence1, sentence2, gold, one cosine column per model and
-representation (and its whitened one), truncated), `correlations` (Pearson and Spearman x 100
-with a bootstrap interval), SentEval's aggregates and the markdown table.
-"""
+"""Similarity of sentence pairs (each distinct sentence encoded once, each pair's cosine), their
+correlations with gold scores, SentEval's aggregates and the tables of run_sts.py."""
 
 import collections
 import itertools
@@ -41,12 +36,7 @@ def parse_representation(name):
 
 
 def encode(lm, sentences, pooling, masked, label):
-  """lm.sentence_vectors of `sentences` in chunks, logging progress as `label`.
-
-  Returns:
-    (float32 [N, D], bool [N]): the vectors, and whether each sentence was truncated to fit the
-    model (`inference.NeuralLM.tokenize`).
-  """
+  """(float32 [N, D], truncated bool [N]) of `sentences`, in chunks with progress lines."""
   bar = progress.Progress(label, total=len(sentences), unit="sentences")
   parts, truncated = [], []
   for begin in range(0, max(len(sentences), 1), ENCODE_CHUNK):  # no sentence: one call, [0, D]
@@ -59,13 +49,8 @@ def encode(lm, sentences, pooling, masked, label):
 
 
 def pair_vectors(lm, pairs, representation, label="encoding"):
-  """Each pair's two sentence vectors, each distinct sentence encoded once; progress lines are
-  logged as `label`.
-
-  Returns:
-    (first float32 [P, D], second float32 [P, D], truncated bool [P]: whether either sentence of
-    the pair was truncated to fit the model).
-  """
+  """(first float32 [P, D], second float32 [P, D], truncated bool [P]: either sentence cut to
+  fit the model), each distinct sentence encoded once."""
   pooling, masked = parse_representation(representation)
   sentences = sorted({s for p in pairs for s in (p.sent1, p.sent2)})
   index = {s: i for i, s in enumerate(sentences)}
@@ -76,24 +61,18 @@ def pair_vectors(lm, pairs, representation, label="encoding"):
 
 
 def whitened_name(representation, dim):
-  """The name of a representation whitened to `dim` dimensions (evaluation/whitening.py):
-  "context+W256"."""
+  """ "context+W256": `representation` whitened to `dim` dimensions."""
   return f"{representation}+W{dim:d}"
 
 
 def whitened_cosines(first, second, transform):
-  """Cosines of each pair's two vectors (float [P, D] each) after `transform`
-  (whitening.Whitening): float [P]."""
+  """float [P]: cosines of `first`, `second` (float [P, D]) after `transform`."""
   return inference.cosine(transform.apply(first), transform.apply(second))
 
 
 def undefined_reason(cosines, gold):
-  """Why the correlations of `cosines` against `gold` are undefined, or None when they are not.
-
-  Pearson and Spearman divide by each side's spread: constant gold scores (e.g. a file whose
-  third column is one value) or constant cosines (a model giving one vector) leave them 0/0,
-  which scipy reports as NaN and the bootstrap as a zero-width interval at 0.
-  """
+  """Why the correlations of `cosines` against `gold` are undefined (either side constant: 0/0,
+  which scipy gives as NaN), or None."""
   for values, what in ((gold, "gold scores"), (cosines, "cosines")):
     values = np.asarray(values, np.float64)
     if np.all(values == values[0]):
@@ -102,15 +81,9 @@ def undefined_reason(cosines, gold):
 
 
 def correlations(cosines, gold, bootstrap=(significance.DEFAULT_RESAMPLES, 0)):
-  """Pearson and Spearman x 100 of `cosines` float [P] against `gold` float [P].
-
-  Args:
-    bootstrap: (resamples, seed) of the Pearson's 95% interval.
-
-  Returns:
-    dict: "scores" [Pearson, Spearman], "pearson_ci" [low, high]; each value None when they are
-    undefined (`undefined_reason`), never NaN, which JSON has no value for.
-  """
+  """{"scores": [Pearson, Spearman] x 100, "pearson_ci": [low, high] (95%, `bootstrap` =
+  (resamples, seed))} of `cosines` float [P] against `gold` float [P]; None where undefined, not
+  NaN, which JSON lacks."""
   if undefined_reason(cosines, gold):
     return {"scores": [None, None], "pearson_ci": [None, None]}
   scores = sts_data.pearson_spearman(cosines, gold)
@@ -120,8 +93,7 @@ def correlations(cosines, gold, bootstrap=(significance.DEFAULT_RESAMPLES, 0)):
 
 
 def score_cell(scores, ci, reason=None):
-  """A table cell: "Pearson [low, high] (Spearman)", x 100; "undefined (`reason`)" for None
-  scores (`correlations`)."""
+  """ "Pearson [low, high] (Spearman)" x 100, or "undefined (`reason`)"."""
   pearson, spearman = scores
   if pearson is None:
     return f"undefined ({reason})" if reason else "undefined"
@@ -129,7 +101,7 @@ def score_cell(scores, ci, reason=None):
 
 
 def column_name(model, representation):
-  """The cosine column of a model (its row name) and representation: "tta context"."""
+  """ "tta context": the cosine column of a model's row name and representation."""
   return f"{model} {representation}"
 
 
@@ -147,16 +119,9 @@ def _line(pair, cosines, truncated):
 
 
 class CosineWriter:
-  """Writes the cosines of pairs read from files, each file's into a TSV, resumably.
-
-  Args:
-    models: list of (name, NeuralLM), the names unique; every batch runs through all of them.
-    representations: list of str (`parse_representation`).
-    batch_size: pairs read, encoded and appended at a time.
-    overwrite: start over instead of resuming an unfinished partial file.
-    whiten: 0, or the dimensions of whitened vectors: each representation's column is followed
-      by its whitened one (`whitened_name`), with the transforms `write` is given.
-  """
+  """Writes the cosines of pairs read from files into resumable TSVs, one line per pair in input
+  order: `COLUMNS`, a cosine column per model (`models`: [(unique name, NeuralLM)]) and
+  representation, followed by its whitened one when `whiten` > 0, then `TRUNCATED`."""
 
   def __init__(
     self, models, representations, batch_size=DEFAULT_BATCH_SIZE, overwrite=False, whiten=0
@@ -181,20 +146,10 @@ class CosineWriter:
     }
 
   def write(self, source, target, label, total=None, transforms=None):
-    """Streams the pairs of `source` into the TSV `target`, resuming its partial file; a target
-    finished by the same job on the same input is kept (`resumable.is_done`).
-
-    Args:
-      source: a pair_files.PairsFile or SentEvalSubset.
-      target: str, the output file (its directory is made).
-      label: str, what progress lines name.
-      total: int or None, the pairs of `source` (for the progress line's ETA).
-      transforms: with `whiten`, {(model name, representation): whitening.Whitening}.
-
-    Raises:
-      cli.InputError: the partial file was made by another job (models, representations, batch
-        size, input and its reading) or from another input content; a write failed.
-    """
+    """Streams `source` (a PairsFile or SentEvalSubset) into the TSV `target`, resuming its
+    partial file, keeping a target this job finished on the same input; cli.InputError for
+    another job's or input's partial file or a failed write. `transforms`: with `whiten`,
+    {(model name, representation): whitening.Whitening}."""
     job = dict(self.job, **source.identity())
     if self.whiten:
       job["whitening"] = {" ".join(key): t.digest() for key, t in transforms.items()}
@@ -229,13 +184,8 @@ class CosineWriter:
 
 
 def read_cosines(path, return_truncated=False):
-  """The gold scores and cosine columns of a `CosineWriter` output.
-
-  Returns:
-    (gold, cosines): gold float [P], or None when the pairs have no gold score; cosines
-    {column name: float [P]}. With `return_truncated`, also the number of pairs with a
-    truncated sentence.
-  """
+  """(gold float [P] or None, {column: cosines float [P]}) of a `CosineWriter` output; with
+  `return_truncated`, also the number of pairs with a truncated sentence."""
   gold, columns, truncated = [], None, 0
   # Binary lines: split on "\n" only, as written (a sentence may hold a lone "\r").
   with open(path, "rb") as f:
@@ -253,13 +203,8 @@ def read_cosines(path, return_truncated=False):
 
 
 def add_correlations(rows, name, path, bootstrap=(significance.DEFAULT_RESAMPLES, 0)):
-  """Fills each result row's correlations on the set `name` from its `CosineWriter` output.
-
-  Args:
-    rows: dicts with "model", "representation", and "scores", "pearson_ci", "cosines" and "gold"
-      dicts keyed by set name, which get the set's entries (see `correlations`).
-    path: str, the set's output, with gold scores.
-  """
+  """Fills set `name` into each row's "scores", "pearson_ci", "cosines" and "gold" dicts from
+  its `CosineWriter` output `path` (with gold scores)."""
   gold, cosines = read_cosines(path)
   for row in rows:
     column = column_name(row["model"], row["representation"])
@@ -282,19 +227,8 @@ def add_correlations(rows, name, path, bootstrap=(significance.DEFAULT_RESAMPLES
 
 
 def senteval_aggregates(rows, subsets, bootstrap=(significance.DEFAULT_RESAMPLES, 0)):
-  """SentEval's aggregations of a task (`significance.subset_aggregates`): "all" over the
-  concatenated subsets, the mean and the pair-weighted mean of the subsets' correlations.
-
-  Args:
-    rows: result rows with "cosines" and "gold" {set name: float [P]} (`add_correlations`).
-    subsets: list of the task's set names.
-    bootstrap: (resamples, seed) of the intervals.
-
-  Returns:
-    list, per row: {"pairs": int, and per aggregate of significance.AGGREGATES: {"scores":
-    [Pearson, Spearman], "ci": [[low, high], [low, high]]}, or None when a subset's correlations
-    are undefined (`undefined_reason`), which leaves the task's undefined too}.
-  """
+  """Per row, {"pairs": int, each of significance.AGGREGATES over the task's `subsets`:
+  `subset_aggregates`' entry, or None when a subset's correlations are undefined}."""
   resamples, seed = bootstrap
   out = []
   for row in rows:
@@ -316,13 +250,8 @@ AVERAGED_SETS = ("stsb_test", "sick_test")
 
 
 def senteval_average(row, tasks, paper_row=None):
-  """SimCSE's summary of a model and representation: the mean Spearman x 100 of each SentEval
-  task's "all" and, when `paper_row` (run_sts.py's row of the paper's sets) has them, of STS-B
-  test and SICK test.
-
-  Returns:
-    {"spearman": float or None (undefined where any member is), "over": [task or set names]}.
-  """
+  """{"spearman": mean over `tasks`' "all" and, in `paper_row`, `AVERAGED_SETS`, or None where
+  any is undefined; "over": their names}."""
   values = {
     task: (row["all"][task]["all"] or {"scores": [None, None]})["scores"][1] for task in tasks
   }
@@ -347,15 +276,9 @@ def _aggregate_cell(entry):
 
 
 def markdown_table(rows, groups):
-  """Rows the pair sets, columns "model representation": Pearson [95% CI] (Spearman) x 100.
-
-  Args:
-    rows: result rows ("model", "representation", "scores", "pearson_ci", "gold"; "all" {task:
-      `senteval_aggregates` entry} for SentEval tasks, "avg" (`senteval_average`) with any).
-    groups: list of (task or None, [set names]): a SentEval task's subsets are followed by its
-      aggregates (`senteval_aggregates`), Spearman first as the field prints them, and the
-      table ends with SimCSE's average when a task ran.
-  """
+  """Rows the pair sets of `groups` ([(task or None, [set names])]), a task's followed by its
+  aggregates (Spearman first, as the field prints them) and SimCSE's average last; columns
+  "model representation": Pearson [95% CI] (Spearman) x 100."""
   lines = [
     "| pairs | n | "
     + " | ".join(column_name(r["model"], r["representation"]) for r in rows)

@@ -11,24 +11,13 @@ from util import progress
 
 
 class ScoreCache:
-  """Append-only JSON-lines cache of LM scores keyed by (model_id, text).
-
-  Each line is `{"model": str, "text": str, "value": <JSON payload>}` (e.g. per-token
-  log-probs and their sum). `put_many` appends all its lines with one write, then flushes and
-  fsyncs, so an interrupted run keeps every batch it finished; a last line cut off by a crash
-  is dropped (and trimmed from the file) on the next open. The last write of a key wins. No
-  NaN or infinity is written (JSON has none; `put_many` refuses it), and one an older run wrote
-  is not read.
-  One writer at a time. `model_id` is short (`inference.model_id`); `register` writes what each
-  one stands for to a readable side file, `<path without .jsonl>.models.json`.
-  """
+  """Append-only JSON-lines cache, `{"model": str, "text": str, "value": payload}` per line, one
+  writer at a time; the last write of a key wins. A last line cut off by a crash is trimmed on
+  the next open. `register` records what each short model_id stands for in `models_path`."""
 
   def __init__(self, path):
-    """Opens (or starts) the cache at `path`; a missing file is an empty cache.
-
-    Raises:
-      ValueError: a malformed line of the cache or of its side file; `file:line`.
-    """
+    """A missing `path` is an empty cache; ValueError (`file:line`) for a malformed line of it
+    or of its side file."""
     self.path = path
     self._data = {}
     if os.path.exists(path):
@@ -54,10 +43,8 @@ class ScoreCache:
       try:
         record = json.loads(line.decode("utf-8"), parse_constant=_refuse_constant)
       except _NotFinite:
-        # Written by a run before scores were checked finite (`inference.check_finite`): a NaN
-        # or infinite score is no score, so it is computed again when asked for (and refused
-        # then if it still is not finite) rather than served, or the whole cache refused for a
-        # line that only an old run could write.
+        # Only an older run wrote NaN or infinity: the score is computed again when asked for,
+        # rather than served or the whole cache refused.
         dropped.append(lineno)
         continue
       except UnicodeDecodeError as e:
@@ -115,15 +102,8 @@ class ScoreCache:
     return {text: self._data[(model_id, text)] for text in texts if (model_id, text) in self._data}
 
   def put_many(self, model_id, items):
-    """Stores payloads and makes them durable before returning.
-
-    Args:
-      model_id: str, identifies the model and its scoring options (the caller's choice).
-      items: dict[str, payload] or iterable of (text, payload); payloads must be JSON-able.
-
-    Raises:
-      ValueError: a payload holds NaN or an infinity (nothing is written).
-    """
+    """Stores `items` ({text: JSON-able payload} or pairs) durably before returning; ValueError,
+    nothing written, for a NaN or infinity."""
     pairs = list(items.items()) if isinstance(items, dict) else list(items)
     if not pairs:
       return
@@ -145,17 +125,13 @@ class _NotFinite(Exception):
 
 
 def _refuse_constant(name):
-  """json.loads' parse_constant: NaN, Infinity and -Infinity, which Python's json reads as
-  floats but JSON has not, end the line's reading."""
+  """json.loads' parse_constant: NaN and ±Infinity, which JSON lacks, end the line's reading."""
   raise _NotFinite(name)
 
 
 def _cache_line(model_id, text, value):
-  """One ScoreCache record as UTF-8 bytes with a final newline.
-
-  Readable UTF-8 where possible; a text that UTF-8 cannot encode (a lone surrogate) is written
-  with JSON escapes instead, which read back as the same str.
-  """
+  """One record as UTF-8 bytes and a newline; JSON escapes for a text UTF-8 cannot encode (a
+  lone surrogate), which read back as the same str."""
   record = {"model": model_id, "text": text, "value": value}
   try:
     return (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
@@ -164,29 +140,15 @@ def _cache_line(model_id, text, value):
 
 
 def windows_of(payload):
-  """The sliding windows a `cached_scores` payload's sentence was read in. A payload of a cache
-  written before windows has no fourth field: its LM identity has no window (only a windowing LM
-  has, `inference.describe`), so its sentences were read whole or truncated, in one window."""
+  """The sliding windows a `cached_scores` payload's sentence was read in; 1 for a payload
+  without the field, whose LM identity has no window."""
   return payload[3] if len(payload) > 3 else 1
 
 
 def cached_scores(lm, lm_id, texts, cache, name, chunk_size=500, scoring=None):
-  """{text: [sum of log-probs, scored tokens, truncated, windows]} of `lm` for every text
-  (`windows_of` reads the last from a cache of either layout).
-
-  Scores only the texts missing from `cache` (None: no cache), in chunks of `chunk_size`; each
-  chunk is stored before the next begins, so an interrupted run resumes where it stopped.
-  Progress lines (rate, ETA) name the LM by its short row name `name`.
-
-  Args:
-    lm: an `inference.NeuralLM` or `inference.NgramLM`.
-    lm_id: the cache key of the LM and its scoring mode (`inference.model_id`).
-    texts: iterable of str.
-    cache: `ScoreCache` or None.
-    name: str.
-    chunk_size: sentences per `lm.score` call and cache write.
-    scoring: the scoring mode (`inference.SCORINGS`), None: the LM's default.
-  """
+  """{text: [sum of log-probs (nats), scored tokens, truncated, windows]} of `lm` for `texts`,
+  scoring those missing from `cache` (None: none) and storing each chunk before the next, so an
+  interrupted run resumes; `lm_id`: the cache key (`inference.model_id`)."""
   texts = sorted(set(texts))
   done = cache.get_many(lm_id, texts) if cache is not None else {}
   todo = [t for t in texts if t not in done]

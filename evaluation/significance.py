@@ -1,13 +1,8 @@
-"""Paired bootstrap significance for the reproduction's claims (WER and STS; Koehn 2004).
+"""Paired bootstrap over utterances or sentence pairs for WER and STS (Koehn 2004).
 
-The resampled unit is the utterance (or the sentence pair), both systems on the same draw
-(scipy.stats.bootstrap, `paired=True`). Percentile intervals, not BCa: BCa is undefined for two
-identical systems, which must read "no difference". p = 2 * min(P(d* <= 0), P(d* >= 0)) of the
-difference's bootstrap distribution, capped at 1. Across seeds (`significant_in_every_seed`) a
-difference counts only when every seed's CI excludes 0 on the same side. The resampling options
-(resamples, level, seed) are keyword-only: a (resamples, seed) pair spread into them would make
-the seed the level. tests/test_intervals.py checks every interval the reports print against an
-independent one.
+Percentile intervals, not BCa: BCa is undefined for two identical systems, which must read "no
+difference". p = 2 min(P(d* <= 0), P(d* >= 0)), capped at 1. The resampling options are
+keyword-only: a (resamples, seed) pair spread into them would make the seed the level.
 """
 
 import dataclasses
@@ -20,23 +15,13 @@ DEFAULT_CONFIDENCE = 0.95
 
 
 def format_p(p_value):
-  """A p-value for a table: "0.030"; "< 0.001" when no resample crossed zero.
-
-  p = 0 means less than one in n_resamples (>= 1,000), never exactly 0.
-  """
+  """ "0.030"; "< 0.001" for p = 0, which means under one in n_resamples (>= 1,000)."""
   return "< 0.001" if p_value < 0.0005 else f"{p_value:.3f}"
 
 
 @dataclasses.dataclass
 class Comparison:
-  """A statistic of system A minus that of system B, with its bootstrap uncertainty.
-
-  Attributes:
-    difference: float, the statistic of A minus that of B on all units.
-    low, high: float, the confidence interval of the difference.
-    p_value: float, two-sided, for "the difference is 0".
-    num_units: int, utterances or pairs resampled.
-  """
+  """A statistic of system A minus B on all units, its interval, two-sided p and units."""
 
   difference: float
   low: float
@@ -102,18 +87,8 @@ def compare_error_rates(
   confidence=DEFAULT_CONFIDENCE,
   seed=0,
 ):
-  """Paired bootstrap of corpus WER (x 100) of system A minus system B over utterances.
-
-  Args:
-    errors_a, errors_b: int [U], word errors (S + D + I) of each utterance's chosen hypothesis.
-    reference_lengths: int [U], words in each utterance's reference.
-    num_resamples: bootstrap resamples (>= 1,000 for the reports).
-    confidence: level of the interval.
-    seed: the resampler's seed, so a report is reproducible.
-
-  Returns:
-    `Comparison`; a negative difference means A makes fewer errors.
-  """
+  """`Comparison` of corpus WER x 100, A minus B (negative: A makes fewer errors), from int [U]
+  errors (S + D + I) of each utterance's chosen hypothesis and words of its reference."""
   errors_a, errors_b, lengths = (
     np.asarray(x, np.float64) for x in (errors_a, errors_b, reference_lengths)
   )
@@ -143,15 +118,7 @@ def _pearson(x, y, axis=-1):
 def pearson_interval(
   predicted, gold, *, num_resamples=DEFAULT_RESAMPLES, confidence=DEFAULT_CONFIDENCE, seed=0
 ):
-  """Pearson r x 100 of `predicted` against `gold` with a paired bootstrap interval.
-
-  Args:
-    predicted: float [P], e.g. cosine similarities of P sentence pairs.
-    gold: float [P], the human similarity scores.
-
-  Returns:
-    `Interval`.
-  """
+  """`Interval` of Pearson r x 100 of `predicted` float [P] against `gold` float [P]."""
   predicted, gold = np.asarray(predicted, np.float64), np.asarray(gold, np.float64)
   _check_paired(predicted, gold)
   result, _ = _bootstrap((predicted, gold), _pearson, num_resamples, confidence, seed)
@@ -174,11 +141,8 @@ def _spearman(x, y, axis=-1):
 
 
 def _aggregates(predicted, gold):
-  """`AGGREGATES` of subsets, each float [..., 2] (Pearson, Spearman) x 100.
-
-  Args:
-    predicted, gold: lists over the subsets of float [..., n_s] (leading axes: resamples).
-  """
+  """{`AGGREGATES`: float [..., 2] (Pearson, Spearman) x 100} of lists over the subsets of
+  float [..., n_s] (leading axes: resamples)."""
   per_subset = np.stack(
     [np.stack([_pearson(p, g), _spearman(p, g)], -1) for p, g in zip(predicted, gold)]
   )  # [S, ..., 2]
@@ -193,18 +157,11 @@ def _aggregates(predicted, gold):
 def subset_aggregates(
   predicted, gold, *, num_resamples=DEFAULT_RESAMPLES, confidence=DEFAULT_CONFIDENCE, seed=0
 ):
-  """SentEval's `AGGREGATES` of a task's subsets, x 100, with percentile bootstrap intervals.
+  """{aggregate: {"scores": [Pearson, Spearman], "ci": [[low, high] of each]}} x 100 of a task's
+  subsets (`predicted`, `gold`: lists of float [n_s]).
 
-  The bootstrap is stratified: each resample draws every subset's pairs from that subset, as
-  many as it has, so each subset keeps its size and weight (a task is a fixed set of subsets,
-  and "mean" needs a correlation of each), and all three statistics are read off the same draws.
-
-  Args:
-    predicted, gold: lists over the subsets of float [n_s], each subset's similarities and gold
-      scores.
-
-  Returns:
-    {aggregate: {"scores": [Pearson, Spearman], "ci": [[low, high] of Pearson, of Spearman]}}.
+  Stratified: each resample draws every subset's pairs from that subset, so each keeps its size
+  and weight ("mean" needs a correlation of each); all three are read off the same draws.
   """
   predicted = [np.asarray(p, np.float64) for p in predicted]
   gold = [np.asarray(g, np.float64) for g in gold]
@@ -241,15 +198,8 @@ def compare_pearson(
   confidence=DEFAULT_CONFIDENCE,
   seed=0,
 ):
-  """Pearson x 100 of model A minus model B on the same pairs, paired bootstrap over pairs.
-
-  Args:
-    predicted_a, predicted_b: float [P], each model's similarity for the same P pairs.
-    gold: float [P].
-
-  Returns:
-    `Comparison`; a positive difference means A correlates better.
-  """
+  """`Comparison` of Pearson x 100, A minus B (positive: A correlates better), on the same P
+  pairs (float [P] each)."""
   a, b, gold = (np.asarray(x, np.float64) for x in (predicted_a, predicted_b, gold))
   _check_paired(a, b, gold)
 
@@ -265,18 +215,11 @@ def compare_pearson(
 
 
 def significant_in_every_seed(intervals):
-  """The every-seed rule of reproduce.py --seeds for one comparison trained under several seeds.
+  """reproduce.py --seeds' rule: True when the CI of the difference excludes 0 on the same side
+  for every seed (`intervals`: (low, high) per seed, None where one lacks it: False).
 
   A paired bootstrap resamples the test units of ONE trained model per side: it says nothing of
-  how far another training run moves the difference. So the difference counts as significant
-  only when its confidence interval excludes 0 for every seed, all on the same side of 0.
-
-  Args:
-    intervals: the (low, high) CI of the difference for each seed; None for a seed that lacks
-      the comparison.
-
-  Returns:
-    bool; False when any seed lacks it. One seed: the CI of that seed excludes 0.
+  how far another training run moves the difference.
   """
   if not intervals:
     raise ValueError("no seed to judge")

@@ -1,9 +1,5 @@
-"""STS-B and SICK readers and the correlation metric for unsupervised STS.
-
-Both readers return `StsPair(sent1, sent2, score)` tuples with the gold similarity score
-(STS-B in [0, 5], SICK relatedness in [1, 5]); sentences are stripped of surrounding whitespace
-and otherwise untouched. Malformed input raises ValueError naming `file:line`.
-"""
+"""STS-B and SICK readers (gold scores: STS-B in [0, 5], SICK relatedness in [1, 5]) and the
+paper's correlations. Malformed input raises ValueError naming `file:line`."""
 
 import collections
 import math
@@ -52,22 +48,9 @@ def _lines(path):
 
 
 def read_stsb_file(path):
-  """Reads one STS Benchmark file.
-
-  Format: tab-separated, no header, no quoting (sentences may contain `"`, so this splits on
-  tabs instead of using a CSV reader): genre, file, year, id, score, sentence1, sentence2, and on
-  some lines 2 extra source/license fields, which are ignored.
-
-  Args:
-    path: str, e.g. `.../stsb/sts-dev.csv`.
-
-  Returns:
-    list[StsPair], in file order.
-
-  Raises:
-    ValueError: fewer than 7 fields, a score outside [0, 5] or not a number, a blank sentence
-      or line; the message names `file:line`.
-  """
+  """list[StsPair] of an STS Benchmark file (`stsb/sts-dev.csv`): tab-separated, no header, no
+  quoting (sentences may hold `"`, so no CSV reader): genre, file, year, id, score, sentence1,
+  sentence2, on some lines 2 extra fields, ignored."""
   pairs = []
   for lineno, line in enumerate(_lines(path), 1):
     where = f"{path}:{lineno}"
@@ -90,38 +73,15 @@ def read_stsb_file(path):
 
 
 def read_stsb(split, data_dir=None):
-  """Reads STS-B `split` ("train" 5749, "dev" 1500, "test" 1379 pairs) from the data root.
-
-  Args:
-    split: str, one of STSB_SPLITS.
-    data_dir: str or None, the data root (see `io_utils.data_root`).
-
-  Returns:
-    list[StsPair].
-  """
+  """STS-B `split` ("train" 5749, "dev" 1500, "test" 1379 pairs) of the data root."""
   if split not in STSB_SPLITS:
     raise ValueError(f"unknown STS-B split {split!r}; expected one of {STSB_SPLITS}")
   return read_stsb_file(os.path.join(io_utils.data_root(data_dir), STSB_DIR, f"sts-{split}.csv"))
 
 
 def read_sick_file(path, split="TEST"):
-  """Reads the full SICK corpus file (`SICK.txt`) and keeps one SemEval split.
-
-  Format: tab-separated with a header row naming the columns (CRLF line endings in the shipped
-  file); sentence_A, sentence_B, relatedness_score (in [1, 5]) and SemEval_set
-  (TRAIN/TRIAL/TEST) are used.
-
-  Args:
-    path: str, the SICK.txt file.
-    split: str or None, one of SICK_SPLITS, or None for every row.
-
-  Returns:
-    list[StsPair] with the relatedness score, in file order.
-
-  Raises:
-    ValueError: a header without the needed columns, a row with another number of fields than
-      the header, a bad score, an unknown SemEval_set, a blank sentence; `file:line`.
-  """
+  """list[StsPair] (relatedness) of the SemEval `split` (None: every row) of `SICK.txt`:
+  tab-separated, a header row naming the columns, CRLF line endings as shipped."""
   if split is not None and split not in SICK_SPLITS:
     raise ValueError(f"unknown SICK split {split!r}; expected one of {SICK_SPLITS} or None")
   lines = _lines(path)
@@ -158,29 +118,13 @@ def read_sick_file(path, split="TEST"):
 
 
 def read_sick(data_dir=None, split="TEST"):
-  """Reads SICK from `<data_root>/sick/SICK.txt`; the TEST split has the paper's 4906 pairs.
-
-  Args:
-    data_dir: str or None, the data root (see `io_utils.data_root`).
-    split: str or None, see `read_sick_file`.
-
-  Returns:
-    list[StsPair].
-  """
+  """SICK's `split` of `<data_root>/sick/SICK.txt`; TEST has the paper's 4906 pairs."""
   return read_sick_file(os.path.join(io_utils.data_root(data_dir), SICK_FILE), split)
 
 
 def pearson_spearman(pred, gold):
-  """Correlations between predicted similarities and gold scores, as the paper reports them.
-
-  Args:
-    pred: sequence of float, e.g. cosine similarities.
-    gold: sequence of float, gold scores aligned with pred.
-
-  Returns:
-    tuple (float, float): Pearson r x 100 and Spearman ρ x 100 (scipy). A constant input gives
-    NaN (scipy warns), which is reported as is rather than hidden.
-  """
+  """(Pearson r, Spearman ρ) x 100 (scipy) of `pred` against `gold`, as the paper reports them;
+  a constant input gives NaN, reported as is."""
   if len(pred) != len(gold):
     raise ValueError(f"{len(pred)} predictions for {len(gold)} gold scores")
   if len(pred) < 2:

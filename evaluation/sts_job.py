@@ -1,11 +1,6 @@
-"""The STS job of run_sts.py: the paper's sets (STS-B dev/test, SICK test) and a user's
---pairs_file sets, each representation raw and whitened, into the results files of --output_dir.
-
-A pair's similarity is the cosine of its two sentence vectors (inference.NeuralLM.sentence_vectors)
-and a set's score is Pearson r x 100 with a seeded 95% bootstrap interval, and Spearman.
-sts_results.json keeps each pair's cosine and gold score, so that reproduce.py compares two models
-on the same pairs; --output_dir holds one job (run.json, util/runs.py). The manual is the README's
-"Sentence similarity (STS)".
+"""The STS job of run_sts.py (the README's "Sentence similarity (STS)"): the paper's sets and
+--pairs_file sets, each representation raw and whitened. sts_results.json keeps each pair's
+cosine and gold score, so that reproduce.py compares two models on the same pairs.
 """
 
 import dataclasses
@@ -138,9 +133,8 @@ class JobParams:
 
 
 def run(params):
-  """The whole run: the paper's `params.sets` (`evaluate_and_write`), then the --pairs_file
-  sets (`evaluate_pairs`). One-line errors are cli.InputError, raised before any model loads
-  where the flags, the output dir, the models' files or the inputs alone show them."""
+  """The paper's `params.sets`, then the --pairs_file sets; cli.InputError before any model
+  loads where the flags, output dir, models' files or inputs alone show it."""
   # What is cheap first, before anything is written into --output_dir: the output, the models.
   with cli.user_input():
     io_utils.check_outputs_apart(params)
@@ -173,9 +167,7 @@ def pair_groups(params):
 
 
 def identity(params, groups):
-  """The run identity of --output_dir (`runs.identity`): the models, the pair sets, the data root
-  of the paper's sets, and every field not marked `result=False`. A pair set's content is
-  checked apart, per set (`CosineWriter`)."""
+  """`runs.identity` of --output_dir; a pair set's content is checked per set (`CosineWriter`)."""
   data_dir = None
   if params.sets:
     try:
@@ -220,18 +212,9 @@ def evaluate_sts(
   bootstrap=(significance.DEFAULT_RESAMPLES, 0),
   whiten=None,
 ):
-  """Scores of one set and representation, as stored in sts_results.json.
-
-  Args:
-    bootstrap: (resamples, seed) of the Pearson interval.
-    whiten: None, or a function of the pairs' vectors (first, second: float [P, D]) that gives
-      the whitening.Whitening to score them whitened too.
-
-  Returns:
-    list of dicts, the raw vectors' then (with `whiten`) the whitened ones': "scores" [Pearson
-    x100, Spearman x100], "pearson_ci" [low, high] (95%), "cosines" float [P] and "gold" float
-    [P]; the whitened one's "whitening", its transform.
-  """
+  """sts_results.json entries of one set and representation: `pair_similarity.correlations`
+  with "cosines" float [P] and "gold" float [P]; with `whiten` ((first, second) float [P, D] ->
+  Whitening) a second, whitened one, its "whitening" the transform."""
   first, second, _ = pair_similarity.pair_vectors(lm, pairs, representation, label)
   gold = [float(p.score) for p in pairs]
 
@@ -271,9 +254,8 @@ def markdown_table(results, set_names):
 
 
 def evaluate_and_write(params, whiten, record=None):
-  """Every --model_dir and representation on every set, raw and (`whiten`, a `Whiten`)
-  whitened; the table, and the results files (`record`, the `runs.Record` of --output_dir,
-  started before they are written) with each set's transforms. Returns the result rows."""
+  """The result rows of every model and representation on the paper's sets, raw and whitened;
+  prints the table and writes the results and transforms (`record` started first)."""
   with cli.user_input():
     data_sets = {name: SETS[name][1](params.data_dir) for name in params.sets}
   for name, pairs in data_sets.items():
@@ -356,14 +338,8 @@ def log_scores(row, name, seconds):
 
 @dataclasses.dataclass
 class Whiten:
-  """What --whiten, --whiten_fit and --whiten_load ask for (`whitening_options`).
-
-  Attributes:
-    dim: the whitened vectors' dimensions; 0: no whitening.
-    source: the flag the transforms come from, for messages.
-    sentences: --whiten_fit's sentences, or None.
-    loaded: --whiten_load's {column name: whitening.Whitening}, or None.
-  """
+  """--whiten (`dim`, 0: none), --whiten_fit (`sentences`), --whiten_load (`loaded`, {column:
+  Whitening}); `source` names the flag in messages."""
 
   dim: int
   source: str
@@ -377,20 +353,12 @@ class Whiten:
     return [representation, pair_similarity.whitened_name(representation, self.dim)]
 
   def model_identity(self, lm):
-    """`whitening.model_identity` of `lm`, what its transforms record (it hashes the weights:
-    once per model); None without whitening."""
+    """`whitening.model_identity` of `lm` (hashes the weights: once per model), None without."""
     return whitening.model_identity(lm) if self.dim else None
 
   def model_transforms(self, name, lm, representations, model):
-    """{representation: whitening.Whitening} of the model `name` (`model`, its
-    `model_identity`) fixed for every set (fitted on --whiten_fit's sentences or loaded); {}
-    when each set fits its own, or without whitening.
-
-    Raises:
-      cli.InputError: more dimensions than the model's vectors have, a loaded transform of
-        other dimensions or fitted for another model or representation (naming what differs),
-        vectors that cannot be whitened.
-    """
+    """{representation: Whitening} of model `name` fixed for every set (fitted on --whiten_fit or
+    loaded); {} when each set fits its own. cli.InputError naming what does not fit the model."""
     if not self.dim:
       return {}
     hidden = lm.model.config.hidden_size
@@ -427,9 +395,7 @@ class Whiten:
     return out
 
   def fitter(self, fixed, what, fitted_for):
-    """evaluate_sts's `whiten`: `fixed` (a model's transform for every set), or a fit on the
-    set's pairs' sentences (`what`, for messages; `fitted_for` as `fitted`'s); None without
-    whitening."""
+    """evaluate_sts's `whiten`: `fixed`, or a fit on the set's sentences; None without."""
     if not self.dim:
       return None
     if fixed is not None:
@@ -447,14 +413,8 @@ class Whiten:
 
 
 def whitening_options(params):
-  """--whiten, --whiten_fit and --whiten_load as a `Whiten`, their files read.
-
-  Raises:
-    cli.InputError: both files, --whiten_fit without --whiten, a file missing, unreadable or
-      with fewer than 2 sentences, a transforms file that is not one (`whitening.load`: damaged,
-      not finite, shapes that disagree, no record of its model), of other dimensions than
-      --whiten, or without the transform of a --model_dir and representation.
-  """
+  """--whiten, --whiten_fit and --whiten_load as a `Whiten`, their files read and checked
+  against --whiten, --model_dir and --representations (cli.InputError)."""
   if params.whiten_fit and params.whiten_load:
     raise cli.InputError("--whiten_fit and --whiten_load: give one (fit a transform, or load one)")
   if params.whiten_load:
@@ -521,11 +481,9 @@ def windowed_note(counts):
 
 
 def evaluate_pairs(params, groups, record, whiten, paper):
-  """Every --model_dir and representation on every --pairs_file set (`pair_groups`), raw and
-  (`whiten`, a `Whiten`) whitened: pairs/<set>.tsv each, and pairs_results.{json,md} with the
-  correlations of the sets with gold scores; `record` (`runs.Record`) is started once the models
-  load; `paper`, the rows of the paper's sets this run scored (their STS-B test and SICK test
-  join SimCSE's average)."""
+  """Every model and representation on every --pairs_file set, raw and whitened: pairs/<set>.tsv
+  each and pairs_results.{json,md}; `paper`: this run's rows of the paper's sets (for SimCSE's
+  average)."""
   with cli.user_input():
     counts = {name: pair_files.count_pairs(source) for _, sets in groups for name, source in sets}
   models = [load_model(spec, params.lm_options) for spec in params.model_dir]
@@ -581,11 +539,8 @@ def evaluate_pairs(params, groups, record, whiten, paper):
 
 
 def group_transforms(models, representations, sets, whiten, fixed, identities):
-  """{(model name, representation): whitening.Whitening} that whitens a --pairs_file group (a
-  file, or a SentEval task's subsets): `fixed` ({model name: `Whiten.model_transforms`}), or
-  fitted on the sentences of every pair of the group, encoded for it (BERT-whitening fits on a
-  task's sentences; `identities`, {model name: `Whiten.model_identity`}); {} without
-  whitening."""
+  """{(model name, representation): Whitening} of a --pairs_file group: `fixed`, or fitted on
+  the sentences of all the group's pairs (BERT-whitening fits on a task's); {} without."""
   if not whiten.dim:
     return {}
   out = {}
@@ -606,12 +561,8 @@ def group_transforms(models, representations, sets, whiten, fixed, identities):
 
 
 def pairs_report(rows, groups, counts, model_names, truncated, windowed, bootstrap, paper):
-  """(pairs_results.json's content, pairs_results.md): the sets (with `truncated`, their pairs
-  with a truncated sentence, and `windowed`, {model: the sentences it read in sliding windows in
-  this run, each distinct sentence of a batch once}), the correlations of those with gold scores
-  (SentEval's aggregates after each task, SimCSE's average after all), each model minus each
-  later one; `bootstrap` (resamples, seed) of the aggregates' and comparisons' intervals, `paper` as
-  `evaluate_pairs`."""
+  """(pairs_results.json's content, pairs_results.md): the sets, the correlations of those with
+  gold scores (SentEval's aggregates, SimCSE's average), each model minus each later one."""
   gold_groups = [(task, [n for n, _ in sets if counts[n][1]]) for task, sets in groups]
   gold_groups = [(task, names) for task, names in gold_groups if names]
   tasks = [task for task, _ in gold_groups if task is not None]

@@ -1,15 +1,6 @@
-"""Whitening of sentence vectors (BERT-whitening, Su et al. 2021), fitted without labels.
-
-`fit` takes the mean mu and the SVD U diag(s) U^T of the vectors' covariance, and the transform
-maps x to (x - mu) U[:, :k] diag(s[:k])^-1/2: zero mean, identity covariance on the vectors it
-was fitted on, the k directions of largest variance kept. Cosines of whitened vectors no longer
-see the few directions every vector shares (anisotropy), which is what lifts BERT's STS scores.
-A file of transforms (`save`, `load`: .npz, one per named column, e.g. "tta context") lets a
-transform fitted on one text (a task's sentences, a corpus) whiten another; each records the
-model (`model_identity`) and representation it was fitted for, which `check_fitted_for` holds
-to the model it is applied to, and `load` refuses a file whose transforms are not finite or
-whose shapes disagree.
-"""
+"""BERT-whitening (Su et al. 2021): x -> (x - mu) U[:, :k] diag(s[:k])^-1/2, with mu the mean and
+U diag(s) U^T the SVD of the vectors' covariance, fitted without labels. Cosines of whitened
+vectors no longer see the few directions every vector shares (anisotropy)."""
 
 import dataclasses
 import hashlib
@@ -45,14 +36,8 @@ RANK_TOLERANCE = 1e-10
 
 @dataclasses.dataclass
 class Whitening:
-  """x -> (x - mean) @ kernel.
-
-  Attributes:
-    mean: float64 [D].
-    kernel: float64 [D, K], U[:, :K] diag(s[:K])^-1/2.
-    fitted_for: {"model": `model_identity` of the LM, "representation": str} whose vectors it
-      was fitted on; None for one not fitted for a model's vectors (it cannot be saved).
-  """
+  """x -> (x - mean) @ kernel: mean float64 [D], kernel float64 [D, K]; `fitted_for`:
+  {"model": `model_identity`, "representation": str}, None for no model's vectors (unsavable)."""
 
   mean: np.ndarray
   kernel: np.ndarray
@@ -75,19 +60,14 @@ class Whitening:
 
 
 def model_identity(lm):
-  """The part of `inference.describe(lm)` a transform of its vectors depends on (MODEL_FIELDS):
-  the weights, vocab, config and how text is read."""
+  """The part of `inference.describe(lm)` a transform of its vectors depends on (MODEL_FIELDS)."""
   described = inference.describe(lm)
   return {key: described[key] for key in MODEL_FIELDS if key in described}
 
 
 def fit(vectors, dim, fitted_for=None):
-  """The whitening of `vectors` (float [N, D]) to `dim` dimensions; `fitted_for` as Whitening's.
-
-  Raises:
-    ValueError: dim not in 1 .. D, fewer than 2 vectors, or vectors spanning fewer than `dim`
-      directions (constant vectors span none).
-  """
+  """The whitening of `vectors` float [N, D] to `dim` dimensions; ValueError when dim is not in
+  1 .. D or the vectors (at least 2) span fewer than `dim` directions."""
   vectors = np.asarray(vectors, np.float64)
   size = vectors.shape[1]
   if not 1 <= dim <= size:
@@ -158,15 +138,8 @@ class BadTransformsError(ValueError):
 
 
 def load(path):
-  """{name: Whitening} of a `save`d .npz, each checked: what it was fitted for is recorded, the
-  mean [D] and kernel [D, K] (1 <= K <= D) fit together, every number is finite.
-
-  A file from before transforms recorded their model is refused, not trusted: nothing in it
-  says which model's vectors it fits, and fitting again costs one pass over the sentences.
-
-  Raises:
-    BadTransformsError: one line naming `path` (and the transform) and what is wrong.
-    OSError: unreadable.
+  """{name: Whitening} of a `save`d .npz, each checked (`_check`); one without what it was fitted
+  for is refused, not trusted. BadTransformsError: one line naming `path`; OSError: unreadable.
   """
   # np.load reads what is not a zip as a .npy or a pickle, and says so: a truncated .npz (its
   # directory is at the end) is told apart first.
@@ -201,8 +174,7 @@ def load(path):
 
 
 def _check(transform, where):
-  """Raises BadTransformsError (from `where`) for a transform that is not one: shapes that do
-  not fit together, numbers that are not finite floats, no record of what it was fitted for."""
+  """BadTransformsError naming `where` unless shapes, numbers and `fitted_for` make a transform."""
   mean, kernel, fitted_for = transform.mean, transform.kernel, transform.fitted_for
   if (
     not isinstance(fitted_for, dict)

@@ -1,9 +1,8 @@
 """The runtime study's engine (paper §5.2, Fig. 4): what run_benchmark.py measures.
 
-Per-sentence latency of every model, task and length through the public inference API, in turns
-(`time_cell`), batched N-best throughput, the FLOPs of each call, the matmul peak and the memory
-bandwidth, into one result dict (`measure`) that benchmark_report.py renders. What is timed and
-how: docs/runtime.md.
+Per-sentence latency of every model, task and length through the public inference API, batched
+N-best throughput, FLOPs, the matmul peak and the memory bandwidth, into one result dict
+(`measure`). What is timed and how: docs/runtime.md.
 """
 
 import dataclasses
@@ -198,11 +197,7 @@ class JobParams:
 
 
 def stsb_sentences(data_dir=None):
-  """STS-B sentences in file order (train, dev, test), first occurrence only.
-
-  Returns:
-    list of (text, origin) where origin is like "stsb train:12 sentence1".
-  """
+  """[(text, origin "stsb train:12 sentence1")] of STS-B (train, dev, test), first occurrences."""
   from evaluation import sts_data  # pylint: disable=g-import-not-at-top
 
   seen, out = set(), []
@@ -216,20 +211,9 @@ def stsb_sentences(data_dir=None):
 
 
 def sentences_of_lengths(sentences, lengths):
-  """One real sentence of exactly n whitespace words for each n.
-
-  Args:
-    sentences: list of (text, origin), in a fixed order.
-    lengths: list of int >= 1.
-
-  Returns:
-    dict n -> (text, origin): the first sentence of exactly n words; where
-    there is none, consecutive sentences from the start joined and cut after
-    n words (origin "joined: <first origin> .. <last origin>").
-
-  Raises:
-    ValueError: if all sentences together have fewer than n words.
-  """
+  """{n: (text, origin)} for each of `lengths`: the first of `sentences` of exactly n whitespace
+  words, else the sentences from the start joined and cut after n words; ValueError when all of
+  them hold fewer."""
   out = {}
   for n in lengths:
     exact = [(t, o) for t, o in sentences if len(t.split()) == n]
@@ -278,18 +262,9 @@ def task_call(lm, task, sentence):
 
 
 def time_cell(timed, runs, warmup, rounds=1):
-  """Times every model on one sentence of one task, in turns (see the module docstring).
-
-  Args:
-    timed: dict name -> (call, clock): the zero-argument call of the sentence and the
-      `stage_clock.StageClock` it laps (a NeuralLM's or a peer's).
-    runs, warmup: ints.
-    rounds: turns per model; each makes one untimed call, then its share of the runs.
-
-  Returns:
-    dict name -> (list of total seconds, {stage: list of seconds}) with the stages of
-    `stage_clock.StageClock`.
-  """
+  """{name: (total seconds [runs], {stage: seconds [runs]})} of each of `timed` ({name: (the
+  zero-argument call, the `stage_clock.StageClock` it laps)}), in `rounds` turns per model, each
+  an untimed call and then its share of the runs."""
   for call, _ in timed.values():
     for _ in range(warmup):
       call()
@@ -351,17 +326,8 @@ def parse_shapes(specs):
 
 
 def matmul_peak(shapes, runs, when="", dtype="float32"):
-  """Matmul rates of a tf.function, the machine's practical peak.
-
-  Args:
-    shapes: list of (m, k, n): [m, k] x [k, n].
-    runs: timed runs per shape after 2 warm-up runs.
-    when: label stored in each record ("start", "end").
-    dtype: "float32" or "bfloat16" (AMX / AVX512-BF16 CPUs run it natively).
-
-  Returns:
-    list of dicts with the shape, median ms and GFLOP/s (2mkn / median).
-  """
+  """The machine's practical peak: per (m, k, n) of `shapes`, [m, k] x [k, n] in `dtype`, the
+  median ms of `runs` after 2 warm-ups and GFLOP/s (2mkn / median); `when` labels the records."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   matmul = tf.function(lambda a, b: tf.matmul(a, b), autograph=False)
@@ -394,11 +360,8 @@ def matmul_peak(shapes, runs, when="", dtype="float32"):
 
 
 def memory_bandwidth(runs, megabytes=512):
-  """Read bandwidth of an in-graph sum over a float32 tensor far larger than the caches.
-
-  Returns:
-    dict with the tensor's "bytes", the median "median_ms" and "gb_per_s".
-  """
+  """{"bytes", "median_ms", "gb_per_s"} of an in-graph sum over a float32 tensor far larger than
+  the caches."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   values = tf.ones([megabytes * (1 << 20) // 4])
@@ -464,12 +427,7 @@ def build_lms(params):
 
 
 def build_peers(lms, threads, params):
-  """The --peers (reproduction/peers.py) over a random HF BERT of the size and vocab of our first
-  model.
-
-  Returns:
-    dict name -> peer; empty without --peers.
-  """
+  """{name: peer} of --peers over a random HF BERT of the size and vocab of our first model."""
   if not params.peers:
     return {}
   names = list(peers_lib.PEERS) if list(params.peers) == ["all"] else params.peers
@@ -499,11 +457,7 @@ def describe_lm(lm):
 
 
 def latency_records(lms, sentences, params, peers=None):
-  """Times every (task, length, model) of `params` (`MeasureParams`), peers in the same turns.
-
-  Returns:
-    (records, peer_records): lists of record dicts.
-  """
+  """(records, peer_records) of every (task, length, model), peers timed in the same turns."""
   records, peer_records = [], []
   peers = peers or {}
   runs, warmup = params.runs, params.warmup
@@ -691,15 +645,8 @@ def nbest_throughput(lms, peers, params):
 
 
 def measure(params, peak, threads, facts):
-  """Runs every measurement of `params` (`MeasureParams`) and `peak` (`PeakParams`).
-
-  Args:
-    threads: (intra_op, inter_op) as `machine.pin_threads` set them.
-    facts: what the command records of itself ("flags", "command"), put after the environment.
-
-  Returns:
-    The result dict benchmark_report.py renders.
-  """
+  """The result dict benchmark_report.py renders; `threads`: (intra_op, inter_op) as
+  `machine.pin_threads` set them; `facts`: the command's "flags" and "command"."""
   result = {
     "environment": machine.environment(threads),
     "load_avg_1m": {"start": machine.load_average()},

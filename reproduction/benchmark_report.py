@@ -38,13 +38,8 @@ def best_paths(records, task):
 
 
 def headline(records, words=HEADLINE_WORDS, slow=HEADLINE_SLOW, fast=HEADLINE_FAST):
-  """slow/fast median latency ratio per task at `words` (nearest length), each model on its
-  fastest backend.
-
-  Returns:
-    dict task -> {"words", "ratio", slow + "_ms", fast + "_ms", slow + "_backend",
-    fast + "_backend"}; tasks missing either model are left out.
-  """
+  """{task: {"words", "ratio", slow/fast + "_ms" and "_backend"}}: slow/fast median latency at
+  `words` (nearest length), each model on its fastest backend; tasks missing either left out."""
   out = {}
   for task in flops.TASKS:
     by_model = best_paths(records, task)
@@ -68,13 +63,8 @@ def headline(records, words=HEADLINE_WORDS, slow=HEADLINE_SLOW, fast=HEADLINE_FA
 
 
 def peer_ratios(records, peer_records):
-  """Peer time / ours for each peer cell: ours is the model kind the peer stands beside
-  (`versus`) on its fastest backend, at the same task and length (>= 1: ours is faster).
-
-  Returns:
-    list of dicts: task, words, peer, versus, peer_ms, ours_ms, ours_model, ratio; cells whose
-    model kind was not timed are left out.
-  """
+  """Peer time / ours (>= 1: ours is faster) of each peer cell, ours the model kind it stands
+  beside (`versus`) on its fastest backend at the same task and length, where it was timed."""
   best = {task: best_paths(records, task) for task in flops.TASKS}
   out = []
   for p in peer_records:

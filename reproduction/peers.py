@@ -48,15 +48,8 @@ def bert_config(config):
 
 
 def host_encoder(tokenizer, max_seq_length):
-  """`tokenization.host_tokenizer` of `tokenizer`'s vocab, framing sentences as ours do.
-
-  Args:
-    tokenizer: `tokenization.FullTokenizer`.
-    max_seq_length: longest encoding, boundary tokens included.
-
-  Returns:
-    `tokenizers.Tokenizer` whose `encode(text).ids` is `[SOS] pieces [EOS]` (or [CLS]/[SEP]).
-  """
+  """A `tokenizers.Tokenizer` of `tokenizer`'s vocab whose `encode(text).ids` is `[SOS] pieces
+  [EOS]` (or [CLS]/[SEP]) as ours, at most `max_seq_length` with them."""
   from tokenizers import processors  # pylint: disable=g-import-not-at-top
 
   # The pair the tokenizer resolved (config.json's, else the vocab's rule): ours frames with it.
@@ -150,15 +143,8 @@ class BertOnePass(_Peer):
   """bert@torch and bert@onnxruntime: T-TA's two calls done by one BERT pass."""
 
   def __init__(self, mlm, host, backend, workdir=None, threads=None):
-    """Prepares both calls on `backend`.
-
-    Args:
-      mlm: `transformers.BertForMaskedLM` in eval mode.
-      host: `host_encoder`.
-      backend: "torch" or "onnxruntime".
-      workdir: where the ONNX files are written (onnxruntime); a temporary directory if None.
-      threads: ONNX Runtime intra-op threads (torch's are set by `build_peers`).
-    """
+    """Both calls of `mlm` (in eval mode) on `backend`; onnxruntime writes its files to
+    `workdir` (None: a temporary dir) and runs `threads` intra-op threads."""
     super().__init__(f"bert@{backend}", ("sts", "rerank"), host)
     sentence_vector, token_log_probs, _ = _modules()
     modules = {"sts": sentence_vector(mlm).eval(), "rerank": token_log_probs(mlm).eval()}
@@ -199,11 +185,7 @@ class BertOnePass(_Peer):
     return total
 
   def score_batch(self, texts, token_budget, pad_multiple):
-    """Rerank over many sentences, batched as our NeuralLM batches (`inference.budget_batches`).
-
-    Returns:
-      float64 [len(texts)]: the sum of log p over the pieces ours score.
-    """
+    """float64 [len(texts)]: sum of log p over the pieces ours score, batched as ours."""
     ids = [e.ids for e in self.host.encode_batch_fast(texts)]
     totals = np.zeros(len(ids))
     for batch in inference.budget_batches([len(x) for x in ids], token_budget, pad_multiple):
@@ -302,12 +284,8 @@ def _torch_function(module):
 
 
 def _onnxruntime_function(module, config, path, threads):
-  """Exports `module`, fuses it with ONNX Runtime's transformer optimizer, opens a session.
-
-  Returns:
-    (run, fused): run(input_ids, attention_mask) -> NumPy output; fused: {op: count} of the
-    fused operators the optimizer made (those with a count).
-  """
+  """(run(input_ids, attention_mask) -> NumPy, {fused op: count}) of `module` exported and fused
+  by ONNX Runtime's transformer optimizer."""
   import onnxruntime  # pylint: disable=g-import-not-at-top
   from onnxruntime.transformers import optimizer  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
@@ -351,19 +329,8 @@ def _onnxruntime_function(module, config, path, threads):
 
 
 def build_peers(names, config, tokenizer, max_seq_length, threads, seed=1):
-  """The peers of `names` over one random `BertForMaskedLM` of `config`'s sizes.
-
-  Args:
-    names: peer names of PEERS.
-    config: `modeling.TTAConfig` whose sizes the peers take.
-    tokenizer: `tokenization.FullTokenizer` of the vocab.
-    max_seq_length: longest input in tokens.
-    threads: intra-op threads of PyTorch and ONNX Runtime (the benchmark's TF setting).
-    seed: torch seed of the random weights.
-
-  Returns:
-    dict name -> peer, in the order of `names`.
-  """
+  """{name: peer} of `names` over one random `BertForMaskedLM` of `config`'s sizes (torch
+  `seed`); `threads`: PyTorch's and ONNX Runtime's intra-op threads, as the benchmark's TF."""
   # The peers are built from a config: nothing is to be fetched, and nothing may try.
   os.environ.setdefault("HF_HUB_OFFLINE", "1")
   import torch  # pylint: disable=g-import-not-at-top

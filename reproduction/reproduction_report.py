@@ -1,13 +1,8 @@
 # coding=utf-8
-"""The report of reproduce.py: paired comparisons, the paper-shaped tables, report.md.
-
-`render_report` turns the report dict that `reproduce.build_report` gathers (setup, training,
-and each evaluation's results) into markdown: Table 1/1b (LibriSpeech WER), 2 (WMT21 BLEU), 3 and
-4 (STS-B, SICK), 7 ((pseudo-)perplexity), the training table and the learning curves, whose
-figure `plot_curves` draws; the paired comparisons (T-TA with the biLM and the uniLM; word-level
-with piece-level scoring) come from evaluation/comparisons.py. With several seeds (reproduce.py
---seeds, reproduction/seed_runs.py) a cell holds the mean over seeds and each seed's value
-(`seed_cell`), and a comparison its mean, each seed's CI and the every-seed rule's verdict.
+"""The report of reproduce.py: its report dict as report.md with the paper-shaped tables (1/1b
+LibriSpeech WER, 2 WMT21 BLEU, 3-4 STS-B and SICK, 7 (pseudo-)perplexity), the training table,
+the learning curves and the paired comparisons. With several seeds a cell holds the mean over
+seeds and each seed's value (`seed_cell`).
 """
 
 import statistics

@@ -98,8 +98,7 @@ def _show(name, line):
 
 def run_python(cmd, log, show):
   """Runs `cmd` in the repository: its stdout into the open file `log`, each stderr line into
-  `log` and to `show(line)`; returns its exit status. (The tests run the commands in their own
-  process through this seam.)"""
+  `log` and to `show(line)`; returns its exit status."""
   # The step appends its stdout to the log itself (the file is open for appending).
   proc = subprocess.Popen(cmd, cwd=machine.REPO, stdout=log, stderr=subprocess.PIPE, text=True)
   for line in proc.stderr:

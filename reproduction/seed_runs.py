@@ -1,13 +1,8 @@
-"""The seeds of reproduce.py --seeds: where each one trains and evaluates, and its comparisons.
-
-Seed 1 is the one-seed run: run_pretraining.py's default seeds, in the work dir's own models/,
-eval/, stamps/ and logs/, so a one-seed work dir extends to more seeds without redoing any of its
-stages. Seed k > 1 trains with --init_seed=k (another weight initialisation and dropout; the same
-data order, biLM masks and steps) and evaluates in seed<k>/ of the work dir, where each of its
-stages resumes on its own. The report keeps seed 1's results where a one-seed report has them and
-each further seed's in report["seed_runs"]; `per_seed` gathers one figure's list over seeds and
-`seed_comparisons` sets each paired comparison's seeds side by side under the every-seed rule
-(significance.significant_in_every_seed).
+"""The seeds of reproduce.py --seeds (docs/results.md): where each one trains and evaluates, and
+its comparisons side by side. Seed 1 is the one-seed run, in the work dir itself, so a one-seed
+work dir extends to more seeds without redoing any of its stages; seed k > 1 is in seed<k>/. The
+report keeps seed 1's results where a one-seed report has them, further seeds' in
+report["seed_runs"].
 """
 
 import dataclasses
@@ -73,17 +68,9 @@ def _what(comparison):
 
 
 def combine_comparisons(runs):
-  """The same paired comparisons of several seeds side by side.
-
-  Args:
-    runs: per seed, a list of comparison dicts (a, b, what they compare, and the
-      `significance.Comparison` fields), or None.
-
-  Returns:
-    list of dicts in the order they first appear: what they compare, "difference" (the mean over
-    the seeds that have it), "seeds" (per seed: difference, low, high, p_value; None where the seed
-    lacks it) and "every_seed" (`significance.significant_in_every_seed`).
-  """
+  """The comparison dicts of the seeds' `runs` (a list or None per seed) side by side, in order
+  of first appearance: what they compare, "difference" (mean over the seeds that have it),
+  "seeds" (per seed: difference, low, high, p_value, or None) and "every_seed"."""
   found = {}
   for i, comparisons in enumerate(runs):
     for c in comparisons or ():

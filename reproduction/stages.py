@@ -536,19 +536,10 @@ def stage_evaluations(
 
 
 def run(params, command=None):
-  """Runs the job's stages in order (each skipped when its stamp says it is done) and writes
-  report.json and report.md in the work dir.
-
-  Args:
-    params: `modes.Params`.
-    command: the command line, as the report gives it.
-
-  Returns:
-    (the path of report.md, its text, the time this run took as `progress.Stages.elapsed` says).
-
-  Raises:
-    cli.InputError: a required data file is missing (naming each and its source), or a stage
-      stopped on a wrong input.
+  """Runs the stages of `params` (`modes.Params`) in order, each skipped when its stamp says it
+  is done, into report.json and report.md (`command`: the command line the report gives):
+  (report.md's path, its text, this run's time).
+  cli.InputError: a required data file is missing, or a stage stopped on a wrong input.
   """
   root = modes.check_data(params.data_dir)
   settings = modes.mode_settings(params)

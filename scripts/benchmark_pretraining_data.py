@@ -9,7 +9,7 @@ authors' vocab, `--input_format=sentences --num_shards=16`, as a subprocess unde
 extrapolates (start-up plus a rate, fitted to the two largest sizes) to the LibriSpeech LM
 corpus (~40 M sentences) and the paper's Wikipedia + LibriSpeech (~160 M).
 
-  python scripts/benchmark_pretraining_data.py --sizes=1000000,4000000,16000000   # the issue's
+  python scripts/benchmark_pretraining_data.py --sizes=1000000,4000000,16000000
   python scripts/benchmark_pretraining_data.py --sizes=20000                      # a smoke run
 
 It runs long and uses every core it is given: run it on a quiet machine.

@@ -72,11 +72,8 @@ def write_kaldi_sets(out):
 
 
 def run_timed(args, log_path):
-  """Runs a command of this repository (its stdout and stderr to `log_path`); its wall seconds.
-
-  Raises:
-    RuntimeError: naming the command and its log when it fails.
-  """
+  """Wall seconds of a command of this repository, its output to `log_path`; RuntimeError
+  naming the command and its log when it fails."""
   start = time.perf_counter()
   with open(log_path, "w", encoding="utf-8") as log:
     result = subprocess.run(

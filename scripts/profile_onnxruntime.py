@@ -99,17 +99,9 @@ def define_flags():
 
 @dataclasses.dataclass
 class Engine(object):
-  """One model on ONNX Runtime, as the profile sees it.
-
-  Attributes:
-    name: "tta@onnxruntime", "bert@onnxruntime".
-    tasks: the tasks it has a call for.
-    call: (task, sentence) -> the zero-argument public call of one sentence.
-    clock: the `stage_clock.StageClock` the call laps.
-    graphs: () -> list of (onnxruntime.InferenceSession, its serialized model), the sessions
-      the engine has built so far.
-    description: what the engine is (JSON-ready).
-  """
+  """One model on ONNX Runtime ("tta@onnxruntime"): `call` (task, sentence) -> the zero-argument
+  public call, lapping `clock`; `graphs` () -> [(InferenceSession, its serialized model)] built
+  so far; `description` JSON-ready."""
 
   name: str
   tasks: tuple
@@ -273,11 +265,7 @@ def profiling_twin(session, model, prefix):
 
 
 def aggregate(events, warmup):
-  """Per-op and per-run sums of an ORT profile's kernel events, warm-up runs left out.
-
-  Args:
-    events: the trace (`session.end_profiling()`'s JSON file, a list of event dicts).
-    warmup: how many of the first runs ("model_run" events) are warm-up.
+  """Per-op and per-run sums of the kernel `events` of an ORT trace after `warmup` runs.
 
   Returns:
     dict with
@@ -372,16 +360,9 @@ def _mean_us(seconds):
 
 
 def profile_runs(twins, runs, warmup, rounds):
-  """Runs each profiling session `warmup` times, then `runs` times in `rounds` turns (the order
-  rotating, as benchmark.time_cell, but no extra untimed call per turn: the trace must
-  hold warmup + runs runs exactly).
-
-  Args:
-    twins: dict name -> (session, feeds).
-
-  Returns:
-    dict name -> list of the timed runs' wall seconds of `session.run` in Python.
-  """
+  """{name: wall seconds [runs] of `session.run`} of `twins` ({name: (session, feeds)}), after
+  `warmup` runs, in `rounds` rotating turns as benchmark.time_cell but with no untimed call per
+  turn: the trace must hold warmup + runs runs exactly."""
   for session, feeds in twins.values():
     for _ in range(warmup):
       session.run(None, feeds)
