@@ -120,32 +120,17 @@ def _read(fmt, path, refs_path, format_options, **context):
 
 
 def read_nbest(fmt, path, refs_path=None, **format_options):
-  """list[NBestList] of `path` in format `fmt` (a key of FORMATS), with `refs_path`'s references.
-
-  Raises:
-    ValueError: an unknown format or option, or bad input (`file:line`).
-  """
+  """list[NBestList] of `path` in format `fmt` (a key of FORMATS), with `refs_path`'s references;
+  ValueError for an unknown format or option too."""
   lists, _ = _read(fmt, path, refs_path, format_options)
   return lists
 
 
 def read_set(fmt, path, refs_paths=(), options=None, data_dir=None, select=None):
-  """The lists of one set with their references: the one reader of rescoring and MWER.
-
-  Args:
-    refs_paths: reference files, maybe none; several give several references per list
-      (line-aligned files for an `aligned_refs` format, else keyed files each with every key).
-    data_dir: the data root, for a set name as `path` (espnet).
-    select: `types.list_selection`'s function; only a reader that takes it parses fewer lists,
-      the others give every list and the caller cuts them.
-
-  Returns:
-    (list[NBestList], int): the lists, and how many line-aligned references have no list (0 for
-    keyed references).
-
-  Raises:
-    ValueError: as `read_nbest`, and a list without a reference or a reference without a list.
-  """
+  """(lists, how many line-aligned references have no list) of one set: the one reader of
+  rescoring and MWER. Several `refs_paths` give several references per list (keyed files must
+  each hold every key); `data_dir` is for a set name as `path`; `select` only cuts what a reader
+  that takes it parses, the caller cuts the others' lists."""
   refs_paths, options = list(refs_paths), options or {}
   context = {"data_dir": data_dir, "select": select}
   if _format(fmt).aligned_refs and refs_paths:
@@ -177,10 +162,6 @@ def write_rescored(fmt, lists, source_path, out_path, features, kept=None, **for
     features: {name: [len(lists)][len(hyps)] float}, natural log, higher is better.
     kept: increasing indices of `lists` among the lists read; None: all.
     **format_options: the options the lists were read with.
-
-  Raises:
-    ValueError: a bad or used feature name, values not aligned with the lists, lists not from
-      `source_path` or that the format cannot hold.
   """
   keys = [n.key for n in lists]
   if len(set(keys)) != len(keys):

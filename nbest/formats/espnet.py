@@ -192,7 +192,6 @@ def _read_espnet(path, refs_path=None, data_dir=None, select=None):
 
 
 def _write_espnet(lists, source_path, out_path, feature_names):
-  """The shared data's layout, unpacked: each feature a field of the `scores` JSON."""
   del source_path, feature_names  # every score but "score" is a field of `scores`
   names = [n for n in text_files.score_names(lists, out_path) if n != "score"]
   if not set(_REQUIRED_SCORES) <= set(names):

@@ -199,10 +199,9 @@ def read_fairseq(path, refs_path=None, detok=True, nbest=None, log_base=2):
 
   Args:
     refs_path: line-aligned references, used instead of the T- lines.
-    detok: the text is the D- line's where there are D- lines, else the H- line's.
-    nbest: hypotheses per sample; None: the largest count found.
-    log_base: 2 or "e" (fairseq before 660d69f); a file that looks like the other base is read
-      as asked, with one warning.
+    detok: the text is the D- line's where there are D- lines.
+    log_base: 2 or "e" (before 660d69f); a file that looks like the other base is read as
+      asked, with one warning.
   """
   lines = text_files.read_lines(path)
   lists, wheres, samples = _fairseq_lists(path, lines, detok, nbest, log_base)

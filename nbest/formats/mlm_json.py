@@ -142,7 +142,6 @@ def _json_hyp(field, value):
 
 
 def _write_json(lists, source_path, out_path, feature_names):
-  """mlm-scoring's JSON with each feature as a field of each hypothesis."""
   del source_path, feature_names  # every score is a field
   names = text_files.score_names(lists, out_path)
   if "score" not in names:

@@ -94,7 +94,6 @@ def write_tsv_nbest(lists, path, score_names=("score",)):
 
 
 def _write_tsv(lists, source_path, out_path, feature_names):
-  """The TSV with one more score column per feature."""
   del source_path, feature_names  # every score is a column
   write_tsv_nbest(lists, out_path, score_names=text_files.score_names(lists, out_path))
 
