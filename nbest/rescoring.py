@@ -176,8 +176,7 @@ def format_metrics(values):
 
 
 def rescore_own_files(params, sets, kept, lm_scores, metric, unmatched):
-  """--test_file runs: each set's rescored lists, 1-best files and metrics in --output_dir/<set>/,
-  summed up in --output_dir/rescoring_report.json."""
+  """--test_file runs: each set's outputs in --output_dir/<set>/, and rescoring_report.json."""
   lm_tables = {
     n: {m: lm_table(l, s, params.sentence_score) for m, s in lm_scores.items()}
     for n, l in sets.items()

@@ -94,11 +94,8 @@ def line_key(line):
 
 
 def parse_keyed(label, text, parse_value, keys=None):
-  """Parses `<utt_id> <value>` lines into {utt_id: (value, 'label:line')}.
-
-  The key ends at the first space or tab, as in Kaldi's archives; with `keys`, the lines of other
-  keys are skipped unparsed.
-  """
+  """{utt_id: (value, 'label:line')} of Kaldi-style `<utt_id> <value>` lines (the key ends at the
+  first space or tab); with `keys`, the lines of other keys are skipped unparsed."""
   check_final_newline(label, text)
   out = {}
   for lineno, line in enumerate(split_lines(text), 1):
@@ -200,11 +197,8 @@ def read_aligned_refs(paths):
 
 
 def attach_refs(lists, wheres, refs, refs_path, partial=False):
-  """Sets each list's references (in place) from `refs`, {key: (references, 'file:line')}.
-
-  Returns the keys of the references without a list, refused unless `partial`; a list without a
-  reference is always refused.
-  """
+  """Sets each list's references (in place) from `refs`, {key: (references, 'file:line')};
+  returns the keys of references without a list, refused unless `partial`."""
   for nbest in lists:
     if nbest.key not in refs:
       raise ValueError(f"{wheres[nbest.key]}: {nbest.key!r} has no reference in {refs_path}")
@@ -321,11 +315,9 @@ def attach_aligned_refs(lists, wheres, refs_path):
 
 
 def add_aligned_refs(lists, wheres, refs_path):
-  """Sets the lists' (keyed "0", "1", ...) references from line-aligned files, in place.
-
-  Returns how many references have no list: counted and logged, not refused, since a toolkit may
-  leave an input out (fairseq skips too-long ones) and the user cannot mend the test set's lines.
-  """
+  """Sets the lists' (keyed "0", "1", ...) references from line-aligned files, in place; returns
+  how many references have no list: logged, not refused, since a toolkit may leave an input out
+  (fairseq skips too-long ones) and the user cannot mend the test set's lines."""
   for nbest in lists:
     nbest.refs = []
   refs = read_aligned_refs(refs_path)
