@@ -1,8 +1,4 @@
-"""Fine-tuning a pretrained LM as an N-best rescorer, discriminatively (MWER).
-
-`mwer_data` turns N-best lists into training data (token ids, first-pass scores, word errors,
-the held-out split by speaker, the batch order); `mwer` holds the rescorer's score, the MWER
-loss, the regularisers and one training step; `mwer_training` is the run (epochs, checkpoints,
-exact resume, held-out selection, the model dir it leaves); `mwer_report` evaluates the result
-on the test sets against the baselines, with paired bootstrap CIs. run_mwer.py is the command.
+"""Fine-tuning a pretrained LM as an N-best rescorer with the MWER loss (docs/DESIGN.md §4.5):
+`mwer_data` (lists -> training data), `mwer` (score, loss, step), `mwer_training` (the run),
+`mwer_report` (the test sets against the baselines).
 """

@@ -1,12 +1,5 @@
-"""The discriminative rescorer: its score, the MWER loss, the regularisers and one step.
-
-    s(h) = sum_k w_k * first_pass_k(h) + lm_weight * LM(h) + length_weight * |h|
-    loss(list) = sum_h P(h | list) * (errors(h) - mean_h' errors(h')),  P = softmax(s)
-
-(`nbest.combination`; Prabhavalkar et al. 2018). LM(h) is computed here from `modeling`,
-differentiably (not by `ScoringGraph`, whose weight snapshots pass no gradient). Regularisers
-(`REGULARIZERS`): "pretraining" (the model's own loss on the references) or "distillation" (KL
-from the frozen starting model at every scored token).
+"""The discriminative rescorer: its score, the MWER loss, the regularisers and one step
+(docs/DESIGN.md §4.5).
 
 Dimensions: L = lists, K = hypotheses per list (padded), F = first-pass scores, R = model rows
 (hypotheses, or the biLM's masked copies), T = tokens per row, N = scored tokens, V = vocab.
@@ -34,20 +27,8 @@ WEIGHTS_FILE = "mwer_weights.json"
 
 
 def feature_tables(weights, prepared, lm_scores):
-  """The feature tables of prepared lists and one LM's scores, for `combination.choose(tables,
-  weights.vector())`: the first-pass columns in the order of `weights` (they go by name).
-
-  Args:
-    weights: combination.Weights with the one LM `combination.MWER_LM`.
-    prepared: list[mwer_data.PreparedList].
-    lm_scores: per list, float [K] aligned with its hypotheses.
-
-  Returns:
-    list of float64 [K, F + 2] (`combination.stack`).
-
-  Raises:
-    ValueError: a list's first-pass scores are not those of `weights`.
-  """
+  """float64 [K, F + 2] `combination` tables of prepared lists and their LM scores [K], the
+  first-pass columns in `weights`' order (ValueError for other columns)."""
   orders = {}  # each list's columns in the weights' order (one order, usually)
   out = []
   for p, lm in zip(prepared, lm_scores):
@@ -63,7 +44,6 @@ class CombinationWeights(tf.Module):
   """The combination as trainable variables (create under the strategy's scope)."""
 
   def __init__(self, weights):
-    """weights: combination.Weights with the one LM `combination.MWER_LM`."""
     super().__init__(name="combination")
     if list(weights.lms) != [combination.MWER_LM]:
       raise ValueError(f"MWER trains one LM, {combination.MWER_LM!r}; found {list(weights.lms)}")
@@ -75,8 +55,7 @@ class CombinationWeights(tf.Module):
     self.length_weight = tf.Variable(float(weights.length), name="length_weight")
 
   def __call__(self, features, lm, words):
-    """float32 [L, K] s(h) of features [L, K, F], LM scores [L, K] and word counts [L, K]: the
-    combination of `nbest.combination.scores`, with the weights as variables."""
+    """float32 [L, K] s(h) of features [L, K, F], LM scores [L, K] and word counts [L, K]."""
     return (
       tf.linalg.matvec(features, self.feature_weights)
       + self.lm_weight * lm
@@ -84,7 +63,6 @@ class CombinationWeights(tf.Module):
     )
 
   def to_combination(self):
-    """The current values as combination.Weights."""
     return combination.Weights(
       dict(zip(self.feature_names, self.feature_weights.numpy().astype(np.float64).tolist())),
       {combination.MWER_LM: float(self.lm_weight.numpy())},
@@ -96,17 +74,8 @@ class CombinationWeights(tf.Module):
 
 
 def mwer_loss(scores, errors, valid):
-  """The MWER loss of each list.
-
-  Args:
-    scores: float32 [L, K], s(h).
-    errors: float32 [L, K], word errors of each hypothesis.
-    valid: float32 [L, K], 1 at real hypotheses, 0 at padding.
-
-  Returns:
-    (loss, expected_errors), float32 [L] each: sum_h P(h) (errors(h) - mean errors), and
-    sum_h P(h) errors(h); P is the softmax of s over the list's real hypotheses.
-  """
+  """(loss, expected errors) float32 [L] of s(h), errors and valid (1 at real hypotheses) [L, K]:
+  sum_h P(h) (errors(h) - mean errors) and sum_h P(h) errors(h), P the softmax over valid h."""
   scores = tf.where(valid > 0, scores, _PADDING_SCORE)
   probs = tf.nn.softmax(scores, axis=-1) * valid
   mean_errors = tf.reduce_sum(errors * valid, -1) / tf.maximum(tf.reduce_sum(valid, -1), 1.0)
@@ -124,15 +93,8 @@ def distillation_sum(student_log_probs, teacher_log_probs):
 
 
 def hypothesis_rows(id_lists, kind, scoring, tokenizer, score_sos=False, score_eos=True):
-  """The model inputs that score `id_lists` (NumPy): one row per sentence for a one-pass kind,
-  one masked copy per scored token for bilm/bert.
-
-  Args:
-    id_lists: list of `[BOS] pieces [EOS]` id lists.
-    kind: `kinds.Kind`.
-    scoring: one of kinds.SCORINGS.
-    tokenizer: the model's `tokenization.FullTokenizer` (pad, mask and continuation ids).
-    score_sos, score_eos: which boundary tokens are scored (`kinds.scored_positions`).
+  """The NumPy model inputs that score `id_lists`: a row per sentence for a one-pass kind, a
+  masked copy per scored token for bilm/bert.
 
   Returns:
     dict: input_ids, input_mask int32 [R, T]; read_at int32 [N, 2] (row, position whose output
@@ -172,18 +134,8 @@ def hypothesis_rows(id_lists, kind, scoring, tokenizer, score_sos=False, score_e
 
 
 def scored_log_probs(model, rows, attention, continuation, training):
-  """The model's log-distribution at each scored token, differentiably.
-
-  Args:
-    model: `modeling.TransformerLM`.
-    rows: `hypothesis_rows`' dict (tensors or arrays).
-    attention: the attention pattern of the rows (kinds.ATTENTION_PATTERNS).
-    continuation: bool [V], the vocab's continuation pieces (word attention patterns).
-    training: dropout on.
-
-  Returns:
-    (log p of each target float32 [N], log-probabilities float32 [N, V]).
-  """
+  """(log p of each target float32 [N], log-probabilities [N, V]) of `hypothesis_rows`' rows,
+  differentiably; `continuation` bool [V] feeds the word attention patterns."""
   inputs = {"input_ids": rows["input_ids"], "input_mask": rows["input_mask"]}
   if attention in modeling.WORD_PATTERNS:
     inputs["word_ids"] = modeling.token_word_ids(rows["input_ids"], continuation)
@@ -194,16 +146,11 @@ def scored_log_probs(model, rows, attention, continuation, training):
 
 
 class NeuralScorer(object):
-  """LM(h) of a neural LM, trainable; the regularisers; held-out scoring and export.
+  """LM(h) of a neural LM trained in place; the regularisers; held-out scoring and export.
 
   Args:
-    model: `modeling.TransformerLM` (trained in place).
-    tokenizer: its `tokenization.FullTokenizer`.
-    scoring: one of kinds.SCORINGS (None: the kind's default).
-    max_seq_length: longest hypothesis in tokens (longer ones are truncated, as in scoring).
-    regularizer: one of REGULARIZERS.
     teacher: for "distillation", a frozen copy of the starting model.
-    seed: seeds the biLM's MLM masking of the "pretraining" regulariser (with the step).
+    seed: with the step, seeds the biLM's MLM masks of the "pretraining" regulariser.
   """
 
   def __init__(
@@ -235,14 +182,12 @@ class NeuralScorer(object):
     return self.model.trainable_variables
 
   def inference_lm(self, **kwargs):
-    """An `inference.NeuralLM` of the model's CURRENT weights (it snapshots them), scoring as
-    training does."""
+    """An `inference.NeuralLM` of a snapshot of the model's current weights."""
     return inference.NeuralLM(
       self.model, self.tokenizer, max_seq_length=self.max_seq_length, **kwargs
     )
 
   def inputs(self, prepared):
-    """The NumPy inputs of `lm_scores` and `regularizer_sum` for a batch of PreparedLists."""
     width = max(len(p.ids) for p in prepared)
     rows = hypothesis_rows(
       [ids for p in prepared for ids in p.ids], self.kind, self.scoring, self.tokenizer
@@ -259,8 +204,7 @@ class NeuralScorer(object):
     return rows
 
   def regularizer_denominator(self, inputs):
-    """The count a batch's regularizer sum is divided by: its reference tokens ("pretraining")
-    or scored tokens ("distillation")."""
+    """The batch's reference tokens ("pretraining") or scored tokens ("distillation")."""
     if self.regularizer == "pretraining":
       return float(inputs["reference_mask"].sum())
     return float(len(inputs["targets"]))
@@ -275,7 +219,7 @@ class NeuralScorer(object):
     return tf.reshape(flat, shape), log_probs
 
   def regularizer_sum(self, inputs, log_probs, step, training):
-    """The batch's regularizer before its division (float32 scalar); 0 for "none"."""
+    """float32 scalar, the regularizer before its division by `regularizer_denominator`."""
     if self.regularizer == "pretraining":
       features = input_pipeline.make_targets(
         {"input_ids": inputs["reference_ids"], "input_mask": inputs["reference_mask"]},
@@ -295,17 +239,15 @@ class NeuralScorer(object):
     return tf.constant(0.0)
 
   def lm_table(self, prepared, **kwargs):
-    """Per list, float64 [K] LM scores of every hypothesis under the current weights, scored
-    by `inference.NeuralLM` (no dropout) exactly as run_rescoring.py would score the saved
-    model. kwargs: NeuralLM's throughput options."""
+    """Per list, float64 [K] LM scores under the current weights, exactly as run_rescoring.py
+    would score the saved model."""
     lm = self.inference_lm(**kwargs)
     texts = sorted({t for p in prepared for t in p.texts})
     totals = dict(zip(texts, (r.total for r in lm.score(texts, scoring=self.scoring))))
     return [np.array([totals[t] for t in p.texts]) for p in prepared]
 
   def export(self, path, training_record):
-    """Writes the model as a model dir whose config.json records `training_record` under
-    "training" (`model_dir.save_model_dir`)."""
+    """Writes a model dir whose config.json records `training_record` under "training"."""
     config = self.model.config
     previous = config.extra.get("training")
     config.extra["training"] = training_record
@@ -326,7 +268,6 @@ class FrozenScorer(object):
   model = None
 
   def __init__(self, scores):
-    """scores: {text: LM score}."""
     self.scores = scores
 
   def lm_table(self, prepared, **kwargs):
@@ -353,7 +294,6 @@ class FrozenScorer(object):
     return tf.constant(0.0)
 
   def export(self, path, training_record):
-    """Nothing to write: the LM is the one the table came from."""
     del path, training_record
 
 
@@ -361,18 +301,13 @@ class FrozenScorer(object):
 
 
 class Trainer(object):
-  """One MWER step under a `tf.distribute` strategy: the lists of a batch are split over the
-  replicas, each replica's loss is divided by the GLOBAL list count (and its regularizer by the
-  global count of `regularizer_denominator`), so the optimizers' cross-replica sums are the
-  gradients of the global batch's loss.
-
-  The step is a tf.function of unknown batch sizes, traced once. Its dropout draws from a seed
-  of (seed, step, replica) (`modeling.stateless_dropout`), and so do the biLM's MLM masks of the
-  "pretraining" regulariser: a run resumed at any step draws what an uninterrupted one draws.
+  """One MWER step under a `tf.distribute` strategy. Each replica divides its loss by the GLOBAL
+  list count (its regularizer by the global denominator), so the optimizers' cross-replica sums
+  are the global batch's gradients. Dropout and MLM masks draw from (seed, step, replica), so a
+  resumed run draws what an uninterrupted one does.
   """
 
   def __init__(self, strategy, scorer, weights, optimizers, regularizer_weight, dropout, seed):
-    """optimizers: (the LM's, the combination's); the LM's is unused for a FrozenScorer."""
     self.strategy, self.scorer, self.weights = strategy, scorer, weights
     self.lm_optimizer, self.weights_optimizer = optimizers
     self.regularizer_weight = float(regularizer_weight)
@@ -380,8 +315,8 @@ class Trainer(object):
     self._function = None
 
   def step(self, prepared, step):
-    """Trains on a batch of PreparedLists; returns the global sums of its metrics (floats):
-    lists, mwer (loss sum), expected_errors, regularizer (its sum / denominator)."""
+    """Trains on a batch of PreparedLists; returns the global sums: lists, mwer (loss sum),
+    expected_errors, regularizer (its sum / denominator)."""
     shards = [s for s in np.array_split(np.arange(len(prepared)), self.replicas) if len(s)]
     if len(shards) < self.replicas:
       raise ValueError(f"a batch of {len(prepared)} lists cannot feed {self.replicas} replicas")
@@ -408,7 +343,6 @@ class Trainer(object):
     return dict(sums, lists=float(len(prepared)))
 
   def _distributed_step(self, *inputs):
-    """The step of every replica, replica r on inputs[r]."""
     distributed = self.strategy.experimental_distribute_values_from_function(
       lambda context: inputs[context.replica_id_in_sync_group]
     )

@@ -1,10 +1,5 @@
-"""N-best lists as MWER training data (`PreparedList`: ids, first-pass scores, lengths, errors).
-
-Hypotheses are tokenized as `inference.NeuralLM` scores them; training uses the top
-`hyps_per_list`, evaluation the whole list. The held-out part is chosen by LibriSpeech speaker
-(`split_by_speaker`); an epoch's batch order is a function of (seed, step) (`batch_indices`), so
-a resumed run sees the batches an uninterrupted one would.
-"""
+"""N-best lists as MWER training data (`PreparedList`), the held-out split by speaker and the
+batch order (docs/DESIGN.md §4.5)."""
 
 import dataclasses
 import math
@@ -18,28 +13,13 @@ from util import io_utils
 
 
 def speaker(key):
-  """The speaker of a LibriSpeech utterance id "speaker-chapter-utterance" (the first field; a
-  key without dashes is its own speaker)."""
+  """The speaker of a LibriSpeech utterance id "speaker-chapter-utterance"."""
   return key.split("-", 1)[0]
 
 
 def split_by_speaker(lists, heldout_fraction, seed):
-  """Splits lists into (train, heldout) by speaker, deterministically.
-
-  A speaker is held out when `io_utils.unit_hash(seed, speaker)` < heldout_fraction: the same
-  (speaker, seed) always lands on the same side, whatever the other lists or their order.
-
-  Args:
-    lists: list[NBestList].
-    heldout_fraction: float in (0, 1), the expected share of speakers held out.
-    seed: int.
-
-  Returns:
-    (train, heldout): lists of NBestList, each in input order.
-
-  Raises:
-    ValueError: a fraction out of range, or a split that leaves either side empty.
-  """
+  """(train, heldout) lists in input order, a speaker held out by a hash of (seed, speaker), so
+  its side does not depend on the other lists; ValueError when a side is empty."""
   if not 0.0 < heldout_fraction < 1.0:
     raise ValueError(f"the held-out fraction must lie in (0, 1), got {heldout_fraction}")
   held = {
@@ -61,19 +41,13 @@ def split_by_speaker(lists, heldout_fraction, seed):
 
 @dataclasses.dataclass
 class PreparedList:
-  """One N-best list as the rescorer trains and evaluates on it (K hypotheses, F first-pass
-  scores).
+  """One N-best list of K hypotheses with F first-pass scores.
 
   Attributes:
-    key: the utterance id.
-    texts: list[str] [K], the hypotheses.
-    ids: list[list[int]] [K], `[BOS] pieces [EOS]` of each hypothesis.
-    feature_names: tuple of the F first-pass score names.
-    features: float64 [K, F], the first-pass scores, in the order of feature_names.
-    words: float64 [K], words of each hypothesis.
+    ids: [K] lists of `[BOS] pieces [EOS]` ids; `reference_ids` the reference's.
+    features: float64 [K, F], the first-pass scores in `feature_names` order.
+    words: float64 [K], words per hypothesis.
     errors: float64 [K], word errors (S + D + I) against the reference.
-    reference_ids: list[int], `[BOS] pieces [EOS]` of the reference.
-    reference_words: int.
   """
 
   key: str
@@ -88,18 +62,10 @@ class PreparedList:
 
 
 def prepare(lists, tokenize, feature_names, hyps_per_list=None):
-  """Prepares lists for training or evaluation.
+  """(list[PreparedList] of the first `hyps_per_list` hypotheses, number of texts truncated).
 
-  Args:
-    lists: list[NBestList] with one reference each.
-    tokenize: list of str -> (id lists `[BOS] pieces [EOS]`, truncated flags), e.g.
-      `inference.NeuralLM.tokenize` (the model's normalisation and framing); None for lists
-      whose LM scores come from elsewhere (ids are then left empty).
-    feature_names: the first-pass scores to keep (`settings.first_pass_weights`).
-    hyps_per_list: keep the first K hypotheses of each list (first-pass rank order); None: all.
-
-  Returns:
-    (list[PreparedList], number of truncated hypotheses and references).
+  `tokenize` is `inference.NeuralLM.tokenize` (the ids the LM scores), or None to leave the ids
+  empty for LM scores from elsewhere.
   """
   top = [dataclasses.replace(l, hyps=l.hyps[:hyps_per_list]) for l in lists]
   errors = metrics.hypothesis_errors(top)
@@ -128,12 +94,7 @@ def prepare(lists, tokenize, feature_names, hyps_per_list=None):
 
 
 def padded(prepared):
-  """The lists' per-hypothesis arrays padded to [L, K_max].
-
-  Returns:
-    dict of float32 arrays: features [L, K, F], words, errors and valid [L, K] (1 at real
-    hypotheses, 0 at padding).
-  """
+  """float32 features [L, K_max, F], words, errors and valid (1 at real hypotheses) [L, K_max]."""
   width = max((len(p.texts) for p in prepared), default=0)
   num_features = prepared[0].features.shape[1] if prepared else 0
   out = {
@@ -155,19 +116,12 @@ def padded(prepared):
 
 
 def steps_per_epoch(num_lists, lists_per_batch):
-  """Steps of one pass over `num_lists` lists; the last batch of an epoch may be smaller."""
   return math.ceil(num_lists / lists_per_batch)
 
 
 def batch_indices(num_lists, lists_per_batch, seed, step):
-  """The lists of global step `step` (counted from 0 over all epochs).
-
-  Epoch e visits the lists in the order of a permutation seeded by (seed, e), so every step's
-  batch is a function of (seed, step) alone: a resumed run continues with the same batches.
-
-  Returns:
-    int array of list indices.
-  """
+  """The list indices of global step `step`: a function of (seed, step) alone, so a resumed run
+  sees the batches an uninterrupted one would."""
   per_epoch = steps_per_epoch(num_lists, lists_per_batch)
   epoch, within = divmod(step, per_epoch)
   order = np.random.default_rng([seed, epoch]).permutation(num_lists)

@@ -144,8 +144,8 @@ def read_sets(params, names):
 
 
 def identity(params):
-  """The job's run identity (`runs.identity`): the starting model, the lists, and every field not
-  marked `result=False`, MwerParams' among them by their flag names."""
+  """`runs.identity` of the job: the starting model, the lists, and the fields that change a
+  result (MwerParams' by their flag names)."""
   return runs.identity(
     "run_mwer.py",
     params,

@@ -1,8 +1,5 @@
-"""The final evaluation of MWER rescoring: whole test sets, four systems, paired bootstrap CIs.
-
-(a) the first pass, (b) λ interpolation with the starting LM, (c) the combination weights learned
-with the LM frozen, (d) the MWER-trained LM; each against the first pass, and (d) against (b)
-and (c) (`significance.compare_error_rates`, over utterances).
+"""The final evaluation of MWER rescoring: the four systems (a)-(d) of docs/DESIGN.md §4.5 on
+whole test sets, with paired bootstrap CIs over utterances.
 """
 
 import dataclasses
@@ -32,14 +29,7 @@ COMPARISONS = (
 
 @dataclasses.dataclass
 class SettingSystems:
-  """What one setting's four systems need on a test set.
-
-  Attributes:
-    setting: a name of nbest/settings.py's SETTINGS.
-    interpolation_lambda: λ of (b), swept on dev.
-    combination: `combination.Weights` of (c).
-    mwer: `combination.Weights` of (d).
-  """
+  """What one setting's systems need: λ of (b), the `combination.Weights` of (c) and (d)."""
 
   setting: str
   interpolation_lambda: float
@@ -48,20 +38,8 @@ class SettingSystems:
 
 
 def evaluate_set(name, lists, systems, frozen_lm, mwer_lm, bootstrap):
-  """One test set under one setting: every system's WER and the comparisons.
-
-  Args:
-    name: the test set's name.
-    lists: list[NBestList], whole lists with one reference each.
-    systems: `SettingSystems`.
-    frozen_lm: {text: score} of the starting LM.
-    mwer_lm: {text: score} of the MWER-trained LM.
-    bootstrap: (resamples, seed).
-
-  Returns:
-    dict: test, setting, oracle, wer {system: WER}, comparisons [{system, baseline,
-    difference, low, high, p_value, num_units}], interpolation_lambda, weights {system: dict}.
-  """
+  """Every system's WER on one test set under one setting, and the comparisons; `frozen_lm` and
+  `mwer_lm` are {text: score} of the starting and the trained LM."""
   setting = systems.setting
   names = tuple(systems.combination.first_pass)
   prepared, _ = mwer_data.prepare(lists, None, names)
@@ -112,14 +90,7 @@ def _format(c):
 
 
 def markdown(rows, curves, selection):
-  """The results table, the selected runs against their start, then each run's learning curve.
-
-  Args:
-    rows: `evaluate_set` results.
-    curves: {run name: epochs.jsonl records}.
-    selection: {setting: the job's selection (regularizer_weight, epoch, heldout_wer,
-      start_heldout_wer)}.
-  """
+  """The results table, the selected runs against their start, then each run's learning curve."""
   lines = [
     "WER % (lower is better); differences in WER points with 95% paired bootstrap CIs over "
     "utterances.",

@@ -1,10 +1,7 @@
 """An MWER training run: epochs of steps, checkpoints, exact resume, held-out selection.
 
-One run trains one rescorer (`mwer.NeuralScorer`, or `mwer.FrozenScorer` for the combination
-weights alone) in its own directory: ckpt-N (the model, both optimizers, the weights, the step,
-the epoch's running sums), epochs.jsonl (one line per evaluated epoch) and best/ (the epoch >= 1
-with the lowest held-out WER). k steps, a stop and the rest end with the weights of one straight
-run (tests/test_mwer.py).
+A run's directory holds ckpt-N (model, both optimizers, weights, step, the epoch's running sums),
+epochs.jsonl (one line per evaluated epoch) and best/ (the selected epoch's model dir).
 """
 
 import dataclasses
@@ -114,16 +111,12 @@ class _State:
 
 
 class MwerRun(object):
-  """One rescorer's training in params.output_dir (see the module docstring).
+  """One rescorer's training in params.output_dir.
 
   Args:
-    params: `MwerParams` with output_dir and regularizer_weight set.
-    strategy: a `tf.distribute` strategy; the scorer's model must be built under its scope.
-    scorer: `mwer.NeuralScorer` or `mwer.FrozenScorer`.
-    combination: `nbest.combination.Weights`, the starting combination weights.
-    train_lists: list[PreparedList], the top-k hypotheses of each training list.
-    heldout_lists: list[PreparedList], whole held-out lists.
-    record: JSON-able facts about the run for the exported model (data, split, starting model).
+    strategy: a `tf.distribute` strategy under whose scope the scorer's model was built.
+    train_lists: PreparedLists of the top-k hypotheses; `heldout_lists` whole.
+    record: JSON-able facts for the exported model (data, split, starting model).
     lm_options: keyword arguments of the held-out scoring's `inference.NeuralLM`.
   """
 
@@ -159,14 +152,8 @@ class MwerRun(object):
     return int(self.state.step.numpy())
 
   def train(self):
-    """Trains (or resumes) to the last epoch or a stop signal, under the run dir's lock
-    (pretraining/training_loop.py's loop: a checkpoint at each epoch's end and every
-    --save_every_steps, an evaluation at each epoch's end).
-
-    Returns:
-      dict: finished (bool), step, epochs (the epochs.jsonl records), best (the selected
-      record or None), best_dir.
-    """
+    """Trains or resumes, under the run dir's lock, to the last epoch or a stop signal; returns
+    {finished, step, epochs (epochs.jsonl's records), best (record or None), best_dir}."""
     os.makedirs(self.run_dir, exist_ok=True)
     with training_loop.output_dir_lock(self.run_dir):
       resumed = training_loop.restore(self.state.checkpoint, self.run_dir)
@@ -252,8 +239,7 @@ class MwerRun(object):
     _append_epoch(self.run_dir, record)
 
   def evaluate(self):
-    """The held-out figures of the current state: WER over whole lists with the current
-    combination, the MWER loss and expected errors over the training top-k, the weights."""
+    """Held-out WER over whole lists, MWER loss and expected errors over the top-k, weights."""
     tables = self.scorer.lm_table(self.heldout_lists, **self.lm_options)
     combination = self.state.weights.to_combination()
     choice = nbest_combination.choose(
@@ -311,7 +297,6 @@ class MwerRun(object):
 
 
 def _top(prepared, k):
-  """The first k hypotheses of a PreparedList."""
   return dataclasses.replace(
     prepared,
     texts=prepared.texts[:k],

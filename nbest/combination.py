@@ -1,14 +1,9 @@
 """The one combination of N-best rescoring, its weights file, and the paper's λ interpolation.
 
-  s(h) = Σ_k w_k·first_pass_k(h) + Σ_m λ_m·LM_m(h) + β·|h|
+  s(h) = Σ_k w_k·first_pass_k(h) + Σ_m λ_m·LM_m(h) + β·|h|   (|h| in words; ties -> better rank)
 
-over any first-pass score columns k (natural log, higher is better, as nbest/formats reads
-them), several LMs m and a bonus β per word of h. Ties in a list go to the better first-pass
-rank. The paper's rule (1-λ)·first pass + λ·LM is the point of this family with one LM
-(`rerank`); nbest/tuning.py holds every search of the weights on dev (its λ grid and Powell).
-
-Tables: for each list a float64 array [num_hyps, num_features], the features in the order
-first-pass columns, LMs, length (`feature_names`).
+A list's table is float64 [num_hyps, num_features], columns in `feature_names` order (first-pass
+scores, LMs, length). The searches of the weights are nbest/tuning.py's.
 """
 
 import dataclasses
@@ -21,9 +16,7 @@ from nbest import settings
 from util import io_utils
 
 LENGTH = "length"
-# The weights file (`save_weights`): its format name and version. Version 1 (run_rescoring's files
-# before versions) and run_mwer's first files (first_pass_weights, lm_weight, length_weight) read
-# too.
+# The weights file; the unversioned files of run_rescoring and run_mwer still read.
 WEIGHTS_FORMAT = "tta-nbest-weights"
 WEIGHTS_VERSION = 2
 # The LM of an MWER-trained rescorer (run_mwer.py's mwer_weights.json): rescore with it as
@@ -35,13 +28,7 @@ _LM = "lm_score"
 
 @dataclasses.dataclass
 class Weights:
-  """Weights of the combination s(h) (see the module docstring).
-
-  Attributes:
-    first_pass: dict[str, float], score column -> w_k.
-    lms: dict[str, float], LM name -> λ_m.
-    length: float, β, added per word of the hypothesis.
-  """
+  """w_k ({score: w}), λ_m ({LM name: λ}) and β of s(h)."""
 
   first_pass: dict
   lms: dict
@@ -49,7 +36,7 @@ class Weights:
 
   @classmethod
   def interpolation(cls, first_pass, lam, lm=_LM):
-    """(1-λ)·first pass + λ·LM, the paper's rule, for first-pass weights {score: weight}."""
+    """(1-λ)·first pass + λ·LM, the paper's rule."""
     return cls({k: (1.0 - lam) * w for k, w in first_pass.items()}, {lm: float(lam)}, 0.0)
 
   def vector(self):
@@ -57,7 +44,6 @@ class Weights:
     return np.array([*self.first_pass.values(), *self.lms.values(), self.length], np.float64)
 
   def with_vector(self, vector):
-    """A copy with the weights of `vector` (in `feature_names` order)."""
     values = [float(v) for v in vector]
     k = len(self.first_pass)
     return Weights(
@@ -67,11 +53,7 @@ class Weights:
     )
 
   def aligned(self, names):
-    """A copy with the first-pass weights in the order of `names` (the columns of a table).
-
-    Raises:
-      ValueError: `names` are not the first-pass scores of these weights.
-    """
+    """A copy with the first-pass weights in the order of `names` (a table's columns)."""
     if sorted(names) != sorted(self.first_pass):
       raise ValueError(
         f"the weights combine first-pass scores {list(self.first_pass)}, the lists have "
@@ -80,12 +62,10 @@ class Weights:
     return Weights({n: self.first_pass[n] for n in names}, dict(self.lms), self.length)
 
   def first_pass_only(self):
-    """A copy without the LMs and the length bonus: the first pass's own choice."""
     return Weights(dict(self.first_pass), {m: 0.0 for m in self.lms}, 0.0)
 
   def toolkit_weights(self):
-    """NeMo/ESPnet's (α, β) when one first-pass score meets one LM: with the first pass's
-    weight scaled to 1, α = λ/w (= λ/(1-λ) on the grid) and β per word; else None."""
+    """NeMo/ESPnet's {alpha, beta} (first-pass weight scaled to 1) for one score and one LM."""
     if len(self.first_pass) != 1 or len(self.lms) != 1:
       return None
     (w,) = self.first_pass.values()
@@ -95,7 +75,6 @@ class Weights:
     return {"alpha": lam / w, "beta": self.length / w}
 
   def to_dict(self):
-    """The weights as the weights file holds them."""
     return {
       "first_pass": {k: float(v) for k, v in self.first_pass.items()},
       "lms": {k: float(v) for k, v in self.lms.items()},
@@ -108,15 +87,14 @@ def feature_names(weights):
 
 
 def save_weights(path, weights, info):
-  """Writes the weights (and `info`, a JSON-able dict of how they were found) atomically."""
+  """Writes the weights and `info` (JSON-able: how they were found) atomically."""
   data = {"format": WEIGHTS_FORMAT, "version": WEIGHTS_VERSION, **weights.to_dict(), **info}
   io_utils.write_atomically(path, json.dumps(data, indent=2) + "\n")
 
 
 def load_weights(path):
-  """Weights from a weights file (`save_weights`, or one of the older files the module names);
-  ValueError naming `path:1` if it is not one, is of a later version, or a weight is not a finite
-  number (JSON's NaN and Infinity, a quoted number, true/false)."""
+  """Weights of a weights file; ValueError naming `path:1` for another file or version, or a
+  weight that is not a finite JSON number."""
   data = io_utils.read_json_file(path)
   version = data.get("version") if isinstance(data, dict) else None
   if version is not None and (data.get("format") != WEIGHTS_FORMAT or version != WEIGHTS_VERSION):
@@ -146,7 +124,6 @@ def load_weights(path):
 
 
 def _finite(value, name):
-  """`value` as a float if it is a finite JSON number; ValueError naming the weight otherwise."""
   if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
     raise ValueError(f"weight {name} must be a finite number, found {json.dumps(value)}")
   return float(value)
@@ -162,16 +139,7 @@ def stack(first_pass, lms, length):
 
 
 def tables(lists, weights, lm_scores):
-  """Feature tables of `lists` (see the module docstring).
-
-  Args:
-    lists: list[NBestList].
-    weights: Weights, naming the columns and LMs.
-    lm_scores: dict[str, list[list[float]]], LM name -> scores aligned with the hypotheses.
-
-  Raises:
-    ValueError: a hypothesis without a first-pass column, or an LM without scores.
-  """
+  """A table per list, for `weights`' columns; `lm_scores`: {LM name: [list][hyp] float}."""
   for name in weights.lms:
     if name not in lm_scores:
       raise ValueError(f"no scores of the LM {name!r} (LMs given: {sorted(lm_scores)})")
@@ -197,18 +165,16 @@ def tables(lists, weights, lm_scores):
 
 
 def scores(table, vector):
-  """float64 [..., K]: s(h) of feature rows [..., K, F + M + 1] (`feature_names` order) under
-  the weights `vector` [F + M + 1]; the one place the combination is computed."""
+  """float64 [..., K]: s(h) of feature rows [..., K, F + M + 1] under `vector` [F + M + 1]."""
   return np.asarray(table, np.float64) @ np.asarray(vector, np.float64)
 
 
 def choose(feature_tables, vector):
-  """list[int], the best hypothesis of each list under the weights `vector` (first on ties)."""
+  """list[int], the best hypothesis of each table (first on ties)."""
   return [int(np.argmax(scores(t, vector))) for t in feature_tables]
 
 
 def check_lm_scores(lists, lm_scores):
-  """ValueError unless `lm_scores` holds one finite score per hypothesis of `lists`."""
   if len(lm_scores) != len(lists):
     raise ValueError(f"lm_scores has {len(lm_scores)} entries for {len(lists)} lists")
   for nbest, values in zip(lists, lm_scores):
@@ -234,20 +200,10 @@ def interpolation_tables(lists, lm_scores, setting):
 
 
 def rerank(lists, lm_scores, lam, setting="full"):
-  """Picks the hypothesis with the best (1-λ)·first pass + λ·lm in each list.
+  """list[int], each list's best hypothesis under (1-λ)·first pass + λ·LM.
 
-  λ=0 returns exactly the first-pass choice (argmax of the first-pass score, ties -> better
-  rank). The ESPnet lists are sorted by their full score, so λ=0 with "full" always picks rank 1.
-
-  Args:
-    lists: list[NBestList].
-    lm_scores: list[list[float]] aligned with lists[i].hyps, or None for the first pass
-      (then lam must be 0).
-    lam: float in [0, 1].
-    setting: a name of `settings.SETTINGS`, or None (no first pass: only the LM ranks).
-
-  Returns:
-    list[int], the chosen index into lists[i].hyps.
+  λ=0 is exactly the first pass's choice. `lm_scores` is [list][hyp] or None (λ=0 only);
+  `setting` None ranks by the LM alone.
   """
   if not 0.0 <= lam <= 1.0:
     raise ValueError(f"λ must lie in [0, 1], got {lam}")

@@ -1,9 +1,5 @@
-"""The paper's reranking protocol (Tables 1, 2 and 7): score = (1-λ)·first pass + λ·LM, λ chosen
-on a dev set over 0, 0.05, ..., 1 and applied to its test set; WER (ASR) or BLEU (NMT) of the
-first pass, after reranking and of the oracle, the dev curve, each LM's (pseudo-)perplexity on
-the references, and for WER a seeded paired bootstrap of the LM vs the first pass. One row per
-LM; rows merge by LM name into <output_dir>/rescoring_results.json and .md, so LMs run one at a
-time into one directory add up to one table."""
+"""The paper's reranking protocol (Tables 1, 2 and 7, docs/DESIGN.md §4.2): λ of (1-λ)·first pass
++ λ·LM chosen on dev, applied to test; one row per LM in <output_dir>/rescoring_results.json/.md."""
 
 import dataclasses
 import json
@@ -30,8 +26,8 @@ def perplexity(lists, scores):
 
 
 def check_settings(sets, table_runs):
-  """Before any scoring, that each --settings first pass has the scores it combines ("am" needs
-  decoder and ctc scores, which mlm-scoring JSON files lack); ValueError naming what is missing."""
+  """Before any scoring, ValueError unless each --settings first pass has the scores it combines
+  ("am" needs decoder and ctc scores, which mlm-scoring JSON lacks)."""
   for dev, test, names in table_runs:
     for setting in names:
       for name in (dev, test):
@@ -43,12 +39,8 @@ def check_settings(sets, table_runs):
 
 
 def wer_significance(test, first_choice, choice, bootstrap):
-  """Per-utterance errors of the reranked choice and its paired bootstrap vs the first pass.
-
-  The error lists are kept in the results so that reproduce.py can compare two LMs (run in
-  separate invocations) on the same utterances. `bootstrap` is (resamples, seed). The
-  comparison is None with fewer than 2 utterances (nothing to resample).
-  """
+  """Per-utterance errors of the reranked choice (kept so that reproduce.py can pair two LMs run
+  apart) and its paired bootstrap (resamples, seed) vs the first pass, None under 2 utterances."""
   first_errors, reference_words = metrics.utterance_errors(test, first_choice)
   errors, _ = metrics.utterance_errors(test, choice)
   comparison = None
@@ -69,10 +61,7 @@ def wer_significance(test, first_choice, choice, bootstrap):
 def rerank_pair(
   dev, test, lm_dev, lm_test, setting, metric, bootstrap=(significance.DEFAULT_RESAMPLES, 0)
 ):
-  """Tunes λ on dev (if any), applies it to test; returns a result dict.
-
-  For WER it adds `wer_significance` (`bootstrap` is its (resamples, seed)).
-  """
+  """The result dict of λ tuned on dev (if any) and applied to test."""
   first_choice = combination.rerank(test, None, 0.0, setting)
   result = {
     "setting": setting,
@@ -149,12 +138,8 @@ def evaluation_key(params):
 
 
 def merge_rows(earlier, rows, path):
-  """`earlier` rows (of a results file) with this run's `rows`: a later run's LM replaces its own
-  rows only, so LMs run one at a time into one --output_dir add up to one table.
-
-  Raises:
-    cli.InputError: the earlier rows are of another evaluation (task, sets, --max_lists).
-  """
+  """`earlier` rows with this run's `rows`, each LM replacing its own rows only, so LMs run one at
+  a time into one --output_dir add up to one table; cli.InputError for another evaluation's."""
   key = rows[0]["evaluation"] if rows else None
   for row in earlier:
     if row.get("evaluation") != key:
@@ -167,11 +152,8 @@ def merge_rows(earlier, rows, path):
 
 
 def write_results(output_dir, rows, metric):
-  """Merges `rows` into rescoring_results.json and .md of --output_dir (see merge_rows).
-
-  Under a lock, so that two runs finishing at once cannot lose each other's rows; each file is
-  replaced atomically. Returns the merged rows.
-  """
+  """Merges `rows` into --output_dir's results under a lock (two runs finishing at once would
+  lose rows); returns the merged rows."""
   path = os.path.join(output_dir, "rescoring_results.json")
   with io_utils.exclusive_lock(path):
     earlier = []

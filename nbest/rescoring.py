@@ -1,6 +1,5 @@
-"""Rescoring your own N-best files: read a set in any format (nbest/formats), tune or load the
-combination's weights (nbest/combination.py), and write each set's rescored lists, 1-best (Kaldi
-`text`, sclite `hyp.trn`) and metrics (when it has references)."""
+"""Rescoring your own N-best files: tune or load the combination's weights, then write each set's
+rescored lists, 1-best (Kaldi `text`, sclite `hyp.trn`) and metrics."""
 
 import dataclasses
 import json
@@ -15,8 +14,7 @@ from util import io_utils
 
 
 def parse_option(text):
-  """A `--format_option` KEY=VALUE: VALUE as JSON when it parses (4, true, {"a": "f"}), else
-  the string; ValueError for text without '='."""
+  """(key, value) of a `--format_option` KEY=VALUE, the value as JSON where it parses."""
   key, sep, value = text.partition("=")
   if not sep or not key:
     raise ValueError(f"--format_option={text!r}: expected KEY=VALUE")
@@ -30,8 +28,7 @@ def parse_option(text):
 
 
 def lm_table(lists, scores, sentence_score="sum"):
-  """LM sentence scores aligned with each list's hypotheses: the sum of the token log-probs, or
-  their mean (`sentence_score`)."""
+  """[list][hyp] LM sentence scores: the token log-probs' sum or mean (`sentence_score`)."""
 
   def value(text):
     total, count = scores[text][:2]
@@ -41,17 +38,8 @@ def lm_table(lists, scores, sentence_score="sum"):
 
 
 def initial_weights(lists, lm_names, first_pass):
-  """The combination's weights before tuning: the LMs at 0, no length bonus.
-
-  Args:
-    lists: list[NBestList].
-    lm_names: list[str].
-    first_pass: list of 'NAME' or 'NAME:WEIGHT' (weight 1 if left out), or empty: the column
-      'score' if the lists have it, else every column at weight 1.
-
-  Raises:
-    ValueError: a malformed entry.
-  """
+  """The weights before tuning, LMs and length at 0; `first_pass` ['NAME[:WEIGHT]'] (weight 1),
+  empty: 'score' if the lists have it, else every column."""
   if not first_pass:
     names = sorted(lists[0].hyps[0].scores) if lists and lists[0].hyps else []
     first_pass = ["score"] if "score" in names else names
@@ -68,12 +56,7 @@ def initial_weights(lists, lm_names, first_pass):
 
 
 def tune(dev_lists, dev_tables, weights, metric, negative_lms=False):
-  """Weights tuned on dev: the λ grid, then Powell from its best (LM weights >= 0 unless
-  `negative_lms`).
-
-  Returns:
-    (Weights, dict): the weights and how they were found (JSON-able).
-  """
+  """(Weights, how they were found) tuned on dev: the λ grid, then Powell from its best."""
   objective = tuning.Objective(dev_lists, metric)
   first = objective.value(combination.choose(dev_tables, weights.vector()))
   start, start_value = tuning.grid_start(objective, dev_tables, weights)
@@ -102,11 +85,8 @@ def set_metrics(lists, choice, metric, cer):
 def write_outputs(
   fmt, lists, source_path, out_dir, features, choice, refs_from_files, kept=None, options=None
 ):
-  """Writes the rescored lists (input format, each LM a feature), `text` and `hyp.trn` into
-  `out_dir`; returns {what: path}. With `refs_from_files` the references came from files of
-  their own, and the rescored lists are written without them, as their source was. `kept` and
-  `options` are `formats.write_rescored`'s (the lists' indices in the file, the reader's
-  options)."""
+  """Writes the rescored lists (each LM a feature), `text` and `hyp.trn` into `out_dir`; returns
+  {what: path}. References read from files of their own are not written into the lists."""
   os.makedirs(out_dir, exist_ok=True)
   if refs_from_files:
     lists = [dataclasses.replace(lst, refs=[]) for lst in lists]
@@ -129,16 +109,9 @@ def write_report(path, report):
 
 
 def check_tuning_input(sets, names, weights_file, first_pass, dev_file):
-  """Before any scoring: the combination's weights can be had and fit the lists and LMs.
-
-  `weights_file` (--weights_file) names the LMs `names` (of --model_dir) and the `first_pass`
-  columns (--first_pass), when given; or the dev set (read from `dev_file`) has references to tune
-  on; every first-pass column is in every hypothesis of every set; no LM is named like a
-  first-pass column.
-
-  Raises:
-    ValueError: naming the file or flag.
-  """
+  """Before any scoring, ValueError naming the file or flag unless the weights can be had (from
+  `weights_file`, matching the LMs and --first_pass, or tuned on a dev set with references) and
+  fit every hypothesis of every set."""
   if weights_file:
     weights = combination.load_weights(weights_file)
     if set(weights.lms) != set(names):
@@ -188,7 +161,6 @@ def combination_weights(params, sets, lm_tables, metric):
 
 
 def format_metrics(values):
-  """One line of a set's metrics (WER with S/D/I, or BLEU and chrF with their signatures)."""
   if values is None:
     return "no references"
   if "wer" in values:
@@ -204,10 +176,7 @@ def format_metrics(values):
 
 
 def rescore_own_files(params, sets, kept, lm_scores, metric, unmatched):
-  """--test_file runs: the combination's weights, and for each set its rescored lists, 1-best
-  files and metrics in --output_dir/<set>/, summed up in --output_dir/rescoring_report.json;
-  `kept` gives each set's lists' indices in its file, `unmatched` its references without
-  hypotheses, left out of every metric (read_lists)."""
+  """--test_file runs: each set's outputs in --output_dir/<set>/, and rescoring_report.json."""
   lm_tables = {
     n: {m: lm_table(l, s, params.sentence_score) for m, s in lm_scores.items()}
     for n, l in sets.items()

@@ -1,6 +1,5 @@
 """A rescoring run: read the sets, score every hypothesis with each LM (cached), then the paper's
-table (nbest/paper_protocol.py) and, for a user's --test_file, the combination's outputs
-(nbest/rescoring.py). run_rescoring.py's flags make its `RescoringParams`."""
+table (nbest/paper_protocol.py) and, for a user's --test_file, the combination's outputs."""
 
 import contextlib
 import dataclasses
@@ -155,8 +154,7 @@ class RescoringParams:
 
 
 def run(params):
-  """The whole run (the module docstring); one-line errors are cli.InputError / ValueError under
-  cli.user_input, raised before any LM loads where the input alone shows them."""
+  """The whole run; input errors are raised before any LM loads where the input shows them."""
   # What is cheap first: the LMs are there, before the lists are read; the lists are read and
   # checked before anything is written into --output_dir.
   with cli.user_input():
@@ -194,9 +192,8 @@ def run(params):
 
 
 def identity(params, with_lms=True):
-  """The run identity of a --test_file run's --output_dir (`runs.identity`): the LMs
-  (`inference.spec_identity`) and every field not marked `result=False`; without `with_lms`
-  (the paper's table, to which each run adds its LMs' rows) nothing of the LMs."""
+  """`runs.identity` of a --test_file run; without `with_lms` (the paper's table, to which each
+  run adds its LMs' rows) nothing of the LMs."""
   if not with_lms:
     return runs.identity(
       "run_rescoring.py",
@@ -208,9 +205,8 @@ def identity(params, with_lms=True):
 
 
 def read_sets(params):
-  """{set name: list of NBestList}, the (dev, test, settings) of the paper's table to run (none
-  for --test_file sets without references, or rescored with --weights_file), and {--test_file set
-  name: its references without hypotheses} (`formats.read_set`)."""
+  """({set name: lists}, the paper's (dev, test, settings) runs, {set name: references without
+  hypotheses})."""
   if params.test_file is not None:
     sets, unmatched = {}, {}
     for name, path, refs in (
@@ -252,9 +248,8 @@ def read_sets(params):
 
 
 def read_lists(params):
-  """The sets ({name: [NBestList]}, cut by --max_lists / --sample_lists), the paper-protocol
-  runs, checked, {name: the indices of the set's lists among those read} and {name: its
-  references without hypotheses}."""
+  """`read_sets` cut by --max_lists / --sample_lists and checked, with {name: the kept lists'
+  indices among those read} before the unmatched references."""
   with cli.user_input():
     sets, table_runs, unmatched = read_sets(params)
     paper_protocol.check_settings(sets, table_runs)
@@ -267,8 +262,7 @@ def read_lists(params):
 
 
 def rescore_all(params, cache, sets, table_runs, metric):
-  """Scores the lists with each --model_dir LM: (the row of each LM with a paper-protocol run
-  (`rescore_with`), {LM name: scores of the texts})."""
+  """([paper-table row of each LM], {LM name: scores of the texts})."""
   texts = sorted(
     {
       t

@@ -1,22 +1,13 @@
 """First-pass settings: which first-pass scores a reranker combines, with the first pass's
-weights. A setting is one row of `SETTINGS`; rescoring, the paper's λ grid and MWER all read it
-(adding one: docs/DESIGN.md §7.2)."""
+weights (adding one: docs/DESIGN.md §7.2)."""
 
 import dataclasses
 
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-  """One first-pass setting.
-
-  Attributes:
-    name: str, its --settings value.
-    parts: dict[str, float], score -> the weight the first pass gave it.
-    total: str or None, a score that holds the first pass's own weighted sum of `parts`, as the
-      beam ranked by it (the files round it: it equals the sum of the rounded parts only to
-      within their rounding).
-    description: str, for --help and reports.
-  """
+  """One first-pass setting: `parts` {score: the first pass's weight}; `total`, a score that
+  holds their weighted sum as the beam ranked by it (rounded, so only near the parts' sum)."""
 
   name: str
   parts: dict
@@ -24,14 +15,8 @@ class Setting:
   description: str = ""
 
   def weights(self, scores, prefer_parts=False):
-    """{score: weight} of the first-pass scores this setting combines, for hypotheses that carry
-    the scores named in `scores`: the stored total where the setting has one and the lists carry
-    it (what the beam ranked by; a reranker uses it), else the parts; with `prefer_parts`, the
-    parts where the lists carry them (MWER learns their weights), else the total.
-
-    Raises:
-      ValueError: the hypotheses carry neither.
-    """
+    """{score: weight} for hypotheses carrying `scores`: the total if carried, else the parts;
+    `prefer_parts` (MWER learns their weights) reverses that preference."""
     has_parts = all(name in scores for name in self.parts)
     has_total = self.total is not None and self.total in scores
     if has_parts and (prefer_parts or not has_total):
@@ -68,18 +53,15 @@ SETTINGS = {
 
 
 def describe():
-  """The settings for a flag's help: 'am = ...; full = ...'."""
   return "; ".join(f"{s.name} = {s.description}" for s in SETTINGS.values())
 
 
 def get(name):
-  """The Setting called `name`; ValueError naming the known ones otherwise."""
   if name not in SETTINGS:
     raise ValueError(f"unknown setting {name!r}; expected one of {', '.join(SETTINGS)}")
   return SETTINGS[name]
 
 
 def first_pass_weights(setting, scores, prefer_parts=False):
-  """`Setting.weights` of the setting called `setting`; None (no first pass, e.g. WMT
-  candidates: only the LM ranks) gives {}."""
+  """`Setting.weights` of `setting`; None (no first pass: WMT candidates) gives {}."""
   return {} if setting is None else get(setting).weights(scores, prefer_parts)

@@ -1,5 +1,4 @@
-"""The shared data's N-best sets: where the LibriSpeech ESPnet sets are, and the WMT21
-candidates."""
+"""The shared data's N-best sets: the LibriSpeech ESPnet sets' paths, the WMT21 candidates."""
 
 import glob
 import os
@@ -14,8 +13,7 @@ WMT_DIR = "nmt-wmt21-deen-multisystem"
 
 
 def espnet_set_path(path_or_set_name, data_dir):
-  """The archive or directory of an ESPnet set: the path itself, or a set name's archive in the
-  data root (FileNotFoundError naming both when neither)."""
+  """An existing path, or a set name's archive in the data root; else FileNotFoundError."""
   if os.path.exists(path_or_set_name):
     return path_or_set_name
   name = path_or_set_name.replace("-", "_")
@@ -27,21 +25,8 @@ def espnet_set_path(path_or_set_name, data_dir):
 
 
 def read_wmt_candidates(data_dir=None, pair="de-en", testset="newstest2021"):
-  """Reads the WMT21 system outputs as candidate lists (no model scores).
-
-  Args:
-    data_dir: str or None, the data root (see `io_utils.data_root`).
-    pair: str, language pair in the file names.
-    testset: str, test set in the file names.
-
-  Returns:
-    list[NBestList], one per segment, key = 1-based segment number as a string, refs = the
-    references in file-name order (A, B), hyps = one per system in sorted file-name order with
-    `system` set and empty `scores`.
-
-  Raises:
-    ValueError: files of different line counts, a blank reference, no systems; `file:line`.
-  """
+  """The WMT21 system outputs as one list per segment (key "1", "2", ...): references and
+  systems in file-name order, no scores."""
   root = os.path.join(io_utils.data_root(data_dir), WMT_DIR)
   ref_paths = sorted(glob.glob(os.path.join(root, "references", f"{testset}.{pair}.ref.*")))
   hyp_paths = sorted(glob.glob(os.path.join(root, "system-outputs", f"{testset}.{pair}.hyp.*")))

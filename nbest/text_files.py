@@ -1,5 +1,4 @@
-"""The text-file rules several N-best readers and writers share (public: any format module
-may use them): lines, numbers, keyed files, references, feature names, outputs."""
+"""The text-file rules the N-best formats share: lines, numbers, keyed files, references, names."""
 
 import dataclasses
 import math
@@ -17,9 +16,8 @@ _KEYED_RE = re.compile(r"([^ \t]+)(?:[ \t](.*))?", re.DOTALL)
 
 
 def check_final_newline(label, text):
-  """Refuses a text whose last line has no newline: the tools behind every line-based file read
-  here end each line with one, so such a file was cut short (a full disk, a killed job), and its
-  last value may be cut too and still parse."""
+  """Refuses a text whose last line has no newline: every toolkit here ends its lines with one, so
+  the file was cut short and its last value may be cut too and still parse."""
   if text and not text.endswith("\n"):
     raise ValueError(
       f"{label}:{text.count(chr(10)) + 1}: the last line has no newline (a truncated file?)"
@@ -27,10 +25,7 @@ def check_final_newline(label, text):
 
 
 def split_lines(text):
-  """Splits on '\\n' only (str.splitlines would also split on \\x1c, \\u2028, ... inside text).
-
-  A final newline does not start an empty line; a trailing '\\r' (CRLF files) is removed.
-  """
+  """Splits on '\\n' only (str.splitlines also splits on \\x1c, \\u2028); drops a final '\\r'."""
   lines = text.split("\n")
   if lines and lines[-1] == "":
     lines.pop()
@@ -38,7 +33,6 @@ def split_lines(text):
 
 
 def parse_number(value, where, what):
-  """Returns a finite float from a decimal string or a JSON number, else raises ValueError."""
   if isinstance(value, bool):  # bool is an int subclass; true/false is never a score
     raise ValueError(f"{where}: {what}: expected a number, found {value!r}")
   if isinstance(value, (int, float)):
@@ -53,8 +47,8 @@ def parse_number(value, where, what):
 
 
 def parse_tensor_float(value, where, what):
-  """Parses ESPnet's `tensor(-1.25)` (its str() of a torch scalar; `tensor(-1.25,
-  device='cuda:0')` when decoded on a GPU), a bare number string, or a JSON number."""
+  """Parses ESPnet's str() of a torch scalar, `tensor(-1.25)` or `tensor(-1.25, device='cuda:0')`,
+  a bare number string, or a JSON number."""
   if isinstance(value, (int, float)) and not isinstance(value, bool):
     number = float(value)
   elif isinstance(value, str):
@@ -82,8 +76,7 @@ def check_reference(text, where):
 
 
 def read_text_file(path):
-  """The UTF-8 text of a file, without a byte-order mark (Windows editors write one; it is no
-  part of the first key or word); bytes that are not UTF-8 raise ValueError naming `file:line`."""
+  """The UTF-8 text of a file without a byte-order mark (Windows editors write one)."""
   with open(path, "rb") as f:
     data = f.read()
   try:
@@ -96,18 +89,13 @@ def read_text_file(path):
 
 
 def line_key(line):
-  """The key of a `<key> <value>` line, None for a line without one."""
   match = _KEYED_RE.match(line)
   return match and match.group(1)
 
 
 def parse_keyed(label, text, parse_value, keys=None):
-  """Parses `<utt_id> <value>` lines into {utt_id: (value, 'label:line')}.
-
-  The key ends at the first space or tab (Kaldi's text archives and data dirs; ESPnet's
-  DatadirWriter writes `key value`); a line that starts with white space has no key. With
-  `keys` (a set), the lines of other keys are skipped unparsed.
-  """
+  """{utt_id: (value, 'label:line')} of Kaldi-style `<utt_id> <value>` lines (the key ends at the
+  first space or tab); with `keys`, the lines of other keys are skipped unparsed."""
   check_final_newline(label, text)
   out = {}
   for lineno, line in enumerate(split_lines(text), 1):
@@ -160,24 +148,17 @@ _RESERVED = ("text", "ref", "key", "rank")
 
 
 def read_text(path):
-  """The text of a UTF-8 file that ends with a newline, or is empty (a last line without one is
-  a file cut short: check_final_newline).
-
-  Raises:
-    ValueError: bytes that are not UTF-8, or a last line without newline; `file:line`.
-  """
+  """`read_text_file`, refused when cut short (`check_final_newline`)."""
   text = read_text_file(path)
   check_final_newline(path, text)
   return text
 
 
 def read_lines(path):
-  """`read_text` split into lines (see split_lines)."""
   return split_lines(read_text(path))
 
 
 def check_name(name, where, what="score"):
-  """Returns `name` if it can name a score in every format, else raises ValueError."""
   if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
     raise ValueError(
       f"{where}: {what} name {name!r} must be a letter or '_' followed by letters, digits, "
@@ -187,34 +168,14 @@ def check_name(name, where, what="score"):
 
 
 def read_keyed_refs(path):
-  """Reads a Kaldi `text` file of references.
-
-  Format (Kaldi data dirs, ESPnet2's `data/<set>/text`): `<utt> <words>` per line, the key ending
-  at the first space or tab.
-
-  Returns:
-    dict[str, tuple[list[str], str]], utt -> ([reference], 'file:line').
-
-  Raises:
-    ValueError: a malformed line, a repeated key, a blank reference; `file:line`.
-  """
+  """{utt: ([reference], 'file:line')} of a Kaldi `text` file (`<utt> <words>` lines)."""
   keyed = parse_keyed(path, read_text(path), check_reference)
   return {key: ([ref], where) for key, (ref, where) in keyed.items()}
 
 
 def read_aligned_refs(paths):
-  """Reads line-aligned references: line i of each file is a reference of segment i - 1.
-
-  Args:
-    paths: str or sequence of str, one file per reference set (several for multi-reference
-      BLEU), all with the same number of lines.
-
-  Returns:
-    dict[str, tuple[list[str], str]], segment id ("0", "1", ...) -> (references, 'file:line').
-
-  Raises:
-    ValueError: a blank reference, files of different lengths, no lines; `file:line`.
-  """
+  """{segment id "0", "1", ...: (references, 'file:line')} of line-aligned files, one file per
+  reference set (several for multi-reference BLEU)."""
   paths = [paths] if isinstance(paths, str) else list(paths)
   if not paths:
     raise ValueError("no reference files given")
@@ -236,22 +197,8 @@ def read_aligned_refs(paths):
 
 
 def attach_refs(lists, wheres, refs, refs_path, partial=False):
-  """Sets each list's references from `refs`, requiring a reference for every list.
-
-  Args:
-    lists: list[NBestList], modified in place (their refs must be empty).
-    wheres: dict[str, str], key -> 'file:line' of the list's first hypothesis.
-    refs: dict[str, tuple[list[str], str]], key -> (references, 'file:line').
-    refs_path: str or sequence of str, the reference file(s), for messages.
-    partial: bool, references without a list are allowed (else refused).
-
-  Returns:
-    list[str], the keys of the references without a list, in `refs`' order.
-
-  Raises:
-    ValueError: a list without a reference, or (not `partial`) a reference without a list;
-      `file:line`.
-  """
+  """Sets each list's references (in place) from `refs`, {key: (references, 'file:line')};
+  returns the keys of references without a list, refused unless `partial`."""
   for nbest in lists:
     if nbest.key not in refs:
       raise ValueError(f"{wheres[nbest.key]}: {nbest.key!r} has no reference in {refs_path}")
@@ -265,19 +212,7 @@ def attach_refs(lists, wheres, refs, refs_path, partial=False):
 
 
 def add_features(lists, features):
-  """Copies of the lists with the new features added to each hypothesis' scores.
-
-  Args:
-    lists: list[NBestList], the lists as read (left unchanged).
-    features: dict[str, list[list[float]]], name -> values [len(lists)][len(hyps)].
-
-  Returns:
-    list[NBestList], new lists whose hypotheses carry the features as named scores.
-
-  Raises:
-    ValueError: a bad, reserved (text, ref, key, rank) or already used name, values not aligned
-      with the lists, a value that is not a finite number.
-  """
+  """Copies of `lists`, each hypothesis with `features` ({name: [list][hyp]}) among its scores."""
   used = {name for nbest in lists for hyp in nbest.hyps for name in hyp.scores}
   for name, values in features.items():
     check_name(name, "features", "feature")
@@ -308,12 +243,7 @@ def add_features(lists, features):
 
 
 def kept_indices(count, kept, source_path):
-  """The indices of the source's lists to write: all `count`, or `kept` (increasing indices of
-  the lists as read, what --max_lists / --sample_lists keep).
-
-  Raises:
-    ValueError: an index past the source's lists (the lists were not read from it).
-  """
+  """The indices of the source's lists to write: all `count`, or `kept` (`write_rescored`'s)."""
   if kept is None:
     return list(range(count))
   if kept and kept[-1] >= count:
@@ -324,11 +254,7 @@ def kept_indices(count, kept, source_path):
 
 
 def score_names(lists, label):
-  """The score names every hypothesis of `lists` carries, in first-seen order.
-
-  Raises:
-    ValueError: hypotheses carry different names (a writer would drop or invent scores).
-  """
+  """The score names every hypothesis carries; different names raise (a writer would drop some)."""
   names = list(lists[0].hyps[0].scores) if lists and lists[0].hyps else []
   for nbest in lists:
     for hyp in nbest.hyps:
@@ -340,31 +266,20 @@ def score_names(lists, label):
 
 
 def check_text(text, what):
-  """Refuses a text that would break a line-based file (a newline inside it)."""
   if "\n" in text or "\r" in text:
     raise ValueError(f"cannot write {what} {text!r}: newline inside")
   return text
 
 
 def check_key(key):
-  """Refuses a key a Kaldi-style `<key> <value>` line cannot hold."""
   if not key or any(c in key for c in " \t\n\r"):
     raise ValueError(f"cannot write the key {key!r}: empty or with white space")
   return key
 
 
 def write_files(out_dir, files, owned):
-  """Writes a directory of text files atomically: built aside, then renamed over `out_dir`.
-
-  Args:
-    out_dir: str, the directory; an existing one is replaced as a whole (no stale file of an
-      earlier run stays beside the new ones), but only if it holds nothing but `owned` files.
-    files: dict[str, str], path relative to out_dir -> text.
-    owned: (relative path) -> bool, whether a file is of the kind this writer writes.
-
-  Raises:
-    ValueError: `out_dir` holds a file this writer would not write (the source, or other data).
-  """
+  """Writes {relative path: text} as `out_dir`, atomically, replacing an existing `out_dir` as a
+  whole (no stale file stays) only when `owned(relative path)` holds for each of its files."""
   out_dir = os.path.abspath(out_dir)
   if os.path.isdir(out_dir):
     for directory, _, names in sorted(os.walk(out_dir)):
@@ -384,7 +299,6 @@ def write_files(out_dir, files, owned):
 
 
 def lines_text(lines):
-  """Lines joined into a file's text, each ending with a newline."""
   return "".join(line + "\n" for line in lines)
 
 
@@ -395,29 +309,15 @@ def attach_keyed_refs(lists, wheres, refs_path):
 
 
 def attach_aligned_refs(lists, wheres, refs_path):
-  """A reader's `add_aligned_refs` (when `refs_path` is given): returns (lists, wheres)."""
   if refs_path is not None:
     add_aligned_refs(lists, wheres, refs_path)
   return lists, wheres
 
 
 def add_aligned_refs(lists, wheres, refs_path):
-  """Sets the lists' references from line-aligned files (`read_aligned_refs`), replacing any.
-
-  Such files are the test set's own, one line per input; a toolkit may leave an input out
-  (fairseq-generate skips one too long for the model, --skip-invalid-size-inputs-valid-test),
-  which the user cannot mend in the references. So the lists present are scored against their
-  lines and a reference without a list is counted and logged, not refused; a list without a
-  reference line is refused.
-
-  Args:
-    lists: list[NBestList], keyed "0", "1", ... (the line from 0), modified in place.
-    wheres: dict[str, str], key -> 'file:line' of the list.
-    refs_path: str or sequence of str, the reference file(s).
-
-  Returns:
-    int, the number of references without a list.
-  """
+  """Sets the lists' (keyed "0", "1", ...) references from line-aligned files, in place; returns
+  how many references have no list: logged, not refused, since a toolkit may leave an input out
+  (fairseq skips too-long ones) and the user cannot mend the test set's lines."""
   for nbest in lists:
     nbest.refs = []
   refs = read_aligned_refs(refs_path)
@@ -444,14 +344,7 @@ def check_nbest_option(nbest):
 
 
 def check_source(lists, allowed, source_path, wheres):
-  """The lists to write are the ones read from `source_path`.
-
-  Args:
-    lists: list[NBestList], the lists to write.
-    allowed: dict[str, list[tuple[str, ...]]], key -> per hypothesis the texts it may have.
-    source_path: str, for messages.
-    wheres: dict[str, str], key -> 'file:line' in the source.
-  """
+  """Refuses lists not read from `source_path`; `allowed`: {key: [texts hypothesis j may have]}."""
   if [n.key for n in lists] != list(allowed):
     raise ValueError(f"{source_path}: its segments are not the lists' (not read from this file)")
   for nbest in lists:

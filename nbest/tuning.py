@@ -1,7 +1,6 @@
 """Every search of the combination's weights on dev: the paper's λ grid, then Powell's search
-(MERT-style: the dev metric itself is the objective, a piecewise constant function of the
-weights, so the search keeps the best point it ever evaluated and never ends worse than the
-grid's best)."""
+(MERT-style: the dev metric is piecewise constant in the weights, so the search keeps the best
+point it evaluated and never ends worse than the grid's best)."""
 
 import dataclasses
 
@@ -13,9 +12,7 @@ from nbest import combination
 
 
 class Objective:
-  """The dev metric as a loss (lower is better) of a choice; WER from per-hypothesis error
-  counts computed once with jiwer (corpus WER = Σ errors / Σ reference words), BLEU by sacrebleu
-  on each call."""
+  """The dev metric of a choice as a loss; WER's per-hypothesis errors are counted once."""
 
   def __init__(self, lists, metric):
     self.lists, self.metric = lists, metric
@@ -26,7 +23,7 @@ class Objective:
       self.words = sum(len(lst.refs[0].split()) for lst in lists)
 
   def value(self, choice):
-    """The metric (WER or BLEU, percent) of `choice`."""
+    """WER or BLEU of `choice`, percent."""
     if self.metric == "wer":
       return 100.0 * sum(e[c] for e, c in zip(self.errors, choice)) / max(self.words, 1)
     return metrics.evaluate(self.lists, choice, self.metric)
@@ -40,15 +37,7 @@ DEFAULT_GRID = tuple(round(0.05 * i, 2) for i in range(21))
 
 @dataclasses.dataclass
 class SweepResult:
-  """Outcome of `sweep_lambda`.
-
-  Attributes:
-    metric: str, "wer" (lower is better) or "bleu" (higher is better).
-    curve: list[tuple[float, float]], (λ, metric value) for every grid point, in grid order.
-    best_lam: float, the best λ; among equal values the smallest λ, i.e. the one that departs
-      least from the first pass.
-    best_value: float, the metric at best_lam.
-  """
+  """`curve`: [(λ, metric)] in grid order; `best_lam` the smallest λ of the best value."""
 
   metric: str
   curve: list
@@ -58,11 +47,7 @@ class SweepResult:
 
 def _lambda_grid(value, metric, feature_tables, weights, grid):
   """The one λ grid: (1-λ)·(first pass at `weights`) + λ·(their first LM), other LMs and the
-  length at 0, at every λ of `grid`; `value(choice)` is the metric of a choice.
-
-  Returns:
-    (SweepResult, float64 vector of the best point); ties go to the smallest λ.
-  """
+  length at 0; returns (SweepResult, the best point's float64 vector)."""
   if not grid:
     raise ValueError("empty λ grid")
   base = weights.vector()
@@ -82,18 +67,8 @@ def _lambda_grid(value, metric, feature_tables, weights, grid):
 
 
 def sweep_lambda(dev_lists, dev_lm, metric, setting="full", grid=DEFAULT_GRID):
-  """The paper's protocol: reranking by (1-λ)·first pass + λ·LM at every λ of a grid, on dev.
-
-  Args:
-    dev_lists: list[NBestList].
-    dev_lm: list[list[float]], LM scores aligned with the hypotheses.
-    metric: "wer" (minimised) or "bleu" (maximised).
-    setting: the first pass (`combination.rerank`).
-    grid: sequence of float in [0, 1]; default 0, 0.05, ..., 1.
-
-  Returns:
-    SweepResult; ties go to the smallest λ (closest to the first pass).
-  """
+  """The paper's protocol: SweepResult of (1-λ)·first pass + λ·LM over `grid` on dev;
+  `dev_lm` is [list][hyp]."""
   if metric not in metrics.METRICS:
     raise ValueError(f"unknown metric {metric!r}; expected one of {metrics.METRICS}")
   combination.check_lm_scores(dev_lists, dev_lm)
@@ -110,26 +85,16 @@ def sweep_lambda(dev_lists, dev_lm, metric, setting="full", grid=DEFAULT_GRID):
 
 
 def grid_start(objective, feature_tables, weights, grid=DEFAULT_GRID):
-  """The start of `optimise`: the best point of the λ grid of `sweep_lambda` over the first
-  pass at `weights` and their first LM.
-
-  Returns:
-    (Weights, float): the best grid point (smallest λ on ties) and its dev metric.
-  """
+  """(Weights, dev metric) of the best point of `sweep_lambda`'s grid: `optimise`'s start."""
   sweep, vector = _lambda_grid(objective.value, objective.metric, feature_tables, weights, grid)
   return weights.with_vector(vector), sweep.best_value
 
 
 def optimise(objective, feature_tables, start, max_evaluations=2000, negative_lms=False):
-  """Powell's search of the weights from `start`, over the dev metric.
+  """(Weights, dev metric) of the best point Powell's search from `start` evaluated.
 
-  An LM weight stays >= 0 unless `negative_lms`: a negative one rewards what the LM finds
-  unlikely, which a small dev set can favour by chance (the first-pass and length weights are
-  free).
-
-  Returns:
-    (Weights, float): the best weights evaluated (`start` unless one was strictly better) and
-    their dev metric.
+  LM weights stay >= 0 unless `negative_lms`: a negative one rewards what the LM finds unlikely,
+  which a small dev set can favour by chance.
   """
   x0 = start.vector()
   best = [objective.loss(combination.choose(feature_tables, x0)), x0]

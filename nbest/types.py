@@ -7,13 +7,7 @@ import numpy as np
 
 @dataclasses.dataclass
 class Hypothesis:
-  """One candidate of an N-best list.
-
-  Attributes:
-    text: str, the hypothesis (may be empty).
-    scores: dict[str, float], first-pass scores by name ("decoder", "ctc", "lm", "score", ...).
-    system: str, the system that produced it for multi-system lists, else "".
-  """
+  """One candidate: `text` (may be empty), {name: first-pass score}, and its system if several."""
 
   text: str
   scores: dict = dataclasses.field(default_factory=dict)
@@ -22,13 +16,8 @@ class Hypothesis:
 
 @dataclasses.dataclass
 class NBestList:
-  """The candidates for one utterance or segment.
-
-  Attributes:
-    key: str, utterance or segment id.
-    refs: list[str], one reference (ASR) or several (MT).
-    hyps: list[Hypothesis], in first-pass rank order (rank 1 first).
-  """
+  """The candidates for one utterance or segment, `hyps` in first-pass rank order; `refs` may
+  hold several references (MT) or none."""
 
   key: str
   refs: list
@@ -36,11 +25,7 @@ class NBestList:
 
 
 def sample_lists(lists, n, seed):
-  """A seeded random sample of n lists (all of them when n >= len), in their original order.
-
-  The same (lists, n, seed) give the same sample in every run and for every LM, so LMs scored
-  on it are compared on the same utterances (paired).
-  """
+  """A seeded sample of n lists in their order: the same for every LM, so comparisons pair."""
   return [lists[i] for i in _sample_indices(len(lists), n, seed)]
 
 
@@ -51,11 +36,8 @@ def _sample_indices(count, n, seed):
 
 
 def list_selection(max_lists=None, sample_lists=None, seed=0):
-  """The lists a run uses, as a reader's `select`: (list count) -> their indices, in order.
-
-  The first `max_lists` (None or 0: all), then a seeded sample of `sample_lists` of those
-  (`sample_lists` above: the same sample as cutting and sampling the lists read whole).
-  """
+  """A reader's `select`, (list count) -> indices: the first `max_lists` (0: all), then
+  `sample_lists` of those, the same sample as `sample_lists` gives of the lists read whole."""
 
   def select(count):
     count = min(count, max_lists) if max_lists else count

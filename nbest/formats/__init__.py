@@ -1,16 +1,8 @@
 """N-best lists in the formats ASR and MT toolkits write: `read_nbest`, `write_rescored`, writers.
 
-The contract every reader keeps (docs/DESIGN.md §5.3):
-  - list[NBestList], one per utterance, `hyps` in the file's rank order, `refs` [] when there are
-    none (a blind test set); either every list has references or none.
-  - `scores` are named first-pass scores in natural log, higher is better, converted once in the
-    reader (a Kaldi cost c -> -c; fairseq's base 2 times ln 2); the names are
-    `FORMATS[fmt].scores`, the same for every hypothesis of a file; what a file cannot give is
-    absent.
-  - bad input raises ValueError starting `file:line:`; a file whose last line has no newline is
-    refused as cut short.
-Each format is one module here that registers itself; its reader's docstring gives the file's
-rules and their sources.
+Every reader keeps the contract of docs/DESIGN.md §5.3 (scores in natural log, higher is better;
+bad input is a ValueError starting `file:line:`); each format is one module here that registers
+itself, its reader's docstring naming the toolkit source of each rule.
 """
 
 import dataclasses
@@ -28,28 +20,17 @@ from util import io_utils
 
 @dataclasses.dataclass(frozen=True)
 class Format:
-  """One N-best format.
+  """One N-best format; its str fields (path, refs, options, scores, features) describe it in words.
 
   Attributes:
-    read: (path, refs_path=None, **options) -> (list[NBestList], {key: 'file:line'}); a reader
-      of the shared data's sets also takes `data_dir` (a set name in the data root) and `select`
-      (`types.list_selection`: only those lists are parsed) from `read_set`.
+    read: (path, refs_path=None, **options) -> (list[NBestList], {key: 'file:line'}); may also
+      take `data_dir` and `select` from `read_set`.
     write: (lists with the features as scores, source_path, out_path, feature names) -> None;
-      a writer of a line-based format also takes `kept` (see `write_rescored`) and the reader's
-      options it needs.
-    path: str, what `path` (and `out_path`) is.
-    refs: str, what `refs_path` is.
-    options: str, the format options of `read_nbest`.
-    scores: str, the score names the reader gives.
-    features: str, how `write_rescored` writes a feature.
-    aligned_refs: bool, references are line-aligned files (several: several references per
-      segment), read by the reader itself; else keyed files (`<utt> <words>`).
-    directory: bool, the rescored output is a directory (replaced as a whole), not a file.
-    refs_in_file: bool, the input itself can hold the lists' references, so a set is read
-      without a reference file (MWER's sets are, keyed by utterance: formats with this and not
-      `aligned_refs`).
-    paper_table: bool, ASR files of this format with references feed the paper's table too
-      (run_rescoring.py --dev_file/--test_file: the first-pass settings of nbest/settings.py).
+      may also take `kept` and the reader's options.
+    aligned_refs: references are line-aligned files read by the reader itself; else keyed files.
+    directory: the rescored output is a directory, replaced as a whole.
+    refs_in_file: the input can hold its own references (with not `aligned_refs`: MWER's formats).
+    paper_table: ASR files of this format feed run_rescoring.py's --dev_file/--test_file table.
   """
 
   read: Callable
@@ -69,8 +50,7 @@ _JSON_KEY_RE = re.compile(r'\s*("(?:[^"\\]|\\.)*")\s*:')
 
 
 def _first_lines(path, keys):
-  """{key: 'file:line'} of the first line that starts with each key: a TSV row `key<TAB>...`
-  or a JSON member `"key": ...`."""
+  """{key: 'file:line'} of each key's first TSV row `key<TAB>...` or JSON member `"key": ...`."""
   wanted, found = set(keys), {}
   for lineno, line in enumerate(text_files.split_lines(text_files.read_text_file(path)), 1):
     candidates = [line.split("\t", 1)[0]]
@@ -109,7 +89,6 @@ FORMATS = {}
 
 
 def register(name, fmt):
-  """Adds a format under `name` (a format module calls this when it is imported)."""
   if name in FORMATS:
     raise ValueError(f"N-best format {name!r} registered twice")
   FORMATS[name] = fmt
@@ -126,8 +105,7 @@ _CONTEXT = ("path", "refs_path", "data_dir", "select")
 
 
 def _read(fmt, path, refs_path, format_options, **context):
-  """(lists, wheres) of `FORMATS[fmt].read`, the options checked; `context` (data_dir, select)
-  goes to a reader that takes it."""
+  """(lists, wheres) of `FORMATS[fmt].read`; `context` goes only to a reader that takes it."""
   reader = _format(fmt).read
   parameters = inspect.signature(reader).parameters
   accepted = [n for n in parameters if n not in _CONTEXT]
@@ -142,46 +120,17 @@ def _read(fmt, path, refs_path, format_options, **context):
 
 
 def read_nbest(fmt, path, refs_path=None, **format_options):
-  """Reads N-best lists in a toolkit's format (the contract is in this module's docstring).
-
-  Args:
-    fmt: str, a key of FORMATS.
-    path: str, the input (`FORMATS[fmt].path`).
-    refs_path: str or None, the references (`FORMATS[fmt].refs`); None: only what the file has.
-    **format_options: the format's options (`FORMATS[fmt].options`).
-
-  Returns:
-    list[NBestList].
-
-  Raises:
-    ValueError: an unknown format, or bad input; the message names `file:line`.
-  """
+  """list[NBestList] of `path` in format `fmt` (a key of FORMATS), with `refs_path`'s references;
+  ValueError for an unknown format or option too."""
   lists, _ = _read(fmt, path, refs_path, format_options)
   return lists
 
 
 def read_set(fmt, path, refs_paths=(), options=None, data_dir=None, select=None):
-  """The lists of one set with their references: the one reader of rescoring and MWER.
-
-  Args:
-    fmt: str, a key of FORMATS.
-    path: str, the input (`FORMATS[fmt].path`; the espnet format: also a set name).
-    refs_paths: sequence of str, the reference files (`FORMATS[fmt].refs`), maybe none; several
-      give several references per list: line-aligned files for a format with `aligned_refs`,
-      else keyed Kaldi text files after the first (each with every key).
-    options: dict or None, the format's options (`FORMATS[fmt].options`).
-    data_dir: str or None, the data root, for a set name.
-    select: None, or `types.list_selection`'s function: a reader that takes it parses only those
-      lists; the others give every list (the caller cuts them).
-
-  Returns:
-    (list[NBestList], int): the lists, and how many line-aligned references have no list (ids
-    the toolkit left out: `text_files.add_aligned_refs`; 0 for the other kinds).
-
-  Raises:
-    ValueError: as `read_nbest`, and a list without a reference or a keyed reference without a
-      list; `file:line`.
-  """
+  """(lists, how many line-aligned references have no list) of one set: the one reader of
+  rescoring and MWER. Several `refs_paths` give several references per list (keyed files must
+  each hold every key); `data_dir` is for a set name as `path`; `select` only cuts what a reader
+  that takes it parses, the caller cuts the others' lists."""
   refs_paths, options = list(refs_paths), options or {}
   context = {"data_dir": data_dir, "select": select}
   if _format(fmt).aligned_refs and refs_paths:
@@ -202,27 +151,17 @@ def read_set(fmt, path, refs_paths=(), options=None, data_dir=None, select=None)
 
 
 def write_rescored(fmt, lists, source_path, out_path, features, kept=None, **format_options):
-  """Writes the lists in their input format with each feature added as a named score.
+  """Writes the lists atomically in their input format, each feature added as a named score.
 
-  Reading `out_path` back with the same format (and options; nemo: `columns` naming the new
-  columns) gives the lists with the features among their scores (fairseq's up to rounding).
-  Written atomically: a failure leaves no partial output.
+  Reading `out_path` back with the same format and options (nemo: `columns` naming the new
+  columns) gives the features among the scores (fairseq's up to rounding).
 
   Args:
-    fmt: str, a key of FORMATS: the format the lists were read in.
-    lists: list[NBestList], as `read_nbest(fmt, source_path, ...)` returned them (same order),
-      or the ones of them at `kept`.
-    source_path: str, the file they were read from: the line-based formats (nemo, fairseq,
-      moses) copy its lines of `lists` and add to them; the others write from the lists.
-    out_path: str, the output file, or directory (kaldi, espnet2, espnet: replaced as a whole).
-    features: dict[str, list[list[float]]], name -> values [len(lists)][len(hyps)], natural log,
-      higher is better (a writer converts them as its format needs: `FORMATS[fmt].features`).
-    kept: increasing ints or None, the indices of `lists` among the lists read (None: all).
-    **format_options: the options the lists were read with; a writer takes those it needs.
-
-  Raises:
-    ValueError: a bad or already used feature name, values not aligned with the lists, lists
-      that do not come from `source_path`, lists the format cannot hold.
+    lists: list[NBestList] as `read_nbest(fmt, source_path, ...)` gave them, or those at `kept`;
+      the line-based formats copy their lines from `source_path`.
+    features: {name: [len(lists)][len(hyps)] float}, natural log, higher is better.
+    kept: increasing indices of `lists` among the lists read; None: all.
+    **format_options: the options the lists were read with.
   """
   keys = [n.key for n in lists]
   if len(set(keys)) != len(keys):
@@ -254,22 +193,13 @@ def _chosen(lists, choice):
 
 
 def write_kaldi_text(lists, choice, path):
-  """Writes the chosen hypotheses as a Kaldi `text` file (`<utt> <words>`), atomically.
-
-  Args:
-    lists: list[NBestList].
-    choice: sequence of int, the index (0-based) of the chosen hypothesis of each list.
-    path: str, the output file.
-  """
+  """Writes hypothesis `choice[i]` (0-based) of each list as a Kaldi `text` file, atomically."""
   lines = [f"{key} {text}".rstrip(" ") for key, text in _chosen(lists, choice)]
   io_utils.write_atomically(path, text_files.lines_text(lines))
 
 
 def write_trn(lists, choice, path):
-  """Writes the chosen hypotheses as an sclite trn file (`<words> (<utt>)`), atomically.
-
-  Args: as `write_kaldi_text`.
-  """
+  """Writes hypothesis `choice[i]` of each list as an sclite trn file, atomically."""
   lines = []
   for key, text in _chosen(lists, choice):
     if "(" in key or ")" in key:

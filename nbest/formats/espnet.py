@@ -19,15 +19,8 @@ _REQUIRED_SCORES = ("decoder", "ctc")
 
 
 def _load_espnet_files(path):
-  """Reads the files of one ESPnet decode set.
-
-  Args:
-    path: str, a `.tar`/`.tar.xz` holding `<set>/raw_hypotheses/...`, or an unpacked set
-      directory (the one that holds `raw_hypotheses/` and `references/`).
-
-  Returns:
-    dict[str, tuple[str, str]], name relative to the set root -> (label for errors, text).
-  """
+  """{name relative to the set root: (label for errors, text)} of a `.tar`/`.tar.xz` holding
+  `<set>/raw_hypotheses/...`, or of the unpacked set directory."""
   files = {}
   if os.path.isdir(path):
     for full in glob.glob(os.path.join(path, "**", "*"), recursive=True):
@@ -90,11 +83,8 @@ def _parse_trn(label, text):
 
 
 def _match_trn_id(trn_id, keys):
-  """Maps a trn id to an utterance key.
-
-  sclite ids carry the speaker in front (`1272-128104-1272-128104-0000` for the utterance
-  `1272-128104-0000`), so the key is the longest dash-separated suffix that is a known key.
-  """
+  """The longest dash-separated suffix of a trn id that is a known key: sclite ids carry the
+  speaker in front (`1272-128104-1272-128104-0000` for `1272-128104-0000`)."""
   parts = trn_id.split("-")
   for start in range(len(parts)):
     candidate = "-".join(parts[start:])
@@ -104,36 +94,18 @@ def _match_trn_id(trn_id, keys):
 
 
 def read_espnet_nbest(path_or_set_name, data_dir=None, select=None):
-  """Reads an ESPnet2 N-best decode set with its references.
+  """Reads an ESPnet2 N-best decode set with its references, in reference-file order.
 
-  Layout (inside the archive under `<set>/`, or in a directory): for N = 1..R,
-  `raw_hypotheses/<N>best_recog/text` (`<utt> <HYP>`, the hypothesis may be empty),
-  `.../scores` (`<utt> {"decoder": "tensor(x)", "ctc": "tensor(y)", "lm": "tensor(z)"}`),
-  optionally `.../score` (`<utt> tensor(s)`, the total beam score), and
-  `references/ref_wer.trn` (`REF<TAB>(<spk>-<chapter>-<utt>)`).
-
-  Scores exposed per hypothesis: every field of `scores` ("decoder", "ctc", "lm") and, when the
-  `score` files exist, "score" = the full beam score. In the shipped LibriSpeech sets the full
-  score is 0.6*decoder + 0.4*ctc + 0.6*lm up to the 4-decimal rounding of the files (|diff| <=
-  2.4e-4), and the ranks are sorted by it (descending, ties keep the beam's order); see
-  `s2s_score`.
+  Layout (under `<set>/` in the archive, or a directory): `raw_hypotheses/<N>best_recog/text`
+  (`<utt> <HYP>`), `.../scores` (`<utt> {"decoder": "tensor(x)", "ctc": ..., "lm": ...}`), maybe
+  `.../score` (the beam's total, "score", which orders the ranks), `references/ref_wer.trn`. An
+  utterance may be missing from the deeper ranks. Errors name `archive:member:line`.
 
   Args:
-    path_or_set_name: str, a `.tar.xz` / set directory, or a set name (`dev_clean`, `test-other`)
-      looked up in `<data_dir>/asr-librispeech-espnet2-30best/`.
-    data_dir: str or None, the data root (see `io_utils.data_root`), used with a set name only.
-    select: None for every list, or a function (the set's list count) -> the indices, in
-      reference-file order, of the lists to read (`types.list_selection`): only their lines are
-      parsed and checked, so a few lists of a large set read in a fraction of the time.
-
-  Returns:
-    list[NBestList], in reference-file order, each with one reference and the hypotheses of
-    ranks 1..n (n may be smaller for an utterance missing from the deeper rank files).
-
-  Raises:
-    ValueError: a malformed line, a missing field, a non-number score, key mismatch between the
-      text/score/scores files or with the references, a rank gap, or an utterance without
-      hypotheses; the message names `archive:member:line`.
+    path_or_set_name: a `.tar.xz`, a set directory, or a set name (`dev_clean`, `test-other`)
+      in `<data_dir>/asr-librispeech-espnet2-30best/`.
+    select: `types.list_selection`'s function: only those lists' lines are parsed, so a few
+      lists of a large set read in a fraction of the time.
   """
   path = shared_data.espnet_set_path(path_or_set_name, data_dir)
   files = _load_espnet_files(path)
@@ -188,8 +160,7 @@ def read_espnet_nbest(path_or_set_name, data_dir=None, select=None):
 
 
 def _read_espnet_rank(path, files, rank, has_total, keys=None):
-  """Returns {utt: (Hypothesis, 'label:line')} for one rank (the utterances of `keys`, a set, or
-  every one), checking its files agree."""
+  """{utt: (Hypothesis, 'label:line')} of one rank, for `keys` (None: every one)."""
   prefix = f"raw_hypotheses/{rank}best_recog/"
   needed = ("text", "scores", "score") if has_total else ("text", "scores")
   parsers = {"text": text_files.keyed_text, "scores": _espnet_scores, "score": _espnet_score}
@@ -221,7 +192,6 @@ def _read_espnet(path, refs_path=None, data_dir=None, select=None):
 
 
 def _write_espnet(lists, source_path, out_path, feature_names):
-  """The shared data's layout, unpacked: each feature a field of the `scores` JSON."""
   del source_path, feature_names  # every score but "score" is a field of `scores`
   names = [n for n in text_files.score_names(lists, out_path) if n != "score"]
   if not set(_REQUIRED_SCORES) <= set(names):

@@ -70,34 +70,14 @@ def _read_espnet2_rank(directory):
 
 
 def read_espnet2(path, refs_path=None):
-  """Reads the N-best lists of an ESPnet2 decode directory.
+  """Reads the N-best lists of an ESPnet2 decode directory, in key order (as asr.sh sorts).
 
-  Layout and sources:
-  - espnet2/bin/asr_inference.py writes, for n = 1..nbest, `<output_dir>/<n>best_recog/` with
-    `token`, `token_int`, `score` and (when the model has a tokenizer) `text`, one
-    `<utt> <value>` line per utterance (espnet2/fileio/datadir_writer.py); the score is
-    `str(hyp.score)`, e.g. `tensor(-12.3)`: the beam search's weighted sum of the decoder,
-    CTC, LM and length-bonus scores, natural log, higher is better, read as "score";
-  - egs2/TEMPLATE/asr1/asr.sh runs it per job with `--output_dir <decode_dir>/logdir/output.JOB`
-    and merges only `1best_recog` into the decode dir, so the N-best lists are read from every
-    `logdir/output.<J>/<n>best_recog/`, merged over J (an utterance decoded by two jobs is an
-    error); a directory holding `<n>best_recog/` itself (inference run by hand, or what
-    `write_espnet2` writes) is read the same way;
-  - the per-component scores are not written by ESPnet: absent here. Files `<name>.score` beside
-    `score` (what `write_espnet2` adds for rescoring features) are read as score `name`.
-
-  Args:
-    path: str, the decode directory.
-    refs_path: str or None, the references `data/<set>/text` (`<utt> <words>`).
-
-  Returns:
-    (list[NBestList], dict[str, str]): lists in key order (as asr.sh sorts its merged files),
-    hypotheses in rank order (an utterance may have fewer than nbest); utt -> 'file:line'.
-
-  Raises:
-    ValueError: no `<n>best_recog/`, a missing `text`, a malformed line, keys of `text` and
-      `score` that differ, a rank gap, an utterance in two jobs, rank directories with different
-      score files, references not matching; `file:line`.
+  Sources: espnet2/bin/asr_inference.py writes `<output_dir>/<n>best_recog/{text,score,...}`,
+  `<utt> <value>` lines, the score `str(hyp.score)` (`tensor(-12.3)`), the beam's weighted sum
+  of decoder, CTC, LM and length bonus, read as "score"; the parts are not written.
+  egs2/TEMPLATE/asr1/asr.sh runs it per job into `logdir/output.<J>/` and merges only
+  `1best_recog`, so the lists are merged from every job (an utterance in two is an error), or
+  read from `path/<n>best_recog/` itself. `write_espnet2`'s `<name>.score` files are score `name`.
   """
   ranks, names = [], None
   roots = _espnet2_roots(path)
@@ -126,10 +106,8 @@ def read_espnet2(path, refs_path=None):
 
 
 def write_espnet2(lists, source_path, out_path, feature_names):
-  """Writes `<out_path>/<n>best_recog/{text,score,<name>.score}`, the layout `read_espnet2`
-  reads: "score" in ESPnet's own file, every other score (the new features) in `<name>.score`;
-  lines in key order. ESPnet's `token`/`token_int` are not written (they hold the model's units,
-  which the lists do not carry)."""
+  """Writes `<out_path>/<n>best_recog/{text,score,<name>.score}` in key order; no `token` files
+  (the lists do not carry the model's units)."""
   del source_path, feature_names  # every score is a keyed file of the same form
   names = text_files.score_names(lists, out_path)
   for name in names:

@@ -187,40 +187,21 @@ def _fairseq_base_doubt(lines, samples, log_base):
 def read_fairseq(path, refs_path=None, detok=True, nbest=None, log_base=2):
   """Reads `fairseq-generate --nbest N` output.
 
-  Sources: fairseq_cli/generate.py prints, per sample id (its line in the test set), `S-<id>`
-  (source) and `T-<id>` (target) lines, then per hypothesis, best first, `H-<id><TAB><score>
-  <TAB><text>` (tokenized, BPE removed), `D-<id><TAB><score><TAB><text>` (detokenized),
-  `P-<id><TAB><positional scores>` (one per token and EOS, 4 decimals), and `A-`, `I-`, `E-<id>
-  _<step>` lines on request; since its commit 660d69f (2020-01-13) the scores are divided by
-  ln 2 ("NOTE: hypothesis and token scores are output in base 2"), before they were natural
-  log; its log lines and the closing "Generate ... BLEU" line go to the same stream.
-  fairseq/sequence_generator.py's hypothesis score is the sum of the token log-probs divided by
-  (length + 1) ** lenpen unless --unnormalized.
+  Sources: fairseq_cli/generate.py prints per sample id (its test-set line) `S-`, `T-`, then per
+  hypothesis best first `H-<id><TAB><score><TAB><text>`, `D-` (detokenized), `P-` (a log-prob per
+  token and EOS, 4 decimals), interleaved with its log lines; since 660d69f (2020-01-13) in base
+  2, before in natural log. The H- score is the token log-probs' sum over (length + 1) ** lenpen
+  (fairseq/sequence_generator.py).
 
-  Conversions (each once, here): "score" = H score * ln(base), natural log, still
-  length-normalised as fairseq made it; "logprob" = sum of the P- values * ln(base), the
-  unnormalised log p(hyp | src) with EOS (rounded: the P- values have 4 decimals), present when
-  the file has P- lines. Lines `F-<id><TAB><name><TAB><value>` after a hypothesis are the
-  features `write_fairseq` appends (in the file's base), read as score `name` * ln(base). Other
-  lines (logs) are skipped. A file whose scores look like another base's is read as asked, with
-  one warning (`_fairseq_base_doubt`).
+  Scores, times ln(base): "score" (H-, still length-normalised), "logprob" (the P- sum, log
+  p(hyp | src) with EOS, rounded) when there are P- lines, and `name` of `write_fairseq`'s
+  `F-<id><TAB><name><TAB><value>` lines. Keys "0", "1", ... are the sample ids.
 
   Args:
-    path: str, the generate output.
-    refs_path: str, sequence of str or None: line-aligned references (line i + 1 for id i),
-      used instead of the T- lines; without it the T- lines are the references (if any).
-    detok: bool, the text is the D- line's (when the file has D- lines); False: the H- line's.
-    nbest: int or None, the number of hypotheses per sample (default: the largest found).
-    log_base: 2 or "e", the base of the file's scores ("e": fairseq before 660d69f).
-
-  Returns:
-    (list[NBestList], dict[str, str]): lists in id order, keys "0", "1", ...; key ->
-    'file:line' of the sample's first line.
-
-  Raises:
-    ValueError: a malformed record, a sample with no or fewer H- lines than the others, an H-
-      line without the D-/P-/F- lines the others have, a D-/P- line before any H- line, T-
-      lines for some samples only, references not matching; `file:line`.
+    refs_path: line-aligned references, used instead of the T- lines.
+    detok: the text is the D- line's where there are D- lines.
+    log_base: 2 or "e" (before 660d69f); a file that looks like the other base is read as
+      asked, with one warning.
   """
   lines = text_files.read_lines(path)
   lists, wheres, samples = _fairseq_lists(path, lines, detok, nbest, log_base)
@@ -231,10 +212,9 @@ def read_fairseq(path, refs_path=None, detok=True, nbest=None, log_base=2):
 
 
 def write_fairseq(lists, source_path, out_path, feature_names, kept=None, log_base=2):
-  """Writes `source_path` again with, after each hypothesis' lines, one line per new feature,
-  `F-<id><TAB><name><TAB><value>`, the value in the file's `log_base` as its other scores
-  (fairseq's own consumers select lines by their H-/D-/P- prefix and pass over the new one).
-  With `kept`, the records of the other samples are left out (the log lines stay)."""
+  """Writes `source_path` again with an `F-<id><TAB><name><TAB><value>` line per feature after
+  each hypothesis, in the file's `log_base` (fairseq's consumers select lines by prefix and pass
+  over it); with `kept`, other samples' records are left out, log lines kept."""
   lines = text_files.read_lines(source_path)
   _, wheres, samples = _fairseq_lists(source_path, lines, True, None, log_base)
   to_e = _fairseq_log_e(log_base)

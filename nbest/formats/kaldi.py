@@ -13,15 +13,8 @@ _WORD_ID_RE = re.compile(r"[0-9]+")
 
 
 def _group_ranks(items, label):
-  """Groups hypotheses by utterance: items [(utt, rank, Hypothesis, where)] in file order.
-
-  Returns:
-    (list[NBestList], dict[str, str]): the lists in order of first appearance, hypotheses in
-    rank order, and utt -> 'file:line' of its first line.
-
-  Raises:
-    ValueError: ranks of an utterance that are not 1..n; `file:line`.
-  """
+  """(lists in order of first appearance, {utt: 'file:line'}) of [(utt, rank, Hypothesis, where)];
+  an utterance's ranks must be 1..n."""
   by_utt, wheres = {}, {}
   for utt, rank, hyp, where in items:
     wheres.setdefault(utt, where)
@@ -58,35 +51,15 @@ def _kaldi_paths(path, costs):
 
 
 def read_kaldi(path, refs_path=None, costs=None):
-  """Reads Kaldi N-best lists: a transcription file and cost archives, keyed `<utt>-<n>`.
+  """Reads `lattice-to-nbest | nbest-to-linear` output, its words mapped by utils/int2sym.pl.
 
-  Made by `lattice-to-nbest --n=N ark:lat ark:- | nbest-to-linear ark:- ark:/dev/null
-  ark,t:words.int ark,t:lm.cost ark,t:ac.cost`, then `utils/int2sym.pl -f 2- words.txt` for
-  the words (as egs/wsj/s5/steps/rnnlmrescore.sh does). Rules and their sources:
-  - keys are `<utt>-<n>`, n = 1, 2, ... in best-first order (src/latbin/lattice-to-nbest.cc:
-    "the keys of the n-best are utt_id-1, utt_id-2, ..."); the utterance id may hold dashes;
-  - a text archive line is `<key> <value>` (Kaldi's `ark,t`): the transcription `<key> w1 w2 ...`
-    (may be empty), a cost `<key> <float>`;
-  - nbest-to-linear writes the LM (graph) cost and the acoustic cost of each path
-    (src/latbin/nbest-to-linear.cc: weight Value1 and Value2), unscaled: lattice-to-nbest undoes
-    its --acoustic-scale/--lm-scale before writing. Costs are -ln p (OpenFst's tropical weights),
-    so each becomes the score -cost, natural log, higher is better.
+  Keys are `<utt>-<n>`, n = 1, 2, ... best first (src/latbin/lattice-to-nbest.cc), the utterance
+  id may hold dashes; nbest-to-linear writes each path's LM and acoustic costs unscaled
+  (src/latbin/nbest-to-linear.cc, Value1 and Value2), -ln p as OpenFst's tropical weights.
 
   Args:
-    path: str, the transcription file (costs then come from `costs` only), or a directory
-      holding `text` (the transcriptions) and `<name>.cost` archives (the layout `write_kaldi`
-      writes), each read as score `name`.
-    refs_path: str or None, a Kaldi `text` file of references, `<utt> <words>`.
-    costs: dict[str, str] or None, score name -> cost archive (e.g. {"acoustic": "ac.cost",
-      "lm": "lm.cost"}); added to a directory's `.cost` files (same name: this one).
-
-  Returns:
-    (list[NBestList], dict[str, str]): lists in order of first appearance; utt -> 'file:line'.
-
-  Raises:
-    ValueError: a malformed key or line, a rank gap, a key of the transcriptions missing from a
-      cost archive or the reverse, a non-number cost, references not matching, transcriptions
-      in word ids (every hypothesis integers only: before int2sym.pl); `file:line`.
+    path: the transcriptions, or a directory of `text` and `<name>.cost` archives (score `name`).
+    costs: {score name: cost archive}, added to (and over) a directory's archives.
   """
   text_path, cost_paths = _kaldi_paths(path, costs)
   texts = text_files.parse_keyed(text_path, text_files.read_text(text_path), text_files.keyed_text)
@@ -109,10 +82,8 @@ def read_kaldi(path, refs_path=None, costs=None):
 
 
 def _check_words(texts, text_path):
-  """Refuses transcriptions still in word ids (nbest-to-linear writes ids; utils/int2sym.pl
-  makes them words): every hypothesis of the file is integer tokens only, one at least not empty.
-  The rule is the file's, not a hypothesis', so transcripts with numbers ("call 911") pass; a
-  task whose every hypothesis is numerals alone is refused too."""
+  """Refuses word ids (before int2sym.pl): a file, not a hypothesis, of integers only, so that
+  "call 911" passes; a task whose every hypothesis is numerals is refused too."""
   words = [text.split() for text, _ in texts.values()]
   if any(words) and all(_WORD_ID_RE.fullmatch(w) for hyp in words for w in hyp):
     raise ValueError(
@@ -122,9 +93,7 @@ def _check_words(texts, text_path):
 
 
 def write_kaldi(lists, source_path, out_path, feature_names):
-  """Writes the directory `read_kaldi` reads: `text`, and `<name>.cost` (cost = -score) for every
-  score of the lists, the new features included; the references are not written (they live in
-  the data dir's `text`)."""
+  """Writes the directory `read_kaldi` reads, a `<name>.cost` archive per score; no references."""
   del source_path, feature_names  # every score, old and new, is a cost archive of the same form
   names = text_files.score_names(lists, out_path)
   for name in names:

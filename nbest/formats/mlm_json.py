@@ -49,25 +49,11 @@ def _reject_duplicate_keys(pairs):
 
 
 def read_json_nbest(path):
-  """Reads the mlm-scoring / Shin et al. (2019) N-best JSON.
+  """Reads the mlm-scoring / Shin et al. (2019) N-best JSON, in file order.
 
-  Format: `{"<utt>": {"ref": "<reference>", "hyp_1": {"score": <float>, "text": "<hyp>"}, ...,
-  "hyp_N": {...}}}`. Hypotheses are ordered by their number (1..N without gaps), not by file
-  order. "score" is the first-pass seq2seq score and becomes scores["score"] (so setting "full"
-  in `s2s_score` uses it); any other numeric field of a hypothesis (e.g. a rescoring result) is
-  kept under its own name. Texts are stripped (the files write hypotheses with a leading space).
-  "ref" may be left out of every utterance (a blind test set: refs == []), not of some.
-
-  Args:
-    path: str, the JSON file.
-
-  Returns:
-    list[NBestList], in file order, one reference each (or none in a blind set).
-
-  Raises:
-    ValueError: invalid JSON, a repeated key, a missing "text"/"score", a "ref" in some
-      utterances only, a non-number score, a blank reference, an unknown field, a
-      hypothesis-number gap, or no hypotheses; `file:line`.
+  `{"<utt>": {"ref": "<reference>", "hyp_1": {"score": <float>, "text": "<hyp>"}, ...}}`:
+  hypotheses in the order of their number, not the file's; "score" (the first pass's) and any
+  other numeric field are scores; texts are stripped (the files start them with a space).
   """
   raw = text_files.read_text_file(path)
   try:
@@ -125,8 +111,7 @@ def _json_entry(key, entry):
 
 
 def _check_encodable(text, field):
-  """Rejects a lone surrogate ("\\ud83d", half of a UTF-16 pair): it is valid JSON but no
-  character, so no tokenizer, LM or cache file can take it."""
+  """Rejects a lone surrogate ("\\ud83d"): valid JSON but no character, no file can take it."""
   try:
     text.encode("utf-8")
   except UnicodeEncodeError as e:
@@ -157,7 +142,6 @@ def _json_hyp(field, value):
 
 
 def _write_json(lists, source_path, out_path, feature_names):
-  """mlm-scoring's JSON with each feature as a field of each hypothesis."""
   del source_path, feature_names  # every score is a field
   names = text_files.score_names(lists, out_path)
   if "score" not in names:

@@ -20,10 +20,8 @@ def _is_label(token):
 
 
 def _moses_features(field, where, arity):
-  """{name: value} of a feature field `Name= v1 v2 Name2= v3` (also `Name=v`, as Marian writes
-  `F0=<score>`, and Moses' older `name: v1 v2`) whose first token is a label; a label with
-  several values gives `Name_0`, `Name_1`, ...; `arity` records each label's number of values
-  across the file."""
+  """{name: value} of a feature field `Name= v1 v2 Name2= v3` (`Name_0`, `Name_1` for a label of
+  several values); `arity` records each label's number of values across the file."""
   groups = []
   for token in field.split():
     if _is_label(token):
@@ -108,35 +106,17 @@ def _moses_lists(path, lines):
 def read_moses(path, refs_path=None, nbest=None):
   """Reads a Moses or Marian n-best list.
 
-  Sources: the Moses manual, "Generating n-Best Lists" (statmt.org/moses/?n=Advanced.Search):
-  `id ||| output ||| unweighted component scores ||| weighted overall score` per line, best
-  first, ids from 0; moses/BaseManager.cpp OutputFeatureScores labels each dense feature
-  function once, `Name= v1 v2 ...`, and each non-zero sparse feature `name= v`; with
-  -include-alignment-in-n-best an alignment field follows the total. Marian
-  (src/translator/output_printer.h): `id ||| translation [||| alignment] [||| WordScores= w1
-  w2 ...] ||| F0= v F1= v ... ||| total`, `F0=<score>` when there is no breakdown; the word
-  scores (--word-scores) are not read as features and are written back as they are. The
-  features are Moses' log-linear
-  features (natural-log model scores, penalties as counts), taken as written: the total is their
-  weighted sum, higher is better, read as "score". A label with several values gives `Name_0`,
-  `Name_1`, ...; a sparse feature absent from a line is 0. Moses before 2013 labelled its features
-  `name:` (`d: v ... lm: v tm: v ... w: v`, its MERT example): read alike.
+  Sources: the Moses manual, "Generating n-Best Lists": `id ||| output ||| features ||| total`,
+  best first, ids from 0; moses/BaseManager.cpp OutputFeatureScores labels each dense feature
+  once (`Name= v1 v2`) and each non-zero sparse one (`name= v`, absent: 0); an alignment field
+  may follow. Marian (src/translator/output_printer.h): `id ||| text [||| alignment] [|||
+  WordScores= ...] ||| F0= v ... ||| total`. Moses before 2013 wrote `name:` labels, read alike.
+  The features are taken as written (log-linear: natural-log model scores, penalties as
+  counts); the total, their weighted sum, is "score".
 
   Args:
-    path: str, the n-best list.
-    refs_path: str, sequence of str or None, line-aligned references (line i + 1 for segment
-      i), one file per reference set.
-    nbest: int or None, the number of hypotheses of every segment (Moses writes fewer when the
-      search finds fewer distinct ones; give it to check that none was lost).
-
-  Returns:
-    (list[NBestList], dict[str, str]): lists in file order, keys the segment ids; key ->
-    'file:line' of its first line.
-
-  Raises:
-    ValueError: a line without its fields, a non-number value, a label with a varying number of
-      values, a segment whose lines are apart, a segment with other than `nbest` hypotheses,
-      references not matching; `file:line`.
+    nbest: hypotheses of every segment, to check none was lost (Moses writes fewer when the
+      search finds fewer distinct ones).
   """
   text_files.check_nbest_option(nbest)
   lists, wheres, _ = _moses_lists(path, text_files.read_lines(path))
@@ -149,9 +129,8 @@ def read_moses(path, refs_path=None, nbest=None):
 
 
 def write_moses(lists, source_path, out_path, feature_names, kept=None):
-  """Writes the lines of `source_path` of the lists (those at `kept`, else all) with each new
-  feature appended to the feature field of each line as `NAME= value`; the total is left as it
-  is (the feature has no weight yet)."""
+  """Writes the source's lines of the lists with each feature appended to the feature field as
+  `NAME= value`; the total stays (the feature has no weight yet)."""
   lines = text_files.read_lines(source_path)
   source_lists, wheres, field_index = _moses_lists(source_path, lines)
   # A segment's lines come together (_moses_lists), so its first line is the count before it.

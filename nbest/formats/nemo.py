@@ -47,12 +47,9 @@ _NEMO_WIDTH_RE = re.compile(r"(?:^|_)width(\d+)(?:_|\.|$)")
 
 
 def _nemo_beam(path, n_rows, beam_size, entries):
-  """The number of rows per utterance: `beam_size`, else the width in NeMo's file name; checked
-  against the rows and the manifest.
-
-  The file has no keys, and NeMo writes one row per candidate its decoder returned, so a beam
-  that is not full makes the file shorter; rows are only split into beams of a known width that
-  fill the file exactly, never by dividing the rows by the manifest's utterances.
+  """Rows per utterance: `beam_size`, else the width in NeMo's file name, checked against the
+  rows and the manifest. Never the rows over the manifest's utterances: NeMo writes only the
+  candidates its decoder returned, so a beam that is not full makes the file shorter.
   """
   if beam_size is not None and (isinstance(beam_size, bool) or not isinstance(beam_size, int)):
     raise ValueError(f"beam_size must be a positive integer, found {beam_size!r}")
@@ -94,34 +91,18 @@ def _nemo_row(line, where, columns):
 
 
 def read_nemo(path, refs_path=None, beam_size=None, columns=("score",)):
-  """Reads a NeMo beam file: `<text><TAB><score>` rows, beam_size rows per utterance.
+  """Reads a NeMo beam file: `<text><TAB><score>` rows, `beam_size` rows per utterance.
 
-  Sources: scripts/asr_language_modeling/ngram_lm/eval_beamsearch_ngram(_ctc).py writes, for each
-  utterance of the manifest in manifest order, its beam's candidates best first as
-  `'{}\\t{}\\n'.format(text, score)`; scripts/asr_language_modeling/neural_rescorer/
-  eval_neural_rescorer.py reads that file back with `--beam_size` and `--eval_manifest`, takes
-  row i as a candidate of utterance i // beam_size, treats the score as a natural-log score
-  where higher is better (`am + alpha * lm + beta * len`, best = max) and writes its output in
-  the same two-column form; the score is the beam's (scripts/asr_language_modeling/ngram_lm/
-  decoders/decoder_utils.cpp get_beam_search_result: each prefix's fused log-prob score, the
-  candidates sorted by it, highest first). The manifest is JSON lines with `audio_filepath` and
-  `text` (the eval script's `--input_manifest`).
+  Sources (scripts/asr_language_modeling/): ngram_lm/eval_beamsearch_ngram(_ctc).py writes each
+  manifest utterance's candidates best first as `'{}\\t{}\\n'.format(text, score)`, the score the
+  beam's fused log-prob (ngram_lm/decoders/decoder_utils.cpp); neural_rescorer/
+  eval_neural_rescorer.py reads row i as utterance i // beam_size, higher is better.
 
   Args:
-    path: str, the beam file.
-    refs_path: str or None, the manifest (JSON lines): the keys (each `audio_filepath`'s file
-      name without extension) and, where every entry has `text`, the references.
-    beam_size: int or None, rows per utterance; at least one of it and the manifest.
-    columns: sequence of str, the names of the score columns after the text: ("score",) for
-      NeMo's own files; ("score", "tta") for what `write_nemo` writes with a feature "tta".
-
-  Returns:
-    (list[NBestList], dict[str, str]): lists in manifest order (keys "0", "1", ... without a
-    manifest); key -> 'file:line'.
-
-  Raises:
-    ValueError: a row without its columns, a non-number score, rows that are not a multiple of
-      the beam size or do not match the manifest, a malformed manifest line; `file:line`.
+    refs_path: the manifest (JSON lines): keys from `audio_filepath`'s file name without
+      extension, references from `text` where every entry has one.
+    beam_size: rows per utterance; this or the manifest is needed.
+    columns: names of the score columns after the text, ("score", *features) for `write_nemo`'s.
   """
   columns = [text_files.check_name(c, "columns", "column") for c in columns]
   if not columns or len(set(columns)) != len(columns):
@@ -142,9 +123,7 @@ def read_nemo(path, refs_path=None, beam_size=None, columns=("score",)):
 
 
 def write_nemo(lists, source_path, out_path, feature_names, kept=None):
-  """Writes the rows of the beam file `source_path` of the lists (those at `kept`, else all)
-  with one column per new feature appended to each row (read it back with
-  `columns=("score", *feature_names)`)."""
+  """Writes the source's rows of the lists with a column per feature appended to each row."""
   lines = text_files.read_lines(source_path)
   # read_nemo splits the rows into beams of one width; list i holds rows i*W .. (i+1)*W - 1.
   width = max(len(lists[0].hyps), 1) if lists else 1

@@ -74,53 +74,26 @@ def _sockeye_lists(path, lines):
 
 
 def read_sockeye(path, refs_path=None):
-  """Reads the output of `sockeye-translate --nbest-size N` (N > 1).
+  """Reads `sockeye-translate --nbest-size N` output (N > 1 makes it JSON lines).
 
-  Sources (awslabs/sockeye at 871d986, 3.1.39): sockeye/translate.py turns --output-type into
-  `json` whenever --nbest-size > 1, so n-best output is always JSON lines; output_handler.py's
-  JSONOutputHandler prints, per input line in order, `json.dumps(TranslatorOutput.json(),
-  sort_keys=True)`; inference.py's TranslatorOutput.json() writes "sentence_id" (1, 2, ...),
-  the 1-best "translation" and "score", and, when there is more than one translation,
-  "translations" (best first) with "scores" beside it; with target factors also "factor<i>",
-  "factor<i>_score" and "translations_factors"; the fields of a --json-input line pass through.
-  An input it could not translate (an empty line) gets no "translations" and a score of
-  -Infinity. Each entry of "scores" is a number up to Sockeye 3.0 (docs/inference.md, "N-best
-  translations"); since 3.0.2 (CHANGELOG; inference.py's NBestTranslations) a list, the
-  primary score then one per target factor. The score is the negative natural-log probability
-  (TranslatorOutput: "Negative log probability"; beam_search.py sums -log_softmax), so lower is
-  better, divided by the length penalty ((beta + |y|) / (beta + 1)) ** alpha, by default
-  (--length-penalty-alpha 1, beta 0) the length, less a brevity penalty if one is set
-  (CandidateScorer); factor scores are not length-normalised (CHANGELOG 3.0.2).
+  Sources (awslabs/sockeye 3.1.39, 871d986): output_handler.py prints one
+  `json.dumps(TranslatorOutput.json(), sort_keys=True)` per input line: "translations" best first
+  and "scores" beside them, each a number up to 3.0, since 3.0.2 a list of the primary score and
+  one per target factor (CHANGELOG); none for an input it could not translate. A score is -ln p
+  (beam_search.py sums -log_softmax) divided by the length penalty, by default the length; factor
+  scores are not normalised. sockeye.rerank --return-score writes metric scores: not this format.
 
-  Conversions (each once, here): "score" = -(primary score), natural log, higher is better,
-  still length-normalised as Sockeye made it; "factor<i>_score" = -(factor i's score); a field
-  `<name>_scores` (a list beside "translations", as `write_sockeye` adds a feature) is score
-  `name` = -(value). Other fields are kept by the writer, not read. A file that sockeye.rerank
-  wrote with --return-score holds metric scores (higher is better) in "scores": not this format.
-
-  Args:
-    path: str, the output (one JSON object a line).
-    refs_path: str, sequence of str or None: line-aligned references (line i + 1 for line i +
-      1 of the output), one file per reference set.
-
-  Returns:
-    (list[NBestList], dict[str, str]): lists in line order, keys "0", "1", ... (the line, from
-    0, as in the reference files; not Sockeye's sentence_id); key -> 'file:line'.
-
-  Raises:
-    ValueError: a line that is not a JSON object or has no "translations", "scores" or a
-      `<name>_scores` field not one per translation, a non-number score, a line with other
-      score names than the first, references not matching; `file:line`.
+  Scores: "score" = -primary, "factor<i>_score", and `name` of a `<name>_scores` list (written by
+  `write_sockeye`), all negated. Keys "0", "1", ... are the line from 0, as the references'.
   """
   lists, wheres, _ = _sockeye_lists(path, text_files.read_lines(path))
   return text_files.attach_aligned_refs(lists, wheres, refs_path)
 
 
 def write_sockeye(lists, source_path, out_path, feature_names, kept=None):
-  """Writes the lines of `source_path` of the lists (those at `kept`, else all) with each new
-  feature as a field `<name>_scores` beside "translations", one value per translation, the sign
-  of Sockeye's scores (-value: lower is better); written as Sockeye writes its lines
-  (sort_keys), so sockeye.rerank reorders the new lists with the translations."""
+  """Writes the source's lines of the lists with each feature a field `<name>_scores` beside
+  "translations", negated as Sockeye's scores; sorted keys as Sockeye's, so sockeye.rerank
+  reorders it with the translations."""
   source_lists, wheres, objects = _sockeye_lists(source_path, text_files.read_lines(source_path))
   chosen = text_files.kept_indices(len(source_lists), kept, source_path)
   allowed = {source_lists[i].key: [(h.text,) for h in source_lists[i].hyps] for i in chosen}

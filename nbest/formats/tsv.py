@@ -7,29 +7,12 @@ from util import io_utils
 
 
 def read_tsv_nbest(path):
-  """Reads N-best lists from a plain TSV file.
-
-  Format (UTF-8, tab-separated, no quoting, tabs never inside a field, no blank lines):
-    optional header `#key<TAB>rank<TAB><name_1>...<TAB><name_k><TAB>text` naming the k score
-      columns (k may be 0); without a header the columns are key, rank, score, text (k=1);
-    reference rows  `<key><TAB>ref<TAB><reference text>` (one or more per key; several refs
-      serve multi-reference BLEU; a file without any ref row is a blind set, refs == []);
-    hypothesis rows `<key><TAB><rank><TAB><score_1>...<TAB><score_k><TAB><text>`, rank = 1, 2, ...
-      in order for each key; the text may be empty (the line then ends with a tab).
-  Rows of different keys may interleave; lists come out in order of each key's first row.
-  A single score named "score" is what setting "full" of `s2s_score` uses.
-
-  Args:
-    path: str, the TSV file.
-
-  Returns:
-    list[NBestList].
-
-  Raises:
-    ValueError: wrong column count, a non-number score, a bad rank or rank gap, a blank
-      reference or line, a last line without newline (a truncated file), a key with hypotheses
-      but no reference while others have one, or a key with references but no hypotheses;
-      `file:line`.
+  """Reads N-best lists from this repository's TSV (no quoting, no blank lines):
+    optional header `#key<TAB>rank<TAB><name_1>...<TAB><name_k><TAB>text` naming the k >= 0 score
+      columns; without one the columns are key, rank, score, text;
+    reference rows `<key><TAB>ref<TAB><reference>`, none or several per key (every key or none);
+    hypothesis rows `<key><TAB><rank><TAB><score_1>...<TAB><score_k><TAB><text>`, ranks 1, 2, ...
+  Keys may interleave; lists come in order of each key's first row.
   """
   text = text_files.read_text_file(path)
   text_files.check_final_newline(path, text)
@@ -97,14 +80,7 @@ def _parse_tsv_hyp(fields, score_names, expected_rank, where):
 
 
 def write_tsv_nbest(lists, path, score_names=("score",)):
-  """Writes lists in the `read_tsv_nbest` format (header, then each key's refs and hypotheses),
-  atomically.
-
-  Args:
-    lists: list[NBestList]; texts must not contain tabs or newlines.
-    path: str, output file.
-    score_names: sequence of str, the scores written per hypothesis (each must be present).
-  """
+  """Writes lists as `read_tsv_nbest` reads them, with the scores `score_names`, atomically."""
   rows = ["#" + "\t".join(["key", "rank", *score_names, "text"])]
   for nbest in lists:
     rows.extend(f"{nbest.key}\tref\t{ref}" for ref in nbest.refs)
@@ -118,7 +94,6 @@ def write_tsv_nbest(lists, path, score_names=("score",)):
 
 
 def _write_tsv(lists, source_path, out_path, feature_names):
-  """The TSV with one more score column per feature."""
   del source_path, feature_names  # every score is a column
   write_tsv_nbest(lists, out_path, score_names=text_files.score_names(lists, out_path))
 
