@@ -1,11 +1,9 @@
 # coding=utf-8
-"""tf.data input pipeline: unpadded sentence TFRecords -> length-bucketed batches with each kind's
-targets (docs/DESIGN.md §3.2).
+"""tf.data: unpadded sentence TFRecords -> length-bucketed batches [B, L] with each kind's targets.
 
-Deterministic for a seed (the biLM's masks are stateless, keyed by batch index), so a resume
-rebuilds the stream and skips the consumed batches unparsed; exact only with the same seed, files,
-batch size, buckets, input pipelines and global TF seed. B = sentences per batch, L = the batch's
-padded (bucket) length.
+Deterministic for a seed (the biLM's masks are stateless, keyed by batch index: docs/DESIGN.md
+§3.2), so a resume rebuilds the stream and skips the consumed batches unparsed; exact only with
+the same seed, files, batch size, buckets, input pipelines and global TF seed.
 """
 
 from absl import logging
@@ -135,12 +133,10 @@ def _is_in(ids, values):
 def mask_for_mlm(
   input_ids, input_mask, seed, vocab_size, mask_id, special_ids, mlm_probability=0.15
 ):
-  """BERT's MLM corruption of a padded batch, stateless: (masked_ids, target_ids, target_weights),
-  int32, int32, float32 [B, L].
+  """BERT's MLM corruption, stateless: (masked_ids, target_ids, target_weights) [B, L].
 
-  A sentence with c candidates (real, not special) gets k = floor(p*c + u) of them, u ~ U[0, 1),
-  at least one: E[k] = p*c exactly, where BERT's round() biases short sentences. Of the chosen:
-  80% [MASK], 10% a random non-special id, 10% unchanged. seed: int Tensor [2].
+  A sentence with c candidates (real, not special) gets k = floor(p*c + u), u ~ U[0, 1), at least
+  one: E[k] = p*c exactly, where BERT's round() biases short sentences. 80/10/10 as BERT.
   """
   seeds = tf.random.experimental.stateless_split(seed, num=5)
   shape = tf.shape(input_ids)
@@ -249,9 +245,8 @@ def _pipeline_position(input_context):
 
 
 def _read_records(files, is_training, seed, num_pipelines, pipeline_id, shuffle_buffer_size):
-  """Serialized records of this input pipeline's part of `files`: whole files when there are at
-  least as many files as pipelines (no record read to be thrown away), else every
-  num_pipelines-th record.
+  """This input pipeline's part of `files`: whole files when there are at least as many files as
+  pipelines (no record read only to be thrown away), else every num_pipelines-th record.
   """
   shard_files = num_pipelines > 1 and len(files) >= num_pipelines
   if shard_files:
@@ -291,13 +286,12 @@ def make_dataset(
   shuffle_buffer_size=_SHUFFLE_BUFFER,
   continuation=None,
 ):
-  """The training or evaluation pipeline: dicts of input_ids, input_mask, target_ids int32 [B, L],
-  target_weights float32 [B, L] (and `make_targets`' word_ids), L one of `bucket_lengths`.
+  """dicts of input_ids, input_mask, target_ids int32 [B, L], target_weights float32 [B, L] (and
+  `make_targets`' word_ids), L one of `bucket_lengths`; B is per input pipeline.
 
-  Training drops partial batches (static B) and repeats; evaluation is one pass in file order, its
-  masks still drawn (seed 0 by default) so eval losses of checkpoints compare. batch_size is per
-  input pipeline (input_context.get_per_replica_batch_size); seed None in training draws a logged
-  random one, which a resume with skip_batches cannot repeat. Raises ValueError for an unknown
+  Training drops partial batches (static B) and repeats; eval is one pass in file order, masked
+  with seed 0 by default so that checkpoints' eval losses compare. seed None in training draws a
+  logged random one, which a resume with skip_batches cannot repeat. ValueError for an unknown
   model_type, no matching files or bad buckets.
   """
   _check_dataset_args(model_type, batch_size, mask_id, vocab_size, continuation)

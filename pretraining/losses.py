@@ -1,9 +1,7 @@
 # coding=utf-8
-"""The pretraining losses as global sums (docs/DESIGN.md §3.2).
-
-Every term is a sum, so the gradients the optimizer sums over replicas are those of the
-global-batch loss over one denominator (`constant_denominator`). Heads: BERT's tied softmax, or
-ELMo-C's continuous output layer.
+"""The pretraining losses as global sums over one denominator, so that the gradients summed over
+replicas are the global batch's (docs/DESIGN.md §3.2). Heads: BERT's tied softmax, or ELMo-C's
+continuous output layer.
 """
 
 import tensorflow as tf
@@ -30,10 +28,8 @@ def constant_denominator(normalization, train_batch_size, max_seq_length):
 
 
 def training_loss(model, features, denominator, gather_targets=True):
-  """(terms["loss_sum"] / denominator, terms) of one replica's share of the global batch.
-
-  denominator: float32 scalar, the same on every replica (`constant_denominator`, or the global
-  batch's target-weight sum).
+  """(loss_sum / denominator, terms) of one replica's share of the global batch; denominator is
+  float32 [], the same on every replica.
   """
   terms = forward_loss_terms(model, features, training=True, gather_targets=gather_targets)
   return terms["loss_sum"] / denominator, terms

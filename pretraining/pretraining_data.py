@@ -262,7 +262,6 @@ class _HashingReader:
 
 @contextlib.contextmanager
 def _open_text_bytes(path, raw=None):
-  """The file's text bytes (decompressed by its extension)."""
   with contextlib.ExitStack() as stack:
     raw = raw or stack.enter_context(_open_raw(path))
     compression = _compression(path)
@@ -654,7 +653,6 @@ def _check_parts(parts_dir, identity, overwrite, output_dir):
 
 
 def _run_blocks(blocks, part_dir, config, num_workers):
-  """Records of every block not done yet (a resume redoes only those); returns the seconds."""
   start = time.time()
   todo = [b for b in blocks if pretraining_records.read_block_summary(part_dir, b.index) is None]
   logging.info(
@@ -775,7 +773,6 @@ def _assemble(output_dir, parts_dir, located, layouts, args):
 
 
 def _build(args, run, output_dir, force):
-  """The steps of `create_pretraining_data` once its arguments are checked."""
   start = time.time()
   os.makedirs(output_dir, exist_ok=True)
   sources = _prepare_sources(args, output_dir, force)
@@ -903,7 +900,6 @@ def _worker_config(vocab_path, args, layouts, part_dir):
 
 
 def _stats(args, sources, fingerprint, input_sha256, vocab_path, split_stats, files):
-  """data_stats.json's record (without the times)."""
   import tokenization  # pylint: disable=g-import-not-at-top
 
   vocab, boundary = _load_vocab(vocab_path)

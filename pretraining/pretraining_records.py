@@ -38,7 +38,6 @@ _TOKENIZE_BATCH = 4096
 
 
 def shard_name(split, index, num_shards):
-  """Returns e.g. "train-00003-of-00008.tfrecord"."""
   return f"{split}-{index:05d}-of-{num_shards:05d}.tfrecord"
 
 
@@ -97,12 +96,10 @@ def make_example(ids, varints=None):
 
 
 def truncate_ids(ids, max_seq_length, seed, position):
-  """Cuts ids ([SOS] pieces [EOS]) to max_seq_length as the authors do (joongbo/tta
-  create_tfrecords.py truncate_seq): pieces dropped one at a time from the front or the back with
-  probability 1/2, [SOS] and [EOS] kept.
-
-  The coins are seeded by (seed, position), so a cut depends on neither the processing order nor
-  the worker count, and a repeated sentence is cut in other places.
+  """Cuts ids ([SOS] pieces [EOS]) to max_seq_length as joongbo/tta create_tfrecords.py does: one
+  piece at a time from the front or the back with probability 1/2. The coins are seeded by (seed,
+  position), so a cut depends on neither the order nor the workers, and a repeated sentence is cut
+  in other places.
   """
   excess = len(ids) - max_seq_length
   if excess <= 0:
@@ -131,7 +128,6 @@ def truncate_ids(ids, max_seq_length, seed, position):
 
 
 def position_key(file_index, line):
-  """The position of a sentence in the corpus: "<input file index>:<line number>"."""
   return f"{file_index}:{line}"
 
 
@@ -216,7 +212,6 @@ def malformed_error(path, number, raw, error):
 
 
 def block_paths(parts_dir, index):
-  """(records file, summary file) of block `index` in a job's parts dir."""
   stem = os.path.join(parts_dir, f"block-{index:07d}")
   return stem + ".rec", stem + ".json"
 
@@ -261,19 +256,17 @@ def _decode_lines(block, data, read):
 
 
 def read_block(block):
-  """The bytes of a block the worker reads itself (a plain local file)."""
   with open(block.path, "rb") as f:
     f.seek(block.start)
     return f.read(block.end - block.start)
 
 
 def make_block(block, data=None):
-  """Tokenizes, truncates and serializes one block into its records file; returns its sentences.
+  """Tokenizes, truncates and serializes one block; returns its number of sentences.
 
-  Writes `block_paths`: each split's records (SPLITS order) sorted by pile, in line order within a
-  pile, then the summary (counts and bytes per pile, statistics) atomically and last, so a block is
-  done exactly when its summary is there. data: the bytes when the parent read them. ValueError
-  "path:line: not valid UTF-8 ..." without skip_malformed.
+  Writes `block_paths`: each split's records sorted by pile (line order within a pile), then,
+  atomically and last, the summary (counts and bytes per pile, statistics): a block is done exactly
+  when its summary is there. ValueError "path:line: not valid UTF-8 ..." without skip_malformed.
   """
   config, tokenizer, varints = _worker
   if data is None:
@@ -369,7 +362,6 @@ def pile_tables(summaries, num_blocks, split, num_piles, total):
 
 
 def read_records(path, begin, end):
-  """The records framed in bytes [begin, end) of a block's records file."""
   if end <= begin:
     return []
   with open(path, "rb") as f:

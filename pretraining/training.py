@@ -473,7 +473,6 @@ def train(params, strategy=None):
 
 
 def _train_locked(params, strategy, write_dir):
-  """The run of `train`, under the output dir's lock, top to bottom."""
   set_precision_policy(params.mixed_precision)
   _warn_if_bfloat16_is_emulated(params)
   # The seed of Python, NumPy and TF: weight initialisation and dropout (the data order's global
@@ -603,7 +602,6 @@ def _new_train_loop(params, strategy, state):
 
 
 def _summary_writers(output_dir, chief):
-  """TensorBoard writers of output_dir/train and output_dir/eval (no-ops off the chief)."""
   if not chief:
     return tf.summary.create_noop_writer(), tf.summary.create_noop_writer()
   return tuple(
@@ -625,7 +623,6 @@ def _log_start(params, strategy, setup, step):
 
 
 def _run_steps(train_loop, iterator, num, state, meter, writer, progress):
-  """One train_loop call of `num` steps, and its scalars."""
   t0 = time.time()
   rows = train_loop(iterator, tf.constant(num, tf.int32)).numpy()
   seconds = time.time() - t0

@@ -1,10 +1,6 @@
 """The one training loop, run by pretraining (training.py) and MWER fine-tuning
-(finetuning/mwer_training.py) as below (docs/DESIGN.md §3.3):
-
-  with training_loop.output_dir_lock(output_dir):
-    resumed = training_loop.restore(checkpoint, output_dir)
-    stopped_by, _ = training_loop.run(checkpoint, output_dir, step, total_steps, train_steps, ...)
-  # stopped_by set: training_loop.exit_unfinished(...), exit 75; the same command resumes.
+(finetuning/mwer_training.py): `output_dir_lock`, `restore`, `run`, and `exit_unfinished` (exit
+75) for a run stopped early; docs/DESIGN.md §3.3.
 """
 
 import contextlib
@@ -99,14 +95,11 @@ def run(
   """Trains from step() to total_steps, checkpointing, evaluating and logging on the way; the last
   step reached is always saved.
 
-  step() -> int is the checkpoint's step; train_steps(num) trains num steps (at most
-  steps_per_call, up to the next event). A checkpoint at every multiple of any of save_every;
-  evaluate(step) at every multiple of eval_every and, unless stopped, at total_steps; log(step,
-  seconds left of train_minutes or None) at every multiple of log_every and at total_steps. A stop
-  request (SIGTERM/SIGINT, train_minutes, another worker's) ends the loop at the step reached.
-
-  Returns (stopped_by, newest checkpoint prefix or None), stopped_by "signal 15", "train_minutes",
-  "another worker" or None (total_steps reached). CheckpointError when a save fails.
+  train_steps(num) trains num steps (at most steps_per_call, up to the next event). Checkpoints at
+  the multiples of any of save_every; evaluate(step) at those of eval_every and, unless stopped, at
+  total_steps; log(step, seconds left of train_minutes or None) at those of log_every and at
+  total_steps. A stop request (SIGTERM/SIGINT, train_minutes, another worker's) ends the loop.
+  Returns (stopped_by or None, newest checkpoint prefix or None); CheckpointError when a save fails.
   """
   manager = tf.train.CheckpointManager(
     checkpoint,
