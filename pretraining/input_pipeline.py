@@ -58,10 +58,8 @@ _LENGTH_FEATURE = {"length": tf.io.FixedLenFeature([], tf.int64)}
 
 
 def _bucket_and_batch(ds, batch_size, lengths, drop_remainder):
-  """Dataset of {serialized: tf.string [B], bucket: int64 [] index into lengths}.
-
-  Only `length` is parsed here; the ids are parsed after `skip`, so batches skipped on a resume
-  cost no parsing.
+  """{serialized: tf.string [B], bucket: int64 []}; only `length` is parsed here, so batches skipped
+  on a resume cost no parsing.
   """
   lengths_t = tf.constant(lengths, tf.int64)
 
@@ -89,10 +87,8 @@ def _bucket_and_batch(ds, batch_size, lengths, drop_remainder):
 
 
 def _parse_batch(serialized, padded_length, vocab_size, static_batch_size=None):
-  """{input_ids, input_mask}: int32 [B, L], padded with [PAD].
-
-  A record longer than L (built for a larger max_seq_length) keeps its first L-1 tokens and its
-  last ([EOS]).
+  """{input_ids, input_mask} int32 [B, L]; a record longer than L (built for a larger
+  max_seq_length) keeps its first L-1 tokens and its [EOS].
   """
   features = tf.io.parse_example(serialized, _IDS_FEATURES)
   ids = tf.cast(features["input_ids"], tf.int32)  # [B, (n)] ragged
@@ -178,11 +174,8 @@ def make_targets(
   mlm_probability=0.15,
   continuation=None,
 ):
-  """A padded batch -> the model's inputs and targets, by the kind's `target` (kinds.TARGETS).
-
-  seed int Tensor [2] (masking kinds only); continuation bool [V]
-  (`tokenization.continuation_flags`), needed by a kind with a word attention pattern, which also
-  gets word_ids int32 [B, L].
+  """A padded batch -> the model's inputs and targets by the kind's `target` (kinds.TARGETS), and
+  word_ids int32 [B, L] for a word attention pattern (from continuation, bool [V]).
   """
   input_ids = batch["input_ids"]
   input_mask = batch["input_mask"]
@@ -316,8 +309,8 @@ def make_dataset(
 
 
 def _parse_batches(ds, lengths, vocab_size, static_batch_size, seed_pair, skip_batches, targets):
-  """`_bucket_and_batch`'s batches parsed, the first skip_batches dropped, and
-  targets(batch, batch_seed int64 [2]) applied, batch_seed from seed_pair and the batch's index.
+  """`_bucket_and_batch`'s batches parsed, skipped and given targets(batch, seed int64 [2]), the
+  seed from seed_pair and the batch's index.
   """
   lengths_t = tf.constant(lengths, tf.int32)
   base_seed = tf.constant(seed_pair, tf.int64)

@@ -15,10 +15,8 @@ LOSS_NORMALIZATIONS = ("constant", "per_batch_tokens")
 
 
 def constant_denominator(normalization, train_batch_size, max_seq_length):
-  """The fixed divisor of every batch's loss sum, or None to divide by the batch's weight sum.
-
-  train_batch_size is the global one; max_seq_length the model's, not the batch's padded length
-  (the authors padded every batch to 128 and took reduce_mean, joongbo/tta run_training.py).
+  """The fixed divisor of every batch's loss sum (global batch x the model's max_seq_length, as the
+  authors' reduce_mean over padded batches), or None to divide by the batch's weight sum.
   """
   if normalization not in LOSS_NORMALIZATIONS:
     raise ValueError(f"loss normalization {normalization!r} is not one of {LOSS_NORMALIZATIONS}")
@@ -36,10 +34,7 @@ def training_loss(model, features, denominator, gather_targets=True):
 
 
 def weighted_cross_entropy(logits, target_ids, target_weights):
-  """float32 scalars sum(w * -log softmax(logits)[target]), sum(w), sum(w * [argmax == target]).
-
-  logits [..., V]; target_ids int32 [...]; target_weights [...] (0 drops a position).
-  """
+  """float32 sums of w * CE, w and w * [argmax == target]; logits [..., V], the rest [...]."""
   logits = tf.cast(logits, tf.float32)
   target_weights = tf.cast(target_weights, tf.float32)
   ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=target_ids, logits=logits)
@@ -54,10 +49,8 @@ def weighted_cross_entropy(logits, target_ids, target_weights):
 
 
 def weighted_cosine_distance(predicted, target_table, target_ids, target_weights):
-  """ELMo-C's loss: float32 scalars sum(w * (1 - cos(predicted, target_table[target]))), sum(w).
-
-  predicted [..., E]; target_table [V, E], frozen. An all-zero target embedding has cos 0 and no
-  gradient.
+  """ELMo-C's loss: float32 sums of w * (1 - cos(predicted [..., E], target_table[target])) and w;
+  an all-zero target embedding gives cos 0 and no gradient.
   """
   target_weights = tf.cast(target_weights, tf.float32)
   targets = tf.gather(tf.cast(target_table, tf.float32), target_ids)
@@ -70,12 +63,12 @@ def weighted_cosine_distance(predicted, target_table, target_ids, target_weights
 
 
 def forward_loss_terms(model, features, training, gather_targets=True, with_logits=False):
-  """Encoder + head + loss sums of one replica's batch: dict of float32 scalars loss_sum,
-  weight_sum, correct_sum, ce_sum (= loss_sum for the softmax head).
+  """Encoder + head + loss sums of one replica's batch: float32 loss_sum, weight_sum, correct_sum,
+  ce_sum (= loss_sum for the softmax head).
 
-  gather_targets runs the head only where weight > 0 (a dynamic shape that skips padding and 85% of
-  the biLM's positions; off under XLA/TPU). with_logits (continuous head, for eval): ce_sum and
-  correct_sum over the whole V-sized cosine-logit table, and ce_by_scale [len(LOGIT_SCALES)].
+  gather_targets runs the head only where weight > 0 (a dynamic shape; off under XLA/TPU).
+  with_logits (continuous head, eval): CE and accuracy over the V-sized cosine logits, and
+  ce_by_scale [len(LOGIT_SCALES)].
   """
   hidden, _ = model.encode(features, training=training)
   targets = features["target_ids"]

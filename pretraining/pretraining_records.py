@@ -66,9 +66,7 @@ def _delimited(tag, payload):
 
 
 def _int64_feature(name, packed):
-  """A `features.feature` map entry {name: Feature(int64_list=Int64List(value=...))}, its values
-  already packed as varints (tag 0x0a: map key / Int64List.value; 0x12: map value; 0x1a:
-  Feature.int64_list)."""
+  """A `features.feature` map entry {name: Int64List}, values packed as varints already."""
   feature = _delimited(b"\x1a", _delimited(b"\n", packed))
   return _delimited(b"\n", _delimited(b"\n", name) + _delimited(b"\x12", feature))
 
@@ -78,11 +76,8 @@ _TAILS = {}  # n -> the input_mask and length entries of an n-id record (they de
 
 
 def make_example(ids, varints=None):
-  """Serialized tf.train.Example of one sentence's n ids ([SOS] pieces [EOS]): int64 input_ids [n],
-  input_mask [n] (ones), length [1].
-
-  Encoded here in a fixed field order, so a worker needs no TensorFlow and the bytes are the same
-  in every process. varints: a worker's table, varints[i] the varint bytes of id i.
+  """A tf.train.Example of n ids (int64 input_ids [n], input_mask [n], length [1]) encoded here, the
+  same bytes in every process and without TensorFlow; varints[i]: id i's varint bytes.
   """
   n = len(ids)
   tail = _TAILS.get(n)
@@ -156,9 +151,8 @@ class Layout:
 
 @dataclasses.dataclass(frozen=True)
 class Block:
-  """Whole lines of one input file: bytes [start, end) of its decompressed text, cut by the scan
-  (never by the worker count). mode: "hash" (split by a seeded hash of the sentence), "train" or
-  "eval".
+  """Whole lines of one input file: bytes [start, end) of its decompressed text. mode: "hash" (split
+  by a seeded hash of the sentence), "train" or "eval".
   """
 
   index: int
@@ -340,9 +334,8 @@ def _sparse(counts, sizes):
 
 
 def pile_tables(summaries, num_blocks, split, num_piles, total):
-  """(counts int32 [blocks, piles], offsets int64 [blocks, piles + 1]) of a split: each block's
-  records per pile and where each pile starts in its records file; the split's counts are summed
-  into `total` on the way. summaries are read one at a time: only the tables stay in memory.
+  """(counts int32 [blocks, piles], offsets int64 [blocks, piles + 1]) of a split, summing its
+  counts into `total`; the summaries are read one at a time, so only the tables stay in memory.
   """
   counts = np.zeros((num_blocks, num_piles), np.int32)
   offsets = np.zeros((num_blocks, num_piles + 1), np.int64)
@@ -437,8 +430,7 @@ def finish_stats(total):
 
 
 def length_stats(histogram):
-  """Summary of lengths given as {length: count}: mean, percentiles (numpy's linear rule),
-  max, histogram."""
+  """{mean, max, percentiles (numpy's linear rule), histogram} of {length: count}."""
   if not histogram:
     return {"mean": 0.0, "max": 0, "percentiles": {}, "histogram": {}}
   values = np.array(sorted(histogram), np.int64)
@@ -488,9 +480,8 @@ def write_records(path, examples):
 
 
 def shuffle_units(pile_counts, max_records):
-  """(first pile, end pile) ranges covering a shard's piles, consecutive piles joined while a unit
-  stays within max_records (a larger pile is a unit alone); decided from the counts only (the pile
-  comment).
+  """[(first pile, end pile)] joining consecutive piles while a unit stays within max_records; from
+  the counts only, so the pile comment's argument holds.
   """
   units, begin, size = [], 0, 0
   for pile, count in enumerate(pile_counts):
@@ -503,10 +494,7 @@ def shuffle_units(pile_counts, max_records):
 
 
 def shard_records(record_files, offsets, counts, layout, shard, seed, split, max_records):
-  """Yields one shard's serialized Examples in their final order, one shuffle unit at a time.
-
-  record_files in block order; offsets, counts: the split's `pile_tables`.
-  """
+  """Yields one shard's serialized Examples in their final order, one shuffle unit at a time."""
   split_key = SPLITS.index(split)
   first = shard * layout.piles_per_shard
   last = first + layout.piles_per_shard
@@ -538,7 +526,5 @@ def remove_stale_shards(output_dir, files):
 
 
 def piles_per_shard(max_records, num_shards, pile_records):
-  """Piles per shard so that a pile holds at most about pile_records / 4 records, max_records being
-  an upper bound of the split's (the scan's line count).
-  """
+  """Piles per shard so that a pile holds at most about pile_records / 4 of max_records."""
   return max(1, -(-4 * max_records // (num_shards * pile_records)))

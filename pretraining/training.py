@@ -182,8 +182,8 @@ class TrainParams:
 
 
 def run_identity(params):
-  """`runs.identity` of a run: the command, the files --input_file matches, and every field not
-  marked result=False (those a resume may change, --num_train_steps and its warmup among them).
+  """`runs.identity`: the command, the files --input_file matches, and every field not marked
+  result=False (those a resume may change).
   """
   data = None
   if params.input_file:
@@ -192,10 +192,8 @@ def run_identity(params):
 
 
 def _run_record(params):
-  """`runs.Record` of --output_dir; None for a remote one (gs://), which holds no record.
-
-  config.json and vocab.txt are not among its outputs: every run writes them anew. Checkpoints
-  of no recorded job are adopted as this job's.
+  """`runs.Record` of --output_dir (None for gs://); config.json and vocab.txt, which every run
+  writes anew, are not among its outputs. Unrecorded checkpoints are adopted.
   """
   if "://" in params.output_dir:
     return None
@@ -242,11 +240,8 @@ def _batch_counts(features):
 
 
 def make_train_loop(strategy, model, optimizer, use_xla=False, loss_denominator=None):
-  """train_loop(iterator, num_steps) -> float32 [num_steps, 7], a row of global
-  training_metrics.METRICS sums per step.
-
-  loss_denominator: `losses.constant_denominator`, or None for each step's global target-weight
-  sum. use_xla: jit-compile the forward/backward pass (dense head, no gather).
+  """train_loop(iterator, num_steps) -> float32 [num_steps, 7]: each step's global METRICS sums.
+  loss_denominator None: each step's global target-weight sum.
   """
   gather = not (use_xla or isinstance(strategy, tf.distribute.TPUStrategy))
   variables = model.trainable_variables
@@ -289,11 +284,8 @@ def make_train_loop(strategy, model, optimizer, use_xla=False, loss_denominator=
 
 
 def make_eval_step(strategy, model, use_xla=False, element_spec=None):
-  """eval_step(distributed batch) -> float32 [7 + 12] global sums: training_metrics.METRICS, then
-  the cosine-logit cross-entropy at each of losses.LOGIT_SCALES (continuous head).
-
-  element_spec, as the input signature, makes one trace serve every bucket length and the partial
-  last batches.
+  """eval_step(batch) -> float32 [7 + 12]: METRICS, then the continuous head's CE at each of
+  LOGIT_SCALES. element_spec makes one trace serve every bucket and partial batch.
   """
   gather = not (use_xla or isinstance(strategy, tf.distribute.TPUStrategy))
 

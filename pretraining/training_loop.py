@@ -54,11 +54,9 @@ def output_dir_lock(output_dir):
 
 
 def restore(checkpoint, directory, roll_back=True):
-  """Restores `checkpoint` from the newest readable checkpoint of `directory`: its prefix, or None.
-
-  A checkpoint cut short (full disk, crash) or corrupt is skipped with a warning and, with
-  roll_back (the owner of `directory`), dropped from the index file so that `run`'s manager does
-  not list it. CheckpointError when there are checkpoints and none can be read.
+  """Restores `checkpoint` from the newest readable one in `directory`: its prefix, or None.
+  Unreadable ones (full disk, crash) are skipped with a warning and, with roll_back, dropped from
+  the index; CheckpointError when none can be read.
   """
   path, found = checkpoints.restore_newest_readable(checkpoint, directory)
   if path is None and found:
@@ -92,14 +90,13 @@ def run(
   install_signal_handlers=True,
   train_minutes=0.0,
 ):
-  """Trains from step() to total_steps, checkpointing, evaluating and logging on the way; the last
-  step reached is always saved.
+  """Trains from step() to total_steps; the last step reached is always saved.
 
-  train_steps(num) trains num steps (at most steps_per_call, up to the next event). Checkpoints at
-  the multiples of any of save_every; evaluate(step) at those of eval_every and, unless stopped, at
-  total_steps; log(step, seconds left of train_minutes or None) at those of log_every and at
-  total_steps. A stop request (SIGTERM/SIGINT, train_minutes, another worker's) ends the loop.
-  Returns (stopped_by or None, newest checkpoint prefix or None); CheckpointError when a save fails.
+  train_steps(num) runs at most steps_per_call steps, up to the next event: a checkpoint at the
+  multiples of save_every, evaluate(step) and log(step, seconds left or None) at those of
+  eval_every and log_every and at total_steps. A stop request (SIGTERM/SIGINT, train_minutes,
+  another worker's) ends the loop. Returns (stopped_by or None, newest checkpoint prefix or None);
+  CheckpointError when a save fails.
   """
   manager = tf.train.CheckpointManager(
     checkpoint,
