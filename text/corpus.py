@@ -171,12 +171,8 @@ def process_document(
   max_words: int = 100,
 ) -> Tuple[List[str], collections.Counter]:
   """(sentences, Counter of "paragraphs/...", "sentences/...", "edits/...") of one document, before
-  dedup and the split.
-
-  input_format "paragraphs": blank-line separated and hard-wrapped (paragraph filter and splitter);
-  "lines": one sentence per line (sentence filter only, without the all-caps check, so that
-  upper-case corpora such as LibriSpeech-LM pass). min_words and max_words apply after
-  normalization ("too_short", "too_long").
+  dedup and split. input_format "lines" (one sentence per line) runs only the sentence filter, and
+  without the all-caps check so that upper-case corpora (LibriSpeech-LM) pass.
   """
   _check_formats(normalization, input_format)
   counts = collections.Counter()
@@ -518,12 +514,10 @@ def prepare_corpus(
 ) -> dict:
   """Builds train.txt, eval.txt and stats.json in `output_dir`; returns the stats.
 
-  inputs: a tar is a Gutenberg archive, anything else a UTF-8 text file in input_format. Output
-  lines keep the input order and depend on the arguments only. A tar holds out whole BOOKS
-  (`choose_eval_books`: no near-duplicates of train sentences in eval), a plain file each sentence
-  by a seeded hash; dedup is global and exact. stats.json, written last, is the stamp: a complete
-  output for the same arguments is reused unless force. max_words=100 is about 128 WordPiece
-  tokens, T-TA's max_seq_length.
+  A tar is a Gutenberg archive, anything else a text file in input_format. Lines keep the input
+  order. A tar holds out whole BOOKS (`choose_eval_books`: eval sentences are no near-duplicates of
+  train ones), a plain file each sentence by a seeded hash; dedup is global and exact. stats.json,
+  the stamp, makes a complete output for the same arguments reused unless force.
   """
   args = _corpus_args(
     inputs, normalization, eval_fraction, seed, dedup, min_words, max_words, input_format, max_books

@@ -360,11 +360,8 @@ def _unrepresentable(char: str) -> bool:
 
 
 def _upper_ascii_words(text: str, sentence: str, keep_unknown: bool) -> tuple[str, int]:
-  """(text of A-Z words with inner apostrophes, characters kept): accents folded, upper-cased.
-
-  keep_unknown keeps each character A-Z cannot spell (`_unrepresentable`) as a word of its own,
-  which the tokenizer maps to [UNK] (KenLM to <unk>); without it a letter that does not fold to A-Z
-  raises "non_latin".
+  """(A-Z words with inner apostrophes, characters kept). keep_unknown keeps each character A-Z
+  cannot spell as a word of its own (the tokenizer's [UNK]), where "non_latin" would be raised.
   """
   if not text.isascii():
     # Fold accents: NFKD splits "é" into "e" + a combining mark, which is then dropped.
@@ -450,11 +447,9 @@ def _normalize_for_scoring(text: str) -> Normalized:
 
 
 def normalizer(name: str) -> Callable[[str], Normalized]:
-  """str -> `Normalized` for evaluation text; ValueError for a name not in NORMALIZATIONS.
-
-  Evaluation must score every sentence, so it never raises: a number the strict reading refuses is
-  read leniently (`fallback`), and a character A-Z cannot spell is kept for the tokenizer's [UNK]
-  (`unknown`): "😀😀😀" never scores as an empty sentence. "none" passes the text through.
+  """str -> `Normalized` for evaluation text, which must all be scored: it never raises, reads a
+  number the strict rules refuse leniently, and keeps what A-Z cannot spell for [UNK] ("😀😀😀" is
+  no empty sentence).
   """
   if name not in NORMALIZATIONS:
     raise ValueError(f"unknown normalization {name!r}; expected one of {NORMALIZATIONS}")

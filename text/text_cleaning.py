@@ -90,9 +90,8 @@ class StrippedText(NamedTuple):
 def strip_gutenberg_boilerplate(text: str) -> StrippedText:
   """Cuts the Project Gutenberg licence header and footer off a book ("\n" line ends).
 
-  A missing marker is reported (None) and the text on that side KEPT: dropping the book would lose
-  a whole book to a wording we do not know, while the paragraph filter drops any paragraph that
-  mentions Project Gutenberg, etexts or URLs anyway; `corpus.prepare_corpus` lists such books.
+  A missing marker (None) KEEPS the text on its side: dropping the book would lose it to a wording
+  we do not know, and the paragraph filter drops Gutenberg notices anyway.
   """
   start = 0
   start_marker = None
@@ -142,11 +141,9 @@ def paragraph_blocks(text: str) -> Iterator[List[str]]:
 
 
 def unwrap(lines: Sequence[str]) -> str:
-  """The hard-wrapped lines of one paragraph as one line.
-
-  A line ending in a hyphen or a dash is joined without a space, the hyphen kept: Gutenberg
-  transcribers rejoined the printer's split words, so a hyphen left at a line end is nearly always
-  a compound ("fore-" + "ground").
+  """The hard-wrapped lines of one paragraph as one line. A hyphen at a line end is kept and joined
+  without a space: Gutenberg transcribers rejoined the printer's splits, so it is nearly always a
+  compound ("fore-" + "ground").
   """
   out = []
   for line in lines:
@@ -218,11 +215,9 @@ def _is_boundary(text: str, match: "re.Match[str]") -> bool:
 
 
 def split_sentences(paragraph: str) -> List[str]:
-  """The sentences of one unwrapped paragraph, stripped, in order.
-
-  A sentence ends at ".", "?", "!", "..." or "…" (and closing quotes or brackets), whitespace, then
-  an upper-case letter or a digit; a period does not after a title-like abbreviation, "No."/"p."
-  before a number, or an initial.
+  """The sentences of one unwrapped paragraph: each ends at ".", "?", "!" or "…" (and closers)
+  before an upper-case letter or digit, but not after a title, "No."-like before a number, or an
+  initial.
   """
   text = " ".join(paragraph.split())
   sentences = []
@@ -383,10 +378,8 @@ def _is_toc_entry(line: str) -> bool:
 
 
 class ParagraphFilter:
-  """Classifies the paragraphs of ONE document: kept (None) or dropped with a reason.
-
-  Stateful: the entries after a "CONTENTS" heading and a title line after a chapter heading are
-  junk only by their neighbours.
+  """Drop reasons of the paragraphs of ONE document, stateful: a table of contents' entries and a
+  title after a chapter heading are junk only by their neighbours.
   """
 
   # Safety valve: a table of contents longer than this many lines is not one.
