@@ -1,7 +1,4 @@
-"""Pretraining: from TFRecords to a trained model dir.
-
-`training` is the loop (steps, checkpoints, eval, stop requests); `training_setup` decides what a
-run trains (vocab, config, datasets); `input_pipeline` is the bucketed tf.data with dynamic
-masking; `losses` the three objectives; `training_metrics` what a run reports;
-`pretraining_records` writes the TFRecords that `create_pretraining_data.py` makes.
+"""Pretraining: `pretraining_data` and `pretraining_records` make the TFRecords, `input_pipeline`
+batches them, `training_setup` decides what a run trains, `training` runs it in `training_loop`,
+with `losses` and `training_metrics`.
 """

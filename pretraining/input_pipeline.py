@@ -1,18 +1,9 @@
 # coding=utf-8
-"""tf.data input pipeline: unpadded sentence TFRecords -> bucketed batches for every LM objective.
+"""tf.data: unpadded sentence TFRecords -> length-bucketed batches [B, L] with each kind's targets.
 
-  model_type   input_ids              target_ids           target_weights
-  tta          x                      x                    1 at real tokens
-  bilm         x with 15% corrupted   x                    1 at chosen tokens
-  unilm        x                      x shifted left by 1  1 where x_{t+1} real
-  (tta_word is trained like tta, bert like bilm; word_l2r kinds also get word_ids [B, L].)
-
-Every stage is deterministic for a seed (the biLM's masks are stateless, keyed by batch index),
-so a resume rebuilds the stream and skips the consumed batches unparsed; exact only with the same
-seed, files, batch size, buckets, input pipelines and global TF seed.
-
-Dimensions: B = sentences per batch, L = padded length of the batch (a bucket length), n = one
-sentence's length.
+Deterministic for a seed (the biLM's masks are stateless, keyed by batch index: docs/DESIGN.md
+§3.2), so a resume rebuilds the stream and skips the consumed batches unparsed; exact only with
+the same seed, files, batch size, buckets, input pipelines and global TF seed.
 """
 
 from absl import logging
@@ -39,32 +30,13 @@ _PAD_ID = 0
 
 
 def special_ids_from_vocab(vocab):
-  """Ids of the special tokens present in a vocab.
-
-  Args:
-    vocab: mapping token -> id (e.g. tokenization.load_vocab(path)).
-
-  Returns:
-    sorted list of int: ids of [PAD] [EOS] [UNK] [SOS] [MASK] [CLS] [SEP]
-    (those the vocab has). Pass it as `special_ids` to `make_dataset`.
-  """
+  """Sorted ids of the vocab's special tokens: `make_dataset`'s special_ids."""
   return sorted(vocab[t] for t in tokenization.SPECIAL_TOKENS if t in vocab)
 
 
 def bucket_lengths(max_seq_length, bucket_boundaries=None):
-  """Padded lengths of the length buckets.
-
-  Args:
-    max_seq_length: int, the longest sentence (T).
-    bucket_boundaries: increasing ints or None (DEFAULT_BUCKET_BOUNDARIES);
-      boundaries >= max_seq_length are dropped.
-
-  Returns:
-    list of int, strictly increasing, ending with max_seq_length: bucket i
-    holds sentences with lengths[i-1] < n <= lengths[i] and pads to lengths[i].
-
-  Raises:
-    ValueError: for boundaries that are not positive and increasing.
+  """Strictly increasing padded lengths ending with max_seq_length; bucket i holds
+  lengths[i-1] < n <= lengths[i]. Boundaries >= max_seq_length are dropped.
   """
   if bucket_boundaries is None:
     bucket_boundaries = DEFAULT_BUCKET_BOUNDARIES
@@ -86,21 +58,8 @@ _LENGTH_FEATURE = {"length": tf.io.FixedLenFeature([], tf.int64)}
 
 
 def _bucket_and_batch(ds, batch_size, lengths, drop_remainder):
-  """Groups serialized records of similar length into batches.
-
-  Only the `length` feature is parsed here (vectorised, 512 records per
-  call); the ids are parsed per batch by `_parse_batch`, after `skip`, so
-  that skipped batches (resuming) never pay for parsing their ids.
-
-  Args:
-    ds: Dataset of serialized tf.train.Example (tf.string scalars).
-    batch_size: sentences per batch (B).
-    lengths: bucket lengths from `bucket_lengths`; the last is T.
-    drop_remainder: drop partial batches (training: static batch size).
-
-  Returns:
-    Dataset of dicts: serialized tf.string [B], bucket int64 [] (index into
-    `lengths`).
+  """{serialized: tf.string [B], bucket: int64 []}; only `length` is parsed here, so batches skipped
+  on a resume cost no parsing.
   """
   lengths_t = tf.constant(lengths, tf.int64)
 
@@ -128,21 +87,8 @@ def _bucket_and_batch(ds, batch_size, lengths, drop_remainder):
 
 
 def _parse_batch(serialized, padded_length, vocab_size, static_batch_size=None):
-  """Parses a batch of records and pads it to its bucket length.
-
-  A record longer than padded_length (only possible in the last bucket,
-  padded_length = max_seq_length) keeps its first padded_length-1 tokens and
-  its last one ([EOS]) (records built for a larger max_seq_length).
-
-  Args:
-    serialized: tf.string Tensor [B].
-    padded_length: int Tensor [], L.
-    vocab_size: int; every id must be below it.
-    static_batch_size: int or None, B when every batch has exactly B rows.
-
-  Returns:
-    dict: input_ids int32 [B, L] (padded with [PAD] = 0), input_mask int32
-    [B, L].
+  """{input_ids, input_mask} int32 [B, L]; a record longer than L (built for a larger
+  max_seq_length) keeps its first L-1 tokens and its [EOS].
   """
   features = tf.io.parse_example(serialized, _IDS_FEATURES)
   ids = tf.cast(features["input_ids"], tf.int32)  # [B, (n)] ragged
@@ -174,7 +120,6 @@ def _parse_batch(serialized, padded_length, vocab_size, static_batch_size=None):
 
 
 def _is_in(ids, values):
-  """bool Tensor like `ids`: whether each id is in the int list `values`."""
   if not values:
     return tf.zeros_like(ids, tf.bool)
   values = tf.constant(sorted(values), tf.int32)
@@ -184,33 +129,15 @@ def _is_in(ids, values):
 def mask_for_mlm(
   input_ids, input_mask, seed, vocab_size, mask_id, special_ids, mlm_probability=0.15
 ):
-  """BERT's MLM corruption of a padded batch, with stateless randomness.
+  """BERT's MLM corruption, stateless: (masked_ids, target_ids, target_weights) [B, L].
 
-  Candidates are real tokens whose id is not in special_ids (so never [PAD],
-  [SOS], [EOS], [CLS], [SEP]). Each sentence gets k of its c candidates,
-  k = floor(p*c + u) with u ~ U[0, 1) (stochastic rounding, so E[k] = p*c
-  exactly rather than BERT's round(), which biases short sentences), and at
-  least one when c > 0. Of the chosen: 80% -> [MASK], 10% -> a random
-  non-special id, 10% unchanged.
-
-  Args:
-    input_ids: int32 Tensor [B, L].
-    input_mask: int32 Tensor [B, L], 1 at real tokens.
-    seed: int32/int64 Tensor [2], a stateless-random seed.
-    vocab_size: int, V.
-    mask_id: int, id of [MASK].
-    special_ids: list of int never chosen nor drawn as random replacement.
-    mlm_probability: float, p.
-
-  Returns:
-    (masked_ids, target_ids, target_weights): int32 [B, L], int32 [B, L]
-    (the original ids) and float32 [B, L] (1.0 at chosen positions).
+  A sentence with c candidates (real, not special) gets k = floor(p*c + u), u ~ U[0, 1), at least
+  one: E[k] = p*c exactly, where BERT's round() biases short sentences. 80/10/10 as BERT.
   """
   seeds = tf.random.experimental.stateless_split(seed, num=5)
   shape = tf.shape(input_ids)
   candidates = tf.logical_and(input_mask > 0, tf.logical_not(_is_in(input_ids, special_ids)))
   num_candidates = tf.reduce_sum(tf.cast(candidates, tf.float32), axis=1)
-  # k = floor(p*c + u), at least 1 where the sentence has a candidate.
   u = tf.random.stateless_uniform([shape[0]], seeds[0])
   k = tf.floor(mlm_probability * num_candidates + u)
   k = tf.where(num_candidates > 0, tf.maximum(k, 1.0), 0.0)
@@ -220,7 +147,6 @@ def mask_for_mlm(
   scores = tf.where(candidates, scores, 2.0)
   ranks = tf.argsort(tf.argsort(scores, axis=1, stable=True), axis=1, stable=True)
   chosen = tf.logical_and(candidates, tf.cast(ranks, tf.float32) < k[:, tf.newaxis])
-  # 80% [MASK], 10% random token, 10% unchanged.
   action = tf.random.stateless_uniform(shape, seeds[2])
   to_mask = tf.logical_and(chosen, action < 0.8)
   to_random = tf.logical_and(chosen, tf.logical_and(action >= 0.8, action < 0.9))
@@ -248,20 +174,8 @@ def make_targets(
   mlm_probability=0.15,
   continuation=None,
 ):
-  """Turns a padded batch into model inputs and targets.
-
-  Args:
-    batch: dict with input_ids, input_mask int32 [B, L].
-    model_type: one of kinds.MODEL_TYPES; its training target decides.
-    seed: int Tensor [2], stateless seed (used by bilm/bert only).
-    vocab_size, mask_id, special_ids, mlm_probability: see `mask_for_mlm`.
-    continuation: bool [V], the vocab's continuation pieces
-      (`tokenization.continuation_flags`); needed by a kind with a word attention pattern.
-
-  Returns:
-    dict: input_ids int32 [B, L], input_mask int32 [B, L],
-    target_ids int32 [B, L], target_weights float32 [B, L]; word_ids int32 [B, L] for a kind
-    with a word attention pattern.
+  """A padded batch -> the model's inputs and targets by the kind's `target` (kinds.TARGETS), and
+  word_ids int32 [B, L] for a word attention pattern (from continuation, bool [V]).
   """
   input_ids = batch["input_ids"]
   input_mask = batch["input_mask"]
@@ -295,7 +209,6 @@ def make_targets(
 
 
 def _check_dataset_args(model_type, batch_size, mask_id, vocab_size, continuation):
-  """Raises ValueError for an argument `make_dataset` cannot work with."""
   if kinds.get(model_type).attention in modeling.WORD_PATTERNS:
     if continuation is None or len(continuation) != vocab_size:
       raise ValueError(
@@ -309,7 +222,6 @@ def _check_dataset_args(model_type, batch_size, mask_id, vocab_size, continuatio
 
 
 def _pipeline_seed(seed, is_training):
-  """The given seed; else a logged random one (training) or 0 (eval)."""
   if seed is not None:
     return seed
   if not is_training:
@@ -320,23 +232,14 @@ def _pipeline_seed(seed, is_training):
 
 
 def _pipeline_position(input_context):
-  """(number of input pipelines, this pipeline's id): (1, 0) without tf.distribute."""
   if input_context is None:
     return 1, 0
   return input_context.num_input_pipelines, input_context.input_pipeline_id
 
 
 def _read_records(files, is_training, seed, num_pipelines, pipeline_id, shuffle_buffer_size):
-  """Serialized records of this input pipeline's part of `files`.
-
-  Training: files shuffled every epoch and repeated forever, read
-  _CYCLE_LENGTH at a time, records shuffled in a buffer. Evaluation: one pass
-  in file order. With several pipelines, each reads whole files when there
-  are enough (no pipeline reads a record it then throws away), else every
-  num_pipelines-th record.
-
-  Returns:
-    tf.data.Dataset of tf.string scalars.
+  """This input pipeline's part of `files`: whole files when there are at least as many files as
+  pipelines (no record read only to be thrown away), else every num_pipelines-th record.
   """
   shard_files = num_pipelines > 1 and len(files) >= num_pipelines
   if shard_files:
@@ -376,43 +279,13 @@ def make_dataset(
   shuffle_buffer_size=_SHUFFLE_BUFFER,
   continuation=None,
 ):
-  """Builds the training or evaluation input pipeline (its stages: the module docstring).
+  """dicts of input_ids, input_mask, target_ids int32 [B, L], target_weights float32 [B, L] (and
+  `make_targets`' word_ids), L one of `bucket_lengths`; B is per input pipeline.
 
-  Training batches hold exactly batch_size sentences (partial ones are dropped, so shapes are
-  static in B). Evaluation is one pass over the files in sorted order, no shuffle; the last batch
-  of each bucket may be smaller; biLM masks are still drawn (seed 0 when none is given) so that
-  eval losses of different checkpoints compare.
-
-  Args:
-    file_pattern: comma-separated globs of TFRecord files (or a list).
-    batch_size: sentences per batch yielded by this pipeline (with
-      tf.distribute: input_context.get_per_replica_batch_size(global)).
-    model_type: one of kinds.MODEL_TYPES.
-    max_seq_length: int; longer records are truncated ([SOS] ... [EOS] kept).
-    is_training: bool.
-    vocab_size: int; ids must be below it (checked).
-    mask_id: int, id of [MASK].
-    special_ids: list of int (e.g. `special_ids_from_vocab`): never masked,
-      never drawn as a random replacement.
-    seed: int or None. None in training draws a random seed (logged);
-      resuming with skip_batches needs the same fixed seed.
-    mlm_probability: float, share of candidate tokens the biLM predicts.
-    bucket_boundaries: see `bucket_lengths`.
-    input_context: tf.distribute.InputContext or None; with several input pipelines each
-      reads a disjoint part (`_read_records`).
-    skip_batches: int, batches to drop from the start (resuming; see the
-      module docstring for when this is exact).
-    shuffle_buffer_size: int, records in the training shuffle buffer.
-    continuation: bool [V] (`tokenization.continuation_flags`); needed by a kind with a word
-      attention pattern (see `make_targets`).
-
-  Returns:
-    tf.data.Dataset of dicts: input_ids, input_mask, target_ids int32 [B, L] and target_weights
-    float32 [B, L] (and word_ids int32 [B, L], see `make_targets`), with L one of
-    `bucket_lengths(max_seq_length, bucket_boundaries)`.
-
-  Raises:
-    ValueError: for an unknown model_type, no matching files, bad buckets.
+  Training drops partial batches (static B) and repeats; eval is one pass in file order, masked
+  with seed 0 by default so that checkpoints' eval losses compare. seed None in training draws a
+  logged random one, which a resume with skip_batches cannot repeat. ValueError for an unknown
+  model_type, no matching files or bad buckets.
   """
   _check_dataset_args(model_type, batch_size, mask_id, vocab_size, continuation)
   special_ids = sorted(int(i) for i in special_ids)
@@ -436,10 +309,8 @@ def make_dataset(
 
 
 def _parse_batches(ds, lengths, vocab_size, static_batch_size, seed_pair, skip_batches, targets):
-  """Parses `_bucket_and_batch`'s batches, skips the first `skip_batches` and adds the targets.
-
-  targets(batch, batch_seed) -> the model's features, batch_seed int64 [2] derived from
-  `seed_pair` and the batch's index in the stream.
+  """`_bucket_and_batch`'s batches parsed, skipped and given targets(batch, seed int64 [2]), the
+  seed from seed_pair and the batch's index.
   """
   lengths_t = tf.constant(lengths, tf.int32)
   base_seed = tf.constant(seed_pair, tf.int64)

@@ -1,11 +1,7 @@
 # coding=utf-8
-"""The pretraining losses, as global sums (docs/DESIGN.md §3.2).
-
-The training loss is sum(w * loss(head(h), target)) / denominator over all replicas; the
-denominator (--loss_normalization) is "constant", train_batch_size * max_seq_length (the
-authors' reduce_mean over padded positions, joongbo/tta run_training.py), or "per_batch_tokens".
-The heads' terms are sums, so the gradients the optimizer sums over replicas are exactly those
-of the global-batch loss. Heads: BERT's tied softmax, or ELMo-C's continuous output layer.
+"""The pretraining losses as global sums over one denominator, so that the gradients summed over
+replicas are the global batch's (docs/DESIGN.md §3.2). Heads: BERT's tied softmax, or ELMo-C's
+continuous output layer.
 """
 
 import tensorflow as tf
@@ -19,16 +15,8 @@ LOSS_NORMALIZATIONS = ("constant", "per_batch_tokens")
 
 
 def constant_denominator(normalization, train_batch_size, max_seq_length):
-  """The fixed divisor of every batch's loss sum, or None to divide by the batch's weight sum.
-
-  Args:
-    normalization: one of LOSS_NORMALIZATIONS.
-    train_batch_size: the GLOBAL batch size (sentences).
-    max_seq_length: the model's longest sentence, not the batch's padded length:
-      length buckets vary that, and the authors padded every batch to 128.
-
-  Returns:
-    float train_batch_size * max_seq_length for "constant", None for "per_batch_tokens".
+  """The fixed divisor of every batch's loss sum (global batch x the model's max_seq_length, as the
+  authors' reduce_mean over padded batches), or None to divide by the batch's weight sum.
   """
   if normalization not in LOSS_NORMALIZATIONS:
     raise ValueError(f"loss normalization {normalization!r} is not one of {LOSS_NORMALIZATIONS}")
@@ -38,36 +26,15 @@ def constant_denominator(normalization, train_batch_size, max_seq_length):
 
 
 def training_loss(model, features, denominator, gather_targets=True):
-  """The loss one replica differentiates in a training step.
-
-  Args:
-    model: `modeling.TransformerLM`.
-    features: dict of [B, T] tensors (this replica's share of the global batch).
-    denominator: float32 scalar, the same on every replica: `constant_denominator`, or
-      the global batch's target-weight sum.
-    gather_targets: as in `forward_loss_terms`.
-
-  Returns:
-    (loss, terms): float32 scalar loss_sum / denominator, and the `forward_loss_terms` dict.
+  """(loss_sum / denominator, terms) of one replica's share of the global batch; denominator is
+  float32 [], the same on every replica.
   """
   terms = forward_loss_terms(model, features, training=True, gather_targets=gather_targets)
   return terms["loss_sum"] / denominator, terms
 
 
 def weighted_cross_entropy(logits, target_ids, target_weights):
-  """Sums of the weighted token cross-entropy.
-
-  Args:
-    logits: float [..., V] unnormalised scores.
-    target_ids: int32 [...] targets.
-    target_weights: float32 [...]; 0 drops a position, 1 counts it once.
-
-  Returns:
-    (loss_sum, weight_sum, correct_sum), float32 scalars:
-    sum(w * -log softmax(logits)[target]), sum(w), sum(w * [argmax == target]).
-    The mean loss is loss_sum / weight_sum -- divided by the GLOBAL weight
-    sum when the batch is split over replicas.
-  """
+  """float32 sums of w * CE, w and w * [argmax == target]; logits [..., V], the rest [...]."""
   logits = tf.cast(logits, tf.float32)
   target_weights = tf.cast(target_weights, tf.float32)
   ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=target_ids, logits=logits)
@@ -82,17 +49,8 @@ def weighted_cross_entropy(logits, target_ids, target_weights):
 
 
 def weighted_cosine_distance(predicted, target_table, target_ids, target_weights):
-  """ELMo-C's loss: sums of w * (1 - cos(predicted, e(target))).
-
-  Args:
-    predicted: float [..., E], the continuous head's W h.
-    target_table: float [V, E], the frozen target embeddings e.
-    target_ids: int32 [...].
-    target_weights: float32 [...].
-
-  Returns:
-    (loss_sum, weight_sum), float32 scalars. A target whose embedding is all
-    zeros has cos 0 (distance 1) and gives no gradient.
+  """ELMo-C's loss: float32 sums of w * (1 - cos(predicted [..., E], target_table[target])) and w;
+  an all-zero target embedding gives cos 0 and no gradient.
   """
   target_weights = tf.cast(target_weights, tf.float32)
   targets = tf.gather(tf.cast(target_table, tf.float32), target_ids)
@@ -105,23 +63,12 @@ def weighted_cosine_distance(predicted, target_table, target_ids, target_weights
 
 
 def forward_loss_terms(model, features, training, gather_targets=True, with_logits=False):
-  """Encoder + head + loss sums for one (per-replica) batch.
+  """Encoder + head + loss sums of one replica's batch: float32 loss_sum, weight_sum, correct_sum,
+  ce_sum (= loss_sum for the softmax head).
 
-  Args:
-    model: `modeling.TransformerLM` (softmax or continuous head).
-    features: dict of [B, T] tensors from `input_pipeline.make_dataset`.
-    training: bool; dropout on.
-    gather_targets: run the head on positions with weight > 0 only (a
-      dynamic shape: skips padding, and 85% of the biLM's positions). Off
-      under XLA/TPU, where the head runs densely and w masks.
-    with_logits: continuous head only: also compute the cosine-logit
-      cross-entropy and nearest-neighbour accuracy over the whole table
-      (V-sized; for evaluation), and "ce_by_scale", the cross-entropy sums
-      at each of LOGIT_SCALES [12].
-
-  Returns:
-    dict of float32 scalars: loss_sum, weight_sum, correct_sum, ce_sum
-    (= loss_sum for the softmax head).
+  gather_targets runs the head only where weight > 0 (a dynamic shape; off under XLA/TPU).
+  with_logits (continuous head, eval): CE and accuracy over the V-sized cosine logits, and
+  ce_by_scale [len(LOGIT_SCALES)].
   """
   hidden, _ = model.encode(features, training=training)
   targets = features["target_ids"]
@@ -139,7 +86,6 @@ def forward_loss_terms(model, features, training, gather_targets=True, with_logi
 
 
 def _continuous_loss_terms(head, hidden, targets, weights, with_logits):
-  """`forward_loss_terms` of a `modeling.ContinuousHead` ([n, D] hidden)."""
   loss_sum, weight_sum = weighted_cosine_distance(
     head.predict_vectors(hidden), head.target_embeddings, targets, weights
   )

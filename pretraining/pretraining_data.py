@@ -1,18 +1,8 @@
 """The pretraining data set: sentences -> vocab -> sharded TFRecords in one output directory.
 
-Raw inputs go through text/corpus.py; sentence files (plain, .gz, .bz2, .xz; globs and
-directories of them) are read as they are and held out by a seeded hash unless eval files are
-given. The vocab is given or learned from a seeded sample of the training split; the records are
-pretraining_records.py's. The job streams (docs/DESIGN.md §3.1, §5.2): a scan checks and cuts the
-inputs into blocks of lines; worker processes turn blocks into records sorted by pile (a seeded
-hash of the line's position); the shards are assembled pile by pile, each shuffled in memory.
-Memory is bounded by constants, not by the corpus; the output is the same for any number of
-workers, after a kill and a resume, and when N jobs (`--num_jobs`, `--job_id`) are merged
-(`--merge`). `create_pretraining_data` skips a directory already complete for the same arguments
-and inputs (data_stats.json's fingerprint).
-
-Light at import (no TensorFlow): worker processes spawned under create_pretraining_data.py
-import this module again; TensorFlow is imported by the parent's steps that need it.
+The streaming job (scan, vocab, blocks, assembly; docs/DESIGN.md §3.1, §5.2): memory bounded by
+constants, and the same output for any number of workers, after a kill and a resume, and from N
+merged jobs. No TensorFlow at import: spawned workers import this module again.
 """
 
 import bz2
@@ -226,11 +216,8 @@ class RunParams:
 
 
 def _expand_inputs(patterns):
-  """`io_utils.expand_globs`, with a directory replaced by the files under it (sorted, hidden
-  names skipped), as Wikipedia extractions ship (`AA/wiki_00`, ...).
-
-  Raises:
-    ValueError: a pattern matches no file, or a directory holds none.
+  """`io_utils.expand_globs`, a directory standing for the files under it (sorted, hidden names
+  skipped), as Wikipedia extractions ship (`AA/wiki_00`, ...).
   """
   paths = []
   for path in io_utils.expand_globs(patterns):
@@ -281,7 +268,6 @@ class _HashingReader:
 
 @contextlib.contextmanager
 def _open_text_bytes(path, raw=None):
-  """The file's text bytes (decompressed by its extension)."""
   with contextlib.ExitStack() as stack:
     raw = raw or stack.enter_context(_open_raw(path))
     compression = _compression(path)
@@ -301,16 +287,12 @@ class FileScan:
 
 
 def scan_sentence_file(path, check_utf8=True):
-  """Reads a sentence file once: hashes it, checks that it is UTF-8, counts its lines and cuts
-  it into blocks of whole lines of about BLOCK_BYTES (a block ends with the line holding its
-  BLOCK_BYTES-th byte). Streams: memory is a chunk of _SCAN_CHUNK bytes.
+  """Reads a sentence file once, in chunks: its sha256, UTF-8 check, line count and blocks of whole
+  lines (a block ends with the line holding its BLOCK_BYTES-th byte).
 
-  Lines are split on "\\n" only (not str.splitlines, which also splits on U+2028, \\x0b, ... and
-  would make our line numbers disagree with editors' and corpus.py's).
-
-  Raises:
-    ValueError: "path:line: not valid UTF-8 ..." (when check_utf8), or an OSError's text for a
-      file that cannot be read or decompressed.
+  Lines split on "\\n" only: str.splitlines also splits on U+2028, \\x0b, ..., and line numbers
+  would disagree with editors' and corpus.py's. ValueError "path:line: not valid UTF-8 ..." (when
+  check_utf8), or an OSError's text for a file that cannot be read or decompressed.
   """
   try:
     with _open_raw(path) as raw_file:
@@ -379,19 +361,8 @@ def _sha256_file(path):
 def run_corpus(
   raw_inputs, corpus_dir, normalization, eval_fraction, seed, max_books=None, force=False
 ):
-  """Runs corpus.prepare_corpus on raw inputs.
-
-  Args:
-    raw_inputs: list of paths (Gutenberg tar archives or raw text files).
-    corpus_dir: where corpus.py writes train.txt, eval.txt, stats.json.
-    normalization: "none" or "librispeech".
-    eval_fraction: share of held-out books (tar) or sentences (text files).
-    seed: corpus.py's held-out seed.
-    max_books: read only this many books per archive (quick runs, tests).
-    force: rebuild even if corpus_dir is complete for these arguments.
-
-  Returns:
-    dict: corpus.py's stats.json.
+  """corpus.prepare_corpus on raw inputs (Gutenberg archives or raw text) into corpus_dir; returns
+  its stats.json. eval_fraction: share of held-out books (archives) or sentences (text files).
   """
   logging.info("corpus.py: %s -> %s", ", ".join(raw_inputs), corpus_dir)
   # Plain raw files are prose, not sentence lines (those are read directly,
@@ -416,9 +387,10 @@ def _is_raw(path, input_format):
 
 @dataclasses.dataclass
 class _Sources:
-  """The sentence files in processing order, each with its mode: "hash" (split by a seeded hash
-  of each sentence), "train" or "eval" (as a whole), and whether the user gave it (then a file
-  without a sentence is refused); corpus.py's stats.json, or None without raw inputs."""
+  """The sentence files in processing order with their modes ("hash": split by a seeded hash of each
+  sentence; "train" or "eval" as a whole) and whether the user gave them (then a file without a
+  sentence is refused); corpus.py's stats.json, or None without raw inputs.
+  """
 
   files: list  # [(path, mode, given)]
   corpus_stats: Optional[dict]
@@ -428,12 +400,7 @@ class _Sources:
 
 
 def _prepare_sources(args, output_dir, force):
-  """Runs corpus.py on the raw inputs; returns the `_Sources`.
-
-  Raises:
-    ValueError: for --normalization with sentence files, which are used as
-      they are.
-  """
+  """The `_Sources`, after corpus.py on the raw inputs; sentence files are used as they are."""
   raw = [p for p in args.input_files if _is_raw(p, args.input_format)]
   sentence_files = [p for p in args.input_files if p not in raw]
   if args.normalization != "none" and sentence_files:
@@ -464,14 +431,8 @@ def _prepare_sources(args, output_dir, force):
 
 
 def _scan_sources(sources, args):
-  """Scans every sentence file (`scan_sentence_file`) before any slow work.
-
-  Returns:
-    (scans {path: FileScan}, blocks: list of pretraining_records.Block in processing order).
-
-  Raises:
-    ValueError: a malformed line (path:line), a file given without a sentence, or no file
-      holding a training sentence.
+  """(scans {path: FileScan}, blocks in processing order), every file scanned before any slow work.
+  ValueError for a malformed line, a file given without a sentence, or no training sentence.
   """
   start = time.time()
   scans = {}
@@ -535,10 +496,9 @@ def _block_data(blocks, read_all):
 def _vocab_sample(blocks, scans, sources, args):
   """A seeded sample of the training sentences for the vocab learner (a generator).
 
-  Hash-threshold sampling, not a reservoir: each line is kept with probability
-  rate = vocab_max_sentences / (lines of the training files) by a generator seeded with the
-  block's position, so the sample needs no memory (it streams into the learner, whose word
-  counts are its only state) and is the same in every job. Held-out sentences are left out.
+  Hash threshold, not a reservoir: each line kept with probability vocab_max_sentences / training
+  lines, from a generator seeded with the block's position, so it needs no memory and is the same
+  in every job. Held-out sentences are left out.
   """
   import numpy as np  # pylint: disable=g-import-not-at-top
 
@@ -570,11 +530,8 @@ def _vocab_sample(blocks, scans, sources, args):
 
 
 def _make_vocab(blocks, scans, sources, vocab_path, args):
-  """Writes vocab.txt: a copy of --vocab_file, or WordPiece learned from the training split
-  only (so eval text stays unseen).
-
-  Returns:
-    (tokens, seconds): the tokens in id order, and the time taken.
+  """(tokens in id order, seconds) of vocab.txt: a copy of --vocab_file, or WordPiece learned on the
+  training split only.
   """
   import tokenization  # pylint: disable=g-import-not-at-top
 
@@ -600,14 +557,8 @@ def _make_vocab(blocks, scans, sources, vocab_path, args):
 
 
 def _load_vocab(vocab_path):
-  """The records' vocab, checked, and the tokens that frame a sentence
-  (tokenization.boundary_tokens) without building a graph tokenizer.
-
-  Returns:
-    (OrderedDict token -> id, (start token, end token)).
-
-  Raises:
-    ValueError: for a malformed vocab, or one without [UNK] or [PAD].
+  """(OrderedDict token -> id, (start token, end token)) of the records' vocab, checked, without a
+  graph tokenizer; ValueError for a malformed vocab or one without [UNK] or [PAD].
   """
   import tokenization  # pylint: disable=g-import-not-at-top
 
@@ -631,12 +582,8 @@ def _load_vocab(vocab_path):
 
 
 def _fingerprint(args, scans):
-  """Hashes what the records depend on: the arguments and the exact bytes of every sentence
-  file read (corpus.py output included) and of the vocab.
-
-  Returns:
-    (fingerprint, source): a sha256 hex digest, and what it hashes (format_version, args,
-    files: {path: sha256} of the sentence files, vocab_sha256).
+  """(sha256 hex digest, what it hashes): the arguments, format_version, and the sha256 of every
+  sentence file read (corpus.py's output included) and of the vocab.
   """
   input_sha256 = {p: scans[p].sha256 for p in sorted(scans)}
   fingerprint_src = {
@@ -683,11 +630,7 @@ def _as_json(value):
 
 
 def _parts_of(parts_dir):
-  """The recorded identities (job.json) of the parts in `parts_dir`.
-
-  Raises:
-    cli.InputError: a job.json that is not JSON.
-  """
+  """The job.json identities of the parts in parts_dir; cli.InputError for one that is not JSON."""
   if not os.path.isdir(parts_dir):
     return []
   identities = []
@@ -716,11 +659,6 @@ def _check_parts(parts_dir, identity, overwrite, output_dir):
 
 
 def _run_blocks(blocks, part_dir, config, num_workers):
-  """Makes the records of every block not yet done (a resume redoes only the unfinished ones).
-
-  Returns:
-    float, seconds spent.
-  """
   start = time.time()
   todo = [b for b in blocks if pretraining_records.read_block_summary(part_dir, b.index) is None]
   logging.info(
@@ -759,15 +697,9 @@ def _run_blocks(blocks, part_dir, config, num_workers):
 
 
 def _read_parts(parts_dir, identity, num_jobs, blocks):
-  """Every job's part, checked: present, of this job, complete.
-
-  Returns:
-    ([(part dir, block index)] of all blocks in order, parts' done records, vocab path of
-    part 0).
-
-  Raises:
-    cli.InputError: naming the missing or unfinished part (and the --job_id to run), or another
-      job's part.
+  """Every job's part, checked (present, of this job, complete): ([(part dir, block index)] of all
+  blocks in order, the parts' done records, part 0's vocab path). cli.InputError names the part
+  missing or unfinished (and the --job_id to run) or of another job.
   """
   located, done_records, vocabs = [], [], []
   for job_id in range(num_jobs):
@@ -801,14 +733,9 @@ def _read_parts(parts_dir, identity, num_jobs, blocks):
 
 
 def _assemble(output_dir, parts_dir, located, layouts, args):
-  """Writes every shard (skipping those a killed run finished) and sums the statistics.
+  """Writes the shards not yet written: (files [{"file", "records", "bytes"}], {split: stats}).
 
-  Memory: one shuffle unit (about PILE_RECORDS records at most) plus the pile tables
-  (12 bytes x blocks x piles, `pretraining_records.pile_tables`).
-
-  Returns:
-    (files, split_stats): the shards written ({"file", "records", "bytes"}) and
-    {split: statistics}.
+  Memory: one shuffle unit (at most about PILE_RECORDS records) and the pile tables.
   """
   state_path = os.path.join(parts_dir, "assembled.json")
   assembled = io_utils.read_json_file(state_path) if os.path.exists(state_path) else {}
@@ -852,7 +779,6 @@ def _assemble(output_dir, parts_dir, located, layouts, args):
 
 
 def _build(args, run, output_dir, force):
-  """The steps of `create_pretraining_data` once its arguments are checked."""
   start = time.time()
   os.makedirs(output_dir, exist_ok=True)
   sources = _prepare_sources(args, output_dir, force)
@@ -980,7 +906,6 @@ def _worker_config(vocab_path, args, layouts, part_dir):
 
 
 def _stats(args, sources, fingerprint, input_sha256, vocab_path, split_stats, files):
-  """data_stats.json's record (without the times)."""
   import tokenization  # pylint: disable=g-import-not-at-top
 
   vocab, boundary = _load_vocab(vocab_path)
@@ -1030,18 +955,12 @@ class JobParams:
 
 
 def run(job):
-  """Builds the TFRecord data set of `job` (`JobParams`) into its output dir (layout:
-  docs/DESIGN.md §5.2).
+  """Builds the TFRecord data set of `job` (`JobParams`; layout: docs/DESIGN.md §5.2).
 
-  Returns:
-    dict: the contents of data_stats.json, plus "reused": True when an existing complete output
-    was returned without work; for a job of several (--num_jobs > 1, not --merge) only
-    {"part", "num_jobs", "seconds"}.
-
-  Raises:
-    ValueError: malformed input (naming file:line).
-    cli.InputError: output_dir is, holds or lies inside an input; unfinished parts of another job
-      in output_dir, or a merge of parts that are missing, unfinished or of another job.
+  Returns data_stats.json's contents, with "reused": True when a complete output for the same
+  arguments and inputs (its fingerprint) was already there; for one job of several, only {"part",
+  "num_jobs", "seconds"}. Raises ValueError for malformed input (file:line); cli.InputError when
+  output_dir is, holds or lies inside an input, or for parts missing, unfinished or of another job.
   """
   io_utils.check_outputs_apart(job)
   # A run refused for its input (a bad byte, an empty file) leaves no empty --output_dir.
@@ -1050,12 +969,8 @@ def run(job):
 
 
 def create_pretraining_data(input_files, output_dir, force=False, **options):
-  """`run` of the job these arguments make: `input_files` and the other fields of `DataParams`
-  and `RunParams` (num_workers, num_jobs, job_id, merge, overwrite) by name.
-
-  Raises:
-    ValueError: a bad argument (naming the flag), and as `run`.
-  """
+  """`run` of the job these arguments make: `input_files` (globs) and the other fields of
+  `DataParams` and `RunParams` by name; ValueError for a bad argument (naming the flag)."""
   run_params = RunParams(**{k: options.pop(k) for k in _RUN_FIELDS if k in options})
   data = DataParams(input_files=input_files, **options)
   return run(JobParams(output_dir=output_dir, force=force, data=data, run=run_params))

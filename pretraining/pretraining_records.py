@@ -1,11 +1,9 @@
 # coding=utf-8
 """The pretraining records: sentences -> ids -> one tf.train.Example each -> shuffled shards.
 
-The format: docs/DESIGN.md §5.2; pretraining/input_pipeline.py reads it back and
-pretraining_data.py is the job that writes it. `make_block` is the work of one worker process on
-one block of lines; it needs no TensorFlow (the tokenizer is HF `tokenizers`, the Example is
-encoded here), so a worker starts in a fraction of a second and stays small. Only the shard
-writer (`write_records`, the parent's) imports TensorFlow, for TFRecord's CRC framing.
+Format and job: docs/DESIGN.md §3.1, §5.2. `make_block`, one worker's work on one block, needs no
+TensorFlow (HF `tokenizers`, the Example encoded here), so a worker starts fast and stays small;
+only the parent's `write_records` imports it, for TFRecord's CRC framing.
 """
 
 import collections
@@ -40,7 +38,6 @@ _TOKENIZE_BATCH = 4096
 
 
 def shard_name(split, index, num_shards):
-  """Returns e.g. "train-00003-of-00008.tfrecord"."""
   return f"{split}-{index:05d}-of-{num_shards:05d}.tfrecord"
 
 
@@ -69,9 +66,7 @@ def _delimited(tag, payload):
 
 
 def _int64_feature(name, packed):
-  """A `features.feature` map entry {name: Feature(int64_list=Int64List(value=...))}, its values
-  already packed as varints (tag 0x0a: map key / Int64List.value; 0x12: map value; 0x1a:
-  Feature.int64_list)."""
+  """A `features.feature` map entry {name: Int64List}, values packed as varints already."""
   feature = _delimited(b"\x1a", _delimited(b"\n", packed))
   return _delimited(b"\n", _delimited(b"\n", name) + _delimited(b"\x12", feature))
 
@@ -81,17 +76,8 @@ _TAILS = {}  # n -> the input_mask and length entries of an n-id record (they de
 
 
 def make_example(ids, varints=None):
-  """Serialized tf.train.Example of one sentence, encoded here (protobuf wire format, the map
-  entries in a fixed order) so that a worker needs no TensorFlow and the bytes are the same in
-  every process.
-
-  Args:
-    ids: list of int, `[SOS] pieces [EOS]` (n ids, unpadded; non-negative).
-    varints: optional list, varints[i] = the varint bytes of id i (a worker's precomputed table).
-
-  Returns:
-    bytes: Example with int64 features input_ids [n], input_mask [n] (ones)
-    and length [1] (= n).
+  """A tf.train.Example of n ids (int64 input_ids [n], input_mask [n], length [1]) encoded here, the
+  same bytes in every process and without TensorFlow; varints[i]: id i's varint bytes.
   """
   n = len(ids)
   tail = _TAILS.get(n)
@@ -105,24 +91,10 @@ def make_example(ids, varints=None):
 
 
 def truncate_ids(ids, max_seq_length, seed, position):
-  """Cuts an over-long sentence to max_seq_length ids as the authors do.
-
-  joongbo/tta create_tfrecords.py (truncate_seq) drops pieces one at a time,
-  each from the front or the back with probability 1/2, until
-  max_seq_length-2 remain, then wraps them in [SOS] and [EOS]. The same coin
-  flips are drawn here from a generator seeded with (seed, the sentence's position in the
-  corpus), so a cut depends on neither the order in which sentences are processed nor the
-  number of workers, and a sentence repeated in the corpus is cut in other places.
-
-  Args:
-    ids: list of int [n], `[SOS] pieces [EOS]`.
-    max_seq_length: int >= 3.
-    seed: int, --random_seed.
-    position: str, the sentence's position (`position_key`).
-
-  Returns:
-    list of int [min(n, max_seq_length)]: `[SOS] window [EOS]`, the window a
-    contiguous run of max_seq_length-2 of the pieces (ids itself if it fits).
+  """Cuts ids ([SOS] pieces [EOS]) to max_seq_length as joongbo/tta create_tfrecords.py does: one
+  piece at a time from the front or the back with probability 1/2. The coins are seeded by (seed,
+  position), so a cut depends on neither the order nor the workers, and a repeated sentence is cut
+  in other places.
   """
   excess = len(ids) - max_seq_length
   if excess <= 0:
@@ -151,7 +123,6 @@ def truncate_ids(ids, max_seq_length, seed, position):
 
 
 def position_key(file_index, line):
-  """The position of a sentence in the corpus: "<input file index>:<line number>"."""
   return f"{file_index}:{line}"
 
 
@@ -180,11 +151,8 @@ class Layout:
 
 @dataclasses.dataclass(frozen=True)
 class Block:
-  """A run of whole lines of one input file: bytes [start, end) of its (decompressed) text.
-
-  Blocks are cut by the scan at fixed byte offsets (pretraining_data.py), never by the worker
-  count, so the work and every result are the same whatever the number of workers or jobs.
-  mode: "hash" (each sentence's split by a seeded hash of the sentence), "train" or "eval".
+  """Whole lines of one input file: bytes [start, end) of its decompressed text. mode: "hash" (split
+  by a seeded hash of the sentence), "train" or "eval".
   """
 
   index: int
@@ -238,7 +206,6 @@ def malformed_error(path, number, raw, error):
 
 
 def block_paths(parts_dir, index):
-  """(records file, summary file) of block `index` in a job's parts dir."""
   stem = os.path.join(parts_dir, f"block-{index:07d}")
   return stem + ".rec", stem + ".json"
 
@@ -283,29 +250,17 @@ def _decode_lines(block, data, read):
 
 
 def read_block(block):
-  """The bytes of a block the worker reads itself (a plain local file)."""
   with open(block.path, "rb") as f:
     f.seek(block.start)
     return f.read(block.end - block.start)
 
 
 def make_block(block, data=None):
-  """Tokenizes, truncates and serializes one block's sentences into its pile-sorted records file.
+  """Tokenizes, truncates and serializes one block; returns its number of sentences.
 
-  Writes `block_paths(parts_dir, block.index)`: the records of each split (SPLITS order) sorted
-  by pile, in line order within a pile, and then the summary (counts and bytes per pile, the
-  statistics), atomically and last, so that a block is done exactly when its summary is there.
-  Memory: the block's text and records (a few times the block size).
-
-  Args:
-    block: `Block`.
-    data: its bytes when the parent read them (None: read here).
-
-  Returns:
-    int, the block's number of sentences.
-
-  Raises:
-    ValueError: "path:line: not valid UTF-8 ..." (without --skip_malformed).
+  Writes `block_paths`: each split's records sorted by pile (line order within a pile), then,
+  atomically and last, the summary (counts and bytes per pile, statistics): a block is done exactly
+  when its summary is there. ValueError "path:line: not valid UTF-8 ..." without skip_malformed.
   """
   config, tokenizer, varints = _worker
   if data is None:
@@ -379,19 +334,8 @@ def _sparse(counts, sizes):
 
 
 def pile_tables(summaries, num_blocks, split, num_piles, total):
-  """A split's pile tables, summing its statistics into `total` (`add_counts`) on the way.
-
-  Args:
-    summaries: iterable of the blocks' summaries in block order (read one at a time: only the
-      tables stay in memory, 12 bytes per block and pile).
-    num_blocks: int, their number.
-    split: "train" or "eval".
-    num_piles: int, the split's piles.
-    total: dict, the split's summed counts (updated).
-
-  Returns:
-    (counts int32 [blocks, piles], offsets int64 [blocks, piles + 1]): records per pile of each
-    block, and where each pile starts in the block's records file.
+  """(counts int32 [blocks, piles], offsets int64 [blocks, piles + 1]) of a split, summing its
+  counts into `total`; the summaries are read one at a time, so only the tables stay in memory.
   """
   counts = np.zeros((num_blocks, num_piles), np.int32)
   offsets = np.zeros((num_blocks, num_piles + 1), np.int64)
@@ -411,7 +355,6 @@ def pile_tables(summaries, num_blocks, split, num_piles, total):
 
 
 def read_records(path, begin, end):
-  """The records framed in bytes [begin, end) of a block's records file."""
   if end <= begin:
     return []
   with open(path, "rb") as f:
@@ -487,8 +430,7 @@ def finish_stats(total):
 
 
 def length_stats(histogram):
-  """Summary of lengths given as {length: count}: mean, percentiles (numpy's linear rule),
-  max, histogram."""
+  """{mean, max, percentiles (numpy's linear rule), histogram} of {length: count}."""
   if not histogram:
     return {"mean": 0.0, "max": 0, "percentiles": {}, "histogram": {}}
   values = np.array(sorted(histogram), np.int64)
@@ -525,15 +467,7 @@ def length_stats(histogram):
 
 
 def write_records(path, examples):
-  """Writes serialized examples to one TFRecord file, atomically.
-
-  Args:
-    path: output path.
-    examples: iterable of bytes (serialized tf.train.Example).
-
-  Returns:
-    int: number of records written.
-  """
+  """Writes serialized examples into one TFRecord file, atomically; returns their count."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   count = 0
@@ -546,17 +480,8 @@ def write_records(path, examples):
 
 
 def shuffle_units(pile_counts, max_records):
-  """Consecutive piles of one shard joined into in-memory shuffle units.
-
-  Greedy: a unit takes the next pile while it stays within max_records (a pile larger than
-  max_records alone is a unit of its own). Decided from the counts only (see the pile comment).
-
-  Args:
-    pile_counts: int [P], records per pile of the shard.
-    max_records: int, the unit budget.
-
-  Returns:
-    list of (first pile, end pile) ranges covering [0, P).
+  """[(first pile, end pile)] joining consecutive piles while a unit stays within max_records; from
+  the counts only, so the pile comment's argument holds.
   """
   units, begin, size = [], 0, 0
   for pile, count in enumerate(pile_counts):
@@ -569,20 +494,7 @@ def shuffle_units(pile_counts, max_records):
 
 
 def shard_records(record_files, offsets, counts, layout, shard, seed, split, max_records):
-  """The records of one shard in their final order, one shuffle unit at a time.
-
-  Args:
-    record_files: list of the blocks' records files, in block order.
-    offsets, counts: `pile_matrices` of the split.
-    layout: the split's `Layout`.
-    shard: int, the shard.
-    seed: int, --random_seed.
-    split: "train" or "eval".
-    max_records: int, the shuffle unit budget (`shuffle_units`).
-
-  Yields:
-    bytes, serialized Examples.
-  """
+  """Yields one shard's serialized Examples in their final order, one shuffle unit at a time."""
   split_key = SPLITS.index(split)
   first = shard * layout.piles_per_shard
   last = first + layout.piles_per_shard
@@ -605,10 +517,7 @@ def shard_records(record_files, offsets, counts, layout, shard, seed, split, max
 
 
 def remove_stale_shards(output_dir, files):
-  """Removes shards of earlier runs (another --num_shards).
-
-  A glob like train-* would otherwise pick them up with the new ones.
-  """
+  """Removes the shards of another --num_shards, which a glob like train-* would pick up."""
   current = {f["file"] for f in files}
   for name in os.listdir(output_dir):
     if _SHARD_RE.match(name) and name not in current:
@@ -617,11 +526,5 @@ def remove_stale_shards(output_dir, files):
 
 
 def piles_per_shard(max_records, num_shards, pile_records):
-  """Piles per shard so that a pile holds about pile_records / 4 records at most.
-
-  Args:
-    max_records: int, an upper bound of the split's records (the scan's line count).
-    num_shards: int.
-    pile_records: int, the shuffle unit budget.
-  """
+  """Piles per shard so that a pile holds at most about pile_records / 4 of max_records."""
   return max(1, -(-4 * max_records // (num_shards * pile_records)))

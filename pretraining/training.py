@@ -1,10 +1,8 @@
 # coding=utf-8
-"""The pretraining loop: a T-TA, biLM or uniLM under tf.distribute; `train(params)` is the run.
+"""The pretraining run of a T-TA, biLM or uniLM under tf.distribute: `train(params)`.
 
 A custom loop, not `model.fit`: Keras 3 `fit` does not run under MultiWorkerMirroredStrategy
-(keras-team/keras#20585). `_train_locked` reads top to bottom; the loop that checkpoints,
-evaluates and stops, the lock and the restore with roll-back are pretraining/training_loop.py's,
-which MWER fine-tuning runs too (docs/DESIGN.md §3.3).
+(keras-team/keras#20585). The loop is pretraining/training_loop.py's (docs/DESIGN.md §3.3).
 """
 
 import contextlib
@@ -234,10 +232,9 @@ class TrainParams:
 
 
 def run_identity(params):
-  """What the model a run ends with depends on (`runs.identity`): the command, the training data
-  (the files --input_file's globs match) and every field not marked `result=False`, those a
-  resume may change: how the run goes, logs and evaluates, and --num_train_steps, which extends
-  it, with the warmup that goes with it (reproduce.py warms up for a tenth of its steps)."""
+  """`runs.identity`: the command, the files --input_file matches, and every field not marked
+  result=False (those a resume may change).
+  """
   data = None
   if params.input_file:
     data = [runs.path_identity(path) for path in io_utils.expand_globs(params.input_file)]
@@ -245,12 +242,8 @@ def run_identity(params):
 
 
 def _run_record(params):
-  """The run identity of --output_dir (`runs.Record`), checked against this run's; None for a
-  remote output dir (gs://), which holds no record.
-
-  Its outputs (what --overwrite removes) are the checkpoints, the logs and the summary; config.json
-  and vocab.txt are written anew by every run. A dir of checkpoints that records no job (from a
-  version that recorded none) is this job's: it resumes, as it did then.
+  """`runs.Record` of --output_dir (None for gs://); config.json and vocab.txt, which every run
+  writes anew, are not among its outputs. Unrecorded checkpoints are adopted.
   """
   if "://" in params.output_dir:
     return None
@@ -297,17 +290,8 @@ def _batch_counts(features):
 
 
 def make_train_loop(strategy, model, optimizer, use_xla=False, loss_denominator=None):
-  """Returns train_loop(iterator, num_steps) -> float32 [num_steps, 7].
-
-  Each row holds the global sums of training_metrics.METRICS for one step.
-
-  Args:
-    strategy: the tf.distribute strategy the model was built under.
-    model: `modeling.TransformerLM`.
-    optimizer: `optimization.AdamWeightDecay` (any Keras optimizer works).
-    use_xla: jit_compile the forward/backward pass (dense head, no gather).
-    loss_denominator: float, the divisor of every step's global loss sum
-      (`losses.constant_denominator`); None: each step's global target-weight sum.
+  """train_loop(iterator, num_steps) -> float32 [num_steps, 7]: each step's global METRICS sums.
+  loss_denominator None: each step's global target-weight sum.
   """
   gather = not (use_xla or isinstance(strategy, tf.distribute.TPUStrategy))
   variables = model.trainable_variables
@@ -350,12 +334,8 @@ def make_train_loop(strategy, model, optimizer, use_xla=False, loss_denominator=
 
 
 def make_eval_step(strategy, model, use_xla=False, element_spec=None):
-  """Returns eval_step(distributed batch) -> float32 [7 + 12] global sums:
-  training_metrics.METRICS, then (continuous head) the cosine-logit cross-entropy sum at
-  each of losses.LOGIT_SCALES.
-
-  element_spec: the distributed eval dataset's; as the input signature it
-  makes one trace serve every bucket length and the partial last batches.
+  """eval_step(batch) -> float32 [7 + 12]: METRICS, then the continuous head's CE at each of
+  LOGIT_SCALES. element_spec makes one trace serve every bucket and partial batch.
   """
   gather = not (use_xla or isinstance(strategy, tf.distribute.TPUStrategy))
 
@@ -377,16 +357,10 @@ def make_eval_step(strategy, model, use_xla=False, element_spec=None):
 
 
 def evaluate(eval_step, dist_dataset, continuous):
-  """Runs the eval set; returns a dict of eval metrics.
-
-  loss: mean CE per target (softmax) or mean cosine distance (continuous).
-  perplexity: exp(mean CE) over the targets. For tta this is the
-  pseudo-perplexity exp(-mean log p(x_t | x_\\t)); for bilm it is over the
-  masked positions of one random masking (an estimate of the
-  pseudo-perplexity); for unilm the ordinary perplexity. A continuous model
-  uses its cosine logits (`modeling.ContinuousHead`) at the config's scale;
-  best_logit_scale / best_scale_perplexity give the scale of LOGIT_SCALES
-  with the lowest eval cross-entropy.
+  """Eval metrics over the whole set: loss (mean CE, or cosine distance for a continuous head, per
+  target) and perplexity exp(mean CE): the pseudo-perplexity for tta, its one-masking estimate for
+  bilm, the ordinary one for unilm. A continuous head also reports best_logit_scale and
+  best_scale_perplexity over losses.LOGIT_SCALES.
   """
   totals = np.zeros(len(training_metrics.METRICS) + len(losses.LOGIT_SCALES), np.float64)
   batches = 0
@@ -493,10 +467,8 @@ def _init_seed(params):
 def _data_order_seed(params):
   """Builds the training datasets under the global TF seed --seed, whatever --init_seed.
 
-  tf.data folds the global TF seed into its shuffle seeds, so the data order would follow
-  --init_seed otherwise (and a resume is exact only under the same global seed). On exit the
-  global seed is --init_seed again, from the start of its stream, for the dropout of the train
-  loop traced next. Without --init_seed it changes nothing.
+  tf.data folds the global seed into its shuffle seeds, and a resume is exact only under the same
+  one; on exit the global seed restarts at --init_seed for the dropout of the loop traced next.
   """
   if params.init_seed is None:
     yield
@@ -548,22 +520,11 @@ def check_data(params):
 
 
 def train(params, strategy=None):
-  """Trains (or resumes) according to `params`.
+  """Trains (or resumes) per `params`; returns the run's summary dict (train_summary.json, plus
+  step_losses: this run's per-step mean losses).
 
-  On the chief, the run holds `training_loop.output_dir_lock(params.output_dir)` from before it
-  reads the latest checkpoint until its summary is written.
-
-  Args:
-    params: `TrainParams`.
-    strategy: an existing strategy (tests); default from params.strategy.
-
-  Returns:
-    dict summary: start_step, final_step, finished (num_train_steps reached), skip_batches,
-    step_losses (the per-step mean losses of this run), stopped_by, throughput figures, the
-    final eval (if any), checkpoint path.
-
-  Raises:
-    training_loop.OutputDirBusy: another run holds the lock of params.output_dir.
+  The chief holds `training_loop.output_dir_lock` from before it reads the latest checkpoint until
+  the summary is written (OutputDirBusy). strategy: an existing one (tests), else params.strategy.
   """
   if params.deterministic:
     tf.config.experimental.enable_op_determinism()
@@ -582,7 +543,6 @@ def train(params, strategy=None):
 
 
 def _train_locked(params, strategy, write_dir):
-  """The run of `train`, under the output dir's lock, top to bottom."""
   set_precision_policy(params.mixed_precision)
   _warn_if_bfloat16_is_emulated(params)
   # The seed of Python, NumPy and TF: weight initialisation and dropout (the data order's global
@@ -678,11 +638,8 @@ def _train_locked(params, strategy, write_dir):
 
 
 def _restore_or_initialise(state, params, target_table, chief):
-  """Resumes from the output dir's newest readable checkpoint (`training_loop.restore`; the
-  chief rolls its index back), else warm-starts / sets the continuous targets.
-
-  Returns:
-    The checkpoint prefix resumed from, or None.
+  """The checkpoint prefix resumed from (`training_loop.restore`; the chief rolls the index back),
+  or None after a warm start and setting the continuous targets.
   """
   latest = None
   if not params.overwrite:  # (the chief has removed them; the other workers must not read them)
@@ -715,7 +672,6 @@ def _new_train_loop(params, strategy, state):
 
 
 def _summary_writers(output_dir, chief):
-  """TensorBoard writers of output_dir/train and output_dir/eval (no-ops off the chief)."""
   if not chief:
     return tf.summary.create_noop_writer(), tf.summary.create_noop_writer()
   return tuple(
@@ -737,7 +693,6 @@ def _log_start(params, strategy, setup, step):
 
 
 def _run_steps(train_loop, iterator, num, state, meter, writer, progress):
-  """One train_loop call of `num` steps, and its scalars."""
   t0 = time.time()
   rows = train_loop(iterator, tf.constant(num, tf.int32)).numpy()
   seconds = time.time() - t0

@@ -1,17 +1,6 @@
-"""The one training loop: pretraining (pretraining/training.py) and MWER fine-tuning
-(finetuning/mwer_training.py) both run it, in this order:
-
-  with training_loop.output_dir_lock(output_dir):         # one run per output dir
-    resumed = training_loop.restore(checkpoint, output_dir)  # newest readable, rolled back to
-    ... the caller's warm start, logs ...
-    stopped_by, _ = training_loop.run(checkpoint, output_dir, step, total_steps, train_steps, ...)
-  # the command: training_loop.exit_unfinished(...) when stopped_by is set before the
-  # last step (a signal, --train_minutes): exit 75, and the same command resumes
-
-`run` takes the step as callables (`step()`, `train_steps(num)`, `evaluate(step)`, `log(...)`):
-the caller owns its model, optimizer and data, the loop owns when to checkpoint, evaluate, log
-and stop. It lives in pretraining/, not util/, because it reads checkpoints through
-lm/checkpoints.py; finetuning/ builds on pretraining/ and imports it from here.
+"""The one training loop, run by pretraining (training.py) and MWER fine-tuning
+(finetuning/mwer_training.py): `output_dir_lock`, `restore`, `run`, and `exit_unfinished` (exit
+75) for a run stopped early; docs/DESIGN.md §3.3.
 """
 
 import contextlib
@@ -46,13 +35,8 @@ class CheckpointError(cli.InputError):
 
 @contextlib.contextmanager
 def output_dir_lock(output_dir):
-  """Holds an exclusive lock on output_dir (an existing local dir) for the `with` body.
-
-  `io_utils.exclusive_lock` on output_dir/run.lock: it holds the owner's pid, host and start
-  time for the message a second run gets, and dies with its process.
-
-  Raises:
-    OutputDirBusy: another run holds the lock.
+  """Holds output_dir/run.lock (`io_utils.exclusive_lock`: dies with its process) for the `with`
+  body; OutputDirBusy, naming the holder, when another run has it.
   """
   with contextlib.ExitStack() as stack:
     try:
@@ -70,19 +54,9 @@ def output_dir_lock(output_dir):
 
 
 def restore(checkpoint, directory, roll_back=True):
-  """Restores `checkpoint` (a tf.train.Checkpoint) from the newest readable checkpoint of
-  `directory`.
-
-  One cut short by a full disk or a crash, or corrupt, is skipped with a warning for the one
-  saved before it, and the index file is rolled back to that one (`roll_back`: False on the
-  workers that do not own `directory`), so that the manager `run` makes does not list it.
-
-  Returns:
-    The checkpoint prefix restored, or None when `directory` holds none.
-
-  Raises:
-    CheckpointError: there are checkpoints and none can be read (a run never silently starts
-      over from step 0).
+  """Restores `checkpoint` from the newest readable one in `directory`: its prefix, or None.
+  Unreadable ones (full disk, crash) are skipped with a warning and, with roll_back, dropped from
+  the index; CheckpointError when none can be read.
   """
   path, found = checkpoints.restore_newest_readable(checkpoint, directory)
   if path is None and found:
@@ -116,38 +90,13 @@ def run(
   install_signal_handlers=True,
   train_minutes=0.0,
 ):
-  """Steps from step() to total_steps; checkpoints, evaluations and progress lines on the way.
+  """Trains from step() to total_steps; the last step reached is always saved.
 
-  Each iteration trains up to `steps_per_call` steps, ending at the next event; then, at the
-  step reached: a progress line (`log`), a checkpoint, an evaluation, and the stop check. A
-  stop request (SIGTERM/SIGINT, the `train_minutes` deadline, another worker's) ends the loop
-  there; the last step reached is always saved.
-
-  Args:
-    checkpoint: the run's tf.train.Checkpoint (restored already: `restore`).
-    directory: where its ckpt-N go (`keep` of them kept).
-    step: () -> int, the step the checkpoint holds.
-    total_steps: int, the run's last step.
-    train_steps: num -> None, trains `num` steps (step() grows by num).
-    resumed: the checkpoint prefix restored, or None.
-    keep: int, the checkpoints kept.
-    save_every: ints; a checkpoint at every multiple of any of them (0: none).
-    evaluate: step -> None, or None; called at every multiple of `eval_every` (0: never) and,
-      unless just called or stopped, at total_steps.
-    log: (step, seconds left of train_minutes or None) -> None; called at every multiple of
-      `log_every` and at total_steps.
-    steps_per_call: int, the most steps of one train_steps call.
-    strategy: the tf.distribute strategy (its workers agree on when to stop), or None.
-    install_signal_handlers: False in tests and threads that keep their own.
-    train_minutes: float, the wall-clock budget (0: none).
-
-  Returns:
-    (stopped_by, checkpoint): why it stopped before total_steps ("signal 15", "train_minutes",
-    "another worker"; None: it ran to total_steps), and the newest checkpoint saved or resumed
-    from (None: none).
-
-  Raises:
-    CheckpointError: a checkpoint cannot be saved.
+  train_steps(num) runs at most steps_per_call steps, up to the next event: a checkpoint at the
+  multiples of save_every, evaluate(step) and log(step, seconds left or None) at those of
+  eval_every and log_every and at total_steps. A stop request (SIGTERM/SIGINT, train_minutes,
+  another worker's) ends the loop. Returns (stopped_by or None, newest checkpoint prefix or None);
+  CheckpointError when a save fails.
   """
   manager = tf.train.CheckpointManager(
     checkpoint,
@@ -205,12 +154,8 @@ def _next(step, every):
 
 
 def _save(manager, step, last_path, why):
-  """Saves the checkpoint of `step`; returns its prefix.
-
-  Raises:
-    CheckpointError: the save failed (a full disk), in one line saying where a re-run resumes:
-      TF removes its temporary files and leaves the index file as it was, so the last whole
-      checkpoint stays the latest, and stopping here (exit 2, not 75) is no crash loop.
+  """Saves step's checkpoint and returns its prefix; CheckpointError (full disk) says where a re-run
+  resumes: TF leaves the index as it was, so exit 2 (not 75) is no crash loop.
   """
   try:
     path = manager.save(checkpoint_number=step)
@@ -246,7 +191,6 @@ class _Stop(object):
     logging.warning("received signal %d: stopping after this loop and saving a checkpoint", signum)
 
   def seconds_left(self):
-    """Until the deadline (>= 0), or None without one."""
     if self.deadline is None:
       return None
     return max(self.deadline - time.time(), 0.0)

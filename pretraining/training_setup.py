@@ -1,9 +1,7 @@
 # coding=utf-8
-"""What a pretraining run trains, decided before any variable exists.
-
-The vocab, the model config (a resumed run keeps its architecture), the tokenizer settings of the
-records, a continuous head's frozen targets and the train/eval datasets, from a
-`training.TrainParams`.
+"""What a pretraining run trains, decided before any variable exists: vocab, config (a resumed run
+keeps its architecture), the records' tokenizer settings, a continuous head's frozen targets, and
+the train/eval datasets.
 """
 
 import dataclasses
@@ -23,14 +21,8 @@ import tokenization
 
 @dataclasses.dataclass
 class ModelSetup:
-  """What a run trains, decided before any variable exists.
-
-  Attributes:
-    config: `modeling.TTAConfig`, as config.json will hold it.
-    vocab_file: the vocab's path, or None (synthetic data without one).
-    vocab: OrderedDict token -> id, or None.
-    target_table: float32 [V, E] frozen targets for a NEW continuous head
-      (None otherwise; a resumed run restores them from its checkpoint).
+  """What a run trains. vocab_file and vocab are None for synthetic data without one; target_table
+  is float32 [V, E] for a NEW continuous head only (a resumed run restores it).
   """
 
   config: modeling.TTAConfig
@@ -45,12 +37,7 @@ class ModelSetup:
 
 
 def prepare_model(params, resuming):
-  """The config, vocab and continuous targets of a run (`ModelSetup`).
-
-  Args:
-    params: `training.TrainParams`.
-    resuming: --output_dir holds a checkpoint to resume.
-  """
+  """The run's `ModelSetup`; resuming: --output_dir holds a checkpoint."""
   vocab_file, vocab = resolve_vocab(params, resuming)
   new_continuous = params.output_layer == "continuous" and not resuming
   targets = _pretrained_targets(params, vocab) if new_continuous else None
@@ -66,7 +53,6 @@ def prepare_model(params, resuming):
 
 
 def _data_dir_stats(input_file):
-  """data_stats.json written by create_pretraining_data.py, if found."""
   if not input_file:
     return {}
   path = os.path.join(os.path.dirname(input_file), "data_stats.json")
@@ -77,16 +63,9 @@ def _data_dir_stats(input_file):
 
 
 def resolve_vocab(params, resuming=False):
-  """Finds the vocab: --vocab_file, the data dir's, or output_dir's.
-
-  Args:
-    params: `training.TrainParams`.
-    resuming: output_dir holds a checkpoint; then its vocab.txt comes first
-      (the ids in the checkpoint refer to it).
-
-  Returns:
-    (vocab_file or None, OrderedDict token -> id or None). With
-    --synthetic_data and no vocab file a placeholder vocab is made.
+  """(vocab_file, OrderedDict token -> id): --vocab_file, the data dir's, or output_dir's; a resumed
+  run's own vocab.txt first (its checkpoint's ids refer to it). (None, None) for synthetic data
+  without one.
   """
   own = model_dir.vocab_path(params.output_dir)
   candidates = [own] if resuming else []
@@ -118,10 +97,8 @@ def resolve_vocab(params, resuming=False):
 
 
 def _resumed_config(output_dir):
-  """The config.json of a run to resume, or None.
-
-  Only a dir with a checkpoint binds the architecture (and then its
-  config.json is complete: the chief writes it before any checkpoint).
+  """The config.json of a run to resume, or None: only a dir with a checkpoint binds the
+  architecture (the chief writes config.json before any checkpoint).
   """
   if checkpoints.latest_checkpoint(output_dir) and tf.io.gfile.exists(
     model_dir.config_path(output_dir)
@@ -131,12 +108,8 @@ def _resumed_config(output_dir):
 
 
 def build_config(params, vocab, target_size=None):
-  """The model config: output_dir/config.json or --bert_config_file as the
-  base, then --config_json and the size flags.
-
-  Raises:
-    ValueError: when --output_dir holds a config.json whose architecture
-      differs from the one the flags ask for (naming each field).
+  """output_dir/config.json or --bert_config_file, then --config_json and the size flags; ValueError
+  naming each architecture field that differs from a resumed run's.
   """
   # --overwrite: the config.json there is of the run this one replaces.
   existing = None if params.overwrite else _resumed_config(params.output_dir)
@@ -180,8 +153,7 @@ def _head_fields(params, target_size):
 
 
 def _text_fields(params, fields):
-  """do_lower_case and normalization: the settings the records were made
-  with travel with the model (--do_lower_case wins)."""
+  """The records' do_lower_case and normalization travel with the model (--do_lower_case wins)."""
   data_args = _data_dir_stats(params.input_file).get("args", {})
   do_lower_case = params.do_lower_case
   if do_lower_case is None:
@@ -193,7 +165,6 @@ def _text_fields(params, fields):
 
 
 def _check_same_architecture(existing, config, output_dir):
-  """Raises ValueError naming every architecture field that differs."""
   old, new = existing.to_dict(), config.to_dict()
   if new.get("target_embedding_size") is None and (config.output_layer == "continuous"):
     new["target_embedding_size"] = old.get("target_embedding_size")
@@ -211,7 +182,6 @@ def _check_same_architecture(existing, config, output_dir):
 
 
 def synthetic_vocab(vocab_size):
-  """Placeholder token list for --synthetic_data without a vocab file."""
   tokens = list(tokenization.SPECIAL_TOKENS)
   return tokens + [f"tok{i}" for i in range(len(tokens), vocab_size)]
 
@@ -220,7 +190,6 @@ def synthetic_vocab(vocab_size):
 
 
 def _pretrained_targets(params, vocab):
-  """--target_embeddings as a [V, E] table; None for random synthetic ones."""
   if params.synthetic_data and not params.target_embeddings:
     return None
   if not params.target_embeddings:
@@ -236,24 +205,12 @@ def _pretrained_targets(params, vocab):
 
 
 def load_target_embeddings(path, vocab, seed=0):
-  """The frozen target table of a continuous output layer, [V, E].
+  """The frozen targets of a continuous head: (float32 [V, E], info dict of coverage counts).
 
-  Args:
-    path: a word-vector text file (word2vec/fastText text format: an
-      optional "count dim" header, then "word v1 ... vE" lines), or a
-      trained model dir / checkpoint whose word_embeddings are used (its
-      vocab.txt must equal ours).
-    vocab: OrderedDict token -> id.
-    seed: seed of the random vectors given to tokens without one.
-
-  Returns:
-    (float32 [V, E] numpy array, info dict with coverage counts).
-
-  Text files are aligned to WordPiece tokens by exact match, then
-  lower-case, then for "##piece" the vector of "piece". Tokens still
-  without a vector (special tokens, rare pieces) get a fixed random unit
-  vector: a distinct target direction that the model can learn to predict
-  (a zero vector would give a constant loss and no gradient).
+  path: a word2vec/fastText text file, or a model dir / checkpoint whose word embeddings are taken
+  (its vocab.txt must equal ours). A text file's vectors match a token exactly, then lower-cased,
+  then "##piece" as "piece"; the rest get a seeded random unit vector: a zero target would give a
+  constant loss and no gradient.
   """
   if tf.io.gfile.isdir(path) or tf.io.gfile.exists(path + ".index"):
     table, checkpoint = model_dir.load_word_embeddings(path, vocab)
@@ -285,7 +242,7 @@ def load_target_embeddings(path, vocab, seed=0):
 
 
 def _read_word_vectors(path):
-  """A word2vec/fastText text file: ({word: float32 [E]}, E)."""
+  """({word: float32 [E]}, E) of a word2vec/fastText text file."""
   vectors = {}
   dim = None
   with tf.io.gfile.GFile(path) as f:
@@ -325,11 +282,8 @@ def synthetic_dataset(
   num_batches=_SYNTHETIC_BATCHES,
   continuation=None,
 ):
-  """Random-id batches with lengths in mean_length +- 25% (benchmarking).
-
-  The features of `input_pipeline.make_dataset`, made by its `make_targets` (special_ids,
-  mlm_probability, continuation: as there); a fixed set of `num_batches` batches is cached in
-  memory and repeated, so the input costs nothing during timing.
+  """`make_targets`' features of random ids, lengths mean_length +- 25% (benchmarking): num_batches
+  batches cached in memory and repeated, so the input costs nothing during timing.
   """
   rng = np.random.RandomState(seed)
   batches = []

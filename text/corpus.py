@@ -1,10 +1,8 @@
 # coding=utf-8
 """Corpus preparation: Gutenberg books (streamed) or text files -> train.txt, eval.txt, stats.json.
 
-`process_document` chains text/text_cleaning.py's rules (boilerplate, paragraphs, unwrapping,
-sentence splitting, filters) and text/normalization.py, then dedups and holds out whole books
-(plain files: by line hash). stats.json counts every drop by reason and is the stage's stamp
-(`io_utils.write_stamp`). The steps: docs/DESIGN.md §3.1; the command: corpus.py.
+Documents go through text_cleaning and normalization, then a global dedup and the held-out
+split; stats.json counts every drop by reason and is the stage's stamp. docs/DESIGN.md §3.1.
 """
 
 import collections
@@ -68,7 +66,6 @@ SENTENCE_REASONS = (
 
 
 def default_gutenberg_tar(data_dir: Optional[str] = None) -> str:
-  """Returns the path of the Gutenberg `texts.tar.xz` under `io_utils.data_root(data_dir)`."""
   return os.path.join(io_utils.data_root(data_dir), GUTENBERG_SUBDIR, GUTENBERG_TAR)
 
 
@@ -90,14 +87,8 @@ def _book_id(member_name: str) -> str:
 
 
 def iter_gutenberg_books(tar_path: str) -> Iterator[Tuple[str, str]]:
-  """Yields the books of a Gutenberg tar archive, streaming (nothing is extracted to disk).
-
-  Args:
-    tar_path: path of a `.tar.xz` (or any compression `tarfile` knows) holding `*.txt` books.
-
-  Yields:
-    (book_id, raw_text): `book_id` is the file name without extension ("0001"); `raw_text` is the
-    decoded file with "\n" line ends, boilerplate included.
+  """Yields (book_id "0001", decoded text with "\n" line ends) of a Gutenberg tar archive, streaming
+  (nothing extracted to disk).
   """
   # "r|*" is tarfile's stream mode: members are decompressed in order and never seeked, so a
   # consumer that stops after three books only pays for three books.
@@ -112,9 +103,7 @@ def iter_gutenberg_books(tar_path: str) -> Iterator[Tuple[str, str]]:
 
 
 def list_gutenberg_books(tar_path: str) -> List[Tuple[str, int]]:
-  """Returns [(book_id, size_in_bytes)] for the books of a tar archive, in archive order.
-
-  Costs one decompression pass; used for the ETA and to choose
+  """[(book_id, size in bytes)] in archive order: one decompression pass, for the ETA and to choose
   the held-out books before the main pass.
   """
   books = []
@@ -136,7 +125,6 @@ def is_tar(path: str) -> bool:
 
 
 def _check_formats(normalization: str, input_format: str) -> None:
-  """Raises ValueError for an unknown normalization or input format."""
   if normalization not in normalization_lib.NORMALIZATIONS:
     raise ValueError(
       f"normalization: expected one of {normalization_lib.NORMALIZATIONS}, got {normalization!r}"
@@ -182,22 +170,9 @@ def process_document(
   min_words: int = 3,
   max_words: int = 100,
 ) -> Tuple[List[str], collections.Counter]:
-  """Turns one document into output sentences (before dedup and the train/eval split).
-
-  Args:
-    text: the document ("\n" line ends).
-    gutenberg: strip the Project Gutenberg header and footer first.
-    input_format: "paragraphs" (blank-line separated, hard-wrapped: the full paragraph filter and
-      sentence splitter run) or "lines" (already one sentence per line: only the sentence filter
-      runs, without the all-caps check so that upper-case corpora such as LibriSpeech-LM pass).
-    normalization: "none" or "librispeech".
-    min_words: sentences with fewer words (after normalization) are dropped ("too_short").
-    max_words: sentences with more words are dropped ("too_long").
-
-  Returns:
-    (sentences, counts): the kept sentences in order, and a Counter with keys
-    "paragraphs/candidates", "paragraphs/kept", "paragraphs/dropped/<reason>",
-    "sentences/candidates", "sentences/dropped/<reason>", "edits/<kind>", "books/...".
+  """(sentences, Counter of "paragraphs/...", "sentences/...", "edits/...") of one document, before
+  dedup and split. input_format "lines" (one sentence per line) runs only the sentence filter, and
+  without the all-caps check so that upper-case corpora (LibriSpeech-LM) pass.
   """
   _check_formats(normalization, input_format)
   counts = collections.Counter()
@@ -258,15 +233,8 @@ def _process_job(job):
 def choose_eval_books(
   books: Sequence[Tuple[str, int]], eval_fraction: float, seed: int
 ) -> List[str]:
-  """Chooses the held-out books: a seeded random order, taken until eval_fraction of the bytes.
-
-  Args:
-    books: [(book_id, size_in_bytes)].
-    eval_fraction: target share of the bytes in the eval set; 0 -> no eval books.
-    seed: the seed.
-
-  Returns:
-    The chosen book ids (at least one when eval_fraction > 0 and there are 2+ books).
+  """Held-out book ids: a seeded random order of the books, taken until eval_fraction of the bytes;
+  at least one when eval_fraction > 0 and there are 2+ books.
   """
   if eval_fraction <= 0 or len(books) < 2:
     return []
@@ -300,10 +268,8 @@ def _corpus_args(
   input_format: str,
   max_books: Optional[int],
 ) -> dict:
-  """Checks the arguments of `prepare_corpus`; returns them as stats.json records them.
-
-  Raises:
-    ValueError: naming a bad argument; FileNotFoundError for a missing input.
+  """`prepare_corpus`'s arguments checked, as stats.json records them; ValueError naming a bad one,
+  FileNotFoundError for a missing input.
   """
   _check_formats(normalization, input_format)
   if not inputs:
@@ -333,13 +299,8 @@ def _corpus_args(
 
 
 class _Source(NamedTuple):
-  """One input of `prepare_corpus`.
-
-  Attributes:
-    path: the file.
-    is_tar: a Gutenberg archive (else a plain text file).
-    items: [(book_id, bytes)] of the books read (a tar), or [(path, bytes)] (a plain file).
-    eval_ids: the held-out book ids (a tar; chosen among ALL its books, before max_books).
+  """One input: items are [(book_id, bytes)] of a tar's books read, or [(path, bytes)] of a plain
+  file; eval_ids are chosen among ALL of a tar's books, before max_books.
   """
 
   path: str
@@ -379,7 +340,6 @@ def _jobs(sources: Sequence[_Source], doc_kwargs: dict, input_format: str):
 
 @contextlib.contextmanager
 def _mapper(num_workers: int):
-  """An ordered `map` over the jobs: in-process for one worker, else a pool of processes."""
   if num_workers <= 1:
     yield map
     return
@@ -394,11 +354,7 @@ def _mapper(num_workers: int):
 
 
 class _Collector:
-  """Merges the per-document results in input order into train.txt and eval.txt.
-
-  Dedup is global and exact (first occurrence wins); a Gutenberg sentence goes where its book
-  goes, a plain-file sentence by a seeded hash of its text.
-  """
+  """Merges the per-document results, in input order, into `prepare_corpus`'s deduped splits."""
 
   def __init__(
     self,
@@ -471,8 +427,9 @@ class _Collector:
 
 
 def _log_corpus_progress(bar, docs, total_docs, log_every, collector):
-  """Every `log_every` documents (and after the last), the MB done with rate and ETA (books
-  differ in size by 100x: bytes predict the time left, documents do not) and the counts."""
+  """Every `log_every` documents (and after the last): MB done with rate and ETA (books differ in
+  size by 100x: bytes predict the time left, documents do not) and the counts.
+  """
   if docs % log_every and docs != total_docs:
     return
   bar.log(
@@ -518,15 +475,8 @@ def _corpus_stats(args: dict, collector: _Collector, elapsed: float) -> dict:
 def _collect(
   args: dict, sources: Sequence[_Source], paths: Dict[str, str], num_workers: int, log_every: int
 ) -> _Collector:
-  """Runs every document of `sources` through `process_document` (in `num_workers` processes)
-  and writes the kept sentences to `paths` ({split: path}, atomically); returns the collector.
-
-  Args:
-    args: the checked arguments (`_corpus_args`).
-    sources: the inputs (`_list_sources`).
-    paths: {"train": path, "eval": path}.
-    num_workers: worker processes; 1 runs in-process.
-    log_every: log progress every this many documents.
+  """Runs every document through `process_document` in num_workers processes (1: in-process) and
+  writes the kept sentences to paths {split: path}, atomically; returns the collector.
   """
   doc_kwargs = {key: args[key] for key in ("normalization", "min_words", "max_words")}
   with contextlib.ExitStack() as stack:
@@ -562,40 +512,12 @@ def prepare_corpus(
   max_books: Optional[int] = None,
   force: bool = False,
 ) -> dict:
-  """Builds train.txt, eval.txt and stats.json in `output_dir` from raw text.
+  """Builds train.txt, eval.txt and stats.json in `output_dir`; returns the stats.
 
-  Inputs are processed in the given order; within a tar archive, books in archive order; output
-  lines keep that order (shuffling is create_pretraining_data's job). The result is deterministic
-  for given arguments (the worker pool preserves order; hashes are seeded sha256).
-
-  Held-out split: for a Gutenberg tar, whole BOOKS (`choose_eval_books`, about eval_fraction of the
-  bytes), so that eval sentences are not near-duplicates of train sentences from the same book;
-  for plain files, each sentence by a seeded hash of its output text. Dedup is global and exact
-  (on the output line, first occurrence wins), so no eval line also appears in train.
-
-  Files are written to temporaries and renamed when complete; stats.json is the stage's stamp
-  (`io_utils.write_stamp`), written last. If `output_dir` already holds a complete output whose
-  stamp records the same arguments (and file sizes), nothing is recomputed unless `force`.
-
-  Args:
-    inputs: paths; a `.tar.xz` (or other tar) is read as a Gutenberg archive, anything else as a
-      plain UTF-8 text file in `input_format`.
-    output_dir: created if needed.
-    normalization: "none" (cleaned text, case and punctuation kept) or "librispeech".
-    eval_fraction: share held out (bytes of books for a tar, sentences for plain files).
-    seed: seed of the held-out choice.
-    dedup: drop exact duplicate output lines.
-    min_words: drop sentences with fewer words (after normalization).
-    max_words: drop sentences with more words (after normalization). 100 words is about 128
-      WordPiece tokens, T-TA's max_seq_length.
-    input_format: for plain files: "lines" (one sentence per line) or "paragraphs".
-    num_workers: processes for the per-book work (default: all cores); 1 runs in-process.
-    log_every: log progress every this many books (or plain files).
-    max_books: stop after this many books per tar (for quick runs); recorded in the args.
-    force: rebuild even if a matching complete output exists.
-
-  Returns:
-    The stats dict that is also written to stats.json.
+  A tar is a Gutenberg archive, anything else a text file in input_format. Lines keep the input
+  order. A tar holds out whole BOOKS (`choose_eval_books`: eval sentences are no near-duplicates of
+  train ones), a plain file each sentence by a seeded hash; dedup is global and exact. stats.json,
+  the stamp, makes a complete output for the same arguments reused unless force.
   """
   args = _corpus_args(
     inputs, normalization, eval_fraction, seed, dedup, min_words, max_words, input_format, max_books
@@ -666,10 +588,9 @@ class CorpusParams:
 
 
 def run(params: CorpusParams) -> dict:
-  """`prepare_corpus` with `params` (no --input: the Gutenberg archive of the data root).
-
-  The output is checked first (apart from the inputs, writable); a run refused for its input
-  leaves no --output_dir it made."""
+  """`prepare_corpus` with `params` (no --input: the Gutenberg archive of the data root); the output
+  is checked first, and a run refused for its input leaves no --output_dir it made.
+  """
   inputs = params.input or [default_gutenberg_tar(params.data_dir)]
   io_utils.check_outputs_apart(params, inputs=[("input", inputs)])
   io_utils.check_output_path(params.output_dir, "output_dir")

@@ -1,11 +1,9 @@
 # coding=utf-8
 """Text normalization: the one owner of how training and evaluation text is normalized.
 
-`NORMALIZATIONS`: "none", or "librispeech" (`normalize_librispeech`: upper case, numbers and
-abbreviations spelled as read by `num2words`, accents folded to A-Z, no punctuation but
-apostrophes inside words). Corpus preparation drops a sentence the rules cannot spell
-(`NormalizationError`); evaluation (`normalizer`) never raises nor drops text: numbers are read
-leniently and flagged, characters A-Z cannot spell stay as words of their own.
+"librispeech" (`normalize_librispeech`) writes text as the LibriSpeech references do. Corpus
+preparation drops a sentence the rules cannot spell (`NormalizationError`); evaluation
+(`normalizer`) never raises nor drops text.
 """
 
 import collections
@@ -24,11 +22,8 @@ RULES_VERSION = 2
 
 
 class NormalizationError(ValueError):
-  """Raised by `normalize_librispeech` for a sentence that cannot be normalized.
-
-  Attributes:
-    reason: "digits" (a number we do not spell out) or "non_latin" (letters that do not fold to
-      A-Z, e.g. Greek or Cyrillic).
+  """A sentence `normalize_librispeech` cannot spell: reason "digits" (a number it does not spell)
+  or "non_latin" (letters that do not fold to A-Z, e.g. Greek or Cyrillic).
   """
 
   def __init__(self, reason: str, detail: str):
@@ -52,20 +47,9 @@ def _words(spelled: str) -> str:
 
 
 def spell_number(n: int, ordinal: bool = False) -> str:
-  """Spells an integer 0..999999 the way LibriSpeech transcripts do (with `num2words`).
-
-  British "AND" after hundreds and before a final part under 100 ("ONE HUNDRED AND FIFTY",
-  "TWO THOUSAND AND FIVE"), no hyphens ("TWENTY ONE"): both as in the LibriSpeech references.
-
-  Args:
-    n: the number.
-    ordinal: spell "FIRST", "TWENTY SECOND", "ONE HUNDREDTH" instead.
-
-  Returns:
-    Upper-case words separated by single spaces.
-
-  Raises:
-    ValueError: n outside 0..999999 (the range read with confidence; see `_read_any_number`).
+  """n in 0..999999 in upper-case words as the LibriSpeech references spell it (num2words): British
+  "AND" ("ONE HUNDRED AND FIFTY", "TWO THOUSAND AND FIVE"), no hyphens; ordinal: "TWENTY SECOND".
+  ValueError outside that range (the one read with confidence).
   """
   if not 0 <= n <= 999999:
     raise ValueError(f"spell_number: expected 0..999999, got {n}")
@@ -215,16 +199,11 @@ _NON_ASCII_LETTER_RE = re.compile(r"[^\W\d_A-Z]")
 
 
 def _spell_digits(digits: str) -> str:
-  """Reads digits one by one ("14" -> "ONE FOUR"), as after a decimal point."""
   return " ".join(_ONES[int(d)] for d in digits)
 
 
 def _cardinal(digits: str, lenient: bool) -> str:
-  """Spells an integer written with optional thousands commas.
-
-  Raises:
-    NormalizationError: "digits" over 999999 unless `lenient` (then num2words reads any size).
-  """
+  """An integer with optional thousands commas; over 999999 only when lenient (else "digits")."""
   value = int(digits.replace(",", ""))
   if value > 999999 and not lenient:
     raise NormalizationError("digits", digits)
@@ -304,10 +283,8 @@ def _fraction(match: "re.Match[str]", lenient: bool) -> str:
 
 
 def _spell_number_match(match: "re.Match[str]", lenient: bool) -> str:
-  """Spells one `_NUMBER_RE` match, padded with spaces.
-
-  Raises:
-    NormalizationError: "digits" for what is not read aloud with confidence, unless `lenient`.
+  """One `_NUMBER_RE` match spelled, padded with spaces; "digits" for what is not read aloud with
+  confidence, unless lenient.
   """
   digits = match.group("int").replace(",", "")
   decimal = match.group("dec")
@@ -343,7 +320,6 @@ def _glued_digits(match: "re.Match[str]") -> str:
 
 
 def _expand_abbreviations(text: str) -> tuple[str, int]:
-  """Spells the abbreviations of `text` as read; returns (text, number expanded)."""
   text, n_saint = _SAINT_RE.subn(" SAINT ", text)
   text, n_street = _STREET_RE.subn(" STREET ", text)
   text, n_number = _NUMBER_ABBREV_RE.subn(" NUMBER ", text)
@@ -354,14 +330,8 @@ def _expand_abbreviations(text: str) -> tuple[str, int]:
 
 
 def _spell_numbers(text: str, sentence: str, lenient: bool) -> tuple[str, int]:
-  """Spells the dates, decades, amounts, fractions and numbers of `text`.
-
-  Returns:
-    (text, number of readings).
-
-  Raises:
-    NormalizationError: "digits" (naming `sentence`) for a digit left unspelled, unless
-      `lenient`: then every digit is read somehow (num2words for any size, glued digits apart).
+  """(text, readings) with dates, decades, amounts, fractions and numbers spelled; "digits" for a
+  digit left unspelled, unless lenient: then every digit is read somehow.
   """
   count = 0
   readings = (
@@ -390,20 +360,8 @@ def _unrepresentable(char: str) -> bool:
 
 
 def _upper_ascii_words(text: str, sentence: str, keep_unknown: bool) -> tuple[str, int]:
-  """Folds accents, upper-cases and keeps only A-Z words with inner apostrophes.
-
-  Args:
-    text: the text after abbreviations and numbers are spelled.
-    sentence: the original sentence, for the error.
-    keep_unknown: keep each character A-Z cannot spell (`_unrepresentable`) as a word of its own,
-      which the tokenizer maps to [UNK] (KenLM to <unk>), instead of raising or dropping it.
-
-  Returns:
-    (normalized text, number of unrepresentable characters kept).
-
-  Raises:
-    NormalizationError: "non_latin" (naming `sentence`) for a letter that does not fold to A-Z,
-      unless `keep_unknown`.
+  """(A-Z words with inner apostrophes, characters kept). keep_unknown keeps each character A-Z
+  cannot spell as a word of its own (the tokenizer's [UNK]), where "non_latin" would be raised.
   """
   if not text.isascii():
     # Fold accents: NFKD splits "é" into "e" + a combining mark, which is then dropped.
@@ -451,35 +409,12 @@ def _librispeech(
 
 
 def normalize_librispeech(sentence: str, counts: Optional[collections.Counter] = None) -> str:
-  """Normalizes a sentence to LibriSpeech transcript style.
+  """A sentence in LibriSpeech transcript style: words of [A-Z'] separated by single spaces.
 
-  Upper case; abbreviations spelled as read (Mr. -> MISTER, Mrs. -> MISSUS, Dr. -> DOCTOR,
-  St. -> SAINT/STREET, e.g. -> FOR EXAMPLE, etc. -> ET CETERA, No. 7 -> NUMBER SEVEN);
-  numbers spelled out with `num2words`: integers 0..999999 ("ONE HUNDRED AND FIFTY"), years
-  1100..1999 in pairs ("EIGHTEEN NINETY FOUR", "SEVENTEEN O SEVEN"), decades ("1990s" ->
-  NINETEEN NINETIES), ISO dates ("2013-01-05" -> JANUARY FIFTH TWENTY THIRTEEN), ordinals
-  1st/2nd/3rd/4th/2d ("TWENTY FIRST"), decimals ("THREE POINT ONE FOUR"), $/£/€ amounts ("$3.50"
-  -> THREE DOLLARS FIFTY CENTS, "$6.6 billion" -> SIX POINT SIX BILLION DOLLARS), common
-  fractions ("3/4", "1½" -> ONE AND ONE HALF); "&" -> AND, "%" -> PERCENT; accented letters
-  folded to ASCII (café -> CAFE, Æ -> AE); hyphens and dashes -> spaces; all other punctuation
-  and symbols removed, except apostrophes between two letters (O'BRIEN'S, DON'T); a leading or
-  trailing apostrophe ('TIS, SOLDIERS') is removed, as in the LibriSpeech references.
-  Numbers are spelled, as the references spell them, rather than dropped (which would bias the
-  corpus against dates and quantities). Evaluation text goes through `normalizer` instead.
-
-  Example: "Mr. O'Brien's café, 1894!" -> "MISTER O'BRIEN'S CAFE EIGHTEEN NINETY FOUR".
-
-  Args:
-    sentence: one cleaned sentence.
-    counts: optional Counter; "edits/abbreviations_expanded" and "edits/numbers_spelled" are
-      added to it.
-
-  Returns:
-    The normalized sentence: words of [A-Z'] separated by single spaces (possibly "").
-
-  Raises:
-    NormalizationError: reason "digits" for a number that is not spelled (over 999999, "6d",
-      "8vo", "3/7"); reason "non_latin" for letters that do not fold to A-Z.
+  Abbreviations, numbers (not dropped: that would bias the corpus against dates and quantities),
+  "&" and "%" spelled as read; accents folded; apostrophes kept only inside words. "Mr. O'Brien's
+  café, 1894!" -> "MISTER O'BRIEN'S CAFE EIGHTEEN NINETY FOUR". NormalizationError "digits" (over
+  999999, "6d", "8vo", "3/7") or "non_latin". counts, a Counter, gets the "edits/..." counts.
   """
   return _librispeech(sentence, lenient=False, keep_unknown=False, counts=counts)[0]
 
@@ -491,14 +426,9 @@ def normalize_librispeech(sentence: str, counts: Optional[collections.Counter] =
 
 @dataclasses.dataclass(frozen=True)
 class Normalized:
-  """One evaluation sentence after normalization.
-
-  Attributes:
-    text: the normalized text.
-    fallback: the strict reading refused a number, which the lenient reading then spelled
-      ("x²³⁴⁵⁶⁷⁸", "12,000,000", "6d"): the text is a guess at how it is read.
-    unknown: characters A-Z cannot spell (emoji, CJK, Greek) kept as words of their own, which the
-      tokenizer maps to [UNK] (KenLM to <unk>) so that they cost probability.
+  """One evaluation sentence after normalization. fallback: the strict reading refused a number,
+  which the lenient one spelled (a guess: "x²³⁴⁵⁶⁷⁸", "12,000,000", "6d"); unknown: characters A-Z
+  cannot spell kept as words of their own, so that as [UNK] they cost probability.
   """
 
   text: str
@@ -517,19 +447,9 @@ def _normalize_for_scoring(text: str) -> Normalized:
 
 
 def normalizer(name: str) -> Callable[[str], Normalized]:
-  """A function str -> `Normalized` applying the named normalization to evaluation text.
-
-  Unlike corpus preparation, which drops a sentence `normalize_librispeech` refuses, evaluation
-  must score every sentence and never raises: a number the strict reading refuses is read
-  leniently (flagged `fallback`), and a character A-Z cannot spell is kept for the tokenizer to
-  map to [UNK] (counted in `unknown`), so "😀😀😀" never scores as an empty sentence.
-  "none" passes the text through (the tokenizer maps what its vocab lacks to [UNK] itself).
-
-  Args:
-    name: one of NORMALIZATIONS.
-
-  Raises:
-    ValueError: for an unknown name.
+  """str -> `Normalized` for evaluation text, which must all be scored: it never raises, reads a
+  number the strict rules refuse leniently, and keeps what A-Z cannot spell for [UNK] ("😀😀😀" is
+  no empty sentence).
   """
   if name not in NORMALIZATIONS:
     raise ValueError(f"unknown normalization {name!r}; expected one of {NORMALIZATIONS}")

@@ -1,10 +1,6 @@
 # coding=utf-8
-"""Text cleaning of one document: Gutenberg boilerplate, paragraphs, sentences, junk.
-
-The rules that `corpus.process_document` chains (docs/DESIGN.md §3.1), as functions of a string
-with no I/O: HTML books to plain text, the Project Gutenberg licence header and footer, blank-line
-paragraphs unwrapped, inline markup removed, a rule-based sentence splitter tuned to Gutenberg
-prose, and the junk filters of paragraphs and sentences, each drop with its reason.
+"""Cleaning of one document, the rules `corpus.process_document` chains (docs/DESIGN.md §3.1): HTML
+to text, the Gutenberg licence, unwrapping, inline markup, sentences, junk filters with reasons.
 """
 
 import collections
@@ -37,12 +33,10 @@ _HTML_ENTITY_RE = re.compile(r"&(?:#\d+|#[xX][0-9a-fA-F]+|[A-Za-z]+\d*);")
 
 
 def looks_like_html(text: str, min_paragraph_tags: int = 20) -> bool:
-  """True when `text` is an HTML page (many <p> tags) rather than plain text."""
   return len(_HTML_PARAGRAPH_TAGS_RE.findall(text, 0, 200000)) >= min_paragraph_tags
 
 
 def html_to_text(text: str) -> str:
-  """Turns an HTML book into plain text: block tags -> blank lines, <br> -> line breaks."""
   text = _HTML_STYLE_RE.sub("", text)
   text = _HTML_BLOCK_TAG_RE.sub("\n\n", text)
   text = _HTML_BREAK_RE.sub("\n", text)
@@ -84,12 +78,8 @@ _LEGACY_END_RE = re.compile(
 
 
 class StrippedText(NamedTuple):
-  """Result of `strip_gutenberg_boilerplate`.
-
-  Attributes:
-    body: the text between the header and the footer.
-    start_marker: "modern", "legacy" or None when no header end was found.
-    end_marker: "modern", "legacy" or None when no footer start was found.
+  """`strip_gutenberg_boilerplate`'s body; start_marker and end_marker are "modern", "legacy" or
+  None (not found).
   """
 
   body: str
@@ -98,23 +88,10 @@ class StrippedText(NamedTuple):
 
 
 def strip_gutenberg_boilerplate(text: str) -> StrippedText:
-  """Cuts the Project Gutenberg licence header and footer off a book.
+  """Cuts the Project Gutenberg licence header and footer off a book ("\n" line ends).
 
-  The header ends at the "*** START OF THE/THIS PROJECT GUTENBERG ..." line, or for legacy etexts
-  at the last "SMALL PRINT" line of the first quarter (or 30 kB). The footer starts at the earliest
-  line after the header that is "*** END OF ...", "End of (the) Project Gutenberg ..." or "End of
-  this Etext ...".
-
-  A missing marker is reported (`start_marker` / `end_marker` is None) and the text on that side
-  is KEPT. Choice: dropping the book would silently lose a whole book of prose to a wording we do
-  not know, while the paragraph filter drops any paragraph that mentions Project Gutenberg, etexts
-  or URLs anyway; `corpus.prepare_corpus` lists such books in stats.json and logs a warning.
-
-  Args:
-    text: a whole book, "\n" line ends.
-
-  Returns:
-    A `StrippedText`.
+  A missing marker (None) KEEPS the text on its side: dropping the book would lose it to a wording
+  we do not know, and the paragraph filter drops Gutenberg notices anyway.
   """
   start = 0
   start_marker = None
@@ -152,7 +129,6 @@ def strip_gutenberg_boilerplate(text: str) -> StrippedText:
 
 
 def paragraph_blocks(text: str) -> Iterator[List[str]]:
-  """Yields blank-line separated paragraphs as lists of their (right-stripped) lines."""
   block = []
   for line in text.split("\n"):
     if line.strip():
@@ -165,12 +141,9 @@ def paragraph_blocks(text: str) -> Iterator[List[str]]:
 
 
 def unwrap(lines: Sequence[str]) -> str:
-  """Joins the hard-wrapped lines of one paragraph into one line.
-
-  A line that ends in a single hyphen is joined WITHOUT a space and keeps its hyphen: Gutenberg
-  transcribers already rejoined words split by the printer, so a hyphen left at a line end is
-  nearly always a real compound ("fore-" + "ground" -> "fore-ground"). A dash ("--") is joined
-  without a space too; dash spacing is settled by the inline cleaning.
+  """The hard-wrapped lines of one paragraph as one line. A hyphen at a line end is kept and joined
+  without a space: Gutenberg transcribers rejoined the printer's splits, so it is nearly always a
+  compound ("fore-" + "ground").
   """
   out = []
   for line in lines:
@@ -211,7 +184,6 @@ _TERMINAL_RE = re.compile(r"([.?!…]+)([\"'”’»)\]_]*)\s+")
 
 
 def _is_boundary(text: str, match: "re.Match[str]") -> bool:
-  """Decides whether the terminal punctuation `match` in `text` ends a sentence."""
   # The first letter or digit of what follows, past opening quotes/brackets.
   j = match.end()
   while j < len(text) and text[j] in _OPENERS:
@@ -243,19 +215,9 @@ def _is_boundary(text: str, match: "re.Match[str]") -> bool:
 
 
 def split_sentences(paragraph: str) -> List[str]:
-  """Splits one unwrapped paragraph into sentences.
-
-  Rules: a sentence ends at ".", "?", "!", "..." or "…" (plus any closing quotes or brackets)
-  followed by whitespace and then an upper-case letter or a digit (past opening quotes). A period
-  does not end a sentence after a title-like abbreviation (Mr., Mrs., Dr., St., e.g., i.e., ...),
-  after "No."/"p."/"Feb." before a number, or after a single-letter initial. Decimals ("3.14") and
-  dotted abbreviations never match because the period is not followed by whitespace.
-
-  Args:
-    paragraph: one paragraph on one line (see `unwrap`).
-
-  Returns:
-    The sentences, stripped, in order; [] for an empty paragraph.
+  """The sentences of one unwrapped paragraph: each ends at ".", "?", "!" or "…" (and closers)
+  before an upper-case letter or digit, but not after a title, "No."-like before a number, or an
+  initial.
   """
   text = " ".join(paragraph.split())
   sentences = []
@@ -393,10 +355,8 @@ def _is_title_like(line: str, max_words: int = 12, min_capitalised: float = 0.6)
 
 
 def _is_heading(text: str) -> bool:
-  """True for "CHAPTER IV", "Chapter 12: The Beginning", "BOOK II.", "IV.", "PREFACE".
-
-  After "<keyword> <numeral>" only punctuation or a title may follow, so that prose such as
-  "Letter I wrote to her." is not taken for a heading.
+  """ "CHAPTER IV", "Chapter 12: The Beginning", "BOOK II.", "IV.", "PREFACE"; after "<keyword>
+  <numeral>" only punctuation or a title may follow ("Letter I wrote to her." is prose).
   """
   if _BARE_HEADING_RE.match(text):
     return True
@@ -418,11 +378,8 @@ def _is_toc_entry(line: str) -> bool:
 
 
 class ParagraphFilter:
-  """Classifies the paragraphs of ONE document as kept (None) or dropped with a reason.
-
-  Stateful because two kinds of junk are only recognisable from their neighbours: the entries
-  after a "CONTENTS" heading (until the first paragraph that is not entry-like), and a title line
-  right after a chapter heading ("CHAPTER I" / "The Beginning").
+  """Drop reasons of the paragraphs of ONE document, stateful: a table of contents' entries and a
+  title after a chapter heading are junk only by their neighbours.
   """
 
   # Safety valve: a table of contents longer than this many lines is not one.
@@ -485,13 +442,9 @@ class ParagraphFilter:
 
 
 def clean_paragraph(text: str, counts: Optional[collections.Counter] = None) -> str:
-  """Removes inline markup from an unwrapped paragraph; counts the edits in `counts`.
-
-  Removes illustration/sidenote tags, footnote blocks and markers ("[12]", "[*]"), curly-brace
-  tags ("{62a}"), italics underscores, asterisks, "=bold=" equals signs; spaces out dashes glued
-  between two words ("word--word" -> "word -- word") so that whitespace-tokenised models (KenLM)
-  see two words; turns ". . ." into "...". Case and other punctuation are left alone (that is
-  `normalization.normalize_librispeech`'s job).
+  """An unwrapped paragraph without inline markup (tags, footnotes, italics, "=bold="), counting the
+  edits in `counts`. A dash glued between words is spaced ("word -- word") so that
+  whitespace-tokenised models (KenLM) see two words; case and punctuation are normalization's job.
   """
   counts = counts if counts is not None else collections.Counter()
   text, n = _ILLUSTRATION_TAG_RE.subn(" ", text)
@@ -512,9 +465,8 @@ def clean_paragraph(text: str, counts: Optional[collections.Counter] = None) -> 
 
 
 def sentence_reason(sentence: str, check_caps: bool = True) -> Optional[str]:
-  """Returns the normalization-independent drop reason for a sentence, or None.
-
-  Word-count limits are applied later, to the normalized sentence (`corpus.process_document`).
+  """The normalization-independent drop reason of a sentence, or None; word-count limits apply
+  later, to the normalized sentence.
   """
   if _FOREIGN_TAG_RE.search(sentence):
     return "foreign_script"
