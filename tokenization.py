@@ -65,11 +65,8 @@ _FINAL_SIGMA_REGEX = r"(?<=\p{Cased}\p{Case_Ignorable}*)Σ(?!\p{Case_Ignorable}*
 
 
 def load_vocab(vocab_file):
-  """Token -> id (its 0-based line number) as an OrderedDict; tokens stripped, as in BERT.
-
-  Raises:
-    ValueError: naming `vocab_file:line` of an empty line or a repeated token, or an empty file.
-  """
+  """Token -> id (its 0-based line) in an OrderedDict, tokens stripped as in BERT; ValueError naming
+  `vocab_file:line` of an empty line or a repeated token, or an empty file."""
   with tf.io.gfile.GFile(vocab_file, "rb") as f:
     # utf-8-sig: a byte-order mark would otherwise glue itself to token 0.
     text = f.read().decode("utf-8-sig")
@@ -122,12 +119,8 @@ def _framing_pair(vocab, pair):
 
 
 def write_vocab(tokens, vocab_file):
-  """Writes tokens one per line (token i gets id i), atomically.
-
-  Raises:
-    ValueError: for a token `load_vocab` could not read back with its id: empty, with surrounding
-      whitespace or a line break, or repeated.
-  """
+  """Writes tokens one per line (token i gets id i), atomically; ValueError for a token `load_vocab`
+  could not read back with its id (empty, with surrounding whitespace or a line break, repeated)."""
   tokens = list(tokens)
   seen = {}
   for index, token in enumerate(tokens):
@@ -181,10 +174,8 @@ def continued_text(token):
 
 
 def continuation_flags(vocab):
-  """bool [V]: which ids are WordPiece continuations (`is_continuation`).
-
-  vocab: a token->id mapping or a token list in id order (None for an unused id).
-  """
+  """bool [V]: which ids are WordPiece continuations, from a token->id mapping or a token list in id
+  order (None for an unused id)."""
   return np.array([t is not None and is_continuation(t) for t in _vocab_list(vocab)], bool)
 
 
@@ -218,16 +209,13 @@ class InGraphTokenizer(tf.Module):
     boundary_tokens=None,
     name=None,
   ):
-    """Compiles the vocab into tensorflow-text's FastWordpieceTokenizer.
+    """Compiles the vocab into tf-text's FastWordpieceTokenizer; ValueError without [UNK] or [PAD].
 
     Args:
       vocab: token -> id mapping with ids 0..V-1 (`load_vocab`), or the tokens in id order.
       max_input_chars_per_word: a longer word (in characters, as BERT counts) becomes [UNK].
       boundary_tokens: the (start, end) `encode` puts around a sentence, as config.json records
         them; None: `boundary_tokens(vocab)`. A token the vocab lacks only makes `encode` fail.
-
-    Raises:
-      ValueError: if the vocab has no [UNK] or [PAD] token.
     """
     super(InGraphTokenizer, self).__init__(name=name)
     tokens = _vocab_list(vocab)
@@ -274,12 +262,9 @@ class InGraphTokenizer(tf.Module):
   def encode(self, texts, max_seq_length, pad_to_max_length=True):
     """`[start] pieces [end]` per sentence, pieces cut from the end to fit max_seq_length (T >= 2).
 
-    Returns:
-      (input_ids, input_mask), int32 [B, T] (pad_to_max_length=False: T is the longest sentence's
-      length, at most max_seq_length); ids padded with [PAD], mask 1 at real tokens.
-
-    Raises:
-      ValueError: max_seq_length < 2, or a boundary token is missing from the vocab.
+    Returns (input_ids, input_mask), int32 [B, T] (pad_to_max_length=False: T is the longest
+    sentence's length); ids padded with [PAD], mask 1 at real tokens. ValueError for T < 2 or a
+    boundary token missing from the vocab.
     """
     if max_seq_length < 2:
       raise ValueError(
@@ -316,11 +301,8 @@ def host_tokenizer(vocab, do_lower_case=True, max_input_chars_per_word=200):
   Each step of `InGraphTokenizer` is a `tokenizers` component doing exactly that step;
   scripts/check_tokenizer_ids.py proves the ids equal on the shared data. Not `BertNormalizer`'s
   cleaning or lower-casing: it drops private-use and unassigned characters (BERT keeps them, as
-  [UNK] words) and knows no final sigma.
-
-  Returns:
-    `tokenizers.Tokenizer` whose `encode_batch(texts, add_special_tokens=False)` gives the ids of
-    `InGraphTokenizer.__call__`.
+  [UNK] words) and knows no final sigma. `encode_batch(texts, add_special_tokens=False)` of the
+  result gives the ids of `InGraphTokenizer.__call__`.
   """
   steps = [
     normalizers.Replace(tokenizers.Regex(_DROP_CHARS_REGEX), ""),
@@ -485,21 +467,13 @@ def build_vocab(
   batch_size=4096,
   learn_params=None,
 ):
-  """Learns a WordPiece vocab with tensorflow-text's learner (that of `bert_vocab_from_dataset`).
+  """Learns a WordPiece vocab (reserved_tokens first) with tensorflow-text's learner.
 
   Words are counted after `basic_tokenize`, so the vocab fits the tokenizer. The learner keeps every
-  character (alone and as "##c"), so a corpus with a large alphabet can exceed vocab_size (logged).
-  Deterministic: word counts go in sorted by (-count, word).
-
-  Args:
-    learn_params: extra keyword arguments for the learner, e.g. {"lower_thresh": 1} for a tiny
-      corpus (its default, 10, drops every piece seen fewer than 10 times).
-
-  Returns:
-    list of str: reserved_tokens, then the learned tokens.
-
-  Raises:
-    ValueError: the corpus holds no words, or reserved_tokens repeats one.
+  character (alone and as "##c"): a corpus with a large alphabet can exceed vocab_size (logged).
+  learn_params: more learner arguments, e.g. {"lower_thresh": 1} for a tiny corpus (its default 10
+  drops every piece seen fewer than 10 times). ValueError for a corpus with no words or a repeated
+  reserved token.
   """
   reserved_tokens = list(reserved_tokens)
   if len(set(reserved_tokens)) != len(reserved_tokens):
