@@ -171,9 +171,9 @@ _DROPOUT_SEED = _DropoutSeed()
 def stateless_dropout(seed):
   """In the block, dropout draws its masks statelessly from `seed` (int [2]) and its call's place.
 
-  Outside such a block dropout's random stream lives in a traced function and in no checkpoint. A
-  step traced in the block and seeded with (run seed, step) draws the same masks at that step in
-  every process, so a resumed run continues exactly (finetuning/mwer.py). Not thread-safe.
+  A step traced in the block and seeded with (run seed, step) draws the same masks at that step in
+  every process (TF's stateful stream lives in no checkpoint), so a resumed run continues exactly
+  (finetuning/mwer.py). Not thread-safe.
   """
   previous = (_DROPOUT_SEED.seed, _DROPOUT_SEED.calls)
   _DROPOUT_SEED.seed, _DROPOUT_SEED.calls = seed, 0
@@ -308,12 +308,9 @@ class Embeddings(keras.layers.Layer):
 
 
 class TransformerBlock(keras.layers.Layer):
-  """bert/encoder/layer_N: post-LN attention + feed-forward block.
-
-  The query stream and the key/value stream are separate arguments (as in tensorflow/models'
-  TransformerEncoderBlock), so T-TA's input isolation is an argument, not a fork of the block. The
-  residuals add the query stream only.
-  """
+  """bert/encoder/layer_N: post-LN attention + feed-forward block; the residuals add the query
+  stream only. Query and key/value streams are separate arguments, so T-TA's input isolation is an
+  argument, not a fork of the block."""
 
   def __init__(self, config, **kwargs):
     super().__init__(**kwargs)
@@ -687,15 +684,11 @@ def build_model(config, model_type=None):
 class ContinuousHead(keras.layers.Layer):
   """ELMo-C's continuous output layer (Li et al., TACL 2019) in place of `LMHead`.
 
-  Training compares W h [..., E] (BERT's `cls/predictions/transform`, then a projection to the
-  target width E) with a FIXED unit-normalised embedding e(y) of the target by cosine distance:
-  O(E) per token instead of the softmax's O(V * D), and no V-sized trainable parameters. The [V, E]
-  table is a non-trainable variable (zero rows for tokens without a vector), saved with the model.
-
-  `call` keeps `LMHead`'s contract: logits = continuous_logit_scale * cos(W h, e(v)) for every v, so
-  log_softmax gives a distribution and every scorer works unchanged. The scale, which the loss does
-  not train, sets how peaked it is (the size of scores and perplexities, not the ranking of tokens);
-  pretraining/training.py picks it from a grid on the eval set.
+  Training compares W h [..., E] (BERT's transform, then a projection to the target width E) with a
+  FIXED unit-length embedding of the target by cosine distance: no vocabulary softmax, no V-sized
+  trainable parameters. `call` keeps `LMHead`'s contract with logits = continuous_logit_scale *
+  cos(W h, e(v)) for every v; the scale, which the loss does not train, sets how peaked
+  log_softmax is (not the ranking of tokens); pretraining/training.py picks it on the eval set.
   """
 
   def __init__(self, config, **kwargs):
