@@ -18,10 +18,8 @@ DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 def create_optimizer(
   init_lr, num_train_steps, num_warmup_steps, weight_decay_rate=0.01, clip_norm=1.0
 ):
-  """BERT's `AdamWeightDecay` (clip_norm None: no clip), lr `LinearWarmupLinearDecay` from init_lr.
-
-  Create it under `strategy.scope()`: it makes its slots and updates through that strategy.
-  """
+  """BERT's `AdamWeightDecay`, lr a `LinearWarmupLinearDecay` from init_lr. Create it under
+  `strategy.scope()`: it makes its slots and updates through that strategy."""
   schedule = LinearWarmupLinearDecay(
     peak_learning_rate=init_lr, num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps
   )
@@ -116,11 +114,9 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
     name="AdamWeightDecay",
     **kwargs,
   ):
-    """Arguments as BERT's (its epsilon is 1e-6, Keras Adam's 1e-7).
-
-    Keras' own `weight_decay`, `clipnorm`, `global_clipnorm` and `clipvalue` are refused
-    (ValueError): Keras applies them per replica and matches decay exclusions on the short `.name`.
-    """
+    """Arguments as BERT's (epsilon 1e-6; Keras Adam's is 1e-7). Keras' `weight_decay`, `clipnorm`,
+    `global_clipnorm` and `clipvalue` are refused (ValueError): Keras applies them per replica and
+    matches decay exclusions on the short `.name`."""
     for key in ("weight_decay", "clipnorm", "global_clipnorm", "clipvalue"):
       if kwargs.get(key) is not None:
         raise ValueError(
@@ -149,10 +145,8 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
     return not any(re.search(pattern, variable_name) for pattern in self.exclude_from_weight_decay)
 
   def build(self, var_list):
-    """Creates the `adam_m`/`adam_v` slots and fixes which variables decay.
-
-    RuntimeError under another strategy than the optimizer's, or inside `strategy.run`.
-    """
+    """Creates the `adam_m`/`adam_v` slots and fixes which variables decay; RuntimeError under
+    another strategy than the optimizer's, or inside `strategy.run`."""
     if self.built:
       return
     strategy = tf.distribute.get_strategy()

@@ -60,11 +60,9 @@ def data_root(data_dir=None):
 
 
 def expand_globs(patterns):
-  """Paths of comma-separated globs (or a list): each pattern's matches sorted, duplicates dropped.
-
-  Local paths are made absolute, so that a record of them does not depend on the working
-  directory. ValueError naming a pattern that matches no file, or if there is no pattern.
-  """
+  """Paths of comma-separated globs (or a list), each pattern's matches sorted, repeats dropped,
+  local ones absolute (a record of them must not depend on the working directory); ValueError
+  naming a pattern that matches no file, or if there is no pattern."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   split = patterns.split(",") if isinstance(patterns, str) else patterns
@@ -137,10 +135,7 @@ def atomic_open(path, mode="w", encoding="utf-8"):
 
 def write_atomically(path, text):
   """Writes `text` to `path` atomically: the one writer of the commands' state and results files.
-
-  cli.InputError naming the file and why if it cannot be written (a full disk, a read-only file
-  system).
-  """
+  cli.InputError naming the file and why if it cannot be written (a full disk, a read-only fs)."""
   try:
     with atomic_open(path) as f:
       f.write(text)
@@ -229,11 +224,9 @@ def local_paths(value):
 
 
 def check_outputs_apart(params, inputs=(), outputs=()):
-  """Refuses (cli.InputError) an output path that is, contains or lies inside an input path.
-
-  The paths of `params`' fields marked `cli.INPUT` and `cli.OUTPUT`, plus `inputs` and `outputs`
-  ([(flag, value)]), compared by `os.path.realpath`.
-  """
+  """Refuses (cli.InputError) an output path that is, contains or lies inside an input path:
+  those of `params`' `cli.INPUT`/`cli.OUTPUT` fields and `inputs`/`outputs` ([(flag, value)]),
+  compared by realpath."""
   ins = [(f, p) for f, v in cli.io_values(params, cli.INPUT) + list(inputs) for p in local_paths(v)]
   # What is not there cannot be lost; a checkpoint prefix (DIR/model.ckpt) is there by its files.
   ins = [(f, p) for f, p in ins if os.path.lexists(p) or glob.glob(glob.escape(p) + ".*")]
@@ -259,11 +252,8 @@ def check_outputs_apart(params, inputs=(), outputs=()):
 @contextlib.contextmanager
 def output_dir(path):
   """Makes the output dir `path` for the block; if this call made it and the block raises
-  cli.InputError or ValueError, removes what holds no output (released lock files, empty dirs).
-
-  So a refused run leaves no empty --output_dir and loses nothing it wrote. `OutputBusy` removes
-  nothing: the dir is the other run's.
-  """
+  cli.InputError or ValueError (not `OutputBusy`: the dir is the other run's), removes what holds no
+  output (released lock files, empty dirs): a refused run leaves no empty --output_dir."""
   made = not os.path.isdir(path)
   try:
     os.makedirs(path, exist_ok=True)
@@ -495,12 +485,9 @@ def _as_json(key):
 
 
 def write_stamp(path, key, outputs=(), record=None):
-  """Marks a stage complete; call it after every output is in place.
-
-  `key`: JSON-able identity of the stage's inputs and arguments; `outputs`: their sizes are
-  recorded for `read_stamp`; `record`: the stage's statistics, written with them. Returns the stamp
-  as `read_stamp` returns it.
-  """
+  """Marks a stage complete; call it after every output is in place. `key`: JSON-able identity of
+  the stage's inputs and arguments; the sizes of `outputs` are recorded for `read_stamp`; `record`
+  (the stage's statistics) is written with them. Returns the stamp as `read_stamp` does."""
   directory = os.path.dirname(path)
   sizes = {os.path.relpath(p, directory): _size(p) for p in outputs}
   text = _json_text(dict(record or {}, key=key, outputs=sizes))
@@ -509,11 +496,8 @@ def write_stamp(path, key, outputs=(), record=None):
 
 
 def read_stamp(path, key, outputs=()):
-  """The stamp at `path` if its stage is complete for `key`, else None.
-
-  Complete: written with the same key, every output it recorded still has its recorded size, and
-  every path of `outputs` (not recorded in the stamp) exists.
-  """
+  """The stamp at `path` if its stage is complete for `key` (the same key, every recorded output
+  at its recorded size, every path of `outputs` present), else None."""
   stamp = _read_json(path)
   if not isinstance(stamp, dict) or "key" not in stamp or stamp["key"] != _as_json(key):
     return None

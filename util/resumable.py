@@ -2,7 +2,7 @@
 
 `Partial(target, job)` appends fsynced batches to target.partial (state in .partial.json) and
 `finish` renames it; a re-run of the same job on the same input resumes after the last complete
-batch and ends with the same file. Standard library and util/ only.
+batch and ends with the same file.
 """
 
 import collections

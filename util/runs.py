@@ -96,12 +96,8 @@ class Record:
   run.json holds the identity and, under RECORDED, the `outputs` this job created (absent when it
   was recorded): --overwrite removes only those; an existing output that is not recorded is the
   user's, refused, never removed. A run.json without RECORDED owns the outputs modified since it
-  was written. `outputs` may hold globs ("ckpt-*"); adopt_unrecorded takes outputs with no run.json
-  for this job's.
-
-  Raises:
-    cli.InputError: another job (naming the first field that differs), or outputs this job may not
-      take; the message says how to go on.
+  was written. `outputs` may hold globs ("ckpt-*"). cli.InputError, saying how to go on, for
+  another job (naming the first field that differs) or outputs this job may not take.
   """
 
   def __init__(self, output_dir, identity, outputs, overwrite=False, adopt_unrecorded=False):
