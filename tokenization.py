@@ -384,7 +384,6 @@ class FullTokenizer(object):
     return len(self.vocab)
 
   def graph_tokenizer(self):
-    """The `InGraphTokenizer` of the same vocab and options."""
     return self._graph
 
   def boundary_ids(self):

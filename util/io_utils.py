@@ -25,9 +25,7 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # --help lists them (absl attributes a flag to the module that runs DEFINE_*).
 flags.disclaim_key_flags()
 
-# ---------------------------------------------------------------------------------------------
-# The data root
-# ---------------------------------------------------------------------------------------------
+# --- The data root ---
 
 
 def define_data_dir_flag():
@@ -54,9 +52,7 @@ def data_root(data_dir=None):
   return data_dir
 
 
-# ---------------------------------------------------------------------------------------------
-# Input files
-# ---------------------------------------------------------------------------------------------
+# --- Input files ---
 
 
 def expand_globs(patterns):
@@ -80,9 +76,7 @@ def expand_globs(patterns):
   return paths
 
 
-# ---------------------------------------------------------------------------------------------
-# Atomic writes
-# ---------------------------------------------------------------------------------------------
+# --- Atomic writes ---
 
 
 def _gfile(path):
@@ -432,9 +426,7 @@ def _lock_holder(fd):
   return os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
 
 
-# ---------------------------------------------------------------------------------------------
-# Stage stamps
-# ---------------------------------------------------------------------------------------------
+# --- Stage stamps ---
 # A stage (corpus preparation, TFRecord creation, a step of reproduce.py) is complete when its
 # stamp, written LAST, holds its key (everything the outputs depend on) and its outputs' sizes. A
 # stage that starts removes its stamp, so an interrupted run never passes for a complete one.
@@ -520,9 +512,7 @@ def remove_stamp(path):
     os.remove(path)
 
 
-# ---------------------------------------------------------------------------------------------
-# Seeded hashing
-# ---------------------------------------------------------------------------------------------
+# --- Seeded hashing ---
 
 
 def unit_hash(seed, key):

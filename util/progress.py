@@ -84,7 +84,6 @@ class Stages(object):
     self._start = clock()
 
   def elapsed(self):
-    """Time since the job started, formatted."""
     return format_duration(self._clock() - self._start)
 
   def start(self, name):
