@@ -19,29 +19,19 @@ TARGETS = ("self", "mlm", "next")
 # How a sentence's pieces are scored (inference.SCORINGS): "piece", each piece given every other
 # piece; "word_l2r", given the other words and the earlier pieces of its own word (PLL-word-l2r).
 SCORINGS = ("piece", "word_l2r")
-# The attention a self-unknown kind (`Kind.self_unknown`) scores with in each scoring mode,
-# whatever mask it was trained with: its output i is then exactly the prediction of token i
-# from the keys the pattern leaves it (a T-TA trained with DMSA can be scored word by word,
-# and the reverse). These are the patterns that hide each query's own key.
+# The attention a self-unknown kind scores with in each scoring mode, whatever mask it was
+# trained with (a T-TA trained with DMSA can be scored word by word, and the reverse).
 _ISOLATED_SCORING_ATTENTION = {"piece": "dmsa", "word_l2r": "word_l2r"}
 
 
 @dataclasses.dataclass(frozen=True)
 class Kind:
-  """What one model kind is, as the code needs it.
+  """What one model kind is, as the code needs it; the traits' readers: docs/DESIGN.md §2.4.
 
-  Attributes:
-    name: the `model_type` string of config.json and the flags.
-    display_name: how tables and plots name it.
-    attention: one of ATTENTION_PATTERNS.
-    input_isolation: keys/values of every layer come from the embedding output and the first
-      query holds the [MASK] embedding plus the position only (T-TA); else the usual stream.
-    scoring: one of SCORING_RULES.
-    prediction_offset: output t predicts the token at t + offset (0: itself, 1: the next).
-    target: one of TARGETS.
-    scores_sos: the start token can be scored (on request); False when nothing predicts it.
-    pretrainable: run_pretraining.py trains it from scratch.
-    token_types: the embeddings have segment (token type) embeddings, as Google BERT's.
+  input_isolation: every layer's keys/values come from the embedding output, and the first query is
+  [MASK] plus the position (T-TA). prediction_offset: output t predicts the token at t + offset.
+  scores_sos: the start token can be scored (on request). token_types: Google BERT's segment
+  embeddings.
   """
 
   name: str
@@ -77,21 +67,18 @@ class Kind:
 
   @property
   def default_scoring(self):
-    """The scoring mode of SCORINGS that matches how the kind was trained: "word_l2r" for a kind
-    trained with the word_l2r mask, else "piece"."""
+    """The scoring mode (of SCORINGS) the kind was trained for."""
     return "word_l2r" if self.attention == "word_l2r" else "piece"
 
   @property
   def window_context(self):
-    """How a piece's context in a sliding window counts (lm/windows.py CONTEXTS): "left" for a
-    kind that attends to the left only, whose best window is the one with the longest left
-    context; "both" for a bidirectional kind, whose best is the window most centred on it."""
+    """lm/windows.py's CONTEXTS: "left" for a causal kind (its best window has the longest left
+    context), else "both" (the window most centred on the piece)."""
     return "left" if self.attention == "causal" else "both"
 
   def one_pass_attention(self, scoring):
-    """The attention pattern a one-pass kind scores with in `scoring` (one of SCORINGS): for a
-    self-unknown kind, the pattern that hides exactly what the mode hides; otherwise the kind's
-    own (the uniLM sees only the left, so its piece and word_l2r scores are the same)."""
+    """The attention a one-pass kind scores with in `scoring`: for a self-unknown kind, the pattern
+    that hides what the mode hides; else its own (the uniLM sees only the left anyway)."""
     if scoring not in SCORINGS:
       raise ValueError(f"scoring {scoring!r} is not one of {SCORINGS}")
     return _ISOLATED_SCORING_ATTENTION[scoring] if self.self_unknown else self.attention
@@ -170,14 +157,10 @@ def display_name(model_type):
 
 
 def scored_span(model_type, lengths, score_sos=False, score_eos=True):
-  """The scored positions [first, limits) of sentences of `lengths` tokens: the one statement
-  of the rule, for Python ints, NumPy arrays and (in the SavedModel's graph) tensors alike.
+  """The scored positions [first, limits) of sentences of `lengths` tokens (int, array, tensor).
 
-  `[BOS] pieces [EOS]`: the start token only on request and only for kinds that can predict it;
-  the end token unless score_eos is False.
-
-  Returns:
-    (first, limits): first an int; limits like `lengths`.
+  `[BOS] pieces [EOS]`: the start token only on request and for a kind that can predict it; the
+  end token unless score_eos is False. The one statement of the rule.
   """
   first = 0 if score_sos and get(model_type).scores_sos else 1
   return first, (lengths if score_eos else lengths - 1)

@@ -1,11 +1,9 @@
 # coding=utf-8
-"""T-TA, biLM, uniLM and Google-BERT-compatible Transformer language models.
+"""T-TA, biLM, uniLM and Google-BERT-compatible Transformer language models (docs/DESIGN.md §2).
 
-T-TA's three differences from BERT are in `TransformerLM.encode` (docs/DESIGN.md §2.3).
-
-Dimension legend (as in google-research/bert): B = batch size, F = from (query) length,
-T = to (key/value) length, N = attention heads, H = size per head, D = hidden size,
-V = vocabulary size.
+T-TA's three differences from BERT are in `TransformerLM.encode` (§2.3). Dimensions, as in
+google-research/bert: B = batch size, F = from (query) length, T = to (key/value) length,
+N = attention heads, H = size per head, D = hidden size, V = vocabulary size.
 """
 
 import collections
@@ -29,11 +27,8 @@ _MASK_ADDER = -1e9
 
 
 def _field(default=dataclasses.MISSING, architecture=False):
-  """A `TTAConfig` field and its roles.
-
-  Args:
-    default: the field's default (none for vocab_size).
-    architecture: a checkpoint's weights depend on it, so a resumed run must keep it.
+  """A `TTAConfig` field. architecture: a checkpoint's weights depend on it, so a resumed run must
+  keep it.
   """
   roles = {"architecture": architecture}
   return dataclasses.field(default=default, metadata=roles)
@@ -174,14 +169,11 @@ _DROPOUT_SEED = _DropoutSeed()
 
 @contextlib.contextmanager
 def stateless_dropout(seed):
-  """Dropout in the block draws its masks from `seed` (int [2] tensor) and its place among the
-  block's dropout calls, with stateless random ops.
+  """In the block, dropout draws its masks statelessly from `seed` (int [2]) and its call's place.
 
-  Outside such a block dropout uses TF's stateful random ops, whose position in their stream
-  lives in a traced function and in no checkpoint. A training step traced in the block and given
-  a seed of (run seed, step) draws the same masks at the same step in every process, so a run
-  resumed from any step continues exactly (finetuning/mwer.py). Not thread-safe: a step traces
-  its replicas one after another.
+  A step traced in the block and seeded with (run seed, step) draws the same masks at that step in
+  every process (TF's stateful stream lives in no checkpoint), so a resumed run continues exactly
+  (finetuning/mwer.py). Not thread-safe.
   """
   previous = (_DROPOUT_SEED.seed, _DROPOUT_SEED.calls)
   _DROPOUT_SEED.seed, _DROPOUT_SEED.calls = seed, 0
@@ -290,12 +282,10 @@ class Embeddings(keras.layers.Layer):
     return dropout(self.layer_norm(x), self.config.hidden_dropout_prob, training)
 
   def mask_query(self, batch_size, seq_length, training=False):
-    """T-TA's first query: LN(W[[MASK]] + P), float32 [B, T, D].
+    """T-TA's first query, LN(W[[MASK]] + P), float32 [B, T, D]: the position, not the token.
 
-    Only the position tells the query where it is; the token identity is
-    withheld (the authors feed [PAD] at padded positions; their outputs are
-    never read, so [MASK] everywhere gives the same real outputs). The
-    LayerNorm is shared with the key/value stream, as in the authors' code.
+    The LayerNorm is shared with the key/value stream, as in the authors' code. They feed [PAD] at
+    padded positions; no one reads those outputs, so [MASK] everywhere gives the same real outputs.
     """
     x = (
       self.word_embeddings[self.config.mask_token_id][tf.newaxis]
@@ -318,13 +308,9 @@ class Embeddings(keras.layers.Layer):
 
 
 class TransformerBlock(keras.layers.Layer):
-  """bert/encoder/layer_N: post-LN attention + feed-forward block.
-
-  The call takes the query stream and the key/value stream separately (as
-  tensorflow/models' TransformerEncoderBlock does), so T-TA's input isolation
-  is an argument, not a fork of the block. The residuals add the query
-  stream only.
-  """
+  """bert/encoder/layer_N: post-LN attention + feed-forward block; the residuals add the query
+  stream only. Query and key/value streams are separate arguments, so T-TA's input isolation is an
+  argument, not a fork of the block."""
 
   def __init__(self, config, **kwargs):
     super().__init__(**kwargs)
@@ -368,17 +354,10 @@ class TransformerBlock(keras.layers.Layer):
     return tf.transpose(x, [0, 2, 1, 3])
 
   def attend(self, query_input, key, value, attention_mask, training):
-    """Multi-head attention of query_input over projected key/value.
+    """Attention context [B, F, D], before the output projection.
 
-    Args:
-      query_input: [B, F, D] query stream (not yet projected).
-      key: [B, N, T, H] projected keys.
-      value: [B, N, T, H] projected values.
-      attention_mask: float32 [B, 1, F, T], 1 where attending is allowed.
-      training: bool.
-
-    Returns:
-      [B, F, D] attention context (before the output projection).
+    query_input [B, F, D] is not yet projected; key and value [B, N, T, H] are; attention_mask is
+    float32 [B, 1, F, T], 1 where attending is allowed.
     """
     # Keras autocasts float32 call arguments to the compute dtype: under
     # mixed_bfloat16 the mask arrives as bfloat16, and the scores it is
@@ -406,19 +385,10 @@ class TransformerBlock(keras.layers.Layer):
     return (self.split_heads(self.key(kv_input)), self.split_heads(self.value(kv_input)))
 
   def call(self, query_input, kv_input, attention_mask, training=False, key_value=None):
-    """Returns float32 [B, F, D].
+    """Float32 [B, F, D] from query_input [B, F, D] and kv_input [B, T, D].
 
-    Args:
-      query_input: [B, F, D] query stream (previous layer, or T-TA's first
-        query).
-      kv_input: [B, T, D] key/value stream (T-TA: the embedding output for
-        every layer; BERT: the same tensor as query_input). Ignored when
-        key_value is given.
-      attention_mask: float32 [B, 1, F, T], 1 where attending is allowed.
-      training: bool; enables dropout.
-      key_value: optional (key, value), each [B, N, T, H], already projected
-        (T-TA inference projects all layers at once, see
-        `TransformerLM.fused_key_value_weights`).
+    kv_input is T-TA's embedding output at every layer, BERT's query_input itself. key_value: (key,
+    value) [B, N, T, H] already projected, in place of kv_input (`fused_key_value_weights`).
     """
     if key_value is None:
       key, value = self.project_key_value(kv_input)
@@ -485,14 +455,10 @@ class LMHead(keras.layers.Layer):
     )
 
   def call(self, hidden, embedding_table, output_kernel=None):
-    """Returns float32 logits [..., V] for hidden [..., D].
+    """Float32 logits [..., V] of hidden [..., D] against the tied embedding_table [V, D].
 
-    Args:
-      hidden: [..., D] final hidden states.
-      embedding_table: [V, D] the tied word embeddings.
-      output_kernel: optional [D, V] copy of the table already transposed
-        (inference keeps one): each call then streams the table once instead
-        of transposing it first.
+    output_kernel: the table already transposed, [D, V] (inference keeps one), so that a call
+    streams it once instead of transposing it first.
     """
     h = tf.cast(self.layer_norm(self.transform(hidden)), self.compute_dtype)
     flat = tf.reshape(h, [-1, self.config.hidden_size])  # [N, D]
@@ -548,43 +514,25 @@ WORD_PATTERNS = ("word_l2r",)
 
 
 def word_ids(is_continuation):
-  """The word each token belongs to, from WordPiece continuation flags.
-
-  Args:
-    is_continuation: bool or int [B, T], true where the piece continues the previous word
-      ("##ing"); boundary tokens and padding are not continuations.
-
-  Returns:
-    int32 [B, T], counting words from 1 along each row; the pieces of one word share a value.
+  """int32 [B, T]: the word of each token, counted from 1 along each row, from `is_continuation`
+  (bool or int [B, T], true at pieces that continue the previous word; boundaries and padding not).
   """
   starts = 1 - tf.cast(is_continuation, tf.int32)
   return tf.cumsum(starts, axis=1)
 
 
 def token_word_ids(input_ids, continuation):
-  """`word_ids` of token ids, their continuation flags read from `continuation`.
-
-  Args:
-    input_ids: int32 [B, T].
-    continuation: bool [V], the vocab's WordPiece continuation pieces
-      (`tokenization.continuation_flags`), a tensor or an array.
-
-  Returns:
-    int32 [B, T].
+  """`word_ids` of input_ids int32 [B, T], given the vocab's continuation flags bool [V]
+  (`tokenization.continuation_flags`).
   """
   return word_ids(tf.gather(tf.convert_to_tensor(continuation, tf.bool), input_ids))
 
 
 def create_attention_mask(input_mask, pattern, words=None):
-  """Which keys each query may attend to.
+  """Float32 [B, 1, F=T, T] (or [B, 1, 1, T] for "bidirectional"), 1 where query f may attend key t.
 
-  Args:
-    input_mask: int32 [B, T], 1 for real tokens, 0 for padding.
-    pattern: one of kinds.ATTENTION_PATTERNS (a kind's `attention`, or a scoring mode's).
-    words: int32 [B, T], `word_ids`; needed by WORD_PATTERNS only.
-
-  Returns:
-    float32 [B, 1, F=T, T] (or [B, 1, 1, T] for "bidirectional"); 1 where query f may attend key t.
+  input_mask: int32 [B, T], 1 at real tokens. pattern: one of kinds.ATTENTION_PATTERNS. words:
+  `word_ids` int32 [B, T], needed by WORD_PATTERNS only.
   """
   if pattern not in _PATTERN_KEYS:
     raise ValueError(f"attention pattern {pattern!r} is not one of {tuple(_PATTERN_KEYS)}")
@@ -605,10 +553,7 @@ def create_attention_mask(input_mask, pattern, words=None):
 
 
 class TransformerLM(keras.Model):
-  """A Transformer LM of one of kinds.MODEL_TYPES.
-
-  Call contract in docs/DESIGN.md §2.
-  """
+  """A Transformer LM of one of kinds.MODEL_TYPES; call contract: docs/DESIGN.md §2.5."""
 
   def __init__(self, config, model_type, **kwargs):
     super().__init__(name="bert", **kwargs)
@@ -639,23 +584,15 @@ class TransformerLM(keras.Model):
     self.lm_head.build()
 
   def encode(self, inputs, training=False, fused_key_value=None, attention=None, first_layer=False):
-    """Runs the encoder.
+    """(sequence_output, embedding_output), float32 [B, T, D] each.
 
     Args:
-      inputs: dict with "input_ids" and "input_mask", int32 [B, T], for
-        a kind with token types optionally "segment_ids" int32 [B, T], and
-        for a word attention pattern "word_ids" int32 [B, T] (`word_ids`).
-      training: bool; enables dropout.
-      fused_key_value: T-TA only: `fused_key_value_weights()` (or a variable
-        snapshot of them) to project every layer's key/value in one matmul.
-      attention: an attention pattern in place of the kind's own (a T-TA
-        scored word by word); None: the kind's.
-      first_layer: also return the first block's output (the "first" of
-        first-last pooling).
-
-    Returns:
-      (sequence_output, embedding_output), float32 [B, T, D] each; with
-      first_layer, (sequence_output, embedding_output, first block's output).
+      inputs: int32 [B, T] "input_ids", "input_mask"; "segment_ids" for a kind with token types,
+        "word_ids" (`word_ids`) for a word attention pattern.
+      fused_key_value: T-TA only: `fused_key_value_weights()` (or a snapshot of them) to project
+        every layer's key/value in one matmul.
+      attention: an attention pattern in place of the kind's own (a T-TA scored word by word).
+      first_layer: also return the first block's output (first-last pooling) as a third value.
     """
     input_ids = inputs["input_ids"]
     input_mask = inputs["input_mask"]
@@ -683,15 +620,11 @@ class TransformerLM(keras.Model):
     return hidden, embedding_output
 
   def fused_key_value_weights(self):
-    """T-TA: every layer's key and value projection side by side.
-
-    Input isolation makes all 2L projections read the same embedding output,
-    so inference can do them in one [B*T, D] x [D, 2LD] matmul instead of 2L
-    small ones.
+    """Every layer's key and value projection side by side (T-TA: all read E), for one matmul.
 
     Returns:
-      (kernel float32 [D, 2*L*D], bias float32 [2*L*D]), columns ordered
-      key_0, value_0, key_1, ... (new tensors: a snapshot of the weights).
+      (kernel float32 [D, 2*L*D], bias float32 [2*L*D]), columns key_0, value_0, key_1, ...; new
+      tensors, a snapshot of the weights.
     """
     if not self.kind.input_isolation:
       raise ValueError(
@@ -717,7 +650,7 @@ class TransformerLM(keras.Model):
     ]
 
   def call(self, inputs, training=False):
-    """Returns dict of sequence_output, embedding_output, log_probs [B,T,V]."""
+    """Dict of sequence_output, embedding_output [B, T, D] and log_probs [B, T, V]."""
     sequence_output, embedding_output = self.encode(inputs, training)
     logits = self.lm_head(sequence_output, self.embeddings.word_embeddings)
     return {
@@ -727,10 +660,8 @@ class TransformerLM(keras.Model):
     }
 
   def tf1_variables(self):
-    """OrderedDict: Google-BERT/T-TA TF1 variable name -> model variable.
-
-    The model's naming only; lm/model_dir.py reads and writes TF1 checkpoints
-    under these names.
+    """OrderedDict: Google-BERT/T-TA TF1 variable name -> variable (lm/model_dir.py reads and
+    writes TF1 checkpoints by them).
     """
     names = collections.OrderedDict()
     names.update(_prefixed("bert/embeddings", self.embeddings.tf1_variables()))
@@ -741,15 +672,7 @@ class TransformerLM(keras.Model):
 
 
 def build_model(config, model_type=None):
-  """Builds a `TransformerLM` with all variables created.
-
-  Args:
-    config: `TTAConfig`.
-    model_type: one of kinds.MODEL_TYPES; defaults to config.model_type.
-
-  Returns:
-    `TransformerLM`.
-  """
+  """A `TransformerLM` of `model_type` (default: config.model_type) with its variables created."""
   model_type = model_type or config.model_type
   if model_type is None:
     raise ValueError("model_type not given and the config has none")
@@ -759,32 +682,13 @@ def build_model(config, model_type=None):
 
 
 class ContinuousHead(keras.layers.Layer):
-  """ELMo-C's continuous output layer (Wang et al., TACL 2019), used in place
-  of `LMHead` when config.output_layer == "continuous".
+  """ELMo-C's continuous output layer (Li et al., TACL 2019) in place of `LMHead`.
 
-  Training predicts a vector and compares it with a FIXED pretrained
-  embedding of the target, e(y), by cosine distance 1 - cos(W h, e(y)): the
-  cost is O(E) per token instead of the O(V * D) vocabulary softmax, and the
-  output layer adds no V-sized trainable parameters.
-
-    h -> dense(D->D, gelu) -> LayerNorm -> projection(D->E) = W h   [..., E]
-
-  The transform is BERT's `cls/predictions/transform`; the projection maps to
-  the target embedding width E (the paper's footnote 2). `target_embeddings`
-  [V, E] is a non-trainable variable holding unit-normalised rows (all-zero
-  rows for tokens without a vector); it is filled once by
-  `set_target_embeddings` and saved with the checkpoint, so a model dir is
-  self-contained.
-
-  Inference: `call` keeps `LMHead`'s contract (logits [..., V]) with
-  logits = continuous_logit_scale * cos(W h, e(v)) for every v, so
-  log_softmax gives a distribution (a von Mises-Fisher-like model with a
-  fixed concentration) and `TransformerLM.call()["log_probs"]` and every
-  scorer built on `lm_head` work unchanged. The scale is not trained by
-  the cosine loss: it sets how peaked the distribution is and so the size
-  of sentence scores and perplexities, not the ranking of tokens at one
-  position; pretraining/training.py picks the best of a grid on the eval set
-  after training and stores it in config.json.
+  Training compares W h [..., E] (BERT's transform, then a projection to the target width E) with a
+  FIXED unit-length embedding of the target by cosine distance: no vocabulary softmax, no V-sized
+  trainable parameters. `call` keeps `LMHead`'s contract with logits = continuous_logit_scale *
+  cos(W h, e(v)) for every v; the scale, which the loss does not train, sets how peaked
+  log_softmax is (not the ranking of tokens); pretraining/training.py picks it on the eval set.
   """
 
   def __init__(self, config, **kwargs):
@@ -825,13 +729,7 @@ class ContinuousHead(keras.layers.Layer):
     return tf.cast(self.projection(self.layer_norm(self.transform(hidden))), tf.float32)
 
   def call(self, hidden, embedding_table=None):
-    """Returns float32 cosine logits [..., V] over the frozen target table.
-
-    Args:
-      hidden: [..., D] final hidden states.
-      embedding_table: ignored (accepted so the call matches `LMHead`'s); a
-        continuous model always scores against its target embeddings.
-    """
+    """Cosine logits float32 [..., V] of hidden [..., D] (embedding_table: unused)."""
     del embedding_table
     pred = tf.math.l2_normalize(self.predict_vectors(hidden), axis=-1)
     # A rank-2 einsum: the "...e" form has a [N, V, E] gradient.

@@ -1,9 +1,8 @@
 # coding=utf-8
 """BERT's optimizer for a TF2 custom training loop (google-research/bert `optimization.py`).
 
-`AdamWeightDecay` (decoupled weight decay, no bias correction, global-norm clipping of the
-replica-summed gradient: the step must not clip), `LinearWarmupLinearDecay`, and
-`create_optimizer`, which puts them together. Why the clipping sits there: docs/DESIGN.md §3.2.
+The global-norm clip sits inside the optimizer, after the cross-replica sum, so the training step
+must not clip (docs/DESIGN.md §3.2).
 """
 
 import re
@@ -19,22 +18,8 @@ DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 def create_optimizer(
   init_lr, num_train_steps, num_warmup_steps, weight_decay_rate=0.01, clip_norm=1.0
 ):
-  """Creates BERT's optimizer: AdamWeightDecay + global-norm clipping + warmup/decay schedule.
-
-  Call it under `strategy.scope()` when training with a `tf.distribute` strategy: the optimizer
-  remembers the strategy it was created under and creates its slots and updates through it.
-
-  Args:
-    init_lr: float. Peak learning rate (BERT's `init_lr`), e.g. 1e-4.
-    num_train_steps: int. Total number of optimizer steps; the learning rate reaches 0 here.
-    num_warmup_steps: int. Steps of linear warmup from 0; 0 disables warmup.
-    weight_decay_rate: float. Decoupled weight decay coefficient (BERT: 0.01).
-    clip_norm: float or None. Global-norm clip applied to the cross-replica-summed gradient
-      before each update (BERT: 1.0). None disables clipping.
-
-  Returns:
-    An `AdamWeightDecay` whose learning rate is a `LinearWarmupLinearDecay`.
-  """
+  """BERT's `AdamWeightDecay`, lr a `LinearWarmupLinearDecay` from init_lr. Create it under
+  `strategy.scope()`: it makes its slots and updates through that strategy."""
   schedule = LinearWarmupLinearDecay(
     peak_learning_rate=init_lr, num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps
   )
@@ -53,32 +38,17 @@ def create_optimizer(
 class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
   """BERT's learning-rate schedule: linear warmup, then linear decay to 0.
 
-  With `P = peak_learning_rate`, `W = num_warmup_steps`, `N = num_train_steps`:
+  With P = peak_learning_rate, W = num_warmup_steps, N = num_train_steps (0 <= W <= N, N > 0):
 
       lr(step) = P * step / W                  if step < W
       lr(step) = P * (1 - min(step, N) / N)    otherwise
 
-  This is exactly BERT's `polynomial_decay(P, step, N, end_learning_rate=0, power=1)` with the
-  warmup overriding it while `step < W`. Note that the decay line is anchored at step 0, not at
-  the end of warmup (again as in BERT): at `step == W` the rate is `P * (1 - W / N)`, a little
-  below `P` (0.99 P for W = 1% of N), and it reaches 0 at `step == N` and stays there.
-
-  `step` is the optimizer's iteration count *before* the update, so the very first update uses
-  lr = 0 when there is warmup — also as in BERT, where `global_step` starts at 0.
+  As BERT's `polynomial_decay(..., power=1)` with warmup, the decay line is anchored at step 0 (at
+  step W the rate is P * (1 - W / N), a little below P), and `step` is the iteration count before
+  the update, so the first update uses lr = 0 when there is warmup.
   """
 
   def __init__(self, peak_learning_rate, num_train_steps, num_warmup_steps=0, name=None):
-    """Creates the schedule.
-
-    Args:
-      peak_learning_rate: float. Learning rate at the end of warmup (before decay).
-      num_train_steps: int > 0. Step at which the learning rate reaches 0.
-      num_warmup_steps: int >= 0. Length of the linear warmup; 0 means no warmup.
-      name: optional string, used as the name scope.
-
-    Raises:
-      ValueError: if the step counts are out of range.
-    """
     super().__init__()
     if num_train_steps <= 0:
       raise ValueError(f"num_train_steps must be > 0, got {num_train_steps}")
@@ -93,11 +63,7 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     self.name = name
 
   def __call__(self, step):
-    """Returns the learning rate at `step` as a float32 scalar Tensor.
-
-    Args:
-      step: int or float scalar (Tensor or variable), the optimizer iteration count.
-    """
+    """The learning rate at `step` (the optimizer's iteration count), a float32 scalar."""
     with tf.name_scope(self.name or "LinearWarmupLinearDecay"):
       # float32 counts exactly up to 2**24 (16.7M) steps, far beyond any run here.
       step = tf.cast(tf.convert_to_tensor(step), tf.float32)
@@ -123,28 +89,17 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 class AdamWeightDecay(keras.optimizers.Optimizer):
   """BERT's AdamWeightDecayOptimizer as a Keras 3 optimizer.
 
-  Per variable `w` with gradient `g` (summed over replicas, then clipped if `clip_norm`):
+  Per variable w with gradient g (summed over replicas, then clipped to the global norm clip_norm):
 
       m = beta_1 * m + (1 - beta_1) * g
       v = beta_2 * v + (1 - beta_2) * g**2
-      update = m / (sqrt(v) + epsilon) + weight_decay_rate * w     # decay term only if decayed
-      w = w - lr * update
+      w = w - lr * (m / (sqrt(v) + epsilon) + weight_decay_rate * w)   # decay term if decayed
 
-  As BERT's, and unlike textbook Adam: no bias correction of `m` and `v` (early updates are
-  larger; BERT's warmup and hyper-parameters were tuned with it), and decoupled decay
-  (Loshchilov & Hutter): `weight_decay_rate * w` joins the Adam direction, scaled by the learning
-  rate, not passing through `m`/`v` nor the clip. Variables whose Keras 3 `variable.path` matches
-  a regex of `exclude_from_weight_decay` (`re.search`; `.name` is only the last component) get no
-  decay, decided once in `build`.
-
-  Distribution: Keras sums the per-replica gradients in `apply_gradients`; this class only
-  inserts the global-norm clip between the sum and the update (docs/DESIGN.md §3.2). Create and
-  `build` it under `strategy.scope()`; scale the per-replica loss by the global batch size.
-  Mixed precision: variables and slots stay float32, lower-precision gradients are cast.
-
-  Checkpointing: `tf.train.Checkpoint(optimizer=...)` saves the iteration count and the
-  `adam_m`/`adam_v` slots; the learning rate is a function of the iteration count, so restoring
-  both resumes the run exactly. Build the optimizer before restoring.
+  As BERT's, unlike textbook Adam: no bias correction (BERT's hyper-parameters were tuned without
+  it), and decoupled decay that passes through neither m/v nor the clip. A variable whose
+  `variable.path` matches a regex of exclude_from_weight_decay (`re.search`) is not decayed.
+  Build it under `strategy.scope()` before restoring: a checkpoint holds the iteration count and
+  the `adam_m`/`adam_v` slots, so a restored run continues exactly.
   """
 
   def __init__(
@@ -159,26 +114,9 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
     name="AdamWeightDecay",
     **kwargs,
   ):
-    """Creates the optimizer.
-
-    Args:
-      learning_rate: float or `keras.optimizers.schedules.LearningRateSchedule`.
-      weight_decay_rate: float >= 0. Decoupled weight decay coefficient (BERT: 0.01).
-      beta_1: float. Decay of the first-moment estimate.
-      beta_2: float. Decay of the second-moment estimate.
-      epsilon: float. Added to sqrt(v); BERT uses 1e-6 (Keras Adam's default is 1e-7).
-      exclude_from_weight_decay: sequence of regex strings; a variable whose path matches any
-        of them (`re.search`) is not decayed. None or empty: decay every variable.
-      clip_norm: float or None. If set, the cross-replica-summed gradients are clipped to this
-        global norm before the update (`create_optimizer` uses 1.0, like BERT).
-      name: string, the optimizer's name scope.
-      **kwargs: other `keras.optimizers.Optimizer` arguments (e.g. `loss_scale_factor`).
-        Keras' own `weight_decay`, `clipnorm`, `global_clipnorm` and `clipvalue` are rejected:
-        Keras applies them per replica and matches decay exclusions on the short `.name`.
-
-    Raises:
-      ValueError: if a rejected Keras argument is set or a value is out of range.
-    """
+    """Arguments as BERT's (epsilon 1e-6; Keras Adam's is 1e-7). Keras' `weight_decay`, `clipnorm`,
+    `global_clipnorm` and `clipvalue` are refused (ValueError): Keras applies them per replica and
+    matches decay exclusions on the short `.name`."""
     for key in ("weight_decay", "clipnorm", "global_clipnorm", "clipvalue"):
       if kwargs.get(key) is not None:
         raise ValueError(
@@ -207,15 +145,8 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
     return not any(re.search(pattern, variable_name) for pattern in self.exclude_from_weight_decay)
 
   def build(self, var_list):
-    """Creates the `adam_m` and `adam_v` slots and fixes which variables are decayed.
-
-    Args:
-      var_list: list of the model's trainable variables (Keras or tf.Variables).
-
-    Raises:
-      RuntimeError: if called under a different `tf.distribute` strategy than the one the
-        optimizer was created under.
-    """
+    """Creates the `adam_m`/`adam_v` slots and fixes which variables decay; RuntimeError under
+    another strategy than the optimizer's, or inside `strategy.run`."""
     if self.built:
       return
     strategy = tf.distribute.get_strategy()
@@ -273,13 +204,7 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
       )
 
   def update_step(self, gradient, variable, learning_rate):
-    """One AdamWeightDecay update of one variable.
-
-    Args:
-      gradient: float Tensor or `tf.IndexedSlices`, the (summed, clipped) gradient.
-      variable: the variable to update (under a strategy: this device's component).
-      learning_rate: float scalar Tensor, the learning rate for this step.
-    """
+    """One update of `variable` (a strategy: this device's copy) by the summed, clipped gradient."""
     index = self._get_variable_index(variable)
     m = self._adam_m[index]
     v = self._adam_v[index]

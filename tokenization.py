@@ -1,13 +1,9 @@
 # coding=utf-8
 """BERT-compatible WordPiece tokenization: one specification, two implementations.
 
-`InGraphTokenizer` (tensorflow-text ops, for `tf.function`s and SavedModels) and
-`host_tokenizer` / `FullTokenizer` (Hugging Face `tokenizers`) give the same ids; where
-tensorflow-text differs from Google BERT and what we do: docs/DESIGN.md §3.4.
-
-A vocab file holds one token per line, its id the 0-based line number. Special tokens are looked
-up by name, never at fixed ids: the T-TA authors' vocab starts with `SPECIAL_TOKENS` (ids 0..6),
-Google BERT's has [PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103 and no [SOS]/[EOS].
+`InGraphTokenizer` (tensorflow-text, for tf.functions and SavedModels) and `host_tokenizer` /
+`FullTokenizer` (Hugging Face `tokenizers`) give the same ids (docs/DESIGN.md §3.4). Special tokens
+are looked up by name, never at fixed ids: Google BERT's vocab has [UNK]=100 and no [SOS]/[EOS].
 
 Dimensions: B = batch size (sentences), W = words, P = word pieces, T = max_seq_length.
 """
@@ -69,22 +65,8 @@ _FINAL_SIGMA_REGEX = r"(?<=\p{Cased}\p{Case_Ignorable}*)Σ(?!\p{Case_Ignorable}*
 
 
 def load_vocab(vocab_file):
-  """Loads a vocab file (one token per line, id = 0-based line number).
-
-  Line endings (LF or CRLF) are removed and, as in BERT, surrounding
-  whitespace is stripped from each token.
-
-  Args:
-    vocab_file: path of a UTF-8 text file; anything `tf.io.gfile` can open.
-
-  Returns:
-    `collections.OrderedDict` mapping token (str) -> id (int), in file order.
-
-  Raises:
-    ValueError: naming `vocab_file:line` for an empty or whitespace-only line
-      or a token seen before (with the line it was first seen on), or for a
-      file holding no tokens.
-  """
+  """Token -> id (its 0-based line) in an OrderedDict, tokens stripped as in BERT; ValueError naming
+  `vocab_file:line` of an empty line or a repeated token, or an empty file."""
   with tf.io.gfile.GFile(vocab_file, "rb") as f:
     # utf-8-sig: a byte-order mark would otherwise glue itself to token 0.
     text = f.read().decode("utf-8-sig")
@@ -114,22 +96,11 @@ def load_vocab(vocab_file):
 
 
 def boundary_tokens(vocab):
-  """The (start, end) tokens that frame a sentence in this vocab.
+  """The (start, end) tokens that frame a sentence: [SOS]/[EOS], else Google BERT's [CLS]/[SEP].
 
-  [SOS]/[EOS] (the T-TA authors' vocab and every vocab `build_vocab` makes),
-  else Google BERT's [CLS]/[SEP]: a BERT vocab has no [SOS]/[EOS], and BERT
-  was trained on [CLS] ... [SEP]. The rule for a model whose config.json
-  records no pair (`modeling.TTAConfig.boundary_tokens`): a BERT checkpoint
-  records [CLS]/[SEP], since its vocab may hold [SOS]/[EOS] as well.
-
-  Args:
-    vocab: container of tokens (e.g. the mapping from `load_vocab`).
-
-  Returns:
-    ("[SOS]", "[EOS]") or ("[CLS]", "[SEP]").
-
-  Raises:
-    ValueError: if the vocab has neither pair.
+  The rule for a model whose config.json records no pair (`modeling.TTAConfig.boundary_tokens`); a
+  BERT checkpoint records [CLS]/[SEP], since its vocab may hold [SOS]/[EOS] too. ValueError if the
+  vocab has neither pair.
   """
   for pair in (("[SOS]", "[EOS]"), ("[CLS]", "[SEP]")):
     if pair[0] in vocab and pair[1] in vocab:
@@ -138,11 +109,7 @@ def boundary_tokens(vocab):
 
 
 def _framing_pair(vocab, pair):
-  """`pair` (a model's recorded boundary tokens) as a tuple, else the vocab's pair.
-
-  A vocab with neither pair gets ("[SOS]", "[EOS]"): it still splits text into pieces, and
-  framing a sentence fails naming the missing tokens.
-  """
+  """`pair` as a tuple, else the vocab's, else [SOS]/[EOS]: then only framing fails, naming them."""
   if pair is not None:
     return tuple(pair)
   try:
@@ -152,17 +119,8 @@ def _framing_pair(vocab, pair):
 
 
 def write_vocab(tokens, vocab_file):
-  """Writes tokens one per line, atomically (temporary file + os.replace).
-
-  Args:
-    tokens: iterable of str; token i gets id i.
-    vocab_file: local path to write. Readers never see a half-written file.
-
-  Raises:
-    ValueError: for an empty token, one with surrounding whitespace or a line
-      break, or a duplicate (with both positions), since `load_vocab` could not
-      read it back with the same ids.
-  """
+  """Writes tokens one per line (token i gets id i), atomically; ValueError for a token `load_vocab`
+  could not read back with its id (empty, with surrounding whitespace or a line break, repeated)."""
   tokens = list(tokens)
   seen = {}
   for index, token in enumerate(tokens):
@@ -180,22 +138,12 @@ def write_vocab(tokens, vocab_file):
 
 
 def _clean_text(texts, do_lower_case):
-  """BERT's text cleaning and lower-casing with tf.strings ops.
-
-  Args:
-    texts: tf.string Tensor of any shape.
-    do_lower_case: Python bool; lower-case (Python `str.lower` semantics),
-      NFD-normalise and drop non-spacing marks (accents).
-
-  Returns:
-    tf.string Tensor of the same shape: control characters, NUL and U+FFFD
-    removed, every whitespace character a plain space.
-  """
+  """BERT's text cleaning (and lower-casing: `str.lower`, NFD, no Mn) of tf.string, any shape."""
   texts = tf.strings.regex_replace(texts, _DROP_CHARS_REGEX, "")
   texts = tf.strings.regex_replace(texts, _SPACE_CHARS_REGEX, " ")
   if do_lower_case:
     # Not tf_text.case_fold_utf8: NFKC case folding changes more than BERT's
-    # lower() does (see the module docstring).
+    # lower() does (docs/DESIGN.md §3.4).
     texts = tf.strings.lower(texts, encoding="utf-8")
     texts = tf_text.normalize_utf8(texts, "NFD")
     texts = tf.strings.regex_replace(texts, _ACCENTS_REGEX, "")
@@ -203,19 +151,10 @@ def _clean_text(texts, do_lower_case):
 
 
 def basic_tokenize(texts, do_lower_case=True):
-  """BERT's BasicTokenizer in-graph: clean, lower-case, split into words.
+  """BERT's BasicTokenizer in-graph: tf.string [B] -> words, tf.string RaggedTensor [B, (W)].
 
-  Splitting (whitespace, BERT's punctuation: ASCII 33-47, 58-64, 91-96,
-  123-126 and Unicode P*, each CJK ideograph on its own) is
-  tensorflow-text's `BasicTokenizer`; it runs on text already cleaned (and
-  lower-cased) the way BERT does it.
-
-  Args:
-    texts: tf.string Tensor of shape [B].
-    do_lower_case: Python bool.
-
-  Returns:
-    tf.string RaggedTensor of shape [B, (W)].
+  tf-text's `BasicTokenizer` only splits (whitespace, BERT's punctuation, each CJK ideograph); the
+  cleaning and lower-casing, which it does unlike BERT, are `_clean_text`'s (docs/DESIGN.md §3.4).
   """
   texts = _clean_text(texts, do_lower_case)
   # lower_case=False: no case folding, no normalisation; what remains is its
@@ -235,19 +174,13 @@ def continued_text(token):
 
 
 def continuation_flags(vocab):
-  """bool [V]: which ids are WordPiece continuations (`is_continuation`), i.e. do not start a word.
-
-  vocab: a token->id mapping or a token list in id order (None for an unused id).
-  """
+  """bool [V]: which ids are WordPiece continuations, from a token->id mapping or a token list in id
+  order (None for an unused id)."""
   return np.array([t is not None and is_continuation(t) for t in _vocab_list(vocab)], bool)
 
 
 def _vocab_list(vocab):
-  """Tokens in id order from a token->id mapping or a token list.
-
-  Raises:
-    ValueError: if a mapping's ids are not exactly 0..len-1.
-  """
+  """Tokens in id order from a token list or a token->id mapping (ValueError unless ids 0..V-1)."""
   if not isinstance(vocab, collections.abc.Mapping):
     return list(vocab)
   tokens = [None] * len(vocab)
@@ -261,17 +194,11 @@ def _vocab_list(vocab):
 
 
 class InGraphTokenizer(tf.Module):
-  """WordPiece tokenizer made of TF ops; usable in tf.function and SavedModel.
+  """WordPiece tokenizer made of TF ops, for tf.function and SavedModels (no asset file).
 
-  Example:
-    tokenizer = InGraphTokenizer(load_vocab("vocab.txt"))
-    ids = tokenizer(tf.constant(["Hello world!"]))          # [1, (P)] int32
-    input_ids, input_mask = tokenizer.encode(texts, 128)    # [B, 128] int32
-
-  Word pieces come from tensorflow-text's `FastWordpieceTokenizer` (linear-
-  time WordPiece; the same output as the classic greedy longest-match-first
-  `WordpieceTokenizer`, and faster). Its compiled vocab is a uint8
-  constant, so a SavedModel carries it without a separate asset file.
+  tokenizer = InGraphTokenizer(load_vocab("vocab.txt"))
+  ids = tokenizer(tf.constant(["Hello world!"]))          # [1, (P)] int32
+  input_ids, input_mask = tokenizer.encode(texts, 128)    # [B, 128] int32
   """
 
   def __init__(
@@ -282,21 +209,13 @@ class InGraphTokenizer(tf.Module):
     boundary_tokens=None,
     name=None,
   ):
-    """Compiles the vocab into tensorflow-text's FastWordpieceTokenizer.
+    """Compiles the vocab into tf-text's FastWordpieceTokenizer; ValueError without [UNK] or [PAD].
 
     Args:
-      vocab: mapping token -> id with ids 0..V-1 (as from `load_vocab`), or
-        the list of tokens in id order.
-      do_lower_case: lower-case and strip accents before splitting.
-      max_input_chars_per_word: a longer word (in characters) becomes [UNK].
-      boundary_tokens: (start, end) tokens `encode` puts around a sentence,
-        as the model's config.json records them; None: the vocab's pair
-        (`boundary_tokens(vocab)`). Missing ones (or a vocab with neither
-        pair) only make `encode` fail.
-      name: tf.Module name.
-
-    Raises:
-      ValueError: if the vocab has no [UNK] or [PAD] token.
+      vocab: token -> id mapping with ids 0..V-1 (`load_vocab`), or the tokens in id order.
+      max_input_chars_per_word: a longer word (in characters, as BERT counts) becomes [UNK].
+      boundary_tokens: the (start, end) `encode` puts around a sentence, as config.json records
+        them; None: `boundary_tokens(vocab)`. A token the vocab lacks only makes `encode` fail.
     """
     super(InGraphTokenizer, self).__init__(name=name)
     tokens = _vocab_list(vocab)
@@ -331,14 +250,7 @@ class InGraphTokenizer(tf.Module):
   # tracing is several times faster without the conversion.
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
   def __call__(self, texts):
-    """Tokenizes sentences into word-piece ids (no [SOS]/[EOS]).
-
-    Args:
-      texts: tf.string Tensor of shape [B], UTF-8.
-
-    Returns:
-      int32 RaggedTensor of shape [B, (P)].
-    """
+    """tf.string [B] (UTF-8) -> word-piece ids, int32 RaggedTensor [B, (P)], no boundary tokens."""
     words = basic_tokenize(texts, self.do_lower_case)  # [B, (W)]
     flat_words = words.flat_values
     n_chars = tf.strings.length(flat_words, unit="UTF8_CHAR")
@@ -348,25 +260,11 @@ class InGraphTokenizer(tf.Module):
     return pieces.merge_dims(1, 2)
 
   def encode(self, texts, max_seq_length, pad_to_max_length=True):
-    """Tokenizes, adds boundary tokens, truncates and pads.
+    """`[start] pieces [end]` per sentence, pieces cut from the end to fit max_seq_length (T >= 2).
 
-    A sentence is `[SOS] pieces [EOS]` (or the boundary tokens given to the
-    constructor); a longer one loses pieces from its end, so [SOS] stays
-    first and [EOS] last, within max_seq_length.
-
-    Args:
-      texts: tf.string Tensor of shape [B].
-      max_seq_length: Python int >= 2 (T).
-      pad_to_max_length: if False, pad only to the longest sentence of the
-        batch (at most T) instead of T.
-
-    Returns:
-      (input_ids, input_mask): int32 Tensors of shape [B, T]; ids padded with
-      [PAD], mask 1 for real tokens and 0 for padding.
-
-    Raises:
-      ValueError: if max_seq_length < 2 or a boundary token is missing from
-        the vocab.
+    Returns (input_ids, input_mask), int32 [B, T] (pad_to_max_length=False: T is the longest
+    sentence's length); ids padded with [PAD], mask 1 at real tokens. ValueError for T < 2 or a
+    boundary token missing from the vocab.
     """
     if max_seq_length < 2:
       raise ValueError(
@@ -387,11 +285,7 @@ class InGraphTokenizer(tf.Module):
     return input_ids, tf.cast(input_mask, tf.int32)
 
   def boundary_ids(self):
-    """Returns (start id, end id) of the boundary tokens.
-
-    Raises:
-      ValueError: naming the boundary tokens the vocab lacks.
-    """
+    """(start id, end id); ValueError naming the boundary tokens the vocab lacks."""
     missing = [t for t, i in zip(self.boundary_tokens, (self._start_id, self._end_id)) if i is None]
     if missing:
       raise ValueError(
@@ -402,24 +296,13 @@ class InGraphTokenizer(tf.Module):
 
 
 def host_tokenizer(vocab, do_lower_case=True, max_input_chars_per_word=200):
-  """The same tokenization by Hugging Face `tokenizers` (Rust, on the host: no TF op).
+  """The same tokenization by Hugging Face `tokenizers`, on the host with no TF op.
 
-  One specification, two implementations: each step of `InGraphTokenizer` maps to a
-  `tokenizers` component configured to do exactly that step, and
-  scripts/check_tokenizer_ids.py (tests/test_tokenization.py on a sample) checks that the ids
-  are equal on the shared data. Why not `BertNormalizer` alone: its cleaning also drops
-  private-use and unassigned characters (BERT keeps them, as [UNK] words), and its lower-casing
-  knows no final sigma; so the cleaning is `_clean_text`'s own regexes and the final sigma a
-  rule of its own, and `BertNormalizer` only puts spaces around CJK ideographs.
-
-  Args:
-    vocab: mapping token -> id with ids 0..V-1 (as from `load_vocab`), or the token list.
-    do_lower_case: lower-case and strip accents before splitting.
-    max_input_chars_per_word: a longer word (in characters, as in BERT) becomes [UNK].
-
-  Returns:
-    `tokenizers.Tokenizer` whose `encode_batch(texts, add_special_tokens=False)` gives the
-    word-piece ids of `InGraphTokenizer.__call__`.
+  Each step of `InGraphTokenizer` is a `tokenizers` component doing exactly that step;
+  scripts/check_tokenizer_ids.py proves the ids equal on the shared data. Not `BertNormalizer`'s
+  cleaning or lower-casing: it drops private-use and unassigned characters (BERT keeps them, as
+  [UNK] words) and knows no final sigma. `encode_batch(texts, add_special_tokens=False)` of the
+  result gives the ids of `InGraphTokenizer.__call__`.
   """
   steps = [
     normalizers.Replace(tokenizers.Regex(_DROP_CHARS_REGEX), ""),
@@ -453,17 +336,14 @@ def host_tokenizer(vocab, do_lower_case=True, max_input_chars_per_word=200):
 
 
 class FullTokenizer(object):
-  """Plain-Python tokenizer for scripts: `host_tokenizer`'s ids, `InGraphTokenizer` for graphs.
+  """Plain-Python tokenizer: `host_tokenizer`'s ids; `graph_tokenizer()` for graphs.
 
-  Example:
     tokenizer = FullTokenizer("vocab.txt", do_lower_case=True)
     tokenizer.tokenize("Héllo, world!")   # ['hello', ',', 'world', '!']
     tokenizer.encode("Hello", max_seq_length=8)   # [sos_id, id, eos_id]
 
-  Attributes:
-    vocab: OrderedDict token -> id. inv_vocab: dict id -> token.
-    pad_id, eos_id, unk_id, sos_id, mask_id, cls_id, sep_id: int ids of the
-      special tokens, or None where the vocab lacks one.
+  `pad_id`, `eos_id`, `unk_id`, `sos_id`, `mask_id`, `cls_id`, `sep_id`: ids of the special tokens,
+  None where the vocab lacks one.
   """
 
   def __init__(
@@ -473,18 +353,7 @@ class FullTokenizer(object):
     max_input_chars_per_word=200,
     boundary_tokens=None,
   ):
-    """Loads the vocab and builds the host and the graph tokenizers.
-
-    Args:
-      vocab_file: vocab path (see `load_vocab`).
-      do_lower_case: lower-case and strip accents (uncased models).
-      max_input_chars_per_word: a longer word becomes [UNK].
-      boundary_tokens: (start, end) tokens `encode` puts around a sentence
-        (the model's `TTAConfig.boundary_tokens`); None: the vocab's pair.
-
-    Raises:
-      ValueError: for a malformed vocab file, or one without [UNK] or [PAD].
-    """
+    """As `InGraphTokenizer`; ValueError for a malformed vocab or one without [UNK] or [PAD]."""
     self.vocab_file = vocab_file
     self.vocab = load_vocab(vocab_file)
     self.inv_vocab = {i: t for t, i in self.vocab.items()}
@@ -515,7 +384,6 @@ class FullTokenizer(object):
     return len(self.vocab)
 
   def graph_tokenizer(self):
-    """Returns the InGraphTokenizer of the same vocab and options (for graphs, SavedModels)."""
     return self._graph
 
   def boundary_ids(self):
@@ -529,17 +397,7 @@ class FullTokenizer(object):
     return self._continuation
 
   def piece_ids_batch(self, texts):
-    """Word-piece ids of many sentences, without [SOS]/[EOS].
-
-    Computed by `host_tokenizer` (HF `tokenizers`, no TF op; docs/runtime.md has the times),
-    whose ids equal `InGraphTokenizer`'s on the shared data (scripts/check_tokenizer_ids.py).
-
-    Args:
-      texts: list of B str (or UTF-8 bytes).
-
-    Returns:
-      list of B lists of int.
-    """
+    """Word-piece ids (no boundary tokens) of B sentences (str or UTF-8 bytes): B lists of int."""
     if isinstance(texts, (str, bytes)):
       raise TypeError(
         "expected a list of strings, got a single string; use tokenize()/encode() for one sentence."
@@ -578,20 +436,9 @@ class FullTokenizer(object):
     return self.encode_batch([text], max_seq_length)[0]
 
   def encode_batch(self, texts, max_seq_length=None):
-    """Ids of `[SOS] pieces [EOS]` per sentence, unpadded.
+    """Unpadded ids of `[start] pieces [end]` per sentence, truncated as `InGraphTokenizer.encode`.
 
-    Truncation matches `InGraphTokenizer.encode`: pieces are cut from the end
-    so [SOS] stays first and [EOS] last within max_seq_length.
-
-    Args:
-      texts: list of str.
-      max_seq_length: None (no limit) or int >= 2.
-
-    Returns:
-      list of B lists of int.
-
-    Raises:
-      ValueError: if max_seq_length < 2 or a boundary token is missing.
+    max_seq_length: None (no limit) or >= 2 (else ValueError, as for a missing boundary token).
     """
     start_id, end_id = self.boundary_ids()
     if max_seq_length is not None and max_seq_length < 2:
@@ -604,7 +451,6 @@ class FullTokenizer(object):
 
 @functools.lru_cache(maxsize=None)
 def _basic_tokenize_function(do_lower_case):
-  """basic_tokenize as a tf.function over [B] strings, traced once per case."""
   return tf.function(
     lambda texts: basic_tokenize(texts, do_lower_case),
     input_signature=[tf.TensorSpec([None], tf.string)],
@@ -620,35 +466,13 @@ def build_vocab(
   batch_size=4096,
   learn_params=None,
 ):
-  """Learns a WordPiece vocab from sentences with tensorflow-text's learner.
+  """Learns a WordPiece vocab (reserved_tokens first) with tensorflow-text's learner.
 
-  Words are counted after the same `basic_tokenize` the tokenizer uses, so
-  the vocab fits the tokenizer. Then tensorflow-text's
-  `wordpiece_tokenizer_learner_lib.learn` (the algorithm behind
-  `bert_vocab_from_dataset`) picks the pieces: it binary-searches a count
-  threshold for a vocab of at most vocab_size (within 5% below by default)
-  and always keeps every character (alone and as "##c"), so a corpus with a
-  large alphabet can exceed vocab_size; that is logged.
-
-  Deterministic: word counts are handed over sorted by (-count, word) and the
-  learner sorts its output by (-count, token) after the reserved tokens and
-  the sorted single characters.
-
-  Args:
-    sentences: iterable of str.
-    vocab_size: target size (an upper bound, see above).
-    do_lower_case: as for the tokenizer that will use the vocab.
-    reserved_tokens: tokens placed first, in this order.
-    batch_size: sentences per in-graph tokenization call.
-    learn_params: dict of extra keyword arguments for the learner, e.g.
-      {"lower_thresh": 1} for a tiny corpus (its default, 10, drops every
-      piece seen fewer than 10 times).
-
-  Returns:
-    list of str: reserved_tokens, then the learned tokens.
-
-  Raises:
-    ValueError: if the corpus holds no words or reserved_tokens repeats one.
+  Words are counted after `basic_tokenize`, so the vocab fits the tokenizer. The learner keeps every
+  character (alone and as "##c"): a corpus with a large alphabet can exceed vocab_size (logged).
+  learn_params: more learner arguments, e.g. {"lower_thresh": 1} for a tiny corpus (its default 10
+  drops every piece seen fewer than 10 times). ValueError for a corpus with no words or a repeated
+  reserved token.
   """
   reserved_tokens = list(reserved_tokens)
   if len(set(reserved_tokens)) != len(reserved_tokens):

@@ -1,11 +1,7 @@
 # coding=utf-8
-"""tf.distribute for pretraining: the strategy, the chief, agreement.
-
---strategy=one_device|mirrored|multi_worker|tpu (docs/DESIGN.md §3). Under
-multi-worker every worker runs the same program; only the chief writes
---output_dir, and decisions that change the number of collective calls
-(stopping) are agreed on by all workers first, so none waits forever.
-"""
+"""tf.distribute for pretraining (--strategy, docs/DESIGN.md §3). Under multi-worker only the chief
+writes --output_dir, and a decision that changes the number of collective calls (stopping) is
+agreed on by every worker first, so that none waits forever."""
 
 import os
 import tempfile
@@ -22,14 +18,8 @@ NUM_CPU_DEVICES_HELP = (
 
 
 def get_strategy(name, tpu=None, num_cpu_devices=0):
-  """Creates the tf.distribute strategy for --strategy.
-
-  Args:
-    name: one of STRATEGIES.
-    tpu: TPU name/address (strategy "tpu").
-    num_cpu_devices: > 1 splits the CPU into logical devices first, so
-      "mirrored" has several replicas on a CPU-only machine.
-  """
+  """The tf.distribute strategy `name` (one of STRATEGIES); num_cpu_devices > 1 first splits the CPU
+  into logical devices, so that "mirrored" has several replicas without GPUs."""
   if num_cpu_devices > 1:
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(

@@ -1,9 +1,6 @@
-"""Small file helpers shared by the scripts: the data root, globs, atomic writes, output dirs and
-their checks, the one lock (`exclusive_lock`), stage stamps and seeded held-out hashes.
-
-Light on purpose (standard library, absl, util/cli.py): corpus.py's worker processes import it;
-TensorFlow only for `expand_globs` and remote paths.
-"""
+"""Small file helpers of the commands: the data root, globs, atomic writes, output checks, the one
+lock, stage stamps, seeded hashes. Light on purpose: corpus.py's worker processes import it, so
+standard library, absl and util/cli.py only (TensorFlow for globs and remote paths)."""
 
 import contextlib
 import glob
@@ -28,9 +25,7 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # --help lists them (absl attributes a flag to the module that runs DEFINE_*).
 flags.disclaim_key_flags()
 
-# ---------------------------------------------------------------------------------------------
-# The data root
-# ---------------------------------------------------------------------------------------------
+# --- The data root ---
 
 
 _DATA_DIR_HELP = "Data root (default: $TTA_DATA, else ../shared/data beside the repository)."
@@ -47,17 +42,8 @@ def define_data_dir_flag():
 
 
 def data_root(data_dir=None):
-  """Finds the shared data root.
-
-  Args:
-    data_dir: str or None, an explicit root (the `--data_dir` flag); wins over everything else.
-
-  Returns:
-    str, the argument, else $TTA_DATA, else `../shared/data` next to the repository root.
-
-  Raises:
-    FileNotFoundError: the chosen directory does not exist (naming where it came from).
-  """
+  """The shared data root: `data_dir`, else $TTA_DATA, else ../shared/data beside the repository;
+  FileNotFoundError, naming where it came from, if it does not exist."""
   if data_dir:
     origin = "the data_dir argument"
   elif os.environ.get("TTA_DATA"):
@@ -72,28 +58,13 @@ def data_root(data_dir=None):
   return data_dir
 
 
-# ---------------------------------------------------------------------------------------------
-# Input files
-# ---------------------------------------------------------------------------------------------
+# --- Input files ---
 
 
 def expand_globs(patterns):
-  """Expands comma-separated globs (or a list of globs) into file paths.
-
-  Globs are matched by `tf.io.gfile.glob` (TensorFlow is imported here), so that local and
-  remote ("gs://...") patterns work alike.
-
-  Args:
-    patterns: str ("a/*.txt,b.txt") or list of str.
-
-  Returns:
-    list of str: each pattern's matches sorted; patterns in the given order; duplicates removed
-    (first one kept). Local paths are made absolute, so that a record of them (data_stats.json,
-    a rerun check) does not depend on the working directory.
-
-  Raises:
-    ValueError: naming a pattern that matches no file, or if there is no pattern at all.
-  """
+  """Paths of comma-separated globs (or a list), each pattern's matches sorted, repeats dropped,
+  local ones absolute (a record of them must not depend on the working directory); ValueError
+  naming a pattern that matches no file, or if there is no pattern."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   split = patterns.split(",") if isinstance(patterns, str) else patterns
@@ -111,9 +82,7 @@ def expand_globs(patterns):
   return paths
 
 
-# ---------------------------------------------------------------------------------------------
-# Atomic writes
-# ---------------------------------------------------------------------------------------------
+# --- Atomic writes ---
 
 
 def _gfile(path):
@@ -127,12 +96,8 @@ def _gfile(path):
 
 @contextlib.contextmanager
 def atomic_path(path):
-  """Yields a temporary path beside `path`; it replaces `path` only on success.
-
-  For writers that open the file themselves (`tf.io.TFRecordWriter`); `atomic_open` is the
-  usual entry point. A crash or an exception inside the `with` block leaves any earlier `path`
-  untouched and removes the temporary file, so readers never see a partial result.
-  """
+  """Yields a temporary path beside `path` that replaces `path` only on success (for writers that
+  open the file themselves); an exception removes it and leaves any earlier `path` untouched."""
   gfile = _gfile(path)
   directory, name = os.path.split(path)
   # Hidden, and unique per writer; created by the writer, so it gets the usual permissions.
@@ -169,13 +134,8 @@ def atomic_open(path, mode="w", encoding="utf-8"):
 
 
 def write_atomically(path, text):
-  """Writes a str to `path` atomically (see atomic_open): the one writer of the commands' small
-  state files (run.json, a .partial.json state, a done record, a stamp) and results files.
-
-  Raises:
-    cli.InputError: the file cannot be written (a full disk, a quota, a read-only file system),
-      naming it and why; the temporary file is removed and any earlier `path` is untouched.
-  """
+  """Writes `text` to `path` atomically: the one writer of the commands' state and results files.
+  cli.InputError naming the file and why if it cannot be written (a full disk, a read-only fs)."""
   try:
     with atomic_open(path) as f:
       f.write(text)
@@ -184,14 +144,8 @@ def write_atomically(path, text):
 
 
 def make_temp_dir(parent, prefix):
-  """Creates a new hidden directory in `parent` for an output built there, then renamed.
-
-  Unlike `tempfile.mkdtemp` (mode 0700), it gets the umask's permissions, like any directory the
-  user creates: an export dir renamed from it is readable by whoever may read `parent`.
-
-  Returns:
-    str, the directory's path.
-  """
+  """A new hidden directory in `parent` with the umask's permissions (mkdtemp gives 0700): an
+  export dir renamed from it is readable by whoever may read `parent`."""
   os.makedirs(parent, exist_ok=True)
   while True:
     path = os.path.join(parent, f"{prefix}{secrets.token_hex(4)}")
@@ -218,21 +172,8 @@ def atomic_dir(path):
 
 
 def check_output_path(path, flag, is_dir=True):
-  """Refuses an output path that cannot be written, before a command loads or writes anything.
-
-  Without it the refusal would come from os.makedirs or the lock, after a model loaded or an
-  empty --output_dir was made. Nothing is left behind: the probe file is removed.
-
-  Args:
-    path: str, the output directory (is_dir) or file; a remote path ("gs://...") is not checked.
-    flag: str, the flag that gave it, for the message.
-    is_dir: whether `path` is a directory (made if missing) or a file.
-
-  Raises:
-    cli.InputError: "--<flag> <path>: <why>": `path` exists as the other kind, or the nearest
-      existing directory above it is a file, or is not writable (its mode, a read-only mount,
-      a pseudo file system like /proc).
-  """
+  """Refuses (cli.InputError "--<flag> <path>: <why>") an output path that cannot be written,
+  before a command loads or makes anything; leaves nothing behind. A remote path is not checked."""
   if "://" in path:
     return
   where = f"--{flag} {path}"
@@ -259,10 +200,9 @@ _SCHEME = re.compile(r"^[a-z][a-z0-9_]*:(?!//)")
 
 
 def local_paths(value):
-  """The local paths a marked field's value names (`cli.param`'s `io`): a path; a list of values;
-  a (name, spec) tuple; NAME=SPEC; a backend prefix (kenlm:PATH, hf:DIR, senteval:DIR); comma-
-  separated globs (of a value that is not itself a path). '-' (stdin, stdout) and remote paths
-  name none."""
+  """The local paths a marked field's value names (`cli.param`'s `io`): a path, a list, a (name,
+  spec) pair, NAME=SPEC, a backend prefix (kenlm:PATH), comma-separated globs. '-' and remote
+  paths name none."""
   if isinstance(value, tuple) and len(value) == 2:
     return local_paths(value[1])  # a (name, spec) pair (lm_options.named_specs)
   if isinstance(value, (list, tuple)):
@@ -284,16 +224,9 @@ def local_paths(value):
 
 
 def check_outputs_apart(params, inputs=(), outputs=()):
-  """Refuses an output path that is, contains or lies inside an input path, before any work.
-
-  The paths are those of `params`' fields marked `cli.INPUT` and `cli.OUTPUT` (`cli.param`'s
-  `io`), plus `inputs` and `outputs` ([(flag, value)] a command knows otherwise), compared
-  resolved (`os.path.realpath`: symlinks followed, `..` and relative paths made absolute). So no
-  write, --overwrite included, can replace or remove what the command was asked to read.
-
-  Raises:
-    cli.InputError: "--<out flag> <path> is|contains|lies inside --<in flag> <path>: ..."
-  """
+  """Refuses (cli.InputError) an output path that is, contains or lies inside an input path:
+  those of `params`' `cli.INPUT`/`cli.OUTPUT` fields and `inputs`/`outputs` ([(flag, value)]),
+  compared by realpath."""
   ins = [(f, p) for f, v in cli.io_values(params, cli.INPUT) + list(inputs) for p in local_paths(v)]
   # What is not there cannot be lost; a checkpoint prefix (DIR/model.ckpt) is there by its files.
   ins = [(f, p) for f, p in ins if os.path.lexists(p) or glob.glob(glob.escape(p) + ".*")]
@@ -318,14 +251,9 @@ def check_outputs_apart(params, inputs=(), outputs=()):
 
 @contextlib.contextmanager
 def output_dir(path):
-  """Makes the output dir `path` for the `with` block; if this call made it and the block raises
-  (`cli.InputError`, or a library's ValueError that its command turns into one), removes what
-  holds no output: released (empty) lock files, then empty dirs.
-
-  So a run refused for its input leaves no empty --output_dir behind, and a refusal later in a
-  run loses nothing it wrote. A run refused because another holds the output (`OutputBusy`)
-  removes nothing: the dir is the other run's.
-  """
+  """Makes the output dir `path` for the block; if this call made it and the block raises
+  cli.InputError or ValueError (not `OutputBusy`: the dir is the other run's), removes what holds no
+  output (released lock files, empty dirs): a refused run leaves no empty --output_dir."""
   made = not os.path.isdir(path)
   try:
     os.makedirs(path, exist_ok=True)
@@ -350,12 +278,8 @@ def _remove_empty(path):
 
 
 class OutputBusy(cli.InputError):
-  """Another live process holds the lock of an output (scripts: one line, exit 2).
-
-  Attributes:
-    holder: str, the holder's "pid P on HOST since TIME" ("holder unknown" if it wrote none).
-    lock_file: str, the lock file.
-  """
+  """Another live process holds the lock of an output: `holder` ("pid P on HOST since TIME", or
+  "holder unknown") and `lock_file`."""
 
   def __init__(self, message, holder, lock_file):
     super().__init__(message)
@@ -365,25 +289,15 @@ class OutputBusy(cli.InputError):
 
 @contextlib.contextmanager
 def exclusive_lock(path, wait=True, lock_file=None):
-  """Holds an exclusive lock on the output `path` for the `with` block; the project's one lock.
+  """Holds an exclusive lock on the output `path` for the block; the project's one lock.
 
-  The lock is flock(2) on `lock_file`, which holds "pid P on HOST since TIME" while it is held
-  (for the message a second process gets) and is left empty on release. The kernel drops an
-  flock when its process ends, however it ends (kill -9 included), so a crashed holder leaves no
-  stale lock: its line stays in the file, and the next holder logs it and takes over. On a network
-  file system the lock is as good as that file system's locking (Linux NFS clients turn flock
-  into a byte-range lock other hosts see); where locks are refused (ENOLCK, EOPNOTSUPP), and for
-  remote paths ("gs://..."), a warning says the output is not locked and the block runs.
+  flock(2) on `lock_file` (default `.<name>.lock` beside `path`), which holds "pid P on HOST since
+  TIME" while held. The kernel drops a flock when its process ends (kill -9 included): a crashed
+  holder leaves no stale lock. Where locks are refused (ENOLCK, EOPNOTSUPP; remote paths), a
+  warning says the output is not locked and the block runs.
 
-  Args:
-    path: str, the output the lock guards.
-    wait: True: wait for the lock (a short read-merge-write of `path`); False: raise at once when
-      another process holds it (a long run that must be the only writer of `path`).
-    lock_file: str, default a hidden `.<name>.lock` beside `path`.
-
-  Raises:
-    OutputBusy: with wait=False, another process holds the lock; the message names `path`, the
-      holder and the lock file.
+  wait: True waits for the lock (a short read-merge-write of `path`); False raises `OutputBusy`
+  at once if another process holds it (a long run that must be the only writer of `path`).
   """
   if "://" in path:
     logging.warning("%s is not a local path: not locked against a second writer", path)
@@ -410,8 +324,7 @@ def exclusive_lock(path, wait=True, lock_file=None):
 
 
 def _missing_top(directory):
-  """The topmost missing directory of `directory`'s path (None if it exists): what making it
-  creates."""
+  """The topmost missing directory of `directory`'s path (what making it creates), or None."""
   top = None
   while not os.path.lexists(directory):
     directory, top = os.path.dirname(directory), directory
@@ -436,16 +349,8 @@ def _remove_made(path, made_dir, directory=None):
 
 
 def _open_lock(lock_file, wait, path, made_dir):
-  """Opens and flocks `lock_file` and writes this process's holder line into it.
-
-  Returns:
-    (fd, created): created when this call made the file (it removes it again on a failure).
-
-  Raises:
-    OutputBusy: see `exclusive_lock`.
-    cli.InputError: the lock file cannot be made or written (a full disk, a read-only file
-      system), naming it; nothing this call made is left.
-  """
+  """(fd, created) of `lock_file`, flocked, holding this process's holder line; created: this call
+  made the file. OutputBusy, or cli.InputError when it cannot be made or written."""
   directory = os.path.dirname(lock_file)
   while True:
     created = False
@@ -527,14 +432,10 @@ def _lock_holder(fd):
   return os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
 
 
-# ---------------------------------------------------------------------------------------------
-# Stage stamps
-# ---------------------------------------------------------------------------------------------
+# --- Stage stamps ---
 # A stage (corpus preparation, TFRecord creation, a step of reproduce.py) is complete when its
-# stamp says so: a JSON file written LAST and atomically, holding the stage's key (everything the
-# outputs depend on) and the size of each output. A stage that starts removes its stamp, so an
-# interrupted run is never mistaken for a complete one; a rerun with the same key finds the stamp
-# and skips the work. The stamp may carry the stage's own record (counts, statistics) beside it.
+# stamp, written LAST, holds its key (everything the outputs depend on) and its outputs' sizes. A
+# stage that starts removes its stamp, so an interrupted run never passes for a complete one.
 
 
 def _size(path):
@@ -582,19 +483,9 @@ def _as_json(key):
 
 
 def write_stamp(path, key, outputs=(), record=None):
-  """Marks a stage complete; call it after every output is in place.
-
-  Args:
-    path: the stamp file, e.g. `<output_dir>/stats.json`.
-    key: JSON-able value identifying the stage's inputs and arguments.
-    outputs: paths of the stage's outputs; their sizes are recorded and checked by `read_stamp`.
-    record: optional dict written with the stamp (the stage's statistics); its own fields must
-      not be named "key" or "outputs".
-
-  Returns:
-    dict: the stamp as `read_stamp` returns it: `record` plus "key": key and
-    "outputs": {path relative to the stamp's directory: bytes}.
-  """
+  """Marks a stage complete; call it after every output is in place. `key`: JSON-able identity of
+  the stage's inputs and arguments; the sizes of `outputs` are recorded for `read_stamp`; `record`
+  (the stage's statistics) is written with them. Returns the stamp as `read_stamp` does."""
   directory = os.path.dirname(path)
   sizes = {os.path.relpath(p, directory): _size(p) for p in outputs}
   text = _json_text(dict(record or {}, key=key, outputs=sizes))
@@ -603,19 +494,8 @@ def write_stamp(path, key, outputs=(), record=None):
 
 
 def read_stamp(path, key, outputs=()):
-  """Returns the stamp at `path` if its stage is complete for `key`, else None.
-
-  Complete: the stamp exists, was written with the same `key`, every output it recorded still
-  has its recorded size, and every path of `outputs` exists.
-
-  Args:
-    path: the stamp file.
-    key: the key the stage would be run with now.
-    outputs: further paths that must exist (outputs not recorded in the stamp).
-
-  Returns:
-    dict (see `write_stamp`) or None.
-  """
+  """The stamp at `path` if its stage is complete for `key` (the same key, every recorded output
+  at its recorded size, every path of `outputs` present), else None."""
   stamp = _read_json(path)
   if not isinstance(stamp, dict) or "key" not in stamp or stamp["key"] != _as_json(key):
     return None
@@ -638,20 +518,10 @@ def remove_stamp(path):
     os.remove(path)
 
 
-# ---------------------------------------------------------------------------------------------
-# Seeded hashing
-# ---------------------------------------------------------------------------------------------
+# --- Seeded hashing ---
 
 
 def unit_hash(seed, key):
-  """A deterministic uniform number in [0, 1) for (seed, key).
-
-  Independent of PYTHONHASHSEED, of the platform and of input order: hashing a sentence (not its
-  position) puts repeated sentences in the same split.
-
-  Args:
-    seed: int.
-    key: str, e.g. "book:0001" or a sentence.
-  """
+  """A uniform number in [0, 1) for (seed, key), independent of PYTHONHASHSEED and the platform."""
   digest = hashlib.sha256(f"{seed}\t{key}".encode("utf-8")).digest()
   return int.from_bytes(digest[:8], "big") / 2.0**64

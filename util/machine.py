@@ -1,14 +1,6 @@
-"""What machine and which commit produced a figure.
-
-One owner for the facts a result file records about where it was made: the
-CPU, the cores this process may use, the load, TF's thread pools, the library
-versions and the git commit. run_benchmark.py and reproduce.py both write
-them next to their numbers, so that a timing or a score can be traced to the
-machine and the code that made it.
-
-TensorFlow and Keras are imported inside the functions that need them, so
-that reproduce.py can describe the machine without starting TF.
-"""
+"""What machine and which commit produced a figure: the one owner of the facts run_benchmark.py and
+reproduce.py write beside their numbers. TensorFlow and Keras are imported only in the functions
+that need them, so that reproduce.py can describe the machine without starting TF."""
 
 import datetime
 import os
@@ -47,15 +39,8 @@ def load_average():
 
 
 def pin_threads(intra_op, inter_op):
-  """Sets TF's thread pools; must run before TF executes its first op.
-
-  Args:
-    intra_op: threads inside one op; 0 means one per usable core.
-    inter_op: ops run in parallel; 0 means one per usable core.
-
-  Returns:
-    (intra_op, inter_op) actually set.
-  """
+  """Sets TF's intra-op and inter-op thread pools (0: one per usable core) before TF's first op;
+  returns the (intra_op, inter_op) set."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   cores = usable_cores()
@@ -70,14 +55,7 @@ def pin_threads(intra_op, inter_op):
 
 
 def environment(threads):
-  """The machine, TF's setup and the versions, for a result file.
-
-  Args:
-    threads: (intra_op, inter_op) as returned by `pin_threads`.
-
-  Returns:
-    A JSON-ready dict.
-  """
+  """The machine, TF's setup and the versions, a JSON-ready dict; `threads` from `pin_threads`."""
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -102,11 +80,8 @@ def cpu_and_cores():
 
 
 def git_commit():
-  """The short HEAD commit, "+uncommitted" if code differs, else "unknown".
-
-  Only Python files and scripts/ count as code: a result written into the
-  tree (results/, runs/) must not mark its own commit as dirty.
-  """
+  """The short HEAD commit, "+uncommitted" if code differs, else "unknown". Only Python files and
+  scripts/ count: a result written into the tree must not mark its own commit dirty."""
   try:
     head = subprocess.run(
       ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
@@ -124,11 +99,8 @@ def git_commit():
 
 
 def cpu_has_native_bfloat16():
-  """Whether this x86 CPU has bf16 matmul instructions (AMX or AVX512_BF16).
-
-  Without them (e.g. AMD Zen 3, AVX2 only) TF emulates bfloat16 and mixed
-  precision trains slower than float32. None when /proc/cpuinfo is absent.
-  """
+  """Whether this x86 CPU has bf16 matmul instructions (AMX or AVX512_BF16), without which mixed
+  precision trains slower than float32; None without /proc/cpuinfo."""
   try:
     with open("/proc/cpuinfo", encoding="utf-8") as f:
       flags_line = next((l for l in f if l.startswith("flags")), "")

@@ -1,8 +1,5 @@
 """Progress lines with rate and ETA for the long stages a person watches: the one progress writer.
-
-A line at most every `every` seconds ($TTA_PROGRESS_SECONDS, default 10; 0 logs every update),
-and a final one for a stage that logged before. Light on purpose (standard library and absl).
-"""
+A line at most every `every` seconds ($TTA_PROGRESS_SECONDS, default 10; 0: every update)."""
 
 import math
 import os
@@ -25,12 +22,8 @@ def format_duration(seconds):
 class Progress(object):
   """Counts finished items of one stage and logs their rate and the time left.
 
-  Args:
-    label: str, what is running, kept short (an LM's row name, not its whole description).
-    total: int, items to do; None if unknown (no percentage, no ETA).
-    unit: str, the items' name in the line.
-    every: float, seconds between two lines; default $TTA_PROGRESS_SECONDS, else 10.
-    clock: callable returning seconds, for tests.
+  label: what runs, kept short (an LM's row name). total: None if unknown (no percentage, no
+  ETA). clock: seconds, for tests.
   """
 
   def __init__(self, label, total=None, unit="items", every=None, clock=time.monotonic):
@@ -59,12 +52,8 @@ class Progress(object):
     return f"{text}; {note}" if note else text
 
   def update(self, count=1, note=None):
-    """Adds `count` finished items; logs a line if `every` seconds passed since the last line, or
-    if all are done and the stage logged before or ran `every` seconds.
-
-    Returns:
-      the line logged, or None.
-    """
+    """Adds `count` finished items; logs and returns a line if `every` seconds passed since the
+    last one, or if all are done and the stage logged before; else None."""
     self.done += count
     now = self._clock()
     finished = self.total is not None and self.done >= self.total
@@ -87,12 +76,7 @@ def _amount(value):
 
 
 class Stages(object):
-  """Announces the stages of a long job: "stage 3 of 9: plan (0:42 elapsed)".
-
-  Args:
-    names: list of str, the stages in the order they run.
-    clock: callable returning seconds, for tests.
-  """
+  """Announces the stages of a long job: "stage 3 of 9: plan (0:42 elapsed)"."""
 
   def __init__(self, names, clock=time.monotonic):
     self.names = list(names)
@@ -100,15 +84,10 @@ class Stages(object):
     self._start = clock()
 
   def elapsed(self):
-    """Time since the job started, formatted."""
     return format_duration(self._clock() - self._start)
 
   def start(self, name):
-    """Logs that stage `name` starts (or is checked and skipped if its outputs are complete).
-
-    Returns:
-      the line logged.
-    """
+    """Logs and returns the line of stage `name` (starting, or checked and skipped)."""
     text = (
       f"stage {self.names.index(name) + 1} of {len(self.names)}: {name} ({self.elapsed()} elapsed)"
     )

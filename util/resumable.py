@@ -1,9 +1,8 @@
 """Output files that survive an interruption: a long run appends, a re-run resumes.
 
 `Partial(target, job)` appends fsynced batches to target.partial (state in .partial.json) and
-`finish` renames it; a re-run of the same job (`job`) on the same input (`InputLines`: path and
-sha256 of the lines read) resumes after the last complete batch and ends with the same file.
-score.py and run_sts.py write through it. Light on purpose (standard library and util/).
+`finish` renames it; a re-run of the same job on the same input resumes after the last complete
+batch and ends with the same file.
 """
 
 import collections
@@ -19,14 +18,11 @@ from util import runs
 
 
 class InputLines:
-  """The input's lines, and the identity of the part read so far.
+  """Yields (line number, sentence stripped) of the input ('-': stdin); cli.InputError file:line on
+  bad UTF-8. strip=False keeps spaces and tabs and drops only the line break (inputs with columns).
 
-  Iterating yields (line number, sentence stripped) for every input line ('-' reads stdin), and
-  raises file:line on bad UTF-8; with strip=False the line keeps its spaces and tabs and loses its
-  line break only ("\n" or "\r\n"), for inputs with columns. `lines_read` and `sha256()` cover
-  the lines yielded so far: the consumers pull lines lazily, so when a batch is complete they
-  cover the input through that batch's last line, the part of the input its records and all
-  records before them came from.
+  `lines_read` and `sha256()` cover the lines yielded so far: consumers pull lazily, so when a batch
+  is complete they cover the input through its last line.
   """
 
   def __init__(self, path, strip=True):
@@ -59,23 +55,17 @@ class InputLines:
 
 
 class Partial:
-  """`OUTPUT.partial`, the records scored so far, and `OUTPUT.partial.json`, what made them.
+  """`OUTPUT.partial`, the records so far, and `OUTPUT.partial.json`, the job and the input read.
 
-  The state file records the job (a JSON-able dict of whatever changes a record), the complete
-  lines of the partial file, and the input read for them: its line count and sha256 (the input's
-  identity is its path plus a hash of its content, so an input edited, truncated or replaced since
-  is refused, while one that only grew resumes). Each batch is appended and fsynced before the
-  state is replaced atomically, so a resume keeps exactly the lines the state counts (a batch torn
-  by a crash is cut off) and forms the same batches as an uninterrupted run: the same floats.
+  The input's identity is its path plus the line count and sha256 of the part read: an input
+  edited, truncated or replaced since is refused, one that only grew resumes. Each batch is
+  appended and fsynced before the state is replaced atomically, so a resume keeps exactly the lines
+  the state counts and forms the same batches as an uninterrupted run: the same floats.
   """
 
   def __init__(self, target, job, overwrite=False):
-    """Opens the partial file of `target` for `job`: resumes it, or starts it afresh.
-
-    Raises:
-      cli.InputError: the partial file was made by another job (saying what differs), or its
-        state is missing or does not fit it; the message says how to start over.
-    """
+    """Resumes the partial file of `target` for `job`, or starts it afresh; cli.InputError (saying
+    how to start over) for another job's file or a state that is missing or does not fit it."""
     self.path = target + ".partial"
     self.state_path = self.path + ".json"
     self.state = {
@@ -125,12 +115,8 @@ class Partial:
       )
 
   def append(self, lines, source):
-    """Appends a batch's output lines; `source` has read the input through its last line.
-
-    Raises:
-      cli.InputError: a write failed (a full disk): the partial file is cut back to its last
-        complete batch, and the message says how many lines it keeps and that a re-run resumes.
-    """
+    """Appends a batch's lines; `source` has read the input through its last line. On a failed write
+    (a full disk) the file is cut back to its last complete batch and cli.InputError says so."""
     size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
     before = self.state
     try:
@@ -168,12 +154,8 @@ class Partial:
     io_utils.write_atomically(self.state_path, json.dumps(self.state, indent=2) + "\n")
 
   def finish(self, target, source=None):
-    """Renames the complete partial file to `target` (an empty one too: all its lines were
-    blank or belonged to other shards).
-
-    With `source` (the input, read to its end), `done_path(target)` records the job, the lines
-    and the input they were made from, for `is_done` (and score.py's merge of shards).
-    """
+    """Renames the partial file (empty too: every line blank or another shard's) to `target`; with
+    `source` (read to its end), records the job and input in `done_path(target)` for `is_done`."""
     if not os.path.exists(self.path):
       open(self.path, "w").close()
     lines = self.lines
@@ -195,9 +177,8 @@ def done_path(target):
 
 
 def is_done(target, job, source):
-  """Whether `target` is the finished output of `job` on the input `source` holds now: its
-  `done_path` record names `job`, and `source`, read to its end here, gives the recorded lines
-  and sha256. A run of several outputs skips those, so that it resumes where it stopped."""
+  """Whether `target` is the finished output of `job` on the input `source` (read to its end here)
+  holds now, by its `done_path` record: a run of several outputs skips those."""
   try:
     with open(done_path(target), encoding="utf-8") as f:
       done = json.load(f)

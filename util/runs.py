@@ -1,14 +1,6 @@
-"""The job an output dir holds: recorded when a run starts it, compared when a run resumes it.
-
-`Record(output_dir, identity, outputs, overwrite)` refuses another job; `start()` writes
-<output_dir>/run.json (and with --overwrite first removes the `outputs` the old run recorded as
-its own; an output it did not record is the user's, refused, never removed). The identity, a
-JSON-able dict of what the outputs depend on, is `identity(command, params, ...)` for every
-command: each field of its params dataclass by its flag name unless marked `result=False`
-(util/cli.py), the inputs by `path_identity` or the job's own identity of them
-(`inference.spec_identity` of a model); a different one is refused in one line naming the
-first field that differs (`another_job`).
-"""
+"""The job an output dir holds: recorded in run.json when a run starts it, compared when a run
+resumes it (docs/DESIGN.md §1, util/). `Record` refuses another job; `identity` is every
+command's run identity."""
 
 import contextlib
 import dataclasses
@@ -30,25 +22,13 @@ _ABSENT = object()
 
 
 def identity(command, params, **values):
-  """The run identity of `command` run with `params`, derived from its fields: a new field is
-  part of it unless marked `result=False` (`cli.param`).
+  """The run identity of `command` run with `params`, as it reads back from run.json.
 
-  Args:
-    command: the command's file name ("score.py").
-    params: the job's params dataclass instance.
-    **values: the job's identity of fields it reads itself (by field name: a model spec's
-      `inference.spec_identity`, set names' files, a glob's files), or facts it computes that no
-      field holds (the window an LM applies); they come first, in their order, so that a refusal
-      names them before what follows from them.
-
-  Returns:
-    {"command": command, **values, then every other field by its flag name}: an OUTPUT field
-    and one marked `result=False` left out, an INPUT field as the `path_identity` of its path
-    (a list: of each), a dataclass as its own fields in its place, any other as its value; as
-    it reads back from run.json (tuples become lists).
-
-  Raises:
-    ValueError: two fields (a nested dataclass's among them) under one name.
+  {"command": command, **values, then every other field by its flag name}: an OUTPUT field and one
+  marked `result=False` left out, an INPUT field as the `path_identity` of its path(s), a nested
+  dataclass as its own fields. `values`: the job's identity of fields it reads itself (a model's
+  `inference.spec_identity`) or facts no field holds; first, so that a refusal names them before
+  what follows from them. ValueError for two fields under one name.
   """
   fields = _identity_fields(params)
   names = {field.name: cli.flag_name(field) for field, _ in fields}
@@ -66,8 +46,7 @@ def identity(command, params, **values):
 
 
 def _identity_fields(params):
-  """[(field, value)] of dataclass instance `params` that are part of its run identity, a
-  dataclass field's own fields in its place."""
+  """[(field, value)] of `params` in its run identity, a nested dataclass's fields in its place."""
   fields = []
   for field in dataclasses.fields(params):
     value = getattr(params, field.name)
@@ -93,9 +72,8 @@ def _paths_identity(value):
 
 
 def path_identity(path):
-  """The identity of an input file or directory without reading it: its absolute path, and
-  the size and modification time of the file (of each file under the directory); `None` for
-  those of a path that does not exist (the run's reader then names it)."""
+  """An input file's or directory's identity without reading it: its absolute path and the size and
+  mtime of the file (of each file under the directory); None for those of a missing path."""
   path = os.path.abspath(path)
   if os.path.isdir(path):
     files = {}
@@ -116,28 +94,13 @@ def _stat(path):
 
 
 class Record:
-  """The run identity of an output dir (see the module docstring), and the outputs its runs made.
+  """The run identity of an output dir (run.json), and the outputs its runs made.
 
-  run.json holds the identity and, under RECORDED, the names of `outputs` this job created: those
-  that did not exist when it was recorded. --overwrite removes only those; an output name that
-  exists and is not recorded is the user's (or of a job that recorded none) and is refused, never
-  removed. A run.json without RECORDED (of a version that recorded none) counts as recorded the
-  outputs modified since it was written (its run recorded the job, then wrote them); an older
-  one was there before that run and is refused.
-
-  Args:
-    output_dir: str, the command's --output_dir (it exists: the run holds its lock).
-    identity: JSON-able dict, what the run's outputs depend on.
-    outputs: names in `output_dir` the command writes (files or dirs; a glob such as "ckpt-*"
-      stands for the names it matches); --overwrite removes the recorded ones.
-    overwrite: bool, start over instead of resuming.
-    adopt_unrecorded: outputs without a record (of a version that wrote none) are this job's,
-      recorded by `start`; else refused.
-
-  Raises:
-    cli.InputError: the dir holds another job (naming the first field that differs), outputs of
-      a run that recorded none, or (with overwrite) outputs this command did not record; the
-      message says how to go on.
+  run.json holds the identity and, under RECORDED, the `outputs` this job created (absent when it
+  was recorded): --overwrite removes only those; an existing output that is not recorded is the
+  user's, refused, never removed. A run.json without RECORDED owns the outputs modified since it
+  was written. `outputs` may hold globs ("ckpt-*"). cli.InputError, saying how to go on, for
+  another job (naming the first field that differs) or outputs this job may not take.
   """
 
   def __init__(self, output_dir, identity, outputs, overwrite=False, adopt_unrecorded=False):
@@ -204,11 +167,8 @@ class Record:
     return found
 
   def start(self):
-    """Records the run (once): with overwrite, removes the old run's recorded outputs first.
-
-    The record claims the outputs that do not exist now (this run creates them) beside those it
-    recorded before.
-    """
+    """Records the run (once), claiming the outputs that do not exist yet; with overwrite, first
+    removes the old run's recorded outputs."""
     if self._started:
       return
     if self.overwrite:
@@ -245,13 +205,9 @@ class Record:
 
 
 def another_job(where, recorded, identity):
-  """The refusal of a run into outputs of another job, in one line: `where` ("OUTPUT holds
-  another job"), then the first field in which `recorded` differs from this run's `identity`,
-  and how to start over. The one wording of Record's and resumable.Partial's refusals.
-
-  Returns:
-    cli.InputError, to raise.
-  """
+  """The cli.InputError (to raise) of a run into another job's outputs, in one line: `where`, the
+  first field in which `recorded` differs from `identity`, and how to start over. The one wording
+  of Record's and resumable.Partial's refusals."""
   name, old, new = _first_difference(recorded, json.loads(json.dumps(identity)))
   shown = [_show(old), _show(new)]
   if shown[0] == shown[1] and (old is _ABSENT or new is _ABSENT):  # the other holds None
@@ -260,10 +216,8 @@ def another_job(where, recorded, identity):
 
 
 def _first_difference(old, new, name="job"):
-  """(dotted name, old value, new value) of the first field that differs, in `new`'s order.
-
-  A "path" field is named by its parent (`init_model /a/tta`), the way a user names a model,
-  and so is an item of a list (of models: the path tells which)."""
+  """(dotted name, old, new) of the first field that differs, in `new`'s order; a "path" field and
+  a list item are named by their parent, as a user names a model."""
   if isinstance(old, dict) and isinstance(new, dict):
     for key in list(new) + [k for k in old if k not in new]:
       if key not in old or key not in new or old[key] != new[key]:
