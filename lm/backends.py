@@ -1,8 +1,5 @@
-"""What runs a NeuralLM's graph functions: tf (XLA, tf.distribute replicas), openvino,
-openvino_bf16 (AMX/AVX512-BF16 CPUs only) and onnxruntime (lm/onnx_backend.py).
-
-`inference.NeuralLM.compiled` picks one; the non-TF backends run on the CPU (no strategy, no
-jit_compile). tests/test_backends.py holds their numbers to TF's; the design: docs/DESIGN.md §4.4.
+"""What runs a NeuralLM's graph functions (`BACKENDS`); all but "tf" run on the CPU without a
+strategy or XLA, held to TF's numbers by tests/test_backends.py (docs/DESIGN.md §4.4).
 """
 
 import contextlib
@@ -27,17 +24,12 @@ OPENVINO_PRECISION = {"openvino": "f32", "openvino_bf16": "bf16"}
 
 
 def scope(strategy):
-  """The strategy's scope (variables made in it are mirrored), or a no-op for one device."""
   return strategy.scope() if strategy else contextlib.nullcontext()
 
 
 class ReplicaRunner(object):
-  """Runs a row-wise graph method with a batch's rows split over a strategy's replicas.
-
-  Every `ScoringGraph` method the NeuralLM calls is row-wise (row r of each output depends on
-  row r of the inputs only), so splitting the rows into one contiguous part per replica and
-  concatenating the per-replica results in replica order gives the one-device answer, in order.
-  A part may be empty (fewer rows than replicas).
+  """Runs a row-wise graph method with a batch's rows split over a strategy's replicas: parts
+  concatenated in replica order give the one-device answer. A part may be empty.
   """
 
   def __init__(self, strategy, method):
@@ -48,8 +40,7 @@ class ReplicaRunner(object):
     )
 
   def __call__(self, *arrays):
-    """numpy arrays [R, ...] (same R) -> the method's outputs over all R rows (eager tensors,
-    as the one-device tf.function returns)."""
+    """numpy arrays [R, ...] -> the method's outputs over all R rows, as eager tensors."""
     replicas = self.strategy.num_replicas_in_sync
     parts = [np.array_split(np.asarray(a), replicas) for a in arrays]
     values = self.strategy.experimental_distribute_values_from_function(
@@ -65,15 +56,10 @@ class ReplicaRunner(object):
 
 
 class OpenVINOFunction(object):
-  """A ScoringGraph method compiled by OpenVINO for the CPU, called like its tf.function.
+  """A ScoringGraph method converted by OpenVINO for the CPU at its first call (slow), NumPy out.
 
-  The method is traced once with its input signature (shapes left unknown) and converted by
-  OpenVINO's TensorFlow front end; OpenVINO then runs it with its own CPU kernels, which fuse
-  the many small ops of a batch-1 call that TensorFlow dispatches one by one. Precision is
-  pinned ("f32" or "bf16"): left unset, OpenVINO picks bfloat16 on CPUs with AMX or AVX512-BF16.
-  Outputs come back as NumPy arrays in the method's structure (dict, tuple or one array).
-  Conversion is slow and happens at the first call, so a NeuralLM converts only the functions
-  its kind uses.
+  OpenVINO fuses the small ops TF dispatches one by one in a batch-1 call. Precision is pinned:
+  unset, OpenVINO picks bfloat16 on AMX / AVX512-BF16 CPUs.
   """
 
   def __init__(self, method, signature, precision="f32"):
@@ -116,7 +102,6 @@ class OpenVINOFunction(object):
     self._ports = [order[i] for i in range(len(order))]
 
   def __call__(self, *arrays):
-    """NumPy (or tensor) inputs of the signature -> NumPy outputs in the method's structure."""
     if self._request is None:
       self._build()
     results = self._request.infer([np.asarray(a) for a in arrays])
@@ -128,20 +113,20 @@ _OPENVINO_OUTPUT = "tta_output_"
 
 
 def backend_dtype(backend):
-  """The element type a backend's matmuls run in: "float32" or "bfloat16"."""
+  """ "float32" or "bfloat16", the element type of a backend's matmuls."""
   return "bfloat16" if OPENVINO_PRECISION.get(backend) == "bf16" else "float32"
 
 
 def openvino_cpu_has_bf16():
-  """Whether OpenVINO's CPU plugin can run bfloat16 here (AMX or AVX512-BF16)."""
   import openvino  # pylint: disable=g-import-not-at-top
 
   return "BF16" in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
 
 
 def check_backend(backend, strategy=None, jit_compile=False):
-  """Raises if `backend` is unknown, cannot take the strategy or XLA, or cannot run here (naming
-  what is missing)."""
+  """ValueError / ImportError if `backend` is unknown, cannot take the strategy or XLA, or
+  cannot run here (naming what is missing).
+  """
   if backend not in BACKENDS:
     raise ValueError(f"backend {backend!r} is not one of {BACKENDS}")
   if backend == "tf":

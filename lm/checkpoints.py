@@ -1,8 +1,6 @@
 # coding=utf-8
-"""Checkpoint files: finding a dir's checkpoints newest first, reading one (a damaged file or a NaN
-weight is one line naming it), rolling a dir back to one, and TF1 name-based checkpoints (Google
-BERT's and the T-TA authors', under the names of `TransformerLM.tf1_variables()`). Low on purpose:
-TensorFlow and util/ only, so the training loops and every loader can use it.
+"""Checkpoint files: newest first, damaged ones named in one line, roll-back, TF1 names. TensorFlow
+and util/ only, so the training loops can use it.
 """
 
 import contextlib
@@ -39,22 +37,15 @@ class CheckpointMismatchError(ValueError):
 
 
 class CheckpointUnreadableError(ValueError):
-  """A checkpoint file is missing, truncated or corrupt; the message is one line naming it."""
+  """A checkpoint file is missing, truncated or corrupt (one line naming it)."""
 
 
 class NonFiniteWeightsError(ValueError):
-  """A weight holds NaN or inf: the message is one line naming the checkpoint and the variable."""
+  """A weight holds NaN or inf (one line naming the checkpoint and variable)."""
 
 
 def check_finite(name, value, source):
-  """Raises NonFiniteWeightsError when `value` (the weight `name` of checkpoint `source`) holds a
-  NaN or an infinity.
-
-  Every loader calls it on each weight before it is used (`load_model_dir`, `load_tf1_checkpoint`,
-  `hf_checkpoint.load_weights`): such a model scores every sentence NaN, which JSON cannot hold
-  and no ranking can use, and a conversion would write it on. A diverged training run or a
-  damaged download gives one.
-  """
+  """NonFiniteWeightsError if weight `name` of checkpoint `source` holds a NaN or inf."""
   bad = int(np.size(value) - np.count_nonzero(np.isfinite(value)))
   if bad:
     raise NonFiniteWeightsError(
@@ -64,12 +55,7 @@ def check_finite(name, value, source):
 
 
 def latest_checkpoint(model_dir):
-  """The newest checkpoint prefix in `model_dir`, or None.
-
-  From the `checkpoint` index file a CheckpointManager keeps, else the
-  highest-numbered ckpt-N (`save_model_dir` and `tf.train.Checkpoint.write`
-  write no index file).
-  """
+  """The newest checkpoint prefix in `model_dir` (without an index file, the highest ckpt-N)."""
   latest = tf.train.latest_checkpoint(model_dir)
   if latest or not tf.io.gfile.isdir(model_dir):
     return latest
@@ -78,18 +64,13 @@ def latest_checkpoint(model_dir):
 
 
 def _numbered_checkpoints(model_dir):
-  """The ckpt-N prefixes of an existing `model_dir`, highest N first."""
   pattern = re.compile(rf"^{CHECKPOINT_NAME}-(\d+)\.index$")
   steps = [int(m.group(1)) for m in map(pattern.match, tf.io.gfile.listdir(model_dir)) if m]
   return [os.path.join(model_dir, f"{CHECKPOINT_NAME}-{step}") for step in sorted(steps)[::-1]]
 
 
 def newest_first(model_dir):
-  """The checkpoint prefixes of `model_dir`, newest first; the first is `latest_checkpoint`'s.
-
-  The `checkpoint` index file a CheckpointManager keeps lists them in the order they were saved;
-  without one, the ckpt-N go by N. A resume tries them in this order (`pretraining/training.py`).
-  """
+  """The checkpoint prefixes of `model_dir` in the index file's order, else by N, newest first."""
   if not tf.io.gfile.isdir(model_dir):
     return []
   state = tf.train.get_checkpoint_state(model_dir)
@@ -100,12 +81,8 @@ def newest_first(model_dir):
 
 
 def roll_back_to(model_dir, checkpoint):
-  """Makes `checkpoint` the latest of the index file, forgetting the checkpoints saved after it.
-
-  For a resume that had to skip unreadable newer checkpoints: a CheckpointManager made afterwards
-  must not list them, or when it saves again under one of their names it keeps that name in its
-  old place among the oldest and deletes the new checkpoint first. Their files stay where they
-  are (the next save of the same step replaces them). Without an index file nothing lists them.
+  """Makes `checkpoint` the index file's latest, forgetting later ones (their files stay): a
+  CheckpointManager would otherwise delete a new checkpoint saved under one of their names first.
   """
   from google.protobuf import text_format  # pylint: disable=g-import-not-at-top
 
@@ -126,11 +103,8 @@ def roll_back_to(model_dir, checkpoint):
 
 @contextlib.contextmanager
 def reading_checkpoint(checkpoint):
-  """Turns TensorFlow's errors while reading `checkpoint` into a `CheckpointUnreadableError`.
-
-  TF reports a truncated data file as an IndexError ("Read less bytes than requested"), a
-  corrupt one as a DataLossError and a bad or missing file as an OpError, none of them naming
-  the file; the error names it, and what is wrong with it, in one line.
+  """TF's errors reading `checkpoint` (IndexError, DataLossError: none naming the file) as a
+  one-line `CheckpointUnreadableError`.
   """
   try:
     yield
@@ -141,12 +115,7 @@ def reading_checkpoint(checkpoint):
 
 
 def restore_newest_readable(checkpoint, model_dir):
-  """Restores `checkpoint` (a tf.train.Checkpoint whose objects must all be in the file) from the
-  newest checkpoint of `model_dir` that can be read, skipping each that cannot with a warning.
-
-  Returns:
-    (the prefix restored, or None when none could be; `newest_first(model_dir)`, newest first).
-  """
+  """(prefix restored or None, `newest_first(model_dir)`), skipping unreadable checkpoints."""
   found = newest_first(model_dir)
   for path in found:
     try:
@@ -160,13 +129,12 @@ def restore_newest_readable(checkpoint, model_dir):
 
 
 def error_line(error):
-  """The first line of a TensorFlow error's message, without the op's "{{function_node ...}}"."""
   lines = str(error).strip().splitlines()
   return re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", lines[0]) if lines else type(error).__name__
 
 
 def _checkpoint_fault(checkpoint, error):
-  """Which file of `checkpoint` is at fault and how, judged from the files and TF's `error`."""
+  """Which file of `checkpoint` is at fault and how, from the files and TF's `error`."""
   detail = error_line(error)
   index = checkpoint + ".index"
   data = sorted(tf.io.gfile.glob(checkpoint + ".data-*-of-*"))
@@ -185,7 +153,6 @@ def _checkpoint_fault(checkpoint, error):
 
 
 def resolve_checkpoint(path):
-  """A checkpoint prefix from a model dir (its latest) or a prefix itself."""
   if not tf.io.gfile.isdir(path):
     return path
   checkpoint = latest_checkpoint(path)
@@ -195,33 +162,14 @@ def resolve_checkpoint(path):
 
 
 def is_tf1_checkpoint(checkpoint):
-  """Whether a checkpoint prefix holds TF1 (Google BERT / T-TA) names."""
   with reading_checkpoint(checkpoint):
     names = [name for name, _ in tf.train.list_variables(checkpoint)]
   return TF1_WORD_EMBEDDINGS in names
 
 
 def load_tf1_checkpoint(model, checkpoint_path, strict=True):
-  """Loads a Google-BERT or T-TA-authors TF1 checkpoint into `model`.
-
-  Every model variable must be found with the right shape; otherwise nothing
-  is assigned and the error lists every missing and mis-shaped name.
-
-  Args:
-    model: a built `TransformerLM`.
-    checkpoint_path: checkpoint prefix or directory.
-    strict: if True, checkpoint variables that are neither used nor in
-      IGNORED_CHECKPOINT_VARIABLES are an error too; if False they are only
-      reported.
-
-  Returns:
-    dict with "loaded", "ignored" and "unexpected" lists of names.
-
-  Raises:
-    CheckpointMismatchError: naming every offending variable.
-    CheckpointUnreadableError: a file of the checkpoint is missing, truncated or corrupt.
-    NonFiniteWeightsError: naming the first variable (in the model's order) with a NaN or inf;
-      the model is then partly assigned, and not to be used.
+  """Loads a Google-BERT or T-TA-authors TF1 checkpoint into a built model: {"loaded", "ignored",
+  "unexpected": names}. A mismatch is refused before anything is assigned (`match_names`).
   """
   with reading_checkpoint(checkpoint_path):
     reader = tf.train.load_checkpoint(checkpoint_path)
@@ -242,22 +190,8 @@ def load_tf1_checkpoint(model, checkpoint_path, strict=True):
 
 
 def match_names(wanted, found, ignored_patterns, strict, context):
-  """Checks a checkpoint's tensors against a model's, by name and shape, before any is assigned.
-
-  Args:
-    wanted: {name: shape} of every model variable, in the checkpoint's naming and layout.
-    found: {name: shape} of every tensor of the checkpoint.
-    ignored_patterns: regexes of checkpoint names the model does not use (optimizer slots,
-      the NSP pooler and head).
-    strict: whether a checkpoint name neither wanted nor ignored is an error.
-    context: the start of the error message (which checkpoint, which model).
-
-  Returns:
-    (ignored, unexpected): the sorted checkpoint names not loaded.
-
-  Raises:
-    CheckpointMismatchError: naming every missing, mis-shaped (with both shapes) and, when
-      strict, unexpected name.
+  """(ignored, unexpected) names of a checkpoint's {name: shape} `found` against the model's
+  `wanted`; CheckpointMismatchError naming every missing, mis-shaped and (strict) unexpected one.
   """
   missing = [n for n in wanted if n not in found]
   mis_shaped = [
@@ -281,23 +215,8 @@ def match_names(wanted, found, ignored_patterns, strict, context):
 
 
 def untrained_pooler(config):
-  """The NSP pooler `bert/pooler/dense` at a fixed, seeded initialisation.
-
-  The authors' BertModel (joongbo/tta modeling.py) declares this pooler, but
-  no loss of theirs reaches it, so their checkpoints hold it untrained, and
-  their scripts' `tf.train.Saver().restore` fails without it. Our models have
-  none, so we write what theirs holds: the kernel drawn as their
-  initializer draws it (truncated normal, stddev initializer_range, redrawn
-  beyond 2 stddev), from a fixed seed so that a saved file is reproducible,
-  and the bias zeros. A converted Google BERT loses its trained pooler this
-  way (`load_tf1_checkpoint` ignores it); nothing of ours reads it.
-
-  Args:
-    config: `modeling.TTAConfig`.
-
-  Returns:
-    {"bert/pooler/dense/kernel": float32 [D, D], "bert/pooler/dense/bias":
-    float32 [D]} of numpy arrays.
+  """The NSP pooler the authors' graph declares (no loss trains it; their Saver needs it):
+  {"bert/pooler/dense/kernel": float32 [D, D], ".../bias": [D]}, seeded as their initializer draws.
   """
   d = config.hidden_size
   kernel = tf.random.stateless_truncated_normal(
@@ -310,21 +229,13 @@ def untrained_pooler(config):
 
 
 def save_tf1_checkpoint(model, checkpoint_prefix):
-  """Writes `model`'s variables under their Google-BERT TF1 names.
-
-  Also writes `untrained_pooler`, which the authors' graph declares.
-
-  Returns:
-    The path prefix written (loadable by `load_tf1_checkpoint` and by the
-    authors' and Google's TF1 BERT code).
-  """
+  """Writes `model` under its Google-BERT TF1 names (and `untrained_pooler`): the prefix."""
   arrays = {n: v.numpy() for n, v in model.tf1_variables().items()}
   arrays.update(untrained_pooler(model.config))
   return write_tf1_checkpoint(arrays, checkpoint_prefix)
 
 
 def write_tf1_checkpoint(arrays, checkpoint_prefix):
-  """Writes a name-keyed dict of numpy arrays as a TF1 name-based checkpoint."""
   with tf.Graph().as_default():
     variables = [tf.compat.v1.Variable(np.asarray(a), name=n) for n, a in arrays.items()]
     saver = tf.compat.v1.train.Saver(variables)

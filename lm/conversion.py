@@ -1,7 +1,6 @@
 # coding=utf-8
-"""Released checkpoints into model dirs: Google BERT release dirs and TF1 checkpoints (the T-TA
-authors'), Hugging Face BERT dirs (lm/hf_checkpoint.py); convert_checkpoint.py's job, which
-writes the model dir and checks that it reads back the same.
+"""Released checkpoints (Google BERT, the T-TA authors' TF1, Hugging Face BERT) into model dirs:
+convert_checkpoint.py's job, checked to read back the same.
 """
 
 import dataclasses
@@ -20,11 +19,7 @@ from util import io_utils
 
 
 def load_google_bert(bert_dir, do_lower_case=True):
-  """Loads a Google BERT release dir (bert_config.json, vocab.txt,
-  bert_model.ckpt) as model_type "bert"; returns (model, tokenizer).
-
-  Sentences are wrapped in [CLS] ... [SEP], as BERT was trained.
-  """
+  """(model, tokenizer) of a Google BERT release dir, model_type "bert", framed [CLS] ... [SEP]."""
   return load_tf1_model(
     os.path.join(bert_dir, "bert_config.json"),
     model_dir.vocab_path(bert_dir),
@@ -38,21 +33,11 @@ def load_google_bert(bert_dir, do_lower_case=True):
 def load_tf1_model(
   config_file, vocab_file, checkpoint, model_type, do_lower_case=True, boundary_tokens=None
 ):
-  """Loads a TF1 name-based checkpoint with its BERT-style config and vocab: a Google BERT
-  release, or the T-TA authors' (config.layer-3.vocab-lower.sub-32k.json, their vocab,
-  model.ckpt). Returns (model, tokenizer).
+  """(model, tokenizer) of a TF1 name-based checkpoint with its BERT-style config and vocab.
 
-  Args:
-    config_file: BERT's config JSON (extra keys, like the authors' "vocab_file", are kept).
-    vocab_file: the vocab the checkpoint was trained with.
-    checkpoint: the checkpoint prefix (e.g. DIR/model.ckpt).
-    model_type: "bert" for Google's (token types), "tta" for the authors'.
-    do_lower_case: how the vocab was made (BERT's "uncased" releases and the authors': True).
-    boundary_tokens: the pair the model was trained with, recorded in its config; None: the
-      vocab's pair.
-
-  Raises:
-    FileNotFoundError / ValueError naming the missing or mismatched piece.
+  model_type: "bert" for Google's (token types), "tta" for the authors'; boundary_tokens: the pair
+  the model was trained with (None: the vocab's). FileNotFoundError / ValueError naming what is
+  missing or mismatched.
   """
   for path in (config_file, vocab_file):
     if not tf.io.gfile.exists(path):  # else TF's NotFoundError, which is no OSError
@@ -124,7 +109,6 @@ class ConversionParams:
 
 
 def load_source(params):
-  """(model, tokenizer) of the checkpoint `ConversionParams` `params` names."""
   do_lower_case = True if params.do_lower_case is None else params.do_lower_case
   if params.init_checkpoint:
     return load_tf1_model(
@@ -141,25 +125,13 @@ def load_source(params):
 
 
 def check_output_dir(output_dir):
-  """Raises ValueError if output_dir already holds a model."""
   if checkpoints.latest_checkpoint(output_dir):
     raise ValueError(f"{output_dir} already holds a model; choose a new --output_dir")
 
 
 def convert(model, tokenizer, output_dir):
-  """Writes a loaded model as a model dir and checks that it reads back the same.
-
-  Args:
-    model: `modeling.TransformerLM` as a loader returned it.
-    tokenizer: its `tokenization.FullTokenizer`; its lower-casing and boundary tokens are
-      recorded in config.json.
-    output_dir: str; must not hold a checkpoint yet.
-
-  Returns:
-    The checkpoint prefix written.
-
-  Raises:
-    ValueError: if output_dir already holds a model.
+  """Writes a loaded model as a model dir (its tokenizer's casing and boundaries in config.json);
+  returns the prefix. RuntimeError if it does not read back the same.
   """
   check_output_dir(output_dir)
   # Recorded even when the vocab's rule would choose the same pair: the dir then frames
@@ -177,14 +149,7 @@ def convert(model, tokenizer, output_dir):
 
 
 def convert_checkpoint(params):
-  """Converts the checkpoint `ConversionParams` `params` names into `params.output_dir`.
-
-  Returns:
-    (model, tokenizer, checkpoint prefix written).
-
-  Raises:
-    ValueError / OSError: naming the unreadable source or the output dir that holds a model.
-  """
+  """(model, tokenizer, prefix written); ValueError / OSError naming the source or output dir."""
   io_utils.check_outputs_apart(params)
   io_utils.check_output_path(params.output_dir, "output_dir")
   check_output_dir(params.output_dir)  # before the (slow) load

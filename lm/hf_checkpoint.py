@@ -1,16 +1,7 @@
 # coding=utf-8
-"""Hugging Face BERT masked LMs, read as model_type "bert" (`hf:DIR` for every script).
-
-A dir holds config.json, vocab.txt, optional tokenizer_config.json (do_lower_case) and
-model.safetensors (or its index and shards), read with safetensors: no PyTorch, never a pickle.
-Another architecture, or a setting our BERT cannot reproduce, is refused by name.
-
-Names: every TF1 name of our model (`modeling.TransformerLM.tf1_variables`) has one HF name by a
-fixed rule (`hf_name`): "/" -> ".", layer_N -> layer.N, a dense kernel -> `weight` transposed,
-LayerNorm gamma/beta -> weight/bias (gamma/beta also read), embedding tables get ".weight",
-cls/predictions/output_bias -> cls.predictions.bias. Every tensor is checked by name and shape
-before anything is assigned (`checkpoints.match_names`), and finite as it is assigned
-(`checkpoints.check_finite`).
+"""Hugging Face BERT masked LMs (`hf:DIR`), read as model_type "bert" with safetensors: no
+PyTorch, never a pickle. Another architecture, or a setting our BERT cannot reproduce, is refused
+by name (docs/DESIGN.md §5.1); each of our TF1 names has one HF name (`hf_name`).
 """
 
 import json
@@ -99,16 +90,7 @@ _OLD_SPELLINGS = ((".LayerNorm.weight", ".LayerNorm.gamma"), (".LayerNorm.bias",
 
 
 def hf_name(tf1_name, base_prefix="bert."):
-  """The HF name of one of our TF1 variable names, and whether HF stores it transposed.
-
-  Args:
-    tf1_name: e.g. "bert/encoder/layer_0/attention/self/query/kernel".
-    base_prefix: "bert." (a model with heads, e.g. BertForMaskedLM) or "" (the encoder saved
-      alone, as BertModel saves it).
-
-  Returns:
-    (name, transposed), e.g. ("bert.encoder.layer.0.attention.self.query.weight", True).
-  """
+  """(HF name, stored transposed) of one of our TF1 names; base_prefix "" for a bare encoder."""
   scope, leaf = tf1_name.rsplit("/", 1)
   parts = [re.sub(r"^layer_(\d+)$", r"layer.\1", p) for p in scope.split("/")]
   # An embedding table is a module of its own in HF (nn.Embedding), holding "weight".
@@ -120,8 +102,7 @@ def hf_name(tf1_name, base_prefix="bert."):
 
 
 def _tied_copies(base_prefix):
-  """The HF names that hold a copy of another tensor in a BertForMaskedLM: the decoder's
-  weight is the word embedding table, its bias the prediction bias."""
+  """HF names holding a copy of another tensor in a BertForMaskedLM: HF name -> copy."""
   return {
     f"{base_prefix}embeddings.word_embeddings.weight": "cls.predictions.decoder.weight",
     "cls.predictions.bias": "cls.predictions.decoder.bias",
@@ -132,7 +113,6 @@ def _tied_copies(base_prefix):
 
 
 def _refuse_unless_bert(hf, path):
-  """Raises ValueError naming the architecture or setting of an HF config we cannot load."""
   model_type = hf.get("model_type")
   architectures = list(hf.get("architectures") or [])
   if (model_type not in (None, "bert")) or any(not a.startswith("Bert") for a in architectures):
@@ -161,10 +141,8 @@ def _refuse_unless_bert(hf, path):
 
 
 def read_do_lower_case(hf_dir):
-  """do_lower_case of the dir's tokenizer_config.json (true without one, BertTokenizer's default).
-
-  Raises:
-    ValueError: for a tokenizer that is not BERT's WordPiece, or settings ours cannot follow.
+  """do_lower_case of tokenizer_config.json (true without one); ValueError for a tokenizer or
+  settings ours cannot follow.
   """
   path = os.path.join(hf_dir, TOKENIZER_CONFIG_FILE)
   if not os.path.exists(path):
@@ -189,11 +167,8 @@ def read_do_lower_case(hf_dir):
 
 
 def read_config(hf_dir):
-  """The `modeling.TTAConfig` of an HF BERT dir: model_type "bert", framed by [CLS]/[SEP].
-
-  Raises:
-    FileNotFoundError: without config.json.
-    ValueError: naming a non-BERT architecture or a setting we cannot reproduce.
+  """The `TTAConfig` of an HF BERT dir, framed by [CLS]/[SEP]; FileNotFoundError without
+  config.json, ValueError naming a non-BERT architecture or a setting we cannot reproduce.
   """
   path = os.path.join(hf_dir, CONFIG_FILE)
   if not os.path.exists(path):
@@ -217,12 +192,8 @@ def read_config(hf_dir):
 
 
 def weight_files(hf_dir):
-  """The safetensors file(s) of an HF dir: model.safetensors, or the shards its index names.
-
-  Raises:
-    ValueError: for a dir whose weights are pickled (pytorch_model.bin) only: one line with
-      the command that converts them.
-    FileNotFoundError: for a dir with no weights we read.
+  """model.safetensors, or the shards its index names; ValueError for pickled weights (the line
+  says how to convert them), FileNotFoundError for none.
   """
   single = os.path.join(hf_dir, WEIGHTS_FILE)
   if os.path.exists(single):
@@ -244,20 +215,12 @@ def weight_files(hf_dir):
 
 
 class SafetensorsWeights(object):
-  """The tensors of an HF dir's safetensors files: names and shapes from the headers, values
-  read one at a time (memory-mapped), as float32.
-
-  Attributes:
-    shapes: {name: shape (list of int)} of every tensor.
+  """An HF dir's safetensors tensors: `shapes` {name: list of int} from the headers, values
+  read one at a time, memory-mapped.
   """
 
   def __init__(self, hf_dir):
-    """Reads the headers of the dir's safetensors files.
-
-    Raises:
-      checkpoints.CheckpointUnreadableError: one line naming a file that is truncated or not
-        safetensors (its header says more bytes than the file holds, or is no header).
-    """
+    """CheckpointUnreadableError in one line for a truncated or non-safetensors file."""
     self.source = hf_dir
     self.shapes = {}
     self._files = {}
@@ -273,18 +236,18 @@ class SafetensorsWeights(object):
         self._files[name] = handle
 
   def base_prefix(self):
-    """The encoder's name prefix: "bert." in a model with heads, "" for an encoder saved alone."""
+    """ "bert." in a model with heads, "" for an encoder saved alone."""
     if any(name.startswith("bert.") for name in self.shapes):
       return "bert."
     return "" if "embeddings.word_embeddings.weight" in self.shapes else "bert."
 
   def get(self, name):
-    """float32 numpy array of tensor `name` (float16 and bfloat16 are widened exactly)."""
+    """float32 array of tensor `name` (float16 and bfloat16 widen exactly)."""
     return np.asarray(self._files[name].get_tensor(name), np.float32)
 
 
 def _spellings(name, base_prefix):
-  """Every name a file may hold HF tensor `name` under, HF's current spelling first."""
+  """Every name a file may hold HF tensor `name` under, the current spelling first."""
   names = [name]
   for new, old in _OLD_SPELLINGS:
     if name.endswith(new):
@@ -294,20 +257,10 @@ def _spellings(name, base_prefix):
 
 
 def load_weights(model, weights):
-  """Assigns a `bert` model's variables from HF tensors, all checked before any is assigned.
+  """Assigns a "bert" model's variables from `SafetensorsWeights`; returns the names ignored.
 
-  Args:
-    model: a built `modeling.TransformerLM` of model_type "bert".
-    weights: `SafetensorsWeights`.
-
-  Returns:
-    The sorted names not loaded (ignored).
-
-  Raises:
-    checkpoints.CheckpointMismatchError: naming every missing, mis-shaped or unexpected tensor,
-      a checkpoint without the masked-LM head, or tied copies that differ.
-    checkpoints.NonFiniteWeightsError: naming the first tensor (in the model's order) with a NaN
-      or inf; the model is then partly assigned, and not to be used.
+  CheckpointMismatchError, before any assignment, names every missing, mis-shaped or unexpected
+  tensor, a missing masked-LM head or tied copies that differ.
   """
   context = f"cannot load {weights.source} into a {model.model_type} model"
   if not any(name.startswith("cls.predictions.") for name in weights.shapes):
@@ -345,14 +298,8 @@ def load_weights(model, weights):
 
 
 def load_hf_bert(hf_dir):
-  """Loads a Hugging Face BERT masked LM dir as model_type "bert"; returns (model, tokenizer).
-
-  Sentences are framed by [CLS] ... [SEP] (recorded in the config), lower-cased as
-  tokenizer_config.json says.
-
-  Raises:
-    ValueError / FileNotFoundError naming the file and what is wrong (see the module
-    docstring); nothing is assigned unless every tensor fits.
+  """(model, tokenizer) of an HF BERT masked LM dir; ValueError / FileNotFoundError naming the
+  file and what is wrong, nothing assigned unless every tensor fits.
   """
   config = read_config(hf_dir)
   weights = SafetensorsWeights(hf_dir)

@@ -1,9 +1,5 @@
-"""The one inference path: text -> token log-probabilities, sentence scores and sentence vectors,
-for every LM kind (tta, bilm, bert, unilm, kenlm).
-
-score.py, run_rescoring.py, run_sts.py and run_benchmark.py all call it. What is scored per kind,
-the boundary tokens and text normalization: docs/DESIGN.md §4.1; long inputs (truncated or read
-in windows, never silently): README "Long inputs".
+"""The one inference path: text -> token log-probabilities, sentence scores and vectors, for
+every LM kind. What is scored per kind: docs/DESIGN.md §4.1; long inputs: README "Long inputs".
 """
 
 import dataclasses
@@ -31,13 +27,7 @@ from util import cli
 from util import runs
 
 POOLINGS = ("context", "embed", "first_last", "first", "last")
-# How a sentence's pieces are scored (docs/DESIGN.md §4.1). "piece": each piece given every other
-# piece (PLL). "word_l2r": each piece given the other words and the earlier pieces of its own
-# word (Kauf & Ivanova 2023's PLL-word-l2r), so a word split in pieces is not over-rewarded:
-# T-TA in one pass (the word_l2r attention mask), the biLM/BERT by masked copies hiding the piece
-# and the later pieces of its word; the uniLM sees no later piece anyway (the same as "piece");
-# KenLM scores words. A kind trained with the word_l2r mask (tta_word) scores word_l2r unless
-# told otherwise (`kinds.Kind.default_scoring`).
+# "piece" (PLL) or "word_l2r" (Kauf & Ivanova 2023's PLL-word-l2r): docs/DESIGN.md §4.1.
 SCORINGS = kinds.SCORINGS
 # Tokens (rows x length) per forward pass: small enough that the head's [tokens, V] logits stay
 # small instead of streaming through memory several times per pass (measured with larger
@@ -47,20 +37,11 @@ DEFAULT_TOKEN_BUDGET = 2048
 
 @dataclasses.dataclass
 class ScoredSentence:
-  """Log-probabilities of one sentence's scored units (natural log).
+  """Natural-log log-probabilities (token_logprobs, float64 [n]) of one sentence's scored units.
 
-  Attributes:
-    tokens: the scored units: word pieces for neural LMs (boundary tokens
-      included when scored), words and "</s>" for kenlm.
-    token_logprobs: float64 [n] log-probability of each unit.
-    truncated: whether the sentence was cut to fit max_seq_length.
-    windows: the sliding windows it was read in (1: whole).
-    normalization_fallback: whether the normalizer had to guess how a number
-      is read (`normalization.Normalized.fallback`).
-    unknown_chars: characters the normalization cannot spell (emoji, CJK),
-      each scored as [UNK] (KenLM: <unk>).
-    unknown_words: KenLM: the words out of the model's vocabulary, each scored as <unk>
-      (neural LMs: 0; their [UNK] is a token of the vocab).
+  tokens: pieces, boundaries included when scored (KenLM: words and "</s>"); windows: the sliding
+  windows it was read in; unknown_chars: characters the normalization cannot spell, scored as
+  [UNK] / <unk>; unknown_words: KenLM's out-of-vocabulary words.
   """
 
   tokens: list
@@ -85,12 +66,10 @@ class ScoredSentence:
 
   @property
   def num_oov(self):
-    """Words the LM cannot represent: KenLM's out-of-vocabulary words, a neural LM's [UNK]
-    pieces (an unknown character or a word WordPiece cannot split)."""
+    """KenLM's out-of-vocabulary words, or a neural LM's [UNK] pieces."""
     return self.unknown_words + sum(token == "[UNK]" for token in self.tokens)
 
   def word_logprobs(self):
-    """Sums the pieces of each word (`tokenization.is_continuation`): list of floats."""
     words = []
     for token, logprob in zip(self.tokens, self.token_logprobs):
       if tokenization.is_continuation(token) and words:
@@ -102,14 +81,7 @@ class ScoredSentence:
 
 @dataclasses.dataclass
 class Encoded:
-  """A padded batch of sentences as model inputs.
-
-  Attributes:
-    input_ids: int32 [B, T], `[BOS] pieces [EOS]` then [PAD].
-    input_mask: int32 [B, T].
-    lengths: int [B], real tokens per sentence (boundaries included).
-    truncated: bool [B].
-  """
+  """A padded batch: input_ids, input_mask int32 [B, T]; lengths int [B]; truncated bool [B]."""
 
   input_ids: np.ndarray
   input_mask: np.ndarray
@@ -122,20 +94,9 @@ def _pad_to(length, multiple):
 
 
 def budget_batches(lengths, token_budget, pad_multiple, rows=None):
-  """Groups sentences into batches of at most `token_budget` tokens (rows x padded width).
+  """Yields lists of sentence indices, at most `token_budget` tokens (rows x padded width) each.
 
-  Sentences are taken in order of length so a batch pads little; a sentence alone over the
-  budget is a batch of its own. The batching rule of every NeuralLM call, and of the benchmark's
-  batched peers, so both are batched the same way.
-
-  Args:
-    lengths: tokens of each sentence.
-    token_budget: int.
-    pad_multiple: rows of different lengths are padded to a multiple of this.
-    rows: rows each sentence takes (its masked copies); None: one each.
-
-  Yields:
-    lists of sentence indices.
+  In order of length, so a batch pads little; `rows`: model rows per sentence (its masked copies).
   """
   rows = [1] * len(lengths) if rows is None else rows
   batch = []
@@ -152,8 +113,7 @@ def budget_batches(lengths, token_budget, pad_multiple, rows=None):
 
 
 def pad_rows(id_lists, pad_id, pad_multiple):
-  """Id lists -> (input_ids, input_mask) int32 [B, T]: rows of different lengths padded to a
-  multiple of `pad_multiple` (it bounds the shapes kernels are prepared for), one length not."""
+  """Id lists -> (input_ids, input_mask) int32 [B, T]; mixed lengths padded to `pad_multiple`."""
   lengths = {len(x) for x in id_lists}
   width = max(lengths)
   if len(lengths) > 1:
@@ -167,20 +127,9 @@ def pad_rows(id_lists, pad_id, pad_multiple):
 
 
 def masked_copy_rows(input_ids, positions, mask_id, words=None):
-  """One copy of a row per position to score, that token replaced by [MASK]: the inputs of a
-  pseudo-log-likelihood (bilm, bert), built in NumPy.
-
-  Args:
-    input_ids: int [B, T], padded rows.
-    positions: B lists of int, the positions of each row to score.
-    mask_id: int, the id of [MASK].
-    words: int [B, T] word index of each token (`modeling.token_word_ids`) for PLL-word-l2r: a copy
-      then also hides the later pieces of its position's word; None: the position only.
-
-  Returns:
-    (copies int32 [R, T], rows int [R] (the row each copy is of), positions int32 [R],
-    targets int32 [R] (the token each copy hides at its position)), copies of row 0 first, each
-    row's in the order of its positions.
+  """One [MASK]ed copy of a row per position to score (PLL): (copies int32 [R, T], rows int
+  [R], positions int32 [R], targets int32 [R]), grouped by row. words: int [B, T] word index per
+  token: a copy then also hides the later pieces of its position's word (PLL-word-l2r).
   """
   rows = np.repeat(np.arange(len(positions)), [len(p) for p in positions]).astype(np.int64)
   positions = np.array([p for ps in positions for p in ps], np.int32)
@@ -197,16 +146,8 @@ def masked_copy_rows(input_ids, positions, mask_id, words=None):
 
 
 class NeuralLM(object):
-  """A tta/bilm/unilm/bert model with its tokenizer, ready to score/encode.
-
-  Tokenization, batching and masked-copy building happen here, in Python;
-  the tensor work is `self.graph`, a `ScoringGraph` (shared with the
-  SavedModel export), compiled into tf.functions.
-
-  Example:
-    lm = NeuralLM.from_model_dir("runs/tta")
-    scores = lm.score(["the cat sat on the mat"])
-    vectors = lm.sentence_vectors(["a sentence"], pooling="context")
+  """A tta/bilm/unilm/bert model with its tokenizer: tokenization, batching and masked copies
+  in Python, the tensor work in `self.graph` (a `ScoringGraph`, shared with the SavedModel export).
   """
 
   def __init__(
@@ -226,41 +167,15 @@ class NeuralLM(object):
     window=None,
     stride=None,
   ):
-    """Wraps a built model.
+    """Wraps a built `modeling.TransformerLM`.
 
     Args:
-      model: `modeling.TransformerLM`.
-      tokenizer: `tokenization.FullTokenizer` for the model's vocab.
-      max_seq_length: longest input in tokens (boundaries included); defaults
-        to the model's max_position_embeddings.
-      score_sos: also score the start token (tta, bilm, bert only).
-      score_eos: score the end token.
-      token_budget: max tokens (rows x length) per forward pass; bounds
-        memory for the n masked copies of bilm/bert.
-      normalization: text normalization applied before tokenization; default
-        the config's "normalization" (that of the training text), else none.
-      pad_multiple: batches of rows of different lengths are padded to a
-        multiple of this many tokens, which bounds the number of distinct
-        shapes oneDNN prepares kernels for; rows of one length are not padded.
-      jit_compile: compile the graphs with XLA. XLA fuses the many small
-        element-wise ops, but compiles once per distinct batch shape: worth
-        it when shapes repeat (a benchmark, fixed-size serving batches), not
-        for N-best sets of many lengths.
-      strategy: a `tf.distribute.Strategy` (mirrored GPUs, TPU) to split every
-        batch's rows over its replicas; build the model under its scope
-        (`from_model_dir(..., strategy=...)` does). None: one device.
-      backend: what runs the graph functions, one of backends.BACKENDS (each
-        described there); TensorFlow ("tf") is the reference. Tokenization and
-        normalization are the same on every backend.
-      long_inputs: a sentence longer than max_seq_length tokens is "truncate"d (flagged) or
-        read in sliding "window"s (lm/windows.py).
-      window: tokens per window, boundaries included; default max_seq_length. With "window", a
-        sentence longer than this is windowed.
-      stride: word pieces from one window to the next; default half a window's pieces.
-
-    Raises:
-      ValueError: long_inputs is not one of windows.LONG_INPUTS; window or stride cannot cut a
-        sentence (`windows.check`).
+      max_seq_length: longest input in tokens, boundaries included; default max_position_embeddings.
+      token_budget: max tokens (rows x length) per forward pass; bounds bilm/bert's masked copies.
+      pad_multiple: bounds the distinct shapes oneDNN prepares kernels for.
+      jit_compile: XLA compiles once per batch shape: it pays only when shapes repeat.
+      strategy: splits each batch's rows; build the model under its scope (`from_model_dir` does).
+      long_inputs, window, stride: lm/windows.py; window defaults to max_seq_length.
     """
     self.model = model
     self.model_type = model.model_type
@@ -310,8 +225,7 @@ class NeuralLM(object):
 
   @classmethod
   def from_model_dir(cls, model_dir, **kwargs):
-    """Loads a model dir (config.json, vocab.txt, the latest checkpoint), or a release dir
-    given as "bert:DIR" or "hf:DIR" (`load_model`)."""
+    """From a model dir, "bert:DIR" or "hf:DIR" (`load_model`)."""
     with backends.scope(kwargs.get("strategy")):
       model, tokenizer = load_model(model_dir)
     return cls(model, tokenizer, **kwargs)
@@ -319,12 +233,6 @@ class NeuralLM(object):
   # ------------------------------------------------------------ tf.functions
 
   def _compile(self):
-    """Compiles the graph functions of `self.graph`, the shared ScoringGraph.
-
-    autograph=False: the model has no tensor-dependent Python control flow,
-    and autograph mis-converts calls into Keras 3 model methods. Shapes are
-    left unknown in the signatures so no length ever retraces.
-    """
     spec = tf.TensorSpec([None, None], tf.int32)
     rows = tf.TensorSpec([None], tf.int32)
     # One-pass scores per scoring mode, each compiled at its first use: most jobs use one.
@@ -333,13 +241,13 @@ class NeuralLM(object):
       self.graph.masked_copy_scores, [spec, spec, rows, rows]
     )
     self._sentence_vectors = self.compiled(self.graph.sentence_vectors, [spec, spec])
-    # The encoder alone, for the vectors of windowed sentences; compiled at its first use.
     self._encode = {}  # ScoringGraph method name: compiled, for windowed vectors
 
   def compiled(self, method, signature):
-    """`method` (of self.graph) compiled as this NeuralLM compiles its graph functions: on the
-    strategy's replicas, by OpenVINO, its ONNX Runtime twin, or as a tf.function (XLA with
-    jit_compile)."""
+    """`method` of self.graph compiled for this LM's strategy, backend and jit_compile.
+
+    autograph=False: autograph mis-converts calls into Keras 3 model methods.
+    """
     if self.strategy:
       return backends.ReplicaRunner(self.strategy, method)
     if self.backend in backends.OPENVINO_PRECISION:
@@ -355,14 +263,12 @@ class NeuralLM(object):
   # ---------------------------------------------------------- tokenization
 
   def tokenize(self, sentences):
-    """Sentences -> list of id lists `[BOS] pieces [EOS]` and truncation flags; with
-    long_inputs "window", a list may be longer than the model takes (`num_windows`)."""
+    """Sentences -> (id lists `[BOS] pieces [EOS]`, truncation flags); windowed ones may be long."""
     self.clock.start()
     ids, truncated, _ = self._prepare(sentences)
     return ids, truncated
 
   def _prepare(self, sentences):
-    """`tokenize`, also returning each sentence's `normalization.Normalized`."""
     normalized = _normalize_all(self._normalize, sentences, self.stats)
     self.clock.lap("normalization")
     pieces = self.tokenizer.piece_ids_batch([n.text for n in normalized])
@@ -395,23 +301,14 @@ class NeuralLM(object):
     return ids, truncated, normalized
 
   def num_windows(self, length):
-    """The windows a sentence of `length` tokens (boundaries included) is read in: 1 when it
-    fits the window or long_inputs is "truncate"."""
+    """Windows a sentence of `length` tokens is read in (1 when it fits or is truncated)."""
     if self.long_inputs == "truncate" or length <= self.window:
       return 1
     return len(windows_lib.starts(length - 2, self.window - 2, self.stride))
 
   def _rows(self, ids, positions):
-    """Sentences -> the rows the model reads: a sentence that fits is one row; a longer one its
-    windows (`windows.split`), each with the positions assigned to it.
-
-    Args:
-      ids: list of id lists, `[BOS] pieces [EOS]`.
-      positions: per sentence, its ascending positions to score or represent.
-
-    Returns:
-      (rows: list of id lists, row_positions: the positions of each row, owners: the sentence
-      of each row); a sentence's rows are consecutive and their positions, in order, are its own.
+    """Sentences -> (rows, row_positions, owners): a sentence that fits is one row, a longer one
+    its windows (`windows.split`); a sentence's rows are consecutive.
     """
     rows, row_positions, owners = [], [], []
     for i, (x, p) in enumerate(zip(ids, positions)):
@@ -425,11 +322,6 @@ class NeuralLM(object):
     return rows, row_positions, owners
 
   def _padded_batches(self, ids, rows=None):
-    """`budget_batches` of `ids` under this LM's budget, padded; rows: model rows each takes.
-
-    Yields:
-      (indices, Encoded) per batch.
-    """
     lengths = [len(x) for x in ids]
     for batch in budget_batches(lengths, self.token_budget, self.pad_multiple, rows):
       yield batch, self._pad([ids[j] for j in batch])
@@ -446,14 +338,10 @@ class NeuralLM(object):
 
   @property
   def default_scoring(self):
-    """The scoring mode `score` uses when given none: the one the kind was trained for."""
     return self.kind.default_scoring
 
   def score(self, sentences, scoring=None):
-    """Scores sentences; returns a list of `ScoredSentence` in input order.
-
-    scoring: one of SCORINGS; None: `default_scoring`.
-    """
+    """list of `ScoredSentence` in input order; scoring None: the kind's default."""
     scoring = checked_scoring(scoring or self.default_scoring)
     self.clock.start()
     ids, truncated, normalized = self._prepare(sentences)
@@ -476,8 +364,7 @@ class NeuralLM(object):
     return results
 
   def _log_probs(self, ids, positions, scoring):
-    """log p of the tokens at `positions` of each sentence (ids, `[BOS] pieces [EOS]`), float64
-    [len(positions[i])] each, a long sentence's from its windows (`_rows`)."""
+    """Per sentence, float64 [len(positions[i])] log p at its positions (windows joined)."""
     rows, row_positions, owners = self._rows(ids, positions)
     if self.kind.masked_copies:
       copies = self._masked_copies(rows, row_positions, scoring == "word_l2r")
@@ -487,8 +374,7 @@ class NeuralLM(object):
     return [np.concatenate(parts) for parts in _by_owner(per_row, owners, len(ids))]
 
   def _one_pass(self, ids, positions, scoring):
-    """tta, tta_word: log p(x_t | x_\\t) (word_l2r: x_t and the later pieces of its word hidden
-    too); unilm: log p(x_t | x_<t) from the left; at `positions` of each row of `ids`."""
+    """tta: log p(x_t | x_\\t); unilm: log p(x_t | x_<t); at `positions` of each row."""
     scores = self._one_pass_function(scoring)
     out = [None] * len(ids)
     for indices, batch in self._padded_batches(ids):
@@ -505,8 +391,6 @@ class NeuralLM(object):
     return out
 
   def _one_pass_function(self, scoring):
-    """The compiled one-pass scores of `scoring` (`ScoringGraph.token_log_probs` or
-    `.word_l2r_log_probs`), compiled at its first use."""
     if scoring not in self._one_pass_scores:
       spec = tf.TensorSpec([None, None], tf.int32)
       method = self.graph.one_pass_method(scoring)
@@ -514,17 +398,7 @@ class NeuralLM(object):
     return self._one_pass_scores[scoring]
 
   def _masked_copies(self, ids, positions, word_l2r=False):
-    """Runs one masked copy per (row, position) in budgeted batches.
-
-    Args:
-      ids: list of id lists, each at most max_seq_length tokens.
-      positions: per row of ids, the positions to mask.
-      word_l2r: each copy also masks the later pieces of its position's word.
-
-    Returns:
-      per row, (log-probs [n] float64, hidden at the masked positions
-      [n, D] float32), in the order of its positions.
-    """
+    """Per row of `ids`, (log-probs float64 [n], hidden float32 [n, D]) at its masked positions."""
     out = [None] * len(ids)
     for indices, batch in self._padded_batches(ids, [len(p) for p in positions]):
       words = self.graph.word_ids(batch.input_ids).numpy() if word_l2r else None
@@ -545,31 +419,12 @@ class NeuralLM(object):
   # ---------------------------------------------------------------- vectors
 
   def sentence_vectors(self, sentences, pooling="context", masked=True, return_truncated=False):
-    """Sentence vectors for unsupervised STS.
+    """Sentence vectors for unsupervised STS: float32 [N, D] (and truncation flags).
 
-    Args:
-      sentences: list of str.
-      pooling: "context" (mean of the last layer over the words, boundaries
-        excluded), "embed" (the same mean of the embedding output),
-        "first_last" (the same mean of the first and last blocks' average,
-        on intact input for every kind), "first" / "last" (the last layer at
-        the start / end token).
-      masked: bilm/bert "context" only: position i's vector comes from the
-        copy with token i masked (the paper's biLM); False gives the "\\M"
-        variant on intact input. Ignored by tta (always self-unknown) and
-        unilm.
-
-      return_truncated: also return `tokenize`'s truncation flags, so that a
-        result computed from these vectors can flag them.
-
-    A sentence longer than the window (long_inputs "window") averages each
-    piece's vector from the window assigned to it (`windows.assign`); its
-    "first" / "last" come from its first / last window.
-
-    Returns:
-      float32 [N, D]. A sentence without word pieces gets a zero vector for
-      "context"/"embed"/"first_last" (counted in stats["empty"]). With return_truncated,
-      (vectors, list of N bool).
+    pooling: "context" / "embed" (the mean of the last layer / embedding output over the pieces),
+    "first_last" (the same of the first and last blocks' average), "first" / "last" (the last layer
+    at the start / end token). masked: bilm/bert "context" from the copy with each position masked
+    (the paper's biLM); False: the "\\M" variant. A sentence without pieces gets zeros.
     """
     if pooling not in POOLINGS:
       raise ValueError(f"pooling {pooling!r} is not one of {POOLINGS}")
@@ -606,8 +461,6 @@ class NeuralLM(object):
     return out
 
   def _windowed_pooled(self, ids, pooling):
-    """`_pooled` of sentences longer than the window, from each window's outputs: float32
-    [len(ids), D] (`_WINDOW_POOLING`)."""
     if pooling not in _WINDOW_POOLING:
       raise ValueError(f"pooling {pooling!r} has no windowed form; long_inputs='truncate' has")
     method, output, rule = _WINDOW_POOLING[pooling]
@@ -647,7 +500,6 @@ _WINDOW_POOLING = {
 
 
 def _by_owner(values, owners, count):
-  """Per-row values -> per sentence, the list of its rows' values, in row order."""
   out = [[] for _ in range(count)]
   for value, owner in zip(values, owners):
     out[owner].append(value)
@@ -658,17 +510,7 @@ class NgramLM(object):
   """A KenLM n-gram model behind the same `score` interface."""
 
   def __init__(self, model_path, score_eos=True, normalization=None, score_sos=False, bos=True):
-    """Loads a KenLM model.
-
-    Args:
-      model_path: ARPA or KenLM binary.
-      score_eos: score </s>.
-      normalization: applied to sentences before scoring; default the one
-        recorded beside the model by ngram_lm.train_ngram, else none.
-      score_sos: accepted as by every LM kind; <s> is never scored, as for
-        unilm (nothing predicts it).
-      bos: condition the first word on <s> (False scores a fragment of a sentence).
-    """
+    """score_sos is accepted as by every kind (<s> is never scored); bos=False scores a fragment."""
     from lm import ngram_lm  # pylint: disable=g-import-not-at-top
 
     del score_sos
@@ -687,10 +529,7 @@ class NgramLM(object):
   default_scoring = "word"
 
   def score(self, sentences, scoring=None):
-    """Scores sentences; returns a list of `ScoredSentence` in input order.
-
-    scoring: one of SCORINGS or None; all score words, the units of an n-gram model.
-    """
+    """list of `ScoredSentence` of words, whatever `scoring` is asked for."""
     scoring_of(self, scoring)
     normalized = _normalize_all(self._normalize, sentences, self.stats)
     texts = [n.text for n in normalized]
@@ -713,8 +552,6 @@ class NgramLM(object):
 
 
 def _new_stats():
-  """The counters of an LM's `stats`: sentences, and those truncated, windowed or normalized by
-  guess; unknown_chars sums `ScoredSentence.unknown_chars`."""
   return {
     "sentences": 0,
     "truncated": 0,
@@ -725,7 +562,6 @@ def _new_stats():
 
 
 def _normalize_all(normalize, sentences, stats):
-  """Normalizes sentences (list of `normalization.Normalized`), adding to `stats`."""
   normalized = [normalize(s) for s in sentences]
   fallbacks = sum(n.fallback for n in normalized)
   unknown = sum(n.unknown for n in normalized)
@@ -743,10 +579,8 @@ def _normalize_all(normalize, sentences, stats):
 
 
 def cosine(a, b):
-  """Row-wise cosine similarity of float [N, D] arrays; 0 for a zero vector.
-
-  Computed in float64: similar sentences give cosines within float32 rounding
-  of each other (and of 1), and their ranks (Spearman) must not depend on it.
+  """Row-wise cosine of float [N, D] arrays (0 for a zero vector), in float64 so that ranks
+  (Spearman) do not hang on float32 rounding near 1.
   """
   a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
   norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
@@ -754,8 +588,6 @@ def cosine(a, b):
 
 
 def _boundary_ids(tokenizer):
-  """(start, end) ids of the tokenizer's pair, which the model's config.json (or the vocab, for
-  a config without one) decided when the tokenizer was made."""
   if tokenizer.mask_id is None:
     raise ValueError(f"vocab {tokenizer.vocab_file} has no [MASK] token")
   try:
@@ -780,8 +612,7 @@ _RELEASE_LOADERS = {
 
 
 def load_model(spec):
-  """(model, tokenizer) of a model dir, "bert:DIR" (a Google BERT release) or "hf:DIR" (a
-  Hugging Face BERT masked LM)."""
+  """(model, tokenizer) of a model dir, "bert:DIR" or "hf:DIR"."""
   for prefix, loader in _RELEASE_LOADERS.items():
     if spec.startswith(prefix):
       return loader(spec[len(prefix) :])
@@ -789,12 +620,9 @@ def load_model(spec):
 
 
 def load_lm(spec, **kwargs):
-  """An LM from a spec: a model dir, "kenlm:PATH" for an n-gram model, "bert:DIR" for a Google
-  BERT release or "hf:DIR" for a Hugging Face BERT masked LM.
+  """An LM from a model dir, "kenlm:PATH", "bert:DIR" or "hf:DIR"; kwargs are NeuralLM's.
 
-  kwargs are NeuralLM's; a KenLM model takes score_eos, score_sos and
-  normalization, ignores the throughput and long-input options and rejects the others
-  (TypeError), so no argument is dropped silently.
+  KenLM ignores the throughput and long-input options and rejects other ones (TypeError).
   """
   if spec.startswith("kenlm:"):
     ignored = _THROUGHPUT_OPTIONS + _LONG_INPUT_OPTIONS
@@ -804,13 +632,7 @@ def load_lm(spec, **kwargs):
 
 
 def check_spec(spec):
-  """Checks, loading nothing, that `spec` (as `load_lm` takes it) names something there: a KenLM
-  file, a release dir, or a model dir with a readable config.json. The cheap check a command
-  makes before it reads its data; `load_lm` checks the rest.
-
-  Raises:
-    FileNotFoundError / ValueError: naming what is missing or unreadable.
-  """
+  """FileNotFoundError / ValueError unless `spec` names something there; loads nothing."""
   if spec.startswith("kenlm:"):
     path = spec[len("kenlm:") :]
     if not os.path.isfile(path):
@@ -825,9 +647,7 @@ def check_spec(spec):
 
 
 def spec_identity(spec):
-  """The identity of what `spec` (as `load_lm` takes it) names, loading nothing: a model dir's
-  `model_dir.identity`; a KenLM file's or a release dir's path, sizes and modification times
-  (`runs.path_identity`). For a run record that a later run into the same output compares."""
+  """The identity of what `spec` names, loading nothing, for a run record to compare."""
   for prefix in ("kenlm:", *_RELEASE_LOADERS):
     if spec.startswith(prefix):
       return {**runs.path_identity(spec[len(prefix) :]), "spec": prefix}
@@ -835,15 +655,13 @@ def spec_identity(spec):
 
 
 def checked_scoring(scoring):
-  """`scoring` if it is one of SCORINGS; a ValueError naming them otherwise."""
   if scoring not in SCORINGS:
     raise ValueError(f"scoring {scoring!r} is not one of {SCORINGS}")
   return scoring
 
 
 def scoring_of(lm, scoring=None):
-  """The mode `lm` scores in when asked for `scoring` (one of SCORINGS, else a ValueError; None:
-  its `default_scoring`): an n-gram model's "word" whatever is asked."""
+  """The mode `lm` scores in when asked for `scoring` (KenLM: always "word")."""
   if scoring is not None:
     checked_scoring(scoring)
   if isinstance(lm, NgramLM):
@@ -852,15 +670,8 @@ def scoring_of(lm, scoring=None):
 
 
 def describe(lm, scoring=None):
-  """The JSON-able identity of an LM and its scoring mode: everything that changes its scores.
-
-  For caches and reports: the weights (a fingerprint; for KenLM the file's
-  path, size and modification time), the vocab file's content, lower-casing,
-  the normalization and its rules' version, the scored boundary tokens, the
-  pair that frames a sentence (when not [SOS]/[EOS]), the longest input and
-  the sliding windows of a longer one, so
-  a score cached under one identity is never served for another. `model_id`
-  turns it into a short key. scoring None is the LM's `default_scoring`.
+  """The JSON-able identity of an LM and scoring mode: everything that changes its scores,
+  so a cached score is never served for another.
   """
   scoring = scoring_of(lm, scoring)
   common = {
@@ -912,13 +723,9 @@ def describe(lm, scoring=None):
 
 
 def check_finite(lm_name, text, *values):
-  """Raises cli.InputError naming LM `lm_name` and sentence `text` when one of `values` (its
-  score, its vector: floats or float arrays) is NaN or infinite.
+  """cli.InputError naming the LM and sentence if one of `values` is NaN or infinite.
 
-  Checked before a score is written anywhere (score.py's records, the rescoring score cache):
-  JSON has no number for NaN or inf (Python writes `NaN`, which other readers refuse), and a NaN
-  in a ranking compares false with everything. Weights are checked finite when they load
-  (`checkpoints.check_finite`); this catches what finite weights can still overflow to.
+  JSON has no NaN or inf and a NaN compares false in a ranking; finite weights can still overflow.
   """
   for value in values:
     if not np.all(np.isfinite(value)):
@@ -934,23 +741,14 @@ def _boundary_identity(pair):
 
 
 def model_id(identity):
-  """A short key for a `describe` identity: "<kind>-<16 hex digits of its SHA-256>".
-
-  Score caches key each line on it (the full identity, ~800 bytes, is
-  written once beside them: `score_cache.ScoreCache.register`).
-  """
+  """The score caches' key of a `describe` identity: "<kind>-<16 hex digits of SHA-256>"."""
   digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()
   return f"{identity['kind']}-{digest[:16]}"
 
 
 def run_identity(lm, scoring=None):
-  """What the numbers of a run of `lm` depend on, for an output that a later run resumes.
-
-  The LM (`model_id` of `describe`: weights, vocab, scored tokens, precision) and, for a neural
-  LM, what runs it: backend, token budget and replicas, each of which changes float rounding.
-
-  Returns:
-    dict: "model", and for a NeuralLM "backend", "token_budget", "replicas".
+  """What a run's numbers depend on: the model, and a NeuralLM's backend, token budget and
+  replicas, each of which changes float rounding.
   """
   identity = {"model": model_id(describe(lm, scoring))}
   if isinstance(lm, NeuralLM):

@@ -1,9 +1,6 @@
 # coding=utf-8
-"""The model directory: the one place that reads and writes a model of ours on disk
-(docs/DESIGN.md §5.1): config.json (`modeling.TTAConfig` with model_type, output_layer,
-do_lower_case, normalization), vocab.txt and `tf.train.Checkpoint` files whose model object is
-"model"; a training run's warm start and embedding targets from such a dir or a TF1 checkpoint.
-Released formats convert through lm/conversion.py.
+"""The model directory (docs/DESIGN.md §5.1): the one place that reads and writes our models on
+disk, and training's warm start and embedding targets.
 """
 
 import copy
@@ -34,7 +31,6 @@ def vocab_path(model_dir):
 
 
 def read_config(model_dir):
-  """The `modeling.TTAConfig` of a model dir (FileNotFoundError if none)."""
   path = config_path(model_dir)
   if not tf.io.gfile.exists(path):
     raise FileNotFoundError(
@@ -44,19 +40,7 @@ def read_config(model_dir):
 
 
 def write_config_and_vocab(model_dir, config, vocab_file=None, tokens=None):
-  """Writes config.json and vocab.txt, each atomically.
-
-  Other workers and tools reading the dir meanwhile never see a half-written
-  file.
-
-  Args:
-    model_dir: str, created if missing.
-    config: `modeling.TTAConfig`.
-    vocab_file: the vocab to copy in (nothing is copied when it already is
-      the dir's vocab.txt).
-    tokens: without vocab_file, the token list to write as vocab.txt; an
-      existing vocab.txt is then kept.
-  """
+  """Writes config.json and vocab.txt atomically: `vocab_file` copied, else `tokens` if none."""
   io_utils.write_atomically(config_path(model_dir), config.to_json_string())
   dest = vocab_path(model_dir)
   if vocab_file and os.path.abspath(vocab_file) != os.path.abspath(dest):
@@ -69,10 +53,9 @@ def write_config_and_vocab(model_dir, config, vocab_file=None, tokens=None):
 
 
 def identity(model_dir):
-  """What a model dir's numbers depend on, read cheaply (nothing of the weights is hashed): its
-  absolute path, the sha256 of config.json and vocab.txt, and the newest checkpoint with the
-  size and modification time of its files. For a run record (`util/runs.py`): a model trained
-  further, or another model at the path, is another identity."""
+  """What a model dir's numbers depend on, read cheaply (`util/runs.py`): path, sha256 of config
+  and vocab, the newest checkpoint's file sizes and mtimes.
+  """
   model_dir = os.path.abspath(model_dir)
   digests = {}
   for name in (CONFIG_FILE, VOCAB_FILE):
@@ -89,16 +72,8 @@ def identity(model_dir):
 
 
 def load_model_dir(model_dir, checkpoint=None):
-  """Loads a model dir: (model, tokenizer).
-
-  Args:
-    model_dir: str.
-    checkpoint: a specific checkpoint prefix; default the latest one.
-
-  Raises:
-    ValueError / FileNotFoundError naming the missing or mismatched piece;
-      checkpoints.NonFiniteWeightsError naming the first weight (in `tf1_variables` order) with a
-      NaN or inf.
+  """(model, tokenizer) of a model dir at `checkpoint` (default the latest); ValueError /
+  FileNotFoundError naming the missing or mismatched piece, or NonFiniteWeightsError.
   """
   config = read_config(model_dir)
   vocab_file = vocab_path(model_dir)
@@ -117,12 +92,7 @@ def load_model_dir(model_dir, checkpoint=None):
 
 
 def tokenizer_for(config, vocab_file):
-  """The `tokenization.FullTokenizer` a model of `config` reads its text with.
-
-  Lower-casing and the pair of boundary tokens come from the config (config.json), so every
-  path that encodes text (scoring, vectors, the SavedModel export) frames sentences alike; a
-  config without boundary_tokens gets the vocab's pair, as before the field existed.
-  """
+  """The tokenizer of `config`: its casing and boundary tokens (else the vocab's pair)."""
   return tokenization.FullTokenizer(
     vocab_file, config.do_lower_case, boundary_tokens=config.boundary_tokens
   )
@@ -136,16 +106,8 @@ _SHAPE_ERROR = re.compile(
 
 
 def _restore_for_inference(model, checkpoint, config_file):
-  """Reads `model`'s weights from `checkpoint`; every model weight must be there.
-
-  The optimizer slots and step counter that training checkpoints also hold are not needed here:
-  TF's per-value warnings about them (a few hundred lines, also emitted when a failed restore is
-  garbage-collected) are silenced for the read, and a mismatch becomes one short error instead.
-
-  Raises:
-    checkpoints.CheckpointMismatchError: naming `config_file`, and for a shape mismatch the
-      variable and both shapes.
-    checkpoints.CheckpointUnreadableError: a file of `checkpoint` is missing, truncated or corrupt.
+  """Reads every model weight from `checkpoint`, silencing TF's hundreds of warnings about
+  training's optimizer slots; a mismatch is one `CheckpointMismatchError` with both shapes.
   """
   tf_logger = tf.get_logger()
   level = tf_logger.level
@@ -179,17 +141,7 @@ def _restore_for_inference(model, checkpoint, config_file):
 
 
 def save_model_dir(model, vocab_file, model_dir):
-  """Writes a model dir that `load_model_dir` reads.
-
-  Args:
-    model: `modeling.TransformerLM`; its config (with do_lower_case and
-      normalization) becomes config.json.
-    vocab_file: the model's vocab, copied to vocab.txt.
-    model_dir: str, created if missing.
-
-  Returns:
-    The checkpoint prefix written.
-  """
+  """Writes `model` and `vocab_file` as a model dir; returns the checkpoint prefix."""
   config = copy.deepcopy(model.config)
   config.model_type = model.model_type
   write_config_and_vocab(model_dir, config, vocab_file)
@@ -199,12 +151,8 @@ def save_model_dir(model, vocab_file, model_dir):
 
 
 def warm_start(model, init_checkpoint):
-  """Loads a model dir / checkpoint's weights into a fresh model.
-
-  Our object-based checkpoints and TF1 ones (Google BERT or T-TA names) both
-  work; the optimizer is not touched. A partial match (e.g. a continuous
-  head started from a softmax model: the encoder loads, the new head keeps
-  its initialisation) is logged, not an error.
+  """Loads a model dir's or TF1 checkpoint's weights into a fresh model; a partial match (a
+  continuous head from a softmax model) is logged, not an error.
   """
   checkpoint = checkpoints.resolve_checkpoint(init_checkpoint)
   if checkpoints.is_tf1_checkpoint(checkpoint):
@@ -228,19 +176,8 @@ def warm_start(model, init_checkpoint):
 
 
 def load_word_embeddings(path, vocab):
-  """The word embedding table of a model dir / checkpoint, for `vocab`.
-
-  Args:
-    path: our model dir or one of its checkpoint prefixes, or a TF1
-      checkpoint (Google BERT / T-TA names).
-    vocab: OrderedDict token -> id the table must line up with.
-
-  Returns:
-    (float32 [V, D] numpy array, the checkpoint prefix read).
-
-  Raises:
-    ValueError: when our model dir's vocab differs from `vocab`, or the
-      table's row count from len(vocab).
+  """(float32 [V, D] table, checkpoint prefix) of a model dir or TF1 checkpoint; ValueError
+  unless it lines up with `vocab`.
   """
   checkpoint = checkpoints.resolve_checkpoint(path)
   if checkpoints.is_tf1_checkpoint(checkpoint):
@@ -263,7 +200,7 @@ def load_word_embeddings(path, vocab):
 
 
 def weights_fingerprint(model):
-  """sha256 of every weight of `model` (names, shapes and values), hex."""
+  """sha256 hex of every weight of `model` (names, shapes and values)."""
   digest = hashlib.sha256()
   for name, variable in model.tf1_variables().items():
     value = np.ascontiguousarray(variable.numpy())

@@ -1,9 +1,6 @@
 # coding=utf-8
-"""KenLM n-gram baseline: training with lmplz/build_binary and natural-log sentence scoring.
-
-Every score is a natural log (kenlm reports log10). Text comes without `<s>`/`</s>`: bos=True
-conditions on `<s>` (never predicted nor counted); eos=True adds `</s>`, counted as one word.
-The binaries come from scripts/build_kenlm.sh.
+"""KenLM n-gram baseline: training with lmplz/build_binary and natural-log sentence scoring
+(kenlm reports log10). Binaries: scripts/build_kenlm.sh.
 """
 
 import collections
@@ -34,16 +31,8 @@ UNK = "<unk>"
 
 
 def find_kenlm_bin(name):
-  """Locates a KenLM executable: third_party/kenlm/bin first, then PATH.
-
-  Args:
-    name: str, the executable's name, e.g. "lmplz" or "build_binary".
-
-  Returns:
-    str, the absolute path of the executable.
-
-  Raises:
-    FileNotFoundError: if it is in neither place; the message says how to build it.
+  """Absolute path of a KenLM executable (third_party/kenlm/bin, then PATH); FileNotFoundError
+  saying how to build it.
   """
   local = os.path.join(KENLM_BIN_DIR, name)
   if os.path.isfile(local) and os.access(local, os.X_OK):
@@ -63,18 +52,7 @@ _SHOWN_OUTPUT = re.compile(r"^=== |^SUCCESS|warn|error|fail", re.IGNORECASE)
 
 
 def _run_streaming(cmd, what):
-  """Runs `cmd`, logging its stderr line by line as it comes (lmplz's progress report).
-
-  Args:
-    cmd: list of str, the command line.
-    what: str, a short name of the step for log lines and errors.
-
-  Returns:
-    str, the complete stderr text.
-
-  Raises:
-    RuntimeError: if the command exits non-zero; the message holds the command and its stderr.
-  """
+  """Runs `cmd`, logging its output as it comes; returns it, RuntimeError with it on failure."""
   logging.info("%s: %s", what, " ".join(cmd))
   lines = []
   with subprocess.Popen(
@@ -105,7 +83,7 @@ def _run_streaming(cmd, what):
 
 
 def _prune_args(prune):
-  """Turns `prune` (None, "0 0 1", or a sequence of ints) into lmplz's --prune arguments."""
+  """lmplz's --prune arguments from None, "0 0 1" or a sequence of ints."""
   if prune is None:
     return []
   if isinstance(prune, str):
@@ -121,7 +99,6 @@ def _prune_args(prune):
 
 
 def _lmplz_command(lmplz, text_file, arpa, tmp_dir, order, memory, prune, discount_fallback):
-  """lmplz's command line: `text_file` -> the ARPA file `arpa`, sorting in `tmp_dir`."""
   cmd = [lmplz, "-o", str(order), "-S", str(memory), "-T", tmp_dir]
   cmd += ["--text", text_file, "--arpa", arpa] + _prune_args(prune)
   if discount_fallback:
@@ -130,12 +107,11 @@ def _lmplz_command(lmplz, text_file, arpa, tmp_dir, order, memory, prune, discou
 
 
 def model_info_path(model_path):
-  """Where the JSON description of a trained model lives (beside it)."""
   return model_path + ".json"
 
 
 def read_model_info(model_path):
-  """The model's JSON description ({"normalization": ..., ...}), {} if none."""
+  """The model's JSON description beside it ({"normalization": ..., ...}), {} if none."""
   path = model_info_path(model_path)
   if not os.path.exists(path):
     return {}
@@ -153,34 +129,16 @@ def train_ngram(
   binary=True,
   normalization=None,
 ):
-  """Trains a modified Kneser-Ney n-gram LM with KenLM's lmplz (and build_binary).
+  """Trains a modified Kneser-Ney n-gram LM with lmplz (and build_binary); returns output_path.
 
-  The output appears atomically: everything is written to temporary files next to `output_path`
-  and moved into place with os.replace only when every step succeeded.
+  Written in a temporary dir beside `output_path`, moved into place only when every step succeeded.
 
   Args:
-    text_file: str, training text, one sentence per line, tokens separated by spaces, without
-      `<s>`/`</s>` (lmplz adds them). Normalise it the way the text to be scored is normalised.
-    output_path: str, where the model goes: a KenLM binary (probing hash) if `binary`, else ARPA.
-    order: int, the n-gram order (>= 1).
-    memory: str, lmplz's -S: memory for sorting, e.g. "20%" of physical RAM or "1G". Passed
-      explicitly because lmplz's default (80%) is hostile on shared machines.
-    prune: None, a str like "0 0 1" or a sequence of ints: lmplz --prune count thresholds per
-      order (the unigram threshold must be 0).
-    discount_fallback: bool, pass --discount_fallback, which lets lmplz fall back to default
-      discounts when the counts of counts can't give them (needed for tiny corpora, e.g. tests).
-    binary: bool, convert the ARPA to KenLM's binary format with build_binary.
-    normalization: the text normalization of `text_file` ("librispeech" or
-      "none"); stored in `model_info_path(output_path)` so that scorers
-      normalize their input the same way (see inference.NgramLM).
-
-  Returns:
-    str, `output_path`.
-
-  Raises:
-    FileNotFoundError: if `text_file` or the KenLM executables are missing.
-    ValueError: for a bad `order` or `prune`.
-    RuntimeError: if lmplz or build_binary fails; the message holds its output.
+    text_file: one sentence per line, tokens separated by spaces, without `<s>`/`</s>`.
+    memory: lmplz's -S, given because its default (80% of RAM) is hostile on shared machines.
+    prune: None, "0 0 1" or a sequence of ints: --prune count thresholds per order.
+    discount_fallback: default discounts when the counts of counts cannot give them (tiny corpora).
+    normalization: that of `text_file`, recorded beside the model for `inference.NgramLM`.
   """
   if not os.path.isfile(text_file):
     raise FileNotFoundError(f"training text not found: {text_file}")
@@ -265,7 +223,6 @@ class NgramParams:
 
 
 def train(params):
-  """`train_ngram` with the training fields of `NgramParams` `params`; returns the model path."""
   io_utils.check_outputs_apart(params)
   io_utils.check_output_path(params.output, "output", is_dir=False)
   return train_ngram(
@@ -283,15 +240,8 @@ def train(params):
 class SentenceScore(
   collections.namedtuple("SentenceScore", ["logprob", "word_logprobs", "n_words"])
 ):
-  """One sentence's score; unpacks as (logprob, word_logprobs, n_words).
-
-  Attributes:
-    logprob: float, ln p of the sentence (sum of word_logprobs).
-    word_logprobs: list of float, ln p of each scored word, in order; with eos=True the last
-      entry is ln p(</s> | ...).
-    n_words: int, len(word_logprobs): the words of the text, plus one for </s> if eos=True.
-    n_oov: int, how many words of the text are out of the model's vocabulary (scored as <unk>).
-    oov: list of bool, per entry of word_logprobs, whether that word is OOV.
+  """(logprob, word_logprobs, n_words) in natural log; n_words counts </s> when scored. n_oov
+  and oov (bool per entry) are attributes outside the tuple.
   """
 
   n_oov = 0
@@ -309,24 +259,10 @@ class SentenceScore(
 
 
 class NgramScorer(object):
-  """Scores sentences with a KenLM model (ARPA or binary), in natural log.
-
-  Example:
-    scorer = NgramScorer("lm.bin")
-    (logprob, word_logprobs, n_words), = scorer.score_sentences(["the cat sat"])
-  """
+  """Scores sentences with a KenLM model (ARPA or binary), in natural log."""
 
   def __init__(self, model_path):
-    """Loads the model.
-
-    Args:
-      model_path: str, an ARPA file or a KenLM binary made by build_binary.
-
-    Raises:
-      ImportError: if the `kenlm` Python module is not installed.
-      FileNotFoundError: if `model_path` does not exist.
-      ValueError: if KenLM can't read it (malformed ARPA, not a model); names the file.
-    """
+    """ImportError without `kenlm`, FileNotFoundError, or ValueError naming a file KenLM refuses."""
     try:
       import kenlm  # pylint: disable=g-import-not-at-top
     except ImportError as e:
@@ -355,26 +291,13 @@ class NgramScorer(object):
     self.total_words = 0
 
   def __contains__(self, word):
-    """Whether `word` is in the model's vocabulary."""
     return word in self._model
 
   def score_sentences(self, texts, bos=True, eos=True):
-    """Scores whitespace-tokenised sentences.
+    """list of `SentenceScore`, one per whitespace-tokenised text; an OOV word gets <unk>'s.
 
-    Args:
-      texts: iterable of str, each a sentence with tokens separated by whitespace, without
-        `<s>` (an explicit trailing `</s>` is allowed with eos=False, and then counts as a word).
-      bos: bool, condition the first word on `<s>`. `<s>` is context only: never scored, never
-        counted in n_words.
-      eos: bool, also score `</s>` after the last word. Its log-probability is the last entry of
-        word_logprobs and it COUNTS in n_words (so n_words = number of tokens + 1).
-
-    Returns:
-      list of SentenceScore, one per text: (logprob, word_logprobs, n_words) in natural log, with
-      n_oov and oov as attributes. OOV words get the model's <unk> probability.
-
-    Raises:
-      ValueError: if a text contains the `<s>` token.
+    bos conditions the first word on `<s>` (never scored nor counted; ValueError in a text); eos
+    scores `</s>`.
     """
     results = []
     for text in texts:
@@ -395,5 +318,4 @@ class NgramScorer(object):
     return results
 
   def score(self, text, bos=True, eos=True):
-    """ln p of one sentence; see score_sentences."""
     return self.score_sentences([text], bos=bos, eos=eos)[0].logprob

@@ -1,13 +1,7 @@
-"""The ONNX Runtime backend of lm/inference.py (`NeuralLM(backend="onnxruntime")`).
+"""The ONNX Runtime backend: `ScoringGraph`'s methods as ONNX graphs written from the model's
+weights with com.microsoft fused ops, not converted from TF (docs/DESIGN.md §4.4).
 
-`OnnxFunctions` gives `scoring_graph.ScoringGraph`'s methods with the same inputs and outputs, as
-ONNX graphs written from the model's weights with ONNX Runtime's fused com.microsoft ops (not
-converted from TF). Input isolation makes keys and values table reads; masks are -1e9 biases, so
-output i stays bit for bit independent of token i (docs/DESIGN.md §4.4). A call runs no
-TensorFlow op; TensorFlow runs only when a graph is built, to read the tables.
-
-Dimensions: B = rows, T = tokens per row, D = hidden size, V = vocab size, L =
-max_position_embeddings, N = scored positions, R = masked copies.
+B rows, T tokens per row, D hidden, V vocab, L max_position_embeddings, N scored positions.
 """
 
 import numpy as np
@@ -28,7 +22,7 @@ _FLOAT, _INT32, _BOOL = 1, 6, 9
 
 
 def check_model(model):
-  """Raises ValueError when the backend cannot build `model`'s graphs, naming what it lacks."""
+  """ValueError naming what `model` has that this backend cannot build."""
   config = model.config
   if config.output_layer != "softmax" or config.hidden_act != "gelu":
     raise ValueError(
@@ -39,19 +33,10 @@ def check_model(model):
 
 
 class OnnxFunctions(object):
-  """`ScoringGraph`'s methods run by ONNX Runtime: the same inputs, NumPy outputs.
-
-  Each graph (encoder alone, encoder + LM head at chosen rows, encoder + pooling) is built and
-  loaded into its own session at its first call, so a NeuralLM builds only what its kind uses,
-  with the weights the model has then (as the OpenVINO backend converts at the first call).
-  """
+  """`ScoringGraph`'s methods run by ONNX Runtime, NumPy out; each graph built at its first call."""
 
   def __init__(self, model, threads=None, continuation=None):
-    """Args: model, a `modeling.TransformerLM`; threads, ONNX Runtime's intra-op threads (None:
-    its default, one per physical core); continuation, bool [V], the vocab's WordPiece
-    continuation pieces (`tokenization.FullTokenizer.continuation_flags`), from which a graph with
-    a word attention pattern finds the words (None for a model that never uses one), as
-    `ScoringGraph`'s."""
+    """threads: intra-op threads (None: ORT's default); continuation: bool [V] (`ScoringGraph`)."""
     check_model(model)
     self.model = model
     self._threads = threads
@@ -61,7 +46,6 @@ class OnnxFunctions(object):
     self._shared = {}
 
   def function(self, name):
-    """The method named like `ScoringGraph.<name>` (ValueError for one this backend lacks)."""
     functions = {
       "encode": self.encode,
       "token_log_probs": self.token_log_probs,
@@ -80,17 +64,10 @@ class OnnxFunctions(object):
     return tuple(self._run("encode", self.model.kind.attention, input_ids, input_mask))
 
   def token_log_probs(self, input_ids, input_mask, score_mask):
-    """One pass (tta, tta_word, unilm), scoring "piece": float32 [B, T], log p(input_ids) where
-    score_mask is 1, else 0.
-
-    As `ScoringGraph.token_log_probs`: a kind with input isolation reads token t's distribution
-    at output t under DMSA, unilm at output t-1.
-    """
+    """One pass, scoring "piece": float32 [B, T], log p(input_ids) where score_mask is 1, else 0."""
     return self._one_pass_log_probs(input_ids, input_mask, score_mask, "piece")
 
   def word_l2r_log_probs(self, input_ids, input_mask, score_mask):
-    """`token_log_probs` scoring "word_l2r", as `ScoringGraph.word_l2r_log_probs`: a kind with
-    input isolation under the word_l2r mask (words found in the graph from the input ids)."""
     return self._one_pass_log_probs(input_ids, input_mask, score_mask, "word_l2r")
 
   def _one_pass_log_probs(self, input_ids, input_mask, score_mask, scoring):
@@ -110,26 +87,12 @@ class OnnxFunctions(object):
     return out
 
   def scores(self, attention, input_ids, input_mask, read_at, targets):
-    """The encoder under `attention` (kinds.ATTENTION_PATTERNS), then the LM head at chosen
-    rows: the graph every scoring method runs.
-
-    Args:
-      input_ids, input_mask: int32 [B, T].
-      read_at: int [N], rows of the flattened [B * T] outputs to run the head at.
-      targets: int [N], the token whose log-probability each row gives.
-
-    Returns:
-      (log p(targets) float32 [N], the last layer at read_at float32 [N, D]).
+    """Encoder, then the LM head at `read_at` int [N] (rows of the flattened [B * T] outputs)
+    only: (log p(targets) float32 [N], last layer there float32 [N, D]).
     """
     return tuple(self._run("scores", attention, input_ids, input_mask, read_at, targets))
 
   def masked_copy_scores(self, copies, copy_mask, positions, targets):
-    """Masked copies (bilm, bert) -> (log p(targets) float32 [R], last layer at the mask [R, D]).
-
-    Args:
-      copies, copy_mask: int32 [R, T]; row r has token positions[r] replaced by [MASK].
-      positions, targets: int32 [R], the masked position and the token it held.
-    """
     copies = np.asarray(copies, np.int32)
     rows, length = copies.shape
     read_at = np.arange(rows) * length + np.asarray(positions)
@@ -149,9 +112,7 @@ class OnnxFunctions(object):
     }
 
   def _run(self, name, attention, *arrays):
-    """Runs graph `name` with the attention pattern `attention` (built at its first call) on
-    arrays in its input order. Graphs of one name and pattern are one session (tta's
-    token_log_probs and masked_copy_scores; unilm's two scorings)."""
+    """Graph `name` under `attention` on arrays in its input order; one session per pair."""
     key = name, attention
     if key not in self._sessions:
       g = _GRAPHS[name](self.model, self._shared, attention, self._continuation)
@@ -170,16 +131,8 @@ class OnnxFunctions(object):
 
 
 def pooling_weights(input_mask):
-  """The poolings of `sentence_vectors` as weights over positions.
-
-  Row 0 averages the word pieces (positions 1 .. n-2, boundaries excluded; all zero for a row
-  without any), row 1 picks the first token, row 2 the last real one.
-
-  Args:
-    input_mask: int [B, T].
-
-  Returns:
-    float32 [B, 3, T].
+  """int [B, T] mask -> float32 [B, 3, T]: the mean over the word pieces (all zero for a row
+  without any), the first token, the last real token.
   """
   input_mask = np.asarray(input_mask)
   rows, length = input_mask.shape
@@ -198,11 +151,8 @@ def pooling_weights(input_mask):
 
 
 class _Graph(object):
-  """An ONNX graph under construction: nodes, weights (initializers), inputs and outputs.
-
-  Attributes:
-    shared: name -> array of the large tables the graphs of one model share.
-    fed: the names of `shared` this graph takes as inputs.
+  """An ONNX graph under construction; `shared`: the large tables a model's graphs share, `fed`:
+  those this graph takes as inputs.
   """
 
   def __init__(self, shared):
@@ -211,7 +161,6 @@ class _Graph(object):
     self._count = 0
 
   def input(self, name, dtype, shape):
-    """Declares a graph input (dtype a NumPy type, shape with str for unknown dims)."""
     from onnx import helper  # pylint: disable=g-import-not-at-top
 
     element_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
@@ -219,7 +168,6 @@ class _Graph(object):
     return name
 
   def weight(self, array, name=None):
-    """A constant tensor (a copy of `array`); returns its name."""
     from onnx import numpy_helper  # pylint: disable=g-import-not-at-top
 
     name = name or self._fresh("weight")
@@ -227,22 +175,17 @@ class _Graph(object):
     return name
 
   def shared_weight(self, name, make):
-    """A large constant taken as a graph input rather than copied into each graph, so the
-    sessions of one model hold one copy; `make()` computes it for the first graph needing it."""
+    """A large constant taken as a graph input so a model's sessions hold one copy."""
     if name not in self.shared:
       self.shared[name] = np.ascontiguousarray(make(), np.float32)
     self.fed.append(name)
     return self.input(name, np.float32, list(self.shared[name].shape))
 
   def ints(self, values):
-    """A constant int64 vector (shapes, axes, slice bounds)."""
     return self.weight(np.asarray(values, np.int64))
 
   def op(self, op_type, *inputs, outputs=1, domain="", **attributes):
-    """Adds a node; returns its output's name (a list of `outputs` names when more than one).
-
-    An input "" is an omitted optional input.
-    """
+    """Adds a node; its output name (a list when `outputs` > 1). An input "" is omitted."""
     from onnx import helper  # pylint: disable=g-import-not-at-top
 
     names = [self._fresh(op_type) for _ in range(outputs)]
@@ -250,18 +193,15 @@ class _Graph(object):
     return names[0] if outputs == 1 else names
 
   def ms_op(self, op_type, *inputs, **attributes):
-    """A com.microsoft contrib op (ONNX Runtime's fused kernels)."""
     return self.op(op_type, *inputs, domain=_MS_DOMAIN, **attributes)
 
   def output(self, name, as_name):
-    """Makes tensor `name` the graph output `as_name`."""
     from onnx import helper  # pylint: disable=g-import-not-at-top
 
     self.nodes.append(helper.make_node("Identity", [name], [as_name]))
     self.outputs.append(helper.make_empty_tensor_value_info(as_name))
 
   def session(self, threads):
-    """An onnxruntime.InferenceSession of the graph on the CPU."""
     from onnx import helper  # pylint: disable=g-import-not-at-top
     import onnxruntime  # pylint: disable=g-import-not-at-top
 
@@ -273,11 +213,9 @@ class _Graph(object):
     if threads:
       options.intra_op_num_threads = threads
     options.add_session_config_entry("session.intra_op.allow_spinning", "1")
-    # Pool threads spin between the ops of a run (a woken thread costs each of the ~50 ops
-    # some microseconds) and stop when the run returns: each graph has its own pool, and a pool
-    # still spinning between calls takes a core from the Python around them, or from another
-    # graph. Spinning for the run only made a one-sentence call faster than no spinning
-    # (docs/runtime.md).
+    # Spin between a run's ~50 ops (waking a thread costs microseconds each), stop when it
+    # returns: a pool spinning between calls takes a core from the Python or another graph's
+    # pool (docs/runtime.md).
     options.add_session_config_entry("session.force_spinning_stop", "1")
     return onnxruntime.InferenceSession(
       model.SerializeToString(), options, providers=["CPUExecutionProvider"]
@@ -293,20 +231,17 @@ def _numpy(tensor):
 
 
 def _layer_norm(g, layer):
-  """(gamma, beta) weight names of a `modeling.LayerNorm`."""
   return g.weight(_numpy(layer.gamma)), g.weight(_numpy(layer.beta))
 
 
 def _gelu_dense(g, x, dense):
-  """gelu(x @ kernel + bias) of a `modeling.Dense`, bias and exact GELU in one BiasGelu."""
   return g.ms_op(
     "BiasGelu", g.op("MatMul", x, g.weight(_numpy(dense.kernel))), g.weight(_numpy(dense.bias))
   )
 
 
 def _block_output(g, block, context, skip):
-  """A `TransformerBlock` after attention: output projection, residual on the query stream
-  (`skip`, [B, T, D] or [T, D]) and LayerNorm, then the feed-forward and its LayerNorm."""
+  """A `TransformerBlock` after attention; the residual adds `skip`, the query stream."""
   gamma, beta = _layer_norm(g, block.attention_layer_norm)
   projected = g.op("MatMul", context, g.weight(_numpy(block.attention_output.kernel)))
   bias = g.weight(_numpy(block.attention_output.bias))
@@ -324,9 +259,7 @@ def _block_output(g, block, context, skip):
 
 
 def _encoder(g, model, input_ids, input_mask, attention, continuation):
-  """`TransformerLM.encode` of the graph inputs under the attention pattern `attention`, words
-  from `continuation` (bool [V] or None, `OnnxFunctions`): (sequence_output, embedding_output,
-  the first block's output) names."""
+  """`TransformerLM.encode` under `attention`: (sequence_output, embedding_output, first block)."""
   shape = g.op("Shape", input_ids)  # [2]: B, T
   length = g.op("Slice", shape, g.ints([1]), g.ints([2]))  # [1]: T
   masks = _AttentionMasks(g, model, attention, continuation, input_ids, input_mask, length)
@@ -369,7 +302,7 @@ def _encoder(g, model, input_ids, input_mask, attention, continuation):
 
 
 def _positions(model):
-  """float32 [L, D], the position embeddings."""
+  """float32 [L, D], the position embeddings (plus segment 0's)."""
   embeddings = model.embeddings
   position = _numpy(embeddings.position_embeddings)
   if embeddings.token_type_embeddings is not None:
@@ -379,26 +312,15 @@ def _positions(model):
 
 
 class _AttentionMasks(object):
-  """Who attends whom under an attention pattern (kinds.ATTENTION_PATTERNS), as the attention
-  ops take it.
-
-  A position pattern (T-TA's diagonal, uniLM's causal triangle): an additive bias sliced from
-  an [L, L] table made by `modeling.create_attention_mask`, so the rule has one owner; padded
-  keys by the input mask, with `mask_filter_value` -1e9 as modeling's. A word pattern
-  (word_l2r) differs from row to row: its bias, padded keys included, is computed in the graph
-  from the input ids (`_word_pattern_keys`), and the ops get no key padding mask.
+  """Who attends whom under an attention pattern, as the attention ops take it.
 
   Attributes:
-    pattern: float32 [1, 1, T, T] bias ([B, 1, T, T] for a word pattern), or "" when every key
-      may be seen (biLM).
-    has_key: float32 [B, T, 1], 1 where a query has some key to attend to, or "" when every
-      query has one (its own). TF's masked softmax gives a query without keys (a one-token
-      T-TA row) a zero context; the additive mask gives it a uniform one over the masked keys,
-      its own token's among them. Multiplying the context by has_key keeps such a row
-      self-unknown and equal to TF.
-    input_mask: int32 [B, T], the graph input (the ops' key padding mask), or "" when the
-      pattern's bias holds the padding.
-    attributes: of the attention ops.
+    pattern: float32 [1, 1, T, T] bias sliced from `modeling.create_attention_mask`'s table; for a
+      word pattern [B, 1, T, T] computed from the ids, padding included; "" for the biLM.
+    has_key: float32 [B, T, 1], 1 where a query has some key, or "". TF's masked softmax gives a
+      query without keys (one-token T-TA row) a zero context, the additive mask a uniform one over
+      the masked keys, its own among them: multiplying by has_key keeps it self-unknown.
+    input_mask: int32 [B, T] key padding mask, or "" when `pattern` holds the padding.
   """
 
   def __init__(self, g, model, attention, continuation, input_ids, input_mask, length):
@@ -444,20 +366,14 @@ class _AttentionMasks(object):
 
 
 def _word_ids(g, continuation, input_ids):
-  """int32 [B, T], the word of each input token: mirror of `modeling.token_word_ids` (what
-  `ScoringGraph.word_ids` computes) in ONNX ops, which tests/test_word_scoring.py holds equal on
-  random ids: 1 - is_continuation, summed along the row."""
+  """int32 [B, T], each token's word: `modeling.token_word_ids` in ONNX ops."""
   is_continuation = g.op("Gather", g.weight(np.asarray(continuation, bool)), input_ids)
   starts = g.op("Sub", g.weight(np.int32(1)), g.op("Cast", is_continuation, to=_INT32))
   return g.op("CumSum", starts, g.weight(np.int64(1)))
 
 
 def _word_l2r_keys(g, words, length):
-  """bool [B, F=T, T], which keys query f may see under word_l2r, not counting padding.
-
-  The ONNX twin of `modeling._word_l2r_keys`, the rule's owner (tests/test_word_scoring.py
-  holds them equal): not (key t in query f's word and t >= f).
-  """
+  """bool [B, F=T, T] of `modeling._word_l2r_keys` (the rule's owner) in ONNX ops."""
   positions = g.op(
     "Range",
     g.weight(np.int64(0)),
@@ -480,21 +396,14 @@ _WORD_PATTERN_KEYS = {"word_l2r": _word_l2r_keys}
 
 
 def _word_pattern_keys(g, attention, continuation, input_ids, input_mask, length):
-  """bool [B, F=T, T], which keys query f of each row may see under the word pattern
-  `attention`, words found from the input ids and `continuation` (bool [V]); padded keys never:
-  `modeling.create_attention_mask` of `ScoringGraph.encode`'s inputs, in the graph."""
+  """bool [B, F=T, T], keys query f may see under the word pattern, padded keys never."""
   words = _word_ids(g, continuation, input_ids)
   real = g.op("Cast", g.op("Unsqueeze", input_mask, g.ints([1])), to=_BOOL)  # [B, 1, T]
   return g.op("And", _WORD_PATTERN_KEYS[attention](g, words, length), real)
 
 
 class _Embedding(object):
-  """The embedding output E = LN(w + p) of the input (w: its tokens' embeddings, p: their
-  positions'), and linear projections of E read from tables.
-
-  Attributes:
-    output: float32 [B, T, D], E.
-  """
+  """E = LN(w + p) (`output`, float32 [B, T, D]) and projections of E read from tables."""
 
   def __init__(self, g, model, input_ids, length):
     self._g, self._input_ids, self._length = g, input_ids, length
@@ -521,20 +430,11 @@ class _Embedding(object):
     )  # [B, T, D], [B, T, 1], [B, T, 1]
 
   def project(self, kernel, bias, table_name):
-    """E kernel, as ([B, T, K] name, the bias to add: float32 [K], `bias` and E's share).
+    """E @ kernel as ([B, T, K] name, float32 [K] bias to add), with no [B * T, D] x [D, K] matmul.
 
-    A projection of E is a function of (token, position): as
-    LN(w + p) = ((w - mean w) + (p - mean p)) * gamma / std(w + p) + beta,
-      E kernel = ((w - mean w) * gamma kernel + (p - mean p) * gamma kernel) / std(w + p)
-                 + beta kernel,
-    a gather from a [V, K] table (shared by the model's graphs as `table_name`) plus a slice of
-    an [L, K] one, times the LayerNorm's 1 / std: no [B * T, D] x [D, K] matmul. A table over
-    MAX_PROJECTION_TABLE_BYTES gives way to the matmul.
-
-    Args:
-      kernel: float32 [D, K].
-      bias: float32 [K], added after the projection.
-      table_name: the [V, K] table's name.
+    LN(w + p) = ((w - mean w) + (p - mean p)) * gamma / std(w + p) + beta, so E @ kernel is a gather
+    from a [V, K] table plus a slice of an [L, K] one, times 1 / std, plus beta @ kernel. A table
+    over MAX_PROJECTION_TABLE_BYTES is a matmul instead.
     """
     g = self._g
     if self._word.shape[0] * kernel.shape[1] * 4 > MAX_PROJECTION_TABLE_BYTES:
@@ -553,8 +453,7 @@ class _Embedding(object):
 
 
 def _tta_layers(g, model, embedding, masks, shape, length):
-  """T-TA's blocks over `_Embedding` `embedding`: the last and the first layer's names. shape,
-  length: int64 [2] (B, T) and [1] (T) of the input."""
+  """T-TA's blocks: (last, first) layer names."""
   blocks = model.encoder_layers
   # Input isolation: every layer's keys and values are projections of the embedding output
   # (columns key_0, value_0, key_1, ...), all read from one table.
@@ -606,7 +505,6 @@ def _inputs(g):
 
 
 def _encode_graph(model, shared, attention, continuation):
-  """(input_ids, input_mask) -> (sequence_output, embedding_output)."""
   g = _Graph(shared)
   sequence, embedding, _ = _encoder(g, model, *_inputs(g), attention, continuation)
   g.output(sequence, "sequence_output")
@@ -615,10 +513,7 @@ def _encode_graph(model, shared, attention, continuation):
 
 
 def _scores_graph(model, shared, attention, continuation):
-  """(input_ids, input_mask, read_at [N], targets [N]) -> (log_probs [N], hidden [N, D]).
-
-  read_at indexes the flattened [B * T] positions: the LM head runs at those rows only.
-  """
+  """(input_ids, input_mask, read_at [N], targets [N]) -> (log_probs [N], hidden [N, D])."""
   g = _Graph(shared)
   sequence, _, _ = _encoder(g, model, *_inputs(g), attention, continuation)
   read_at = g.input("read_at", np.int32, ["N"])
@@ -648,12 +543,7 @@ def _scores_graph(model, shared, attention, continuation):
 
 
 def _vectors_graph(model, shared, attention, continuation):
-  """(input_ids, input_mask, pooling [B, 3, T]) -> (pooled [B, 3, D], embedded [B, 1, D],
-  first_last [B, 1, D]).
-
-  pooled: `pooling_weights` applied to the last layer; embedded and first_last: its word mean
-  (row 0) applied to the embedding output and to the first and last layers' average.
-  """
+  """-> pooled [B, 3, D] (`pooling_weights` on the last layer), embedded, first_last [B, 1, D]."""
   g = _Graph(shared)
   sequence, embedding, first = _encoder(g, model, *_inputs(g), attention, continuation)
   pooling = g.input("pooling", np.float32, ["B", 3, "T"])

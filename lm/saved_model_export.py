@@ -1,9 +1,6 @@
-"""A NeuralLM as a SavedModel that takes sentences as strings (export_saved_model.py's job).
-
-`ExportModule` holds the in-graph WordPiece tokenizer and the NeuralLM's own
-`scoring_graph.ScoringGraph`, so a server needs no Python tokenizer and gets the numbers of
-`inference.NeuralLM`; `export` writes it atomically, `run` is the command's whole job.
-Signatures, inputs and loading: docs/saved_model.md.
+"""A NeuralLM as a SavedModel taking sentences as strings (export_saved_model.py's job): the
+in-graph WordPiece tokenizer and the NeuralLM's own `ScoringGraph`, so a server needs no Python
+and gets NeuralLM's numbers. Signatures, inputs and loading: docs/saved_model.md.
 """
 
 import dataclasses
@@ -58,33 +55,14 @@ _NOT_NORMALIZED_RULE = (
 
 
 class ExportModule(tf.Module):
-  """Tokenizer + model with `encode` and `score` taking strings: raw
-  `texts`, or `normalized_texts` for a model trained on normalized text
-  (`input_name`; docs/saved_model.md).
+  """Tokenizer + `ScoringGraph` with `encode` and `score` signatures taking strings; the
+  NeuralLM's conventions baked in as constants.
 
-  The computations are those of the NeuralLM's `scoring_graph.ScoringGraph`
-  (encoder, pooling, target log-probabilities, masked-copy scoring), held
-  by this module with its weight snapshots; the conventions (boundary ids,
-  max_seq_length, which tokens are scored, the [MASK] id) are read from the
-  NeuralLM too. What is added here is what the Python path does outside the
-  graph: tokenization, padding, and building the masked copies.
-
-  Dimensions: B = sentences, T = the batch's longest length in tokens,
-  R = masked copies, D = hidden size.
+  B sentences, T the batch's longest length in tokens, R masked copies, D hidden.
   """
 
   def __init__(self, lm, name=None, scoring=None):
-    """Builds the module.
-
-    Args:
-      lm: `inference.NeuralLM` (tta, tta_word, bilm, bert or unilm).
-      name: tf.Module name.
-      scoring: what `score` computes, one of inference.SCORINGS; None: the kind's own
-        (`lm.default_scoring`).
-
-    Raises:
-      ValueError: scoring is not one of inference.SCORINGS.
-    """
+    """scoring: what `score` computes (ValueError unless in SCORINGS); None: the kind's."""
     super().__init__(name=name)
     self.scoring = inference.checked_scoring(scoring or lm.default_scoring)
     self.graph = lm.graph
@@ -105,7 +83,6 @@ class ExportModule(tf.Module):
     self.input_name = "texts" if lm.normalization == "none" else "normalized_texts"
 
   def info(self):
-    """The conventions baked into the graph, JSON-able."""
     return {
       "model_type": self._model_type,
       "max_seq_length": self._max_seq_length,
@@ -125,9 +102,7 @@ class ExportModule(tf.Module):
   # ------------------------------------------------------------ inputs
 
   def _inputs(self, texts):
-    """texts [B] -> input_ids, input_mask int32 [B, T], lengths int32 [B],
-    truncated bool [B] (`scoring_graph.ScoringGraph.frame`). A model trained on
-    normalized text first checks that texts are normalized."""
+    """texts [B] -> `ScoringGraph.frame`'s tensors, checked normalized first if the model is."""
     if self._normalization != "none":
       texts = self._assert_normalized(texts)
     return self.graph.frame(
@@ -135,11 +110,7 @@ class ExportModule(tf.Module):
     )
 
   def _assert_normalized(self, texts):
-    """texts tf.string [B], passed on only once each is found normalized.
-
-    Raises (when the graph runs):
-      InvalidArgumentError: the rule and the first offending sentences.
-    """
+    """texts, with an InvalidArgumentError at run time naming the rule and offending ones."""
     bad = tf.strings.regex_full_match(texts, _NOT_NORMALIZED)  # [B]
     check = tf.debugging.Assert(
       tf.logical_not(tf.reduce_any(bad)),
@@ -150,14 +121,12 @@ class ExportModule(tf.Module):
       return tf.identity(texts)
 
   def _scored_span(self, lengths):
-    """[starts, limits) int32 [B] of the scored positions of each sentence (`kinds.scored_span`;
-    NeuralLM has already cleared score_sos for a kind that cannot score [SOS])."""
+    """[starts, limits) int32 [B] of each sentence's scored positions (`kinds.scored_span`)."""
     first, limits = kinds.scored_span(self._model_type, lengths, self._score_sos, self._score_eos)
     starts = tf.fill(tf.shape(lengths), first)
     return starts, tf.maximum(limits, starts)
 
   def _masked_copies(self, input_ids, input_mask, starts, limits, with_head, word_l2r=False):
-    """`scoring_graph.ScoringGraph.masked_copies` with this export's [MASK] id and token budget."""
     return self.graph.masked_copies(
       input_ids,
       input_mask,
@@ -172,16 +141,7 @@ class ExportModule(tf.Module):
   # --------------------------------------------------------- signatures
 
   def encode(self, texts):
-    """The `encode` signature: sentence vectors.
-
-    Args:
-      texts: tf.string [B], the signature's `texts` or `normalized_texts`
-        (`input_name`).
-
-    Returns:
-      dict of float32 [B, D]: context, embed, first_last, first, last (and
-      context_intact for bilm/bert); docs/saved_model.md.
-    """
+    """The `encode` signature: tf.string [B] -> dict of float32 [B, D] (docs/saved_model.md)."""
     input_ids, input_mask, lengths, _ = self._inputs(texts)
     out = self.graph.sentence_vectors(input_ids, input_mask)
     if self._masked_copies_kind:
@@ -195,16 +155,8 @@ class ExportModule(tf.Module):
     return out
 
   def score(self, texts):
-    """The `score` signature: sentence and token log-probabilities, in this export's scoring
-    mode (`self.scoring`).
-
-    Args:
-      texts: tf.string [B], the signature's `texts` or `normalized_texts`
-        (`input_name`).
-
-    Returns:
-      dict: total float32 [B], num_tokens int32 [B], token_logprobs
-      float32 [B, T], truncated bool [B]; docs/saved_model.md.
+    """The `score` signature in `self.scoring`: tf.string [B] -> total float32 [B], num_tokens
+    int32 [B], token_logprobs float32 [B, T], truncated bool [B].
     """
     input_ids, input_mask, lengths, truncated = self._inputs(texts)
     starts, limits = self._scored_span(lengths)
@@ -230,8 +182,7 @@ class ExportModule(tf.Module):
 
 
 def check_export_dir(export_dir, overwrite=False):
-  """Raises FileExistsError if export_dir exists and overwrite is False, or if it exists and is
-  not an export (--overwrite replaces only what an export wrote: a dir holding its EXPORT_INFO)."""
+  """FileExistsError if export_dir exists, unless overwrite and it holds an EXPORT_INFO."""
   if not os.path.lexists(export_dir):
     return
   if not overwrite:
@@ -244,31 +195,14 @@ def check_export_dir(export_dir, overwrite=False):
 
 
 def export(lm, export_dir, overwrite=False, scoring=None):
-  """Writes `lm` as a SavedModel with the `encode` and `score` signatures.
-
-  The SavedModel is written to a temporary folder beside export_dir and
-  renamed into place, so a reader never sees half an export.
-
-  Args:
-    lm: `inference.NeuralLM`.
-    export_dir: str, local folder to create.
-    overwrite: replace an existing export_dir.
-    scoring: what the `score` signature computes, one of inference.SCORINGS; None: the kind's
-      own (`lm.default_scoring`: word_l2r for tta_word, piece otherwise).
-
-  Returns:
-    The `ExportModule` that was saved.
-
-  Raises:
-    FileExistsError: export_dir exists and overwrite is False.
-    ValueError: scoring is not one of inference.SCORINGS.
+  """Writes `lm` as a SavedModel, renamed into place so no reader sees half an export; returns
+  the module. FileExistsError (`check_export_dir`); ValueError for an unknown scoring.
   """
   export_dir = os.path.abspath(export_dir)
   check_export_dir(export_dir, overwrite)
   module = ExportModule(lm, scoring=scoring)
-  # The signatures are traced here from plain methods: a tf.function held by
-  # the module would be traced a second time by tf.saved_model.save (and
-  # the export take twice as long) for no gain over the signatures.
+  # Traced from plain methods: a tf.function held by the module would be traced again by
+  # tf.saved_model.save, for twice the time.
   signatures = {
     name: tf.function(
       getattr(module, name),
@@ -288,12 +222,8 @@ def export(lm, export_dir, overwrite=False, scoring=None):
 
 
 def run(params):
-  """Exports `params.model_dir` to `params.export_dir`, then reloads it and runs each signature
-  once, so that a broken export fails here, not in a server.
-
-  Raises:
-    cli.InputError: a wrong input (a windowed --long_inputs, an existing --export_dir, a model
-      dir that does not load, a --max_seq_length over its max_position_embeddings).
+  """Exports, then reloads and runs each signature once so a broken export fails here;
+  cli.InputError for a wrong input.
   """
   long_inputs = params.lm_options.long_inputs
   if long_inputs != "truncate":

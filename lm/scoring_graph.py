@@ -1,8 +1,4 @@
-"""The model's inference computations as tf-traceable methods (`ScoringGraph`).
-
-One definition of encoding, pooling, target log-probabilities and the SavedModel's in-graph
-framing and masked copies, compiled by `inference.NeuralLM` and traced by export_saved_model.py.
-"""
+"""The model's inference computations as tf-traceable methods (`ScoringGraph`)."""
 
 import tensorflow as tf
 
@@ -10,15 +6,7 @@ import modeling
 
 
 def _word_mean(values, lengths):
-  """Mean over the word pieces (positions 1 .. n-2, boundaries excluded).
-
-  Args:
-    values: float32 [B, T, D].
-    lengths: int32 [B], tokens per row, boundaries included.
-
-  Returns:
-    float32 [B, D]; zeros for a row without word pieces.
-  """
+  """float32 [B, T, D] -> [B, D], the mean over positions 1 .. lengths - 2 (zeros if none)."""
   positions = tf.range(tf.shape(values)[1])[tf.newaxis]  # [1, T]
   words = tf.logical_and(positions >= 1, positions < (lengths - 1)[:, None])
   words = tf.cast(words, values.dtype)[:, :, tf.newaxis]  # [B, T, 1]
@@ -28,43 +16,25 @@ def _word_mean(values, lengths):
 
 
 class ScoringGraph(tf.Module):
-  """The model's inference computations, as tf-traceable methods.
-
-  The one definition of encoding, pooling and target log-probabilities:
-  `NeuralLM` compiles these methods into its graph functions and the
-  SavedModel (export_saved_model.py) traces them into its signatures, so the
-  Python path and the served model compute the same numbers by construction.
-
-  Weight snapshots are taken once, when the graph is built, so a NeuralLM
-  (and its export) scores with the weights it was built with. Being a
-  tf.Module, whatever module holds this one saves the snapshots with it.
-
-  Dimensions: B = rows, T = tokens per row, R = masked copies, N = scored
-  positions, D = hidden size, V = vocab size.
+  """The one definition of encoding, pooling and target log-probabilities, compiled by NeuralLM
+  and traced into the SavedModel; weights snapshotted when built. B rows, T tokens, R masked
+  copies, N scored positions, D hidden, V vocab.
   """
 
   def __init__(self, model, continuation=None):
-    """Takes the weight snapshots of `model` (`modeling.TransformerLM`).
-
-    continuation: bool [V], the vocab's WordPiece continuation pieces
-      (`tokenization.FullTokenizer.continuation_flags`), from which the graph finds the words
-      that a word attention pattern needs; None for a graph that never uses one.
-    """
+    """continuation: bool [V], the vocab's WordPiece continuations, for a word attention pattern."""
     super().__init__(name="scoring_graph")
     self.model = model
     self.continuation = None if continuation is None else tf.constant(continuation, tf.bool)
     self.output_kernel = None
     if isinstance(model.lm_head, modeling.LMHead):
-      # A transposed snapshot of the tied table: the output projection then
-      # reads it in place instead of transposing it on every call (docs/DESIGN.md §6).
+      # Transposed once, not on every call (docs/DESIGN.md §6).
       self.output_kernel = tf.Variable(
         tf.transpose(model.embeddings.word_embeddings), trainable=False
       )
     self.fused_key_value = None
     if model.kind.input_isolation:
-      # Input isolation: all layers' keys/values come from the embedding
-      # output, so one matmul against a snapshot of the side-by-side kernels
-      # replaces 2L small ones.
+      # Every layer's keys/values project the embedding output: one matmul, not 2L.
       kernel, bias = model.fused_key_value_weights()
       self.fused_key_value = (
         tf.Variable(kernel, trainable=False),
@@ -72,11 +42,7 @@ class ScoringGraph(tf.Module):
       )
 
   def encode(self, input_ids, input_mask, attention=None, first_layer=False):
-    """int32 [B, T] each -> (sequence_output, embedding_output) [B, T, D].
-
-    attention: an attention pattern in place of the kind's own (kinds.ATTENTION_PATTERNS).
-    first_layer: also return the first block's output [B, T, D], third.
-    """
+    """int32 [B, T] each -> (sequence_output, embedding_output[, first block]) [B, T, D]."""
     attention = attention or self.model.kind.attention
     inputs = {"input_ids": input_ids, "input_mask": input_mask}
     if attention in modeling.WORD_PATTERNS:
@@ -90,12 +56,10 @@ class ScoringGraph(tf.Module):
     )
 
   def encode_layers(self, input_ids, input_mask):
-    """int32 [B, T] each -> (sequence_output, embedding_output, the first block's output)
-    [B, T, D]: `encode` for a windowed first_last (NeuralLM's sliding windows)."""
+    """`encode` with the first block's output, for a windowed first_last."""
     return self.encode(input_ids, input_mask, first_layer=True)
 
   def word_ids(self, input_ids):
-    """int32 [B, T] -> int32 [B, T], `modeling.word_ids` from the vocab's continuation pieces."""
     if self.continuation is None:
       raise ValueError(
         f"{self.model.model_type} with a word attention pattern needs the vocab's continuation "
@@ -117,31 +81,16 @@ class ScoringGraph(tf.Module):
     return picked - tf.reduce_logsumexp(logits, axis=-1)
 
   def token_log_probs(self, input_ids, input_mask, score_mask):
-    """One pass (tta, tta_word, unilm), scoring "piece": log p of each scored token of the input.
-
-    A kind with input isolation reads token t's distribution at output t under DMSA (x_t is
-    hidden from it, whatever mask it was trained with); unilm at output t-1 (it has seen x_<t
-    only), so unilm must not score position 0. The LM head runs on the scored positions only.
-
-    Args:
-      input_ids, input_mask: int32 [B, T].
-      score_mask: int32 [B, T], 1 at the positions to score.
-
-    Returns:
-      float32 [B, T]: log p(input_ids) where score_mask is 1, 0 elsewhere.
+    """One pass, "piece": float32 [B, T], log p(input_ids) where score_mask is 1, else 0 (unilm
+    reads token t at output t - 1, so never scores position 0).
     """
     return self._one_pass_log_probs(input_ids, input_mask, score_mask, "piece")
 
   def word_l2r_log_probs(self, input_ids, input_mask, score_mask):
-    """`token_log_probs` scoring "word_l2r": a kind with input isolation under the word_l2r
-    mask, output i seeing neither piece i nor the later pieces of its word, so log p(piece i |
-    other words, earlier pieces of its word) for every piece in one pass (PLL-word-l2r); the
-    uniLM as in `token_log_probs` (it sees no later piece anyway)."""
+    """`token_log_probs`, output i blind to piece i and its word's later pieces (PLL-word-l2r)."""
     return self._one_pass_log_probs(input_ids, input_mask, score_mask, "word_l2r")
 
   def one_pass_method(self, scoring):
-    """The method of this graph that scores in `scoring` (one of kinds.SCORINGS):
-    `token_log_probs` or `word_l2r_log_probs`."""
     return {"piece": self.token_log_probs, "word_l2r": self.word_l2r_log_probs}[scoring]
 
   def _one_pass_log_probs(self, input_ids, input_mask, score_mask, scoring):
@@ -158,46 +107,25 @@ class ScoringGraph(tf.Module):
     return tf.scatter_nd(where, picked, tf.shape(input_ids, tf.int64))
 
   def masked_hidden(self, copies, copy_mask, positions):
-    """Masked copies (bilm, bert) -> last layer at the masked position.
-
-    Args:
-      copies, copy_mask: int32 [R, T]; row r has token positions[r] replaced
-        by [MASK].
-      positions: int32 [R].
-
-    Returns:
-      float32 [R, D].
-    """
+    """copies, copy_mask int32 [R, T]; positions int32 [R] -> last layer at the mask [R, D]."""
     hidden, _ = self.encode(copies, copy_mask)
     return tf.gather(hidden, positions, batch_dims=1)
 
   def masked_copy_scores(self, copies, copy_mask, positions, targets):
-    """Masked copies -> (log p(targets) [R], hidden at the mask [R, D]).
-
-    targets: int32 [R], the token each copy's [MASK] replaced.
-    """
+    """-> (log p(targets) [R], hidden at the mask [R, D]); targets: the tokens [MASK] replaced."""
     at_mask = self.masked_hidden(copies, copy_mask, positions)
     return self.target_log_probs(at_mask, targets), at_mask
 
   def sentence_vectors(self, input_ids, input_mask):
-    """Every pooling of one pass over intact input, float32 [B, D] each.
-
-    Returns:
-      dict: "context" / "embed", the mean of the last layer / embedding
-      output over the word pieces (zeros for a row without any);
-      "first_last", the same mean of the first and last blocks' average;
-      "first" / "last", the last layer at the start / end token.
-    """
+    """Every pooling (inference.POOLINGS) of one pass over intact input, float32 [B, D] each."""
     sequence, embedding, first = self.encode(input_ids, input_mask, first_layer=True)
     lengths = tf.reduce_sum(input_mask, axis=1)  # [B]
     return {
       "context": _word_mean(sequence, lengths),
       "embed": _word_mean(embedding, lengths),
-      # BERT-whitening's and SimCSE's "first-last avg": "first" is the first Transformer block's
-      # output, as in their code (SimCSE's hidden_states[1] since princeton-nlp/SimCSE#133; its
-      # earlier hidden_states[0] was the embedding output, which "embed" already gives). For
-      # T-TA that block's output is its query stream after one attention over the embeddings of
-      # the OTHER tokens (DMSA), so first_last, like context, never sees token i at position i.
+      # BERT-whitening's and SimCSE's "first-last avg", "first" the first block's output as in
+      # their code (SimCSE's hidden_states[1], princeton-nlp/SimCSE#133); for T-TA it never
+      # sees token i at position i.
       "first_last": _word_mean((first + sequence) / 2.0, lengths),
       "first": sequence[:, 0],
       "last": tf.gather(sequence, lengths - 1, batch_dims=1),
@@ -208,15 +136,8 @@ class ScoringGraph(tf.Module):
   # tokenizer runs in the graph there); tests/test_export.py checks both give the same numbers.
 
   def frame(self, pieces, max_seq_length, bos_id, eos_id, pad_id):
-    """Word-piece ids -> padded `[BOS] pieces [EOS]` rows, as `NeuralLM.tokenize`: the first
-    max_seq_length - 2 pieces are kept.
-
-    Args:
-      pieces: int RaggedTensor [B, (P)].
-      max_seq_length, bos_id, eos_id, pad_id: Python ints (constants of the graph).
-
-    Returns:
-      input_ids, input_mask int32 [B, T]; lengths int32 [B]; truncated bool [B].
+    """pieces int RaggedTensor [B, (P)] -> (input_ids, input_mask int32 [B, T], lengths int32 [B],
+    truncated bool [B]) as `NeuralLM.tokenize` frames them.
     """
     keep = max_seq_length - 2
     truncated = pieces.row_lengths() > keep
@@ -238,19 +159,8 @@ class ScoringGraph(tf.Module):
   def masked_copies(
     self, input_ids, input_mask, starts, limits, mask_id, token_budget, with_head, word_l2r=False
   ):
-    """One copy per (sentence b, position p in [starts[b], limits[b])) with token p replaced
-    by [MASK], run in chunks within the token budget (`NeuralLM._masked_copies` in the graph).
-
-    Args:
-      input_ids, input_mask: int32 [B, T].
-      starts, limits: int32 [B].
-      mask_id, token_budget: Python ints.
-      with_head: Python bool; also return log p of the masked tokens.
-      word_l2r: Python bool; each copy also masks the later pieces of p's word (PLL-word-l2r).
-
-    Returns:
-      rows int32 [R] (the sentence of each copy), positions int32 [R], hidden at the mask
-      float32 [R, D], log p of the original token there float32 [R] (None unless with_head).
+    """`NeuralLM._masked_copies` in the graph, in chunks of `token_budget` tokens: rows int32 [R],
+    positions int32 [R], hidden at the mask [R, D], log p there [R] (None unless with_head).
     """
     positions = tf.ragged.range(starts, limits)  # [B, (R_b)]
     rows = tf.cast(positions.value_rowids(), tf.int32)  # [R]
@@ -273,9 +183,7 @@ class ScoringGraph(tf.Module):
 
   def _run_copies(self, copies, copy_mask, positions, targets, token_budget, with_head):
     num_copies = tf.shape(copies)[0]
-    # Rows per forward pass: a sentence of 128 tokens has up to 127 copies,
-    # and a batch of sentences many more; the budget bounds the memory.
-    # (max(width, 1): an empty batch has width 0.)
+    # A batch can have thousands of copies; max(width, 1): an empty batch has width 0.
     chunk = tf.maximum(token_budget // tf.maximum(tf.shape(copies)[1], 1), 1)
     dim = self.model.config.hidden_size
 

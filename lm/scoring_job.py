@@ -1,8 +1,7 @@
 """score.py's job: sentences in, one record per line out, in input order (the manual: README).
 
-`run` scores `ScoreParams.input_file` batch by batch to stdout, or into `--output_file`, resumed
-from its partial file (util/resumable.py) and sharded by whole batches, or merges the shards.
-`record` and `render` own the output formats: the JSON record and TSV's escaped columns.
+To stdout, or into --output_file resumed from its partial file (util/resumable.py) and sharded by
+whole batches; `record` and `render` own the output formats.
 """
 
 import collections
@@ -91,11 +90,7 @@ class ScoreParams:
 
 
 def run(params):
-  """score.py's job: checks `params`, then merges the shards or loads the LM and scores.
-
-  Raises:
-    cli.InputError: a wrong input, naming the flag or file.
-  """
+  """score.py's job; cli.InputError naming the flag or file for a wrong input."""
   check_params(params)
   if params.merge:
     with cli.user_input():
@@ -127,8 +122,7 @@ def _floats(values, scale=1.0):
 
 
 def split_key(line):
-  """A `<key> <text>` line -> (key, text): the key up to the first blank (space or tab), as
-  Kaldi's text files; ("", "") for a blank line."""
+  """`<key> <text>` -> (key, text), the key up to the first blank as in Kaldi's text files."""
   parts = line.split(None, 1)
   if not parts:
     return "", ""
@@ -136,10 +130,7 @@ def split_key(line):
 
 
 def record(line, text, scored=None, vector=None, key=None, log_base="e"):
-  """The JSON record of input line `line` (0-based); `scored` None for an empty line.
-
-  key: the line's key (--keyed), None for unkeyed input. log_base: a `LOG_BASES` name.
-  """
+  """The JSON record of 0-based input line `line`; `scored` None for an empty line."""
   out = {"line": line} if key is None else {"line": line, "key": key}
   out["text"] = text
   if scored is None:
@@ -176,7 +167,6 @@ _TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r
 
 
 def render(rec, output_format, tsv_order="score_text"):
-  """One output line (no newline) for a record; TSV puts a record's key first."""
   if output_format != "tsv":
     return json.dumps(rec, ensure_ascii=False, allow_nan=False)  # check_finite ran: never NaN
   score = f"{rec['score']:.6f}" if "score" in rec else ""
@@ -188,8 +178,7 @@ def render(rec, output_format, tsv_order="score_text"):
 
 
 def score_batch(lm, lines, texts, vectors="none", scoring=None, keyed=False, log_base="e"):
-  """Records for one batch: `lines` [n] input line numbers, `texts` [n] stripped input lines
-  (`<key> <text>` when `keyed`)."""
+  """Records for one batch of input line numbers and stripped lines."""
   keys = [None] * len(texts)
   if keyed:
     keys, texts = zip(*(split_key(t) for t in texts)) if texts else ((), ())
@@ -225,13 +214,10 @@ def shard_path(output_file, shard_id, num_shards):
 
 
 def job_key(lm, params):
-  """What the records of a run depend on (`runs.identity`); a resume continues only the same job.
+  """What a run's records depend on (`runs.identity`); the input's content is checked apart.
 
-  The model and what runs it (`inference.run_identity` as --model_dir, replicas included), the
-  input file's path, and every field of `params` not marked `result=False`. The input's content
-  is checked apart (`resumable.Partial`). A neural LM's --long_inputs (and when windowing,
-  --window and --stride) come first, in the open as well as hashed into the model's id, so that
-  a resume with other ones is refused naming the flag.
+  --long_inputs (--window, --stride) are in the open as well as in the model's id, so a resume with
+  others is refused naming the flag.
   """
   windows = {}
   if isinstance(lm, inference.NeuralLM):
@@ -250,7 +236,6 @@ def job_key(lm, params):
 
 
 def _line_batches(numbered, batch_size):
-  """(line, text) pairs in lists of `batch_size` (the last may be shorter)."""
   batch = []
   for item in numbered:
     batch.append(item)
@@ -274,11 +259,7 @@ def _count_lines(path):
 
 
 def score_stream(lm, numbered, write, params, progress):
-  """Scores (line, text) pairs batch by batch; `write(lines)` gets each batch's output lines.
-
-  params: `ScoreParams`; what shapes a record (batch_size, format, tsv_order, keyed, log_base,
-    vectors, scoring).
-  """
+  """Scores (line, text) pairs batch by batch; `write(lines)` gets each batch's output lines."""
   for batch in _line_batches(numbered, params.batch_size):
     lines, texts = zip(*batch)
     records = score_batch(
@@ -297,13 +278,8 @@ def _write_stdout(lines):
 
 
 def score_to_file(lm, params):
-  """Scores this run's lines of params.input_file into its output, resuming its partial file.
-
-  The only writer of the output: a second run into it exits 2 naming this one (pid, host, start).
-
-  Raises:
-    cli.InputError: another run holds the output; the partial file is of another job or input
-      (see `resumable.Partial`); a write failed.
+  """Scores this shard's lines into its output, resuming its partial file, as its only writer;
+  cli.InputError for another writer, another job's partial file or a failed write.
   """
   target = output_path(params)
   with io_utils.exclusive_lock(target, wait=False):
@@ -342,10 +318,8 @@ def score_to_file(lm, params):
 
 
 def merge_shards(output_file, num_shards):
-  """Interleaves complete shards back into input order; raises naming what is missing or differs.
-
-  Shards merge only when they come from the same job: the same input content, model, batch
-  size, format and options (see `job_key`).
+  """Interleaves the shards of one job (`job_key`) back into input order; ValueError naming what
+  is missing or differs.
   """
   with io_utils.exclusive_lock(output_file, wait=False):
     _merge_locked(output_file, num_shards)
@@ -353,9 +327,9 @@ def merge_shards(output_file, num_shards):
 
 
 def _merge_key(done):
-  """What the shards of one output must agree on, from a shard's `.done.json`: its job but for
-  the shard_id and the input's path (machines may mount one input at different paths), and the
-  input's content."""
+  """What a job's shards must agree on: the job but for shard_id and input path (machines may
+  mount one input at different paths), and the input's content.
+  """
   job = {k: v for k, v in done["job"].items() if k not in ("shard_id", "input_file")}
   return dict(job, input_lines=done["input_lines"], input_sha256=done["input_sha256"])
 
@@ -396,8 +370,7 @@ def _merge_locked(output_file, num_shards):
 
 
 def lm_options(params):
-  """`inference.load_lm`'s keyword arguments: `params.lm_options` (the scored boundaries, the
-  throughput options) and, for a neural LM, --strategy's replicas."""
+  """`inference.load_lm`'s keyword arguments: `params.lm_options` and --strategy's replicas."""
   kwargs = params.lm_options.load_kwargs()
   if params.strategy != "one_device" or params.num_cpu_devices > 1:
     if params.model_dir.startswith("kenlm:"):
@@ -409,14 +382,13 @@ def lm_options(params):
 
 
 def output_path(params):
-  """The file a scoring run writes: --output_file, or its shard's file."""
   if params.num_shards > 1:
     return shard_path(params.output_file, params.shard_id, params.num_shards)
   return params.output_file
 
 
 def check_params(params):
-  """What the flags alone tell (before a model is loaded): cli.InputError naming the flag."""
+  """What the flags alone tell, before a model loads: cli.InputError naming the flag."""
   if params.merge:
     if params.output_file == "-":
       raise cli.InputError("--merge needs --output_file (the shards' common prefix)")
@@ -429,7 +401,6 @@ def check_params(params):
 
 
 def _check_scoring_flags(params):
-  """The flags of a scoring run (not --merge)."""
   if not params.model_dir:
     raise cli.InputError("--model_dir is required (a model dir, kenlm:PATH, bert:DIR or hf:DIR)")
   if params.shard_id >= params.num_shards:

@@ -1,18 +1,10 @@
-"""Where the time of a call goes: the per-stage clock that NeuralLM and the benchmark's peers lap.
-
-run_benchmark.py reads it to break each call down (normalization, tokenization, batching, graph,
-conversion); lapping costs a perf_counter read, so every call keeps it on.
-"""
+"""The per-stage clock that NeuralLM and the benchmark's peers lap (run_benchmark's breakdown)."""
 
 import time
 
 
 class StageClock(object):
-  """Where a NeuralLM's calls spend their time, stage by stage (run_benchmark's breakdown).
-
-  `lap(stage)` adds the time since the previous lap (or `start`) to `stage`, so the stages of a
-  call add up to the call; a lap is one perf_counter read.
-  """
+  """Seconds per stage; `lap(stage)` adds the time since the last lap: stages sum to the call."""
 
   STAGES = ("normalization", "tokenization", "batching", "graph", "conversion")
 

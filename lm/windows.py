@@ -1,10 +1,6 @@
-"""Sliding windows over a sentence longer than a model takes: the one statement of the rule.
-
-Window k holds pieces [starts[k], starts[k] + size - 2), framed `[BOS] pieces [EOS]` as a
-training instance is (the authors' create_tfrecords.py also cuts at piece boundaries); windows
-begin every `stride` pieces, the last moved back to end at the last piece. Each piece is scored
-once, in the window where it has the most context (`assign`); the sentence's [BOS] belongs to the
-first window, its [EOS] to the last, and a window's added boundary tokens are never scored.
+"""Sliding windows over a sentence longer than a model takes: window k frames pieces
+[starts[k], starts[k] + size - 2) as `[BOS] pieces [EOS]`. Each piece is scored once, in the
+window where it has the most context; the sentence's [BOS] in the first, its [EOS] in the last.
 """
 
 import math
@@ -19,18 +15,12 @@ CONTEXTS = ("both", "left")
 
 
 def default_stride(size):
-  """Half the pieces of a window of `size` tokens: every piece then has at least a quarter of
-  a window of context on each side, at twice the tokens of one pass over the sentence."""
+  """Half a window's pieces: a quarter window of context on each side, at twice the tokens."""
   return max((size - 2) // 2, 1)
 
 
 def check(size, stride, max_seq_length):
-  """ValueError naming --window or --stride when they cannot cut a sentence: a window must fit
-  the model (`max_seq_length`) and hold a piece, and consecutive windows must not leave a gap.
-
-  Returns:
-    (size, stride), the stride defaulted (None: `default_stride`).
-  """
+  """(size, stride), stride defaulted; ValueError naming --window or --stride if they cannot cut."""
   if size > max_seq_length:
     raise ValueError(
       f"--window={size} is more than the {max_seq_length} tokens the model takes "
@@ -48,16 +38,7 @@ def check(size, stride, max_seq_length):
 
 
 def starts(num_pieces, capacity, stride):
-  """First piece of each window: [0] for a sentence that fits.
-
-  Args:
-    num_pieces: word pieces of the sentence.
-    capacity: pieces per window (its size less the two boundary tokens).
-    stride: pieces between consecutive windows, 1 .. capacity.
-
-  Returns:
-    list of int, strictly increasing; the last window ends at the last piece.
-  """
+  """First piece of each window, increasing ([0] when the sentence fits in `capacity` pieces)."""
   if num_pieces <= capacity:
     return [0]
   count = math.ceil((num_pieces - capacity) / stride) + 1
@@ -65,15 +46,8 @@ def starts(num_pieces, capacity, stride):
 
 
 def assign(num_pieces, capacity, stride, context="both"):
-  """The window (an index of `starts`) that scores each piece.
-
-  "both": the window where the piece's nearer side holds the most pieces, i.e. the window whose
-  centre is nearest (a tie goes to the earlier window); "left": the window with the most pieces
-  on its left, i.e. the first that holds it. Either is non-decreasing in the piece, so the
-  pieces of window k come before those of window k + 1.
-
-  Returns:
-    int array [num_pieces].
+  """int [num_pieces], the window scoring each piece: "both", the one whose centre is nearest
+  (ties to the earlier); "left", the first holding it. Non-decreasing in the piece.
   """
   if context not in CONTEXTS:
     raise ValueError(f"context {context!r} is not one of {CONTEXTS}")
@@ -91,18 +65,8 @@ def assign(num_pieces, capacity, stride, context="both"):
 
 
 def split(ids, positions, size, stride, context="both"):
-  """A framed sentence -> the windows that score it.
-
-  Args:
-    ids: list of int, `[BOS] pieces [EOS]`, longer than `size`.
-    positions: ascending positions of `ids` to score or represent.
-    size, stride: the window's tokens and the pieces between windows (`check`).
-    context: one of CONTEXTS.
-
-  Returns:
-    list of (window ids: list of int, window positions: list of int, offset: int), one per window
-    with a position to score, in order: position p of a window is position p + offset of the
-    sentence, and the windows' positions, shifted, are `positions` in order.
+  """`[BOS] pieces [EOS]` -> [(window ids, window positions, offset)], one per window with some of
+  `positions` to score, in order: window position p is sentence position p + offset.
   """
   capacity = size - 2
   num_pieces = len(ids) - 2
