@@ -1,0 +1,62 @@
+"""Every command has one config (issue 49): its flags are the `cli.param` fields of one params
+dataclass (`define_flags` is `cli.define_param_flags(JobParams)` alone), and `main` builds the
+params with `cli.params`; no command defines, checks or reads a flag by hand."""
+
+import ast
+import os
+
+import pytest
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _commands():
+  """{file name: parsed module} of the top-level scripts that run `cli.run(main)`."""
+  found = {}
+  for name in sorted(os.listdir(_REPO)):
+    if name.endswith(".py"):
+      with open(os.path.join(_REPO, name), encoding="utf-8") as f:
+        source = f.read()
+      if "cli.run(main)" in source:
+        found[name] = ast.parse(source)
+  return found
+
+
+COMMANDS = _commands()
+
+
+def _function(tree, name):
+  return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def _calls(node):
+  """The dotted names ("cli.params") of the calls under `node`."""
+  return {ast.unparse(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
+
+
+def test_the_commands_are_found():
+  assert len(COMMANDS) == 12, sorted(COMMANDS)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_command_s_flags_are_its_params_fields(name):
+  tree = COMMANDS[name]
+  body = [
+    s
+    for s in _function(tree, "define_flags").body
+    if not isinstance(s, ast.Expr) or not isinstance(s.value, ast.Constant)
+  ]
+  assert len(body) == 1 and _calls(body[0]) == {"cli.define_param_flags"}, ast.unparse(body)
+  assert "cli.params" in _calls(_function(tree, "main"))
+  by_hand = [
+    ast.unparse(n)
+    for n in ast.walk(tree)
+    if (isinstance(n, ast.Name) and n.id == "FLAGS")
+    or (
+      isinstance(n, ast.Attribute)
+      and isinstance(n.value, ast.Name)
+      and n.value.id == "flags"
+      and n.attr != "FLAGS"
+    )
+  ]
+  assert not by_hand, by_hand
