@@ -91,6 +91,17 @@ WORDS = (
   ".",
   ",",
 )
+# Sentence pairs with gold scores that share sentences (in either position, and a pair of one
+# sentence): the --pairs_file of the STS and whitening tests.
+PAIRS = [
+  ("the cat sat", "a dog ran", 1.5),
+  ("a dog ran", "the cat sat on the mat", 4.0),
+  ("the cat sat", "the cat sat", 5.0),
+  ("a dog", "a dog ran far away", 2.0),
+  ("the mat", "the cat sat", 0.5),
+  ("a cat walked", "the dog ran", 3.0),
+  ("a dog ran far away", "the mat", 1.0),
+]
 
 
 @pytest.fixture(scope="module")

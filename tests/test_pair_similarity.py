@@ -7,6 +7,7 @@ import os
 import re
 
 import commands
+from conftest import PAIRS
 from conftest import WORDS
 from conftest import tiny_config
 import numpy as np
@@ -25,16 +26,6 @@ import tokenization
 from util import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# A header, then pairs that share sentences (in either position, and a pair of one sentence).
-PAIRS = [
-  ("the cat sat", "a dog ran", 1.5),
-  ("a dog ran", "the cat sat on the mat", 4.0),
-  ("the cat sat", "the cat sat", 5.0),
-  ("a dog", "a dog ran far away", 2.0),
-  ("the mat", "the cat sat", 0.5),
-  ("a cat walked", "the dog ran", 3.0),
-  ("a dog ran far away", "the mat", 1.0),
-]
 REPRESENTATIONS = ["context", "embed"]
 
 

@@ -4,6 +4,7 @@ transforms, checked (finite, shapes, the model they were fitted for) when run_st
 import re
 
 import commands
+from conftest import PAIRS
 from conftest import WORDS
 from conftest import tiny_config
 import numpy as np
@@ -86,15 +87,6 @@ def test_unfit_vectors_are_refused(vectors, dim, message):
 
 
 # ------------------------------------------------------------------ files of transforms, checked
-
-PAIRS = [
-  ("the cat sat", "a dog ran", 1.5),
-  ("a dog ran", "the cat sat on the mat", 4.0),
-  ("the cat sat", "the cat sat", 5.0),
-  ("a dog", "a dog ran far away", 2.0),
-  ("the mat", "the cat sat", 0.5),
-  ("a cat walked", "the dog ran", 3.0),
-]
 
 
 @pytest.fixture(scope="module")

@@ -262,7 +262,8 @@ def _checks(cls):
 
 
 def _validator(check):
-  """An absl validator of `check` (a `param`'s): its ValueError refuses the value."""
+  """An absl validator of `check` (a `param`'s, not called for None; or a FLAG_CHECKS function
+  of {flag name: value}): its ValueError refuses the value."""
 
   def validate(value):
     try:
@@ -309,22 +310,7 @@ def define_param_flags(cls, flag_values=flags.FLAGS):
       flags.DEFINE_alias(meta["alias"], name, flag_values=flag_values)
   for names, check in _checks(cls):
     if all(name in flag_values for name in names):
-      flags.register_multi_flags_validator(
-        list(names), _multi_validator(check), flag_values=flag_values
-      )
-
-
-def _multi_validator(check):
-  """An absl multi-flag validator of a FLAG_CHECKS function({flag name: value})."""
-
-  def validate(values):
-    try:
-      check(values)
-    except ValueError as e:
-      raise flags.ValidationError(str(e)) from None
-    return True
-
-  return validate
+      flags.register_multi_flags_validator(list(names), _validator(check), flag_values=flag_values)
 
 
 def params(cls, flag_values=flags.FLAGS):
