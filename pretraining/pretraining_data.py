@@ -778,65 +778,44 @@ def _assemble(output_dir, parts_dir, located, layouts, args):
 # ----------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class _Job:
+  """What a run works from (its sentence files, scans and blocks) and what it is: the fingerprint
+  of its output, and the identity (job.json) its parts depend on."""
+
+  output_dir: str
+  sources: _Sources
+  scans: dict
+  blocks: list
+  layouts: dict
+  fingerprint: str
+  input_sha256: dict
+  identity: dict
+
+  @property
+  def stamp_path(self):
+    return os.path.join(self.output_dir, STATS_FILE)
+
+  @property
+  def parts_dir(self):
+    return os.path.join(self.output_dir, PARTS_SUBDIR)
+
+
 def _build(args, run, output_dir, force):
   start = time.time()
   os.makedirs(output_dir, exist_ok=True)
-  sources = _prepare_sources(args, output_dir, force)
-  scans, blocks = _scan_sources(sources, args)
-  fingerprint, fingerprint_src = _fingerprint(args, scans)
-  input_sha256 = fingerprint_src["files"]
-  stamp_path = os.path.join(output_dir, STATS_FILE)
-  parts_dir = os.path.join(output_dir, PARTS_SUBDIR)
-  layouts = _layouts(args, scans, sources)
-  # What the parts depend on, spelled out (a refusal names the first field that differs).
-  identity = {
-    **fingerprint_src,
-    "num_jobs": run.num_jobs,
-    "blocks": len(blocks),
-    "block_bytes": BLOCK_BYTES,
-    "layouts": {s: dataclasses.asdict(layout) for s, layout in layouts.items()},
-  }
-  stats = None if force else io_utils.read_stamp(stamp_path, fingerprint)
+  job = _identify(args, run, output_dir, force)
+  stats = None if force else _complete_output(job)
   if stats is not None:
-    logging.info(
-      "%s already holds a complete output for these arguments "
-      "(%d train, %d eval sentences); nothing to do (--force "
-      "rebuilds).",
-      output_dir,
-      stats["train"]["sentences"],
-      stats["eval"]["sentences"],
-    )
-    if _parts_of(parts_dir) and all(p == _as_json(identity) for p in _parts_of(parts_dir)):
-      shutil.rmtree(parts_dir)  # This job's parts, left by a kill after its stamp was written.
     return dict(stats, reused=True)
-  _check_parts(parts_dir, identity, run.overwrite, output_dir)
+  _check_parts(job.parts_dir, job.identity, run.overwrite, output_dir)
   # From here on the directory is being rewritten: without its stamp an
   # interrupted run can never be mistaken for a complete one.
-  io_utils.remove_stamp(stamp_path)
-  vocab_seconds = block_seconds = 0.0
+  io_utils.remove_stamp(job.stamp_path)
+  seconds = None
   if not run.merge:
-    part_dir = os.path.join(parts_dir, _part_name(run.job_id, run.num_jobs))
-    os.makedirs(part_dir, exist_ok=True)
-    with io_utils.exclusive_lock(part_dir, wait=False):
-      io_utils.write_atomically(
-        os.path.join(part_dir, "job.json"), json.dumps(identity, indent=2) + "\n"
-      )
-      done_path = os.path.join(part_dir, "done.json")
-      if os.path.exists(done_path):
-        done = io_utils.read_json_file(done_path)
-        vocab_seconds, block_seconds = done["vocab_seconds"], done["block_seconds"]
-      else:
-        vocab_path = os.path.join(part_dir, VOCAB_FILE)
-        if not os.path.exists(vocab_path):
-          _, vocab_seconds = _make_vocab(blocks, scans, sources, vocab_path, args)
-        block_seconds = _run_blocks(
-          _job_blocks(blocks, run.job_id, run.num_jobs),
-          part_dir,
-          _worker_config(vocab_path, args, layouts, part_dir),
-          run.num_workers or machine.usable_cores(),
-        )
-        done = {"vocab_seconds": vocab_seconds, "block_seconds": block_seconds}
-        io_utils.write_atomically(done_path, json.dumps(done) + "\n")
+    part_dir = os.path.join(job.parts_dir, _part_name(run.job_id, run.num_jobs))
+    seconds = _make_part(job, args, run, part_dir)
     if run.num_jobs > 1:
       logging.info(
         "part %d of %d done in %s; when every part is, run the same command with --merge",
@@ -849,31 +828,96 @@ def _build(args, run, output_dir, force):
         "num_jobs": run.num_jobs,
         "seconds": round(time.time() - start, 1),
       }
-  with io_utils.exclusive_lock(parts_dir, wait=False):
-    located, done_records, part_vocab = _read_parts(parts_dir, identity, run.num_jobs, blocks)
-    if run.merge:
-      vocab_seconds = max(d["vocab_seconds"] for d in done_records)
-      block_seconds = max(d["block_seconds"] for d in done_records)
-    files, split_stats = _assemble(output_dir, parts_dir, located, layouts, args)
+  return _merge_parts(job, args, run.num_jobs, seconds, start)
+
+
+def _identify(args, run, output_dir, force):
+  """The `_Job` of these arguments, after corpus.py and the scan of every sentence file."""
+  sources = _prepare_sources(args, output_dir, force)
+  scans, blocks = _scan_sources(sources, args)
+  fingerprint, fingerprint_src = _fingerprint(args, scans)
+  layouts = _layouts(args, scans, sources)
+  # What the parts depend on, spelled out (a refusal names the first field that differs).
+  identity = {
+    **fingerprint_src,
+    "num_jobs": run.num_jobs,
+    "blocks": len(blocks),
+    "block_bytes": BLOCK_BYTES,
+    "layouts": {s: dataclasses.asdict(layout) for s, layout in layouts.items()},
+  }
+  return _Job(
+    output_dir, sources, scans, blocks, layouts, fingerprint, fingerprint_src["files"], identity
+  )
+
+
+def _complete_output(job):
+  """The stamp of a complete output of `job` in its directory (its own parts then removed), or
+  None."""
+  stats = io_utils.read_stamp(job.stamp_path, job.fingerprint)
+  if stats is not None:
+    logging.info(
+      "%s already holds a complete output for these arguments "
+      "(%d train, %d eval sentences); nothing to do (--force "
+      "rebuilds).",
+      job.output_dir,
+      stats["train"]["sentences"],
+      stats["eval"]["sentences"],
+    )
+    parts = _parts_of(job.parts_dir)
+    if parts and all(p == _as_json(job.identity) for p in parts):
+      shutil.rmtree(job.parts_dir)  # This job's parts, left by a kill after its stamp was written.
+  return stats
+
+
+def _make_part(job, args, run, part_dir):
+  """Makes this run's part in `part_dir` (job.json, vocab, blocks, done.json) unless done:
+  (vocab seconds, block seconds)."""
+  os.makedirs(part_dir, exist_ok=True)
+  with io_utils.exclusive_lock(part_dir, wait=False):
+    io_utils.write_atomically(
+      os.path.join(part_dir, "job.json"), json.dumps(job.identity, indent=2) + "\n"
+    )
+    done_path = os.path.join(part_dir, "done.json")
+    if os.path.exists(done_path):
+      done = io_utils.read_json_file(done_path)
+      return done["vocab_seconds"], done["block_seconds"]
+    vocab_seconds = 0.0
+    vocab_path = os.path.join(part_dir, VOCAB_FILE)
+    if not os.path.exists(vocab_path):
+      _, vocab_seconds = _make_vocab(job.blocks, job.scans, job.sources, vocab_path, args)
+    block_seconds = _run_blocks(
+      _job_blocks(job.blocks, run.job_id, run.num_jobs),
+      part_dir,
+      _worker_config(vocab_path, args, job.layouts, part_dir),
+      run.num_workers or machine.usable_cores(),
+    )
+    done = {"vocab_seconds": vocab_seconds, "block_seconds": block_seconds}
+    io_utils.write_atomically(done_path, json.dumps(done) + "\n")
+  return vocab_seconds, block_seconds
+
+
+def _merge_parts(job, args, num_jobs, seconds, start):
+  """Assembles and stamps the output from the `num_jobs` parts, then removes them: the stamp.
+  seconds: (vocab, blocks) of this run's part, or None for the slowest part's."""
+  with io_utils.exclusive_lock(job.parts_dir, wait=False):
+    located, done_records, part_vocab = _read_parts(
+      job.parts_dir, job.identity, num_jobs, job.blocks
+    )
+    if seconds is None:
+      seconds = [max(d[key] for d in done_records) for key in ("vocab_seconds", "block_seconds")]
+    files, split_stats = _assemble(job.output_dir, job.parts_dir, located, job.layouts, args)
     if not split_stats["train"]["sentences"]:
       raise ValueError(
-        f"no training sentences in {[p for p, m, _ in sources.files if m != 'eval']}"
+        f"no training sentences in {[p for p, m, _ in job.sources.files if m != 'eval']}"
       )
-    vocab_path = os.path.join(output_dir, VOCAB_FILE)
+    vocab_path = os.path.join(job.output_dir, VOCAB_FILE)
     with io_utils.atomic_path(vocab_path) as tmp:
       shutil.copyfile(part_vocab, tmp)
-    pretraining_records.remove_stale_shards(output_dir, files)
-    stats = _stats(args, sources, fingerprint, input_sha256, vocab_path, split_stats, files)
-    num_sentences = sum(split_stats[s]["sentences"] for s in pretraining_records.SPLITS)
-    stats["seconds"] = {
-      "total": round(time.time() - start, 1),
-      "vocab": round(vocab_seconds, 1),
-      "tokenize": round(block_seconds, 1),
-    }
-    stats["sentences_per_second"] = round(num_sentences / max(block_seconds, 1e-9), 1)
-    outputs = [os.path.join(output_dir, f["file"]) for f in files] + [vocab_path]
-    stats = io_utils.write_stamp(stamp_path, fingerprint, outputs, stats)
-  shutil.rmtree(parts_dir)
+    pretraining_records.remove_stale_shards(job.output_dir, files)
+    stats = _stats(args, job, vocab_path, split_stats, files, seconds, start)
+    outputs = [os.path.join(job.output_dir, f["file"]) for f in files] + [vocab_path]
+    stats = io_utils.write_stamp(job.stamp_path, job.fingerprint, outputs, stats)
+  shutil.rmtree(job.parts_dir)
   logging.info(
     "wrote %d train + %d eval sentences (%d + %d tokens) in %d files to %s in %.1f s",
     stats["train"]["sentences"],
@@ -881,7 +925,7 @@ def _build(args, run, output_dir, force):
     stats["train"]["tokens"],
     stats["eval"]["tokens"],
     len(files),
-    output_dir,
+    job.output_dir,
     stats["seconds"]["total"],
   )
   return stats
@@ -905,11 +949,12 @@ def _worker_config(vocab_path, args, layouts, part_dir):
   )
 
 
-def _stats(args, sources, fingerprint, input_sha256, vocab_path, split_stats, files):
+def _stats(args, job, vocab_path, split_stats, files, seconds, start):
+  """data_stats.json's contents; seconds: (vocab, blocks) of the job."""
   import tokenization  # pylint: disable=g-import-not-at-top
 
   vocab, boundary = _load_vocab(vocab_path)
-  corpus_stats = sources.corpus_stats
+  corpus_stats = job.sources.corpus_stats
   for split in pretraining_records.SPLITS:
     t = split_stats[split]
     logging.info(
@@ -923,11 +968,13 @@ def _stats(args, sources, fingerprint, input_sha256, vocab_path, split_stats, fi
       args.max_seq_length,
       100 * t["unk_rate"],
     )
+  vocab_seconds, block_seconds = seconds
+  num_sentences = sum(split_stats[s]["sentences"] for s in pretraining_records.SPLITS)
   return {
     "format_version": FORMAT_VERSION,
-    "fingerprint": fingerprint,
+    "fingerprint": job.fingerprint,
     "args": dataclasses.asdict(args),
-    "input_sha256": input_sha256,
+    "input_sha256": job.input_sha256,
     "vocab_size": len(vocab),
     "special_ids": {t: vocab[t] for t in tokenization.SPECIAL_TOKENS if t in vocab},
     "boundary_tokens": list(boundary),
@@ -936,6 +983,12 @@ def _stats(args, sources, fingerprint, input_sha256, vocab_path, split_stats, fi
     "files": files,
     "corpus": corpus_stats
     and {k: corpus_stats.get(k) for k in ("train", "eval", "books", "sentences")},
+    "seconds": {
+      "total": round(time.time() - start, 1),
+      "vocab": round(vocab_seconds, 1),
+      "tokenize": round(block_seconds, 1),
+    },
+    "sentences_per_second": round(num_sentences / max(block_seconds, 1e-9), 1),
   }
 
 
