@@ -5,14 +5,9 @@ constants, and the same output for any number of workers, after a kill and a res
 merged jobs. No TensorFlow at import: spawned workers import this module again.
 """
 
-import bz2
-import codecs
-import contextlib
 import dataclasses
-import gzip
 import hashlib
 import json
-import lzma
 import multiprocessing
 import os
 import shutil
@@ -22,6 +17,7 @@ from typing import Optional
 from absl import logging
 
 from pretraining import pretraining_records
+from pretraining import sentence_files
 from text import corpus
 from text import normalization as normalization_lib
 from util import cli
@@ -47,7 +43,6 @@ CORPUS_SUBDIR = "corpus"
 # The unfinished work: one directory per job (blocks' records, vocab), and the assembly's state.
 PARTS_SUBDIR = "parts"
 INPUT_FORMATS = ("auto", "sentences", "raw")
-COMPRESSIONS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 
 # Bytes of (decompressed) text per block: the unit of work of a worker, of a resume and of a
 # job's share. Fixed, so that the blocks never depend on the number of workers or jobs (and the
@@ -56,8 +51,6 @@ COMPRESSIONS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 BLOCK_BYTES = 8 << 20
 # Records shuffled in memory at once when a shard is assembled (pretraining_records.shuffle_units).
 PILE_RECORDS = 1 << 17
-# Bytes the scan reads at a time.
-_SCAN_CHUNK = 8 << 20
 
 
 # ----------------------------------------------------------------------------
@@ -235,127 +228,8 @@ def _expand_inputs(patterns):
 
 
 # ----------------------------------------------------------------------------
-# Sentence files: opened plain or decompressed, scanned once
+# Sources: corpus.py on the raw inputs, then every sentence file scanned (sentence_files)
 # ----------------------------------------------------------------------------
-
-
-def _compression(path):
-  return next((ext for ext in COMPRESSIONS if path.endswith(ext)), None)
-
-
-def _open_raw(path):
-  if "://" in path:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-    return tf.io.gfile.GFile(path, "rb")
-  return open(path, "rb")
-
-
-class _HashingReader:
-  """A binary file whose bytes read are hashed (the input's sha256, taken during the scan)."""
-
-  def __init__(self, raw):
-    self.raw, self.digest = raw, hashlib.sha256()
-
-  def read(self, size=-1):
-    data = self.raw.read(size)
-    self.digest.update(data)
-    return data
-
-  def readable(self):
-    return True
-
-
-@contextlib.contextmanager
-def _open_text_bytes(path, raw=None):
-  with contextlib.ExitStack() as stack:
-    raw = raw or stack.enter_context(_open_raw(path))
-    compression = _compression(path)
-    yield stack.enter_context(COMPRESSIONS[compression](raw, "rb")) if compression else raw
-
-
-@dataclasses.dataclass
-class FileScan:
-  """What the scan of one sentence file found: its sha256 (of the file's bytes as stored), its
-  lines, and its blocks [(start, end, first line)] of decompressed bytes."""
-
-  path: str
-  sha256: str
-  lines: int
-  has_text: bool
-  blocks: list
-
-
-def scan_sentence_file(path, check_utf8=True):
-  """Reads a sentence file once, in chunks: its sha256, UTF-8 check, line count and blocks of whole
-  lines (a block ends with the line holding its BLOCK_BYTES-th byte).
-
-  Lines split on "\\n" only: str.splitlines also splits on U+2028, \\x0b, ..., and line numbers
-  would disagree with editors' and corpus.py's. ValueError "path:line: not valid UTF-8 ..." (when
-  check_utf8), or an OSError's text for a file that cannot be read or decompressed.
-  """
-  try:
-    with _open_raw(path) as raw_file:
-      raw = _HashingReader(raw_file)
-      with _open_text_bytes(path, raw) as text:
-        scan = _scan(path, text, check_utf8)
-      while raw.read(_SCAN_CHUNK):  # Bytes past the end of a compressed stream.
-        pass
-  except (OSError, EOFError, lzma.LZMAError) as e:
-    raise ValueError(f"{path}: cannot read ({e})") from None
-  scan.sha256 = raw.digest.hexdigest()
-  return scan
-
-
-def _scan(path, text, check_utf8):
-  blocks, block_start, block_line = [], 0, 1
-  position, lines, carry, has_text, last_byte_newline = 0, 0, b"", False, True
-  while True:
-    chunk = text.read(_SCAN_CHUNK)
-    data = carry + chunk
-    cut = len(data) if not chunk else data.rfind(b"\n") + 1
-    piece, carry = data[:cut], data[cut:]
-    if piece:
-      if check_utf8:
-        _check_utf8(path, piece, lines + 1)
-      has_text = has_text or bool(piece.strip(b" \t\r\n\f\v" + pretraining_records.BOM))
-      while block_start + BLOCK_BYTES <= position + len(piece):
-        newline = piece.find(b"\n", block_start + BLOCK_BYTES - 1 - position)
-        if newline < 0:
-          break  # The file's last line, without its newline.
-        end = position + newline + 1
-        blocks.append((block_start, end, block_line))
-        block_line = lines + piece.count(b"\n", 0, newline + 1) + 1
-        block_start = end
-      lines += piece.count(b"\n")
-      position += len(piece)
-      last_byte_newline = piece.endswith(b"\n")
-    if not chunk:
-      break
-  if position > block_start:
-    blocks.append((block_start, position, block_line))
-  if position and not last_byte_newline:
-    lines += 1
-  return FileScan(path, "", lines, has_text, blocks)
-
-
-def _check_utf8(path, piece, first_line):
-  try:
-    codecs.decode(piece, "utf-8")
-  except UnicodeDecodeError:
-    for offset, raw in enumerate(piece.split(b"\n")):
-      try:
-        raw.decode("utf-8")
-      except UnicodeDecodeError as e:
-        raise pretraining_records.malformed_error(path, first_line + offset, raw, e) from None
-
-
-def _sha256_file(path):
-  digest = hashlib.sha256()
-  with _open_raw(path) as f:
-    while block := f.read(1 << 22):
-      digest.update(block)
-  return digest.hexdigest()
 
 
 def run_corpus(
@@ -437,13 +311,15 @@ def _scan_sources(sources, args):
   start = time.time()
   scans = {}
   for path in sources.paths():
-    scans[path] = scan_sentence_file(path, check_utf8=not args.skip_malformed)
+    scans[path] = sentence_files.scan_sentence_file(
+      path, BLOCK_BYTES, check_utf8=not args.skip_malformed
+    )
   blocks = []
   for file_index, (path, mode, given) in enumerate(sources.files):
     scan = scans[path]
     if given and not scan.has_text:
       raise ValueError(f"{path}: no sentence (the file is empty or holds blank lines only)")
-    worker_reads = "://" not in path and _compression(path) is None
+    worker_reads = "://" not in path and sentence_files.compression(path) is None
     for begin, end, first_line in scan.blocks:
       blocks.append(
         pretraining_records.Block(
@@ -464,30 +340,6 @@ def _scan_sources(sources, args):
   return scans, blocks
 
 
-def _block_data(blocks, read_all):
-  """(block, bytes or None) for `blocks` (in processing order): None where the worker reads
-  the block itself (unless `read_all`); else the parent reads it, decompressing each file once
-  in sequence. Memory: one block."""
-  stream_path, stream, stack, position = None, None, contextlib.ExitStack(), 0
-  with stack:
-    for block in blocks:
-      if block.worker_reads and not read_all:
-        yield block, None
-        continue
-      if block.worker_reads:
-        yield block, pretraining_records.read_block(block)
-        continue
-      if stream_path != block.path or position > block.start:
-        stack.close()
-        stream = stack.enter_context(_open_text_bytes(block.path))
-        stream_path, position = block.path, 0
-      while position < block.start:  # Blocks of other jobs, or done before a resume.
-        position += len(stream.read(min(_SCAN_CHUNK, block.start - position)))
-      data = stream.read(block.end - block.start)
-      position += len(data)
-      yield block, data
-
-
 # ----------------------------------------------------------------------------
 # Vocab
 # ----------------------------------------------------------------------------
@@ -506,7 +358,7 @@ def _vocab_sample(blocks, scans, sources, args):
   lines = sum(scans[p].lines for p in train_files)
   rate = 1.0 if args.vocab_max_sentences is None else min(1.0, args.vocab_max_sentences / lines)
   train_blocks = [b for b in blocks if b.mode != "eval"]
-  for block, data in _block_data(train_blocks, read_all=True):
+  for block, data in sentence_files.block_data(train_blocks, read_all=True):
     if block.start == 0 and data.startswith(pretraining_records.BOM):
       data = data[len(pretraining_records.BOM) :]
     raw_lines = data.split(b"\n")
@@ -590,7 +442,7 @@ def _fingerprint(args, scans):
     "format_version": FORMAT_VERSION,
     "args": dataclasses.asdict(args),
     "files": input_sha256,
-    "vocab_sha256": args.vocab_file and _sha256_file(args.vocab_file),
+    "vocab_sha256": args.vocab_file and sentence_files.sha256_file(args.vocab_file),
   }
   fingerprint = hashlib.sha256(
     json.dumps(fingerprint_src, sort_keys=True).encode("utf-8")
@@ -671,7 +523,7 @@ def _run_blocks(blocks, part_dir, config, num_workers):
   bar = progress.Progress("records", total=len(todo), unit="blocks")
   if num_workers == 1 or len(todo) <= 1:
     pretraining_records.init_worker(config)
-    for block, data in _block_data(todo, read_all=False):
+    for block, data in sentence_files.block_data(todo, read_all=False):
       pretraining_records.make_block(block, data)
       bar.update(1)
     return time.time() - start
@@ -680,7 +532,7 @@ def _run_blocks(blocks, part_dir, config, num_workers):
   with context.Pool(num_workers, pretraining_records.init_worker, (config,)) as pool:
     pending = []
     # At most two blocks per worker in flight: the parent's memory stays a few blocks.
-    for block, data in _block_data(todo, read_all=False):
+    for block, data in sentence_files.block_data(todo, read_all=False):
       pending.append(pool.apply_async(pretraining_records.make_block, (block, data)))
       while len(pending) >= 2 * num_workers or (pending and pending[0].ready()):
         pending.pop(0).get()
@@ -726,7 +578,7 @@ def _read_parts(parts_dir, identity, num_jobs, blocks):
     done_records.append(io_utils.read_json_file(done_file))
     vocabs.append(os.path.join(part, VOCAB_FILE))
     located.extend((part, b.index) for b in mine)
-  shas = {_sha256_file(v) for v in vocabs}
+  shas = {sentence_files.sha256_file(v) for v in vocabs}
   if len(shas) != 1:
     raise cli.InputError(f"--merge: the parts' vocabs differ ({', '.join(vocabs)})")
   return located, done_records, vocabs[0]
