@@ -614,12 +614,15 @@ def _train_locked(params, strategy, write_dir):
     train_minutes=params.train_minutes,
   )
   progress.stopped_by = stopped_by or "num_train_steps"
-
-  # The calibration of a finished run, and the summary.
-  if state.step >= params.num_train_steps:
-    _calibrate_logit_scale(params, setup, progress.eval_result, chief)
   for writer in (train_writer, eval_writer):
     writer.flush()
+  return _finish(params, strategy, setup, state, meter, progress, chief)
+
+
+def _finish(params, strategy, setup, state, meter, progress, chief):
+  """The calibration of a finished run, then the summary: written (chief), logged, returned."""
+  if state.step >= params.num_train_steps:
+    _calibrate_logit_scale(params, setup, progress.eval_result, chief)
   summary = _summary(params, strategy, setup, state, meter, progress)
   if chief:
     with tf.io.gfile.GFile(os.path.join(params.output_dir, "train_summary.json"), "w") as f:
