@@ -19,6 +19,7 @@ from safetensors import safe_open
 from lm import checkpoints
 from lm import model_dir as model_dir_lib
 import modeling
+import tokenization
 
 CONFIG_FILE = "config.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -245,6 +246,12 @@ class SafetensorsWeights(object):
     """float32 array of tensor `name` (float16 and bfloat16 widen exactly)."""
     return np.asarray(self._files[name].get_tensor(name), np.float32)
 
+  def find(self, tf1_name):
+    """(the name this file holds our TF1 variable `tf1_name` under, or None; stored transposed)."""
+    prefix = self.base_prefix()
+    name, transposed = hf_name(tf1_name, prefix)
+    return next((n for n in _spellings(name, prefix) if n in self.shapes), None), transposed
+
 
 def _spellings(name, base_prefix):
   """Every name a file may hold HF tensor `name` under, the current spelling first."""
@@ -266,14 +273,14 @@ def load_weights(model, weights):
   if not any(name.startswith("cls.predictions.") for name in weights.shapes):
     raise checkpoints.CheckpointMismatchError(
       f"{context}: it has no masked-LM head (cls.predictions.*): a BertModel or a fine-tuned "
-      "BERT cannot score; use the BertForMaskedLM or BertForPreTraining checkpoint"
+      "BERT cannot score; use the BertForMaskedLM or BertForPreTraining checkpoint (it can "
+      f"warm-start training: run_pretraining.py --init_checkpoint=hf:{weights.source})"
     )
   prefix = weights.base_prefix()
   assignments = {}  # the file's name -> (variable, transposed)
   for tf1_name, variable in model.tf1_variables().items():
-    name, transposed = hf_name(tf1_name, prefix)
-    found = next((n for n in _spellings(name, prefix) if n in weights.shapes), name)
-    assignments[found] = (variable, transposed)
+    found, transposed = weights.find(tf1_name)
+    assignments[found or hf_name(tf1_name, prefix)[0]] = (variable, transposed)
   ignored, _ = checkpoints.match_names(
     {n: list(v.shape)[::-1] if t else list(v.shape) for n, (v, t) in assignments.items()},
     weights.shapes,
@@ -297,25 +304,33 @@ def load_weights(model, weights):
   return ignored
 
 
+def checked_vocab_file(hf_dir, config):
+  """The dir's vocab.txt; FileNotFoundError without one, ValueError unless it holds
+  config.vocab_size tokens and [MASK].
+  """
+  vocab_file = os.path.join(hf_dir, VOCAB_FILE)
+  if not os.path.exists(vocab_file):
+    raise FileNotFoundError(
+      f"{vocab_file} not found; {_WHAT_A_DIR_HOLDS} (a tokenizer.json alone is not read)"
+    )
+  vocab = tokenization.load_vocab(vocab_file)
+  if len(vocab) != config.vocab_size:
+    raise ValueError(
+      f"{vocab_file} has {len(vocab):d} tokens but "
+      f"{os.path.join(hf_dir, CONFIG_FILE)} says vocab_size {config.vocab_size:d}"
+    )
+  if "[MASK]" not in vocab:
+    raise ValueError(f"{vocab_file} has no [MASK] token")
+  return vocab_file
+
+
 def load_hf_bert(hf_dir):
   """(model, tokenizer) of an HF BERT masked LM dir; ValueError / FileNotFoundError naming the
   file and what is wrong, nothing assigned unless every tensor fits.
   """
   config = read_config(hf_dir)
   weights = SafetensorsWeights(hf_dir)
-  vocab_file = os.path.join(hf_dir, VOCAB_FILE)
-  if not os.path.exists(vocab_file):
-    raise FileNotFoundError(
-      f"{vocab_file} not found; {_WHAT_A_DIR_HOLDS} (a tokenizer.json alone is not read)"
-    )
-  tokenizer = model_dir_lib.tokenizer_for(config, vocab_file)
-  if tokenizer.vocab_size != config.vocab_size:
-    raise ValueError(
-      f"{vocab_file} has {tokenizer.vocab_size:d} tokens but "
-      f"{os.path.join(hf_dir, CONFIG_FILE)} says vocab_size {config.vocab_size:d}"
-    )
-  if tokenizer.mask_id is None:
-    raise ValueError(f"{vocab_file} has no [MASK] token")
+  tokenizer = model_dir_lib.tokenizer_for(config, checked_vocab_file(hf_dir, config))
   config.mask_token_id = tokenizer.mask_id
   model = modeling.build_model(config, "bert")
   ignored = load_weights(model, weights)

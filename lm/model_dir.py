@@ -1,6 +1,6 @@
 # coding=utf-8
 """The model directory (docs/DESIGN.md §5.1): the one place that reads and writes our models on
-disk, and training's warm start and embedding targets.
+disk, and training's embedding targets (its warm start: lm/warm_start.py).
 """
 
 import copy
@@ -148,31 +148,6 @@ def save_model_dir(model, vocab_file, model_dir):
   return tf.train.Checkpoint(model=model).write(
     os.path.join(model_dir, f"{checkpoints.CHECKPOINT_NAME}-0")
   )
-
-
-def warm_start(model, init_checkpoint):
-  """Loads a model dir's or TF1 checkpoint's weights into a fresh model; a partial match (a
-  continuous head from a softmax model) is logged, not an error.
-  """
-  checkpoint = checkpoints.resolve_checkpoint(init_checkpoint)
-  if checkpoints.is_tf1_checkpoint(checkpoint):
-    report = checkpoints.load_tf1_checkpoint(model, checkpoint, strict=False)
-    logging.info(
-      "warm start from TF1 checkpoint %s: %d variables loaded, ignored %s, unexpected %s",
-      checkpoint,
-      len(report["loaded"]),
-      report["ignored"],
-      report["unexpected"],
-    )
-    return
-  with checkpoints.reading_checkpoint(checkpoint):
-    status = tf.train.Checkpoint(model=model).read(checkpoint)
-  status.expect_partial()
-  try:
-    status.assert_existing_objects_matched()
-  except AssertionError as e:
-    logging.warning("warm start from %s is partial: %s", checkpoint, e)
-  logging.info("warm start from %s", checkpoint)
 
 
 def load_word_embeddings(path, vocab):

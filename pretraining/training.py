@@ -20,7 +20,7 @@ import tensorflow as tf
 
 import kinds
 from lm import checkpoints
-from lm import model_dir
+from lm import warm_start
 import modeling
 import optimization
 from pretraining import losses
@@ -41,11 +41,16 @@ def _config_help(name):
   return f"Default {default} (the paper's)."
 
 
-def _int_list(values):
-  try:
-    return [int(value) for value in values]
-  except ValueError:
-    raise ValueError(f"--bucket_boundaries: expected integers, got {','.join(values)}") from None
+def _int_list(flag):
+  """The `cli.param` convert of a list flag of integers."""
+
+  def convert(values):
+    try:
+      return [int(value) for value in values]
+    except ValueError:
+      raise ValueError(f"--{flag}: expected integers, got {','.join(values)}") from None
+
+  return convert
 
 
 @dataclasses.dataclass
@@ -117,11 +122,21 @@ class TrainParams:
   # Folded into config_overrides, which the run identity holds.
   config_flags: ConfigFlags = cli.nested(ConfigFlags, result=False)
   init_checkpoint: str = cli.param(
-    "Warm start (ignored when --output_dir already holds a checkpoint): "
-    "our model dir / checkpoint, or a Google-BERT / T-TA TF1 checkpoint.",
+    "Warm start (ignored when --output_dir already holds a checkpoint): hf:DIR (a Hugging Face "
+    "BERT, with or without its masked-LM head), bert:DIR (a Google BERT release), our model dir "
+    "or checkpoint, or a TF1 checkpoint prefix (the T-TA authors'). The architecture and vocab "
+    "are the source's unless flags give them; the records must use its vocab.txt "
+    "(docs/DESIGN.md §3.5).",
     None,
     io=cli.INPUT,
-    result=False,
+    result=False,  # in the run identity as `warm_start.identity`
+  )
+  init_layers: list = cli.param(
+    "With --init_checkpoint: the source layers that become ours, in order, e.g. 0,4,8 (default: "
+    "its first --num_hidden_layers, which defaults to their count, else to the source's).",
+    None,
+    convert=_int_list("init_layers"),
+    result=False,  # in the run identity as `warm_start.identity`
   )
   train_batch_size: int = cli.param("Global batch size (sentences).", 64)
   eval_batch_size: int = cli.param("Global eval batch size.", 64, result=False)
@@ -143,7 +158,7 @@ class TrainParams:
     "Sequence-length bucket boundaries for batching, e.g. 16,24,32,48,64 "
     "(default: the pipeline's).",
     None,
-    convert=_int_list,
+    convert=_int_list("bucket_boundaries"),
   )
   seed: int = cli.param(
     "Seed of the data order and the biLM masks, and of weight initialisation and dropout unless "
@@ -238,7 +253,11 @@ def run_identity(params):
   data = None
   if params.input_file:
     data = [runs.path_identity(path) for path in io_utils.expand_globs(params.input_file)]
-  return runs.identity("run_pretraining.py", params, input_file=data)
+  # Only a warm-started run has the field: the identities recorded before it existed still match.
+  init = {}
+  if params.init_checkpoint:
+    init["init_checkpoint"] = warm_start.identity(params.init_checkpoint, params.init_layers)
+  return runs.identity("run_pretraining.py", params, input_file=data, **init)
 
 
 def _run_record(params):
@@ -562,7 +581,7 @@ def _train_locked(params, strategy, write_dir):
 
   # The model, optimizer and input position: resumed, else warm-started.
   state = _TrainState.create(params, setup.config, strategy)
-  latest = _restore_or_initialise(state, params, setup.target_table, chief)
+  latest = _restore_or_initialise(state, params, setup, chief)
   progress = _Progress(state.step, int(state.input_batches.numpy()), latest)
 
   # What the steps read and write, made in this order: the datasets draw their seeds from the
@@ -640,7 +659,7 @@ def _finish(params, strategy, setup, state, meter, progress, chief):
   return summary
 
 
-def _restore_or_initialise(state, params, target_table, chief):
+def _restore_or_initialise(state, params, setup, chief):
   """The checkpoint prefix resumed from (`training_loop.restore`; the chief rolls the index back),
   or None after a warm start and setting the continuous targets.
   """
@@ -660,10 +679,11 @@ def _restore_or_initialise(state, params, target_table, chief):
         f"has reached: give --num_train_steps >= {state.step}, or --overwrite to start over"
       )
     return latest
-  if params.init_checkpoint:
-    model_dir.warm_start(state.model, params.init_checkpoint)
-  if target_table is not None:
-    state.model.lm_head.set_target_embeddings(target_table)
+  if setup.init_source is not None:
+    with cli.user_input():  # a source that does not fit, named before the first step
+      warm_start.load(state.model, setup.init_source, setup.init_layers)
+  if setup.target_table is not None:
+    state.model.lm_head.set_target_embeddings(setup.target_table)
   return None
 
 

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from lm import checkpoints
 from lm import model_dir
+from lm import warm_start
 import modeling
 from pretraining import input_pipeline
 import tokenization
@@ -22,13 +23,16 @@ import tokenization
 @dataclasses.dataclass
 class ModelSetup:
   """What a run trains. vocab_file and vocab are None for synthetic data without one; target_table
-  is float32 [V, E] for a NEW continuous head only (a resumed run restores it).
+  is float32 [V, E] for a NEW continuous head only (a resumed run restores it); init_source and
+  init_layers: a NEW run's warm start (`warm_start.load`), the source layer of each of ours.
   """
 
   config: modeling.TTAConfig
   vocab_file: str
   vocab: dict
   target_table: np.ndarray = None
+  init_source: warm_start.Source = None
+  init_layers: list = None
 
   def write_model_files(self, output_dir):
     """config.json and vocab.txt into output_dir (the chief only)."""
@@ -37,11 +41,22 @@ class ModelSetup:
 
 
 def prepare_model(params, resuming):
-  """The run's `ModelSetup`; resuming: --output_dir holds a checkpoint."""
-  vocab_file, vocab = resolve_vocab(params, resuming)
+  """The run's `ModelSetup`; resuming: --output_dir holds a checkpoint (a warm start is then
+  ignored: the run's own weights are restored)."""
+  if params.init_layers and not params.init_checkpoint:
+    raise ValueError("--init_layers picks layers of --init_checkpoint: give it too")
+  source = None
+  if params.init_checkpoint and not resuming:
+    source = warm_start.open_source(params.init_checkpoint)
+  vocab_file, vocab = resolve_vocab(params, resuming, source)
   new_continuous = params.output_layer == "continuous" and not resuming
   targets = _pretrained_targets(params, vocab) if new_continuous else None
-  config = build_config(params, vocab, target_size=None if targets is None else targets.shape[1])
+  config = build_config(
+    params, vocab, target_size=None if targets is None else targets.shape[1], source=source
+  )
+  layers = None
+  if source is not None:
+    layers = warm_start.pick_layers(source, config.num_hidden_layers, params.init_layers)
   if new_continuous and targets is None:
     # --synthetic_data without --target_embeddings (benchmarking only).
     targets = (
@@ -49,7 +64,7 @@ def prepare_model(params, resuming):
       .normal(size=(config.vocab_size, config.hidden_size))
       .astype(np.float32)
     )
-  return ModelSetup(config, vocab_file, vocab, targets)
+  return ModelSetup(config, vocab_file, vocab, targets, source, layers)
 
 
 def _data_dir_stats(input_file):
@@ -62,10 +77,10 @@ def _data_dir_stats(input_file):
   return {}
 
 
-def resolve_vocab(params, resuming=False):
+def resolve_vocab(params, resuming=False, source=None):
   """(vocab_file, OrderedDict token -> id): --vocab_file, the data dir's, or output_dir's; a resumed
-  run's own vocab.txt first (its checkpoint's ids refer to it). (None, None) for synthetic data
-  without one.
+  run's own vocab.txt first (its checkpoint's ids refer to it); then a warm start's `source`'s,
+  which any other must equal. (None, None) for synthetic data without one.
   """
   own = model_dir.vocab_path(params.output_dir)
   candidates = [own] if resuming else []
@@ -73,6 +88,8 @@ def resolve_vocab(params, resuming=False):
   if params.input_file:
     candidates.append(model_dir.vocab_path(os.path.dirname(params.input_file)))
   candidates.append(own)
+  if source is not None:
+    candidates.append(source.vocab_file)
   for path in candidates:
     if path and tf.io.gfile.exists(path):
       vocab = tokenization.load_vocab(path)
@@ -85,6 +102,8 @@ def resolve_vocab(params, resuming=False):
         raise ValueError(
           f"--vocab_file {params.vocab_file} differs from {own} of the run being resumed"
         )
+      if source is not None:
+        warm_start.check_vocab(source, path, vocab)
       return path, vocab
   if params.vocab_file:
     raise FileNotFoundError(f"--vocab_file {params.vocab_file} not found")
@@ -107,18 +126,24 @@ def _resumed_config(output_dir):
   return None
 
 
-def build_config(params, vocab, target_size=None):
-  """output_dir/config.json or --bert_config_file, then --config_json and the size flags; ValueError
-  naming each architecture field that differs from a resumed run's.
+def build_config(params, vocab, target_size=None, source=None):
+  """output_dir/config.json or --bert_config_file, then a warm start's `source` (the fields they
+  and the flags leave out), then --config_json and the size flags; ValueError naming each
+  architecture field that differs from a resumed run's, or one that contradicts the source.
   """
   # --overwrite: the config.json there is of the run this one replaces.
   existing = None if params.overwrite else _resumed_config(params.output_dir)
+  given = {}
   if params.bert_config_file:
-    fields = modeling.TTAConfig.from_json_file(params.bert_config_file).to_dict()
+    given = modeling.TTAConfig.from_json_file(params.bert_config_file).to_dict()
+    fields = dict(given)
   elif existing is not None:
     fields = existing.to_dict()
   else:
     fields = {"vocab_size": len(vocab) if vocab else 30000}
+  if source is not None:
+    given.update(params.config_overrides)
+    fields.update(warm_start.config_fields(source, given, params.init_layers))
   fields.update(params.config_overrides)
   if vocab is not None and "vocab_size" not in params.config_overrides:
     fields["vocab_size"] = len(vocab)
@@ -126,6 +151,8 @@ def build_config(params, vocab, target_size=None):
     fields["mask_token_id"] = vocab["[MASK]"]
   fields.update(_head_fields(params, target_size))
   fields.update(_text_fields(params, fields))
+  if source is not None:
+    warm_start.check_casing(source, fields["do_lower_case"], _casing_origin(params))
   config = modeling.TTAConfig.from_dict(fields)
   if vocab is not None and config.vocab_size != len(vocab):
     raise ValueError(
@@ -162,6 +189,15 @@ def _text_fields(params, fields):
   if data_args.get("normalization"):
     text["normalization"] = data_args["normalization"]
   return text
+
+
+def _casing_origin(params):
+  """What decided a run's do_lower_case (`_text_fields`), for a message."""
+  if params.do_lower_case is not None:
+    return "--do_lower_case"
+  if "do_lower_case" in _data_dir_stats(params.input_file).get("args", {}):
+    return "the records' data_stats.json"
+  return "the default"
 
 
 def _check_same_architecture(existing, config, output_dir):

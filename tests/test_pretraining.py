@@ -32,6 +32,7 @@ import tensorflow as tf
 import kinds
 from lm import checkpoints
 from lm import model_dir
+from lm import warm_start
 import modeling
 from pretraining import losses as losses_lib
 from pretraining import training
@@ -328,7 +329,7 @@ def test_init_checkpoint_ours_and_tf1(trained, tmp_path):
   tf1_prefix = checkpoints.save_tf1_checkpoint(source, str(tmp_path / "tf1"))
   for init in (source_dir, tf1_prefix):
     fresh = modeling.build_model(config)
-    model_dir.warm_start(fresh, init)
+    warm_start.load(fresh, warm_start.open_source(init), list(range(config.num_hidden_layers)))
     for a, b in zip(source.trainable_variables, fresh.trainable_variables):
       np.testing.assert_array_equal(a.numpy(), b.numpy())
 

@@ -44,7 +44,9 @@ NOT_RESULT = {
     "eval_batch_size": "evaluation",
     "num_train_steps": "extends",
     "num_warmup_steps": "extends",
-    "init_checkpoint": "warm-start",  # a resume restores its own checkpoint
+    # In it as warm_start.identity, when given: a run's warm start is part of its job.
+    "init_checkpoint": "folded",
+    "init_layers": "folded",
     "save_checkpoints_steps": "checkpointing",
     "keep_checkpoint_max": "checkpointing",
     "eval_every_steps": "evaluation",
@@ -152,7 +154,7 @@ _REQUIRED = {
   training.TrainParams: {"output_dir": "o"},
 }
 # Fields marked result=False whose values another field of the identity holds.
-_FOLDED = {training.TrainParams: {"config_flags"}}
+_FOLDED = {training.TrainParams: {"config_flags", "init_checkpoint", "init_layers"}}
 
 
 def test_the_config_flags_count_as_the_config_overrides_they_make(tmp_path, tiny_tta, lm):
