@@ -2,5 +2,6 @@
 
 `inference` is the one inference path (`load_lm`), `scoring_graph` its graph functions, `backends`
 and `onnx_backend` what runs them; `model_dir`, `hf_checkpoint`, `checkpoints` and `conversion`
-the models on disk; `ngram_lm` KenLM; `flops` the matmul FLOPs per kind.
+the models on disk, `warm_start` training's start from any of them; `ngram_lm` KenLM; `flops` the
+matmul FLOPs per kind.
 """

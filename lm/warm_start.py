@@ -57,10 +57,10 @@ def _making_records(vocab_file):
 class Source:
   """A checkpoint to warm-start from; its tensors are read only by `load`.
 
-  spec: as given. fields: the config fields it fixes (FIXED_FIELDS, BOUNDED_FIELDS, type_vocab_size,
-  and do_lower_case where it says), each with where it was read (`where`). vocab_file: its
-  vocab.txt (None for a bare TF1 checkpoint). tensors: a function () -> the `_Tensors` of its
-  weights.
+  spec: as given. fields: its config fields of FIXED_FIELDS and BOUNDED_FIELDS, type_vocab_size,
+  and do_lower_case where it says. where: the file they were read from, for messages. vocab_file:
+  its vocab.txt (None for a bare TF1 checkpoint). tensors: a function () -> its weights by our TF1
+  names, `shape(name)` (None for one it lacks) and `get(name)` (float32).
   """
 
   spec: str
@@ -98,7 +98,10 @@ def open_source(spec):
     hint = next(
       (
         f"; did you mean {prefix}{spec}?"
-        for prefix, name in ((HF_PREFIX, "config.json"), (BERT_PREFIX, BERT_CONFIG_FILE))
+        for prefix, name in (
+          (HF_PREFIX, hf_checkpoint.WEIGHTS_FILE),
+          (BERT_PREFIX, BERT_CONFIG_FILE),
+        )
         if tf.io.gfile.exists(os.path.join(spec, name))
       ),
       "",
@@ -166,13 +169,19 @@ def _tf1_source(spec, checkpoint):
   """A bare TF1 checkpoint: its shapes give the sizes; the heads and activation it does not
   say come from the run's flags (or --bert_config_file)."""
   tensors = _Tf1Tensors(checkpoint)
+  ffn = "bert/encoder/layer_0/intermediate/dense/kernel"
+  missing = [n for n in (_POSITIONS, ffn) if tensors.shape(n) is None]
+  if missing:
+    raise checkpoints.CheckpointMismatchError(
+      f"--init_checkpoint {spec}: {checkpoint} has no {', '.join(missing)}; not a BERT-style model"
+    )
   word = tensors.shape(_EMBEDDINGS + "word_embeddings")
   layers = {int(m.group(1)) for m in map(_LAYER.match, tensors.shapes) if m}
   token_types = tensors.shape(_TOKEN_TYPES)
   fields = {
     "vocab_size": word[0],
     "hidden_size": word[1],
-    "intermediate_size": tensors.shape("bert/encoder/layer_0/intermediate/dense/kernel")[1],
+    "intermediate_size": tensors.shape(ffn)[1],
     "num_hidden_layers": len(layers),
     "max_position_embeddings": tensors.shape(_POSITIONS)[0],
     "type_vocab_size": token_types[0] if token_types else 0,
