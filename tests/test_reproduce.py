@@ -11,6 +11,7 @@ import sys
 
 import commands
 from conftest import data_dir_or_skip
+from conftest import lock_files
 import pytest
 
 from lm import checkpoints
@@ -85,6 +86,7 @@ def test_tiny_end_to_end_run_reports_every_table_and_resumes(tmp_path, monkeypat
   ]
   first = commands.run("reproduce.py", *cmd)
   assert first.returncode == 0, first.stderr[-3000:]
+  assert lock_files(work) == []  # its steps' (cache/.lm_scores.jsonl.lock, ...)
   report = json.loads((work / "report.json").read_text())
   assert report["setup"]["train_steps"] == 3
   assert report["setup"]["curve_asr_lists"] == 2  # the flag overrides the mode's 3
