@@ -8,6 +8,7 @@ success is reported (lm/model_dir.py converts). Examples: README "Released check
   python convert_checkpoint.py --input=hf:downloads/bert-base-uncased --output_dir=models/bert
 """
 
+from util import startup_log  # noqa: F401  # isort: skip (first: holds TF's start-up log)
 from absl import logging
 
 from lm import conversion

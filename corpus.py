@@ -6,6 +6,7 @@ text/corpus.py does the work.
   python corpus.py --output_dir=/tmp/tta_corpus_librispeech --normalization=librispeech
 """
 
+from util import startup_log  # noqa: F401  # isort: skip (first: holds TF's start-up log)
 import json
 
 from text import corpus

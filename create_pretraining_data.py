@@ -9,6 +9,7 @@ Streams on every core (--num_workers); kill it and run it again to resume. Acros
 --num_jobs=N --job_id=I (each into the same --output_dir), then the same command with --merge.
 """
 
+from util import startup_log  # noqa: F401  # isort: skip (first: holds TF's start-up log)
 import json
 
 from pretraining import pretraining_data

@@ -5,6 +5,7 @@ lm/saved_model_export.py writes it; signatures and loading: docs/saved_model.md.
   python export_saved_model.py --model_dir=runs/tta --export_dir=exports/tta
 """
 
+from util import startup_log  # noqa: F401  # isort: skip (first: holds TF's start-up log)
 from lm import saved_model_export
 from util import cli
 

@@ -7,6 +7,7 @@ The flags and output of lm/ngram_lm.py (training) and `lm.inference.NgramLM` (sc
   python ngram.py --model=lm.bin --score_file=sents.txt
 """
 
+from util import startup_log  # noqa: F401  # isort: skip (first: holds TF's start-up log)
 import math
 import os
 

@@ -7,6 +7,7 @@ report.md and report.json in --work_dir (reproduction/stages.py; docs/results.md
   python reproduce.py --mode=full --budget_minutes=40
 """
 
+from util import startup_log  # noqa: F401  # isort: skip (first: holds TF's start-up log)
 import logging as std_logging
 import sys
 
@@ -28,8 +29,8 @@ def main(argv):
   logging.get_absl_handler().setFormatter(
     std_logging.Formatter("%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
   )
-  report_file, text, elapsed = stages.run(params, " ".join(["python"] + sys.argv))
-  print(text)
+  report_file, summary, elapsed = stages.run(params, " ".join(["python"] + sys.argv))
+  print(summary, end="")
   logging.info("report: %s (%s in this run)", report_file, elapsed)
 
 

@@ -7,6 +7,7 @@ benchmark.md and latency.png. What is timed and how: docs/runtime.md.
   python run_benchmark.py --quick --output_dir=/tmp/bench      # smoke run
 """
 
+from util import startup_log  # noqa: F401  # isort: skip (first: holds TF's start-up log)
 import os
 import sys
 

@@ -6,6 +6,7 @@ exit codes: README "Discriminative rescoring (MWER)".
   python run_mwer.py --init_model=runs/reproduce/full/models/tta --output_dir=runs/mwer
 """
 
+from util import startup_log  # noqa: F401  # isort: skip (first: holds TF's start-up log)
 import os
 
 # As run_pretraining.py: keep large buffers (the vocabulary logits) in TF's pool between steps.

@@ -9,6 +9,7 @@ exit codes: README "Pretrain"; the design: docs/DESIGN.md §3.
     --vocab_file=data/vocab.txt --output_dir=runs/tta --num_train_steps=100000
 """
 
+from util import startup_log  # noqa: F401  # isort: skip (first: holds TF's start-up log)
 import os
 
 # Before TensorFlow starts: its default CPU allocator hands every large

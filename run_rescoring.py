@@ -8,6 +8,7 @@ manual: README "Rescore your own N-best lists".
       --dev_file=dev/nbest --dev_refs=data/dev/text --test_file=test/nbest --output_dir=out
 """
 
+from util import startup_log  # noqa: F401  # isort: skip (first: holds TF's start-up log)
 from nbest import rescoring_job
 from util import cli
 

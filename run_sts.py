@@ -5,6 +5,7 @@ evaluation/sts_job.py runs it; the manual: README "Sentence similarity (STS)".
   python run_sts.py --model_dir=runs/tta,runs/bilm,runs/unilm --output_dir=results/sts
 """
 
+from util import startup_log  # noqa: F401  # isort: skip (first: holds TF's start-up log)
 from evaluation import sts_job
 from util import cli
 

@@ -5,6 +5,7 @@ lm/scoring_job.py runs it; records, resume and shards: README "Score your own se
   echo "the cat sat on the mat" | python score.py --model_dir=runs/tta
 """
 
+from util import startup_log  # noqa: F401  # isort: skip (first: holds TF's start-up log)
 from lm import scoring_job
 from util import cli
 

@@ -166,4 +166,13 @@ def cached_scores(lm, lm_id, texts, cache, name, chunk_size=500, scoring=None):
       cache.put_many(lm_id, results)
     done.update(results)
     bar.update(len(chunk))
+  long_ones = sum(bool(done[t][2]) or windows_of(done[t]) > 1 for t in todo)
+  if long_ones:
+    logging.warning(
+      "%s: %d of the %d sentences scored are longer than the LM takes (truncated or read in "
+      "windows, as flagged in the results)",
+      name,
+      long_ones,
+      len(todo),
+    )
   return done

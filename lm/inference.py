@@ -215,6 +215,8 @@ class NeuralLM(object):
     self.bos_id, self.eos_id = _boundary_ids(tokenizer)
     self.mask_id = tokenizer.mask_id
     self.stats = _new_stats()
+    # Whether the warning on sentences longer than the model takes was logged (once per LM).
+    self._long_inputs_logged = False
     # Normalization, tokenization, batching, graph and conversion time of the calls so far.
     self.clock = stage_clock.StageClock()
     self.normalization = normalization or config.normalization
@@ -283,21 +285,21 @@ class NeuralLM(object):
     self.stats["sentences"] += len(ids)
     self.stats["truncated"] += n_truncated
     self.stats["windowed"] += n_windowed
-    if n_truncated:
-      logging.warning(
-        "%d of %d sentences are longer than %d tokens and were truncated (flagged in the results)",
-        n_truncated,
-        len(ids),
-        self.max_seq_length,
-      )
-    if n_windowed:
-      logging.warning(
-        "%d of %d sentences are longer than %d tokens and were read in windows (each piece "
-        "once, in the window where it has the most context; flagged in the results)",
-        n_windowed,
-        len(ids),
-        self.window,
-      )
+    # Once per LM, without counts: a caller scores in chunks (score_cache's 500), and a count of
+    # one chunk read as the run's. `stats` holds the totals; score_cache logs them at its end.
+    if (n_truncated or n_windowed) and not self._long_inputs_logged:
+      self._long_inputs_logged = True
+      if n_truncated:
+        logging.warning(
+          "sentences longer than %d tokens are truncated (each flagged in the results)",
+          self.max_seq_length,
+        )
+      else:
+        logging.warning(
+          "sentences longer than %d tokens are read in windows (each piece once, in the window "
+          "where it has the most context; each flagged in the results)",
+          self.window,
+        )
     return ids, truncated, normalized
 
   def num_windows(self, length):

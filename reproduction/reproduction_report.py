@@ -471,6 +471,16 @@ def _curves_section(report):
   ]
 
 
+def console_summary(report):
+  """What reproduce.py prints at its end, before the report's path: Table 1 (the paper's headline,
+  each LM's WER as a reranker), or nothing when the run rescored no ASR lists; the ~300 lines of
+  report.md stay in the file."""
+  if "asr" not in report:
+    return ""
+  table = wer_table(report["asr"], _others(report, "asr"))
+  return f"Table 1: LibriSpeech reranking, WER % (every table: report.md)\n{table}\n"
+
+
 def render_report(report):
   """The markdown report from the report dict (see `reproduce.build_report`): what ran, notes,
   the training table, then each table whose results the report holds."""

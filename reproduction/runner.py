@@ -35,16 +35,10 @@ def run_stage(work_dir, name, key, outputs, args):
   io_utils.write_stamp(stamp, key)
 
 
-# Lines of a step's output that its log keeps but the console does not show: TensorFlow's
-# start-up notes and CUDA probe on a machine without a GPU (printed before TF's log level
-# applies, so TF_CPP_MIN_LOG_LEVEL cannot hide them, and level 3 would hide real errors too),
-# and the checkpoint writer's timing notes. Errors and warnings of any other kind still show.
-CONSOLE_NOISE = re.compile(
-  r"^WARNING: All log messages before absl::InitializeLog\(\) is called"
-  r"|^[IWE]\d{4} [\d:. ]+\d+ (port|cudart_stub|cuda_platform|cuda_executor|cpu_feature_guard)"
-  r"\.cc:\d+\]"
-  r"|Sharding callback duration"
-)
+# Lines of a step's output that its log keeps but the console does not show: the checkpoint
+# writer's timing notes. (TensorFlow's start-up lines never come: each step is a command, which
+# holds them back, util/startup_log.py.) Errors and warnings of any other kind still show.
+CONSOLE_NOISE = re.compile(r"Sharding callback duration")
 # absl's line prefix ("I1124 10:18:18.123456 140213 run_sts.py:97] "): the console keeps its
 # level letter for warnings and errors only.
 _ABSL_PREFIX = re.compile(r"^([IWEF])\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] ")

@@ -538,7 +538,8 @@ def stage_evaluations(
 def run(params, command=None):
   """Runs the stages of `params` (`modes.Params`) in order, each skipped when its stamp says it
   is done, into report.json and report.md (`command`: the command line the report gives):
-  (report.md's path, its text, this run's time).
+  (report.md's path, its summary for the console (`reproduction_report.console_summary`), this
+  run's time).
   cli.InputError: a required data file is missing, or a stage stopped on a wrong input.
   """
   root = modes.check_data(params.data_dir)
@@ -580,4 +581,4 @@ def run(params, command=None):
   report_file = os.path.join(work_dir, "report.md")
   io_utils.write_atomically(os.path.join(work_dir, "report.json"), json.dumps(report, indent=2))
   io_utils.write_atomically(report_file, text)
-  return report_file, text, stages.elapsed()
+  return report_file, reproduction_report.console_summary(report), stages.elapsed()

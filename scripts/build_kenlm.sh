@@ -21,7 +21,7 @@ die() { echo "build_kenlm: ERROR: $*" >&2; exit 1; }
 trap 'rc=$?; if [ $rc -ne 0 ]; then echo "build_kenlm: FAILED (exit $rc); see the messages above." >&2; fi' EXIT
 
 if [ -x "$bindir/lmplz" ] && [ -x "$bindir/build_binary" ]; then
-  log "lmplz and build_binary already installed; nothing to do."
+  log "lmplz and build_binary already installed in $bindir; nothing to do."
   echo "$bindir/lmplz"
   echo "$bindir/build_binary"
   exit 0
@@ -103,6 +103,7 @@ for b in "${bins[@]}"; do
 done
 rm -rf "$work"
 
-log "done in $(( $(date +%s) - start )) s; binaries:"
+# The paths on stderr too: the README's commands send stdout (the paths, for a caller) to /dev/null.
+log "done in $(( $(date +%s) - start )) s: $bindir/lmplz and $bindir/build_binary"
 echo "$bindir/lmplz"
 echo "$bindir/build_binary"

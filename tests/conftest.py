@@ -53,6 +53,18 @@ def pytest_collection_modifyitems(items):
 # may be many times slower than a quiet one); its TimeoutExpired names the command.
 HANG_SECONDS = 1800
 
+
+def lock_files(root):
+  """The lock files under `root` (`.NAME.lock` beside an output, a training dir's run.lock), by
+  relative path: a run that ended has left none (issue 57)."""
+  return sorted(
+    os.path.relpath(os.path.join(directory, name), root)
+    for directory, _, names in os.walk(root)
+    for name in names
+    if name.endswith(".lock")
+  )
+
+
 # BERT's test habit: a tiny config that builds and runs in milliseconds. Tests
 # override what their case needs (a vocab size, a layer count).
 TINY = dict(

@@ -60,3 +60,10 @@ def test_a_command_s_flags_are_its_params_fields(name):
     )
   ]
   assert not by_hand, by_hand
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_command_imports_startup_log_first(name):
+  # Before any import that may load TensorFlow: util/startup_log.py holds its start-up lines.
+  first = next(n for n in COMMANDS[name].body if isinstance(n, (ast.Import, ast.ImportFrom)))
+  assert ast.unparse(first) == "from util import startup_log", ast.unparse(first)

@@ -241,16 +241,60 @@ def test_a_lock_that_cannot_be_written_leaves_no_lock_and_no_dir(tmp_path, monke
   assert os.listdir(tmp_path) == []
 
 
-def test_a_refused_run_leaves_no_lock_file_it_made(tmp_path):
+def test_a_lock_file_lasts_only_while_its_run_holds_it(tmp_path):
   out = tmp_path / "scores.jsonl"
   with pytest.raises(cli.InputError):
     with io_utils.exclusive_lock(str(out), wait=False):
       raise cli.InputError("refused")
   assert os.listdir(tmp_path) == []
   with io_utils.exclusive_lock(str(out), wait=False):
+    assert os.listdir(tmp_path) == [".scores.jsonl.lock"]
+  assert os.listdir(tmp_path) == []
+  # A killed run's file (its line, no flock) is taken over, then removed like a run's own.
+  (tmp_path / ".scores.jsonl.lock").write_text("pid 999999 on elsewhere since 2026-01-01 00:00:00")
+  with io_utils.exclusive_lock(str(out)):
     pass
-  assert os.listdir(tmp_path) == [".scores.jsonl.lock"]  # released: empty, kept
-  with pytest.raises(cli.InputError):
-    with io_utils.exclusive_lock(str(out), wait=False):
-      raise cli.InputError("refused")
-  assert os.listdir(tmp_path) == [".scores.jsonl.lock"]  # not this run's to remove
+  assert os.listdir(tmp_path) == []
+  with io_utils.exclusive_lock(str(tmp_path / "cache" / "lm_scores.jsonl")):
+    (tmp_path / "cache" / "lm_scores.jsonl").write_text("{}\n")
+  assert os.listdir(tmp_path / "cache") == ["lm_scores.jsonl"]
+
+
+def test_a_run_waiting_on_a_removed_lock_file_locks_the_one_made_after(tmp_path, monkeypatch):
+  import fcntl  # pylint: disable=g-import-not-at-top
+  import threading  # pylint: disable=g-import-not-at-top
+
+  # The waiter opens the holder's file and waits on its flock; the holder removes the file as it
+  # ends. The waiter must then hold the file the path names (made anew), so that a third run is
+  # refused rather than locking a second file of the same path.
+  out = str(tmp_path / "scores.jsonl")
+  lock_file = tmp_path / ".scores.jsonl.lock"
+  waiting, holding, release = threading.Event(), threading.Event(), threading.Event()
+  holder, real_flock = threading.current_thread(), fcntl.flock
+
+  def flock(fd, operation):
+    if operation == fcntl.LOCK_EX and threading.current_thread() is not holder:
+      waiting.set()
+    real_flock(fd, operation)
+
+  monkeypatch.setattr(fcntl, "flock", flock)
+
+  def wait_then_hold():
+    with io_utils.exclusive_lock(out):
+      holding.set()
+      release.wait(timeout=HANG_SECONDS)
+
+  with io_utils.exclusive_lock(out):
+    waiter = threading.Thread(target=wait_then_hold)
+    waiter.start()
+    assert waiting.wait(timeout=HANG_SECONDS)
+  try:
+    assert holding.wait(timeout=HANG_SECONDS)
+    assert lock_file.exists()  # made anew by the waiter
+    with pytest.raises(io_utils.OutputBusy):
+      with io_utils.exclusive_lock(out, wait=False):
+        pass
+  finally:
+    release.set()
+    waiter.join()
+  assert os.listdir(tmp_path) == []

@@ -10,6 +10,7 @@ import signal
 
 import commands
 from conftest import WORDS
+from conftest import lock_files
 from conftest import tiny_config
 import numpy as np
 import pytest
@@ -412,6 +413,7 @@ def test_the_job_trains_selects_and_evaluates_on_tsv_lists(tmp_path, vocab_file)
   assert mwer_job.run(params)
   with open(tmp_path / "job" / "results.json") as f:
     assert json.load(f)["rows"] == results["rows"]
+  assert lock_files(tmp_path / "job") == []  # the lists' cache's, each run dir's run.lock
 
 
 @pytest.mark.slow(seconds=25)

@@ -15,6 +15,7 @@ import time
 
 import commands
 from conftest import data_dir_or_skip
+from conftest import lock_files
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -466,6 +467,7 @@ def test_another_jobs_unfinished_dir_is_refused_on_one_line(
     status=0,
   )
   assert len(glob.glob(os.path.join(out, "train-*-of-00003.tfrecord"))) == 3
+  assert lock_files(out) == []  # the parts' and each part's, taken by the killed run too
 
 
 def test_compressed_directory_and_glob_inputs_read_as_plain(

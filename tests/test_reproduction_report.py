@@ -247,3 +247,13 @@ def test_seed_comparisons_pair_the_same_comparison_of_each_seed():
   # Seed 2 lacks T-TA - uniLM: the mean of the seed that has it, and no claim.
   assert both[1]["difference"] == 1.0 and both[1]["seeds"][1] is None
   assert both[1]["every_seed"] is False
+
+
+def test_the_console_summary_is_table_1_alone():
+  report = _report("full", 4.2, 5000)
+  assert reproduction_report.console_summary(report) == ""  # no rescoring in this run
+  report["asr"] = [_asr_row("T-TA", (1.11, 1.22), (0.3, 0.45), (300.0, 12.5))]
+  summary = reproduction_report.console_summary(report)
+  table = reproduction_report.wer_table(report["asr"])
+  title, *rows = summary.splitlines()
+  assert "report.md" in title and rows == table.splitlines()

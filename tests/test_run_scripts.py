@@ -9,6 +9,7 @@ import shutil
 
 import commands
 import conftest
+from conftest import lock_files
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -142,6 +143,7 @@ def test_rescoring_end_to_end_and_cache_resume(model_dirs, tmp_path):
     assert r["vs_first_pass"] == pytest.approx(dataclasses.asdict(want))
   with open(os.path.join(out, "rescoring_results.md")) as f:
     assert "| reranked - first pass [95% CI], p |" in f.read()
+  assert lock_files(out) == []  # cache/.lm_scores.jsonl.lock, .rescoring_results.json.lock
 
 
 def _fixable_lists(count):
@@ -222,6 +224,7 @@ def test_sts_end_to_end(model_dirs, tmp_path):
     table = f.read()
   assert "| STS-B dev | SICK test |" in table
   assert f"| {pearson:.2f} [{low:.2f}, {high:.2f}] ({spearman:.2f}) |" in table
+  assert lock_files(out) == []  # .sts_results.json.lock
   # Encoding progress names model, representation and set, with rate and ETA.
   assert re.search(
     r"tta context stsb_dev: \d+/\d+ sentences \(100%\), [\d.]+/s, .* ETA", result.stderr

@@ -12,6 +12,7 @@ import time
 
 import commands
 from conftest import HANG_SECONDS
+from conftest import lock_files
 from conftest import tiny_config
 import numpy as np
 import pytest
@@ -438,6 +439,7 @@ def test_merge_from_the_command_line(lm, input_file, tmp_path):
     scoring_job.score_to_file(lm, args(input_file, out, num_shards=2, shard_id=shard))
   run_cli("--merge", "--num_shards=2", f"--output_file={out}")
   assert read(out) == read(whole)
+  assert lock_files(tmp_path) == []
 
 
 @pytest.mark.slow(seconds=3)
@@ -450,6 +452,7 @@ def test_stdin_and_file_give_identical_output(tta_dir, input_file, tmp_path):
   with open(out, encoding="utf-8") as f:
     assert f.read() == from_stdin
   assert len(from_stdin.splitlines()) == len(LINES)
+  assert lock_files(tmp_path) == []
 
 
 @pytest.mark.slow(seconds=3)

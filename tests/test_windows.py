@@ -292,3 +292,19 @@ def test_a_cache_of_truncated_scores_serves_truncation_only(tokenizer, tmp_path)
   fresh = score_cache.cached_scores(windowed, new_id, [LONG], cache, "tta")
   assert fresh == {LONG: [scored.total, 25, False, 3]}
   assert score_cache.windows_of(fresh[LONG]) == 3
+
+
+def test_long_sentences_are_warned_of_once_and_counted_once_over_every_chunk(tokenizer, caplog):
+  # Issue 57: chunks of 500 logged "31 of 500 sentences are longer ..." per chunk where 1,194 were
+  # scored. Here 3 chunks of 2, 3 long sentences in all.
+  lm = lm_for("tta", tokenizer, long_inputs="window")
+  texts = [f"{LONG} {i}" for i in range(3)] + [f"a dog ran {i}" for i in range(3)]
+  with caplog.at_level("WARNING"):
+    score_cache.cached_scores(lm, "id", texts, None, "tta", chunk_size=2)
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+  assert warnings == [
+    "sentences longer than 16 tokens are read in windows (each piece once, in the window where "
+    "it has the most context; each flagged in the results)",
+    "tta: 3 of the 6 sentences scored are longer than the LM takes (truncated or read in "
+    "windows, as flagged in the results)",
+  ]

@@ -252,8 +252,8 @@ def check_outputs_apart(params, inputs=(), outputs=()):
 @contextlib.contextmanager
 def output_dir(path):
   """Makes the output dir `path` for the block; if this call made it and the block raises
-  cli.InputError or ValueError (not `OutputBusy`: the dir is the other run's), removes what holds no
-  output (released lock files, empty dirs): a refused run leaves no empty --output_dir."""
+  cli.InputError or ValueError (not `OutputBusy`: the dir is the other run's), removes the empty
+  dirs left (a released lock leaves no file): a refused run leaves no empty --output_dir."""
   made = not os.path.isdir(path)
   try:
     os.makedirs(path, exist_ok=True)
@@ -268,11 +268,7 @@ def output_dir(path):
 
 
 def _remove_empty(path):
-  for directory, _, files in os.walk(path, topdown=False):
-    for name in files:
-      lock = os.path.join(directory, name)
-      if name.startswith(".") and name.endswith(".lock") and os.path.getsize(lock) == 0:
-        os.remove(lock)
+  for directory, _, _ in os.walk(path, topdown=False):
     if not os.listdir(directory):
       os.rmdir(directory)
 
@@ -292,9 +288,10 @@ def exclusive_lock(path, wait=True, lock_file=None):
   """Holds an exclusive lock on the output `path` for the block; the project's one lock.
 
   flock(2) on `lock_file` (default `.<name>.lock` beside `path`), which holds "pid P on HOST since
-  TIME" while held. The kernel drops a flock when its process ends (kill -9 included): a crashed
-  holder leaves no stale lock. Where locks are refused (ENOLCK, EOPNOTSUPP; remote paths), a
-  warning says the output is not locked and the block runs.
+  TIME" while held and is removed when the block ends, however it ends: only a run that is still
+  going has one. The kernel drops a flock when its process ends (kill -9 included): a crashed
+  holder leaves its file, with its line, but no stale lock. Where locks are refused (ENOLCK,
+  EOPNOTSUPP; remote paths), a warning says the output is not locked and the block runs.
 
   wait: True waits for the lock (a short read-merge-write of `path`); False raises `OutputBusy`
   at once if another process holds it (a long run that must be the only writer of `path`).
@@ -306,21 +303,19 @@ def exclusive_lock(path, wait=True, lock_file=None):
   directory, name = os.path.split(path)
   lock_file = lock_file or os.path.join(directory, f".{name}.lock")
   made = _missing_top(os.path.dirname(os.path.abspath(lock_file)))
-  fd, created = _open_lock(lock_file, wait, path, made)
+  fd, locked, created = _open_lock(lock_file, wait, path, made)
   try:
     yield
-    os.ftruncate(fd, 0)  # an empty lock file: released cleanly
-  except BaseException:
-    if created and not wait:
-      # A run that ends refused leaves no trace of itself. No other run waits on this file (no
-      # waiter with wait=False), and one that opened it meanwhile sees it gone (`_open_lock`).
-      _remove_made(lock_file, made)
-    else:
-      with contextlib.suppress(OSError):
-        os.ftruncate(fd, 0)
-    raise
   finally:
-    os.close(fd)  # drops the flock
+    # Removed BEFORE the flock is dropped (close): a lock file is only ever unlinked by the holder
+    # of its flock. A process that opened it meanwhile and waits on its flock gets it once we
+    # close, sees that the path no longer names its file (`_same_file` in `_open_lock`) and
+    # starts again on the path; so every run that holds a lock holds the one file the path names
+    # then, and two runs never hold locks on two different files of one path. (Unlinking after
+    # the close would let a waiter lock the old file while a third run makes a new one.)
+    if locked or created:
+      _remove_made(lock_file, made)
+    os.close(fd)
 
 
 def _missing_top(directory):
@@ -349,8 +344,9 @@ def _remove_made(path, made_dir, directory=None):
 
 
 def _open_lock(lock_file, wait, path, made_dir):
-  """(fd, created) of `lock_file`, flocked, holding this process's holder line; created: this call
-  made the file. OutputBusy, or cli.InputError when it cannot be made or written."""
+  """(fd, locked, created) of `lock_file`, flocked (locked: False where the file system has no
+  locks), holding this process's holder line; created: this call made the file. OutputBusy, or
+  cli.InputError when it cannot be made or written."""
   directory = os.path.dirname(lock_file)
   while True:
     created = False
@@ -387,7 +383,7 @@ def _open_lock(lock_file, wait, path, made_dir):
         holder = f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%F %T')}"
         os.ftruncate(fd, 0)
         os.pwrite(fd, holder.encode("utf-8"), 0)
-      return fd, created
+      return fd, locked, created
     except BaseException as e:
       os.close(fd)
       if created:
