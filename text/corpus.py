@@ -88,11 +88,11 @@ def _book_id(member_name: str) -> str:
 
 def iter_gutenberg_books(tar_path: str) -> Iterator[Tuple[str, str]]:
   """Yields (book_id "0001", decoded text with "\n" line ends) of a Gutenberg tar archive, streaming
-  (nothing extracted to disk).
+  (nothing extracted to disk); ValueError naming it when it cannot be read (damaged, cut short).
   """
   # "r|*" is tarfile's stream mode: members are decompressed in order and never seeked, so a
   # consumer that stops after three books only pays for three books.
-  with tarfile.open(tar_path, mode="r|*") as tar:
+  with io_utils.reading(tar_path), tarfile.open(tar_path, mode="r|*") as tar:
     for member in tar:
       if not member.isfile() or not member.name.endswith(".txt"):
         continue
@@ -104,10 +104,10 @@ def iter_gutenberg_books(tar_path: str) -> Iterator[Tuple[str, str]]:
 
 def list_gutenberg_books(tar_path: str) -> List[Tuple[str, int]]:
   """[(book_id, size in bytes)] in archive order: one decompression pass, for the ETA and to choose
-  the held-out books before the main pass.
+  the held-out books before the main pass; ValueError naming it when it cannot be read.
   """
   books = []
-  with tarfile.open(tar_path, mode="r|*") as tar:
+  with io_utils.reading(tar_path), tarfile.open(tar_path, mode="r|*") as tar:
     for member in tar:
       if member.isfile() and member.name.endswith(".txt"):
         books.append((_book_id(member.name), member.size))
