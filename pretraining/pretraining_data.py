@@ -8,7 +8,6 @@ merged jobs. No TensorFlow at import: spawned workers import this module again.
 import dataclasses
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
 import time
@@ -21,6 +20,7 @@ from pretraining import sentence_files
 from text import corpus
 from text import normalization as normalization_lib
 from util import cli
+from util import interrupts
 from util import io_utils
 from util import machine
 from util import progress
@@ -527,9 +527,7 @@ def _run_blocks(blocks, part_dir, config, num_workers):
       pretraining_records.make_block(block, data)
       bar.update(1)
     return time.time() - start
-  # spawn: a fresh interpreter per worker (fork would copy the parent's TensorFlow threads).
-  context = multiprocessing.get_context("spawn")
-  with context.Pool(num_workers, pretraining_records.init_worker, (config,)) as pool:
+  with interrupts.worker_pool(num_workers, pretraining_records.init_worker, (config,)) as pool:
     pending = []
     # At most two blocks per worker in flight: the parent's memory stays a few blocks.
     for block, data in sentence_files.block_data(todo, read_all=False):

@@ -9,7 +9,6 @@ import collections
 import contextlib
 import dataclasses
 import hashlib
-import multiprocessing
 import os
 import re
 import tarfile
@@ -27,6 +26,7 @@ from absl import logging
 from text import normalization as normalization_lib
 from text import text_cleaning
 from util import cli
+from util import interrupts
 from util import io_utils
 from util import progress
 
@@ -343,14 +343,8 @@ def _mapper(num_workers: int):
   if num_workers <= 1:
     yield map
     return
-  # "spawn", not the Linux default "fork": callers such as create_pretraining_data.py import
-  # TensorFlow first, and forking a process that runs TF's thread pools can deadlock.
-  pool = multiprocessing.get_context("spawn").Pool(num_workers)
-  try:
+  with interrupts.worker_pool(num_workers) as pool:
     yield pool.imap
-  finally:
-    pool.terminate()
-    pool.join()
 
 
 class _Collector:
