@@ -8,7 +8,6 @@ merged jobs. No TensorFlow at import: spawned workers import this module again.
 import dataclasses
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
 import time
@@ -21,6 +20,7 @@ from pretraining import sentence_files
 from text import corpus
 from text import normalization as normalization_lib
 from util import cli
+from util import interrupts
 from util import io_utils
 from util import machine
 from util import progress
@@ -137,6 +137,12 @@ class DataParams:
   def __post_init__(self):
     """Expands the globs; raises ValueError naming the flag of a bad argument."""
     # Frozen: the canonical forms are set once, here.
+    # The globs as given, no field (not in the fingerprint) but for the output check: a directory
+    # given is read whole, so an output inside it is refused before the run that writes it, not by
+    # the re-run that would read it back (`run`).
+    object.__setattr__(
+      self, "given_inputs", [("input_file", self.input_files), ("eval_file", self.eval_files)]
+    )
     object.__setattr__(self, "input_files", _expand_inputs(self.input_files))
     eval_files = _expand_inputs(self.eval_files) if self.eval_files else []
     object.__setattr__(self, "eval_files", eval_files)
@@ -510,9 +516,14 @@ def _check_parts(parts_dir, identity, overwrite, output_dir):
       )
 
 
+def _unfinished(part_dir, blocks):
+  """The blocks of `blocks` whose output in `part_dir` is missing or cut short."""
+  return [b for b in blocks if pretraining_records.read_block_summary(part_dir, b.index) is None]
+
+
 def _run_blocks(blocks, part_dir, config, num_workers):
   start = time.time()
-  todo = [b for b in blocks if pretraining_records.read_block_summary(part_dir, b.index) is None]
+  todo = _unfinished(part_dir, blocks)
   logging.info(
     "%d of %d blocks to do (%d done before), %d worker(s)",
     len(todo),
@@ -527,9 +538,7 @@ def _run_blocks(blocks, part_dir, config, num_workers):
       pretraining_records.make_block(block, data)
       bar.update(1)
     return time.time() - start
-  # spawn: a fresh interpreter per worker (fork would copy the parent's TensorFlow threads).
-  context = multiprocessing.get_context("spawn")
-  with context.Pool(num_workers, pretraining_records.init_worker, (config,)) as pool:
+  with interrupts.worker_pool(num_workers, pretraining_records.init_worker, (config,)) as pool:
     pending = []
     # At most two blocks per worker in flight: the parent's memory stays a few blocks.
     for block, data in sentence_files.block_data(todo, read_all=False):
@@ -567,9 +576,7 @@ def _read_parts(parts_dir, identity, num_jobs, blocks):
       raise runs.another_job(f"--merge: {part} holds another job", recorded, identity)
     done_file = os.path.join(part, "done.json")
     mine = _job_blocks(blocks, job_id, num_jobs)
-    missing = [
-      b.index for b in mine if pretraining_records.read_block_summary(part, b.index) is None
-    ]
+    missing = _unfinished(part, mine)
     if not os.path.exists(done_file) or missing:
       raise cli.InputError(
         f"--merge: part {part} is not finished ({len(missing)} blocks to do): run (or resume) "
@@ -730,15 +737,26 @@ def _make_part(job, args, run, part_dir):
       os.path.join(part_dir, "job.json"), json.dumps(job.identity, indent=2) + "\n"
     )
     done_path = os.path.join(part_dir, "done.json")
+    mine = _job_blocks(job.blocks, run.job_id, run.num_jobs)
     if os.path.exists(done_path):
-      done = io_utils.read_json_file(done_path)
-      return done["vocab_seconds"], done["block_seconds"]
+      redo = _unfinished(part_dir, mine)
+      if not redo:
+        done = io_utils.read_json_file(done_path)
+        return done["vocab_seconds"], done["block_seconds"]
+      # The marker holds only with every block's output: one lost or cut short since (the merge
+      # refuses the part for it and sends the user here) is made again.
+      logging.warning(
+        "%s: %d blocks of this finished part are missing or cut short: making them again",
+        part_dir,
+        len(redo),
+      )
+      io_utils.remove_stamp(done_path)
     vocab_seconds = 0.0
     vocab_path = os.path.join(part_dir, VOCAB_FILE)
     if not os.path.exists(vocab_path):
       _, vocab_seconds = _make_vocab(job.blocks, job.scans, job.sources, vocab_path, args)
     block_seconds = _run_blocks(
-      _job_blocks(job.blocks, run.job_id, run.num_jobs),
+      mine,
       part_dir,
       _worker_config(vocab_path, args, job.layouts, part_dir),
       run.num_workers or machine.usable_cores(),
@@ -867,7 +885,7 @@ def run(job):
   "num_jobs", "seconds"}. Raises ValueError for malformed input (file:line); cli.InputError when
   output_dir is, holds or lies inside an input, or for parts missing, unfinished or of another job.
   """
-  io_utils.check_outputs_apart(job)
+  io_utils.check_outputs_apart(job, inputs=job.data.given_inputs)
   # A run refused for its input (a bad byte, an empty file) leaves no empty --output_dir.
   with io_utils.output_dir(job.output_dir):
     return _build(job.data, job.run, job.output_dir, job.force)

@@ -10,6 +10,7 @@ import hashlib
 import lzma
 
 from pretraining import pretraining_records
+from util import io_utils
 
 COMPRESSIONS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 # Bytes the scan reads at a time.
@@ -69,17 +70,15 @@ def scan_sentence_file(path, block_bytes, check_utf8=True):
 
   Lines split on "\\n" only: str.splitlines also splits on U+2028, \\x0b, ..., and line numbers
   would disagree with editors' and corpus.py's. ValueError "path:line: not valid UTF-8 ..." (when
-  check_utf8), or an OSError's text for a file that cannot be read or decompressed.
+  check_utf8), or "path: cannot read (why)" for a file that cannot be read or decompressed (a
+  damaged or truncated .gz, .bz2 or .xz: `io_utils.reading`).
   """
-  try:
-    with _open_raw(path) as raw_file:
-      raw = _HashingReader(raw_file)
-      with _open_text_bytes(path, raw) as text:
-        scan = _scan(path, text, check_utf8, block_bytes)
-      while raw.read(_SCAN_CHUNK):  # Bytes past the end of a compressed stream.
-        pass
-  except (OSError, EOFError, lzma.LZMAError) as e:
-    raise ValueError(f"{path}: cannot read ({e})") from None
+  with io_utils.reading(path), _open_raw(path) as raw_file:
+    raw = _HashingReader(raw_file)
+    with _open_text_bytes(path, raw) as text:
+      scan = _scan(path, text, check_utf8, block_bytes)
+    while raw.read(_SCAN_CHUNK):  # Bytes past the end of a compressed stream.
+      pass
   scan.sha256 = raw.digest.hexdigest()
   return scan
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tarfile
 
+import commands
 from conftest import HANG_SECONDS
 from conftest import data_dir_or_skip
 import pytest
@@ -242,6 +243,23 @@ def test_prepare_corpus_gutenberg_tar_holds_out_books(tmp_path):
   assert stats["sentences"]["duplicates"] == 7
   assert {k: v for k, v in stats["paragraphs"]["dropped"].items() if v} == {"heading": 8}
   _check_stats_add_up(stats)
+
+
+def test_a_truncated_archive_is_one_line_naming_it_and_leaves_no_output(tmp_path):
+  """A .tar.xz cut short (a tarfile.ReadError) is refused as the user's input, not a traceback
+  (issue 56); nothing is left for a corrected re-run to find."""
+  books = {
+    f"{i:04d}": _book(f"Book {i}", [f"Book {i} is long enough to read."] * 40) for i in (1, 2)
+  }
+  whole = tmp_path / "texts.tar.xz"
+  _make_tar(str(whole), books)
+  cut = tmp_path / "cut.tar.xz"
+  cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+  out = tmp_path / "out"
+  result = commands.run("corpus.py", f"--input={cut}", f"--output_dir={out}", status=2)
+  (error,) = [line for line in result.stderr.splitlines() if ": error: " in line]
+  assert error.startswith(f"corpus.py: error: {cut}: cannot read ("), error
+  assert not out.exists()
 
 
 def test_cli_runs(tmp_path, plain_file):

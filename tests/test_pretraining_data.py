@@ -6,14 +6,19 @@ import bz2
 import collections
 import glob
 import gzip
+import io
 import lzma
 import os
 import re
+import signal
 import subprocess
 import sys
+import tarfile
 import time
+import zlib
 
 import commands
+from conftest import HANG_SECONDS
 from conftest import data_dir_or_skip
 from conftest import lock_files
 import numpy as np
@@ -530,6 +535,161 @@ def test_bad_byte_empty_and_missing_files_are_one_line_errors(reference_vocab, t
     assert re.search(message, error), error
     # A refused run leaves no (empty) --output_dir behind.
     assert not os.path.exists(tmp_path / "out"), inputs
+
+
+def _damaged_gz(path, text):
+  """Writes `text` as a .gz whose deflate stream breaks mid-way (a zlib.error, before gzip's own
+  CRC check): stored blocks (level 0), the second's length no longer the complement of its check."""
+  data = bytearray(gzip.compress(text, compresslevel=0, mtime=0))
+  # The gzip header (10 bytes), the first block's header byte, LEN and NLEN, then its LEN bytes.
+  second = 15 + int.from_bytes(data[11:13], "little")
+  data[second + 1] ^= 0xFF
+  with pytest.raises(zlib.error):
+    gzip.decompress(bytes(data))
+  path.write_bytes(bytes(data))
+
+
+def _truncated_tar_xz(path, text):
+  """Writes a Gutenberg-like .tar.xz of `text`, cut in the middle of its xz stream."""
+  buffer = io.BytesIO()
+  with tarfile.open(fileobj=buffer, mode="w:xz") as tar:
+    info = tarfile.TarInfo("texts/0001.txt")
+    info.size = len(text)
+    tar.addfile(info, io.BytesIO(text))
+  path.write_bytes(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+
+
+@pytest.mark.parametrize(
+  "name, damage", [("corpus.txt.gz", _damaged_gz), ("books.tar.xz", _truncated_tar_xz)]
+)
+def test_a_damaged_or_truncated_compressed_input_is_one_line_and_leaves_nothing(
+  reference_vocab, tmp_path, name, damage
+):
+  """Issue 56: a zlib.error and a tarfile.ReadError were tracebacks that left --output_dir."""
+  sentences = _sentences(3000)
+  bad = tmp_path / name
+  damage(bad, "".join(s + "\n" for s in sentences).encode("utf-8"))
+  out = tmp_path / "out"
+  result = commands.run(
+    "create_pretraining_data.py",
+    f"--input_file={bad}",
+    f"--output_dir={out}",
+    f"--vocab_file={reference_vocab}",
+    status=2,
+  )
+  (error,) = _error_lines(result)
+  assert f"create_pretraining_data.py: error: {bad}: cannot read (" in error, error
+  assert not out.exists()
+
+
+def test_an_output_dir_inside_an_input_dir_is_refused_from_the_first_run(
+  corpus_600, reference_vocab, tmp_path
+):
+  """Issue 56: --input_file=DIR --output_dir=DIR/records was refused only on the re-run, whose
+  expanded input list held the first run's records."""
+  directory = tmp_path / "sentences"
+  directory.mkdir()
+  _text_file(directory / "a.txt", corpus_600[1])
+  result = commands.run(
+    "create_pretraining_data.py",
+    f"--input_file={directory}",
+    f"--output_dir={directory / 'records'}",
+    f"--vocab_file={reference_vocab}",
+    status=2,
+  )
+  (error,) = _error_lines(result)
+  assert f"--output_dir {directory / 'records'} lies inside --input_file {directory}" in error
+  assert os.listdir(directory) == ["a.txt"]
+
+
+def test_a_finished_part_cut_short_is_made_again_by_the_job_the_merge_names(
+  corpus_600, reference_vocab, tmp_path, small_units
+):
+  """Issue 56: the merge refused such a part and advised its --job_id, which found its done marker
+  and did nothing: the two refused each other in a loop."""
+  path, _ = corpus_600
+  pretraining_data.create_pretraining_data(path, str(tmp_path / "one"), **_args(reference_vocab))
+  out = str(tmp_path / "jobs")
+  jobs = _args(reference_vocab, num_jobs=2)
+  for job_id in range(2):
+    pretraining_data.create_pretraining_data(path, out, job_id=job_id, **jobs)
+  part = os.path.join(out, pretraining_data.PARTS_SUBDIR, "job-00001-of-00002")
+  records = sorted(glob.glob(os.path.join(part, "block-*.rec")))[0]
+  os.truncate(records, os.path.getsize(records) // 2)
+  with pytest.raises(cli.InputError, match=r"1 blocks to do\): run .* --job_id=1 --num_jobs=2"):
+    pretraining_data.create_pretraining_data(path, out, merge=True, **jobs)
+  pretraining_data.create_pretraining_data(path, out, job_id=1, **jobs)  # as the refusal says
+  pretraining_data.create_pretraining_data(path, out, merge=True, **jobs)
+  assert _outputs(out) == _outputs(tmp_path / "one")
+
+
+def _live_processes_of_group(group):
+  """The processes of process group `group` that are not zombies (Linux /proc)."""
+  live = []
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    except OSError:
+      continue  # ended meanwhile
+    if int(fields[2]) == group and fields[0] != "Z":
+      live.append(int(pid))
+  return live
+
+
+@pytest.mark.slow(seconds=30)
+def test_ctrl_c_with_two_workers_is_one_line_and_the_rerun_ends_as_an_uninterrupted_run(
+  reference_vocab, tmp_path, small_units
+):
+  """Issue 56: Ctrl-C (SIGINT to the terminal's whole process group) printed the workers' and the
+  parent's KeyboardInterrupt tracebacks and once hung on a worker the signal had killed."""
+  path = _text_file(tmp_path / "a.txt", _sentences(6000))
+  flags_ = [
+    f"--input_file={path}",
+    f"--vocab_file={reference_vocab}",
+    "--max_seq_length=24",
+    "--num_shards=3",
+    "--eval_fraction=0.1",
+    "--num_workers=2",
+  ]
+  out = tmp_path / "stopped"
+  # The command with `small_units`' blocks (hundreds: the workers are busy when the signal comes),
+  # in a session of its own, as a terminal runs it.
+  code = (
+    "import sys; sys.argv[0] = 'create_pretraining_data.py'; "
+    "from pretraining import pretraining_data as p; p.BLOCK_BYTES, p.PILE_RECORDS = 2000, 64; "
+    "import create_pretraining_data as c; from util import cli; c.define_flags(); cli.run(c.main)"
+  )
+  process = subprocess.Popen(
+    [sys.executable, "-c", code, *flags_, f"--output_dir={out}"],
+    cwd=commands.REPO,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.PIPE,
+    text=True,
+    start_new_session=True,
+  )
+  try:
+    part = out / pretraining_data.PARTS_SUBDIR / "job-00000-of-00001"
+    while process.poll() is None and not list(part.glob("block-*.json")):
+      time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGINT)
+    _, error = process.communicate(timeout=HANG_SECONDS)
+  finally:
+    if process.poll() is None:
+      os.killpg(process.pid, signal.SIGKILL)
+  assert process.returncode == 130, error
+  assert "Traceback" not in error, error
+  last = error.strip().splitlines()[-1]
+  assert last.startswith("create_pretraining_data.py: stopped by SIGINT: "), error
+  deadline = time.monotonic() + 60
+  while _live_processes_of_group(process.pid) and time.monotonic() < deadline:
+    time.sleep(0.1)
+  assert not _live_processes_of_group(process.pid), "the workers outlived the command"
+  commands.run("create_pretraining_data.py", *flags_, f"--output_dir={out}", status=0)
+  commands.run(
+    "create_pretraining_data.py", *flags_, f"--output_dir={tmp_path / 'whole'}", status=0
+  )
+  assert _outputs(out) == _outputs(tmp_path / "whole")
 
 
 def test_length_stats_from_a_histogram_match_numpy():

@@ -5,6 +5,7 @@ import json
 import math
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -560,6 +561,48 @@ def test_killed_run_restarted_writes_the_uninterrupted_file(tta_dir, tmp_path):
   finally:
     if process.poll() is None:
       process.kill()
+  assert os.path.exists(out + ".partial") and not os.path.exists(out)
+  run_cli(*flags, stdin=text)
+  assert read(out) == read(whole)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.slow(seconds=12)
+def test_a_stop_by_signal_is_one_line_and_the_rerun_resumes_to_the_uninterrupted_file(
+  tta_dir, tmp_path, signum
+):
+  """Ctrl-C (SIGINT) or a scheduler's SIGTERM mid-job: no traceback, exit 128 + the signal
+  (util/interrupts.py), and the partial file resumes as after a kill (issue 56)."""
+  inputs = tmp_path / "many.txt"
+  inputs.write_text("".join(f"{LINES[i % len(LINES)]}\n" for i in range(400)))
+  text = inputs.read_text()
+  whole = str(tmp_path / "whole.jsonl")
+  run_cli(
+    f"--model_dir={tta_dir}", f"--input_file={inputs}", "--batch_size=4", f"--output_file={whole}"
+  )
+  out = str(tmp_path / "out.jsonl")
+  flags = [f"--model_dir={tta_dir}", "--input_file=-", "--batch_size=4", f"--output_file={out}"]
+  process = subprocess.Popen(
+    score_command(*flags),
+    stdin=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+    cwd=REPO,
+  )
+  try:
+    # Half the input and no end to it: still running, mid-job, when the signal comes.
+    process.stdin.write("".join(text.splitlines(keepends=True)[:200]))
+    process.stdin.flush()
+    wait_for(lambda: _recorded_lines(out + ".partial") >= 100, process)
+    process.send_signal(signum)
+    _, error = process.communicate(timeout=HANG_SECONDS)
+  finally:
+    if process.poll() is None:
+      process.kill()
+  assert process.returncode == 128 + signum, error
+  assert "Traceback" not in error, error
+  name = signal.Signals(signum).name
+  assert error.strip().splitlines()[-1].startswith(f"score.py: stopped by {name}: "), error
   assert os.path.exists(out + ".partial") and not os.path.exists(out)
   run_cli(*flags, stdin=text)
   assert read(out) == read(whole)

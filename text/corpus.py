@@ -9,7 +9,6 @@ import collections
 import contextlib
 import dataclasses
 import hashlib
-import multiprocessing
 import os
 import re
 import tarfile
@@ -27,6 +26,7 @@ from absl import logging
 from text import normalization as normalization_lib
 from text import text_cleaning
 from util import cli
+from util import interrupts
 from util import io_utils
 from util import progress
 
@@ -88,11 +88,11 @@ def _book_id(member_name: str) -> str:
 
 def iter_gutenberg_books(tar_path: str) -> Iterator[Tuple[str, str]]:
   """Yields (book_id "0001", decoded text with "\n" line ends) of a Gutenberg tar archive, streaming
-  (nothing extracted to disk).
+  (nothing extracted to disk); ValueError naming it when it cannot be read (damaged, cut short).
   """
   # "r|*" is tarfile's stream mode: members are decompressed in order and never seeked, so a
   # consumer that stops after three books only pays for three books.
-  with tarfile.open(tar_path, mode="r|*") as tar:
+  with io_utils.reading(tar_path), tarfile.open(tar_path, mode="r|*") as tar:
     for member in tar:
       if not member.isfile() or not member.name.endswith(".txt"):
         continue
@@ -104,10 +104,10 @@ def iter_gutenberg_books(tar_path: str) -> Iterator[Tuple[str, str]]:
 
 def list_gutenberg_books(tar_path: str) -> List[Tuple[str, int]]:
   """[(book_id, size in bytes)] in archive order: one decompression pass, for the ETA and to choose
-  the held-out books before the main pass.
+  the held-out books before the main pass; ValueError naming it when it cannot be read.
   """
   books = []
-  with tarfile.open(tar_path, mode="r|*") as tar:
+  with io_utils.reading(tar_path), tarfile.open(tar_path, mode="r|*") as tar:
     for member in tar:
       if member.isfile() and member.name.endswith(".txt"):
         books.append((_book_id(member.name), member.size))
@@ -343,14 +343,8 @@ def _mapper(num_workers: int):
   if num_workers <= 1:
     yield map
     return
-  # "spawn", not the Linux default "fork": callers such as create_pretraining_data.py import
-  # TensorFlow first, and forking a process that runs TF's thread pools can deadlock.
-  pool = multiprocessing.get_context("spawn").Pool(num_workers)
-  try:
+  with interrupts.worker_pool(num_workers) as pool:
     yield pool.imap
-  finally:
-    pool.terminate()
-    pool.join()
 
 
 class _Collector:

@@ -18,6 +18,8 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from util import interrupts
+
 # The flags `define_param_flags` defines belong to the script that
 # calls them, so that its --helpshort lists them (absl attributes a flag to the module that runs
 # DEFINE_*).
@@ -62,11 +64,14 @@ def run(main):
         raise InputError(
           f"unexpected argument {argv[1]!r}: this command takes flags only (--name=value)"
         )
-      return main(argv)
+      with interrupts.handling():
+        return main(argv)
     except (InputError, app.UsageError, flags.Error) as e:
       if logging.get_verbosity() >= logging.DEBUG:
         raise
       _refuse(e)
+    except KeyboardInterrupt as e:
+      interrupts.exit_stopped(e)
 
   app.run(guarded, flags_parser=parse)
 

@@ -6,13 +6,16 @@ import contextlib
 import glob
 import hashlib
 import json
+import lzma
 import os
 import re
 import secrets
 import shutil
 import socket
+import tarfile
 import tempfile
 import time
+import zlib
 
 from absl import flags
 from absl import logging
@@ -59,6 +62,23 @@ def data_root(data_dir=None):
 
 
 # --- Input files ---
+
+
+# What reading an input raises besides OSError when the file is damaged or cut short: the
+# decompressors' own errors (gzip's zlib.error, xz's LZMAError, EOFError at a stream's early end)
+# and tarfile's.
+_UNREADABLE = (OSError, EOFError, zlib.error, lzma.LZMAError, tarfile.TarError)
+
+
+@contextlib.contextmanager
+def reading(path):
+  """Turns an error reading input file `path` in the block (missing, unreadable, damaged or
+  truncated: a .gz, .bz2, .xz or tar archive) into ValueError "<path>: cannot read (<why>)". Keep
+  the block to the reading: an OSError from a write would be misnamed."""
+  try:
+    yield
+  except _UNREADABLE as e:
+    raise ValueError(f"{path}: cannot read ({e})") from None
 
 
 def expand_globs(patterns):
