@@ -3,7 +3,7 @@
 Sources: --input=hf:DIR (Hugging Face BERT), --input=bert:DIR (a Google BERT release), or
 --init_checkpoint, --bert_config_file and --vocab_file (a TF1 checkpoint such as the T-TA
 authors'). The written model dir is read back and its weights compared with the source's before
-success is reported (lm/model_dir.py converts). Examples: README "Released checkpoints".
+success is reported (lm/model_dir.py converts). Examples: README "Use a released checkpoint".
 
   python convert_checkpoint.py --input=hf:downloads/bert-base-uncased --output_dir=models/bert
 """

@@ -1,7 +1,7 @@
 """Discriminative (MWER) training of a neural LM as an N-best rescorer, and its evaluation.
 
 finetuning/mwer_job.py runs the job; the method: docs/DESIGN.md §4.5; the manual, outputs and
-exit codes: README "Discriminative rescoring (MWER)".
+exit codes: docs/manual.md "Discriminative rescoring (MWER)".
 
   python run_mwer.py --init_model=runs/reproduce/full/models/tta --output_dir=runs/mwer
 """

@@ -1,7 +1,8 @@
 """N-best reranking with any LM kind: the paper's tables (1, 2 and 7) and your own N-best files.
 
 Your own files (nbest/rescoring.py) or the paper's protocol (nbest/paper_protocol.py); the
-manual: README "Rescore your own N-best lists".
+manual: README "Rescore your N-best lists", docs/manual.md
+"Rescoring N-best lists".
 
   python run_rescoring.py --model_dir=runs/tta --task=asr --output_dir=results/asr
   python run_rescoring.py --format=kaldi --model_dir=ngram=kenlm:lm.bin,tta=runs/tta \\

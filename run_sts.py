@@ -1,6 +1,6 @@
 """Unsupervised semantic textual similarity (paper Tables 3 and 4), and of your own sentence pairs.
 
-evaluation/sts_job.py runs it; the manual: README "Sentence similarity (STS)".
+evaluation/sts_job.py runs it; the manual: docs/manual.md "Sentence similarity".
 
   python run_sts.py --model_dir=runs/tta,runs/bilm,runs/unilm --output_dir=results/sts
 """

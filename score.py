@@ -1,6 +1,6 @@
 """Scores sentences with any LM: one sentence per line in, one JSON record per line out.
 
-lm/scoring_job.py runs it; records, resume and shards: README "Score your own sentences".
+lm/scoring_job.py runs it; records, resume and shards: docs/manual.md "Scoring sentences".
 
   echo "the cat sat on the mat" | python score.py --model_dir=runs/tta
 """

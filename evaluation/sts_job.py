@@ -1,4 +1,4 @@
-"""The STS job of run_sts.py (the README's "Sentence similarity (STS)"): the paper's sets and
+"""The STS job of run_sts.py (docs/manual.md "Sentence similarity"): the paper's sets and
 --pairs_file sets, each representation raw and whitened. sts_results.json keeps each pair's
 cosine and gold score, so that reproduce.py compares two models on the same pairs.
 """

@@ -1,6 +1,6 @@
 """The MWER job of run_mwer.py: data, baselines, training runs, selection, final evaluation.
 
-The protocol and its outputs: docs/DESIGN.md §4.5, README "Discriminative rescoring (MWER)".
+The protocol and its outputs: docs/DESIGN.md §4.5, docs/manual.md "Discriminative rescoring (MWER)".
 Every stage resumes; only the same job resumes (<output_dir>/run.json, `identity`, util/runs.py).
 """
 

@@ -1,5 +1,6 @@
 """The one inference path: text -> token log-probabilities, sentence scores and vectors, for
-every LM kind. What is scored per kind: docs/DESIGN.md §4.1; long inputs: README "Long inputs".
+every LM kind. What is scored per kind: docs/DESIGN.md §4.1; long inputs: docs/manual.md
+"Long inputs".
 """
 
 import dataclasses

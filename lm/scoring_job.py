@@ -1,4 +1,5 @@
-"""score.py's job: sentences in, one record per line out, in input order (the manual: README).
+"""score.py's job: sentences in, one record per line out, in input order (the manual:
+docs/manual.md "Scoring sentences").
 
 To stdout, or into --output_file resumed from its partial file (util/resumable.py) and sharded by
 whole batches; `record` and `render` own the output formats.

@@ -277,6 +277,46 @@ def check_key(key):
   return key
 
 
+def write_refs(lists, path, keyed=True):
+  """Writes the lists' references, one per list, atomically: a Kaldi `text` file (`<key> <ref>`)
+  or, not `keyed`, a line-aligned one (line i + 1: list i); nothing when no list has one. Returns
+  whether it wrote; ValueError for a list with several."""
+  if not any(nbest.refs for nbest in lists):
+    return False
+  lines = []
+  for nbest in lists:
+    if len(nbest.refs) != 1:
+      raise ValueError(
+        f"{path}: one reference per list is written, {nbest.key!r} has {len(nbest.refs)}"
+      )
+    ref = check_text(nbest.refs[0], "reference")
+    lines.append(f"{check_key(nbest.key)} {ref}" if keyed else ref)
+  io_utils.write_atomically(path, lines_text(lines))
+  return True
+
+
+def beam_width(lists, why):
+  """The one number of hypotheses of every list; ValueError naming a list that differs and `why`
+  the format needs it."""
+  width = len(lists[0].hyps)
+  for nbest in lists:
+    if len(nbest.hyps) != width:
+      raise ValueError(
+        f"list {nbest.key!r} has {len(nbest.hyps)} hypotheses, {lists[0].key!r} {width}: {why}"
+      )
+  return width
+
+
+def required_score(lists, name, fmt):
+  """Score names of the lists (`score_names`), refused in one line when `name` is not among them."""
+  names = score_names(lists, fmt)
+  if name not in names:
+    raise ValueError(
+      f"{fmt}: the format needs a {name!r} score per hypothesis; the lists have {names}"
+    )
+  return names
+
+
 def write_files(out_dir, files, owned):
   """Writes {relative path: text} as `out_dir`, atomically, replacing an existing `out_dir` as a
   whole (no stale file stays) only when `owned(relative path)` holds for each of its files."""

@@ -1,14 +1,16 @@
-"""The README's "Score your own sentences" and "Similarity of your own sentence pairs" run as
-written after the main job.
+"""Every block of the README runs as written after the main job, and so do the blocks of
+docs/manual.md the README sends a reader to (long inputs, the other toolkits' lists).
 
-The main job (`bash scripts/reproduce.sh`) takes minutes, so the fixture puts what the example
-reads where the quick mode writes it (reproduce.py: `<work_dir>/models/<type>` and
-`<work_dir>/kenlm/5gram.bin`, work_dir `runs/reproduce/quick`): tiny T-TA and biLM model dirs
-for LibriSpeech-normalised text, as the real ones, and a toy ARPA model at the 5-gram's path
-(KenLM reads ARPA whatever the name). The commands run in a scratch copy of the checkout (the
-modules linked in), so a real `runs/` is never touched; our commands in them run in the test's
-process (`run_bash`). `source scripts/setup_env.sh` is left
-out: it sets up the environment these tests already run in.
+The main job (`bash scripts/reproduce.sh`) takes minutes, so the fixture puts what the blocks read
+where the quick mode writes it (reproduce.py: `<work_dir>/models/<type>`,
+`<work_dir>/kenlm/5gram.bin`, `<work_dir>/data/{corpus/train.txt,vocab.txt}`, work_dir
+`runs/reproduce/quick`): tiny T-TA and biLM model dirs for LibriSpeech-normalised text, as the real
+ones, a toy ARPA model at the 5-gram's path (KenLM reads ARPA whatever the name), a few sentences
+and the tiny vocab; and tiny releases where "Use a released checkpoint" unpacks the real ones. The
+commands run in a scratch copy of the checkout (the modules linked in), so a real `runs/` is never
+touched; our commands in them run in the test's process (`run_bash`). `source
+scripts/setup_env.sh` is left out: it sets up the environment these tests already run in. The
+blocks no test runs are `NOT_RUN`, each with its reason.
 """
 
 import json
@@ -19,15 +21,19 @@ import shlex
 import subprocess
 
 import commands
+from conftest import BERT_TOKENS
 from conftest import HANG_SECONDS
 from conftest import WORDS
 from conftest import data_dir_or_skip
+from conftest import tiny_bert
 from conftest import tiny_config
-import nbest_fixtures
+from conftest import write_google_release
+from conftest import write_hf_bert_dir
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from lm import checkpoints
 from lm import model_dir
 import modeling
 from nbest import formats
@@ -36,9 +42,18 @@ from nbest.formats import espnet
 import tokenization
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "README.md")
+MANUAL = os.path.join(ROOT, "docs", "manual.md")
 QUICK = os.path.join("runs", "reproduce", "quick")
-SECTION = "## Score your own sentences"
-PAIRS_SECTION = "### Similarity of your own sentence pairs"
+SECTION = "## Score your sentences"
+PAIRS_SECTION = "## Similarity of your pairs"
+# (section, index of its block): the README blocks no test here runs, and why.
+NOT_RUN = {
+  ("## Install and the two commands", 0): "the main job and the suite itself (CI runs them)",
+  ("## Use a released checkpoint", 0): "downloads from the network",
+  ("### Past one machine", 0): "GPUs or a TPU, a million steps",
+  ("### Public model API", 0): "a sketch: `ids` and `mask` are the reader's",
+}
 # A toy bigram model (log10 probabilities) of LibriSpeech-style upper-case words.
 ARPA = """\\data\\
 ngram 1=5
@@ -59,21 +74,33 @@ ngram 2=2
 """
 
 
-def readme_section(title):
-  """The text of the README section `title` (its heading line included)."""
-  with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+def readme_section(title, path=README):
+  """The text of the section `title` of `path` (its heading line included, up to the next
+  heading of any level)."""
+  with open(path, encoding="utf-8") as f:
     text = f.read()
-  section = text[text.index(title) :]
-  return section[: section.index("\n## ", len(title))]
+  section = text[text.index(title + "\n") :]
+  end = re.search(r"\n#{2,3} ", section[len(title) :])
+  return section[: len(title) + end.start()] if end else section
 
 
-def readme_blocks(title=SECTION):
-  """The (bash lines, python source or None) of the README section `title`."""
-  section = readme_section(title)
-  bash = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
-  python = re.search(r"```python\n(.*?)```", section, re.S)
-  bash = [l for l in bash.splitlines() if l and l != "source scripts/setup_env.sh"]
-  return bash, python and python.group(1)
+def blocks(title, path=README):
+  """[(language, source)] of the fenced blocks of section `title` of `path`."""
+  return re.findall(r"```(\w+)\n(.*?)```", readme_section(title, path), re.S)
+
+
+def bash_lines(source):
+  """The lines of a bash block a reader types, the set-up and comments left out."""
+  lines = source.splitlines()
+  return [l for l in lines if l and l != "source scripts/setup_env.sh" and not l.startswith("#")]
+
+
+def readme_blocks(title=SECTION, path=README):
+  """The (bash lines, python source or None) of the first bash and python blocks of `title`."""
+  found = blocks(title, path)
+  bash = next(source for language, source in found if language == "bash")
+  python = next((source for language, source in found if language == "python"), None)
+  return bash_lines(bash), python
 
 
 def run_bash(lines, cwd):
@@ -147,6 +174,13 @@ def checkout(tmp_path_factory):
   kenlm.parent.mkdir(parents=True)
   kenlm.write_text(ARPA)
   (root / QUICK / "kenlm" / "5gram.bin.json").write_text('{"normalization": "librispeech"}')
+  # The main job's corpus (LibriSpeech-normalised sentences) and its vocab.
+  data = root / QUICK / "data"
+  (data / "corpus").mkdir(parents=True)
+  rng = np.random.default_rng(5)
+  sentences = [" ".join(rng.choice(WORDS, size=rng.integers(3, 9))) for _ in range(200)]
+  (data / "corpus" / "train.txt").write_text("\n".join(sentences).upper() + "\n")
+  (data / "vocab.txt").write_text(vocab.read_text())
   return root
 
 
@@ -179,8 +213,9 @@ def test_score_your_own_sentences_runs_as_written(checkout, monkeypatch):
   assert totals == pytest.approx([r["score"] for r in records], abs=1e-6)
 
 
-@pytest.mark.slow(seconds=10)
-def test_similarity_of_your_own_pairs_runs_as_written(checkout):
+@pytest.mark.slow(seconds=25)
+def test_similarity_of_your_pairs_runs_as_written(checkout):
+  data_dir_or_skip("stsb")
   bash, _ = readme_blocks(PAIRS_SECTION)
   run_bash(bash, checkout)
   pairs = [line.split("\t") for line in (checkout / "pairs.tsv").read_text().splitlines()]
@@ -199,41 +234,35 @@ def test_similarity_of_your_own_pairs_runs_as_written(checkout):
   assert tta_embed["scores"]["mine"][0] == pytest.approx(want, abs=1e-6)
   assert [(c["a"], c["b"]) for c in report["comparisons"]] == [("tta", "bilm")] * 2
   assert "| mine | 3 |" in (out / "pairs_results.md").read_text()
+  # The paper's sets, 200 pairs each: a row per representation with both sets' Pearson.
+  rows = json.loads((checkout / "sts_results" / "sts_results.json").read_text())
+  assert [(r["model"], r["representation"]) for r in rows] == [("tta", "context"), ("tta", "embed")]
+  assert all(set(r["scores"]) == {"stsb_dev", "sick_test"} for r in rows)
+  assert all(len(r["cosines"]["stsb_dev"]) == 200 for r in rows)
 
 
-RESCORE_SECTION = "## Rescore your own N-best lists"
+RESCORE_SECTION = "## Rescore your N-best lists"
+MANUAL_RESCORE_SECTION = "## Rescoring N-best lists (`run_rescoring.py`)"
 TOOLKITS = ("kaldi", "espnet2", "nemo", "fairseq", "moses")
 
 
-@pytest.fixture(scope="module")
-def own_lists(checkout):
-  """Dev and test lists (30-best, from the shared LibriSpeech dev_other) written at the
-  README's paths `lists/<toolkit>/<set>/` by tests/nbest_fixtures.py; Kaldi's as a directory
-  (`text` and `<name>.cost`)."""
+@pytest.mark.slow(seconds=75)
+def test_rescore_your_lists_runs_as_written(checkout):
+  """The README's block (the shared lists as Kaldi's, rescored, then blind), then the manual's
+  (the same lists in the other toolkits' layouts, each rescored)."""
   data_dir_or_skip(shared_data.ESPNET_DIR)
-  lists = [n for n in espnet.read_espnet_nbest("dev_other") if len(n.hyps) == 30][:5]
-  sets = {"dev": lists[:3], "test": lists[3:]}
-  for toolkit in TOOLKITS:
-    for name, part in sets.items():
-      root = str(checkout / "lists" / toolkit / name)
-      if toolkit == "kaldi":
-        nbest_fixtures.write_kaldi_dir(part, root)
-      else:
-        nbest_fixtures.WRITERS[toolkit](part, root)
-  return sets
-
-
-@pytest.mark.slow(seconds=15)
-def test_rescore_your_own_nbest_lists_runs_as_written(checkout, own_lists):
-  block = readme_section(RESCORE_SECTION).split("```bash\n")[1].split("```")[0]
-  lines = [l for l in block.splitlines() if l and not l.startswith("#")]
-  assert len(lines) == len(TOOLKITS) + 1
-  run_bash(lines, checkout)
-  keys = {n.key for n in own_lists["test"]}
+  readme, _ = readme_blocks(RESCORE_SECTION)
+  (manual,) = [s for lang, s in blocks(MANUAL_RESCORE_SECTION, MANUAL) if lang == "bash"][:1]
+  manual = bash_lines(manual)
+  assert len(readme) == 4 and len(manual) == 2 * 4 + 4
+  run_bash(readme + manual, checkout)
+  keys = {n.key for n in espnet.read_espnet_nbest("test_other")[:20]}
   for toolkit in TOOLKITS:
     out = checkout / "rescored" / toolkit / "test"
     text = (out / "text").read_text().splitlines()
     assert len(text) == len(keys) and len((out / "hyp.trn").read_text().splitlines()) == len(keys)
+    if toolkit in ("kaldi", "espnet2", "nemo"):  # fairseq and Moses number their segments
+      assert {line.split()[0] for line in text} == keys
     report = json.loads((checkout / "rescored" / toolkit / "rescoring_report.json").read_text())
     assert report["sets"]["test"]["rescored"]["reference_words"] > 0
   # The blind run (no references, the tuned weights file) chose what the tuned run chose.
@@ -250,7 +279,7 @@ LONG_SECTION = "## Long inputs"
 
 @pytest.mark.slow(seconds=6)
 def test_long_inputs_run_as_written(checkout):
-  bash, _ = readme_blocks(LONG_SECTION)
+  bash, _ = readme_blocks(LONG_SECTION, MANUAL)
   outputs = run_bash(bash, checkout)
   (tta,) = [json.loads(l) for l in (checkout / "long.jsonl").read_text().splitlines()]
   (bilm,), (cut,) = [[json.loads(l) for l in lines] for lines in outputs[2:]]
@@ -259,3 +288,97 @@ def test_long_inputs_run_as_written(checkout):
     assert record["num_tokens"] == 181 and not record["truncated"] and record["windows"] > 1
   assert tta["windows"] == 25 and bilm["windows"] == 22
   assert cut["truncated"] and cut["num_tokens"] == 15 and "windows" not in cut
+
+
+PRETRAIN_SECTION = "## Pretrain"
+
+
+@pytest.mark.slow(seconds=40)
+def test_pretrain_runs_as_written(checkout):
+  bash, _ = readme_blocks(PRETRAIN_SECTION)
+  outputs = run_bash(bash, checkout)
+  summary = json.loads((checkout / "runs" / "my_tta" / "train_summary.json").read_text())
+  assert summary["final_step"] == 30
+  config = json.loads((checkout / "runs" / "my_tta" / "config.json").read_text())
+  assert (config["hidden_size"], config["num_hidden_layers"]) == (64, 2)
+  (record,) = [json.loads(l) for l in outputs[-1]]
+  assert record["text"] == "the cat sat on the mat" and math.isfinite(record["score"])
+
+
+RELEASED_SECTION = "## Use a released checkpoint"
+AUTHORS = "tta-layer-3-enwiki-lower-sub-32k"
+AUTHORS_CONFIG_KEYS = (
+  "attention_probs_dropout_prob",
+  "hidden_act",
+  "hidden_dropout_prob",
+  "hidden_size",
+  "initializer_range",
+  "intermediate_size",
+  "max_position_embeddings",
+  "num_attention_heads",
+  "num_hidden_layers",
+  "type_vocab_size",
+  "vocab_size",
+)
+
+
+def _releases(root):
+  """Tiny models where the README has the releases unpacked: the T-TA authors' (their config's
+  keys and file names), a Google BERT release and a Hugging Face BERT dir."""
+  downloads = root / "downloads"
+  authors = downloads / AUTHORS
+  authors.mkdir(parents=True)
+  vocab = authors / "vocab-lower.sub-32k.txt"
+  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + list(WORDS)) + "\n")
+  config = tiny_config(vocab_size=len(tokenization.SPECIAL_TOKENS) + len(WORDS))
+  tf.keras.utils.set_random_seed(8)
+  checkpoints.save_tf1_checkpoint(modeling.build_model(config, "tta"), str(authors / "model.ckpt"))
+  fields = {k: getattr(config, k) for k in AUTHORS_CONFIG_KEYS}
+  (authors / "config.layer-3.vocab-lower.sub-32k.json").write_text(
+    json.dumps(dict(fields, vocab_file=vocab.name))
+  )
+  bert = tiny_bert()
+  write_google_release(downloads / "uncased_L-12_H-768_A-12", bert, BERT_TOKENS)
+  write_hf_bert_dir(downloads / "bert-base-uncased", bert, BERT_TOKENS)
+
+
+@pytest.mark.slow(seconds=40)
+def test_use_a_released_checkpoint_runs_as_written(checkout):
+  data_dir_or_skip(shared_data.ESPNET_DIR)
+  _releases(checkout)
+  score, _ = readme_blocks(SECTION)
+  run_bash(score[:1], checkout)  # sents.txt, which the block reads
+  (download, use) = [source for language, source in blocks(RELEASED_SECTION) if language == "bash"]
+  assert "curl" in download
+  outputs = run_bash(bash_lines(use), checkout)
+  (authors,) = [json.loads(l) for l in outputs[1]]
+  assert authors["text"] == "the cat sat on the mat" and authors["tokens"][0] != "[CLS]"
+  in_place, hf = [[json.loads(l)["score"] for l in outputs[i]] for i in (2, 4)]
+  assert in_place == pytest.approx(hf, abs=1e-5)  # the same weights, two release formats
+  for name in ("tta-enwiki", "bert-base", "bert-base-uncased"):
+    assert (checkout / "models" / name / "config.json").exists()
+  rows = json.loads((checkout / "results" / "asr_bert" / "rescoring_results.json").read_text())
+  assert rows and all(row["lm"] == "bert" for row in rows)
+
+
+def test_every_readme_block_is_run_here_or_listed_with_its_reason():
+  """The sections whose blocks the tests above run, and NOT_RUN, cover every README block."""
+  with open(README, encoding="utf-8") as f:
+    text = f.read()
+  found, title = set(), None
+  counts = {}
+  for line_block in re.finditer(r"^(#{2,3} .*)$|^```(\w+)\n", text, re.M):
+    if line_block.group(1):
+      title = line_block.group(1)
+    elif line_block.group(2) in ("bash", "python"):
+      found.add((title, counts.get(title, 0)))
+      counts[title] = counts.get(title, 0) + 1
+  run = {
+    (SECTION, 0),
+    (SECTION, 1),
+    (RESCORE_SECTION, 0),
+    (PAIRS_SECTION, 0),
+    (PRETRAIN_SECTION, 0),
+    (RELEASED_SECTION, 1),
+  }
+  assert found == run | set(NOT_RUN)

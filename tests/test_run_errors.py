@@ -73,6 +73,12 @@ LOCATIONS = {"under_a_file": _under_a_file, "read_only": _read_only, "proc": _pr
 
 # (command, flags besides the output); "{tmp}" is the test's tmp_path.
 COMMANDS = {
+  "convert_nbest.py": [
+    "--input={tmp}/absent",
+    "--input_format=tsv",
+    "--output_format=kaldi",
+    "--output_dir={out}",
+  ],
   "run_mwer.py": ["--init_model={tmp}/absent", "--data_dir={tmp}", "--output_dir={out}"],
   "run_rescoring.py": ["--model_dir={tmp}/absent", "--data_dir={tmp}", "--output_dir={out}"],
   "run_sts.py": ["--model_dir={tmp}/absent", "--data_dir={tmp}", "--output_dir={out}"],

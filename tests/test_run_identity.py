@@ -15,6 +15,7 @@ from finetuning import mwer_job
 from finetuning import mwer_training
 from lm import inference
 from lm import scoring_job
+from nbest import conversion_job
 from nbest import rescoring_job
 from pretraining import training
 from util import cli
@@ -32,6 +33,7 @@ NOT_RESULT = {
     "num_cpu_devices": "replicas",
   },
   rescoring_job.RescoringParams: {"chunk_size": "caching", "overwrite": "restart"},
+  conversion_job.ConversionParams: {"overwrite": "restart"},
   mwer_job.JobParams: {"chunk_size": "caching", "overwrite": "restart"},
   mwer_training.MwerParams: {
     "save_every_steps": "checkpointing",
@@ -86,6 +88,18 @@ def _rescoring(cls, tmp_path, tiny_tta, lm, **values):
   return rescoring_job.identity(params)
 
 
+def _conversion(cls, tmp_path, tiny_tta, lm, **values):
+  del tiny_tta, lm
+  params = cls(
+    input=str(tmp_path / "in.tsv"),
+    input_format="tsv",
+    output_format="kaldi",
+    output_dir=str(tmp_path / "out"),
+    **values,
+  )
+  return conversion_job.identity(params)
+
+
 def _mwer(cls, tmp_path, tiny_tta, lm, mwer=None, **values):
   return mwer_job.identity(
     cls(
@@ -114,6 +128,7 @@ def _pretraining(cls, tmp_path, tiny_tta, lm, **values):
 JOBS = {
   scoring_job.ScoreParams: _score,
   rescoring_job.RescoringParams: _rescoring,
+  conversion_job.ConversionParams: _conversion,
   mwer_job.JobParams: _mwer,
   mwer_training.MwerParams: _mwer_training,
   sts_job.JobParams: _sts,
@@ -149,6 +164,7 @@ def test_a_new_field_is_part_of_the_identity_and_a_marked_one_is_not(cls, tmp_pa
 # The required fields of the params without a default.
 _REQUIRED = {
   rescoring_job.RescoringParams: {"lms": []},
+  conversion_job.ConversionParams: {"input": "i", "output_format": "kaldi", "output_dir": "o"},
   sts_job.JobParams: {"model_dir": []},
   mwer_job.JobParams: {"init_model": "m", "output_dir": "o"},
   training.TrainParams: {"output_dir": "o"},

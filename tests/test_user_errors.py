@@ -58,6 +58,16 @@ CASES = [
   ),
   ("convert_checkpoint.py", ["--output_dir={tmp}/model"], ["give either --input"]),
   (
+    "convert_nbest.py",
+    [
+      "--input={tmp}/absent.tsv",
+      "--input_format=tsv",
+      "--output_format=kaldi",
+      "--output_dir={tmp}/out",
+    ],
+    ["{tmp}/absent.tsv"],
+  ),
+  (
     "run_mwer.py",
     ["--init_model={tmp}/absent", "--output_dir={tmp}/mwer", "--data_dir={tmp}"],
     ["{tmp}/absent/config.json"],

@@ -1,4 +1,5 @@
-"""N-best lists in the formats ASR and MT toolkits write: `read_nbest`, `write_rescored`, writers.
+"""N-best lists in the formats ASR and MT toolkits write: `read_nbest`, `write_rescored`,
+`export` (whole lists into a toolkit's layout, convert_nbest.py), writers.
 
 Every reader keeps the contract of docs/DESIGN.md §5.3 (scores in natural log, higher is better;
 bad input is a ValueError starting `file:line:`); each format is one module here that registers
@@ -19,6 +20,28 @@ from util import io_utils
 
 
 @dataclasses.dataclass(frozen=True)
+class Export:
+  """How whole lists are written from nothing in a format, with their references, into a directory
+  (convert_nbest.py); `write_rescored` instead writes back lists read from a file.
+
+  Attributes:
+    write: (lists, out_dir) -> {reader option: value} that reads them back (e.g. nbest=30); writes
+      the lists at `lists` and their references at `refs` (when the lists have references, or
+      always when the file carries the keys); ValueError for lists the format cannot hold.
+    lists: the lists' path in the directory; `{width}` stands for the hypotheses per list.
+    refs: the references' path in the directory; None: they are in the lists' file.
+  """
+
+  write: Callable
+  lists: str
+  refs: str = None
+
+  def paths(self, lists):
+    """(lists path, refs path or None) relative to the directory, for `lists`."""
+    return self.lists.format(width=len(lists[0].hyps) if lists else 0), self.refs
+
+
+@dataclasses.dataclass(frozen=True)
 class Format:
   """One N-best format; its str fields (path, refs, options, scores, features) describe it in words.
 
@@ -31,6 +54,7 @@ class Format:
     directory: the rescored output is a directory, replaced as a whole.
     refs_in_file: the input can hold its own references (with not `aligned_refs`: MWER's formats).
     paper_table: ASR files of this format feed run_rescoring.py's --dev_file/--test_file table.
+    export: how convert_nbest.py writes lists in this format; None: it does not.
   """
 
   read: Callable
@@ -44,6 +68,7 @@ class Format:
   directory: bool = False
   refs_in_file: bool = False
   paper_table: bool = False
+  export: Export = None
 
 
 _JSON_KEY_RE = re.compile(r'\s*("(?:[^"\\]|\\.)*")\s*:')
@@ -190,6 +215,11 @@ def _chosen(lists, choice):
     if not valid or not 0 <= index < len(nbest.hyps):
       raise ValueError(f"choice {index!r} is not a hypothesis of {nbest.key!r}")
     yield text_files.check_key(nbest.key), text_files.check_text(nbest.hyps[index].text, "text")
+
+
+def exportable():
+  """The names of the formats convert_nbest.py writes, in registry order."""
+  return tuple(name for name, fmt in FORMATS.items() if fmt.export is not None)
 
 
 def write_kaldi_text(lists, choice, path):

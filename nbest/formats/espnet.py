@@ -220,6 +220,11 @@ def _write_espnet(lists, source_path, out_path, feature_names):
   )
 
 
+def _export_espnet(lists, out_dir):
+  _write_espnet(lists, None, os.path.join(out_dir, "set"), ())
+  return {}
+
+
 formats.register(
   "espnet",
   formats.Format(
@@ -232,5 +237,6 @@ formats.register(
     features="a field of the `scores` JSON, in an unpacked directory",
     directory=True,
     refs_in_file=True,
+    export=formats.Export(_export_espnet, "set"),
   ),
 )

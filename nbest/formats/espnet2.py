@@ -139,6 +139,13 @@ def _espnet2_output(rel):
   )
 
 
+def _export_espnet2(lists, out_dir):
+  """The decode dir's `<n>best_recog/` of `write_espnet2` and data/<set>/text."""
+  write_espnet2(lists, None, os.path.join(out_dir, "decode_test"), ())
+  text_files.write_refs(lists, os.path.join(out_dir, "data", "text"))
+  return {}
+
+
 formats.register(
   "espnet2",
   formats.Format(
@@ -150,5 +157,6 @@ formats.register(
     scores=f"'score', the beam search's total ({formats.SCORE_NOTE})",
     features="a keyed file `<n>best_recog/<name>.score` beside `score`",
     directory=True,
+    export=formats.Export(_export_espnet2, "decode_test", "data/text"),
   ),
 )

@@ -2,6 +2,7 @@
 
 import dataclasses
 import math
+import os
 import re
 
 from absl import logging
@@ -237,6 +238,38 @@ def write_fairseq(lists, source_path, out_path, feature_names, kept=None, log_ba
   io_utils.write_atomically(out_path, text_files.lines_text(out))
 
 
+def export_fairseq(lists, out_dir, log_base=2):
+  """What `fairseq-generate --nbest N` prints of the lists, in base 2: per sample a T- line (the
+  reference), per hypothesis an H- line ('score'), a P- line holding the sum of its token scores
+  when the lists have 'logprob', and an F- line per other score; and the references line-aligned."""
+  names = text_files.required_score(lists, "score", "fairseq")
+  width = text_files.beam_width(lists, "fairseq-generate prints N hypotheses per sample")
+  to_e = _fairseq_log_e(log_base)
+  lines = []
+  for i, nbest in enumerate(lists):
+    if len(nbest.refs) > 1:
+      raise ValueError(
+        f"fairseq: list {nbest.key!r} has {len(nbest.refs)} references, T- holds one"
+      )
+    lines += [f"T-{i}\t{text_files.check_text(ref, 'reference')}" for ref in nbest.refs]
+    for hyp in nbest.hyps:
+      lines.append(
+        f"H-{i}\t{hyp.scores['score'] / to_e!r}\t{text_files.check_text(hyp.text, 'hypothesis')}"
+      )
+      if "logprob" in names:
+        lines.append(f"P-{i}\t{hyp.scores['logprob'] / to_e!r}")
+      lines += [
+        f"F-{i}\t{text_files.check_name(name, 'fairseq')}\t{hyp.scores[name] / to_e!r}"
+        for name in names
+        if name not in _FAIRSEQ_RESERVED
+      ]
+  io_utils.write_atomically(
+    os.path.join(out_dir, "generate-test.txt"), text_files.lines_text(lines)
+  )
+  text_files.write_refs(lists, os.path.join(out_dir, "refs.txt"), keyed=False)
+  return {"nbest": width}
+
+
 formats.register(
   "fairseq",
   formats.Format(
@@ -249,5 +282,6 @@ formats.register(
     features="a line `F-<id><TAB><name><TAB><value in log_base>` after the hypothesis' lines",
     aligned_refs=True,
     refs_in_file=True,
+    export=formats.Export(export_fairseq, "generate-test.txt", "refs.txt"),
   ),
 )

@@ -110,6 +110,13 @@ def write_kaldi(lists, source_path, out_path, feature_names):
   text_files.write_files(out_path, files, lambda rel: rel == "text" or rel.endswith(_COST_SUFFIX))
 
 
+def _export_kaldi(lists, out_dir):
+  """The directory `nbest/` of `write_kaldi` and data/<set>/text's `ref_text`."""
+  write_kaldi(lists, None, os.path.join(out_dir, "nbest"), ())
+  text_files.write_refs(lists, os.path.join(out_dir, "ref_text"))
+  return {}
+
+
 formats.register(
   "kaldi",
   formats.Format(
@@ -122,5 +129,6 @@ formats.register(
     scores=f"one per cost archive, -cost ({formats.SCORE_NOTE})",
     features="a cost archive `<name>.cost` (`<utt>-<n> <-value>`) in the output directory",
     directory=True,
+    export=formats.Export(_export_kaldi, "nbest", "ref_text"),
   ),
 )

@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import re
 
 from nbest import formats
@@ -157,6 +158,11 @@ def _write_json(lists, source_path, out_path, feature_names):
   io_utils.write_atomically(out_path, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
 
 
+def _export_json(lists, out_dir):
+  _write_json(lists, None, os.path.join(out_dir, "nbest.json"), ())
+  return {}
+
+
 formats.register(
   "json",
   formats.Format(
@@ -169,5 +175,6 @@ formats.register(
     features="a field of each hypothesis",
     refs_in_file=True,
     paper_table=True,
+    export=formats.Export(_export_json, "nbest.json"),
   ),
 )

@@ -1,6 +1,7 @@
 """Moses and Marian n-best lists ("moses")."""
 
 import itertools
+import os
 import re
 
 from nbest import formats
@@ -149,6 +150,30 @@ def write_moses(lists, source_path, out_path, feature_names, kept=None):
   io_utils.write_atomically(out_path, text_files.lines_text(out))
 
 
+def export_moses(lists, out_dir):
+  """Moses' n-best lines `id ||| text ||| Name= v ... ||| total`: every score a dense feature but
+  'score', the total; and the references line-aligned."""
+  names = text_files.required_score(lists, "score", "moses")
+  features = [text_files.check_name(name, "moses") for name in names if name != "score"]
+  if not features:
+    raise ValueError(
+      "moses: the format needs a feature besides the total 'score'; the lists have none"
+    )
+  lines = []
+  for i, nbest in enumerate(lists):
+    for hyp in nbest.hyps:
+      text = text_files.check_text(hyp.text, "hypothesis")
+      if "|||" in text:
+        raise ValueError(
+          f"cannot write the hypothesis {text!r} of {nbest.key!r} to Moses: '|||' inside"
+        )
+      feats = " ".join(f"{name}= {hyp.scores[name]!r}" for name in features)
+      lines.append(f"{i} ||| {text} ||| {feats} ||| {hyp.scores['score']!r}")
+  io_utils.write_atomically(os.path.join(out_dir, "nbest.txt"), text_files.lines_text(lines))
+  text_files.write_refs(lists, os.path.join(out_dir, "refs.txt"), keyed=False)
+  return {}
+
+
 formats.register(
   "moses",
   formats.Format(
@@ -160,5 +185,6 @@ formats.register(
     scores="each labelled feature as written, and the total as 'score'",
     features="`NAME= value` appended to the feature field (the total unchanged)",
     aligned_refs=True,
+    export=formats.Export(export_moses, "nbest.txt", "refs.txt"),
   ),
 )

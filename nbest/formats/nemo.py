@@ -151,6 +151,35 @@ def write_nemo(lists, source_path, out_path, feature_names, kept=None):
   io_utils.write_atomically(out_path, text_files.lines_text(out))
 
 
+def export_nemo(lists, out_dir):
+  """The beams file eval_beamsearch_ngram writes, `text<TAB>score` rows, named with its width as
+  NeMo names it, and a manifest whose audio files are named by the keys (with the references)."""
+  text_files.required_score(lists, "score", "nemo")
+  width = text_files.beam_width(
+    lists, "NeMo's beams file has no keys, so every beam must be full (or use another format)"
+  )
+  rows = [
+    f"{text_files.check_text(hyp.text, 'hypothesis')}\t{hyp.scores['score']!r}"
+    for nbest in lists
+    for hyp in nbest.hyps
+  ]
+  for row in rows:
+    if row.count("\t") != 1:
+      raise ValueError(f"cannot write the nemo row {row!r}: a tab inside the text")
+  manifest = []
+  for nbest in lists:
+    if "/" in text_files.check_key(nbest.key) or len(nbest.refs) > 1:
+      raise ValueError(f"nemo: list {nbest.key!r} has a '/' in its key or several references")
+    entry = {"audio_filepath": f"{nbest.key}.flac"}
+    entry.update({"text": nbest.refs[0]} if nbest.refs else {})
+    manifest.append(json.dumps(entry, ensure_ascii=False))
+  io_utils.write_atomically(
+    os.path.join(out_dir, f"preds_out_width{width}.tsv"), text_files.lines_text(rows)
+  )
+  io_utils.write_atomically(os.path.join(out_dir, "manifest.json"), text_files.lines_text(manifest))
+  return {}
+
+
 formats.register(
   "nemo",
   formats.Format(
@@ -161,5 +190,6 @@ formats.register(
     options="beam_size=int, columns=('score', ...)",
     scores=f"'score' (and the `columns` named) ({formats.SCORE_NOTE})",
     features="a new last column (read back with columns=('score', ..., name))",
+    export=formats.Export(export_nemo, "preds_out_width{width}.tsv", "manifest.json"),
   ),
 )

@@ -1,5 +1,7 @@
 """This repository's plain N-best TSV ("tsv")."""
 
+import os
+
 from nbest import formats
 from nbest import text_files
 from nbest import types
@@ -98,6 +100,11 @@ def _write_tsv(lists, source_path, out_path, feature_names):
   write_tsv_nbest(lists, out_path, score_names=text_files.score_names(lists, out_path))
 
 
+def _export_tsv(lists, out_dir):
+  _write_tsv(lists, None, os.path.join(out_dir, "nbest.tsv"), ())
+  return {}
+
+
 formats.register(
   "tsv",
   formats.Format(
@@ -110,5 +117,6 @@ formats.register(
     features="a new score column",
     refs_in_file=True,
     paper_table=True,
+    export=formats.Export(_export_tsv, "nbest.tsv"),
   ),
 )
