@@ -291,17 +291,6 @@ def test_the_trained_model_dir_loads_and_scores_like_any_other(tmp_path, vocab_f
   assert weights.to_dict() == summary["best"]["weights"]
 
 
-@pytest.fixture
-def op_determinism():
-  """TF op determinism for one test only: the tests after it in the process draw unseeded
-  random ops, which determinism refuses. TF has no public switch back, hence the private one."""
-  from tensorflow.python.framework import config as tf_config  # pylint: disable=g-import-not-at-top
-
-  tf.config.experimental.enable_op_determinism()
-  yield
-  tf_config.disable_op_determinism()
-
-
 @pytest.mark.slow(seconds=15)
 def test_resume_is_exact(tmp_path, vocab_file, monkeypatch, op_determinism):
   del op_determinism

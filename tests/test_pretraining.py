@@ -770,6 +770,60 @@ def test_deterministic_resume_after_kill_is_bit_identical(data_dir, tmp_path):
     np.testing.assert_array_equal(got[name], value, err_msg=name)
 
 
+@pytest.mark.parametrize(
+  "steps_per_loop, log_every_steps, stop_step",
+  # A stop takes effect when the running tf.function call ends: step 10 of calls of 5 steps; step
+  # 7 of calls of 20, cut at 7 by the log interval. Neither is a multiple of the save interval.
+  [(5, 100, 10), (20, 7, 7)],
+)
+@pytest.mark.slow(seconds=30)
+def test_a_stop_between_saves_resumes_bit_identically(
+  data_dir, tmp_path, monkeypatch, op_determinism, steps_per_loop, log_every_steps, stop_step
+):
+  """SIGTERM during step 7 of a run that saves every 20 steps: the run saves the step it stopped
+  at, and the restart ends with exactly the weights, optimizer slots and input position of the
+  run never stopped (issue 56; before, dropout's stream restarted at the resume and the runs
+  parted)."""
+  del op_determinism
+  options = dict(
+    model_type="bilm",
+    deterministic=True,
+    seed=7,
+    num_train_steps=12,
+    save_checkpoints_steps=20,
+    steps_per_loop=steps_per_loop,
+    log_every_steps=log_every_steps,
+    eval_file=None,
+    install_signal_handlers=True,
+  )
+  whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+  assert training.train(tiny_params(data_dir, whole, **options))["finished"]
+  run_steps = training._run_steps
+
+  def sigterm_during_step_7(train_loop, iterator, num, state, *args):
+    before = state.step
+    run_steps(train_loop, iterator, num, state, *args)
+    if before < 7 <= state.step:
+      # The run's own handler, called as the signal would (a real kill would end pytest if the
+      # handler were missing, hiding which test failed).
+      handler = signal.getsignal(signal.SIGTERM)
+      assert callable(handler), "train installs no SIGTERM handler"
+      handler(signal.SIGTERM, None)
+
+  with monkeypatch.context() as patch:
+    patch.setattr(training, "_run_steps", sigterm_during_step_7)
+    first = training.train(tiny_params(data_dir, stopped, **options))
+  assert first["stopped_by"] == "signal 15" and first["final_step"] == stop_step
+  assert tf.train.latest_checkpoint(str(stopped)).endswith(f"ckpt-{stop_step}")
+  second = training.train(tiny_params(data_dir, stopped, **options))
+  assert second["start_step"] == stop_step and second["finished"]
+  want, got = _checkpoint_values(whole), _checkpoint_values(stopped)
+  assert sorted(got) == sorted(want)
+  for name, value in want.items():
+    if not name.startswith("save_counter"):  # the stopped run saved once more
+      np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
 # ---------------------------------------------------------- (d) multi-worker
 
 
