@@ -220,8 +220,9 @@ class TrainParams:
   synthetic_length: int = cli.param("Mean sentence length of --synthetic_data.", 32)
   deterministic: bool = cli.param(
     "TF op determinism (tf.config.experimental.enable_op_determinism): the same --seed and "
-    "data give the same losses, and a run resumed after a kill continues bit-identically "
-    "(same device kind and strategy; some GPU ops are slower or refuse to run).",
+    "data give the same losses, and a run resumed after a kill or a stop at any step continues "
+    "bit-identically (same device kind, strategy and replica count; some GPU ops are slower or "
+    "refuse to run).",
     False,
   )
   overwrite: bool = cli.param(
