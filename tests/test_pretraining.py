@@ -946,7 +946,7 @@ def test_mirrored_replicas_share_a_bucket_and_resume_at_the_step(data_dir, tmp_p
   assert "MIRRORED_INPUT_OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]
 
 
-@pytest.mark.slow(seconds=60)
+@pytest.mark.slow(seconds=90)
 def test_mirrored_resume_after_kill_is_bit_identical(data_dir, tmp_path):
   """--strategy=mirrored over 2 logical CPU devices, --deterministic: a run killed (-9) after a
   checkpoint and restarted ends with exactly the weights, optimizer slots and input position of
