@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import json
 import math
+import threading
 
 import keras
 import numpy as np
@@ -157,8 +158,10 @@ def create_initializer(initializer_range=0.02):
   return keras.initializers.TruncatedNormal(stddev=initializer_range)
 
 
-class _DropoutSeed(object):
-  """The seed of `stateless_dropout`'s block and the dropout calls made in it so far."""
+class _DropoutSeed(threading.local):
+  """The seed of `stateless_dropout`'s block and the dropout calls made in it so far, per thread:
+  MirroredStrategy traces each replica's step in a thread of its own, switching threads at every
+  cross-replica call, so one replica's seed must not leak into another's step."""
 
   seed = None
   calls = 0
@@ -173,7 +176,7 @@ def stateless_dropout(seed):
 
   A step traced in the block and seeded with (run seed, step) draws the same masks at that step in
   every process (TF's stateful stream lives in no checkpoint), so a resumed run continues exactly
-  (finetuning/mwer.py). Not thread-safe.
+  (finetuning/mwer.py, pretraining/training.py). The block holds in the thread that enters it.
   """
   previous = (_DROPOUT_SEED.seed, _DROPOUT_SEED.calls)
   _DROPOUT_SEED.seed, _DROPOUT_SEED.calls = seed, 0

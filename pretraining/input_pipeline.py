@@ -57,9 +57,11 @@ _IDS_FEATURES = {
 _LENGTH_FEATURE = {"length": tf.io.FixedLenFeature([], tf.int64)}
 
 
-def _bucket_and_batch(ds, batch_size, lengths, drop_remainder):
+def _bucket_and_batch(ds, batch_size, lengths, drop_remainder, batches_per_window=1):
   """{serialized: tf.string [B], bucket: int64 []}; only `length` is parsed here, so batches skipped
-  on a resume cost no parsing.
+  on a resume cost no parsing. The batches come in runs of batches_per_window of one bucket (a
+  window of that many batches' records), so that the replicas fed by one pipeline, which take
+  consecutive batches, get one shape per step (a shorter run only where one pass ends).
   """
   lengths_t = tf.constant(lengths, tf.int64)
 
@@ -82,7 +84,9 @@ def _bucket_and_batch(ds, batch_size, lengths, drop_remainder):
     )
 
   return ds.group_by_window(
-    key_func=lambda f: f["bucket"], reduce_func=reduce_func, window_size=batch_size
+    key_func=lambda f: f["bucket"],
+    reduce_func=reduce_func,
+    window_size=batch_size * batches_per_window,
   )
 
 
@@ -278,30 +282,37 @@ def make_dataset(
   skip_batches=0,
   shuffle_buffer_size=_SHUFFLE_BUFFER,
   continuation=None,
+  replicas_per_pipeline=1,
+  pad_to_max_seq_length=False,
 ):
   """dicts of input_ids, input_mask, target_ids int32 [B, L], target_weights float32 [B, L] (and
-  `make_targets`' word_ids), L one of `bucket_lengths`; B is per input pipeline.
+  `make_targets`' word_ids), L one of `bucket_lengths`, B batch_size (per replica under
+  tf.distribute). The replicas_per_pipeline consecutive batches of a step share L.
 
   Training drops partial batches (static B) and repeats; eval is one pass in file order, masked
-  with seed 0 by default so that checkpoints' eval losses compare. seed None in training draws a
-  logged random one, which a resume with skip_batches cannot repeat. ValueError for an unknown
-  model_type, no matching files or bad buckets.
+  with seed 0 by default so that checkpoints' eval losses compare. pad_to_max_seq_length: one
+  shape, [B, max_seq_length], partial batches dropped in eval too (TPUs compile each shape).
+  seed None in training draws a logged random one, which a resume with skip_batches cannot repeat.
+  ValueError for an unknown model_type, no matching files or bad buckets.
   """
   _check_dataset_args(model_type, batch_size, mask_id, vocab_size, continuation)
   special_ids = sorted(int(i) for i in special_ids)
-  lengths = bucket_lengths(max_seq_length, bucket_boundaries)
+  if pad_to_max_seq_length and bucket_boundaries:
+    raise ValueError("pad_to_max_seq_length leaves no buckets: give no bucket_boundaries")
+  lengths = bucket_lengths(max_seq_length, () if pad_to_max_seq_length else bucket_boundaries)
   files = io_utils.expand_globs(file_pattern)
   num_pipelines, pipeline_id = _pipeline_position(input_context)
   seed = _pipeline_seed(seed, is_training)
   ds = _read_records(files, is_training, seed, num_pipelines, pipeline_id, shuffle_buffer_size)
-  ds = _bucket_and_batch(ds, batch_size, lengths, drop_remainder=is_training)
+  fixed_batch = is_training or pad_to_max_seq_length
+  ds = _bucket_and_batch(ds, batch_size, lengths, fixed_batch, replicas_per_pipeline)
 
   def targets(batch, batch_seed):
     return make_targets(
       batch, model_type, batch_seed, vocab_size, mask_id, special_ids, mlm_probability, continuation
     )
 
-  static_batch_size = batch_size if is_training else None
+  static_batch_size = batch_size if fixed_batch else None
   ds = _parse_batches(
     ds, lengths, vocab_size, static_batch_size, (seed, pipeline_id), skip_batches, targets
   )

@@ -160,6 +160,11 @@ class TrainParams:
     None,
     convert=_int_list("bucket_boundaries"),
   )
+  pad_to_max_seq_length: bool = cli.param(
+    "Pad every batch to --max_seq_length (one shape, partial batches dropped, also in eval) "
+    "instead of bucketing by length: for TPUs, which compile each shape anew.",
+    False,
+  )
   seed: int = cli.param(
     "Seed of the data order and the biLM masks, and of weight initialisation and dropout unless "
     "--init_seed is given.",
@@ -230,8 +235,9 @@ class TrainParams:
   synthetic_length: int = cli.param("Mean sentence length of --synthetic_data.", 32)
   deterministic: bool = cli.param(
     "TF op determinism (tf.config.experimental.enable_op_determinism): the same --seed and "
-    "data give the same losses, and a run resumed after a kill continues bit-identically "
-    "(same device kind and strategy; some GPU ops are slower or refuse to run).",
+    "data give the same losses, and a run resumed after a kill or a stop at any step continues "
+    "bit-identically (same device kind, strategy and replica count; some GPU ops are slower or "
+    "refuse to run).",
     False,
   )
   overwrite: bool = cli.param(
@@ -308,9 +314,10 @@ def _batch_counts(features):
   }
 
 
-def make_train_loop(strategy, model, optimizer, use_xla=False, loss_denominator=None):
+def make_train_loop(strategy, model, optimizer, use_xla=False, loss_denominator=None, seed=0):
   """train_loop(iterator, num_steps) -> float32 [num_steps, 7]: each step's global METRICS sums.
-  loss_denominator None: each step's global target-weight sum.
+  loss_denominator None: each step's global target-weight sum. Dropout draws its masks from
+  (seed, step, replica) (`_seeded_dropout`).
   """
   gather = not (use_xla or isinstance(strategy, tf.distribute.TPUStrategy))
   variables = model.trainable_variables
@@ -345,11 +352,35 @@ def make_train_loop(strategy, model, optimizer, use_xla=False, loss_denominator=
   def train_loop(iterator, num_steps):
     rows = tf.TensorArray(tf.float32, size=num_steps)
     for i in tf.range(num_steps):
-      per_replica = strategy.run(step_fn, args=(next(iterator),))
+      per_replica = strategy.run(
+        _seeded_dropout(step_fn, seed),
+        args=(next(iterator), tf.identity(optimizer.iterations.value)),
+      )
       rows = rows.write(i, distribute_utils.sum_replicas(strategy, per_replica))
     return rows.stack()
 
   return train_loop
+
+
+def _seeded_dropout(step_fn, seed):
+  """step_fn(features) as a replica function (features, step int64 []) whose dropout masks are
+  drawn statelessly from (seed, step, replica) (`modeling.stateless_dropout`).
+
+  TF's stateful dropout keeps its stream position in the traced function, in no checkpoint: a run
+  resumed (or stopped and restarted) at any step would draw other masks from there on. Keyed by the
+  step the checkpoint holds, every step's masks are the same in every process, so a resume is
+  bit-identical wherever the run stopped (docs/DESIGN.md §3.3).
+  """
+
+  def replica_fn(features, step):
+    replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+    step_seed = tf.stack([tf.constant(seed, tf.int64), tf.cast(step, tf.int64)])
+    with modeling.stateless_dropout(
+      tf.random.experimental.stateless_fold_in(step_seed, tf.cast(replica, tf.int64))
+    ):
+      return step_fn(features)
+
+  return replica_fn
 
 
 def make_eval_step(strategy, model, use_xla=False, element_spec=None):
@@ -469,10 +500,14 @@ class _Progress:
   """What a `train` call has done so far: the figures of its summary."""
 
   start_step: int
+  # Global batches (steps) the input skipped: the input position resumed from.
   skip_batches: int
   # The newest checkpoint saved or resumed from (None: none yet).
   last_path: str
   step_losses: list = dataclasses.field(default_factory=list)
+  # (global batch, padded length) of each step: the shapes the step function ran on, each a
+  # compilation under XLA or on a TPU.
+  step_shapes: set = dataclasses.field(default_factory=set)
   stopped_by: str = "num_train_steps"
   eval_result: dict = None
   run_start: float = dataclasses.field(default_factory=time.time)
@@ -499,13 +534,13 @@ def _data_order_seed(params):
     tf.random.set_seed(params.init_seed)
 
 
-def training_iterator(params, strategy, setup, skip_batches):
-  """The distributed iterator over the training batches, past the first `skip_batches`, in the
-  data order of --seed (`_data_order_seed`)."""
+def training_iterator(params, strategy, setup, skip_steps):
+  """The distributed iterator over the training batches, past those of the first `skip_steps`
+  steps, in the data order of --seed (`_data_order_seed`)."""
   with _data_order_seed(params):
     return iter(
       strategy.distribute_datasets_from_function(
-        training_setup.make_dataset_fn(params, setup.config, setup.vocab, True, skip_batches)
+        training_setup.make_dataset_fn(params, setup.config, setup.vocab, True, skip_steps)
       )
     )
 
@@ -524,11 +559,16 @@ def run(params):
 
 
 def check_data(params):
-  """The TFRecord globs match files (cli.InputError naming the flag)."""
+  """The TFRecord globs match files and the batching flags agree (cli.InputError naming the
+  flag)."""
   if params.synthetic_data:
     return  # no file is read
   if not params.input_file:
     raise cli.InputError("--input_file is required (or --synthetic_data)")
+  if params.pad_to_max_seq_length and params.bucket_boundaries:
+    raise cli.InputError(
+      "--pad_to_max_seq_length pads every batch to one length: give no --bucket_boundaries"
+    )
   for name in ("input_file", "eval_file"):
     pattern = getattr(params, name)
     if pattern:
@@ -595,17 +635,6 @@ def _train_locked(params, strategy, write_dir):
     evaluator = _evaluator(strategy, state.model, params, setup, eval_writer, progress)
 
   def train_steps(num):
-    nonlocal train_loop
-    every = params.save_checkpoints_steps
-    if (
-      params.deterministic
-      and every
-      and state.step != progress.start_step
-      and state.step % every == 0
-    ):
-      # Dropout's stateful kernels keep their stream positions in the traced function, not in
-      # the checkpoint just saved: a fresh trace starts them afresh, as a run resumed there does.
-      train_loop = _new_train_loop(params, strategy, state)
     _run_steps(train_loop, iterator, num, state, meter, train_writer, progress)
 
   def log(step, seconds_left):
@@ -649,6 +678,11 @@ def _finish(params, strategy, setup, state, meter, progress, chief):
         {k: v for k, v in summary.items() if k != "step_losses"}, f, indent=2, sort_keys=True
       )
   logging.info(
+    "the steps ran on %d distinct batch shapes (global batch, padded length): %s",
+    len(progress.step_shapes),
+    ", ".join(f"{b}x{length:g}" for b, length in sorted(progress.step_shapes)),
+  )
+  logging.info(
     "done: step %d, %.2f steps/s, %.0f tokens/s, %.1f GFLOP/s (stopped by %s)",
     state.step,
     summary["steps_per_second"],
@@ -691,7 +725,9 @@ def _new_train_loop(params, strategy, state):
   denominator = losses.constant_denominator(
     params.loss_normalization, params.train_batch_size, params.max_seq_length
   )
-  return make_train_loop(strategy, state.model, state.optimizer, params.use_xla, denominator)
+  return make_train_loop(
+    strategy, state.model, state.optimizer, params.use_xla, denominator, _init_seed(params)
+  )
 
 
 def _summary_writers(output_dir, chief):
@@ -721,10 +757,19 @@ def _run_steps(train_loop, iterator, num, state, meter, writer, progress):
   seconds = time.time() - t0
   state.input_batches.assign_add(num)
   progress.step_losses.extend(float(row[0] / max(row[1], 1e-9)) for row in rows)
+  progress.step_shapes.update(_step_shapes(rows))
   scalars = meter.add(rows.sum(0), num, seconds, state.learning_rate())
   with writer.as_default():
     for name, value in scalars.items():
       training_metrics.write_scalar(name, value, state.step)
+
+
+def _step_shapes(rows):
+  """{(sequences, padded length)} of train-loop rows [num, 7]: positions / sequences is the
+  length every replica of the step padded to (one bucket per step), else their mean."""
+  sequences = rows[:, training_metrics.METRICS.index("sequences")]
+  positions = rows[:, training_metrics.METRICS.index("positions")]
+  return {(int(b), float(p / max(b, 1.0))) for b, p in zip(sequences, positions)}
 
 
 def _calibrate_logit_scale(params, setup, eval_result, chief):
@@ -760,6 +805,7 @@ def _summary(params, strategy, setup, state, meter, progress):
       "stopped_by": progress.stopped_by,
       "checkpoint": progress.last_path,
       "step_losses": progress.step_losses,
+      "step_shapes": len(progress.step_shapes),
       "eval": progress.eval_result,
       "wall_seconds": time.time() - progress.run_start,
     },

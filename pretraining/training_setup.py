@@ -317,16 +317,18 @@ def synthetic_dataset(
   mlm_probability=0.15,
   num_batches=_SYNTHETIC_BATCHES,
   continuation=None,
+  padded_length=None,
 ):
   """`make_targets`' features of random ids, lengths mean_length +- 25% (benchmarking): num_batches
-  batches cached in memory and repeated, so the input costs nothing during timing.
+  batches cached in memory and repeated, so the input costs nothing during timing. A batch is padded
+  to its longest sentence, or to padded_length.
   """
   rng = np.random.RandomState(seed)
   batches = []
   low, high = max(3, int(mean_length * 0.75)), int(mean_length * 1.25)
   for index in range(num_batches):
     lengths = np.minimum(rng.randint(low, high + 1, size=batch_size), max_seq_length)
-    t = int(lengths.max())
+    t = padded_length or int(lengths.max())
     mask = (np.arange(t)[None] < lengths[:, None]).astype(np.int32)
     ids = rng.randint(len(tokenization.SPECIAL_TOKENS), vocab_size, size=(batch_size, t))
     batch = input_pipeline.make_targets(
@@ -351,8 +353,14 @@ def synthetic_dataset(
   return tf.data.Dataset.from_generator(gen, output_signature=spec).cache().repeat().prefetch(2)
 
 
-def make_dataset_fn(params, config, vocab, is_training, skip_batches=0):
-  """A `distribute_datasets_from_function` dataset_fn for train or eval."""
+def make_dataset_fn(params, config, vocab, is_training, skip_steps=0):
+  """A `distribute_datasets_from_function` dataset_fn for train or eval, past the batches of the
+  first `skip_steps` steps.
+
+  A step takes one per-replica batch for each replica, so each input pipeline skips skip_steps x
+  its replicas (num_replicas_in_sync / num_input_pipelines) batches, and hands out the batches of
+  one step from one length bucket (`input_pipeline.make_dataset`'s replicas_per_pipeline).
+  """
   mask_id = config.mask_token_id
   specials = (
     input_pipeline.special_ids_from_vocab(vocab)
@@ -364,6 +372,8 @@ def make_dataset_fn(params, config, vocab, is_training, skip_batches=0):
 
   def dataset_fn(ctx):
     batch_size = ctx.get_per_replica_batch_size(global_batch)
+    replicas = ctx.num_replicas_in_sync // ctx.num_input_pipelines
+    skip_batches = skip_steps * replicas
     if params.synthetic_data:
       dataset = synthetic_dataset(
         batch_size,
@@ -376,7 +386,8 @@ def make_dataset_fn(params, config, vocab, is_training, skip_batches=0):
         params.seed + ctx.input_pipeline_id + (0 if is_training else 7919),
         params.mlm_probability,
         continuation=continuation,
-      )
+        padded_length=params.max_seq_length if params.pad_to_max_seq_length else None,
+      ).skip(skip_batches)
     else:
       kwargs = {}
       if params.bucket_boundaries:
@@ -394,6 +405,8 @@ def make_dataset_fn(params, config, vocab, is_training, skip_batches=0):
         mlm_probability=params.mlm_probability,
         input_context=ctx,
         skip_batches=skip_batches,
+        replicas_per_pipeline=replicas,
+        pad_to_max_seq_length=params.pad_to_max_seq_length,
         continuation=continuation,
         **kwargs,
       )

@@ -355,3 +355,15 @@ def assert_self_unknown(run, ids, mask, tokens, positions=None, seed=0):
       np.testing.assert_array_equal(out[name][~real], want[~real], err_msg=f"{name}, other rows")
     for row in np.flatnonzero(real & (mask.sum(1) > 1)):
       assert any(not np.array_equal(out[k][row], base[k][row]) for k in base), (row, i)
+
+
+@pytest.fixture
+def op_determinism():
+  """TF op determinism for one test only: the tests after it in the process draw unseeded
+  random ops, which determinism refuses. TF has no public switch back, hence the private one."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.framework import config as tf_config  # pylint: disable=g-import-not-at-top
+
+  tf.config.experimental.enable_op_determinism()
+  yield
+  tf_config.disable_op_determinism()

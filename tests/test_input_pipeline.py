@@ -149,6 +149,37 @@ def test_bucketing_pads_to_bucket_length_only(synthetic):
     assert (b["input_ids"][:, 0] == SOS).all()
 
 
+def test_the_batches_of_a_step_share_a_bucket(synthetic):
+  """replicas_per_pipeline=3: each run of 3 consecutive batches (one step's, one per replica) has
+  one length; one pass ends with shorter runs only where a bucket runs out."""
+  pattern, sentences = synthetic
+  train = _batches(_dataset(pattern, "tta", True, seed=1, replicas_per_pipeline=3), 60)
+  widths = [b["input_ids"].shape[1] for b in train]
+  assert all(len(set(widths[i : i + 3])) == 1 for i in range(0, 60, 3)), widths
+  assert len(set(widths)) > 1
+  # One replica per pipeline: the stream of before.
+  plain = _batches(_dataset(pattern, "tta", True, seed=1), 12)
+  same = _batches(_dataset(pattern, "tta", True, seed=1, replicas_per_pipeline=1), 12)
+  for a, b in zip(plain, same):
+    np.testing.assert_array_equal(a["input_ids"], b["input_ids"])
+  evaluation = _batches(_dataset(pattern, "tta", False, replicas_per_pipeline=3))
+  assert sum(len(b["input_ids"]) for b in evaluation) == len(sentences)
+
+
+def test_pad_to_max_seq_length_is_one_shape(synthetic):
+  """Every batch [batch_size, max_seq_length], in eval too (the partial batch dropped)."""
+  pattern, sentences = synthetic
+  for is_training in (True, False):
+    batches = _batches(
+      _dataset(pattern, "tta", is_training, seed=1, pad_to_max_seq_length=True), 50
+    )
+    assert {b["input_ids"].shape for b in batches} == {(32, 64)}
+  evaluation = _batches(_dataset(pattern, "tta", False, pad_to_max_seq_length=True))
+  assert len(evaluation) == len(sentences) // 32
+  with pytest.raises(ValueError, match="bucket_boundaries"):
+    _dataset(pattern, "tta", True, pad_to_max_seq_length=True, bucket_boundaries=[16])
+
+
 def test_skip_batches_resumes_exactly(synthetic):
   pattern, _ = synthetic
   k = 7

@@ -292,17 +292,6 @@ def test_the_trained_model_dir_loads_and_scores_like_any_other(tmp_path, vocab_f
   assert weights.to_dict() == summary["best"]["weights"]
 
 
-@pytest.fixture
-def op_determinism():
-  """TF op determinism for one test only: the tests after it in the process draw unseeded
-  random ops, which determinism refuses. TF has no public switch back, hence the private one."""
-  from tensorflow.python.framework import config as tf_config  # pylint: disable=g-import-not-at-top
-
-  tf.config.experimental.enable_op_determinism()
-  yield
-  tf_config.disable_op_determinism()
-
-
 @pytest.mark.slow(seconds=15)
 def test_resume_is_exact(tmp_path, vocab_file, monkeypatch, op_determinism):
   del op_determinism
@@ -310,15 +299,17 @@ def test_resume_is_exact(tmp_path, vocab_file, monkeypatch, op_determinism):
   # smaller graph traces faster.
   path = tiny_model_dir(tmp_path, vocab_file, "tta", num_hidden_layers=1)
   lists = toy_lists(12, 4, seed=3)
-  options = dict(dropout=True, regularizer="none")
+  # A stop at step 3 of 4, saving every 2 steps and at the epoch's end (step 4): the stop saves a
+  # step no interval does (issue 56 item 2).
+  options = dict(dropout=True, regularizer="none", save_every_steps=2)
   straight = mwer_run(path, tmp_path / "straight", lists, **options)
   straight.train()
   assert straight.step == 4
   step = mwer.Trainer.step
 
-  def sigterm_after_step_2(self, prepared, number):
+  def sigterm_after_step_3(self, prepared, number):
     sums = step(self, prepared, number)
-    if number == 1:
+    if number == 2:
       # The run's own SIGTERM handler, called as the signal would: a real kill would end the
       # whole pytest process if the handler were missing, hiding which test failed.
       handler = signal.getsignal(signal.SIGTERM)
@@ -326,15 +317,20 @@ def test_resume_is_exact(tmp_path, vocab_file, monkeypatch, op_determinism):
       handler(signal.SIGTERM, None)
     return sums
 
-  monkeypatch.setattr(mwer.Trainer, "step", sigterm_after_step_2)
+  monkeypatch.setattr(mwer.Trainer, "step", sigterm_after_step_3)
   stopped = mwer_run(path, tmp_path / "resumed", lists, **options).train()
-  assert not stopped["finished"] and stopped["step"] == 2
+  assert not stopped["finished"] and stopped["step"] == 3
+  assert tf.train.latest_checkpoint(str(tmp_path / "resumed")).endswith("ckpt-3")
   monkeypatch.setattr(mwer.Trainer, "step", step)
   resumed = mwer_run(path, tmp_path / "resumed", lists, **options)
   resumed.train()
   assert resumed.step == 4
   for a, b in zip(straight.scorer.model.weights, resumed.scorer.model.weights):
     np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+  for name in ("lm_optimizer", "weights_optimizer"):
+    mine, theirs = getattr(straight.state, name), getattr(resumed.state, name)
+    for a, b in zip(mine.variables, theirs.variables, strict=True):
+      np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=f"{name} {a.path}")
   assert (
     straight.state.weights.to_combination().to_dict()
     == resumed.state.weights.to_combination().to_dict()

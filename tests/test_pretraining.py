@@ -773,6 +773,60 @@ def test_deterministic_resume_after_kill_is_bit_identical(data_dir, tmp_path):
     np.testing.assert_array_equal(got[name], value, err_msg=name)
 
 
+@pytest.mark.parametrize(
+  "steps_per_loop, log_every_steps, stop_step",
+  # A stop takes effect when the running tf.function call ends: step 10 of calls of 5 steps; step
+  # 7 of calls of 20, cut at 7 by the log interval. Neither is a multiple of the save interval.
+  [(5, 100, 10), (20, 7, 7)],
+)
+@pytest.mark.slow(seconds=30)
+def test_a_stop_between_saves_resumes_bit_identically(
+  data_dir, tmp_path, monkeypatch, op_determinism, steps_per_loop, log_every_steps, stop_step
+):
+  """SIGTERM during step 7 of a run that saves every 20 steps: the run saves the step it stopped
+  at, and the restart ends with exactly the weights, optimizer slots and input position of the
+  run never stopped (issue 56; before, dropout's stream restarted at the resume and the runs
+  parted)."""
+  del op_determinism
+  options = dict(
+    model_type="bilm",
+    deterministic=True,
+    seed=7,
+    num_train_steps=12,
+    save_checkpoints_steps=20,
+    steps_per_loop=steps_per_loop,
+    log_every_steps=log_every_steps,
+    eval_file=None,
+    install_signal_handlers=True,
+  )
+  whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+  assert training.train(tiny_params(data_dir, whole, **options))["finished"]
+  run_steps = training._run_steps
+
+  def sigterm_during_step_7(train_loop, iterator, num, state, *args):
+    before = state.step
+    run_steps(train_loop, iterator, num, state, *args)
+    if before < 7 <= state.step:
+      # The run's own handler, called as the signal would (a real kill would end pytest if the
+      # handler were missing, hiding which test failed).
+      handler = signal.getsignal(signal.SIGTERM)
+      assert callable(handler), "train installs no SIGTERM handler"
+      handler(signal.SIGTERM, None)
+
+  with monkeypatch.context() as patch:
+    patch.setattr(training, "_run_steps", sigterm_during_step_7)
+    first = training.train(tiny_params(data_dir, stopped, **options))
+  assert first["stopped_by"] == "signal 15" and first["final_step"] == stop_step
+  assert tf.train.latest_checkpoint(str(stopped)).endswith(f"ckpt-{stop_step}")
+  second = training.train(tiny_params(data_dir, stopped, **options))
+  assert second["start_step"] == stop_step and second["finished"]
+  want, got = _checkpoint_values(whole), _checkpoint_values(stopped)
+  assert sorted(got) == sorted(want)
+  for name, value in want.items():
+    if not name.startswith("save_counter"):  # the stopped run saved once more
+      np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
 # ---------------------------------------------------------- (d) multi-worker
 
 
@@ -835,6 +889,116 @@ def test_multi_worker_two_processes(data_dir, tmp_path):
   ids = tf.constant([[3, 10, 11, 1]])
   logp = model({"input_ids": ids, "input_mask": tf.ones_like(ids)})["log_probs"]
   assert np.all(np.isfinite(logp.numpy()))
+
+
+# ------------------------------------- replicas: the input position and the shapes of a step
+
+_MIRRORED_INPUT_SCRIPT = r"""
+import sys
+from util import distribute_utils
+strategy = distribute_utils.get_strategy("mirrored", num_cpu_devices=2)
+import numpy as np, tensorflow as tf
+from pretraining import training, training_setup
+
+def params(**kwargs):
+  return training.TrainParams(
+      output_dir=sys.argv[2], input_file=sys.argv[1] + "/train-*.tfrecord",
+      config_overrides={"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                        "intermediate_size": 64, "max_position_embeddings": 64},
+      model_type="bilm", train_batch_size=16, max_seq_length=48, seed=7,
+      bucket_boundaries=None if kwargs.get("pad_to_max_seq_length") else [16, 24, 32], **kwargs)
+
+def steps(p, skip_steps, count):
+  # Each step's per-replica batches, as numpy.
+  setup = training_setup.prepare_model(p, resuming=False)
+  iterator = training.training_iterator(p, strategy, setup, skip_steps)
+  return [[{k: v.numpy() for k, v in replica.items()}
+           for replica in strategy.experimental_local_results(next(iterator))]
+          for _ in range(count)]
+
+bucketed = steps(params(), 0, 12)
+shapes = [[replica["input_ids"].shape for replica in step] for step in bucketed]
+print("SHAPES", shapes)
+assert all(len(step) == 2 and step[0] == step[1] for step in shapes), shapes
+assert len({step[0] for step in shapes}) > 1, shapes  # bucketing is on
+# A resume at step 5 continues the stream where step 5 of the whole run reads.
+for got, want in zip(steps(params(), 5, 4), bucketed[5:9]):
+  for replica_got, replica_want in zip(got, want):
+    for name in want[0]:
+      np.testing.assert_array_equal(replica_got[name], replica_want[name], err_msg=name)
+fixed = steps(params(pad_to_max_seq_length=True), 0, 6)
+assert all(replica["input_ids"].shape == (8, 48) for step in fixed for replica in step)
+print("MIRRORED_INPUT_OK")
+"""
+
+
+@pytest.mark.slow(seconds=15)
+def test_mirrored_replicas_share_a_bucket_and_resume_at_the_step(data_dir, tmp_path):
+  """Over 2 logical CPU devices (one input pipeline, 2 replicas): the replicas of every step get
+  batches of one shape, --pad_to_max_seq_length gives [per-replica batch, max_seq_length] always,
+  and the iterator resumed at step 5 yields what step 5 of the whole stream read (issue 54: it
+  skipped 5 per-replica batches of the 10 consumed, and replayed data)."""
+  proc = subprocess.run(
+    [sys.executable, "-c", _MIRRORED_INPUT_SCRIPT, data_dir, str(tmp_path / "out")],
+    env=_env(),
+    capture_output=True,
+    text=True,
+    timeout=HANG_SECONDS,
+    cwd=REPO,
+  )
+  assert "MIRRORED_INPUT_OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.slow(seconds=90)
+def test_mirrored_resume_after_kill_is_bit_identical(data_dir, tmp_path):
+  """--strategy=mirrored over 2 logical CPU devices, --deterministic: a run killed (-9) after a
+  checkpoint and restarted ends with exactly the weights, optimizer slots and input position of
+  the run never stopped (bilm: dropout and the dynamic masks; issue 54: it ended 7.5e-3 away)."""
+  run_args = [
+    "--model_type=bilm",
+    "--deterministic",
+    "--seed=7",
+    "--strategy=mirrored",
+    "--num_cpu_devices=2",
+    "--train_batch_size=16",
+    "--bucket_boundaries=16,24,32",
+    "--num_train_steps=6",
+    "--save_checkpoints_steps=2",
+    "--steps_per_loop=2",
+  ]
+  whole, killed = tmp_path / "whole", tmp_path / "killed"
+  procs, logs = {}, {}
+  for name, out in (("whole", whole), ("killed", killed)):
+    logs[name] = tmp_path / f"{name}.log"
+    with open(logs[name], "w") as log:
+      procs[name] = subprocess.Popen(
+        _script_args(data_dir, out, *run_args), stdout=log, stderr=subprocess.STDOUT, env=_env()
+      )
+  try:
+    _wait_for(str(logs["killed"]), r"saved checkpoint for step (\d+)", procs["killed"])
+    procs["killed"].kill()
+    procs["killed"].wait(timeout=HANG_SECONDS)
+    assert int(tf.train.latest_checkpoint(str(killed)).rsplit("-", 1)[1]) < 6
+    resumed = subprocess.run(
+      _script_args(data_dir, killed, *run_args),
+      capture_output=True,
+      text=True,
+      env=_env(),
+      timeout=HANG_SECONDS,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert re.search(r"resumed from .* at step [1-9]", resumed.stderr), resumed.stderr[-3000:]
+    assert "2 replicas" in resumed.stderr
+    assert procs["whole"].wait(timeout=HANG_SECONDS) == 0, open(logs["whole"]).read()[-3000:]
+  finally:
+    for proc in procs.values():
+      if proc.poll() is None:
+        proc.kill()
+  want, got = _checkpoint_values(whole), _checkpoint_values(killed)
+  assert sorted(got) == sorted(want)
+  for name, value in want.items():
+    if not name.startswith("save_counter"):  # the killed run's saves were counted anew
+      np.testing.assert_array_equal(got[name], value, err_msg=name)
 
 
 # --------------------------------- replicas: the GLOBAL weight normalisation
