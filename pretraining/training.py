@@ -164,6 +164,7 @@ class TrainParams:
     "Pad every batch to --max_seq_length (one shape, partial batches dropped, also in eval) "
     "instead of bucketing by length: for TPUs, which compile each shape anew.",
     False,
+    result=False,
   )
   seed: int = cli.param(
     "Seed of the data order and the biLM masks, and of weight initialisation and dropout unless "
@@ -260,10 +261,14 @@ def run_identity(params):
   if params.input_file:
     data = [runs.path_identity(path) for path in io_utils.expand_globs(params.input_file)]
   # Only a warm-started run has the field: the identities recorded before it existed still match.
-  init = {}
+  # Fields a run has only when set (a warm start, fixed shapes): the identities recorded before
+  # they existed still match.
+  optional = {}
   if params.init_checkpoint:
-    init["init_checkpoint"] = warm_start.identity(params.init_checkpoint, params.init_layers)
-  return runs.identity("run_pretraining.py", params, input_file=data, **init)
+    optional["init_checkpoint"] = warm_start.identity(params.init_checkpoint, params.init_layers)
+  if params.pad_to_max_seq_length:
+    optional["pad_to_max_seq_length"] = True
+  return runs.identity("run_pretraining.py", params, input_file=data, **optional)
 
 
 def _run_record(params):

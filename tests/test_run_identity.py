@@ -49,6 +49,8 @@ NOT_RESULT = {
     # In it as warm_start.identity, when given: a run's warm start is part of its job.
     "init_checkpoint": "folded",
     "init_layers": "folded",
+    # In it when set: the identities recorded before the flag existed (unset) still match.
+    "pad_to_max_seq_length": "folded",
     "save_checkpoints_steps": "checkpointing",
     "keep_checkpoint_max": "checkpointing",
     "eval_every_steps": "evaluation",
@@ -170,7 +172,9 @@ _REQUIRED = {
   training.TrainParams: {"output_dir": "o"},
 }
 # Fields marked result=False whose values another field of the identity holds.
-_FOLDED = {training.TrainParams: {"config_flags", "init_checkpoint", "init_layers"}}
+_FOLDED = {
+  training.TrainParams: {"config_flags", "init_checkpoint", "init_layers", "pad_to_max_seq_length"}
+}
 
 
 def test_the_config_flags_count_as_the_config_overrides_they_make(tmp_path, tiny_tta, lm):
@@ -266,3 +270,12 @@ def test_a_score_resume_with_another_flag_is_refused_naming_it(tiny_tta, tmp_pat
   commands.run("score.py", *common, "--num_cpu_devices=1", status=0)
   records = [json.loads(line) for line in out.read_text().splitlines()]
   assert [r["text"] for r in records] == ["the cat sat", "the mat", "on the cat"]
+
+
+def test_fixed_shapes_are_in_a_pretraining_identity_only_when_set(tmp_path):
+  # A run recorded before --pad_to_max_seq_length existed (no such field) resumes unchanged;
+  # a run with fixed shapes is another job than a bucketed one.
+  params = training.TrainParams(output_dir=str(tmp_path / "run"))
+  assert "pad_to_max_seq_length" not in training.run_identity(params)
+  fixed = dataclasses.replace(params, pad_to_max_seq_length=True)
+  assert training.run_identity(fixed)["pad_to_max_seq_length"] is True
