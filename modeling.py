@@ -363,8 +363,8 @@ class TransformerBlock(keras.layers.Layer):
     float32 [B, 1, F, T], 1 where attending is allowed.
     """
     # Keras autocasts float32 call arguments to the compute dtype: under
-    # mixed_bfloat16 the mask arrives as bfloat16, and the scores it is
-    # combined with are float32.
+    # mixed_bfloat16 or mixed_float16 the mask arrives in 16 bits, and the
+    # scores it is combined with are float32 (-1e9 is beyond float16's range).
     attention_mask = tf.cast(attention_mask, tf.float32)
     q = self.split_heads(self.query(query_input))  # [B, N, F, H]
     scores = tf.matmul(q, key, transpose_b=True)  # [B, N, F, T]
@@ -451,8 +451,8 @@ class LMHead(keras.layers.Layer):
   def build(self, input_shape=None):
     self.transform.build()
     self.layer_norm.build()
-    # autocast=False: under mixed_bfloat16 the bias is added to float32
-    # logits and must stay float32 (Keras would hand it over as bfloat16).
+    # autocast=False: under mixed precision the bias is added to float32
+    # logits and must stay float32 (Keras would hand it over in 16 bits).
     self.output_bias = self.add_weight(
       name="output_bias", shape=(self.config.vocab_size,), initializer="zeros", autocast=False
     )

@@ -2,7 +2,9 @@
 """BERT's optimizer for a TF2 custom training loop (google-research/bert `optimization.py`).
 
 The global-norm clip sits inside the optimizer, after the cross-replica sum, so the training step
-must not clip (docs/DESIGN.md §3.2).
+must not clip (docs/DESIGN.md §3.2). `apply_gradients_if_finite` is the step's guarded update: a
+step with a non-finite loss or gradients changes nothing; under float16 Keras' dynamic loss scaling
+(`LossScaleOptimizer`) decides, on every replica's gradients.
 """
 
 import re
@@ -16,14 +18,20 @@ DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 
 
 def create_optimizer(
-  init_lr, num_train_steps, num_warmup_steps, weight_decay_rate=0.01, clip_norm=1.0
+  init_lr,
+  num_train_steps,
+  num_warmup_steps,
+  weight_decay_rate=0.01,
+  clip_norm=1.0,
+  loss_scaling=False,
 ):
-  """BERT's `AdamWeightDecay`, lr a `LinearWarmupLinearDecay` from init_lr. Create it under
+  """BERT's `AdamWeightDecay`, lr a `LinearWarmupLinearDecay` from init_lr; loss_scaling (for
+  float16): wrapped in Keras' dynamic loss scaling (`LossScaleOptimizer`). Create it under
   `strategy.scope()`: it makes its slots and updates through that strategy."""
   schedule = LinearWarmupLinearDecay(
     peak_learning_rate=init_lr, num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps
   )
-  return AdamWeightDecay(
+  optimizer = AdamWeightDecay(
     learning_rate=schedule,
     weight_decay_rate=weight_decay_rate,
     beta_1=0.9,
@@ -32,6 +40,95 @@ def create_optimizer(
     exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
     clip_norm=clip_norm,
   )
+  return LossScaleOptimizer(optimizer) if loss_scaling else optimizer
+
+
+def apply_gradients_if_finite(optimizer, grads, variables, loss):
+  """`optimizer.apply(grads, variables)` in a replica context (inside `strategy.run`), skipped when
+  the loss or a gradient is not finite on some replica: then no variable, slot or iteration count
+  changes, on every replica alike.
+
+  Under a `LossScaleOptimizer` (grads of its scaled loss) the scaler decides, as Keras does: it
+  skips a step whose gradients are not finite and halves its scale. Such a step is an overflow
+  (the scaler's business) while its loss is finite and its scale above 1; otherwise the loss or the
+  unscaled gradients are not finite, as a skip of any other optimizer's.
+
+  Args:
+    grads: this replica's gradients of `variables` (AdamWeightDecay sums the replicas').
+    loss: float32 [], this replica's loss (unscaled).
+  Returns:
+    (overflow, nonfinite): bool [] each, the same on every replica, whether the step was skipped
+    and why; both false for an applied step.
+  """
+  loss_finite, grads_finite = tf.unstack(
+    _on_every_replica(tf.stack([tf.reduce_all(tf.math.is_finite(loss)), all_finite(grads)]))
+  )
+  if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+    scale = tf.identity(optimizer.dynamic_scale)  # before a skip halves it
+    optimizer.apply(grads, variables)
+    skipped = tf.logical_not(grads_finite)
+    overflow = skipped & loss_finite & (scale > 1.0)
+    return overflow, skipped & tf.logical_not(overflow)
+  finite = loss_finite & grads_finite
+  _apply_if(finite, optimizer, grads, variables)
+  return tf.constant(False), tf.logical_not(finite)
+
+
+def all_finite(tensors):
+  """bool []: every value of `tensors` (tensors or IndexedSlices; None skipped) is finite."""
+  return tf.reduce_all(
+    [
+      tf.reduce_all(tf.math.is_finite(t.values if isinstance(t, tf.IndexedSlices) else t))
+      for t in tensors
+      if t is not None
+    ]
+  )
+
+
+def _on_every_replica(flags):
+  """bool [k]: which of `flags` (bool [k], this replica's) hold on every replica (a replica
+  context)."""
+  failing = tf.cast(tf.logical_not(flags), tf.float32)
+  failing = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, failing)
+  return tf.equal(failing, 0.0)
+
+
+def _apply_if(condition, optimizer, grads, variables):
+  """optimizer.apply(grads, variables) when `condition` (bool [], the same on every replica), in a
+  replica context."""
+
+  def apply(grads):
+    optimizer.apply(grads, variables)
+
+  if tf.__internal__.distribute.strategy_supports_no_merge_call():
+    tf.cond(condition, lambda: apply(grads), lambda: None)
+    return
+
+  # MirroredStrategy refuses a synchronisation point (the optimizer's cross-replica sum) inside a
+  # cond of a replica context: the cond goes into the cross-replica context, and the update back
+  # into each replica, as Keras' LossScaleOptimizer does.
+  def cross_replica(strategy, condition, grads):
+    tf.cond(
+      strategy.experimental_local_results(condition)[0],
+      lambda: strategy.extended.call_for_each_replica(apply, args=(grads,)),
+      lambda: None,
+    )
+
+  tf.distribute.get_replica_context().merge_call(cross_replica, args=(condition, grads))
+
+
+@keras.saving.register_keras_serializable(package="tta")
+class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
+  """Keras' dynamic loss scaling (float16), its overflow test over every replica's gradients.
+
+  Keras tests the gradients it is handed, which are this replica's, not yet summed (AdamWeightDecay
+  sums them), and under MirroredStrategy applies replica 0's verdict to all: an overflow on
+  another replica alone would put inf into the sum every replica applies, and under a strategy
+  without merge calls the replicas could disagree on whether to apply at all.
+  """
+
+  def check_finite(self, grads):
+    return _on_every_replica(all_finite(grads)[tf.newaxis])[0]
 
 
 @keras.saving.register_keras_serializable(package="tta")

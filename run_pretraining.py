@@ -35,6 +35,12 @@ def main(argv):
   del argv
   # cli.run prints a cli.InputError (a bad flag; training_loop.OutputDirBusy) as one line.
   summary = training.run(cli.params(training.TrainParams))
+  if summary["stopped_by"] == training_loop.NONFINITE:
+    last = summary["checkpoint"]
+    training_loop.exit_nonfinite(
+      f"stopped at step {summary['final_step']} by non-finite losses or gradients; "
+      + (f"the last good checkpoint is {last}" if last else "no checkpoint was saved")
+    )
   if not summary["finished"]:
     training_loop.exit_unfinished(
       f"stopped by {summary['stopped_by']} at step {summary['final_step']} before --num_train_steps"

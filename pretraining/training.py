@@ -36,6 +36,11 @@ from util import runs
 # ----------------------------------------------------------------- parameters
 
 
+# --mixed_precision's values (a bare --mixed_precision is the first) and their Keras policies.
+PRECISIONS = ("bfloat16", "float16")
+_POLICIES = {None: "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+
+
 def _config_help(name):
   default = {f.name: f.default for f in dataclasses.fields(modeling.TTAConfig)}[name]
   return f"Default {default} (the paper's)."
@@ -192,10 +197,21 @@ class TrainParams:
   )
   tpu: str = cli.param(distribute_utils.TPU_HELP, None, result=False)
   num_cpu_devices: int = cli.param(distribute_utils.NUM_CPU_DEVICES_HELP, 0, result=False)
-  mixed_precision: bool = cli.param(
-    "bfloat16 compute, float32 variables; LayerNorm, softmax and the loss "
-    "stay float32 (faster on AMX CPUs; docs/DESIGN.md §6).",
-    False,
+  mixed_precision: str = cli.param(
+    "Compute in bfloat16 (TPUs, AMX CPUs, GPUs from A100) or float16 (GPU tensor cores of V100 and "
+    "T4, which have no bfloat16; with Keras' dynamic loss scaling); variables, LayerNorm, softmax "
+    "and the loss stay float32 (docs/DESIGN.md §3.3, §6). --nomixed_precision: float32.",
+    None,
+    PRECISIONS,
+    kind=cli.SWITCH,
+  )
+  max_nonfinite_steps: int = cli.param(
+    "A step whose loss or gradients are not finite (NaN, inf) is skipped; this many in a row end "
+    "the run at the last checkpoint saved, unsaved, and run_pretraining.py exits 3 (float16's "
+    "loss-scale overflows are not counted).",
+    10,
+    lower_bound=1,
+    result=False,
   )
   use_xla: bool = cli.param(
     "jit_compile the forward/backward pass (on CPU slower than TF's oneDNN "
@@ -260,15 +276,18 @@ def run_identity(params):
   data = None
   if params.input_file:
     data = [runs.path_identity(path) for path in io_utils.expand_globs(params.input_file)]
-  # Only a warm-started run has the field: the identities recorded before it existed still match.
   # Fields a run has only when set (a warm start, fixed shapes): the identities recorded before
-  # they existed still match.
+  # they existed still match. --mixed_precision keeps the values of the boolean it was: an old run
+  # resumes with a bare flag.
   optional = {}
   if params.init_checkpoint:
     optional["init_checkpoint"] = warm_start.identity(params.init_checkpoint, params.init_layers)
   if params.pad_to_max_seq_length:
     optional["pad_to_max_seq_length"] = True
-  return runs.identity("run_pretraining.py", params, input_file=data, **optional)
+  precision = {None: False, "bfloat16": True}.get(params.mixed_precision, params.mixed_precision)
+  return runs.identity(
+    "run_pretraining.py", params, input_file=data, mixed_precision=precision, **optional
+  )
 
 
 def _run_record(params):
@@ -291,16 +310,19 @@ def _run_record(params):
 
 
 def set_precision_policy(mixed_precision):
-  keras.mixed_precision.set_global_policy("mixed_bfloat16" if mixed_precision else "float32")
+  """Keras' global policy of --mixed_precision (None, or one of PRECISIONS)."""
+  keras.mixed_precision.set_global_policy(_POLICIES[mixed_precision])
 
 
-def _warn_if_bfloat16_is_emulated(params):
-  if (
-    params.mixed_precision
-    and not tf.config.list_physical_devices("GPU")
-    and params.strategy != "tpu"
-    and machine.cpu_has_native_bfloat16() is False
-  ):
+def _warn_if_precision_is_slow(params):
+  if not params.mixed_precision or tf.config.list_physical_devices("GPU"):
+    return
+  if params.mixed_precision == "float16":
+    logging.warning(
+      "--mixed_precision=float16 without a GPU: float16 is for GPU tensor cores (V100, T4); "
+      "TPUs and CPUs with AMX want bfloat16"
+    )
+  elif params.strategy != "tpu" and machine.cpu_has_native_bfloat16() is False:
     logging.warning(
       "--mixed_precision on a CPU without AMX/AVX512_BF16: bfloat16 is emulated here and "
       "trains SLOWER than float32 (docs/DESIGN.md §6); leave it off on this host"
@@ -320,18 +342,26 @@ def _batch_counts(features):
 
 
 def make_train_loop(strategy, model, optimizer, use_xla=False, loss_denominator=None, seed=0):
-  """train_loop(iterator, num_steps) -> float32 [num_steps, 7]: each step's global METRICS sums.
-  loss_denominator None: each step's global target-weight sum. Dropout draws its masks from
+  """train_loop(iterator, num_steps) -> float32 [num_steps, 9]: each step's global TRAIN_METRICS
+  sums. loss_denominator None: each step's global target-weight sum. Dropout draws its masks from
   (seed, step, replica) (`_seeded_dropout`).
+
+  A step whose loss or gradients are not finite changes no variable (`apply_gradients_if_finite`)
+  and its loss sums are 0, so that every sum stays finite; its row counts it in nonfinite_steps (a
+  float16 loss-scale overflow in overflow_steps).
   """
   gather = not (use_xla or isinstance(strategy, tf.distribute.TPUStrategy))
   variables = model.trainable_variables
+  loss_scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
   def compute_gradients(features, denominator):
     with tf.GradientTape() as tape:
       # One denominator on every replica: the optimizer sums the replicas'
       # gradients, which then equal the gradient of the global-batch loss.
       loss, terms = losses.training_loss(model, features, denominator, gather_targets=gather)
+      if loss_scaling:
+        # float16 gradients that would underflow are scaled up; the optimizer divides them back.
+        loss = optimizer.scale_loss(loss)
     return tape.gradient(loss, variables), terms
 
   if use_xla:
@@ -349,9 +379,17 @@ def make_train_loop(strategy, model, optimizer, use_xla=False, loss_denominator=
     grads, terms = compute_gradients(features, denominator)
     # AdamWeightDecay sums over replicas, clips the global norm to 1.0, then
     # applies the update (optimization.py); we must not clip here as well.
-    optimizer.apply_gradients(zip(grads, variables))
+    overflow, nonfinite = optimization.apply_gradients_if_finite(
+      optimizer, grads, variables, terms["loss_sum"]
+    )
+    for name in training_metrics.LOSS_SUMS:
+      terms[name] = tf.where(nonfinite, 0.0, terms[name])
+    # The flags are the same on every replica, and the rows are summed over them: one counts.
+    first = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group == 0, tf.float32)
+    terms["overflow_steps"] = first * tf.cast(overflow, tf.float32)
+    terms["nonfinite_steps"] = first * tf.cast(nonfinite, tf.float32)
     terms.update(_batch_counts(features))
-    return tf.stack([terms[k] for k in training_metrics.METRICS])
+    return tf.stack([terms[k] for k in training_metrics.TRAIN_METRICS])
 
   @tf.function
   def train_loop(iterator, num_steps):
@@ -485,6 +523,7 @@ class _TrainState:
         params.num_train_steps,
         params.num_warmup_steps,
         params.weight_decay_rate,
+        loss_scaling=params.mixed_precision == "float16",
       )
       optimizer.build(model.trainable_variables)
     input_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="input_batches")
@@ -498,6 +537,47 @@ class _TrainState:
   def learning_rate(self):
     lr = self.optimizer.learning_rate
     return float(lr.numpy()) if hasattr(lr, "numpy") else float(lr)
+
+  def loss_scale(self):
+    """{"loss_scale": float16's dynamic loss scale}, or {} without loss scaling."""
+    if not isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+      return {}
+    return {"loss_scale": float(self.optimizer.dynamic_scale.numpy())}
+
+
+@dataclasses.dataclass
+class _NonfiniteGuard:
+  """The steps skipped as non-finite in a row (a step applied ends a run of them; a float16
+  overflow neither counts nor ends one): `limit` in a row stop the run (`check`)."""
+
+  limit: int
+  in_a_row: int = 0
+
+  def check(self, rows, step):
+    """Logs the skipped steps of train-loop rows [num, 9] (their last reached `step`);
+    training_loop.NonfiniteSteps when `limit` came in a row."""
+    overflow, nonfinite = (
+      rows[:, training_metrics.TRAIN_METRICS.index(k)] for k in training_metrics.SKIPS
+    )
+    longest = 0
+    for over, bad in zip(overflow, nonfinite):
+      self.in_a_row = self.in_a_row + 1 if bad else (self.in_a_row if over else 0)
+      longest = max(longest, self.in_a_row)
+    if nonfinite.any():
+      logging.warning(
+        "step %d: %d of the last %d steps skipped, their loss or gradients not finite (NaN/inf); "
+        "%d in a row now (--max_nonfinite_steps %d)",
+        step,
+        int(nonfinite.sum()),
+        len(rows),
+        self.in_a_row,
+        self.limit,
+      )
+    if longest >= self.limit:
+      raise training_loop.NonfiniteSteps(
+        f"{longest} steps in a row had a non-finite loss or gradients (--max_nonfinite_steps "
+        f"{self.limit})"
+      )
 
 
 @dataclasses.dataclass
@@ -516,6 +596,7 @@ class _Progress:
   stopped_by: str = "num_train_steps"
   eval_result: dict = None
   run_start: float = dataclasses.field(default_factory=time.time)
+  nonfinite: _NonfiniteGuard = None
 
 
 def _init_seed(params):
@@ -608,7 +689,7 @@ def train(params, strategy=None):
 
 def _train_locked(params, strategy, write_dir):
   set_precision_policy(params.mixed_precision)
-  _warn_if_bfloat16_is_emulated(params)
+  _warn_if_precision_is_slow(params)
   # The seed of Python, NumPy and TF: weight initialisation and dropout (the data order's global
   # TF seed is `_data_order_seed`'s).
   keras.utils.set_random_seed(_init_seed(params))
@@ -627,7 +708,12 @@ def _train_locked(params, strategy, write_dir):
   # The model, optimizer and input position: resumed, else warm-started.
   state = _TrainState.create(params, setup.config, strategy)
   latest = _restore_or_initialise(state, params, setup, chief)
-  progress = _Progress(state.step, int(state.input_batches.numpy()), latest)
+  progress = _Progress(
+    state.step,
+    int(state.input_batches.numpy()),
+    latest,
+    nonfinite=_NonfiniteGuard(params.max_nonfinite_steps),
+  )
 
   # What the steps read and write, made in this order: the datasets draw their seeds from the
   # global seed's stream.
@@ -752,7 +838,7 @@ def _log_start(params, strategy, setup, step):
     params.num_train_steps,
     strategy.num_replicas_in_sync,
     params.train_batch_size,
-    "bf16" if params.mixed_precision else "fp32",
+    params.mixed_precision or "float32",
   )
 
 
@@ -761,16 +847,21 @@ def _run_steps(train_loop, iterator, num, state, meter, writer, progress):
   rows = train_loop(iterator, tf.constant(num, tf.int32)).numpy()
   seconds = time.time() - t0
   state.input_batches.assign_add(num)
-  progress.step_losses.extend(float(row[0] / max(row[1], 1e-9)) for row in rows)
+  skipped = rows[:, training_metrics.TRAIN_METRICS.index("nonfinite_steps")]
+  progress.step_losses.extend(
+    float("nan") if bad else float(row[0] / max(row[1], 1e-9)) for row, bad in zip(rows, skipped)
+  )
   progress.step_shapes.update(_step_shapes(rows))
   scalars = meter.add(rows.sum(0), num, seconds, state.learning_rate())
+  scalars.update(state.loss_scale())
   with writer.as_default():
     for name, value in scalars.items():
       training_metrics.write_scalar(name, value, state.step)
+  progress.nonfinite.check(rows, state.step)
 
 
 def _step_shapes(rows):
-  """{(sequences, padded length)} of train-loop rows [num, 7]: positions / sequences is the
+  """{(sequences, padded length)} of train-loop rows [num, 9]: positions / sequences is the
   length every replica of the step padded to (one bucket per step), else their mean."""
   sequences = rows[:, training_metrics.METRICS.index("sequences")]
   positions = rows[:, training_metrics.METRICS.index("positions")]

@@ -1,6 +1,7 @@
 """The one training loop, run by pretraining (training.py) and MWER fine-tuning
-(finetuning/mwer_training.py): `output_dir_lock`, `restore`, `run`, and `exit_unfinished` (exit
-75) for a run stopped early; docs/DESIGN.md §3.3.
+(finetuning/mwer_training.py): `output_dir_lock`, `restore`, `run`, `exit_unfinished` (exit 75) for
+a run stopped early and `exit_nonfinite` (exit 3) for one stopped by non-finite numbers;
+docs/DESIGN.md §3.3.
 """
 
 import contextlib
@@ -21,6 +22,11 @@ from util import io_utils
 # os.EX_TEMPFAIL (sysexits.h): "try again later", a code schedulers read as requeue. The commands
 # exit with it when a stop request ended the run before its last step; the same command resumes.
 EXIT_UNFINISHED = 75
+# A run ended by non-finite numbers (`NonfiniteSteps`): not 75, since the same command would resume
+# from the same checkpoint into the same batches; not 1 or 2 (a crash, a wrong input).
+EXIT_NONFINITE = 3
+# `run`'s stopped_by after a NonfiniteSteps.
+NONFINITE = "non-finite"
 
 LOCK_FILE = "run.lock"
 
@@ -31,6 +37,12 @@ class OutputDirBusy(cli.InputError):
 
 class CheckpointError(cli.InputError):
   """A checkpoint cannot be saved (a full disk), or none of the output dir's can be read."""
+
+
+class NonfiniteSteps(Exception):
+  """Training must not go on: too many steps in a row had a non-finite loss or gradients (raised by
+  `run`'s train_steps), or a variable about to be saved is not finite. `run` stops without saving.
+  """
 
 
 @contextlib.contextmanager
@@ -94,9 +106,12 @@ def run(
 
   train_steps(num) runs at most steps_per_call steps, up to the next event: a checkpoint at the
   multiples of save_every, evaluate(step) and log(step, seconds left or None) at those of
-  eval_every and log_every and at total_steps. A stop request (SIGTERM/SIGINT, train_minutes,
-  another worker's) ends the loop. Returns (stopped_by or None, newest checkpoint prefix or None);
-  CheckpointError when a save fails.
+  eval_every and log_every and at total_steps. A step it skips (a non-finite loss) does not count:
+  the events of a step come once, when it is reached. A stop request (SIGTERM/SIGINT,
+  train_minutes, another worker's) ends the loop. A NonfiniteSteps from train_steps, or a variable
+  that is not finite when a checkpoint is due, ends it without saving (stopped_by NONFINITE): the
+  newest checkpoint stays the last good one. Returns (stopped_by or None, newest checkpoint prefix
+  or None); CheckpointError when a save fails.
   """
   manager = tf.train.CheckpointManager(
     checkpoint,
@@ -110,26 +125,31 @@ def run(
   stopped_by = None
   try:
     while step() < total_steps:
-      now = step()
+      before = step()
       events = [*save_every, log_every, eval_every if evaluate else 0]
-      num = min(steps_per_call, total_steps - now, *[_next(now, e) - now for e in events])
+      num = min(steps_per_call, total_steps - before, *[_next(before, e) - before for e in events])
       train_steps(int(max(1, num)))
       now = step()
-      if log and (_at(now, log_every) or now >= total_steps):
-        log(now, stop.seconds_left())
-      if any(_at(now, every) for every in save_every):
-        last_path, last_saved = _save(manager, now, last_path, "interval"), now
-      if evaluate and _at(now, eval_every):
-        evaluate(now)
+      if now != before:
+        if log and (_at(now, log_every) or now >= total_steps):
+          log(now, stop.seconds_left())
+        if any(_at(now, every) for every in save_every):
+          last_path, last_saved = _save(manager, now, last_path, "interval"), now
+        if evaluate and _at(now, eval_every):
+          evaluate(now)
       stopped_by = stop.reason()
       if stopped_by:
         logging.info("stopping at step %d (%s)", now, stopped_by)
         break
+    now = step()
+    if last_saved != now:
+      last_path = _save(manager, now, last_path, stopped_by or "final")
+  except NonfiniteSteps as e:
+    resume = f"resumes from {last_path}" if last_path else "starts afresh"
+    logging.error("%s: stopped at step %d unsaved; the same command %s", e, step(), resume)
+    return NONFINITE, last_path
   finally:
     stop.uninstall()
-  now = step()
-  if last_saved != now:
-    last_path = _save(manager, now, last_path, stopped_by or "final")
   if evaluate and now >= total_steps and not stopped_by and not _at(now, eval_every):
     evaluate(now)
   return stopped_by, last_path
@@ -145,6 +165,13 @@ def exit_unfinished(why):
   sys.exit(EXIT_UNFINISHED)
 
 
+def exit_nonfinite(why):
+  """Ends a command whose run stopped on non-finite numbers (`NonfiniteSteps`): exit 3
+  (`EXIT_NONFINITE`)."""
+  logging.error("%s: exiting %d", why, EXIT_NONFINITE)
+  sys.exit(EXIT_NONFINITE)
+
+
 def _at(step, every):
   return every > 0 and step % every == 0
 
@@ -155,8 +182,15 @@ def _next(step, every):
 
 def _save(manager, step, last_path, why):
   """Saves step's checkpoint and returns its prefix; CheckpointError (full disk) says where a re-run
-  resumes: TF leaves the index as it was, so exit 2 (not 75) is no crash loop.
+  resumes: TF leaves the index as it was, so exit 2 (not 75) is no crash loop. NonfiniteSteps,
+  writing nothing, when a variable is not finite.
   """
+  bad = nonfinite_variables(manager.checkpoint)
+  if bad:
+    raise NonfiniteSteps(
+      f"{len(bad)} variable(s) of step {step} are not finite ({', '.join(bad[:3])}), so its "
+      "checkpoint is not written"
+    )
   try:
     path = manager.save(checkpoint_number=step)
   except (tf.errors.OpError, OSError) as e:
@@ -167,6 +201,20 @@ def _save(manager, step, last_path, why):
     ) from e
   logging.info("saved checkpoint for step %d (%s): %s", step, why, path)
   return path
+
+
+def nonfinite_variables(checkpoint):
+  """The names of the floating-point variables `checkpoint` (a tf.train.Checkpoint) holds that have
+  a NaN or inf value."""
+  variables = [
+    v
+    for v in tf.train.TrackableView(checkpoint).descendants()
+    if isinstance(v, tf.Variable) and v.dtype.is_floating
+  ]
+  if not variables:
+    return []
+  finite = tf.stack([tf.reduce_all(tf.math.is_finite(v)) for v in variables]).numpy()
+  return [v.name for v, ok in zip(variables, finite) if not ok]
 
 
 class _Stop(object):

@@ -13,6 +13,12 @@ from util import progress
 
 # The per-step global sums a train/eval step returns, in this order.
 METRICS = ("loss_sum", "weight_sum", "correct_sum", "ce_sum", "tokens", "positions", "sequences")
+# Those of the loss, 0 for a step skipped as non-finite.
+LOSS_SUMS = METRICS[:4]
+# A train step's: METRICS, then 1 for a step skipped as a float16 loss-scale overflow, or as
+# non-finite (a NaN or inf loss or gradient).
+SKIPS = ("overflow_steps", "nonfinite_steps")
+TRAIN_METRICS = METRICS + SKIPS
 
 
 def _scalar_metadata():
@@ -49,9 +55,10 @@ class Throughput(object):
     self._config = config
     self._use_xla = use_xla
     self._continuous = config.output_layer == "continuous"
-    self._window = np.zeros(len(METRICS))
+    self._window = np.zeros(len(TRAIN_METRICS))
     self._window_seconds = self._window_steps = 0
     self._timed = {"seconds": 0.0, "steps": 0, "tokens": 0.0, "targets": 0.0, "flops": 0.0}
+    self._skipped = dict.fromkeys(SKIPS, 0)
     self._first_call = True
 
   def flops(self, m):
@@ -68,8 +75,10 @@ class Throughput(object):
     )
 
   def add(self, sums, num_steps, seconds, learning_rate):
-    """Adds one call's sums [7]; returns its TensorBoard scalars."""
-    m = dict(zip(METRICS, sums))
+    """Adds one call's TRAIN_METRICS sums [9]; returns its TensorBoard scalars."""
+    m = dict(zip(TRAIN_METRICS, sums))
+    for key in SKIPS:
+      self._skipped[key] += int(m[key])
     call_flops = self.flops(m)
     if self._first_call:
       self._first_call = False
@@ -92,6 +101,7 @@ class Throughput(object):
       "tokens_per_second": m["tokens"] / seconds,
       "target_tokens_per_second": m["weight_sum"] / seconds,
       "gflops_per_second": call_flops / seconds / 1e9,
+      **{key: m[key] for key in SKIPS},
     }
     if not self._continuous:
       scalars["accuracy"] = _ratio(m["correct_sum"], m["weight_sum"])
@@ -99,14 +109,14 @@ class Throughput(object):
 
   def log_window(self, step, num_train_steps, learning_rate, elapsed, seconds_left):
     """Logs the progress line of the steps since the last one."""
-    w = dict(zip(METRICS, self._window))
+    w = dict(zip(TRAIN_METRICS, self._window))
     rate = _ratio(self._window_steps, self._window_seconds)
     eta = (num_train_steps - step) / rate if rate else None
     if seconds_left is not None:
       eta = seconds_left if eta is None else min(eta, seconds_left)
     logging.info(
       "step %d/%d loss %.4f%s lr %.3g | %.2f steps/s %.0f tokens/s "
-      "%.1f GFLOP/s | elapsed %s ETA %s",
+      "%.1f GFLOP/s | elapsed %s ETA %s%s",
       step,
       num_train_steps,
       _ratio(w["loss_sum"], w["weight_sum"]),
@@ -117,12 +127,13 @@ class Throughput(object):
       _ratio(self.flops(w), self._window_seconds) / 1e9,
       progress.format_duration(elapsed),
       progress.format_duration(eta),
+      "".join(f" | {int(w[key])} {key.replace('_', ' ')} skipped" for key in SKIPS if w[key]),
     )
     self._window[:] = 0
     self._window_seconds = self._window_steps = 0
 
   def summary(self):
-    """Speed over the timed calls, for train_summary.json."""
+    """Speed over the timed calls and the steps skipped in all, for train_summary.json."""
     seconds = max(self._timed["seconds"], 1e-9)
     return {
       "timed_steps": self._timed["steps"],
@@ -130,4 +141,5 @@ class Throughput(object):
       "tokens_per_second": float(self._timed["tokens"] / seconds),
       "target_tokens_per_second": float(self._timed["targets"] / seconds),
       "gflops_per_second": float(self._timed["flops"] / seconds / 1e9),
+      **self._skipped,
     }

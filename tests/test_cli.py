@@ -2,6 +2,7 @@
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -133,6 +134,9 @@ class _Outer:
   options: list = cli.param("Repeatable.", (), kind=cli.MULTI)
   columns: list = cli.param("Escaped.", (), kind=cli.ESCAPED_LIST)
   smoke: bool = cli.param("Presets.", False, preset={"high": 9, "options": ["p"]})
+  precision: str = cli.param(
+    "A switch grown values.", None, ("bfloat16", "float16"), kind=cli.SWITCH
+  )
   inner: _Inner = cli.nested(_Inner, only=("low", "high", "paths"), defaults={"extra": "set"})
   out: str = cli.param("Output.", None, io=cli.OUTPUT)
 
@@ -162,6 +166,35 @@ def test_params_build_nested_converted_and_preset_fields():
   with_paths = cli.params(_Outer, _outer("--name=a", "--paths=p,q", "--out=o"))
   assert cli.io_values(with_paths, cli.INPUT) == [("paths", ["p", "q"])]
   assert cli.io_values(with_paths, cli.OUTPUT) == [("out", "o")]
+
+
+@pytest.mark.parametrize(
+  "args, value",
+  [
+    ((), None),
+    # The forms of the boolean it was: bare, --no, true/false, 1/0.
+    (("--precision",), "bfloat16"),
+    (("--precision", "--low=1"), "bfloat16"),  # a bare switch does not take the next argument
+    (("--noprecision",), None),
+    (("--precision=true",), "bfloat16"),
+    (("--precision=False",), None),
+    (("--precision=0",), None),
+    (("--precision=float16",), "float16"),
+    (("--precision=bfloat16",), "bfloat16"),
+  ],
+)
+def test_a_switch_takes_its_values_and_a_boolean_s_forms(args, value):
+  values = _outer("--name=a", *args)
+  assert cli.params(_Outer, values).precision == value
+  if args:
+    assert values["precision"].present
+  # Its serialisation parses back to the same value (a flagfile, a re-run).
+  assert _outer("--name=a", values["precision"].serialize()).precision == value
+
+
+def test_a_switch_refuses_other_values():
+  with pytest.raises(flags.IllegalFlagValueError, match=re.escape("one of <bfloat16|float16>")):
+    _outer("--name=a", "--precision=half")
 
 
 def test_a_bug_keeps_its_traceback(tmp_path):

@@ -48,9 +48,10 @@ def models():
 # ---------------------------------------------------------------- properties
 
 
-@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16", "mixed_float16"])
 def test_tta_output_i_never_sees_token_i(policy):
-  """Exact self-unknown of the Keras model, in float32 and under Keras' mixed bfloat16 policy."""
+  """Exact self-unknown of the Keras model, in float32 and under Keras' mixed bfloat16 and float16
+  policies (the -1e9 mask added in float32: float16 ends at 65504)."""
   with keras_policy(policy):
     tf.keras.utils.set_random_seed(1)
     model = modeling.build_model(tiny_config(**SHARP_ATTENTION), "tta")

@@ -35,9 +35,11 @@ from lm import checkpoints
 from lm import model_dir
 from lm import warm_start
 import modeling
+import optimization
 from pretraining import losses as losses_lib
 from pretraining import training
 from pretraining import training_loop
+from pretraining import training_metrics
 from pretraining import training_setup
 import run_pretraining
 from text import corpus
@@ -180,19 +182,24 @@ def test_gathered_and_dense_heads_agree():
     np.testing.assert_allclose(float(gathered[key]), float(dense[key]), rtol=1e-5)
 
 
+# The significant bits of each --mixed_precision compute dtype.
+_SIGNIFICANT_BITS = {"bfloat16": 8, "float16": 11}
+
+
+@pytest.mark.parametrize("precision", training.PRECISIONS)
 @pytest.mark.parametrize("output_layer", ["softmax", "continuous"])
-def test_mixed_bfloat16_loss_and_gradients(output_layer):
-  """--mixed_precision: bf16 matmuls, the float32 loss of the same weights and batch within
-  bf16's precision, finite fp32 gradients."""
+def test_mixed_precision_loss_and_gradients(output_layer, precision):
+  """--mixed_precision: bf16 or fp16 matmuls, the float32 loss of the same weights and batch
+  within the dtype's precision, finite fp32 gradients (TF runs float16 matmuls on a CPU too)."""
   config = tiny_config(vocab_size=40, output_layer=output_layer, **WIDER)
   table = np.random.RandomState(0).normal(size=(40, 32))
   models = {}
   for mixed in (True, False):
-    training.set_precision_policy(mixed)
+    training.set_precision_policy(precision if mixed else None)
     try:
       models[mixed] = modeling.build_model(config, "tta")
     finally:
-      training.set_precision_policy(False)
+      training.set_precision_policy(None)
     if output_layer == "continuous":
       models[mixed].lm_head.set_target_embeddings(table)
   model = models[True]
@@ -209,16 +216,18 @@ def test_mixed_bfloat16_loss_and_gradients(output_layer):
     terms = losses_lib.forward_loss_terms(m, features, training=False)
     mean_loss[mixed] = float(terms["loss_sum"] / terms["weight_sum"])
   # The tolerance, from bfloat16's precision: 8 significant bits, so every value a bf16 matmul
-  # reads or writes is off by up to u = 2**-8 of itself. Softmax: a token's loss is a difference
+  # reads or writes is off by up to u = 2**-8 of itself (float16: 11 bits, u = 2**-11).
+  # Softmax: a token's loss is a difference
   # of logits h.e, each off by up to ~2u|h||e| = 0.005 (|h| = sqrt(32) after the head's
   # LayerNorm, |e| ~ 0.1 at init), so ~0.01 of a loss of ln 40 = 3.7, under u relative.
   # Continuous: 1 - cos(p, e) of a prediction p off by ~2u moves by up to 2u of a loss ~1. So
   # 2u relative bounds either mean loss (the tokens' errors partly cancel: ~1e-4 is typical).
-  assert mean_loss[True] == pytest.approx(mean_loss[False], rel=2 * 2**-8)
+  u = 2.0 ** -_SIGNIFICANT_BITS[precision]
+  assert mean_loss[True] == pytest.approx(mean_loss[False], rel=2 * u)
   with tf.GradientTape() as tape:
     terms = losses_lib.forward_loss_terms(model, features, training=True)
   grads = tape.gradient(terms["loss_sum"], model.trainable_variables)
-  assert model.encoder_layers[0].query.compute_dtype == "bfloat16"
+  assert model.encoder_layers[0].query.compute_dtype == precision
   assert models[False].encoder_layers[0].query.compute_dtype == "float32"
   assert terms["loss_sum"].dtype == tf.float32
   assert all(
@@ -1066,3 +1075,204 @@ def test_two_replicas_match_one_device():
     cwd=REPO,
   )
   assert "REPLICAS_OK" in proc.stdout, proc.stderr[-3000:]
+
+
+# ------------------------------- the guard: non-finite steps, float16's loss scaling
+
+_GUARD_SCRIPT = r"""
+import numpy as np, tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(
+    cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+import modeling, optimization
+from pretraining import training, training_metrics
+
+config = modeling.TTAConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1,
+                            num_attention_heads=2, intermediate_size=24,
+                            hidden_dropout_prob=0.0,
+                            attention_probs_dropout_prob=0.0)
+ids = np.random.RandomState(0).randint(7, 40, size=(4, 6)).astype(np.int32)
+good = {"input_ids": ids, "input_mask": np.ones_like(ids),
+        "target_ids": ids, "target_weights": np.ones((4, 6), np.float32)}
+# An inf target weight in row 3, which the second replica gets: its loss and gradients are not
+# finite, the first replica's are.
+bad = dict(good, target_weights=good["target_weights"].copy())
+bad["target_weights"][3, 0] = np.inf
+spec = {k: tf.TensorSpec(v.shape, tf.as_dtype(v.dtype)) for k, v in good.items()}
+skips = [training_metrics.TRAIN_METRICS.index(k) for k in training_metrics.SKIPS]
+
+def train(strategy, precision, batches):
+  training.set_precision_policy(precision)
+  keras.utils.set_random_seed(1)
+  with strategy.scope():
+    model = modeling.build_model(config, "bilm")
+    optimizer = optimization.create_optimizer(
+        1e-2, 100, 0, loss_scaling=precision == "float16")
+    optimizer.build(model.trainable_variables)
+  dataset = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
+  iterator = iter(strategy.experimental_distribute_dataset(dataset))
+  loop = training.make_train_loop(strategy, model, optimizer, loss_denominator=24.0)
+  rows = loop(iterator, tf.constant(len(batches))).numpy()
+  training.set_precision_policy(None)
+  state = [v.numpy() for v in model.trainable_variables + optimizer.variables
+           if v.name not in ("dynamic_scale", "step_counter")]
+  return rows, int(optimizer.iterations.numpy()), state
+
+strategy = tf.distribute.MirroredStrategy(
+    ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+for precision in (None, "float16"):
+  rows, iterations, state = train(strategy, precision, [good, bad, good])
+  # The bad step counted (a non-finite loss, not an overflow), its loss sums 0, no update.
+  assert rows[:, skips].tolist() == [[0, 0], [0, 1], [0, 0]], (precision, rows)
+  assert rows[1, :4].tolist() == [0, 0, 0, 0] and np.isfinite(rows).all(), (precision, rows)
+  assert iterations == 2, precision
+  # Every variable and slot as if the bad batch had not been there.
+  _, _, expected = train(strategy, precision, [good, good])
+  for a, b in zip(state, expected):
+    assert np.isfinite(a).all(), precision
+    # float16 goes on at half the loss scale, which moves its rounding.
+    np.testing.assert_allclose(a, b, rtol=1e-3 if precision else 1e-6, atol=1e-6,
+                               err_msg=str(precision))
+print("GUARD_OK")
+"""
+
+
+@pytest.mark.slow(seconds=30)
+def test_a_non_finite_step_on_one_replica_is_skipped_on_all():
+  """A step whose loss is not finite on one replica of two changes no variable or slot anywhere,
+  under float32 and under float16's loss scaling (whose Keras test of the gradients would read the
+  first replica's alone), and is counted as non-finite."""
+  proc = subprocess.run(
+    [sys.executable, "-c", _GUARD_SCRIPT],
+    env=_env(),
+    capture_output=True,
+    text=True,
+    timeout=HANG_SECONDS,
+    cwd=REPO,
+  )
+  assert "GUARD_OK" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_float16_overflows_halve_the_loss_scale_and_skip_their_steps():
+  """Keras' dynamic loss scaling in the train loop, on a CPU: a scale of 2**40 overflows float16's
+  gradients (max 65504), so steps are skipped as overflows (not as non-finite), the scale halves
+  at each (and grows only after 2000 good steps), and only the steps that fit update."""
+  config = tiny_config(vocab_size=40, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+  ids = np.random.RandomState(0).randint(7, 40, size=(4, 6)).astype(np.int32)
+  batch = {
+    "input_ids": ids,
+    "input_mask": np.ones_like(ids),
+    "target_ids": ids,
+    "target_weights": np.ones((4, 6), np.float32),
+  }
+  with conftest.keras_policy("mixed_float16"):
+    model = modeling.build_model(config, "tta")
+    inner = optimization.create_optimizer(1e-2, 100, 0)
+    optimizer = optimization.LossScaleOptimizer(inner, initial_scale=2.0**40)
+    optimizer.build(model.trainable_variables)
+    before = [v.numpy() for v in model.trainable_variables]
+    iterator = iter(tf.data.Dataset.from_tensors(batch).repeat())
+    loop = training.make_train_loop(tf.distribute.get_strategy(), model, optimizer, False, 24.0)
+    rows = loop(iterator, tf.constant(40)).numpy()
+  overflow, nonfinite = (
+    rows[:, training_metrics.TRAIN_METRICS.index(k)] for k in training_metrics.SKIPS
+  )
+  skipped = int(overflow.sum())
+  assert 0 < skipped < 40 and not nonfinite.any()
+  # Overflows first, until the scale fits (more may come later: the scale stays at the edge).
+  assert overflow.tolist().index(0) > 10
+  assert float(optimizer.dynamic_scale.numpy()) == 2.0 ** (40 - skipped)
+  assert int(optimizer.iterations.numpy()) == 40 - skipped
+  assert np.isfinite(rows).all()  # an overflow step's loss is finite and counted
+  after = [v.numpy() for v in model.trainable_variables]
+  assert any(not np.array_equal(a, b) for a, b in zip(before, after))
+  assert all(np.isfinite(a).all() for a in after)
+
+
+def test_the_loop_never_saves_a_non_finite_variable_and_stops_unsaved(tmp_path):
+  """training_loop.run: a variable gone NaN is not checkpointed (the run ends, the newest
+  checkpoint stays the last good one), nor is the state of a run ended by NonfiniteSteps; a call
+  that applies no step (all skipped) repeats no event."""
+  weight = tf.Variable(1.0)
+  step = tf.Variable(0, dtype=tf.int64)
+  checkpoint = tf.train.Checkpoint(weight=weight, step=step)
+  saves = []
+
+  def run(directory, train_steps, total):
+    return training_loop.run(
+      checkpoint,
+      str(directory),
+      lambda: int(step.numpy()),
+      total,
+      train_steps,
+      resumed=None,
+      keep=5,
+      save_every=(2,),
+      log=lambda now, left: saves.append(now),
+      log_every=2,
+      steps_per_call=2,
+      install_signal_handlers=False,
+    )
+
+  def goes_nan_after_3(num):
+    for _ in range(num):
+      step.assign_add(1)
+      if step.numpy() == 3:
+        weight.assign(float("nan"))
+
+  stopped_by, last = run(tmp_path / "a", goes_nan_after_3, 6)
+  assert stopped_by == training_loop.NONFINITE and last.endswith("ckpt-2")
+  assert checkpoints.newest_first(str(tmp_path / "a"))[0].endswith("ckpt-2")
+
+  step.assign(0)
+  weight.assign(1.0)
+  calls = []
+
+  def stuck_at_2(num):
+    calls.append(num)
+    if step.numpy() < 2:
+      step.assign_add(num)
+    elif len(calls) == 4:
+      raise training_loop.NonfiniteSteps("3 steps in a row")
+
+  saves.clear()
+  stopped_by, last = run(tmp_path / "b", stuck_at_2, 6)
+  assert stopped_by == training_loop.NONFINITE and last.endswith("ckpt-2")
+  assert saves == [2]  # logged once at step 2, not at each call that stayed there
+  assert [os.path.basename(p) for p in checkpoints.newest_first(str(tmp_path / "b"))] == ["ckpt-2"]
+
+
+@pytest.mark.slow(seconds=20)
+def test_non_finite_steps_in_a_row_exit_3_without_a_checkpoint(data_dir, tmp_path):
+  """run_pretraining.py warm-started from weights with a NaN: every step is skipped, counted and
+  logged, and --max_nonfinite_steps of them in a row end the run in one line, exit 3, with no
+  checkpoint written."""
+  vocab = open(os.path.join(data_dir, "vocab.txt")).read().split()
+  config = modeling.TTAConfig(
+    vocab_size=len(vocab),
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=64,
+  )
+  model = modeling.build_model(config, "tta")
+  kernel = model.encoder_layers[0].query.kernel
+  kernel.assign(tf.fill(kernel.shape, float("nan")))
+  init = tf.train.Checkpoint(model=model).write(str(tmp_path / "nan" / "ckpt-1"))
+  out = tmp_path / "run"
+  args = _script_args(data_dir, out, "--init_checkpoint=" + init, "--max_nonfinite_steps=3")
+  result = commands.run("run_pretraining.py", *args[2:], status=training_loop.EXIT_NONFINITE)
+  log = result.stderr
+  # Every step of the first call (--steps_per_loop=5) skipped, and the run stopped after it.
+  assert "5 of the last 5 steps skipped, their loss or gradients not finite" in log
+  assert "5 steps in a row had a non-finite loss or gradients (--max_nonfinite_steps 3)" in log
+  last_line = log.strip().splitlines()[-1]
+  assert last_line.endswith(
+    "stopped at step 0 by non-finite losses or gradients; no checkpoint was saved: exiting 3"
+  ), log[-2000:]
+  assert not checkpoints.newest_first(str(out))
+  summary = json.load(open(out / "train_summary.json"))
+  assert summary["stopped_by"] == "non-finite" and summary["final_step"] == 0
+  assert summary["nonfinite_steps"] >= 3 and summary["overflow_steps"] == 0

@@ -7,6 +7,7 @@ import importlib
 import json
 import os
 
+from absl import flags
 import commands
 import pytest
 
@@ -18,6 +19,7 @@ from lm import scoring_job
 from nbest import conversion_job
 from nbest import rescoring_job
 from pretraining import training
+import run_pretraining
 from util import cli
 from util import runs
 
@@ -62,6 +64,7 @@ NOT_RESULT = {
     "num_cpu_devices": "devices",
     "use_xla": "speed",
     "train_minutes": "budget",
+    "max_nonfinite_steps": "stopping",
     "calibrate_logit_scale": "post-training",
     "overwrite": "restart",
     "install_signal_handlers": "process",
@@ -189,6 +192,27 @@ def test_the_config_flags_count_as_the_config_overrides_they_make(tmp_path, tiny
   )
   assert by_flags == by_overrides
   assert by_flags != _pretraining(training.TrainParams, tmp_path, tiny_tta, lm)
+
+
+@pytest.mark.parametrize(
+  "args, identity",
+  [
+    ((), False),
+    (("--nomixed_precision",), False),
+    (("--mixed_precision",), True),
+    (("--mixed_precision=true",), True),
+    (("--mixed_precision=bfloat16",), True),
+    (("--mixed_precision=float16",), "float16"),
+  ],
+)
+def test_mixed_precision_keeps_the_identity_of_the_boolean_it_was(args, identity, tmp_path):
+  """A run recorded when --mixed_precision was a boolean (run.json: true or false) resumes with
+  its old flags, or the value they mean now; float16 is another job."""
+  values = flags.FlagValues()
+  run_pretraining.define_flags(values)
+  values(["run_pretraining.py", f"--output_dir={tmp_path}", *args])
+  params = cli.params(training.TrainParams, values)
+  assert training.run_identity(params)["mixed_precision"] == identity
 
 
 def _other(value):

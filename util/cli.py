@@ -120,6 +120,34 @@ OUTPUT = "output"
 # The `kind` of a `param` whose flag is not made from the field's type.
 MULTI = "multi"  # a repeatable string flag (--name=a --name=b): a list
 ESCAPED_LIST = "escaped_list"  # a comma-separated list with backslash escapes (EscapedListParser)
+SWITCH = "switch"  # an enum that also takes a boolean's forms (SwitchParser)
+
+
+class SwitchParser(flags.EnumParser):
+  """absl's enum of `enum_values` that also takes a boolean flag's forms, so that a switch can grow
+  values and keep its old meaning: a bare `--name` (or true, t, 1) is the first value, `--noname`
+  (or false, f, 0) is None."""
+
+  def parse(self, argument):
+    text = str(argument).lower()
+    if text in ("true", "t", "1"):
+      return self.enum_values[0]
+    if text in ("false", "f", "0"):
+      return None
+    return super().parse(argument)
+
+
+class _SwitchFlag(flags.Flag):
+  """A SwitchParser flag: absl treats it as a boolean (a bare `--name`, `--noname`)."""
+
+  def __init__(self, name, default, enum_values, help_text):
+    help_text = f"<{'|'.join(enum_values)}>, or a bare --{name} for {enum_values[0]}: {help_text}"
+    super().__init__(
+      SwitchParser(enum_values), flags.ArgumentSerializer(), name, default, help_text, boolean=True
+    )
+
+  def _serialize(self, value):
+    return f"--no{self.name}" if value is None else f"--{self.name}={value}"
 
 
 def param(
@@ -152,7 +180,8 @@ def param(
     result: False for a field that changes none of the job's results (progress, threads, how
       often it saves, --overwrite): left out of its run identity (util/runs.py `identity`), so
       that a resume may change it. An OUTPUT field is never part of it.
-    kind: MULTI or ESCAPED_LIST for a list flag of that kind, or the type of the flag's value
+    kind: MULTI or ESCAPED_LIST for a list flag of that kind, SWITCH for an `enum` flag that also
+      takes a boolean's forms (`SwitchParser`; off is None), or the type of the flag's value
       (str, int, float, bool, list) where it is not the field's (a `convert` makes the field's);
       None: from the field's type.
     check: function(value) raising ValueError for a value absl should refuse while parsing
@@ -291,7 +320,9 @@ def define_param_flags(cls, flag_values=flags.FLAGS):
       default = list(default)
     meta = field.metadata
     name, help_text = flag_name(field), meta["help"]
-    if meta["enum"]:
+    if meta["kind"] == SWITCH:
+      flags.DEFINE_flag(_SwitchFlag(name, default, meta["enum"], help_text), flag_values)
+    elif meta["enum"]:
       flags.DEFINE_enum(name, default, meta["enum"], help_text, flag_values=flag_values)
     elif meta["kind"] == MULTI:
       flags.DEFINE_multi_string(name, default, help_text, flag_values=flag_values)
