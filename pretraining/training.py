@@ -23,6 +23,7 @@ from lm import checkpoints
 from lm import warm_start
 import modeling
 import optimization
+from pretraining import distillation
 from pretraining import losses
 from pretraining import training_loop
 from pretraining import training_metrics
@@ -137,6 +138,26 @@ class TrainParams:
     None,
     convert=_int_list("init_layers"),
     result=False,  # in the run identity as `warm_start.identity`
+  )
+  teacher: str = cli.param(
+    "Distil into a T-TA (tta, tta_word): a biLM model dir, hf:DIR or bert:DIR with the records' "
+    "vocab, whose prediction at each position from the copy with it masked (what its "
+    "pseudo-log-likelihood reads) is mixed into the targets (docs/DESIGN.md §3.6).",
+    None,
+    io=cli.INPUT,
+    result=False,  # in the run identity as `distillation.identity`
+  )
+  distill_temperature: float = cli.param(
+    f"With --teacher: the temperature T of both distributions in its term (default "
+    f"{distillation.DEFAULT_TEMPERATURE}).",
+    None,
+    result=False,  # in the run identity as `distillation.identity`
+  )
+  distill_weight: float = cli.param(
+    "With --teacher: w in loss = (1 - w) CE(one-hot) + w T^2 KL(teacher^T || student^T) "
+    f"(default {distillation.DEFAULT_WEIGHT}).",
+    None,
+    result=False,  # in the run identity as `distillation.identity`
   )
   train_batch_size: int = cli.param("Global batch size (sentences).", 64)
   eval_batch_size: int = cli.param("Global eval batch size.", 64, result=False)
@@ -253,10 +274,13 @@ def run_identity(params):
   data = None
   if params.input_file:
     data = [runs.path_identity(path) for path in io_utils.expand_globs(params.input_file)]
-  # Only a warm-started run has the field: the identities recorded before it existed still match.
+  # Only a warm-started (distilled) run has the field: the identities recorded before it existed
+  # still match.
   init = {}
   if params.init_checkpoint:
     init["init_checkpoint"] = warm_start.identity(params.init_checkpoint, params.init_layers)
+  if params.teacher:
+    init["teacher"] = distillation.identity(params)
   return runs.identity("run_pretraining.py", params, input_file=data, **init)
 
 
@@ -308,18 +332,24 @@ def _batch_counts(features):
   }
 
 
-def make_train_loop(strategy, model, optimizer, use_xla=False, loss_denominator=None):
+def make_train_loop(
+  strategy, model, optimizer, use_xla=False, loss_denominator=None, distiller=None
+):
   """train_loop(iterator, num_steps) -> float32 [num_steps, 7]: each step's global METRICS sums.
-  loss_denominator None: each step's global target-weight sum.
+  loss_denominator None: each step's global target-weight sum. distiller: a
+  `distillation.Distiller` whose loss replaces the plain one.
   """
   gather = not (use_xla or isinstance(strategy, tf.distribute.TPUStrategy))
   variables = model.trainable_variables
 
-  def compute_gradients(features, denominator):
+  def compute_gradients(features, denominator, teacher_log_probs=None):
     with tf.GradientTape() as tape:
       # One denominator on every replica: the optimizer sums the replicas'
       # gradients, which then equal the gradient of the global-batch loss.
-      loss, terms = losses.training_loss(model, features, denominator, gather_targets=gather)
+      if distiller is None:
+        loss, terms = losses.training_loss(model, features, denominator, gather_targets=gather)
+      else:
+        loss, terms = distiller.training_loss(model, features, teacher_log_probs, denominator)
     return tape.gradient(loss, variables), terms
 
   if use_xla:
@@ -334,7 +364,9 @@ def make_train_loop(strategy, model, optimizer, use_xla=False, loss_denominator=
       denominator = tf.maximum(global_weight, 1e-6)
     else:
       denominator = tf.constant(loss_denominator, tf.float32)
-    grads, terms = compute_gradients(features, denominator)
+    # The teacher predicts this replica's batch, outside the tape: it is not trained.
+    teacher = None if distiller is None else distiller.teacher_log_probs(features)
+    grads, terms = compute_gradients(features, denominator, teacher)
     # AdamWeightDecay sums over replicas, clips the global norm to 1.0, then
     # applies the update (optimization.py); we must not clip here as well.
     optimizer.apply_gradients(zip(grads, variables))
@@ -582,13 +614,17 @@ def _train_locked(params, strategy, write_dir):
   # The model, optimizer and input position: resumed, else warm-started.
   state = _TrainState.create(params, setup.config, strategy)
   latest = _restore_or_initialise(state, params, setup, chief)
+  distiller = None
+  if setup.teacher is not None:
+    with cli.user_input():
+      distiller = distillation.Distiller.load(params, strategy)
   progress = _Progress(state.step, int(state.input_batches.numpy()), latest)
 
   # What the steps read and write, made in this order: the datasets draw their seeds from the
   # global seed's stream.
   meter = training_metrics.Throughput(setup.config, params.use_xla)
   iterator = training_iterator(params, strategy, setup, progress.skip_batches)
-  train_loop = _new_train_loop(params, strategy, state)
+  train_loop = _new_train_loop(params, strategy, state, distiller)
   train_writer, eval_writer = _summary_writers(params.output_dir, chief)
   evaluator = None
   if params.eval_file or (params.synthetic_data and params.eval_every_steps):
@@ -605,7 +641,7 @@ def _train_locked(params, strategy, write_dir):
     ):
       # Dropout's stateful kernels keep their stream positions in the traced function, not in
       # the checkpoint just saved: a fresh trace starts them afresh, as a run resumed there does.
-      train_loop = _new_train_loop(params, strategy, state)
+      train_loop = _new_train_loop(params, strategy, state, distiller)
     _run_steps(train_loop, iterator, num, state, meter, train_writer, progress)
 
   def log(step, seconds_left):
@@ -687,11 +723,13 @@ def _restore_or_initialise(state, params, setup, chief):
   return None
 
 
-def _new_train_loop(params, strategy, state):
+def _new_train_loop(params, strategy, state, distiller):
   denominator = losses.constant_denominator(
     params.loss_normalization, params.train_batch_size, params.max_seq_length
   )
-  return make_train_loop(strategy, state.model, state.optimizer, params.use_xla, denominator)
+  return make_train_loop(
+    strategy, state.model, state.optimizer, params.use_xla, denominator, distiller
+  )
 
 
 def _summary_writers(output_dir, chief):
