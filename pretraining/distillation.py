@@ -104,6 +104,13 @@ def open_teacher(spec):
   ValueError / FileNotFoundError in one line. `resolve_vocab` checks its vocab against the
   records' (`warm_start.check_vocab`), `check_teacher` the rest."""
   source = warm_start.open_source(spec, flag="teacher")
+  # A release may be a bare encoder (read here without its weights); our model dirs have heads.
+  if spec.startswith((warm_start.HF_PREFIX, warm_start.BERT_PREFIX)):
+    if source.tensors().shape("cls/predictions/output_bias") is None:
+      raise ValueError(
+        f"--teacher {spec} has no masked-LM head (cls.predictions.*): a teacher predicts the "
+        "masked token"
+      )
   kind = teacher_type(spec)
   if not kinds.get(kind).masked_copies:
     raise ValueError(

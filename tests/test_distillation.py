@@ -12,8 +12,12 @@ import commands
 from conftest import SHARP_ATTENTION
 from conftest import WORDS
 from conftest import assert_self_unknown
+from conftest import hf_bert_config
+from conftest import hf_bert_tensors
 from conftest import padded_batch
+from conftest import tiny_bert
 from conftest import tiny_config
+from conftest import write_hf_bert_dir
 import keras
 import numpy as np
 import pytest
@@ -249,6 +253,14 @@ def test_a_resume_with_another_teacher_or_weight_is_another_job(tmp_path, teache
     assert "holds another job: teacher" in refused.stderr
 
 
+def write_headless(path):
+  """An HF BertModel dir (no cls.predictions.*) of VOCAB."""
+  bert = tiny_bert(VOCAB)
+  tensors = {k: v for k, v in hf_bert_tensors(bert).items() if not k.startswith("cls.")}
+  config = hf_bert_config(bert, architectures=["BertModel"])
+  return write_hf_bert_dir(path, bert, VOCAB, tensors=tensors, config=config)
+
+
 def other_vocab(tmp_path):
   path = tmp_path / "other_vocab.txt"
   path.write_text("\n".join(VOCAB[:-1] + ["zebra"]) + "\n")
@@ -275,6 +287,7 @@ def other_vocab(tmp_path):
     ),
     (dict(teacher="{missing}"), "--teacher {missing}: no model dir or checkpoint prefix there"),
     (dict(do_lower_case=False), "do_lower_case False (--do_lower_case) but --teacher {teacher}"),
+    (dict(teacher="hf:{headless}"), "--teacher hf:{headless} has no masked-LM head"),
   ],
   ids=[
     "vocab",
@@ -287,6 +300,7 @@ def other_vocab(tmp_path):
     "positions",
     "missing",
     "casing",
+    "headless",
   ],
 )
 def test_a_teacher_that_does_not_fit_is_refused_in_one_line(tmp_path, teacher_dir, kwargs, named):
@@ -296,6 +310,7 @@ def test_a_teacher_that_does_not_fit_is_refused_in_one_line(tmp_path, teacher_di
     tta=write_model(tmp_path / "tta", "tta", seed=1),
     short=write_model(tmp_path / "short", "bilm", seed=1, max_position_embeddings=8),
     missing=str(tmp_path / "gone"),
+    headless=write_headless(tmp_path / "headless"),
   )
   kwargs = {k: v.format(**paths) if isinstance(v, str) else v for k, v in kwargs.items()}
   with pytest.raises((ValueError, FileNotFoundError)) as e:
