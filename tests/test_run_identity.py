@@ -47,6 +47,10 @@ NOT_RESULT = {
     # In it as warm_start.identity, when given: a run's warm start is part of its job.
     "init_checkpoint": "folded",
     "init_layers": "folded",
+    # In it as distillation.identity, when --teacher is given.
+    "teacher": "folded",
+    "distill_temperature": "folded",
+    "distill_weight": "folded",
     "save_checkpoints_steps": "checkpointing",
     "keep_checkpoint_max": "checkpointing",
     "eval_every_steps": "evaluation",
@@ -154,7 +158,16 @@ _REQUIRED = {
   training.TrainParams: {"output_dir": "o"},
 }
 # Fields marked result=False whose values another field of the identity holds.
-_FOLDED = {training.TrainParams: {"config_flags", "init_checkpoint", "init_layers"}}
+_FOLDED = {
+  training.TrainParams: {
+    "config_flags",
+    "init_checkpoint",
+    "init_layers",
+    "teacher",
+    "distill_temperature",
+    "distill_weight",
+  }
+}
 
 
 def test_the_config_flags_count_as_the_config_overrides_they_make(tmp_path, tiny_tta, lm):
