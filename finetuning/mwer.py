@@ -85,8 +85,7 @@ def mwer_loss(scores, errors, valid):
 
 def distillation_sum(student_log_probs, teacher_log_probs):
   """sum over positions of KL(teacher || student), float32 [N, V] log-probabilities each."""
-  teacher_log_probs = tf.stop_gradient(teacher_log_probs)
-  return tf.reduce_sum(tf.exp(teacher_log_probs) * (teacher_log_probs - student_log_probs))
+  return tf.reduce_sum(losses.kl_divergence(teacher_log_probs, student_log_probs))
 
 
 # ------------------------------------------------------------------ scorers

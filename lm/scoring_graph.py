@@ -67,14 +67,16 @@ class ScoringGraph(tf.Module):
       )
     return modeling.token_word_ids(input_ids, self.continuation)
 
-  def target_log_probs(self, hidden, targets):
-    """hidden [N, D], targets int32 [N] -> log p(targets) float32 [N]."""
+  def _logits(self, hidden):
+    """hidden [N, D] -> the head's logits [N, V]."""
     head_kwargs = {}
     if self.output_kernel is not None:
       head_kwargs["output_kernel"] = self.output_kernel
-    logits = self.model.lm_head(
-      hidden, self.model.embeddings.word_embeddings, **head_kwargs
-    )  # [N, V]
+    return self.model.lm_head(hidden, self.model.embeddings.word_embeddings, **head_kwargs)
+
+  def target_log_probs(self, hidden, targets):
+    """hidden [N, D], targets int32 [N] -> log p(targets) float32 [N]."""
+    logits = self._logits(hidden)  # [N, V]
     # The V-wide logits are needed for the normaliser anyway; the gather
     # avoids a [N, V] log_softmax copy.
     picked = tf.gather(logits, targets, batch_dims=1)
@@ -110,6 +112,13 @@ class ScoringGraph(tf.Module):
     """copies, copy_mask int32 [R, T]; positions int32 [R] -> last layer at the mask [R, D]."""
     hidden, _ = self.encode(copies, copy_mask)
     return tf.gather(hidden, positions, batch_dims=1)
+
+  def masked_log_probs(self, copies, copy_mask, positions):
+    """copies, copy_mask int32 [R, T]; positions int32 [R] -> log p over the vocab at the mask,
+    float32 [R, V]: the distribution whose entry at the replaced token `masked_copy_scores` gives.
+    """
+    logits = self._logits(self.masked_hidden(copies, copy_mask, positions))
+    return tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
 
   def masked_copy_scores(self, copies, copy_mask, positions, targets):
     """-> (log p(targets) [R], hidden at the mask [R, D]); targets: the tokens [MASK] replaced."""
@@ -162,6 +171,45 @@ class ScoringGraph(tf.Module):
     """`NeuralLM._masked_copies` in the graph, in chunks of `token_budget` tokens: rows int32 [R],
     positions int32 [R], hidden at the mask [R, D], log p there [R] (None unless with_head).
     """
+    rows, positions, copies, copy_mask, targets = self._copies(
+      input_ids, input_mask, starts, limits, mask_id, word_l2r
+    )
+    dim = self.model.config.hidden_size
+    if with_head:
+      logp, hidden = self._in_chunks(
+        self.masked_copy_scores, (copies, copy_mask, positions, targets), token_budget, [[], [dim]]
+      )
+      return rows, positions, hidden, logp
+    (hidden,) = self._in_chunks(
+      lambda *part: (self.masked_hidden(*part),),
+      (copies, copy_mask, positions),
+      token_budget,
+      [[dim]],
+    )
+    return rows, positions, hidden, None
+
+  def masked_distributions(self, input_ids, input_mask, starts, limits, mask_id, token_budget):
+    """`masked_copies`' full distributions: for each row b and position t in [starts[b],
+    limits[b]) (int32 [B] each), in that order, log p over the vocab at the [MASK] of the copy
+    with t masked, float32 [R, V] (R = sum(limits - starts)): what the pseudo-log-likelihood reads
+    at the masked token.
+    """
+    _, positions, copies, copy_mask, _ = self._copies(
+      input_ids, input_mask, starts, limits, mask_id, word_l2r=False
+    )
+    (log_probs,) = self._in_chunks(
+      lambda *part: (self.masked_log_probs(*part),),
+      (copies, copy_mask, positions),
+      token_budget,
+      [[self.model.config.vocab_size]],
+    )
+    return log_probs
+
+  def _copies(self, input_ids, input_mask, starts, limits, mask_id, word_l2r):
+    """One [MASK]ed copy per position in [starts, limits) of each row, rows in order (word_l2r:
+    the later pieces of its word masked too): rows, positions int32 [R], copies, copy_mask int32
+    [R, T], targets int32 [R] (the tokens the masks replaced).
+    """
     positions = tf.ragged.range(starts, limits)  # [B, (R_b)]
     rows = tf.cast(positions.value_rowids(), tf.int32)  # [R]
     positions = positions.flat_values  # [R]
@@ -176,33 +224,28 @@ class ScoringGraph(tf.Module):
       later = tf.range(tf.shape(copies)[1])[tf.newaxis] >= positions[:, tf.newaxis]
       is_masked = tf.logical_or(is_masked, tf.logical_and(own_word, later))
     copies = tf.where(is_masked, mask_id, copies)
-    hidden, logp = self._run_copies(
-      copies, tf.gather(input_mask, rows), positions, targets, token_budget, with_head
-    )
-    return rows, positions, hidden, logp
+    return rows, positions, copies, tf.gather(input_mask, rows), targets
 
-  def _run_copies(self, copies, copy_mask, positions, targets, token_budget, with_head):
-    num_copies = tf.shape(copies)[0]
+  def _in_chunks(self, fn, inputs, token_budget, shapes):
+    """fn's float32 outputs (each [n, *shapes[i]]) over chunks of the rows of `inputs` (the first
+    [R, T]) of at most `token_budget` tokens, joined over the rows: [R, *shapes[i]] each.
+    """
+    num_rows = tf.shape(inputs[0])[0]
     # A batch can have thousands of copies; max(width, 1): an empty batch has width 0.
-    chunk = tf.maximum(token_budget // tf.maximum(tf.shape(copies)[1], 1), 1)
-    dim = self.model.config.hidden_size
+    chunk = tf.maximum(token_budget // tf.maximum(tf.shape(inputs[0])[1], 1), 1)
+    num_chunks = (num_rows + chunk - 1) // chunk
+    arrays = [
+      tf.TensorArray(tf.float32, size=num_chunks, infer_shape=False, element_shape=[None, *shape])
+      for shape in shapes
+    ]
 
-    def body(begin, hidden_acc, logp_acc):
-      end = tf.minimum(begin + chunk, num_copies)
-      part = (copies[begin:end], copy_mask[begin:end], positions[begin:end])
-      if with_head:
-        logp, at_mask = self.masked_copy_scores(*part, targets[begin:end])
-        logp_acc = tf.concat([logp_acc, logp], 0)
-      else:
-        at_mask = self.masked_hidden(*part)
-      return end, tf.concat([hidden_acc, at_mask], 0), logp_acc
+    def body(i, arrays):
+      begin = i * chunk
+      end = tf.minimum(begin + chunk, num_rows)
+      outputs = fn(*(x[begin:end] for x in inputs))
+      return i + 1, [a.write(i, out) for a, out in zip(arrays, outputs)]
 
-    # A while_loop (not a Python loop) because R is only known at run time;
-    # concatenating the chunks' results costs little next to the model.
-    _, hidden, logp = tf.while_loop(
-      lambda begin, *_: begin < num_copies,
-      body,
-      (tf.constant(0), tf.zeros([0, dim]), tf.zeros([0])),
-      shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, dim]), tf.TensorShape([None])),
-    )
-    return hidden, (logp if with_head else None)
+    # A while_loop (not a Python loop) because R is only known at run time; each chunk's output is
+    # written once (a TensorArray), not copied again at every later chunk.
+    _, arrays = tf.while_loop(lambda i, _: i < num_chunks, body, (tf.constant(0), arrays))
+    return [a.concat() for a in arrays]

@@ -55,12 +55,14 @@ def _making_records(vocab_file):
 
 @dataclasses.dataclass
 class Source:
-  """A checkpoint to warm-start from; its tensors are read only by `load`.
+  """A checkpoint to warm-start from (or a teacher's, pretraining/distillation.py); its tensors are
+  read only by `load`.
 
-  spec: as given. fields: its config fields of FIXED_FIELDS and BOUNDED_FIELDS, type_vocab_size,
-  and do_lower_case where it says. where: the file they were read from, for messages. vocab_file:
-  its vocab.txt (None for a bare TF1 checkpoint). tensors: a function () -> its weights by our TF1
-  names, `shape(name)` (None for one it lacks) and `get(name)` (float32).
+  spec: as given, by `flag` (the command's flag, for messages). fields: its config fields of
+  FIXED_FIELDS and BOUNDED_FIELDS, type_vocab_size, and do_lower_case where it says. where: the
+  file they were read from, for messages. vocab_file: its vocab.txt (None for a bare TF1
+  checkpoint). tensors: a function () -> its weights by our TF1 names, `shape(name)` (None for
+  one it lacks) and `get(name)` (float32).
   """
 
   spec: str
@@ -68,6 +70,7 @@ class Source:
   where: str
   vocab_file: str
   tensors: object
+  flag: str = "init_checkpoint"
 
   @property
   def num_layers(self):
@@ -81,17 +84,21 @@ def identity(spec, init_layers):
   return {"path": prefix + os.path.abspath(spec[len(prefix) :]), "init_layers": init_layers}
 
 
-def open_source(spec):
-  """The `Source` of --init_checkpoint `spec`, its config and vocab read, its weights not yet;
+def open_source(spec, flag="init_checkpoint"):
+  """The `Source` of --`flag` `spec`, its config and vocab read, its weights not yet;
   FileNotFoundError / ValueError in one line naming what is missing or not BERT.
   """
+  return dataclasses.replace(_open(spec, flag), flag=flag)
+
+
+def _open(spec, flag):
   if spec.startswith(HF_PREFIX):
     return _hf_source(spec)
   if spec.startswith(BERT_PREFIX):
     return _google_source(spec)
   if not tf.io.gfile.isdir(spec) and not tf.io.gfile.exists(spec + ".index"):
     raise FileNotFoundError(
-      f"--init_checkpoint {spec}: no model dir or checkpoint prefix there "
+      f"--{flag} {spec}: no model dir or checkpoint prefix there "
       "(a Hugging Face dir is hf:DIR, a Google BERT release bert:DIR)"
     )
   if tf.io.gfile.isdir(spec) and not checkpoints.latest_checkpoint(spec):
@@ -106,10 +113,10 @@ def open_source(spec):
       ),
       "",
     )
-    raise FileNotFoundError(f"--init_checkpoint {spec}: no checkpoint in it{hint}")
+    raise FileNotFoundError(f"--{flag} {spec}: no checkpoint in it{hint}")
   checkpoint = checkpoints.resolve_checkpoint(spec)
   if checkpoints.is_tf1_checkpoint(checkpoint):
-    return _tf1_source(spec, checkpoint)
+    return _tf1_source(spec, checkpoint, flag)
   return _model_dir_source(spec, checkpoint)
 
 
@@ -165,7 +172,7 @@ def _model_dir_source(spec, checkpoint):
   )
 
 
-def _tf1_source(spec, checkpoint):
+def _tf1_source(spec, checkpoint, flag):
   """A bare TF1 checkpoint: its shapes give the sizes; the heads and activation it does not
   say come from the run's flags (or --bert_config_file)."""
   tensors = _Tf1Tensors(checkpoint)
@@ -173,7 +180,7 @@ def _tf1_source(spec, checkpoint):
   missing = [n for n in (_POSITIONS, ffn) if tensors.shape(n) is None]
   if missing:
     raise checkpoints.CheckpointMismatchError(
-      f"--init_checkpoint {spec}: {checkpoint} has no {', '.join(missing)}; not a BERT-style model"
+      f"--{flag} {spec}: {checkpoint} has no {', '.join(missing)}; not a BERT-style model"
     )
   word = tensors.shape(_EMBEDDINGS + "word_embeddings")
   layers = {int(m.group(1)) for m in map(_LAYER.match, tensors.shapes) if m}
@@ -202,13 +209,13 @@ def config_fields(source, given, init_layers):
     if name in given and name in source.fields and given[name] != source.fields[name]:
       raise ValueError(
         f"{name} {given[name]!r} (the run's flags / config) differs from {source.fields[name]!r} "
-        f"of --init_checkpoint {source.spec} ({source.where}): leave it out to take the source's"
+        f"of --{source.flag} {source.spec} ({source.where}): leave it out to take the source's"
       )
   positions = given.get("max_position_embeddings", 0)
   if positions > source.fields["max_position_embeddings"]:
     raise ValueError(
       f"max_position_embeddings {positions} (the run's flags / config) is more than the "
-      f"{source.fields['max_position_embeddings']} of --init_checkpoint {source.spec} "
+      f"{source.fields['max_position_embeddings']} of --{source.flag} {source.spec} "
       f"({source.where})"
     )
   # type_vocab_size stays ours (none): `plan` folds the source's row 0 into the positions.
@@ -227,7 +234,7 @@ def pick_layers(source, num_hidden_layers, init_layers):
     if num_hidden_layers > have:
       raise ValueError(
         f"num_hidden_layers {num_hidden_layers} is more than the {have} layers of "
-        f"--init_checkpoint {source.spec}: give fewer, or --init_layers naming one source layer "
+        f"--{source.flag} {source.spec}: give fewer, or --init_layers naming one source layer "
         "for each of ours"
       )
     return list(range(num_hidden_layers))
@@ -252,7 +259,7 @@ def check_vocab(source, vocab_file, vocab):
   if source.vocab_file is None:
     if len(vocab) != source.fields["vocab_size"]:
       raise ValueError(
-        f"{vocab_file} has {len(vocab)} tokens but --init_checkpoint {source.spec} has "
+        f"{vocab_file} has {len(vocab)} tokens but --{source.flag} {source.spec} has "
         f"{source.fields['vocab_size']} embedding rows; {_making_records(None)}"
       )
     return
@@ -265,7 +272,7 @@ def check_vocab(source, vocab_file, vocab):
   )
   shown = [repr(v[at]) if at < len(v) else "its end" for v in (ours, theirs)]
   raise ValueError(
-    f"the records' vocab {vocab_file} ({len(ours)} tokens) is not the vocab of --init_checkpoint "
+    f"the records' vocab {vocab_file} ({len(ours)} tokens) is not the vocab of --{source.flag} "
     f"{source.spec} ({source.vocab_file}, {len(theirs)}): id {at} is {shown[0]} in the records', "
     f"{shown[1]} in the source's; {_making_records(source.vocab_file)}"
   )
@@ -277,7 +284,7 @@ def check_casing(source, do_lower_case, where):
   if theirs is None or bool(theirs) == bool(do_lower_case):
     return
   raise ValueError(
-    f"do_lower_case {bool(do_lower_case)} ({where}) but --init_checkpoint {source.spec} is "
+    f"do_lower_case {bool(do_lower_case)} ({where}) but --{source.flag} {source.spec} is "
     f"{'un' if theirs else ''}cased; {_making_records(source.vocab_file)} "
     f"--do_lower_case={str(bool(theirs)).lower()}"
   )

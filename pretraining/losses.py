@@ -33,19 +33,32 @@ def training_loss(model, features, denominator, gather_targets=True):
   return terms["loss_sum"] / denominator, terms
 
 
-def weighted_cross_entropy(logits, target_ids, target_weights):
-  """float32 sums of w * CE, w and w * [argmax == target]; logits [..., V], the rest [...]."""
+def token_cross_entropy(logits, target_ids):
+  """(CE, [argmax == target]) float32 [...] each, of logits [..., V] against target_ids [...]."""
   logits = tf.cast(logits, tf.float32)
-  target_weights = tf.cast(target_weights, tf.float32)
   ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=target_ids, logits=logits)
   correct = tf.cast(
     tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), target_ids), tf.float32
   )
+  return ce, correct
+
+
+def weighted_cross_entropy(logits, target_ids, target_weights):
+  """float32 sums of w * CE, w and w * [argmax == target]; logits [..., V], the rest [...]."""
+  target_weights = tf.cast(target_weights, tf.float32)
+  ce, correct = token_cross_entropy(logits, target_ids)
   return (
     tf.reduce_sum(target_weights * ce),
     tf.reduce_sum(target_weights),
     tf.reduce_sum(target_weights * correct),
   )
+
+
+def kl_divergence(teacher_log_probs, student_log_probs):
+  """KL(teacher || student) per row, float32 [N], of log-probabilities [N, V] each; no gradient
+  reaches the teacher."""
+  teacher_log_probs = tf.stop_gradient(teacher_log_probs)
+  return tf.reduce_sum(tf.exp(teacher_log_probs) * (teacher_log_probs - student_log_probs), -1)
 
 
 def weighted_cosine_distance(predicted, target_table, target_ids, target_weights):

@@ -23,6 +23,7 @@ from lm import checkpoints
 from lm import warm_start
 import modeling
 import optimization
+from pretraining import distillation
 from pretraining import losses
 from pretraining import training_loop
 from pretraining import training_metrics
@@ -142,6 +143,26 @@ class TrainParams:
     None,
     convert=_int_list("init_layers"),
     result=False,  # in the run identity as `warm_start.identity`
+  )
+  teacher: str = cli.param(
+    "Distil into a T-TA (tta, tta_word): a biLM model dir, hf:DIR or bert:DIR with the records' "
+    "vocab, whose prediction at each position from the copy with it masked (what its "
+    "pseudo-log-likelihood reads) is mixed into the targets (docs/DESIGN.md §3.6).",
+    None,
+    io=cli.INPUT,
+    result=False,  # in the run identity as `distillation.identity`
+  )
+  distill_temperature: float = cli.param(
+    f"With --teacher: the temperature T of both distributions in its term (default "
+    f"{distillation.DEFAULT_TEMPERATURE}).",
+    None,
+    result=False,  # in the run identity as `distillation.identity`
+  )
+  distill_weight: float = cli.param(
+    "With --teacher: w in loss = (1 - w) CE(one-hot) + w T^2 KL(teacher^T || student^T) "
+    f"(default {distillation.DEFAULT_WEIGHT}).",
+    None,
+    result=False,  # in the run identity as `distillation.identity`
   )
   train_batch_size: int = cli.param("Global batch size (sentences).", 64)
   eval_batch_size: int = cli.param("Global eval batch size.", 64, result=False)
@@ -276,12 +297,14 @@ def run_identity(params):
   data = None
   if params.input_file:
     data = [runs.path_identity(path) for path in io_utils.expand_globs(params.input_file)]
-  # Fields a run has only when set (a warm start, fixed shapes): the identities recorded before
-  # they existed still match. --mixed_precision keeps the values of the boolean it was: an old run
-  # resumes with a bare flag.
+  # Fields a run has only when set (a warm start, a teacher, fixed shapes): the identities
+  # recorded before they existed still match. --mixed_precision keeps the values of the boolean it
+  # was: an old run resumes with a bare flag.
   optional = {}
   if params.init_checkpoint:
     optional["init_checkpoint"] = warm_start.identity(params.init_checkpoint, params.init_layers)
+  if params.teacher:
+    optional["teacher"] = distillation.identity(params)
   if params.pad_to_max_seq_length:
     optional["pad_to_max_seq_length"] = True
   precision = {None: False, "bfloat16": True}.get(params.mixed_precision, params.mixed_precision)
@@ -341,10 +364,13 @@ def _batch_counts(features):
   }
 
 
-def make_train_loop(strategy, model, optimizer, use_xla=False, loss_denominator=None, seed=0):
+def make_train_loop(
+  strategy, model, optimizer, use_xla=False, loss_denominator=None, seed=0, distiller=None
+):
   """train_loop(iterator, num_steps) -> float32 [num_steps, 9]: each step's global TRAIN_METRICS
   sums. loss_denominator None: each step's global target-weight sum. Dropout draws its masks from
-  (seed, step, replica) (`_seeded_dropout`).
+  (seed, step, replica) (`_seeded_dropout`). distiller: a `distillation.Distiller` whose loss
+  replaces the plain one.
 
   A step whose loss or gradients are not finite changes no variable (`apply_gradients_if_finite`)
   and its loss sums are 0, so that every sum stays finite; its row counts it in nonfinite_steps (a
@@ -354,11 +380,14 @@ def make_train_loop(strategy, model, optimizer, use_xla=False, loss_denominator=
   variables = model.trainable_variables
   loss_scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
-  def compute_gradients(features, denominator):
+  def compute_gradients(features, denominator, teacher_log_probs=None):
     with tf.GradientTape() as tape:
       # One denominator on every replica: the optimizer sums the replicas'
       # gradients, which then equal the gradient of the global-batch loss.
-      loss, terms = losses.training_loss(model, features, denominator, gather_targets=gather)
+      if distiller is None:
+        loss, terms = losses.training_loss(model, features, denominator, gather_targets=gather)
+      else:
+        loss, terms = distiller.training_loss(model, features, teacher_log_probs, denominator)
       if loss_scaling:
         # float16 gradients that would underflow are scaled up; the optimizer divides them back.
         loss = optimizer.scale_loss(loss)
@@ -376,7 +405,9 @@ def make_train_loop(strategy, model, optimizer, use_xla=False, loss_denominator=
       denominator = tf.maximum(global_weight, 1e-6)
     else:
       denominator = tf.constant(loss_denominator, tf.float32)
-    grads, terms = compute_gradients(features, denominator)
+    # The teacher predicts this replica's batch, outside the tape: it is not trained.
+    teacher = None if distiller is None else distiller.teacher_log_probs(features)
+    grads, terms = compute_gradients(features, denominator, teacher)
     # AdamWeightDecay sums over replicas, clips the global norm to 1.0, then
     # applies the update (optimization.py); we must not clip here as well.
     overflow, nonfinite = optimization.apply_gradients_if_finite(
@@ -708,6 +739,10 @@ def _train_locked(params, strategy, write_dir):
   # The model, optimizer and input position: resumed, else warm-started.
   state = _TrainState.create(params, setup.config, strategy)
   latest = _restore_or_initialise(state, params, setup, chief)
+  distiller = None
+  if setup.teacher is not None:
+    with cli.user_input():
+      distiller = distillation.Distiller.load(params, strategy)
   progress = _Progress(
     state.step,
     int(state.input_batches.numpy()),
@@ -719,7 +754,7 @@ def _train_locked(params, strategy, write_dir):
   # global seed's stream.
   meter = training_metrics.Throughput(setup.config, params.use_xla)
   iterator = training_iterator(params, strategy, setup, progress.skip_batches)
-  train_loop = _new_train_loop(params, strategy, state)
+  train_loop = _new_train_loop(params, strategy, state, distiller)
   train_writer, eval_writer = _summary_writers(params.output_dir, chief)
   evaluator = None
   if params.eval_file or (params.synthetic_data and params.eval_every_steps):
@@ -812,12 +847,18 @@ def _restore_or_initialise(state, params, setup, chief):
   return None
 
 
-def _new_train_loop(params, strategy, state):
+def _new_train_loop(params, strategy, state, distiller):
   denominator = losses.constant_denominator(
     params.loss_normalization, params.train_batch_size, params.max_seq_length
   )
   return make_train_loop(
-    strategy, state.model, state.optimizer, params.use_xla, denominator, _init_seed(params)
+    strategy,
+    state.model,
+    state.optimizer,
+    params.use_xla,
+    denominator,
+    _init_seed(params),
+    distiller,
   )
 
 

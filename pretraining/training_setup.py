@@ -16,6 +16,7 @@ from lm import checkpoints
 from lm import model_dir
 from lm import warm_start
 import modeling
+from pretraining import distillation
 from pretraining import input_pipeline
 import tokenization
 
@@ -24,7 +25,8 @@ import tokenization
 class ModelSetup:
   """What a run trains. vocab_file and vocab are None for synthetic data without one; target_table
   is float32 [V, E] for a NEW continuous head only (a resumed run restores it); init_source and
-  init_layers: a NEW run's warm start (`warm_start.load`), the source layer of each of ours.
+  init_layers: a NEW run's warm start (`warm_start.load`), the source layer of each of ours;
+  teacher: --teacher's `warm_start.Source`, checked (pretraining/distillation.py).
   """
 
   config: modeling.TTAConfig
@@ -33,6 +35,7 @@ class ModelSetup:
   target_table: np.ndarray = None
   init_source: warm_start.Source = None
   init_layers: list = None
+  teacher: warm_start.Source = None
 
   def write_model_files(self, output_dir):
     """config.json and vocab.txt into output_dir (the chief only)."""
@@ -48,7 +51,10 @@ def prepare_model(params, resuming):
   source = None
   if params.init_checkpoint and not resuming:
     source = warm_start.open_source(params.init_checkpoint)
-  vocab_file, vocab = resolve_vocab(params, resuming, source)
+  teacher = None
+  if distillation.settings(params):
+    teacher = distillation.open_teacher(params.teacher)
+  vocab_file, vocab = resolve_vocab(params, resuming, [s for s in (source, teacher) if s])
   new_continuous = params.output_layer == "continuous" and not resuming
   targets = _pretrained_targets(params, vocab) if new_continuous else None
   config = build_config(
@@ -57,6 +63,10 @@ def prepare_model(params, resuming):
   layers = None
   if source is not None:
     layers = warm_start.pick_layers(source, config.num_hidden_layers, params.init_layers)
+  if teacher is not None:
+    distillation.check_teacher(
+      teacher, config, params.max_seq_length, vocab, _casing_origin(params)
+    )
   if new_continuous and targets is None:
     # --synthetic_data without --target_embeddings (benchmarking only).
     targets = (
@@ -64,7 +74,7 @@ def prepare_model(params, resuming):
       .normal(size=(config.vocab_size, config.hidden_size))
       .astype(np.float32)
     )
-  return ModelSetup(config, vocab_file, vocab, targets, source, layers)
+  return ModelSetup(config, vocab_file, vocab, targets, source, layers, teacher)
 
 
 def _data_dir_stats(input_file):
@@ -77,10 +87,11 @@ def _data_dir_stats(input_file):
   return {}
 
 
-def resolve_vocab(params, resuming=False, source=None):
+def resolve_vocab(params, resuming=False, sources=()):
   """(vocab_file, OrderedDict token -> id): --vocab_file, the data dir's, or output_dir's; a resumed
-  run's own vocab.txt first (its checkpoint's ids refer to it); then a warm start's `source`'s,
-  which any other must equal. (None, None) for synthetic data without one.
+  run's own vocab.txt first (its checkpoint's ids refer to it); then the vocab of the first of
+  `sources` (`warm_start.Source`s: a warm start's, a teacher's), which any other must equal.
+  (None, None) for synthetic data without one.
   """
   own = model_dir.vocab_path(params.output_dir)
   candidates = [own] if resuming else []
@@ -88,8 +99,7 @@ def resolve_vocab(params, resuming=False, source=None):
   if params.input_file:
     candidates.append(model_dir.vocab_path(os.path.dirname(params.input_file)))
   candidates.append(own)
-  if source is not None:
-    candidates.append(source.vocab_file)
+  candidates.extend(source.vocab_file for source in sources)
   for path in candidates:
     if path and tf.io.gfile.exists(path):
       vocab = tokenization.load_vocab(path)
@@ -102,7 +112,7 @@ def resolve_vocab(params, resuming=False, source=None):
         raise ValueError(
           f"--vocab_file {params.vocab_file} differs from {own} of the run being resumed"
         )
-      if source is not None:
+      for source in sources:
         warm_start.check_vocab(source, path, vocab)
       return path, vocab
   if params.vocab_file:

@@ -53,6 +53,10 @@ NOT_RESULT = {
     "init_layers": "folded",
     # In it when set: the identities recorded before the flag existed (unset) still match.
     "pad_to_max_seq_length": "folded",
+    # In it as distillation.identity, when --teacher is given.
+    "teacher": "folded",
+    "distill_temperature": "folded",
+    "distill_weight": "folded",
     "save_checkpoints_steps": "checkpointing",
     "keep_checkpoint_max": "checkpointing",
     "eval_every_steps": "evaluation",
@@ -176,7 +180,15 @@ _REQUIRED = {
 }
 # Fields marked result=False whose values another field of the identity holds.
 _FOLDED = {
-  training.TrainParams: {"config_flags", "init_checkpoint", "init_layers", "pad_to_max_seq_length"}
+  training.TrainParams: {
+    "config_flags",
+    "init_checkpoint",
+    "init_layers",
+    "pad_to_max_seq_length",
+    "teacher",
+    "distill_temperature",
+    "distill_weight",
+  }
 }
 
 
