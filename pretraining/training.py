@@ -250,8 +250,9 @@ def _run_record(params):
   outputs = [
     checkpoints.CHECKPOINT_NAME + "-*",
     "checkpoint",
-    "train",
-    "eval",
+    # TensorBoard's event files; a file of the user's in train/ or eval/ is no output.
+    "train/events.out.tfevents.*",
+    "eval/events.out.tfevents.*",
     "train_summary.json",
   ]
   with cli.user_input():

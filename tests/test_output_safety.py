@@ -129,7 +129,7 @@ def test_a_refused_whiten_run_leaves_nothing_that_refuses_the_corrected_run(tmp_
   assert not out.exists(), "the refused run left its output dir (and run.json) behind"
   commands.run("run_sts.py", *common, "--whiten=2", status=0)
   recorded = json.loads((out / runs.RECORD_FILE).read_text())
-  assert "pairs" in recorded[runs.RECORDED]
+  assert "pairs/*.tsv" in recorded[runs.RECORDED]
 
 
 def _full_disk(*args, **kwargs):
@@ -224,3 +224,40 @@ def test_score_that_cannot_write_its_first_batch_leaves_nothing(tmp_path, tiny_t
   )  # fmt: skip
   assert line == f"cannot write {out}.partial (No space left on device); nothing was kept"
   assert os.listdir(tmp_path) == ["sents.txt"]
+
+
+@pytest.mark.slow(seconds=8)
+def test_sts_overwrite_keeps_a_file_of_the_users_in_pairs(tmp_path, tiny_tta):
+  # Issue 56: --overwrite removed pairs/ whole, with the user's analysis beside the cosines.
+  pairs, out = _pairs(tmp_path), tmp_path / "out"
+  common = [f"--model_dir={tiny_tta}", f"--pairs_file={pairs}", f"--output_dir={out}"]
+  commands.run("run_sts.py", *common, status=0)
+  (out / "pairs" / "analysis.txt").write_text("mine\n")
+  commands.run("run_sts.py", *common, "--pairs_batch_size=1", "--overwrite", status=0)
+  assert (out / "pairs" / "analysis.txt").read_text() == "mine\n"
+  assert sorted(os.listdir(out / "pairs")) == ["analysis.txt", "p.tsv", "p.tsv.done.json"]
+  # Another job's --overwrite removes the old job's cosines too.
+  commands.run("run_sts.py", *common[:1], f"--pairs_file=q={pairs}", *common[2:], "--overwrite",
+               status=0)  # fmt: skip
+  assert sorted(os.listdir(out / "pairs")) == ["analysis.txt", "q.tsv", "q.tsv.done.json"]
+
+
+@pytest.mark.slow(seconds=8)
+def test_rescoring_overwrite_keeps_a_file_of_the_users_in_test(tmp_path, tiny_tta):
+  # Issue 56: --overwrite removed test/ whole, with the user's notes beside the rescored lists.
+  lists = tmp_path / "lists"
+  lists.mkdir()
+  hyps = {
+    "hyp_1": {"score": -1.0, "text": "the cat sat"},
+    "hyp_2": {"score": -2.0, "text": "the cat"},
+  }
+  (lists / "dev.json").write_text(json.dumps({"u1": {"ref": "the cat sat", **hyps}}))
+  (lists / "test.json").write_text(json.dumps({"u1": hyps}))
+  out = tmp_path / "out"
+  common = [f"--lm=tta={tiny_tta}", "--format=json", f"--dev_file={lists}/dev.json",
+            f"--test_file={lists}/test.json", f"--output_dir={out}"]  # fmt: skip
+  commands.run("run_rescoring.py", *common, status=0)
+  (out / "test" / "notes.txt").write_text("mine\n")
+  commands.run("run_rescoring.py", *common, "--sentence_score=mean", "--overwrite", status=0)
+  assert (out / "test" / "notes.txt").read_text() == "mine\n"
+  assert sorted(os.listdir(out / "test")) == ["hyp.trn", "notes.txt", "test.json", "text"]

@@ -171,6 +171,44 @@ def atomic_dir(path):
     raise
 
 
+def find_files(root, outputs):
+  """The existing files under `root` that `outputs` name, as relative paths ("/"-separated) in
+  order: a name, a glob (each `*` within one folder), or a folder (every file under it)."""
+  found = []
+  for output in outputs:
+    path = os.path.join(root, *output.split("/"))
+    matches = sorted(glob.glob(path)) if glob.has_magic(output) else [path]
+    for match in (m for m in matches if os.path.lexists(m)):
+      if os.path.isdir(match) and not os.path.islink(match):
+        files = [os.path.join(d, n) for d, _, names in os.walk(match) for n in sorted(names)]
+      else:
+        files = [match]
+      found += [os.path.relpath(f, root).replace(os.sep, "/") for f in sorted(files)]
+  return list(dict.fromkeys(found))
+
+
+def remove_files(root, names):
+  """Removes the files `names` (relative to `root`), then each folder under `root` that this
+  leaves empty (a folder named: with its empty folders): the one way a command removes what it
+  made. A folder is never removed whole: a file the user put in it keeps it."""
+  root = os.path.abspath(root)
+  folders = set()
+  for name in names:
+    path = os.path.join(root, *name.split("/"))
+    if os.path.isdir(path) and not os.path.islink(path):
+      folders.update(directory for directory, _, _ in os.walk(path))
+    else:
+      with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
+    folder = os.path.dirname(path)
+    while len(folder) > len(root):
+      folders.add(folder)
+      folder = os.path.dirname(folder)
+  for folder in sorted(folders, key=len, reverse=True):
+    with contextlib.suppress(OSError):
+      os.rmdir(folder)
+
+
 def check_output_path(path, flag, is_dir=True):
   """Refuses (cli.InputError "--<flag> <path>: <why>") an output path that cannot be written,
   before a command loads or makes anything; leaves nothing behind. A remote path is not checked."""
