@@ -39,6 +39,18 @@ CASES = [
   # refused before they are read.
   ("run_rescoring.py", ["--lm={tmp}/absent", "--data_dir={tmp}"], ["{tmp}/absent/config.json"]),
   ("run_rescoring.py", ["--model_dir=m", "--pairs=dev_clean"], ["--pairs", "DEV:TEST"]),
+  # Issue 56: a repeated flag, or a flag beside its alias, kept its last value in silence.
+  (
+    "run_rescoring.py",
+    ["--lm=ng={tmp}/absent1", "--model_dir=ng2={tmp}/absent2", "--data_dir={tmp}"],
+    ["{tmp}/absent1/config.json"],
+  ),
+  (
+    "run_sts.py",
+    ["--model_dir=tta={tmp}/absent1", "--model_dir=uni={tmp}/absent2", "--data_dir={tmp}"],
+    ["{tmp}/absent1/config.json"],
+  ),
+  ("score.py", ["--model_dir=m", "--batch_size=4", "--batch_size", "5"], ["given 2 times"]),
   ("run_sts.py", ["--model_dir={tmp}/absent", "--data_dir={tmp}"], ["{tmp}/absent/config.json"]),
   ("run_sts.py", ["--model_dir=m", "--window=2"], ["--window=2", "not integer >= 3"]),
   (
