@@ -261,3 +261,46 @@ def test_rescoring_overwrite_keeps_a_file_of_the_users_in_test(tmp_path, tiny_tt
   commands.run("run_rescoring.py", *common, "--sentence_score=mean", "--overwrite", status=0)
   assert (out / "test" / "notes.txt").read_text() == "mine\n"
   assert sorted(os.listdir(out / "test")) == ["hyp.trn", "notes.txt", "test.json", "text"]
+
+
+def test_score_reads_a_pipe_once_and_writes_every_line(tmp_path, tiny_tta):
+  # Issue 56: score.py --input_file=<(cat sentences.txt) counted the lines (using the pipe up),
+  # then scored what was left: nothing, and exited 0 with 0 records.
+  read, write = os.pipe()
+  os.write(write, b"the cat sat\nthe dog\n")
+  os.close(write)
+  out = tmp_path / "scores.jsonl"
+  try:
+    commands.run("score.py", f"--model_dir={tiny_tta}", f"--input_file=/dev/fd/{read}",
+                 f"--output_file={out}", status=0)  # fmt: skip
+  finally:
+    os.close(read)
+  assert len(out.read_text().splitlines()) == 2
+
+
+def test_score_refuses_a_directory_as_input_before_the_model_loads(tmp_path):
+  out = tmp_path / "out" / "scores.jsonl"
+  line = _error(
+    commands.run("score.py", f"--model_dir={tmp_path}/absent", f"--input_file={tmp_path}",
+                 f"--output_file={out}"),
+    "score.py",
+  )  # fmt: skip
+  assert line == f"--input_file {tmp_path}: is a directory; give a file"
+  assert os.listdir(tmp_path) == []
+
+
+def test_sts_refuses_pairs_from_a_pipe_in_one_line(tmp_path, tiny_tta):
+  # Read whole to check, then again to encode: a pipe would give an empty second read.
+  read, write = os.pipe()
+  os.close(write)
+  try:
+    result = commands.run(
+      "run_sts.py",
+      f"--model_dir={tiny_tta}",
+      f"--pairs_file=/dev/fd/{read}",
+      f"--output_dir={tmp_path}/out",
+    )
+  finally:
+    os.close(read)
+  assert "not a regular file (a pipe?)" in _error(result, "run_sts.py")
+  assert os.listdir(tmp_path) == []

@@ -11,6 +11,7 @@ import re
 import secrets
 import shutil
 import socket
+import stat
 import tempfile
 import time
 
@@ -80,6 +81,16 @@ def expand_globs(patterns):
   if not paths:
     raise ValueError(f"no input files in {patterns!r}")
   return paths
+
+
+def reads_twice(path):
+  """Whether the input `path` can be read a second time: a regular file. '-' (stdin), a pipe
+  (`<(cat f)`), a FIFO or a device reads once; a command that reads an input twice (to count,
+  then to use) asks here first, or the second read finds nothing and the run succeeds empty."""
+  try:
+    return path != "-" and stat.S_ISREG(os.stat(path).st_mode)
+  except OSError:
+    return False
 
 
 # --- Atomic writes ---
