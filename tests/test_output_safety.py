@@ -9,6 +9,7 @@ import json
 import os
 
 import commands
+import conftest
 import pytest
 
 from util import runs
@@ -304,3 +305,31 @@ def test_sts_refuses_pairs_from_a_pipe_in_one_line(tmp_path, tiny_tta):
     os.close(read)
   assert "not a regular file (a pipe?)" in _error(result, "run_sts.py")
   assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+  "flag, message",
+  [
+    ("--train_batch_size=0", "flag --train_batch_size=0: 0 is not a positive integer"),
+    (
+      "--init_checkpoint={tmp}/a.tfrecord",
+      "a.tfrecord: a file, not a model dir or checkpoint prefix",
+    ),
+    ("--num_attention_heads=3", "hidden_size (512) is not a multiple of num_attention_heads (3)"),
+  ],
+)
+def test_a_refused_pretraining_run_leaves_nothing_that_refuses_the_corrected_run(
+  tmp_path, flag, message
+):
+  # Issue 56: --train_batch_size=0 was a traceback after config.json and run.json were written,
+  # which then refused the corrected command as another job.
+  vocab = os.path.join(conftest.data_dir_or_skip("reference-vocab"), "reference-vocab",
+                       "tta-vocab-lower.sub-32k.txt")  # fmt: skip
+  (tmp_path / "a.tfrecord").write_bytes(b"")
+  before = _tree(tmp_path)
+  result = commands.run(
+    "run_pretraining.py", f"--input_file={tmp_path}/a.tfrecord", f"--vocab_file={vocab}",
+    f"--output_dir={tmp_path}/run", flag.format(tmp=tmp_path),
+  )  # fmt: skip
+  assert message in _error(result, "run_pretraining.py")
+  assert _tree(tmp_path) == before and os.listdir(tmp_path) == ["a.tfrecord"]
