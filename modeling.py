@@ -35,6 +35,20 @@ def _field(default=dataclasses.MISSING, architecture=False):
   return dataclasses.field(default=default, metadata=roles)
 
 
+def check_shape(hidden_size, num_hidden_layers, num_attention_heads, intermediate_size):
+  """ValueError naming the field unless the sizes are positive ints and the heads divide the
+  width: the rule of `TTAConfig.validate`, for a caller that checks sizes before it builds one."""
+  sizes = dict(locals())
+  for name, value in sizes.items():
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+      raise ValueError(f"{name} must be a positive int, got {value!r}")
+  if hidden_size % num_attention_heads:
+    raise ValueError(
+      f"hidden_size ({hidden_size:d}) is not a multiple of num_attention_heads "
+      f"({num_attention_heads:d})"
+    )
+
+
 @dataclasses.dataclass(eq=False)
 class TTAConfig:
   """Configuration of a `TransformerLM` (BERT's config fields, T-TA defaults).
@@ -90,11 +104,9 @@ class TTAConfig:
     """Raises ValueError naming the offending field."""
     if not isinstance(self.vocab_size, int) or self.vocab_size <= 0:
       raise ValueError(f"vocab_size must be a positive int, got {self.vocab_size!r}")
-    if self.hidden_size % self.num_attention_heads:
-      raise ValueError(
-        f"hidden_size ({self.hidden_size:d}) is not a multiple of num_attention_heads "
-        f"({self.num_attention_heads:d})"
-      )
+    check_shape(
+      self.hidden_size, self.num_hidden_layers, self.num_attention_heads, self.intermediate_size
+    )
     if self.hidden_act not in _ACTIVATIONS:
       raise ValueError(f"hidden_act {self.hidden_act!r} is not one of {sorted(_ACTIVATIONS)}")
     if self.model_type is not None:

@@ -10,6 +10,7 @@ import os
 import re
 
 from evaluation import sts_data
+from util import io_utils
 from util import resumable
 
 # line: 1-based line of the input file; score: the gold score, None when the file has none.
@@ -39,6 +40,8 @@ class PairsFile:
     if path == "-":
       # run_sts.py reads a file twice: whole to check it, then batch by batch to encode it.
       raise ValueError("pairs are read from a file, not from stdin ('-')")
+    if os.path.exists(path) and not io_utils.reads_twice(path):
+      raise ValueError(f"{path}: not a regular file (a pipe?); pairs are read twice: give a file")
     self.path = path
     self.header = header
     self._lines = resumable.InputLines(path, strip=False)

@@ -28,13 +28,14 @@ RESULTS_FILE = "sts_results.json"
 PAIRS_RESULTS_FILE = "pairs_results.json"
 # What a run writes in --output_dir; --overwrite removes them.
 WHITENING_DIR = "whitening"
+# The files a run writes (runs.Record): a file of the user's in pairs/ or whitening/ is no output.
 OUTPUTS = (
   RESULTS_FILE,
   "sts_results.md",
   PAIRS_RESULTS_FILE,
   "pairs_results.md",
-  "pairs",
-  WHITENING_DIR,
+  *(f"pairs/*.tsv{end}" for end in ("", ".partial", ".partial.json", ".done.json")),
+  f"{WHITENING_DIR}/*.npz",
 )
 SETS = {
   "stsb_dev": ("STS-B dev", lambda d: sts_data.read_stsb("dev", d)),

@@ -248,7 +248,9 @@ def _line_batches(numbered, batch_size):
 
 
 def _count_lines(path):
-  if path == "-":
+  """The lines of `path` for the progress bar, None for an input that reads only once (stdin, a
+  pipe, a FIFO, a device: `io_utils.reads_twice`), which counting would use up."""
+  if not io_utils.reads_twice(path):
     return None
   with open(path, "rb") as f:
     return sum(1 for _ in f)
@@ -410,3 +412,5 @@ def _check_scoring_flags(params):
     raise cli.InputError("sharding needs --input_file and --output_file (not stdin/stdout)")
   if params.input_file != "-" and not os.path.exists(params.input_file):
     raise cli.InputError(f"--input_file {params.input_file}: no such file")
+  if os.path.isdir(params.input_file):
+    raise cli.InputError(f"--input_file {params.input_file}: is a directory; give a file")

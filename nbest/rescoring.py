@@ -90,11 +90,8 @@ def write_outputs(
   os.makedirs(out_dir, exist_ok=True)
   if refs_from_files:
     lists = [dataclasses.replace(lst, refs=[]) for lst in lists]
-  name = "nbest" if formats.FORMATS[fmt].directory else os.path.basename(source_path.rstrip("/"))
   paths = {
-    "rescored": os.path.join(out_dir, name),
-    "text": os.path.join(out_dir, "text"),
-    "trn": os.path.join(out_dir, "hyp.trn"),
+    what: os.path.join(out_dir, name) for what, name in output_names(fmt, source_path).items()
   }
   formats.write_rescored(
     fmt, lists, source_path, paths["rescored"], features, kept, **(options or {})
@@ -102,6 +99,22 @@ def write_outputs(
   formats.write_kaldi_text(lists, choice, paths["text"])
   formats.write_trn(lists, choice, paths["trn"])
   return paths
+
+
+def output_names(fmt, source_path):
+  """{what: file name} of the outputs `write_outputs` writes into a set's folder for the lists at
+  `source_path` (the rescored lists a folder of their own in a directory format)."""
+  name = "nbest" if formats.FORMATS[fmt].directory else os.path.basename(source_path.rstrip("/"))
+  return {"rescored": name, "text": "text", "trn": "hyp.trn"}
+
+
+def output_files(fmt, source_path):
+  """The files (names, globs) `write_outputs` writes into a set's folder (runs.Record)."""
+  names = output_names(fmt, source_path)
+  files = [names["text"], names["trn"], names["rescored"]]
+  if formats.FORMATS[fmt].directory:
+    files[-1] += "/*"  # the format's writer replaces its folder whole (text_files.write_files)
+  return files
 
 
 def write_report(path, report):

@@ -24,7 +24,7 @@ from util import runs
 
 # What a --test_file run writes in --output_dir (beside the score cache, which is keyed by model
 # and kept, and the paper's table, whose rows merge by LM); --overwrite removes them.
-OUTPUTS = ("weights.json", "rescoring_report.json", "dev", "test")
+OUTPUTS = ("weights.json", "rescoring_report.json")
 
 
 def _check_pairs(pairs):
@@ -171,7 +171,7 @@ def run(params):
       # With the paper's table too (`paper_table` files with references), LMs run one at a time into
       # one dir add up to one table (paper_protocol.merge_rows): each rewrites the outputs whole.
       job = identity(params, with_lms=not table_runs)
-      record = runs.Record(params.output_dir, job, OUTPUTS, params.overwrite)
+      record = runs.Record(params.output_dir, job, outputs(params), params.overwrite)
   with contextlib.ExitStack() as stack:
     cache = None
     if params.output_dir:
@@ -189,6 +189,18 @@ def run(params):
     with record, cli.user_input():
       record.start()
       rescoring.rescore_own_files(params, sets, kept, all_scores, metric, unmatched)
+
+
+def outputs(params):
+  """The files a --test_file run writes into --output_dir (runs.Record): each set's in its folder,
+  where a file of the user's (test/notes.txt) is no output."""
+  sets = {"dev": params.dev_file, "test": params.test_file}
+  return list(OUTPUTS) + [
+    f"{name}/{file}"
+    for name, path in sets.items()
+    if path is not None
+    for file in rescoring.output_files(params.format, path)
+  ]
 
 
 def identity(params, with_lms=True):

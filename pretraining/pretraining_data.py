@@ -502,6 +502,24 @@ def _parts_of(parts_dir):
   return identities
 
 
+# The files of parts/ (`_make_part`, `_assemble`; atomic writes' temporaries after a kill): the
+# parts go by these, so that a file of the user's keeps parts/ (`io_utils.remove_files`).
+_PART_FILES = (
+  "assembled.json",
+  ".job-*.lock",
+  *(
+    f"job-*/{name}" for name in ("job.json", "done.json", VOCAB_FILE, "block-*.rec", "block-*.json")
+  ),
+  "job-*/.*.tmp-*",
+  ".*.tmp-*",
+)
+
+
+def _remove_parts(parts_dir):
+  root, name = os.path.split(parts_dir)
+  io_utils.remove_files(root, io_utils.find_files(root, [f"{name}/{f}" for f in _PART_FILES]))
+
+
 def _check_parts(parts_dir, identity, overwrite, output_dir):
   """Refuses (one line, runs.another_job) unfinished parts of another job in `parts_dir`; with
   `overwrite` removes them instead."""
@@ -509,7 +527,7 @@ def _check_parts(parts_dir, identity, overwrite, output_dir):
     if recorded != _as_json(identity):
       if overwrite:
         logging.info("--overwrite: removing the unfinished parts of another job in %s", parts_dir)
-        shutil.rmtree(parts_dir)
+        _remove_parts(parts_dir)
         return
       raise runs.another_job(
         f"--output_dir {output_dir} holds unfinished parts of another job", recorded, identity
@@ -724,7 +742,7 @@ def _complete_output(job):
     )
     parts = _parts_of(job.parts_dir)
     if parts and all(p == _as_json(job.identity) for p in parts):
-      shutil.rmtree(job.parts_dir)  # This job's parts, left by a kill after its stamp was written.
+      _remove_parts(job.parts_dir)  # This job's parts, left by a kill after its stamp was written.
   return stats
 
 
@@ -787,7 +805,7 @@ def _merge_parts(job, args, num_jobs, seconds, start):
     stats = _stats(args, job, vocab_path, split_stats, files, seconds, start)
     outputs = [os.path.join(job.output_dir, f["file"]) for f in files] + [vocab_path]
     stats = io_utils.write_stamp(job.stamp_path, job.fingerprint, outputs, stats)
-  shutil.rmtree(job.parts_dir)
+  _remove_parts(job.parts_dir)
   logging.info(
     "wrote %d train + %d eval sentences (%d + %d tokens) in %d files to %s in %.1f s",
     stats["train"]["sentences"],

@@ -59,6 +59,33 @@ def _int_list(flag):
   return convert
 
 
+def _check_warmup(values):
+  """A warmup longer than the run never reaches the peak learning rate: refused, not shortened (the
+  schedule is the user's; BERT warms up for about a tenth of the steps)."""
+  steps, warmup = values["num_train_steps"], values["num_warmup_steps"]
+  if steps is not None and warmup is not None and warmup > steps:
+    raise ValueError(
+      f"--num_warmup_steps={warmup} exceeds --num_train_steps={steps}: the learning rate would "
+      f"never reach its peak; give --num_warmup_steps <= {steps} (a tenth: {steps // 10})"
+    )
+
+
+def _check_init_checkpoint(spec):
+  """A --init_checkpoint that names nothing a warm start can read, refused while parsing: a
+  missing path, a file that is no checkpoint prefix (its .index beside it), hf:/bert: without
+  their folder. A remote path is not checked."""
+  scheme, _, path = spec.partition(":") if spec.startswith(("hf:", "bert:")) else ("", "", spec)
+  if "://" in path:
+    return
+  if scheme:
+    if not os.path.isdir(path):
+      raise ValueError(f"{path} is not a folder")
+  elif os.path.isfile(path) and not os.path.exists(path + ".index"):
+    raise ValueError("a file, not a model dir or checkpoint prefix (PREFIX.index)")
+  elif not os.path.exists(path) and not os.path.exists(path + ".index"):
+    raise ValueError("no such model dir or checkpoint (PREFIX.index)")
+
+
 @dataclasses.dataclass
 class ConfigFlags:
   """run_pretraining.py's flags that set config fields (`overrides`); unset, a field comes from
@@ -67,16 +94,18 @@ class ConfigFlags:
   config_json: str = cli.param(
     "Inline JSON overriding config fields, e.g. '{\"hidden_size\": 256}'.", None
   )
-  vocab_size: int = cli.param("Default: the vocab file's size.", None)
-  hidden_size: int = cli.param(_config_help("hidden_size"), None)
-  num_hidden_layers: int = cli.param(_config_help("num_hidden_layers"), None)
-  num_attention_heads: int = cli.param(_config_help("num_attention_heads"), None)
-  intermediate_size: int = cli.param(_config_help("intermediate_size"), None)
+  vocab_size: int = cli.param("Default: the vocab file's size.", None, lower_bound=1)
+  hidden_size: int = cli.param(_config_help("hidden_size"), None, lower_bound=1)
+  num_hidden_layers: int = cli.param(_config_help("num_hidden_layers"), None, lower_bound=1)
+  num_attention_heads: int = cli.param(_config_help("num_attention_heads"), None, lower_bound=1)
+  intermediate_size: int = cli.param(_config_help("intermediate_size"), None, lower_bound=1)
   hidden_dropout_prob: float = cli.param(_config_help("hidden_dropout_prob"), None)
   attention_probs_dropout_prob: float = cli.param(
     _config_help("attention_probs_dropout_prob"), None
   )
-  max_position_embeddings: int = cli.param(_config_help("max_position_embeddings"), None)
+  max_position_embeddings: int = cli.param(
+    _config_help("max_position_embeddings"), None, lower_bound=3
+  )
 
   def overrides(self):
     """{config field: value} of --config_json, then of the flags given (which win).
@@ -136,6 +165,7 @@ class TrainParams:
     None,
     io=cli.INPUT,
     result=False,  # in the run identity as `warm_start.identity`
+    check=_check_init_checkpoint,
   )
   init_layers: list = cli.param(
     "With --init_checkpoint: the source layers that become ours, in order, e.g. 0,4,8 (default: "
@@ -164,13 +194,15 @@ class TrainParams:
     None,
     result=False,  # in the run identity as `distillation.identity`
   )
-  train_batch_size: int = cli.param("Global batch size (sentences).", 64)
-  eval_batch_size: int = cli.param("Global eval batch size.", 64, result=False)
+  train_batch_size: int = cli.param("Global batch size (sentences).", 64, lower_bound=1)
+  eval_batch_size: int = cli.param("Global eval batch size.", 64, result=False, lower_bound=1)
   learning_rate: float = cli.param("Peak learning rate.", 1e-4)
   weight_decay_rate: float = cli.param("Decoupled weight decay.", 0.01)
-  num_train_steps: int = cli.param("Total optimizer steps.", 100000, result=False)
-  num_warmup_steps: int = cli.param("Linear warmup steps.", 10000, result=False)
-  max_seq_length: int = cli.param("Longest sentence in tokens.", 128)
+  num_train_steps: int = cli.param("Total optimizer steps.", 100000, result=False, lower_bound=1)
+  num_warmup_steps: int = cli.param(
+    "Linear warmup steps; at most --num_train_steps.", 10000, result=False, lower_bound=0
+  )
+  max_seq_length: int = cli.param("Longest sentence in tokens.", 128, lower_bound=3)
   loss_normalization: str = cli.param(
     "Divisor of each batch's training-loss sum: constant = train_batch_size * max_seq_length "
     "(the authors' reduce_mean over padded positions: every real token weighs the same in every "
@@ -203,16 +235,18 @@ class TrainParams:
     "--seed.",
     None,
   )
-  save_checkpoints_steps: int = cli.param("Checkpoint interval.", 1000, result=False)
-  keep_checkpoint_max: int = cli.param("Checkpoints kept.", 5, result=False)
-  eval_every_steps: int = cli.param("Evaluate every N steps (0: only at the end).", 0, result=False)
+  save_checkpoints_steps: int = cli.param("Checkpoint interval.", 1000, result=False, lower_bound=1)
+  keep_checkpoint_max: int = cli.param("Checkpoints kept.", 5, result=False, lower_bound=1)
+  eval_every_steps: int = cli.param(
+    "Evaluate every N steps (0: only at the end).", 0, result=False, lower_bound=0
+  )
   max_eval_steps: int = cli.param(
-    "Eval batches per evaluation (0: the whole eval file).", 100, result=False
+    "Eval batches per evaluation (0: the whole eval file).", 100, result=False, lower_bound=0
   )
   steps_per_loop: int = cli.param(
-    "Steps per tf.function call (cuts Python overhead).", 20, result=False
+    "Steps per tf.function call (cuts Python overhead).", 20, result=False, lower_bound=1
   )
-  log_every_steps: int = cli.param("Progress line interval.", 100, result=False)
+  log_every_steps: int = cli.param("Progress line interval.", 100, result=False, lower_bound=1)
   strategy: str = cli.param(
     "tf.distribute.", "one_device", distribute_utils.STRATEGIES, result=False
   )
@@ -286,6 +320,8 @@ class TrainParams:
   )
   install_signal_handlers: bool = cli.setting(True, result=False)
 
+  FLAG_CHECKS = ((("num_train_steps", "num_warmup_steps"), _check_warmup),)
+
   def __post_init__(self):
     self.config_overrides = {**self.config_overrides, **self.config_flags.overrides()}
 
@@ -322,8 +358,9 @@ def _run_record(params):
   outputs = [
     checkpoints.CHECKPOINT_NAME + "-*",
     "checkpoint",
-    "train",
-    "eval",
+    # TensorBoard's event files; a file of the user's in train/ or eval/ is no output.
+    "train/events.out.tfevents.*",
+    "eval/events.out.tfevents.*",
     "train_summary.json",
   ]
   with cli.user_input():
@@ -708,8 +745,12 @@ def train(params, strategy=None):
     params.strategy, params.tpu, params.num_cpu_devices
   )
   write_dir = distribute_utils.worker_write_dir(params.output_dir, strategy)
-  tf.io.gfile.makedirs(write_dir)
   with contextlib.ExitStack() as lock:
+    if "://" not in params.output_dir:
+      # A run refused before it wrote anything (the config's heads do not divide its width)
+      # leaves no --output_dir it made.
+      lock.enter_context(io_utils.output_dir(params.output_dir))
+    tf.io.gfile.makedirs(write_dir)
     if distribute_utils.is_chief(strategy):
       lock.enter_context(training_loop.output_dir_lock(params.output_dir))
     summary = _train_locked(params, strategy, write_dir)

@@ -66,10 +66,10 @@ class MeasureParams:
     io=cli.INPUT,
   )
   do_lower_case: bool = cli.param("Lower-case the input.", True)
-  hidden_size: int = cli.param("Random models: hidden size.", 512)
-  num_hidden_layers: int = cli.param("Random models: layers.", 3)
-  num_attention_heads: int = cli.param("Random models: heads.", 8)
-  intermediate_size: int = cli.param("Random models: FFN size.", 2048)
+  hidden_size: int = cli.param("Random models: hidden size.", 512, lower_bound=1)
+  num_hidden_layers: int = cli.param("Random models: layers.", 3, lower_bound=1)
+  num_attention_heads: int = cli.param("Random models: heads.", 8, lower_bound=1)
+  intermediate_size: int = cli.param("Random models: FFN size.", 2048, lower_bound=1)
   max_seq_length: int = cli.param(
     "Random models: max_position_embeddings, and the longest input in tokens.", 128
   )
@@ -113,6 +113,14 @@ class MeasureParams:
   )
   token_budget: int = lm_options_lib.token_budget_param()
   data_dir: str = io_utils.data_dir_param()
+
+  def __post_init__(self):
+    # The random models' shape, refused before the matmul peak or any timing runs.
+    import modeling  # pylint: disable=g-import-not-at-top
+
+    modeling.check_shape(
+      self.hidden_size, self.num_hidden_layers, self.num_attention_heads, self.intermediate_size
+    )
 
   def word_counts(self):
     """--lengths as sorted distinct ints."""

@@ -93,7 +93,7 @@ def stage_kenlm(work_dir, data_dir, settings):
   return out
 
 
-def train_args(data_dir, settings, model_type, output_dir, steps):
+def train_args(data_dir, settings, model_type, output_dir, steps, max_eval_steps=50):
   args = [
     "run_pretraining.py",
     "--model_type=" + model_type,
@@ -112,7 +112,7 @@ def train_args(data_dir, settings, model_type, output_dir, steps):
       # Every checkpoint stays: the learning curves evaluate them all.
       f"--keep_checkpoint_max={settings.train_checkpoints + 1:d}",
       f"--log_every_steps={max(10, steps // settings.train_log_lines):d}",
-      "--max_eval_steps=50",
+      f"--max_eval_steps={max_eval_steps:d}",
     ]
     + model_flags(settings)
   )
@@ -125,8 +125,8 @@ def _calibrate(work_dir, data_dir, settings, precision):
   """A short T-TA run in `precision` ("fp32" or "bf16"); its speeds from train_summary.json."""
   name = "calibration" if precision == "fp32" else f"calibration_{precision}"
   calib_dir = os.path.join(work_dir, name)
-  args = train_args(data_dir, settings, "tta", calib_dir, settings.calibration_steps)
-  runner.run_step(work_dir, name, args + ["--max_eval_steps=1"] + PRECISION_FLAGS[precision])
+  args = train_args(data_dir, settings, "tta", calib_dir, settings.calibration_steps, 1)
+  runner.run_step(work_dir, name, args + PRECISION_FLAGS[precision])
   summary = io_utils.read_json_file(os.path.join(calib_dir, "train_summary.json"))
   return {k: summary[k] for k in ("steps_per_second", "tokens_per_second", "gflops_per_second")}
 

@@ -220,3 +220,28 @@ def test_an_escaped_list_is_absl_s_list_with_backslash_escapes(text, values):
     assert flags.ListParser().parse(text) == values
   with pytest.raises(ValueError, match="not a comma-separated list"):
     cli.EscapedListParser().parse("pl_1\\")
+
+
+def test_a_repeated_flag_takes_every_value_of_a_list_and_is_refused_elsewhere(monkeypatch):
+  # Issue 56: absl keeps the last value of a repeated flag in silence (run_sts.py
+  # --model_dir=tta=A --model_dir=uni=B used uni alone; --lm beside its alias --model_dir too).
+  values = flags.FlagValues()
+  flags.DEFINE_list("model_dir", [], "LMs.", flag_values=values)
+  flags.DEFINE_alias("lm", "model_dir", flag_values=values)
+  flags.DEFINE_multi_string("pairs_file", [], "Sets.", flag_values=values)
+  flags.DEFINE_integer("batch_size", 8, "One value.", flag_values=values)
+  flags.DEFINE_boolean("overwrite", False, "A switch.", flag_values=values)
+  monkeypatch.setitem(cli._ALIASES, "lm", "model_dir")
+  argv = cli.merge_repeats(
+    ["x", "--model_dir=tta=A", "--lm", "uni=B,C", "--pairs_file=p", "--pairs_file", "q",
+     "--overwrite", "--nooverwrite", "--batch_size=4"],
+    values,
+  )  # fmt: skip
+  values(argv)
+  assert values.model_dir == ["tta=A", "uni=B", "C"] and values.pairs_file == ["p", "q"]
+  assert values.batch_size == 4 and not values.overwrite
+  with pytest.raises(cli.InputError) as e:
+    cli.merge_repeats(["x", "--batch_size=4", "--batch_size", "5"], values)
+  assert str(e.value) == (
+    "--batch_size is given 2 times (--batch_size=4, --batch_size=5): it takes one value"
+  )

@@ -431,7 +431,7 @@ def test_a_resume_of_another_job_is_refused_naming_what_differs(tmp_path, vocab_
       "--heldout_fraction=0.3",
       "--combination_epochs=1",
       "--epochs=1",
-      "--lists_per_batch=4",
+      *(["--lists_per_batch=4"] * all(a.partition("=")[0] != "--lists_per_batch" for a in args)),
       "--hyps_per_list=3",
       "--bootstrap_resamples=10",
       *args,

@@ -9,6 +9,7 @@ import json
 import os
 
 import commands
+import conftest
 import pytest
 
 from util import runs
@@ -129,7 +130,7 @@ def test_a_refused_whiten_run_leaves_nothing_that_refuses_the_corrected_run(tmp_
   assert not out.exists(), "the refused run left its output dir (and run.json) behind"
   commands.run("run_sts.py", *common, "--whiten=2", status=0)
   recorded = json.loads((out / runs.RECORD_FILE).read_text())
-  assert "pairs" in recorded[runs.RECORDED]
+  assert "pairs/*.tsv" in recorded[runs.RECORDED]
 
 
 def _full_disk(*args, **kwargs):
@@ -224,3 +225,111 @@ def test_score_that_cannot_write_its_first_batch_leaves_nothing(tmp_path, tiny_t
   )  # fmt: skip
   assert line == f"cannot write {out}.partial (No space left on device); nothing was kept"
   assert os.listdir(tmp_path) == ["sents.txt"]
+
+
+@pytest.mark.slow(seconds=8)
+def test_sts_overwrite_keeps_a_file_of_the_users_in_pairs(tmp_path, tiny_tta):
+  # Issue 56: --overwrite removed pairs/ whole, with the user's analysis beside the cosines.
+  pairs, out = _pairs(tmp_path), tmp_path / "out"
+  common = [f"--model_dir={tiny_tta}", f"--pairs_file={pairs}", f"--output_dir={out}"]
+  commands.run("run_sts.py", *common, status=0)
+  (out / "pairs" / "analysis.txt").write_text("mine\n")
+  commands.run("run_sts.py", *common, "--pairs_batch_size=1", "--overwrite", status=0)
+  assert (out / "pairs" / "analysis.txt").read_text() == "mine\n"
+  assert sorted(os.listdir(out / "pairs")) == ["analysis.txt", "p.tsv", "p.tsv.done.json"]
+  # Another job's --overwrite removes the old job's cosines too.
+  commands.run("run_sts.py", *common[:1], f"--pairs_file=q={pairs}", *common[2:], "--overwrite",
+               status=0)  # fmt: skip
+  assert sorted(os.listdir(out / "pairs")) == ["analysis.txt", "q.tsv", "q.tsv.done.json"]
+
+
+@pytest.mark.slow(seconds=8)
+def test_rescoring_overwrite_keeps_a_file_of_the_users_in_test(tmp_path, tiny_tta):
+  # Issue 56: --overwrite removed test/ whole, with the user's notes beside the rescored lists.
+  lists = tmp_path / "lists"
+  lists.mkdir()
+  hyps = {
+    "hyp_1": {"score": -1.0, "text": "the cat sat"},
+    "hyp_2": {"score": -2.0, "text": "the cat"},
+  }
+  (lists / "dev.json").write_text(json.dumps({"u1": {"ref": "the cat sat", **hyps}}))
+  (lists / "test.json").write_text(json.dumps({"u1": hyps}))
+  out = tmp_path / "out"
+  common = [f"--lm=tta={tiny_tta}", "--format=json", f"--dev_file={lists}/dev.json",
+            f"--test_file={lists}/test.json", f"--output_dir={out}"]  # fmt: skip
+  commands.run("run_rescoring.py", *common, status=0)
+  (out / "test" / "notes.txt").write_text("mine\n")
+  commands.run("run_rescoring.py", *common, "--sentence_score=mean", "--overwrite", status=0)
+  assert (out / "test" / "notes.txt").read_text() == "mine\n"
+  assert sorted(os.listdir(out / "test")) == ["hyp.trn", "notes.txt", "test.json", "text"]
+
+
+def test_score_reads_a_pipe_once_and_writes_every_line(tmp_path, tiny_tta):
+  # Issue 56: score.py --input_file=<(cat sentences.txt) counted the lines (using the pipe up),
+  # then scored what was left: nothing, and exited 0 with 0 records.
+  read, write = os.pipe()
+  os.write(write, b"the cat sat\nthe dog\n")
+  os.close(write)
+  out = tmp_path / "scores.jsonl"
+  try:
+    commands.run("score.py", f"--model_dir={tiny_tta}", f"--input_file=/dev/fd/{read}",
+                 f"--output_file={out}", status=0)  # fmt: skip
+  finally:
+    os.close(read)
+  assert len(out.read_text().splitlines()) == 2
+
+
+def test_score_refuses_a_directory_as_input_before_the_model_loads(tmp_path):
+  out = tmp_path / "out" / "scores.jsonl"
+  line = _error(
+    commands.run("score.py", f"--model_dir={tmp_path}/absent", f"--input_file={tmp_path}",
+                 f"--output_file={out}"),
+    "score.py",
+  )  # fmt: skip
+  assert line == f"--input_file {tmp_path}: is a directory; give a file"
+  assert os.listdir(tmp_path) == []
+
+
+def test_sts_refuses_pairs_from_a_pipe_in_one_line(tmp_path, tiny_tta):
+  # Read whole to check, then again to encode: a pipe would give an empty second read.
+  read, write = os.pipe()
+  os.close(write)
+  try:
+    result = commands.run(
+      "run_sts.py",
+      f"--model_dir={tiny_tta}",
+      f"--pairs_file=/dev/fd/{read}",
+      f"--output_dir={tmp_path}/out",
+    )
+  finally:
+    os.close(read)
+  assert "not a regular file (a pipe?)" in _error(result, "run_sts.py")
+  assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+  "flag, message",
+  [
+    ("--train_batch_size=0", "flag --train_batch_size=0: 0 is not a positive integer"),
+    (
+      "--init_checkpoint={tmp}/a.tfrecord",
+      "a.tfrecord: a file, not a model dir or checkpoint prefix",
+    ),
+    ("--num_attention_heads=3", "hidden_size (512) is not a multiple of num_attention_heads (3)"),
+  ],
+)
+def test_a_refused_pretraining_run_leaves_nothing_that_refuses_the_corrected_run(
+  tmp_path, flag, message
+):
+  # Issue 56: --train_batch_size=0 was a traceback after config.json and run.json were written,
+  # which then refused the corrected command as another job.
+  vocab = os.path.join(conftest.data_dir_or_skip("reference-vocab"), "reference-vocab",
+                       "tta-vocab-lower.sub-32k.txt")  # fmt: skip
+  (tmp_path / "a.tfrecord").write_bytes(b"")
+  before = _tree(tmp_path)
+  result = commands.run(
+    "run_pretraining.py", f"--input_file={tmp_path}/a.tfrecord", f"--vocab_file={vocab}",
+    f"--output_dir={tmp_path}/run", flag.format(tmp=tmp_path),
+  )  # fmt: skip
+  assert message in _error(result, "run_pretraining.py")
+  assert _tree(tmp_path) == before and os.listdir(tmp_path) == ["a.tfrecord"]

@@ -552,9 +552,10 @@ def test_train_minutes_stop_is_unfinished(data_dir, tmp_path):
 
 
 def _script_args(data_dir, output_dir, *extra):
-  return [
-    sys.executable,
-    os.path.join(REPO, "run_pretraining.py"),
+  """The command line of a tiny run; a flag of `extra` replaces the default's (a flag given twice
+  is refused)."""
+  given = {arg.partition("=")[0] for arg in extra}
+  base = [
     "--input_file=" + os.path.join(data_dir, "train-*.tfrecord"),
     "--output_dir=" + str(output_dir),
     "--hidden_size=32",
@@ -568,7 +569,13 @@ def _script_args(data_dir, output_dir, *extra):
     "--learning_rate=1e-3",
     "--steps_per_loop=5",
     "--log_every_steps=5",
-  ] + list(extra)
+  ]
+  return [
+    sys.executable,
+    os.path.join(REPO, "run_pretraining.py"),
+    *(arg for arg in base if arg.partition("=")[0] not in given),
+    *extra,
+  ]
 
 
 @pytest.fixture

@@ -776,16 +776,28 @@ def test_parts_left_by_a_kill_after_the_stamp_are_removed_by_the_rerun(
 ):
   path, _ = corpus_600
   out = str(tmp_path / "out")
-  rmtree = pretraining_data.shutil.rmtree
+  remove_parts = pretraining_data._remove_parts
 
-  def killed(directory, *args, **kwargs):
+  def killed(directory):
     raise KeyboardInterrupt
 
-  monkeypatch.setattr(pretraining_data.shutil, "rmtree", killed)
+  monkeypatch.setattr(pretraining_data, "_remove_parts", killed)
   with pytest.raises(KeyboardInterrupt):
     pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
   parts = os.path.join(out, pretraining_data.PARTS_SUBDIR)
   assert os.path.isdir(parts) and os.path.exists(os.path.join(out, "data_stats.json"))
-  monkeypatch.setattr(pretraining_data.shutil, "rmtree", rmtree)
+  monkeypatch.setattr(pretraining_data, "_remove_parts", remove_parts)
   again = pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
   assert again["reused"] is True and not os.path.exists(parts)
+
+
+def test_parts_go_file_by_file_and_a_file_of_the_users_keeps_its_folder(
+  corpus_600, reference_vocab, tmp_path
+):
+  # Issue 56: the whole parts/ folder went at the end, a README the user put in it too.
+  path, _ = corpus_600
+  parts = tmp_path / "out" / pretraining_data.PARTS_SUBDIR
+  parts.mkdir(parents=True)
+  (parts / "README.txt").write_text("mine\n")
+  pretraining_data.create_pretraining_data(path, str(tmp_path / "out"), **_args(reference_vocab))
+  assert os.listdir(parts) == ["README.txt"] and (parts / "README.txt").read_text() == "mine\n"

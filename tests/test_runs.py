@@ -52,6 +52,25 @@ def test_overwrite_removes_the_outputs_and_nothing_else(tmp_path):
   assert recorded == other
 
 
+def test_overwrite_removes_files_not_folders_and_a_folder_once_it_is_empty(tmp_path):
+  # Issue 56: a folder of outputs went whole, with a file of the user's in it.
+  outputs = ["results.json", "pairs/*.tsv"]
+  runs.Record(str(tmp_path), JOB, outputs).start()
+  (tmp_path / "pairs").mkdir()
+  (tmp_path / "pairs" / "a.tsv").write_text("1\n")
+  (tmp_path / "pairs" / "notes.txt").write_text("mine")
+  runs.Record(str(tmp_path), dict(JOB, rate=0.002), outputs, overwrite=True).start()
+  assert os.listdir(tmp_path / "pairs") == ["notes.txt"]
+  (tmp_path / "pairs" / "b.tsv").write_text("1\n")
+  (tmp_path / "pairs" / "notes.txt").unlink()
+  # A record of an older version claimed the folder: only this job's outputs in it are its.
+  record = json.loads((tmp_path / runs.RECORD_FILE).read_text())
+  record[runs.RECORDED] = ["results.json", "pairs"]
+  (tmp_path / runs.RECORD_FILE).write_text(json.dumps(record))
+  runs.Record(str(tmp_path), JOB, outputs, overwrite=True).start()
+  assert sorted(os.listdir(tmp_path)) == [runs.RECORD_FILE]
+
+
 def test_overwrite_refuses_an_output_no_run_recorded_and_removes_nothing(tmp_path):
   # The user's own dir under an output's name, in a dir no run recorded.
   (tmp_path / "runs").mkdir()
@@ -59,7 +78,8 @@ def test_overwrite_refuses_an_output_no_run_recorded_and_removes_nothing(tmp_pat
   with pytest.raises(cli.InputError) as e:
     runs.Record(str(tmp_path), JOB, ["results.json", "runs"], overwrite=True)
   assert str(e.value) == (
-    f"--output_dir {tmp_path} holds runs, which no run of this command recorded in run.json as "
+    f"--output_dir {tmp_path} holds runs/list.txt, which no run of this command recorded in "
+    "run.json as "
     "its own (--overwrite removes only those): move it away or choose another --output_dir"
   )
   assert (tmp_path / "runs" / "list.txt").read_text() == "mine"
@@ -69,18 +89,19 @@ def test_an_old_record_owns_the_outputs_written_after_it(tmp_path):
   # A run.json of a version that recorded no outputs: what changed after it was written is its
   # run's; what is older was there before the run (the user's) and is refused, never removed.
   (tmp_path / "runs").mkdir()
+  (tmp_path / "runs" / "a.txt").write_text("mine")
   (tmp_path / runs.RECORD_FILE).write_text(json.dumps(JOB))
   (tmp_path / "results.json").write_text("{}")
   written = os.stat(tmp_path / runs.RECORD_FILE).st_mtime_ns
-  os.utime(tmp_path / "runs", ns=(written - 10**9, written - 10**9))
+  os.utime(tmp_path / "runs" / "a.txt", ns=(written - 10**9, written - 10**9))
   os.utime(tmp_path / "results.json", ns=(written + 10**9, written + 10**9))
-  with pytest.raises(cli.InputError, match=r"holds runs, which no run of this command"):
+  with pytest.raises(cli.InputError, match=r"holds runs/a.txt, which no run of this command"):
     runs.Record(str(tmp_path), JOB, ["results.json", "runs"])
-  with pytest.raises(cli.InputError, match=r"holds runs, which no run of this command"):
+  with pytest.raises(cli.InputError, match=r"holds runs/a.txt, which no run of this command"):
     runs.Record(str(tmp_path), JOB, ["results.json", "runs"], overwrite=True)
   runs.Record(str(tmp_path), JOB, ["results.json"]).start()  # resumes
   runs.Record(str(tmp_path), dict(JOB, rate=0.002), ["results.json"], overwrite=True).start()
-  assert not (tmp_path / "results.json").exists() and (tmp_path / "runs").exists()
+  assert not (tmp_path / "results.json").exists() and (tmp_path / "runs" / "a.txt").exists()
 
 
 def test_a_glob_output_is_recorded_for_the_names_it_matches_later(tmp_path):

@@ -33,6 +33,18 @@ CASES = [
   # refused before they are read.
   ("run_rescoring.py", ["--lm={tmp}/absent", "--data_dir={tmp}"], ["{tmp}/absent/config.json"]),
   ("run_rescoring.py", ["--model_dir=m", "--pairs=dev_clean"], ["--pairs", "DEV:TEST"]),
+  # Issue 56: a repeated flag, or a flag beside its alias, kept its last value in silence.
+  (
+    "run_rescoring.py",
+    ["--lm=ng={tmp}/absent1", "--model_dir=ng2={tmp}/absent2", "--data_dir={tmp}"],
+    ["{tmp}/absent1/config.json"],
+  ),
+  (
+    "run_sts.py",
+    ["--model_dir=tta={tmp}/absent1", "--model_dir=uni={tmp}/absent2", "--data_dir={tmp}"],
+    ["{tmp}/absent1/config.json"],
+  ),
+  ("score.py", ["--model_dir=m", "--batch_size=4", "--batch_size", "5"], ["given 2 times"]),
   ("run_sts.py", ["--model_dir={tmp}/absent", "--data_dir={tmp}"], ["{tmp}/absent/config.json"]),
   ("run_sts.py", ["--model_dir=m", "--window=2"], ["--window=2", "not integer >= 3"]),
   (
@@ -40,12 +52,29 @@ CASES = [
     ["--input_file={tmp}/train-*.tfrecord", "--output_dir={tmp}/run"],
     ["--input_file", "train-*.tfrecord", "matches no file"],
   ),
+  # Issue 56: each was a traceback (or, for a warmup past the end, a run that never reached
+  # its learning rate); now refused while the flags are parsed, before anything is read or made.
+  *(
+    ("run_pretraining.py", ["--input_file={tmp}/x", "--output_dir={tmp}/run", flag], fragments)
+    for flag, fragments in (
+      ("--train_batch_size=0", ["--train_batch_size=0", "positive"]),
+      ("--num_attention_heads=0", ["--num_attention_heads=0", "positive"]),
+      ("--num_train_steps=100", ["--num_warmup_steps=10000 exceeds --num_train_steps=100"]),
+      ("--init_checkpoint={tmp}/m", ["--init_checkpoint={tmp}/m: no such model dir or checkpoint"]),
+      (
+        "--init_checkpoint=hf:{tmp}/absent",
+        ["--init_checkpoint=hf:{tmp}/absent: {tmp}/absent is not a folder"],
+      ),
+    )
+  ),
   ("create_pretraining_data.py", ["--output_dir={tmp}/data"], ["--input_file is required"]),
   ("corpus.py", ["--input={tmp}/books.txt"], ["--output_dir is required"]),
   ("ngram.py", ["--score_file={tmp}/sents.txt"], ["--score_file needs --model"]),
   ("ngram.py", ["--order=five"], ["--order=five"]),
   ("reproduce.py", ["--models=tta,gpt"], ["--models", "gpt"]),
   ("run_benchmark.py", ["--lengths=abc"], ["--lengths", "positive word counts"]),
+  # Issue 56: found after the matmul peak ran.
+  ("run_benchmark.py", ["--num_attention_heads=3"], ["not a multiple of num_attention_heads (3)"]),
   (
     "export_saved_model.py",
     ["--model_dir={tmp}/absent", "--export_dir={tmp}/export"],

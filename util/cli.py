@@ -53,8 +53,8 @@ def run(main):
 
   def parse(argv):
     try:
-      return flags.FLAGS(argv)
-    except flags.Error as e:
+      return flags.FLAGS(merge_repeats(argv))
+    except (flags.Error, InputError) as e:
       _refuse(e)
 
   def guarded(argv):
@@ -74,6 +74,45 @@ def run(main):
       interrupts.exit_stopped(e)
 
   app.run(guarded, flags_parser=parse)
+
+
+# {alias: flag name} of the aliases `define_param_flags` defined (absl's alias keeps its own name).
+_ALIASES = {}
+
+
+def merge_repeats(argv, flag_values=flags.FLAGS):
+  """`argv` with each flag given more than once (or beside its alias) as one: a list flag's values
+  joined, a multi flag's kept in order, under the flag's own name. absl keeps the last value of a
+  repeated flag in silence; InputError for one that takes a single value."""
+  given = {}  # flag name: [(position in out, value)]
+  out, i = list(argv[:1]), 1
+  while i < len(argv):
+    arg = argv[i]
+    if arg == "--":
+      out += argv[i:]
+      break
+    name, eq, value = arg.lstrip("-").partition("=")
+    flag = flag_values[name] if arg.startswith("-") and arg != "-" and name in flag_values else None
+    if flag is None or flag.boolean or not (eq or i + 1 < len(argv)):
+      out.append(arg)  # absl's own rules: a boolean's --name/--noname, a flag without its value
+      i += 1
+      continue
+    if not eq:  # --name value
+      value, i = argv[i + 1], i + 1
+    name = _ALIASES.get(name, flag.name)
+    given.setdefault(name, []).append((len(out), value))
+    out.append(f"--{name}={value}")
+    i += 1
+  for name, values in given.items():
+    if len(values) < 2 or isinstance(flag_values[name], flags.MultiFlag):
+      continue
+    if not isinstance(flag_values[name].parser, flags.ListParser):
+      shown = ", ".join(f"--{name}={value}" for _, value in values)
+      raise InputError(f"--{name} is given {len(values)} times ({shown}): it takes one value")
+    out[values[0][0]] = f"--{name}={','.join(value for _, value in values)}"
+    for position, _ in values[1:]:
+      out[position] = None
+  return [arg for arg in out if arg is not None]
 
 
 def _refuse(error):
@@ -183,7 +222,8 @@ def param(
     kind: MULTI or ESCAPED_LIST for a list flag of that kind, SWITCH for an `enum` flag that also
       takes a boolean's forms (`SwitchParser`; off is None), or the type of the flag's value
       (str, int, float, bool, list) where it is not the field's (a `convert` makes the field's);
-      None: from the field's type.
+      None: from the field's type. Repeating a flag is a property of its kind: a list flag
+      (list, MULTI, ESCAPED_LIST) takes every value; any other refuses a repeat (`merge_repeats`).
     check: function(value) raising ValueError for a value absl should refuse while parsing
       (not called for None).
     convert: function(flag value) -> field value (not called for None); a ValueError is a
@@ -344,6 +384,7 @@ def define_param_flags(cls, flag_values=flags.FLAGS):
       flags.register_validator(name, _validator(meta["check"]), flag_values=flag_values)
     if meta["alias"]:
       flags.DEFINE_alias(meta["alias"], name, flag_values=flag_values)
+      _ALIASES[meta["alias"]] = name
   for names, check in _checks(cls):
     if all(name in flag_values for name in names):
       flags.register_multi_flags_validator(list(names), _validator(check), flag_values=flag_values)

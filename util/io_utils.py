@@ -12,6 +12,7 @@ import re
 import secrets
 import shutil
 import socket
+import stat
 import tarfile
 import tempfile
 import time
@@ -102,6 +103,16 @@ def expand_globs(patterns):
   return paths
 
 
+def reads_twice(path):
+  """Whether the input `path` can be read a second time: a regular file. '-' (stdin), a pipe
+  (`<(cat f)`), a FIFO or a device reads once; a command that reads an input twice (to count,
+  then to use) asks here first, or the second read finds nothing and the run succeeds empty."""
+  try:
+    return path != "-" and stat.S_ISREG(os.stat(path).st_mode)
+  except OSError:
+    return False
+
+
 # --- Atomic writes ---
 
 
@@ -189,6 +200,44 @@ def atomic_dir(path):
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise
+
+
+def find_files(root, outputs):
+  """The existing files under `root` that `outputs` name, as relative paths ("/"-separated) in
+  order: a name, a glob (each `*` within one folder), or a folder (every file under it)."""
+  found = []
+  for output in outputs:
+    path = os.path.join(root, *output.split("/"))
+    matches = sorted(glob.glob(path)) if glob.has_magic(output) else [path]
+    for match in (m for m in matches if os.path.lexists(m)):
+      if os.path.isdir(match) and not os.path.islink(match):
+        files = [os.path.join(d, n) for d, _, names in os.walk(match) for n in sorted(names)]
+      else:
+        files = [match]
+      found += [os.path.relpath(f, root).replace(os.sep, "/") for f in sorted(files)]
+  return list(dict.fromkeys(found))
+
+
+def remove_files(root, names):
+  """Removes the files `names` (relative to `root`), then each folder under `root` that this
+  leaves empty (a folder named: with its empty folders): the one way a command removes what it
+  made. A folder is never removed whole: a file the user put in it keeps it."""
+  root = os.path.abspath(root)
+  folders = set()
+  for name in names:
+    path = os.path.join(root, *name.split("/"))
+    if os.path.isdir(path) and not os.path.islink(path):
+      folders.update(directory for directory, _, _ in os.walk(path))
+    else:
+      with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
+    folder = os.path.dirname(path)
+    while len(folder) > len(root):
+      folders.add(folder)
+      folder = os.path.dirname(folder)
+  for folder in sorted(folders, key=len, reverse=True):
+    with contextlib.suppress(OSError):
+      os.rmdir(folder)
 
 
 def check_output_path(path, flag, is_dir=True):

@@ -8,7 +8,6 @@ import fnmatch
 import glob
 import json
 import os
-import shutil
 
 from util import cli
 from util import io_utils
@@ -96,11 +95,14 @@ def _stat(path):
 class Record:
   """The run identity of an output dir (run.json), and the outputs its runs made.
 
-  run.json holds the identity and, under RECORDED, the `outputs` this job created (absent when it
-  was recorded): --overwrite removes only those; an existing output that is not recorded is the
-  user's, refused, never removed. A run.json without RECORDED owns the outputs modified since it
-  was written. `outputs` may hold globs ("ckpt-*"). cli.InputError, saying how to go on, for
-  another job (naming the first field that differs) or outputs this job may not take.
+  `outputs` are the files the job may write, as paths relative to the dir ("pairs/x.tsv"), globs
+  ("ckpt-*", "pairs/*.tsv": `*` spans folders) or folders it owns whole ("runs"). run.json holds
+  the identity and, under RECORDED, the outputs this job claimed: --overwrite removes the files
+  those cover that are outputs of this job too, then the folders that leaves empty
+  (`io_utils.remove_files`); an existing output no run recorded is the user's, refused, never
+  removed; a file the user put beside the outputs (pairs/notes.txt) is no output: kept. A run.json
+  without RECORDED owns the outputs modified since it was written. cli.InputError, saying how to
+  go on, for another job (naming the first field that differs) or outputs this job may not take.
   """
 
   def __init__(self, output_dir, identity, outputs, overwrite=False, adopt_unrecorded=False):
@@ -110,29 +112,35 @@ class Record:
     self.identity = json.loads(json.dumps(identity))
     self._started = False
     self._wrote = False
-    self._made = []  # outputs absent when `start` recorded the run
+    self._made = []  # outputs and their folders absent when `start` recorded the run
     recorded = self._read() if os.path.exists(self.path) else None
     found = self._existing()
     if recorded is None:
       if found and not adopt_unrecorded and not overwrite:
         raise cli.InputError(
-          f"--output_dir {output_dir} holds {', '.join(found)} of a run that recorded no job "
+          f"--output_dir {output_dir} holds {_listed(found)} of a run that recorded no job "
           f"({RECORD_FILE}): move {'them' if len(found) > 1 else 'it'} away or choose another "
           "--output_dir"
         )
-      mine = found if adopt_unrecorded else []
+      self.claimed = found if adopt_unrecorded else []
     elif RECORDED in recorded:
-      mine = recorded.pop(RECORDED)
+      self.claimed = recorded.pop(RECORDED)
     else:
       # A record of a version that kept none: its outputs are those changed since it was written
       # (a run records its job before it writes); an older one was there before the run.
       since = os.stat(self.path).st_mtime_ns
-      mine = [n for n in found if os.lstat(os.path.join(output_dir, n)).st_mtime_ns >= since]
-    self.recorded = [n for n in found if any(fnmatch.fnmatchcase(n, m) for m in mine)]
+      self.claimed = [n for n in found if _mtime(os.path.join(output_dir, n)) >= since]
+    # The old run's files: those its claims name, and under a folder it claimed whole (a record of
+    # an older version), only this job's outputs.
+    self.recorded = [
+      name
+      for name in io_utils.find_files(output_dir, self.claimed)
+      if _covers(self.claimed, name, folders=False) or _covers(self.outputs, name)
+    ]
     foreign = [name for name in found if name not in self.recorded]
     if foreign:
       raise cli.InputError(
-        f"--output_dir {output_dir} holds {', '.join(foreign)}, which no run of this command "
+        f"--output_dir {output_dir} holds {_listed(foreign)}, which no run of this command "
         f"recorded in {RECORD_FILE} as its own{' (--overwrite removes only those)' * overwrite}: "
         f"move {'them' if len(foreign) > 1 else 'it'} away or choose another --output_dir"
       )
@@ -157,34 +165,29 @@ class Record:
     return recorded
 
   def _existing(self):
-    """The names of `outputs` that exist in the dir (globs expanded), in order."""
-    names = os.listdir(self.output_dir) if os.path.isdir(self.output_dir) else []
-    found = []
-    for pattern in self.outputs:
-      for name in sorted(fnmatch.filter(names, pattern)) if glob.has_magic(pattern) else [pattern]:
-        if name not in found and os.path.lexists(os.path.join(self.output_dir, name)):
-          found.append(name)
-    return found
+    """The existing files of `outputs` (relative paths; globs expanded, owned folders walked)."""
+    return io_utils.find_files(self.output_dir, self.outputs)
 
   def start(self):
-    """Records the run (once), claiming the outputs that do not exist yet; with overwrite, first
-    removes the old run's recorded outputs."""
+    """Records the run (once), claiming this job's outputs; with overwrite, first removes the
+    files of the old run's outputs and the folders that leaves empty."""
     if self._started:
       return
     if self.overwrite:
-      for name in self.recorded:
-        path = os.path.join(self.output_dir, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-          shutil.rmtree(path)
-        elif os.path.lexists(path):
-          os.remove(path)
+      # The folders this job owns whole go too when they hold nothing but folders.
+      owned = [o for o in self.outputs if not glob.has_magic(o)]
+      io_utils.remove_files(self.output_dir, self.recorded + owned)
       self.recorded = []
-    found = self._existing()
-    self._made = [name for name in self.outputs if name not in found]
-    claimed = self.recorded + self._made
-    record = dict(self.identity, **{RECORDED: claimed})
+    named = _folders(self.outputs) + [o for o in self.outputs if not glob.has_magic(o)]
+    self._made = [n for n in named if not os.path.lexists(self._path(n))]
+    # The old claims stay (a resume of the same job), then this job's outputs.
+    claimed = [n for n in self.claimed if not self.overwrite] + self.recorded + self.outputs
+    record = dict(self.identity, **{RECORDED: list(dict.fromkeys(claimed))})
     io_utils.write_atomically(self.path, json.dumps(record, indent=2) + "\n")
     self._started = self._wrote = True
+
+  def _path(self, name):
+    return os.path.join(self.output_dir, *name.split("/"))
 
   def __enter__(self):
     return self
@@ -194,14 +197,43 @@ class Record:
     its run.json back, so that the corrected command is not refused as another job."""
     if not (isinstance(error, cli.InputError) and self._wrote):
       return
-    # A dir this run made for an output it then could not write (a full disk) holds nothing.
-    for name in self._made:
+    # A folder this run made for an output it then could not write (a full disk) holds nothing.
+    for name in sorted(self._made, key=len, reverse=True):  # a file is no folder: kept
       with contextlib.suppress(OSError):
-        os.rmdir(os.path.join(self.output_dir, name))
+        os.rmdir(self._path(name))
     if not self._existing():
       with contextlib.suppress(OSError):
         os.remove(self.path)
       self._started = self._wrote = False
+
+
+def _listed(names, shown=3):
+  more = len(names) - shown
+  return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def _covers(outputs, name, folders=True):
+  """Whether file `name` is one of `outputs` (names, globs; with `folders`, under a folder)."""
+  return any(
+    fnmatch.fnmatchcase(name, o) or (folders and name.startswith(o.rstrip("/") + "/"))
+    for o in outputs
+  )
+
+
+def _folders(outputs):
+  """The folders (relative) that hold `outputs`, as far as their names say, outermost first."""
+  folders = []
+  for output in outputs:
+    parts = output.split("/")[:-1]
+    for depth in range(1, len(parts) + 1):
+      if glob.has_magic(parts[depth - 1]):
+        break
+      folders.append("/".join(parts[:depth]))
+  return list(dict.fromkeys(folders))
+
+
+def _mtime(path):
+  return os.lstat(path).st_mtime_ns
 
 
 def another_job(where, recorded, identity):
