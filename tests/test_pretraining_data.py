@@ -614,16 +614,16 @@ def test_parts_left_by_a_kill_after_the_stamp_are_removed_by_the_rerun(
 ):
   path, _ = corpus_600
   out = str(tmp_path / "out")
-  rmtree = pretraining_data.shutil.rmtree
+  rmtree = pretraining_data.io_utils.rmtree
 
   def killed(directory, *args, **kwargs):
     raise KeyboardInterrupt
 
-  monkeypatch.setattr(pretraining_data.shutil, "rmtree", killed)
+  monkeypatch.setattr(pretraining_data.io_utils, "rmtree", killed)
   with pytest.raises(KeyboardInterrupt):
     pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
   parts = os.path.join(out, pretraining_data.PARTS_SUBDIR)
   assert os.path.isdir(parts) and os.path.exists(os.path.join(out, "data_stats.json"))
-  monkeypatch.setattr(pretraining_data.shutil, "rmtree", rmtree)
+  monkeypatch.setattr(pretraining_data.io_utils, "rmtree", rmtree)
   again = pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
   assert again["reused"] is True and not os.path.exists(parts)
