@@ -167,6 +167,9 @@ class Partial:
     else:
       os.replace(self.path, target)
     os.remove(self.state_path)
+    if io_utils.is_remote(target):
+      with contextlib.suppress(OSError):
+        os.rmdir(os.path.dirname(self.path))  # the stage, empty now
     if source is not None:
       done = {
         "job": self.state["job"],
