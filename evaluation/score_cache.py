@@ -20,19 +20,21 @@ class ScoreCache:
     or of its side file."""
     self.path = path
     self._data = {}
-    if os.path.exists(path):
+    if io_utils.exists(path):
       self._load()
     self._read_models()  # a damaged side file is refused now, not after a model is loaded
 
   def _load(self):
-    with open(self.path, "rb") as f:
+    with io_utils.open_file(self.path, "rb") as f:
       raw = f.read()
     lines = raw.split(b"\n")
     if lines[-1]:
-      # No final newline: the previous run died inside a write; keep everything before it.
+      # No final newline: the previous run died inside a write; keep everything before it (a
+      # remote file is cut when `put_many` rewrites it).
       lines.pop()
-      with open(self.path, "r+b") as f:
-        f.truncate(len(raw) - len(raw.split(b"\n")[-1]))
+      if not io_utils.is_remote(self.path):
+        with open(self.path, "r+b") as f:
+          f.truncate(len(raw) - len(raw.split(b"\n")[-1]))
     else:
       lines.pop()
     dropped = []
@@ -77,7 +79,7 @@ class ScoreCache:
 
   def _read_models(self):
     """{model_id: identity} of `models_path` ({} without it)."""
-    if not os.path.exists(self.models_path):
+    if not io_utils.exists(self.models_path):
       return {}
     models = io_utils.read_json_file(self.models_path)
     if not isinstance(models, dict):
@@ -109,15 +111,28 @@ class ScoreCache:
       return
     # Every line is encoded before anything is written, so no text can cut a write short.
     data = b"".join(_cache_line(model_id, text, value) for text, value in pairs)
-    directory = os.path.dirname(os.path.abspath(self.path))
-    os.makedirs(directory, exist_ok=True)
-    with open(self.path, "ab") as f:
-      f.write(data)
-      f.flush()
-      os.fsync(f.fileno())
+    if io_utils.is_remote(self.path):
+      self._rewrite_remote(data)
+    else:
+      os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+      with open(self.path, "ab") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
     for text, value in pairs:
       # Keep what a reload would return (e.g. tuples become lists).
       self._data[(model_id, text)] = json.loads(json.dumps(value))
+
+  def _rewrite_remote(self, data):
+    """Appends `data` to a remote cache the one way an object store can: a new file, the old
+    lines (but a last line cut off) and `data`, put in place atomically. Each call costs the
+    whole file: a remote cache suits the lists of one run, not a corpus of them."""
+    old = b""
+    if io_utils.exists(self.path):
+      with io_utils.open_file(self.path, "rb") as f:
+        old = f.read()
+    with io_utils.atomic_open(self.path, "wb") as f:
+      f.write(old[: old.rfind(b"\n") + 1] + data)
 
 
 class _NotFinite(Exception):

@@ -25,6 +25,7 @@ from lm import windows as windows_lib
 from text import normalization as normalization_lib
 import tokenization
 from util import cli
+from util import io_utils
 from util import runs
 
 POOLINGS = ("context", "embed", "first_last", "first", "last")
@@ -693,7 +694,7 @@ def describe(lm, scoring=None):
       # Only when not conditioned on <s>, so the keys of sentence scores stay what they were.
       **({} if lm.bos else {"bos": False}),
     }
-  with open(lm.tokenizer.vocab_file, "rb") as f:
+  with io_utils.open_file(lm.tokenizer.vocab_file, "rb") as f:
     vocab_sha256 = hashlib.sha256(f.read()).hexdigest()
   return {
     "kind": lm.model_type,

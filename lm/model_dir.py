@@ -56,18 +56,18 @@ def identity(model_dir):
   """What a model dir's numbers depend on, read cheaply (`util/runs.py`): path, sha256 of config
   and vocab, the newest checkpoint's file sizes and mtimes.
   """
-  model_dir = os.path.abspath(model_dir)
+  model_dir = io_utils.absolute(model_dir)
   digests = {}
   for name in (CONFIG_FILE, VOCAB_FILE):
     path = os.path.join(model_dir, name)
-    if os.path.exists(path):
-      with open(path, "rb") as f:
+    if io_utils.exists(path):
+      with io_utils.open_file(path, "rb") as f:
         digests[name] = hashlib.sha256(f.read()).hexdigest()
   checkpoint = checkpoints.latest_checkpoint(model_dir)
   files = {}
   if checkpoint:
     for path in sorted(tf.io.gfile.glob(checkpoint + ".*")):
-      files[os.path.basename(path)] = [os.path.getsize(path), os.stat(path).st_mtime_ns]
+      files[os.path.basename(path)] = io_utils.stat(path)
   return {"path": model_dir, "sha256": digests, "checkpoint": files}
 
 

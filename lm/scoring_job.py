@@ -232,7 +232,7 @@ def job_key(lm, params):
     **windows,
     model_dir=inference.run_identity(lm, params.scoring),
     scoring=inference.scoring_of(lm, params.scoring),
-    input_file=path if path == "-" else os.path.abspath(path),
+    input_file=path if path == "-" else io_utils.absolute(path),
   )
 
 
@@ -252,7 +252,7 @@ def _count_lines(path):
   pipe, a FIFO, a device: `io_utils.reads_twice`), which counting would use up."""
   if not io_utils.reads_twice(path):
     return None
-  with open(path, "rb") as f:
+  with io_utils.open_file(path, "rb") as f:
     return sum(1 for _ in f)
 
 
@@ -341,8 +341,8 @@ def _merge_locked(output_file, num_shards):
   paths = [shard_path(output_file, k, num_shards) for k in range(num_shards)]
   records = []
   for path in paths:
-    if not os.path.exists(resumable.done_path(path)) or not os.path.exists(path):
-      state = "unfinished" if os.path.exists(path + ".partial") else "missing"
+    if not io_utils.exists(resumable.done_path(path)) or not io_utils.exists(path):
+      state = "unfinished" if os.path.exists(io_utils.local_stage(path) + ".partial") else "missing"
       raise ValueError(f"shard {path} is {state}: run its score.py --shard_id first")
     record = io_utils.read_json_file(resumable.done_path(path))
     if not isinstance(record, dict) or "job" not in record:
@@ -354,7 +354,7 @@ def _merge_locked(output_file, num_shards):
     values = {json.dumps(r.get(key)) for r in records}
     if len(values) > 1:
       raise ValueError(f"shards of {output_file} disagree on {key}: {', '.join(sorted(values))}")
-  readers = [open(p, encoding="utf-8") for p in paths]
+  readers = [io_utils.open_file(p) for p in paths]
   try:
     with io_utils.atomic_open(output_file) as out:
       batch_size = records[0]["batch_size"]
@@ -410,7 +410,7 @@ def _check_scoring_flags(params):
     raise cli.InputError(f"--shard_id must be in [0, {params.num_shards})")
   if params.num_shards > 1 and "-" in (params.input_file, params.output_file):
     raise cli.InputError("sharding needs --input_file and --output_file (not stdin/stdout)")
-  if params.input_file != "-" and not os.path.exists(params.input_file):
+  if params.input_file != "-" and not io_utils.exists(params.input_file):
     raise cli.InputError(f"--input_file {params.input_file}: no such file")
   if os.path.isdir(params.input_file):
     raise cli.InputError(f"--input_file {params.input_file}: is a directory; give a file")

@@ -87,7 +87,7 @@ def write_outputs(
 ):
   """Writes the rescored lists (each LM a feature), `text` and `hyp.trn` into `out_dir`; returns
   {what: path}. References read from files of their own are not written into the lists."""
-  os.makedirs(out_dir, exist_ok=True)
+  io_utils.makedirs(out_dir)
   if refs_from_files:
     lists = [dataclasses.replace(lst, refs=[]) for lst in lists]
   paths = {

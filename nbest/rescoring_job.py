@@ -165,8 +165,9 @@ def run(params):
       inference.check_spec(spec)
   metric = "bleu" if params.task == "nmt" else "wer"
   sets, table_runs, kept, unmatched = read_lists(params)
+  own_files = params.test_file is not None and params.output_dir
   record = None
-  if params.test_file is not None and params.output_dir:
+  if own_files and not runs.unrecorded_remote(params.output_dir):
     with cli.user_input():
       # With the paper's table too (`paper_table` files with references), LMs run one at a time into
       # one dir add up to one table (paper_protocol.merge_rows): each rewrites the outputs whole.
@@ -185,9 +186,10 @@ def run(params):
     print(paper_protocol.markdown(rows, metric))
     if params.output_dir:
       paper_protocol.write_results(params.output_dir, rows, metric)
-  if record is not None:
-    with record, cli.user_input():
-      record.start()
+  if own_files:
+    with record or contextlib.nullcontext(), cli.user_input():
+      if record is not None:
+        record.start()
       rescoring.rescore_own_files(params, sets, kept, all_scores, metric, unmatched)
 
 

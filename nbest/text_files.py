@@ -77,7 +77,7 @@ def check_reference(text, where):
 
 def read_text_file(path):
   """The UTF-8 text of a file without a byte-order mark (Windows editors write one)."""
-  with open(path, "rb") as f:
+  with io_utils.open_file(path, "rb") as f:
     data = f.read()
   try:
     return data.decode("utf-8").removeprefix("\ufeff")
@@ -320,9 +320,9 @@ def required_score(lists, name, fmt):
 def write_files(out_dir, files, owned):
   """Writes {relative path: text} as `out_dir`, atomically, replacing an existing `out_dir` as a
   whole (no stale file stays) only when `owned(relative path)` holds for each of its files."""
-  out_dir = os.path.abspath(out_dir)
-  if os.path.isdir(out_dir):
-    for directory, _, names in sorted(os.walk(out_dir)):
+  out_dir = io_utils.absolute(out_dir)
+  if io_utils.isdir(out_dir):
+    for directory, _, names in sorted(io_utils.walk(out_dir)):
       for name in sorted(names):
         rel = os.path.relpath(os.path.join(directory, name), out_dir).replace(os.sep, "/")
         if not owned(rel):

@@ -5,11 +5,12 @@ constants, and the same output for any number of workers, after a kill and a res
 merged jobs. No TensorFlow at import: spawned workers import this module again.
 """
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
-import shutil
+import tempfile
 import time
 from typing import Optional
 
@@ -146,7 +147,7 @@ class DataParams:
     object.__setattr__(self, "input_files", _expand_inputs(self.input_files))
     eval_files = _expand_inputs(self.eval_files) if self.eval_files else []
     object.__setattr__(self, "eval_files", eval_files)
-    object.__setattr__(self, "vocab_file", self.vocab_file and os.path.abspath(self.vocab_file))
+    object.__setattr__(self, "vocab_file", self.vocab_file and io_utils.absolute(self.vocab_file))
     object.__setattr__(self, "do_lower_case", bool(self.do_lower_case))
     object.__setattr__(self, "skip_malformed", bool(self.skip_malformed))
     if (self.vocab_file is None) == (self.vocab_size is None):
@@ -489,12 +490,12 @@ def _as_json(value):
 
 def _parts_of(parts_dir):
   """The job.json identities of the parts in parts_dir; cli.InputError for one that is not JSON."""
-  if not os.path.isdir(parts_dir):
+  if not io_utils.isdir(parts_dir):
     return []
   identities = []
-  for name in sorted(os.listdir(parts_dir)):
+  for name in io_utils.listdir(parts_dir):
     path = os.path.join(parts_dir, name, "job.json")
-    if os.path.exists(path):
+    if io_utils.exists(path):
       try:
         identities.append(io_utils.read_json_file(path))
       except ValueError as e:
@@ -539,7 +540,33 @@ def _unfinished(part_dir, blocks):
   return [b for b in blocks if pretraining_records.read_block_summary(part_dir, b.index) is None]
 
 
-def _run_blocks(blocks, part_dir, config, num_workers):
+@contextlib.contextmanager
+def _block_dir(part_dir):
+  """Where the workers write their blocks: `part_dir` itself if it is local; for a remote one a
+  local temporary directory whose finished blocks the parent moves into it (`_publish`): a worker
+  is a process of its own, and TensorFlow's ram:// (the tests' bucket) is not shared between
+  processes; the workers need no TensorFlow either."""
+  if not io_utils.is_remote(part_dir):
+    yield part_dir
+    return
+  with tempfile.TemporaryDirectory(prefix="tta-blocks-") as block_dir:
+    yield block_dir
+
+
+def _publish(block_dir, part_dir, index):
+  """Moves block `index` from `block_dir` into `part_dir` (if they differ): its records, then its
+  summary, which marks it done (`pretraining_records.read_block_summary`)."""
+  if block_dir == part_dir:
+    return
+  for local, remote in zip(
+    pretraining_records.block_paths(block_dir, index),
+    pretraining_records.block_paths(part_dir, index),
+  ):
+    io_utils.copy_file(local, remote)
+    os.remove(local)
+
+
+def _run_blocks(blocks, part_dir, block_dir, config, num_workers):
   start = time.time()
   todo = _unfinished(part_dir, blocks)
   logging.info(
@@ -554,18 +581,23 @@ def _run_blocks(blocks, part_dir, config, num_workers):
     pretraining_records.init_worker(config)
     for block, data in sentence_files.block_data(todo, read_all=False):
       pretraining_records.make_block(block, data)
+      _publish(block_dir, part_dir, block.index)
       bar.update(1)
     return time.time() - start
   with interrupts.worker_pool(num_workers, pretraining_records.init_worker, (config,)) as pool:
     pending = []
     # At most two blocks per worker in flight: the parent's memory stays a few blocks.
     for block, data in sentence_files.block_data(todo, read_all=False):
-      pending.append(pool.apply_async(pretraining_records.make_block, (block, data)))
-      while len(pending) >= 2 * num_workers or (pending and pending[0].ready()):
-        pending.pop(0).get()
+      result = pool.apply_async(pretraining_records.make_block, (block, data))
+      pending.append((block.index, result))
+      while len(pending) >= 2 * num_workers or (pending and pending[0][1].ready()):
+        index, result = pending.pop(0)
+        result.get()
+        _publish(block_dir, part_dir, index)
         bar.update(1)
-    for result in pending:
+    for index, result in pending:
       result.get()
+      _publish(block_dir, part_dir, index)
       bar.update(1)
   return time.time() - start
 
@@ -584,7 +616,7 @@ def _read_parts(parts_dir, identity, num_jobs, blocks):
   for job_id in range(num_jobs):
     part = os.path.join(parts_dir, _part_name(job_id, num_jobs))
     job_file = os.path.join(part, "job.json")
-    if not os.path.exists(job_file):
+    if not io_utils.exists(job_file):
       raise cli.InputError(
         f"--merge: part {part} is missing: run this command with --job_id={job_id} "
         f"--num_jobs={num_jobs} first"
@@ -595,7 +627,7 @@ def _read_parts(parts_dir, identity, num_jobs, blocks):
     done_file = os.path.join(part, "done.json")
     mine = _job_blocks(blocks, job_id, num_jobs)
     missing = _unfinished(part, mine)
-    if not os.path.exists(done_file) or missing:
+    if not io_utils.exists(done_file) or missing:
       raise cli.InputError(
         f"--merge: part {part} is not finished ({len(missing)} blocks to do): run (or resume) "
         f"this command with --job_id={job_id} --num_jobs={num_jobs}"
@@ -615,7 +647,7 @@ def _assemble(output_dir, parts_dir, located, layouts, args):
   Memory: one shuffle unit (at most about PILE_RECORDS records) and the pile tables.
   """
   state_path = os.path.join(parts_dir, "assembled.json")
-  assembled = io_utils.read_json_file(state_path) if os.path.exists(state_path) else {}
+  assembled = io_utils.read_json_file(state_path) if io_utils.exists(state_path) else {}
   record_files = [pretraining_records.block_paths(part, index)[0] for part, index in located]
   files, split_stats = [], {}
   for split in pretraining_records.SPLITS:
@@ -636,12 +668,12 @@ def _assemble(output_dir, parts_dir, located, layouts, args):
       name = pretraining_records.shard_name(split, shard, layout.num_shards)
       path = os.path.join(output_dir, name)
       entry = assembled.get(name)
-      if not (entry and os.path.exists(path) and os.path.getsize(path) == entry["bytes"]):
+      if not (entry and io_utils.file_size(path) == entry["bytes"]):
         records = pretraining_records.shard_records(
           record_files, offsets, counts, layout, shard, args.random_seed, split, PILE_RECORDS
         )
         count = pretraining_records.write_records(path, records)
-        entry = {"file": name, "records": count, "bytes": os.path.getsize(path)}
+        entry = {"file": name, "records": count, "bytes": io_utils.file_size(path)}
         assembled[name] = entry
         io_utils.write_atomically(state_path, json.dumps(assembled, indent=2) + "\n")
       files.append(entry)
@@ -680,7 +712,7 @@ class _Job:
 
 def _build(args, run, output_dir, force):
   start = time.time()
-  os.makedirs(output_dir, exist_ok=True)
+  io_utils.makedirs(output_dir)
   job = _identify(args, run, output_dir, force)
   stats = None if force else _complete_output(job)
   if stats is not None:
@@ -749,14 +781,14 @@ def _complete_output(job):
 def _make_part(job, args, run, part_dir):
   """Makes this run's part in `part_dir` (job.json, vocab, blocks, done.json) unless done:
   (vocab seconds, block seconds)."""
-  os.makedirs(part_dir, exist_ok=True)
+  io_utils.makedirs(part_dir)
   with io_utils.exclusive_lock(part_dir, wait=False):
     io_utils.write_atomically(
       os.path.join(part_dir, "job.json"), json.dumps(job.identity, indent=2) + "\n"
     )
     done_path = os.path.join(part_dir, "done.json")
     mine = _job_blocks(job.blocks, run.job_id, run.num_jobs)
-    if os.path.exists(done_path):
+    if io_utils.exists(done_path):
       redo = _unfinished(part_dir, mine)
       if not redo:
         done = io_utils.read_json_file(done_path)
@@ -771,14 +803,16 @@ def _make_part(job, args, run, part_dir):
       io_utils.remove_stamp(done_path)
     vocab_seconds = 0.0
     vocab_path = os.path.join(part_dir, VOCAB_FILE)
-    if not os.path.exists(vocab_path):
+    if not io_utils.exists(vocab_path):
       _, vocab_seconds = _make_vocab(job.blocks, job.scans, job.sources, vocab_path, args)
-    block_seconds = _run_blocks(
-      mine,
-      part_dir,
-      _worker_config(vocab_path, args, job.layouts, part_dir),
-      run.num_workers or machine.usable_cores(),
-    )
+    with _block_dir(part_dir) as block_dir:
+      block_seconds = _run_blocks(
+        mine,
+        part_dir,
+        block_dir,
+        _worker_config(vocab_path, args, job.layouts, block_dir),
+        run.num_workers or machine.usable_cores(),
+      )
     done = {"vocab_seconds": vocab_seconds, "block_seconds": block_seconds}
     io_utils.write_atomically(done_path, json.dumps(done) + "\n")
   return vocab_seconds, block_seconds
@@ -799,8 +833,7 @@ def _merge_parts(job, args, num_jobs, seconds, start):
         f"no training sentences in {[p for p, m, _ in job.sources.files if m != 'eval']}"
       )
     vocab_path = os.path.join(job.output_dir, VOCAB_FILE)
-    with io_utils.atomic_path(vocab_path) as tmp:
-      shutil.copyfile(part_vocab, tmp)
+    io_utils.copy_file(part_vocab, vocab_path)
     pretraining_records.remove_stale_shards(job.output_dir, files)
     stats = _stats(args, job, vocab_path, split_stats, files, seconds, start)
     outputs = [os.path.join(job.output_dir, f["file"]) for f in files] + [vocab_path]

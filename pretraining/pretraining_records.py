@@ -215,11 +215,11 @@ def read_block_summary(parts_dir, index):
   the size it records: a block cut short by a kill is redone)."""
   records, summary = block_paths(parts_dir, index)
   try:
-    with open(summary, encoding="utf-8") as f:
+    with io_utils.open_file(summary) as f:
       done = json.load(f)
   except (OSError, ValueError):
     return None
-  if not os.path.exists(records) or os.path.getsize(records) != done.get("bytes_total"):
+  if io_utils.file_size(records) != done.get("bytes_total"):
     return None
   return done
 
@@ -357,7 +357,7 @@ def pile_tables(summaries, num_blocks, split, num_piles, total):
 def read_records(path, begin, end):
   if end <= begin:
     return []
-  with open(path, "rb") as f:
+  with io_utils.open_file(path, "rb") as f:
     f.seek(begin)
     data = f.read(end - begin)
   records, position = [], 0
@@ -519,10 +519,10 @@ def shard_records(record_files, offsets, counts, layout, shard, seed, split, max
 def remove_stale_shards(output_dir, files):
   """Removes the shards of another --num_shards, which a glob like train-* would pick up."""
   current = {f["file"] for f in files}
-  for name in os.listdir(output_dir):
+  for name in io_utils.listdir(output_dir):
     if _SHARD_RE.match(name) and name not in current:
       logging.info("removing stale shard %s", name)
-      os.remove(os.path.join(output_dir, name))
+      io_utils.remove(os.path.join(output_dir, name))
 
 
 def piles_per_shard(max_records, num_shards, pile_records):

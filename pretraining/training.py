@@ -10,7 +10,6 @@ import dataclasses
 import json
 import math
 import os
-import shutil
 import time
 
 from absl import logging
@@ -350,10 +349,10 @@ def run_identity(params):
 
 
 def _run_record(params):
-  """`runs.Record` of --output_dir (None for gs://); config.json and vocab.txt, which every run
-  writes anew, are not among its outputs. Unrecorded checkpoints are adopted.
+  """`runs.Record` of --output_dir (None for gs://, stated in a warning); config.json and vocab.txt,
+  which every run writes anew, are not among its outputs. Unrecorded checkpoints are adopted.
   """
-  if "://" in params.output_dir:
+  if runs.unrecorded_remote(params.output_dir):
     return None
   outputs = [
     checkpoints.CHECKPOINT_NAME + "-*",
@@ -755,7 +754,7 @@ def train(params, strategy=None):
       lock.enter_context(training_loop.output_dir_lock(params.output_dir))
     summary = _train_locked(params, strategy, write_dir)
   if write_dir != params.output_dir:
-    shutil.rmtree(write_dir, ignore_errors=True)
+    io_utils.rmtree(write_dir, ignore_errors=True)
   return summary
 
 
@@ -840,10 +839,12 @@ def _finish(params, strategy, setup, state, meter, progress, chief):
     _calibrate_logit_scale(params, setup, progress.eval_result, chief)
   summary = _summary(params, strategy, setup, state, meter, progress)
   if chief:
-    with tf.io.gfile.GFile(os.path.join(params.output_dir, "train_summary.json"), "w") as f:
-      json.dump(
-        {k: v for k, v in summary.items() if k != "step_losses"}, f, indent=2, sort_keys=True
-      )
+    written = {k: v for k, v in summary.items() if k != "step_losses"}
+    # Atomic: GFile's "w" does not truncate every file system's file (ram:// appends).
+    io_utils.write_atomically(
+      os.path.join(params.output_dir, "train_summary.json"),
+      json.dumps(written, indent=2, sort_keys=True),
+    )
   logging.info(
     "the steps ran on %d distinct batch shapes (global batch, padded length): %s",
     len(progress.step_shapes),

@@ -516,7 +516,7 @@ def prepare_corpus(
   args = _corpus_args(
     inputs, normalization, eval_fraction, seed, dedup, min_words, max_words, input_format, max_books
   )
-  os.makedirs(output_dir, exist_ok=True)
+  io_utils.makedirs(output_dir)
   stamp_path = os.path.join(output_dir, STATS_FILE)
   stats = None if force else io_utils.read_stamp(stamp_path, args)
   if stats is not None:

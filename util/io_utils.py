@@ -3,6 +3,7 @@ lock, stage stamps, seeded hashes. Light on purpose: corpus.py's worker processe
 standard library, absl and util/cli.py only (TensorFlow for globs and remote paths)."""
 
 import contextlib
+import errno
 import glob
 import hashlib
 import json
@@ -12,7 +13,6 @@ import re
 import secrets
 import shutil
 import socket
-import stat
 import tarfile
 import tempfile
 import time
@@ -93,6 +93,7 @@ def expand_globs(patterns):
   for pattern in (p.strip() for p in split):
     if not pattern:
       continue
+    check_scheme(pattern)
     matches = sorted(tf.io.gfile.glob(pattern))
     if not matches:
       raise ValueError(f"file pattern {pattern!r} matches no file")
@@ -107,22 +108,168 @@ def reads_twice(path):
   """Whether the input `path` can be read a second time: a regular file. '-' (stdin), a pipe
   (`<(cat f)`), a FIFO or a device reads once; a command that reads an input twice (to count,
   then to use) asks here first, or the second read finds nothing and the run succeeds empty."""
-  try:
-    return path != "-" and stat.S_ISREG(os.stat(path).st_mode)
-  except OSError:
-    return False
+  return path != "-" and os.path.isfile(path)  # follows links: <(cmd) is a pipe, not a file
 
 
-# --- Atomic writes ---
+# --- Paths: local, or remote through tf.io.gfile ---
+# A remote path ("gs://bucket/dir", TensorFlow's "ram://" in tests) is read and written through
+# tf.io.gfile, a local one through os (no TensorFlow import: the data job's workers import this
+# module). The helpers below are the commands' one door to both; a scheme TensorFlow cannot open
+# is refused by `check_schemes` before any work, never made into a local folder named "gs:".
+
+
+def is_remote(path):
+  """True for a URL-like path ("gs://...", "ram://..."), which only tf.io.gfile can open."""
+  return isinstance(path, str) and "://" in path
 
 
 def _gfile(path):
-  """`tf.io.gfile` for a remote path ("gs://..."), else None (TensorFlow is not imported)."""
-  if "://" not in path:
+  """`tf.io.gfile` for a remote path, else None (TensorFlow is not imported)."""
+  if not is_remote(path):
     return None
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   return tf.io.gfile
+
+
+def check_scheme(path, flag=None):
+  """Refuses (cli.InputError "[--<flag> ]<path>: ...") a remote path whose scheme TensorFlow has no
+  file system for (s3:// without its plugin, a typo): one line, before the command does any work."""
+  if not is_remote(path):
+    return
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  scheme = path.split("://", 1)[0]
+  known = [s for s in tf.io.gfile.get_registered_schemes() if s and s != "file"]
+  if scheme not in known:
+    where = f"--{flag} {path}" if flag else path
+    raise cli.InputError(
+      f"{where}: TensorFlow has no file system for {scheme}:// (it has "
+      f"{', '.join(s + '://' for s in sorted(known))}; s3:// and hdfs:// need "
+      "tensorflow-io); give a local path or one of those"
+    )
+
+
+def check_schemes(params, pairs=()):
+  """`check_scheme` on every path of `params`' `cli.INPUT`/`cli.OUTPUT` fields and of `pairs`
+  ([(flag, value)]): comma-separated lists, NAME=SPEC and backend prefixes (kenlm:PATH) included."""
+  values = cli.io_values(params, cli.INPUT) + cli.io_values(params, cli.OUTPUT) + list(pairs)
+  for flag, value in values:
+    for item in value if isinstance(value, (list, tuple)) else [value]:
+      item = item[1] if isinstance(item, tuple) else item
+      if not isinstance(item, str):
+        continue
+      for part in item.split(","):
+        part = _SCHEME.sub("", part.strip().rpartition("=")[2])
+        check_scheme(part, flag)
+
+
+def open_file(path, mode="r", encoding="utf-8"):
+  """`open` of a local path, `tf.io.gfile.GFile` of a remote one; FileNotFoundError for a remote
+  file that is not there (as `open` gives; GFile would raise its own error at the first read)."""
+  gfile = _gfile(path)
+  if gfile is None:
+    return open(path, mode, encoding=None if "b" in mode else encoding)
+  if "r" in mode and not gfile.exists(path):
+    raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+  return gfile.GFile(path, mode)
+
+
+def exists(path):
+  gfile = _gfile(path)
+  return gfile.exists(path) if gfile else os.path.exists(path)
+
+
+def isdir(path):
+  gfile = _gfile(path)
+  return gfile.isdir(path) if gfile else os.path.isdir(path)
+
+
+def makedirs(path):
+  """Makes `path` and its parents (nothing if it is there)."""
+  gfile = _gfile(path)
+  if gfile:
+    gfile.makedirs(path)
+  else:
+    os.makedirs(path, exist_ok=True)
+
+
+def listdir(path):
+  """The names in the directory `path`, sorted (gfile marks a remote subdirectory "name/")."""
+  gfile = _gfile(path)
+  return sorted(n.rstrip("/") for n in gfile.listdir(path)) if gfile else sorted(os.listdir(path))
+
+
+def remove(path):
+  gfile = _gfile(path)
+  (gfile.remove if gfile else os.remove)(path)
+
+
+def rmtree(path, ignore_errors=False):
+  gfile = _gfile(path)
+  if gfile is None:
+    shutil.rmtree(path, ignore_errors=ignore_errors)
+    return
+  try:
+    gfile.rmtree(path)
+  except Exception:  # pylint: disable=broad-except
+    if not ignore_errors:
+      raise
+
+
+def walk(path):
+  """`os.walk` of a local or remote directory (top down)."""
+  gfile = _gfile(path)
+  return gfile.walk(path) if gfile else os.walk(path)
+
+
+def absolute(path):
+  """`os.path.abspath` of a local path; a remote one as it is."""
+  return path if is_remote(path) else os.path.abspath(path)
+
+
+def local_stage(path):
+  """The local file a remote output `path` is written into (appends, fsyncs, truncation: what
+  object stores lack) before `copy_file` publishes it whole; the same on every run of this
+  machine, so an interrupted run resumes there. A local `path` is its own stage."""
+  if not is_remote(path):
+    return path
+  digest = hashlib.sha256(path.encode("utf-8")).hexdigest()[:16]
+  stage = os.path.join(tempfile.gettempdir(), "tta-stage", digest)
+  os.makedirs(stage, exist_ok=True)
+  return os.path.join(stage, os.path.basename(path))
+
+
+def copy_file(source, dest):
+  """Copies the file `source` to `dest` (either may be remote), atomically (`atomic_path`)."""
+  with atomic_path(dest) as tmp:
+    if not is_remote(source) and not is_remote(dest):
+      shutil.copyfile(source, tmp)
+    else:
+      _gfile(source if is_remote(source) else dest).copy(source, tmp, overwrite=True)
+
+
+def file_size(path):
+  """Size of `path` in bytes, -1 if it does not exist."""
+  return (stat(path) or [-1])[0]
+
+
+def stat(path):
+  """[size in bytes, mtime in ns] of `path`, None if it does not exist."""
+  gfile = _gfile(path)
+  if gfile:
+    if not gfile.exists(path):
+      return None
+    info = gfile.stat(path)
+    return [info.length, info.mtime_nsec]
+  try:
+    info = os.stat(path)
+  except OSError:
+    return None
+  return [info.st_size, info.st_mtime_ns]
+
+
+# --- Atomic writes ---
 
 
 @contextlib.contextmanager
@@ -133,10 +280,8 @@ def atomic_path(path):
   directory, name = os.path.split(path)
   # Hidden, and unique per writer; created by the writer, so it gets the usual permissions.
   tmp = os.path.join(directory, f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-  if gfile:
-    gfile.makedirs(directory)
-  elif directory:
-    os.makedirs(directory, exist_ok=True)
+  if directory:
+    makedirs(directory)
   try:
     yield tmp
     if gfile:
@@ -144,24 +289,19 @@ def atomic_path(path):
     else:
       os.replace(tmp, path)
   except BaseException:
-    if _size(tmp) >= 0:
-      (gfile.remove if gfile else os.remove)(tmp)
+    if file_size(tmp) >= 0:
+      remove(tmp)
     raise
 
 
 @contextlib.contextmanager
 def atomic_open(path, mode="w", encoding="utf-8"):
   """Opens a temporary file beside `path` that replaces `path` on success (see atomic_path)."""
-  with atomic_path(path) as tmp:
-    gfile = _gfile(path)
-    if gfile:
-      with gfile.GFile(tmp, mode) as f:
-        yield f
-    else:
-      with open(tmp, mode, encoding=None if "b" in mode else encoding) as f:
-        yield f
-        f.flush()
-        os.fsync(f.fileno())
+  with atomic_path(path) as tmp, open_file(tmp, mode, encoding) as f:
+    yield f
+    if not is_remote(path):
+      f.flush()
+      os.fsync(f.fileno())
 
 
 def write_atomically(path, text):
@@ -190,7 +330,19 @@ def make_temp_dir(parent, prefix):
 @contextlib.contextmanager
 def atomic_dir(path):
   """Yields a new directory beside `path` (`make_temp_dir`) that replaces `path` as a whole on
-  success; an exception removes it and leaves any earlier `path` untouched."""
+  success; an exception removes it and leaves any earlier `path` untouched. A remote `path`: the
+  directory yielded is local, and its files are copied in on success (object stores rename no
+  directories: a reader may see the old files go before the new ones are all there)."""
+  if is_remote(path):
+    with tempfile.TemporaryDirectory(prefix="tta-dir-") as tmp:
+      yield tmp
+      if exists(path):
+        rmtree(path)
+      for directory, _, names in os.walk(tmp):
+        for name in names:
+          local = os.path.join(directory, name)
+          copy_file(local, path + "/" + os.path.relpath(local, tmp).replace(os.sep, "/"))
+    return
   tmp = make_temp_dir(os.path.dirname(path), "." + os.path.basename(path) + ".")
   try:
     yield tmp
@@ -203,31 +355,52 @@ def atomic_dir(path):
 
 
 def find_files(root, outputs):
-  """The existing files under `root` that `outputs` name, as relative paths ("/"-separated) in
-  order: a name, a glob (each `*` within one folder), or a folder (every file under it)."""
+  """The existing files under `root` (local or remote) that `outputs` name, as relative paths
+  ("/"-separated) in order: a name, a glob (each `*` within one folder), or a folder (every file
+  under it)."""
+  gfile = _gfile(root)
   found = []
   for output in outputs:
     path = os.path.join(root, *output.split("/"))
-    matches = sorted(glob.glob(path)) if glob.has_magic(output) else [path]
-    for match in (m for m in matches if os.path.lexists(m)):
-      if os.path.isdir(match) and not os.path.islink(match):
-        files = [os.path.join(d, n) for d, _, names in os.walk(match) for n in sorted(names)]
+    if glob.has_magic(output):
+      matches = sorted(gfile.glob(path) if gfile else glob.glob(path))
+    else:
+      matches = [path]
+    for match in matches:
+      if not (gfile.exists(match) if gfile else os.path.lexists(match)):
+        continue
+      if _is_real_dir(match):
+        files = [os.path.join(d, n) for d, _, names in walk(match) for n in sorted(names)]
       else:
         files = [match]
-      found += [os.path.relpath(f, root).replace(os.sep, "/") for f in sorted(files)]
+      found += [_relative(f, root) for f in sorted(files)]
   return list(dict.fromkeys(found))
 
 
+def _is_real_dir(path):
+  """A directory, not a symlink to one (whose files are not ours to list or remove)."""
+  return isdir(path) and not (not is_remote(path) and os.path.islink(path))
+
+
+def _relative(path, root):
+  if is_remote(root):
+    return path[len(root) :].lstrip("/")
+  return os.path.relpath(path, root).replace(os.sep, "/")
+
+
 def remove_files(root, names):
-  """Removes the files `names` (relative to `root`), then each folder under `root` that this
-  leaves empty (a folder named: with its empty folders): the one way a command removes what it
-  made. A folder is never removed whole: a file the user put in it keeps it."""
-  root = os.path.abspath(root)
+  """Removes the files `names` (relative to `root`, local or remote), then each folder under
+  `root` that this leaves empty (a folder named: with its empty folders): the one way a command
+  removes what it made. A folder is never removed whole: a file the user put in it keeps it."""
+  root = absolute(root).rstrip("/")
   folders = set()
   for name in names:
     path = os.path.join(root, *name.split("/"))
-    if os.path.isdir(path) and not os.path.islink(path):
-      folders.update(directory for directory, _, _ in os.walk(path))
+    if _is_real_dir(path):
+      folders.update(directory.rstrip("/") for directory, _, _ in walk(path))
+    elif is_remote(path):
+      if exists(path):
+        remove(path)
     else:
       with contextlib.suppress(FileNotFoundError):
         os.remove(path)
@@ -236,14 +409,19 @@ def remove_files(root, names):
       folders.add(folder)
       folder = os.path.dirname(folder)
   for folder in sorted(folders, key=len, reverse=True):
-    with contextlib.suppress(OSError):
-      os.rmdir(folder)
+    if not is_remote(folder):
+      with contextlib.suppress(OSError):
+        os.rmdir(folder)
+    elif isdir(folder) and not listdir(folder):
+      rmtree(folder)
 
 
 def check_output_path(path, flag, is_dir=True):
   """Refuses (cli.InputError "--<flag> <path>: <why>") an output path that cannot be written,
-  before a command loads or makes anything; leaves nothing behind. A remote path is not checked."""
-  if "://" in path:
+  before a command loads or makes anything; leaves nothing behind. A remote path is checked for
+  its scheme only (`check_scheme`)."""
+  if is_remote(path):
+    check_scheme(path, flag)
     return
   where = f"--{flag} {path}"
   if os.path.isdir(path) and not is_dir:
@@ -295,7 +473,8 @@ def local_paths(value):
 def check_outputs_apart(params, inputs=(), outputs=()):
   """Refuses (cli.InputError) an output path that is, contains or lies inside an input path:
   those of `params`' `cli.INPUT`/`cli.OUTPUT` fields and `inputs`/`outputs` ([(flag, value)]),
-  compared by realpath."""
+  compared by realpath; first `check_schemes` on them all."""
+  check_schemes(params, list(inputs) + list(outputs))
   ins = [(f, p) for f, v in cli.io_values(params, cli.INPUT) + list(inputs) for p in local_paths(v)]
   # What is not there cannot be lost; a checkpoint prefix (DIR/model.ckpt) is there by its files.
   ins = [(f, p) for f, p in ins if os.path.lexists(p) or glob.glob(glob.escape(p) + ".*")]
@@ -323,9 +502,9 @@ def output_dir(path):
   """Makes the output dir `path` for the block; if this call made it and the block raises
   cli.InputError or ValueError (not `OutputBusy`: the dir is the other run's), removes the empty
   dirs left (a released lock leaves no file): a refused run leaves no empty --output_dir."""
-  made = not os.path.isdir(path)
+  made = not isdir(path)
   try:
-    os.makedirs(path, exist_ok=True)
+    makedirs(path)
   except OSError as e:
     raise cli.InputError(f"cannot make {path} ({e.strerror})") from None
   try:
@@ -337,9 +516,10 @@ def output_dir(path):
 
 
 def _remove_empty(path):
-  for directory, _, _ in os.walk(path, topdown=False):
-    if not os.listdir(directory):
-      os.rmdir(directory)
+  gfile = _gfile(path)
+  for directory, _, _ in (gfile or os).walk(path, topdown=False):
+    if not listdir(directory):
+      (gfile.rmtree if gfile else os.rmdir)(directory)
 
 
 class OutputBusy(cli.InputError):
@@ -365,7 +545,7 @@ def exclusive_lock(path, wait=True, lock_file=None):
   wait: True waits for the lock (a short read-merge-write of `path`); False raises `OutputBusy`
   at once if another process holds it (a long run that must be the only writer of `path`).
   """
-  if "://" in path:
+  if is_remote(path):
     logging.warning("%s is not a local path: not locked against a second writer", path)
     yield
     return
@@ -503,22 +683,10 @@ def _lock_holder(fd):
 # stage that starts removes its stamp, so an interrupted run never passes for a complete one.
 
 
-def _size(path):
-  """Size of `path` in bytes, -1 if it does not exist."""
-  gfile = _gfile(path)
-  if gfile:
-    return gfile.stat(path).length if gfile.exists(path) else -1
-  return os.path.getsize(path) if os.path.exists(path) else -1
-
-
 def _read_json(path):
   """The JSON object in `path`, or None if it is missing or unreadable."""
-  gfile = _gfile(path)
   try:
-    if gfile:
-      with gfile.GFile(path, "r") as f:
-        return json.load(f)
-    with open(path, encoding="utf-8") as f:
+    with open_file(path) as f:
       return json.load(f)
   except (OSError, ValueError):
     return None
@@ -528,7 +696,7 @@ def read_json_file(path):
   """The JSON value in `path`; a ValueError naming the file (and the line) when it cannot be
   read or is not JSON."""
   try:
-    with open(path, encoding="utf-8") as f:
+    with open_file(path) as f:
       return json.load(f)
   except json.JSONDecodeError as e:
     raise ValueError(f"{path}:{e.lineno}: not JSON ({e.msg})") from None
@@ -552,7 +720,7 @@ def write_stamp(path, key, outputs=(), record=None):
   the stage's inputs and arguments; the sizes of `outputs` are recorded for `read_stamp`; `record`
   (the stage's statistics) is written with them. Returns the stamp as `read_stamp` does."""
   directory = os.path.dirname(path)
-  sizes = {os.path.relpath(p, directory): _size(p) for p in outputs}
+  sizes = {os.path.relpath(p, directory): file_size(p) for p in outputs}
   text = _json_text(dict(record or {}, key=key, outputs=sizes))
   write_atomically(path, text)
   return json.loads(text)
@@ -566,21 +734,17 @@ def read_stamp(path, key, outputs=()):
     return None
   directory = os.path.dirname(path)
   for name, size in stamp.get("outputs", {}).items():
-    if _size(os.path.join(directory, name)) != size:
+    if file_size(os.path.join(directory, name)) != size:
       return None
-  if any(_size(p) < 0 for p in outputs):
+  if any(file_size(p) < 0 for p in outputs):
     return None
   return stamp
 
 
 def remove_stamp(path):
   """Marks a stage incomplete (it is about to rewrite its outputs)."""
-  gfile = _gfile(path)
-  if gfile:
-    if gfile.exists(path):
-      gfile.remove(path)
-  elif os.path.exists(path):
-    os.remove(path)
+  if exists(path):
+    remove(path)
 
 
 # --- Seeded hashing ---

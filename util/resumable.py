@@ -35,7 +35,7 @@ class InputLines:
     return self._digest.hexdigest()
 
   def __iter__(self):
-    stream = sys.stdin.buffer if self.path == "-" else open(self.path, "rb")
+    stream = sys.stdin.buffer if self.path == "-" else io_utils.open_file(self.path, "rb")
     name = "<stdin>" if self.path == "-" else self.path
     try:
       for number, raw in enumerate(stream):
@@ -65,8 +65,10 @@ class Partial:
 
   def __init__(self, target, job, overwrite=False):
     """Resumes the partial file of `target` for `job`, or starts it afresh; cli.InputError (saying
-    how to start over) for another job's file or a state that is missing or does not fit it."""
-    self.path = target + ".partial"
+    how to start over) for another job's file or a state that is missing or does not fit it. A
+    remote target's partial files are local (`io_utils.local_stage`: appends, fsyncs and cuts) and
+    `finish` copies the whole output in."""
+    self.path = io_utils.local_stage(target) + ".partial"
     self.state_path = self.path + ".json"
     self.state = {
       "job": job,
@@ -159,8 +161,15 @@ class Partial:
     if not os.path.exists(self.path):
       open(self.path, "w").close()
     lines = self.lines
-    os.replace(self.path, target)
+    if io_utils.is_remote(target):
+      io_utils.copy_file(self.path, target)
+      os.remove(self.path)
+    else:
+      os.replace(self.path, target)
     os.remove(self.state_path)
+    if io_utils.is_remote(target):
+      with contextlib.suppress(OSError):
+        os.rmdir(os.path.dirname(self.path))  # the stage, empty now
     if source is not None:
       done = {
         "job": self.state["job"],
@@ -180,11 +189,11 @@ def is_done(target, job, source):
   """Whether `target` is the finished output of `job` on the input `source` (read to its end here)
   holds now, by its `done_path` record: a run of several outputs skips those."""
   try:
-    with open(done_path(target), encoding="utf-8") as f:
+    with io_utils.open_file(done_path(target)) as f:
       done = json.load(f)
   except (OSError, ValueError):
     return False
-  if not _is_state(done) or not os.path.exists(target) or done["job"] != job:
+  if not _is_state(done) or not io_utils.exists(target) or done["job"] != job:
     return False
   collections.deque(source, maxlen=0)
   return (source.lines_read, source.sha256()) == (done["input_lines"], done["input_sha256"])

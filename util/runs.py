@@ -9,6 +9,8 @@ import glob
 import json
 import os
 
+from absl import logging
+
 from util import cli
 from util import io_utils
 
@@ -73,23 +75,15 @@ def _paths_identity(value):
 def path_identity(path):
   """An input file's or directory's identity without reading it: its absolute path and the size and
   mtime of the file (of each file under the directory); None for those of a missing path."""
-  path = os.path.abspath(path)
-  if os.path.isdir(path):
+  path = io_utils.absolute(path)
+  if io_utils.isdir(path):
     files = {}
-    for directory, _, names in os.walk(path):
+    for directory, _, names in io_utils.walk(path):
       for name in sorted(names):
         full = os.path.join(directory, name)
-        files[os.path.relpath(full, path)] = _stat(full)
+        files[os.path.relpath(full, path)] = io_utils.stat(full)
     return {"path": path, "files": dict(sorted(files.items()))}
-  return {"path": path, **dict(zip(("bytes", "mtime"), _stat(path) or (None, None)))}
-
-
-def _stat(path):
-  try:
-    stat = os.stat(path)
-  except OSError:
-    return None
-  return [stat.st_size, stat.st_mtime_ns]
+  return {"path": path, **dict(zip(("bytes", "mtime"), io_utils.stat(path) or (None, None)))}
 
 
 class Record:
@@ -272,3 +266,16 @@ def _show(value):
   if isinstance(value, dict):
     return json.dumps(value)
   return str(value)
+
+
+def unrecorded_remote(output_dir):
+  """True, with a warning saying so, for a remote `output_dir` (gs://...): it keeps no run record
+  (Record reads local stats and mtimes), so a second job into it is not refused."""
+  if not io_utils.is_remote(output_dir):
+    return False
+  logging.warning(
+    "%s is not a local path: no %s; another job writing into it is not refused",
+    output_dir,
+    RECORD_FILE,
+  )
+  return True

@@ -1,0 +1,229 @@
+"""Every command on a bucket: TensorFlow's in-memory ram:// file system stands in for gs:// (the
+same tf.io.gfile calls; no network here). Each command is run end to end in this process, its
+inputs and outputs on ram://, and compared with the same run on local files; no local folder
+named after the URL ("ram:") may appear; a scheme TensorFlow lacks is one line, exit 2."""
+
+import json
+import os
+import uuid
+
+import commands
+import pytest
+import tensorflow as tf
+
+from pretraining import pretraining_data
+import tokenization
+
+gfile = tf.io.gfile
+
+_WORDS = "the a man woman house river old new green small tall walked saw found quietly".split()
+
+
+@pytest.fixture
+def bucket(tmp_path, monkeypatch):
+  """A fresh ram:// directory (removed after the test); the working directory is an empty local
+  one, which must stay empty: no "ram:" folder made of the URL."""
+  root = f"ram://test-{uuid.uuid4().hex[:8]}"
+  work = tmp_path / "cwd"
+  work.mkdir()
+  monkeypatch.chdir(work)
+  yield root
+  assert os.listdir(work) == []
+  if gfile.exists(root):
+    gfile.rmtree(root)
+
+
+def _put(path, text):
+  with gfile.GFile(path, "w") as f:
+    f.write(text)
+  return path
+
+
+def _get(path, mode="r"):
+  with gfile.GFile(path, mode) as f:
+    return f.read()
+
+
+def _tree(root):
+  """{relative path: bytes} of every file under `root` (local or ram://)."""
+  found = {}
+  for directory, _, names in gfile.walk(root):
+    for name in (n for n in names if not n.startswith(".")):  # not a lock file
+      path = os.path.join(directory, name)
+      found[os.path.relpath(path, root)] = _get(path, "rb")
+  return found
+
+
+def _corpus(count=400):
+  return "".join(
+    f"line {i} the {_WORDS[i % 15]} {_WORDS[(7 * i) % 15]} walked\n" for i in range(count)
+  )
+
+
+def _vocab_text():
+  digits = [str(d) for d in range(10)] + [f"##{d}" for d in range(10)]
+  return "\n".join(list(tokenization.SPECIAL_TOKENS) + ["line"] + _WORDS + digits) + "\n"
+
+
+def _data_job(input_file, vocab, output_dir, *extra):
+  return commands.run(
+    "create_pretraining_data.py",
+    f"--input_file={input_file}",
+    f"--vocab_file={vocab}",
+    f"--output_dir={output_dir}",
+    "--max_seq_length=16",
+    "--num_shards=2",
+    *extra,
+    status=0,
+  )
+
+
+def _without_times(tree):
+  stats = json.loads(tree.pop("data_stats.json"))
+  # What names the input path (its fingerprint too) differs; everything else is the same.
+  for key in ("seconds", "sentences_per_second", "args", "input_sha256", "fingerprint", "key"):
+    stats.pop(key)
+  return tree, stats
+
+
+@pytest.mark.slow(seconds=15)
+def test_the_data_job_writes_a_bucket_with_workers_as_it_writes_a_local_dir(
+  bucket, tmp_path, monkeypatch
+):
+  # Blocks of ~2 kB: several blocks, so that two worker processes make them (and the parent
+  # moves each into the bucket: a worker does not see the parent's ram://).
+  monkeypatch.setattr(pretraining_data, "BLOCK_BYTES", 2000)
+  local_input = tmp_path / "corpus.txt"
+  local_input.write_text(_corpus())
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text(_vocab_text())
+  _data_job(local_input, vocab, tmp_path / "local", "--num_workers=1")
+  remote_input = _put(f"{bucket}/in/corpus.txt", _corpus())
+  _data_job(remote_input, vocab, f"{bucket}/records", "--num_workers=2")
+  local, local_stats = _without_times(_tree(str(tmp_path / "local")))
+  remote, remote_stats = _without_times(_tree(f"{bucket}/records"))
+  assert sorted(remote) == sorted(local) and len(local) == 4  # 2 train, 1 eval shard, vocab
+  assert remote == local and remote_stats == local_stats
+  # A second run finds the bucket's output complete.
+  again = _data_job(remote_input, vocab, f"{bucket}/records")
+  assert json.loads(again.stdout)["reused"] is True
+
+
+@pytest.mark.slow(seconds=30)
+def test_pretraining_reads_and_resumes_in_a_bucket(bucket, tmp_path):
+  vocab = _put(f"{bucket}/vocab.txt", _vocab_text())
+  _data_job(_put(f"{bucket}/corpus.txt", _corpus(200)), vocab, f"{bucket}/records")
+  model = f"{bucket}/model"
+  args = [
+    f"--input_file={bucket}/records/train-*.tfrecord",
+    f"--output_dir={model}",
+    "--hidden_size=16",
+    "--num_hidden_layers=1",
+    "--num_attention_heads=2",
+    "--intermediate_size=32",
+    "--max_position_embeddings=16",
+    "--max_seq_length=16",
+    "--train_batch_size=4",
+    "--num_warmup_steps=1",
+    "--steps_per_loop=2",
+    "--save_checkpoints_steps=2",
+  ]
+  first = commands.run("run_pretraining.py", *args, "--num_train_steps=2", status=0)
+  assert "no run.json" in first.stderr  # the absence of the run record is said
+  assert gfile.exists(f"{model}/ckpt-2.index") and gfile.exists(f"{model}/config.json")
+  second = commands.run("run_pretraining.py", *args, "--num_train_steps=4", status=0)
+  assert f"resumed from {model}/ckpt-2 at step 2" in second.stderr
+  summary = json.loads(_get(f"{model}/train_summary.json"))
+  assert summary["final_step"] == 4 and gfile.exists(f"{model}/ckpt-4.index")
+
+
+_LINES = ["the cat sat on the mat", "a dog sat", "the mat"]
+
+
+@pytest.mark.slow(seconds=8)
+def test_score_reads_and_writes_a_bucket_as_local_files(bucket, tmp_path, tiny_tta):
+  local_input = tmp_path / "in.txt"
+  local_input.write_text("\n".join(_LINES) + "\n")
+  local_out = tmp_path / "out.jsonl"
+  commands.run(
+    "score.py", f"--model_dir={tiny_tta}", f"--input_file={local_input}",
+    f"--output_file={local_out}", "--batch_size=1", status=0,
+  )  # fmt: skip
+  model = f"{bucket}/tta"
+  for name, content in _tree(tiny_tta).items():
+    with gfile.GFile(f"{model}/{name}", "wb") as f:
+      f.write(content)
+  remote_input = _put(f"{bucket}/in.txt", "\n".join(_LINES) + "\n")
+  for shard in range(2):
+    commands.run(
+      "score.py", f"--model_dir={model}", f"--input_file={remote_input}",
+      f"--output_file={bucket}/out.jsonl", "--num_shards=2", f"--shard_id={shard}",
+      "--batch_size=1", status=0,
+    )  # fmt: skip
+  commands.run(
+    "score.py", f"--output_file={bucket}/out.jsonl", "--num_shards=2", "--merge", status=0
+  )
+  assert _get(f"{bucket}/out.jsonl") == local_out.read_text()
+
+
+def _json_lists(rows):
+  return json.dumps(
+    {
+      f"seg{i}": {f"hyp_{r + 1}": {"score": -1.0 - r, "text": h} for r, h in enumerate(hyps)}
+      for i, hyps in enumerate(rows)
+    }
+  )
+
+
+@pytest.mark.slow(seconds=8)
+def test_rescoring_reads_and_writes_a_bucket_as_local_files(bucket, tmp_path, tiny_tta):
+  rows = [["the cat sat on a mat", "cat sat"], ["the dog sat on the mat", "the mat"]]
+  refs = "seg0 the cat sat on the mat\nseg1 the dog sat on the mat\n"
+  runs = {}
+  for root in (str(tmp_path / "local"), bucket):
+    gfile.makedirs(root)
+    lists, ref = _put(f"{root}/lists.json", _json_lists(rows)), _put(f"{root}/ref", refs)
+    flags = [f"--dev_file={lists}", f"--dev_refs={ref}", f"--test_file={lists}"]
+    out = f"{root}/out"
+    result = commands.run(
+      "run_rescoring.py", f"--lm=tta={tiny_tta}", "--task=nmt", "--format=json", *flags,
+      f"--test_refs={ref}", f"--output_dir={out}", status=0,
+    )  # fmt: skip
+    tree = _tree(out)
+    report = json.loads(tree.pop("rescoring_report.json"))
+    tree.pop("run.json", None)  # a bucket keeps no run record (the log says so)
+    runs[root] = (tree, report["sets"]["test"]["rescored"], result)
+  local, remote = runs[str(tmp_path / "local")], runs[bucket]
+  assert sorted(remote[0]) == sorted(local[0])
+  assert {k: v for k, v in remote[0].items() if not k.startswith("cache/")} == {
+    k: v for k, v in local[0].items() if not k.startswith("cache/")
+  }
+  assert remote[1] == local[1] and "no run.json" in remote[2].stderr
+  # The score cache is in the bucket: every hypothesis once.
+  cache = _get(f"{bucket}/out/cache/lm_scores.jsonl").splitlines()
+  assert sorted(json.loads(line)["text"] for line in cache) == sorted(h for r in rows for h in r)
+
+
+@pytest.mark.parametrize(
+  "script, flag",
+  [
+    ("create_pretraining_data.py", "--output_dir"),
+    ("run_pretraining.py", "--output_dir"),
+    ("score.py", "--output_file"),
+  ],
+)
+def test_a_scheme_tensorflow_lacks_is_one_line_and_exit_2(bucket, tmp_path, script, flag):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text(_vocab_text())
+  text = tmp_path / "in.txt"
+  text.write_text(_corpus(10))
+  extra = {
+    "create_pretraining_data.py": [f"--input_file={text}", f"--vocab_file={vocab}"],
+    "run_pretraining.py": ["--synthetic_data"],
+    "score.py": [f"--input_file={text}", "--model_dir=kenlm:missing.arpa"],
+  }[script]
+  result = commands.run(script, *extra, f"{flag}=s3://bucket/out", status=2)
+  assert result.stderr.strip().splitlines()[-1] == (
+    f"{script}: error: {flag} s3://bucket/out: TensorFlow has no file system for s3:// (it has "
+    "gs://, ram://; s3:// and hdfs:// need tensorflow-io); give a local path or one of those"
+  )
