@@ -3,8 +3,6 @@ them: the one rule of which part does what and how parts are named, shared by
 create_pretraining_data.py's --num_jobs/--job_id, score.py's and run_rescoring.py's
 --num_shards/--shard_id (docs/DESIGN.md §5.5)."""
 
-from util import cli
-
 
 def part_range(count, part, num_parts):
   """The units of part `part` of `num_parts` over `count` units in their order: a contiguous run,
@@ -18,7 +16,7 @@ def part_name(prefix, part, num_parts):
   return f"{prefix}-{part:05d}-of-{num_parts:05d}"
 
 
-def check_part(part, num_parts, flag="shard_id"):
-  """cli.InputError naming `flag` unless 0 <= part < num_parts."""
+def check_part(part, num_parts):
+  """ValueError naming --shard_id unless 0 <= part < num_parts (--num_shards)."""
   if not 0 <= part < num_parts:
-    raise cli.InputError(f"--{flag} must be in [0, {num_parts}) (--num_shards), got {part}")
+    raise ValueError(f"--shard_id must be in [0, {num_parts}) (--num_shards), got {part}")
