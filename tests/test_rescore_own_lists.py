@@ -491,3 +491,16 @@ def test_three_shards_and_a_merge_give_the_results_of_one_process(tiny_lm, tmp_p
     f"{split}/cache/lm_scores-00001-of-00003.jsonl.done.json is a part of another job: " in line
   )
   assert "run this command with --shard_id=1 --num_shards=3 again" in line
+
+
+@pytest.mark.parametrize(
+  "flags, refusal",
+  [
+    (["--num_shards=3", "--shard_id=3", "--output_dir=out"], "--shard_id must be in [0, 3)"),
+    (["--num_shards=2", "--shard_id=1"], "--num_shards needs --output_dir"),
+  ],
+)
+def test_a_shard_outside_the_parts_or_without_an_output_dir_is_one_line(tiny_lm, flags, refusal):
+  result = commands.run("run_rescoring.py", f"--lm=tta={tiny_lm}", *flags, status=2)
+  (line,) = [l for l in result.stderr.splitlines() if l.startswith("run_rescoring.py: error")]
+  assert refusal in line
