@@ -1,5 +1,6 @@
 """The LM score cache of reranking: scores computed once per (model, sentence), kept on disk."""
 
+import hashlib
 import json
 import os
 
@@ -7,7 +8,9 @@ from absl import logging
 
 from lm import inference
 from util import io_utils
+from util import parts
 from util import progress
+from util import resumable
 
 
 class ScoreCache:
@@ -98,6 +101,10 @@ class ScoreCache:
 
   def __contains__(self, key):
     return key in self._data
+
+  def items(self, model_id):
+    """[(text, payload)] of every text cached for `model_id`."""
+    return [(text, value) for (model, text), value in self._data.items() if model == model_id]
 
   def get_many(self, model_id, texts):
     """Returns {text: payload} for the texts of `model_id` that are cached (others omitted)."""
@@ -191,3 +198,92 @@ def cached_scores(lm, lm_id, texts, cache, name, chunk_size=500, scoring=None):
       len(todo),
     )
   return done
+
+
+# ----------------------------------------------------------------------------------------------
+# Parts: the cache of a scoring split over machines (run_rescoring.py --num_shards, --shard_id)
+# ----------------------------------------------------------------------------------------------
+
+
+def part_path(cache_path, shard_id, num_shards):
+  """Part `shard_id` of `num_shards` of the cache at `cache_path`: `lm_scores-0000I-of-0000N.jsonl`
+  beside it, a cache of its own (with its own models side file)."""
+  stem, ext = os.path.splitext(cache_path)
+  return parts.part_name(stem, shard_id, num_shards) + ext
+
+
+def part_texts(texts, shard_id, num_shards, chunk_size):
+  """The texts part `shard_id` scores: its `parts.part_range` of the chunks of `texts` (the sorted
+  distinct texts of the whole job, `chunk_size` a chunk), so the parts tile them in whole chunks:
+  from empty caches, each chunk is one process's `cached_scores` call, and so are its floats."""
+  mine = parts.part_range(-(-len(texts) // chunk_size), shard_id, num_shards)
+  return texts[mine.start * chunk_size : mine.stop * chunk_size]
+
+
+def texts_identity(texts):
+  """What the parts of one job agree on about its texts (sorted, distinct): count and SHA-256."""
+  digest = hashlib.sha256()
+  for text in texts:
+    digest.update(json.dumps(text).encode("utf-8") + b"\n")
+  return {"texts": len(texts), "texts_sha256": digest.hexdigest()}
+
+
+def finish_part(cache, shard_id, num_shards, chunk_size, texts, lm_ids):
+  """Records that part `cache` of `num_shards` holds the scores of its `part_texts` of `texts` by
+  every LM of `lm_ids` ({name: model_id}): the merge's proof that the part is complete and whose."""
+  record = {
+    "shard_id": shard_id,
+    "num_shards": num_shards,
+    "chunk_size": chunk_size,
+    **texts_identity(texts),
+    "lm_ids": lm_ids,
+  }
+  io_utils.write_atomically(resumable.done_path(cache.path), json.dumps(record, indent=2) + "\n")
+
+
+class Parts:
+  """The `num_shards` finished parts of the cache at `cache_path`, checked to be of this job (its
+  `texts` and LM names) before any LM loads; `merge_into` then adds one LM's scores to the cache."""
+
+  def __init__(self, cache_path, num_shards, chunk_size, texts, lm_names):
+    """ValueError, one line, for a part that is missing, unfinished or of another job (other
+    texts, LMs or chunks), naming it and the --shard_id to run."""
+    self.num_shards = num_shards
+    self.paths = [part_path(cache_path, k, num_shards) for k in range(num_shards)]
+    self.records = []
+    job = dict(texts_identity(texts), chunk_size=chunk_size, lm_names=sorted(lm_names))
+    for shard_id, path in enumerate(self.paths):
+      rerun = f"run this command with --shard_id={shard_id} --num_shards={num_shards}"
+      done = resumable.done_path(path)
+      if not os.path.exists(done):
+        state = "unfinished" if os.path.exists(path) else "missing"
+        raise ValueError(f"--merge: part {path} is {state}: {rerun} first")
+      record = io_utils.read_json_file(done)
+      if not isinstance(record, dict) or not isinstance(record.get("lm_ids"), dict):
+        raise ValueError(f"{done}: not the record of a finished part; {rerun} again")
+      have = dict(record, lm_names=sorted(record["lm_ids"]))
+      self._check(done, have, dict(job, shard_id=shard_id, num_shards=num_shards), rerun)
+      self.records.append(record)
+
+  @staticmethod
+  def _check(done, have, want, rerun):
+    for key, value in want.items():
+      if have.get(key) != value:
+        raise ValueError(
+          f"--merge: {done} is a part of another job: {key} {json.dumps(have.get(key))} (this "
+          f"run: {json.dumps(value)}); {rerun} again"
+        )
+
+  def merge_into(self, cache, name, lm_id):
+    """Adds to `cache` the scores of LM `name` (`lm_id`) from every part that `cache` lacks;
+    ValueError (nothing added) if a part scored `name` as another model."""
+    for shard_id, (path, record) in enumerate(zip(self.paths, self.records)):
+      rerun = f"run this command with --shard_id={shard_id} --num_shards={self.num_shards}"
+      have = {f"lm_ids.{name}": record["lm_ids"].get(name)}
+      self._check(resumable.done_path(path), have, {f"lm_ids.{name}": lm_id}, rerun)
+    added = 0
+    for path in self.paths:
+      new = [(t, v) for t, v in ScoreCache(path).items(lm_id) if (lm_id, t) not in cache]
+      cache.put_many(lm_id, new)
+      added += len(new)
+    logging.info("%s: %d scores merged from %d parts", name, added, self.num_shards)

@@ -2,7 +2,8 @@
 docs/manual.md "Scoring sentences").
 
 To stdout, or into --output_file resumed from its partial file (util/resumable.py) and sharded by
-whole batches; `record` and `render` own the output formats.
+whole blocks of the input's bytes (each shard reads its own); `record` and `render` own the output
+formats.
 """
 
 import collections
@@ -20,6 +21,7 @@ from lm import lm_options as lm_options_lib
 from util import cli
 from util import distribute_utils
 from util import io_utils
+from util import parts
 from util import progress as progress_lib
 from util import resumable
 from util import runs
@@ -29,6 +31,11 @@ VECTORS = ("none", "context", "embed", "first_last")
 # --log_base -> ln(base), the divisor that turns a natural log into a log of that base.
 LOG_BASES = {"e": 1.0, "10": math.log(10.0), "2": math.log(2.0)}
 TSV_ORDERS = ("score_text", "text_score")
+# The input is read in blocks of this many bytes: a batch never holds lines that start in two
+# blocks, and a shard scores a contiguous run of whole blocks (parts.part_range), reading only
+# their bytes. So the batches, and the floats a batch's composition makes, are the same for any
+# --num_shards, and the merge writes one process's bytes.
+BLOCK_BYTES = 1 << 16
 
 
 @dataclasses.dataclass
@@ -66,7 +73,10 @@ class ScoreParams:
   vectors: str = cli.param("Also output sentence vectors (neural LMs).", "none", VECTORS)
   batch_size: int = cli.param("Lines scored (and checkpointed) at a time.", 256, lower_bound=1)
   num_shards: int = cli.param(
-    "Split the input into this many shards (by line index).", 1, lower_bound=1
+    "Split the input into this many shards, each a contiguous run of its 64 KiB blocks that it "
+    "alone reads (by byte offset).",
+    1,
+    lower_bound=1,
   )
   shard_id: int = cli.param("Which shard this run scores, 0 .. num_shards-1.", 0, lower_bound=0)
   merge: bool = cli.param("Merge the num_shards shard outputs into --output_file.", False)
@@ -104,7 +114,7 @@ def run(params):
   if params.output_file == "-":
     score_stream(
       lm,
-      resumable.InputLines(params.input_file),
+      _numbered(resumable.InputLines(params.input_file)),
       _write_stdout,
       params,
       progress_lib.Progress("score", total=_count_lines(params.input_file), unit="lines"),
@@ -205,13 +215,21 @@ def score_batch(lm, lines, texts, vectors="none", scoring=None, keyed=False, log
 # ----------------------------------------------------------------------------------------------
 
 
-def shard_of(line, batch_size, num_shards):
-  """The shard that scores input line `line`: whole batches go round-robin."""
-  return line // batch_size % num_shards
+def shard_range(input_bytes, shard_id, num_shards):
+  """[begin, end) of the bytes whose lines shard `shard_id` scores: its `parts.part_range` of the
+  input's blocks (a line belongs to the block it starts in)."""
+  blocks = parts.part_range(-(-input_bytes // BLOCK_BYTES), shard_id, num_shards)
+  return blocks.start * BLOCK_BYTES, blocks.stop * BLOCK_BYTES
 
 
 def shard_path(output_file, shard_id, num_shards):
-  return f"{output_file}-{shard_id:05d}-of-{num_shards:05d}"
+  return parts.part_name(output_file, shard_id, num_shards)
+
+
+def _input_stat(path):
+  """The input's identity without reading it: the sizes the shards split and its mtime."""
+  stat = os.stat(path)
+  return {"input_bytes": stat.st_size, "input_mtime_ns": stat.st_mtime_ns}
 
 
 def job_key(lm, params):
@@ -226,6 +244,8 @@ def job_key(lm, params):
     if lm.long_inputs == "window":
       windows.update(window=lm.window, stride=lm.stride)
   path = params.input_file
+  # A shard's lines are those of its bytes: another size or mtime is another split.
+  sharded = _input_stat(path) if params.num_shards > 1 else {}
   return runs.identity(
     "score.py",
     params,
@@ -233,12 +253,24 @@ def job_key(lm, params):
     model_dir=inference.run_identity(lm, params.scoring),
     scoring=inference.scoring_of(lm, params.scoring),
     input_file=path if path == "-" else io_utils.absolute(path),
+    block_bytes=BLOCK_BYTES,
+    **sharded,
   )
 
 
+def _numbered(source):
+  """(line, text, block) of each line of `source` (resumable.InputLines), its block the one it
+  starts in."""
+  return ((n, text, source.offset // BLOCK_BYTES) for n, text in source)
+
+
 def _line_batches(numbered, batch_size):
+  """Batches of at most `batch_size` (line, text, block) items, all of one block."""
   batch = []
   for item in numbered:
+    if batch and item[2] != batch[-1][2]:
+      yield batch
+      batch = []
     batch.append(item)
     if len(batch) == batch_size:
       yield batch
@@ -262,9 +294,10 @@ def _count_lines(path):
 
 
 def score_stream(lm, numbered, write, params, progress):
-  """Scores (line, text) pairs batch by batch; `write(lines)` gets each batch's output lines."""
+  """Scores (line, text, block) items batch by batch; `write(lines)` gets each batch's output
+  lines."""
   for batch in _line_batches(numbered, params.batch_size):
-    lines, texts = zip(*batch)
+    lines, texts, _ = zip(*batch)
     records = score_batch(
       lm, lines, list(texts), params.vectors, params.scoring, params.keyed, params.log_base
     )
@@ -287,25 +320,20 @@ def score_to_file(lm, params):
   target = output_path(params)
   with io_utils.exclusive_lock(target, wait=False):
     partial = resumable.Partial(target, job_key(lm, params), params.overwrite)
-    source = resumable.InputLines(params.input_file)
-    numbered = (
-      (n, t)
-      for n, t in source
-      if shard_of(n, params.batch_size, params.num_shards) == params.shard_id
-    )
+    byte_range = None
+    if params.num_shards > 1:
+      size = os.path.getsize(params.input_file)
+      byte_range = shard_range(size, params.shard_id, params.num_shards)
+    source = resumable.InputLines(params.input_file, byte_range=byte_range)
+    numbered = _numbered(source)
     if partial.lines:
       logging.info("resuming %s after %d complete lines", partial.path, partial.lines)
       # Skips what the partial file holds, reading (and hashing) the input up to its end.
       collections.deque(itertools.islice(numbered, partial.lines), maxlen=0)
       partial.check_input(source)
-    todo = _count_lines(params.input_file)  # this run's lines still to score (None: stdin)
-    if todo is not None:
-      todo = (
-        sum(
-          shard_of(n, params.batch_size, params.num_shards) == params.shard_id for n in range(todo)
-        )
-        - partial.lines
-      )
+    todo = None  # this run's lines still to score (None: stdin)
+    if params.input_file != "-":
+      todo = resumable.InputLines(params.input_file, byte_range=byte_range).count() - partial.lines
     progress = progress_lib.Progress("score", total=todo, unit="lines")
     score_stream(
       lm,
@@ -321,8 +349,8 @@ def score_to_file(lm, params):
 
 
 def merge_shards(output_file, num_shards):
-  """Interleaves the shards of one job (`job_key`) back into input order; ValueError naming what
-  is missing or differs.
+  """Joins the shards of one job (`job_key`) in input order, a JSON record's line number made
+  the input's; ValueError naming what is missing or differs.
   """
   with io_utils.exclusive_lock(output_file, wait=False):
     _merge_locked(output_file, num_shards)
@@ -330,11 +358,19 @@ def merge_shards(output_file, num_shards):
 
 
 def _merge_key(done):
-  """What a job's shards must agree on: the job but for shard_id and input path (machines may
-  mount one input at different paths), and the input's content.
-  """
-  job = {k: v for k, v in done["job"].items() if k not in ("shard_id", "input_file")}
-  return dict(job, input_lines=done["input_lines"], input_sha256=done["input_sha256"])
+  """What a job's shards must agree on: the job (with the input's size and mtime) but for shard_id
+  and input path (machines may mount one input at different paths)."""
+  return {k: v for k, v in done["job"].items() if k not in ("shard_id", "input_file")}
+
+
+def _renumbered(record, first):
+  """A shard's JSON record (`render`'s `{"line": N, ...}`, N its line within the shard) with N +
+  `first`: its line in the input, in the bytes one process writes."""
+  head, sep, rest = record.partition(", ")
+  return f"{_LINE}{int(head.removeprefix(_LINE)) + first}{sep}{rest}"
+
+
+_LINE = '{"line": '
 
 
 def _merge_locked(output_file, num_shards):
@@ -349,27 +385,38 @@ def _merge_locked(output_file, num_shards):
       raise ValueError(
         f"{resumable.done_path(path)} records no job (an older score.py): re-run that shard"
       )
-    records.append(_merge_key(record))
-  for key in records[0]:
-    values = {json.dumps(r.get(key)) for r in records}
+    if record["job"].get("shard_id") != len(records) or "input_bytes" not in record["job"]:
+      raise ValueError(
+        f"{resumable.done_path(path)} records no part {len(records)} of the input's blocks (an "
+        "older score.py, or a renamed file): re-run that shard"
+      )
+    records.append(record)
+  keys = [_merge_key(r) for r in records]
+  for key in keys[0]:
+    values = {json.dumps(k.get(key)) for k in keys}
     if len(values) > 1:
       raise ValueError(f"shards of {output_file} disagree on {key}: {', '.join(sorted(values))}")
-  readers = [io_utils.open_file(p) for p in paths]
-  try:
-    with io_utils.atomic_open(output_file) as out:
-      batch_size = records[0]["batch_size"]
-      for n in range(records[0]["input_lines"]):
-        shard = shard_of(n, batch_size, num_shards)
-        line = readers[shard].readline()
-        if not line.endswith("\n"):
-          raise ValueError(f"shard {paths[shard]} ends before input line {n + 1}")
-        out.write(line)
-    for reader, path in zip(readers, paths):
-      if reader.readline():
-        raise ValueError(f"shard {path} has more lines than its part of the input")
-  finally:
-    for reader in readers:
-      reader.close()
+  # The same input size, block size and shard count: the shards' ranges tile the input's bytes,
+  # in order, each recording how many lines it read from its own.
+  renumber = records[0]["job"]["format"] == "jsonl"  # a TSV row has no line number
+  with io_utils.atomic_open(output_file) as out:
+    first = 0
+    for path, record in zip(paths, records):
+      count = 0
+      with io_utils.open_file(path) as reader:
+        for line in reader:
+          if count == record["input_lines"]:
+            raise ValueError(f"shard {path} has more lines than its part of the input")
+          if not line.endswith("\n"):
+            break  # a record cut short is missing
+          out.write(_renumbered(line, first) if renumber else line)
+          count += 1
+      if count < record["input_lines"]:
+        raise ValueError(
+          f"shard {path} ends before input line {first + count + 1} "
+          f"({count} of its {record['input_lines']} lines)"
+        )
+      first += count
 
 
 def lm_options(params):
@@ -406,8 +453,8 @@ def check_params(params):
 def _check_scoring_flags(params):
   if not params.model_dir:
     raise cli.InputError("--model_dir is required (a model dir, kenlm:PATH, bert:DIR or hf:DIR)")
-  if params.shard_id >= params.num_shards:
-    raise cli.InputError(f"--shard_id must be in [0, {params.num_shards})")
+  with cli.user_input():
+    parts.check_part(params.shard_id, params.num_shards)
   if params.num_shards > 1 and "-" in (params.input_file, params.output_file):
     raise cli.InputError("sharding needs --input_file and --output_file (not stdin/stdout)")
   if params.input_file != "-" and not io_utils.exists(params.input_file):

@@ -20,6 +20,7 @@ from nbest import shared_data
 from nbest import types
 from util import cli
 from util import io_utils
+from util import parts
 from util import runs
 
 # What a --test_file run writes in --output_dir (beside the score cache, which is keyed by model
@@ -30,6 +31,15 @@ OUTPUTS = ("weights.json", "rescoring_report.json")
 def _check_pairs(pairs):
   if not all(len(p.split(":")) == 2 and all(p.split(":")) for p in pairs):
     raise ValueError("expected DEV:TEST set pairs, e.g. dev_clean:test_clean")
+
+
+def _check_shard_flags(values):
+  """--num_shards > 1 needs --output_dir (its parts of the score cache go there); --shard_id a
+  part."""
+  if values["num_shards"] > 1 and not values["output_dir"]:
+    raise ValueError("--num_shards needs --output_dir: each part's scores go into its cache/")
+  if not values["merge"]:
+    parts.check_part(values["shard_id"], values["num_shards"])
 
 
 def _check_file_flags(values):
@@ -132,6 +142,25 @@ class RescoringParams:
     False,
     result=False,
   )
+  num_shards: int = cli.param(
+    "Split the LM scoring into this many parts, one run each (--shard_id: a Slurm array), each "
+    "scoring its share of the distinct sentences into --output_dir/cache; then one run with "
+    "--merge merges them and reranks: the same results as one process.",
+    1,
+    lower_bound=1,
+    result=False,
+  )
+  shard_id: int = cli.param(
+    "Which part this run scores, 0 .. num_shards-1 (with --num_shards > 1).",
+    0,
+    lower_bound=0,
+    result=False,
+  )
+  merge: bool = cli.param(
+    "Merge the --num_shards finished parts into the score cache, then rerank.",
+    False,
+    result=False,
+  )
   scoring: str = lm_options_lib.scoring_param()
   first_pass: list = cli.param(
     "First-pass score columns NAME[:WEIGHT] of the combination, separated by commas; a comma in "
@@ -150,7 +179,10 @@ class RescoringParams:
   data_dir: str = io_utils.data_dir_param()
   lm_options: lm_options_lib.LMOptions = lm_options_lib.nested()
 
-  FLAG_CHECKS = ((("format", "dev_file", "test_file", "weights_file"), _check_file_flags),)
+  FLAG_CHECKS = (
+    (("format", "dev_file", "test_file", "weights_file"), _check_file_flags),
+    (("num_shards", "shard_id", "merge", "output_dir"), _check_shard_flags),
+  )
 
 
 def run(params):
@@ -166,6 +198,10 @@ def run(params):
   metric = "bleu" if params.task == "nmt" else "wer"
   sets, table_runs, kept, unmatched = read_lists(params)
   own_files = params.test_file is not None and params.output_dir
+  texts = texts_to_score(sets, table_runs)
+  if params.num_shards > 1 and not params.merge:
+    score_part(params, texts)
+    return
   record = None
   if own_files and not runs.unrecorded_remote(params.output_dir):
     with cli.user_input():
@@ -174,14 +210,17 @@ def run(params):
       job = identity(params, with_lms=not table_runs)
       record = runs.Record(params.output_dir, job, outputs(params), params.overwrite)
   with contextlib.ExitStack() as stack:
-    cache = None
+    cache = shards = None
     if params.output_dir:
       # The cache has one writer: a second run into --output_dir exits 2 naming this one.
-      path = os.path.join(params.output_dir, "cache", "lm_scores.jsonl")
+      path = cache_path(params)
       stack.enter_context(io_utils.exclusive_lock(path, wait=False))
       with cli.user_input():  # a damaged cache: one line, before any LM is loaded
         cache = score_cache.ScoreCache(path)
-    rows, all_scores = rescore_all(params, cache, sets, table_runs, metric)
+        if params.merge:
+          names = [name for name, _ in params.lms]
+          shards = score_cache.Parts(path, params.num_shards, params.chunk_size, texts, names)
+    rows, all_scores = rescore_all(params, cache, texts, sets, table_runs, metric, shards)
   if table_runs:
     print(paper_protocol.markdown(rows, metric))
     if params.output_dir:
@@ -275,9 +314,14 @@ def read_lists(params):
   return sets, table_runs, kept, unmatched
 
 
-def rescore_all(params, cache, sets, table_runs, metric):
-  """([paper-table row of each LM], {LM name: scores of the texts})."""
-  texts = sorted(
+def cache_path(params):
+  return os.path.join(params.output_dir, "cache", "lm_scores.jsonl")
+
+
+def texts_to_score(sets, table_runs):
+  """The sorted distinct texts every LM scores: the hypotheses, and the references for the
+  paper's table (its perplexities)."""
+  return sorted(
     {
       t
       for lists in sets.values()
@@ -285,14 +329,51 @@ def rescore_all(params, cache, sets, table_runs, metric):
       for t in [h.text for h in l.hyps] + (l.refs if table_runs else [])
     }
   )
+
+
+def _load_lm(params, spec, cache):
+  """(LM, its cache key), the key's identity registered in `cache`."""
+  with cli.user_input():
+    lm = inference.load_lm(spec, **params.lm_options.load_kwargs())
+  identity = inference.describe(lm, params.scoring)
+  lm_id = inference.model_id(identity)
+  if cache is not None:
+    cache.register(lm_id, identity)
+  return lm, lm_id
+
+
+def score_part(params, texts):
+  """A --shard_id run: every LM's scores of its part of `texts` into its own cache part, then the
+  part's record (score_cache.finish_part) that --merge checks."""
+  path = score_cache.part_path(cache_path(params), params.shard_id, params.num_shards)
+  mine = score_cache.part_texts(texts, params.shard_id, params.num_shards, params.chunk_size)
+  with io_utils.exclusive_lock(path, wait=False):
+    with cli.user_input():
+      cache = score_cache.ScoreCache(path)
+    lm_ids = {}
+    for name, spec in params.lms:
+      lm, lm_ids[name] = _load_lm(params, spec, cache)
+      score_cache.cached_scores(
+        lm, lm_ids[name], mine, cache, name, params.chunk_size, params.scoring
+      )
+    score_cache.finish_part(
+      cache, params.shard_id, params.num_shards, params.chunk_size, texts, lm_ids
+    )
+  print(
+    f"part {params.shard_id} of {params.num_shards}: {len(mine)} of {len(texts)} sentences "
+    f"scored into {path}; when every part is done, run the same command with --merge"
+  )
+
+
+def rescore_all(params, cache, texts, sets, table_runs, metric, shards=None):
+  """([paper-table row of each LM], {LM name: scores of the texts}); `shards`
+  (score_cache.Parts, --merge) adds each LM's scores from the parts to `cache` first."""
   rows, all_scores = [], {}
   for name, spec in params.lms:
-    with cli.user_input():
-      lm = inference.load_lm(spec, **params.lm_options.load_kwargs())
-    identity = inference.describe(lm, params.scoring)
-    lm_id = inference.model_id(identity)
-    if cache is not None:
-      cache.register(lm_id, identity)
+    lm, lm_id = _load_lm(params, spec, cache)
+    if shards is not None:
+      with cli.user_input():
+        shards.merge_into(cache, name, lm_id)
     start = time.time()
     scores = {
       "texts": score_cache.cached_scores(

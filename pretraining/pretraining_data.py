@@ -24,6 +24,7 @@ from util import cli
 from util import interrupts
 from util import io_utils
 from util import machine
+from util import parts
 from util import progress
 from util import runs
 
@@ -458,12 +459,13 @@ def _fingerprint(args, scans):
 
 
 def _part_name(job_id, num_jobs):
-  return f"job-{job_id:05d}-of-{num_jobs:05d}"
+  return parts.part_name("job", job_id, num_jobs)
 
 
 def _job_blocks(blocks, job_id, num_jobs):
   """Job `job_id`'s share: a contiguous run of the blocks (1/num_jobs of them)."""
-  return blocks[len(blocks) * job_id // num_jobs : len(blocks) * (job_id + 1) // num_jobs]
+  mine = parts.part_range(len(blocks), job_id, num_jobs)
+  return blocks[mine.start : mine.stop]
 
 
 def _layouts(args, scans, sources):
@@ -772,8 +774,8 @@ def _complete_output(job):
       stats["train"]["sentences"],
       stats["eval"]["sentences"],
     )
-    parts = _parts_of(job.parts_dir)
-    if parts and all(p == _as_json(job.identity) for p in parts):
+    recorded = _parts_of(job.parts_dir)
+    if recorded and all(p == _as_json(job.identity) for p in recorded):
       _remove_parts(job.parts_dir)  # This job's parts, left by a kill after its stamp was written.
   return stats
 

@@ -438,3 +438,69 @@ def test_kaldi_word_ids_are_one_line_naming_int2sym(tiny_lm, tmp_path):
   assert f"{os.path.join(directory, 'text')}:1" in line
   assert "utils/int2sym.pl" in line and "words.txt" in line
   assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow(seconds=20)
+def test_three_shards_and_a_merge_give_the_results_of_one_process(tiny_lm, tmp_path):
+  _, (dev, dev_refs), (test, test_refs) = _kaldi_dev_test(tmp_path, 5, 3)
+  lists = [f"--dev_file={dev}", f"--dev_refs={dev_refs}", f"--test_file={test}"]
+  common = [
+    f"--lm=tta={tiny_lm}",
+    "--format=kaldi",
+    *lists,
+    f"--test_refs={test_refs}",
+    "--first_pass=decoder,ctc",
+    "--chunk_size=16",
+  ]
+  one, split = tmp_path / "one", tmp_path / "split"
+  _rescore(*common, f"--output_dir={one}")
+  sharded = [*common, f"--output_dir={split}", "--num_shards=3"]
+  merge = [*sharded, "--merge"]
+  result = commands.run("run_rescoring.py", *merge, status=2)
+  assert (
+    f"--merge: part {split}/cache/lm_scores-00000-of-00003.jsonl is missing: run this command "
+    "with --shard_id=0 --num_shards=3 first" in result.stderr
+  )
+  for shard in range(3):
+    _rescore(*sharded, f"--shard_id={shard}")
+  # A part scores its share only: no tuning, no outputs but its part of the cache.
+  assert sorted(os.listdir(split)) == ["cache"]
+  part_sizes = [
+    len((split / "cache" / f"lm_scores-{k:05d}-of-00003.jsonl").read_text().splitlines())
+    for k in range(3)
+  ]
+  whole = sorted((one / "cache" / "lm_scores.jsonl").read_text().splitlines())
+  assert sum(part_sizes) == len(whole) and min(part_sizes) > 0
+  _rescore(*merge)
+  # The same scores (bit for bit: each part scored the chunks one process scores), weights, 1-best
+  # and WER as one process.
+  assert sorted((split / "cache" / "lm_scores.jsonl").read_text().splitlines()) == whole
+  assert (split / "weights.json").read_text() == (one / "weights.json").read_text()
+  for name in ("dev", "test"):
+    assert (split / name / "text").read_text() == (one / name / "text").read_text()
+  reports = [json.loads((d / "rescoring_report.json").read_text()) for d in (one, split)]
+  assert [r["weights"] for r in reports] == [reports[0]["weights"]] * 2
+  assert [r["sets"]["test"]["rescored"] for r in reports] == [
+    reports[0]["sets"]["test"]["rescored"]
+  ] * 2
+  # A part of another job (other lists) is refused in one line naming it and what differs.
+  _rescore(*sharded, "--shard_id=1", "--max_lists=2")
+  result = commands.run("run_rescoring.py", *merge, status=2)
+  (line,) = [l for l in result.stderr.splitlines() if l.startswith("run_rescoring.py: error")]
+  assert (
+    f"{split}/cache/lm_scores-00001-of-00003.jsonl.done.json is a part of another job: " in line
+  )
+  assert "run this command with --shard_id=1 --num_shards=3 again" in line
+
+
+@pytest.mark.parametrize(
+  "flags, refusal",
+  [
+    (["--num_shards=3", "--shard_id=3", "--output_dir=out"], "--shard_id must be in [0, 3)"),
+    (["--num_shards=2", "--shard_id=1"], "--num_shards needs --output_dir"),
+  ],
+)
+def test_a_shard_outside_the_parts_or_without_an_output_dir_is_one_line(tiny_lm, flags, refusal):
+  result = commands.run("run_rescoring.py", f"--lm=tta={tiny_lm}", *flags, status=2)
+  (line,) = [l for l in result.stderr.splitlines() if l.startswith("run_rescoring.py: error")]
+  assert refusal in line

@@ -34,7 +34,14 @@ NOT_RESULT = {
     "tpu": "replicas",
     "num_cpu_devices": "replicas",
   },
-  rescoring_job.RescoringParams: {"chunk_size": "caching", "overwrite": "restart"},
+  rescoring_job.RescoringParams: {
+    "chunk_size": "caching",
+    "overwrite": "restart",
+    # Parts of the scoring: a merged cache gives the results of one process.
+    "num_shards": "caching",
+    "shard_id": "caching",
+    "merge": "caching",
+  },
   conversion_job.ConversionParams: {"overwrite": "restart"},
   mwer_job.JobParams: {"chunk_size": "caching", "overwrite": "restart"},
   mwer_training.MwerParams: {

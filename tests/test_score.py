@@ -360,18 +360,64 @@ def test_a_second_writer_of_the_output_is_refused(lm, input_file, tmp_path):
   assert not os.path.exists(out) and not os.path.exists(out + ".partial")
 
 
-def test_shards_merge_to_the_unsharded_output(lm, input_file, tmp_path):
+@pytest.fixture
+def small_blocks(monkeypatch):
+  """Blocks of 16 bytes, so LINES's 161 bytes make 11 and three shards get 0-4, none and 5-6:
+  the long line 4 starts in shard 0's bytes and ends in shard 2's."""
+  monkeypatch.setattr(scoring_job, "BLOCK_BYTES", 16)
+
+
+class _Recorder:
+  """An LM that records the sentences of each `score` call (each call's composition changes a
+  neural LM's floats) and scores with `lm`."""
+
+  def __init__(self, lm):
+    self.lm, self.calls = lm, []
+
+  def __getattr__(self, name):
+    return getattr(self.lm, name)
+
+  def score(self, sentences, scoring=None):
+    self.calls.append(list(sentences))
+    return self.lm.score(sentences, scoring=scoring)
+
+
+@pytest.mark.parametrize("num_shards", [2, 3, 5])
+@pytest.mark.parametrize("output_format", ["jsonl", "tsv"])
+def test_shards_merge_to_the_unsharded_output(
+  lm, input_file, tmp_path, small_blocks, num_shards, output_format
+):
   whole = str(tmp_path / "whole.jsonl")
-  scoring_job.score_to_file(lm, args(input_file, whole))
+  one = _Recorder(lm)
+  scoring_job.score_to_file(one, args(input_file, whole, format=output_format))
   out = str(tmp_path / "merged.jsonl")
-  for shard in range(3):
-    scoring_job.score_to_file(lm, args(input_file, out, num_shards=3, shard_id=shard))
-  scoring_job.merge_shards(out, 3)
-  with open(whole, encoding="utf-8") as a, open(out, encoding="utf-8") as b:
-    assert a.read() == b.read()
+  shards = _Recorder(lm)
+  for shard in range(num_shards):
+    scoring_job.score_to_file(
+      shards,
+      args(input_file, out, num_shards=num_shards, shard_id=shard, format=output_format),
+    )
+  scoring_job.merge_shards(out, num_shards)
+  assert read(out) == read(whole)
+  # The shards ask the LM for the batches one process does: a batch never spans two blocks.
+  assert sorted(shards.calls) == sorted(one.calls)
+  assert one.calls == [["the cat sat on the mat ."], ["a dog"], [LINES[4]], ["the mat", LINES[6]]]
 
 
-def test_merge_refuses_missing_or_truncated_shards(lm, input_file, tmp_path):
+def test_a_shard_reads_only_its_own_bytes(lm, tmp_path, small_blocks):
+  # Bytes no shard but shard 0 may read: not UTF-8. Shard 1 scores its lines without them.
+  path = tmp_path / "input.txt"
+  binary = b"\xff\xfe" + b"-" * 29 + b"\n"  # 32 bytes: shard 0's of 63, blocks of 16
+  path.write_bytes(binary + b"the cat sat on the mat .\na dog\n")
+  out = str(tmp_path / "out.jsonl")
+  scoring_job.score_to_file(lm, args(str(path), out, num_shards=2, shard_id=1))
+  records = read_records(scoring_job.shard_path(out, 1, 2))
+  assert [r["text"] for r in records] == ["the cat sat on the mat .", "a dog"]
+  with pytest.raises(cli.InputError, match=r"input.txt \(line at byte 0\): not valid UTF-8"):
+    scoring_job.score_to_file(lm, args(str(path), out, num_shards=2, shard_id=0))
+
+
+def test_merge_refuses_missing_or_truncated_shards(lm, input_file, tmp_path, small_blocks):
   out = str(tmp_path / "merged.jsonl")
   for shard in (0, 2):
     scoring_job.score_to_file(lm, args(input_file, out, num_shards=3, shard_id=shard))
@@ -393,8 +439,10 @@ def other_lm(other_tta_dir):
   return inference.load_lm(other_tta_dir)
 
 
-@pytest.mark.parametrize("change", ["model_dir", "batch_size", "input_sha256"])
-def test_merge_refuses_shards_of_another_job(lm, other_lm, input_file, tmp_path, change):
+@pytest.mark.parametrize("change", ["model_dir", "batch_size", "input_mtime_ns"])
+def test_merge_refuses_shards_of_another_job(
+  lm, other_lm, input_file, tmp_path, change, small_blocks
+):
   out = str(tmp_path / "merged.jsonl")
   for shard in range(3):
     shard_lm, overrides = lm, {}

@@ -22,36 +22,69 @@ class InputLines:
   bad UTF-8. strip=False keeps spaces and tabs and drops only the line break (inputs with columns).
 
   `lines_read` and `sha256()` cover the lines yielded so far: consumers pull lazily, so when a batch
-  is complete they cover the input through its last line.
+  is complete they cover the input through its last line; `offset` is the byte offset of the last
+  line yielded. With `byte_range` [begin, end) of a file, only the lines that start in it are read
+  (a line starting before `begin` belongs to the range before), numbered from 0 within the range.
   """
 
-  def __init__(self, path, strip=True):
+  def __init__(self, path, strip=True, byte_range=None):
     self.path = path
     self.strip = strip
+    self.byte_range = byte_range
     self.lines_read = 0
+    self.offset = 0
     self._digest = hashlib.sha256()
 
   def sha256(self):
     return self._digest.hexdigest()
 
+  def _raw(self):
+    """Yields (byte offset, raw line) of the lines in range, without hashing them."""
+    if self.path == "-":
+      yield from _with_offsets(sys.stdin.buffer, 0)
+      return
+    with io_utils.open_file(self.path, "rb") as stream:
+      if self.byte_range is None:
+        yield from _with_offsets(stream, 0)
+        return
+      begin, end = self.byte_range
+      if begin > 0:
+        stream.seek(begin - 1)
+        if stream.read(1) != b"\n":
+          stream.readline()  # the rest of a line that started before the range
+      for offset, raw in _with_offsets(stream, stream.tell()):
+        if offset >= end:
+          return
+        yield offset, raw
+
+  def count(self):
+    """The number of lines in range (read apart from the iteration)."""
+    return sum(1 for _ in self._raw())
+
   def __iter__(self):
-    stream = sys.stdin.buffer if self.path == "-" else io_utils.open_file(self.path, "rb")
     name = "<stdin>" if self.path == "-" else self.path
-    try:
-      for number, raw in enumerate(stream):
-        self._digest.update(raw)
-        self.lines_read = number + 1
-        try:
-          text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-          raise cli.InputError(f"{name}:{number + 1}: not valid UTF-8 ({e})") from None
-        if self.strip:
-          yield number, text.strip()
-        else:
-          yield number, text.removesuffix("\n").removesuffix("\r")
-    finally:
-      if stream is not sys.stdin.buffer:
-        stream.close()
+    for number, (offset, raw) in enumerate(self._raw()):
+      self._digest.update(raw)
+      self.lines_read = number + 1
+      self.offset = offset
+      try:
+        text = raw.decode("utf-8")
+      except UnicodeDecodeError as e:
+        where = (
+          f"{name}:{number + 1}" if self.byte_range is None else f"{name} (line at byte {offset})"
+        )
+        raise cli.InputError(f"{where}: not valid UTF-8 ({e})") from None
+      if self.strip:
+        yield number, text.strip()
+      else:
+        yield number, text.removesuffix("\n").removesuffix("\r")
+
+
+def _with_offsets(stream, offset):
+  """Yields (byte offset, raw line) of `stream`'s lines, the first at `offset`."""
+  for raw in stream:
+    yield offset, raw
+    offset += len(raw)
 
 
 class Partial:
