@@ -301,6 +301,15 @@ def test_pretrain_runs_as_written(checkout):
   assert summary["final_step"] == 30
   config = json.loads((checkout / "runs" / "my_tta" / "config.json").read_text())
   assert (config["hidden_size"], config["num_hidden_layers"]) == (64, 2)
+  # The warm start takes the biLM's architecture; the distilled run records its teacher.
+  bilm = json.loads((checkout / QUICK / "models" / "bilm" / "config.json").read_text())
+  warm = json.loads((checkout / "runs" / "my_tta_warm" / "config.json").read_text())
+  assert warm["model_type"] == "tta" and warm["hidden_size"] == bilm["hidden_size"]
+  for run in ("my_tta_warm", "my_tta_distilled"):
+    summary = json.loads((checkout / "runs" / run / "train_summary.json").read_text())
+    assert summary["final_step"] == 30
+  distilled = json.loads((checkout / "runs" / "my_tta_distilled" / "run.json").read_text())
+  assert distilled["teacher"]
   (record,) = [json.loads(l) for l in outputs[-1]]
   assert record["text"] == "the cat sat on the mat" and math.isfinite(record["score"])
 
