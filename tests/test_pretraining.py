@@ -1267,7 +1267,8 @@ def test_non_finite_steps_in_a_row_exit_3_without_a_checkpoint(data_dir, tmp_pat
   model = modeling.build_model(config, "tta")
   kernel = model.encoder_layers[0].query.kernel
   kernel.assign(tf.fill(kernel.shape, float("nan")))
-  init = tf.train.Checkpoint(model=model).write(str(tmp_path / "nan" / "ckpt-1"))
+  init = str(tmp_path / "nan")
+  model_dir.save_model_dir(model, os.path.join(data_dir, "vocab.txt"), init)
   out = tmp_path / "run"
   args = _script_args(data_dir, out, "--init_checkpoint=" + init, "--max_nonfinite_steps=3")
   result = commands.run("run_pretraining.py", *args[2:], status=training_loop.EXIT_NONFINITE)

@@ -352,8 +352,10 @@ def test_run_pretraining_from_a_headless_hf_dir_records_its_source(tmp_path, ber
   # A resume with another source (or other layers) is another job (with the same one, the source
   # is not read: test_a_resumed_run_ignores_the_source).
   other = write_headless(tmp_path / "other", bert)
-  for flags in ([f"--init_checkpoint=hf:{other}", "--init_layers=1,3"], ["--init_layers=0,3"]):
-    refused = run_pretraining(tmp_path, f"hf:{headless}", *flags, "--num_train_steps=2", status=2)
+  for source, layers in ((f"hf:{other}", "1,3"), (f"hf:{headless}", "0,3")):
+    refused = run_pretraining(
+      tmp_path, source, f"--init_layers={layers}", "--num_train_steps=2", status=2
+    )
     assert "holds another job: init_checkpoint" in refused.stderr
 
 
