@@ -392,12 +392,14 @@ def output_path(params):
 
 def check_params(params):
   """What the flags alone tell, before a model loads: cli.InputError naming the flag."""
+  # First: its scheme check refuses an s3:// input that the existence checks below would hand
+  # to TensorFlow, whose UnimplementedError was a traceback.
+  io_utils.check_outputs_apart(params)
   if params.merge:
     if params.output_file == "-":
       raise cli.InputError("--merge needs --output_file (the shards' common prefix)")
   else:
     _check_scoring_flags(params)
-  io_utils.check_outputs_apart(params)
   if params.output_file != "-":
     target = params.output_file if params.merge else output_path(params)
     io_utils.check_output_path(target, "output_file", is_dir=False)
