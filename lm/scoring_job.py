@@ -410,6 +410,11 @@ def _check_scoring_flags(params):
     raise cli.InputError("--model_dir is required (a model dir, kenlm:PATH, bert:DIR or hf:DIR)")
   if params.shard_id >= params.num_shards:
     raise cli.InputError(f"--shard_id must be in [0, {params.num_shards})")
+  if params.vectors != "none" and params.format == "tsv":
+    # `render` writes a TSV row's score and text only: the vectors were computed and dropped.
+    raise cli.InputError(
+      f"--vectors={params.vectors}: --format=tsv has no column for vectors; use --format=jsonl"
+    )
   if params.num_shards > 1 and "-" in (params.input_file, params.output_file):
     raise cli.InputError("sharding needs --input_file and --output_file (not stdin/stdout)")
   if params.input_file != "-" and not io_utils.exists(params.input_file):

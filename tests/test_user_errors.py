@@ -29,6 +29,12 @@ CASES = [
   ("score.py", ["--model_dir=m", "--batch_size=-3"], ["--batch_size=-3", "positive integer"]),
   ("score.py", ["--model_dir=m", "--window=64", "--stride=63"], ["--stride=63", "62 word pieces"]),
   ("score.py", ["--model_dir=m", "--stride=0"], ["--stride=0", "not a positive integer"]),
+  # Issue 56's probes: the vectors were computed and dropped from the TSV rows in silence.
+  (
+    "score.py",
+    ["--model_dir=m", "--vectors=context", "--format=tsv"],
+    ["--vectors=context", "--format=tsv has no column for vectors"],
+  ),
   # --lm, the alias of --model_dir; the empty --data_dir holds no lists: the model dir is
   # refused before they are read.
   ("run_rescoring.py", ["--lm={tmp}/absent", "--data_dir={tmp}"], ["{tmp}/absent/config.json"]),
