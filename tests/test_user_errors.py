@@ -65,6 +65,8 @@ CASES = [
     for flag, fragments in (
       ("--train_batch_size=0", ["--train_batch_size=0", "positive"]),
       ("--num_attention_heads=0", ["--num_attention_heads=0", "positive"]),
+      # Issue 56's probes: a negative rate trained (up the loss) and exited 0.
+      ("--learning_rate=-1", ["--learning_rate=-1", "not a number > 0"]),
       ("--num_train_steps=100", ["--num_warmup_steps=10000 exceeds --num_train_steps=100"]),
       ("--init_checkpoint={tmp}/m", ["--init_checkpoint={tmp}/m: no such model dir or checkpoint"]),
       (
