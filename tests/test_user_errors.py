@@ -80,6 +80,8 @@ CASES = [
   ("ngram.py", ["--score_file={tmp}/sents.txt"], ["--score_file needs --model"]),
   ("ngram.py", ["--order=five"], ["--order=five"]),
   ("reproduce.py", ["--models=tta,gpt"], ["--models", "gpt"]),
+  # Issue 56's probes: a --work_dir under a file was a NotADirectoryError traceback.
+  ("reproduce.py", ["--work_dir=/dev/null/work"], ["--work_dir /dev/null/work", "not a directory"]),
   ("run_benchmark.py", ["--lengths=abc"], ["--lengths", "positive word counts"]),
   # Issue 56: found after the matmul peak ran.
   ("run_benchmark.py", ["--num_attention_heads=3"], ["not a multiple of num_attention_heads (3)"]),
