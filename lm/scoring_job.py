@@ -439,12 +439,14 @@ def output_path(params):
 
 def check_params(params):
   """What the flags alone tell, before a model loads: cli.InputError naming the flag."""
+  # First: its scheme check refuses an s3:// input that the existence checks below would hand
+  # to TensorFlow, whose UnimplementedError was a traceback.
+  io_utils.check_outputs_apart(params)
   if params.merge:
     if params.output_file == "-":
       raise cli.InputError("--merge needs --output_file (the shards' common prefix)")
   else:
     _check_scoring_flags(params)
-  io_utils.check_outputs_apart(params)
   if params.output_file != "-":
     target = params.output_file if params.merge else output_path(params)
     io_utils.check_output_path(target, "output_file", is_dir=False)
@@ -455,6 +457,11 @@ def _check_scoring_flags(params):
     raise cli.InputError("--model_dir is required (a model dir, kenlm:PATH, bert:DIR or hf:DIR)")
   with cli.user_input():
     parts.check_part(params.shard_id, params.num_shards)
+  if params.vectors != "none" and params.format == "tsv":
+    # `render` writes a TSV row's score and text only: the vectors were computed and dropped.
+    raise cli.InputError(
+      f"--vectors={params.vectors}: --format=tsv has no column for vectors; use --format=jsonl"
+    )
   if params.num_shards > 1 and "-" in (params.input_file, params.output_file):
     raise cli.InputError("sharding needs --input_file and --output_file (not stdin/stdout)")
   if params.input_file != "-" and not io_utils.exists(params.input_file):

@@ -542,11 +542,13 @@ def run(params, command=None):
   run's time).
   cli.InputError: a required data file is missing, or a stage stopped on a wrong input.
   """
-  root = modes.check_data(params.data_dir)
-  settings = modes.mode_settings(params)
   work_dir = os.path.abspath(
     params.work_dir or os.path.join(machine.REPO, "runs", "reproduce", params.mode)
   )
+  # A --work_dir under a file was os.makedirs' NotADirectoryError traceback.
+  io_utils.check_output_path(work_dir, "work_dir")
+  root = modes.check_data(params.data_dir)
+  settings = modes.mode_settings(params)
   os.makedirs(work_dir, exist_ok=True)
   logging.info("mode %s, work dir %s, data %s", params.mode, work_dir, root)
   stages = progress.Stages(stage_names(params))

@@ -227,3 +227,20 @@ def test_a_scheme_tensorflow_lacks_is_one_line_and_exit_2(bucket, tmp_path, scri
     f"{script}: error: {flag} s3://bucket/out: TensorFlow has no file system for s3:// (it has "
     "gs://, ram://; s3:// and hdfs:// need tensorflow-io); give a local path or one of those"
   )
+
+
+def test_an_input_in_a_scheme_tensorflow_lacks_is_one_line_and_exit_2(bucket, tmp_path):
+  # Issue 56's probes: score.py looked for the input before checking its scheme, and
+  # TensorFlow's UnimplementedError for s3:// was a traceback.
+  result = commands.run(
+    "score.py",
+    "--model_dir=kenlm:missing.arpa",
+    "--input_file=s3://bucket/in.txt",
+    f"--output_file={tmp_path / 'out.jsonl'}",
+    status=2,
+  )
+  assert result.stderr.strip().splitlines()[-1] == (
+    "score.py: error: --input_file s3://bucket/in.txt: TensorFlow has no file system for s3:// "
+    "(it has gs://, ram://; s3:// and hdfs:// need tensorflow-io); give a local path or one of "
+    "those"
+  )

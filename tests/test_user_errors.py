@@ -29,6 +29,12 @@ CASES = [
   ("score.py", ["--model_dir=m", "--batch_size=-3"], ["--batch_size=-3", "positive integer"]),
   ("score.py", ["--model_dir=m", "--window=64", "--stride=63"], ["--stride=63", "62 word pieces"]),
   ("score.py", ["--model_dir=m", "--stride=0"], ["--stride=0", "not a positive integer"]),
+  # Issue 56's probes: the vectors were computed and dropped from the TSV rows in silence.
+  (
+    "score.py",
+    ["--model_dir=m", "--vectors=context", "--format=tsv"],
+    ["--vectors=context", "--format=tsv has no column for vectors"],
+  ),
   # --lm, the alias of --model_dir; the empty --data_dir holds no lists: the model dir is
   # refused before they are read.
   ("run_rescoring.py", ["--lm={tmp}/absent", "--data_dir={tmp}"], ["{tmp}/absent/config.json"]),
@@ -59,6 +65,8 @@ CASES = [
     for flag, fragments in (
       ("--train_batch_size=0", ["--train_batch_size=0", "positive"]),
       ("--num_attention_heads=0", ["--num_attention_heads=0", "positive"]),
+      # Issue 56's probes: a negative rate trained (up the loss) and exited 0.
+      ("--learning_rate=-1", ["--learning_rate=-1", "not a number > 0"]),
       ("--num_train_steps=100", ["--num_warmup_steps=10000 exceeds --num_train_steps=100"]),
       ("--init_checkpoint={tmp}/m", ["--init_checkpoint={tmp}/m: no such model dir or checkpoint"]),
       (
@@ -72,6 +80,8 @@ CASES = [
   ("ngram.py", ["--score_file={tmp}/sents.txt"], ["--score_file needs --model"]),
   ("ngram.py", ["--order=five"], ["--order=five"]),
   ("reproduce.py", ["--models=tta,gpt"], ["--models", "gpt"]),
+  # Issue 56's probes: a --work_dir under a file was a NotADirectoryError traceback.
+  ("reproduce.py", ["--work_dir=/dev/null/work"], ["--work_dir /dev/null/work", "not a directory"]),
   ("run_benchmark.py", ["--lengths=abc"], ["--lengths", "positive word counts"]),
   # Issue 56: found after the matmul peak ran.
   ("run_benchmark.py", ["--num_attention_heads=3"], ["not a multiple of num_attention_heads (3)"]),
