@@ -164,8 +164,11 @@ def checkout(tmp_path_factory):
   vocab = root / "vocab.txt"
   vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + list(WORDS) + ["hat"]) + "\n")
   tf.keras.utils.set_random_seed(12)
+  # 128 positions, as the quick mode's models (the README's warm start and teacher read them).
   config = tiny_config(
-    vocab_size=len(tokenization.SPECIAL_TOKENS) + len(WORDS) + 1, normalization="librispeech"
+    vocab_size=len(tokenization.SPECIAL_TOKENS) + len(WORDS) + 1,
+    normalization="librispeech",
+    max_position_embeddings=128,
   )
   for model_type in ("tta", "bilm"):
     model = modeling.build_model(config, model_type)
