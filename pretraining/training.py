@@ -733,9 +733,24 @@ def check_data(params):
     pattern = getattr(params, name)
     if pattern:
       try:
-        io_utils.expand_globs(pattern)
+        paths = io_utils.expand_globs(pattern)
       except ValueError as e:
         raise cli.InputError(f"--{name}: {e}") from None
+      _check_records(name, paths)
+
+
+def _check_records(name, paths):
+  """Refuses files that are not TFRecords, and a set that holds no record at all (the repeated
+  training stream would wait for one forever), by their first record: one read per file."""
+  records = 0
+  for path in paths:
+    try:
+      records += sum(1 for _ in tf.data.TFRecordDataset(path).take(1))
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+      why = e.message.splitlines()[0] if e.message else type(e).__name__
+      raise cli.InputError(f"--{name} {path}: not a TFRecord file ({why})") from None
+  if not records:
+    raise cli.InputError(f"--{name}: its {len(paths)} file(s) hold no records")
 
 
 def train(params, strategy=None):

@@ -1292,3 +1292,25 @@ def test_non_finite_steps_in_a_row_exit_3_without_a_checkpoint(data_dir, tmp_pat
   summary = json.load(open(out / "train_summary.json"))
   assert summary["stopped_by"] == "non-finite" and summary["final_step"] == 0
   assert summary["nonfinite_steps"] >= 3 and summary["overflow_steps"] == 0
+
+
+@pytest.mark.parametrize(
+  "content, fragment",
+  [(b"", "hold no records"), (b"the cat sat on the mat\n" * 4, "not a TFRecord file")],
+  ids=["empty", "text"],
+)
+def test_input_files_without_records_are_one_line_before_any_output(tmp_path, content, fragment):
+  # Issue 56's probes: an empty --input_file hung (the repeated stream waits for a record
+  # forever) and a text file was a DataLossError traceback that left config.json and run.json.
+  (tmp_path / "train-0.tfrecord").write_bytes(content)
+  out = tmp_path / "run"
+  result = commands.run(
+    "run_pretraining.py",
+    f"--input_file={tmp_path / 'train-*.tfrecord'}",
+    f"--output_dir={out}",
+    "--num_train_steps=10",
+    "--num_warmup_steps=1",
+    status=2,
+  )
+  assert fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
+  assert not out.exists()
