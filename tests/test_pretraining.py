@@ -840,50 +840,115 @@ def _free_ports(n):
   return ports
 
 
-@pytest.mark.slow(seconds=20)
-def test_multi_worker_two_processes(data_dir, tmp_path):
-  out = tmp_path / "multi"
+# Worker 1 of a run, stopped by a real SIGTERM to its own process when its step-`argv[1]` call
+# has ended (deterministic, where a signal from outside might land after the last step), then
+# run_pretraining.py (argv[2:]) exactly as `python run_pretraining.py ...` runs it.
+_SIGTERM_AT_STEP_SCRIPT = r"""
+import os, runpy, signal, sys
+from util import startup_log  # noqa: F401 (first, as run_pretraining.py imports it)
+from pretraining import training
+
+stop_step = int(sys.argv[1])
+sys.argv = sys.argv[2:]
+run_steps = training._run_steps
+
+def run_steps_then_sigterm(train_loop, iterator, num, state, *args):
+  run_steps(train_loop, iterator, num, state, *args)
+  if state.step == stop_step:
+    os.kill(os.getpid(), signal.SIGTERM)
+
+training._run_steps = run_steps_then_sigterm
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def _start_workers(args, logs, sigterm_worker1_at=None):
+  """Starts `args` (run_pretraining.py's) as the 2 workers of a local multi_worker cluster, output
+  into `logs`[i]; worker 1 SIGTERMs itself after step sigterm_worker1_at when given."""
   workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
-  procs, logs = [], []
-  for index in range(2):
+  procs = []
+  for index, log_path in enumerate(logs):
     env = _env()
     env["TF_CONFIG"] = json.dumps(
       {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
     )
-    logs.append(tmp_path / f"worker{index}.log")
-    with open(logs[-1], "w") as log:
+    command = list(args)
+    if index == 1 and sigterm_worker1_at is not None:
+      command[1:1] = ["-c", _SIGTERM_AT_STEP_SCRIPT, str(sigterm_worker1_at)]
+    with open(log_path, "w") as log:
       procs.append(
-        subprocess.Popen(
-          _script_args(
-            data_dir,
-            out,
-            "--strategy=multi_worker",
-            "--num_train_steps=4",
-            "--save_checkpoints_steps=2",
-            "--steps_per_loop=2",
-            "--log_every_steps=2",
-          ),
-          stdout=log,
-          stderr=subprocess.STDOUT,
-          env=env,
-        )
+        subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
       )
+  return procs
+
+
+def _wait_all(procs):
   try:
-    rcs = [p.wait(timeout=HANG_SECONDS) for p in procs]
+    return [p.wait(timeout=HANG_SECONDS) for p in procs]
   finally:
     for p in procs:
       if p.poll() is None:
         p.kill()
-  texts = [open(l).read() for l in logs]
-  assert rcs == [0, 0], "\n----\n".join(t[-2500:] for t in texts)
-  assert "2 replicas" in texts[0]
-  summary = json.load(open(out / "train_summary.json"))
-  assert summary["final_step"] == 4 and summary["replicas"] == 2
+
+
+@pytest.mark.slow(seconds=60)
+def test_multi_worker_resume_after_a_one_worker_sigterm_is_bit_identical(data_dir, tmp_path):
+  """--strategy=multi_worker, 2 local worker processes, --deterministic. A SIGTERM to worker 1 only
+  after step 3 (between the saves at 4) stops both workers at step 3 (the chief by "another
+  worker"; none waits on the other's collectives), the chief saves ckpt-3 and both exit 75; the
+  same command on both then ends with exactly the weights, optimizer slots and input position of
+  the 2-worker run never stopped (issue 54 item 1). That run writes only through the chief and its
+  checkpoint loads into a model."""
+  steps = 6
+  run_args = [
+    "--model_type=bilm",
+    "--deterministic",
+    "--seed=7",
+    "--strategy=multi_worker",
+    "--train_batch_size=16",
+    "--bucket_boundaries=16,24,32",
+    f"--num_train_steps={steps}",
+    "--save_checkpoints_steps=4",
+    "--steps_per_loop=1",
+    "--log_every_steps=2",
+  ]
+  whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+  logs = {name: [tmp_path / f"{name}{i}.log" for i in range(2)] for name in ("whole", "stopped")}
+  # The two clusters run side by side (4 processes): each waits mostly on TF's start-up.
+  procs = {
+    "whole": _start_workers(_script_args(data_dir, whole, *run_args), logs["whole"]),
+    "stopped": _start_workers(
+      _script_args(data_dir, stopped, *run_args), logs["stopped"], sigterm_worker1_at=3
+    ),
+  }
+  rcs = {name: _wait_all(group) for name, group in procs.items()}
+  texts = {name: [open(l).read() for l in group] for name, group in logs.items()}
+  for name, want in (("whole", [0, 0]), ("stopped", [75, 75])):
+    assert rcs[name] == want, "\n----\n".join(t[-2500:] for t in texts[name])
+  assert "2 replicas" in texts["whole"][0]
+  assert "stopping at step 3 (another worker)" in texts["stopped"][0]
+  assert "stopping at step 3 (signal 15)" in texts["stopped"][1]
+  assert tf.train.latest_checkpoint(str(stopped)).endswith("ckpt-3")
+
+  resumed_logs = [tmp_path / f"resumed{i}.log" for i in range(2)]
+  rcs = _wait_all(_start_workers(_script_args(data_dir, stopped, *run_args), resumed_logs))
+  resumed = [open(l).read() for l in resumed_logs]
+  assert rcs == [0, 0], "\n----\n".join(t[-2500:] for t in resumed)
+  for text in resumed:
+    assert re.search(r"resumed from .* at step 3 \(input position 3 batches\)", text), text[-3000:]
+
+  summary = json.load(open(whole / "train_summary.json"))
+  assert summary["final_step"] == steps and summary["replicas"] == 2
+  want, got = _checkpoint_values(whole), _checkpoint_values(stopped)
+  assert sorted(got) == sorted(want)
+  for name, value in want.items():
+    if not name.startswith("save_counter"):  # the stopped run saved once more
+      np.testing.assert_array_equal(got[name], value, err_msg=name)
   # Only the chief wrote into output_dir; its checkpoint loads.
-  latest = tf.train.latest_checkpoint(str(out))
-  assert latest.endswith("ckpt-4")
-  config = modeling.TTAConfig.from_json_file(str(out / "config.json"))
-  model = modeling.build_model(config)
+  latest = tf.train.latest_checkpoint(str(whole))
+  assert latest.endswith(f"ckpt-{steps}")
+  config = modeling.TTAConfig.from_json_file(str(whole / "config.json"))
+  model = modeling.build_model(config, "bilm")
   status = tf.train.Checkpoint(model=model).read(latest)
   status.assert_existing_objects_matched()
   ids = tf.constant([[3, 10, 11, 1]])
