@@ -883,12 +883,20 @@ def _start_workers(args, logs, sigterm_worker1_at=None):
 
 
 def _wait_all(procs):
+  """The exit statuses of a cluster's workers. One that crashed (neither 0 nor 75) gets the others
+  killed: they would wait on its collectives for ever."""
+  deadline = time.monotonic() + HANG_SECONDS
   try:
-    return [p.wait(timeout=HANG_SECONDS) for p in procs]
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+      if any(p.poll() not in (None, 0, training_loop.EXIT_UNFINISHED) for p in procs):
+        break
+      time.sleep(0.2)
   finally:
     for p in procs:
       if p.poll() is None:
         p.kill()
+        p.wait()
+  return [p.returncode for p in procs]
 
 
 @pytest.mark.slow(seconds=60)
