@@ -23,6 +23,7 @@ from lm import checkpoints
 from lm import warm_start
 import modeling
 import optimization
+from pretraining import input_pipeline
 from pretraining import losses
 from pretraining import training_loop
 from pretraining import training_metrics
@@ -564,8 +565,14 @@ def run(params):
 
 
 def check_data(params):
-  """The TFRecord globs match files and the batching flags agree (cli.InputError naming the
-  flag)."""
+  """The TFRecord globs match files and the schedule and batching flags agree (cli.InputError
+  naming the flag), before anything is written."""
+  try:  # the schedule's own rule (0 <= warmup <= steps)
+    optimization.LinearWarmupLinearDecay(
+      params.learning_rate, params.num_train_steps, params.num_warmup_steps
+    )
+  except ValueError as e:
+    raise cli.InputError(f"--{e}") from None
   if params.synthetic_data:
     return  # no file is read
   if not params.input_file:
@@ -574,6 +581,10 @@ def check_data(params):
     raise cli.InputError(
       "--pad_to_max_seq_length pads every batch to one length: give no --bucket_boundaries"
     )
+  try:
+    input_pipeline.bucket_lengths(params.max_seq_length, params.bucket_boundaries)
+  except ValueError as e:
+    raise cli.InputError(f"--{e}") from None
   for name in ("input_file", "eval_file"):
     pattern = getattr(params, name)
     if pattern:

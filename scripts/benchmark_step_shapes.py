@@ -127,14 +127,12 @@ def main(argv):
   if FLAGS.steps < 2 or FLAGS.num_cpu_devices < 2:
     raise cli.InputError("--steps and --num_cpu_devices must be at least 2")
   # Logical devices are made before TensorFlow's first op.
-  from pretraining import input_pipeline  # pylint: disable=g-import-not-at-top
   from pretraining import training  # pylint: disable=g-import-not-at-top
   from util import distribute_utils  # pylint: disable=g-import-not-at-top
 
   strategy = distribute_utils.get_strategy("mirrored", num_cpu_devices=FLAGS.num_cpu_devices)
   with cli.user_input():
     training.check_data(mode_params("bucketed", ""))
-    input_pipeline.bucket_lengths(FLAGS.max_seq_length, integers("bucket_boundaries") or None)
   with tempfile.TemporaryDirectory() as work:
     figures = {mode: run_mode(mode, strategy, work) for mode in MODES}
   print(f"CPU: {machine.cpu_and_cores()}; commit {machine.git_commit()}")

@@ -40,6 +40,16 @@ CASES = [
     ["--input_file={tmp}/train-*.tfrecord", "--output_dir={tmp}/run"],
     ["--input_file", "train-*.tfrecord", "matches no file"],
   ),
+  (
+    "run_pretraining.py",
+    ["--synthetic_data", "--num_train_steps=5", "--output_dir={tmp}/run"],
+    ["--num_warmup_steps must be in [0, num_train_steps=5], got 10000"],
+  ),
+  (
+    "run_pretraining.py",
+    ["--input_file={tmp}/t*", "--bucket_boundaries=30,20", "--output_dir={tmp}/run"],
+    ["--bucket_boundaries must be positive and strictly increasing, got [30, 20]"],
+  ),
   ("create_pretraining_data.py", ["--output_dir={tmp}/data"], ["--input_file is required"]),
   ("corpus.py", ["--input={tmp}/books.txt"], ["--output_dir is required"]),
   ("ngram.py", ["--score_file={tmp}/sents.txt"], ["--score_file needs --model"]),
