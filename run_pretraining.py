@@ -34,7 +34,10 @@ def define_flags(flag_values=flags.FLAGS):
 def main(argv):
   del argv
   # cli.run prints a cli.InputError (a bad flag; training_loop.OutputDirBusy) as one line.
-  summary = training.run(cli.params(training.TrainParams))
+  try:
+    summary = training.run(cli.params(training.TrainParams))
+  except training_loop.WorkerLost as e:
+    training_loop.exit_unfinished(str(e))
   if not summary["finished"]:
     training_loop.exit_unfinished(
       f"stopped by {summary['stopped_by']} at step {summary['final_step']} before --num_train_steps"

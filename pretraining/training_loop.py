@@ -33,6 +33,12 @@ class CheckpointError(cli.InputError):
   """A checkpoint cannot be saved (a full disk), or none of the output dir's can be read."""
 
 
+class WorkerLost(Exception):
+  """Under multi-worker, another worker died (kill -9, a lost host): this one's collectives were
+  aborted. The command exits 75 (`exit_unfinished`); every worker restarted resumes the last save.
+  """
+
+
 @contextlib.contextmanager
 def output_dir_lock(output_dir):
   """Holds output_dir/run.lock (`io_utils.exclusive_lock`: dies with its process) for the `with`
@@ -96,7 +102,7 @@ def run(
   multiples of save_every, evaluate(step) and log(step, seconds left or None) at those of
   eval_every and log_every and at total_steps. A stop request (SIGTERM/SIGINT, train_minutes,
   another worker's) ends the loop. Returns (stopped_by or None, newest checkpoint prefix or None);
-  CheckpointError when a save fails.
+  CheckpointError when a save fails, WorkerLost when another worker died.
   """
   manager = tf.train.CheckpointManager(
     checkpoint,
@@ -125,6 +131,14 @@ def run(
       if stopped_by:
         logging.info("stopping at step %d (%s)", now, stopped_by)
         break
+  except tf.errors.UnavailableError as e:
+    if not distribute_utils.is_multi_worker(strategy):
+      raise
+    # No save: this worker's state may be past the last agreed step, and a save needs them all.
+    raise WorkerLost(
+      f"another worker is gone (the collectives with it failed: {type(e).__name__}) after step "
+      f"{step()}: restart every worker with the same command; it resumes at step {last_saved or 0}"
+    ) from e
   finally:
     stop.uninstall()
   now = step()

@@ -840,31 +840,31 @@ def _free_ports(n):
   return ports
 
 
-# Worker 1 of a run, stopped by a real SIGTERM to its own process when its step-`argv[1]` call
-# has ended (deterministic, where a signal from outside might land after the last step), then
-# run_pretraining.py (argv[2:]) exactly as `python run_pretraining.py ...` runs it.
-_SIGTERM_AT_STEP_SCRIPT = r"""
+# Worker 1 of a run, stopped by a real signal (argv[2]: SIGTERM, SIGKILL) to its own process when
+# its step-`argv[1]` call has ended (deterministic, where a signal from outside might land after
+# the last step), then run_pretraining.py (argv[3:]) exactly as `python run_pretraining.py ...`.
+_SIGNAL_AT_STEP_SCRIPT = r"""
 import os, runpy, signal, sys
 from util import startup_log  # noqa: F401 (first, as run_pretraining.py imports it)
 from pretraining import training
 
-stop_step = int(sys.argv[1])
-sys.argv = sys.argv[2:]
+stop_step, signum = int(sys.argv[1]), getattr(signal, sys.argv[2])
+sys.argv = sys.argv[3:]
 run_steps = training._run_steps
 
-def run_steps_then_sigterm(train_loop, iterator, num, state, *args):
+def run_steps_then_signal(train_loop, iterator, num, state, *args):
   run_steps(train_loop, iterator, num, state, *args)
   if state.step == stop_step:
-    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signum)
 
-training._run_steps = run_steps_then_sigterm
+training._run_steps = run_steps_then_signal
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def _start_workers(args, logs, sigterm_worker1_at=None):
+def _start_workers(args, logs, worker1_signal=None):
   """Starts `args` (run_pretraining.py's) as the 2 workers of a local multi_worker cluster, output
-  into `logs`[i]; worker 1 SIGTERMs itself after step sigterm_worker1_at when given."""
+  into `logs`[i]; worker1_signal (step, signal name): worker 1 sends it itself after that step."""
   workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
   procs = []
   for index, log_path in enumerate(logs):
@@ -873,8 +873,8 @@ def _start_workers(args, logs, sigterm_worker1_at=None):
       {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
     )
     command = list(args)
-    if index == 1 and sigterm_worker1_at is not None:
-      command[1:1] = ["-c", _SIGTERM_AT_STEP_SCRIPT, str(sigterm_worker1_at)]
+    if index == 1 and worker1_signal is not None:
+      command[1:1] = ["-c", _SIGNAL_AT_STEP_SCRIPT, *map(str, worker1_signal)]
     with open(log_path, "w") as log:
       procs.append(
         subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
@@ -882,13 +882,13 @@ def _start_workers(args, logs, sigterm_worker1_at=None):
   return procs
 
 
-def _wait_all(procs):
-  """The exit statuses of a cluster's workers. One that crashed (neither 0 nor 75) gets the others
-  killed: they would wait on its collectives for ever."""
+def _wait_all(procs, ends=(0, training_loop.EXIT_UNFINISHED)):
+  """The exit statuses of a cluster's workers. One that crashed (a status not in `ends`) gets the
+  others killed: they could wait on its collectives for ever."""
   deadline = time.monotonic() + HANG_SECONDS
   try:
     while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-      if any(p.poll() not in (None, 0, training_loop.EXIT_UNFINISHED) for p in procs):
+      if any(p.poll() not in (None, *ends) for p in procs):
         break
       time.sleep(0.2)
   finally:
@@ -899,13 +899,14 @@ def _wait_all(procs):
   return [p.returncode for p in procs]
 
 
-@pytest.mark.slow(seconds=60)
-def test_multi_worker_resume_after_a_one_worker_sigterm_is_bit_identical(data_dir, tmp_path):
+@pytest.mark.slow(seconds=90)
+def test_multi_worker_resume_after_a_sigterm_and_a_kill_is_bit_identical(data_dir, tmp_path):
   """--strategy=multi_worker, 2 local worker processes, --deterministic. A SIGTERM to worker 1 only
   after step 3 (between the saves at 4) stops both workers at step 3 (the chief by "another
-  worker"; none waits on the other's collectives), the chief saves ckpt-3 and both exit 75; the
-  same command on both then ends with exactly the weights, optimizer slots and input position of
-  the 2-worker run never stopped (issue 54 item 1). That run writes only through the chief and its
+  worker"; none waits on the other's collectives), the chief saves ckpt-3 and both exit 75. The
+  same command resumes; worker 1 is killed (-9) after step 5, the chief ends with one line and 75;
+  the same command again ends with exactly the weights, optimizer slots and input position of the
+  2-worker run never stopped (issue 54 item 1). That run writes only through the chief and its
   checkpoint loads into a model."""
   steps = 6
   run_args = [
@@ -926,7 +927,7 @@ def test_multi_worker_resume_after_a_one_worker_sigterm_is_bit_identical(data_di
   procs = {
     "whole": _start_workers(_script_args(data_dir, whole, *run_args), logs["whole"]),
     "stopped": _start_workers(
-      _script_args(data_dir, stopped, *run_args), logs["stopped"], sigterm_worker1_at=3
+      _script_args(data_dir, stopped, *run_args), logs["stopped"], (3, "SIGTERM")
     ),
   }
   rcs = {name: _wait_all(group) for name, group in procs.items()}
@@ -938,12 +939,28 @@ def test_multi_worker_resume_after_a_one_worker_sigterm_is_bit_identical(data_di
   assert "stopping at step 3 (signal 15)" in texts["stopped"][1]
   assert tf.train.latest_checkpoint(str(stopped)).endswith("ckpt-3")
 
+  # Resumed, then worker 1 killed (-9) after step 5: the chief's collectives fail, and it ends
+  # with one line and 75 (no save: ckpt-4 stays the latest).
+  killed_logs = [tmp_path / f"killed{i}.log" for i in range(2)]
+  args = _script_args(data_dir, stopped, *run_args)
+  rcs = _wait_all(_start_workers(args, killed_logs, (5, "SIGKILL")), ends=(75, -signal.SIGKILL))
+  killed = [open(l).read() for l in killed_logs]
+  assert rcs == [75, -signal.SIGKILL], "\n----\n".join(t[-2500:] for t in killed)
+  assert "resumed from" in killed[0] and "at step 3 (input position 3 batches)" in killed[0]
+  assert re.search(
+    r"another worker is gone \(.*\) after step 5: restart every worker with the same command; "
+    r"it resumes at step 4: exiting 75",
+    killed[0],
+  ), killed[0][-3000:]
+  assert "Traceback" not in killed[0], killed[0][-3000:]
+  assert tf.train.latest_checkpoint(str(stopped)).endswith("ckpt-4")
+
   resumed_logs = [tmp_path / f"resumed{i}.log" for i in range(2)]
-  rcs = _wait_all(_start_workers(_script_args(data_dir, stopped, *run_args), resumed_logs))
+  rcs = _wait_all(_start_workers(args, resumed_logs))
   resumed = [open(l).read() for l in resumed_logs]
   assert rcs == [0, 0], "\n----\n".join(t[-2500:] for t in resumed)
   for text in resumed:
-    assert re.search(r"resumed from .* at step 3 \(input position 3 batches\)", text), text[-3000:]
+    assert re.search(r"resumed from .* at step 4 \(input position 4 batches\)", text), text[-3000:]
 
   summary = json.load(open(whole / "train_summary.json"))
   assert summary["final_step"] == steps and summary["replicas"] == 2
