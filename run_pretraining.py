@@ -34,7 +34,10 @@ def define_flags(flag_values=flags.FLAGS):
 def main(argv):
   del argv
   # cli.run prints a cli.InputError (a bad flag; training_loop.OutputDirBusy) as one line.
-  summary = training.run(cli.params(training.TrainParams))
+  try:
+    summary = training.run(cli.params(training.TrainParams))
+  except training_loop.WorkerLost as e:
+    training_loop.exit_unfinished(str(e))
   if summary["stopped_by"] == training_loop.NONFINITE:
     last = summary["checkpoint"]
     training_loop.exit_nonfinite(

@@ -23,6 +23,7 @@ from lm import warm_start
 import modeling
 import optimization
 from pretraining import distillation
+from pretraining import input_pipeline
 from pretraining import losses
 from pretraining import training_loop
 from pretraining import training_metrics
@@ -59,14 +60,19 @@ def _int_list(flag):
 
 
 def _check_warmup(values):
-  """A warmup longer than the run never reaches the peak learning rate: refused, not shortened (the
-  schedule is the user's; BERT warms up for about a tenth of the steps)."""
+  """A warmup longer than the run never reaches the peak learning rate: refused by the schedule's
+  own rule (`optimization.LinearWarmupLinearDecay`), not shortened (the schedule is the user's;
+  BERT warms up for about a tenth of the steps)."""
   steps, warmup = values["num_train_steps"], values["num_warmup_steps"]
-  if steps is not None and warmup is not None and warmup > steps:
+  if steps is None or warmup is None:
+    return
+  try:
+    optimization.LinearWarmupLinearDecay(1.0, steps, warmup)
+  except ValueError:
     raise ValueError(
       f"--num_warmup_steps={warmup} exceeds --num_train_steps={steps}: the learning rate would "
       f"never reach its peak; give --num_warmup_steps <= {steps} (a tenth: {steps // 10})"
-    )
+    ) from None
 
 
 def _check_learning_rate(rate):
@@ -719,8 +725,14 @@ def run(params):
 
 
 def check_data(params):
-  """The TFRecord globs match files and the batching flags agree (cli.InputError naming the
-  flag)."""
+  """The TFRecord globs match files and the schedule and batching flags agree (cli.InputError
+  naming the flag), before anything is written."""
+  try:  # the schedule's own rule (0 <= warmup <= steps)
+    optimization.LinearWarmupLinearDecay(
+      params.learning_rate, params.num_train_steps, params.num_warmup_steps
+    )
+  except ValueError as e:
+    raise cli.InputError(f"--{e}") from None
   if params.synthetic_data:
     return  # no file is read
   if not params.input_file:
@@ -729,6 +741,10 @@ def check_data(params):
     raise cli.InputError(
       "--pad_to_max_seq_length pads every batch to one length: give no --bucket_boundaries"
     )
+  try:
+    input_pipeline.bucket_lengths(params.max_seq_length, params.bucket_boundaries)
+  except ValueError as e:
+    raise cli.InputError(f"--{e}") from None
   for name in ("input_file", "eval_file"):
     pattern = getattr(params, name)
     if pattern:

@@ -45,6 +45,12 @@ class NonfiniteSteps(Exception):
   """
 
 
+class WorkerLost(Exception):
+  """Under multi-worker, another worker died (kill -9, a lost host): this one's collectives were
+  aborted. The command exits 75 (`exit_unfinished`); every worker restarted resumes the last save.
+  """
+
+
 @contextlib.contextmanager
 def output_dir_lock(output_dir):
   """Holds output_dir/run.lock (`io_utils.exclusive_lock`: dies with its process) for the `with`
@@ -111,7 +117,7 @@ def run(
   train_minutes, another worker's) ends the loop. A NonfiniteSteps from train_steps, or a variable
   that is not finite when a checkpoint is due, ends it without saving (stopped_by NONFINITE): the
   newest checkpoint stays the last good one. Returns (stopped_by or None, newest checkpoint prefix
-  or None); CheckpointError when a save fails.
+  or None); CheckpointError when a save fails, WorkerLost when another worker died.
   """
   manager = tf.train.CheckpointManager(
     checkpoint,
@@ -148,6 +154,14 @@ def run(
     resume = f"resumes from {last_path}" if last_path else "starts afresh"
     logging.error("%s: stopped at step %d unsaved; the same command %s", e, step(), resume)
     return NONFINITE, last_path
+  except tf.errors.UnavailableError as e:
+    if not distribute_utils.is_multi_worker(strategy):
+      raise
+    # No save: this worker's state may be past the last agreed step, and a save needs them all.
+    raise WorkerLost(
+      f"another worker is gone (the collectives with it failed: {type(e).__name__}) after step "
+      f"{step()}: restart every worker with the same command; it resumes at step {last_saved or 0}"
+    ) from e
   finally:
     stop.uninstall()
   if evaluate and now >= total_steps and not stopped_by and not _at(now, eval_every):

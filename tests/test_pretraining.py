@@ -856,50 +856,140 @@ def _free_ports(n):
   return ports
 
 
-@pytest.mark.slow(seconds=20)
-def test_multi_worker_two_processes(data_dir, tmp_path):
-  out = tmp_path / "multi"
+# Worker 1 of a run, stopped by a real signal (argv[2]: SIGTERM, SIGKILL) to its own process when
+# its step-`argv[1]` call has ended (deterministic, where a signal from outside might land after
+# the last step), then run_pretraining.py (argv[3:]) exactly as `python run_pretraining.py ...`.
+_SIGNAL_AT_STEP_SCRIPT = r"""
+import os, runpy, signal, sys
+from util import startup_log  # noqa: F401 (first, as run_pretraining.py imports it)
+from pretraining import training
+
+stop_step, signum = int(sys.argv[1]), getattr(signal, sys.argv[2])
+sys.argv = sys.argv[3:]
+run_steps = training._run_steps
+
+def run_steps_then_signal(train_loop, iterator, num, state, *args):
+  run_steps(train_loop, iterator, num, state, *args)
+  if state.step == stop_step:
+    os.kill(os.getpid(), signum)
+
+training._run_steps = run_steps_then_signal
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def _start_workers(args, logs, worker1_signal=None):
+  """Starts `args` (run_pretraining.py's) as the 2 workers of a local multi_worker cluster, output
+  into `logs`[i]; worker1_signal (step, signal name): worker 1 sends it itself after that step."""
   workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
-  procs, logs = [], []
-  for index in range(2):
+  procs = []
+  for index, log_path in enumerate(logs):
     env = _env()
     env["TF_CONFIG"] = json.dumps(
       {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
     )
-    logs.append(tmp_path / f"worker{index}.log")
-    with open(logs[-1], "w") as log:
+    command = list(args)
+    if index == 1 and worker1_signal is not None:
+      command[1:1] = ["-c", _SIGNAL_AT_STEP_SCRIPT, *map(str, worker1_signal)]
+    with open(log_path, "w") as log:
       procs.append(
-        subprocess.Popen(
-          _script_args(
-            data_dir,
-            out,
-            "--strategy=multi_worker",
-            "--num_train_steps=4",
-            "--save_checkpoints_steps=2",
-            "--steps_per_loop=2",
-            "--log_every_steps=2",
-          ),
-          stdout=log,
-          stderr=subprocess.STDOUT,
-          env=env,
-        )
+        subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
       )
+  return procs
+
+
+def _wait_all(procs, ends=(0, training_loop.EXIT_UNFINISHED)):
+  """The exit statuses of a cluster's workers. One that crashed (a status not in `ends`) gets the
+  others killed: they could wait on its collectives for ever."""
+  deadline = time.monotonic() + HANG_SECONDS
   try:
-    rcs = [p.wait(timeout=HANG_SECONDS) for p in procs]
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+      if any(p.poll() not in (None, *ends) for p in procs):
+        break
+      time.sleep(0.2)
   finally:
     for p in procs:
       if p.poll() is None:
         p.kill()
-  texts = [open(l).read() for l in logs]
-  assert rcs == [0, 0], "\n----\n".join(t[-2500:] for t in texts)
-  assert "2 replicas" in texts[0]
-  summary = json.load(open(out / "train_summary.json"))
-  assert summary["final_step"] == 4 and summary["replicas"] == 2
+        p.wait()
+  return [p.returncode for p in procs]
+
+
+@pytest.mark.slow(seconds=90)
+def test_multi_worker_resume_after_a_sigterm_and_a_kill_is_bit_identical(data_dir, tmp_path):
+  """--strategy=multi_worker, 2 local worker processes, --deterministic. A SIGTERM to worker 1 only
+  after step 3 (between the saves at 4) stops both workers at step 3 (the chief by "another
+  worker"; none waits on the other's collectives), the chief saves ckpt-3 and both exit 75. The
+  same command resumes; worker 1 is killed (-9) after step 5, the chief ends with one line and 75;
+  the same command again ends with exactly the weights, optimizer slots and input position of the
+  2-worker run never stopped (issue 54 item 1). That run writes only through the chief and its
+  checkpoint loads into a model."""
+  steps = 6
+  run_args = [
+    "--model_type=bilm",
+    "--deterministic",
+    "--seed=7",
+    "--strategy=multi_worker",
+    "--train_batch_size=16",
+    "--bucket_boundaries=16,24,32",
+    f"--num_train_steps={steps}",
+    "--save_checkpoints_steps=4",
+    "--steps_per_loop=1",
+    "--log_every_steps=2",
+  ]
+  whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+  logs = {name: [tmp_path / f"{name}{i}.log" for i in range(2)] for name in ("whole", "stopped")}
+  # The two clusters run side by side (4 processes): each waits mostly on TF's start-up.
+  procs = {
+    "whole": _start_workers(_script_args(data_dir, whole, *run_args), logs["whole"]),
+    "stopped": _start_workers(
+      _script_args(data_dir, stopped, *run_args), logs["stopped"], (3, "SIGTERM")
+    ),
+  }
+  rcs = {name: _wait_all(group) for name, group in procs.items()}
+  texts = {name: [open(l).read() for l in group] for name, group in logs.items()}
+  for name, want in (("whole", [0, 0]), ("stopped", [75, 75])):
+    assert rcs[name] == want, "\n----\n".join(t[-2500:] for t in texts[name])
+  assert "2 replicas" in texts["whole"][0]
+  assert "stopping at step 3 (another worker)" in texts["stopped"][0]
+  assert "stopping at step 3 (signal 15)" in texts["stopped"][1]
+  assert tf.train.latest_checkpoint(str(stopped)).endswith("ckpt-3")
+
+  # Resumed, then worker 1 killed (-9) after step 5: the chief's collectives fail, and it ends
+  # with one line and 75 (no save: ckpt-4 stays the latest).
+  killed_logs = [tmp_path / f"killed{i}.log" for i in range(2)]
+  args = _script_args(data_dir, stopped, *run_args)
+  rcs = _wait_all(_start_workers(args, killed_logs, (5, "SIGKILL")), ends=(75, -signal.SIGKILL))
+  killed = [open(l).read() for l in killed_logs]
+  assert rcs == [75, -signal.SIGKILL], "\n----\n".join(t[-2500:] for t in killed)
+  assert "resumed from" in killed[0] and "at step 3 (input position 3 batches)" in killed[0]
+  assert re.search(
+    r"another worker is gone \(.*\) after step 5: restart every worker with the same command; "
+    r"it resumes at step 4: exiting 75",
+    killed[0],
+  ), killed[0][-3000:]
+  assert "Traceback" not in killed[0], killed[0][-3000:]
+  assert tf.train.latest_checkpoint(str(stopped)).endswith("ckpt-4")
+
+  resumed_logs = [tmp_path / f"resumed{i}.log" for i in range(2)]
+  rcs = _wait_all(_start_workers(args, resumed_logs))
+  resumed = [open(l).read() for l in resumed_logs]
+  assert rcs == [0, 0], "\n----\n".join(t[-2500:] for t in resumed)
+  for text in resumed:
+    assert re.search(r"resumed from .* at step 4 \(input position 4 batches\)", text), text[-3000:]
+
+  summary = json.load(open(whole / "train_summary.json"))
+  assert summary["final_step"] == steps and summary["replicas"] == 2
+  want, got = _checkpoint_values(whole), _checkpoint_values(stopped)
+  assert sorted(got) == sorted(want)
+  for name, value in want.items():
+    if not name.startswith("save_counter"):  # the stopped run saved once more
+      np.testing.assert_array_equal(got[name], value, err_msg=name)
   # Only the chief wrote into output_dir; its checkpoint loads.
-  latest = tf.train.latest_checkpoint(str(out))
-  assert latest.endswith("ckpt-4")
-  config = modeling.TTAConfig.from_json_file(str(out / "config.json"))
-  model = modeling.build_model(config)
+  latest = tf.train.latest_checkpoint(str(whole))
+  assert latest.endswith(f"ckpt-{steps}")
+  config = modeling.TTAConfig.from_json_file(str(whole / "config.json"))
+  model = modeling.build_model(config, "bilm")
   status = tf.train.Checkpoint(model=model).read(latest)
   status.assert_existing_objects_matched()
   ids = tf.constant([[3, 10, 11, 1]])

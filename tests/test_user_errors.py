@@ -75,6 +75,11 @@ CASES = [
       ),
     )
   ),
+  (
+    "run_pretraining.py",
+    ["--input_file={tmp}/t*", "--bucket_boundaries=30,20", "--output_dir={tmp}/run"],
+    ["--bucket_boundaries must be positive and strictly increasing, got [30, 20]"],
+  ),
   ("create_pretraining_data.py", ["--output_dir={tmp}/data"], ["--input_file is required"]),
   ("corpus.py", ["--input={tmp}/books.txt"], ["--output_dir is required"]),
   ("ngram.py", ["--score_file={tmp}/sents.txt"], ["--score_file needs --model"]),

@@ -80,10 +80,15 @@ def worker_write_dir(output_dir, strategy):
   )
 
 
+def is_multi_worker(strategy):
+  """True under MultiWorkerMirroredStrategy: collectives with other processes."""
+  return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+
 def any_worker_agreement(strategy):
   """Under multi-worker, every worker must stop at the same step: returns a
   function flag -> whether any worker set it (a tiny all-reduce)."""
-  if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+  if not is_multi_worker(strategy):
     return lambda flag: flag
 
   @tf.function
