@@ -228,8 +228,8 @@ def shard_path(output_file, shard_id, num_shards):
 
 def _input_stat(path):
   """The input's identity without reading it: the sizes the shards split and its mtime."""
-  stat = os.stat(path)
-  return {"input_bytes": stat.st_size, "input_mtime_ns": stat.st_mtime_ns}
+  size, mtime_ns = io_utils.stat(path)
+  return {"input_bytes": size, "input_mtime_ns": mtime_ns}
 
 
 def job_key(lm, params):
@@ -322,7 +322,7 @@ def score_to_file(lm, params):
     partial = resumable.Partial(target, job_key(lm, params), params.overwrite)
     byte_range = None
     if params.num_shards > 1:
-      size = os.path.getsize(params.input_file)
+      size = io_utils.file_size(params.input_file)
       byte_range = shard_range(size, params.shard_id, params.num_shards)
     source = resumable.InputLines(params.input_file, byte_range=byte_range)
     numbered = _numbered(source)
@@ -331,8 +331,8 @@ def score_to_file(lm, params):
       # Skips what the partial file holds, reading (and hashing) the input up to its end.
       collections.deque(itertools.islice(numbered, partial.lines), maxlen=0)
       partial.check_input(source)
-    todo = None  # this run's lines still to score (None: stdin)
-    if params.input_file != "-":
+    todo = None  # this run's lines still to score (None: an input read once, io_utils.reads_twice)
+    if io_utils.reads_twice(params.input_file):
       todo = resumable.InputLines(params.input_file, byte_range=byte_range).count() - partial.lines
     progress = progress_lib.Progress("score", total=todo, unit="lines")
     score_stream(
@@ -439,14 +439,15 @@ def output_path(params):
 
 def check_params(params):
   """What the flags alone tell, before a model loads: cli.InputError naming the flag."""
-  # First: its scheme check refuses an s3:// input that the existence checks below would hand
-  # to TensorFlow, whose UnimplementedError was a traceback.
-  io_utils.check_outputs_apart(params)
+  # First the schemes: an s3:// input would reach TensorFlow through the existence checks below,
+  # whose UnimplementedError was a traceback.
+  io_utils.check_schemes(params)
   if params.merge:
     if params.output_file == "-":
       raise cli.InputError("--merge needs --output_file (the shards' common prefix)")
   else:
     _check_scoring_flags(params)
+  io_utils.check_outputs_apart(params)
   if params.output_file != "-":
     target = params.output_file if params.merge else output_path(params)
     io_utils.check_output_path(target, "output_file", is_dir=False)

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import time
 
 from absl import logging
@@ -749,24 +750,30 @@ def check_data(params):
     pattern = getattr(params, name)
     if pattern:
       try:
-        paths = io_utils.expand_globs(pattern)
+        io_utils.expand_globs(pattern)
       except ValueError as e:
         raise cli.InputError(f"--{name}: {e}") from None
-      _check_records(name, paths)
 
 
-def _check_records(name, paths):
-  """Refuses files that are not TFRecords, and a set that holds no record at all (the repeated
-  training stream would wait for one forever), by their first record: one read per file."""
-  records = 0
-  for path in paths:
-    try:
-      records += sum(1 for _ in tf.data.TFRecordDataset(path).take(1))
-    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-      why = e.message.splitlines()[0] if e.message else type(e).__name__
-      raise cli.InputError(f"--{name} {path}: not a TFRecord file ({why})") from None
-  if not records:
-    raise cli.InputError(f"--{name}: its {len(paths)} file(s) hold no records")
+def _check_records(params):
+  """Refuses an input file that is not TFRecords, and a glob whose files hold no record at all (the
+  repeated training stream would wait for one forever), by each file's first record. Run once the
+  strategy exists (a TF op before it would fix the devices) and before any file is written."""
+  for name in ("input_file", "eval_file"):
+    pattern = None if params.synthetic_data else getattr(params, name)
+    if not pattern:
+      continue
+    paths = io_utils.expand_globs(pattern)
+    records = 0
+    for path in paths:
+      try:
+        records += sum(1 for _ in tf.data.TFRecordDataset(path).take(1))
+      except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+        found = re.search(r"corrupted record at \d+", e.message or "")
+        why = found.group(0) if found else type(e).__name__
+        raise cli.InputError(f"--{name} {path}: not a TFRecord file ({why})") from None
+    if not records:
+      raise cli.InputError(f"--{name}: its {len(paths)} file(s) hold no records")
 
 
 def train(params, strategy=None):
@@ -809,6 +816,7 @@ def _train_locked(params, strategy, write_dir):
   resuming = not params.overwrite and checkpoints.latest_checkpoint(params.output_dir) is not None
   with cli.user_input():  # the vocab, config and target embeddings the flags name
     setup = training_setup.prepare_model(params, resuming=resuming)
+  _check_records(params)
   if record:
     record.start()
   if chief:

@@ -43,6 +43,7 @@ from pretraining import training_metrics
 from pretraining import training_setup
 import run_pretraining
 from text import corpus
+import tokenization
 from util import cli
 from util import runs
 
@@ -1393,6 +1394,9 @@ def test_input_files_without_records_are_one_line_before_any_output(tmp_path, co
   # Issue 56's probes: an empty --input_file hung (the repeated stream waits for a record
   # forever) and a text file was a DataLossError traceback that left config.json and run.json.
   (tmp_path / "train-0.tfrecord").write_bytes(content)
+  (tmp_path / "vocab.txt").write_text(
+    "\n".join([*tokenization.SPECIAL_TOKENS, "the", "cat"]) + "\n"
+  )
   out = tmp_path / "run"
   result = commands.run(
     "run_pretraining.py",

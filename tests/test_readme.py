@@ -164,11 +164,8 @@ def checkout(tmp_path_factory):
   vocab = root / "vocab.txt"
   vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + list(WORDS) + ["hat"]) + "\n")
   tf.keras.utils.set_random_seed(12)
-  # 128 positions, as the quick mode's models (the README's warm start and teacher read them).
   config = tiny_config(
-    vocab_size=len(tokenization.SPECIAL_TOKENS) + len(WORDS) + 1,
-    normalization="librispeech",
-    max_position_embeddings=128,
+    vocab_size=len(tokenization.SPECIAL_TOKENS) + len(WORDS) + 1, normalization="librispeech"
   )
   for model_type in ("tta", "bilm"):
     model = modeling.build_model(config, model_type)
@@ -305,10 +302,10 @@ def test_pretrain_runs_as_written(checkout):
   config = json.loads((checkout / "runs" / "my_tta" / "config.json").read_text())
   assert (config["hidden_size"], config["num_hidden_layers"]) == (64, 2)
   # The warm start takes the biLM's architecture; the distilled run records its teacher.
-  bilm = json.loads((checkout / QUICK / "models" / "bilm" / "config.json").read_text())
+  bilm = json.loads((checkout / "runs" / "my_bilm" / "config.json").read_text())
   warm = json.loads((checkout / "runs" / "my_tta_warm" / "config.json").read_text())
   assert warm["model_type"] == "tta" and warm["hidden_size"] == bilm["hidden_size"]
-  for run in ("my_tta_warm", "my_tta_distilled"):
+  for run in ("my_bilm", "my_tta_warm", "my_tta_distilled"):
     summary = json.loads((checkout / "runs" / run / "train_summary.json").read_text())
     assert summary["final_step"] == 30
   distilled = json.loads((checkout / "runs" / "my_tta_distilled" / "run.json").read_text())

@@ -108,6 +108,8 @@ def reads_twice(path):
   """Whether the input `path` can be read a second time: a regular file. '-' (stdin), a pipe
   (`<(cat f)`), a FIFO or a device reads once; a command that reads an input twice (to count,
   then to use) asks here first, or the second read finds nothing and the run succeeds empty."""
+  if is_remote(path):
+    return True  # an object in a bucket
   return path != "-" and os.path.isfile(path)  # follows links: <(cmd) is a pipe, not a file
 
 
