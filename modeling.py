@@ -682,8 +682,12 @@ class TransformerLM(keras.Model):
     names.update(_prefixed("bert/embeddings", self.embeddings.tf1_variables()))
     for i, layer in enumerate(self.encoder_layers):
       names.update(_prefixed(f"bert/encoder/layer_{i}", layer.tf1_variables()))
-    names.update(_prefixed("cls/predictions", self.lm_head.tf1_variables()))
+    names.update(_prefixed(HEAD_SCOPE, self.lm_head.tf1_variables()))
     return names
+
+
+# The TF1 scope of the masked-LM head's variables (the output layer and its transform).
+HEAD_SCOPE = "cls/predictions"
 
 
 def build_model(config, model_type=None):

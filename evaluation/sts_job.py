@@ -201,7 +201,8 @@ def load_model(spec, lm_options):
   """(row name, LM) of a --model_dir entry: name=SPEC, or SPEC named by its directory."""
   ((row_name, spec),) = lm_options_lib.named_specs([spec])
   with cli.user_input():
-    lm = inference.load_lm(spec, **lm_options.load_kwargs())
+    # Sentence vectors need no masked-LM head: a sentence encoder (hf:) is a peer here.
+    lm = inference.load_lm(spec, vectors_only=True, **lm_options.load_kwargs())
   return row_name, lm
 
 

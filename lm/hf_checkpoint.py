@@ -263,22 +263,40 @@ def _spellings(name, base_prefix):
   return names + ([copy] if copy else [])
 
 
-def load_weights(model, weights):
+def headless_message(source):
+  """Why a BERT without a masked-LM head at `source` cannot score."""
+  return (
+    f"{source} has no masked-LM head (cls.predictions.*): a BertModel or a fine-tuned BERT "
+    "cannot score (its sentence vectors can: run_sts.py); use the BertForMaskedLM or "
+    "BertForPreTraining checkpoint (it can warm-start training: run_pretraining.py "
+    f"--init_checkpoint=hf:{source})"
+  )
+
+
+def has_head(weights):
+  """Whether `SafetensorsWeights` holds a masked-LM head (cls.predictions.*)."""
+  return any(name.startswith("cls.predictions.") for name in weights.shapes)
+
+
+def load_weights(model, weights, require_head=True):
   """Assigns a "bert" model's variables from `SafetensorsWeights`; returns the names ignored.
 
+  Without `require_head`, an encoder saved without a head (a sentence-embedding BertModel) loads
+  every variable but the head's, which keeps its initial values: its LM may give sentence
+  vectors, never scores (`NeuralLM.score` refuses one).
+
   CheckpointMismatchError, before any assignment, names every missing, mis-shaped or unexpected
-  tensor, a missing masked-LM head or tied copies that differ.
+  tensor, a missing masked-LM head (when required) or tied copies that differ.
   """
   context = f"cannot load {weights.source} into a {model.model_type} model"
-  if not any(name.startswith("cls.predictions.") for name in weights.shapes):
-    raise checkpoints.CheckpointMismatchError(
-      f"{context}: it has no masked-LM head (cls.predictions.*): a BertModel or a fine-tuned "
-      "BERT cannot score; use the BertForMaskedLM or BertForPreTraining checkpoint (it can "
-      f"warm-start training: run_pretraining.py --init_checkpoint=hf:{weights.source})"
-    )
+  head = has_head(weights)
+  if not head and require_head:
+    raise checkpoints.CheckpointMismatchError(f"{context}: {headless_message(weights.source)}")
   prefix = weights.base_prefix()
   assignments = {}  # the file's name -> (variable, transposed)
   for tf1_name, variable in model.tf1_variables().items():
+    if not head and tf1_name.startswith(modeling.HEAD_SCOPE + "/"):
+      continue
     found, transposed = weights.find(tf1_name)
     assignments[found or hf_name(tf1_name, prefix)[0]] = (variable, transposed)
   ignored, _ = checkpoints.match_names(
@@ -289,8 +307,8 @@ def load_weights(model, weights):
     context=context,
   )
   for name, copy in _tied_copies(prefix).items():
-    source = next(n for n in _spellings(name, prefix) if n in assignments)
-    if copy != source and copy in weights.shapes:
+    source = next((n for n in _spellings(name, prefix) if n in assignments), None)
+    if source is not None and copy != source and copy in weights.shapes:
       # equal_nan: a NaN in both copies is named by the finite check below, not called untied.
       if not np.array_equal(weights.get(copy), weights.get(source), equal_nan=True):
         raise checkpoints.CheckpointMismatchError(
@@ -324,7 +342,7 @@ def checked_vocab_file(hf_dir, config):
   return vocab_file
 
 
-def load_hf_bert(hf_dir):
+def load_hf_bert(hf_dir, require_head=True):
   """(model, tokenizer) of an HF BERT masked LM dir; ValueError / FileNotFoundError naming the
   file and what is wrong, nothing assigned unless every tensor fits.
   """
@@ -333,7 +351,9 @@ def load_hf_bert(hf_dir):
   tokenizer = model_dir_lib.tokenizer_for(config, checked_vocab_file(hf_dir, config))
   config.mask_token_id = tokenizer.mask_id
   model = modeling.build_model(config, "bert")
-  ignored = load_weights(model, weights)
+  ignored = load_weights(model, weights, require_head)
+  # Read by NeuralLM.score, which refuses a model without its head: the dir, or None.
+  model.headless = None if has_head(weights) else hf_dir
   logging.info(
     "loaded Hugging Face BERT from %s (ignored: %s)", hf_dir, ", ".join(ignored) or "none"
   )

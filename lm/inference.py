@@ -228,10 +228,12 @@ class NeuralLM(object):
     self._compile()
 
   @classmethod
-  def from_model_dir(cls, model_dir, **kwargs):
-    """From a model dir, "bert:DIR" or "hf:DIR" (`load_model`)."""
+  def from_model_dir(cls, model_dir, vectors_only=False, **kwargs):
+    """From a model dir, "bert:DIR" or "hf:DIR" (`load_model`). With `vectors_only`, an "hf:"
+    encoder saved without a masked-LM head loads too (its LM gives sentence vectors; `score`
+    refuses it)."""
     with backends.scope(kwargs.get("strategy")):
-      model, tokenizer = load_model(model_dir)
+      model, tokenizer = load_model(model_dir, require_head=not vectors_only)
     return cls(model, tokenizer, **kwargs)
 
   # ------------------------------------------------------------ tf.functions
@@ -346,6 +348,8 @@ class NeuralLM(object):
 
   def score(self, sentences, scoring=None):
     """list of `ScoredSentence` in input order; scoring None: the kind's default."""
+    if getattr(self.model, "headless", None):
+      raise ValueError(hf_checkpoint.headless_message(self.model.headless))
     scoring = checked_scoring(scoring or self.default_scoring)
     self.clock.start()
     ids, truncated, normalized = self._prepare(sentences)
@@ -608,18 +612,21 @@ _LONG_INPUT_OPTIONS = ("long_inputs", "window", "stride")
 
 
 # Release formats a neural model is read from besides our model dirs: spec prefix -> loader of
-# the dir after it, returning (model, tokenizer).
+# (the dir after it, require_head), returning (model, tokenizer). Google's TF1 releases always
+# hold their pre-training heads.
 _RELEASE_LOADERS = {
-  "bert:": conversion.load_google_bert,  # bert_config.json, vocab.txt, bert_model.ckpt
+  # bert_config.json, vocab.txt, bert_model.ckpt
+  "bert:": lambda path, require_head: conversion.load_google_bert(path),
   "hf:": hf_checkpoint.load_hf_bert,  # config.json, vocab.txt, model.safetensors
 }
 
 
-def load_model(spec):
-  """(model, tokenizer) of a model dir, "bert:DIR" or "hf:DIR"."""
+def load_model(spec, require_head=True):
+  """(model, tokenizer) of a model dir, "bert:DIR" or "hf:DIR"; without `require_head`, an
+  "hf:" encoder saved without a masked-LM head too (`hf_checkpoint.load_weights`)."""
   for prefix, loader in _RELEASE_LOADERS.items():
     if spec.startswith(prefix):
-      return loader(spec[len(prefix) :])
+      return loader(spec[len(prefix) :], require_head)
   return model_dir_lib.load_model_dir(spec)
 
 

@@ -44,7 +44,7 @@ _EMBEDDINGS = "bert/embeddings/"
 _POSITIONS = _EMBEDDINGS + "position_embeddings"
 _TOKEN_TYPES = _EMBEDDINGS + "token_type_embeddings"
 _LAYER = re.compile(r"^bert/encoder/layer_(\d+)/")
-_HEAD = "cls/predictions/"
+_HEAD = modeling.HEAD_SCOPE + "/"
 
 
 def _making_records(vocab_file):

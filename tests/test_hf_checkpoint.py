@@ -246,3 +246,26 @@ def test_hf_dir_exports_with_its_cls_sep_frame(tmp_path, bert):
   loaded = tf.saved_model.load(str(tmp_path / "export"))
   got = loaded.signatures["score"](texts=tf.constant(SENTENCES))["total"].numpy()
   np.testing.assert_allclose(got, [s.total for s in lm.score(SENTENCES)], atol=1e-4)
+
+
+@pytest.mark.parametrize("base_prefix", ["bert.", ""], ids=["bert-prefix", "encoder-alone"])
+def test_an_encoder_without_a_head_gives_sentence_vectors_and_refuses_to_score(
+  tmp_path, bert, base_prefix
+):
+  """A sentence encoder (a BertModel, as all-MiniLM-L6-v2 ships) is run_sts.py's peer: its
+  vectors are those of the same weights with a head, and it cannot score."""
+  tensors = hf_bert_tensors(bert, base_prefix)
+  full = write_hf_bert_dir(tmp_path / "full", bert, tensors=tensors)
+  encoder = {k: v for k, v in tensors.items() if not k.startswith("cls.")}
+  encoder = write_hf_bert_dir(tmp_path / "encoder", bert, tensors=encoder)
+  with pytest.raises(checkpoints.CheckpointMismatchError, match="no masked-LM head"):
+    inference.load_lm(f"hf:{encoder}")
+  with_head = inference.load_lm(f"hf:{full}")
+  without = inference.load_lm(f"hf:{encoder}", vectors_only=True)
+  for pooling, masked in [("context", False), ("context", True), ("embed", True)]:
+    np.testing.assert_array_equal(
+      without.sentence_vectors(SENTENCES, pooling=pooling, masked=masked),
+      with_head.sentence_vectors(SENTENCES, pooling=pooling, masked=masked),
+    )
+  with pytest.raises(ValueError, match=f"{encoder} has no masked-LM head"):
+    without.score(SENTENCES)
