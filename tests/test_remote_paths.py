@@ -50,6 +50,8 @@ def _tree(root):
   for directory, _, names in gfile.walk(root):
     for name in (n for n in names if not n.startswith(".")):  # not a lock file
       path = os.path.join(directory, name)
+      if not gfile.exists(path):
+        continue  # ram:// lists by prefix: out/pairs lists out/pairs_results.json as _results.json
       found[os.path.relpath(path, root)] = _get(path, "rb")
   return found
 
@@ -302,3 +304,49 @@ def test_a_bucket_out_of_reach_is_an_oserror_naming_the_path(monkeypatch):
   for call in (io_utils.exists, io_utils.stat, io_utils.listdir, io_utils.open_file):
     with pytest.raises(OSError, match=r"^gs://b/x: Error executing an HTTP request"):
       call("gs://b/x")
+
+
+def _put_tree(local, remote):
+  """Copies the local directory `local` (a model dir) to `remote`; returns `remote`."""
+  for name, content in _tree(str(local)).items():
+    with gfile.GFile(f"{remote}/{name}", "wb") as f:
+      f.write(content)
+  return remote
+
+
+_FIT = "the cat sat\na dog sat\nthe mat\na man\n"
+_PAIRS = "the cat sat\tthe mat\t1.0\na dog sat\tthe cat\t2.5\nthe mat\ta man\t4.0\n"
+
+
+@pytest.mark.slow(seconds=8)
+def test_sts_reads_and_writes_a_bucket_as_local_files(bucket, tmp_path, tiny_tta):
+  runs = {}
+  for root in (str(tmp_path / "local"), bucket):
+    gfile.makedirs(root)
+    model = _put_tree(tiny_tta, f"{root}/tta") if root == bucket else tiny_tta
+    flags = [
+      f"--model_dir=tta={model}",
+      f"--pairs_file={_put(f'{root}/mine.tsv', _PAIRS)}",
+      f"--whiten_fit={_put(f'{root}/fit.txt', _FIT)}",
+      "--whiten=2",
+      "--representations=context",
+      "--bootstrap_resamples=10",
+    ]
+    commands.run("run_sts.py", *flags, f"--output_dir={root}/out", status=0)
+    tree = _tree(f"{root}/out")
+    assert "run.json" in tree  # the run record, in the bucket too
+    runs[root] = (tree, flags)
+  (local, _), (remote, flags) = runs[str(tmp_path / "local")], runs[bucket]
+  assert sorted(remote) == sorted(local) and "whitening/mine.npz" in remote
+  for name in ("pairs/mine.tsv", "pairs_results.md", "whitening/mine.npz"):
+    assert remote[name] == local[name], name
+  # The transforms load back from the bucket; a second run is the same job, complete.
+  again = commands.run(
+    "run_sts.py", *flags[:2], f"--whiten_load={bucket}/out/whitening/mine.npz", "--whiten=2",
+    "--representations=context", "--bootstrap_resamples=10", f"--output_dir={bucket}/again",
+    status=0,
+  )  # fmt: skip
+  assert "tta context+W2" in again.stdout
+  # run.json in the bucket refuses another job.
+  other = commands.run("run_sts.py", *flags[:2], f"--output_dir={bucket}/out", status=2)
+  assert "holds another job" in other.stderr.strip().splitlines()[-1]

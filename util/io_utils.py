@@ -55,6 +55,11 @@ def data_root(data_dir=None):
   else:
     data_dir = os.path.normpath(os.path.join(_REPO, "..", "shared", "data"))
     origin = "the default (../shared/data next to the repository)"
+  if is_remote(data_dir):
+    raise FileNotFoundError(
+      f"data directory {data_dir} (from {origin}) is not a local path: the shared data root is "
+      "read as local files; copy it to a local disk"
+    )
   if not os.path.isdir(data_dir):
     raise FileNotFoundError(
       f"data directory {data_dir} (from {origin}) does not exist; pass --data_dir or set TTA_DATA"
