@@ -350,3 +350,31 @@ def test_sts_reads_and_writes_a_bucket_as_local_files(bucket, tmp_path, tiny_tta
   # run.json in the bucket refuses another job.
   other = commands.run("run_sts.py", *flags[:2], f"--output_dir={bucket}/out", status=2)
   assert "holds another job" in other.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.slow(seconds=10)
+def test_an_export_goes_into_a_bucket_and_loads_from_it(bucket, tiny_tta):
+  commands.run(
+    "export_saved_model.py", f"--model_dir={tiny_tta}", f"--export_dir={bucket}/export", status=0
+  )
+  loaded = tf.saved_model.load(f"{bucket}/export")
+  scores = loaded.signatures["score"](texts=tf.constant(["the cat sat"]))
+  assert int(scores["num_tokens"][0]) > 0 and gfile.exists(f"{bucket}/export/assets.extra")
+
+
+@pytest.mark.parametrize(
+  "script, flag, extra",
+  [
+    ("ngram.py", "--train_text", ["--output=lm.bin"]),
+    ("ngram.py", "--model", ["--score_file=in.txt"]),
+    ("reproduce.py", "--work_dir", ["--mode=quick"]),
+    ("corpus.py", "--output_dir", ["--input=in.txt"]),
+    ("convert_nbest.py", "--output_dir", ["--input=in.txt", "--output_format=kaldi"]),
+    ("convert_checkpoint.py", "--output_dir", ["--input=hf:in"]),
+  ],
+)
+def test_a_command_of_local_tools_refuses_a_bucket_in_one_line(bucket, script, flag, extra):
+  result = commands.run(script, f"{flag}={bucket}/x", *extra, status=2)
+  line = result.stderr.strip().splitlines()[-1]
+  assert line.startswith(f"{script}: error: {flag} {bucket}/x: ") and "local" in line, line
+  assert not gfile.exists(f"{bucket}/x")

@@ -203,6 +203,25 @@ def check_scheme(path, flag=None):
 def check_schemes(params, pairs=()):
   """`check_scheme` on every path of `params`' `cli.INPUT`/`cli.OUTPUT` fields and of `pairs`
   ([(flag, value)]): comma-separated lists, NAME=SPEC and backend prefixes (kenlm:PATH) included."""
+  for flag, path in _flag_paths(params, pairs):
+    check_scheme(path, flag)
+
+
+def refuse_remote(params, why, pairs=()):
+  """Refuses (cli.InputError "--<flag> <path>: <why>; ...") the first remote path of `params`'
+  `cli.INPUT`/`cli.OUTPUT` fields and of `pairs` ([(flag, value)]): the one line, before any
+  work, of a command whose tools read or write local files only (KenLM's programs)."""
+  for flag, path in _flag_paths(params, pairs):
+    if is_remote(path):
+      raise cli.InputError(
+        f"--{flag} {path}: {why}; copy it to or from a local path (gcloud storage cp)"
+      )
+
+
+def _flag_paths(params, pairs):
+  """[(flag, path)] of `check_schemes`' fields and `pairs`, each list, NAME=SPEC and prefix
+  (kenlm:PATH) read to its paths."""
+  found = []
   values = cli.io_values(params, cli.INPUT) + cli.io_values(params, cli.OUTPUT) + list(pairs)
   for flag, value in values:
     for item in value if isinstance(value, (list, tuple)) else [value]:
@@ -210,8 +229,8 @@ def check_schemes(params, pairs=()):
       if not isinstance(item, str):
         continue
       for part in item.split(","):
-        part = _SCHEME.sub("", part.strip().rpartition("=")[2])
-        check_scheme(part, flag)
+        found.append((flag, _SCHEME.sub("", part.strip().rpartition("=")[2])))
+  return found
 
 
 def open_file(path, mode="r", encoding="utf-8"):
