@@ -270,18 +270,14 @@ def _unreachable(monkeypatch):
   [
     ("score.py", ["--model_dir=kenlm:missing.arpa", "--input_file=IN"], "--output_file"),
     ("run_benchmark.py", ["--quick"], "--output_dir"),
-    (
-      "convert_nbest.py",
-      ["--input=IN", "--input_format=kaldi", "--output_format=kaldi"],
-      "--output_dir",
-    ),
+    ("run_sts.py", ["--model_dir=tta=IN", "--pairs_file=IN"], "--output_dir"),
   ],
 )
 def test_a_bucket_out_of_reach_is_one_line_naming_the_flag(
   tmp_path, monkeypatch, script, args, flag
 ):
   # Probe F2: gfile's FailedPreconditionError was a traceback (score.py, run_benchmark.py,
-  # convert_nbest.py with gs:// and no network).
+  # convert_nbest.py with gs:// and no network; convert_nbest.py now refuses a bucket).
   text = tmp_path / "in.txt"
   text.write_text("a b\n")
   _unreachable(monkeypatch)
@@ -371,6 +367,7 @@ def test_an_export_goes_into_a_bucket_and_loads_from_it(bucket, tiny_tta):
     ("corpus.py", "--output_dir", ["--input=in.txt"]),
     ("convert_nbest.py", "--output_dir", ["--input=in.txt", "--output_format=kaldi"]),
     ("convert_checkpoint.py", "--output_dir", ["--input=hf:in"]),
+    ("run_mwer.py", "--output_dir", ["--init_model=m"]),
   ],
 )
 def test_a_command_of_local_tools_refuses_a_bucket_in_one_line(bucket, script, flag, extra):
