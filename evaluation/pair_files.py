@@ -40,7 +40,7 @@ class PairsFile:
     if path == "-":
       # run_sts.py reads a file twice: whole to check it, then batch by batch to encode it.
       raise ValueError("pairs are read from a file, not from stdin ('-')")
-    if os.path.exists(path) and not io_utils.reads_twice(path):
+    if io_utils.exists(path) and not io_utils.reads_twice(path):
       raise ValueError(f"{path}: not a regular file (a pipe?); pairs are read twice: give a file")
     self.path = path
     self.header = header
@@ -55,7 +55,7 @@ class PairsFile:
 
   def identity(self):
     """What the pairs depend on besides the file's content: its path and the header rule."""
-    return {"input": os.path.abspath(self.path), "header": self.header}
+    return {"input": io_utils.absolute(self.path), "header": self.header}
 
   def __iter__(self):
     self._lines = resumable.InputLines(self.path, strip=False)
@@ -143,7 +143,7 @@ class SentEvalSubset:
 
   def identity(self):
     """What the pairs depend on besides the files' content: their paths."""
-    return {"input": os.path.abspath(self.path), "gold": os.path.abspath(self.gold_path)}
+    return {"input": io_utils.absolute(self.path), "gold": io_utils.absolute(self.gold_path)}
 
   def __iter__(self):
     self._input = resumable.InputLines(self.path, strip=False)
@@ -184,13 +184,13 @@ class SentEvalSubset:
 def _senteval_subsets(directory):
   """[(subset, SentEvalSubset)] of the STS.input files in `directory`, by name."""
   subsets = []
-  for entry in sorted(os.listdir(directory)):
+  for entry in io_utils.listdir(directory):
     match = _SENTEVAL_INPUT.fullmatch(entry)
     if match:
       year, subset = match.groups()
       path = os.path.join(directory, entry)
       gold = os.path.join(directory, f"STS{year or ''}.gs.{subset}.txt")
-      if not os.path.isfile(gold):
+      if not io_utils.exists(gold) or io_utils.isdir(gold):
         raise ValueError(f"{path}:1: its gold scores {gold} are missing")
       subsets.append((subset, SentEvalSubset(path, gold)))
   return subsets
@@ -200,15 +200,15 @@ def senteval_tasks(directory, name=None):
   """[(task name, [(subset name, SentEvalSubset)])], sorted: one task when `directory` holds
   `STS.input.<subset>.txt` files (named `name`, default the directory's), else one per
   subdirectory that does (SentEval's data/downstream/STS). ValueError when it cannot."""
-  if not os.path.isdir(directory):
+  if not io_utils.isdir(directory):
     raise ValueError(f"{directory}: no such directory (SentEval's STS layout expected)")
   subsets = _senteval_subsets(directory)
   if subsets:
     return [(name or os.path.basename(os.path.normpath(directory)), subsets)]
   tasks = [
     (entry, subsets)
-    for entry in sorted(os.listdir(directory))
-    if os.path.isdir(os.path.join(directory, entry))
+    for entry in io_utils.listdir(directory)
+    if io_utils.isdir(os.path.join(directory, entry))
     and (subsets := _senteval_subsets(os.path.join(directory, entry)))
   ]
   if not tasks:

@@ -11,6 +11,7 @@ import numpy as np
 from evaluation import significance
 from evaluation import sts_data
 from lm import inference
+from util import io_utils
 from util import progress
 from util import resumable
 
@@ -156,7 +157,7 @@ class CosineWriter:
     if not self.overwrite and resumable.is_done(target, job, source):
       logging.info("%s: %s is complete (the same job and input), kept", label, target)
       return
-    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+    io_utils.makedirs(os.path.dirname(io_utils.absolute(target)))
     partial = resumable.Partial(target, job, self.overwrite)
     pairs = iter(source)
     done = max(partial.lines - 1, 0)  # the first line is the header
@@ -188,7 +189,7 @@ def read_cosines(path, return_truncated=False):
   `return_truncated`, also the number of pairs with a truncated sentence."""
   gold, columns, truncated = [], None, 0
   # Binary lines: split on "\n" only, as written (a sentence may hold a lone "\r").
-  with open(path, "rb") as f:
+  with io_utils.open_file(path, "rb") as f:
     for number, raw in enumerate(f):
       fields = raw.decode("utf-8").removesuffix("\n").split("\t")[len(COLUMNS) - 1 :]
       if number == 0:

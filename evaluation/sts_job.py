@@ -449,7 +449,7 @@ def whitening_options(params):
   if not params.whiten:
     raise cli.InputError(f"{source} needs --whiten=DIM, the dimensions to keep")
   try:
-    with open(params.whiten_fit, encoding="utf-8") as f:
+    with io_utils.open_file(params.whiten_fit) as f:
       sentences = [line.strip() for line in f if line.strip()]
   except (OSError, UnicodeDecodeError) as e:
     raise cli.InputError(f"{source}: {e}") from None
@@ -463,8 +463,7 @@ def whitening_options(params):
 def save_transforms(output_dir, name, transforms):
   """Writes set or task `name`'s {column: whitening.Whitening} to <output_dir>/whitening/."""
   path = os.path.join(output_dir, WHITENING_DIR, name + ".npz")
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  whitening.save(path, transforms)
+  whitening.save(path, transforms)  # makes whitening/
   logging.info("whitening of %s: %s", name, path)
 
 

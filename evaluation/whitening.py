@@ -4,8 +4,8 @@ vectors no longer see the few directions every vector shares (anisotropy)."""
 
 import dataclasses
 import hashlib
+import io
 import json
-import os
 import zipfile
 import zlib
 
@@ -129,8 +129,10 @@ def save(path, transforms):
     arrays[f"mean_{i:d}"] = transforms[name].mean
     arrays[f"kernel_{i:d}"] = transforms[name].kernel
     arrays[f"fitted_for_{i:d}"] = np.array(json.dumps(transforms[name].fitted_for, sort_keys=True))
+  buffer = io.BytesIO()  # a zip writer tells and seeks: a bucket's files do neither
+  np.savez(buffer, **arrays)
   with io_utils.atomic_open(path, "wb") as f:
-    np.savez(f, **arrays)
+    f.write(buffer.getvalue())
 
 
 class BadTransformsError(ValueError):
@@ -141,14 +143,21 @@ def load(path):
   """{name: Whitening} of a `save`d .npz, each checked (`_check`); one without what it was fitted
   for is refused, not trusted. BadTransformsError: one line naming `path`; OSError: unreadable.
   """
+  with io_utils.open_file(path, "rb") as f:
+    return _load(path, f)
+
+
+def _load(path, f):
+  """`load` of the open file `f` (local or remote, seekable)."""
   # np.load reads what is not a zip as a .npy or a pickle, and says so: a truncated .npz (its
   # directory is at the end) is told apart first.
-  if os.path.isfile(path) and not zipfile.is_zipfile(path):
+  if not zipfile.is_zipfile(f):
     raise BadTransformsError(
       f"{path}: not a file of whitening transforms (no .npz: truncated, or another kind of file)"
     )
+  f.seek(0)
   try:
-    with np.load(path, allow_pickle=False) as data:
+    with np.load(f, allow_pickle=False) as data:
       names = data["names"]
       if names.ndim != 1 or names.dtype.kind != "U":
         raise BadTransformsError(f"{path}: its names are {names.dtype} {names.shape}, not str")

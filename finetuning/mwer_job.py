@@ -405,6 +405,9 @@ def evaluate(job, trained):
 def run(params):
   """The whole job; returns False when a signal stopped a training run (resume to finish)."""
   # The output and the model, before anything is written into --output_dir.
+  # Not yet: its runs' best/ and model/ dirs are renamed into place, and its lists are read, as
+  # local files.
+  io_utils.refuse_remote(params, "MWER training writes its runs and reads its lists locally")
   with cli.user_input():
     io_utils.check_outputs_apart(params)
     io_utils.check_output_path(params.output_dir, "output_dir")

@@ -150,6 +150,9 @@ def convert(model, tokenizer, output_dir):
 
 def convert_checkpoint(params):
   """(model, tokenizer, prefix written); ValueError / OSError naming the source or output dir."""
+  io_utils.refuse_remote(
+    params, "a release is converted from local files and the model dir read back locally"
+  )
   io_utils.check_outputs_apart(params)
   io_utils.check_output_path(params.output_dir, "output_dir")
   check_output_dir(params.output_dir)  # before the (slow) load

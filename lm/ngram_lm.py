@@ -214,6 +214,11 @@ class NgramParams:
   eos: bool = cli.param("Score </s> (counted as a word).", True)
 
   def __post_init__(self):
+    io_utils.refuse_remote(
+      self,
+      "KenLM's lmplz, build_binary and reader take local files only",
+      [("model", self.model), ("score_file", self.score_file)],
+    )
     if bool(self.train_text) == bool(self.score_file):
       raise ValueError("give either --train_text (with --output) or --score_file (with --model)")
     if self.train_text and not self.output:

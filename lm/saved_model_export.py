@@ -183,11 +183,12 @@ class ExportModule(tf.Module):
 
 def check_export_dir(export_dir, overwrite=False):
   """FileExistsError if export_dir exists, unless overwrite and it holds an EXPORT_INFO."""
-  if not os.path.lexists(export_dir):
+  if not io_utils.lexists(export_dir):
     return
   if not overwrite:
     raise FileExistsError(f"{export_dir} exists; pass --overwrite to replace it")
-  if not os.path.isfile(os.path.join(export_dir, EXTRA_DIR, EXPORT_INFO)):
+  info = os.path.join(export_dir, EXTRA_DIR, EXPORT_INFO)
+  if not io_utils.exists(info) or io_utils.isdir(info):
     raise FileExistsError(
       f"{export_dir} exists and is not an export of this command (no {EXTRA_DIR}/{EXPORT_INFO}): "
       "--overwrite replaces only those; choose another --export_dir"
@@ -198,7 +199,7 @@ def export(lm, export_dir, overwrite=False, scoring=None):
   """Writes `lm` as a SavedModel, renamed into place so no reader sees half an export; returns
   the module. FileExistsError (`check_export_dir`); ValueError for an unknown scoring.
   """
-  export_dir = os.path.abspath(export_dir)
+  export_dir = io_utils.absolute(export_dir)
   check_export_dir(export_dir, overwrite)
   module = ExportModule(lm, scoring=scoring)
   # Traced from plain methods: a tf.function held by the module would be traced again by
@@ -236,7 +237,7 @@ def run(params):
   with cli.user_input():
     io_utils.check_outputs_apart(params)
     io_utils.check_output_path(params.export_dir, "export_dir")
-    check_export_dir(os.path.abspath(params.export_dir), params.overwrite)
+    check_export_dir(io_utils.absolute(params.export_dir), params.overwrite)
     lm = inference.NeuralLM.from_model_dir(
       params.model_dir, max_seq_length=params.max_seq_length, **params.lm_options.load_kwargs()
     )

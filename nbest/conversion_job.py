@@ -114,6 +114,7 @@ def read_back(fmt, source, path, refs_path, options):
 
 def run(params):
   """Reads, writes and reads back; returns `Converted`. Input errors are one line (cli)."""
+  io_utils.refuse_remote(params, "the toolkits' N-best files are read and written locally")
   with cli.user_input():
     io_utils.check_outputs_apart(params)
     io_utils.check_output_path(params.output_dir, "output_dir")

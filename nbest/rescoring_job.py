@@ -203,7 +203,7 @@ def run(params):
     score_part(params, texts)
     return
   record = None
-  if own_files and not runs.unrecorded_remote(params.output_dir):
+  if own_files:
     with cli.user_input():
       # With the paper's table too (`paper_table` files with references), LMs run one at a time into
       # one dir add up to one table (paper_protocol.merge_rows): each rewrites the outputs whole.

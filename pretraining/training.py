@@ -363,11 +363,9 @@ def run_identity(params):
 
 
 def _run_record(params):
-  """`runs.Record` of --output_dir (None for gs://, stated in a warning); config.json and vocab.txt,
-  which every run writes anew, are not among its outputs. Unrecorded checkpoints are adopted.
+  """`runs.Record` of --output_dir (local or in a bucket); config.json and vocab.txt, which every
+  run writes anew, are not among its outputs. Unrecorded checkpoints are adopted.
   """
-  if runs.unrecorded_remote(params.output_dir):
-    return None
   outputs = [
     checkpoints.CHECKPOINT_NAME + "-*",
     "checkpoint",

@@ -715,7 +715,7 @@ def run(job, command):
     for record in result["matmul_peak"]:
       print(f"{record['dtype']} {record['shape']}: {record['gflops']:.1f} GFLOP/s")
     if job.output_dir:
-      os.makedirs(job.output_dir, exist_ok=True)
+      io_utils.makedirs(job.output_dir)
       io_utils.write_atomically(
         os.path.join(job.output_dir, "benchmark.json"), json.dumps(result, indent=2) + "\n"
       )

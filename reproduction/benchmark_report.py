@@ -4,6 +4,7 @@ Turns reproduction/benchmark.py's `result` dict into benchmark.md (`markdown_rep
 latency.png (`plot`) and benchmark.json, each written atomically (`write_outputs`).
 """
 
+import io
 import json
 import os
 
@@ -431,8 +432,10 @@ def plot(result, path):
       )
   _label_axes(ax, result)
   fig.tight_layout()
+  buffer = io.BytesIO()  # a PNG writer may seek: a bucket's file cannot
+  fig.savefig(buffer, format="png", dpi=120)
   with io_utils.atomic_open(path, "wb") as f:
-    fig.savefig(f, format="png", dpi=120)
+    f.write(buffer.getvalue())
   plt.close(fig)
 
 
@@ -462,7 +465,7 @@ def _label_axes(ax, result):
 
 def write_outputs(result, report, output_dir):
   """Writes benchmark.json, benchmark.md (`report`) and latency.png."""
-  os.makedirs(output_dir, exist_ok=True)
+  io_utils.makedirs(output_dir)
   io_utils.write_atomically(
     os.path.join(output_dir, "benchmark.json"), json.dumps(result, indent=2) + "\n"
   )

@@ -542,6 +542,11 @@ def run(params, command=None):
   run's time).
   cli.InputError: a required data file is missing, or a stage stopped on a wrong input.
   """
+  io_utils.refuse_remote(
+    params,
+    "the reproduction runs KenLM and its stages in a local work dir",
+    [("work_dir", params.work_dir), ("data_dir", params.data_dir)],
+  )
   work_dir = os.path.abspath(
     params.work_dir or os.path.join(machine.REPO, "runs", "reproduce", params.mode)
   )

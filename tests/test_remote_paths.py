@@ -50,6 +50,8 @@ def _tree(root):
   for directory, _, names in gfile.walk(root):
     for name in (n for n in names if not n.startswith(".")):  # not a lock file
       path = os.path.join(directory, name)
+      if not gfile.exists(path):
+        continue  # ram:// lists by prefix: out/pairs lists out/pairs_results.json as _results.json
       found[os.path.relpath(path, root)] = _get(path, "rb")
   return found
 
@@ -128,8 +130,8 @@ def test_pretraining_reads_and_resumes_in_a_bucket(bucket, tmp_path):
     "--steps_per_loop=2",
     "--save_checkpoints_steps=2",
   ]
-  first = commands.run("run_pretraining.py", *args, "--num_train_steps=2", status=0)
-  assert "no run.json" in first.stderr  # the absence of the run record is said
+  commands.run("run_pretraining.py", *args, "--num_train_steps=2", status=0)
+  assert gfile.exists(f"{model}/run.json")  # the run record is in the bucket
   assert gfile.exists(f"{model}/ckpt-2.index") and gfile.exists(f"{model}/config.json")
   second = commands.run("run_pretraining.py", *args, "--num_train_steps=4", status=0)
   assert f"resumed from {model}/ckpt-2 at step 2" in second.stderr
@@ -191,14 +193,14 @@ def test_rescoring_reads_and_writes_a_bucket_as_local_files(bucket, tmp_path, ti
     )  # fmt: skip
     tree = _tree(out)
     report = json.loads(tree.pop("rescoring_report.json"))
-    tree.pop("run.json", None)  # a bucket keeps no run record (the log says so)
+    tree.pop("run.json")  # the run record, in the bucket too (it names other paths)
     runs[root] = (tree, report["sets"]["test"]["rescored"], result)
   local, remote = runs[str(tmp_path / "local")], runs[bucket]
   assert sorted(remote[0]) == sorted(local[0])
   assert {k: v for k, v in remote[0].items() if not k.startswith("cache/")} == {
     k: v for k, v in local[0].items() if not k.startswith("cache/")
   }
-  assert remote[1] == local[1] and "no run.json" in remote[2].stderr
+  assert remote[1] == local[1] and "not locked" in remote[2].stderr
   # The score cache is in the bucket: every hypothesis once.
   cache = _get(f"{bucket}/out/cache/lm_scores.jsonl").splitlines()
   assert sorted(json.loads(line)["text"] for line in cache) == sorted(h for r in rows for h in r)
@@ -244,3 +246,132 @@ def test_an_input_in_a_scheme_tensorflow_lacks_is_one_line_and_exit_2(bucket, tm
     "(it has gs://, ram://; s3:// and hdfs:// need tensorflow-io); give a local path or one of "
     "those"
   )
+
+
+def _unreachable(monkeypatch):
+  """gfile as it is with a gs:// path and no network here: FailedPreconditionError (not an
+  OSError) from the first call that touches the bucket."""
+
+  def refuse(path, *args, **kwargs):
+    del args, kwargs
+    raise tf.errors.FailedPreconditionError(
+      None,
+      None,
+      "Error executing an HTTP request: libcurl code 6 meaning 'Could not resolve hostname', error "
+      f"details: Could not resolve host: www.googleapis.com\n\t when reading metadata of {path}",
+    )
+
+  for name in ("exists", "stat", "isdir", "glob", "GFile", "makedirs", "listdir"):
+    monkeypatch.setattr(gfile, name, refuse)
+
+
+@pytest.mark.parametrize(
+  "script, args, flag",
+  [
+    ("score.py", ["--model_dir=kenlm:missing.arpa", "--input_file=IN"], "--output_file"),
+    ("run_benchmark.py", ["--quick"], "--output_dir"),
+    ("run_sts.py", ["--model_dir=tta=IN", "--pairs_file=IN"], "--output_dir"),
+  ],
+)
+def test_a_bucket_out_of_reach_is_one_line_naming_the_flag(
+  tmp_path, monkeypatch, script, args, flag
+):
+  # Probe F2: gfile's FailedPreconditionError was a traceback (score.py, run_benchmark.py,
+  # convert_nbest.py with gs:// and no network; convert_nbest.py now refuses a bucket).
+  text = tmp_path / "in.txt"
+  text.write_text("a b\n")
+  _unreachable(monkeypatch)
+  args = [a.replace("IN", str(text)) for a in args]
+  result = commands.run(script, *args, f"{flag}=gs://some-bucket/out", status=2)
+  assert result.stderr.strip().splitlines()[-1] == (
+    f"{script}: error: {flag} gs://some-bucket/out: cannot reach it (Error executing an HTTP "
+    "request: libcurl code 6 meaning 'Could not resolve hostname', error details: Could not "
+    "resolve host: www.googleapis.com); check the network and the credentials"
+  )
+  assert os.listdir(tmp_path) == ["in.txt"]
+
+
+def test_a_bucket_out_of_reach_is_an_oserror_naming_the_path(monkeypatch):
+  # What a command reads or writes later (inside cli.user_input: one line) fails as a local
+  # file does, naming the path, not with TensorFlow's OpError.
+  from util import io_utils  # pylint: disable=g-import-not-at-top
+
+  _unreachable(monkeypatch)
+  for call in (io_utils.exists, io_utils.stat, io_utils.listdir, io_utils.open_file):
+    with pytest.raises(OSError, match=r"^gs://b/x: Error executing an HTTP request"):
+      call("gs://b/x")
+
+
+def _put_tree(local, remote):
+  """Copies the local directory `local` (a model dir) to `remote`; returns `remote`."""
+  for name, content in _tree(str(local)).items():
+    with gfile.GFile(f"{remote}/{name}", "wb") as f:
+      f.write(content)
+  return remote
+
+
+_FIT = "the cat sat\na dog sat\nthe mat\na man\n"
+_PAIRS = "the cat sat\tthe mat\t1.0\na dog sat\tthe cat\t2.5\nthe mat\ta man\t4.0\n"
+
+
+@pytest.mark.slow(seconds=8)
+def test_sts_reads_and_writes_a_bucket_as_local_files(bucket, tmp_path, tiny_tta):
+  runs = {}
+  for root in (str(tmp_path / "local"), bucket):
+    gfile.makedirs(root)
+    model = _put_tree(tiny_tta, f"{root}/tta") if root == bucket else tiny_tta
+    flags = [
+      f"--model_dir=tta={model}",
+      f"--pairs_file={_put(f'{root}/mine.tsv', _PAIRS)}",
+      f"--whiten_fit={_put(f'{root}/fit.txt', _FIT)}",
+      "--whiten=2",
+      "--representations=context",
+      "--bootstrap_resamples=10",
+    ]
+    commands.run("run_sts.py", *flags, f"--output_dir={root}/out", status=0)
+    tree = _tree(f"{root}/out")
+    assert "run.json" in tree  # the run record, in the bucket too
+    runs[root] = (tree, flags)
+  (local, _), (remote, flags) = runs[str(tmp_path / "local")], runs[bucket]
+  assert sorted(remote) == sorted(local) and "whitening/mine.npz" in remote
+  for name in ("pairs/mine.tsv", "pairs_results.md", "whitening/mine.npz"):
+    assert remote[name] == local[name], name
+  # The transforms load back from the bucket; a second run is the same job, complete.
+  again = commands.run(
+    "run_sts.py", *flags[:2], f"--whiten_load={bucket}/out/whitening/mine.npz", "--whiten=2",
+    "--representations=context", "--bootstrap_resamples=10", f"--output_dir={bucket}/again",
+    status=0,
+  )  # fmt: skip
+  assert "tta context+W2" in again.stdout
+  # run.json in the bucket refuses another job.
+  other = commands.run("run_sts.py", *flags[:2], f"--output_dir={bucket}/out", status=2)
+  assert "holds another job" in other.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.slow(seconds=10)
+def test_an_export_goes_into_a_bucket_and_loads_from_it(bucket, tiny_tta):
+  commands.run(
+    "export_saved_model.py", f"--model_dir={tiny_tta}", f"--export_dir={bucket}/export", status=0
+  )
+  loaded = tf.saved_model.load(f"{bucket}/export")
+  scores = loaded.signatures["score"](texts=tf.constant(["the cat sat"]))
+  assert int(scores["num_tokens"][0]) > 0 and gfile.exists(f"{bucket}/export/assets.extra")
+
+
+@pytest.mark.parametrize(
+  "script, flag, extra",
+  [
+    ("ngram.py", "--train_text", ["--output=lm.bin"]),
+    ("ngram.py", "--model", ["--score_file=in.txt"]),
+    ("reproduce.py", "--work_dir", ["--mode=quick"]),
+    ("corpus.py", "--output_dir", ["--input=in.txt"]),
+    ("convert_nbest.py", "--output_dir", ["--input=in.txt", "--output_format=kaldi"]),
+    ("convert_checkpoint.py", "--output_dir", ["--input=hf:in"]),
+    ("run_mwer.py", "--output_dir", ["--init_model=m"]),
+  ],
+)
+def test_a_command_of_local_tools_refuses_a_bucket_in_one_line(bucket, script, flag, extra):
+  result = commands.run(script, f"{flag}={bucket}/x", *extra, status=2)
+  line = result.stderr.strip().splitlines()[-1]
+  assert line.startswith(f"{script}: error: {flag} {bucket}/x: ") and "local" in line, line
+  assert not gfile.exists(f"{bucket}/x")

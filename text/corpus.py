@@ -585,6 +585,11 @@ def run(params: CorpusParams) -> dict:
   """`prepare_corpus` with `params` (no --input: the Gutenberg archive of the data root); the output
   is checked first, and a run refused for its input leaves no --output_dir it made.
   """
+  io_utils.refuse_remote(
+    params,
+    "corpus preparation streams archives and writes its text through local files",
+    [("input", params.input or [])],
+  )
   inputs = params.input or [default_gutenberg_tar(params.data_dir)]
   io_utils.check_outputs_apart(params, inputs=[("input", inputs)])
   io_utils.check_output_path(params.output_dir, "output_dir")

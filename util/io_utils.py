@@ -55,6 +55,11 @@ def data_root(data_dir=None):
   else:
     data_dir = os.path.normpath(os.path.join(_REPO, "..", "shared", "data"))
     origin = "the default (../shared/data next to the repository)"
+  if is_remote(data_dir):
+    raise FileNotFoundError(
+      f"data directory {data_dir} (from {origin}) is not a local path: the shared data root is "
+      "read as local files; copy it to a local disk"
+    )
   if not os.path.isdir(data_dir):
     raise FileNotFoundError(
       f"data directory {data_dir} (from {origin}) does not exist; pass --data_dir or set TTA_DATA"
@@ -94,7 +99,7 @@ def expand_globs(patterns):
     if not pattern:
       continue
     check_scheme(pattern)
-    matches = sorted(tf.io.gfile.glob(pattern))
+    matches = sorted((_gfile(pattern) or tf.io.gfile).glob(pattern))
     if not matches:
       raise ValueError(f"file pattern {pattern!r} matches no file")
     matches = [m if "://" in m else os.path.abspath(m) for m in matches]
@@ -126,35 +131,97 @@ def is_remote(path):
 
 
 def _gfile(path):
-  """`tf.io.gfile` for a remote path, else None (TensorFlow is not imported)."""
+  """`tf.io.gfile` for a remote path, its errors as OSError (`_RemoteFiles`), else None
+  (TensorFlow is not imported)."""
   if not is_remote(path):
     return None
+  return _RemoteFiles(path)
+
+
+class _RemoteFiles:
+  """`tf.io.gfile`'s functions, raising OSError (`os_error`) where they raise TensorFlow's
+  OpError (a bucket unreachable or refused: no network, no credentials), so that a command's
+  `cli.user_input` makes it one line as it does a local file's error."""
+
+  def __init__(self, path):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    self._path, self._gfile, self._op_error = path, tf.io.gfile, tf.errors.OpError
+
+  def __getattr__(self, name):
+    function = getattr(self._gfile, name)
+
+    def call(*args, **kwargs):
+      try:
+        return function(*args, **kwargs)
+      except self._op_error as e:
+        raise os_error(e, self._path) from None
+
+    return call
+
+
+def os_error(error, path):
+  """The OSError (FileNotFoundError, PermissionError) of TensorFlow's OpError `error` on `path`:
+  "<path>: <the error's first line>"."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  return tf.io.gfile
+  kind = {
+    tf.errors.NotFoundError: FileNotFoundError,
+    tf.errors.PermissionDeniedError: PermissionError,
+    tf.errors.UnauthenticatedError: PermissionError,
+  }.get(type(error), OSError)
+  why = (error.message or type(error).__name__).strip().splitlines()[0]
+  return kind(f"{path}: {why}")
 
 
 def check_scheme(path, flag=None):
   """Refuses (cli.InputError "[--<flag> ]<path>: ...") a remote path whose scheme TensorFlow has no
-  file system for (s3:// without its plugin, a typo): one line, before the command does any work."""
+  file system for (s3:// without its plugin, a typo), or that cannot be reached (a bucket without
+  network or credentials): one line, before the command does any work."""
   if not is_remote(path):
     return
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   scheme = path.split("://", 1)[0]
   known = [s for s in tf.io.gfile.get_registered_schemes() if s and s != "file"]
+  where = f"--{flag} {path}" if flag else path
   if scheme not in known:
-    where = f"--{flag} {path}" if flag else path
     raise cli.InputError(
       f"{where}: TensorFlow has no file system for {scheme}:// (it has "
       f"{', '.join(s + '://' for s in sorted(known))}; s3:// and hdfs:// need "
       "tensorflow-io); give a local path or one of those"
     )
+  try:
+    exists(path)  # one request: a bucket out of reach says so here, not mid-run
+  except OSError as e:
+    why = str(e).removeprefix(f"{path}: ")
+    raise cli.InputError(
+      f"{where}: cannot reach it ({why}); check the network and the credentials"
+    ) from None
 
 
 def check_schemes(params, pairs=()):
   """`check_scheme` on every path of `params`' `cli.INPUT`/`cli.OUTPUT` fields and of `pairs`
   ([(flag, value)]): comma-separated lists, NAME=SPEC and backend prefixes (kenlm:PATH) included."""
+  for flag, path in _flag_paths(params, pairs):
+    check_scheme(path, flag)
+
+
+def refuse_remote(params, why, pairs=()):
+  """Refuses (cli.InputError "--<flag> <path>: <why>; ...") the first remote path of `params`'
+  `cli.INPUT`/`cli.OUTPUT` fields and of `pairs` ([(flag, value)]): the one line, before any
+  work, of a command whose tools read or write local files only (KenLM's programs)."""
+  for flag, path in _flag_paths(params, pairs):
+    if is_remote(path):
+      raise cli.InputError(
+        f"--{flag} {path}: {why}; copy it to or from a local path (gcloud storage cp)"
+      )
+
+
+def _flag_paths(params, pairs):
+  """[(flag, path)] of `check_schemes`' fields and `pairs`, each list, NAME=SPEC and prefix
+  (kenlm:PATH) read to its paths."""
+  found = []
   values = cli.io_values(params, cli.INPUT) + cli.io_values(params, cli.OUTPUT) + list(pairs)
   for flag, value in values:
     for item in value if isinstance(value, (list, tuple)) else [value]:
@@ -162,8 +229,8 @@ def check_schemes(params, pairs=()):
       if not isinstance(item, str):
         continue
       for part in item.split(","):
-        part = _SCHEME.sub("", part.strip().rpartition("=")[2])
-        check_scheme(part, flag)
+        found.append((flag, _SCHEME.sub("", part.strip().rpartition("=")[2])))
+  return found
 
 
 def open_file(path, mode="r", encoding="utf-8"):
@@ -180,6 +247,11 @@ def open_file(path, mode="r", encoding="utf-8"):
 def exists(path):
   gfile = _gfile(path)
   return gfile.exists(path) if gfile else os.path.exists(path)
+
+
+def lexists(path):
+  """`os.path.lexists` of a local path (a broken link is there), `exists` of a remote one."""
+  return exists(path) if is_remote(path) else os.path.lexists(path)
 
 
 def isdir(path):
@@ -205,6 +277,17 @@ def listdir(path):
 def remove(path):
   gfile = _gfile(path)
   (gfile.remove if gfile else os.remove)(path)
+
+
+def rmdir(path):
+  """Removes the empty directory `path`; OSError if it is not one (a remote one holds files)."""
+  gfile = _gfile(path)
+  if gfile is None:
+    os.rmdir(path)
+  elif not gfile.isdir(path) or gfile.listdir(path):
+    raise OSError(errno.ENOTEMPTY, "not an empty directory", path)
+  else:
+    gfile.rmtree(path)
 
 
 def rmtree(path, ignore_errors=False):
@@ -411,11 +494,8 @@ def remove_files(root, names):
       folders.add(folder)
       folder = os.path.dirname(folder)
   for folder in sorted(folders, key=len, reverse=True):
-    if not is_remote(folder):
-      with contextlib.suppress(OSError):
-        os.rmdir(folder)
-    elif isdir(folder) and not listdir(folder):
-      rmtree(folder)
+    with contextlib.suppress(OSError):
+      rmdir(folder)
 
 
 def check_output_path(path, flag, is_dir=True):

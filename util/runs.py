@@ -9,8 +9,6 @@ import glob
 import json
 import os
 
-from absl import logging
-
 from util import cli
 from util import io_utils
 
@@ -107,7 +105,7 @@ class Record:
     self._started = False
     self._wrote = False
     self._made = []  # outputs and their folders absent when `start` recorded the run
-    recorded = self._read() if os.path.exists(self.path) else None
+    recorded = self._read() if io_utils.exists(self.path) else None
     found = self._existing()
     if recorded is None:
       if found and not adopt_unrecorded and not overwrite:
@@ -122,7 +120,7 @@ class Record:
     else:
       # A record of a version that kept none: its outputs are those changed since it was written
       # (a run records its job before it writes); an older one was there before the run.
-      since = os.stat(self.path).st_mtime_ns
+      since = _mtime(self.path)
       self.claimed = [n for n in found if _mtime(os.path.join(output_dir, n)) >= since]
     # The old run's files: those its claims name, and under a folder it claimed whole (a record of
     # an older version), only this job's outputs.
@@ -173,7 +171,7 @@ class Record:
       io_utils.remove_files(self.output_dir, self.recorded + owned)
       self.recorded = []
     named = _folders(self.outputs) + [o for o in self.outputs if not glob.has_magic(o)]
-    self._made = [n for n in named if not os.path.lexists(self._path(n))]
+    self._made = [n for n in named if not io_utils.lexists(self._path(n))]
     # The old claims stay (a resume of the same job), then this job's outputs.
     claimed = [n for n in self.claimed if not self.overwrite] + self.recorded + self.outputs
     record = dict(self.identity, **{RECORDED: list(dict.fromkeys(claimed))})
@@ -194,10 +192,10 @@ class Record:
     # A folder this run made for an output it then could not write (a full disk) holds nothing.
     for name in sorted(self._made, key=len, reverse=True):  # a file is no folder: kept
       with contextlib.suppress(OSError):
-        os.rmdir(self._path(name))
+        io_utils.rmdir(self._path(name))
     if not self._existing():
       with contextlib.suppress(OSError):
-        os.remove(self.path)
+        io_utils.remove(self.path)
       self._started = self._wrote = False
 
 
@@ -227,7 +225,7 @@ def _folders(outputs):
 
 
 def _mtime(path):
-  return os.lstat(path).st_mtime_ns
+  return io_utils.stat(path)[1] if io_utils.is_remote(path) else os.lstat(path).st_mtime_ns
 
 
 def another_job(where, recorded, identity):
@@ -266,16 +264,3 @@ def _show(value):
   if isinstance(value, dict):
     return json.dumps(value)
   return str(value)
-
-
-def unrecorded_remote(output_dir):
-  """True, with a warning saying so, for a remote `output_dir` (gs://...): it keeps no run record
-  (Record reads local stats and mtimes), so a second job into it is not refused."""
-  if not io_utils.is_remote(output_dir):
-    return False
-  logging.warning(
-    "%s is not a local path: no %s; another job writing into it is not refused",
-    output_dir,
-    RECORD_FILE,
-  )
-  return True
