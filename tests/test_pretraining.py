@@ -61,7 +61,7 @@ TINY = {k: v for k, v in dict(conftest.TINY, **WIDER).items() if k != "vocab_siz
 def data_dir(tmp_path_factory):
   """Records of ~1000 real sentences (the first book of the Gutenberg subset:
   licence header, wrapped lines and all) with a 600-piece WordPiece vocab."""
-  from pretraining import pretraining_data  # pylint: disable=g-import-not-at-top
+  from pretraining import data_job  # pylint: disable=g-import-not-at-top
 
   gutenberg = corpus.default_gutenberg_tar(conftest.data_dir_or_skip(corpus.GUTENBERG_SUBDIR))
   root = tmp_path_factory.mktemp("pretraining_data")
@@ -71,7 +71,7 @@ def data_dir(tmp_path_factory):
   excerpt = root / "excerpt.txt"
   excerpt.write_text("\n".join(text.splitlines()[:3000]) + "\n")
   out = root / "data"
-  pretraining_data.create_pretraining_data(
+  data_job.create_pretraining_data(
     [str(excerpt)],
     str(out),
     vocab_size=600,
