@@ -1,6 +1,7 @@
 """Sentences -> vocab -> sharded, unpadded TFRecords for T-TA, biLM and uniLM pretraining.
 
-pretraining/pretraining_data.py builds them; the data: docs/DESIGN.md §3.1, the output: §5.2.
+pretraining/data_job.py runs the job on pretraining/pretraining_data.py's library; the data:
+docs/DESIGN.md §3.1, the output: §5.2.
 
   python create_pretraining_data.py --input_file=work/corpus_ls/train.txt \\
     --eval_file=work/corpus_ls/eval.txt --vocab_size=8000 --output_dir=work/records_ls8k
@@ -12,7 +13,7 @@ Streams on every core (--num_workers); kill it and run it again to resume. Acros
 from util import startup_log  # noqa: F401  # isort: skip (first: holds TF's start-up log)
 import json
 
-from pretraining import pretraining_data
+from pretraining import data_job
 from pretraining import pretraining_records
 from util import cli
 
@@ -24,14 +25,14 @@ def define_flags():
   this module may define flags of the same names (--output_dir, ...) itself,
   and absl refuses a second definition.
   """
-  cli.define_param_flags(pretraining_data.JobParams)
+  cli.define_param_flags(data_job.JobParams)
 
 
 def main(argv):
   del argv  # Unused.
-  job = cli.params(pretraining_data.JobParams)
+  job = cli.params(data_job.JobParams)
   with cli.user_input():
-    stats = pretraining_data.run(job)
+    stats = data_job.run(job)
   if "part" in stats:  # one job of several: the merge writes data_stats.json
     print(json.dumps(stats, sort_keys=True))
     return

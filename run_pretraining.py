@@ -1,8 +1,8 @@
 # coding=utf-8
-"""Pretrains a T-TA, biLM or uniLM: flags -> `training.TrainParams` -> train.
+"""Pretrains a T-TA, biLM or uniLM: flags -> `training_job.TrainParams` -> `training_job.run`.
 
 Each flag is a `TrainParams` field (the model-size flags and --config_json override config
-fields). pretraining/training.py owns the loop, checkpoints, resume and signals; the manual and
+fields). pretraining/training_job.py owns the run, checkpoints, resume and signals; the manual and
 exit codes: README "Pretrain"; the design: docs/DESIGN.md §3.
 
   python run_pretraining.py --model_type=tta --input_file='data/train-*.tfrecord' \\
@@ -21,21 +21,21 @@ os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
 
-from pretraining import training
+from pretraining import training_job
 from pretraining import training_loop
 from util import cli
 
 
 def define_flags(flag_values=flags.FLAGS):
   """Defines the command-line flags (BERT's names where BERT has them), in `flag_values`."""
-  cli.define_param_flags(training.TrainParams, flag_values)
+  cli.define_param_flags(training_job.TrainParams, flag_values)
 
 
 def main(argv):
   del argv
   # cli.run prints a cli.InputError (a bad flag; training_loop.OutputDirBusy) as one line.
   try:
-    summary = training.run(cli.params(training.TrainParams))
+    summary = training_job.run(cli.params(training_job.TrainParams))
   except training_loop.WorkerLost as e:
     training_loop.exit_unfinished(str(e))
   if summary["stopped_by"] == training_loop.NONFINITE:

@@ -112,12 +112,15 @@ def run(params):
   if params.vectors != "none" and not hasattr(lm, "sentence_vectors"):
     raise cli.InputError(f"--vectors needs a neural LM; {params.model_dir} is not one")
   if params.output_file == "-":
+    lines = resumable.InputLines(params.input_file)
+    # Counted for the progress bar only where counting does not use the input up (a pipe, stdin).
+    total = lines.count() if io_utils.reads_twice(params.input_file) else None
     score_stream(
       lm,
-      _numbered(resumable.InputLines(params.input_file)),
+      _numbered(lines),
       _write_stdout,
       params,
-      progress_lib.Progress("score", total=_count_lines(params.input_file), unit="lines"),
+      progress_lib.Progress("score", total=total, unit="lines"),
     )
   else:
     score_to_file(lm, params)
@@ -277,15 +280,6 @@ def _line_batches(numbered, batch_size):
       batch = []
   if batch:
     yield batch
-
-
-def _count_lines(path):
-  """The lines of `path` for the progress bar, None for an input that reads only once (stdin, a
-  pipe, a FIFO, a device: `io_utils.reads_twice`), which counting would use up."""
-  if not io_utils.reads_twice(path):
-    return None
-  with io_utils.open_file(path, "rb") as f:
-    return sum(1 for _ in f)
 
 
 # ----------------------------------------------------------------------------------------------

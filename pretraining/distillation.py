@@ -44,44 +44,12 @@ class Settings:
   weight: float = DEFAULT_WEIGHT
 
 
-def settings(params):
-  """The `Settings` of run_pretraining.py's params (None without --teacher); ValueError in one line
-  for flags that cannot distil."""
-  if not params.teacher:
-    for flag in ("distill_temperature", "distill_weight"):
-      if getattr(params, flag) is not None:
-        raise ValueError(f"--{flag} sets the distillation of --teacher: give it too")
-    return None
-  if kinds.get(params.model_type).target != "self":
-    raise ValueError(
-      f"--teacher distils into a T-TA kind (the kinds trained on every token: "
-      f"{', '.join(n for n, k in kinds.KINDS.items() if k.pretrainable and k.target == 'self')}), "
-      f"not --model_type={params.model_type}"
-    )
-  if params.output_layer != "softmax":
-    raise ValueError("--teacher distils into a softmax head, not --output_layer=continuous")
-  if params.use_xla or params.strategy == "tpu":
-    raise ValueError(
-      "--teacher runs a batch's masked copies in chunks of a count known only at run time: "
-      "not under --use_xla or --strategy=tpu"
-    )
-  temperature = (
-    DEFAULT_TEMPERATURE if params.distill_temperature is None else params.distill_temperature
-  )
-  weight = DEFAULT_WEIGHT if params.distill_weight is None else params.distill_weight
-  if not temperature > 0:
-    raise ValueError(f"--distill_temperature {temperature} must be > 0")
-  if not 0 <= weight <= 1:
-    raise ValueError(f"--distill_weight {weight} must be in [0, 1]")
-  return Settings(float(temperature), float(weight))
-
-
-def identity(params):
-  """The teacher's part of a run identity (util/runs.py): what its model is (reading no weights)
-  and the settings, so a resume with another teacher or settings is another job."""
-  chosen = settings(params)
+def identity(teacher, chosen):
+  """The teacher's part of a run identity (util/runs.py): what its model `teacher` (a --teacher
+  spec) is, reading no weights, and the `Settings` `chosen`, so a resume with another teacher or
+  settings is another job."""
   return {
-    "model": inference.spec_identity(params.teacher),
+    "model": inference.spec_identity(teacher),
     "temperature": chosen.temperature,
     "weight": chosen.weight,
   }
@@ -201,9 +169,10 @@ class Distiller(object):
     self.model_type = teacher.model_type
 
   @classmethod
-  def load(cls, params, strategy):
-    """The teacher of --teacher, its variables under `strategy` (it runs on every replica)."""
-    return cls(inference.load_lm(params.teacher, strategy=strategy), settings(params))
+  def load(cls, teacher, chosen, strategy):
+    """The teacher of spec `teacher` (--teacher) with `Settings` `chosen`, its variables under
+    `strategy` (it runs on every replica)."""
+    return cls(inference.load_lm(teacher, strategy=strategy), chosen)
 
   def teacher_log_probs(self, features):
     """float32 [r, V]: log q at every distilled position (`distilled_mask`) of features'

@@ -205,7 +205,12 @@ def malformed_error(path, number, raw, error):
   )
 
 
+# A block's records and its summary (`block_paths`), as globs.
+BLOCK_FILES = ("block-*.rec", "block-*.json")
+
+
 def block_paths(parts_dir, index):
+  """(records, summary) of block `index` in `parts_dir` (the names BLOCK_FILES match)."""
   stem = os.path.join(parts_dir, f"block-{index:07d}")
   return stem + ".rec", stem + ".json"
 

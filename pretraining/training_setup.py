@@ -7,6 +7,7 @@ the train/eval datasets.
 import dataclasses
 import json
 import os
+from typing import Optional
 
 from absl import logging
 import numpy as np
@@ -18,7 +19,73 @@ from lm import warm_start
 import modeling
 from pretraining import distillation
 from pretraining import input_pipeline
+from pretraining import pretraining_data
 import tokenization
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+  """What `prepare_model` decides a run's model from: run_pretraining.py's flags of that role
+  (pretraining/training_job.py's TrainParams, `training_job.role`), each as its flag means."""
+
+  # The run's directory: a resumed run's config.json and vocab.txt.
+  output_dir: str
+  # One of kinds.PRETRAINABLE.
+  model_type: str
+  # The training records' glob: their vocab.txt and data_stats.json lie beside.
+  input_file: Optional[str]
+  # The vocab; None: the records', else the run's own.
+  vocab_file: Optional[str]
+  # None: the records' data_stats.json's, else True.
+  do_lower_case: Optional[bool]
+  # A TTAConfig / BERT config JSON.
+  bert_config_file: Optional[str]
+  # {config field: value} the flags set (they win over every other source).
+  config_overrides: dict
+  # A NEW run's warm start (`warm_start.open_source`'s spec) and the source layers it takes.
+  init_checkpoint: Optional[str]
+  init_layers: Optional[list]
+  # A distilling run's teacher (`distillation.open_teacher`'s spec).
+  teacher: Optional[str]
+  # modeling.OUTPUT_LAYERS; a continuous head's targets and inference scale.
+  output_layer: str
+  target_embeddings: Optional[str]
+  continuous_logit_scale: float
+  # Longest sentence in tokens (at most the config's max_position_embeddings).
+  max_seq_length: int
+  # Seed of the random targets of a synthetic continuous head and of unmatched target words.
+  seed: int
+  # Random ids instead of records: no vocab needed.
+  synthetic_data: bool
+  # Start over: a config.json in output_dir binds nothing.
+  overwrite: bool
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DataSpec:
+  """What `make_dataset_fn` batches: run_pretraining.py's flags of the input (TrainParams',
+  `training_job.role`)."""
+
+  # Globs of the training and eval records.
+  input_file: Optional[str]
+  eval_file: Optional[str]
+  # Global batch sizes (sentences).
+  train_batch_size: int
+  eval_batch_size: int
+  # One of kinds.PRETRAINABLE: what the batches' targets are.
+  model_type: str
+  max_seq_length: int
+  # Length bucket boundaries (None: the pipeline's), or every batch padded to max_seq_length.
+  bucket_boundaries: Optional[list]
+  pad_to_max_seq_length: bool
+  # Seed of the data order and the biLM masks; the biLM masking rate.
+  seed: int
+  mlm_probability: float
+  # Random ids of this mean length instead of records.
+  synthetic_data: bool
+  synthetic_length: int
+  # Eval batches per evaluation (0: the whole eval file).
+  max_eval_steps: int
 
 
 @dataclasses.dataclass
@@ -43,34 +110,32 @@ class ModelSetup:
     model_dir.write_config_and_vocab(output_dir, self.config, self.vocab_file, tokens)
 
 
-def prepare_model(params, resuming):
+def prepare_model(spec, resuming):
   """The run's `ModelSetup`; resuming: --output_dir holds a checkpoint (a warm start is then
   ignored: the run's own weights are restored)."""
-  if params.init_layers and not params.init_checkpoint:
+  if spec.init_layers and not spec.init_checkpoint:
     raise ValueError("--init_layers picks layers of --init_checkpoint: give it too")
   source = None
-  if params.init_checkpoint and not resuming:
-    source = warm_start.open_source(params.init_checkpoint)
+  if spec.init_checkpoint and not resuming:
+    source = warm_start.open_source(spec.init_checkpoint)
   teacher = None
-  if distillation.settings(params):
-    teacher = distillation.open_teacher(params.teacher)
-  vocab_file, vocab = resolve_vocab(params, resuming, [s for s in (source, teacher) if s])
-  new_continuous = params.output_layer == "continuous" and not resuming
-  targets = _pretrained_targets(params, vocab) if new_continuous else None
+  if spec.teacher:
+    teacher = distillation.open_teacher(spec.teacher)
+  vocab_file, vocab = resolve_vocab(spec, resuming, [s for s in (source, teacher) if s])
+  new_continuous = spec.output_layer == "continuous" and not resuming
+  targets = _pretrained_targets(spec, vocab) if new_continuous else None
   config = build_config(
-    params, vocab, target_size=None if targets is None else targets.shape[1], source=source
+    spec, vocab, target_size=None if targets is None else targets.shape[1], source=source
   )
   layers = None
   if source is not None:
-    layers = warm_start.pick_layers(source, config.num_hidden_layers, params.init_layers)
+    layers = warm_start.pick_layers(source, config.num_hidden_layers, spec.init_layers)
   if teacher is not None:
-    distillation.check_teacher(
-      teacher, config, params.max_seq_length, vocab, _casing_origin(params)
-    )
+    distillation.check_teacher(teacher, config, spec.max_seq_length, vocab, _casing_origin(spec))
   if new_continuous and targets is None:
     # --synthetic_data without --target_embeddings (benchmarking only).
     targets = (
-      np.random.RandomState(params.seed)
+      np.random.RandomState(spec.seed)
       .normal(size=(config.vocab_size, config.hidden_size))
       .astype(np.float32)
     )
@@ -80,24 +145,24 @@ def prepare_model(params, resuming):
 def _data_dir_stats(input_file):
   if not input_file:
     return {}
-  path = os.path.join(os.path.dirname(input_file), "data_stats.json")
+  path = os.path.join(os.path.dirname(input_file), pretraining_data.STATS_FILE)
   if tf.io.gfile.exists(path):
     with tf.io.gfile.GFile(path) as f:
       return json.load(f)
   return {}
 
 
-def resolve_vocab(params, resuming=False, sources=()):
+def resolve_vocab(spec, resuming=False, sources=()):
   """(vocab_file, OrderedDict token -> id): --vocab_file, the data dir's, or output_dir's; a resumed
   run's own vocab.txt first (its checkpoint's ids refer to it); then the vocab of the first of
   `sources` (`warm_start.Source`s: a warm start's, a teacher's), which any other must equal.
   (None, None) for synthetic data without one.
   """
-  own = model_dir.vocab_path(params.output_dir)
+  own = model_dir.vocab_path(spec.output_dir)
   candidates = [own] if resuming else []
-  candidates.append(params.vocab_file)
-  if params.input_file:
-    candidates.append(model_dir.vocab_path(os.path.dirname(params.input_file)))
+  candidates.append(spec.vocab_file)
+  if spec.input_file:
+    candidates.append(model_dir.vocab_path(os.path.dirname(spec.input_file)))
   candidates.append(own)
   candidates.extend(source.vocab_file for source in sources)
   for path in candidates:
@@ -105,23 +170,23 @@ def resolve_vocab(params, resuming=False, sources=()):
       vocab = tokenization.load_vocab(path)
       if (
         resuming
-        and params.vocab_file
+        and spec.vocab_file
         and path == own
-        and (list(tokenization.load_vocab(params.vocab_file)) != list(vocab))
+        and (list(tokenization.load_vocab(spec.vocab_file)) != list(vocab))
       ):
         raise ValueError(
-          f"--vocab_file {params.vocab_file} differs from {own} of the run being resumed"
+          f"--vocab_file {spec.vocab_file} differs from {own} of the run being resumed"
         )
       for source in sources:
         warm_start.check_vocab(source, path, vocab)
       return path, vocab
-  if params.vocab_file:
-    raise FileNotFoundError(f"--vocab_file {params.vocab_file} not found")
-  if params.synthetic_data:
+  if spec.vocab_file:
+    raise FileNotFoundError(f"--vocab_file {spec.vocab_file} not found")
+  if spec.synthetic_data:
     return None, None
   raise FileNotFoundError(
     "no vocab: give --vocab_file, or put vocab.txt beside --input_file "
-    f"({params.input_file}) or in --output_dir ({params.output_dir})"
+    f"({spec.input_file}) or in --output_dir ({spec.output_dir})"
   )
 
 
@@ -136,52 +201,52 @@ def _resumed_config(output_dir):
   return None
 
 
-def build_config(params, vocab, target_size=None, source=None):
+def build_config(spec, vocab, target_size=None, source=None):
   """output_dir/config.json or --bert_config_file, then a warm start's `source` (the fields they
   and the flags leave out), then --config_json and the size flags; ValueError naming each
   architecture field that differs from a resumed run's, or one that contradicts the source.
   """
   # --overwrite: the config.json there is of the run this one replaces.
-  existing = None if params.overwrite else _resumed_config(params.output_dir)
+  existing = None if spec.overwrite else _resumed_config(spec.output_dir)
   given = {}
-  if params.bert_config_file:
-    given = modeling.TTAConfig.from_json_file(params.bert_config_file).to_dict()
+  if spec.bert_config_file:
+    given = modeling.TTAConfig.from_json_file(spec.bert_config_file).to_dict()
     fields = dict(given)
   elif existing is not None:
     fields = existing.to_dict()
   else:
     fields = {"vocab_size": len(vocab) if vocab else 30000}
   if source is not None:
-    given.update(params.config_overrides)
-    fields.update(warm_start.config_fields(source, given, params.init_layers))
-  fields.update(params.config_overrides)
-  if vocab is not None and "vocab_size" not in params.config_overrides:
+    given.update(spec.config_overrides)
+    fields.update(warm_start.config_fields(source, given, spec.init_layers))
+  fields.update(spec.config_overrides)
+  if vocab is not None and "vocab_size" not in spec.config_overrides:
     fields["vocab_size"] = len(vocab)
   if vocab is not None and "[MASK]" in vocab:
     fields["mask_token_id"] = vocab["[MASK]"]
-  fields.update(_head_fields(params, target_size))
-  fields.update(_text_fields(params, fields))
+  fields.update(_head_fields(spec, target_size))
+  fields.update(_text_fields(spec, fields))
   if source is not None:
-    warm_start.check_casing(source, fields["do_lower_case"], _casing_origin(params))
+    warm_start.check_casing(source, fields["do_lower_case"], _casing_origin(spec))
   config = modeling.TTAConfig.from_dict(fields)
   if vocab is not None and config.vocab_size != len(vocab):
     raise ValueError(
       f"config vocab_size {config.vocab_size:d} != {len(vocab)} tokens in the vocab file"
     )
-  if params.max_seq_length > config.max_position_embeddings:
+  if spec.max_seq_length > config.max_position_embeddings:
     raise ValueError(
-      f"--max_seq_length {params.max_seq_length:d} > max_position_embeddings "
+      f"--max_seq_length {spec.max_seq_length:d} > max_position_embeddings "
       f"{config.max_position_embeddings:d}"
     )
   if existing is not None:
-    _check_same_architecture(existing, config, params.output_dir)
+    _check_same_architecture(existing, config, spec.output_dir)
   return config
 
 
-def _head_fields(params, target_size):
-  fields = {"model_type": params.model_type, "output_layer": params.output_layer}
-  if params.output_layer == "continuous":
-    fields["continuous_logit_scale"] = params.continuous_logit_scale
+def _head_fields(spec, target_size):
+  fields = {"model_type": spec.model_type, "output_layer": spec.output_layer}
+  if spec.output_layer == "continuous":
+    fields["continuous_logit_scale"] = spec.continuous_logit_scale
     if target_size is not None:
       fields["target_embedding_size"] = target_size
   else:
@@ -189,10 +254,10 @@ def _head_fields(params, target_size):
   return fields
 
 
-def _text_fields(params, fields):
+def _text_fields(spec, fields):
   """The records' do_lower_case and normalization travel with the model (--do_lower_case wins)."""
-  data_args = _data_dir_stats(params.input_file).get("args", {})
-  do_lower_case = params.do_lower_case
+  data_args = _data_dir_stats(spec.input_file).get("args", {})
+  do_lower_case = spec.do_lower_case
   if do_lower_case is None:
     do_lower_case = data_args.get("do_lower_case", fields.get("do_lower_case", True))
   text = {"do_lower_case": bool(do_lower_case)}
@@ -201,11 +266,11 @@ def _text_fields(params, fields):
   return text
 
 
-def _casing_origin(params):
+def _casing_origin(spec):
   """What decided a run's do_lower_case (`_text_fields`), for a message."""
-  if params.do_lower_case is not None:
+  if spec.do_lower_case is not None:
     return "--do_lower_case"
-  if "do_lower_case" in _data_dir_stats(params.input_file).get("args", {}):
+  if "do_lower_case" in _data_dir_stats(spec.input_file).get("args", {}):
     return "the records' data_stats.json"
   return "the default"
 
@@ -235,17 +300,17 @@ def synthetic_vocab(vocab_size):
 # ------------------------------------------------------ target embeddings
 
 
-def _pretrained_targets(params, vocab):
-  if params.synthetic_data and not params.target_embeddings:
+def _pretrained_targets(spec, vocab):
+  if spec.synthetic_data and not spec.target_embeddings:
     return None
-  if not params.target_embeddings:
+  if not spec.target_embeddings:
     raise ValueError(
       "--output_layer=continuous needs --target_embeddings "
       "(a word-vector file or a trained model dir)"
     )
   if vocab is None:
     raise ValueError("--target_embeddings needs a vocab file")
-  table, info = load_target_embeddings(params.target_embeddings, vocab, seed=params.seed)
+  table, info = load_target_embeddings(spec.target_embeddings, vocab, seed=spec.seed)
   logging.info("target embeddings: %s", info)
   return table
 
@@ -363,7 +428,7 @@ def synthetic_dataset(
   return tf.data.Dataset.from_generator(gen, output_signature=spec).cache().repeat().prefetch(2)
 
 
-def make_dataset_fn(params, config, vocab, is_training, skip_steps=0):
+def make_dataset_fn(data, config, vocab, is_training, skip_steps=0):
   """A `distribute_datasets_from_function` dataset_fn for train or eval, past the batches of the
   first `skip_steps` steps.
 
@@ -377,46 +442,46 @@ def make_dataset_fn(params, config, vocab, is_training, skip_steps=0):
     if vocab
     else list(range(len(tokenization.SPECIAL_TOKENS)))
   )
-  global_batch = params.train_batch_size if is_training else params.eval_batch_size
+  global_batch = data.train_batch_size if is_training else data.eval_batch_size
   continuation = tokenization.continuation_flags(vocab or synthetic_vocab(config.vocab_size))
 
   def dataset_fn(ctx):
     batch_size = ctx.get_per_replica_batch_size(global_batch)
     replicas = ctx.num_replicas_in_sync // ctx.num_input_pipelines
     skip_batches = skip_steps * replicas
-    if params.synthetic_data:
+    if data.synthetic_data:
       dataset = synthetic_dataset(
         batch_size,
-        params.model_type,
-        params.synthetic_length,
+        data.model_type,
+        data.synthetic_length,
         config.vocab_size,
         mask_id,
         specials,
-        params.max_seq_length,
-        params.seed + ctx.input_pipeline_id + (0 if is_training else 7919),
-        params.mlm_probability,
+        data.max_seq_length,
+        data.seed + ctx.input_pipeline_id + (0 if is_training else 7919),
+        data.mlm_probability,
         continuation=continuation,
-        padded_length=params.max_seq_length if params.pad_to_max_seq_length else None,
+        padded_length=data.max_seq_length if data.pad_to_max_seq_length else None,
       ).skip(skip_batches)
     else:
       kwargs = {}
-      if params.bucket_boundaries:
-        kwargs["bucket_boundaries"] = params.bucket_boundaries
+      if data.bucket_boundaries:
+        kwargs["bucket_boundaries"] = data.bucket_boundaries
       dataset = input_pipeline.make_dataset(
-        params.input_file if is_training else params.eval_file,
+        data.input_file if is_training else data.eval_file,
         batch_size=batch_size,
-        model_type=params.model_type,
-        max_seq_length=params.max_seq_length,
+        model_type=data.model_type,
+        max_seq_length=data.max_seq_length,
         is_training=is_training,
         vocab_size=config.vocab_size,
         mask_id=mask_id,
         special_ids=specials,
-        seed=params.seed,
-        mlm_probability=params.mlm_probability,
+        seed=data.seed,
+        mlm_probability=data.mlm_probability,
         input_context=ctx,
         skip_batches=skip_batches,
         replicas_per_pipeline=replicas,
-        pad_to_max_seq_length=params.pad_to_max_seq_length,
+        pad_to_max_seq_length=data.pad_to_max_seq_length,
         continuation=continuation,
         **kwargs,
       )
@@ -424,7 +489,7 @@ def make_dataset_fn(params, config, vocab, is_training, skip_steps=0):
       return dataset
     # An eval pass must end: after --max_eval_steps batches, or after one
     # round of the endlessly repeated synthetic ones.
-    limit = params.max_eval_steps or (_SYNTHETIC_BATCHES if params.synthetic_data else 0)
+    limit = data.max_eval_steps or (_SYNTHETIC_BATCHES if data.synthetic_data else 0)
     return dataset.take(limit) if limit else dataset
 
   return dataset_fn

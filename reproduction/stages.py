@@ -12,6 +12,7 @@ from absl import logging
 from evaluation import comparisons
 from evaluation import significance
 import kinds
+from pretraining import pretraining_data
 from reproduction import modes
 from reproduction import reproduction_report
 from reproduction import runner
@@ -99,7 +100,7 @@ def train_args(data_dir, settings, model_type, output_dir, steps, max_eval_steps
     "--model_type=" + model_type,
     "--input_file=" + os.path.join(data_dir, "train-*.tfrecord"),
   ]
-  stats = io_utils.read_json_file(os.path.join(data_dir, "data_stats.json"))
+  stats = io_utils.read_json_file(os.path.join(data_dir, pretraining_data.STATS_FILE))
   if stats["eval"]["sentences"]:  # a corpus of very few books may have none
     args.append("--eval_file=" + os.path.join(data_dir, "eval-*.tfrecord"))
   return (
@@ -560,7 +561,7 @@ def run(params, command=None):
 
   stages.start("data")
   data_dir = stage_data(work_dir, root, settings)
-  data_stats = io_utils.read_json_file(os.path.join(data_dir, "data_stats.json"))
+  data_stats = io_utils.read_json_file(os.path.join(data_dir, pretraining_data.STATS_FILE))
   stages.start("kenlm")
   kenlm_path = stage_kenlm(work_dir, data_dir, settings)
   stages.start("plan")

@@ -1,7 +1,7 @@
 """Per-step time of length-bucketed against fixed-length (--pad_to_max_seq_length) batches.
 
 Trains the same model on the same records twice under --strategy=mirrored over --num_cpu_devices
-logical CPU devices, with run_pretraining.py's own loop (`training.train`, one step per
+logical CPU devices, with run_pretraining.py's own loop (`training_job.train`, one step per
 tf.function call, no checkpoint but the last, no eval): once with length buckets (every replica of
 a step gets one bucket: docs/DESIGN.md §3.2), once with every batch padded to --max_seq_length.
 Prints per mode the median and mean milliseconds per step (each step's time from the run's
@@ -59,10 +59,10 @@ def integers(name):
 
 def mode_params(mode, output_dir):
   """run_pretraining.py's TrainParams of `mode` (one of MODES), writing into output_dir."""
-  from pretraining import training  # pylint: disable=g-import-not-at-top
+  from pretraining import training_job  # pylint: disable=g-import-not-at-top
 
   layers, hidden, heads, ffn = integers("size")
-  return training.TrainParams(
+  return training_job.TrainParams(
     output_dir=output_dir,
     model_type=FLAGS.model_type,
     input_file=FLAGS.input_file,
@@ -106,10 +106,10 @@ def step_seconds(output_dir):
 
 def run_mode(mode, strategy, work):
   """Trains `mode` in a fresh dir of `work`; returns its figures."""
-  from pretraining import training  # pylint: disable=g-import-not-at-top
+  from pretraining import training_job  # pylint: disable=g-import-not-at-top
 
   output_dir = os.path.join(work, mode)
-  summary = training.train(mode_params(mode, output_dir), strategy)
+  summary = training_job.train(mode_params(mode, output_dir), strategy)
   seconds = step_seconds(output_dir)
   return {
     "ms_per_step_median": 1000.0 * float(np.median(seconds)),
@@ -127,12 +127,12 @@ def main(argv):
   if FLAGS.steps < 2 or FLAGS.num_cpu_devices < 2:
     raise cli.InputError("--steps and --num_cpu_devices must be at least 2")
   # Logical devices are made before TensorFlow's first op.
-  from pretraining import training  # pylint: disable=g-import-not-at-top
+  from pretraining import training_job  # pylint: disable=g-import-not-at-top
   from util import distribute_utils  # pylint: disable=g-import-not-at-top
 
   strategy = distribute_utils.get_strategy("mirrored", num_cpu_devices=FLAGS.num_cpu_devices)
   with cli.user_input():
-    training.check_data(mode_params("bucketed", ""))
+    training_job.check_data(mode_params("bucketed", ""))
   with tempfile.TemporaryDirectory() as work:
     figures = {mode: run_mode(mode, strategy, work) for mode in MODES}
   print(f"CPU: {machine.cpu_and_cores()}; commit {machine.git_commit()}")

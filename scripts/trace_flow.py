@@ -1,7 +1,7 @@
 """Which project files a training batch and a scored sentence go through (docs/DESIGN.md §1).
 
 Trains a tiny T-TA two steps and scores one sentence, each command in a child process that
-records (`sys.setprofile`) the project files run by one call of `training._run_steps` and of
+records (`sys.setprofile`) the project files run by one call of `training.run_steps` and of
 score.py's `score_batch`; prints them per phase in the order of their first call.
 
   python scripts/trace_flow.py
@@ -142,7 +142,7 @@ def main():
     )
     steps = _traced(
       tmp,
-      "pretraining.training:_run_steps",
+      "pretraining.training:run_steps",
       "run_pretraining.py",
       "--model_type=tta",
       f"--input_file={records}/train-*",

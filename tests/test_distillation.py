@@ -29,8 +29,7 @@ import modeling
 from pretraining import distillation
 from pretraining import input_pipeline
 from pretraining import losses
-from pretraining import training
-from pretraining import training_setup
+from pretraining import training_job
 import tokenization
 
 VOCAB = list(tokenization.SPECIAL_TOKENS) + list(WORDS)
@@ -206,12 +205,12 @@ def params(tmp_path, **kwargs):
     install_signal_handlers=False,
   )
   fields.update(kwargs)
-  return training.TrainParams(**fields)
+  return training_job.TrainParams(**fields)
 
 
 @pytest.mark.slow(seconds=10)
 def test_a_distilled_run_keeps_tta_self_unknown_and_records_its_teacher(tmp_path, teacher_dir):
-  summary = training.run(params(tmp_path, teacher=teacher_dir, distill_weight=0.7))
+  summary = training_job.run(params(tmp_path, teacher=teacher_dir, distill_weight=0.7))
   assert summary["finished"] and np.all(np.isfinite(summary["step_losses"]))
   run_json = json.loads((tmp_path / "run" / "run.json").read_text())
   assert run_json["teacher"]["temperature"] == 1.0 and run_json["teacher"]["weight"] == 0.7
@@ -314,7 +313,7 @@ def test_a_teacher_that_does_not_fit_is_refused_in_one_line(tmp_path, teacher_di
   )
   kwargs = {k: v.format(**paths) if isinstance(v, str) else v for k, v in kwargs.items()}
   with pytest.raises((ValueError, FileNotFoundError)) as e:
-    training_setup.prepare_model(params(tmp_path, **{"teacher": teacher_dir, **kwargs}), False)
+    training_job.prepare_model(params(tmp_path, **{"teacher": teacher_dir, **kwargs}), False)
   message = str(e.value)
   assert "\n" not in message
   assert named.format(**paths) in message

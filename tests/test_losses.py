@@ -13,6 +13,7 @@ import tensorflow as tf
 import modeling
 from pretraining import losses
 from pretraining import training
+from pretraining import training_job
 
 MAX_SEQ_LENGTH = 16  # conftest.TINY's max_position_embeddings
 SOS, EOS, MASK = 3, 1, 4
@@ -74,7 +75,7 @@ def test_constant_normalisation_matches_hand_computed_loss(model_type):
 
 
 def test_default_is_the_authors_constant():
-  assert training.TrainParams(output_dir="x").loss_normalization == "constant"
+  assert training_job.TrainParams(output_dir="x").loss_normalization == "constant"
   with pytest.raises(ValueError, match="not one of"):
     losses.constant_denominator("mean", 2, 16)
 

@@ -38,6 +38,7 @@ import modeling
 import optimization
 from pretraining import losses as losses_lib
 from pretraining import training
+from pretraining import training_job
 from pretraining import training_loop
 from pretraining import training_metrics
 from pretraining import training_setup
@@ -61,7 +62,7 @@ TINY = {k: v for k, v in dict(conftest.TINY, **WIDER).items() if k != "vocab_siz
 def data_dir(tmp_path_factory):
   """Records of ~1000 real sentences (the first book of the Gutenberg subset:
   licence header, wrapped lines and all) with a 600-piece WordPiece vocab."""
-  from pretraining import pretraining_data  # pylint: disable=g-import-not-at-top
+  from pretraining import data_job  # pylint: disable=g-import-not-at-top
 
   gutenberg = corpus.default_gutenberg_tar(conftest.data_dir_or_skip(corpus.GUTENBERG_SUBDIR))
   root = tmp_path_factory.mktemp("pretraining_data")
@@ -71,7 +72,7 @@ def data_dir(tmp_path_factory):
   excerpt = root / "excerpt.txt"
   excerpt.write_text("\n".join(text.splitlines()[:3000]) + "\n")
   out = root / "data"
-  pretraining_data.create_pretraining_data(
+  data_job.create_pretraining_data(
     [str(excerpt)],
     str(out),
     vocab_size=600,
@@ -107,7 +108,15 @@ def tiny_params(data_dir, output_dir, **kwargs):
     install_signal_handlers=False,
   )
   params.update(kwargs)
-  return training.TrainParams(**params)
+  return training_job.TrainParams(**params)
+
+
+def test_a_warmup_past_the_end_is_refused_by_the_params_themselves(tmp_path):
+  # One owner of the rule (TrainParams): the command's flags and a caller's params alike, before
+  # any file is read.
+  with pytest.raises(ValueError, match="--num_warmup_steps=5 exceeds --num_train_steps=4"):
+    training_job.TrainParams(output_dir=str(tmp_path), num_train_steps=4, num_warmup_steps=5)
+  assert training_job.TrainParams(output_dir=str(tmp_path), num_train_steps=4, num_warmup_steps=4)
 
 
 # ------------------------------------------------------- (e), (f) the losses
@@ -249,7 +258,7 @@ def trained(data_dir, tmp_path_factory):
     out = root / model_type
     results[model_type] = (
       str(out),
-      training.train(tiny_params(data_dir, out, model_type=model_type)),
+      training_job.train(tiny_params(data_dir, out, model_type=model_type)),
     )
   return results
 
@@ -297,7 +306,7 @@ def test_continuous_output_layer_trains(trained, data_dir, tmp_path):
   """ELMo-C head with the trained tta model's embeddings as targets."""
   source_dir, _ = trained["tta"]
   out = tmp_path / "continuous"
-  summary = training.train(
+  summary = training_job.train(
     tiny_params(
       data_dir,
       out,
@@ -379,12 +388,12 @@ def test_a_resumed_run_keeps_exactly_the_architecture_fields(tmp_path):
 @pytest.mark.slow(seconds=15)
 def test_resume_continues_step_and_input_position(data_dir, tmp_path):
   out = tmp_path / "resume"
-  first = training.train(
+  first = training_job.train(
     tiny_params(data_dir, out, num_train_steps=20, save_checkpoints_steps=10, eval_file=None)
   )
   assert first["final_step"] == 20 and first["input_batches"] == 20
   assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-20")
-  second = training.train(
+  second = training_job.train(
     tiny_params(data_dir, out, num_train_steps=30, save_checkpoints_steps=10, eval_file=None)
   )
   assert second["start_step"] == 20
@@ -393,11 +402,11 @@ def test_resume_continues_step_and_input_position(data_dir, tmp_path):
   assert len(second["step_losses"]) == 10
   assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-30")
   # Restarting a finished run does nothing and keeps the step.
-  third = training.train(tiny_params(data_dir, out, num_train_steps=30, eval_file=None))
+  third = training_job.train(tiny_params(data_dir, out, num_train_steps=30, eval_file=None))
   assert third["start_step"] == 30 and third["step_losses"] == []
   # A different architecture in the same output_dir is refused, as a wrong input (one line).
   with pytest.raises(cli.InputError, match="hidden_size"):
-    training.train(
+    training_job.train(
       tiny_params(data_dir, out, eval_file=None, config_overrides=dict(TINY, hidden_size=16))
     )
 
@@ -421,30 +430,30 @@ def test_num_train_steps_below_the_step_reached_is_one_line_and_exit_2(data_dir,
 def test_another_job_in_the_output_dir_is_refused_until_overwrite(data_dir, tmp_path):
   out = tmp_path / "job"
   short = dict(num_train_steps=4, num_warmup_steps=1, save_checkpoints_steps=2, eval_file=None)
-  training.train(tiny_params(data_dir, out, **short))
+  training_job.train(tiny_params(data_dir, out, **short))
   recorded = json.loads((out / runs.RECORD_FILE).read_text())
   assert recorded["learning_rate"] == 2e-3 and "num_train_steps" not in recorded
   with pytest.raises(cli.InputError) as error:
-    training.train(tiny_params(data_dir, out, **dict(short, learning_rate=1e-3)))
+    training_job.train(tiny_params(data_dir, out, **dict(short, learning_rate=1e-3)))
   assert str(error.value) == (
     f"--output_dir {out} holds another job: learning_rate 0.002 (this run: 0.001); add "
     "--overwrite to start over"
   )
   assert checkpoints.newest_first(str(out))[0].endswith("ckpt-4")  # nothing lost
-  fresh = training.train(
+  fresh = training_job.train(
     tiny_params(data_dir, out, overwrite=True, **dict(short, learning_rate=1e-3))
   )
   assert fresh["start_step"] == 0 and fresh["finished"]
   assert json.loads((out / runs.RECORD_FILE).read_text())["learning_rate"] == 1e-3
   # A dir of a version that recorded no job resumes as it did then, and is recorded.
   (out / runs.RECORD_FILE).unlink()
-  resumed = training.train(
+  resumed = training_job.train(
     tiny_params(data_dir, out, **dict(short, learning_rate=1e-3, num_train_steps=6))
   )
   assert resumed["start_step"] == 4 and (out / runs.RECORD_FILE).exists()
   # Extending a run extends its warmup too (reproduce.py's tenth of a larger budget): the same job.
   longer = dict(short, learning_rate=1e-3, num_train_steps=8, num_warmup_steps=2)
-  assert training.train(tiny_params(data_dir, out, **longer))["start_step"] == 6
+  assert training_job.train(tiny_params(data_dir, out, **longer))["start_step"] == 6
 
 
 def _truncate(path):
@@ -455,9 +464,9 @@ def _truncate(path):
 @pytest.mark.slow(seconds=20)
 def test_truncated_latest_checkpoint_resumes_from_the_one_before(data_dir, tmp_path, caplog):
   out = tmp_path / "truncated"
-  training.train(tiny_params(data_dir, out, num_train_steps=30, eval_file=None))
+  training_job.train(tiny_params(data_dir, out, num_train_steps=30, eval_file=None))
   _truncate(out / "ckpt-30.data-00000-of-00001")
-  resumed = training.train(tiny_params(data_dir, out, num_train_steps=45, eval_file=None))
+  resumed = training_job.train(tiny_params(data_dir, out, num_train_steps=45, eval_file=None))
   assert resumed["start_step"] == 15 and resumed["skip_batches"] == 15
   assert resumed["finished"] and resumed["final_step"] == 45
   warning = f"{out}/ckpt-30.data-00000-of-00001 is truncated or corrupt (Read less bytes"
@@ -471,7 +480,7 @@ def test_truncated_latest_checkpoint_resumes_from_the_one_before(data_dir, tmp_p
   with pytest.raises(
     training_loop.CheckpointError, match=r"none of the 3 checkpoints in .* be read"
   ):
-    training.train(tiny_params(data_dir, out, num_train_steps=60, eval_file=None))
+    training_job.train(tiny_params(data_dir, out, num_train_steps=60, eval_file=None))
 
 
 @pytest.mark.slow(seconds=15)
@@ -491,7 +500,7 @@ def test_full_disk_during_a_checkpoint_save_is_one_line_and_resumable(
   out = tmp_path / "full"
   monkeypatch.setattr(tf.train.CheckpointManager, "save", save_on_a_full_disk)
   with pytest.raises(training_loop.CheckpointError) as error:
-    training.train(tiny_params(data_dir, out, num_train_steps=30, eval_file=None))
+    training_job.train(tiny_params(data_dir, out, num_train_steps=30, eval_file=None))
   message = str(error.value)
   assert message.startswith(f"cannot save the checkpoint of step 30 in {out}: {out}/ckpt-30_temp")
   assert message.endswith(
@@ -499,7 +508,7 @@ def test_full_disk_during_a_checkpoint_save_is_one_line_and_resumable(
   )
   assert len(message.splitlines()) == 1
   monkeypatch.undo()
-  resumed = training.train(tiny_params(data_dir, out, num_train_steps=30, eval_file=None))
+  resumed = training_job.train(tiny_params(data_dir, out, num_train_steps=30, eval_file=None))
   assert resumed["start_step"] == 15 and resumed["finished"]
 
 
@@ -511,7 +520,7 @@ def test_output_dir_lock_refuses_a_second_run(data_dir, tmp_path):
   out.mkdir()
   with training_loop.output_dir_lock(str(out)):
     with pytest.raises(training_loop.OutputDirBusy, match=rf"pid {os.getpid()} on "):
-      training.train(
+      training_job.train(
         tiny_params(data_dir, out, num_train_steps=2, num_warmup_steps=1, eval_file=None)
       )
   # Refused before it wrote anything; the holder's lock file went with its lock.
@@ -525,7 +534,7 @@ def test_stale_lock_of_a_dead_run_is_taken_over(data_dir, tmp_path):
   # What a killed run leaves: its line in the lock file, but no flock (the
   # kernel dropped it with the process).
   (out / training_loop.LOCK_FILE).write_text("pid 999999 on elsewhere since 2026-01-01 00:00:00")
-  summary = training.train(
+  summary = training_job.train(
     tiny_params(data_dir, out, num_train_steps=2, num_warmup_steps=1, eval_file=None)
   )
   assert summary["final_step"] == 2 and summary["finished"]
@@ -540,12 +549,12 @@ def test_train_minutes_stop_is_unfinished(data_dir, tmp_path):
   """A run stopped by --train_minutes before its last step says so (the
   script exits 75 on it); the restart finishes it."""
   out = tmp_path / "budget"
-  stopped = training.train(
+  stopped = training_job.train(
     tiny_params(data_dir, out, eval_file=None, steps_per_loop=5, train_minutes=1e-6)
   )
   assert stopped["stopped_by"] == "train_minutes" and stopped["final_step"] == 5
   assert not stopped["finished"]
-  resumed = training.train(tiny_params(data_dir, out, eval_file=None))
+  resumed = training_job.train(tiny_params(data_dir, out, eval_file=None))
   assert resumed["start_step"] == 5 and resumed["finished"]
 
 
@@ -597,7 +606,7 @@ def test_loss_normalization_flag_reaches_the_train_loop(
   argv = _script_args(data_dir, out, f"--loss_normalization={normalization}", "--num_train_steps=2")
   pretraining_flags(argv[1:])
   params = dataclasses.replace(
-    cli.params(training.TrainParams, pretraining_flags), install_signal_handlers=False
+    cli.params(training_job.TrainParams, pretraining_flags), install_signal_handlers=False
   )
   denominators = []
   make_train_loop = training.make_train_loop
@@ -608,7 +617,7 @@ def test_loss_normalization_flag_reaches_the_train_loop(
     return make_train_loop(*args, **kwargs)
 
   monkeypatch.setattr(training, "make_train_loop", recording)
-  assert training.train(params)["finished"]
+  assert training_job.train(params)["finished"]
   # _script_args trains batches of 8 sentences of up to 48 tokens.
   want = {"constant": 8 * 48.0, "per_batch_tokens": None}[normalization]
   assert denominators and set(denominators) == {want}
@@ -700,13 +709,17 @@ def _checkpoint_values(output_dir):
 def _first_batches(params, dataset_seed_scope=True, count=3):
   """The first `count` training batches of `params` as `train` builds them (global seeds of
   --init_seed, the data under --seed's); without `dataset_seed_scope`, under --init_seed's."""
-  keras.utils.set_random_seed(training._init_seed(params))
-  setup = training_setup.prepare_model(params, resuming=False)
+  keras.utils.set_random_seed(training_job._init_seed(params))
+  setup = training_job.prepare_model(params, resuming=False)
   strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
   if dataset_seed_scope:
-    iterator = training.training_iterator(params, strategy, setup, 0)
+    iterator = training.training_iterator(
+      training_job.role(training_setup.DataSpec, params), params.init_seed, strategy, setup, 0
+    )
   else:
-    dataset_fn = training_setup.make_dataset_fn(params, setup.config, setup.vocab, True)
+    dataset_fn = training_setup.make_dataset_fn(
+      training_job.role(training_setup.DataSpec, params), setup.config, setup.vocab, True
+    )
     iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
   return [tf.nest.map_structure(lambda x: x.numpy(), next(iterator)) for _ in range(count)]
 
@@ -730,7 +743,7 @@ def test_init_seed_changes_the_weights_but_not_the_batches(data_dir, tmp_path):
   # order differs, so the equality above is the data-order scope's doing.
   assert not _same_batches(_first_batches(base), _first_batches(other, dataset_seed_scope=False))
   for params in (base, other):
-    training.train(
+    training_job.train(
       dataclasses.replace(params, num_train_steps=2, num_warmup_steps=1, save_checkpoints_steps=2)
     )
   weights = {p.output_dir: _checkpoint_values(p.output_dir) for p in (base, other)}
@@ -817,8 +830,8 @@ def test_a_stop_between_saves_resumes_bit_identically(
     install_signal_handlers=True,
   )
   whole, stopped = tmp_path / "whole", tmp_path / "stopped"
-  assert training.train(tiny_params(data_dir, whole, **options))["finished"]
-  run_steps = training._run_steps
+  assert training_job.train(tiny_params(data_dir, whole, **options))["finished"]
+  run_steps = training.run_steps
 
   def sigterm_during_step_7(train_loop, iterator, num, state, *args):
     before = state.step
@@ -832,10 +845,10 @@ def test_a_stop_between_saves_resumes_bit_identically(
 
   with monkeypatch.context() as patch:
     patch.setattr(training, "_run_steps", sigterm_during_step_7)
-    first = training.train(tiny_params(data_dir, stopped, **options))
+    first = training_job.train(tiny_params(data_dir, stopped, **options))
   assert first["stopped_by"] == "signal 15" and first["final_step"] == stop_step
   assert tf.train.latest_checkpoint(str(stopped)).endswith(f"ckpt-{stop_step}")
-  second = training.train(tiny_params(data_dir, stopped, **options))
+  second = training_job.train(tiny_params(data_dir, stopped, **options))
   assert second["start_step"] == stop_step and second["finished"]
   want, got = _checkpoint_values(whole), _checkpoint_values(stopped)
   assert sorted(got) == sorted(want)
@@ -867,14 +880,14 @@ from pretraining import training
 
 stop_step, signum = int(sys.argv[1]), getattr(signal, sys.argv[2])
 sys.argv = sys.argv[3:]
-run_steps = training._run_steps
+run_steps = training.run_steps
 
 def run_steps_then_signal(train_loop, iterator, num, state, *args):
   run_steps(train_loop, iterator, num, state, *args)
   if state.step == stop_step:
     os.kill(os.getpid(), signum)
 
-training._run_steps = run_steps_then_signal
+training.run_steps = run_steps_then_signal
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
@@ -1005,10 +1018,10 @@ import sys
 from util import distribute_utils
 strategy = distribute_utils.get_strategy("mirrored", num_cpu_devices=2)
 import numpy as np, tensorflow as tf
-from pretraining import training, training_setup
+from pretraining import training, training_job, training_setup
 
 def params(**kwargs):
-  return training.TrainParams(
+  return training_job.TrainParams(
       output_dir=sys.argv[2], input_file=sys.argv[1] + "/train-*.tfrecord",
       config_overrides={"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                         "intermediate_size": 64, "max_position_embeddings": 64},
@@ -1017,8 +1030,9 @@ def params(**kwargs):
 
 def steps(p, skip_steps, count):
   # Each step's per-replica batches, as numpy.
-  setup = training_setup.prepare_model(p, resuming=False)
-  iterator = training.training_iterator(p, strategy, setup, skip_steps)
+  setup = training_job.prepare_model(p, resuming=False)
+  data = training_job.role(training_setup.DataSpec, p)
+  iterator = training.training_iterator(data, p.init_seed, strategy, setup, skip_steps)
   return [[{k: v.numpy() for k, v in replica.items()}
            for replica in strategy.experimental_local_results(next(iterator))]
           for _ in range(count)]

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from pretraining import data_job
 from pretraining import pretraining_data
 from pretraining import pretraining_records
 from text import corpus
@@ -54,7 +55,7 @@ def gutenberg_tar():
 def gutenberg(gutenberg_tar, tmp_path_factory):
   """Records from the first Gutenberg book, through corpus.py."""
   out = str(tmp_path_factory.mktemp("gutenberg_records"))
-  stats = pretraining_data.create_pretraining_data(gutenberg_tar, out, **_GUTENBERG_ARGS)
+  stats = data_job.create_pretraining_data(gutenberg_tar, out, **_GUTENBERG_ARGS)
   with open(os.path.join(out, pretraining_data.CORPUS_SUBDIR, "train.txt"), encoding="utf-8") as f:
     numbered = [(n, s.strip()) for n, s in enumerate(f.read().split("\n"), 1) if s.strip()]
   tokenizer = tokenization.FullTokenizer(os.path.join(out, "vocab.txt"), do_lower_case=True)
@@ -136,7 +137,7 @@ def test_gutenberg_rerun_skips_and_rebuild_removes_stale_shards(gutenberg, guten
   out, stats, _, _ = gutenberg
   shards = sorted(glob.glob(os.path.join(out, "train-*")))
   mtimes = [os.stat(p).st_mtime_ns for p in shards]
-  again = pretraining_data.create_pretraining_data(gutenberg_tar, out, **_GUTENBERG_ARGS)
+  again = data_job.create_pretraining_data(gutenberg_tar, out, **_GUTENBERG_ARGS)
   assert again["reused"] is True
   assert again["fingerprint"] == stats["fingerprint"]
   assert [os.stat(p).st_mtime_ns for p in shards] == mtimes
@@ -148,7 +149,7 @@ def test_gutenberg_rerun_skips_and_rebuild_removes_stale_shards(gutenberg, guten
   args = dict(
     _GUTENBERG_ARGS, num_shards=2, vocab_file=vocab, vocab_size=None, vocab_learn_params=None
   )
-  rebuilt = pretraining_data.create_pretraining_data(gutenberg_tar, out, **args)
+  rebuilt = data_job.create_pretraining_data(gutenberg_tar, out, **args)
   assert "reused" not in rebuilt
   assert sorted(os.path.basename(p) for p in glob.glob(os.path.join(out, "train-*"))) == [
     "train-00000-of-00002.tfrecord",
@@ -172,10 +173,10 @@ def test_malformed_line_raises_with_location_or_is_skipped(gutenberg, tmp_path):
     [b"A good first sentence.\n", b"   \n", b"Caf\xe9 in Latin-1.\n", b"Another good one.\n"],
   )
   with pytest.raises(ValueError, match=r"bad\.txt:3: not valid UTF-8"):
-    pretraining_data.create_pretraining_data(
+    data_job.create_pretraining_data(
       bad, str(tmp_path / "strict"), vocab_file=vocab, eval_fraction=0.0
     )
-  stats = pretraining_data.create_pretraining_data(
+  stats = data_job.create_pretraining_data(
     bad, str(tmp_path / "lenient"), vocab_file=vocab, eval_fraction=0.0, skip_malformed=True
   )
   assert stats["train"]["sentences"] == 2
@@ -191,7 +192,7 @@ def test_sentence_files_held_out_by_hash_or_eval_file(gutenberg, tmp_path):
   vocab = os.path.join(out, "vocab.txt")
   text = [(s + "\n").encode("utf-8") for s in sentences[:400]]
   train = _write_lines(tmp_path / "train.txt", text)
-  stats = pretraining_data.create_pretraining_data(
+  stats = data_job.create_pretraining_data(
     train,
     str(tmp_path / "a"),
     vocab_file=vocab,
@@ -207,18 +208,18 @@ def test_sentence_files_held_out_by_hash_or_eval_file(gutenberg, tmp_path):
   assert not train_ids & eval_ids
 
   evalf = _write_lines(tmp_path / "eval.txt", text[:10])
-  stats = pretraining_data.create_pretraining_data(
+  stats = data_job.create_pretraining_data(
     train, str(tmp_path / "b"), vocab_file=vocab, eval_files=evalf
   )
   assert stats["train"]["sentences"] == 400
   assert stats["eval"]["sentences"] == 10
 
   with pytest.raises(ValueError, match="normalization"):
-    pretraining_data.create_pretraining_data(
+    data_job.create_pretraining_data(
       train, str(tmp_path / "c"), vocab_file=vocab, normalization="librispeech"
     )
   with pytest.raises(ValueError, match="matches no file"):
-    pretraining_data.create_pretraining_data(
+    data_job.create_pretraining_data(
       str(tmp_path / "nothing*.txt"), str(tmp_path / "d"), vocab_file=vocab
     )
 
@@ -293,8 +294,8 @@ def test_any_worker_count_and_block_size_give_the_same_bytes(
   corpus_600, reference_vocab, tmp_path, small_units, monkeypatch
 ):
   path, _ = corpus_600
-  pretraining_data.create_pretraining_data(path, str(tmp_path / "w1"), **_args(reference_vocab))
-  pretraining_data.create_pretraining_data(
+  data_job.create_pretraining_data(path, str(tmp_path / "w1"), **_args(reference_vocab))
+  data_job.create_pretraining_data(
     path, str(tmp_path / "w2"), **_args(reference_vocab, num_workers=2)
   )
   one = _outputs(tmp_path / "w1")
@@ -302,9 +303,9 @@ def test_any_worker_count_and_block_size_give_the_same_bytes(
   assert one == _outputs(tmp_path / "w2")
   # Blocks three times larger: other work units, the same records in the same order.
   monkeypatch.setattr(pretraining_data, "BLOCK_BYTES", 6000)
-  pretraining_data.create_pretraining_data(path, str(tmp_path / "big"), **_args(reference_vocab))
+  data_job.create_pretraining_data(path, str(tmp_path / "big"), **_args(reference_vocab))
   assert one == _outputs(tmp_path / "big")
-  assert not os.path.exists(tmp_path / "w1" / pretraining_data.PARTS_SUBDIR)
+  assert not os.path.exists(tmp_path / "w1" / data_job.PARTS_SUBDIR)
 
 
 def _records(directory, split="train"):
@@ -323,7 +324,7 @@ def test_records_are_every_sentence_once_spread_over_shards_and_shuffled(
   sentences = _sentences(1200, seed=1)
   path = _text_file(tmp_path / "c.txt", sentences)
   out = str(tmp_path / "out")
-  stats = pretraining_data.create_pretraining_data(
+  stats = data_job.create_pretraining_data(
     path, out, **_args(reference_vocab, max_seq_length=256, num_shards=4, eval_fraction=0.0)
   )
   tokenizer = tokenization.FullTokenizer(reference_vocab)
@@ -348,7 +349,7 @@ def test_killed_block_work_resumes_without_redoing_blocks_and_ends_the_same(
   corpus_600, reference_vocab, tmp_path, small_units, monkeypatch
 ):
   path, _ = corpus_600
-  pretraining_data.create_pretraining_data(path, str(tmp_path / "whole"), **_args(reference_vocab))
+  data_job.create_pretraining_data(path, str(tmp_path / "whole"), **_args(reference_vocab))
   make_block = pretraining_records.make_block
   calls = []
 
@@ -361,12 +362,12 @@ def test_killed_block_work_resumes_without_redoing_blocks_and_ends_the_same(
   monkeypatch.setattr(pretraining_records, "make_block", dies_after_5)
   out = str(tmp_path / "resumed")
   with pytest.raises(KeyboardInterrupt):
-    pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
+    data_job.create_pretraining_data(path, out, **_args(reference_vocab))
   assert not os.path.exists(os.path.join(out, "data_stats.json"))
   done = calls[:]
   calls.clear()
   monkeypatch.setattr(pretraining_records, "make_block", _counting(make_block, calls))
-  pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
+  data_job.create_pretraining_data(path, out, **_args(reference_vocab))
   assert not set(done) & set(calls) and len(done) == 5 and calls  # only the rest was made
   assert _outputs(out) == _outputs(tmp_path / "whole")
 
@@ -383,7 +384,7 @@ def test_killed_assembly_resumes_after_the_finished_shards(
   corpus_600, reference_vocab, tmp_path, small_units, monkeypatch
 ):
   path, _ = corpus_600
-  pretraining_data.create_pretraining_data(path, str(tmp_path / "whole"), **_args(reference_vocab))
+  data_job.create_pretraining_data(path, str(tmp_path / "whole"), **_args(reference_vocab))
   write_records = pretraining_records.write_records
   written = []
 
@@ -397,11 +398,11 @@ def test_killed_assembly_resumes_after_the_finished_shards(
   monkeypatch.setattr(pretraining_records, "write_records", dies_in_shard_2)
   out = str(tmp_path / "resumed")
   with pytest.raises(KeyboardInterrupt):
-    pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
+    data_job.create_pretraining_data(path, out, **_args(reference_vocab))
   first = written[:]
   mtimes = [os.stat(p).st_mtime_ns for p in first]
   monkeypatch.setattr(pretraining_records, "write_records", write_records)
-  pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
+  data_job.create_pretraining_data(path, out, **_args(reference_vocab))
   assert [os.stat(p).st_mtime_ns for p in first] == mtimes  # not written again
   assert _outputs(out) == _outputs(tmp_path / "whole")
 
@@ -410,20 +411,20 @@ def test_jobs_merged_equal_one_job_and_the_merge_checks_its_parts(
   corpus_600, reference_vocab, tmp_path, small_units
 ):
   path, _ = corpus_600
-  pretraining_data.create_pretraining_data(path, str(tmp_path / "one"), **_args(reference_vocab))
+  data_job.create_pretraining_data(path, str(tmp_path / "one"), **_args(reference_vocab))
   out = str(tmp_path / "jobs")
   jobs = _args(reference_vocab, num_jobs=2)
   with pytest.raises(cli.InputError, match=r"job-00000-of-00002 is missing: run .* --job_id=0"):
-    pretraining_data.create_pretraining_data(path, out, merge=True, **jobs)
-  part = pretraining_data.create_pretraining_data(path, out, job_id=1, **jobs)
+    data_job.create_pretraining_data(path, out, merge=True, **jobs)
+  part = data_job.create_pretraining_data(path, out, job_id=1, **jobs)
   assert part["part"] == 1 and not os.path.exists(os.path.join(out, "data_stats.json"))
   with pytest.raises(cli.InputError, match=r"job-00000-of-00002 is missing"):
-    pretraining_data.create_pretraining_data(path, out, merge=True, **jobs)
+    data_job.create_pretraining_data(path, out, merge=True, **jobs)
   # Another job (another seed) is refused, in one line naming what differs.
   with pytest.raises(cli.InputError, match=r"holds unfinished parts of another job: .*overwrite"):
-    pretraining_data.create_pretraining_data(path, out, job_id=0, **dict(jobs, random_seed=7))
-  pretraining_data.create_pretraining_data(path, out, job_id=0, **jobs)
-  pretraining_data.create_pretraining_data(path, out, merge=True, **jobs)
+    data_job.create_pretraining_data(path, out, job_id=0, **dict(jobs, random_seed=7))
+  data_job.create_pretraining_data(path, out, job_id=0, **jobs)
+  data_job.create_pretraining_data(path, out, merge=True, **jobs)
   assert _outputs(out) == _outputs(tmp_path / "one")
 
 
@@ -444,7 +445,7 @@ def test_another_jobs_unfinished_dir_is_refused_on_one_line(
 
   monkeypatch.setattr(pretraining_records, "make_block", dies)
   with pytest.raises(KeyboardInterrupt):
-    pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
+    data_job.create_pretraining_data(path, out, **_args(reference_vocab))
   monkeypatch.setattr(pretraining_records, "make_block", make_block)
   result = commands.run(
     "create_pretraining_data.py",
@@ -484,7 +485,7 @@ def test_compressed_directory_and_glob_inputs_read_as_plain(
   halves = [sentences[:300], sentences[300:]]
   _text_file(plain / "part-0.txt", halves[0])
   _text_file(plain / "part-1.txt", halves[1])
-  pretraining_data.create_pretraining_data(
+  data_job.create_pretraining_data(
     str(plain / "part-*.txt"), str(tmp_path / "out_plain"), **_args(reference_vocab)
   )
   expected = _outputs(tmp_path / "out_plain")
@@ -499,9 +500,7 @@ def test_compressed_directory_and_glob_inputs_read_as_plain(
     _text_file(directory / f"part-0.txt.{name}", halves[0], opener)
     _text_file(directory / f"part-1.txt.{name}", halves[1], opener)
     out = tmp_path / f"out_{name}"
-    stats = pretraining_data.create_pretraining_data(
-      str(directory), str(out), **_args(reference_vocab)
-    )
+    stats = data_job.create_pretraining_data(str(directory), str(out), **_args(reference_vocab))
     assert len(stats["input_sha256"]) == 2
     got = _outputs(out)
     got["data_stats.json"] = {
@@ -608,18 +607,18 @@ def test_a_finished_part_cut_short_is_made_again_by_the_job_the_merge_names(
   """Issue 56: the merge refused such a part and advised its --job_id, which found its done marker
   and did nothing: the two refused each other in a loop."""
   path, _ = corpus_600
-  pretraining_data.create_pretraining_data(path, str(tmp_path / "one"), **_args(reference_vocab))
+  data_job.create_pretraining_data(path, str(tmp_path / "one"), **_args(reference_vocab))
   out = str(tmp_path / "jobs")
   jobs = _args(reference_vocab, num_jobs=2)
   for job_id in range(2):
-    pretraining_data.create_pretraining_data(path, out, job_id=job_id, **jobs)
-  part = os.path.join(out, pretraining_data.PARTS_SUBDIR, "job-00001-of-00002")
+    data_job.create_pretraining_data(path, out, job_id=job_id, **jobs)
+  part = os.path.join(out, data_job.PARTS_SUBDIR, "job-00001-of-00002")
   records = sorted(glob.glob(os.path.join(part, "block-*.rec")))[0]
   os.truncate(records, os.path.getsize(records) // 2)
   with pytest.raises(cli.InputError, match=r"1 blocks to do\): run .* --job_id=1 --num_jobs=2"):
-    pretraining_data.create_pretraining_data(path, out, merge=True, **jobs)
-  pretraining_data.create_pretraining_data(path, out, job_id=1, **jobs)  # as the refusal says
-  pretraining_data.create_pretraining_data(path, out, merge=True, **jobs)
+    data_job.create_pretraining_data(path, out, merge=True, **jobs)
+  data_job.create_pretraining_data(path, out, job_id=1, **jobs)  # as the refusal says
+  data_job.create_pretraining_data(path, out, merge=True, **jobs)
   assert _outputs(out) == _outputs(tmp_path / "one")
 
 
@@ -669,7 +668,7 @@ def test_ctrl_c_with_two_workers_is_one_line_and_the_rerun_ends_as_an_uninterrup
     start_new_session=True,
   )
   try:
-    part = out / pretraining_data.PARTS_SUBDIR / "job-00000-of-00001"
+    part = out / data_job.PARTS_SUBDIR / "job-00000-of-00001"
     while process.poll() is None and not list(part.glob("block-*.json")):
       time.sleep(0.05)
     os.killpg(process.pid, signal.SIGINT)
@@ -724,8 +723,8 @@ def test_vocab_learner_reads_a_seeded_sample_of_training_sentences(
 
   monkeypatch.setattr(tokenization, "build_vocab", learner)
   args = _args(None, vocab_file=None, vocab_size=100, vocab_max_sentences=200)
-  pretraining_data.create_pretraining_data(path, str(tmp_path / "a"), **args)
-  pretraining_data.create_pretraining_data(path, str(tmp_path / "b"), **dict(args, num_workers=2))
+  data_job.create_pretraining_data(path, str(tmp_path / "a"), **args)
+  data_job.create_pretraining_data(path, str(tmp_path / "b"), **dict(args, num_workers=2))
   first, second = samples
   assert first == second  # seeded
   # Each of the 600 lines kept with probability 1/3 (sd ~12), then the held-out 10% left out.
@@ -759,7 +758,7 @@ def test_kill_9_then_the_same_command_ends_as_an_uninterrupted_run(
     stdout=subprocess.DEVNULL,
     stderr=subprocess.DEVNULL,
   )
-  part = out / pretraining_data.PARTS_SUBDIR / "job-00000-of-00001" / "job.json"
+  part = out / data_job.PARTS_SUBDIR / "job-00000-of-00001" / "job.json"
   while process.poll() is None and not part.exists():
     time.sleep(0.05)
   process.kill()
@@ -776,18 +775,18 @@ def test_parts_left_by_a_kill_after_the_stamp_are_removed_by_the_rerun(
 ):
   path, _ = corpus_600
   out = str(tmp_path / "out")
-  remove_parts = pretraining_data._remove_parts
+  remove_parts = data_job._remove_parts
 
   def killed(directory):
     raise KeyboardInterrupt
 
-  monkeypatch.setattr(pretraining_data, "_remove_parts", killed)
+  monkeypatch.setattr(data_job, "_remove_parts", killed)
   with pytest.raises(KeyboardInterrupt):
-    pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
-  parts = os.path.join(out, pretraining_data.PARTS_SUBDIR)
+    data_job.create_pretraining_data(path, out, **_args(reference_vocab))
+  parts = os.path.join(out, data_job.PARTS_SUBDIR)
   assert os.path.isdir(parts) and os.path.exists(os.path.join(out, "data_stats.json"))
-  monkeypatch.setattr(pretraining_data, "_remove_parts", remove_parts)
-  again = pretraining_data.create_pretraining_data(path, out, **_args(reference_vocab))
+  monkeypatch.setattr(data_job, "_remove_parts", remove_parts)
+  again = data_job.create_pretraining_data(path, out, **_args(reference_vocab))
   assert again["reused"] is True and not os.path.exists(parts)
 
 
@@ -796,8 +795,8 @@ def test_parts_go_file_by_file_and_a_file_of_the_users_keeps_its_folder(
 ):
   # Issue 56: the whole parts/ folder went at the end, a README the user put in it too.
   path, _ = corpus_600
-  parts = tmp_path / "out" / pretraining_data.PARTS_SUBDIR
+  parts = tmp_path / "out" / data_job.PARTS_SUBDIR
   parts.mkdir(parents=True)
   (parts / "README.txt").write_text("mine\n")
-  pretraining_data.create_pretraining_data(path, str(tmp_path / "out"), **_args(reference_vocab))
+  data_job.create_pretraining_data(path, str(tmp_path / "out"), **_args(reference_vocab))
   assert os.listdir(parts) == ["README.txt"] and (parts / "README.txt").read_text() == "mine\n"

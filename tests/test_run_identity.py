@@ -18,7 +18,7 @@ from lm import inference
 from lm import scoring_job
 from nbest import conversion_job
 from nbest import rescoring_job
-from pretraining import training
+from pretraining import training_job
 import run_pretraining
 from util import cli
 from util import runs
@@ -50,7 +50,7 @@ NOT_RESULT = {
     "regularizer_weight": "per-run",  # the job's are --regularizer_weights
   },
   sts_job.JobParams: {"overwrite": "restart"},
-  training.TrainParams: {
+  training_job.TrainParams: {
     "eval_file": "evaluation",
     "eval_batch_size": "evaluation",
     "num_train_steps": "extends",
@@ -137,7 +137,7 @@ def _sts(cls, tmp_path, tiny_tta, lm, **values):
 
 
 def _pretraining(cls, tmp_path, tiny_tta, lm, **values):
-  return training.run_identity(cls(output_dir=str(tmp_path / "run"), **values))
+  return training_job.run_identity(cls(output_dir=str(tmp_path / "run"), **values))
 
 
 # Each params dataclass of a command that resumes, and its job's identity of an instance.
@@ -148,7 +148,7 @@ JOBS = {
   mwer_job.JobParams: _mwer,
   mwer_training.MwerParams: _mwer_training,
   sts_job.JobParams: _sts,
-  training.TrainParams: _pretraining,
+  training_job.TrainParams: _pretraining,
 }
 
 
@@ -183,11 +183,11 @@ _REQUIRED = {
   conversion_job.ConversionParams: {"input": "i", "output_format": "kaldi", "output_dir": "o"},
   sts_job.JobParams: {"model_dir": []},
   mwer_job.JobParams: {"init_model": "m", "output_dir": "o"},
-  training.TrainParams: {"output_dir": "o"},
+  training_job.TrainParams: {"output_dir": "o"},
 }
 # Fields marked result=False whose values another field of the identity holds.
 _FOLDED = {
-  training.TrainParams: {
+  training_job.TrainParams: {
     "config_flags",
     "init_checkpoint",
     "init_layers",
@@ -200,17 +200,17 @@ _FOLDED = {
 
 
 def test_the_config_flags_count_as_the_config_overrides_they_make(tmp_path, tiny_tta, lm):
-  flagged = training.ConfigFlags(config_json='{"hidden_size": 8}', num_hidden_layers=1)
-  by_flags = _pretraining(training.TrainParams, tmp_path, tiny_tta, lm, config_flags=flagged)
+  flagged = training_job.ConfigFlags(config_json='{"hidden_size": 8}', num_hidden_layers=1)
+  by_flags = _pretraining(training_job.TrainParams, tmp_path, tiny_tta, lm, config_flags=flagged)
   by_overrides = _pretraining(
-    training.TrainParams,
+    training_job.TrainParams,
     tmp_path,
     tiny_tta,
     lm,
     config_overrides={"hidden_size": 8, "num_hidden_layers": 1},
   )
   assert by_flags == by_overrides
-  assert by_flags != _pretraining(training.TrainParams, tmp_path, tiny_tta, lm)
+  assert by_flags != _pretraining(training_job.TrainParams, tmp_path, tiny_tta, lm)
 
 
 @pytest.mark.parametrize(
@@ -230,8 +230,8 @@ def test_mixed_precision_keeps_the_identity_of_the_boolean_it_was(args, identity
   values = flags.FlagValues()
   run_pretraining.define_flags(values)
   values(["run_pretraining.py", f"--output_dir={tmp_path}", *args])
-  params = cli.params(training.TrainParams, values)
-  assert training.run_identity(params)["mixed_precision"] == identity
+  params = cli.params(training_job.TrainParams, values)
+  assert training_job.run_identity(params)["mixed_precision"] == identity
 
 
 def _other(value):
@@ -318,7 +318,7 @@ def test_a_score_resume_with_another_flag_is_refused_naming_it(tiny_tta, tmp_pat
 def test_fixed_shapes_are_in_a_pretraining_identity_only_when_set(tmp_path):
   # A run recorded before --pad_to_max_seq_length existed (no such field) resumes unchanged;
   # a run with fixed shapes is another job than a bucketed one.
-  params = training.TrainParams(output_dir=str(tmp_path / "run"))
-  assert "pad_to_max_seq_length" not in training.run_identity(params)
+  params = training_job.TrainParams(output_dir=str(tmp_path / "run"))
+  assert "pad_to_max_seq_length" not in training_job.run_identity(params)
   fixed = dataclasses.replace(params, pad_to_max_seq_length=True)
-  assert training.run_identity(fixed)["pad_to_max_seq_length"] is True
+  assert training_job.run_identity(fixed)["pad_to_max_seq_length"] is True

@@ -25,8 +25,7 @@ from lm import checkpoints
 from lm import model_dir
 from lm import warm_start
 import modeling
-from pretraining import training
-from pretraining import training_setup
+from pretraining import training_job
 import tokenization
 
 SOURCE_LAYERS = 4
@@ -218,11 +217,11 @@ def params(tmp_path, source, **kwargs):
     max_seq_length=8,
   )
   fields.update(kwargs)
-  return training.TrainParams(**fields)
+  return training_job.TrainParams(**fields)
 
 
 def test_the_architecture_and_vocab_are_the_sources(tmp_path, headless):
-  setup = training_setup.prepare_model(params(tmp_path, headless, init_layers=[3, 0, 2]), False)
+  setup = training_job.prepare_model(params(tmp_path, headless, init_layers=[3, 0, 2]), False)
   c = setup.config
   assert (c.vocab_size, c.hidden_size, c.num_attention_heads, c.intermediate_size) == (
     22,
@@ -234,14 +233,14 @@ def test_the_architecture_and_vocab_are_the_sources(tmp_path, headless):
   assert (c.mask_token_id, c.model_type) == (4, "tta")
   assert setup.vocab_file == os.path.join(headless, "vocab.txt")
   assert setup.init_layers == [3, 0, 2]
-  flags = training.ConfigFlags(num_hidden_layers=2, max_position_embeddings=8)
-  setup = training_setup.prepare_model(params(tmp_path, headless, config_flags=flags), False)
+  flags = training_job.ConfigFlags(num_hidden_layers=2, max_position_embeddings=8)
+  setup = training_job.prepare_model(params(tmp_path, headless, config_flags=flags), False)
   assert (setup.config.num_hidden_layers, setup.config.max_position_embeddings) == (2, 8)
   assert setup.init_layers == [0, 1]
 
 
 def test_a_resumed_run_ignores_the_source(tmp_path, headless):
-  setup = training_setup.prepare_model(params(tmp_path, headless + "-gone"), resuming=True)
+  setup = training_job.prepare_model(params(tmp_path, headless + "-gone"), resuming=True)
   assert setup.init_source is None
 
 
@@ -255,7 +254,7 @@ def other_vocab(tmp_path):
   "kwargs, named",
   [
     (
-      dict(config_flags=training.ConfigFlags(hidden_size=64)),
+      dict(config_flags=training_job.ConfigFlags(hidden_size=64)),
       "hidden_size 64 (the run's flags / config) differs from 32 of --init_checkpoint hf:{src} "
       "({src}/config.json): leave it out to take the source's",
     ),
@@ -264,16 +263,16 @@ def other_vocab(tmp_path):
       "num_attention_heads 8 (the run's flags / config) differs from 4",
     ),
     (
-      dict(config_flags=training.ConfigFlags(max_position_embeddings=32)),
+      dict(config_flags=training_job.ConfigFlags(max_position_embeddings=32)),
       "max_position_embeddings 32 (the run's flags / config) is more than the 16 of",
     ),
     (dict(init_layers=[0, 4]), "--init_layers 4: --init_checkpoint hf:{src} has layers 0..3"),
     (
-      dict(init_layers=[0, 1], config_flags=training.ConfigFlags(num_hidden_layers=3)),
+      dict(init_layers=[0, 1], config_flags=training_job.ConfigFlags(num_hidden_layers=3)),
       "--init_layers names 2 source layers for a model of num_hidden_layers 3",
     ),
     (
-      dict(config_flags=training.ConfigFlags(num_hidden_layers=5)),
+      dict(config_flags=training_job.ConfigFlags(num_hidden_layers=5)),
       "num_hidden_layers 5 is more than the 4 layers of --init_checkpoint",
     ),
     (
@@ -307,12 +306,12 @@ def test_a_run_that_contradicts_its_source_is_refused_in_one_line(
   tmp_path, headless, kwargs, named
 ):
   if "config_json" in kwargs:
-    kwargs = dict(config_flags=training.ConfigFlags(config_json=kwargs["config_json"]))
+    kwargs = dict(config_flags=training_job.ConfigFlags(config_json=kwargs["config_json"]))
   kwargs = {
     k: v.format(other=other_vocab(tmp_path)) if isinstance(v, str) else v for k, v in kwargs.items()
   }
   with pytest.raises(ValueError) as e:
-    training_setup.prepare_model(params(tmp_path, headless, **kwargs), False)
+    training_job.prepare_model(params(tmp_path, headless, **kwargs), False)
   message = str(e.value)
   assert "\n" not in message
   assert named.format(src=headless, other=other_vocab(tmp_path)) in message

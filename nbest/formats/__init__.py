@@ -3,7 +3,9 @@
 
 Every reader keeps the contract of docs/DESIGN.md §5.3 (scores in natural log, higher is better;
 bad input is a ValueError starting `file:line:`); each format is one module here that registers
-itself, its reader's docstring naming the toolkit source of each rule.
+itself, its reader's docstring naming the toolkit source of each rule: `kaldi`, `espnet2`, `nemo`,
+`fairseq`, `moses`, `sockeye`, `espnet` (the shared data's layout), `mlm_json` (mlm-scoring's
+JSON), `tsv`.
 """
 
 import dataclasses
