@@ -372,19 +372,15 @@ def run_blocks(blocks, part_dir, block_dir, config, num_workers):
       bar.update(1)
     return time.time() - start
   with interrupts.worker_pool(num_workers, pretraining_records.init_worker, (config,)) as pool:
-    pending = []
     # At most two blocks per worker in flight: the parent's memory stays a few blocks.
-    for block, data in sentence_files.block_data(todo, read_all=False):
-      result = pool.apply_async(pretraining_records.make_block, (block, data))
-      pending.append((block.index, result))
-      while len(pending) >= 2 * num_workers or (pending and pending[0][1].ready()):
-        index, result = pending.pop(0)
-        result.get()
-        _publish(block_dir, part_dir, index)
-        bar.update(1)
-    for index, result in pending:
-      result.get()
-      _publish(block_dir, part_dir, index)
+    made = pool.imap(
+      pretraining_records.make_block,
+      sentence_files.block_data(todo, read_all=False),
+      in_flight=2 * num_workers,
+    )
+    # Results come in the order of `todo` (block_data's order).
+    for block, _ in zip(todo, made):
+      _publish(block_dir, part_dir, block.index)
       bar.update(1)
   return time.time() - start
 

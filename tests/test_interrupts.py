@@ -3,11 +3,17 @@ pools that Ctrl-C does not reach (the commands' stops end to end: test_score.py 
 test_pretraining_data.py, as subprocesses)."""
 
 import multiprocessing
+import os
 import signal
+import subprocess
+import sys
 
+from conftest import HANG_SECONDS
 import pytest
 
 from util import interrupts
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_sigterm_raises_interrupted_in_the_block_only():
@@ -33,8 +39,56 @@ def test_deferred_raises_a_signal_after_the_block_that_must_end():
 @pytest.mark.slow(seconds=5)
 def test_pool_workers_ignore_ctrl_c_and_end_with_the_block():
   with interrupts.worker_pool(2) as pool:
-    assert pool.map(signal.getsignal, [signal.SIGINT] * 2) == [signal.SIG_IGN] * 2
+    handlers = pool.imap(signal.getsignal, [(signal.SIGINT,)] * 4, in_flight=4)
+    assert list(handlers) == [signal.SIG_IGN] * 4
     with pytest.raises(KeyboardInterrupt):
       with interrupts.deferred():
         signal.raise_signal(signal.SIGINT)
   assert not multiprocessing.active_children()
+
+
+# A script of its own (its workers import it, and nothing heavier): a pool that waits for ever on
+# a dead worker's result (as multiprocessing.Pool did) would hang this test, and the subprocess's
+# timeout turns that hang into a failure.
+_KILLED_WORKER = """
+import multiprocessing
+import os
+import signal
+
+from util import interrupts
+
+
+def square_or_die(x):
+  if x == 3:  # as the out-of-memory killer would
+    os.kill(os.getpid(), signal.SIGKILL)
+  return x * x
+
+
+if __name__ == "__main__":
+  with interrupts.worker_pool(2) as pool:
+    squares = pool.imap(square_or_die, [(x,) for x in range(8)], in_flight=4)
+    try:
+      for x, square in enumerate(squares):
+        assert square == x * x and x < 3
+    except interrupts.WorkerDied as e:
+      print("WorkerDied:", e)
+  print("children left", len(multiprocessing.active_children()))
+"""
+
+
+@pytest.mark.slow(seconds=3)
+def test_a_killed_worker_ends_the_pool_with_one_clear_error(tmp_path):
+  script = tmp_path / "killed_worker.py"
+  script.write_text(_KILLED_WORKER)
+  proc = subprocess.run(
+    [sys.executable, str(script)],
+    cwd=REPO,
+    env=dict(os.environ, PYTHONPATH=REPO),
+    capture_output=True,
+    text=True,
+    timeout=HANG_SECONDS,
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  # Results in order (before the dead worker's task), then one error naming the task's function.
+  assert "WorkerDied: a worker process running __main__.square_or_die ended" in proc.stdout
+  assert "children left 0" in proc.stdout

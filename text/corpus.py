@@ -9,6 +9,7 @@ import collections
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import os
 import re
 import tarfile
@@ -218,9 +219,8 @@ def process_document(
   return out, counts
 
 
-def _process_job(job):
+def _process_job(key, text, kwargs):
   """Pool worker: (key, text, kwargs) -> (key, sentences, counts)."""
-  key, text, kwargs = job
   sentences, counts = process_document(text, **kwargs)
   return key, sentences, counts
 
@@ -340,11 +340,13 @@ def _jobs(sources: Sequence[_Source], doc_kwargs: dict, input_format: str):
 
 @contextlib.contextmanager
 def _mapper(num_workers: int):
+  """A `starmap`: in this process for one worker, else in a pool with two documents per worker
+  in flight (the parent's memory: a few books)."""
   if num_workers <= 1:
-    yield map
+    yield itertools.starmap
     return
   with interrupts.worker_pool(num_workers) as pool:
-    yield pool.imap
+    yield lambda function, jobs: pool.imap(function, jobs, in_flight=2 * num_workers)
 
 
 class _Collector:

@@ -9,6 +9,8 @@ Ctrl-C at the terminal (sent to every process of the group) does not reach, so t
 alone stops them. Standard library only: spawned workers import it.
 """
 
+import collections
+import concurrent.futures
 import contextlib
 import multiprocessing
 import os
@@ -88,44 +90,98 @@ def deferred():
     raise Interrupted(received[0])
 
 
+class WorkerDied(RuntimeError):
+  """A `worker_pool` worker ended without giving its task's result back: killed (the out-of-memory
+  killer, a `kill -9`) or crashed."""
+
+
 def _start_worker(initializer, initargs):
-  """A pool worker's start: SIGINT ignored (a worker the pool starts again later, after one died,
-  did not inherit it), SIGTERM (`Pool.terminate`'s, or one sent to every process) an exit that
-  unwinds, so that a worker killed while it waits for work releases the queue's lock and the
-  parent's terminate cannot hang on it; then `initializer(*initargs)`."""
+  """A pool worker's start: SIGINT ignored (belt and braces: `_Pool.imap` starts it with SIGINT
+  blocked), then `initializer(*initargs)`. SIGTERM keeps its default action, an immediate exit:
+  a Python handler runs only between bytecodes, so a SIGTERM that came just before the worker
+  blocked on a queue's lock was once lost, and the parent waited on that worker for ever."""
   signal.signal(signal.SIGINT, signal.SIG_IGN)
-  signal.signal(signal.SIGTERM, _exit)
   if initializer is not None:
     initializer(*initargs)
 
 
-def _exit(signum, frame):
-  del frame
-  raise SystemExit(128 + signum)
+@contextlib.contextmanager
+def _sigint_blocked():
+  """SIGINT held pending (not lost) in this thread for the block: a process started in it
+  inherits the mask, so that a Ctrl-C never reaches it, even before its Python has started."""
+  if not _main_thread():
+    yield
+    return
+  previous = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+  try:
+    yield
+  finally:
+    signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+class _Pool:
+  """The block's view of a `worker_pool`: `imap`."""
+
+  def __init__(self, executor):
+    self._executor = executor
+
+  def imap(self, function, args_iterable, in_flight):
+    """function(*args) for each tuple `args` of `args_iterable`, computed in the workers and
+    yielded in order, with at most `in_flight` calls submitted and not yet yielded (the parent's
+    memory: that many arguments and results). `function` must be importable by the workers (a
+    module-level function). WorkerDied as soon as a worker dies; an exception a call raised is
+    raised here."""
+    pending = collections.deque()
+    try:
+      for args in args_iterable:
+        # The executor starts a worker in `submit` (up to its number of workers). A stop signal
+        # waits until the worker is registered (`deferred`): one that came inside `submit`, after
+        # the fork and before the executor noted the new process, left a worker no one stopped,
+        # blocked for ever on the queue lock of a terminated one (it held the command's stderr
+        # open, and a test waiting on that pipe hung CI). The mask is the child's (see
+        # `_sigint_blocked`); the deferral is the parent's, since a blocked SIGINT still reaches
+        # this process through its other threads.
+        with _sigint_blocked(), deferred():
+          pending.append(self._executor.submit(function, *args))
+        if len(pending) >= in_flight:
+          yield pending.popleft().result()
+      while pending:
+        yield pending.popleft().result()
+    except concurrent.futures.process.BrokenProcessPool as e:
+      raise WorkerDied(
+        f"a worker process running {function.__module__}.{function.__name__} ended abruptly "
+        "(killed, e.g. by the out-of-memory killer, or crashed); its work is lost"
+      ) from e
 
 
 @contextlib.contextmanager
 def worker_pool(processes, initializer=None, initargs=()):
-  """A `multiprocessing` Pool of `processes` spawned workers (a fresh interpreter each: the parent
-  may run TensorFlow's threads, which fork would copy) for the block, stopped at its end however it
-  ends.
+  """A pool (`_Pool`) of `processes` spawned worker processes (a fresh interpreter each: the
+  parent may run TensorFlow's threads, which fork would copy) for the block, gone at its end
+  however it ends.
 
-  The workers ignore SIGINT: a Ctrl-C reaches every process of the terminal's group, and workers
-  dying one by one left the parent with KeyboardInterrupt tracebacks and, once, waiting for the
-  results of a worker that was gone. The parent alone is stopped, and stops them.
+  `concurrent.futures.ProcessPoolExecutor` underneath, not `multiprocessing.Pool`: a worker that
+  dies fails the executor's pending calls at once (WorkerDied), where a Pool starts another
+  worker and waits for ever on the lost call's result (or, at its end, on a lock the dead worker
+  held). A block that ends normally lets the workers exit by themselves (no signal); one that
+  raises (Ctrl-C, SIGTERM, an error) terminates them first, since a call may run for minutes.
+
+  The workers never see SIGINT: a Ctrl-C reaches every process of the terminal's group, and
+  workers dying one by one left the parent with KeyboardInterrupt tracebacks. The parent alone
+  is stopped, and stops them.
   """
-  context = multiprocessing.get_context("spawn")
-  # The workers inherit SIG_IGN through exec (a Python handler would be reset): ignored for the
-  # few milliseconds the processes take to start.
-  previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
+  executor = concurrent.futures.ProcessPoolExecutor(
+    processes, multiprocessing.get_context("spawn"), _start_worker, (initializer, initargs)
+  )
+  stopped = True
   try:
-    pool = context.Pool(processes, _start_worker, (initializer, initargs))
-  finally:
-    if previous is not None:
-      signal.signal(signal.SIGINT, previous)
-  try:
-    yield pool
+    yield _Pool(executor)
+    stopped = False
   finally:
     with deferred():
-      pool.terminate()
-      pool.join()
+      if stopped:
+        # The executor's own processes (Python 3.14's terminate_workers does the same); the
+        # executor sees them end and fails what was pending.
+        for process in list(executor._processes.values()):  # pylint: disable=protected-access
+          process.terminate()
+      executor.shutdown(wait=True, cancel_futures=True)
