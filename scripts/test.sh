@@ -13,5 +13,7 @@ export TTA_REQUIRE_DATA="${TTA_REQUIRE_DATA:-1}"
 # Two worker processes (TTA_TEST_WORKERS): most tests are single-threaded Python and TF start-up,
 # so two workers on two cores take about 1/1.7 of one's time. The modules with the longest tests
 # come first (conftest.pytest_collection_modifyitems), an idle worker steals queued tests from the
-# other, and the slowest tests are listed at the end.
-exec python -m pytest -q -n "${TTA_TEST_WORKERS:-2}" --dist worksteal --durations=15 tests "$@"
+# other, and the slowest tests are listed at the end. A test running longer than 15 minutes (the
+# slowest take about 2) fails with its stack (pytest-timeout), so that a hang cannot hold CI.
+exec python -m pytest -q -n "${TTA_TEST_WORKERS:-2}" --dist worksteal --durations=15 \
+  --timeout="${TTA_TEST_TIMEOUT:-900}" tests "$@"
