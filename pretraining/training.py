@@ -76,13 +76,6 @@ def _check_warmup(values):
     ) from None
 
 
-def _check_learning_rate(rate):
-  """A peak learning rate of 0 trains nothing and a negative one climbs the loss (absl's float
-  bounds include the bound and let nan through)."""
-  if not rate > 0:
-    raise ValueError(f"{rate} is not a number > 0")
-
-
 def _check_init_checkpoint(spec):
   """A --init_checkpoint that names nothing a warm start can read, refused while parsing: a
   missing path, a file that is no checkpoint prefix (its .index beside it), hf:/bert: without
@@ -209,7 +202,8 @@ class TrainParams:
   )
   train_batch_size: int = cli.param("Global batch size (sentences).", 64, lower_bound=1)
   eval_batch_size: int = cli.param("Global eval batch size.", 64, result=False, lower_bound=1)
-  learning_rate: float = cli.param("Peak learning rate.", 1e-4, check=_check_learning_rate)
+  # A peak learning rate of 0 trains nothing and a negative one climbs the loss.
+  learning_rate: float = cli.param("Peak learning rate.", 1e-4, check=cli.positive)
   weight_decay_rate: float = cli.param("Decoupled weight decay.", 0.01)
   num_train_steps: int = cli.param("Total optimizer steps.", 100000, result=False, lower_bound=1)
   num_warmup_steps: int = cli.param(

@@ -87,6 +87,18 @@ CASES = [
   ("reproduce.py", ["--models=tta,gpt"], ["--models", "gpt"]),
   # Issue 56's probes: a --work_dir under a file was a NotADirectoryError traceback.
   ("reproduce.py", ["--work_dir=/dev/null/work"], ["--work_dir /dev/null/work", "not a directory"]),
+  # Issue 56's probes (F17): a budget <= 0 was accepted and the data stages ran.
+  # (An empty --data_dir: refused there, were the flag not refused first.)
+  (
+    "reproduce.py",
+    ["--budget_minutes=-1", "--data_dir={tmp}"],
+    ["--budget_minutes=-1.0", "not a number > 0"],
+  ),
+  (
+    "reproduce.py",
+    ["--train_steps=0", "--data_dir={tmp}"],
+    ["--train_steps=0", "not a positive integer"],
+  ),
   ("run_benchmark.py", ["--lengths=abc"], ["--lengths", "positive word counts"]),
   # Issue 56: found after the matmul peak ran.
   ("run_benchmark.py", ["--num_attention_heads=3"], ["not a multiple of num_attention_heads (3)"]),

@@ -156,6 +156,13 @@ def choices(allowed):
   return check
 
 
+def positive(value):
+  """A `param` check refusing a number that is not > 0 (absl's float bounds include the bound and
+  let nan through)."""
+  if not value > 0:
+    raise ValueError(f"{value} is not a number > 0")
+
+
 class EscapedListParser(flags.ListParser):
   """absl's comma-separated list (`a,b` -> ['a', 'b'], `"a,b"` -> ['a,b']) where a backslash
   makes the next character plain: `a\\,b,c` -> ['a,b', 'c'], for names that hold a comma."""
