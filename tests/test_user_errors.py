@@ -100,6 +100,9 @@ CASES = [
     ["--train_steps=0", "not a positive integer"],
   ),
   ("run_benchmark.py", ["--lengths=abc"], ["--lengths", "positive word counts"]),
+  # Issue 56's probes (F16): a FailedPreconditionError traceback after the matmul peak ran.
+  ("run_benchmark.py", ["--vocab_file={tmp}"], ["--vocab_file", "{tmp}: is a directory"]),
+  ("run_benchmark.py", ["--vocab_file={tmp}/absent"], ["{tmp}/absent: no such file"]),
   # Issue 56: found after the matmul peak ran.
   ("run_benchmark.py", ["--num_attention_heads=3"], ["not a multiple of num_attention_heads (3)"]),
   (
