@@ -351,6 +351,15 @@ def test_score_file_logs_progress_and_a_missing_file_is_one_line(tmp_path, arpa_
   assert missing.returncode == 2
   assert missing.stderr.strip().splitlines()[-1].startswith("ngram.py: error: ")
   assert "absent" in missing.stderr and "Traceback" not in missing.stderr
+  # Issue 56's probes (F14): bytes that are not UTF-8 were Python's decode error, naming neither
+  # the file nor the line.
+  bad = tmp_path / "bad.txt"
+  bad.write_bytes(b"a b\nb \xff a\n")
+  refused = _score_file_cli(f"--model={arpa_path}", f"--score_file={bad}")
+  assert refused.returncode == 2
+  assert (
+    refused.stderr.strip().splitlines()[-1].startswith(f"ngram.py: error: {bad}:2: not valid UTF-8")
+  )
 
 
 @pytest.mark.skipif(
