@@ -114,10 +114,10 @@ class ConfigFlags:
   )
 
   def overrides(self):
-    """{config field: value} of --config_json, then of the flags given (which win).
+    """{config field: value} of --config_json and of the flags given.
 
     Raises:
-      ValueError: --config_json is not a JSON object.
+      ValueError: --config_json is not a JSON object, or sets a field a flag sets otherwise.
     """
     try:
       overrides = json.loads(self.config_json) if self.config_json else {}
@@ -126,8 +126,15 @@ class ConfigFlags:
     if not isinstance(overrides, dict):
       raise ValueError(f"--config_json is not a JSON object: {self.config_json}")
     for field in dataclasses.fields(self):
-      if field.name != "config_json" and getattr(self, field.name) is not None:
-        overrides[field.name] = getattr(self, field.name)
+      value = getattr(self, field.name)
+      if field.name == "config_json" or value is None:
+        continue
+      if field.name in overrides and overrides[field.name] != value:
+        raise ValueError(
+          f"--config_json sets {field.name} {overrides[field.name]} and --{field.name}={value}: "
+          "give it one way"
+        )
+      overrides[field.name] = value
     return overrides
 
 

@@ -75,6 +75,17 @@ CASES = [
       ),
     )
   ),
+  # Issue 56's probes (F12): the flag won over --config_json in silence.
+  (
+    "run_pretraining.py",
+    [
+      "--input_file={tmp}/x",
+      "--output_dir={tmp}/run",
+      '--config_json={{"hidden_size": 64, "num_hidden_layers": 2}}',
+      "--hidden_size=32",
+    ],
+    ["--config_json sets hidden_size 64 and --hidden_size=32", "give it one way"],
+  ),
   (
     "run_pretraining.py",
     ["--input_file={tmp}/t*", "--bucket_boundaries=30,20", "--output_dir={tmp}/run"],
