@@ -51,6 +51,18 @@ CASES = [
     ["{tmp}/absent1/config.json"],
   ),
   ("score.py", ["--model_dir=m", "--batch_size=4", "--batch_size", "5"], ["given 2 times"]),
+  # Issue 56's probes (F6): --pairs (the paper's sets) was dropped in silence beside --test_file.
+  (
+    "run_rescoring.py",
+    [
+      "--format=tsv",
+      "--dev_file={tmp}/dev.tsv",
+      "--test_file={tmp}/test.tsv",
+      "--pairs=dev_other:test_other",
+      "--model_dir={tmp}/absent",
+    ],
+    ["--pairs does nothing with --test_file: leave one of them out"],
+  ),
   ("run_sts.py", ["--model_dir={tmp}/absent", "--data_dir={tmp}"], ["{tmp}/absent/config.json"]),
   ("run_sts.py", ["--model_dir=m", "--window=2"], ["--window=2", "not integer >= 3"]),
   (

@@ -229,6 +229,7 @@ def param(
   convert=None,
   alias=None,
   preset=None,
+  unused_with=(),
 ):
   """A dataclass field that is also a command-line flag.
 
@@ -258,6 +259,9 @@ def param(
     alias: another name of the flag (an old one).
     preset: {flag name: value} that the flags not given take when this flag is set (true, or
       not empty).
+    unused_with: names of flags beside which this one does nothing (run_rescoring.py's --pairs
+      of the paper's sets beside --test_file): given with one of them set, `params` refuses it
+      rather than drop it in silence.
   """
   return dataclasses.field(
     default=default,
@@ -273,6 +277,7 @@ def param(
       "convert": convert,
       "alias": alias,
       "preset": preset,
+      "unused_with": tuple(unused_with),
     },
   )
 
@@ -441,6 +446,11 @@ def params(cls, flag_values=flags.FLAGS):
   for field, _ in _flag_fields(cls):
     if field.default is dataclasses.MISSING and value(field) in (None, ""):
       raise InputError(f"--{flag_name(field)} is required")
+  for field, _ in _flag_fields(cls):
+    name = flag_name(field)
+    for other in field.metadata["unused_with"] if flag_values[name].present else ():
+      if flag_values[other].value not in (None, "", [], False):
+        raise InputError(f"--{name} does nothing with --{other}: leave one of them out")
   with user_input():
     return _build(cls, value, None, {})
 
