@@ -16,6 +16,7 @@ from absl import logging
 from lm import ngram_lm
 from util import cli
 from util import progress
+from util import resumable
 
 
 def define_flags():
@@ -45,8 +46,8 @@ def score_file(model, path, bos, eos):
 
   with cli.user_input():
     lm = inference.NgramLM(model, score_eos=eos, bos=bos)
-    with open(path, encoding="utf-8") as f:
-      texts = [line.rstrip("\n") for line in f]
+    # InputLines names the file and line of bytes that are not UTF-8.
+    texts = [text for _, text in resumable.InputLines(path, strip=False)]
   bar = progress.Progress(os.path.basename(model), total=len(texts), unit="sentences")
   total, n_words, n_oov = 0.0, 0, 0
   for start in range(0, len(texts), _CHUNK):

@@ -140,8 +140,12 @@ def train_ngram(
     discount_fallback: default discounts when the counts of counts cannot give them (tiny corpora).
     normalization: that of `text_file`, recorded beside the model for `inference.NgramLM`.
   """
-  if not os.path.isfile(text_file):
-    raise FileNotFoundError(f"training text not found: {text_file}")
+  # Read twice: for a word here, then by lmplz.
+  io_utils.check_input_file(text_file, read_twice=True)
+  with open(text_file, "rb") as f:
+    if not any(line.split() for line in f):
+      # lmplz would make a model of <unk> <s> </s> alone, or build_binary fail on it.
+      raise ValueError(f"{text_file}: holds no word; a model needs a text of sentences")
   order = int(order)
   if order < 1:
     raise ValueError(f"order must be >= 1, got {order}")

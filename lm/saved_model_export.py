@@ -4,6 +4,7 @@ and gets NeuralLM's numbers. Signatures, inputs and loading: docs/saved_model.md
 """
 
 import dataclasses
+import fnmatch
 import json
 import os
 
@@ -181,8 +182,20 @@ class ExportModule(tf.Module):
     }
 
 
+# The files an export holds (tf.saved_model.save's, then EXPORT_INFO): an export dir that holds
+# any other is replaced by no --overwrite (a rename replaces the dir whole).
+_EXPORT_FILES = (
+  "saved_model.pb",
+  "fingerprint.pb",
+  "variables/*",
+  "assets/*",
+  f"{EXTRA_DIR}/{EXPORT_INFO}",
+)
+
+
 def check_export_dir(export_dir, overwrite=False):
-  """FileExistsError if export_dir exists, unless overwrite and it holds an EXPORT_INFO."""
+  """FileExistsError if export_dir exists, unless overwrite and it is an export of this command
+  (an EXPORT_INFO) holding no file an export does not write (a user's notes would go with it)."""
   if not io_utils.lexists(export_dir):
     return
   if not overwrite:
@@ -192,6 +205,16 @@ def check_export_dir(export_dir, overwrite=False):
     raise FileExistsError(
       f"{export_dir} exists and is not an export of this command (no {EXTRA_DIR}/{EXPORT_INFO}): "
       "--overwrite replaces only those; choose another --export_dir"
+    )
+  foreign = [
+    name
+    for name in io_utils.find_files(export_dir, ["."])
+    if not any(fnmatch.fnmatchcase(name, pattern) for pattern in _EXPORT_FILES)
+  ]
+  if foreign:
+    raise FileExistsError(
+      f"{export_dir} holds {', '.join(foreign[:3])}{' and more' * (len(foreign) > 3)}, which no "
+      "export writes: --overwrite would remove it with the export; move it away first"
     )
 
 

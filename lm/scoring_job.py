@@ -312,8 +312,10 @@ def score_to_file(lm, params):
   cli.InputError for another writer, another job's partial file or a failed write.
   """
   target = output_path(params)
-  with io_utils.exclusive_lock(target, wait=False):
-    partial = resumable.Partial(target, job_key(lm, params), params.overwrite)
+  with (
+    io_utils.exclusive_lock(target, wait=False),
+    resumable.Partial(target, job_key(lm, params), params.overwrite) as partial,
+  ):
     byte_range = None
     if params.num_shards > 1:
       size = io_utils.file_size(params.input_file)

@@ -70,6 +70,7 @@ class RescoringParams:
     "ASR dev:test set pairs (λ tuned on dev, applied to test).",
     ("dev_clean:test_clean", "dev_other:test_other"),
     check=_check_pairs,
+    unused_with=("test_file",),
   )
   settings: list = cli.param(
     "The paper's first-pass settings: " + settings.describe(),

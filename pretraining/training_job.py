@@ -72,13 +72,6 @@ def _check_warmup(steps, warmup):
     ) from None
 
 
-def _check_learning_rate(rate):
-  """A peak learning rate of 0 trains nothing and a negative one climbs the loss (absl's float
-  bounds include the bound and let nan through)."""
-  if not rate > 0:
-    raise ValueError(f"{rate} is not a number > 0")
-
-
 def _check_init_checkpoint(spec):
   """A --init_checkpoint that names nothing a warm start can read, refused while parsing: a
   missing path, a file that is no checkpoint prefix (its .index beside it), hf:/bert: without
@@ -117,10 +110,10 @@ class ConfigFlags:
   )
 
   def overrides(self):
-    """{config field: value} of --config_json, then of the flags given (which win).
+    """{config field: value} of --config_json and of the flags given.
 
     Raises:
-      ValueError: --config_json is not a JSON object.
+      ValueError: --config_json is not a JSON object, or sets a field a flag sets otherwise.
     """
     try:
       overrides = json.loads(self.config_json) if self.config_json else {}
@@ -129,8 +122,15 @@ class ConfigFlags:
     if not isinstance(overrides, dict):
       raise ValueError(f"--config_json is not a JSON object: {self.config_json}")
     for field in dataclasses.fields(self):
-      if field.name != "config_json" and getattr(self, field.name) is not None:
-        overrides[field.name] = getattr(self, field.name)
+      value = getattr(self, field.name)
+      if field.name == "config_json" or value is None:
+        continue
+      if field.name in overrides and overrides[field.name] != value:
+        raise ValueError(
+          f"--config_json sets {field.name} {overrides[field.name]} and --{field.name}={value}: "
+          "give it one way"
+        )
+      overrides[field.name] = value
     return overrides
 
 
@@ -205,7 +205,8 @@ class TrainParams:
   )
   train_batch_size: int = cli.param("Global batch size (sentences).", 64, lower_bound=1)
   eval_batch_size: int = cli.param("Global eval batch size.", 64, result=False, lower_bound=1)
-  learning_rate: float = cli.param("Peak learning rate.", 1e-4, check=_check_learning_rate)
+  # A peak learning rate of 0 trains nothing and a negative one climbs the loss.
+  learning_rate: float = cli.param("Peak learning rate.", 1e-4, check=cli.positive)
   weight_decay_rate: float = cli.param("Decoupled weight decay.", 0.01)
   num_train_steps: int = cli.param("Total optimizer steps.", 100000, result=False, lower_bound=1)
   num_warmup_steps: int = cli.param(

@@ -64,6 +64,7 @@ class MeasureParams:
     "tta-vocab-lower.sub-32k.txt, 29,530 pieces).",
     None,
     io=cli.INPUT,
+    check=io_utils.check_input_file,
   )
   do_lower_case: bool = cli.param("Lower-case the input.", True)
   hidden_size: int = cli.param("Random models: hidden size.", 512, lower_bound=1)

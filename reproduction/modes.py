@@ -125,9 +125,12 @@ class Params:
     "(default: 1 in quick mode, 40 in full mode); converted "
     "to a step count once, by the calibration run.",
     None,
+    check=cli.positive,
   )
   train_steps: int = cli.param(
-    "Train exactly this many steps per model instead of converting --budget_minutes.", None
+    "Train exactly this many steps per model instead of converting --budget_minutes.",
+    None,
+    lower_bound=1,
   )
   models: list = cli.param("Neural LMs to train.", MODEL_TYPES)
   seeds: int = cli.param(

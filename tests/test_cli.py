@@ -234,14 +234,39 @@ def test_a_repeated_flag_takes_every_value_of_a_list_and_is_refused_elsewhere(mo
   monkeypatch.setitem(cli._ALIASES, "lm", "model_dir")
   argv = cli.merge_repeats(
     ["x", "--model_dir=tta=A", "--lm", "uni=B,C", "--pairs_file=p", "--pairs_file", "q",
-     "--overwrite", "--nooverwrite", "--batch_size=4"],
+     "--overwrite", "--batch_size=4"],
     values,
   )  # fmt: skip
   values(argv)
   assert values.model_dir == ["tta=A", "uni=B", "C"] and values.pairs_file == ["p", "q"]
-  assert values.batch_size == 4 and not values.overwrite
+  assert values.batch_size == 4 and values.overwrite
   with pytest.raises(cli.InputError) as e:
     cli.merge_repeats(["x", "--batch_size=4", "--batch_size", "5"], values)
   assert str(e.value) == (
     "--batch_size is given 2 times (--batch_size=4, --batch_size=5): it takes one value"
   )
+
+
+@pytest.mark.parametrize(
+  "args",
+  [
+    ["--overwrite", "--nooverwrite"],
+    ["--nooverwrite", "--overwrite=true"],
+    ["--overwrite", "--overwrite"],
+    ["--force", "--nooverwrite"],
+  ],
+)
+def test_a_boolean_given_twice_is_refused(monkeypatch, args):
+  # Issue 56's probes (F7): --overwrite --nooverwrite kept the last in silence; a boolean takes
+  # one value like any other flag that is no list.
+  values = flags.FlagValues()
+  flags.DEFINE_boolean("overwrite", False, "A switch.", flag_values=values)
+  flags.DEFINE_alias("force", "overwrite", flag_values=values)
+  flags.DEFINE_boolean("nocache", False, "A switch whose name starts with no.", flag_values=values)
+  monkeypatch.setitem(cli._ALIASES, "force", "overwrite")
+  with pytest.raises(cli.InputError) as e:
+    cli.merge_repeats(["x", *args], values)
+  assert str(e.value) == f"--overwrite is given 2 times ({', '.join(args)}): it takes one value"
+  # A flag named no...: its own name, not the negation of another.
+  values(cli.merge_repeats(["x", "--nocache", "--overwrite"], values))
+  assert values.nocache and values.overwrite

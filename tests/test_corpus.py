@@ -309,3 +309,26 @@ def test_real_gutenberg_excerpt(tmp_path):
   assert min(words) >= 3 and max(words) <= 100
   _check_stats_add_up(stats)
   assert stats["paragraphs"]["dropped"]["boilerplate"] >= 3  # "Produced by ..." credits
+
+
+@pytest.mark.parametrize("kind", ["dir", "devnull", "fifo"])
+def test_an_input_that_is_no_regular_file_is_named_as_such(tmp_path, kind):
+  # Issue 56's probes (F9): a pipe, /dev/null or a directory was "input ... not found".
+  path = {"dir": str(tmp_path), "devnull": os.devnull, "fifo": str(tmp_path / "fifo")}[kind]
+  if kind == "fifo":
+    os.mkfifo(path)  # a pipe's stand-in: opening it here would block
+  why = "is a directory" if kind == "dir" else "not a regular file"
+  with pytest.raises(ValueError, match=f"{path}: {why}"):
+    corpus.prepare_corpus([path], str(tmp_path / "out"), num_workers=1)
+  assert not (tmp_path / "out").exists()
+
+
+def test_an_input_without_a_sentence_is_refused_and_leaves_no_output(tmp_path):
+  # Issue 56's probes (F10): blank lines only succeeded with 0 sentences (exit 0).
+  blank = tmp_path / "blank.txt"
+  blank.write_text("\n\n  \n")
+  out = tmp_path / "out"
+  result = commands.run("corpus.py", f"--input={blank}", f"--output_dir={out}", status=2)
+  (error,) = [line for line in result.stderr.splitlines() if ": error: " in line]
+  assert f"{blank}" in error and "no sentence" in error, error
+  assert not out.exists()

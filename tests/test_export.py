@@ -389,3 +389,23 @@ def test_a_max_seq_length_the_model_cannot_take_is_refused(tokenizer, tmp_path, 
   if length == "33":
     assert line.endswith(f"(max_position_embeddings of {path})")
   assert not export_dir.exists()
+
+
+def test_overwrite_refuses_an_export_holding_a_file_no_export_writes(tmp_path):
+  # Issue 56's probes (F15): --overwrite replaced the export dir whole, a NOTES.txt of the
+  # user's in it too.
+  export_dir = tmp_path / "x"
+  for name in (
+    "saved_model.pb",
+    "fingerprint.pb",
+    "variables/variables.index",
+    "variables/variables.data-00000-of-00001",
+    "assets/vocab.txt",
+    f"{saved_model_export.EXTRA_DIR}/{saved_model_export.EXPORT_INFO}",
+  ):
+    (export_dir / name).parent.mkdir(parents=True, exist_ok=True)
+    (export_dir / name).write_text("")
+  saved_model_export.check_export_dir(str(export_dir), overwrite=True)  # its own files alone
+  (export_dir / "NOTES.txt").write_text("mine\n")
+  with pytest.raises(FileExistsError, match="holds NOTES.txt, which no export writes"):
+    saved_model_export.check_export_dir(str(export_dir), overwrite=True)

@@ -226,8 +226,25 @@ def test_train_ngram_failure_reports_lmplz_output(tmp_path):
 
 
 def test_train_ngram_missing_text(tmp_path):
-  with pytest.raises(FileNotFoundError, match="nope.txt"):
+  with pytest.raises(ValueError, match="nope.txt: no such file"):
     ngram_lm.train_ngram(str(tmp_path / "nope.txt"), str(tmp_path / "lm.bin"))
+
+
+def test_a_training_text_that_is_no_file_or_holds_no_word_is_refused_before_lmplz(tmp_path):
+  # Issue 56's probes: a pipe or a dir was "training text not found" (F9); an empty text was
+  # build_binary's RuntimeError traceback, blank lines a model of <unk> <s> </s> alone (F13).
+  (tmp_path / "empty.txt").write_text("")
+  (tmp_path / "blank.txt").write_text("\n \n\t\n")
+  os.mkfifo(tmp_path / "fifo")
+  for path, why in (
+    (tmp_path, "is a directory"),
+    (tmp_path / "fifo", "not a regular file"),
+    (tmp_path / "empty.txt", "holds no word"),
+    (tmp_path / "blank.txt", "holds no word"),
+  ):
+    with pytest.raises(ValueError, match=f"{path}: {why}"):
+      ngram_lm.train_ngram(str(path), str(tmp_path / "lm.arpa"), order=2, binary=False)
+  assert sorted(os.listdir(tmp_path)) == ["blank.txt", "empty.txt", "fifo"]
 
 
 @pytest.mark.skipif(
@@ -334,6 +351,15 @@ def test_score_file_logs_progress_and_a_missing_file_is_one_line(tmp_path, arpa_
   assert missing.returncode == 2
   assert missing.stderr.strip().splitlines()[-1].startswith("ngram.py: error: ")
   assert "absent" in missing.stderr and "Traceback" not in missing.stderr
+  # Issue 56's probes (F14): bytes that are not UTF-8 were Python's decode error, naming neither
+  # the file nor the line.
+  bad = tmp_path / "bad.txt"
+  bad.write_bytes(b"a b\nb \xff a\n")
+  refused = _score_file_cli(f"--model={arpa_path}", f"--score_file={bad}")
+  assert refused.returncode == 2
+  assert (
+    refused.stderr.strip().splitlines()[-1].startswith(f"ngram.py: error: {bad}:2: not valid UTF-8")
+  )
 
 
 @pytest.mark.skipif(

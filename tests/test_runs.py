@@ -148,6 +148,21 @@ def test_an_unreadable_run_json_is_named(tmp_path, content, named):
     runs.Record(str(tmp_path), JOB, ["results.json"])
   assert str(tmp_path / runs.RECORD_FILE) in str(e.value) and named in str(e.value)
   assert str(e.value).endswith("add --overwrite to start over")
+  start(tmp_path, overwrite=True)  # as advised: nothing else here
+
+
+def test_an_unreadable_run_json_beside_outputs_does_not_advise_overwrite(tmp_path):
+  # Issue 56's probes (F5): it advised --overwrite, which then refused the outputs no readable
+  # record names as the run's: an advice loop.
+  (tmp_path / runs.RECORD_FILE).write_text("{bad")
+  (tmp_path / "results.json").write_text("{}")
+  with pytest.raises(cli.InputError) as e:
+    runs.Record(str(tmp_path), JOB, ["results.json"])
+  assert "not JSON" in str(e.value) and "--overwrite" not in str(e.value)
+  assert str(e.value).endswith("move it away or choose another --output_dir")
+  with pytest.raises(cli.InputError, match="move it away or choose another --output_dir"):
+    runs.Record(str(tmp_path), JOB, ["results.json"], overwrite=True)
+  assert (tmp_path / "results.json").exists()
 
 
 def test_outputs_without_a_record_are_refused(tmp_path):

@@ -677,3 +677,22 @@ def test_a_long_line_is_scored_in_windows_by_default_and_truncated_on_request(tt
   assert fits[0] == fits[1] and "windows" not in json.loads(fits[0])
   error = run_cli(f"--model_dir={tta_dir}", "--window=17", stdin=long, status=2)
   assert "--window=17 is more than the 16 tokens the model takes" in error
+
+
+@pytest.mark.slow(seconds=3)
+def test_an_input_refused_while_scoring_leaves_no_partial_file(tta_dir, tmp_path):
+  # Issue 56's probes (F1): a line that is not UTF-8, found after the model loaded, left
+  # OUT.partial.json (0 records) behind; a .gz was read as text ("0x8b is not UTF-8"), unnamed.
+  import gzip  # pylint: disable=g-import-not-at-top
+
+  bad = tmp_path / "bad.txt"
+  bad.write_bytes(b"a \xff b\n")
+  packed = tmp_path / "s.txt.gz"
+  packed.write_bytes(gzip.compress(b"the cat\n"))
+  out = tmp_path / "out" / "o.jsonl"
+  for path, why in ((bad, f"{bad}:1: not valid UTF-8"), (packed, f"{packed}: gzip-compressed")):
+    error = run_cli(
+      f"--model_dir={tta_dir}", f"--input_file={path}", f"--output_file={out}", status=2
+    )
+    assert why in error, error
+  assert sorted(os.listdir(tmp_path)) == ["bad.txt", "s.txt.gz"]

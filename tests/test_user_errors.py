@@ -51,6 +51,18 @@ CASES = [
     ["{tmp}/absent1/config.json"],
   ),
   ("score.py", ["--model_dir=m", "--batch_size=4", "--batch_size", "5"], ["given 2 times"]),
+  # Issue 56's probes (F6): --pairs (the paper's sets) was dropped in silence beside --test_file.
+  (
+    "run_rescoring.py",
+    [
+      "--format=tsv",
+      "--dev_file={tmp}/dev.tsv",
+      "--test_file={tmp}/test.tsv",
+      "--pairs=dev_other:test_other",
+      "--model_dir={tmp}/absent",
+    ],
+    ["--pairs does nothing with --test_file: leave one of them out"],
+  ),
   ("run_sts.py", ["--model_dir={tmp}/absent", "--data_dir={tmp}"], ["{tmp}/absent/config.json"]),
   ("run_sts.py", ["--model_dir=m", "--window=2"], ["--window=2", "not integer >= 3"]),
   (
@@ -75,6 +87,17 @@ CASES = [
       ),
     )
   ),
+  # Issue 56's probes (F12): the flag won over --config_json in silence.
+  (
+    "run_pretraining.py",
+    [
+      "--input_file={tmp}/x",
+      "--output_dir={tmp}/run",
+      '--config_json={{"hidden_size": 64, "num_hidden_layers": 2}}',
+      "--hidden_size=32",
+    ],
+    ["--config_json sets hidden_size 64 and --hidden_size=32", "give it one way"],
+  ),
   (
     "run_pretraining.py",
     ["--input_file={tmp}/t*", "--bucket_boundaries=30,20", "--output_dir={tmp}/run"],
@@ -87,7 +110,22 @@ CASES = [
   ("reproduce.py", ["--models=tta,gpt"], ["--models", "gpt"]),
   # Issue 56's probes: a --work_dir under a file was a NotADirectoryError traceback.
   ("reproduce.py", ["--work_dir=/dev/null/work"], ["--work_dir /dev/null/work", "not a directory"]),
+  # Issue 56's probes (F17): a budget <= 0 was accepted and the data stages ran.
+  # (An empty --data_dir: refused there, were the flag not refused first.)
+  (
+    "reproduce.py",
+    ["--budget_minutes=-1", "--data_dir={tmp}"],
+    ["--budget_minutes=-1.0", "not a number > 0"],
+  ),
+  (
+    "reproduce.py",
+    ["--train_steps=0", "--data_dir={tmp}"],
+    ["--train_steps=0", "not a positive integer"],
+  ),
   ("run_benchmark.py", ["--lengths=abc"], ["--lengths", "positive word counts"]),
+  # Issue 56's probes (F16): a FailedPreconditionError traceback after the matmul peak ran.
+  ("run_benchmark.py", ["--vocab_file={tmp}"], ["--vocab_file", "{tmp}: is a directory"]),
+  ("run_benchmark.py", ["--vocab_file={tmp}/absent"], ["{tmp}/absent: no such file"]),
   # Issue 56: found after the matmul peak ran.
   ("run_benchmark.py", ["--num_attention_heads=3"], ["not a multiple of num_attention_heads (3)"]),
   (

@@ -279,11 +279,13 @@ def _corpus_args(
   if not 0 <= min_words <= max_words:
     raise ValueError(f"min_words/max_words: expected 0 <= {min_words} <= {max_words}")
   for path in inputs:
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
       raise FileNotFoundError(
         f"input {path!r} not found (pass --input, or --data_dir / "
         "$TTA_DATA for the default archive)"
       )
+    # Its size, its first bytes (a tar?), then its text: read more than once.
+    io_utils.check_input_file(path, read_twice=True)
   return {
     "inputs": [{"path": os.path.abspath(p), "bytes": os.path.getsize(p)} for p in inputs],
     "normalization": normalization,
@@ -490,6 +492,14 @@ def _collect(
       collector.add(path, book_id, sentences, doc_counts)
       bar.done += sizes[(path, book_id)] / 1e6
       _log_corpus_progress(bar, docs, total_docs, log_every, collector)
+    if not sum(collector.sentences.values()):
+      # Raised in the block: the files it made are taken back (an empty corpus is no success).
+      raise ValueError(
+        f"{', '.join(s.path for s in sources)}: no sentence kept of "
+        f"{collector.counts['sentences/candidates']} candidate(s) (--min_words="
+        f"{args['min_words']}, --max_words={args['max_words']}, --input_format="
+        f"{args['input_format']})"
+      )
   return collector
 
 

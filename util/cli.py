@@ -83,8 +83,9 @@ _ALIASES = {}
 def merge_repeats(argv, flag_values=flags.FLAGS):
   """`argv` with each flag given more than once (or beside its alias) as one: a list flag's values
   joined, a multi flag's kept in order, under the flag's own name. absl keeps the last value of a
-  repeated flag in silence; InputError for one that takes a single value."""
-  given = {}  # flag name: [(position in out, value)]
+  repeated flag in silence; InputError for one that takes a single value (a boolean's --name and
+  --noname included: which one was meant, no order can tell)."""
+  given = {}  # flag name: [(position in out, value, the argument as given)]
   out, i = list(argv[:1]), 1
   while i < len(argv):
     arg = argv[i]
@@ -92,27 +93,46 @@ def merge_repeats(argv, flag_values=flags.FLAGS):
       out += argv[i:]
       break
     name, eq, value = arg.lstrip("-").partition("=")
-    flag = flag_values[name] if arg.startswith("-") and arg != "-" and name in flag_values else None
-    if flag is None or flag.boolean or not (eq or i + 1 < len(argv)):
-      out.append(arg)  # absl's own rules: a boolean's --name/--noname, a flag without its value
+    flag = _given_flag(name, flag_values) if arg.startswith("-") and arg != "-" else None
+    if flag is not None and flag.boolean:
+      # absl's own forms (--name, --noname, --name=false) are kept as given.
+      given.setdefault(flag.name, []).append((len(out), None, arg))
+      out.append(arg)
+      i += 1
+      continue
+    if flag is None or not (eq or i + 1 < len(argv)):
+      out.append(arg)  # absl's own rules: an unknown flag, a flag without its value
       i += 1
       continue
     if not eq:  # --name value
       value, i = argv[i + 1], i + 1
     name = _ALIASES.get(name, flag.name)
-    given.setdefault(name, []).append((len(out), value))
+    given.setdefault(name, []).append((len(out), value, f"--{name}={value}"))
     out.append(f"--{name}={value}")
     i += 1
   for name, values in given.items():
     if len(values) < 2 or isinstance(flag_values[name], flags.MultiFlag):
       continue
-    if not isinstance(flag_values[name].parser, flags.ListParser):
-      shown = ", ".join(f"--{name}={value}" for _, value in values)
+    if flag_values[name].boolean or not isinstance(flag_values[name].parser, flags.ListParser):
+      shown = ", ".join(arg for _, _, arg in values)
       raise InputError(f"--{name} is given {len(values)} times ({shown}): it takes one value")
-    out[values[0][0]] = f"--{name}={','.join(value for _, value in values)}"
-    for position, _ in values[1:]:
+    out[values[0][0]] = f"--{name}={','.join(value for _, value, _ in values)}"
+    for position, _, _ in values[1:]:
       out[position] = None
   return [arg for arg in out if arg is not None]
+
+
+def _given_flag(name, flag_values):
+  """The flag that the name `name` of an argument (--name, or --noname of a boolean) sets, its
+  alias's target for an alias; None for a name no flag has."""
+  if name in flag_values:
+    flag = flag_values[name]
+  elif name.startswith("no") and name[2:] in flag_values and flag_values[name[2:]].boolean:
+    flag = flag_values[name[2:]]
+  else:
+    return None
+  target = _ALIASES.get(flag.name)
+  return flag_values[target] if target else flag
 
 
 def _refuse(error):
@@ -134,6 +154,13 @@ def choices(allowed):
       raise ValueError(f"unknown {', '.join(unknown)}; choose from {', '.join(allowed)}")
 
   return check
+
+
+def positive(value):
+  """A `param` check refusing a number that is not > 0 (absl's float bounds include the bound and
+  let nan through)."""
+  if not value > 0:
+    raise ValueError(f"{value} is not a number > 0")
 
 
 class EscapedListParser(flags.ListParser):
@@ -202,6 +229,7 @@ def param(
   convert=None,
   alias=None,
   preset=None,
+  unused_with=(),
 ):
   """A dataclass field that is also a command-line flag.
 
@@ -231,6 +259,9 @@ def param(
     alias: another name of the flag (an old one).
     preset: {flag name: value} that the flags not given take when this flag is set (true, or
       not empty).
+    unused_with: names of flags beside which this one does nothing (run_rescoring.py's --pairs
+      of the paper's sets beside --test_file): given with one of them set, `params` refuses it
+      rather than drop it in silence.
   """
   return dataclasses.field(
     default=default,
@@ -246,6 +277,7 @@ def param(
       "convert": convert,
       "alias": alias,
       "preset": preset,
+      "unused_with": tuple(unused_with),
     },
   )
 
@@ -414,6 +446,11 @@ def params(cls, flag_values=flags.FLAGS):
   for field, _ in _flag_fields(cls):
     if field.default is dataclasses.MISSING and value(field) in (None, ""):
       raise InputError(f"--{flag_name(field)} is required")
+  for field, _ in _flag_fields(cls):
+    name = flag_name(field)
+    for other in field.metadata["unused_with"] if flag_values[name].present else ():
+      if flag_values[other].value not in (None, "", [], False):
+        raise InputError(f"--{name} does nothing with --{other}: leave one of them out")
   with user_input():
     return _build(cls, value, None, {})
 

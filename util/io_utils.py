@@ -118,6 +118,25 @@ def reads_twice(path):
   return path != "-" and os.path.isfile(path)  # follows links: <(cmd) is a pipe, not a file
 
 
+def check_input_file(path, read_twice=False):
+  """Refuses (ValueError "<path>: <why>; give a file") a local input that names no file to read:
+  missing, a directory or, for a command that reads it twice (`read_twice`, as `reads_twice`
+  asks), a pipe, FIFO or device, which the second read would find empty. Also a `cli.param`
+  check, for a flag refused while parsing. '-' (stdin) and remote paths pass: their reader
+  names them."""
+  if path == "-" or is_remote(path):
+    return
+  if os.path.isdir(path):
+    raise ValueError(f"{path}: is a directory; give a file")
+  if not os.path.exists(path):
+    raise ValueError(f"{path}: no such file")
+  if read_twice and not reads_twice(path):
+    raise ValueError(
+      f"{path}: not a regular file (a pipe, FIFO or device) and this command reads its input "
+      "twice; give a file"
+    )
+
+
 # --- Paths: local, or remote through tf.io.gfile ---
 # A remote path ("gs://bucket/dir", TensorFlow's "ram://" in tests) is read and written through
 # tf.io.gfile, a local one through os (no TensorFlow import: the data job's workers import this

@@ -70,6 +70,11 @@ class InputLines:
       try:
         text = raw.decode("utf-8")
       except UnicodeDecodeError as e:
+        packed = offset == 0 and _compression(raw)
+        if packed:
+          raise cli.InputError(
+            f"{name}: {packed}-compressed; this command reads plain UTF-8 text: decompress it first"
+          ) from None
         where = (
           f"{name}:{number + 1}" if self.byte_range is None else f"{name} (line at byte {offset})"
         )
@@ -78,6 +83,15 @@ class InputLines:
         yield number, text.strip()
       else:
         yield number, text.removesuffix("\n").removesuffix("\r")
+
+
+# The first bytes of a compressed file, by its compressor's name.
+_MAGIC = {"gzip": b"\x1f\x8b", "xz": b"\xfd7zXZ\x00", "zstd": b"\x28\xb5\x2f\xfd", "bzip2": b"BZh"}
+
+
+def _compression(first_line):
+  """The compressor whose magic bytes begin `first_line` (raw bytes), or None."""
+  return next((name for name, magic in _MAGIC.items() if first_line.startswith(magic)), None)
 
 
 def _with_offsets(stream, offset):
@@ -137,6 +151,17 @@ class Partial:
   @property
   def lines(self):
     return self.state["lines"]
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, kind, error, traceback):
+    """A run refused (cli.InputError: a line that is not UTF-8, found while scoring) before its
+    first record takes its partial files back: nothing is there to resume (as `runs.Record`)."""
+    if isinstance(error, cli.InputError) and not self.lines:
+      for path in (self.path, self.state_path):
+        with contextlib.suppress(OSError):
+          os.remove(path)
 
   def check_input(self, source):
     """Raises unless `source` has read what the partial file was scored from."""

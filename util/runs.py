@@ -146,15 +146,23 @@ class Record:
     """run.json's dict; cli.InputError naming it when it is not a record."""
     try:
       recorded = io_utils.read_json_file(self.path)
+      why = None if isinstance(recorded, dict) else f"{self.path}: not a record of a run"
     except ValueError as e:
-      if not self.overwrite:
-        raise cli.InputError(f"{e}: {START_OVER}") from None
-      return {}  # what it recorded is unknown: none of the outputs are taken for this job's
-    if not isinstance(recorded, dict):
-      if not self.overwrite:
-        raise cli.InputError(f"{self.path}: not a record of a run (a JSON object): {START_OVER}")
-      return {}
-    return recorded
+      why = str(e)
+    if why is None:
+      return recorded
+    if not self.overwrite:
+      # What it recorded is unknown: --overwrite can start over only where no output is left
+      # (it removes none it cannot tell the run's), so it is advised only then.
+      found = self._existing()
+      if found:
+        raise cli.InputError(
+          f"{why}: nothing tells whether {_listed(found)} here {'are' if len(found) > 1 else 'is'}"
+          f" a run's: move {'them' if len(found) > 1 else 'it'} away or choose another "
+          "--output_dir"
+        )
+      raise cli.InputError(f"{why}: {START_OVER}")
+    return {RECORDED: []}  # none of the outputs are taken for this job's
 
   def _existing(self):
     """The existing files of `outputs` (relative paths; globs expanded, owned folders walked)."""
