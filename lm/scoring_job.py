@@ -81,8 +81,9 @@ class ScoreParams:
   shard_id: int = cli.param("Which shard this run scores, 0 .. num_shards-1.", 0, lower_bound=0)
   merge: bool = cli.param("Merge the num_shards shard outputs into --output_file.", False)
   overwrite: bool = cli.param(
-    "Start over: discard an unfinished OUTPUT.partial instead of resuming it (a resume must be "
-    "the same job: model, input, batch size and options).",
+    "Replace an existing --output_file, and start over: discard an unfinished OUTPUT.partial "
+    "instead of resuming it (a resume must be the same job: model, input, batch size and "
+    "options).",
     False,
     result=False,
   )
@@ -446,7 +447,7 @@ def check_params(params):
   io_utils.check_outputs_apart(params)
   if params.output_file != "-":
     target = params.output_file if params.merge else output_path(params)
-    io_utils.check_output_path(target, "output_file", is_dir=False)
+    io_utils.check_output_path(target, "output_file", is_dir=False, overwrite=params.overwrite)
 
 
 def _check_scoring_flags(params):

@@ -352,7 +352,14 @@ def _build(args, run, output_dir, force):
   seconds = None
   if not run.merge:
     part_dir = os.path.join(job.parts_dir, _part_name(run.job_id, run.num_jobs))
-    seconds = _make_part(job, args, run, part_dir)
+    made = not io_utils.exists(part_dir)
+    try:
+      seconds = _make_part(job, args, run, part_dir)
+    except (ValueError, cli.InputError):
+      if made:  # refused (a bad vocab) before a block of its own: its files go, parts/ if emptied
+        part = f"{PARTS_SUBDIR}/{os.path.basename(part_dir)}"
+        io_utils.remove_files(output_dir, io_utils.find_files(output_dir, [part]))
+      raise
     if run.num_jobs > 1:
       logging.info(
         "part %d of %d done in %s; when every part is, run the same command with --merge",

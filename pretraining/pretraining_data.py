@@ -62,6 +62,8 @@ def expand_inputs(patterns):
   paths = []
   for path in io_utils.expand_globs(patterns):
     if "://" in path or not os.path.isdir(path):
+      # Scanned, then read again by the workers (seeking): a pipe would be found empty.
+      io_utils.check_input_file(path, read_twice=True)
       paths.append(path)
       continue
     found = []

@@ -396,3 +396,14 @@ def test_ngram_py_and_score_py_give_the_same_score(tmp_path):
   assert [r["score"] for r in records] == pytest.approx([s.logprob for s in by_hand], abs=1e-5)
   assert [int(row[1]) for row in rows] == [r["num_tokens"] for r in records] == [8, 7]
   assert [int(row[2]) for row in rows] == [0, 0]  # no word scored as <unk>
+
+
+def test_an_existing_output_is_replaced_only_with_overwrite(tmp_path):
+  # Issue 56's probes (F3): a file of the user's at --output was written over unasked.
+  text = tmp_path / "corpus.txt"
+  text.write_text("a b c\n")
+  mine = tmp_path / "mine.arpa"
+  mine.write_text("mine\n")
+  result = commands.run("ngram.py", f"--train_text={text}", f"--output={mine}", status=2)
+  assert f"--output {mine}: exists; add --overwrite to replace it" in result.stderr
+  assert mine.read_text() == "mine\n"

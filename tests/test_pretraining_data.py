@@ -800,3 +800,23 @@ def test_parts_go_file_by_file_and_a_file_of_the_users_keeps_its_folder(
   (parts / "README.txt").write_text("mine\n")
   data_job.create_pretraining_data(path, str(tmp_path / "out"), **_args(reference_vocab))
   assert os.listdir(parts) == ["README.txt"] and (parts / "README.txt").read_text() == "mine\n"
+
+
+def test_an_input_read_once_or_a_refused_vocab_leaves_no_parts(tmp_path):
+  # Issue 56's probes (F8): a pipe was "File or stream is not seekable." without its name (the
+  # workers read the input a second time), and a refusal after the part began left parts/.
+  text = _write_lines(tmp_path / "s.txt", [b"the cat sat on the mat\n"] * 3)
+  with pytest.raises(ValueError, match=f"{os.devnull}: not a regular file"):
+    data_job.create_pretraining_data(
+      os.devnull, str(tmp_path / "piped"), vocab_size=30, input_format="sentences"
+    )
+  empty = tmp_path / "empty_vocab.txt"
+  empty.write_text("")
+  out = tmp_path / "out"
+  out.mkdir()  # the user's: stays, empty
+  with pytest.raises(ValueError, match="empty_vocab.txt"):
+    data_job.create_pretraining_data(
+      text, str(out), vocab_file=str(empty), eval_fraction=0.0, input_format="sentences"
+    )
+  assert sorted(os.listdir(tmp_path)) == ["empty_vocab.txt", "out", "s.txt"]
+  assert os.listdir(out) == []

@@ -696,3 +696,19 @@ def test_an_input_refused_while_scoring_leaves_no_partial_file(tta_dir, tmp_path
     )
     assert why in error, error
   assert sorted(os.listdir(tmp_path)) == ["bad.txt", "s.txt.gz"]
+
+
+@pytest.mark.slow(seconds=3)
+def test_an_existing_output_file_is_replaced_only_with_overwrite(tta_dir, input_file, tmp_path):
+  # Issue 56's probes (F3): a file of the user's at --output_file was written over unasked.
+  out = tmp_path / "mine.jsonl"
+  out.write_text("mine\n")
+  error = run_cli(
+    f"--model_dir={tta_dir}", f"--input_file={input_file}", f"--output_file={out}", status=2
+  )
+  assert f"--output_file {out}: exists; add --overwrite to replace it" in error, error
+  assert out.read_text() == "mine\n"
+  run_cli(
+    f"--model_dir={tta_dir}", f"--input_file={input_file}", f"--output_file={out}", "--overwrite"
+  )
+  assert len(read_records(out)) == len(LINES)

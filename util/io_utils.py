@@ -517,16 +517,19 @@ def remove_files(root, names):
       rmdir(folder)
 
 
-def check_output_path(path, flag, is_dir=True):
+def check_output_path(path, flag, is_dir=True, overwrite=None):
   """Refuses (cli.InputError "--<flag> <path>: <why>") an output path that cannot be written,
   before a command loads or makes anything; leaves nothing behind. A remote path is checked for
-  its scheme only (`check_scheme`)."""
+  its scheme only (`check_scheme`). overwrite=False (a file output of a command with --overwrite):
+  an existing file is refused too, as a command never writes over a file it was not asked to."""
   if is_remote(path):
     check_scheme(path, flag)
     return
   where = f"--{flag} {path}"
   if os.path.isdir(path) and not is_dir:
     raise cli.InputError(f"{where}: is a directory; give the path of a file")
+  if overwrite is False and not is_dir and os.path.lexists(path):
+    raise cli.InputError(f"{where}: exists; add --overwrite to replace it")
   if os.path.lexists(path) and is_dir and not os.path.isdir(path):
     raise cli.InputError(f"{where}: exists and is not a directory")
   existing = os.path.abspath(path if is_dir else os.path.dirname(os.path.abspath(path)))
