@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The README's test command: sets up .venv, Apache Beam's overlay and KenLM's lmplz/build_binary if needed (both are
-# reused once built), checks the code style (ruff.toml), then runs the pytest suite.
+# The README's test command: sets up .venv, Apache Beam's overlay (scripts/setup_beam.sh) and
+# KenLM's lmplz/build_binary if needed (each reused once built), checks the code style
+# (ruff.toml), then runs the pytest suite.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/setup_env.sh
