@@ -545,9 +545,9 @@ def _unfinished(part_dir, blocks):
 @contextlib.contextmanager
 def _block_dir(part_dir):
   """Where the workers write their blocks: `part_dir` itself if it is local; for a remote one a
-  local temporary directory whose finished blocks the parent moves into it (`_publish`): a worker
-  is a process of its own, and TensorFlow's ram:// (the tests' bucket) is not shared between
-  processes; the workers need no TensorFlow either."""
+  local temporary directory whose finished blocks the parent moves into it (`publish_block`): a
+  worker is a process of its own, and TensorFlow's ram:// (the tests' bucket) is not shared
+  between processes; the workers need no TensorFlow either."""
   if not io_utils.is_remote(part_dir):
     yield part_dir
     return
@@ -555,7 +555,7 @@ def _block_dir(part_dir):
     yield block_dir
 
 
-def _publish(block_dir, part_dir, index):
+def publish_block(block_dir, part_dir, index):
   """Moves block `index` from `block_dir` into `part_dir` (if they differ): its records, then its
   summary, which marks it done (`pretraining_records.read_block_summary`)."""
   if block_dir == part_dir:
@@ -583,7 +583,7 @@ def _run_blocks(blocks, part_dir, block_dir, config, num_workers):
     pretraining_records.init_worker(config)
     for block, data in sentence_files.block_data(todo, read_all=False):
       pretraining_records.make_block(block, data)
-      _publish(block_dir, part_dir, block.index)
+      publish_block(block_dir, part_dir, block.index)
       bar.update(1)
     return time.time() - start
   with interrupts.worker_pool(num_workers, pretraining_records.init_worker, (config,)) as pool:
@@ -595,11 +595,11 @@ def _run_blocks(blocks, part_dir, block_dir, config, num_workers):
       while len(pending) >= 2 * num_workers or (pending and pending[0][1].ready()):
         index, result = pending.pop(0)
         result.get()
-        _publish(block_dir, part_dir, index)
+        publish_block(block_dir, part_dir, index)
         bar.update(1)
     for index, result in pending:
       result.get()
-      _publish(block_dir, part_dir, index)
+      publish_block(block_dir, part_dir, index)
       bar.update(1)
   return time.time() - start
 
@@ -712,7 +712,7 @@ class _Job:
     return os.path.join(self.output_dir, PARTS_SUBDIR)
 
 
-def _build(args, run, output_dir, force):
+def _build(args, run, output_dir, force, run_blocks):
   start = time.time()
   io_utils.makedirs(output_dir)
   job = _identify(args, run, output_dir, force)
@@ -726,7 +726,7 @@ def _build(args, run, output_dir, force):
   seconds = None
   if not run.merge:
     part_dir = os.path.join(job.parts_dir, _part_name(run.job_id, run.num_jobs))
-    seconds = _make_part(job, args, run, part_dir)
+    seconds = _make_part(job, args, run, part_dir, run_blocks)
     if run.num_jobs > 1:
       logging.info(
         "part %d of %d done in %s; when every part is, run the same command with --merge",
@@ -780,9 +780,9 @@ def _complete_output(job):
   return stats
 
 
-def _make_part(job, args, run, part_dir):
+def _make_part(job, args, run, part_dir, run_blocks):
   """Makes this run's part in `part_dir` (job.json, vocab, blocks, done.json) unless done:
-  (vocab seconds, block seconds)."""
+  (vocab seconds, block seconds). `run_blocks`: `_run_blocks` or another engine's."""
   io_utils.makedirs(part_dir)
   with io_utils.exclusive_lock(part_dir, wait=False):
     io_utils.write_atomically(
@@ -808,7 +808,7 @@ def _make_part(job, args, run, part_dir):
     if not io_utils.exists(vocab_path):
       _, vocab_seconds = _make_vocab(job.blocks, job.scans, job.sources, vocab_path, args)
     with _block_dir(part_dir) as block_dir:
-      block_seconds = _run_blocks(
+      block_seconds = run_blocks(
         mine,
         part_dir,
         block_dir,
@@ -930,8 +930,12 @@ class JobParams:
   force: bool = cli.param("Rebuild even if --output_dir is complete for these arguments.", False)
 
 
-def run(job):
+def run(job, run_blocks=None):
   """Builds the TFRecord data set of `job` (`JobParams`; layout: docs/DESIGN.md §5.2).
+
+  `run_blocks(blocks, part_dir, block_dir, config, num_workers)` -> seconds makes the blocks'
+  files (`pretraining_records.make_block` on each unfinished block); default: this machine's
+  worker pool (`_run_blocks`); beam/data_pipeline.py's runs them as an Apache Beam pipeline.
 
   Returns data_stats.json's contents, with "reused": True when a complete output for the same
   arguments and inputs (its fingerprint) was already there; for one job of several, only {"part",
@@ -941,7 +945,7 @@ def run(job):
   io_utils.check_outputs_apart(job, inputs=job.data.given_inputs)
   # A run refused for its input (a bad byte, an empty file) leaves no empty --output_dir.
   with io_utils.output_dir(job.output_dir):
-    return _build(job.data, job.run, job.output_dir, job.force)
+    return _build(job.data, job.run, job.output_dir, job.force, run_blocks or _run_blocks)
 
 
 def create_pretraining_data(input_files, output_dir, force=False, **options):
