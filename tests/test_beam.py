@@ -3,10 +3,14 @@ and data_stats.json, score.py's output and the rescoring cache's entries equal t
 commands'."""
 
 import gzip
+import json
 import os
 
+import commands
+import conftest
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from util import io_utils
 
@@ -17,6 +21,10 @@ else:
 
 from beam import data_pipeline  # noqa: E402
 from beam import options as options_lib  # noqa: E402
+from lm import inference  # noqa: E402
+from lm import model_dir  # noqa: E402
+from lm import scoring_job  # noqa: E402
+import modeling  # noqa: E402
 from pretraining import pretraining_data  # noqa: E402
 import tokenization  # noqa: E402
 from util import cli  # noqa: E402
@@ -117,3 +125,146 @@ def test_an_unknown_runner_is_one_line_before_any_work(corpus, tmp_path):
   with pytest.raises(cli.InputError, match=r"^--runner=NoSuchRunner: "):
     data_pipeline.run(params)
   assert not os.path.exists(tmp_path / "out")
+
+
+# ----------------------------------------------------------------------------------------------
+# Scoring
+# ----------------------------------------------------------------------------------------------
+
+# Mixed lengths, an empty line and one over max_position_embeddings (16).
+LINES = [
+  "the cat sat on the mat",
+  "",
+  "a dog ran",
+  " ".join(["the dog sat"] * 7),
+  "the mat",
+  "a cat sat on a dog",
+  "the the the",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+  root = tmp_path_factory.mktemp("beam_lm")
+  vocab = root / "vocab.txt"
+  vocab.write_text("\n".join(list(tokenization.SPECIAL_TOKENS) + list(conftest.WORDS)) + "\n")
+  tf.keras.utils.set_random_seed(7)
+  config = conftest.tiny_config(vocab_size=len(tokenization.SPECIAL_TOKENS) + len(conftest.WORDS))
+  model_dir.save_model_dir(modeling.build_model(config, "tta"), str(vocab), str(root / "tta"))
+  return str(root / "tta")
+
+
+@pytest.fixture
+def loads(monkeypatch, tiny_lm):
+  """(the model specs inference.load_lm loaded, the sentences of each `score` call of the tiny
+  LM's class): a call's composition changes a neural LM's floats."""
+  loaded, calls = [], []
+
+  def load_lm(spec, **kwargs):
+    loaded.append(spec)
+    return load(spec, **kwargs)
+
+  def score(self, sentences, scoring=None):
+    calls.append(list(sentences))
+    return score_of_class(self, sentences, scoring=scoring)
+
+  load = inference.load_lm
+  cls = type(load(tiny_lm))
+  score_of_class = cls.score
+  monkeypatch.setattr(inference, "load_lm", load_lm)
+  monkeypatch.setattr(cls, "score", score)
+  return loaded, calls
+
+
+@pytest.mark.parametrize("output_format", ["jsonl", "tsv"])
+def test_beam_score_writes_score_py_s_output(tiny_lm, tmp_path, monkeypatch, loads, output_format):
+  # Blocks of 48 bytes (the input's 157 make 4): lines 0-3, none, 4-5 and 6; one of the 5 shards
+  # gets none, and block 0 makes two batches of 2 lines.
+  monkeypatch.setattr(scoring_job, "BLOCK_BYTES", 48)
+  sentences = tmp_path / "in.txt"
+  sentences.write_text("".join(line + "\n" for line in LINES), encoding="utf-8")
+  common = [f"--model_dir={tiny_lm}", f"--input_file={sentences}", "--batch_size=2"]
+  common.append(f"--format={output_format}")
+  loaded, calls = loads
+  commands.run("score.py", *common, f"--output_file={tmp_path / 'one'}", status=0)
+  one_calls = calls[:]
+  del loaded[:], calls[:]
+  out = tmp_path / "beam"
+  commands.run("beam_score.py", *common, f"--output_file={out}", "--num_shards=5", status=0)
+  assert out.read_bytes() == (tmp_path / "one").read_bytes()
+  # The LM was asked for the batches score.py asks for: a batch never spans two blocks.
+  assert sorted(calls) == sorted(one_calls)
+  assert one_calls == [[LINES[0]], LINES[2:4], LINES[4:6], [LINES[6]]]
+  assert len(out.read_text().splitlines()) == len(LINES)
+  if output_format == "jsonl":
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["line"] for r in records] == list(range(len(LINES)))
+    assert "score" in records[0] and "score" not in records[1]
+  # One worker loaded the model once for its 5 shards; only the output is left.
+  assert loaded == [tiny_lm]
+  assert sorted(os.listdir(tmp_path)) == ["beam", "in.txt", "one"]
+
+
+def test_beam_score_refuses_stdin_and_an_unknown_runner_in_one_line(tiny_lm, tmp_path):
+  result = commands.run("beam_score.py", f"--model_dir={tiny_lm}", status=2)
+  assert "beam_score.py needs --input_file and --output_file" in result.stderr
+  sentences = tmp_path / "in.txt"
+  sentences.write_text("the cat\n")
+  result = commands.run(
+    "beam_score.py",
+    f"--model_dir={tiny_lm}",
+    f"--input_file={sentences}",
+    f"--output_file={tmp_path / 'out'}",
+    "--runner=NoSuchRunner",
+    status=2,
+  )
+  assert "--runner=NoSuchRunner" in result.stderr
+  assert sorted(os.listdir(tmp_path)) == ["in.txt"]
+
+
+def _json_lists(path, rows):
+  data = {
+    f"seg{i}": {f"hyp_{r + 1}": {"score": -1.0 - r, "text": h} for r, h in enumerate(hyps)}
+    for i, hyps in enumerate(rows)
+  }
+  path.write_text(json.dumps(data, indent=1) + "\n")
+  return str(path)
+
+
+ROWS = [
+  ["the cat sat on a mat", "cat sat", "the cat sat on the mat"],
+  ["a dog ran far", "dog dog ran", "a dog ran"],
+  ["the dog sat on the mat", "the mat", "dog sat"],
+  ["a cat", "the cat", "cat"],
+]
+
+
+def test_beam_rescore_fills_the_score_cache_of_run_rescoring(tiny_lm, tmp_path, loads):
+  lists = _json_lists(tmp_path / "lists.json", ROWS)
+  refs = tmp_path / "refs.txt"
+  refs.write_text("".join(f"seg{i} {row[0]}\n" for i, row in enumerate(ROWS)))
+  common = [
+    f"--lm=tta={tiny_lm}",
+    "--task=nmt",
+    "--format=json",
+    f"--dev_file={lists}",
+    f"--dev_refs={refs}",
+    f"--test_file={lists}",
+    f"--test_refs={refs}",
+    "--chunk_size=3",
+  ]
+  one, beam = tmp_path / "one", tmp_path / "beam"
+  loaded, calls = loads
+  commands.run("run_rescoring.py", *common, f"--output_dir={one}", status=0)
+  one_calls = calls[:]
+  del loaded[:], calls[:]
+  commands.run("beam_rescore.py", *common, f"--output_dir={beam}", "--num_shards=3", status=0)
+  whole = sorted((one / "cache" / "lm_scores.jsonl").read_text().splitlines())
+  assert len(whole) == len({t for row in ROWS for t in row})
+  # The same entries (the same numbers: each part scored the chunks one process scores).
+  assert sorted((beam / "cache" / "lm_scores.jsonl").read_text().splitlines()) == whole
+  assert (beam / "weights.json").read_text() == (one / "weights.json").read_text()
+  assert (beam / "test" / "text").read_text() == (one / "test" / "text").read_text()
+  assert sorted(calls) == sorted(one_calls) and len(calls) == 4  # 12 sentences, chunks of 3
+  # The worker loaded the LM once for its 3 parts; the merge loads it for the cache key.
+  assert loaded == [tiny_lm, tiny_lm]
