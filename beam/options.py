@@ -1,15 +1,34 @@
 """The Beam flags every beam_*.py command shares, and the pipeline options they make."""
 
 import dataclasses
+import logging
 import os
 import shlex
 
 from util import cli
 
-try:
-  import apache_beam  # pylint: disable=g-import-not-at-top
-except ImportError:  # requirements-beam.txt is opt-in: the commands refuse in one line
-  apache_beam = None
+
+def _import_quietly():
+  """apache_beam, or None where it is not installed (requirements-beam.txt is opt-in: the
+  commands then refuse in one line, `import_beam`). Its import logs, on the root logger, that the
+  GCP clients of its [gcp] extra are missing: held back, so that a refused command's stderr stays
+  one line; the handler keeps `logging.warning` from installing one of its own (basicConfig)."""
+  root, held = logging.getLogger(), logging.NullHandler()
+  level = root.level
+  root.addHandler(held)
+  root.setLevel(logging.ERROR)
+  try:
+    import apache_beam  # pylint: disable=g-import-not-at-top
+
+    return apache_beam
+  except ImportError:
+    return None
+  finally:
+    root.removeHandler(held)
+    root.setLevel(level)
+
+
+apache_beam = _import_quietly()
 
 # The base of the pipelines' DoFns; without Beam a placeholder (`import_beam` refuses the run).
 DoFn = apache_beam.DoFn if apache_beam else object

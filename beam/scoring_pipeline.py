@@ -69,8 +69,8 @@ def score_sentences(params):
   score = params.score
   if "-" in (score.input_file, score.output_file):
     raise cli.InputError(
-      "beam_score.py needs --input_file and --output_file (files or bucket paths, not stdin or "
-      "stdout)"
+      "--input_file and --output_file are required: files or bucket paths (a pipeline reads no "
+      "stdin and writes no stdout)"
     )
   scoring_job.check_params(score)
   with cli.user_input():

@@ -207,7 +207,7 @@ def test_beam_score_writes_score_py_s_output(tiny_lm, tmp_path, monkeypatch, loa
 
 def test_beam_score_refuses_stdin_and_an_unknown_runner_in_one_line(tiny_lm, tmp_path):
   result = commands.run("beam_score.py", f"--model_dir={tiny_lm}", status=2)
-  assert "beam_score.py needs --input_file and --output_file" in result.stderr
+  assert "--input_file and --output_file are required" in result.stderr
   sentences = tmp_path / "in.txt"
   sentences.write_text("the cat\n")
   result = commands.run(
