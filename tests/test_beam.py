@@ -268,3 +268,64 @@ def test_beam_rescore_fills_the_score_cache_of_run_rescoring(tiny_lm, tmp_path, 
   assert sorted(calls) == sorted(one_calls) and len(calls) == 4  # 12 sentences, chunks of 3
   # The worker loaded the LM once for its 3 parts; the merge loads it for the cache key.
   assert loaded == [tiny_lm, tiny_lm]
+
+
+# ----------------------------------------------------------------------------------------------
+# A bucket: TensorFlow's ram:// stands in for gs:// (the DirectRunner's workers share this process)
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def bucket():
+  root = f"ram://beam-{os.getpid()}-{np.random.default_rng().integers(1 << 30)}"
+  yield root
+  if tf.io.gfile.exists(root):
+    tf.io.gfile.rmtree(root)
+
+
+def _put_tree(local_dir, remote_dir):
+  for name in os.listdir(local_dir):
+    tf.io.gfile.copy(os.path.join(local_dir, name), f"{remote_dir}/{name}", overwrite=True)
+  return remote_dir
+
+
+def test_records_and_scores_land_in_a_bucket_as_in_a_local_dir(
+  corpus, tiny_lm, tmp_path, bucket, monkeypatch
+):
+  monkeypatch.setattr(pretraining_data, "BLOCK_BYTES", 2000)
+  plain = corpus[0].split(",")[0]
+  remote_corpus = f"{bucket}/in/a.txt"
+  tf.io.gfile.makedirs(f"{bucket}/in")
+  tf.io.gfile.copy(plain, remote_corpus)
+  local = data_pipeline.run(_beam_data_params((plain, corpus[1]), str(tmp_path / "records")))
+  remote = data_pipeline.run(_beam_data_params((remote_corpus, corpus[1]), f"{bucket}/records"))
+  assert local["train"] == remote["train"] and local["eval"] == remote["eval"]
+  names = sorted(os.listdir(tmp_path / "records"))
+  assert sorted(tf.io.gfile.listdir(f"{bucket}/records")) == names
+  for name in names:
+    if name.endswith(".tfrecord") or name == "vocab.txt":
+      with tf.io.gfile.GFile(f"{bucket}/records/{name}", "rb") as f:
+        assert f.read() == (tmp_path / "records" / name).read_bytes(), name
+  # Scores: the model, the input and the output in the bucket.
+  sentences = tmp_path / "in.txt"
+  sentences.write_text("".join(line + "\n" for line in LINES), encoding="utf-8")
+  commands.run(
+    "score.py",
+    f"--model_dir={tiny_lm}",
+    f"--input_file={sentences}",
+    f"--output_file={tmp_path / 'scores.jsonl'}",
+    status=0,
+  )
+  model = _put_tree(tiny_lm, f"{bucket}/tta")
+  tf.io.gfile.copy(str(sentences), f"{bucket}/in.txt")
+  commands.run(
+    "beam_score.py",
+    f"--model_dir={model}",
+    f"--input_file={bucket}/in.txt",
+    f"--output_file={bucket}/out/scores.jsonl",
+    "--num_shards=3",
+    status=0,
+  )
+  with tf.io.gfile.GFile(f"{bucket}/out/scores.jsonl", "rb") as f:
+    assert f.read() == (tmp_path / "scores.jsonl").read_bytes()
+  assert tf.io.gfile.listdir(f"{bucket}/out") == ["scores.jsonl"]
