@@ -150,9 +150,11 @@ def main(argv):
     "seconds": {k: round(v, 1) for k, v in seconds.items()},
     "startup_seconds": {k: round(v, 1) for k, v in startup.items()},
     "hypotheses_per_second": {k: round(hypotheses / v, 1) for k, v in seconds.items()},
-    # The rate once started: what N machines multiply.
+    # The rate once started: what N machines multiply (None: the run was no longer than its
+    # start-up, as on a few lists of a busy machine).
     "scoring_hypotheses_per_second": {
-      k: round(hypotheses / max(seconds[k] - startup[k], 1e-9), 1) for k in seconds
+      k: round(hypotheses / (seconds[k] - startup[k]), 1) if seconds[k] > startup[k] else None
+      for k in seconds
     },
     "same_output": same,
   }
@@ -165,7 +167,8 @@ def main(argv):
       "| run | wall s | start-up s | hypotheses/s (wall) | hypotheses/s (after start-up) |",
       "|---|---:|---:|---:|---:|",
       *(
-        f"| {label} | {seconds[k]:.1f} | {startup[k]:.1f} | {rates[k]:.1f} | {scoring[k]:.1f} |"
+        f"| {label} | {seconds[k]:.1f} | {startup[k]:.1f} | {rates[k]:.1f} | "
+        f"{'n/a' if scoring[k] is None else f'{scoring[k]:.1f}'} |"
         for k, label in (
           ("score", "score.py, one process"),
           ("beam", f"beam_score.py, DirectRunner x{FLAGS.workers} processes"),
