@@ -79,6 +79,7 @@ def _beam_data_params(inputs, output_dir, **beam):
   )
 
 
+@pytest.mark.slow(seconds=4)
 def test_beam_data_writes_the_records_and_stats_of_create_pretraining_data(
   corpus, tmp_path, monkeypatch
 ):
@@ -176,6 +177,7 @@ def loads(monkeypatch, tiny_lm):
   return loaded, calls
 
 
+@pytest.mark.slow(seconds=8)
 @pytest.mark.parametrize("output_format", ["jsonl", "tsv"])
 def test_beam_score_writes_score_py_s_output(tiny_lm, tmp_path, monkeypatch, loads, output_format):
   # Blocks of 48 bytes (the input's 157 make 4): lines 0-3, none, 4-5 and 6; one of the 5 shards
@@ -239,6 +241,7 @@ ROWS = [
 ]
 
 
+@pytest.mark.slow(seconds=7)
 def test_beam_rescore_fills_the_score_cache_of_run_rescoring(tiny_lm, tmp_path, loads):
   lists = _json_lists(tmp_path / "lists.json", ROWS)
   refs = tmp_path / "refs.txt"
@@ -289,6 +292,7 @@ def _put_tree(local_dir, remote_dir):
   return remote_dir
 
 
+@pytest.mark.slow(seconds=9)
 def test_records_and_scores_land_in_a_bucket_as_in_a_local_dir(
   corpus, tiny_lm, tmp_path, bucket, monkeypatch
 ):
