@@ -88,12 +88,20 @@ def pipeline_options(params):
     extra = shlex.split(params.pipeline_options)
   except ValueError as e:
     raise cli.InputError(f"--pipeline_options: {e}") from None
-  argv = [f"--runner={params.runner}", *extra]
   if params.runner == "DirectRunner":
-    argv += [
+    # Beam's FnApiRunner, the DirectRunner's Python engine, which takes these two options: Beam
+    # 2.78's DirectRunner would first try its Prism runner, a Go binary fetched from GitHub.
+    argv = [
+      "--runner=FnApiRunner",
       f"--direct_num_workers={params.direct_num_workers}",
       f"--direct_running_mode={params.direct_running_mode}",
+      *extra,
     ]
+  else:
+    argv = [f"--runner={params.runner}", *extra]
+  # A DoFn's exception reaches the command (cli.run: one line for a wrong input, a traceback for a
+  # bug); Beam's worker would log it with its traceback first.
+  logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
   # The worker processes of multi_processing import this project's modules: they start in
   # Python's default path, so the project's root goes on theirs.
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -224,6 +224,23 @@ def test_beam_score_refuses_stdin_and_an_unknown_runner_in_one_line(tiny_lm, tmp
   assert sorted(os.listdir(tmp_path)) == ["in.txt"]
 
 
+def test_a_bad_line_found_by_a_worker_is_one_line_and_exit_2(tiny_lm, tmp_path):
+  sentences = tmp_path / "in.txt"
+  sentences.write_bytes(b"the cat\n\xff\xfe sat\n")
+  result = commands.run(
+    "beam_score.py",
+    f"--model_dir={tiny_lm}",
+    f"--input_file={sentences}",
+    f"--output_file={tmp_path / 'out'}",
+    "--num_shards=2",
+    status=2,
+  )
+  assert "Traceback" not in result.stderr
+  (line,) = [l for l in result.stderr.splitlines() if l.startswith("beam_score.py: error: ")]
+  assert f"{sentences} (line at byte 8): not valid UTF-8" in line
+  assert not (tmp_path / "out").exists()
+
+
 def _json_lists(path, rows):
   data = {
     f"seg{i}": {f"hyp_{r + 1}": {"score": -1.0 - r, "text": h} for r, h in enumerate(hyps)}
