@@ -40,8 +40,9 @@ class BeamParams:
   """Where a pipeline runs; none of it changes a byte of the output."""
 
   runner: str = cli.param(
-    "Beam runner: DirectRunner (this machine), DataflowRunner, FlinkRunner, SparkRunner, "
-    "PortableRunner; the remote ones need their options in --pipeline_options.",
+    "Beam runner: DirectRunner (this machine: Beam's FnApiRunner, --direct_*), DataflowRunner, "
+    "FlinkRunner, SparkRunner, PortableRunner, PrismRunner; the remote ones need their options "
+    "in --pipeline_options and paths their workers reach (a bucket).",
     "DirectRunner",
     result=False,
   )

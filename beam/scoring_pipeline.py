@@ -21,6 +21,7 @@ from util import io_utils
 
 
 def _params_fields(cls, *left_out):
+  """The names of `cls`'s own flag fields but `left_out` (its nested ones keep all theirs)."""
   return tuple(
     f.name for f in dataclasses.fields(cls) if f.name not in left_out and "nested" not in f.metadata
   )
