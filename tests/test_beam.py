@@ -26,6 +26,7 @@ from lm import model_dir  # noqa: E402
 from lm import scoring_job  # noqa: E402
 import modeling  # noqa: E402
 from pretraining import pretraining_data  # noqa: E402
+from pretraining import pretraining_records  # noqa: E402
 import tokenization  # noqa: E402
 from util import cli  # noqa: E402
 
@@ -111,6 +112,40 @@ def test_beam_data_writes_the_records_and_stats_of_create_pretraining_data(
   # A second run finds the complete output: nothing is made again.
   again = data_pipeline.run(_beam_data_params(corpus, str(tmp_path / "beam")))
   assert again["reused"] and len(made) == len(blocks)
+
+
+@pytest.mark.slow(seconds=5)
+def test_a_failed_pipeline_resumes_after_its_finished_blocks(corpus, tmp_path, monkeypatch):
+  monkeypatch.setattr(pretraining_data, "BLOCK_BYTES", 2000)
+  plain = corpus[0].split(",")[0]
+  pretraining_data.create_pretraining_data(
+    plain, str(tmp_path / "one"), num_workers=1, **_data_args(corpus[1])
+  )
+  made, make_block = [], pretraining_records.make_block
+
+  def third_block_fails(block, data=None):
+    if len(made) == 2:
+      raise OSError("a worker lost")
+    made.append(block.index)
+    return make_block(block, data)
+
+  out = str(tmp_path / "beam")
+  with monkeypatch.context() as patched:
+    patched.setattr(pretraining_records, "make_block", third_block_fails)
+    with pytest.raises(OSError, match="a worker lost"):
+      data_pipeline.run(_beam_data_params((plain, corpus[1]), out))
+  assert not os.path.exists(os.path.join(out, "data_stats.json"))
+  first, again = list(made), []
+
+  def recorded(block, data=None):
+    again.append(block.index)
+    return make_block(block, data)
+
+  monkeypatch.setattr(pretraining_records, "make_block", recorded)
+  data_pipeline.run(_beam_data_params((plain, corpus[1]), out))
+  assert _outputs(out) == _outputs(tmp_path / "one")
+  # The rerun made only the blocks the failed one had not finished.
+  assert len(first) == 2 and sorted(first + again) == list(range(len(first) + len(again)))
 
 
 def _recording(process, made):
