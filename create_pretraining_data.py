@@ -36,13 +36,8 @@ def main(argv):
   if "part" in stats:  # one job of several: the merge writes data_stats.json
     print(json.dumps(stats, sort_keys=True))
     return
-  summary = {
-    split: {k: stats[split][k] for k in ("sentences", "tokens", "truncated", "unk_rate")}
-    for split in pretraining_records.SPLITS
-  }
-  summary["seconds"] = stats["seconds"]
-  summary["reused"] = stats.get("reused", False)
-  print(json.dumps(summary, sort_keys=True))  # one line: data_stats.json has the details
+  # One line: data_stats.json has the details.
+  print(json.dumps(pretraining_records.summary(stats), sort_keys=True))
 
 
 if __name__ == "__main__":

@@ -188,20 +188,17 @@ class RescoringParams:
 
 def run(params):
   """The whole run; input errors are raised before any LM loads where the input shows them."""
-  # What is cheap first: the LMs are there, before the lists are read; the lists are read and
-  # checked before anything is written into --output_dir.
-  with cli.user_input():
-    io_utils.check_outputs_apart(params)
-    if params.output_dir:
-      io_utils.check_output_path(params.output_dir, "output_dir")
-    for _, spec in params.lms:
-      inference.check_spec(spec)
+  check_params(params)
   metric = "bleu" if params.task == "nmt" else "wer"
   sets, table_runs, kept, unmatched = read_lists(params)
   own_files = params.test_file is not None and params.output_dir
   texts = texts_to_score(sets, table_runs)
   if params.num_shards > 1 and not params.merge:
-    score_part(params, texts)
+    path, scored = score_part(params, texts)
+    print(
+      f"part {params.shard_id} of {params.num_shards}: {scored} of {len(texts)} sentences "
+      f"scored into {path}; when every part is done, run the same command with --merge"
+    )
     return
   record = None
   if own_files:
@@ -231,6 +228,17 @@ def run(params):
       if record is not None:
         record.start()
       rescoring.rescore_own_files(params, sets, kept, all_scores, metric, unmatched)
+
+
+def check_params(params):
+  """What is cheap first: the LMs are there, before the lists are read (the lists are read and
+  checked before anything is written into --output_dir); cli.InputError naming the flag."""
+  with cli.user_input():
+    io_utils.check_outputs_apart(params)
+    if params.output_dir:
+      io_utils.check_output_path(params.output_dir, "output_dir")
+    for _, spec in params.lms:
+      inference.check_spec(spec)
 
 
 def outputs(params):
@@ -332,20 +340,32 @@ def texts_to_score(sets, table_runs):
   )
 
 
-def _load_lm(params, spec, cache):
-  """(LM, its cache key), the key's identity registered in `cache`."""
+def load_lm(params, spec):
+  """(LM of `spec`, its identity: `inference.describe`)."""
   with cli.user_input():
     lm = inference.load_lm(spec, **params.lm_options.load_kwargs())
-  identity = inference.describe(lm, params.scoring)
+  return lm, inference.describe(lm, params.scoring)
+
+
+def _load_lm(params, spec, cache):
+  """(LM, its cache key), the key's identity registered in `cache`."""
+  lm, identity = load_lm(params, spec)
+  return lm, _register(cache, identity)
+
+
+def _register(cache, identity):
+  """The cache key of an LM of `identity`, registered in `cache` (None: no cache)."""
   lm_id = inference.model_id(identity)
   if cache is not None:
     cache.register(lm_id, identity)
-  return lm, lm_id
+  return lm_id
 
 
-def score_part(params, texts):
+def score_part(params, texts, loaded=None):
   """A --shard_id run: every LM's scores of its part of `texts` into its own cache part, then the
-  part's record (score_cache.finish_part) that --merge checks."""
+  part's record (score_cache.finish_part) that --merge checks: (the part's path, sentences
+  scored). `loaded`: {name in `params.lms`: `load_lm`'s pair} of LMs loaded already (a Beam
+  worker's, beam/rescoring_pipeline.py); else each LM is loaded in turn."""
   path = score_cache.part_path(cache_path(params), params.shard_id, params.num_shards)
   mine = score_cache.part_texts(texts, params.shard_id, params.num_shards, params.chunk_size)
   with io_utils.exclusive_lock(path, wait=False):
@@ -353,17 +373,15 @@ def score_part(params, texts):
       cache = score_cache.ScoreCache(path)
     lm_ids = {}
     for name, spec in params.lms:
-      lm, lm_ids[name] = _load_lm(params, spec, cache)
+      lm, identity = loaded[name] if loaded else load_lm(params, spec)
+      lm_ids[name] = _register(cache, identity)
       score_cache.cached_scores(
         lm, lm_ids[name], mine, cache, name, params.chunk_size, params.scoring
       )
     score_cache.finish_part(
       cache, params.shard_id, params.num_shards, params.chunk_size, texts, lm_ids
     )
-  print(
-    f"part {params.shard_id} of {params.num_shards}: {len(mine)} of {len(texts)} sentences "
-    f"scored into {path}; when every part is done, run the same command with --merge"
-  )
+  return path, len(mine)
 
 
 def rescore_all(params, cache, texts, sets, table_runs, metric, shards=None):

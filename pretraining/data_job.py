@@ -338,7 +338,7 @@ class _Job:
     return os.path.join(self.output_dir, PARTS_SUBDIR)
 
 
-def _build(args, run, output_dir, force):
+def _build(args, run, output_dir, force, run_blocks):
   start = time.time()
   io_utils.makedirs(output_dir)
   job = _identify(args, run, output_dir, force)
@@ -354,7 +354,7 @@ def _build(args, run, output_dir, force):
     part_dir = os.path.join(job.parts_dir, _part_name(run.job_id, run.num_jobs))
     made = not io_utils.exists(part_dir)
     try:
-      seconds = _make_part(job, args, run, part_dir)
+      seconds = _make_part(job, args, run, part_dir, run_blocks)
     except (ValueError, cli.InputError):
       if made:  # refused (a bad vocab) before a block of its own: its files go, parts/ if emptied
         part = f"{PARTS_SUBDIR}/{os.path.basename(part_dir)}"
@@ -425,9 +425,10 @@ def _complete_output(job):
   return stats
 
 
-def _make_part(job, args, run, part_dir):
+def _make_part(job, args, run, part_dir, run_blocks):
   """Makes this run's part in `part_dir` (job.json, vocab, blocks, done.json) unless done:
-  (vocab seconds, block seconds)."""
+  (vocab seconds, block seconds). `run_blocks`: `pretraining_data.run_blocks` or another
+  engine's."""
   io_utils.makedirs(part_dir)
   with io_utils.exclusive_lock(part_dir, wait=False):
     io_utils.write_atomically(
@@ -462,7 +463,7 @@ def _make_part(job, args, run, part_dir):
         vocab, job.blocks, job.scans, job.sources, vocab_path, args.random_seed, args.eval_fraction
       )
     with pretraining_data.worker_dir(part_dir) as block_dir:
-      block_seconds = pretraining_data.run_blocks(
+      block_seconds = run_blocks(
         mine,
         part_dir,
         block_dir,
@@ -575,8 +576,13 @@ class JobParams:
   force: bool = cli.param("Rebuild even if --output_dir is complete for these arguments.", False)
 
 
-def run(job):
+def run(job, run_blocks=pretraining_data.run_blocks):
   """Builds the TFRecord data set of `job` (`JobParams`; layout: docs/DESIGN.md §5.2).
+
+  `run_blocks(blocks, part_dir, block_dir, config, num_workers)` -> seconds makes the blocks'
+  files (`pretraining_records.make_block` on each unfinished block); default: this machine's
+  worker pool (`pretraining_data.run_blocks`); beam/data_pipeline.py's runs them as an Apache Beam
+  pipeline.
 
   Returns data_stats.json's contents, with "reused": True when a complete output for the same
   arguments and inputs (its fingerprint) was already there; for one job of several, only {"part",
@@ -586,7 +592,7 @@ def run(job):
   io_utils.check_outputs_apart(job, inputs=job.data.given_inputs)
   # A run refused for its input (a bad byte, an empty file) leaves no empty --output_dir.
   with io_utils.output_dir(job.output_dir):
-    return _build(job.data, job.run, job.output_dir, job.force)
+    return _build(job.data, job.run, job.output_dir, job.force, run_blocks)
 
 
 def create_pretraining_data(input_files, output_dir, force=False, **options):

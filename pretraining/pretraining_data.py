@@ -329,9 +329,9 @@ def unfinished_blocks(part_dir, blocks):
 @contextlib.contextmanager
 def worker_dir(part_dir):
   """Where the workers write their blocks: `part_dir` itself if it is local; for a remote one a
-  local temporary directory whose finished blocks the parent moves into it (`_publish`): a worker
-  is a process of its own, and TensorFlow's ram:// (the tests' bucket) is not shared between
-  processes; the workers need no TensorFlow either."""
+  local temporary directory whose finished blocks the parent moves into it (`publish_block`): a
+  worker is a process of its own, and TensorFlow's ram:// (the tests' bucket) is not shared
+  between processes; the workers need no TensorFlow either."""
   if not io_utils.is_remote(part_dir):
     yield part_dir
     return
@@ -339,7 +339,7 @@ def worker_dir(part_dir):
     yield local_dir
 
 
-def _publish(block_dir, part_dir, index):
+def publish_block(block_dir, part_dir, index):
   """Moves block `index` from `block_dir` into `part_dir` (if they differ): its records, then its
   summary, which marks it done (`pretraining_records.read_block_summary`)."""
   if block_dir == part_dir:
@@ -370,7 +370,7 @@ def run_blocks(blocks, part_dir, block_dir, config, num_workers):
     pretraining_records.init_worker(config)
     for block, data in sentence_files.block_data(todo, read_all=False):
       pretraining_records.make_block(block, data)
-      _publish(block_dir, part_dir, block.index)
+      publish_block(block_dir, part_dir, block.index)
       bar.update(1)
     return time.time() - start
   with interrupts.worker_pool(num_workers, pretraining_records.init_worker, (config,)) as pool:
@@ -382,7 +382,7 @@ def run_blocks(blocks, part_dir, block_dir, config, num_workers):
     )
     # Results come in the order of `todo` (block_data's order).
     for block, _ in zip(todo, made):
-      _publish(block_dir, part_dir, block.index)
+      publish_block(block_dir, part_dir, block.index)
       bar.update(1)
   return time.time() - start
 

@@ -434,6 +434,18 @@ def finish_stats(total):
   return stats
 
 
+def summary(stats):
+  """The one-line report of data_stats.json's contents `stats` (create_pretraining_data.py's,
+  beam_data.py's): each split's sentences, tokens, truncated and UNK rate, the seconds, reused."""
+  out = {
+    split: {k: stats[split][k] for k in ("sentences", "tokens", "truncated", "unk_rate")}
+    for split in SPLITS
+  }
+  out["seconds"] = stats["seconds"]
+  out["reused"] = stats.get("reused", False)
+  return out
+
+
 def length_stats(histogram):
   """{mean, max, percentiles (numpy's linear rule), histogram} of {length: count}."""
   if not histogram:

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The README's test command: sets up .venv and KenLM's lmplz/build_binary if needed (both are
-# reused once built), checks the code style (ruff.toml), then runs the pytest suite.
+# The README's test command: sets up .venv, Apache Beam's overlay (scripts/setup_beam.sh) and
+# KenLM's lmplz/build_binary if needed (each reused once built), checks the code style
+# (ruff.toml), then runs the pytest suite.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/setup_env.sh
+# Apache Beam for tests/test_beam.py, in an overlay beside the venv (requirements-beam.txt).
+source scripts/setup_beam.sh
 bash scripts/build_kenlm.sh >/dev/null
 ruff format --check --quiet . || { echo "test.sh: code style: run 'ruff format .'" >&2; exit 1; }
 ruff check --quiet . || { echo "test.sh: lint errors above (ruff check)" >&2; exit 1; }

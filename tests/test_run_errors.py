@@ -73,6 +73,12 @@ LOCATIONS = {"under_a_file": _under_a_file, "read_only": _read_only, "proc": _pr
 
 # (command, flags besides the output); "{tmp}" is the test's tmp_path.
 COMMANDS = {
+  "beam_rescore.py": ["--model_dir={tmp}/absent", "--data_dir={tmp}", "--output_dir={out}"],
+  "beam_score.py": [
+    "--model_dir={tmp}/absent",
+    "--input_file={tmp}/in.txt",
+    "--output_file={out}",
+  ],
   "convert_nbest.py": [
     "--input={tmp}/absent",
     "--input_format=tsv",

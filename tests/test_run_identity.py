@@ -11,6 +11,9 @@ from absl import flags
 import commands
 import pytest
 
+from beam import data_pipeline
+from beam import options as beam_options
+from beam import scoring_pipeline
 from evaluation import sts_job
 from finetuning import mwer_job
 from finetuning import mwer_training
@@ -27,6 +30,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Every field marked `result=False` in the repository, with why a resume may change it.
 NOT_RESULT = {
+  # Where a Beam pipeline runs: the outputs are the one-process commands' (tests/test_beam.py).
+  beam_options.BeamParams: dict.fromkeys(
+    ("runner", "direct_num_workers", "direct_running_mode", "pipeline_options"), "engine"
+  ),
+  data_pipeline.BeamDataParams: {"beam": "engine"},
+  scoring_pipeline.BeamScoreParams: {"beam": "engine"},
+  scoring_pipeline.BeamRescoreParams: {"beam": "engine"},
   scoring_job.ScoreParams: {
     "overwrite": "restart",
     # What changes a record is the number of replicas: in --model_dir's inference.run_identity.

@@ -1,0 +1,29 @@
+"""run_rescoring.py with its LM scoring done by an Apache Beam pipeline: the same flags (but
+--shard_id and --merge), the same score cache, weights and results; the runner's flags:
+docs/scale.md "Apache Beam".
+
+  source scripts/setup_beam.sh
+  python beam_rescore.py --model_dir=runs/tta --pairs=dev_clean:test_clean --output_dir=out \\
+    --direct_num_workers=2 --direct_running_mode=multi_processing
+
+beam/scoring_pipeline.py runs it: the --num_shards parts of the distinct sentences are the
+pipeline's elements; the merge and the tuning (run_rescoring.py --merge) run here.
+"""
+
+from util import startup_log  # noqa: F401  # isort: skip (first: holds TF's start-up log)
+from beam import scoring_pipeline
+from util import cli
+
+
+def define_flags():
+  cli.define_param_flags(scoring_pipeline.BeamRescoreParams)
+
+
+def main(argv):
+  del argv
+  scoring_pipeline.rescore(cli.params(scoring_pipeline.BeamRescoreParams))
+
+
+if __name__ == "__main__":
+  define_flags()
+  cli.run(main)
