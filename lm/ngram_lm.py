@@ -193,7 +193,7 @@ class NgramParams:
     "Training text, one sentence per line: trains a model.", None, io=cli.INPUT
   )
   output: str = cli.param("Where the trained model goes (with --train_text).", None, io=cli.OUTPUT)
-  overwrite: bool = cli.param("Replace an existing --output.", False)
+  overwrite: bool = cli.param("Replace an existing --output.", False, result=False)
   order: int = cli.param("n-gram order.", 5)
   memory: str = cli.param("lmplz -S: sorting memory, e.g. 20% or 2G.", "20%")
   prune: list = cli.param("lmplz --prune count thresholds per order, e.g. 0,0,1.", None)
