@@ -844,7 +844,7 @@ def test_a_stop_between_saves_resumes_bit_identically(
       handler(signal.SIGTERM, None)
 
   with monkeypatch.context() as patch:
-    patch.setattr(training, "_run_steps", sigterm_during_step_7)
+    patch.setattr(training, "run_steps", sigterm_during_step_7)
     first = training_job.train(tiny_params(data_dir, stopped, **options))
   assert first["stopped_by"] == "signal 15" and first["final_step"] == stop_step
   assert tf.train.latest_checkpoint(str(stopped)).endswith(f"ckpt-{stop_step}")
