@@ -92,3 +92,39 @@ def test_a_killed_worker_ends_the_pool_with_one_clear_error(tmp_path):
   # Results in order (before the dead worker's task), then one error naming the task's function.
   assert "WorkerDied: a worker process running __main__.square_or_die ended" in proc.stdout
   assert "children left 0" in proc.stdout
+
+
+# A command's start (sys.argv[0] one of the repository's scripts) stopped by Ctrl-C while
+# TensorFlow's import holds file descriptor 2 (startup_log.held_stderr): the signal is sent from
+# inside the hold, so the test does not depend on when a signal from outside would land.
+_CTRL_C_WHILE_STARTING = """
+import os, signal, sys, time
+sys.argv[0] = "score.py"
+from util import startup_log
+with startup_log.held_stderr():
+  os.kill(os.getpid(), signal.SIGINT)
+  time.sleep(30)
+print("not stopped")
+"""
+
+
+@pytest.mark.slow(seconds=1)
+def test_ctrl_c_while_a_command_starts_is_one_line_and_exit_130():
+  # Issue 56's probe F4: a KeyboardInterrupt traceback from inside `import tensorflow`.
+  proc = subprocess.run(
+    [sys.executable, "-c", _CTRL_C_WHILE_STARTING],
+    cwd=REPO,
+    env=dict(os.environ, PYTHONPATH=REPO),
+    capture_output=True,
+    text=True,
+    timeout=HANG_SECONDS,
+  )
+  assert (proc.returncode, proc.stdout) == (130, "")
+  assert proc.stderr == "score.py: stopped by SIGINT while starting: nothing was done\n"
+
+
+def test_a_test_runner_importing_the_commands_keeps_pythons_ctrl_c():
+  # This process (pytest) imported every command's startup_log: its SIGINT stays Python's.
+  from util import startup_log  # noqa: F401  # pylint: disable=g-import-not-at-top
+
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -19,6 +19,7 @@ from absl import flags
 from absl import logging
 
 from util import interrupts
+from util import startup_log
 
 # The flags `define_param_flags` defines belong to the script that
 # calls them, so that its --helpshort lists them (absl attributes a flag to the module that runs
@@ -58,6 +59,8 @@ def run(main):
       _refuse(e)
 
   def guarded(argv):
+    # From here a stop is `interrupts.exit_stopped`'s, no longer the start-up's one line.
+    startup_log.quiet_stops_end()
     try:
       if len(argv) > 1:
         # A value without its flag (`score.py runs/tta`) would otherwise be dropped silently.

@@ -21,11 +21,16 @@ import faulthandler
 import importlib.abc
 import importlib.util
 import os
+import signal
 import sys
 import tempfile
+import threading
 
 # Set (to anything but 0): TensorFlow's start-up lines are shown.
 SHOW_ENV = "TTA_SHOW_TF_STARTUP"
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The descriptor of the real standard error (another than 2 while `held_stderr` holds 2).
+_real_stderr = 2
 
 
 def shown(argv=None, environ=None):
@@ -57,8 +62,10 @@ def held_stderr():
   sys.stderr.flush()
   real = os.dup(2)
   own_faulthandler = not faulthandler.is_enabled()
+  global _real_stderr
   with tempfile.TemporaryFile() as held:
     os.dup2(held.fileno(), 2)
+    _real_stderr = real
     if own_faulthandler:
       faulthandler.enable(real)
     try:
@@ -70,6 +77,7 @@ def held_stderr():
       raise
     finally:
       sys.stderr.flush()
+      _real_stderr = 2
       if own_faulthandler:
         faulthandler.disable()
       os.dup2(real, 2)
@@ -108,5 +116,34 @@ class _Finder(importlib.abc.MetaPathFinder):
     return spec
 
 
+def _stopped_while_starting(signum, frame):
+  """SIGINT before `cli.run` (the imports take seconds): one line and exit 130, where Python
+  printed a KeyboardInterrupt traceback from inside TensorFlow's import. Nothing was done yet."""
+  del frame
+  name = signal.Signals(signum).name
+  line = f"{os.path.basename(sys.argv[0])}: stopped by {name} while starting: nothing was done\n"
+  os.write(_real_stderr, line.encode())
+  os._exit(128 + signum)
+
+
+def quiet_stops_end():
+  """Called by `cli.run` when its own stop handling begins: Python's SIGINT handler again."""
+  if signal.getsignal(signal.SIGINT) is _stopped_while_starting:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _is_command(argv0):
+  """Whether this process runs one of the repository's commands (not a test runner that imports
+  them): sys.argv[0] names a .py file at the repository's top."""
+  name = os.path.basename(argv0)
+  return name.endswith(".py") and os.path.isfile(os.path.join(_REPO, name))
+
+
 if "tensorflow" not in sys.modules:
   sys.meta_path.insert(0, _Finder())
+if (
+  _is_command(sys.argv[0] if sys.argv else "")
+  and threading.current_thread() is threading.main_thread()
+  and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+):
+  signal.signal(signal.SIGINT, _stopped_while_starting)
