@@ -646,6 +646,9 @@ def check_spec(spec):
   """FileNotFoundError / ValueError unless `spec` names something there; loads nothing."""
   if spec.startswith("kenlm:"):
     path = spec[len("kenlm:") :]
+    from lm import ngram_lm  # pylint: disable=g-import-not-at-top
+
+    ngram_lm.check_local_model(path)
     if not os.path.isfile(path):
       raise FileNotFoundError(f"n-gram model file not found: {path}")
     return

@@ -268,6 +268,16 @@ class SentenceScore(
     return (SentenceScore, (self.logprob, self.word_logprobs, self.n_words, self.n_oov, self.oov))
 
 
+def check_local_model(model_path):
+  """ValueError for a model in a bucket: KenLM opens its file itself, on a local path (a bucket's
+  model was "not found")."""
+  if io_utils.is_remote(model_path):
+    raise ValueError(
+      f"{model_path}: KenLM reads local files only; copy the model to a local path (gcloud "
+      "storage cp) and give that"
+    )
+
+
 class NgramScorer(object):
   """Scores sentences with a KenLM model (ARPA or binary), in natural log."""
 
@@ -280,6 +290,7 @@ class NgramScorer(object):
         "the `kenlm` Python module is required for n-gram scoring: "
         "pip install kenlm==0.3.0 (see requirements.txt)"
       ) from e
+    check_local_model(model_path)
     if not os.path.exists(model_path):
       raise FileNotFoundError(f"n-gram model file not found: {model_path}")
     if os.path.isdir(model_path):

@@ -375,3 +375,27 @@ def test_a_command_of_local_tools_refuses_a_bucket_in_one_line(bucket, script, f
   line = result.stderr.strip().splitlines()[-1]
   assert line.startswith(f"{script}: error: {flag} {bucket}/x: ") and "local" in line, line
   assert not gfile.exists(f"{bucket}/x")
+
+
+def test_a_kenlm_model_in_a_bucket_is_refused_naming_why(tmp_path):
+  # KenLM opens its file in C++: a model in a reachable bucket was "n-gram model file not found".
+  model = f"ram://kenlm-{uuid.uuid4().hex[:8]}/lm.arpa"
+  with gfile.GFile(model, "w") as f:
+    f.write("\\data\\\nngram 1=1\n\n\\1-grams:\n-1.0\t<unk>\t0\n\n\\end\\\n")
+  text = tmp_path / "in.txt"
+  text.write_text("a b\n")
+  try:
+    result = commands.run(
+      "score.py",
+      f"--model_dir=kenlm:{model}",
+      f"--input_file={text}",
+      f"--output_file={tmp_path / 'out.jsonl'}",
+      status=2,
+    )
+  finally:
+    gfile.remove(model)
+  assert result.stderr.strip().splitlines()[-1] == (
+    f"score.py: error: {model}: KenLM reads local files only; copy the model to a local path "
+    "(gcloud storage cp) and give that"
+  )
+  assert sorted(os.listdir(tmp_path)) == ["in.txt"]
