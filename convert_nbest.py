@@ -17,12 +17,12 @@ from util import cli
 
 def define_flags():
   """Defines the command-line flags (from __main__ only, so tests can import the module)."""
-  cli.define_param_flags(conversion_job.ConversionParams)
+  cli.define_param_flags(conversion_job.JobParams)
 
 
 def main(argv):
   del argv
-  params = cli.params(conversion_job.ConversionParams)
+  params = cli.params(conversion_job.JobParams)
   done = conversion_job.run(params)
   logging.info(
     "wrote %d lists (%d hypotheses) as %s%s%s; scores kept: %s%s; rescore them with %s",

@@ -1,7 +1,7 @@
 # coding=utf-8
-"""Pretrains a T-TA, biLM or uniLM: flags -> `training_job.TrainParams` -> `training_job.run`.
+"""Pretrains a T-TA, biLM or uniLM: flags -> `training_job.JobParams` -> `training_job.run`.
 
-Each flag is a `TrainParams` field (the model-size flags and --config_json override config
+Each flag is a `JobParams` field (the model-size flags and --config_json override config
 fields). pretraining/training_job.py owns the run, checkpoints, resume and signals; the manual and
 exit codes: README "Pretrain"; the design: docs/DESIGN.md §3.
 
@@ -28,14 +28,14 @@ from util import cli
 
 def define_flags(flag_values=flags.FLAGS):
   """Defines the command-line flags (BERT's names where BERT has them), in `flag_values`."""
-  cli.define_param_flags(training_job.TrainParams, flag_values)
+  cli.define_param_flags(training_job.JobParams, flag_values)
 
 
 def main(argv):
   del argv
   # cli.run prints a cli.InputError (a bad flag; training_loop.OutputDirBusy) as one line.
   try:
-    summary = training_job.run(cli.params(training_job.TrainParams))
+    summary = training_job.run(cli.params(training_job.JobParams))
   except training_loop.WorkerLost as e:
     training_loop.exit_unfinished(str(e))
   if summary["stopped_by"] == training_loop.NONFINITE:

@@ -15,12 +15,12 @@ from util import cli
 
 
 def define_flags():
-  cli.define_param_flags(rescoring_job.RescoringParams)
+  cli.define_param_flags(rescoring_job.JobParams)
 
 
 def main(argv):
   del argv
-  rescoring_job.run(cli.params(rescoring_job.RescoringParams))
+  rescoring_job.run(cli.params(rescoring_job.JobParams))
 
 
 if __name__ == "__main__":

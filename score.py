@@ -11,12 +11,12 @@ from util import cli
 
 
 def define_flags():
-  cli.define_param_flags(scoring_job.ScoreParams)
+  cli.define_param_flags(scoring_job.JobParams)
 
 
 def main(argv):
   del argv
-  scoring_job.run(cli.params(scoring_job.ScoreParams))
+  scoring_job.run(cli.params(scoring_job.JobParams))
 
 
 if __name__ == "__main__":

@@ -31,9 +31,9 @@ def _params_fields(cls, *left_out):
 class BeamScoreParams:
   """beam_score.py's flags: score.py's (but --shard_id and --merge) and the pipeline's."""
 
-  score: scoring_job.ScoreParams = cli.nested(
-    scoring_job.ScoreParams,
-    only=_params_fields(scoring_job.ScoreParams, "shard_id", "merge"),
+  score: scoring_job.JobParams = cli.nested(
+    scoring_job.JobParams,
+    only=_params_fields(scoring_job.JobParams, "shard_id", "merge"),
     defaults={"num_shards": 16},
   )
   beam: options_lib.BeamParams = cli.nested(options_lib.BeamParams, result=False)
@@ -44,9 +44,9 @@ class BeamRescoreParams:
   """beam_rescore.py's flags: run_rescoring.py's (but --shard_id and --merge) and the
   pipeline's."""
 
-  rescore: rescoring_job.RescoringParams = cli.nested(
-    rescoring_job.RescoringParams,
-    only=_params_fields(rescoring_job.RescoringParams, "shard_id", "merge"),
+  rescore: rescoring_job.JobParams = cli.nested(
+    rescoring_job.JobParams,
+    only=_params_fields(rescoring_job.JobParams, "shard_id", "merge"),
     defaults={"num_shards": 16},
   )
   beam: options_lib.BeamParams = cli.nested(options_lib.BeamParams, result=False)

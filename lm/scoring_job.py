@@ -39,7 +39,7 @@ BLOCK_BYTES = 1 << 16
 
 
 @dataclasses.dataclass
-class ScoreParams:
+class JobParams:
   """What a scoring run reads, writes and how; score.py makes its flags from the `cli.param`
   fields."""
 

@@ -16,7 +16,7 @@ from util import runs
 
 
 @dataclasses.dataclass
-class ConversionParams:
+class JobParams:
   """What to convert and where: convert_nbest.py's flags."""
 
   input: str = cli.param(

@@ -54,7 +54,7 @@ def _check_file_flags(values):
 
 
 @dataclasses.dataclass
-class RescoringParams:
+class JobParams:
   """What a rescoring run does: run_rescoring.py's flags."""
 
   # [(name, spec)]: lm_options.named_specs of the --model_dir list.

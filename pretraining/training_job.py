@@ -1,5 +1,5 @@
 # coding=utf-8
-"""run_pretraining.py's job: `TrainParams` (its flags), then `run(params)`: the flags and records
+"""run_pretraining.py's job: `JobParams` (its flags), then `run(params)`: the flags and records
 checked, the strategy, the output dir's lock and run record (run.json), resume, the run of
 pretraining/training.py's step functions in training_loop, and the summary (train_summary.json).
 
@@ -62,7 +62,7 @@ def _int_list(flag):
 def _check_warmup(steps, warmup):
   """A warmup longer than the run never reaches the peak learning rate: refused by the schedule's
   own rule (`optimization.LinearWarmupLinearDecay`), not shortened (the schedule is the user's;
-  BERT warms up for about a tenth of the steps). The one check of the rule: TrainParams'."""
+  BERT warms up for about a tenth of the steps). The one check of the rule: JobParams'."""
   try:
     optimization.LinearWarmupLinearDecay(1.0, steps, warmup)
   except ValueError:
@@ -135,7 +135,7 @@ class ConfigFlags:
 
 
 @dataclasses.dataclass
-class TrainParams:
+class JobParams:
   """Everything `train` needs: run_pretraining.py's flags. `config_overrides` holds those of
   `config_flags` (a caller may give it directly); the fields marked `result=False` are those a
   resume may change (`run_identity`)."""
@@ -337,7 +337,7 @@ class TrainParams:
 
 def role(cls, params):
   """The role dataclass `cls` (training_setup.ModelSpec, DataSpec) of `params`: its fields are
-  TrainParams fields of the same names and meanings."""
+  JobParams fields of the same names and meanings."""
   return cls(**{f.name: getattr(params, f.name) for f in dataclasses.fields(cls)})
 
 

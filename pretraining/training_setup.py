@@ -26,7 +26,7 @@ import tokenization
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelSpec:
   """What `prepare_model` decides a run's model from: run_pretraining.py's flags of that role
-  (pretraining/training_job.py's TrainParams, `training_job.role`), each as its flag means."""
+  (pretraining/training_job.py's JobParams, `training_job.role`), each as its flag means."""
 
   # The run's directory: a resumed run's config.json and vocab.txt.
   output_dir: str
@@ -63,7 +63,7 @@ class ModelSpec:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DataSpec:
-  """What `make_dataset_fn` batches: run_pretraining.py's flags of the input (TrainParams',
+  """What `make_dataset_fn` batches: run_pretraining.py's flags of the input (JobParams',
   `training_job.role`)."""
 
   # Globs of the training and eval records.

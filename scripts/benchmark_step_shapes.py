@@ -58,11 +58,11 @@ def integers(name):
 
 
 def mode_params(mode, output_dir):
-  """run_pretraining.py's TrainParams of `mode` (one of MODES), writing into output_dir."""
+  """run_pretraining.py's JobParams of `mode` (one of MODES), writing into output_dir."""
   from pretraining import training_job  # pylint: disable=g-import-not-at-top
 
   layers, hidden, heads, ffn = integers("size")
-  return training_job.TrainParams(
+  return training_job.JobParams(
     output_dir=output_dir,
     model_type=FLAGS.model_type,
     input_file=FLAGS.input_file,

@@ -205,7 +205,7 @@ def params(tmp_path, **kwargs):
     install_signal_handlers=False,
   )
   fields.update(kwargs)
-  return training_job.TrainParams(**fields)
+  return training_job.JobParams(**fields)
 
 
 @pytest.mark.slow(seconds=10)

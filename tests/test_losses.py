@@ -75,7 +75,7 @@ def test_constant_normalisation_matches_hand_computed_loss(model_type):
 
 
 def test_default_is_the_authors_constant():
-  assert training_job.TrainParams(output_dir="x").loss_normalization == "constant"
+  assert training_job.JobParams(output_dir="x").loss_normalization == "constant"
   with pytest.raises(ValueError, match="not one of"):
     losses.constant_denominator("mean", 2, 16)
 

@@ -108,15 +108,15 @@ def tiny_params(data_dir, output_dir, **kwargs):
     install_signal_handlers=False,
   )
   params.update(kwargs)
-  return training_job.TrainParams(**params)
+  return training_job.JobParams(**params)
 
 
 def test_a_warmup_past_the_end_is_refused_by_the_params_themselves(tmp_path):
-  # One owner of the rule (TrainParams): the command's flags and a caller's params alike, before
+  # One owner of the rule (JobParams): the command's flags and a caller's params alike, before
   # any file is read.
   with pytest.raises(ValueError, match="--num_warmup_steps=5 exceeds --num_train_steps=4"):
-    training_job.TrainParams(output_dir=str(tmp_path), num_train_steps=4, num_warmup_steps=5)
-  assert training_job.TrainParams(output_dir=str(tmp_path), num_train_steps=4, num_warmup_steps=4)
+    training_job.JobParams(output_dir=str(tmp_path), num_train_steps=4, num_warmup_steps=5)
+  assert training_job.JobParams(output_dir=str(tmp_path), num_train_steps=4, num_warmup_steps=4)
 
 
 # ------------------------------------------------------- (e), (f) the losses
@@ -606,7 +606,7 @@ def test_loss_normalization_flag_reaches_the_train_loop(
   argv = _script_args(data_dir, out, f"--loss_normalization={normalization}", "--num_train_steps=2")
   pretraining_flags(argv[1:])
   params = dataclasses.replace(
-    cli.params(training_job.TrainParams, pretraining_flags), install_signal_handlers=False
+    cli.params(training_job.JobParams, pretraining_flags), install_signal_handlers=False
   )
   denominators = []
   make_train_loop = training.make_train_loop
@@ -1021,7 +1021,7 @@ import numpy as np, tensorflow as tf
 from pretraining import training, training_job, training_setup
 
 def params(**kwargs):
-  return training_job.TrainParams(
+  return training_job.JobParams(
       output_dir=sys.argv[2], input_file=sys.argv[1] + "/train-*.tfrecord",
       config_overrides={"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                         "intermediate_size": 64, "max_position_embeddings": 64},

@@ -38,14 +38,14 @@ NOT_RESULT = {
   data_pipeline.BeamDataParams: {"beam": "engine"},
   scoring_pipeline.BeamScoreParams: {"beam": "engine"},
   scoring_pipeline.BeamRescoreParams: {"beam": "engine"},
-  scoring_job.ScoreParams: {
+  scoring_job.JobParams: {
     "overwrite": "restart",
     # What changes a record is the number of replicas: in --model_dir's inference.run_identity.
     "strategy": "replicas",
     "tpu": "replicas",
     "num_cpu_devices": "replicas",
   },
-  rescoring_job.RescoringParams: {
+  rescoring_job.JobParams: {
     "chunk_size": "caching",
     "overwrite": "restart",
     # Parts of the scoring: a merged cache gives the results of one process.
@@ -53,7 +53,7 @@ NOT_RESULT = {
     "shard_id": "caching",
     "merge": "caching",
   },
-  conversion_job.ConversionParams: {"overwrite": "restart"},
+  conversion_job.JobParams: {"overwrite": "restart"},
   ngram_lm.NgramParams: {"overwrite": "restart"},
   mwer_job.JobParams: {"chunk_size": "caching", "overwrite": "restart"},
   mwer_training.MwerParams: {
@@ -62,7 +62,7 @@ NOT_RESULT = {
     "regularizer_weight": "per-run",  # the job's are --regularizer_weights
   },
   sts_job.JobParams: {"overwrite": "restart"},
-  training_job.TrainParams: {
+  training_job.JobParams: {
     "eval_file": "evaluation",
     "eval_batch_size": "evaluation",
     "num_train_steps": "extends",
@@ -154,13 +154,13 @@ def _pretraining(cls, tmp_path, tiny_tta, lm, **values):
 
 # Each params dataclass of a command that resumes, and its job's identity of an instance.
 JOBS = {
-  scoring_job.ScoreParams: _score,
-  rescoring_job.RescoringParams: _rescoring,
-  conversion_job.ConversionParams: _conversion,
+  scoring_job.JobParams: _score,
+  rescoring_job.JobParams: _rescoring,
+  conversion_job.JobParams: _conversion,
   mwer_job.JobParams: _mwer,
   mwer_training.MwerParams: _mwer_training,
   sts_job.JobParams: _sts,
-  training_job.TrainParams: _pretraining,
+  training_job.JobParams: _pretraining,
 }
 
 
@@ -191,15 +191,15 @@ def test_a_new_field_is_part_of_the_identity_and_a_marked_one_is_not(cls, tmp_pa
 
 # The required fields of the params without a default.
 _REQUIRED = {
-  rescoring_job.RescoringParams: {"lms": []},
-  conversion_job.ConversionParams: {"input": "i", "output_format": "kaldi", "output_dir": "o"},
+  rescoring_job.JobParams: {"lms": []},
+  conversion_job.JobParams: {"input": "i", "output_format": "kaldi", "output_dir": "o"},
   sts_job.JobParams: {"model_dir": []},
   mwer_job.JobParams: {"init_model": "m", "output_dir": "o"},
-  training_job.TrainParams: {"output_dir": "o"},
+  training_job.JobParams: {"output_dir": "o"},
 }
 # Fields marked result=False whose values another field of the identity holds.
 _FOLDED = {
-  training_job.TrainParams: {
+  training_job.JobParams: {
     "config_flags",
     "init_checkpoint",
     "init_layers",
@@ -213,16 +213,16 @@ _FOLDED = {
 
 def test_the_config_flags_count_as_the_config_overrides_they_make(tmp_path, tiny_tta, lm):
   flagged = training_job.ConfigFlags(config_json='{"hidden_size": 8}', num_hidden_layers=1)
-  by_flags = _pretraining(training_job.TrainParams, tmp_path, tiny_tta, lm, config_flags=flagged)
+  by_flags = _pretraining(training_job.JobParams, tmp_path, tiny_tta, lm, config_flags=flagged)
   by_overrides = _pretraining(
-    training_job.TrainParams,
+    training_job.JobParams,
     tmp_path,
     tiny_tta,
     lm,
     config_overrides={"hidden_size": 8, "num_hidden_layers": 1},
   )
   assert by_flags == by_overrides
-  assert by_flags != _pretraining(training_job.TrainParams, tmp_path, tiny_tta, lm)
+  assert by_flags != _pretraining(training_job.JobParams, tmp_path, tiny_tta, lm)
 
 
 @pytest.mark.parametrize(
@@ -242,7 +242,7 @@ def test_mixed_precision_keeps_the_identity_of_the_boolean_it_was(args, identity
   values = flags.FlagValues()
   run_pretraining.define_flags(values)
   values(["run_pretraining.py", f"--output_dir={tmp_path}", *args])
-  params = cli.params(training_job.TrainParams, values)
+  params = cli.params(training_job.JobParams, values)
   assert training_job.run_identity(params)["mixed_precision"] == identity
 
 
@@ -330,7 +330,7 @@ def test_a_score_resume_with_another_flag_is_refused_naming_it(tiny_tta, tmp_pat
 def test_fixed_shapes_are_in_a_pretraining_identity_only_when_set(tmp_path):
   # A run recorded before --pad_to_max_seq_length existed (no such field) resumes unchanged;
   # a run with fixed shapes is another job than a bucketed one.
-  params = training_job.TrainParams(output_dir=str(tmp_path / "run"))
+  params = training_job.JobParams(output_dir=str(tmp_path / "run"))
   assert "pad_to_max_seq_length" not in training_job.run_identity(params)
   fixed = dataclasses.replace(params, pad_to_max_seq_length=True)
   assert training_job.run_identity(fixed)["pad_to_max_seq_length"] is True

@@ -77,9 +77,9 @@ def input_file(tmp_path):
 
 
 def args(input_file, output_file, **overrides):
-  """`scoring_job.ScoreParams` of a run: piece scoring, 2 lines a batch, else the defaults."""
+  """`scoring_job.JobParams` of a run: piece scoring, 2 lines a batch, else the defaults."""
   values = dict(input_file=input_file, output_file=output_file, scoring="piece", batch_size=2)
-  return scoring_job.ScoreParams(**dict(values, **overrides))
+  return scoring_job.JobParams(**dict(values, **overrides))
 
 
 def read_records(path):

@@ -217,7 +217,7 @@ def params(tmp_path, source, **kwargs):
     max_seq_length=8,
   )
   fields.update(kwargs)
-  return training_job.TrainParams(**fields)
+  return training_job.JobParams(**fields)
 
 
 def test_the_architecture_and_vocab_are_the_sources(tmp_path, headless):

@@ -9,8 +9,8 @@ import tempfile
 import tensorflow as tf
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker", "tpu")
-# The help of the flags of get_strategy's arguments, which run_pretraining.py (TrainParams) and
-# score.py both take.
+# The help of the flags of get_strategy's arguments, which run_pretraining.py
+# (training_job.JobParams) and score.py both take.
 TPU_HELP = "TPU name or address for --strategy=tpu."
 NUM_CPU_DEVICES_HELP = (
   "Split the CPU into this many logical devices (for --strategy=mirrored without GPUs; testing)."
