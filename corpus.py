@@ -1,7 +1,7 @@
 # coding=utf-8
 """Corpus preparation: Gutenberg archives or text files -> train.txt, eval.txt, stats.json.
 
-text/corpus.py does the work.
+Its job is text/corpus_job.py; text/corpus.py does the work.
 
   python corpus.py --output_dir=/tmp/tta_corpus_librispeech --normalization=librispeech
 """
@@ -9,7 +9,7 @@ text/corpus.py does the work.
 from util import startup_log  # noqa: F401  # isort: skip (first: holds TF's start-up log)
 import json
 
-from text import corpus
+from text import corpus_job
 from util import cli
 
 # The stats.json entries the command prints.
@@ -27,14 +27,14 @@ _REPORTED = (
 
 def define_flags():
   """Defines the command-line flags (called under __main__ only, like every command here)."""
-  cli.define_param_flags(corpus.CorpusParams)
+  cli.define_param_flags(corpus_job.JobParams)
 
 
 def main(argv):
   del argv  # Unused.
-  params = cli.params(corpus.CorpusParams)
+  params = cli.params(corpus_job.JobParams)
   with cli.user_input():
-    stats = corpus.run(params)
+    stats = corpus_job.run(params)
   print(json.dumps({k: stats[k] for k in _REPORTED}, indent=2))
 
 
