@@ -5,5 +5,6 @@ and `onnx_backend` what runs them, `windows` the sliding windows over a long sen
 `stage_clock` the per-stage times; `lm_options` the LM options of every command that loads one;
 `model_dir`, `hf_checkpoint`, `checkpoints` and `conversion` the models on disk, `warm_start`
 training's start from any of them; `ngram_lm` KenLM; `flops` the matmul FLOPs per kind; the jobs
-of score.py (`scoring_job`) and export_saved_model.py (`saved_model_export`).
+of score.py (`scoring_job`), ngram.py (`ngram_job`) and export_saved_model.py
+(`saved_model_export`).
 """

@@ -4,7 +4,6 @@
 """
 
 import collections
-import dataclasses
 import json
 import math
 import os
@@ -15,8 +14,6 @@ import tempfile
 
 from absl import logging
 
-from text import normalization as normalization_lib
-from util import cli
 from util import io_utils
 
 # ln(10): multiplies a log10 probability into a natural-log one.
@@ -182,69 +179,6 @@ def train_ngram(
     os.path.getsize(output_path),
   )
   return output_path
-
-
-@dataclasses.dataclass
-class NgramParams:
-  """ngram.py's two modes: train (`train_ngram`) or score a file (`inference.NgramLM`); the
-  command makes its flags from the `cli.param` fields."""
-
-  train_text: str = cli.param(
-    "Training text, one sentence per line: trains a model.", None, io=cli.INPUT
-  )
-  output: str = cli.param("Where the trained model goes (with --train_text).", None, io=cli.OUTPUT)
-  overwrite: bool = cli.param("Replace an existing --output.", False, result=False)
-  order: int = cli.param("n-gram order.", 5)
-  memory: str = cli.param("lmplz -S: sorting memory, e.g. 20% or 2G.", "20%")
-  prune: list = cli.param("lmplz --prune count thresholds per order, e.g. 0,0,1.", None)
-  discount_fallback: bool = cli.param("lmplz --discount_fallback (tiny corpora).", False)
-  binary: bool = cli.param("Write a KenLM binary (else ARPA).", True)
-  normalization: str = cli.param(
-    "Normalization of --train_text, stored beside the model "
-    "so that scoring normalizes text the same way.",
-    None,
-    normalization_lib.NORMALIZATIONS,
-  )
-  model: str = cli.param(
-    "ARPA or KenLM binary model to score with: this KenLM tool takes the file itself, as "
-    "KenLM's query does; every LM command takes it as --model_dir=kenlm:PATH.",
-    None,
-  )
-  score_file: str = cli.param(
-    "Sentences to score, one per line, normalized as recorded with the model (as score.py "
-    "does); prints ln p, n_words, n_oov, text.",
-    None,
-  )
-  bos: bool = cli.param("Condition the first word on <s>.", True)
-  eos: bool = cli.param("Score </s> (counted as a word).", True)
-
-  def __post_init__(self):
-    io_utils.refuse_remote(
-      self,
-      "KenLM's lmplz, build_binary and reader take local files only",
-      [("model", self.model), ("score_file", self.score_file)],
-    )
-    if bool(self.train_text) == bool(self.score_file):
-      raise ValueError("give either --train_text (with --output) or --score_file (with --model)")
-    if self.train_text and not self.output:
-      raise ValueError("--train_text needs --output")
-    if self.score_file and not self.model:
-      raise ValueError("--score_file needs --model")
-
-
-def train(params):
-  io_utils.check_outputs_apart(params)
-  io_utils.check_output_path(params.output, "output", is_dir=False, overwrite=params.overwrite)
-  return train_ngram(
-    params.train_text,
-    params.output,
-    order=params.order,
-    memory=params.memory,
-    prune=params.prune,
-    discount_fallback=params.discount_fallback,
-    binary=params.binary,
-    normalization=params.normalization,
-  )
 
 
 class SentenceScore(

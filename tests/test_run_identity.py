@@ -18,7 +18,7 @@ from evaluation import sts_job
 from finetuning import mwer_job
 from finetuning import mwer_training
 from lm import inference
-from lm import ngram_lm
+from lm import ngram_job
 from lm import scoring_job
 from nbest import conversion_job
 from nbest import rescoring_job
@@ -54,7 +54,7 @@ NOT_RESULT = {
     "merge": "caching",
   },
   conversion_job.JobParams: {"overwrite": "restart"},
-  ngram_lm.NgramParams: {"overwrite": "restart"},
+  ngram_job.JobParams: {"overwrite": "restart"},
   mwer_job.JobParams: {"chunk_size": "caching", "overwrite": "restart"},
   mwer_training.MwerParams: {
     "save_every_steps": "checkpointing",
