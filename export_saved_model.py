@@ -1,22 +1,23 @@
 """Exports a model dir as a SavedModel with `encode` and `score` signatures over strings.
 
-lm/saved_model_export.py writes it; signatures and loading: docs/saved_model.md.
+Its job is lm/export_job.py; lm/saved_model_export.py writes the SavedModel; signatures and
+loading: docs/saved_model.md.
 
   python export_saved_model.py --model_dir=runs/tta --export_dir=exports/tta
 """
 
 from util import startup_log  # noqa: F401  # isort: skip (first: holds TF's start-up log)
-from lm import saved_model_export
+from lm import export_job
 from util import cli
 
 
 def define_flags():
-  cli.define_param_flags(saved_model_export.ExportParams)
+  cli.define_param_flags(export_job.JobParams)
 
 
 def main(argv):
   del argv
-  saved_model_export.run(cli.params(saved_model_export.ExportParams))
+  export_job.run(cli.params(export_job.JobParams))
 
 
 if __name__ == "__main__":

@@ -6,5 +6,5 @@ and `onnx_backend` what runs them, `windows` the sliding windows over a long sen
 `model_dir`, `hf_checkpoint`, `checkpoints` and `conversion` the models on disk, `warm_start`
 training's start from any of them; `ngram_lm` KenLM; `flops` the matmul FLOPs per kind; the jobs
 of score.py (`scoring_job`), ngram.py (`ngram_job`) and export_saved_model.py
-(`saved_model_export`).
+(`export_job`, which `saved_model_export` serves: the SavedModel's module and writer).
 """
