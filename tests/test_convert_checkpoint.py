@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from lm import checkpoint_job
 from lm import checkpoints
 from lm import conversion
 from lm import inference
@@ -49,14 +50,14 @@ def read_config(path):
 def test_hf_dir_converts_to_a_model_dir_that_scores_the_same(tmp_path):
   hf = write_hf_bert_dir(tmp_path / "hf", tiny_bert())
   out = str(tmp_path / "converted")
-  params = conversion.ConversionParams(output_dir=out, input=f"hf:{hf}")
-  conversion.convert_checkpoint(params)
+  params = checkpoint_job.JobParams(output_dir=out, input=f"hf:{hf}")
+  checkpoint_job.run(params)
   config = read_config(out)
   assert config["model_type"] == "bert" and config["boundary_tokens"] == ["[CLS]", "[SEP]"]
   assert_same_scores(inference.load_lm(f"hf:{hf}"), inference.load_lm(out))
   for convert_again in (
-    lambda: conversion.convert_checkpoint(params),  # refused before the load
-    lambda: conversion.convert(*conversion.load_source(params), out),
+    lambda: checkpoint_job.run(params),  # refused before the load
+    lambda: conversion.convert(*checkpoint_job.load_source(params), out),
   ):
     with pytest.raises(ValueError, match="already holds a model"):
       convert_again()
@@ -104,4 +105,4 @@ def test_authors_tf1_checkpoint_converts_on_the_command_line(tmp_path):
 )
 def test_flags_that_do_not_name_one_source_are_refused(given, message):
   with pytest.raises(ValueError, match=message):
-    conversion.ConversionParams(output_dir="out", **given)
+    checkpoint_job.JobParams(output_dir="out", **given)
