@@ -1,4 +1,5 @@
-"""The runtime study's engine (paper §5.2, Fig. 4): what run_benchmark.py measures.
+"""The runtime study's engine (paper §5.2, Fig. 4): what run_benchmark.py measures (its job:
+`benchmark_job`), on the role dataclasses `MeasureParams` and `PeakParams`.
 
 Per-sentence latency of every model, task and length through the public inference API, batched
 N-best throughput, FLOPs, the matmul peak and the memory bandwidth, into one result dict
@@ -149,56 +150,6 @@ class PeakParams:
     "Shapes MxKxN ([M,K] x [K,N]) of the matmul peak.",
     tuple(f"{m}x{k}x{n}" for m, k, n in MATMUL_SHAPES),
     check=lambda specs: parse_shapes(specs),
-  )
-
-
-# --quick: a smoke run's values of the flags not given explicitly.
-QUICK = {
-  "lengths": ["5", "20"],
-  "runs": 10,
-  "warmup": 2,
-  "hidden_size": 64,
-  "num_hidden_layers": 2,
-  "num_attention_heads": 4,
-  "intermediate_size": 256,
-  "max_lists": 2,
-  "matmul_runs": 3,
-}
-# The flags benchmark.json records (after --quick).
-RECORDED_FLAGS = (
-  "model_dir",
-  "models",
-  "lengths",
-  "tasks",
-  "runs",
-  "rounds",
-  "warmup",
-  "nbest_set",
-  "max_lists",
-  "token_budget",
-  "quick",
-  "seed",
-  "jit_compile",
-  "backends",
-  "peers",
-)
-
-
-@dataclasses.dataclass
-class JobParams:
-  """run_benchmark.py's flags: what is measured, the peak, where the results go."""
-
-  measure: MeasureParams = cli.nested(MeasureParams)
-  peak: PeakParams = cli.nested(PeakParams)
-  output_dir: str = cli.param(
-    "Where to write benchmark.json, benchmark.md and latency.png.", None, io=cli.OUTPUT
-  )
-  quick: bool = cli.param(
-    "Smoke run: lengths 5,20, 10 runs, 2 warm-up runs, a tiny "
-    "config (2 layers x 64, 4 heads, FFN 256), 2 N-best lists, "
-    "3 matmul runs. Flags given explicitly still win.",
-    False,
-    preset=QUICK,
   )
 
 
@@ -700,40 +651,3 @@ def peak_only(peak, threads):
   """The result dict of --peak_only: the environment and the matmul peak in --matmul_dtype."""
   records = matmul_peak(parse_shapes(peak.matmul_shapes), peak.matmul_runs, dtype=peak.matmul_dtype)
   return {"environment": machine.environment(threads), "matmul_peak": records}
-
-
-def run(job, command):
-  """run_benchmark.py's job: the matmul peak alone (--peak_only), or every measurement, printed
-  and written into --output_dir. `command` is the command line, recorded."""
-  params, peak = job.measure, job.peak
-  io_utils.check_outputs_apart(job)
-  if job.output_dir:
-    io_utils.check_output_path(job.output_dir, "output_dir")
-  # Before anything else touches TF: the thread pools are fixed at start-up.
-  threads = machine.pin_threads(params.intra_op, params.inter_op)
-  if peak.peak_only:
-    result = peak_only(peak, threads)
-    for record in result["matmul_peak"]:
-      print(f"{record['dtype']} {record['shape']}: {record['gflops']:.1f} GFLOP/s")
-    if job.output_dir:
-      io_utils.makedirs(job.output_dir)
-      io_utils.write_atomically(
-        os.path.join(job.output_dir, "benchmark.json"), json.dumps(result, indent=2) + "\n"
-      )
-    return
-  from lm import inference  # pylint: disable=g-import-not-at-top
-
-  # What is cheap first: the models are there, before the matmul peak is measured.
-  with cli.user_input():
-    for _, spec in lm_options_lib.model_specs(params.model_dir or []):
-      inference.check_spec(spec)
-  recorded = dict(dataclasses.asdict(params), quick=job.quick)
-  facts = {"flags": {name: recorded[name] for name in RECORDED_FLAGS}, "command": command}
-  result = measure(params, peak, threads, facts)
-  report = benchmark_report.markdown_report(result)
-  print(report)
-  for line in benchmark_report.headline_lines(result):
-    print(line)
-  if job.output_dir:
-    benchmark_report.write_outputs(result, report, job.output_dir)
-    logging.info("wrote benchmark.json, benchmark.md and latency.png to %s", job.output_dir)

@@ -1,5 +1,5 @@
-"""What reproduce.py trains and evaluates: its parameters (`Params`, the command's flags), the
-modes' presets (`MODES`) and the data files the job reads (`REQUIRED_DATA`).
+"""What reproduce.py trains and evaluates: the modes' presets (`Settings`, `MODES`) and the data
+files the job reads (`REQUIRED_DATA`); the job's flags are `reproduction_job.JobParams`.
 """
 
 import dataclasses
@@ -104,99 +104,6 @@ MODES = {
     curve_asr_lists=150,
   ),
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class Params:
-  """The job's parameters; reproduce.py makes its flags from the `cli.param` fields. A limit
-  left None takes the mode's value (`settings`); 0 means none."""
-
-  mode: str = cli.param(
-    "quick: minutes, tiny config and data slices (checks the "
-    "whole pipeline); full: the CPU-scale reproduction.",
-    "quick",
-    sorted(MODES),
-  )
-  work_dir: str = cli.param(
-    "Where every stage writes (default runs/reproduce/<mode> in the repository).", None
-  )
-  budget_minutes: float = cli.param(
-    "Training time per neural model "
-    "(default: 1 in quick mode, 40 in full mode); converted "
-    "to a step count once, by the calibration run.",
-    None,
-    check=cli.positive,
-  )
-  train_steps: int = cli.param(
-    "Train exactly this many steps per model instead of converting --budget_minutes.",
-    None,
-    lower_bound=1,
-  )
-  models: list = cli.param("Neural LMs to train.", MODEL_TYPES)
-  seeds: int = cli.param(
-    "Train and evaluate every neural LM this many times. Seed 1 is run_pretraining.py's default "
-    "seed (models/<kind>, eval/, ...); seed k > 1 trains with --init_seed=k in seed<k>/: another "
-    "weight initialisation and dropout, the same data order, biLM masks and steps. Every "
-    "evaluation but the learning curves runs per seed; the report gives each figure's mean and "
-    "per-seed values, and calls a comparison significant only when it is in every seed.",
-    1,
-    lower_bound=1,
-  )
-  asr_max_lists: int = cli.param(
-    "First N lists of each LibriSpeech set for T-TA, uniLM and the 5-gram (0: all; default "
-    "per mode).",
-    None,
-  )
-  asr_sample_lists: int = cli.param(
-    "A seeded random sample of N lists per LibriSpeech set, scored by every LM including the "
-    "biLM, which needs one pass per token of every hypothesis (default per mode).",
-    None,
-  )
-  nmt_max_lists: int = cli.param("First N WMT21 segments (0: all; default per mode).", None)
-  sts_max_pairs: int = cli.param("First N pairs of each STS set (0: all; default per mode).", None)
-  max_books: int = cli.param(
-    "Read only this many Gutenberg books (0: all; default per mode).", None
-  )
-  curve_points: int = cli.param(
-    "Learning curves: evaluate this many checkpoints per model, spread over training (default "
-    "per mode).",
-    None,
-    lower_bound=2,
-  )
-  curve_asr_lists: int = cli.param(
-    "Learning curves: a seeded sample of N lists of each dev set per checkpoint (default per "
-    "mode).",
-    None,
-  )
-  data_dir: str = io_utils.data_dir_param()
-
-  def __post_init__(self):
-    unknown = sorted(set(self.models) - set(MODEL_TYPES))
-    if unknown:
-      raise cli.InputError(f"--models: unknown {unknown} (choose from {MODEL_TYPES})")
-
-
-# The fields of `Params` that override the mode's `Settings` when set.
-_OVERRIDES = (
-  "budget_minutes",
-  "asr_max_lists",
-  "asr_sample_lists",
-  "nmt_max_lists",
-  "sts_max_pairs",
-  "max_books",
-  "curve_points",
-  "curve_asr_lists",
-)
-
-
-def mode_settings(params):
-  """The mode's `Settings` with the parameters that are set applied (0: None, no limit)."""
-  overrides = {}
-  for name in _OVERRIDES:
-    value = getattr(params, name)
-    if value is not None:
-      overrides[name] = value or None
-  return dataclasses.replace(MODES[params.mode], **overrides)
 
 
 # Files each stage reads from the data root, and where to get them.

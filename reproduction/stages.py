@@ -1,5 +1,5 @@
-"""The reproduction's stages (reproduce.py): what each one runs, in which order (`stage_names`),
-and `run`, the whole job from the data to report.md and report.json in the work dir.
+"""The reproduction's stages (reproduce.py's library; its job, `reproduction_job`, runs them): what
+each one runs, in which order (`stage_names`), and the report they make (`build_report`).
 """
 
 import datetime
@@ -13,28 +13,27 @@ from evaluation import comparisons
 from evaluation import significance
 import kinds
 from pretraining import pretraining_data
-from reproduction import modes
 from reproduction import reproduction_report
 from reproduction import runner
 from reproduction import seed_runs
 from util import io_utils
 from util import machine
-from util import progress
 
 # The models trained with piece-level masks that asr_word also scores word by word (PLL-word-l2r).
 WORD_SCORED = ("tta", "bilm")
 KENLM_NAME = "5-gram"
 
 
-def stage_names(params):
-  """The job's stages in the order they run (stage i of n)."""
-  trains = [f"train_{t}" for t in params.models]
+def stage_names(models, seeds):
+  """The job's stages in the order they run (stage i of n): `models` (--models) trained, each
+  evaluation, then again per seed up to `seeds` (--seeds)."""
+  trains = [f"train_{t}" for t in models]
   names = (
     ["data", "kenlm", "plan"]
     + trains
     + ["peak", "sts", "asr_paired", "asr_word", "curves", "asr", "nmt"]
   )
-  for seed in range(2, params.seeds + 1):
+  for seed in range(2, seeds + 1):
     names += [seed_runs.stage_name(n, seed) for n in trains + list(seed_runs.EVALUATIONS)]
   return names
 
@@ -377,14 +376,14 @@ def training_table(settings, data_stats, model_dirs, peak):
 
 
 def build_report(
-  params, settings, plan, data_stats, model_dirs, results, peak=None, further_seeds=(), command=None
+  mode, settings, plan, data_stats, model_dirs, results, peak=None, further_seeds=(), command=None
 ):
-  """The report dict: setup, training and `results` of seed 1, then (with --seeds > 1)
-  "seed_runs", the training and results of each further seed (`further_seeds`), and the
-  comparisons over seeds."""
+  """The report dict of a run of `mode` (--mode): setup, training and `results` of seed 1, then
+  (with --seeds > 1) "seed_runs", the training and results of each further seed
+  (`further_seeds`), and the comparisons over seeds."""
   report = {
     "setup": {
-      "mode": params.mode,
+      "mode": mode,
       "command": command,
       "commit": machine.git_commit(),
       "machine": machine.cpu_and_cores(),
@@ -534,59 +533,3 @@ def stage_evaluations(
     results["asr_paired"], comparisons.WORD_PAIRS
   )
   return results
-
-
-def run(params, command=None):
-  """Runs the stages of `params` (`modes.Params`) in order, each skipped when its stamp says it
-  is done, into report.json and report.md (`command`: the command line the report gives):
-  (report.md's path, its summary for the console (`reproduction_report.console_summary`), this
-  run's time).
-  cli.InputError: a required data file is missing, or a stage stopped on a wrong input.
-  """
-  io_utils.refuse_remote(
-    params,
-    "the reproduction runs KenLM and its stages in a local work dir",
-    [("work_dir", params.work_dir), ("data_dir", params.data_dir)],
-  )
-  work_dir = os.path.abspath(
-    params.work_dir or os.path.join(machine.REPO, "runs", "reproduce", params.mode)
-  )
-  # A --work_dir under a file was os.makedirs' NotADirectoryError traceback.
-  io_utils.check_output_path(work_dir, "work_dir")
-  root = modes.check_data(params.data_dir)
-  settings = modes.mode_settings(params)
-  os.makedirs(work_dir, exist_ok=True)
-  logging.info("mode %s, work dir %s, data %s", params.mode, work_dir, root)
-  stages = progress.Stages(stage_names(params))
-
-  stages.start("data")
-  data_dir = stage_data(work_dir, root, settings)
-  data_stats = io_utils.read_json_file(os.path.join(data_dir, pretraining_data.STATS_FILE))
-  stages.start("kenlm")
-  kenlm_path = stage_kenlm(work_dir, data_dir, settings)
-  stages.start("plan")
-  plan = stage_plan(work_dir, data_dir, settings, params.train_steps)
-  model_dirs = stage_train(work_dir, data_dir, settings, plan, params.models, stages)
-  stages.start("peak")
-  peak = stage_peak(work_dir, plan)
-
-  step_tokens = tokens_per_step(settings, data_stats)
-  results = stage_evaluations(work_dir, root, settings, model_dirs, kenlm_path, step_tokens, stages)
-  further_seeds = []
-  for seed in range(2, params.seeds + 1):
-    own, view = seed_runs.seed_dir(work_dir, seed), seed_runs.SeedStages(stages, seed)
-    dirs = stage_train(own, data_dir, settings, plan, params.models, view, seed)
-    seed_results = stage_evaluations(
-      own, root, settings, dirs, kenlm_path, step_tokens, view, False
-    )
-    further_seeds.append(
-      dict(seed=seed, training=training_table(settings, data_stats, dirs, peak), **seed_results)
-    )
-  report = build_report(
-    params, settings, plan, data_stats, model_dirs, results, peak, further_seeds, command
-  )
-  text = reproduction_report.render_report(report)
-  report_file = os.path.join(work_dir, "report.md")
-  io_utils.write_atomically(os.path.join(work_dir, "report.json"), json.dumps(report, indent=2))
-  io_utils.write_atomically(report_file, text)
-  return report_file, reproduction_report.console_summary(report), stages.elapsed()
