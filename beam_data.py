@@ -5,27 +5,27 @@ worker pool's and the parts'), the same bytes; the runner's flags: docs/scale.md
   python beam_data.py --input_file=work/corpus_ls/train.txt --vocab_size=8000 \\
     --output_dir=work/records_ls8k --direct_num_workers=2 --direct_running_mode=multi_processing
 
-beam/data_pipeline.py runs it: the blocks are the pipeline's elements; the scan, the vocab and the
+beam/beam_data_job.py runs it: the blocks are the pipeline's elements; the scan, the vocab and the
 assembly of the shards run here.
 """
 
 from util import startup_log  # noqa: F401  # isort: skip (first: holds TF's start-up log)
 import json
 
-from beam import data_pipeline
+from beam import beam_data_job
 from pretraining import pretraining_records
 from util import cli
 
 
 def define_flags():
-  cli.define_param_flags(data_pipeline.BeamDataParams)
+  cli.define_param_flags(beam_data_job.JobParams)
 
 
 def main(argv):
   del argv  # Unused.
-  params = cli.params(data_pipeline.BeamDataParams)
+  params = cli.params(beam_data_job.JobParams)
   with cli.user_input():
-    stats = data_pipeline.run(params)
+    stats = beam_data_job.run(params)
   print(json.dumps(pretraining_records.summary(stats), sort_keys=True))
 
 

@@ -6,22 +6,22 @@ docs/scale.md "Apache Beam".
   python beam_rescore.py --model_dir=runs/tta --pairs=dev_clean:test_clean --output_dir=out \\
     --direct_num_workers=2 --direct_running_mode=multi_processing
 
-beam/scoring_pipeline.py runs it: the --num_shards parts of the distinct sentences are the
+beam/beam_rescore_job.py runs it: the --num_shards parts of the distinct sentences are the
 pipeline's elements; the merge and the tuning (run_rescoring.py --merge) run here.
 """
 
 from util import startup_log  # noqa: F401  # isort: skip (first: holds TF's start-up log)
-from beam import scoring_pipeline
+from beam import beam_rescore_job
 from util import cli
 
 
 def define_flags():
-  cli.define_param_flags(scoring_pipeline.BeamRescoreParams)
+  cli.define_param_flags(beam_rescore_job.JobParams)
 
 
 def main(argv):
   del argv
-  scoring_pipeline.rescore(cli.params(scoring_pipeline.BeamRescoreParams))
+  beam_rescore_job.run(cli.params(beam_rescore_job.JobParams))
 
 
 if __name__ == "__main__":

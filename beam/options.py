@@ -110,3 +110,11 @@ def pipeline_options(params):
   if root not in paths:
     os.environ["PYTHONPATH"] = os.pathsep.join([p for p in paths if p] + [root])
   return options_lib.PipelineOptions(argv)
+
+
+def own_fields(cls, *left_out):
+  """The names of `cls`'s own flag fields but `left_out` (its nested ones keep all theirs): a
+  pipeline's `cli.nested(cls, only=...)` of a job's params without its part flags."""
+  return tuple(
+    f.name for f in dataclasses.fields(cls) if f.name not in left_out and "nested" not in f.metadata
+  )

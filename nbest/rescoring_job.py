@@ -365,7 +365,7 @@ def score_part(params, texts, loaded=None):
   """A --shard_id run: every LM's scores of its part of `texts` into its own cache part, then the
   part's record (score_cache.finish_part) that --merge checks: (the part's path, sentences
   scored). `loaded`: {name in `params.lms`: `load_lm`'s pair} of LMs loaded already (a Beam
-  worker's, beam/rescoring_pipeline.py); else each LM is loaded in turn."""
+  worker's, beam/beam_rescore_job.py); else each LM is loaded in turn."""
   path = score_cache.part_path(cache_path(params), params.shard_id, params.num_shards)
   mine = score_cache.part_texts(texts, params.shard_id, params.num_shards, params.chunk_size)
   with io_utils.exclusive_lock(path, wait=False):

@@ -581,7 +581,7 @@ def run(job, run_blocks=pretraining_data.run_blocks):
 
   `run_blocks(blocks, part_dir, block_dir, config, num_workers)` -> seconds makes the blocks'
   files (`pretraining_records.make_block` on each unfinished block); default: this machine's
-  worker pool (`pretraining_data.run_blocks`); beam/data_pipeline.py's runs them as an Apache Beam
+  worker pool (`pretraining_data.run_blocks`); beam/beam_data_job.py's runs them as an Apache Beam
   pipeline.
 
   Returns data_stats.json's contents, with "reused": True when a complete output for the same

@@ -19,7 +19,7 @@ if os.environ.get("TTA_REQUIRE_DATA") == "1":
 else:
   pytest.importorskip("apache_beam", reason="Apache Beam: source scripts/setup_beam.sh")
 
-from beam import data_pipeline  # noqa: E402
+from beam import beam_data_job  # noqa: E402
 from beam import options as options_lib  # noqa: E402
 from lm import inference  # noqa: E402
 from lm import model_dir  # noqa: E402
@@ -76,7 +76,7 @@ def _outputs(directory):
 def _beam_data_params(inputs, output_dir, **beam):
   args = _data_args(inputs[1])
   data = data_job.DataParams(input_files=inputs[0], **args)
-  return data_pipeline.BeamDataParams(
+  return beam_data_job.JobParams(
     data=data, output_dir=output_dir, beam=options_lib.BeamParams(**beam)
   )
 
@@ -92,9 +92,9 @@ def test_beam_data_writes_the_records_and_stats_of_create_pretraining_data(
   )
   made = []
   monkeypatch.setattr(
-    data_pipeline.MakeBlocks, "process", _recording(data_pipeline.MakeBlocks.process, made)
+    beam_data_job.MakeBlocks, "process", _recording(beam_data_job.MakeBlocks.process, made)
   )
-  stats = data_pipeline.run(_beam_data_params(corpus, str(tmp_path / "beam")))
+  stats = beam_data_job.run(_beam_data_params(corpus, str(tmp_path / "beam")))
   one = _outputs(tmp_path / "one")
   assert sorted(one) == [
     "data_stats.json",
@@ -111,7 +111,7 @@ def test_beam_data_writes_the_records_and_stats_of_create_pretraining_data(
   assert sorted(i for unit in blocks for i in unit) == list(range(len(made) - 1 + len(blocks[-1])))
   assert sum(len(unit) > 1 for unit in blocks) == 1
   # A second run finds the complete output: nothing is made again.
-  again = data_pipeline.run(_beam_data_params(corpus, str(tmp_path / "beam")))
+  again = beam_data_job.run(_beam_data_params(corpus, str(tmp_path / "beam")))
   assert again["reused"] and len(made) == len(blocks)
 
 
@@ -134,7 +134,7 @@ def test_a_failed_pipeline_resumes_after_its_finished_blocks(corpus, tmp_path, m
   with monkeypatch.context() as patched:
     patched.setattr(pretraining_records, "make_block", third_block_fails)
     with pytest.raises(OSError, match="a worker lost"):
-      data_pipeline.run(_beam_data_params((plain, corpus[1]), out))
+      beam_data_job.run(_beam_data_params((plain, corpus[1]), out))
   assert not os.path.exists(os.path.join(out, "data_stats.json"))
   first, again = list(made), []
 
@@ -143,7 +143,7 @@ def test_a_failed_pipeline_resumes_after_its_finished_blocks(corpus, tmp_path, m
     return make_block(block, data)
 
   monkeypatch.setattr(pretraining_records, "make_block", recorded)
-  data_pipeline.run(_beam_data_params((plain, corpus[1]), out))
+  beam_data_job.run(_beam_data_params((plain, corpus[1]), out))
   assert _outputs(out) == _outputs(tmp_path / "one")
   # The rerun made only the blocks the failed one had not finished.
   assert len(first) == 2 and sorted(first + again) == list(range(len(first) + len(again)))
@@ -160,7 +160,7 @@ def _recording(process, made):
 def test_an_unknown_runner_is_one_line_before_any_work(corpus, tmp_path):
   params = _beam_data_params(corpus, str(tmp_path / "out"), runner="NoSuchRunner")
   with pytest.raises(cli.InputError, match=r"^--runner=NoSuchRunner: "):
-    data_pipeline.run(params)
+    beam_data_job.run(params)
   assert not os.path.exists(tmp_path / "out")
 
 
@@ -354,8 +354,8 @@ def test_records_and_scores_land_in_a_bucket_as_in_a_local_dir(
   remote_corpus = f"{bucket}/in/a.txt"
   tf.io.gfile.makedirs(f"{bucket}/in")
   tf.io.gfile.copy(plain, remote_corpus)
-  local = data_pipeline.run(_beam_data_params((plain, corpus[1]), str(tmp_path / "records")))
-  remote = data_pipeline.run(_beam_data_params((remote_corpus, corpus[1]), f"{bucket}/records"))
+  local = beam_data_job.run(_beam_data_params((plain, corpus[1]), str(tmp_path / "records")))
+  remote = beam_data_job.run(_beam_data_params((remote_corpus, corpus[1]), f"{bucket}/records"))
   assert local["train"] == remote["train"] and local["eval"] == remote["eval"]
   names = sorted(os.listdir(tmp_path / "records"))
   assert sorted(tf.io.gfile.listdir(f"{bucket}/records")) == names

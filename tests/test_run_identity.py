@@ -11,9 +11,10 @@ from absl import flags
 import commands
 import pytest
 
-from beam import data_pipeline
+from beam import beam_data_job
+from beam import beam_rescore_job
+from beam import beam_score_job
 from beam import options as beam_options
-from beam import scoring_pipeline
 from evaluation import sts_job
 from finetuning import mwer_job
 from finetuning import mwer_training
@@ -35,9 +36,9 @@ NOT_RESULT = {
   beam_options.BeamParams: dict.fromkeys(
     ("runner", "direct_num_workers", "direct_running_mode", "pipeline_options"), "engine"
   ),
-  data_pipeline.BeamDataParams: {"beam": "engine"},
-  scoring_pipeline.BeamScoreParams: {"beam": "engine"},
-  scoring_pipeline.BeamRescoreParams: {"beam": "engine"},
+  beam_data_job.JobParams: {"beam": "engine"},
+  beam_score_job.JobParams: {"beam": "engine"},
+  beam_rescore_job.JobParams: {"beam": "engine"},
   scoring_job.JobParams: {
     "overwrite": "restart",
     # What changes a record is the number of replicas: in --model_dir's inference.run_identity.

@@ -1,4 +1,5 @@
-"""create_pretraining_data.py's job with its blocks made by an Apache Beam pipeline.
+"""beam_data.py's job: create_pretraining_data.py's job with its blocks made by an Apache Beam
+pipeline (`JobParams`, `run`).
 
 Everything but the blocks is the job's own (data_job.run): the scan, the vocab, the part
 directory, resume, the assembly of the shards and data_stats.json run where the command runs; a
@@ -26,16 +27,16 @@ from util import io_utils
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class BeamDataParams(data_job.JobParams):
-  """beam_data.py's flags: create_pretraining_data.py's (but the worker pool's and the parts',
-  which Beam replaces) and the pipeline's."""
+class JobParams(data_job.JobParams):
+  """beam_data.py's flags (one `cli.param` field each): create_pretraining_data.py's (but the
+  worker pool's and the parts', which Beam replaces) and the pipeline's (`options.BeamParams`)."""
 
   run: data_job.RunParams = cli.nested(data_job.RunParams, only=("overwrite",))
   beam: options_lib.BeamParams = cli.nested(options_lib.BeamParams, result=False)
 
 
 def run(params):
-  """`data_job.run` of `params` (`BeamDataParams`), its blocks made by a Beam pipeline:
+  """`data_job.run` of `params` (`JobParams`), its blocks made by a Beam pipeline:
   data_stats.json's contents (its times and rate are this run's)."""
   options = options_lib.pipeline_options(params.beam)
   return data_job.run(params, run_blocks=functools.partial(run_blocks, options))
