@@ -116,27 +116,6 @@ def markdown(rows, metric):
   return f"{metric.upper()} ({better})\n\n{table}\n"
 
 
-def evaluation_key(params):
-  """What the rows of one rescoring_results.json must share to sit in one table."""
-  if params.task == "nmt":
-    data = {"sets": ["wmt21"]}
-  elif params.test_file is None:
-    data = {"pairs": params.pairs}
-  else:
-    data = {
-      "dev_file": os.path.abspath(params.dev_file),
-      "test_file": os.path.abspath(params.test_file),
-    }
-  return dict(
-    data,
-    task=params.task,
-    format=params.format,
-    max_lists=params.max_lists,
-    sample_lists=params.sample_lists,
-    sample_seed=params.sample_seed if params.sample_lists else None,
-  )
-
-
 def merge_rows(earlier, rows, path):
   """`earlier` rows with this run's `rows`, each LM replacing its own rows only, so LMs run one at
   a time into one --output_dir add up to one table; cli.InputError for another evaluation's."""
@@ -171,15 +150,30 @@ def write_results(output_dir, rows, metric):
   return rows
 
 
-def rescore_with(params, name, lm, lm_id, texts, scores, sets, table_runs, metric):
-  """One LM's row: its perplexities and reranking results on every pair and setting; `scores`
-  are cached_scores' of `texts` (with their scoring time as "seconds")."""
+@dataclasses.dataclass(frozen=True)
+class RowSettings:
+  """What every LM's row of one run shares (`rescore_with`): run_rescoring.py's flags of the same
+  names, made by nbest/rescoring_job.py's `row_settings`."""
+
+  evaluation: dict  # what the rows of one rescoring_results.json share (the job's `evaluation_key`)
+  scoring: str | None = None  # the LMs' scoring (--scoring); None: each kind's own
+  sentence_score: str = "sum"  # "sum" or "mean" of an LM's token log-probs
+  bootstrap: tuple = (
+    significance.DEFAULT_RESAMPLES,
+    0,
+  )  # (resamples, seed) of the paired bootstrap
+
+
+def rescore_with(row_settings, name, lm, lm_id, texts, scores, sets, table_runs, metric):
+  """One LM's row under `row_settings` (`RowSettings`): its perplexities and reranking results on
+  every pair and setting; `scores` are cached_scores' of `texts` (with their scoring time as
+  "seconds")."""
   row = {
     "lm": name,
     # Short; cache/lm_scores.models.json says what it stands for (score_cache.ScoreCache.register).
     "lm_id": lm_id,
-    "scoring": inference.scoring_of(lm, params.scoring),
-    "evaluation": evaluation_key(params),
+    "scoring": inference.scoring_of(lm, row_settings.scoring),
+    "evaluation": row_settings.evaluation,
     "scoring_seconds": scores["seconds"],
     "truncated": sum(scores["texts"][t][2] for t in texts),
     # Sentences longer than the LM takes, read in sliding windows (--long_inputs=window).
@@ -192,11 +186,13 @@ def rescore_with(params, name, lm, lm_id, texts, scores, sets, table_runs, metri
       result = rerank_pair(
         sets.get(dev),
         sets[test],
-        rescoring.lm_table(sets[dev], scores["texts"], params.sentence_score) if dev else None,
-        rescoring.lm_table(sets[test], scores["texts"], params.sentence_score),
+        rescoring.lm_table(sets[dev], scores["texts"], row_settings.sentence_score)
+        if dev
+        else None,
+        rescoring.lm_table(sets[test], scores["texts"], row_settings.sentence_score),
         setting,
         metric,
-        (params.bootstrap_resamples, params.bootstrap_seed),
+        row_settings.bootstrap,
       )
       result.update(dev=dev, test=test)
       logging.info(

@@ -158,18 +158,35 @@ def check_tuning_input(sets, names, weights_file, first_pass, dev_file):
           )
 
 
-def combination_weights(params, sets, lm_tables, metric):
-  """The combination's weights: --weights_file's, or tuned on dev (saved as weights.json)."""
-  if params.weights_file:
-    weights = combination.load_weights(params.weights_file)
-    return weights, {"weights_file": os.path.abspath(params.weights_file)}
-  weights = initial_weights(sets["dev"], list(lm_tables["dev"]), params.first_pass)
+@dataclasses.dataclass(frozen=True)
+class OwnFiles:
+  """What `rescore_own_files` writes and how it weighs: run_rescoring.py's flags of the same
+  names (nbest/rescoring_job.py's `own_files` makes it)."""
+
+  output_dir: str  # <set>/ with each set's outputs, weights.json, rescoring_report.json
+  format: str  # the lists' format (nbest/formats/), which their outputs keep
+  format_options: dict  # the format reader's and writer's options (--format_option)
+  sources: dict  # {"dev"/"test": (the lists' file or dir, [reference files])}
+  sentence_score: str = "sum"  # "sum" or "mean" of an LM's token log-probs
+  cer: bool = False  # the character error rate too
+  weights_file: str | None = None  # weights applied as they are; None: tuned on dev
+  first_pass: tuple = ()  # 'NAME[:WEIGHT]' first-pass columns (`initial_weights`)
+  allow_negative_weights: bool = False  # the dev search may give an LM a negative weight
+
+
+def combination_weights(own, sets, lm_tables, metric):
+  """The combination's weights of `own` (`OwnFiles`): its weights_file's, or tuned on dev (saved
+  as weights.json)."""
+  if own.weights_file:
+    weights = combination.load_weights(own.weights_file)
+    return weights, {"weights_file": os.path.abspath(own.weights_file)}
+  weights = initial_weights(sets["dev"], list(lm_tables["dev"]), own.first_pass)
   dev_tables = combination.tables(sets["dev"], weights, lm_tables["dev"])
   weights, info = tune(
-    sets["dev"], dev_tables, weights, metric, negative_lms=params.allow_negative_weights
+    sets["dev"], dev_tables, weights, metric, negative_lms=own.allow_negative_weights
   )
   print(f"weights tuned on {len(sets['dev'])} dev lists")
-  combination.save_weights(os.path.join(params.output_dir, "weights.json"), weights, info)
+  combination.save_weights(os.path.join(own.output_dir, "weights.json"), weights, info)
   return weights, info
 
 
@@ -188,26 +205,23 @@ def format_metrics(values):
   )
 
 
-def rescore_own_files(params, sets, kept, lm_scores, metric, unmatched):
-  """--test_file runs: each set's outputs in --output_dir/<set>/, and rescoring_report.json."""
+def rescore_own_files(own, sets, kept, lm_scores, metric, unmatched):
+  """--test_file runs of `own` (`OwnFiles`): each set's outputs in <output_dir>/<set>/, and
+  rescoring_report.json."""
   lm_tables = {
-    n: {m: lm_table(l, s, params.sentence_score) for m, s in lm_scores.items()}
+    n: {m: lm_table(l, s, own.sentence_score) for m, s in lm_scores.items()}
     for n, l in sets.items()
   }
-  weights, info = combination_weights(params, sets, lm_tables, metric)
+  weights, info = combination_weights(own, sets, lm_tables, metric)
   report = {"weights": weights.to_dict(), "tuning": info, "sets": {}}
-  sources = {
-    "dev": (params.dev_file, params.dev_refs),
-    "test": (params.test_file, params.test_refs),
-  }
   for name, lists in sets.items():
     tables = combination.tables(lists, weights, lm_tables[name])
     choice = combination.choose(tables, weights.vector())
     first = combination.choose(tables, weights.first_pass_only().vector())
-    out_dir = os.path.join(params.output_dir, name)
-    source, refs = sources[name]
+    out_dir = os.path.join(own.output_dir, name)
+    source, refs = own.sources[name]
     paths = write_outputs(
-      params.format,
+      own.format,
       lists,
       source,
       out_dir,
@@ -215,14 +229,14 @@ def rescore_own_files(params, sets, kept, lm_scores, metric, unmatched):
       choice,
       bool(refs),
       kept[name],
-      params.format_options,
+      own.format_options,
     )
     entry = {
       "lists": len(lists),
       "references_without_hypotheses": unmatched[name],
       "outputs": paths,
-      "first_pass": set_metrics(lists, first, metric, params.cer),
-      "rescored": set_metrics(lists, choice, metric, params.cer),
+      "first_pass": set_metrics(lists, first, metric, own.cer),
+      "rescored": set_metrics(lists, choice, metric, own.cer),
       "oracle": metrics.oracle(lists, metric)[0] if lists[0].refs else None,
     }
     report["sets"][name] = entry
@@ -231,4 +245,4 @@ def rescore_own_files(params, sets, kept, lm_scores, metric, unmatched):
   print(f"weights: {json.dumps(report['weights'])}")
   if weights.toolkit_weights():
     print(f"as NeMo/ESPnet weights: {json.dumps(weights.toolkit_weights())}")
-  write_report(os.path.join(params.output_dir, "rescoring_report.json"), report)
+  write_report(os.path.join(own.output_dir, "rescoring_report.json"), report)

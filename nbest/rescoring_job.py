@@ -227,7 +227,25 @@ def run(params):
     with record or contextlib.nullcontext(), cli.user_input():
       if record is not None:
         record.start()
-      rescoring.rescore_own_files(params, sets, kept, all_scores, metric, unmatched)
+      rescoring.rescore_own_files(own_files_of(params), sets, kept, all_scores, metric, unmatched)
+
+
+def own_files_of(params):
+  """`rescoring.OwnFiles` of `params`: what a --test_file run writes and how it weighs."""
+  return rescoring.OwnFiles(
+    output_dir=params.output_dir,
+    format=params.format,
+    format_options=params.format_options,
+    sources={
+      "dev": (params.dev_file, params.dev_refs),
+      "test": (params.test_file, params.test_refs),
+    },
+    sentence_score=params.sentence_score,
+    cer=params.cer,
+    weights_file=params.weights_file,
+    first_pass=params.first_pass,
+    allow_negative_weights=params.allow_negative_weights,
+  )
 
 
 def check_params(params):
@@ -384,10 +402,43 @@ def score_part(params, texts, loaded=None):
   return path, len(mine)
 
 
+def evaluation_key(params):
+  """What the rows of one rescoring_results.json must share to sit in one table
+  (`paper_protocol.RowSettings.evaluation`)."""
+  if params.task == "nmt":
+    data = {"sets": ["wmt21"]}
+  elif params.test_file is None:
+    data = {"pairs": params.pairs}
+  else:
+    data = {
+      "dev_file": os.path.abspath(params.dev_file),
+      "test_file": os.path.abspath(params.test_file),
+    }
+  return dict(
+    data,
+    task=params.task,
+    format=params.format,
+    max_lists=params.max_lists,
+    sample_lists=params.sample_lists,
+    sample_seed=params.sample_seed if params.sample_lists else None,
+  )
+
+
+def row_settings(params):
+  """`paper_protocol.RowSettings` of `params`: what every LM's row of this run shares."""
+  return paper_protocol.RowSettings(
+    evaluation=evaluation_key(params),
+    scoring=params.scoring,
+    sentence_score=params.sentence_score,
+    bootstrap=(params.bootstrap_resamples, params.bootstrap_seed),
+  )
+
+
 def rescore_all(params, cache, texts, sets, table_runs, metric, shards=None):
   """([paper-table row of each LM], {LM name: scores of the texts}); `shards`
   (score_cache.Parts, --merge) adds each LM's scores from the parts to `cache` first."""
   rows, all_scores = [], {}
+  shared = row_settings(params) if table_runs else None  # the paper's table's rows
   for name, spec in params.lms:
     lm, lm_id = _load_lm(params, spec, cache)
     if shards is not None:
@@ -404,7 +455,7 @@ def rescore_all(params, cache, texts, sets, table_runs, metric, shards=None):
     if table_runs:
       rows.append(
         paper_protocol.rescore_with(
-          params, name, lm, lm_id, texts, scores, sets, table_runs, metric
+          shared, name, lm, lm_id, texts, scores, sets, table_runs, metric
         )
       )
   return rows, all_scores
