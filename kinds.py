@@ -26,24 +26,21 @@ _ISOLATED_SCORING_ATTENTION = {"piece": "dmsa", "word_l2r": "word_l2r"}
 
 @dataclasses.dataclass(frozen=True)
 class Kind:
-  """What one model kind is, as the code needs it; the traits' readers: docs/DESIGN.md §2.4.
+  """What one model kind is, as the code needs it: each trait's meaning beside it, its readers in
+  docs/DESIGN.md §2.4 (which tables every kind's values)."""
 
-  input_isolation: every layer's keys/values come from the embedding output, and the first query is
-  [MASK] plus the position (T-TA). prediction_offset: output t predicts the token at t + offset.
-  scores_sos: the start token can be scored (on request). token_types: Google BERT's segment
-  embeddings.
-  """
-
-  name: str
-  display_name: str
-  attention: str
+  name: str  # the --model_type and config.json "model_type" value
+  display_name: str  # the name tables and reports give it ("T-TA")
+  attention: str  # the attention pattern, one of ATTENTION_PATTERNS (modeling's mask)
+  # Every layer's keys/values come from the embedding output, and the first query is [MASK]
+  # plus the position (T-TA, §2.3).
   input_isolation: bool
-  scoring: str
-  prediction_offset: int
-  target: str
-  scores_sos: bool
-  pretrainable: bool
-  token_types: bool = False
+  scoring: str  # how a sentence is scored, one of SCORING_RULES
+  prediction_offset: int  # output t predicts the token at t + offset (0; 1 for a next-token kind)
+  target: str  # the training target, one of TARGETS (input_pipeline.make_targets)
+  scores_sos: bool  # the start token can be scored (on request)
+  pretrainable: bool  # run_pretraining.py trains it (else it is only loaded, e.g. BERT)
+  token_types: bool = False  # Google BERT's segment embeddings
 
   def __post_init__(self):
     for field, allowed in (

@@ -53,30 +53,39 @@ def check_shape(hidden_size, num_hidden_layers, num_attention_heads, intermediat
 class TTAConfig:
   """Configuration of a `TransformerLM` (BERT's config fields, T-TA defaults).
 
-  The fields are those of docs/DESIGN.md §2.1, which gives each one's meaning and default (one
-  statement of them: this docstring would repeat the table); `field_names` lists them by role.
-  `extra` holds further keys found in a JSON file (e.g. the authors' "vocab_file"), kept so the
-  file round-trips, never used. `validate` names any field out of range.
+  Each field's meaning is beside it (docs/DESIGN.md §2.1 tables them); `field_names` lists them
+  by role (`architecture`: a checkpoint's weights depend on it, see `_field`). `extra` holds
+  further keys found in a JSON file (e.g. the authors' "vocab_file"), kept so the file
+  round-trips, never used. `validate` names any field out of range.
   """
 
-  vocab_size: int = _field(architecture=True)
-  hidden_size: int = _field(512, architecture=True)
-  num_hidden_layers: int = _field(3, architecture=True)
-  num_attention_heads: int = _field(8, architecture=True)
-  intermediate_size: int = _field(2048, architecture=True)
-  hidden_act: str = _field("gelu", architecture=True)
-  hidden_dropout_prob: float = _field(0.1)
-  attention_probs_dropout_prob: float = _field(0.1)
+  vocab_size: int = _field(architecture=True)  # WordPiece vocabulary size V (required)
+  hidden_size: int = _field(512, architecture=True)  # width D of every layer
+  num_hidden_layers: int = _field(3, architecture=True)  # Transformer blocks L
+  num_attention_heads: int = _field(8, architecture=True)  # heads N; N divides D
+  intermediate_size: int = _field(2048, architecture=True)  # feed-forward width I
+  hidden_act: str = _field("gelu", architecture=True)  # the FFN's activation: exact erf GELU
+  hidden_dropout_prob: float = _field(0.1)  # dropout on embeddings and each sublayer's output
+  attention_probs_dropout_prob: float = _field(0.1)  # dropout on the attention probabilities
+  # The longest input in tokens, the sentence's boundary tokens included (position embeddings).
   max_position_embeddings: int = _field(128, architecture=True)
+  # Segment embeddings: 2 only for Google BERT checkpoints (kind `bert`), else 0 (none).
   type_vocab_size: int = _field(0, architecture=True)
-  initializer_range: float = _field(0.02)
-  mask_token_id: int = _field(4)
+  initializer_range: float = _field(0.02)  # stddev of the truncated-normal initializer
+  mask_token_id: int = _field(4)  # id of [MASK]: T-TA's first query is its embedding (§2.3)
+  # One of kinds.MODEL_TYPES (§2.4): the kind a model dir holds, so that it describes itself.
   model_type: str | None = _field(None, architecture=True)
-  output_layer: str = _field("softmax", architecture=True)
+  output_layer: str = _field("softmax", architecture=True)  # or "continuous" (ELMo-C's head)
+  # Width of the continuous head's frozen target embeddings; None: hidden_size.
   target_embedding_size: int | None = _field(None, architecture=True)
+  # The continuous head's scores at inference: log_softmax(scale * cosine) over the vocabulary.
   continuous_logit_scale: float = _field(10.0)
-  do_lower_case: bool = _field(True)
+  do_lower_case: bool = _field(True)  # the tokenizer lower-cases; must match the vocab
+  # Text normalisation of the training text, which every reader applies first: "none" or
+  # "librispeech" (text/normalization.py).
   normalization: str = _field("none")
+  # [start, end] tokens that frame a sentence: Google BERT checkpoints record ["[CLS]", "[SEP]"];
+  # None (left out of the JSON): the vocab's pair (§3.1).
   boundary_tokens: list | None = _field(None)
   extra: dict = dataclasses.field(default_factory=dict, repr=False)
 

@@ -1,6 +1,7 @@
 """Every command has one config (issue 49): its flags are the `cli.param` fields of one params
 dataclass (`define_flags` is `cli.define_param_flags(JobParams)` alone), and `main` builds the
-params with `cli.params`; no command defines, checks or reads a flag by hand."""
+params with `cli.params`; no command defines, checks or reads a flag by hand. That dataclass is
+the `JobParams` of the command's job module, `<package>/<name>_job.py` (issue 57 item 5)."""
 
 import ast
 import os
@@ -60,6 +61,26 @@ def test_a_command_s_flags_are_its_params_fields(name):
     )
   ]
   assert not by_hand, by_hand
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_command_s_params_are_its_job_module_s_job_params(name):
+  tree = COMMANDS[name]
+  (call,) = [
+    n
+    for n in ast.walk(_function(tree, "define_flags"))
+    if isinstance(n, ast.Call) and ast.unparse(n.func) == "cli.define_param_flags"
+  ]
+  module, _, cls = ast.unparse(call.args[0]).partition(".")
+  assert cls == "JobParams" and module.endswith("_job"), ast.unparse(call.args[0])
+  packages = [
+    n.module
+    for n in tree.body
+    if isinstance(n, ast.ImportFrom) and any(a.name == module for a in n.names)
+  ]
+  assert len(packages) == 1 and os.path.isfile(
+    os.path.join(_REPO, *packages[0].split("."), module + ".py")
+  ), packages
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
