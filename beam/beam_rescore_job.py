@@ -20,11 +20,7 @@ class JobParams:
   """beam_rescore.py's flags (one `cli.param` field each): run_rescoring.py's (but --shard_id and
   --merge) and the pipeline's (`options.BeamParams`)."""
 
-  rescore: rescoring_job.JobParams = cli.nested(
-    rescoring_job.JobParams,
-    only=options_lib.own_fields(rescoring_job.JobParams, "shard_id", "merge"),
-    defaults={"num_shards": 16},
-  )
+  rescore: rescoring_job.JobParams = options_lib.sharded_job(rescoring_job.JobParams)
   beam: options_lib.BeamParams = cli.nested(options_lib.BeamParams, result=False)
 
 

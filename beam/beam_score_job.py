@@ -25,11 +25,7 @@ class JobParams:
   """beam_score.py's flags (one `cli.param` field each): score.py's (but --shard_id and --merge)
   and the pipeline's (`options.BeamParams`)."""
 
-  score: scoring_job.JobParams = cli.nested(
-    scoring_job.JobParams,
-    only=options_lib.own_fields(scoring_job.JobParams, "shard_id", "merge"),
-    defaults={"num_shards": 16},
-  )
+  score: scoring_job.JobParams = options_lib.sharded_job(scoring_job.JobParams)
   beam: options_lib.BeamParams = cli.nested(options_lib.BeamParams, result=False)
 
 

@@ -112,9 +112,13 @@ def pipeline_options(params):
   return options_lib.PipelineOptions(argv)
 
 
-def own_fields(cls, *left_out):
-  """The names of `cls`'s own flag fields but `left_out` (its nested ones keep all theirs): a
-  pipeline's `cli.nested(cls, only=...)` of a job's params without its part flags."""
-  return tuple(
-    f.name for f in dataclasses.fields(cls) if f.name not in left_out and "nested" not in f.metadata
+def sharded_job(cls):
+  """A pipeline's `cli.nested` field of a sharded job's params `cls`: every flag of it but the part
+  flags --shard_id and --merge (the pipeline runs the parts and the merge), 16 parts by default.
+  Its nested fields keep all their flags."""
+  own = tuple(
+    f.name
+    for f in dataclasses.fields(cls)
+    if f.name not in ("shard_id", "merge") and "nested" not in f.metadata
   )
+  return cli.nested(cls, only=own, defaults={"num_shards": 16})
