@@ -13,9 +13,22 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from lm import checkpoints
+import tensorflow as tf  # noqa: E402
+
+from lm import checkpoints  # noqa: E402
 import modeling  # noqa: E402
 from util import io_utils  # noqa: E402
+
+# Every test process splits its CPU into this many logical devices before TensorFlow's runtime
+# starts (it cannot be changed after): the tests of 2 replicas (--strategy=mirrored
+# --num_cpu_devices=2, whose get_strategy finds the split already made) then run in the test's own
+# process instead of a subprocess paying TensorFlow's import. Ops without a device still run on
+# /cpu:0, and a one-device strategy names /cpu:0, so the other tests see one device as before.
+TEST_CPU_DEVICES = 2
+tf.config.set_logical_device_configuration(
+  tf.config.list_physical_devices("CPU")[0],
+  [tf.config.LogicalDeviceConfiguration()] * TEST_CPU_DEVICES,
+)
 
 
 def pytest_configure(config):
@@ -168,8 +181,6 @@ BERT_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list(WORDS)
 
 def tiny_bert(tokens=BERT_TOKENS, seed=21):
   """A random tiny model_type "bert" model over `tokens` (token types, as Google's)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
   config = tiny_config(
     vocab_size=len(tokens), type_vocab_size=2, mask_token_id=tokens.index("[MASK]")
   )
@@ -361,7 +372,6 @@ def assert_self_unknown(run, ids, mask, tokens, positions=None, seed=0):
 def op_determinism():
   """TF op determinism for one test only: the tests after it in the process draw unseeded
   random ops, which determinism refuses. TF has no public switch back, hence the private one."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tensorflow.python.framework import config as tf_config  # pylint: disable=g-import-not-at-top
 
   tf.config.experimental.enable_op_determinism()

@@ -1,30 +1,17 @@
 """Tests for optimization.py: BERT's AdamWeightDecay, gradient clipping and LR schedule.
 
 The update is checked against a NumPy transcription of BERT's formulas; the multi-replica
-check runs this file as a script in a subprocess, because logical CPU devices can only be
-configured before TensorFlow's runtime starts (pytest has usually started it by then).
+check runs over the 2 logical CPU devices of every test process (conftest.TEST_CPU_DEVICES).
 """
 
 import copy
-import json
-import os
-import subprocess
-import sys
 
-from conftest import HANG_SECONDS
+import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
-# Make the repository root importable when this file runs as a script (the mirrored check) or
-# under a bare `pytest tests/...`.
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-  sys.path.insert(0, _ROOT)
-
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import optimization  # noqa: E402
+import optimization
 
 BETA_1, BETA_2, EPSILON = 0.9, 0.999, 1e-6
 
@@ -230,15 +217,13 @@ def test_optimizer_config_round_trip_and_rejected_keras_options():
 
 
 # ---------------------------------------------------------------------------------------------
-# Two replicas vs one device. Runs in a subprocess (see the module docstring).
+# Two replicas vs one device.
 
 _GLOBAL_BATCH = 8
 
 
 def _mirrored_vs_single_device():
   """Returns max |difference| per variable/slot after 2 steps on 2 replicas vs 1 device."""
-  cpu = tf.config.list_physical_devices("CPU")[0]
-  tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
   rng = np.random.default_rng(2)
   features = rng.normal(size=(2 * _GLOBAL_BATCH, 4)).astype(np.float32)
   targets = (5.0 * rng.normal(size=(2 * _GLOBAL_BATCH, 3))).astype(np.float32)
@@ -300,19 +285,8 @@ def _mirrored_vs_single_device():
   }
 
 
-@pytest.mark.slow(seconds=9)
 def test_mirrored_two_replicas_match_single_device():
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-  proc = subprocess.run(
-    [sys.executable, os.path.abspath(__file__), "--mirrored"],
-    capture_output=True,
-    text=True,
-    env=env,
-    timeout=HANG_SECONDS,
-    check=False,
-  )
-  assert proc.returncode == 0, proc.stderr[-4000:]
-  result = json.loads(proc.stdout.strip().splitlines()[-1])
+  result = _mirrored_vs_single_device()
   assert "optimizer.build" in result["lazy_build_error"], result
   assert result["replicas"] == 2
   assert result["iterations"] == [2, 2]
@@ -323,10 +297,3 @@ def test_mirrored_two_replicas_match_single_device():
     assert diff < 1e-6, (name, result)
   for name, change in result["max_abs_change"].items():
     assert change > 1e-3, (name, result)  # the step did move every variable
-
-
-if __name__ == "__main__":
-  if sys.argv[1:] == ["--mirrored"]:
-    print(json.dumps(_mirrored_vs_single_device()))
-  else:
-    sys.exit(f"usage: {sys.argv[0]} --mirrored")

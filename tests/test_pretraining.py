@@ -46,6 +46,7 @@ import run_pretraining
 from text import corpus
 import tokenization
 from util import cli
+from util import distribute_utils
 from util import runs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -755,106 +756,125 @@ def test_init_seed_changes_the_weights_but_not_the_batches(data_dir, tmp_path):
     assert not np.allclose(mine[name], theirs[name]), name
 
 
-@pytest.mark.slow(seconds=115)
-def test_deterministic_resume_after_kill_is_bit_identical(data_dir, tmp_path):
-  """--deterministic: a run killed (-9) after a checkpoint and restarted ends
-  with exactly the weights, optimizer slots and input position of a run
-  never stopped (bilm: dropout and the dynamic masks both continue). The killed run is killed at
-  its first checkpoint (step 10), 40 steps before its end."""
-  steps = 50
-  run_args = [
-    "--model_type=bilm",
-    "--deterministic",
-    "--seed=7",
-    f"--num_train_steps={steps}",
-    "--save_checkpoints_steps=10",
-  ]
-  whole, killed = tmp_path / "whole", tmp_path / "killed"
-  procs, logs = {}, {}
-  for name, out in (("whole", whole), ("killed", killed)):
-    logs[name] = tmp_path / f"{name}.log"
-    with open(logs[name], "w") as log:
-      procs[name] = subprocess.Popen(
-        _script_args(data_dir, out, *run_args), stdout=log, stderr=subprocess.STDOUT, env=_env()
-      )
-  try:
-    _wait_for(str(logs["killed"]), r"saved checkpoint for step (\d+)", procs["killed"])
-    procs["killed"].kill()
-    procs["killed"].wait(timeout=HANG_SECONDS)
-    assert int(tf.train.latest_checkpoint(str(killed)).rsplit("-", 1)[1]) < steps
-    resumed = subprocess.run(
-      _script_args(data_dir, killed, *run_args),
-      capture_output=True,
-      text=True,
-      env=_env(),
-      timeout=HANG_SECONDS,
-    )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert re.search(r"resumed from .* at step [1-9]", resumed.stderr), resumed.stderr[-3000:]
-    assert procs["whole"].wait(timeout=HANG_SECONDS) == 0, open(logs["whole"]).read()[-3000:]
-  finally:
-    for proc in procs.values():
-      if proc.poll() is None:
-        proc.kill()
-  want, got = _checkpoint_values(whole), _checkpoint_values(killed)
-  assert sorted(got) == sorted(want)
-  assert tf.train.latest_checkpoint(str(killed)).endswith(f"ckpt-{steps}")
-  for name, value in want.items():
-    np.testing.assert_array_equal(got[name], value, err_msg=name)
+class _Crash(Exception):
+  """A process's end in which no handler runs (kill -9, a lost machine), stood in for inside this
+  process: raised after a tf.function call, so the loop saves nothing more. A real kill -9 and its
+  resume are test_kill_and_sigterm's (one device) and the multi-worker test's."""
 
 
-@pytest.mark.parametrize(
-  "steps_per_loop, log_every_steps, stop_step",
-  # A stop takes effect when the running tf.function call ends: step 10 of calls of 5 steps; step
-  # 7 of calls of 20, cut at 7 by the log interval. Neither is a multiple of the save interval.
-  [(5, 100, 10), (20, 7, 7)],
-)
-@pytest.mark.slow(seconds=30)
-def test_a_stop_between_saves_resumes_bit_identically(
-  data_dir, tmp_path, monkeypatch, op_determinism, steps_per_loop, log_every_steps, stop_step
-):
-  """SIGTERM during step 7 of a run that saves every 20 steps: the run saves the step it stopped
-  at, and the restart ends with exactly the weights, optimizer slots and input position of the
-  run never stopped (issue 56; before, dropout's stream restarted at the resume and the runs
-  parted)."""
-  del op_determinism
-  options = dict(
-    model_type="bilm",
-    deterministic=True,
-    seed=7,
-    num_train_steps=12,
-    save_checkpoints_steps=20,
-    steps_per_loop=steps_per_loop,
-    log_every_steps=log_every_steps,
-    eval_file=None,
-    install_signal_handlers=True,
-  )
-  whole, stopped = tmp_path / "whole", tmp_path / "stopped"
-  assert training_job.train(tiny_params(data_dir, whole, **options))["finished"]
+def _stopping_at(step, how):
+  """training.run_steps, then a stop when the call reaching `step` has ended: "signal" calls the
+  run's own SIGTERM handler as the signal would (a real signal would end pytest were the handler
+  missing, hiding which test failed); "crash" raises _Crash."""
   run_steps = training.run_steps
 
-  def sigterm_during_step_7(train_loop, iterator, num, state, *args):
+  def run_steps_then_stop(train_loop, iterator, num, state, *args):
     before = state.step
     run_steps(train_loop, iterator, num, state, *args)
-    if before < 7 <= state.step:
-      # The run's own handler, called as the signal would (a real kill would end pytest if the
-      # handler were missing, hiding which test failed).
+    if before < step <= state.step:
+      if how == "crash":
+        raise _Crash(f"after step {state.step}")
       handler = signal.getsignal(signal.SIGTERM)
       assert callable(handler), "train installs no SIGTERM handler"
       handler(signal.SIGTERM, None)
 
+  return run_steps_then_stop
+
+
+def _stopped_and_resumed(data_dir, out, monkeypatch, options, step, how):
+  """Trains `options` into `out`, stopped (`how`) at `step`, then again with the same params;
+  returns the first run's result (None after a crash) and the second's."""
   with monkeypatch.context() as patch:
-    patch.setattr(training, "run_steps", sigterm_during_step_7)
-    first = training_job.train(tiny_params(data_dir, stopped, **options))
-  assert first["stopped_by"] == "signal 15" and first["final_step"] == stop_step
-  assert tf.train.latest_checkpoint(str(stopped)).endswith(f"ckpt-{stop_step}")
-  second = training_job.train(tiny_params(data_dir, stopped, **options))
-  assert second["start_step"] == stop_step and second["finished"]
-  want, got = _checkpoint_values(whole), _checkpoint_values(stopped)
+    patch.setattr(training, "run_steps", _stopping_at(step, how))
+    if how == "crash":
+      with pytest.raises(_Crash):
+        training_job.train(tiny_params(data_dir, out, **options))
+      first = None
+    else:
+      first = training_job.train(tiny_params(data_dir, out, **options))
+  return first, training_job.train(tiny_params(data_dir, out, **options))
+
+
+def _assert_same_state(got_dir, want):
+  """The checkpoint of `got_dir` holds exactly `want`'s weights, optimizer slots, step and input
+  position (the save counter aside: a stopped run saves once more, a resumed one counts anew)."""
+  got = _checkpoint_values(got_dir)
   assert sorted(got) == sorted(want)
   for name, value in want.items():
-    if not name.startswith("save_counter"):  # the stopped run saved once more
+    if not name.startswith("save_counter"):
       np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+# A --deterministic biLM (dropout and the dynamic masks both continue at a resume) of 12 steps.
+_EXACT = dict(
+  model_type="bilm",
+  deterministic=True,
+  seed=7,
+  num_train_steps=12,
+  eval_file=None,
+  install_signal_handlers=True,
+)
+
+
+@pytest.fixture(scope="module")
+def never_stopped(data_dir, tmp_path_factory):
+  """The final state of the _EXACT run never stopped (calls of 5 steps, no save until the end)."""
+  from tensorflow.python.framework import config as tf_config  # pylint: disable=g-import-not-at-top
+
+  out = tmp_path_factory.mktemp("never_stopped")
+  try:
+    params = tiny_params(
+      data_dir, out, steps_per_loop=5, log_every_steps=100, save_checkpoints_steps=20, **_EXACT
+    )
+    assert training_job.train(params)["finished"]
+  finally:
+    tf_config.disable_op_determinism()  # the job turned it on; later tests draw unseeded ops
+  return _checkpoint_values(out)
+
+
+@pytest.mark.parametrize(
+  "how, steps_per_loop, log_every_steps, save_every, stop_step, resumed_at",
+  # A signal takes effect when the running tf.function call ends: step 10 of calls of 5 steps;
+  # step 7 of calls of 20, cut at 7 by the log interval. Neither is a multiple of the save
+  # interval: the stop saves the step it reached. A crash after step 10 (kill -9) loses the steps
+  # since the save at 5, which the resume replays. Calls of another length than the run never
+  # stopped's: how a run is cut into calls changes nothing.
+  [
+    ("signal", 5, 100, 20, 10, 10),
+    ("signal", 20, 7, 20, 7, 7),
+    ("crash", 5, 100, 5, 10, 5),
+  ],
+)
+@pytest.mark.slow(seconds=20)
+def test_a_stop_at_any_step_resumes_bit_identically(
+  data_dir,
+  tmp_path,
+  monkeypatch,
+  op_determinism,
+  never_stopped,
+  how,
+  steps_per_loop,
+  log_every_steps,
+  save_every,
+  stop_step,
+  resumed_at,
+):
+  """A run stopped by SIGTERM between saves, or ended with no handler after a save, and started
+  again ends with exactly the weights, optimizer slots and input position of the run never
+  stopped (issue 56; before, dropout's stream restarted at the resume and the runs parted)."""
+  del op_determinism
+  options = dict(
+    _EXACT,
+    steps_per_loop=steps_per_loop,
+    log_every_steps=log_every_steps,
+    save_checkpoints_steps=save_every,
+  )
+  stopped = tmp_path / "stopped"
+  first, second = _stopped_and_resumed(data_dir, stopped, monkeypatch, options, stop_step, how)
+  if how == "signal":
+    assert first["stopped_by"] == "signal 15" and first["final_step"] == stop_step
+  assert second["start_step"] == resumed_at and second["finished"]
+  _assert_same_state(stopped, never_stopped)
 
 
 # ---------------------------------------------------------- (d) multi-worker
@@ -1012,258 +1032,200 @@ def test_multi_worker_resume_after_a_sigterm_and_a_kill_is_bit_identical(data_di
 
 
 # ------------------------------------- replicas: the input position and the shapes of a step
-
-_MIRRORED_INPUT_SCRIPT = r"""
-import sys
-from util import distribute_utils
-strategy = distribute_utils.get_strategy("mirrored", num_cpu_devices=2)
-import numpy as np, tensorflow as tf
-from pretraining import training, training_job, training_setup
-
-def params(**kwargs):
-  return training_job.JobParams(
-      output_dir=sys.argv[2], input_file=sys.argv[1] + "/train-*.tfrecord",
-      config_overrides={"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-                        "intermediate_size": 64, "max_position_embeddings": 64},
-      model_type="bilm", train_batch_size=16, max_seq_length=48, seed=7,
-      bucket_boundaries=None if kwargs.get("pad_to_max_seq_length") else [16, 24, 32], **kwargs)
-
-def steps(p, skip_steps, count):
-  # Each step's per-replica batches, as numpy.
-  setup = training_job.prepare_model(p, resuming=False)
-  data = training_job.role(training_setup.DataSpec, p)
-  iterator = training.training_iterator(data, p.init_seed, strategy, setup, skip_steps)
-  return [[{k: v.numpy() for k, v in replica.items()}
-           for replica in strategy.experimental_local_results(next(iterator))]
-          for _ in range(count)]
-
-bucketed = steps(params(), 0, 12)
-shapes = [[replica["input_ids"].shape for replica in step] for step in bucketed]
-print("SHAPES", shapes)
-assert all(len(step) == 2 and step[0] == step[1] for step in shapes), shapes
-assert len({step[0] for step in shapes}) > 1, shapes  # bucketing is on
-# A resume at step 5 continues the stream where step 5 of the whole run reads.
-for got, want in zip(steps(params(), 5, 4), bucketed[5:9]):
-  for replica_got, replica_want in zip(got, want):
-    for name in want[0]:
-      np.testing.assert_array_equal(replica_got[name], replica_want[name], err_msg=name)
-fixed = steps(params(pad_to_max_seq_length=True), 0, 6)
-assert all(replica["input_ids"].shape == (8, 48) for step in fixed for replica in step)
-print("MIRRORED_INPUT_OK")
-"""
+# Over the 2 logical CPU devices every test process has (conftest.TEST_CPU_DEVICES).
 
 
-@pytest.mark.slow(seconds=15)
+def _mirrored():
+  return distribute_utils.get_strategy("mirrored", num_cpu_devices=conftest.TEST_CPU_DEVICES)
+
+
+@pytest.mark.slow(seconds=8)
 def test_mirrored_replicas_share_a_bucket_and_resume_at_the_step(data_dir, tmp_path):
   """Over 2 logical CPU devices (one input pipeline, 2 replicas): the replicas of every step get
   batches of one shape, --pad_to_max_seq_length gives [per-replica batch, max_seq_length] always,
   and the iterator resumed at step 5 yields what step 5 of the whole stream read (issue 54: it
   skipped 5 per-replica batches of the 10 consumed, and replayed data)."""
-  proc = subprocess.run(
-    [sys.executable, "-c", _MIRRORED_INPUT_SCRIPT, data_dir, str(tmp_path / "out")],
-    env=_env(),
-    capture_output=True,
-    text=True,
-    timeout=HANG_SECONDS,
-    cwd=REPO,
+  strategy = _mirrored()
+
+  def steps(skip_steps, count, **kwargs):
+    """Each step's per-replica batches, as numpy."""
+    kwargs.setdefault("bucket_boundaries", [16, 24, 32])
+    p = tiny_params(data_dir, tmp_path / "out", model_type="bilm", seed=7, eval_file=None, **kwargs)
+    setup = training_job.prepare_model(p, resuming=False)
+    data = training_job.role(training_setup.DataSpec, p)
+    iterator = training.training_iterator(data, p.init_seed, strategy, setup, skip_steps)
+    return [
+      [
+        {k: v.numpy() for k, v in replica.items()}
+        for replica in strategy.experimental_local_results(next(iterator))
+      ]
+      for _ in range(count)
+    ]
+
+  bucketed = steps(0, 12)
+  shapes = [[replica["input_ids"].shape for replica in step] for step in bucketed]
+  assert all(len(step) == 2 and step[0] == step[1] for step in shapes), shapes
+  assert len({step[0] for step in shapes}) > 1, shapes  # bucketing is on
+  # A resume at step 5 continues the stream where step 5 of the whole run reads.
+  for got, want in zip(steps(5, 4), bucketed[5:9]):
+    for replica_got, replica_want in zip(got, want):
+      for name in want[0]:
+        np.testing.assert_array_equal(replica_got[name], replica_want[name], err_msg=name)
+  fixed = steps(0, 6, bucket_boundaries=None, pad_to_max_seq_length=True)
+  assert all(replica["input_ids"].shape == (8, 48) for step in fixed for replica in step)
+
+
+@pytest.mark.slow(seconds=20)
+def test_mirrored_resume_after_a_crash_is_bit_identical(
+  data_dir, tmp_path, monkeypatch, op_determinism
+):
+  """--strategy=mirrored over 2 logical CPU devices, --deterministic, bucketed batches: a run ended
+  with no handler after step 5 (a kill -9 stood in for: _Crash) and started again from its save
+  at 4 ends with exactly the weights, optimizer slots and input position of the run never stopped
+  (bilm: dropout and the dynamic masks; issue 54: it ended 7.5e-3 away)."""
+  del op_determinism
+  options = dict(
+    _EXACT,
+    strategy="mirrored",
+    num_cpu_devices=conftest.TEST_CPU_DEVICES,
+    bucket_boundaries=[16, 24, 32],
+    num_train_steps=6,
+    save_checkpoints_steps=2,
+    steps_per_loop=1,
   )
-  assert "MIRRORED_INPUT_OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]
-
-
-@pytest.mark.slow(seconds=90)
-def test_mirrored_resume_after_kill_is_bit_identical(data_dir, tmp_path):
-  """--strategy=mirrored over 2 logical CPU devices, --deterministic: a run killed (-9) after a
-  checkpoint and restarted ends with exactly the weights, optimizer slots and input position of
-  the run never stopped (bilm: dropout and the dynamic masks; issue 54: it ended 7.5e-3 away)."""
-  run_args = [
-    "--model_type=bilm",
-    "--deterministic",
-    "--seed=7",
-    "--strategy=mirrored",
-    "--num_cpu_devices=2",
-    "--train_batch_size=16",
-    "--bucket_boundaries=16,24,32",
-    "--num_train_steps=6",
-    "--save_checkpoints_steps=2",
-    "--steps_per_loop=2",
-  ]
-  whole, killed = tmp_path / "whole", tmp_path / "killed"
-  procs, logs = {}, {}
-  for name, out in (("whole", whole), ("killed", killed)):
-    logs[name] = tmp_path / f"{name}.log"
-    with open(logs[name], "w") as log:
-      procs[name] = subprocess.Popen(
-        _script_args(data_dir, out, *run_args), stdout=log, stderr=subprocess.STDOUT, env=_env()
-      )
-  try:
-    _wait_for(str(logs["killed"]), r"saved checkpoint for step (\d+)", procs["killed"])
-    procs["killed"].kill()
-    procs["killed"].wait(timeout=HANG_SECONDS)
-    assert int(tf.train.latest_checkpoint(str(killed)).rsplit("-", 1)[1]) < 6
-    resumed = subprocess.run(
-      _script_args(data_dir, killed, *run_args),
-      capture_output=True,
-      text=True,
-      env=_env(),
-      timeout=HANG_SECONDS,
-    )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert re.search(r"resumed from .* at step [1-9]", resumed.stderr), resumed.stderr[-3000:]
-    assert "2 replicas" in resumed.stderr
-    assert procs["whole"].wait(timeout=HANG_SECONDS) == 0, open(logs["whole"]).read()[-3000:]
-  finally:
-    for proc in procs.values():
-      if proc.poll() is None:
-        proc.kill()
-  want, got = _checkpoint_values(whole), _checkpoint_values(killed)
-  assert sorted(got) == sorted(want)
-  for name, value in want.items():
-    if not name.startswith("save_counter"):  # the killed run's saves were counted anew
-      np.testing.assert_array_equal(got[name], value, err_msg=name)
+  whole = training_job.train(tiny_params(data_dir, tmp_path / "whole", **options))
+  assert whole["finished"] and whole["replicas"] == 2
+  stopped = tmp_path / "stopped"
+  _, second = _stopped_and_resumed(data_dir, stopped, monkeypatch, options, 5, "crash")
+  assert second["start_step"] == 4 and second["finished"]
+  _assert_same_state(stopped, _checkpoint_values(tmp_path / "whole"))
 
 
 # --------------------------------- replicas: the GLOBAL weight normalisation
 
-_REPLICA_SCRIPT = r"""
-import numpy as np, tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(
-    cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-import modeling
-from pretraining import losses, training
 
-config = modeling.TTAConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1,
-                            num_attention_heads=2, intermediate_size=24,
-                            hidden_dropout_prob=0.0,
-                            attention_probs_dropout_prob=0.0)
-rng = np.random.RandomState(0)
-ids = rng.randint(7, 40, size=(4, 6)).astype(np.int32)
-# Unequal target counts in the two halves: 1 + 2 vs 5 + 6, so a per-replica
-# mean would weight the replicas wrongly.
-weights = np.zeros((4, 6), np.float32)
-for row, count in enumerate((1, 2, 5, 6)):
-  weights[row, :count] = 1.0
-batch = {"input_ids": ids, "input_mask": np.ones_like(ids),
-         "target_ids": ids, "target_weights": weights}
-for normalization in losses.LOSS_NORMALIZATIONS:
-  # constant: the global batch x max_seq_length, the same on every replica.
-  denominator = losses.constant_denominator(normalization, 4, 6)
-  results = []
-  for strategy in (tf.distribute.OneDeviceStrategy("/cpu:0"),
-                   tf.distribute.MirroredStrategy(
-                       ["/cpu:0", "/cpu:1"],
-                       cross_device_ops=tf.distribute.ReductionToOneDevice())):
-    tf.keras.utils.set_random_seed(1)
-    with strategy.scope():
-      model = modeling.build_model(config, "bilm")
-      # Plain SGD: its update is linear in the gradient, so any error in the
-      # loss normalisation shows (Adam's first steps are ~sign(g) and hide it).
-      optimizer = tf.keras.optimizers.SGD(learning_rate=0.5)
-      optimizer.build(model.trainable_variables)
-    dataset = tf.data.Dataset.from_tensors(batch).repeat()
-    iterator = iter(strategy.experimental_distribute_dataset(dataset))
-    loop = training.make_train_loop(strategy, model, optimizer, loss_denominator=denominator)
-    rows = loop(iterator, tf.constant(2)).numpy()
-    results.append((rows, [v.numpy() for v in model.trainable_variables]))
-  (rows1, vars1), (rows2, vars2) = results
-  assert rows1[0, 1] == rows2[0, 1] == 14.0, (normalization, rows1, rows2)
-  np.testing.assert_allclose(rows1[:, 0], rows2[:, 0], rtol=1e-5, err_msg=normalization)
-  for a, b in zip(vars1, vars2):
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=normalization)
-print("REPLICAS_OK")
-"""
+def _one_device_and_mirrored():
+  return [
+    tf.distribute.OneDeviceStrategy("/cpu:0"),
+    tf.distribute.MirroredStrategy(
+      ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+    ),
+  ]
 
 
-@pytest.mark.slow(seconds=20)
+# A model without dropout of 1 layer, 16 wide, over 40 ids.
+_REPLICA_CONFIG = dict(
+  vocab_size=40,
+  hidden_size=16,
+  num_hidden_layers=1,
+  num_attention_heads=2,
+  intermediate_size=24,
+  hidden_dropout_prob=0.0,
+  attention_probs_dropout_prob=0.0,
+)
+
+
+@pytest.mark.slow(seconds=10)
 def test_two_replicas_match_one_device():
   """A global batch split over 2 replicas trains exactly like 1 device, under either
   --loss_normalization."""
-  proc = subprocess.run(
-    [sys.executable, "-c", _REPLICA_SCRIPT],
-    env=_env(),
-    capture_output=True,
-    text=True,
-    timeout=HANG_SECONDS,
-    cwd=REPO,
-  )
-  assert "REPLICAS_OK" in proc.stdout, proc.stderr[-3000:]
+  config = modeling.TTAConfig(**_REPLICA_CONFIG)
+  rng = np.random.RandomState(0)
+  ids = rng.randint(7, 40, size=(4, 6)).astype(np.int32)
+  # Unequal target counts in the two halves: 1 + 2 vs 5 + 6, so a per-replica mean would weight
+  # the replicas wrongly.
+  weights = np.zeros((4, 6), np.float32)
+  for row, count in enumerate((1, 2, 5, 6)):
+    weights[row, :count] = 1.0
+  batch = {
+    "input_ids": ids,
+    "input_mask": np.ones_like(ids),
+    "target_ids": ids,
+    "target_weights": weights,
+  }
+  for normalization in losses_lib.LOSS_NORMALIZATIONS:
+    # constant: the global batch x max_seq_length, the same on every replica.
+    denominator = losses_lib.constant_denominator(normalization, 4, 6)
+    results = []
+    for strategy in _one_device_and_mirrored():
+      keras.utils.set_random_seed(1)
+      with strategy.scope():
+        model = modeling.build_model(config, "bilm")
+        # Plain SGD: its update is linear in the gradient, so any error in the loss
+        # normalisation shows (Adam's first steps are ~sign(g) and hide it).
+        optimizer = keras.optimizers.SGD(learning_rate=0.5)
+        optimizer.build(model.trainable_variables)
+      dataset = tf.data.Dataset.from_tensors(batch).repeat()
+      iterator = iter(strategy.experimental_distribute_dataset(dataset))
+      loop = training.make_train_loop(strategy, model, optimizer, loss_denominator=denominator)
+      rows = loop(iterator, tf.constant(2)).numpy()
+      results.append((rows, [v.numpy() for v in model.trainable_variables]))
+    (rows1, vars1), (rows2, vars2) = results
+    assert rows1[0, 1] == rows2[0, 1] == 14.0, (normalization, rows1, rows2)
+    np.testing.assert_allclose(rows1[:, 0], rows2[:, 0], rtol=1e-5, err_msg=normalization)
+    for a, b in zip(vars1, vars2):
+      np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=normalization)
 
 
 # ------------------------------- the guard: non-finite steps, float16's loss scaling
 
-_GUARD_SCRIPT = r"""
-import numpy as np, tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(
-    cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-import keras
-import modeling, optimization
-from pretraining import training, training_metrics
 
-config = modeling.TTAConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1,
-                            num_attention_heads=2, intermediate_size=24,
-                            hidden_dropout_prob=0.0,
-                            attention_probs_dropout_prob=0.0)
-ids = np.random.RandomState(0).randint(7, 40, size=(4, 6)).astype(np.int32)
-good = {"input_ids": ids, "input_mask": np.ones_like(ids),
-        "target_ids": ids, "target_weights": np.ones((4, 6), np.float32)}
-# An inf target weight in row 3, which the second replica gets: its loss and gradients are not
-# finite, the first replica's are.
-bad = dict(good, target_weights=good["target_weights"].copy())
-bad["target_weights"][3, 0] = np.inf
-spec = {k: tf.TensorSpec(v.shape, tf.as_dtype(v.dtype)) for k, v in good.items()}
-skips = [training_metrics.TRAIN_METRICS.index(k) for k in training_metrics.SKIPS]
-
-def train(strategy, precision, batches):
-  training.set_precision_policy(precision)
-  keras.utils.set_random_seed(1)
-  with strategy.scope():
-    model = modeling.build_model(config, "bilm")
-    optimizer = optimization.create_optimizer(
-        1e-2, 100, 0, loss_scaling=precision == "float16")
-    optimizer.build(model.trainable_variables)
-  dataset = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
-  iterator = iter(strategy.experimental_distribute_dataset(dataset))
-  loop = training.make_train_loop(strategy, model, optimizer, loss_denominator=24.0)
-  rows = loop(iterator, tf.constant(len(batches))).numpy()
-  training.set_precision_policy(None)
-  state = [v.numpy() for v in model.trainable_variables + optimizer.variables
-           if v.name not in ("dynamic_scale", "step_counter")]
-  return rows, int(optimizer.iterations.numpy()), state
-
-strategy = tf.distribute.MirroredStrategy(
-    ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
-for precision in (None, "float16"):
-  rows, iterations, state = train(strategy, precision, [good, bad, good])
-  # The bad step counted (a non-finite loss, not an overflow), its loss sums 0, no update.
-  assert rows[:, skips].tolist() == [[0, 0], [0, 1], [0, 0]], (precision, rows)
-  assert rows[1, :4].tolist() == [0, 0, 0, 0] and np.isfinite(rows).all(), (precision, rows)
-  assert iterations == 2, precision
-  # Every variable and slot as if the bad batch had not been there.
-  _, _, expected = train(strategy, precision, [good, good])
-  for a, b in zip(state, expected):
-    assert np.isfinite(a).all(), precision
-    # float16 goes on at half the loss scale, which moves its rounding.
-    np.testing.assert_allclose(a, b, rtol=1e-3 if precision else 1e-6, atol=1e-6,
-                               err_msg=str(precision))
-print("GUARD_OK")
-"""
-
-
-@pytest.mark.slow(seconds=30)
+@pytest.mark.slow(seconds=15)
 def test_a_non_finite_step_on_one_replica_is_skipped_on_all():
   """A step whose loss is not finite on one replica of two changes no variable or slot anywhere,
   under float32 and under float16's loss scaling (whose Keras test of the gradients would read the
   first replica's alone), and is counted as non-finite."""
-  proc = subprocess.run(
-    [sys.executable, "-c", _GUARD_SCRIPT],
-    env=_env(),
-    capture_output=True,
-    text=True,
-    timeout=HANG_SECONDS,
-    cwd=REPO,
-  )
-  assert "GUARD_OK" in proc.stdout, proc.stderr[-3000:]
+  config = modeling.TTAConfig(**_REPLICA_CONFIG)
+  ids = np.random.RandomState(0).randint(7, 40, size=(4, 6)).astype(np.int32)
+  good = {
+    "input_ids": ids,
+    "input_mask": np.ones_like(ids),
+    "target_ids": ids,
+    "target_weights": np.ones((4, 6), np.float32),
+  }
+  # An inf target weight in row 3, which the second replica gets: its loss and gradients are not
+  # finite, the first replica's are.
+  bad = dict(good, target_weights=good["target_weights"].copy())
+  bad["target_weights"][3, 0] = np.inf
+  spec = {k: tf.TensorSpec(v.shape, tf.as_dtype(v.dtype)) for k, v in good.items()}
+  skips = [training_metrics.TRAIN_METRICS.index(k) for k in training_metrics.SKIPS]
+  strategy = _one_device_and_mirrored()[1]
+
+  def train(precision, batches):
+    training.set_precision_policy(precision)
+    try:
+      keras.utils.set_random_seed(1)
+      with strategy.scope():
+        model = modeling.build_model(config, "bilm")
+        optimizer = optimization.create_optimizer(1e-2, 100, 0, loss_scaling=precision == "float16")
+        optimizer.build(model.trainable_variables)
+      dataset = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
+      iterator = iter(strategy.experimental_distribute_dataset(dataset))
+      loop = training.make_train_loop(strategy, model, optimizer, loss_denominator=24.0)
+      rows = loop(iterator, tf.constant(len(batches))).numpy()
+    finally:
+      training.set_precision_policy(None)
+    state = [
+      v.numpy()
+      for v in model.trainable_variables + optimizer.variables
+      if v.name not in ("dynamic_scale", "step_counter")
+    ]
+    return rows, int(optimizer.iterations.numpy()), state
+
+  for precision in (None, "float16"):
+    rows, iterations, state = train(precision, [good, bad, good])
+    # The bad step counted (a non-finite loss, not an overflow), its loss sums 0, no update.
+    assert rows[:, skips].tolist() == [[0, 0], [0, 1], [0, 0]], (precision, rows)
+    assert rows[1, :4].tolist() == [0, 0, 0, 0] and np.isfinite(rows).all(), (precision, rows)
+    assert iterations == 2, precision
+    # Every variable and slot as if the bad batch had not been there.
+    _, _, expected = train(precision, [good, good])
+    for a, b in zip(state, expected):
+      assert np.isfinite(a).all(), precision
+      # float16 goes on at half the loss scale, which moves its rounding.
+      np.testing.assert_allclose(
+        a, b, rtol=1e-3 if precision else 1e-6, atol=1e-6, err_msg=str(precision)
+      )
 
 
 def test_float16_overflows_halve_the_loss_scale_and_skip_their_steps():
