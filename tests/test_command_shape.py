@@ -88,3 +88,13 @@ def test_a_command_imports_startup_log_first(name):
   # Before any import that may load TensorFlow: util/startup_log.py holds its start-up lines.
   first = next(n for n in COMMANDS[name].body if isinstance(n, (ast.Import, ast.ImportFrom)))
   assert ast.unparse(first) == "from util import startup_log", ast.unparse(first)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_command_s_main_lines_define_its_flags_and_run_main(name):
+  # What `python COMMAND` runs beyond the module's import: tests/test_user_errors.py starts a few
+  # commands as processes and the rest in its own, which is the same only when these lines are.
+  last = COMMANDS[name].body[-1]
+  assert ast.unparse(last) == (
+    "if __name__ == '__main__':\n    define_flags()\n    cli.run(main)"
+  ), ast.unparse(last)
