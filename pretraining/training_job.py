@@ -494,6 +494,12 @@ def check_data(params):
         records[name] = io_utils.expand_globs(pattern)
       except ValueError as e:
         raise cli.InputError(f"--{name}: {e}") from None
+      # A folder matched (--input_file=DIR) would be read as a file at the first step: a traceback.
+      folder = next((p for p in records[name] if "://" not in p and os.path.isdir(p)), None)
+      if folder:
+        raise cli.InputError(
+          f"--{name} {folder}: is a directory; give its record files (e.g. {folder}/train-*)"
+        )
   return records
 
 

@@ -194,6 +194,25 @@ def test_a_wrong_input_is_one_line_and_exit_2(tmp_path, case):
   assert os.listdir(tmp_path) == [], "a refused run wrote nothing"
 
 
+def test_a_folder_as_record_files_is_one_line_naming_it(tmp_path):
+  # Issue 56's probes, third round: --input_file=DIR was read as a record file at the first
+  # step, a FailedPreconditionError traceback.
+  import tokenization  # pylint: disable=g-import-not-at-top
+
+  (tmp_path / "records").mkdir()
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(tokenization.SPECIAL_TOKENS) + "\nthe\n")
+  result = commands.run(
+    "run_pretraining.py",
+    f"--input_file={tmp_path}/records",
+    f"--vocab_file={vocab}",
+    f"--output_dir={tmp_path}/run",
+  )
+  assert result.returncode == cli.EXIT_INPUT_ERROR, result.stderr
+  assert f"--input_file {tmp_path}/records: is a directory" in result.stderr, result.stderr
+  assert sorted(os.listdir(tmp_path)) == ["records", "vocab.txt"]
+
+
 def test_check_spec_finds_a_missing_model_without_loading_one(tmp_path, tokenizer):
   from lm import model_dir  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
