@@ -194,9 +194,9 @@ def test_a_wrong_input_is_one_line_and_exit_2(tmp_path, case):
   assert os.listdir(tmp_path) == [], "a refused run wrote nothing"
 
 
-def test_a_folder_as_record_files_is_one_line_naming_it(tmp_path):
-  # Issue 56's probes, third round: --input_file=DIR was read as a record file at the first
-  # step, a FailedPreconditionError traceback.
+def test_a_folder_or_device_as_record_files_is_one_line_naming_it(tmp_path):
+  # Issue 56's probes, third round (q09, q18): --input_file=DIR was read as a record file at the
+  # first step, a FailedPreconditionError traceback.
   import tokenization  # pylint: disable=g-import-not-at-top
 
   (tmp_path / "records").mkdir()
@@ -211,6 +211,14 @@ def test_a_folder_as_record_files_is_one_line_naming_it(tmp_path):
   assert result.returncode == cli.EXIT_INPUT_ERROR, result.stderr
   assert f"--input_file {tmp_path}/records: is a directory" in result.stderr, result.stderr
   assert sorted(os.listdir(tmp_path)) == ["records", "vocab.txt"]
+  # A device (or a pipe, <(cat f)) was "not a TFRecord file": it is not a file at all.
+  result = commands.run(
+    "run_pretraining.py",
+    "--input_file=/dev/zero",
+    f"--vocab_file={vocab}",
+    f"--output_dir={tmp_path}/run",
+  )
+  assert "--input_file /dev/zero: not a regular file" in result.stderr, result.stderr
 
 
 def test_check_spec_finds_a_missing_model_without_loading_one(tmp_path, tokenizer):
