@@ -49,9 +49,20 @@ def exit_stopped(error):
   sys.exit(status(error))
 
 
+# The stop signals `handling` raised in its last block: C code (TensorFlow's tracing) that a
+# KeyboardInterrupt reaches may hand on another error in its place (a SystemError, a TypeError).
+_raised = []
+
+
 def _raise(signum, frame):
   del frame
+  _raised.append(signum)
   raise Interrupted(signum)
+
+
+def raised():
+  """An `Interrupted` of the first stop signal raised in the last `handling` block, or None."""
+  return Interrupted(_raised[0]) if _raised else None
 
 
 def _main_thread():
@@ -61,15 +72,18 @@ def _main_thread():
 
 @contextlib.contextmanager
 def handling():
-  """SIGTERM raises `Interrupted` in the block (SIGINT keeps Python's KeyboardInterrupt)."""
+  """SIGTERM and SIGINT raise `Interrupted` in the block (a KeyboardInterrupt, as Python's SIGINT
+  does), each noted for `raised`."""
+  _raised.clear()
   if not _main_thread():
     yield
     return
-  previous = signal.signal(signal.SIGTERM, _raise)
+  previous = {s: signal.signal(s, _raise) for s in SIGNALS}
   try:
     yield
   finally:
-    signal.signal(signal.SIGTERM, previous)
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)
 
 
 @contextlib.contextmanager
