@@ -395,7 +395,6 @@ def build_lms(params):
 
   from lm import inference  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
-  import tokenization  # pylint: disable=g-import-not-at-top
 
   options = {"jit_compile": params.jit_compile, "token_budget": params.token_budget}
 
@@ -415,10 +414,7 @@ def build_lms(params):
         name = f"{name}_{len(lms)}"
       add(name, model, tokenizer)
     return lms
-  vocab_file = params.vocab_file or os.path.join(
-    io_utils.data_root(params.data_dir), "reference-vocab", "tta-vocab-lower.sub-32k.txt"
-  )
-  tokenizer = tokenization.FullTokenizer(vocab_file, params.do_lower_case)
+  tokenizer = random_models_tokenizer(params)
   for model_type in params.models:
     tf.keras.utils.set_random_seed(params.seed)
     config = modeling.TTAConfig(
@@ -653,6 +649,16 @@ def nbest_throughput(lms, peers, params):
   )
 
 
+def random_models_tokenizer(params):
+  """The tokenizer of the random models (--vocab_file, else the T-TA authors' vocab)."""
+  import tokenization  # pylint: disable=g-import-not-at-top
+
+  vocab_file = params.vocab_file or os.path.join(
+    io_utils.data_root(params.data_dir), "reference-vocab", "tta-vocab-lower.sub-32k.txt"
+  )
+  return tokenization.FullTokenizer(vocab_file, params.do_lower_case)
+
+
 def measure(params, peak, threads, facts):
   """The result dict benchmark_report.py renders; `threads`: (intra_op, inter_op) as
   `machine.pin_threads` set them; `facts`: the command's "flags" and "command"."""
@@ -727,6 +733,8 @@ def run(job, command):
   with cli.user_input():
     for _, spec in lm_options_lib.model_specs(params.model_dir or []):
       inference.check_spec(spec)
+    if not params.model_dir:
+      random_models_tokenizer(params)  # a vocab without tokens was a traceback after the peak
   recorded = dict(dataclasses.asdict(params), quick=job.quick)
   facts = {"flags": {name: recorded[name] for name in RECORDED_FLAGS}, "command": command}
   result = measure(params, peak, threads, facts)

@@ -131,6 +131,8 @@ CASES = [
   ("run_benchmark.py", ["--vocab_file={tmp}/absent"], ["{tmp}/absent: no such file"]),
   # Issue 56: found after the matmul peak ran.
   ("run_benchmark.py", ["--num_attention_heads=3"], ["not a multiple of num_attention_heads (3)"]),
+  # Issue 56's probes, third round (b08): a ValueError traceback, after the matmul peak.
+  ("run_benchmark.py", ["--vocab_file=/dev/null"], ["/dev/null: the vocab file holds no tokens"]),
   (
     "export_saved_model.py",
     ["--model_dir={tmp}/absent", "--export_dir={tmp}/export"],
