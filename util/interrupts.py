@@ -1,9 +1,10 @@
 """Stops by signal, one rule for every command (`cli.run`; docs/DESIGN.md §3.3).
 
-SIGINT (Ctrl-C) raises Python's KeyboardInterrupt; `handling` makes SIGTERM (kill, a scheduler's
-stop or preemption) raise `Interrupted`, a KeyboardInterrupt, so that every `finally` and atomic
-write unwinds for both. `cli.run` turns either into one line and exit `status` (128 + the signal's
-number: 130, 143, the shell's convention). The training loop installs its own handlers while it runs
+`handling` makes SIGINT (Ctrl-C) and SIGTERM (kill, a scheduler's stop or preemption) raise
+`Interrupted`, a KeyboardInterrupt, so that every `finally` and atomic write unwinds for both, and
+notes them (`raised`): C code may hand on another error in place of the KeyboardInterrupt. `cli.run`
+turns either into one line and exit `status` (128 + the signal's number: 130, 143, the shell's
+convention). The training loop installs its own handlers while it runs
 (pretraining/training_loop.py: save, then exit 75). `worker_pool` starts worker processes that a
 Ctrl-C at the terminal (sent to every process of the group) does not reach, so that the parent
 alone stops them. Standard library only: spawned workers import it.
