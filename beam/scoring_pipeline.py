@@ -18,6 +18,7 @@ from lm import scoring_job
 from nbest import rescoring_job
 from util import cli
 from util import io_utils
+from util import resumable
 
 
 def _params_fields(cls, *left_out):
@@ -104,7 +105,15 @@ def score_sentences(params):
     with cli.user_input():
       scoring_job.merge_shards(shards.output_file, score.num_shards)
     io_utils.copy_file(shards.output_file, score.output_file)
-    io_utils.rmtree(os.path.dirname(shards.output_file))
+    # This job's files only, the dir once emptied: another job's shards, kept by a stop for its
+    # resume, were removed with it.
+    parts_dir, name = os.path.split(shards.output_file)
+    ours = [name]
+    for shard_id in range(score.num_shards):
+      shard = scoring_job.shard_path(name, shard_id, score.num_shards)
+      ours += [shard, resumable.done_path(shard)]
+    folder = os.path.basename(parts_dir)
+    io_utils.remove_files(os.path.dirname(parts_dir), [f"{folder}/{n}" for n in ours])
   logging.info("wrote %s from %d shards", score.output_file, score.num_shards)
 
 
