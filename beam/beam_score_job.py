@@ -18,6 +18,7 @@ from lm import inference
 from lm import scoring_job
 from util import cli
 from util import io_utils
+from util import resumable
 
 
 @dataclasses.dataclass
@@ -46,23 +47,45 @@ def run(params):
       "stdin and writes no stdout)"
     )
   scoring_job.check_params(score)
+  # check_params checks a shard's path; the output file is written here (copied from the parts).
+  io_utils.check_output_path(
+    score.output_file, "output_file", is_dir=False, overwrite=score.overwrite
+  )
   with cli.user_input():
+    # The workers read their parts by offset: a pipe was an "Illegal seek" traceback.
+    io_utils.check_input_file(score.input_file, read_twice=True)
     inference.check_spec(score.model_dir)
   options = options_lib.pipeline_options(params.beam)
   apache_beam = options_lib.import_beam()
   with io_utils.exclusive_lock(score.output_file, wait=False):
     shards = dataclasses.replace(score, output_file=parts_prefix(score.output_file))
-    with apache_beam.Pipeline(options=options) as pipeline:
-      _ = (
-        pipeline
-        | "shards" >> apache_beam.Create(range(score.num_shards))
-        | "spread" >> apache_beam.Reshuffle()
-        | "score" >> apache_beam.ParDo(ScoreShards(shards))
-      )
+    made = not io_utils.exists(os.path.dirname(shards.output_file))
+    try:
+      with apache_beam.Pipeline(options=options) as pipeline:
+        _ = (
+          pipeline
+          | "shards" >> apache_beam.Create(range(score.num_shards))
+          | "spread" >> apache_beam.Reshuffle()
+          | "score" >> apache_beam.ParDo(ScoreShards(shards))
+        )
+    except cli.InputError:
+      # A wrong input (a line that is not UTF-8): the parts this run began go with it (a stop by
+      # signal keeps them, for the same command to resume).
+      if made:
+        io_utils.rmtree(os.path.dirname(shards.output_file))
+      raise
     with cli.user_input():
       scoring_job.merge_shards(shards.output_file, score.num_shards)
     io_utils.copy_file(shards.output_file, score.output_file)
-    io_utils.rmtree(os.path.dirname(shards.output_file))
+    # This job's files only, the dir once emptied: another job's shards, kept by a stop for its
+    # resume, were removed with it.
+    parts_dir, name = os.path.split(shards.output_file)
+    ours = [name]
+    for shard_id in range(score.num_shards):
+      shard = scoring_job.shard_path(name, shard_id, score.num_shards)
+      ours += [shard, resumable.done_path(shard)]
+    folder = os.path.basename(parts_dir)
+    io_utils.remove_files(os.path.dirname(parts_dir), [f"{folder}/{n}" for n in ours])
   logging.info("wrote %s from %d shards", score.output_file, score.num_shards)
 
 

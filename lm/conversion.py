@@ -61,6 +61,13 @@ def load_tf1_model(
 def check_output_dir(output_dir):
   if checkpoints.latest_checkpoint(output_dir):
     raise ValueError(f"{output_dir} already holds a model; choose a new --output_dir")
+  # A folder of the user's: the model's files would be written in among theirs.
+  if os.path.isdir(output_dir) and os.listdir(output_dir):
+    held = ", ".join(sorted(os.listdir(output_dir))[:3])
+    raise ValueError(
+      f"{output_dir} holds files ({held}); a model dir is written into a new or empty folder: "
+      "choose another --output_dir"
+    )
 
 
 def convert(model, tokenizer, output_dir):

@@ -15,6 +15,7 @@ import tempfile
 from absl import logging
 
 from util import io_utils
+from util import resumable
 
 # ln(10): multiplies a log10 probability into a natural-log one.
 LN10 = math.log(10.0)
@@ -139,6 +140,9 @@ def train_ngram(
   """
   # Read twice: for a word here, then by lmplz.
   io_utils.check_input_file(text_file, read_twice=True)
+  # lmplz reads a .gz itself, and aborts (a traceback here) on one damaged mid-stream; the word
+  # check below would read its compressed bytes.
+  resumable.check_plain(text_file)
   with open(text_file, "rb") as f:
     if not any(line.split() for line in f):
       # lmplz would make a model of <unk> <s> </s> alone, or build_binary fail on it.

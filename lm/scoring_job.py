@@ -466,3 +466,5 @@ def _check_scoring_flags(params):
     raise cli.InputError(f"--input_file {params.input_file}: no such file")
   if os.path.isdir(params.input_file):
     raise cli.InputError(f"--input_file {params.input_file}: is a directory; give a file")
+  if io_utils.reads_twice(params.input_file):  # a file, whose first bytes can be read apart
+    resumable.check_plain(params.input_file)

@@ -62,7 +62,10 @@ class DataParams:
     io=cli.INPUT,
   )
   vocab_file: str = cli.param(
-    "Existing vocab (one token per line). Exclusive with --vocab_size.", None, io=cli.INPUT
+    "Existing vocab (one token per line). Exclusive with --vocab_size.",
+    None,
+    io=cli.INPUT,
+    check=io_utils.check_input_file,
   )
   vocab_size: int = cli.param(
     "Learn a WordPiece vocab of (at most about) this size from the training split.", None

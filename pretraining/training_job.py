@@ -494,6 +494,18 @@ def check_data(params):
         records[name] = io_utils.expand_globs(pattern)
       except ValueError as e:
         raise cli.InputError(f"--{name}: {e}") from None
+      # A folder matched (--input_file=DIR) was read as a file at the first step (a traceback); a
+      # pipe or device would be read again at each epoch.
+      odd = next((p for p in records[name] if "://" not in p and not os.path.isfile(p)), None)
+      if odd and os.path.isdir(odd):
+        raise cli.InputError(
+          f"--{name} {odd}: is a directory; give its record files (e.g. {odd}/train-*)"
+        )
+      if odd:
+        raise cli.InputError(
+          f"--{name} {odd}: not a regular file (a pipe or device?); the records are read again "
+          "at each epoch: give a file"
+        )
   return records
 
 

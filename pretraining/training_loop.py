@@ -6,6 +6,7 @@ docs/DESIGN.md §3.3.
 
 import contextlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -154,6 +155,14 @@ def run(
     resume = f"resumes from {last_path}" if last_path else "starts afresh"
     logging.error("%s: stopped at step %d unsaved; the same command %s", e, step(), resume)
     return NONFINITE, last_path
+  except tf.errors.DataLossError as e:
+    # A record file damaged past its first record (training_job's check reads that one only).
+    found = re.search(r"(?:corrupted|truncated) record at \d+", e.message or "")
+    resume = f"resumes from {last_path}" if last_path else "starts afresh"
+    raise cli.InputError(
+      f"an input record file is damaged ({found.group(0) if found else type(e).__name__}) "
+      f"at step {step()}: fix or leave it out; the same command then {resume}"
+    ) from None
   except tf.errors.UnavailableError as e:
     if not distribute_utils.is_multi_worker(strategy):
       raise

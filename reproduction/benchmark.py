@@ -346,7 +346,6 @@ def build_lms(params):
 
   from lm import inference  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
-  import tokenization  # pylint: disable=g-import-not-at-top
 
   options = {"jit_compile": params.jit_compile, "token_budget": params.token_budget}
 
@@ -366,10 +365,7 @@ def build_lms(params):
         name = f"{name}_{len(lms)}"
       add(name, model, tokenizer)
     return lms
-  vocab_file = params.vocab_file or os.path.join(
-    io_utils.data_root(params.data_dir), "reference-vocab", "tta-vocab-lower.sub-32k.txt"
-  )
-  tokenizer = tokenization.FullTokenizer(vocab_file, params.do_lower_case)
+  tokenizer = random_models_tokenizer(params)
   for model_type in params.models:
     tf.keras.utils.set_random_seed(params.seed)
     config = modeling.TTAConfig(
@@ -602,6 +598,16 @@ def nbest_throughput(lms, peers, params):
     throughput_records(lms, texts, source),
     peer_throughput_records(peers, texts, source, ours.token_budget, ours.pad_multiple),
   )
+
+
+def random_models_tokenizer(params):
+  """The tokenizer of the random models (--vocab_file, else the T-TA authors' vocab)."""
+  import tokenization  # pylint: disable=g-import-not-at-top
+
+  vocab_file = params.vocab_file or os.path.join(
+    io_utils.data_root(params.data_dir), "reference-vocab", "tta-vocab-lower.sub-32k.txt"
+  )
+  return tokenization.FullTokenizer(vocab_file, params.do_lower_case)
 
 
 def measure(params, peak, threads, facts):

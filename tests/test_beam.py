@@ -274,7 +274,48 @@ def test_a_bad_line_found_by_a_worker_is_one_line_and_exit_2(tiny_lm, tmp_path):
   assert "Traceback" not in result.stderr
   (line,) = [l for l in result.stderr.splitlines() if l.startswith("beam_score.py: error: ")]
   assert f"{sentences} (line at byte 8): not valid UTF-8" in line
-  assert not (tmp_path / "out").exists()
+  # Issue 56's probes, third round: the parts dir (.out.beam-parts) was left behind.
+  assert sorted(os.listdir(tmp_path)) == ["in.txt"]
+
+
+def test_beam_score_keeps_the_parts_of_another_job(tiny_lm, tmp_path):
+  # Issue 56's probes, third round (G14): the parts dir was removed whole after the merge, with the
+  # shard of another job (8 shards) that a stop had kept for its resume.
+  sentences = tmp_path / "in.txt"
+  sentences.write_text("the cat\nthe dog ran\n")
+  other = tmp_path / ".out.beam-parts" / "out-00000-of-00008"
+  other.parent.mkdir()
+  other.write_text("kept\n")
+  common = [f"--model_dir={tiny_lm}", f"--input_file={sentences}", "--num_shards=2"]
+  commands.run("beam_score.py", *common, f"--output_file={tmp_path / 'out'}", status=0)
+  assert len((tmp_path / "out").read_text().splitlines()) == 2
+  assert os.listdir(other.parent) == ["out-00000-of-00008"]
+
+
+def test_beam_score_refuses_a_user_s_file_and_a_pipe_before_any_work(tiny_lm, tmp_path):
+  # Issue 56's probes, third round: a file of the user's at --output_file was replaced without
+  # --overwrite (score.py refuses it); a pipe was an "Illegal seek" traceback that left the parts.
+  sentences = tmp_path / "in.txt"
+  sentences.write_text("the cat\n")
+  mine = tmp_path / "mine.txt"
+  mine.write_text("mine\n")
+  common = [f"--model_dir={tiny_lm}", "--num_shards=2"]
+  result = commands.run(
+    "beam_score.py", *common, f"--input_file={sentences}", f"--output_file={mine}", status=2
+  )
+  assert f"--output_file {mine}: exists; add --overwrite to replace it" in result.stderr
+  assert mine.read_text() == "mine\n"
+  read, write = os.pipe()
+  os.close(write)
+  pipe = f"/dev/fd/{read}"
+  try:
+    result = commands.run(
+      "beam_score.py", *common, f"--input_file={pipe}", f"--output_file={tmp_path / 'o'}", status=2
+    )
+  finally:
+    os.close(read)
+  assert f"{pipe}: not a regular file" in result.stderr, result.stderr
+  assert sorted(os.listdir(tmp_path)) == ["in.txt", "mine.txt"]
 
 
 def _json_lists(path, rows):

@@ -47,6 +47,17 @@ def read_config(path):
     return json.load(f)
 
 
+def test_a_folder_holding_a_user_s_files_is_refused_before_the_load(tmp_path):
+  # Issue 56's probes, third round (v08): the model was written in among the user's files.
+  mine = tmp_path / "mine"
+  mine.mkdir()
+  (mine / "notes.txt").write_text("mine\n")
+  params = checkpoint_job.JobParams(output_dir=str(mine), input=f"hf:{tmp_path}/absent")
+  with pytest.raises(ValueError, match=f"{mine} holds files \\(notes.txt\\)"):
+    checkpoint_job.run(params)
+  assert os.listdir(mine) == ["notes.txt"]
+
+
 def test_hf_dir_converts_to_a_model_dir_that_scores_the_same(tmp_path):
   hf = write_hf_bert_dir(tmp_path / "hf", tiny_bert())
   out = str(tmp_path / "converted")

@@ -27,6 +27,34 @@ def test_sigterm_raises_interrupted_in_the_block_only():
   assert signal.getsignal(signal.SIGTERM) is before
 
 
+def test_a_stop_that_c_code_turned_into_another_error_is_still_one_line(monkeypatch):
+  # Issue 56's probes, third round (x05): Ctrl-C during export_saved_model.py's tracing reached
+  # TensorFlow's C code, which handed on a TypeError in place of the KeyboardInterrupt: a
+  # traceback, exit 1.
+  import commands  # pylint: disable=g-import-not-at-top
+
+  from lm import scoring_job  # pylint: disable=g-import-not-at-top
+
+  def traced(params):
+    del params
+    try:
+      signal.raise_signal(signal.SIGINT)
+    except KeyboardInterrupt:
+      raise TypeError from None  # what the C code gave
+
+  monkeypatch.setattr(scoring_job, "run", traced)
+  result = commands.run("score.py", "--model_dir=m")
+  assert (result.returncode, result.stderr) == (
+    130,
+    "score.py: stopped by SIGINT: what it "
+    "finished is kept; the same command resumes or redoes the rest\n",
+  )
+  # A bug's error with no signal behind it keeps its traceback.
+  monkeypatch.setattr(scoring_job, "run", lambda params: 1 / 0)
+  result = commands.run("score.py", "--model_dir=m")
+  assert result.returncode == 1 and "ZeroDivisionError" in result.stderr
+
+
 def test_deferred_raises_a_signal_after_the_block_that_must_end():
   ended = False
   with pytest.raises(interrupts.Interrupted) as stopped:

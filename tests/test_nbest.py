@@ -398,6 +398,17 @@ def test_espnet_reader_small_archive_and_directory(tmp_path):
   assert espnet.read_espnet_nbest(str(directory)) == lists
 
 
+def test_a_truncated_espnet_archive_is_one_line_naming_it(tmp_path):
+  # Issue 56's probes, third round (n10): an EOFError traceback (convert_nbest.py and the
+  # rescoring commands).
+  whole = _write_espnet_tar(tmp_path / "toy.tar.xz", _espnet_files())
+  cut = tmp_path / "cut.tar.xz"
+  data = open(whole, "rb").read()
+  cut.write_bytes(data[: len(data) // 2])
+  with pytest.raises(ValueError, match=f"{cut}: cannot read"):
+    espnet.read_espnet_nbest(str(cut))
+
+
 @pytest.mark.parametrize(
   "change, member, line, message",
   [

@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lm import ngram_lm  # pylint: disable=g-import-not-at-top,wrong-import-position
+from util import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 kenlm = pytest.importorskip("kenlm")
 
@@ -245,6 +246,19 @@ def test_a_training_text_that_is_no_file_or_holds_no_word_is_refused_before_lmpl
     with pytest.raises(ValueError, match=f"{path}: {why}"):
       ngram_lm.train_ngram(str(path), str(tmp_path / "lm.arpa"), order=2, binary=False)
   assert sorted(os.listdir(tmp_path)) == ["blank.txt", "empty.txt", "fifo"]
+
+
+def test_a_compressed_training_text_is_refused_before_lmplz(tmp_path):
+  # Issue 56's probes, third round (k14): lmplz reads a .gz itself, and one damaged mid-stream
+  # made it abort: a RuntimeError traceback.
+  import gzip  # pylint: disable=g-import-not-at-top
+
+  packed = gzip.compress(b"the cat sat\n" * 2000)
+  path = tmp_path / "text.gz"
+  path.write_bytes(packed[: len(packed) // 2])
+  with pytest.raises(cli.InputError, match=f"{path}: gzip-compressed"):
+    ngram_lm.train_ngram(str(path), str(tmp_path / "lm.arpa"), order=2, binary=False)
+  assert os.listdir(tmp_path) == ["text.gz"]
 
 
 @pytest.mark.skipif(

@@ -427,6 +427,28 @@ def test_num_train_steps_below_the_step_reached_is_one_line_and_exit_2(data_dir,
   assert checkpoints.newest_first(str(out))[0].endswith("ckpt-4")  # nothing lost
 
 
+@pytest.mark.slow(seconds=5)
+def test_a_record_file_cut_short_is_one_line_at_the_step_it_is_met(data_dir, tmp_path):
+  # Issue 56's probes, third round (q20): the first record is whole (training_job's check passes)
+  # and the cut is met while training: a DataLossError traceback.
+  source = sorted(tf.io.gfile.glob(os.path.join(data_dir, "train-*.tfrecord")))[0]
+  data = open(source, "rb").read()
+  cut = tmp_path / "cut.tfrecord"
+  cut.write_bytes(data[: len(data) // 2])
+  out = tmp_path / "run"
+  args = _script_args(
+    data_dir,
+    out,
+    f"--input_file={cut}",
+    f"--vocab_file={data_dir}/vocab.txt",
+    "--num_train_steps=400",
+    "--save_checkpoints_steps=400",
+  )[2:]
+  result = commands.run("run_pretraining.py", *args, status=2)
+  assert "an input record file is damaged (truncated record at " in result.stderr, result.stderr
+  assert lock_files(out) == []
+
+
 @pytest.mark.slow(seconds=15)
 def test_another_job_in_the_output_dir_is_refused_until_overwrite(data_dir, tmp_path):
   out = tmp_path / "job"

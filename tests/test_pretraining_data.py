@@ -601,6 +601,26 @@ def test_an_output_dir_inside_an_input_dir_is_refused_from_the_first_run(
   assert os.listdir(directory) == ["a.txt"]
 
 
+def test_a_folder_as_vocab_file_is_refused_while_parsing(tmp_path):
+  """Issue 56's probes, third round (c19): --vocab_file=DIR was `[Errno 21] Is a directory`,
+  after --output_dir had been made (and was left behind)."""
+  text = tmp_path / "a.txt"
+  _text_file(text, ["the cat sat"])
+  folder = tmp_path / "vocab"
+  folder.mkdir()
+  out = tmp_path / "out"
+  result = commands.run(
+    "create_pretraining_data.py",
+    f"--input_file={text}",
+    f"--output_dir={out}",
+    f"--vocab_file={folder}",
+    status=2,
+  )
+  (error,) = _error_lines(result)
+  assert f"--vocab_file={folder}: {folder}: is a directory; give a file" in error, error
+  assert not out.exists()
+
+
 def test_a_finished_part_cut_short_is_made_again_by_the_job_the_merge_names(
   corpus_600, reference_vocab, tmp_path, small_units
 ):

@@ -698,6 +698,17 @@ def test_an_input_refused_while_scoring_leaves_no_partial_file(tta_dir, tmp_path
   assert sorted(os.listdir(tmp_path)) == ["bad.txt", "s.txt.gz"]
 
 
+def test_a_compressed_input_is_refused_before_the_model_loads(tmp_path):
+  # Probes of issue 56 (third round): a .gz input was refused at its first line, after the model
+  # had loaded (minutes for a large one). No model is at --model_dir: the file must be named first.
+  import gzip  # pylint: disable=g-import-not-at-top
+
+  packed = tmp_path / "s.txt.gz"
+  packed.write_bytes(gzip.compress(b"the cat\n"))
+  error = run_cli(f"--model_dir={tmp_path}/absent", f"--input_file={packed}", status=2)
+  assert f"{packed}: gzip-compressed; this command reads plain UTF-8 text" in error, error
+
+
 @pytest.mark.slow(seconds=3)
 def test_an_existing_output_file_is_replaced_only_with_overwrite(tta_dir, input_file, tmp_path):
   # Issue 56's probes (F3): a file of the user's at --output_file was written over unasked.

@@ -134,6 +134,8 @@ CASES = [
   ("run_benchmark.py", ["--vocab_file={tmp}/absent"], ["{tmp}/absent: no such file"]),
   # Issue 56: found after the matmul peak ran.
   ("run_benchmark.py", ["--num_attention_heads=3"], ["not a multiple of num_attention_heads (3)"]),
+  # Issue 56's probes, third round (b08): a ValueError traceback, after the matmul peak.
+  ("run_benchmark.py", ["--vocab_file=/dev/null"], ["/dev/null: the vocab file holds no tokens"]),
   (
     "export_saved_model.py",
     ["--model_dir={tmp}/absent", "--export_dir={tmp}/export"],
@@ -199,6 +201,33 @@ def test_a_wrong_input_is_one_line_and_exit_2(tmp_path, case):
   for fragment in fragments:
     assert fragment.format(tmp=tmp_path) in lines[0]
   assert os.listdir(tmp_path) == [], "a refused run wrote nothing"
+
+
+def test_a_folder_or_device_as_record_files_is_one_line_naming_it(tmp_path):
+  # Issue 56's probes, third round (q09, q18): --input_file=DIR was read as a record file at the
+  # first step, a FailedPreconditionError traceback.
+  import tokenization  # pylint: disable=g-import-not-at-top
+
+  (tmp_path / "records").mkdir()
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(tokenization.SPECIAL_TOKENS) + "\nthe\n")
+  result = commands.run(
+    "run_pretraining.py",
+    f"--input_file={tmp_path}/records",
+    f"--vocab_file={vocab}",
+    f"--output_dir={tmp_path}/run",
+  )
+  assert result.returncode == cli.EXIT_INPUT_ERROR, result.stderr
+  assert f"--input_file {tmp_path}/records: is a directory" in result.stderr, result.stderr
+  assert sorted(os.listdir(tmp_path)) == ["records", "vocab.txt"]
+  # A device (or a pipe, <(cat f)) was "not a TFRecord file": it is not a file at all.
+  result = commands.run(
+    "run_pretraining.py",
+    "--input_file=/dev/zero",
+    f"--vocab_file={vocab}",
+    f"--output_dir={tmp_path}/run",
+  )
+  assert "--input_file /dev/zero: not a regular file" in result.stderr, result.stderr
 
 
 def test_check_spec_finds_a_missing_model_without_loading_one(tmp_path, tokenizer):

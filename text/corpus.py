@@ -28,6 +28,7 @@ from text import text_cleaning
 from util import interrupts
 from util import io_utils
 from util import progress
+from util import resumable
 
 # Bumped whenever a rule changes the output, so that an existing output directory built by an
 # older rule set is not mistaken for a complete, up-to-date one (see `prepare_corpus`).
@@ -284,6 +285,9 @@ def _corpus_args(
       )
     # Its size, its first bytes (a tar?), then its text: read more than once.
     io_utils.check_input_file(path, read_twice=True)
+    if not is_tar(path):
+      # Read whole as text: a .gz's compressed bytes became U+FFFD "sentences".
+      resumable.check_plain(path)
   return {
     "inputs": [{"path": os.path.abspath(p), "bytes": os.path.getsize(p)} for p in inputs],
     "normalization": normalization,

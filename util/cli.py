@@ -75,6 +75,12 @@ def run(main):
       _refuse(e)
     except KeyboardInterrupt as e:
       interrupts.exit_stopped(e)
+    except Exception:  # pylint: disable=broad-except
+      # A stop that C code turned into another error is still the stop, not a bug's traceback.
+      stop = interrupts.raised()
+      if stop is None:
+        raise
+      interrupts.exit_stopped(stop)
 
   app.run(guarded, flags_parser=parse)
 

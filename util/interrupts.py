@@ -1,9 +1,10 @@
 """Stops by signal, one rule for every command (`cli.run`; docs/DESIGN.md §3.3).
 
-SIGINT (Ctrl-C) raises Python's KeyboardInterrupt; `handling` makes SIGTERM (kill, a scheduler's
-stop or preemption) raise `Interrupted`, a KeyboardInterrupt, so that every `finally` and atomic
-write unwinds for both. `cli.run` turns either into one line and exit `status` (128 + the signal's
-number: 130, 143, the shell's convention). The training loop installs its own handlers while it runs
+`handling` makes SIGINT (Ctrl-C) and SIGTERM (kill, a scheduler's stop or preemption) raise
+`Interrupted`, a KeyboardInterrupt, so that every `finally` and atomic write unwinds for both, and
+notes them (`raised`): C code may hand on another error in place of the KeyboardInterrupt. `cli.run`
+turns either into one line and exit `status` (128 + the signal's number: 130, 143, the shell's
+convention). The training loop installs its own handlers while it runs
 (pretraining/training_loop.py: save, then exit 75). `worker_pool` starts worker processes that a
 Ctrl-C at the terminal (sent to every process of the group) does not reach, so that the parent
 alone stops them. Standard library only: spawned workers import it.
@@ -49,9 +50,20 @@ def exit_stopped(error):
   sys.exit(status(error))
 
 
+# The stop signals `handling` raised in its last block: C code (TensorFlow's tracing) that a
+# KeyboardInterrupt reaches may hand on another error in its place (a SystemError, a TypeError).
+_raised = []
+
+
 def _raise(signum, frame):
   del frame
+  _raised.append(signum)
   raise Interrupted(signum)
+
+
+def raised():
+  """An `Interrupted` of the first stop signal raised in the last `handling` block, or None."""
+  return Interrupted(_raised[0]) if _raised else None
 
 
 def _main_thread():
@@ -61,15 +73,18 @@ def _main_thread():
 
 @contextlib.contextmanager
 def handling():
-  """SIGTERM raises `Interrupted` in the block (SIGINT keeps Python's KeyboardInterrupt)."""
+  """SIGTERM and SIGINT raise `Interrupted` in the block (a KeyboardInterrupt, as Python's SIGINT
+  does), each noted for `raised`."""
+  _raised.clear()
   if not _main_thread():
     yield
     return
-  previous = signal.signal(signal.SIGTERM, _raise)
+  previous = {s: signal.signal(s, _raise) for s in SIGNALS}
   try:
     yield
   finally:
-    signal.signal(signal.SIGTERM, previous)
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)
 
 
 @contextlib.contextmanager

@@ -72,9 +72,7 @@ class InputLines:
       except UnicodeDecodeError as e:
         packed = offset == 0 and _compression(raw)
         if packed:
-          raise cli.InputError(
-            f"{name}: {packed}-compressed; this command reads plain UTF-8 text: decompress it first"
-          ) from None
+          raise cli.InputError(_packed(name, packed)) from None
         where = (
           f"{name}:{number + 1}" if self.byte_range is None else f"{name} (line at byte {offset})"
         )
@@ -87,6 +85,19 @@ class InputLines:
 
 # The first bytes of a compressed file, by its compressor's name.
 _MAGIC = {"gzip": b"\x1f\x8b", "xz": b"\xfd7zXZ\x00", "zstd": b"\x28\xb5\x2f\xfd", "bzip2": b"BZh"}
+
+
+def check_plain(path):
+  """cli.InputError naming the file `path` (a regular file, read apart from the run) when it starts
+  with a compressor's magic bytes: refused before a model loads, not at its first line."""
+  with io_utils.open_file(path, "rb") as stream:
+    packed = _compression(stream.read(8))
+  if packed:
+    raise cli.InputError(_packed(path, packed))
+
+
+def _packed(name, packed):
+  return f"{name}: {packed}-compressed; this command reads plain UTF-8 text: decompress it first"
 
 
 def _compression(first_line):

@@ -10,6 +10,7 @@ from nbest import formats
 from nbest import shared_data
 from nbest import text_files
 from nbest import types
+from util import io_utils
 
 _ESPNET_MEMBER_RE = re.compile(r"raw_hypotheses/(\d+)best_recog/(text|score|scores)")
 _TRN_RE = re.compile(r"(.*?)[ \t]*\(([^()\s]+)\)")
@@ -31,7 +32,8 @@ def _load_espnet_files(path):
         )
     return files
   roots = set()
-  with tarfile.open(path, "r:*") as tar:
+  # A truncated or damaged archive was an EOFError traceback: one line naming it.
+  with io_utils.reading(path), tarfile.open(path, "r:*") as tar:
     # Members are read in archive order: seeking backwards in an xz stream re-decompresses it.
     for member in tar:
       if not member.isfile():
