@@ -611,6 +611,17 @@ def _script_args(data_dir, output_dir, *extra):
   ]
 
 
+class _Crash(Exception):
+  """A process's end in which no handler runs (kill -9, a lost machine), stood in for inside this
+  process: raised after a tf.function call, so the loop saves nothing more. A real kill -9 and its
+  resume are test_kill_and_sigterm's (one device) and the multi-worker test's."""
+
+
+def _no_steps(*args):
+  del args
+  raise _Crash("before the first step")
+
+
 @pytest.fixture
 def pretraining_flags():
   """run_pretraining.py's flags, as its __main__ defines them, in a FlagValues of their own (the
@@ -640,7 +651,10 @@ def test_loss_normalization_flag_reaches_the_train_loop(
     return make_train_loop(*args, **kwargs)
 
   monkeypatch.setattr(training, "make_train_loop", recording)
-  assert training_job.train(params)["finished"]
+  # The loop is built before the first step: no step need run to see what it was given.
+  monkeypatch.setattr(training, "run_steps", _no_steps)
+  with pytest.raises(_Crash):
+    training_job.train(params)
   # _script_args trains batches of 8 sentences of up to 48 tokens.
   want = {"constant": 8 * 48.0, "per_batch_tokens": None}[normalization]
   assert denominators and set(denominators) == {want}
@@ -697,7 +711,8 @@ def test_kill_and_sigterm(data_dir, tmp_path):
     # The killed run's lock went with it (run2 took it over); a second run
     # into the same dir is refused in one line while run2 holds it.
     assert f"pid {proc.pid} on " in (out / training_loop.LOCK_FILE).read_text()
-    second = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=HANG_SECONDS)
+    # In this process (tests/commands.py): the refusal reads the lock file, not the process.
+    second = commands.run("run_pretraining.py", *args[2:])
     assert second.returncode == 2, second.stderr[-3000:]
     last_line = second.stderr.strip().splitlines()[-1]
     assert last_line.startswith(
@@ -776,12 +791,6 @@ def test_init_seed_changes_the_weights_but_not_the_batches(data_dir, tmp_path):
   assert embeddings, sorted(mine)
   for name in embeddings:
     assert not np.allclose(mine[name], theirs[name]), name
-
-
-class _Crash(Exception):
-  """A process's end in which no handler runs (kill -9, a lost machine), stood in for inside this
-  process: raised after a tf.function call, so the loop saves nothing more. A real kill -9 and its
-  resume are test_kill_and_sigterm's (one device) and the multi-worker test's."""
 
 
 def _stopping_at(step, how):
