@@ -1,8 +1,10 @@
 """The Beam flags every beam_*.py command shares, and the pipeline options they make."""
 
 import dataclasses
+import difflib
 import logging
 import os
+import re
 import shlex
 
 from util import cli
@@ -100,6 +102,8 @@ def pipeline_options(params):
     ]
   else:
     argv = [f"--runner={params.runner}", *extra]
+  options = options_lib.PipelineOptions(argv)
+  check_known(options, extra)
   # A DoFn's exception reaches the command (cli.run: one line for a wrong input, a traceback for a
   # bug); Beam's worker would log it with its traceback first.
   logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
@@ -109,7 +113,33 @@ def pipeline_options(params):
   paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
   if root not in paths:
     os.environ["PYTHONPATH"] = os.pathsep.join([p for p in paths if p] + [root])
-  return options_lib.PipelineOptions(argv)
+  return options
+
+
+def check_known(options, extra):
+  """cli.InputError naming the options among `extra` (--pipeline_options' words) that no
+  PipelineOptions class defines. Beam only warns of them and runs on (a runner's own options may
+  be defined after the command line is read), so a misspelt --temp_locaton would be dropped in
+  silence; `create_runner` has imported the runner's module, and its options, by then."""
+  # Beam's own parse, of its known options alone, then with the unknown ones kept. The first
+  # warns of what it drops: held back, the refusal names them in its one line.
+  beam_log = logging.getLogger(type(options).__module__)
+  level = beam_log.level
+  beam_log.setLevel(logging.ERROR)
+  try:
+    known = options.get_all_options()
+    kept = options.get_all_options(retain_unknown_options=True)
+  finally:
+    beam_log.setLevel(level)
+  # Beam drops a single-dash flag (-x 1) even from those it keeps, or keeps it as --x.
+  single = [word.split("=")[0] for word in extra if re.match(r"-[^-\d]", word)]
+  unknown = [f"--{n}" for n in kept if n not in known and f"-{n}" not in single] + single
+  if unknown:
+    close = difflib.get_close_matches(unknown[0].lstrip("-"), known, n=1)
+    raise cli.InputError(
+      f"--pipeline_options={shlex.join(extra)}: Beam knows no option {', '.join(unknown)}"
+      + (f" (did you mean --{close[0]}?)" if close else "")
+    )
 
 
 def sharded_job(cls):

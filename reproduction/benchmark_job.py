@@ -15,6 +15,7 @@ from reproduction import benchmark_report
 from util import cli
 from util import io_utils
 from util import machine
+from util import runs
 
 # --quick: a smoke run's values of the flags not given explicitly.
 QUICK = {
@@ -46,6 +47,8 @@ RECORDED_FLAGS = (
   "backends",
   "peers",
 )
+# What a run writes into --output_dir (runs.Record), beside run.json; --peak_only benchmark.json.
+OUTPUTS = ("benchmark.json", "benchmark.md", "latency.png")
 
 
 @dataclasses.dataclass
@@ -57,7 +60,16 @@ class JobParams:
   measure: benchmark.MeasureParams = cli.nested(benchmark.MeasureParams)
   peak: benchmark.PeakParams = cli.nested(benchmark.PeakParams)
   output_dir: str = cli.param(
-    "Where to write benchmark.json, benchmark.md and latency.png.", None, io=cli.OUTPUT
+    "Where to write benchmark.json, benchmark.md and latency.png (and run.json): a new or empty "
+    "folder, or one of an earlier run (--overwrite).",
+    None,
+    io=cli.OUTPUT,
+  )
+  overwrite: bool = cli.param(
+    "Replace the outputs of an earlier run in --output_dir (those its run.json records; nothing "
+    "else there) instead of refusing them: a measurement is not resumed.",
+    False,
+    result=False,
   )
   quick: bool = cli.param(
     "Smoke run: lengths 5,20, 10 runs, 2 warm-up runs, a tiny "
@@ -73,16 +85,15 @@ def run(job, command):
   and written into --output_dir. `command` is the command line, recorded."""
   params, peak = job.measure, job.peak
   io_utils.check_outputs_apart(job)
-  if job.output_dir:
-    io_utils.check_output_path(job.output_dir, "output_dir")
+  record = output_record(job)
   # Before anything else touches TF: the thread pools are fixed at start-up.
   threads = machine.pin_threads(params.intra_op, params.inter_op)
   if peak.peak_only:
     result = benchmark.peak_only(peak, threads)
-    for record in result["matmul_peak"]:
-      print(f"{record['dtype']} {record['shape']}: {record['gflops']:.1f} GFLOP/s")
-    if job.output_dir:
-      io_utils.makedirs(job.output_dir)
+    for line in result["matmul_peak"]:
+      print(f"{line['dtype']} {line['shape']}: {line['gflops']:.1f} GFLOP/s")
+    if record:
+      start(record)
       io_utils.write_atomically(
         os.path.join(job.output_dir, "benchmark.json"), json.dumps(result, indent=2) + "\n"
       )
@@ -103,6 +114,24 @@ def run(job, command):
   print(report)
   for line in benchmark_report.headline_lines(result):
     print(line)
-  if job.output_dir:
+  if record:
+    start(record)
     benchmark_report.write_outputs(result, report, job.output_dir)
     logging.info("wrote benchmark.json, benchmark.md and latency.png to %s", job.output_dir)
+
+
+def output_record(job):
+  """The `runs.Record` of --output_dir (None without one), checked before any measurement: a
+  folder of the user's, or an earlier run's outputs without --overwrite, is refused in one line."""
+  if not job.output_dir:
+    return None
+  io_utils.check_output_path(job.output_dir, "output_dir")
+  identity = runs.identity("run_benchmark.py", job)
+  return runs.Record(job.output_dir, identity, OUTPUTS, job.overwrite, resumes=False)
+
+
+def start(record):
+  """Makes the output dir and records the run in it (with --overwrite, after removing the earlier
+  run's outputs): once the measurements are done, so that a stop keeps the earlier results."""
+  io_utils.makedirs(record.output_dir)
+  record.start()

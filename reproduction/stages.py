@@ -204,6 +204,8 @@ def stage_peak(work_dir, plan):
     "--matmul_shapes=2048x2048x2048",
     "--matmul_runs=10",
     "--output_dir=" + out,
+    # The stage's dir, its result removed (run_stage): an earlier run of another dtype is replaced.
+    "--overwrite",
   ]
   runner.run_stage(work_dir, "peak", {"dtype": dtype}, [result], args)
   return {

@@ -164,6 +164,32 @@ def test_an_unknown_runner_is_one_line_before_any_work(corpus, tmp_path):
   assert not os.path.exists(tmp_path / "out")
 
 
+def test_an_option_beam_does_not_know_is_one_line_before_any_work(corpus, tmp_path):
+  # Issue 56's probes, third round (G15): Beam only warned "Unparseable argument" and ran, so a
+  # misspelt --temp_locaton was dropped in silence.
+  out = tmp_path / "out"
+  for options, named in [
+    ("--bogus_option=1", "--bogus_option"),
+    ("--temp_locaton=/tmp/t --save_main_session -x 1", "--temp_locaton, -x"),
+  ]:
+    params = _beam_data_params(corpus, str(out), pipeline_options=options)
+    with pytest.raises(cli.InputError) as refused:
+      beam_data_job.run(params)
+    assert str(refused.value).startswith(
+      f"--pipeline_options={options}: Beam knows no option {named}"
+    )
+    assert not out.exists()
+  assert "(did you mean --temp_location?)" in str(refused.value)
+  # docs/scale.md's options of Dataflow, Flink and Spark are Beam's own.
+  cluster = (
+    "--project=P --region=us-central1 --temp_location=gs://B/tmp --sdk_container_image=IMAGE "
+    "--max_num_workers=64 --flink_master=HOST:8081 --parallelism=64 --environment_type=DOCKER "
+    "--environment_config=IMAGE --spark_master_url=spark://HOST:7077"
+  )
+  options = options_lib.pipeline_options(options_lib.BeamParams(pipeline_options=cluster))
+  assert options.get_all_options()["flink_master"] == "HOST:8081"
+
+
 # ----------------------------------------------------------------------------------------------
 # Scoring
 # ----------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import commands
 import conftest
 from conftest import HANG_SECONDS
 import pytest
@@ -15,6 +16,7 @@ import kinds
 from lm import stage_clock
 from reproduction import benchmark
 import tokenization
+from util import machine
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "."]
@@ -176,3 +178,61 @@ def test_quick_run_with_peers_reports_peer_time_over_ours(tmp_path):
   assert result["peers"]["versions"]["minicons"]
   assert "## Peers" in (out / "benchmark.md").read_text()
   assert "PEER sts at 3 words: bert@onnxruntime" in proc.stdout
+
+
+def _refusal(result):
+  """The one error line of a run that exited 2 without a traceback."""
+  assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+  (line,) = [l for l in result.stderr.splitlines() if l.startswith("run_benchmark.py: error: ")]
+  return line[len("run_benchmark.py: error: ") :]
+
+
+def test_output_dir_is_new_or_empty_or_an_earlier_run_s_replaced_with_overwrite(
+  tmp_path, monkeypatch
+):
+  # Issue 56's probes, third round (G16): benchmark.json/.md and latency.png were written in among
+  # a user's files, over a user's benchmark.md of the same name. Run in this process: its thread
+  # pools are TensorFlow's already.
+  monkeypatch.setattr(machine, "pin_threads", lambda intra_op, inter_op: (1, 1))
+  peaks = []
+
+  def peak_only(peak, threads):
+    peaks.append(peak.matmul_dtype)
+    return measure_peak(peak, threads)
+
+  measure_peak = benchmark.peak_only
+  monkeypatch.setattr(benchmark, "peak_only", peak_only)
+  args = ["--peak_only", "--matmul_shapes=8x8x8", "--matmul_runs=1"]
+  mine = tmp_path / "mine"
+  mine.mkdir()
+  (mine / "a.txt").write_text("a\n")
+  (mine / "benchmark.md").write_text("mine\n")
+  for overwrite in ([], ["--overwrite"]):
+    result = commands.run("run_benchmark.py", *args, f"--output_dir={mine}", *overwrite)
+    assert _refusal(result) == (
+      f"--output_dir {mine} holds a.txt, benchmark.md, which no run of this command wrote (no "
+      "run.json): choose a new or empty --output_dir"
+    )
+  assert sorted(os.listdir(mine)) == ["a.txt", "benchmark.md"] and peaks == []
+  assert (mine / "benchmark.md").read_text() == "mine\n"
+
+  out = tmp_path / "out"
+  commands.run("run_benchmark.py", *args, f"--output_dir={out}", status=0)
+  assert sorted(os.listdir(out)) == ["benchmark.json", "run.json"] and peaks == ["float32"]
+  first = (out / "benchmark.json").read_text()
+  # A measurement is not resumed: its earlier results are replaced only when asked.
+  assert _refusal(commands.run("run_benchmark.py", *args, f"--output_dir={out}")) == (
+    f"--output_dir {out} holds benchmark.json of an earlier run, which run_benchmark.py does not "
+    "resume: add --overwrite to replace it"
+  )
+  result = commands.run("run_benchmark.py", *args, "--matmul_dtype=bfloat16", f"--output_dir={out}")
+  assert _refusal(result).startswith(f"--output_dir {out} holds another job: matmul_dtype float32")
+  assert peaks == ["float32"] and (out / "benchmark.json").read_text() == first
+  (out / "notes.txt").write_text("mine\n")
+  commands.run(
+    "run_benchmark.py", *args, "--matmul_dtype=bfloat16", f"--output_dir={out}", "--overwrite",
+    status=0,
+  )  # fmt: skip
+  assert sorted(os.listdir(out)) == ["benchmark.json", "notes.txt", "run.json"]
+  (peak,) = json.loads((out / "benchmark.json").read_text())["matmul_peak"]
+  assert peak["dtype"] == "bfloat16" and (out / "notes.txt").read_text() == "mine\n"

@@ -24,6 +24,7 @@ from lm import scoring_job
 from nbest import conversion_job
 from nbest import rescoring_job
 from pretraining import training_job
+from reproduction import benchmark_job
 import run_pretraining
 from util import cli
 from util import runs
@@ -63,6 +64,7 @@ NOT_RESULT = {
     "regularizer_weight": "per-run",  # the job's are --regularizer_weights
   },
   sts_job.JobParams: {"overwrite": "restart"},
+  benchmark_job.JobParams: {"overwrite": "restart"},
   training_job.JobParams: {
     "eval_file": "evaluation",
     "eval_batch_size": "evaluation",

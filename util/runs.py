@@ -95,9 +95,14 @@ class Record:
   removed; a file the user put beside the outputs (pairs/notes.txt) is no output: kept. A run.json
   without RECORDED owns the outputs modified since it was written. cli.InputError, saying how to
   go on, for another job (naming the first field that differs) or outputs this job may not take.
+  A job that does not resume (`resumes=False`: a measurement, run_benchmark.py) takes only a new
+  or empty dir, or one a run of its own recorded, and replaces an earlier run's outputs only
+  with --overwrite: anything in a dir without run.json is the user's.
   """
 
-  def __init__(self, output_dir, identity, outputs, overwrite=False, adopt_unrecorded=False):
+  def __init__(
+    self, output_dir, identity, outputs, overwrite=False, adopt_unrecorded=False, resumes=True
+  ):
     self.output_dir, self.outputs, self.overwrite = output_dir, list(outputs), overwrite
     self.path = os.path.join(output_dir, RECORD_FILE)
     # As it reads back from the file: tuples become lists.
@@ -108,6 +113,12 @@ class Record:
     recorded = self._read() if io_utils.exists(self.path) else None
     found = self._existing()
     if recorded is None:
+      held = [] if resumes or not io_utils.isdir(output_dir) else io_utils.listdir(output_dir)
+      if held:
+        raise cli.InputError(
+          f"--output_dir {output_dir} holds {_listed(held)}, which no run of this command wrote "
+          f"(no {RECORD_FILE}): choose a new or empty --output_dir"
+        )
       if found and not adopt_unrecorded and not overwrite:
         raise cli.InputError(
           f"--output_dir {output_dir} holds {_listed(found)} of a run that recorded no job "
@@ -140,6 +151,12 @@ class Record:
       return
     if recorded != self.identity:
       raise another_job(f"--output_dir {output_dir} holds another job", recorded, self.identity)
+    if self.recorded and not resumes:
+      raise cli.InputError(
+        f"--output_dir {output_dir} holds {_listed(self.recorded)} of an earlier run, which "
+        f"{self.identity['command']} does not resume: add --overwrite to replace "
+        f"{'them' if len(self.recorded) > 1 else 'it'}"
+      )
     self._started = True
 
   def _read(self):
