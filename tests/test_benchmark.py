@@ -77,7 +77,9 @@ def test_quick_run_writes_json_markdown_and_plot(tmp_path):
     "--lengths=3,70",
     "--runs=2",
     "--warmup=1",
+    # One layer: each model's OpenVINO conversions, most of this run, read every variable.
     "--hidden_size=8",
+    "--num_hidden_layers=1",
     "--intermediate_size=16",
     "--max_lists=1",
     "--matmul_runs=1",
