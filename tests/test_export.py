@@ -119,17 +119,16 @@ def test_one_sentence_batches_and_export_info(exported):
   assert info["scoring"] == "piece"
 
 
-def test_tta_export_is_exactly_self_unknown(tokenizer, tmp_path):
+def test_tta_export_is_exactly_self_unknown(tokenizer, scoring_export):
   """The SavedModel's `encode`: the "context" of a one-word sentence is the last layer at its
   word, bit for bit the same whatever the word, in every one-word row of a padded batch.
 
   Text reaches no other position: [SOS]/[EOS] are fixed, and `score` scores each token as its own
   target (tests/test_inference.py checks every position of the graph functions exported here).
   """
-  tf.keras.utils.set_random_seed(5)
-  model = modeling.build_model(export_config(tokenizer, **SHARP_ATTENTION), "tta")
-  saved_model_export.export(inference.NeuralLM(model, tokenizer), str(tmp_path / "tta"))
-  encode = tf.saved_model.load(str(tmp_path / "tta")).signatures["encode"]
+  # The module's tta export at SHARP_ATTENTION: `encode` is the same whatever `score` computes.
+  _, loaded, _ = scoring_export("tta", "word_l2r")
+  encode = loaded.signatures["encode"]
   words = np.array(tokenizer.convert_tokens_to_ids([w for w in WORDS if not w.startswith("##")]))
   lengths = np.array([7, 3, 5, 3])  # [SOS] words [EOS]: two one-word sentences among longer ones
   ids, mask = padded_batch(lengths, words, np.random.default_rng(0))
@@ -192,7 +191,7 @@ OTHER_SCORING = {"piece": "word_l2r", "word_l2r": "piece"}
 @pytest.fixture(scope="module")
 def scoring_export(tokenizer, tmp_path_factory):
   """(model_type, scoring given to `export`) -> (NeuralLM, loaded SavedModel, export dir), each
-  exported once per module and shared by the tests below."""
+  exported once per module and shared by the tests that take it."""
   cache = {}
 
   def get(model_type, scoring):

@@ -80,14 +80,23 @@ def test_default_is_the_authors_constant():
     losses.constant_denominator("mean", 2, 16)
 
 
-def _sgd_update(model, batch, loss_denominator):
-  """(-1 x the SGD(lr=1) update of one make_train_loop step from the model's current weights,
-  flattened [num_params]; that step's metrics row). The weights are restored afterwards."""
+def _train_loop(model, loss_denominator):
+  """One make_train_loop of SGD(lr=1) on `model`: its steps of one batch shape share one trace
+  (a loop per call traced the training step anew each time)."""
   strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-  variables = model.trainable_variables
-  before = [v.numpy() for v in variables]
   optimizer = tf.keras.optimizers.SGD(learning_rate=1.0)
   loop = training.make_train_loop(strategy, model, optimizer, loss_denominator=loss_denominator)
+  return strategy, loop
+
+
+def _sgd_update(model, batch, train_loop):
+  """(-1 x the SGD(lr=1) update of one step of `train_loop` (`_train_loop`) from the model's
+  current weights, flattened [num_params]; that step's metrics row). The weights are restored
+  afterwards: SGD without momentum keeps no state but its step count, so each call is a first
+  step."""
+  strategy, loop = train_loop
+  variables = model.trainable_variables
+  before = [v.numpy() for v in variables]
   dataset = tf.data.Dataset.from_tensors(batch).repeat()
   row = loop(iter(strategy.experimental_distribute_dataset(dataset)), tf.constant(1)).numpy()[0]
   gradient = np.concatenate([(b - v.numpy()).ravel() for b, v in zip(before, variables)])
@@ -96,13 +105,13 @@ def _sgd_update(model, batch, loss_denominator):
   return gradient, row
 
 
-def _gradients(model, ids, mask, loss_denominator):
+def _gradients(model, ids, mask, train_loop):
   """For a 2-sentence tta batch: (the step's gradient, the part row 0's targets add to it,
   the batch's target count, the step's metrics row)."""
   batch = {"input_ids": ids, "input_mask": mask, "target_ids": ids, "target_weights": mask}
-  full, row = _sgd_update(model, batch, loss_denominator)
+  full, row = _sgd_update(model, batch, train_loop)
   without = dict(batch, target_weights=mask * np.array([[0.0], [1.0]], np.float32))
-  return full, full - _sgd_update(model, without, loss_denominator)[0], float(np.sum(mask)), row
+  return full, full - _sgd_update(model, without, train_loop)[0], float(np.sum(mask)), row
 
 
 @pytest.mark.slow(seconds=25)
@@ -114,16 +123,17 @@ def test_a_token_weighs_the_same_in_short_and_long_batches():
   short = _padded([sentence, [SOS, 40, 41, EOS]], 8)
   long = _padded([sentence, [SOS] + list(range(40, 54)) + [EOS]], MAX_SEQ_LENGTH)
   constant = losses.constant_denominator("constant", 2, MAX_SEQ_LENGTH)
-  full_short, in_short, short_tokens, short_row = _gradients(model, *short, constant)
-  full_long, in_long, long_tokens, _ = _gradients(model, *long, constant)
+  constant_loop, per_batch_loop = _train_loop(model, constant), _train_loop(model, None)
+  full_short, in_short, short_tokens, short_row = _gradients(model, *short, constant_loop)
+  full_long, in_long, long_tokens, _ = _gradients(model, *long, constant_loop)
   assert (constant, short_tokens, long_tokens) == (32.0, 9.0, 21.0)
   assert np.max(np.abs(in_short)) > 1e-4  # the sentence does move the weights
   np.testing.assert_allclose(in_short, in_long, rtol=1e-3, atol=1e-7)
 
   # per_batch_tokens: the whole step is the constant one times 32 / (the batch's tokens), so
   # the sentence adds in_short * 32/9 to the short batch but in_long * 32/21 to the long one.
-  per_short, _, _, per_short_row = _gradients(model, *short, None)
-  per_long = _gradients(model, *long, None)[0]
+  per_short, _, _, per_short_row = _gradients(model, *short, per_batch_loop)
+  per_long = _gradients(model, *long, per_batch_loop)[0]
   np.testing.assert_allclose(per_short, full_short * 32.0 / 9.0, rtol=1e-3, atol=1e-7)
   np.testing.assert_allclose(per_long, full_long * 32.0 / 21.0, rtol=1e-3, atol=1e-7)
   assert not np.allclose(in_short * 32.0 / 9.0, in_long * 32.0 / 21.0, rtol=0.1, atol=0.0)

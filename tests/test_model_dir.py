@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+import shutil
 
 from conftest import tiny_config
 import numpy as np
@@ -162,6 +163,18 @@ def _training_checkpoint(tmp_path):
   return out
 
 
+@pytest.fixture(scope="module")
+def training_checkpoint(tmp_path_factory):
+  """`_training_checkpoint`, written once for the module."""
+  return _training_checkpoint(tmp_path_factory.mktemp("training_checkpoint"))
+
+
+@pytest.fixture
+def trained_copy(training_checkpoint, tmp_path):
+  """A copy of the module's `training_checkpoint` model dir the test may change or damage."""
+  return shutil.copytree(training_checkpoint, str(tmp_path / "trained"))
+
+
 class _Records(logging.Handler):
   def __init__(self):
     super().__init__(logging.WARNING)
@@ -180,17 +193,17 @@ def tf_warnings():
   tf.get_logger().removeHandler(records)
 
 
-def test_training_checkpoint_loads_for_inference_without_slot_warnings(tmp_path, tf_warnings):
-  out = _training_checkpoint(tmp_path)
+def test_training_checkpoint_loads_for_inference_without_slot_warnings(trained_copy, tf_warnings):
+  out = trained_copy
   model_dir.load_model_dir(out)
   gc.collect()
   assert tf_warnings == []
 
 
 def test_config_that_does_not_fit_the_checkpoint_names_file_variable_and_shapes(
-  tmp_path, tf_warnings
+  trained_copy, tf_warnings
 ):
-  out = _training_checkpoint(tmp_path)
+  out = trained_copy
   config = json.loads(open(model_dir.config_path(out)).read())
   config["hidden_size"] = 16
   open(model_dir.config_path(out), "w").write(json.dumps(config))
@@ -215,8 +228,8 @@ def test_config_that_does_not_fit_the_checkpoint_names_file_variable_and_shapes(
   ],
 )
 @pytest.mark.slow(seconds=7)
-def test_damaged_checkpoint_is_one_line_naming_the_file(tmp_path, damage, fault):
-  out = _training_checkpoint(tmp_path)
+def test_damaged_checkpoint_is_one_line_naming_the_file(trained_copy, damage, fault):
+  out = trained_copy
   os.remove(os.path.join(out, "ckpt-0.index"))  # so that ckpt-5 is the latest
   data = os.path.join(out, "ckpt-5.data-00000-of-00001")
   index = os.path.join(out, "ckpt-5.index")

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import signal
 
 import commands
@@ -358,13 +359,16 @@ def tsv_lists(root, num_lists=16):
   return files
 
 
-@pytest.mark.slow(seconds=25)
-def test_the_job_trains_selects_and_evaluates_on_tsv_lists(tmp_path, vocab_file):
-  path = tiny_model_dir(tmp_path, vocab_file, "tta", num_hidden_layers=1)
-  files = tsv_lists(tmp_path)
+@pytest.fixture(scope="module")
+def tsv_job(tmp_path_factory, vocab_file):
+  """One finished MWER job on TSV lists, run once for the module: (its params, the lists'
+  files). A test that changes its output dir works on a copy (`shutil.copytree`)."""
+  root = tmp_path_factory.mktemp("mwer_job")
+  path = tiny_model_dir(root, vocab_file, "tta", num_hidden_layers=1)
+  files = tsv_lists(root)
   params = mwer_job.JobParams(
     init_model=path,
-    output_dir=str(tmp_path / "job"),
+    output_dir=str(root / "job"),
     format="tsv",
     train_sets=[files["dev"]],
     test_sets=[files["test"]],
@@ -373,10 +377,17 @@ def test_the_job_trains_selects_and_evaluates_on_tsv_lists(tmp_path, vocab_file)
     regularizer_weights=["0.1", "1"],
     combination_epochs=2,
     bootstrap_resamples=100,
-    mwer=mwer_training.MwerParams(epochs=1, lists_per_batch=4, hyps_per_list=3),
+    mwer=mwer_training.MwerParams(epochs=1, lists_per_batch=4, hyps_per_list=3, learning_rate=1e-3),
   )
   assert mwer_job.run(params)
-  with open(tmp_path / "job" / "results.json") as f:
+  return params, files
+
+
+@pytest.mark.slow(seconds=25)
+def test_the_job_trains_selects_and_evaluates_on_tsv_lists(tsv_job):
+  params, files = tsv_job
+  job = params.output_dir
+  with open(os.path.join(job, "results.json")) as f:
     results = json.load(f)
   (row,) = results["rows"]
   test = tsv.read_tsv_nbest(files["test"])
@@ -389,7 +400,7 @@ def test_the_job_trains_selects_and_evaluates_on_tsv_lists(tmp_path, vocab_file)
   assert [r["epoch"] for r in starts] == [0, 0]
   assert selection["start_heldout_wer"] == starts[0]["heldout_wer"] == starts[1]["heldout_wer"]
   helped = selection["heldout_wer"] < selection["start_heldout_wer"]
-  with open(tmp_path / "job" / "results.md") as f:
+  with open(os.path.join(job, "results.md")) as f:
     report = f.read()
   assert ("did not help on held-out speakers" in report) != helped
   model = selection["model_dir"]
@@ -407,19 +418,29 @@ def test_the_job_trains_selects_and_evaluates_on_tsv_lists(tmp_path, vocab_file)
   assert row["wer"]["mwer"] == pytest.approx(metrics.evaluate(test, choice, "wer"))
   # A second run only re-reads: the selection and the numbers stay.
   assert mwer_job.run(params)
-  with open(tmp_path / "job" / "results.json") as f:
+  with open(os.path.join(job, "results.json")) as f:
     assert json.load(f)["rows"] == results["rows"]
-  assert lock_files(tmp_path / "job") == []  # the lists' cache's, each run dir's run.lock
+  assert lock_files(job) == []  # the lists' cache's, each run dir's run.lock
 
 
 @pytest.mark.slow(seconds=25)
-def test_a_resume_of_another_job_is_refused_naming_what_differs(tmp_path, vocab_file):
-  tta = tiny_model_dir(tmp_path, vocab_file, "tta", num_hidden_layers=1)
+def test_a_resume_of_another_job_is_refused_naming_what_differs(tmp_path, vocab_file, tsv_job):
+  # The module's finished job, copied: its run.json is what a resume is checked against.
+  params, files = tsv_job
+  tta = params.init_model
   unilm = tiny_model_dir(tmp_path, vocab_file, "unilm", num_hidden_layers=1)
-  files = tsv_lists(tmp_path, num_lists=8)
   out = tmp_path / "job"
+  shutil.copytree(params.output_dir, out)
 
   def run_mwer(model, *args, status):
+    given = {a.partition("=")[0] for a in args}
+    job_flags = {  # tsv_job's params
+      "--regularizer_weights": "0.1,1",
+      "--combination_epochs": "2",
+      "--bootstrap_resamples": "100",
+      "--lists_per_batch": "4",
+      "--learning_rate": "1e-3",
+    }
     return commands.run(
       "run_mwer.py",
       f"--init_model={model}",
@@ -429,11 +450,9 @@ def test_a_resume_of_another_job_is_refused_naming_what_differs(tmp_path, vocab_
       f"--test_sets={files['test']}",
       "--settings=full",
       "--heldout_fraction=0.3",
-      "--combination_epochs=1",
       "--epochs=1",
-      *(["--lists_per_batch=4"] * all(a.partition("=")[0] != "--lists_per_batch" for a in args)),
       "--hyps_per_list=3",
-      "--bootstrap_resamples=10",
+      *[f"{flag}={value}" for flag, value in job_flags.items() if flag not in given],
       *args,
       status=status,
     )
@@ -442,7 +461,6 @@ def test_a_resume_of_another_job_is_refused_naming_what_differs(tmp_path, vocab_
     with open(model_dir.config_path(out / "full" / "model")) as f:
       return json.load(f)["training"]
 
-  run_mwer(tta, "--learning_rate=1e-3", status=0)
   first = trained()
   for model, flag, named in (
     (unilm, "--learning_rate=1e-3", f"init_model {tta} (this run: {unilm})"),
@@ -456,9 +474,11 @@ def test_a_resume_of_another_job_is_refused_naming_what_differs(tmp_path, vocab_
       "start over"
     )
   # The same job resumes: the finished runs are only re-read.
-  run_mwer(tta, "--learning_rate=1e-3", status=0)
+  run_mwer(tta, status=0)
   assert trained() == first
-  run_mwer(unilm, "--learning_rate=2e-3", "--overwrite", status=0)
+  # One regulariser weight, one combination epoch: the job that starts over need not be big.
+  small = ("--regularizer_weights=0.1", "--combination_epochs=1", "--bootstrap_resamples=10")
+  run_mwer(unilm, "--learning_rate=2e-3", *small, "--overwrite", status=0)
   assert trained()["init_model"] == unilm and trained()["learning_rate"] == 2e-3
   with open(out / "results.json") as f:
     assert json.load(f)["init_model"] == unilm
