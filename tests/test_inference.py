@@ -1,8 +1,6 @@
 """Tests of lm/inference.py against brute-force computations with the raw model."""
 
 import os
-import subprocess
-import sys
 import types
 from unittest import mock
 
@@ -394,25 +392,13 @@ def test_one_odd_sentence_never_loses_the_batch(tokenizer, model_type):
   assert lm.sentence_vectors(odd).shape == (len(odd), 32)
 
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_MIRRORED_CHECK = """
-import sys
-import numpy as np
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
-import modeling, tokenization
-from lm import inference
-from conftest import tiny_config
-tokenizer = tokenization.FullTokenizer(sys.argv[2])
-strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-# Mixed lengths, an odd count (a replica gets one row less) and one sentence alone.
-sentences = ["the cat sat on the mat .", "a dog", "the dog ran on a mat", "cat", "a a a a a a"]
-# The two ways a graph scores (ReplicaRunner splits rows whatever the method): tta's one pass
-# (unilm's token_log_probs and sentence_vectors are the same methods over another attention
-# mask) and bilm's masked copies.
-for kind in ("tta", "bilm"):
+@pytest.mark.parametrize("kind", ["tta", "bilm", "unilm"])
+@pytest.mark.slow(seconds=8)
+def test_mirrored_replicas_give_the_one_device_answer(tokenizer, kind):
+  # Over the 2 logical CPU devices of every test process (conftest.TEST_CPU_DEVICES).
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+  # Mixed lengths, an odd count (a replica gets one row less) and one sentence alone.
+  sentences = ["the cat sat on the mat .", "a dog", "the dog ran on a mat", "cat", "a a a a a a"]
   config = tiny_config(vocab_size=tokenizer.vocab_size)
   with strategy.scope():
     mirrored = modeling.build_model(config, kind)
@@ -427,19 +413,6 @@ for kind in ("tta", "bilm"):
       np.testing.assert_allclose(
         two.sentence_vectors(batch, pooling), one.sentence_vectors(batch, pooling), atol=1e-5
       )
-print("same")
-"""
-
-
-@pytest.mark.slow(seconds=30)
-def test_mirrored_replicas_give_the_one_device_answer(tokenizer):
-  # Logical CPU devices must be set before TensorFlow starts: a fresh process.
-  result = subprocess.run(
-    [sys.executable, "-c", _MIRRORED_CHECK, REPO, tokenizer.vocab_file],
-    capture_output=True,
-    text=True,
-  )
-  assert result.returncode == 0 and result.stdout.strip() == "same", result.stderr[-3000:]
 
 
 @pytest.mark.parametrize("model_type", ["tta", "bilm"])

@@ -526,14 +526,8 @@ def test_mirrored_over_two_cpu_devices_equals_one_device(tta_dir, input_file, tm
   two = str(tmp_path / "two.jsonl")
   common = [f"--model_dir={tta_dir}", f"--input_file={input_file}", "--vectors=context"]
   run_cli(*common, f"--output_file={one}")
-  # Logical CPU devices must be set before TensorFlow starts: a fresh process.
-  subprocess.run(
-    score_command(*common, f"--output_file={two}", "--strategy=mirrored", "--num_cpu_devices=2"),
-    cwd=REPO,
-    check=True,
-    capture_output=True,
-    timeout=HANG_SECONDS,
-  )
+  # Over the 2 logical CPU devices of every test process (conftest.TEST_CPU_DEVICES).
+  run_cli(*common, f"--output_file={two}", "--strategy=mirrored", "--num_cpu_devices=2")
   for a, b in zip(read_records(one), read_records(two), strict=True):
     assert a.keys() == b.keys() and a["text"] == b["text"]
     if "score" in a:
