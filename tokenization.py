@@ -64,6 +64,14 @@ _ACCENTS_REGEX = r"\p{Mn}"
 _FINAL_SIGMA_REGEX = r"(?<=\p{Cased}\p{Case_Ignorable}*)Σ(?!\p{Case_Ignorable}*\p{Cased})"
 
 
+def check_vocab_file(path):
+  """A `cli.param` check of a vocab flag, while parsing: the file is there and reads as a vocab
+  (load_vocab's ValueError otherwise). Reads no TensorFlow op, so a command may still set
+  TensorFlow's thread pools after it (run_benchmark.py does)."""
+  io_utils.check_input_file(path)
+  load_vocab(path)
+
+
 def load_vocab(vocab_file):
   """Token -> id (its 0-based line) in an OrderedDict, tokens stripped as in BERT; ValueError naming
   `vocab_file:line` of an empty line or a repeated token, or an empty file."""

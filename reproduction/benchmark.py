@@ -21,6 +21,7 @@ from lm import flops
 from lm import lm_options as lm_options_lib
 from reproduction import benchmark_report
 from reproduction import peers as peers_lib
+import tokenization
 from util import cli
 from util import io_utils
 from util import machine
@@ -65,7 +66,7 @@ class MeasureParams:
     "tta-vocab-lower.sub-32k.txt, 29,530 pieces).",
     None,
     io=cli.INPUT,
-    check=io_utils.check_input_file,
+    check=tokenization.check_vocab_file,
   )
   do_lower_case: bool = cli.param("Lower-case the input.", True)
   hidden_size: int = cli.param("Random models: hidden size.", 512, lower_bound=1)
@@ -602,8 +603,6 @@ def nbest_throughput(lms, peers, params):
 
 def random_models_tokenizer(params):
   """The tokenizer of the random models (--vocab_file, else the T-TA authors' vocab)."""
-  import tokenization  # pylint: disable=g-import-not-at-top
-
   vocab_file = params.vocab_file or os.path.join(
     io_utils.data_root(params.data_dir), "reference-vocab", "tta-vocab-lower.sub-32k.txt"
   )

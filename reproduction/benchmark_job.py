@@ -104,9 +104,6 @@ def run(job, command):
   with cli.user_input():
     for _, spec in lm_options_lib.model_specs(params.model_dir or []):
       inference.check_spec(spec)
-    if not params.model_dir:
-      # A vocab without tokens was a traceback after the matmul peak.
-      benchmark.random_models_tokenizer(params)
   recorded = dict(dataclasses.asdict(params), quick=job.quick)
   facts = {"flags": {name: recorded[name] for name in RECORDED_FLAGS}, "command": command}
   result = benchmark.measure(params, peak, threads, facts)
