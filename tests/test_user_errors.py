@@ -162,6 +162,12 @@ CASES = [
     ["--init_model={tmp}/absent", "--output_dir={tmp}/mwer", "--data_dir={tmp}"],
     ["{tmp}/absent/config.json"],
   ),
+  # Issue 56's fourth round (H2): --window was dropped in silence beside --long_inputs=truncate.
+  (
+    "score.py",
+    ["--model_dir=m", "--long_inputs=truncate", "--window=5", "--stride=2"],
+    ["--window and --stride do nothing with --long_inputs=truncate"],
+  ),
 ]
 
 
