@@ -168,6 +168,29 @@ CASES = [
     ["--model_dir=m", "--long_inputs=truncate", "--window=5", "--stride=2"],
     ["--window and --stride do nothing with --long_inputs=truncate"],
   ),
+  # Issue 56's fourth round (H4, H5): each flag was dropped in silence beside the other, exit 0.
+  (
+    "run_rescoring.py",
+    [
+      "--format=tsv",
+      "--dev_file={tmp}/dev.tsv",
+      "--test_file={tmp}/test.tsv",
+      "--weights_file={tmp}/weights.json",
+      "--allow_negative_weights",
+      "--model_dir={tmp}/absent",
+    ],
+    ["--allow_negative_weights does nothing with --weights_file: leave one of them out"],
+  ),
+  (
+    "run_pretraining.py",
+    [
+      "--input_file={tmp}/x",
+      "--output_dir={tmp}/run",
+      "--synthetic_data",
+      "--vocab_file={tmp}/v.txt",
+    ],
+    ["--input_file does nothing with --synthetic_data: leave one of them out"],
+  ),
 ]
 
 
