@@ -191,6 +191,23 @@ CASES = [
     ],
     ["--input_file does nothing with --synthetic_data: leave one of them out"],
   ),
+  # Issue 56's fourth round: --model (H6) and --tasks (H8) were dropped in silence, exit 0;
+  # --prune past --order (H7) was lmplz's traceback.
+  (
+    "ngram.py",
+    ["--train_text={tmp}/t.txt", "--output={tmp}/m.bin", "--model={tmp}/lm.arpa"],
+    ["--model does nothing with --train_text: leave one of them out"],
+  ),
+  (
+    "ngram.py",
+    ["--train_text={tmp}/t.txt", "--output={tmp}/m.bin", "--order=3", "--prune=0,0,1,1"],
+    ["--prune=0,0,1,1 gives 4 thresholds for an --order=3 model"],
+  ),
+  (
+    "run_benchmark.py",
+    ["--quick", "--output_dir={tmp}/o", "--peak_only", "--tasks=sts"],
+    ["--tasks does nothing with --peak_only: leave one of them out"],
+  ),
 ]
 
 
