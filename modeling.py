@@ -133,6 +133,8 @@ class TTAConfig:
   @classmethod
   def from_dict(cls, json_object):
     """A config from a JSON object: its fields, and any other key into `extra`."""
+    if not isinstance(json_object, dict):
+      raise TypeError(f"expected a JSON object of fields, got a {type(json_object).__name__}")
     names = cls.field_names()
     fields = {k: v for k, v in json_object.items() if k in names}
     return cls(**fields, extra={k: v for k, v in json_object.items() if k not in names})

@@ -124,6 +124,18 @@ def _check_stride(values):
     )
 
 
+def _check_long_inputs(values):
+  """--window and --stride cut windows: with --long_inputs=truncate nothing reads them."""
+  if values["long_inputs"] == "truncate":
+    given = [f"--{name}" for name in ("window", "stride") if values[name] is not None]
+    if given:
+      raise ValueError(
+        f"{' and '.join(given)} {'does' if len(given) == 1 else 'do'} nothing with "
+        "--long_inputs=truncate (a long sentence is cut, not read in windows): leave one of "
+        "them out"
+      )
+
+
 @dataclasses.dataclass
 class LMOptions:
   """`inference.load_lm`'s keyword arguments that a command takes as flags (`cli.nested`, with
@@ -169,7 +181,10 @@ class LMOptions:
     enum=backends.BACKENDS,
   )
 
-  FLAG_CHECKS = ((("window", "stride"), _check_stride),)
+  FLAG_CHECKS = (
+    (("window", "stride"), _check_stride),
+    (("long_inputs", "window", "stride"), _check_long_inputs),
+  )
 
   def load_kwargs(self):
     """{`inference.load_lm` keyword: value}."""

@@ -42,6 +42,7 @@ class JobParams:
     "ARPA or KenLM binary model to score with: this KenLM tool takes the file itself, as "
     "KenLM's query does; every LM command takes it as --model_dir=kenlm:PATH.",
     None,
+    unused_with=("train_text",),
   )
   score_file: str = cli.param(
     "Sentences to score, one per line, normalized as recorded with the model (as score.py "
@@ -61,6 +62,12 @@ class JobParams:
       raise ValueError("give either --train_text (with --output) or --score_file (with --model)")
     if self.train_text and not self.output:
       raise ValueError("--train_text needs --output")
+    if self.prune and len(self.prune) > self.order:
+      # lmplz refuses it only once started, in a traceback.
+      raise ValueError(
+        f"--prune={','.join(map(str, self.prune))} gives {len(self.prune)} thresholds for an "
+        f"--order={self.order} model: at most one per order"
+      )
     if self.score_file and not self.model:
       raise ValueError("--score_file needs --model")
 

@@ -463,7 +463,7 @@ def _check_scoring_flags(params):
   if params.num_shards > 1 and "-" in (params.input_file, params.output_file):
     raise cli.InputError("sharding needs --input_file and --output_file (not stdin/stdout)")
   if params.input_file != "-" and not io_utils.exists(params.input_file):
-    raise cli.InputError(f"--input_file {params.input_file}: no such file")
+    raise cli.InputError(f"--input_file {params.input_file}: {io_utils.missing(params.input_file)}")
   if os.path.isdir(params.input_file):
     raise cli.InputError(f"--input_file {params.input_file}: is a directory; give a file")
   if io_utils.reads_twice(params.input_file):  # a file, whose first bytes can be read apart

@@ -102,6 +102,7 @@ class JobParams:
     "negative one rewards what the LM finds unlikely, which a small dev set can favour by "
     "chance).",
     False,
+    unused_with=("weights_file",),
   )
   cer: bool = cli.param("Report the character error rate too (ASR files).", False)
   sentence_score: str = cli.param(

@@ -145,7 +145,10 @@ class JobParams:
   )
   model_type: str = cli.param("Which LM to train.", "tta", kinds.PRETRAINABLE)
   input_file: str = cli.param(
-    "Glob of training TFRecords (create_pretraining_data.py).", None, io=cli.INPUT
+    "Glob of training TFRecords (create_pretraining_data.py).",
+    None,
+    io=cli.INPUT,
+    unused_with=("synthetic_data",),
   )
   eval_file: str = cli.param("Glob of evaluation TFRecords.", None, io=cli.INPUT, result=False)
   vocab_file: str = cli.param(

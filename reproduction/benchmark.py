@@ -80,7 +80,12 @@ class MeasureParams:
   lengths: list = cli.param(
     "Sentence lengths in whitespace words.", ("5", "10", "20", "40", "80"), check=_check_lengths
   )
-  tasks: list = cli.param("Tasks to time.", tuple(flops.TASKS), check=cli.choices(flops.TASKS))
+  tasks: list = cli.param(
+    "Tasks to time.",
+    tuple(flops.TASKS),
+    check=cli.choices(flops.TASKS),
+    unused_with=("peak_only",),
+  )
   runs: int = cli.param("Timed runs per model, task and length.", 50, lower_bound=1)
   rounds: int = cli.param(
     "Turns per model (runs / rounds timed calls each, after one untimed call).", 5

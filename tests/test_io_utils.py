@@ -298,3 +298,16 @@ def test_a_run_waiting_on_a_removed_lock_file_locks_the_one_made_after(tmp_path,
     release.set()
     waiter.join()
   assert os.listdir(tmp_path) == []
+
+
+def test_a_link_to_nothing_as_input_is_named_a_link_not_a_missing_file(tmp_path):
+  # Issue 56's fourth round (H3): a loop of links (or one to a removed file) given as an input
+  # was "no such file", which the user's `ls` contradicts.
+  os.symlink(tmp_path / "b", tmp_path / "a")
+  os.symlink(tmp_path / "a", tmp_path / "b")
+  os.symlink(tmp_path / "gone.txt", tmp_path / "dangling")
+  for name in ("a", "dangling"):
+    with pytest.raises(ValueError, match=f"{name}: a symbolic link to nothing"):
+      io_utils.check_input_file(str(tmp_path / name))
+  with pytest.raises(ValueError, match="absent.txt: no such file"):
+    io_utils.check_input_file(str(tmp_path / "absent.txt"))

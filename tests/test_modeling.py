@@ -188,6 +188,15 @@ def test_bad_config_file_names_the_file(tmp_path):
     modeling.TTAConfig.from_json_file(str(path))
 
 
+def test_a_config_file_that_is_json_but_no_object_names_the_file(tmp_path):
+  # Issue 56's fourth round (H1): a config.json holding a JSON list was an AttributeError
+  # traceback from every command that loads a model dir.
+  path = tmp_path / "config.json"
+  path.write_text("[1, 2]")
+  with pytest.raises(ValueError, match=r"config.json: bad model config: expected a JSON object"):
+    modeling.TTAConfig.from_json_file(str(path))
+
+
 # ------------------------------------------------- NumPy reference and loads
 
 

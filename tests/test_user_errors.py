@@ -162,6 +162,52 @@ CASES = [
     ["--init_model={tmp}/absent", "--output_dir={tmp}/mwer", "--data_dir={tmp}"],
     ["{tmp}/absent/config.json"],
   ),
+  # Issue 56's fourth round (H2): --window was dropped in silence beside --long_inputs=truncate.
+  (
+    "score.py",
+    ["--model_dir=m", "--long_inputs=truncate", "--window=5", "--stride=2"],
+    ["--window and --stride do nothing with --long_inputs=truncate"],
+  ),
+  # Issue 56's fourth round (H4, H5): each flag was dropped in silence beside the other, exit 0.
+  (
+    "run_rescoring.py",
+    [
+      "--format=tsv",
+      "--dev_file={tmp}/dev.tsv",
+      "--test_file={tmp}/test.tsv",
+      "--weights_file={tmp}/weights.json",
+      "--allow_negative_weights",
+      "--model_dir={tmp}/absent",
+    ],
+    ["--allow_negative_weights does nothing with --weights_file: leave one of them out"],
+  ),
+  (
+    "run_pretraining.py",
+    [
+      "--input_file={tmp}/x",
+      "--output_dir={tmp}/run",
+      "--synthetic_data",
+      "--vocab_file={tmp}/v.txt",
+    ],
+    ["--input_file does nothing with --synthetic_data: leave one of them out"],
+  ),
+  # Issue 56's fourth round: --model (H6) and --tasks (H8) were dropped in silence, exit 0;
+  # --prune past --order (H7) was lmplz's traceback.
+  (
+    "ngram.py",
+    ["--train_text={tmp}/t.txt", "--output={tmp}/m.bin", "--model={tmp}/lm.arpa"],
+    ["--model does nothing with --train_text: leave one of them out"],
+  ),
+  (
+    "ngram.py",
+    ["--train_text={tmp}/t.txt", "--output={tmp}/m.bin", "--order=3", "--prune=0,0,1,1"],
+    ["--prune=0,0,1,1 gives 4 thresholds for an --order=3 model"],
+  ),
+  (
+    "run_benchmark.py",
+    ["--quick", "--output_dir={tmp}/o", "--peak_only", "--tasks=sts"],
+    ["--tasks does nothing with --peak_only: leave one of them out"],
+  ),
 ]
 
 

@@ -118,6 +118,14 @@ def reads_twice(path):
   return path != "-" and os.path.isfile(path)  # follows links: <(cmd) is a pipe, not a file
 
 
+def missing(path):
+  """Why the local `path`, which does not exist, names nothing to read (the words after
+  "<path>: "): a link to nothing says so, where "no such file" would deny the link the user sees."""
+  if os.path.islink(path):
+    return "a symbolic link to nothing (its target is missing, or the links loop)"
+  return "no such file"
+
+
 def check_input_file(path, read_twice=False):
   """Refuses (ValueError "<path>: <why>; give a file") a local input that names no file to read:
   missing, a directory or, for a command that reads it twice (`read_twice`, as `reads_twice`
@@ -129,7 +137,7 @@ def check_input_file(path, read_twice=False):
   if os.path.isdir(path):
     raise ValueError(f"{path}: is a directory; give a file")
   if not os.path.exists(path):
-    raise ValueError(f"{path}: no such file")
+    raise ValueError(f"{path}: {missing(path)}")
   if read_twice and not reads_twice(path):
     raise ValueError(
       f"{path}: not a regular file (a pipe, FIFO or device) and this command reads its input "
