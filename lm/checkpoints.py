@@ -133,9 +133,9 @@ def error_line(error):
   return re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", lines[0]) if lines else type(error).__name__
 
 
-def _checkpoint_fault(checkpoint, error):
-  """Which file of `checkpoint` is at fault and how, from the files and TF's `error`."""
-  detail = error_line(error)
+def missing_file(checkpoint):
+  """The first file of the checkpoint prefix `checkpoint` that is not there (its .index, a data
+  shard, or "PREFIX.data-*" when it has none), else None. Reads file names only, no TF op."""
   index = checkpoint + ".index"
   data = sorted(tf.io.gfile.glob(checkpoint + ".data-*-of-*"))
   # The shard count is in every data file's name: ".data-00000-of-00002".
@@ -143,7 +143,18 @@ def _checkpoint_fault(checkpoint, error):
   missing = [index] + [f"{checkpoint}.data-{k:05d}-of-{n:05d}" for n in shards for k in range(n)]
   missing = [path for path in missing if not tf.io.gfile.exists(path)]
   if missing or not data:
-    return f"{missing[0] if missing else checkpoint + '.data-*'} is missing"
+    return missing[0] if missing else checkpoint + ".data-*"
+  return None
+
+
+def _checkpoint_fault(checkpoint, error):
+  """Which file of `checkpoint` is at fault and how, from the files and TF's `error`."""
+  detail = error_line(error)
+  index = checkpoint + ".index"
+  data = sorted(tf.io.gfile.glob(checkpoint + ".data-*-of-*"))
+  missing = missing_file(checkpoint)
+  if missing:
+    return f"{missing} is missing"
   try:
     tf.train.load_checkpoint(checkpoint)
   except tf.errors.OpError:

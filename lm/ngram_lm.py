@@ -3,6 +3,7 @@
 (kenlm reports log10). Binaries: scripts/build_kenlm.sh.
 """
 
+import codecs
 import collections
 import json
 import math
@@ -144,6 +145,13 @@ def train_ngram(
   # check below would read its compressed bytes.
   resumable.check_plain(text_file)
   with open(text_file, "rb") as f:
+    if f.read(len(codecs.BOM_UTF8)) == codecs.BOM_UTF8:
+      # lmplz reads bytes: the mark would become part of the first word (issue 56 probes, H10).
+      raise ValueError(
+        f"{text_file}: starts with a UTF-8 byte-order mark, which lmplz would read as part of the "
+        "first word; remove it (sed -i '1s/^\\xEF\\xBB\\xBF//' FILE)"
+      )
+    f.seek(0)
     if not any(line.split() for line in f):
       # lmplz would make a model of <unk> <s> </s> alone, or build_binary fail on it.
       raise ValueError(f"{text_file}: holds no word; a model needs a text of sentences")

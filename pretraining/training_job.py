@@ -86,6 +86,15 @@ def _check_init_checkpoint(spec):
     raise ValueError("a file, not a model dir or checkpoint prefix (PREFIX.index)")
   elif not os.path.exists(path) and not os.path.exists(path + ".index"):
     raise ValueError("no such model dir or checkpoint (PREFIX.index)")
+  else:
+    # A checkpoint without its data was found only by the warm start, after config.json and
+    # run.json were written, which then refused the corrected command as another job.
+    prefix = path if os.path.exists(path + ".index") else checkpoints.latest_checkpoint(path)
+    if prefix is None:
+      raise ValueError("a folder without a checkpoint (ckpt-N.index)")
+    missing = checkpoints.missing_file(prefix)
+    if missing:
+      raise ValueError(f"{missing} is missing")
 
 
 @dataclasses.dataclass

@@ -261,6 +261,15 @@ def test_a_compressed_training_text_is_refused_before_lmplz(tmp_path):
   assert os.listdir(tmp_path) == ["text.gz"]
 
 
+def test_a_training_text_with_a_byte_order_mark_is_refused_before_lmplz(tmp_path):
+  # Issue 56's probes, fourth round (H10): lmplz read the mark as part of the first word.
+  path = tmp_path / "text.txt"
+  path.write_bytes(b"\xef\xbb\xbfthe cat sat\n" * 20)
+  with pytest.raises(ValueError, match=f"{path}: starts with a UTF-8 byte-order mark"):
+    ngram_lm.train_ngram(str(path), str(tmp_path / "lm.arpa"), order=2, binary=False)
+  assert os.listdir(tmp_path) == ["text.txt"]
+
+
 @pytest.mark.skipif(
   not _have_lmplz(), reason="KenLM's lmplz/build_binary not built: run bash scripts/build_kenlm.sh"
 )

@@ -355,6 +355,30 @@ def test_init_checkpoint_ours_and_tf1(trained, tmp_path):
       np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
+def test_an_init_checkpoint_without_its_data_is_refused_before_any_output(
+  trained, data_dir, tmp_path
+):
+  # Issue 56's probes, fourth round (H11): the warm start found it, after config.json and run.json
+  # were written, which then refused the corrected command as another job.
+  import shutil  # pylint: disable=g-import-not-at-top
+
+  source = tmp_path / "source"
+  shutil.copytree(trained["tta"][0], source)
+  for data in source.glob("*.data-*"):
+    data.unlink()
+  newest = checkpoints.latest_checkpoint(str(source))
+  out = tmp_path / "out"
+  result = commands.run(
+    "run_pretraining.py", *_script_args(data_dir, out, f"--init_checkpoint={source}")[2:], status=2
+  )
+  assert f"{newest}.data-* is missing" in result.stderr.strip().splitlines()[-1]
+  assert not out.exists()
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  with pytest.raises(ValueError, match="a folder without a checkpoint"):
+    training_job._check_init_checkpoint(str(empty))
+
+
 def test_word_vector_file_alignment(tmp_path):
   vocab = {"[PAD]": 0, "the": 1, "Cat": 2, "##s": 3, "zzz": 4}
   path = tmp_path / "vectors.vec"
