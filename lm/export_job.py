@@ -63,17 +63,23 @@ def run(params):
       f"--max_seq_length={params.max_seq_length} is more than the {positions} tokens the model "
       f"takes (max_position_embeddings of {params.model_dir})"
     )
-  module = saved_model_export.export(
-    lm, params.export_dir, overwrite=params.overwrite, scoring=params.scoring
-  )
-  loaded = tf.saved_model.load(params.export_dir)
   text = "the cat sat on the mat ." if lm.normalization == "none" else "THE CAT SAT ON THE MAT"
-  inputs = {module.input_name: tf.constant([text])}
-  scores = loaded.signatures["score"](**inputs)
-  vectors = loaded.signatures["encode"](**inputs)
-  logging.info(
-    "check: total %.4f over %d tokens; context vector of %d dims",
-    float(scores["total"][0]),
-    int(scores["num_tokens"][0]),
-    int(vectors["context"].shape[-1]),
+
+  def check(path, module):
+    """Each signature run once on the written export, before it is renamed into place: a stop
+    during this check leaves no export, so the same command redoes it (issue 56 probes, H9: a
+    Ctrl-C here said so while the export was in place, and the re-run was refused)."""
+    loaded = tf.saved_model.load(path)
+    inputs = {module.input_name: tf.constant([text])}
+    scores = loaded.signatures["score"](**inputs)
+    vectors = loaded.signatures["encode"](**inputs)
+    logging.info(
+      "check: total %.4f over %d tokens; context vector of %d dims",
+      float(scores["total"][0]),
+      int(scores["num_tokens"][0]),
+      int(vectors["context"].shape[-1]),
+    )
+
+  saved_model_export.export(
+    lm, params.export_dir, overwrite=params.overwrite, scoring=params.scoring, check=check
   )

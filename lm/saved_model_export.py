@@ -194,9 +194,11 @@ def check_export_dir(export_dir, overwrite=False):
     )
 
 
-def export(lm, export_dir, overwrite=False, scoring=None):
+def export(lm, export_dir, overwrite=False, scoring=None, check=None):
   """Writes `lm` as a SavedModel, renamed into place so no reader sees half an export; returns
-  the module. FileExistsError (`check_export_dir`); ValueError for an unknown scoring.
+  the module. `check(path, module)`, if given, runs on the written SavedModel before the rename
+  (an error or a stop there leaves no export). FileExistsError (`check_export_dir`); ValueError
+  for an unknown scoring.
   """
   export_dir = io_utils.absolute(export_dir)
   check_export_dir(export_dir, overwrite)
@@ -217,5 +219,7 @@ def export(lm, export_dir, overwrite=False, scoring=None):
     with open(os.path.join(tmp, EXTRA_DIR, EXPORT_INFO), "w", encoding="utf-8") as f:
       json.dump(module.info(), f, indent=2, sort_keys=True)
       f.write("\n")
+    if check is not None:
+      check(tmp, module)
   logging.info("exported %s model (scoring %s) to %s", lm.model_type, module.scoring, export_dir)
   return module

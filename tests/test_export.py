@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 
 import commands
 from conftest import SHARP_ATTENTION
@@ -408,3 +409,31 @@ def test_overwrite_refuses_an_export_holding_a_file_no_export_writes(tmp_path):
   (export_dir / "NOTES.txt").write_text("mine\n")
   with pytest.raises(FileExistsError, match="holds NOTES.txt, which no export writes"):
     saved_model_export.check_export_dir(str(export_dir), overwrite=True)
+
+
+def test_a_stop_during_the_check_leaves_no_export_and_the_same_command_redoes_it(
+  tokenizer, tmp_path, monkeypatch
+):
+  # Issue 56's probes, fourth round (H9): a Ctrl-C during the check after the export was in place
+  # said "the same command resumes or redoes the rest", and the same command was then refused
+  # (the export existed).
+  model = modeling.build_model(export_config(tokenizer), "tta")
+  path = str(tmp_path / "tta")
+  model_dir.save_model_dir(model, tokenizer.vocab_file, path)
+  export_dir = tmp_path / "export"
+  args = [f"--model_dir={path}", f"--export_dir={export_dir}"]
+  load = tf.saved_model.load
+
+  def stopped_while_loading(*args, **kwargs):
+    del args, kwargs
+    signal.raise_signal(signal.SIGINT)  # the command's own handler turns it into its stop
+    raise AssertionError("SIGINT did not stop the command")
+
+  monkeypatch.setattr(tf.saved_model, "load", stopped_while_loading)
+  stopped = commands.run("export_saved_model.py", *args)
+  assert stopped.returncode == 130, stopped.stderr
+  assert not export_dir.exists()
+  assert os.listdir(tmp_path) == ["tta"]  # no temporary folder left either
+  monkeypatch.setattr(tf.saved_model, "load", load)
+  commands.run("export_saved_model.py", *args, status=0)
+  assert (export_dir / "saved_model.pb").exists()
