@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import signal
 import sys
 
 import keras
@@ -12,6 +13,11 @@ import pytest
 # current directory on sys.path.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# A suite started in the background of a script (`bash scripts/test.sh &`) inherits SIGINT
+# ignored, and so would every command a test starts: the tests of Ctrl-C would see none arrive.
+# Python's own handler is what a user's command at a terminal has (and a child gets SIG_DFL).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+  signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import tensorflow as tf  # noqa: E402
 
