@@ -35,7 +35,8 @@ flags.DEFINE_integer(
 flags.DEFINE_integer(
   "max_per_source",
   0,
-  "Check at most this many distinct sentences per source, spread evenly over it (0: all).",
+  "Check at most this many distinct sentences per source, spread evenly over it (LibriSpeech: "
+  "over that many lists sampled from each set) (0: all).",
 )
 flags.DEFINE_list(
   "sources",
@@ -66,14 +67,19 @@ def sick_texts(data_dir):
   return [text for pair in sts_data.read_sick(data_dir, None) for text in (pair.sent1, pair.sent2)]
 
 
-def librispeech_texts(data_dir):
+def librispeech_texts(data_dir, limit):
+  """The four sets' references and hypotheses; with a limit, of that many lists sampled from
+  each set (parsing every hypothesis' scores takes most of a sampled run's time, and each list
+  gives some 30 texts)."""
   from nbest import shared_data  # pylint: disable=g-import-not-at-top
+  from nbest import types  # pylint: disable=g-import-not-at-top
   from nbest.formats import espnet  # pylint: disable=g-import-not-at-top
 
+  select = types.list_selection(sample_lists=limit) if limit else None
   return [
     text
     for name in shared_data.ESPNET_SETS
-    for nbest_list in espnet.read_espnet_nbest(name, data_dir)
+    for nbest_list in espnet.read_espnet_nbest(name, data_dir, select)
     for text in nbest_list.refs + [h.text for h in nbest_list.hyps]
   ]
 
@@ -167,7 +173,7 @@ def main(argv):
     readers = {
       "stsb": lambda: stsb_texts(data_dir),
       "sick": lambda: sick_texts(data_dir),
-      "librispeech": lambda: librispeech_texts(data_dir),
+      "librispeech": lambda: librispeech_texts(data_dir, FLAGS.max_per_source),
       "wmt21": lambda: wmt_texts(data_dir),
       "gutenberg": lambda: gutenberg_texts(data_dir, FLAGS.gutenberg_books),
       "code_points": code_point_texts,

@@ -64,8 +64,10 @@ def vocab_file(tmp_path_factory):
 
 
 def tiny_model_dir(root, vocab_file, model_type, seed=3, **overrides):
-  """A random tiny model dir of `model_type`; returns its path."""
+  """A random tiny model dir of `model_type` with one layer (a smaller graph traces faster, and
+  nothing here depends on the depth); returns its path."""
   tf.keras.utils.set_random_seed(seed)
+  overrides = {"num_hidden_layers": 1, **overrides}
   config = tiny_config(vocab_size=len(tokenization.SPECIAL_TOKENS) + len(WORDS), **overrides)
   path = os.path.join(str(root), model_type)
   model_dir.save_model_dir(modeling.build_model(config, model_type), vocab_file, path)
@@ -296,9 +298,9 @@ def test_the_trained_model_dir_loads_and_scores_like_any_other(tmp_path, vocab_f
 @pytest.mark.slow(seconds=15)
 def test_resume_is_exact(tmp_path, vocab_file, monkeypatch, op_determinism):
   del op_determinism
-  # Dropout on: its masks must follow the step, not the process. One layer, no regulariser: a
-  # smaller graph traces faster.
-  path = tiny_model_dir(tmp_path, vocab_file, "tta", num_hidden_layers=1)
+  # Dropout on: its masks must follow the step, not the process. No regulariser: a smaller graph
+  # traces faster.
+  path = tiny_model_dir(tmp_path, vocab_file, "tta")
   lists = toy_lists(12, 4, seed=3)
   # A stop at step 3 of 4, saving every 2 steps and at the epoch's end (step 4): the stop saves a
   # step no interval does (issue 56 item 2).
@@ -364,7 +366,7 @@ def tsv_job(tmp_path_factory, vocab_file):
   """One finished MWER job on TSV lists, run once for the module: (its params, the lists'
   files). A test that changes its output dir works on a copy (`shutil.copytree`)."""
   root = tmp_path_factory.mktemp("mwer_job")
-  path = tiny_model_dir(root, vocab_file, "tta", num_hidden_layers=1)
+  path = tiny_model_dir(root, vocab_file, "tta")
   files = tsv_lists(root)
   params = mwer_job.JobParams(
     init_model=path,
@@ -428,7 +430,7 @@ def test_a_resume_of_another_job_is_refused_naming_what_differs(tmp_path, vocab_
   # The module's finished job, copied: its run.json is what a resume is checked against.
   params, files = tsv_job
   tta = params.init_model
-  unilm = tiny_model_dir(tmp_path, vocab_file, "unilm", num_hidden_layers=1)
+  unilm = tiny_model_dir(tmp_path, vocab_file, "unilm")
   out = tmp_path / "job"
   shutil.copytree(params.output_dir, out)
 

@@ -249,11 +249,15 @@ def reference_vocab():
 _VOCAB = "tta-vocab-lower.sub-32k.txt"
 
 
-@pytest.fixture
-def small_units(monkeypatch):
+def _small_units(monkeypatch):
   """Blocks of ~2 kB and shuffle units of 64 records: many of each on a tiny corpus."""
   monkeypatch.setattr(pretraining_data, "BLOCK_BYTES", 2000)
   monkeypatch.setattr(pretraining_data, "PILE_RECORDS", 64)
+
+
+@pytest.fixture
+def small_units(monkeypatch):
+  _small_units(monkeypatch)
 
 
 def _text_file(path, sentences, opener=open):
@@ -290,22 +294,33 @@ def corpus_600(tmp_path_factory):
   return _text_file(root / "a.txt", sentences), sentences
 
 
+@pytest.fixture(scope="module")
+def corpus_600_outputs(corpus_600, reference_vocab, tmp_path_factory):
+  """`_outputs` of one uninterrupted run on corpus_600 with `_args` and `_small_units`' shuffle
+  units: what each run of it under `small_units` must end with, whatever its worker count or
+  block size, stops and resumes, or jobs."""
+  out = str(tmp_path_factory.mktemp("corpus_600_whole"))
+  with pytest.MonkeyPatch.context() as patch:
+    _small_units(patch)
+    data_job.create_pretraining_data(corpus_600[0], out, **_args(reference_vocab))
+  return _outputs(out)
+
+
 def test_any_worker_count_and_block_size_give_the_same_bytes(
-  corpus_600, reference_vocab, tmp_path, small_units, monkeypatch
+  corpus_600, corpus_600_outputs, reference_vocab, tmp_path, small_units, monkeypatch
 ):
   path, _ = corpus_600
-  data_job.create_pretraining_data(path, str(tmp_path / "w1"), **_args(reference_vocab))
+  one = corpus_600_outputs  # one worker
+  assert len([n for n in one if n.startswith("train-")]) == 3
   data_job.create_pretraining_data(
     path, str(tmp_path / "w2"), **_args(reference_vocab, num_workers=2)
   )
-  one = _outputs(tmp_path / "w1")
-  assert len([n for n in one if n.startswith("train-")]) == 3
   assert one == _outputs(tmp_path / "w2")
+  assert not os.path.exists(tmp_path / "w2" / data_job.PARTS_SUBDIR)
   # Blocks three times larger: other work units, the same records in the same order.
   monkeypatch.setattr(pretraining_data, "BLOCK_BYTES", 6000)
   data_job.create_pretraining_data(path, str(tmp_path / "big"), **_args(reference_vocab))
   assert one == _outputs(tmp_path / "big")
-  assert not os.path.exists(tmp_path / "w1" / data_job.PARTS_SUBDIR)
 
 
 def _records(directory, split="train"):
@@ -346,10 +361,9 @@ def test_records_are_every_sentence_once_spread_over_shards_and_shuffled(
 
 
 def test_killed_block_work_resumes_without_redoing_blocks_and_ends_the_same(
-  corpus_600, reference_vocab, tmp_path, small_units, monkeypatch
+  corpus_600, corpus_600_outputs, reference_vocab, tmp_path, small_units, monkeypatch
 ):
   path, _ = corpus_600
-  data_job.create_pretraining_data(path, str(tmp_path / "whole"), **_args(reference_vocab))
   make_block = pretraining_records.make_block
   calls = []
 
@@ -369,7 +383,7 @@ def test_killed_block_work_resumes_without_redoing_blocks_and_ends_the_same(
   monkeypatch.setattr(pretraining_records, "make_block", _counting(make_block, calls))
   data_job.create_pretraining_data(path, out, **_args(reference_vocab))
   assert not set(done) & set(calls) and len(done) == 5 and calls  # only the rest was made
-  assert _outputs(out) == _outputs(tmp_path / "whole")
+  assert _outputs(out) == corpus_600_outputs
 
 
 def _counting(function, calls):
@@ -381,10 +395,9 @@ def _counting(function, calls):
 
 
 def test_killed_assembly_resumes_after_the_finished_shards(
-  corpus_600, reference_vocab, tmp_path, small_units, monkeypatch
+  corpus_600, corpus_600_outputs, reference_vocab, tmp_path, small_units, monkeypatch
 ):
   path, _ = corpus_600
-  data_job.create_pretraining_data(path, str(tmp_path / "whole"), **_args(reference_vocab))
   write_records = pretraining_records.write_records
   written = []
 
@@ -404,14 +417,13 @@ def test_killed_assembly_resumes_after_the_finished_shards(
   monkeypatch.setattr(pretraining_records, "write_records", write_records)
   data_job.create_pretraining_data(path, out, **_args(reference_vocab))
   assert [os.stat(p).st_mtime_ns for p in first] == mtimes  # not written again
-  assert _outputs(out) == _outputs(tmp_path / "whole")
+  assert _outputs(out) == corpus_600_outputs
 
 
 def test_jobs_merged_equal_one_job_and_the_merge_checks_its_parts(
-  corpus_600, reference_vocab, tmp_path, small_units
+  corpus_600, corpus_600_outputs, reference_vocab, tmp_path, small_units
 ):
   path, _ = corpus_600
-  data_job.create_pretraining_data(path, str(tmp_path / "one"), **_args(reference_vocab))
   out = str(tmp_path / "jobs")
   jobs = _args(reference_vocab, num_jobs=2)
   with pytest.raises(cli.InputError, match=r"job-00000-of-00002 is missing: run .* --job_id=0"):
@@ -425,7 +437,7 @@ def test_jobs_merged_equal_one_job_and_the_merge_checks_its_parts(
     data_job.create_pretraining_data(path, out, job_id=0, **dict(jobs, random_seed=7))
   data_job.create_pretraining_data(path, out, job_id=0, **jobs)
   data_job.create_pretraining_data(path, out, merge=True, **jobs)
-  assert _outputs(out) == _outputs(tmp_path / "one")
+  assert _outputs(out) == corpus_600_outputs
 
 
 def _error_lines(result):
@@ -622,12 +634,11 @@ def test_a_folder_as_vocab_file_is_refused_while_parsing(tmp_path):
 
 
 def test_a_finished_part_cut_short_is_made_again_by_the_job_the_merge_names(
-  corpus_600, reference_vocab, tmp_path, small_units
+  corpus_600, corpus_600_outputs, reference_vocab, tmp_path, small_units
 ):
   """Issue 56: the merge refused such a part and advised its --job_id, which found its done marker
   and did nothing: the two refused each other in a loop."""
   path, _ = corpus_600
-  data_job.create_pretraining_data(path, str(tmp_path / "one"), **_args(reference_vocab))
   out = str(tmp_path / "jobs")
   jobs = _args(reference_vocab, num_jobs=2)
   for job_id in range(2):
@@ -639,7 +650,7 @@ def test_a_finished_part_cut_short_is_made_again_by_the_job_the_merge_names(
     data_job.create_pretraining_data(path, out, merge=True, **jobs)
   data_job.create_pretraining_data(path, out, job_id=1, **jobs)  # as the refusal says
   data_job.create_pretraining_data(path, out, merge=True, **jobs)
-  assert _outputs(out) == _outputs(tmp_path / "one")
+  assert _outputs(out) == corpus_600_outputs
 
 
 def _live_processes_of_group(group):

@@ -578,15 +578,23 @@ def _recorded_lines(partial):
     return 0
 
 
-@pytest.mark.slow(seconds=12)
-def test_killed_run_restarted_writes_the_uninterrupted_file(tta_dir, tmp_path):
-  inputs = tmp_path / "many.txt"
-  inputs.write_text("".join(f"{LINES[i % len(LINES)]}\n" for i in range(600)))
-  text = inputs.read_text()
-  whole = str(tmp_path / "whole.jsonl")
+@pytest.fixture(scope="module")
+def many_lines(tta_dir, tmp_path_factory):
+  """(400 lines of LINES over and over, score.py's uninterrupted output of them at
+  --batch_size=4): what a stopped run's rerun must write."""
+  root = tmp_path_factory.mktemp("many")
+  inputs = root / "many.txt"
+  inputs.write_text("".join(f"{LINES[i % len(LINES)]}\n" for i in range(400)))
+  whole = root / "whole.jsonl"
   run_cli(
     f"--model_dir={tta_dir}", f"--input_file={inputs}", "--batch_size=4", f"--output_file={whole}"
   )
+  return inputs.read_text(), read(whole)
+
+
+@pytest.mark.slow(seconds=12)
+def test_killed_run_restarted_writes_the_uninterrupted_file(tta_dir, tmp_path, many_lines):
+  text, whole = many_lines
   out = str(tmp_path / "out.jsonl")
   flags = [f"--model_dir={tta_dir}", "--input_file=-", "--batch_size=4", f"--output_file={out}"]
   process = subprocess.Popen(
@@ -594,10 +602,10 @@ def test_killed_run_restarted_writes_the_uninterrupted_file(tta_dir, tmp_path):
   )
   try:
     # Half the input and no end to it: the run scores it and waits for more, so it is still
-    # running, mid-job, when killed (kill -9) after 200 lines are on disk.
-    process.stdin.write("".join(text.splitlines(keepends=True)[:300]))
+    # running, mid-job, when killed (kill -9) after 100 lines are on disk.
+    process.stdin.write("".join(text.splitlines(keepends=True)[:200]))
     process.stdin.flush()
-    wait_for(lambda: _recorded_lines(out + ".partial") >= 200, process)
+    wait_for(lambda: _recorded_lines(out + ".partial") >= 100, process)
     process.kill()
     process.wait()
   finally:
@@ -605,23 +613,17 @@ def test_killed_run_restarted_writes_the_uninterrupted_file(tta_dir, tmp_path):
       process.kill()
   assert os.path.exists(out + ".partial") and not os.path.exists(out)
   run_cli(*flags, stdin=text)
-  assert read(out) == read(whole)
+  assert read(out) == whole
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.slow(seconds=12)
 def test_a_stop_by_signal_is_one_line_and_the_rerun_resumes_to_the_uninterrupted_file(
-  tta_dir, tmp_path, signum
+  tta_dir, tmp_path, many_lines, signum
 ):
   """Ctrl-C (SIGINT) or a scheduler's SIGTERM mid-job: no traceback, exit 128 + the signal
   (util/interrupts.py), and the partial file resumes as after a kill (issue 56)."""
-  inputs = tmp_path / "many.txt"
-  inputs.write_text("".join(f"{LINES[i % len(LINES)]}\n" for i in range(400)))
-  text = inputs.read_text()
-  whole = str(tmp_path / "whole.jsonl")
-  run_cli(
-    f"--model_dir={tta_dir}", f"--input_file={inputs}", "--batch_size=4", f"--output_file={whole}"
-  )
+  text, whole = many_lines
   out = str(tmp_path / "out.jsonl")
   flags = [f"--model_dir={tta_dir}", "--input_file=-", "--batch_size=4", f"--output_file={out}"]
   process = subprocess.Popen(
@@ -647,7 +649,7 @@ def test_a_stop_by_signal_is_one_line_and_the_rerun_resumes_to_the_uninterrupted
   assert error.strip().splitlines()[-1].startswith(f"score.py: stopped by {name}: "), error
   assert os.path.exists(out + ".partial") and not os.path.exists(out)
   run_cli(*flags, stdin=text)
-  assert read(out) == read(whole)
+  assert read(out) == whole
 
 
 @pytest.mark.slow(seconds=4)

@@ -23,11 +23,22 @@ import pytest
 from lm import inference
 from lm import lm_options as lm_options_lib
 from util import cli
+from util import startup_log
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 # (command, arguments, fragments of the error line); "{tmp}" is the test's empty tmp_path.
 CASES = [
+  # The first case of score.py runs as a process: TensorFlow's import and its device query
+  # happen, and a model dir is looked for (tests/test_startup_log.py counts on it).
+  (
+    "score.py",
+    ["--model_dir={tmp}/absent"],
+    [
+      "{tmp}/absent/config.json not found; a model dir needs config.json, vocab.txt and a "
+      "checkpoint"
+    ],
+  ),
   ("score.py", [], ["--model_dir is required"]),
   ("score.py", ["--model_dir=m", "--batch_size=-3"], ["--batch_size=-3", "positive integer"]),
   ("score.py", ["--model_dir=m", "--window=64", "--stride=63"], ["--stride=63", "62 word pieces"]),
@@ -234,6 +245,8 @@ def test_a_wrong_input_is_one_line_and_exit_2(tmp_path, case):
       text=True,
       cwd=ROOT,
       stdin=subprocess.DEVNULL,
+      # Not asked for TensorFlow's start-up lines, whatever the shell running the suite asks.
+      env={**os.environ, startup_log.SHOW_ENV: "0"},
       timeout=HANG_SECONDS,
     )
   else:
