@@ -43,6 +43,8 @@ class Settings:
   curve_points: int
   curve_sts_max_pairs: int | None
   curve_asr_lists: int
+  peak_matmul_shape: str  # MxKxN of the matmul peak, training's GFLOP/s reference
+  peak_matmul_runs: int
 
 
 # quick: minutes on 2 CPU cores, every stage end to end (the numbers mean little). full: the
@@ -73,6 +75,10 @@ MODES = {
     curve_points=5,
     curve_sts_max_pairs=50,
     curve_asr_lists=3,
+    # A check of the stage, not a figure to quote: 2048^3 x 10 runs was a quick run's longest
+    # step after training (about 15 CPU seconds).
+    peak_matmul_shape="1024x1024x1024",
+    peak_matmul_runs=3,
   ),
   "full": Settings(
     max_books=None,
@@ -102,6 +108,8 @@ MODES = {
     curve_points=5,
     curve_sts_max_pairs=None,
     curve_asr_lists=150,
+    peak_matmul_shape="2048x2048x2048",
+    peak_matmul_runs=10,
   ),
 }
 

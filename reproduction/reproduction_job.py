@@ -145,7 +145,7 @@ def run(params, command=None):
   plan = stages.stage_plan(work_dir, data_dir, settings, params.train_steps)
   model_dirs = stages.stage_train(work_dir, data_dir, settings, plan, params.models, tracker)
   tracker.start("peak")
-  peak = stages.stage_peak(work_dir, plan)
+  peak = stages.stage_peak(work_dir, settings, plan)
 
   step_tokens = stages.tokens_per_step(settings, data_stats)
   results = stages.stage_evaluations(

@@ -191,9 +191,9 @@ def stage_train(work_dir, data_dir, settings, plan, models, stages, seed=1):
   return dirs
 
 
-def stage_peak(work_dir, plan):
-  """The machine's matmul peak in the training precision: {"dtype", "gflops"}, the reference of
-  training's GFLOP/s in the report."""
+def stage_peak(work_dir, settings, plan):
+  """The machine's matmul peak in the training precision (the mode's shape and runs): {"dtype",
+  "gflops"}, the reference of training's GFLOP/s in the report."""
   dtype = "bfloat16" if plan.get("precision") == "bf16" else "float32"
   out = os.path.join(work_dir, "peak")
   result = os.path.join(out, "benchmark.json")
@@ -201,13 +201,14 @@ def stage_peak(work_dir, plan):
     "run_benchmark.py",
     "--peak_only",
     f"--matmul_dtype={dtype}",
-    "--matmul_shapes=2048x2048x2048",
-    "--matmul_runs=10",
+    "--matmul_shapes=" + settings.peak_matmul_shape,
+    f"--matmul_runs={settings.peak_matmul_runs:d}",
     "--output_dir=" + out,
     # The stage's dir, its result removed (run_stage): an earlier run of another dtype is replaced.
     "--overwrite",
   ]
-  runner.run_stage(work_dir, "peak", {"dtype": dtype}, [result], args)
+  key = {"dtype": dtype, "shape": settings.peak_matmul_shape, "runs": settings.peak_matmul_runs}
+  runner.run_stage(work_dir, "peak", key, [result], args)
   return {
     "dtype": dtype,
     "gflops": max(r["gflops"] for r in io_utils.read_json_file(result)["matmul_peak"]),
