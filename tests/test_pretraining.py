@@ -1171,7 +1171,7 @@ def test_mirrored_replicas_share_a_bucket_and_resume_at_the_step(data_dir, tmp_p
   assert all(replica["input_ids"].shape == (8, 48) for step in fixed for replica in step)
 
 
-@pytest.mark.slow(seconds=20)
+@pytest.mark.slow(seconds=14)
 def test_mirrored_resume_after_a_crash_is_bit_identical(data_dir, tmp_path, op_determinism):
   """--strategy=mirrored over 2 logical CPU devices, --deterministic, bucketed batches: a run ended
   with no handler after step 5 (a kill -9 stood in for: `_copy_run`) and started again from its
@@ -1265,7 +1265,7 @@ def test_two_replicas_match_one_device():
 # ------------------------------- the guard: non-finite steps, float16's loss scaling
 
 
-@pytest.mark.slow(seconds=15)
+@pytest.mark.slow(seconds=10)
 def test_a_non_finite_step_on_one_replica_is_skipped_on_all():
   """A step whose loss is not finite on one replica of two changes no variable or slot anywhere,
   under float32 and under float16's loss scaling (whose Keras test of the gradients would read the
