@@ -12,6 +12,7 @@ import inspect
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -264,6 +265,21 @@ def trained(data_dir, tmp_path_factory):
   return results
 
 
+def _copy_run(source, out, at_step=None):
+  """A copy of the output dir `source` in `out` (a new path), as the run left it or, with
+  `at_step`, as a kill -9 after the steps past its save at `at_step` would have: the index file
+  back at ckpt-`at_step`, no later checkpoint, no summary. A test that needs a run's dir copies
+  one instead of training its own (each train() traces its step functions anew: seconds)."""
+  shutil.copytree(source, out)
+  if at_step is not None:
+    checkpoints.roll_back_to(str(out), str(out / f"ckpt-{at_step}"))
+    for path in out.glob("ckpt-*"):
+      if int(re.match(r"ckpt-(\d+)", path.name).group(1)) > at_step:
+        path.unlink()
+    (out / training_job.SUMMARY_FILE).unlink()
+  return out
+
+
 @pytest.mark.parametrize("model_type", kinds.PRETRAINABLE)
 @pytest.mark.slow(seconds=45)
 def test_loss_goes_down(trained, model_type):
@@ -360,8 +376,6 @@ def test_an_init_checkpoint_without_its_data_is_refused_before_any_output(
 ):
   # Issue 56's probes, fourth round (H11): the warm start found it, after config.json and run.json
   # were written, which then refused the corrected command as another job.
-  import shutil  # pylint: disable=g-import-not-at-top
-
   source = tmp_path / "source"
   shutil.copytree(trained["tta"][0], source)
   for data in source.glob("*.data-*"):
@@ -410,25 +424,22 @@ def test_a_resumed_run_keeps_exactly_the_architecture_fields(tmp_path):
 # ------------------------------------------------------------- (b) resume
 
 
-@pytest.mark.slow(seconds=15)
-def test_resume_continues_step_and_input_position(data_dir, tmp_path):
-  out = tmp_path / "resume"
-  first = training_job.train(
-    tiny_params(data_dir, out, num_train_steps=20, save_checkpoints_steps=10, eval_file=None)
-  )
-  assert first["final_step"] == 20 and first["input_batches"] == 20
-  assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-20")
-  second = training_job.train(
-    tiny_params(data_dir, out, num_train_steps=30, save_checkpoints_steps=10, eval_file=None)
-  )
-  assert second["start_step"] == 20
-  assert second["skip_batches"] == 20  # the pipeline skipped what was used
-  assert second["final_step"] == 30 and second["input_batches"] == 30
-  assert len(second["step_losses"]) == 10
+@pytest.mark.slow(seconds=8)
+def test_resume_continues_step_and_input_position(trained, data_dir, tmp_path):
+  # The tta run of `trained`: 30 steps, saved at 15 and 30 (its eval_file may change at a resume).
+  out = _copy_run(trained["tta"][0], tmp_path / "resume")
+  first = json.loads((out / training_job.SUMMARY_FILE).read_text())
+  assert first["final_step"] == 30 and first["input_batches"] == 30
   assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-30")
+  second = training_job.train(tiny_params(data_dir, out, num_train_steps=40, eval_file=None))
+  assert second["start_step"] == 30
+  assert second["skip_batches"] == 30  # the pipeline skipped what was used
+  assert second["final_step"] == 40 and second["input_batches"] == 40
+  assert len(second["step_losses"]) == 10
+  assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-40")
   # Restarting a finished run does nothing and keeps the step.
-  third = training_job.train(tiny_params(data_dir, out, num_train_steps=30, eval_file=None))
-  assert third["start_step"] == 30 and third["step_losses"] == []
+  third = training_job.train(tiny_params(data_dir, out, num_train_steps=40, eval_file=None))
+  assert third["start_step"] == 40 and third["step_losses"] == []
   # A different architecture in the same output_dir is refused, as a wrong input (one line).
   with pytest.raises(cli.InputError, match="hidden_size"):
     training_job.train(
@@ -436,19 +447,19 @@ def test_resume_continues_step_and_input_position(data_dir, tmp_path):
     )
 
 
-@pytest.mark.slow(seconds=15)
-def test_num_train_steps_below_the_step_reached_is_one_line_and_exit_2(data_dir, tmp_path):
-  out = tmp_path / "shorter"
-  short = ["--num_train_steps=4", "--save_checkpoints_steps=4", "--steps_per_loop=2"]
-  commands.run("run_pretraining.py", *_script_args(data_dir, out, *short)[2:], status=0)
+@pytest.mark.slow(seconds=4)
+def test_num_train_steps_below_the_step_reached_is_one_line_and_exit_2(trained, data_dir, tmp_path):
+  # The tta run of `trained` (30 steps), resumed by the command with its flags.
+  out = _copy_run(trained["tta"][0], tmp_path / "shorter")
   assert lock_files(out) == []  # run.lock
-  args = _script_args(data_dir, out, "--num_train_steps=2")[2:]
+  same_job = ["--learning_rate=2e-3", "--train_batch_size=16"]
+  args = _script_args(data_dir, out, "--num_train_steps=2", *same_job)[2:]
   result = commands.run("run_pretraining.py", *args, status=2)
   assert result.stderr.strip().splitlines()[-1] == (
-    f"run_pretraining.py: error: --num_train_steps 2 is below step 4, which {out}/ckpt-4 has "
-    "reached: give --num_train_steps >= 4, or --overwrite to start over"
+    f"run_pretraining.py: error: --num_train_steps 2 is below step 30, which {out}/ckpt-30 has "
+    "reached: give --num_train_steps >= 30, or --overwrite to start over"
   )
-  assert checkpoints.newest_first(str(out))[0].endswith("ckpt-4")  # nothing lost
+  assert checkpoints.newest_first(str(out))[0].endswith("ckpt-30")  # nothing lost
 
 
 @pytest.mark.slow(seconds=5)
@@ -473,11 +484,13 @@ def test_a_record_file_cut_short_is_one_line_at_the_step_it_is_met(data_dir, tmp
   assert lock_files(out) == []
 
 
-@pytest.mark.slow(seconds=15)
-def test_another_job_in_the_output_dir_is_refused_until_overwrite(data_dir, tmp_path):
-  out = tmp_path / "job"
+@pytest.mark.slow(seconds=10)
+def test_another_job_in_the_output_dir_is_refused_until_overwrite(
+  trained, data_dir, tmp_path, monkeypatch
+):
+  # The tta run of `trained` (learning rate 2e-3, 30 steps).
+  out = _copy_run(trained["tta"][0], tmp_path / "job")
   short = dict(num_train_steps=4, num_warmup_steps=1, save_checkpoints_steps=2, eval_file=None)
-  training_job.train(tiny_params(data_dir, out, **short))
   recorded = json.loads((out / runs.RECORD_FILE).read_text())
   assert recorded["learning_rate"] == 2e-3 and "num_train_steps" not in recorded
   with pytest.raises(cli.InputError) as error:
@@ -486,11 +499,12 @@ def test_another_job_in_the_output_dir_is_refused_until_overwrite(data_dir, tmp_
     f"--output_dir {out} holds another job: learning_rate 0.002 (this run: 0.001); add "
     "--overwrite to start over"
   )
-  assert checkpoints.newest_first(str(out))[0].endswith("ckpt-4")  # nothing lost
+  assert checkpoints.newest_first(str(out))[0].endswith("ckpt-30")  # nothing lost
   fresh = training_job.train(
     tiny_params(data_dir, out, overwrite=True, **dict(short, learning_rate=1e-3))
   )
   assert fresh["start_step"] == 0 and fresh["finished"]
+  assert checkpoints.newest_first(str(out)) == [str(out / f"ckpt-{n}") for n in (4, 2)]
   assert json.loads((out / runs.RECORD_FILE).read_text())["learning_rate"] == 1e-3
   # A dir of a version that recorded no job resumes as it did then, and is recorded.
   (out / runs.RECORD_FILE).unlink()
@@ -498,9 +512,19 @@ def test_another_job_in_the_output_dir_is_refused_until_overwrite(data_dir, tmp_
     tiny_params(data_dir, out, **dict(short, learning_rate=1e-3, num_train_steps=6))
   )
   assert resumed["start_step"] == 4 and (out / runs.RECORD_FILE).exists()
-  # Extending a run extends its warmup too (reproduce.py's tenth of a larger budget): the same job.
+  # Extending a run extends its warmup too (reproduce.py's tenth of a larger budget): the same job,
+  # which resumes and reaches its first step (another job is refused before anything is read).
   longer = dict(short, learning_rate=1e-3, num_train_steps=8, num_warmup_steps=2)
-  assert training_job.train(tiny_params(data_dir, out, **longer))["start_step"] == 6
+  first_steps = []
+
+  def no_steps(train_loop, iterator, num, state, *args):
+    first_steps.append(state.step)
+    _no_steps()
+
+  monkeypatch.setattr(training, "run_steps", no_steps)
+  with pytest.raises(_Crash):
+    training_job.train(tiny_params(data_dir, out, **longer))
+  assert first_steps == [6]
 
 
 def _truncate(path):
@@ -508,10 +532,12 @@ def _truncate(path):
     f.truncate(os.path.getsize(path) // 2)
 
 
-@pytest.mark.slow(seconds=20)
-def test_truncated_latest_checkpoint_resumes_from_the_one_before(data_dir, tmp_path, caplog):
-  out = tmp_path / "truncated"
-  training_job.train(tiny_params(data_dir, out, num_train_steps=30, eval_file=None))
+@pytest.mark.slow(seconds=10)
+def test_truncated_latest_checkpoint_resumes_from_the_one_before(
+  trained, data_dir, tmp_path, caplog
+):
+  # The tta run of `trained`: 30 steps, saved at 15 and 30.
+  out = _copy_run(trained["tta"][0], tmp_path / "truncated")
   _truncate(out / "ckpt-30.data-00000-of-00001")
   resumed = training_job.train(tiny_params(data_dir, out, num_train_steps=45, eval_file=None))
   assert resumed["start_step"] == 15 and resumed["skip_batches"] == 15
@@ -636,9 +662,10 @@ def _script_args(data_dir, output_dir, *extra):
 
 
 class _Crash(Exception):
-  """A process's end in which no handler runs (kill -9, a lost machine), stood in for inside this
-  process: raised after a tf.function call, so the loop saves nothing more. A real kill -9 and its
-  resume are test_kill_and_sigterm's (one device) and the multi-worker test's."""
+  """A run's end before its first step (`_no_steps`): what a test needs of it is known by then (the
+  train loop's arguments, a job accepted), and the loop's tracing would cost seconds. A crash after
+  a save is `_copy_run`'s; a real kill -9 and its resume are test_kill_and_sigterm's (one device)
+  and the multi-worker test's."""
 
 
 def _no_steps(*args):
@@ -794,8 +821,8 @@ def _same_batches(a, b):
   )
 
 
-@pytest.mark.slow(seconds=15)
-def test_init_seed_changes_the_weights_but_not_the_batches(data_dir, tmp_path):
+@pytest.mark.slow(seconds=8)
+def test_init_seed_changes_the_weights_but_not_the_batches(data_dir, tmp_path, monkeypatch):
   """--init_seed (reproduce.py --seeds): another initialisation and dropout, the same batches in
   the same order with the same biLM masks."""
   base = tiny_params(data_dir, tmp_path / "base", model_type="bilm", eval_file=None)
@@ -804,31 +831,40 @@ def test_init_seed_changes_the_weights_but_not_the_batches(data_dir, tmp_path):
   # tf.data folds the global seed into its shuffles: built under --init_seed's global seed the
   # order differs, so the equality above is the data-order scope's doing.
   assert not _same_batches(_first_batches(base), _first_batches(other, dataset_seed_scope=False))
+  # The weights each run's train loop is given to train, read before its first step (the loop's
+  # tracing would only repeat what every training test shows).
+  loops = []
+  make_train_loop = training.make_train_loop
+
+  def recording(*args, **kwargs):
+    loops.append(inspect.signature(make_train_loop).bind(*args, **kwargs).arguments)
+    return make_train_loop(*args, **kwargs)
+
+  monkeypatch.setattr(training, "make_train_loop", recording)
+  monkeypatch.setattr(training, "run_steps", _no_steps)
   for params in (base, other):
-    training_job.train(
-      dataclasses.replace(params, num_train_steps=2, num_warmup_steps=1, save_checkpoints_steps=2)
-    )
-  weights = {p.output_dir: _checkpoint_values(p.output_dir) for p in (base, other)}
-  mine, theirs = weights[base.output_dir], weights[other.output_dir]
-  assert sorted(mine) == sorted(theirs)
-  embeddings = [n for n in mine if "word_embeddings" in n and "optimizer" not in n.lower()]
-  assert embeddings, sorted(mine)
-  for name in embeddings:
-    assert not np.allclose(mine[name], theirs[name]), name
+    with pytest.raises(_Crash):
+      training_job.train(params)
+  mine, theirs = (loop["model"].trainable_variables for loop in loops)
+  assert [v.shape for v in mine] == [v.shape for v in theirs]
+  embeddings = [i for i, v in enumerate(mine) if "word_embeddings" in v.path]
+  assert embeddings, [v.path for v in mine]
+  for i in embeddings:
+    assert not np.allclose(mine[i].numpy(), theirs[i].numpy()), mine[i].path
+  # Dropout's masks are drawn from the loop's seed.
+  assert [loop["seed"] for loop in loops] == [base.seed, 7]
 
 
-def _stopping_at(step, how):
-  """training.run_steps, then a stop when the call reaching `step` has ended: "signal" calls the
-  run's own SIGTERM handler as the signal would (a real signal would end pytest were the handler
-  missing, hiding which test failed); "crash" raises _Crash."""
+def _stopping_at(step):
+  """training.run_steps, then a stop when the call reaching `step` has ended: the run's own
+  SIGTERM handler called as the signal would (a real signal would end pytest were the handler
+  missing, hiding which test failed)."""
   run_steps = training.run_steps
 
   def run_steps_then_stop(train_loop, iterator, num, state, *args):
     before = state.step
     run_steps(train_loop, iterator, num, state, *args)
     if before < step <= state.step:
-      if how == "crash":
-        raise _Crash(f"after step {state.step}")
       handler = signal.getsignal(signal.SIGTERM)
       assert callable(handler), "train installs no SIGTERM handler"
       handler(signal.SIGTERM, None)
@@ -836,17 +872,12 @@ def _stopping_at(step, how):
   return run_steps_then_stop
 
 
-def _stopped_and_resumed(data_dir, out, monkeypatch, options, step, how):
-  """Trains `options` into `out`, stopped (`how`) at `step`, then again with the same params;
-  returns the first run's result (None after a crash) and the second's."""
+def _stopped_and_resumed(data_dir, out, monkeypatch, options, step):
+  """Trains `options` into `out`, stopped by SIGTERM at `step`, then again with the same params;
+  returns the first run's result and the second's."""
   with monkeypatch.context() as patch:
-    patch.setattr(training, "run_steps", _stopping_at(step, how))
-    if how == "crash":
-      with pytest.raises(_Crash):
-        training_job.train(tiny_params(data_dir, out, **options))
-      first = None
-    else:
-      first = training_job.train(tiny_params(data_dir, out, **options))
+    patch.setattr(training, "run_steps", _stopping_at(step))
+    first = training_job.train(tiny_params(data_dir, out, **options))
   return first, training_job.train(tiny_params(data_dir, out, **options))
 
 
@@ -871,20 +902,23 @@ _EXACT = dict(
 )
 
 
+# How the run never stopped is cut into calls and saves.
+_NEVER_STOPPED = dict(steps_per_loop=5, log_every_steps=100, save_checkpoints_steps=5)
+
+
 @pytest.fixture(scope="module")
 def never_stopped(data_dir, tmp_path_factory):
-  """The final state of the _EXACT run never stopped (calls of 5 steps, no save until the end)."""
+  """The _EXACT run never stopped (calls of 5 steps, saved at 5, 10 and 12): (its dir, its final
+  state)."""
   from tensorflow.python.framework import config as tf_config  # pylint: disable=g-import-not-at-top
 
   out = tmp_path_factory.mktemp("never_stopped")
   try:
-    params = tiny_params(
-      data_dir, out, steps_per_loop=5, log_every_steps=100, save_checkpoints_steps=20, **_EXACT
-    )
+    params = tiny_params(data_dir, out, **_NEVER_STOPPED, **_EXACT)
     assert training_job.train(params)["finished"]
   finally:
     tf_config.disable_op_determinism()  # the job turned it on; later tests draw unseeded ops
-  return _checkpoint_values(out)
+  return out, _checkpoint_values(out)
 
 
 @pytest.mark.parametrize(
@@ -893,7 +927,7 @@ def never_stopped(data_dir, tmp_path_factory):
   # step 7 of calls of 20, cut at 7 by the log interval. Neither is a multiple of the save
   # interval: the stop saves the step it reached. A crash after step 10 (kill -9) loses the steps
   # since the save at 5, which the resume replays. Calls of another length than the run never
-  # stopped's: how a run is cut into calls changes nothing.
+  # stopped's: how a run is cut into calls changes nothing (its calls: of 5, saves at 5).
   [
     ("signal", 5, 100, 20, 10, 10),
     ("signal", 20, 7, 20, 7, 7),
@@ -918,6 +952,7 @@ def test_a_stop_at_any_step_resumes_bit_identically(
   again ends with exactly the weights, optimizer slots and input position of the run never
   stopped (issue 56; before, dropout's stream restarted at the resume and the runs parted)."""
   del op_determinism
+  whole_dir, whole = never_stopped
   options = dict(
     _EXACT,
     steps_per_loop=steps_per_loop,
@@ -925,11 +960,17 @@ def test_a_stop_at_any_step_resumes_bit_identically(
     save_checkpoints_steps=save_every,
   )
   stopped = tmp_path / "stopped"
-  first, second = _stopped_and_resumed(data_dir, stopped, monkeypatch, options, stop_step, how)
-  if how == "signal":
+  if how == "crash":
+    # The run crashed is the run never stopped (the same options) up to the crash: its dir as the
+    # crash after step `stop_step`, before that step's save, leaves it.
+    assert stop_step % save_every == 0 and options == dict(_EXACT, **_NEVER_STOPPED)
+    _copy_run(whole_dir, stopped, at_step=resumed_at)
+    second = training_job.train(tiny_params(data_dir, stopped, **options))
+  else:
+    first, second = _stopped_and_resumed(data_dir, stopped, monkeypatch, options, stop_step)
     assert first["stopped_by"] == "signal 15" and first["final_step"] == stop_step
   assert second["start_step"] == resumed_at and second["finished"]
-  _assert_same_state(stopped, never_stopped)
+  _assert_same_state(stopped, whole)
 
 
 # ---------------------------------------------------------- (d) multi-worker
@@ -1130,14 +1171,12 @@ def test_mirrored_replicas_share_a_bucket_and_resume_at_the_step(data_dir, tmp_p
   assert all(replica["input_ids"].shape == (8, 48) for step in fixed for replica in step)
 
 
-@pytest.mark.slow(seconds=20)
-def test_mirrored_resume_after_a_crash_is_bit_identical(
-  data_dir, tmp_path, monkeypatch, op_determinism
-):
+@pytest.mark.slow(seconds=14)
+def test_mirrored_resume_after_a_crash_is_bit_identical(data_dir, tmp_path, op_determinism):
   """--strategy=mirrored over 2 logical CPU devices, --deterministic, bucketed batches: a run ended
-  with no handler after step 5 (a kill -9 stood in for: _Crash) and started again from its save
-  at 4 ends with exactly the weights, optimizer slots and input position of the run never stopped
-  (bilm: dropout and the dynamic masks; issue 54: it ended 7.5e-3 away)."""
+  with no handler after step 5 (a kill -9 stood in for: `_copy_run`) and started again from its
+  save at 4 ends with exactly the weights, optimizer slots and input position of the run never
+  stopped (bilm: dropout and the dynamic masks; issue 54: it ended 7.5e-3 away)."""
   del op_determinism
   options = dict(
     _EXACT,
@@ -1150,8 +1189,9 @@ def test_mirrored_resume_after_a_crash_is_bit_identical(
   )
   whole = training_job.train(tiny_params(data_dir, tmp_path / "whole", **options))
   assert whole["finished"] and whole["replicas"] == 2
-  stopped = tmp_path / "stopped"
-  _, second = _stopped_and_resumed(data_dir, stopped, monkeypatch, options, 5, "crash")
+  # The run crashed is the run never stopped up to the crash: its dir as the crash leaves it.
+  stopped = _copy_run(tmp_path / "whole", tmp_path / "stopped", at_step=4)
+  second = training_job.train(tiny_params(data_dir, stopped, **options))
   assert second["start_step"] == 4 and second["finished"]
   _assert_same_state(stopped, _checkpoint_values(tmp_path / "whole"))
 
@@ -1225,7 +1265,7 @@ def test_two_replicas_match_one_device():
 # ------------------------------- the guard: non-finite steps, float16's loss scaling
 
 
-@pytest.mark.slow(seconds=15)
+@pytest.mark.slow(seconds=10)
 def test_a_non_finite_step_on_one_replica_is_skipped_on_all():
   """A step whose loss is not finite on one replica of two changes no variable or slot anywhere,
   under float32 and under float16's loss scaling (whose Keras test of the gradients would read the
@@ -1246,35 +1286,43 @@ def test_a_non_finite_step_on_one_replica_is_skipped_on_all():
   skips = [training_metrics.TRAIN_METRICS.index(k) for k in training_metrics.SKIPS]
   strategy = _one_device_and_mirrored()[1]
 
-  def train(precision, batches):
-    training.set_precision_policy(precision)
-    try:
-      keras.utils.set_random_seed(1)
-      with strategy.scope():
-        model = modeling.build_model(config, "bilm")
-        optimizer = optimization.create_optimizer(1e-2, 100, 0, loss_scaling=precision == "float16")
-        optimizer.build(model.trainable_variables)
+  def trainer(precision):
+    """train(batches) -> (rows, optimizer steps, state): steps on `batches` from one initial state
+    of a model of `precision` each time (one loop: its tracing is most of the cost)."""
+    keras.utils.set_random_seed(1)
+    with strategy.scope():
+      model = modeling.build_model(config, "bilm")
+      optimizer = optimization.create_optimizer(1e-2, 100, 0, loss_scaling=precision == "float16")
+      optimizer.build(model.trainable_variables)
+    variables = model.trainable_variables + optimizer.variables
+    initial = [v.numpy() for v in variables]
+    loop = training.make_train_loop(strategy, model, optimizer, loss_denominator=24.0)
+
+    def train(batches):
+      for variable, value in zip(variables, initial):
+        variable.assign(value)
+      assert int(optimizer.iterations.numpy()) == 0
       dataset = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
       iterator = iter(strategy.experimental_distribute_dataset(dataset))
-      loop = training.make_train_loop(strategy, model, optimizer, loss_denominator=24.0)
       rows = loop(iterator, tf.constant(len(batches))).numpy()
-    finally:
-      training.set_precision_policy(None)
-    state = [
-      v.numpy()
-      for v in model.trainable_variables + optimizer.variables
-      if v.name not in ("dynamic_scale", "step_counter")
-    ]
-    return rows, int(optimizer.iterations.numpy()), state
+      state = [v.numpy() for v in variables if v.name not in ("dynamic_scale", "step_counter")]
+      return rows, int(optimizer.iterations.numpy()), state
+
+    return train
 
   for precision in (None, "float16"):
-    rows, iterations, state = train(precision, [good, bad, good])
+    training.set_precision_policy(precision)
+    try:
+      train = trainer(precision)
+      rows, iterations, state = train([good, bad, good])
+      # Every variable and slot as if the bad batch had not been there.
+      _, _, expected = train([good, good])
+    finally:
+      training.set_precision_policy(None)
     # The bad step counted (a non-finite loss, not an overflow), its loss sums 0, no update.
     assert rows[:, skips].tolist() == [[0, 0], [0, 1], [0, 0]], (precision, rows)
     assert rows[1, :4].tolist() == [0, 0, 0, 0] and np.isfinite(rows).all(), (precision, rows)
     assert iterations == 2, precision
-    # Every variable and slot as if the bad batch had not been there.
-    _, _, expected = train(precision, [good, good])
     for a, b in zip(state, expected):
       assert np.isfinite(a).all(), precision
       # float16 goes on at half the loss scale, which moves its rounding.
