@@ -208,6 +208,13 @@ CASES = [
     ["--quick", "--output_dir={tmp}/o", "--peak_only", "--tasks=sts"],
     ["--tasks does nothing with --peak_only: leave one of them out"],
   ),
+  # Issue 56's fifth round: `--output_file --overwrite` (a value forgotten) wrote a file named
+  # --overwrite and dropped the switch, exit 0 (J1).
+  (
+    "score.py",
+    ["--model_dir={tmp}/absent", "--output_file", "--overwrite"],
+    ["--output_file has no value: the argument after it, --overwrite, is a flag"],
+  ),
 ]
 
 

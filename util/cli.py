@@ -115,6 +115,14 @@ def merge_repeats(argv, flag_values=flags.FLAGS):
       continue
     if not eq:  # --name value
       value, i = argv[i + 1], i + 1
+      next_name = value.lstrip("-").partition("=")[0]
+      if value.startswith("-") and _given_flag(next_name, flag_values) is not None:
+        # absl takes the next argument as the value: `--output_file --overwrite` would write a
+        # file named --overwrite and drop the switch, in silence.
+        raise InputError(
+          f"--{name} has no value: the argument after it, {value}, is a flag of this command "
+          f"(give --{name}=VALUE)"
+        )
     name = _ALIASES.get(name, flag.name)
     given.setdefault(name, []).append((len(out), value, f"--{name}={value}"))
     out.append(f"--{name}={value}")
