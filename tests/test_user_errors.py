@@ -215,6 +215,9 @@ CASES = [
     ["--model_dir={tmp}/absent", "--output_file", "--overwrite"],
     ["--output_file has no value: the argument after it, --overwrite, is a flag"],
   ),
+  # `--output_file=` scored every line, then was a FileNotFoundError traceback that left .partial
+  # and .partial.json in the working dir (J2).
+  ("score.py", ["--model_dir={tmp}/absent", "--output_file="], ["--output_file is empty"]),
 ]
 
 

@@ -530,6 +530,10 @@ def check_output_path(path, flag, is_dir=True, overwrite=None):
   before a command loads or makes anything; leaves nothing behind. A remote path is checked for
   its scheme only (`check_scheme`). overwrite=False (a file output of a command with --overwrite):
   an existing file is refused too, as a command never writes over a file it was not asked to."""
+  if not path:
+    # `--output_file=` is no path: its partial and lock would be `.partial` in the working dir,
+    # and the final rename fails once the work is done.
+    raise cli.InputError(f"--{flag} is empty: give a path")
   if is_remote(path):
     check_scheme(path, flag)
     return
