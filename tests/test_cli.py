@@ -270,3 +270,18 @@ def test_a_boolean_given_twice_is_refused(monkeypatch, args):
   # A flag named no...: its own name, not the negation of another.
   values(cli.merge_repeats(["x", "--nocache", "--overwrite"], values))
   assert values.nocache and values.overwrite
+
+
+def test_a_flag_in_a_flagfile_repeated_on_the_command_line_is_refused(tmp_path):
+  # Issue 56's fifth round (J3): `score.py --flagfile=F --batch_size=3`, F holding --batch_size=2,
+  # ran with 3 (absl keeps the last in silence); two values inside one flagfile likewise.
+  values = flags.FlagValues()
+  flags.DEFINE_integer("batch_size", 8, "One value.", flag_values=values)
+  flags.DEFINE_list("sets", [], "A list.", flag_values=values)
+  flagfile = tmp_path / "flags.txt"
+  flagfile.write_text("# my flags\n--batch_size=2\n--sets=dev\n")
+  with pytest.raises(cli.InputError, match=r"--batch_size is given 2 times \(--batch_size=2, "):
+    cli.merge_repeats(["x", f"--flagfile={flagfile}", "--batch_size=3"], values)
+  # A list flag takes the values of both places; a flagfile's own flags are read as given.
+  values(cli.merge_repeats(["x", f"--flagfile={flagfile}", "--sets=test"], values))
+  assert values.batch_size == 2 and values.sets == ["dev", "test"]

@@ -90,10 +90,12 @@ _ALIASES = {}
 
 
 def merge_repeats(argv, flag_values=flags.FLAGS):
-  """`argv` with each flag given more than once (or beside its alias) as one: a list flag's values
-  joined, a multi flag's kept in order, under the flag's own name. absl keeps the last value of a
-  repeated flag in silence; InputError for one that takes a single value (a boolean's --name and
-  --noname included: which one was meant, no order can tell)."""
+  """`argv` with each flag given more than once (or beside its alias, or in a --flagfile) as one: a
+  list flag's values joined, a multi flag's kept in order, under the flag's own name. absl keeps
+  the last value of a repeated flag in silence; InputError for one that takes a single value (a
+  boolean's --name and --noname included: which one was meant, no order can tell)."""
+  # A flag in a --flagfile is given as much as one on the command line (absl reads them in place).
+  argv = argv[:1] + flag_values.read_flags_from_files(list(argv[1:]), force_gnu=False)
   given = {}  # flag name: [(position in out, value, the argument as given)]
   out, i = list(argv[:1]), 1
   while i < len(argv):
