@@ -285,3 +285,11 @@ def test_a_flag_in_a_flagfile_repeated_on_the_command_line_is_refused(tmp_path):
   # A list flag takes the values of both places; a flagfile's own flags are read as given.
   values(cli.merge_repeats(["x", f"--flagfile={flagfile}", "--sets=test"], values))
   assert values.batch_size == 2 and values.sets == ["dev", "test"]
+
+
+def test_a_flagfile_that_is_not_utf8_is_one_line_naming_it(tmp_path):
+  # Issue 56's fifth round (J4): a UnicodeDecodeError traceback from absl's reading, exit 1.
+  flagfile = tmp_path / "flags.txt"
+  flagfile.write_bytes(b"--batch_size=2\n--name=\xff\n")
+  result = _run(tmp_path, f"--flagfile={flagfile}")
+  _assert_one_line(result, f"--flagfile {flagfile}: not UTF-8 text (invalid start byte)")

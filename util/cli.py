@@ -95,7 +95,11 @@ def merge_repeats(argv, flag_values=flags.FLAGS):
   the last value of a repeated flag in silence; InputError for one that takes a single value (a
   boolean's --name and --noname included: which one was meant, no order can tell)."""
   # A flag in a --flagfile is given as much as one on the command line (absl reads them in place).
-  argv = argv[:1] + flag_values.read_flags_from_files(list(argv[1:]), force_gnu=False)
+  try:
+    argv = argv[:1] + flag_values.read_flags_from_files(list(argv[1:]), force_gnu=False)
+  except UnicodeDecodeError as e:
+    named = [arg.partition("=")[2] for arg in argv[1:] if arg.lstrip("-").startswith("flagfile=")]
+    raise InputError(f"--flagfile {', '.join(named)}: not UTF-8 text ({e.reason})") from None
   given = {}  # flag name: [(position in out, value, the argument as given)]
   out, i = list(argv[:1]), 1
   while i < len(argv):
