@@ -218,6 +218,14 @@ CASES = [
   # `--output_file=` scored every line, then was a FileNotFoundError traceback that left .partial
   # and .partial.json in the working dir (J2).
   ("score.py", ["--model_dir={tmp}/absent", "--output_file="], ["--output_file is empty"]),
+  # run_sts.py --model_dir= ran with no LM and ended in an IndexError traceback, leaving run.json
+  # and pairs/; --pairs_file= ran no set at all, exit 0 (J5).
+  ("run_sts.py", ["--model_dir=", "--output_dir={tmp}/o"], ["--model_dir is required"]),
+  (
+    "run_sts.py",
+    ["--model_dir={tmp}/absent", "--pairs_file=", "--output_dir={tmp}/o"],
+    ["--pairs_file is given an empty value"],
+  ),
 ]
 
 

@@ -465,10 +465,15 @@ def params(cls, flag_values=flags.FLAGS):
       return presets[name]
     return flag_values[name].value
 
-  # Every required flag before any value is checked.
+  # Every required flag before any value is checked; `--name=` is no value (a list flag's parses
+  # as [], a repeatable one's as [""]: run_sts.py --model_dir= ran with no LM into a traceback,
+  # --pairs_file= with no set into an empty success).
   for field, _ in _flag_fields(cls):
-    if field.default is dataclasses.MISSING and value(field) in (None, ""):
-      raise InputError(f"--{flag_name(field)} is required")
+    name = flag_name(field)
+    if field.default is dataclasses.MISSING and value(field) in (None, "", []):
+      raise InputError(f"--{name} is required")
+    if field.metadata["kind"] == MULTI and "" in (value(field) or ()):
+      raise InputError(f"--{name} is given an empty value: give each --{name}=VALUE")
   for field, _ in _flag_fields(cls):
     name = flag_name(field)
     for other in field.metadata["unused_with"] if flag_values[name].present else ():
