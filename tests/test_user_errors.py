@@ -226,6 +226,13 @@ CASES = [
     ["--model_dir={tmp}/absent", "--pairs_file=", "--output_dir={tmp}/o"],
     ["--pairs_file is given an empty value"],
   ),
+  # run_rescoring.py --settings= (a list whose default is not empty) rescored no setting: an
+  # empty table, exit 0 (J6).
+  (
+    "run_rescoring.py",
+    ["--model_dir={tmp}/absent", "--settings="],
+    ["--settings is given no value"],
+  ),
 ]
 
 

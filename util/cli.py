@@ -474,6 +474,12 @@ def params(cls, flag_values=flags.FLAGS):
       raise InputError(f"--{name} is required")
     if field.metadata["kind"] == MULTI and "" in (value(field) or ()):
       raise InputError(f"--{name} is given an empty value: give each --{name}=VALUE")
+    if flag_values[name].present and value(field) == [] and field.default:
+      # run_rescoring.py --settings= rescored no setting and wrote an empty table, exit 0.
+      raise InputError(
+        f"--{name} is given no value: name at least one, or leave the flag out for its default "
+        f"({','.join(str(v) for v in field.default)})"
+      )
   for field, _ in _flag_fields(cls):
     name = flag_name(field)
     for other in field.metadata["unused_with"] if flag_values[name].present else ():
