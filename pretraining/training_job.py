@@ -219,7 +219,7 @@ class JobParams:
   eval_batch_size: int = cli.param("Global eval batch size.", 64, result=False, lower_bound=1)
   # A peak learning rate of 0 trains nothing and a negative one climbs the loss.
   learning_rate: float = cli.param("Peak learning rate.", 1e-4, check=cli.positive)
-  weight_decay_rate: float = cli.param("Decoupled weight decay.", 0.01)
+  weight_decay_rate: float = cli.param("Decoupled weight decay.", 0.01, check=cli.non_negative)
   num_train_steps: int = cli.param("Total optimizer steps.", 100000, result=False, lower_bound=1)
   num_warmup_steps: int = cli.param(
     "Linear warmup steps; at most --num_train_steps.", 10000, result=False, lower_bound=0

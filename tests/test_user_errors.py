@@ -81,7 +81,11 @@ CASES = [
       ("--train_batch_size=0", ["--train_batch_size=0", "positive"]),
       ("--num_attention_heads=0", ["--num_attention_heads=0", "positive"]),
       # Issue 56's probes: a negative rate trained (up the loss) and exited 0.
-      ("--learning_rate=-1", ["--learning_rate=-1", "not a number > 0"]),
+      ("--learning_rate=-1", ["--learning_rate=-1", "not a finite number > 0"]),
+      # Issue 56's fifth round (J7): inf trained until a step was not finite, exit 75 (which its
+      # same command repeats); a decay of nan likewise.
+      ("--learning_rate=inf", ["--learning_rate=inf", "not a finite number > 0"]),
+      ("--weight_decay_rate=nan", ["--weight_decay_rate=nan", "not a finite number >= 0"]),
       ("--num_train_steps=100", ["--num_warmup_steps=10000 exceeds --num_train_steps=100"]),
       ("--init_checkpoint={tmp}/m", ["--init_checkpoint={tmp}/m: no such model dir or checkpoint"]),
       (
@@ -121,7 +125,7 @@ CASES = [
   (
     "reproduce.py",
     ["--budget_minutes=-1", "--data_dir={tmp}"],
-    ["--budget_minutes=-1.0", "not a number > 0"],
+    ["--budget_minutes=-1.0", "not a finite number > 0"],
   ),
   (
     "reproduce.py",

@@ -11,6 +11,7 @@ fields are made with `param` is both a function's arguments and a script's flags
 import contextlib
 import csv
 import dataclasses
+import math
 import os
 import sys
 
@@ -180,10 +181,22 @@ def choices(allowed):
 
 
 def positive(value):
-  """A `param` check refusing a number that is not > 0 (absl's float bounds include the bound and
-  let nan through)."""
-  if not value > 0:
-    raise ValueError(f"{value} is not a number > 0")
+  """A `param` check refusing a number that is not finite and > 0 (absl's float bounds include the
+  bound and let nan and inf through: a rate of inf trains steps that are not finite)."""
+  if not 0 < value < math.inf:
+    raise ValueError(f"{value} is not a finite number > 0")
+
+
+def non_negative(value):
+  """A `param` check refusing a number that is not finite and >= 0 (nan, inf, a negative decay)."""
+  if not 0 <= value < math.inf:
+    raise ValueError(f"{value} is not a finite number >= 0")
+
+
+def fraction(value):
+  """A `param` check refusing a number outside [0, 1] (nan included)."""
+  if not 0 <= value <= 1:
+    raise ValueError(f"{value} is not a fraction in [0, 1]")
 
 
 class EscapedListParser(flags.ListParser):
