@@ -86,6 +86,13 @@ CASES = [
       # same command repeats); a decay of nan likewise.
       ("--learning_rate=inf", ["--learning_rate=inf", "not a finite number > 0"]),
       ("--weight_decay_rate=nan", ["--weight_decay_rate=nan", "not a finite number >= 0"]),
+      # J8: a dropout of nan trained until a step was not finite (exit 3), one of 1.5 was Keras's
+      # traceback, both after run.json was written; --train_minutes=nan ran with no limit, exit 0.
+      ("--hidden_dropout_prob=nan", ["--hidden_dropout_prob=nan", "not a dropout probability"]),
+      ("--attention_probs_dropout_prob=1.5", ["=1.5", "not a dropout probability in [0, 1)"]),
+      ("--train_minutes=nan", ["--train_minutes=nan", "not a finite number >= 0"]),
+      ("--mlm_probability=2", ["--mlm_probability=2", "not a fraction in [0, 1]"]),
+      ("--continuous_logit_scale=nan", ["--continuous_logit_scale=nan", "not a finite number"]),
       ("--num_train_steps=100", ["--num_warmup_steps=10000 exceeds --num_train_steps=100"]),
       ("--init_checkpoint={tmp}/m", ["--init_checkpoint={tmp}/m: no such model dir or checkpoint"]),
       (
