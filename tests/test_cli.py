@@ -24,7 +24,9 @@ SCRIPT = textwrap.dedent(
   @dataclasses.dataclass
   class Params:
     model_dir: str = cli.param("A required flag.")
-    case: str = cli.param("What main does.", "bug", enum=["input", "raised", "usage", "bug"])
+    case: str = cli.param(
+      "What main does.", "bug", enum=["input", "raised", "usage", "bug", "print", "read"]
+    )
     batch_size: int = cli.param("A bounded flag.", 8, lower_bound=1)
     sets: list = cli.param("Choices.", ("dev",), check=cli.choices(["dev", "test"]))
 
@@ -40,6 +42,13 @@ SCRIPT = textwrap.dedent(
       raise cli.InputError("dev.json:3: expected a number")
     if case == "usage":
       raise app.UsageError("--merge needs --output_file")
+    if case == "print":
+      for i in range(100000):
+        print(f"record {{i}}")
+      return
+    if case == "read":
+      print(len(sys.stdin.read()), file=sys.stderr)
+      return
     raise ValueError("a bug outside any input block")
 
   cli.run(main)
@@ -293,3 +302,34 @@ def test_a_flagfile_that_is_not_utf8_is_one_line_naming_it(tmp_path):
   flagfile.write_bytes(b"--batch_size=2\n--name=\xff\n")
   result = _run(tmp_path, f"--flagfile={flagfile}")
   _assert_one_line(result, f"--flagfile {flagfile}: not UTF-8 text (invalid start byte)")
+
+
+@pytest.mark.parametrize(
+  "redirect, why",
+  [
+    ("| head -1 > /dev/null", "standard output was closed by its reader (a pipe such as | head)"),
+    (">&-", "standard output is closed (>&-): nothing written there is kept"),
+  ],
+)
+def test_a_closed_standard_output_is_one_line_and_exit_141(tmp_path, redirect, why):
+  # Issue 56's fifth round (J9): `score.py | head -1` was a BrokenPipeError traceback; with stdout
+  # closed (`>&-`), score.py's write was an AttributeError traceback and ngram.py --score_file's
+  # print() to None dropped every score, exit 0.
+  _run(tmp_path)  # writes script.py
+  result = subprocess.run(
+    ["bash", "-c", f"'{sys.executable}' script.py --model_dir=m --case=print {redirect}; "
+     "echo ${PIPESTATUS[0]} >&2"],
+    cwd=tmp_path, capture_output=True, text=True, timeout=HANG_SECONDS,
+  )  # fmt: skip
+  lines = result.stderr.strip().splitlines()
+  assert lines == [f"script.py: stopped: {why}", str(cli.EXIT_BROKEN_PIPE)], result.stderr
+
+
+def test_a_closed_standard_input_reads_as_empty(tmp_path):
+  # J9: with stdin closed (`<&-`), ngram.py --score_file=- was an AttributeError traceback.
+  _run(tmp_path)
+  result = subprocess.run(
+    ["bash", "-c", f"'{sys.executable}' script.py --model_dir=m --case=read <&-"],
+    cwd=tmp_path, capture_output=True, text=True, timeout=HANG_SECONDS,
+  )  # fmt: skip
+  assert (result.returncode, result.stderr) == (0, "0\n"), result.stderr

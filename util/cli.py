@@ -11,6 +11,7 @@ fields are made with `param` is both a function's arguments and a script's flags
 import contextlib
 import csv
 import dataclasses
+import errno
 import math
 import os
 import sys
@@ -62,6 +63,7 @@ def run(main):
   def guarded(argv):
     # From here a stop is `interrupts.exit_stopped`'s, no longer the start-up's one line.
     startup_log.quiet_stops_end()
+    _stdio_closed()
     try:
       if len(argv) > 1:
         # A value without its flag (`score.py runs/tta`) would otherwise be dropped silently.
@@ -76,6 +78,16 @@ def run(main):
       _refuse(e)
     except KeyboardInterrupt as e:
       interrupts.exit_stopped(e)
+    except BrokenPipeError:
+      # `score.py | head -1`: the reader is gone (or `>&-`: there was none).
+      if isinstance(sys.stdout, _ClosedStdout):
+        why = "standard output is closed (>&-): nothing written there is kept"
+      else:
+        # Python's flush at exit would write into the closed pipe again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        why = "standard output was closed by its reader (a pipe such as | head)"
+      sys.stderr.write(f"{os.path.basename(sys.argv[0])}: stopped: {why}\n")
+      sys.exit(EXIT_BROKEN_PIPE)
     except Exception:  # pylint: disable=broad-except
       # A stop that C code turned into another error is still the stop, not a bug's traceback.
       stop = interrupts.raised()
@@ -84,6 +96,33 @@ def run(main):
       interrupts.exit_stopped(stop)
 
   app.run(guarded, flags_parser=parse)
+
+
+# The exit status of a command whose standard output was closed (128 + SIGPIPE, a shell's tool's).
+EXIT_BROKEN_PIPE = 141
+
+
+class _ClosedStdout:
+  """sys.stdout when file descriptor 1 is closed (`>&-`), where Python's print() to None drops
+  the text in silence (ngram.py --score_file's scores, exit 0): a write is a BrokenPipeError."""
+
+  def write(self, text):
+    if text:
+      raise BrokenPipeError(errno.EBADF, "standard output is closed")
+
+  def flush(self):
+    pass
+
+  def fileno(self):
+    raise BrokenPipeError(errno.EBADF, "standard output is closed")
+
+
+def _stdio_closed():
+  """Stands in for a closed stdin (`<&-`: an empty input, as </dev/null) and stdout."""
+  if sys.stdin is None:
+    sys.stdin = open(os.devnull, encoding="utf-8")  # pylint: disable=consider-using-with
+  if sys.stdout is None:
+    sys.stdout = _ClosedStdout()
 
 
 # {alias: flag name} of the aliases `define_param_flags` defined (absl's alias keeps its own name).
