@@ -80,6 +80,11 @@ def _assert_one_line(result, *fragments):
 
 
 def test_user_input_turns_value_and_os_errors_into_input_errors():
+  # Issue 56's fifth round (J9): beam_rescore.py | head -1 was "error: [Errno 32] Broken pipe",
+  # exit 2, as if the input were wrong; a closed stdout is `run`'s to end.
+  with pytest.raises(BrokenPipeError):
+    with cli.user_input():
+      raise BrokenPipeError(32, "Broken pipe")
   with pytest.raises(cli.InputError, match="line 3"):
     with cli.user_input():
       raise ValueError("dev.json line 3")
@@ -309,6 +314,8 @@ def test_a_flagfile_that_is_not_utf8_is_one_line_naming_it(tmp_path):
   [
     ("| head -1 > /dev/null", "standard output was closed by its reader (a pipe such as | head)"),
     (">&-", "standard output is closed (>&-): nothing written there is kept"),
+    # run_benchmark.py --helpfull >&- was an AttributeError traceback (absl writes the help).
+    ("--helpfull >&-", "standard output is closed (>&-): nothing written there is kept"),
   ],
 )
 def test_a_closed_standard_output_is_one_line_and_exit_141(tmp_path, redirect, why):

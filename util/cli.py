@@ -45,8 +45,8 @@ def user_input():
   """
   try:
     yield
-  except InputError:
-    raise
+  except (InputError, BrokenPipeError):
+    raise  # a closed standard output ends the command as `run` says, whatever block it is in
   except (ValueError, OSError) as e:
     raise InputError(str(e) or type(e).__name__) from e
 
@@ -55,15 +55,17 @@ def run(main):
   """`app.run(main)`, with every wrong input (see the module docstring) one line and exit 2."""
 
   def parse(argv):
+    _stdio_closed()  # before absl, which writes --help there
     try:
       return flags.FLAGS(merge_repeats(argv))
     except (flags.Error, InputError) as e:
       _refuse(e)
+    except BrokenPipeError:
+      _exit_stdout_closed()
 
   def guarded(argv):
     # From here a stop is `interrupts.exit_stopped`'s, no longer the start-up's one line.
     startup_log.quiet_stops_end()
-    _stdio_closed()
     try:
       if len(argv) > 1:
         # A value without its flag (`score.py runs/tta`) would otherwise be dropped silently.
@@ -79,15 +81,7 @@ def run(main):
     except KeyboardInterrupt as e:
       interrupts.exit_stopped(e)
     except BrokenPipeError:
-      # `score.py | head -1`: the reader is gone (or `>&-`: there was none).
-      if isinstance(sys.stdout, _ClosedStdout):
-        why = "standard output is closed (>&-): nothing written there is kept"
-      else:
-        # Python's flush at exit would write into the closed pipe again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        why = "standard output was closed by its reader (a pipe such as | head)"
-      sys.stderr.write(f"{os.path.basename(sys.argv[0])}: stopped: {why}\n")
-      sys.exit(EXIT_BROKEN_PIPE)
+      _exit_stdout_closed()
     except Exception:  # pylint: disable=broad-except
       # A stop that C code turned into another error is still the stop, not a bug's traceback.
       stop = interrupts.raised()
@@ -115,6 +109,19 @@ class _ClosedStdout:
 
   def fileno(self):
     raise BrokenPipeError(errno.EBADF, "standard output is closed")
+
+
+def _exit_stdout_closed():
+  """Ends a command whose standard output is gone: `| head -1` (the reader ended) or `>&-` (there
+  was none): one line, exit EXIT_BROKEN_PIPE."""
+  if isinstance(sys.stdout, _ClosedStdout):
+    why = "standard output is closed (>&-): nothing written there is kept"
+  else:
+    # Python's flush at exit would write into the closed pipe again.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    why = "standard output was closed by its reader (a pipe such as | head)"
+  sys.stderr.write(f"{os.path.basename(sys.argv[0])}: stopped: {why}\n")
+  sys.exit(EXIT_BROKEN_PIPE)
 
 
 def _stdio_closed():
