@@ -229,6 +229,14 @@ CASES = [
   # `--output_file=` scored every line, then was a FileNotFoundError traceback that left .partial
   # and .partial.json in the working dir (J2).
   ("score.py", ["--model_dir={tmp}/absent", "--output_file="], ["--output_file is empty"]),
+  # `--output_file=~/o.jsonl` (no shell expands ~ after =) made a folder named ~ in the working
+  # directory and wrote there, exit 0; ngram.py --output, convert_checkpoint.py --output_dir
+  # likewise (J10).
+  (
+    "score.py",
+    ["--model_dir={tmp}/absent", "--output_file=~/o.jsonl"],
+    ["--output_file ~/o.jsonl: the shell did not expand ~", "--output_file=$HOME/o.jsonl"],
+  ),
   # run_sts.py --model_dir= ran with no LM and ended in an IndexError traceback, leaving run.json
   # and pairs/; --pairs_file= ran no set at all, exit 0 (J5).
   ("run_sts.py", ["--model_dir=", "--output_dir={tmp}/o"], ["--model_dir is required"]),

@@ -538,6 +538,14 @@ def check_output_path(path, flag, is_dir=True, overwrite=None):
     check_scheme(path, flag)
     return
   where = f"--{flag} {path}"
+  head = path.split(os.sep, 1)[0]
+  if head.startswith("~") and not os.path.lexists(head):
+    # A shell expands ~ only at the start of a word: `--output_file=~/x` reached us as is, and
+    # would make a folder named ~ in the working directory.
+    raise cli.InputError(
+      f"{where}: the shell did not expand {head} (it does not after --{flag}=): write "
+      f"--{flag}=$HOME{path[1:] if head == '~' else '/...'} or --{flag} {path}"
+    )
   if os.path.isdir(path) and not is_dir:
     raise cli.InputError(f"{where}: is a directory; give the path of a file")
   if overwrite is False and not is_dir and os.path.lexists(path):
