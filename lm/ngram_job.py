@@ -28,7 +28,9 @@ class JobParams:
   output: str = cli.param("Where the trained model goes (with --train_text).", None, io=cli.OUTPUT)
   overwrite: bool = cli.param("Replace an existing --output.", False, result=False)
   order: int = cli.param("n-gram order.", 5)
-  memory: str = cli.param("lmplz -S: sorting memory, e.g. 20% or 2G.", "20%")
+  memory: str = cli.param(
+    "lmplz -S: sorting memory, e.g. 20% or 2G.", "20%", check=ngram_lm.check_memory
+  )
   prune: list = cli.param("lmplz --prune count thresholds per order, e.g. 0,0,1.", None)
   discount_fallback: bool = cli.param("lmplz --discount_fallback (tiny corpora).", False)
   binary: bool = cli.param("Write a KenLM binary (else ARPA).", True)

@@ -97,6 +97,14 @@ def _prune_args(prune):
   return ["--prune"] + values
 
 
+def check_memory(memory):
+  """ValueError unless `memory` is an amount lmplz's -S reads: a number with an optional unit
+  (%, or b, K, M, G, T, P, E; KiB without one), e.g. 20% or 2G. An empty or misspelt one was
+  lmplz's C++ error after it started."""
+  if not re.fullmatch(r"\d+(\.\d+)?[%bKMGTPEkmgtpe]?", memory):
+    raise ValueError(f"{memory!r} is not an amount of memory, e.g. 20% or 2G")
+
+
 def _lmplz_command(lmplz, text_file, arpa, tmp_dir, order, memory, prune, discount_fallback):
   cmd = [lmplz, "-o", str(order), "-S", str(memory), "-T", tmp_dir]
   cmd += ["--text", text_file, "--arpa", arpa] + _prune_args(prune)

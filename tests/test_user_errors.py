@@ -214,6 +214,16 @@ CASES = [
     ["--train_text={tmp}/t.txt", "--output={tmp}/m.bin", "--order=3", "--prune=0,0,1,1"],
     ["--prune=0,0,1,1 gives 4 thresholds for an --order=3 model"],
   ),
+  # Issue 56's fifth round (J13): an empty or misspelt --memory was lmplz's C++ error and a
+  # RuntimeError traceback.
+  *(
+    (
+      "ngram.py",
+      ["--train_text={tmp}/t.txt", "--output={tmp}/m.bin", flag],
+      [flag, "not an amount"],
+    )
+    for flag in ("--memory=", "--memory=2 G", "--memory=lots")
+  ),
   (
     "run_benchmark.py",
     ["--quick", "--output_dir={tmp}/o", "--peak_only", "--tasks=sts"],
