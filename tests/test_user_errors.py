@@ -239,6 +239,18 @@ CASES = [
   # `--output_file=` scored every line, then was a FileNotFoundError traceback that left .partial
   # and .partial.json in the working dir (J2).
   ("score.py", ["--model_dir={tmp}/absent", "--output_file="], ["--output_file is empty"]),
+  # Issue 56's fifth round (J14): an output of 246 bytes was refused only after the model loaded
+  # (its .NAME.partial.json is 261); an --export_dir of 250 was a traceback once traced.
+  (
+    "score.py",
+    ["--model_dir={tmp}/absent", "--output_file={tmp}/" + "x" * 246],
+    ["its name is 246 bytes", "keep it to 220 bytes"],
+  ),
+  (
+    "export_saved_model.py",
+    ["--model_dir={tmp}/absent", "--export_dir={tmp}/" + "x" * 250],
+    ["its name is 250 bytes"],
+  ),
   # `--output_file=~/o.jsonl` (no shell expands ~ after =) made a folder named ~ in the working
   # directory and wrote there, exit 0; ngram.py --output, convert_checkpoint.py --output_dir
   # likewise (J10).
