@@ -557,7 +557,7 @@ def check_output_path(path, flag, is_dir=True, overwrite=None):
     existing = os.path.dirname(existing)
   if not os.path.isdir(existing):
     raise cli.InputError(f"{where}: cannot be created: {existing} is not a directory")
-  _check_name_lengths(path, existing, where)
+  _check_name_lengths(path, existing, where, is_dir)
   try:
     # A real file, not os.access: modes say nothing of a read-only mount or of /proc.
     fd, probe = tempfile.mkstemp(dir=existing, prefix=".write-probe-")
@@ -567,12 +567,16 @@ def check_output_path(path, flag, is_dir=True, overwrite=None):
   os.remove(probe)
 
 
-# The bytes an output's hidden siblings add to its name: the longest, a partial's state written
-# atomically, is `.NAME.partial.json.tmp-PID-HEX8` (`resumable.Partial`, `write_atomically`).
-SIBLING_NAME_ROOM = len(".") + len(".partial.json") + len(".tmp-") + 7 + len("-") + 8
+# The bytes an output's hidden siblings add to its name: a file's longest, a partial's state written
+# atomically, is `.NAME.partial.json.tmp-PID-HEX8` (`resumable.Partial`, `write_atomically`); a
+# folder's, a whole folder written aside (`atomic_dir`), `.NAME.HEX8`.
+SIBLING_NAME_ROOM = {
+  False: len(".") + len(".partial.json") + len(".tmp-") + 7 + len("-") + 8,
+  True: len(".") + len(".") + 8,
+}
 
 
-def _check_name_lengths(path, existing, where):
+def _check_name_lengths(path, existing, where, is_dir):
   """Refuses (cli.InputError) a name of `path` that the file system under `existing` cannot hold,
   or the output's own name when its hidden siblings would not fit: found before any work, where a
   score.py refused only once its model had loaded and an export was a traceback once traced."""
@@ -583,12 +587,11 @@ def _check_name_lengths(path, existing, where):
       raise cli.InputError(
         f"{where}: a name of {len(part.encode())} bytes; {existing} takes {limit}"
       )
-  name = os.path.basename(os.path.abspath(path))
-  if len(name.encode()) + SIBLING_NAME_ROOM > limit:
+  name, room = os.path.basename(os.path.abspath(path)), SIBLING_NAME_ROOM[is_dir]
+  if len(name.encode()) + room > limit:
     raise cli.InputError(
       f"{where}: its name is {len(name.encode())} bytes, and the hidden files written beside it "
-      f"(.NAME.partial.json and their temporary copies, .NAME.lock) add {SIBLING_NAME_ROOM}: keep "
-      f"it to {limit - SIBLING_NAME_ROOM} bytes"
+      f"while it is made add {room}: keep it to {limit - room} bytes"
     )
 
 
