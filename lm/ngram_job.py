@@ -82,7 +82,10 @@ def run(params):
     return None
   io_utils.check_outputs_apart(params)
   io_utils.check_output_path(params.output, "output", is_dir=False, overwrite=params.overwrite)
-  with cli.user_input():
+  # One writer of --output, checked again under the lock: two runs at once both found it free and
+  # the later replaced the earlier's model in silence (issue 56 probes, fifth round, J19).
+  with io_utils.exclusive_lock(io_utils.absolute(params.output), wait=False), cli.user_input():
+    io_utils.check_output_path(params.output, "output", is_dir=False, overwrite=params.overwrite)
     return ngram_lm.train_ngram(
       params.train_text,
       params.output,
