@@ -176,7 +176,18 @@ def train_ngram(
   try:
     arpa = os.path.join(tmp_dir, "model.arpa")
     cmd = _lmplz_command(lmplz, text_file, arpa, tmp_dir, order, memory, prune, discount_fallback)
-    _run_streaming(cmd, "lmplz")
+    before = os.stat(text_file)
+    try:
+      _run_streaming(cmd, "lmplz")
+    except RuntimeError:
+      # lmplz maps the text: one cut or rewritten under it dies of SIGBUS, not a bug of ours.
+      after = os.stat(text_file)
+      if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+        raise ValueError(
+          f"{text_file} changed while lmplz read it ({before.st_size} -> {after.st_size} bytes): "
+          "train on a file that no one writes to meanwhile"
+        ) from None
+      raise
     result = arpa
     if binary:
       result = os.path.join(tmp_dir, "model.bin")

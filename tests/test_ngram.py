@@ -447,3 +447,21 @@ def test_a_second_run_into_an_output_being_trained_is_refused(tmp_path):
   assert result.returncode == 2, result.stderr
   assert f"{out} is in use by another run" in result.stderr.strip().splitlines()[-1]
   assert os.listdir(tmp_path) == ["text.txt"]
+
+
+def test_a_training_text_changed_while_lmplz_reads_it_is_one_line(tmp_path, monkeypatch):
+  # Issue 56's fifth round (J17): a text emptied while lmplz mapped it killed lmplz by SIGBUS, a
+  # RuntimeError traceback. lmplz is replaced here by what it met: the file cut under it.
+  text = tmp_path / "text.txt"
+  text.write_text("the cat sat\n" * 20)
+
+  def cut_then_fail(cmd, what):
+    del cmd
+    text.write_text("")
+    raise RuntimeError(f"{what} failed (signal 7)")
+
+  monkeypatch.setattr(ngram_lm, "_run_streaming", cut_then_fail)
+  monkeypatch.setattr(ngram_lm, "find_kenlm_bin", lambda name: name)
+  with pytest.raises(ValueError, match=f"{text} changed while lmplz read it \\(240 -> 0 bytes\\)"):
+    ngram_lm.train_ngram(str(text), str(tmp_path / "lm.arpa"), order=2, binary=False)
+  assert os.listdir(tmp_path) == ["text.txt"]
