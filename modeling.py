@@ -49,6 +49,13 @@ def check_shape(hidden_size, num_hidden_layers, num_attention_heads, intermediat
     )
 
 
+def check_dropout(value):
+  """ValueError unless `value` is a dropout probability: a number in [0, 1) (1 drops every unit and
+  scales by 1 / 0; nan is none). The rule of `TTAConfig.validate`, for a flag's check."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+    raise ValueError(f"{value!r} is not a dropout probability in [0, 1)")
+
+
 @dataclasses.dataclass(eq=False)
 class TTAConfig:
   """Configuration of a `TransformerLM` (BERT's config fields, T-TA defaults).
@@ -116,6 +123,11 @@ class TTAConfig:
     check_shape(
       self.hidden_size, self.num_hidden_layers, self.num_attention_heads, self.intermediate_size
     )
+    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+      try:
+        check_dropout(getattr(self, name))
+      except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
     if self.hidden_act not in _ACTIVATIONS:
       raise ValueError(f"hidden_act {self.hidden_act!r} is not one of {sorted(_ACTIVATIONS)}")
     if self.model_type is not None:

@@ -19,7 +19,8 @@ def speaker(key):
 
 def split_by_speaker(lists, heldout_fraction, seed):
   """(train, heldout) lists in input order, a speaker held out by a hash of (seed, speaker), so
-  its side does not depend on the other lists; ValueError when a side is empty."""
+  its side does not depend on the other lists; ValueError when a side is empty or no training
+  list has two hypotheses."""
   if not 0.0 < heldout_fraction < 1.0:
     raise ValueError(f"the held-out fraction must lie in (0, 1), got {heldout_fraction}")
   held = {
@@ -32,6 +33,12 @@ def split_by_speaker(lists, heldout_fraction, seed):
     raise ValueError(
       f"holding out {heldout_fraction:g} of the {len(held)} speakers with seed {seed} leaves "
       f"{len(train)} training and {len(heldout)} held-out lists; change the fraction or the seed"
+    )
+  if all(len(l.hyps) < 2 for l in train):
+    # Its expected errors cannot change: the MWER loss is 0 at every step and a run "trains" on.
+    raise ValueError(
+      f"each of the {len(train)} training lists holds one hypothesis: MWER learns from the "
+      "differences between a list's hypotheses; give lists of 2 or more"
     )
   return train, heldout
 

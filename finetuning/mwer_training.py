@@ -40,12 +40,21 @@ class MwerParams:
     10,
     lower_bound=1,
   )
-  learning_rate: float = cli.param("Peak learning rate of the LM's weights.", 2e-5)
-  weights_learning_rate: float = cli.param(
-    "Peak learning rate of the combination weights (first-pass, LM and length weights).", 1e-2
+  # absl's float flags take nan and inf: each is refused while parsing, before any list is read.
+  learning_rate: float = cli.param(
+    "Peak learning rate of the LM's weights.", 2e-5, check=cli.positive
   )
-  warmup_fraction: float = cli.param("Linear warmup, as a fraction of the run's steps.", 0.1)
-  weight_decay_rate: float = cli.param("Decoupled weight decay of the LM's weights.", 0.01)
+  weights_learning_rate: float = cli.param(
+    "Peak learning rate of the combination weights (first-pass, LM and length weights).",
+    1e-2,
+    check=cli.positive,
+  )
+  warmup_fraction: float = cli.param(
+    "Linear warmup, as a fraction of the run's steps.", 0.1, check=cli.fraction
+  )
+  weight_decay_rate: float = cli.param(
+    "Decoupled weight decay of the LM's weights.", 0.01, check=cli.non_negative
+  )
   regularizer: str = cli.param(
     "pretraining: the LM's own pretraining loss on the lists' references; distillation: KL "
     "from the frozen starting model's token distributions at the hypotheses' scored tokens; "
@@ -61,12 +70,6 @@ class MwerParams:
   # Set by the caller for each run, not flags (the job's identity has --regularizer_weights).
   output_dir: str = cli.setting(result=False)
   regularizer_weight: float = cli.setting(0.0, result=False)
-
-  def __post_init__(self):
-    # absl's float bounds include the bound and let nan through; a rate of 0 trains nothing.
-    for name in ("learning_rate", "weights_learning_rate"):
-      if not getattr(self, name) > 0:
-        raise ValueError(f"--{name} must be a number > 0, got {getattr(self, name)}")
 
 
 @dataclasses.dataclass

@@ -52,6 +52,14 @@ def run(params):
   with cli.user_input():
     io_utils.check_outputs_apart(params)
     io_utils.check_output_path(params.export_dir, "export_dir")
+  # One writer of --export_dir, which it checks under the lock: two exports at once both found it
+  # free and the later replaced the earlier's in silence (issue 56 probes, fifth round, J19).
+  with io_utils.exclusive_lock(io_utils.absolute(params.export_dir), wait=False):
+    _export(params)
+
+
+def _export(params):
+  with cli.user_input():
     saved_model_export.check_export_dir(io_utils.absolute(params.export_dir), params.overwrite)
     lm = inference.NeuralLM.from_model_dir(
       params.model_dir, max_seq_length=params.max_seq_length, **params.lm_options.load_kwargs()

@@ -28,7 +28,9 @@ class JobParams:
   output: str = cli.param("Where the trained model goes (with --train_text).", None, io=cli.OUTPUT)
   overwrite: bool = cli.param("Replace an existing --output.", False, result=False)
   order: int = cli.param("n-gram order.", 5)
-  memory: str = cli.param("lmplz -S: sorting memory, e.g. 20% or 2G.", "20%")
+  memory: str = cli.param(
+    "lmplz -S: sorting memory, e.g. 20% or 2G.", "20%", check=ngram_lm.check_memory
+  )
   prune: list = cli.param("lmplz --prune count thresholds per order, e.g. 0,0,1.", None)
   discount_fallback: bool = cli.param("lmplz --discount_fallback (tiny corpora).", False)
   binary: bool = cli.param("Write a KenLM binary (else ARPA).", True)
@@ -80,7 +82,10 @@ def run(params):
     return None
   io_utils.check_outputs_apart(params)
   io_utils.check_output_path(params.output, "output", is_dir=False, overwrite=params.overwrite)
-  with cli.user_input():
+  # One writer of --output, checked again under the lock: two runs at once both found it free and
+  # the later replaced the earlier's model in silence (issue 56 probes, fifth round, J19).
+  with io_utils.exclusive_lock(io_utils.absolute(params.output), wait=False), cli.user_input():
+    io_utils.check_output_path(params.output, "output", is_dir=False, overwrite=params.overwrite)
     return ngram_lm.train_ngram(
       params.train_text,
       params.output,

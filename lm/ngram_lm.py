@@ -97,6 +97,14 @@ def _prune_args(prune):
   return ["--prune"] + values
 
 
+def check_memory(memory):
+  """ValueError unless `memory` is an amount lmplz's -S reads: a number with an optional unit
+  (%, or b, K, M, G, T, P, E; KiB without one), e.g. 20% or 2G. An empty or misspelt one was
+  lmplz's C++ error after it started."""
+  if not re.fullmatch(r"\d+(\.\d+)?[%bKMGTPEkmgtpe]?", memory):
+    raise ValueError(f"{memory!r} is not an amount of memory, e.g. 20% or 2G")
+
+
 def _lmplz_command(lmplz, text_file, arpa, tmp_dir, order, memory, prune, discount_fallback):
   cmd = [lmplz, "-o", str(order), "-S", str(memory), "-T", tmp_dir]
   cmd += ["--text", text_file, "--arpa", arpa] + _prune_args(prune)
@@ -168,7 +176,18 @@ def train_ngram(
   try:
     arpa = os.path.join(tmp_dir, "model.arpa")
     cmd = _lmplz_command(lmplz, text_file, arpa, tmp_dir, order, memory, prune, discount_fallback)
-    _run_streaming(cmd, "lmplz")
+    before = os.stat(text_file)
+    try:
+      _run_streaming(cmd, "lmplz")
+    except RuntimeError:
+      # lmplz maps the text: one cut or rewritten under it dies of SIGBUS, not a bug of ours.
+      after = os.stat(text_file)
+      if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+        raise ValueError(
+          f"{text_file} changed while lmplz read it ({before.st_size} -> {after.st_size} bytes): "
+          "train on a file that no one writes to meanwhile"
+        ) from None
+      raise
     result = arpa
     if binary:
       result = os.path.join(tmp_dir, "model.bin")

@@ -110,9 +110,11 @@ class ConfigFlags:
   num_hidden_layers: int = cli.param(_config_help("num_hidden_layers"), None, lower_bound=1)
   num_attention_heads: int = cli.param(_config_help("num_attention_heads"), None, lower_bound=1)
   intermediate_size: int = cli.param(_config_help("intermediate_size"), None, lower_bound=1)
-  hidden_dropout_prob: float = cli.param(_config_help("hidden_dropout_prob"), None)
+  hidden_dropout_prob: float = cli.param(
+    _config_help("hidden_dropout_prob"), None, check=modeling.check_dropout
+  )
   attention_probs_dropout_prob: float = cli.param(
-    _config_help("attention_probs_dropout_prob"), None
+    _config_help("attention_probs_dropout_prob"), None, check=modeling.check_dropout
   )
   max_position_embeddings: int = cli.param(
     _config_help("max_position_embeddings"), None, lower_bound=3
@@ -219,7 +221,7 @@ class JobParams:
   eval_batch_size: int = cli.param("Global eval batch size.", 64, result=False, lower_bound=1)
   # A peak learning rate of 0 trains nothing and a negative one climbs the loss.
   learning_rate: float = cli.param("Peak learning rate.", 1e-4, check=cli.positive)
-  weight_decay_rate: float = cli.param("Decoupled weight decay.", 0.01)
+  weight_decay_rate: float = cli.param("Decoupled weight decay.", 0.01, check=cli.non_negative)
   num_train_steps: int = cli.param("Total optimizer steps.", 100000, result=False, lower_bound=1)
   num_warmup_steps: int = cli.param(
     "Linear warmup steps; at most --num_train_steps.", 10000, result=False, lower_bound=0
@@ -233,7 +235,7 @@ class JobParams:
     "constant",
     losses.LOSS_NORMALIZATIONS,
   )
-  mlm_probability: float = cli.param("biLM masking rate.", 0.15)
+  mlm_probability: float = cli.param("biLM masking rate.", 0.15, check=cli.fraction)
   bucket_boundaries: list = cli.param(
     "Sequence-length bucket boundaries for batching, e.g. 16,24,32,48,64 "
     "(default: the pipeline's).",
@@ -301,6 +303,7 @@ class JobParams:
     "(run_pretraining.py exits 75) (0: no limit).",
     0.0,
     result=False,
+    check=cli.non_negative,
   )
   output_layer: str = cli.param(
     "softmax: tied vocabulary softmax; continuous: ELMo-C cosine loss against --target_embeddings.",
@@ -318,6 +321,7 @@ class JobParams:
     "Inference scale of a continuous model's cosine logits: "
     "log p(v) = log_softmax(scale * cos(W h, e(v))).",
     10.0,
+    check=cli.positive,
   )
   calibrate_logit_scale: bool = cli.param(
     "Continuous head: after the final eval, store in config.json the scale "

@@ -18,6 +18,7 @@ import tensorflow as tf
 from lm import checkpoints
 from util import cli
 from util import distribute_utils
+from util import interrupts
 from util import io_utils
 
 # os.EX_TEMPFAIL (sysexits.h): "try again later", a code schedulers read as requeue. The commands
@@ -241,13 +242,13 @@ def nonfinite_variables(checkpoint):
 
 
 class _Stop(object):
-  """SIGTERM/SIGINT or the train_minutes deadline, agreed on by all workers."""
+  """A stop signal (interrupts.SIGNALS) or the train_minutes deadline, agreed on by all workers."""
 
   def __init__(self, strategy, install, train_minutes):
     self.signal = None
     self._previous = {}
     if install and threading.current_thread() is threading.main_thread():
-      for signum in (signal.SIGTERM, signal.SIGINT):
+      for signum in interrupts.SIGNALS:
         self._previous[signum] = signal.signal(signum, self._handle)
     self.deadline = time.time() + 60.0 * train_minutes if train_minutes > 0 else None
     self._any_worker = (

@@ -159,11 +159,10 @@ def resolve_vocab(spec, resuming=False, sources=()):
   (None, None) for synthetic data without one.
   """
   own = model_dir.vocab_path(spec.output_dir)
+  beside = model_dir.vocab_path(os.path.dirname(spec.input_file)) if spec.input_file else None
   candidates = [own] if resuming else []
   candidates.append(spec.vocab_file)
-  if spec.input_file:
-    candidates.append(model_dir.vocab_path(os.path.dirname(spec.input_file)))
-  candidates.append(own)
+  candidates.extend([beside, own])
   candidates.extend(source.vocab_file for source in sources)
   for path in candidates:
     if path and tf.io.gfile.exists(path):
@@ -176,6 +175,19 @@ def resolve_vocab(spec, resuming=False, sources=()):
       ):
         raise ValueError(
           f"--vocab_file {spec.vocab_file} differs from {own} of the run being resumed"
+        )
+      if (
+        path == spec.vocab_file
+        and beside
+        and tf.io.gfile.exists(beside)
+        and list(tokenization.load_vocab(beside)) != list(vocab)
+      ):
+        # The records hold ids of the vocab they were made with (create_pretraining_data.py writes
+        # it beside them): another vocab trained on wrong tokens in silence, or, larger ids, ended
+        # in an assertion's traceback at the first step.
+        raise ValueError(
+          f"--vocab_file {spec.vocab_file} differs from {beside}, the vocab the records of "
+          f"--input_file were made with: give --vocab_file={beside} or leave the flag out"
         )
       for source in sources:
         warm_start.check_vocab(source, path, vocab)

@@ -100,7 +100,9 @@ def _isolated(argv, stdin, out, err, env, cwd):
   handler = logging.get_absl_handler().python_handler
   saved_log_stream, saved_log_format = handler.stream, handler.formatter
   saved_root_handlers = list(std_logging.root.handlers)
-  saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+  from util import interrupts  # pylint: disable=g-import-not-at-top
+
+  saved_signals = {s: signal.getsignal(s) for s in interrupts.SIGNALS}
   saved_policy = keras.mixed_precision.global_policy().name
   saved_determinism = tf_config.is_op_determinism_enabled()
   base = _BASE[0] if _BASE else _names()

@@ -24,7 +24,9 @@ SCRIPT = textwrap.dedent(
   @dataclasses.dataclass
   class Params:
     model_dir: str = cli.param("A required flag.")
-    case: str = cli.param("What main does.", "bug", enum=["input", "raised", "usage", "bug"])
+    case: str = cli.param(
+      "What main does.", "bug", enum=["input", "raised", "usage", "bug", "print", "read"]
+    )
     batch_size: int = cli.param("A bounded flag.", 8, lower_bound=1)
     sets: list = cli.param("Choices.", ("dev",), check=cli.choices(["dev", "test"]))
 
@@ -40,6 +42,13 @@ SCRIPT = textwrap.dedent(
       raise cli.InputError("dev.json:3: expected a number")
     if case == "usage":
       raise app.UsageError("--merge needs --output_file")
+    if case == "print":
+      for i in range(100000):
+        print(f"record {{i}}")
+      return
+    if case == "read":
+      print(len(sys.stdin.read()), file=sys.stderr)
+      return
     raise ValueError("a bug outside any input block")
 
   cli.run(main)
@@ -71,6 +80,11 @@ def _assert_one_line(result, *fragments):
 
 
 def test_user_input_turns_value_and_os_errors_into_input_errors():
+  # Issue 56's fifth round (J9): beam_rescore.py | head -1 was "error: [Errno 32] Broken pipe",
+  # exit 2, as if the input were wrong; a closed stdout is `run`'s to end.
+  with pytest.raises(BrokenPipeError):
+    with cli.user_input():
+      raise BrokenPipeError(32, "Broken pipe")
   with pytest.raises(cli.InputError, match="line 3"):
     with cli.user_input():
       raise ValueError("dev.json line 3")
@@ -270,3 +284,59 @@ def test_a_boolean_given_twice_is_refused(monkeypatch, args):
   # A flag named no...: its own name, not the negation of another.
   values(cli.merge_repeats(["x", "--nocache", "--overwrite"], values))
   assert values.nocache and values.overwrite
+
+
+def test_a_flag_in_a_flagfile_repeated_on_the_command_line_is_refused(tmp_path):
+  # Issue 56's fifth round (J3): `score.py --flagfile=F --batch_size=3`, F holding --batch_size=2,
+  # ran with 3 (absl keeps the last in silence); two values inside one flagfile likewise.
+  values = flags.FlagValues()
+  flags.DEFINE_integer("batch_size", 8, "One value.", flag_values=values)
+  flags.DEFINE_list("sets", [], "A list.", flag_values=values)
+  flagfile = tmp_path / "flags.txt"
+  flagfile.write_text("# my flags\n--batch_size=2\n--sets=dev\n")
+  with pytest.raises(cli.InputError, match=r"--batch_size is given 2 times \(--batch_size=2, "):
+    cli.merge_repeats(["x", f"--flagfile={flagfile}", "--batch_size=3"], values)
+  # A list flag takes the values of both places; a flagfile's own flags are read as given.
+  values(cli.merge_repeats(["x", f"--flagfile={flagfile}", "--sets=test"], values))
+  assert values.batch_size == 2 and values.sets == ["dev", "test"]
+
+
+def test_a_flagfile_that_is_not_utf8_is_one_line_naming_it(tmp_path):
+  # Issue 56's fifth round (J4): a UnicodeDecodeError traceback from absl's reading, exit 1.
+  flagfile = tmp_path / "flags.txt"
+  flagfile.write_bytes(b"--batch_size=2\n--name=\xff\n")
+  result = _run(tmp_path, f"--flagfile={flagfile}")
+  _assert_one_line(result, f"--flagfile {flagfile}: not UTF-8 text (invalid start byte)")
+
+
+@pytest.mark.parametrize(
+  "redirect, why",
+  [
+    ("| head -1 > /dev/null", "standard output was closed by its reader (a pipe such as | head)"),
+    (">&-", "standard output is closed (>&-): nothing written there is kept"),
+    # run_benchmark.py --helpfull >&- was an AttributeError traceback (absl writes the help).
+    ("--helpfull >&-", "standard output is closed (>&-): nothing written there is kept"),
+  ],
+)
+def test_a_closed_standard_output_is_one_line_and_exit_141(tmp_path, redirect, why):
+  # Issue 56's fifth round (J9): `score.py | head -1` was a BrokenPipeError traceback; with stdout
+  # closed (`>&-`), score.py's write was an AttributeError traceback and ngram.py --score_file's
+  # print() to None dropped every score, exit 0.
+  _run(tmp_path)  # writes script.py
+  result = subprocess.run(
+    ["bash", "-c", f"'{sys.executable}' script.py --model_dir=m --case=print {redirect}; "
+     "echo ${PIPESTATUS[0]} >&2"],
+    cwd=tmp_path, capture_output=True, text=True, timeout=HANG_SECONDS,
+  )  # fmt: skip
+  lines = result.stderr.strip().splitlines()
+  assert lines == [f"script.py: stopped: {why}", str(cli.EXIT_BROKEN_PIPE)], result.stderr
+
+
+def test_a_closed_standard_input_reads_as_empty(tmp_path):
+  # J9: with stdin closed (`<&-`), ngram.py --score_file=- was an AttributeError traceback.
+  _run(tmp_path)
+  result = subprocess.run(
+    ["bash", "-c", f"'{sys.executable}' script.py --model_dir=m --case=read <&-"],
+    cwd=tmp_path, capture_output=True, text=True, timeout=HANG_SECONDS,
+  )  # fmt: skip
+  assert (result.returncode, result.stderr) == (0, "0\n"), result.stderr

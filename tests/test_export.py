@@ -21,6 +21,7 @@ from lm import saved_model_export
 import modeling
 from text import normalization
 from util import interrupts
+from util import io_utils
 
 MAX_SEQ_LENGTH = 12
 SENTENCES = [
@@ -439,3 +440,18 @@ def test_a_stop_during_the_check_leaves_no_export_and_the_same_command_redoes_it
   monkeypatch.setattr(tf.saved_model, "load", load)
   commands.run("export_saved_model.py", *args, status=0)
   assert (export_dir / "saved_model.pb").exists()
+
+
+def test_a_second_export_into_a_folder_being_exported_is_refused(tmp_path):
+  """Issue 56's fifth round (J19): two exports into one --export_dir at once both found it free
+  and both exited 0, the later replacing the earlier's export in silence. The export's lock is
+  held here as a first export holds it."""
+  export_dir = tmp_path / "export"
+  with io_utils.exclusive_lock(str(export_dir), wait=False):
+    result = commands.run(
+      "export_saved_model.py", f"--model_dir={tmp_path / 'absent'}", f"--export_dir={export_dir}"
+    )
+  assert result.returncode == 2, result.stderr
+  (line,) = [l for l in result.stderr.splitlines() if l.startswith("export_saved_model.py:")]
+  assert f"{export_dir} is in use by another run" in line, line
+  assert not export_dir.exists() and os.listdir(tmp_path) == []

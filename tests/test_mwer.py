@@ -211,6 +211,9 @@ def test_the_heldout_split_is_by_speaker_and_deterministic():
   assert {l.key for l in other} != {l.key for l in heldout}
   with pytest.raises(ValueError, match="held-out"):
     mwer_data.split_by_speaker(lists[:1], 0.3, seed=5)
+  # Issue 56's fifth round (J15): lists of one hypothesis trained with a loss of 0, exit 0.
+  with pytest.raises(ValueError, match="training lists holds one hypothesis"):
+    mwer_data.split_by_speaker(toy_lists(60, 1, seed=0, speakers=12), 0.3, seed=5)
 
 
 # ------------------------------------------------------------ LM scores

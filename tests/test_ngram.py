@@ -12,6 +12,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lm import ngram_lm  # pylint: disable=g-import-not-at-top,wrong-import-position
 from util import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+from util import io_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 kenlm = pytest.importorskip("kenlm")
 
@@ -430,3 +431,37 @@ def test_an_existing_output_is_replaced_only_with_overwrite(tmp_path):
   result = commands.run("ngram.py", f"--train_text={text}", f"--output={mine}", status=2)
   assert f"--output {mine}: exists; add --overwrite to replace it" in result.stderr
   assert mine.read_text() == "mine\n"
+
+
+def test_a_second_run_into_an_output_being_trained_is_refused(tmp_path):
+  # Issue 56's fifth round (J19): two ngram.py into one --output at once both found it free and
+  # exited 0, the later replacing the earlier's model in silence. The lock is held here as a
+  # first run holds it.
+  text = tmp_path / "text.txt"
+  text.write_text("the cat sat\n" * 20)
+  out = tmp_path / "lm.arpa"
+  with io_utils.exclusive_lock(str(out), wait=False):
+    result = commands.run(
+      "ngram.py", f"--train_text={text}", f"--output={out}", "--order=2", "--nobinary"
+    )
+  assert result.returncode == 2, result.stderr
+  assert f"{out} is in use by another run" in result.stderr.strip().splitlines()[-1]
+  assert os.listdir(tmp_path) == ["text.txt"]
+
+
+def test_a_training_text_changed_while_lmplz_reads_it_is_one_line(tmp_path, monkeypatch):
+  # Issue 56's fifth round (J17): a text emptied while lmplz mapped it killed lmplz by SIGBUS, a
+  # RuntimeError traceback. lmplz is replaced here by what it met: the file cut under it.
+  text = tmp_path / "text.txt"
+  text.write_text("the cat sat\n" * 20)
+
+  def cut_then_fail(cmd, what):
+    del cmd
+    text.write_text("")
+    raise RuntimeError(f"{what} failed (signal 7)")
+
+  monkeypatch.setattr(ngram_lm, "_run_streaming", cut_then_fail)
+  monkeypatch.setattr(ngram_lm, "find_kenlm_bin", lambda name: name)
+  with pytest.raises(ValueError, match=f"{text} changed while lmplz read it \\(240 -> 0 bytes\\)"):
+    ngram_lm.train_ngram(str(text), str(tmp_path / "lm.arpa"), order=2, binary=False)
+  assert os.listdir(tmp_path) == ["text.txt"]

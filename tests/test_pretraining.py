@@ -1487,3 +1487,26 @@ def test_input_files_without_records_are_one_line_before_any_output(tmp_path, co
   )
   assert fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
   assert not out.exists()
+
+
+def test_a_vocab_file_other_than_the_records_own_is_refused_before_any_output(tmp_path):
+  # Issue 56's fifth round (J12): --vocab_file of the records' size with two tokens swapped trained
+  # on the wrong tokens, exit 0; a smaller one than the records' ended in an assertion's traceback
+  # at the first step, after run.json and config.json were written.
+  (tmp_path / "train-0.tfrecord").write_bytes(b"not read: the vocab is refused first")
+  (tmp_path / "vocab.txt").write_text("\n".join([*tokenization.SPECIAL_TOKENS, "the", "cat"]))
+  other = tmp_path / "other.txt"
+  other.write_text("\n".join([*tokenization.SPECIAL_TOKENS, "cat", "the"]) + "\n")
+  out = tmp_path / "run"
+  result = commands.run(
+    "run_pretraining.py",
+    f"--input_file={tmp_path / 'train-*.tfrecord'}",
+    f"--output_dir={out}",
+    f"--vocab_file={other}",
+    "--num_train_steps=10",
+    "--num_warmup_steps=1",
+    status=2,
+  )
+  assert f"--vocab_file {other} differs from {tmp_path / 'vocab.txt'}, the vocab" in result.stderr
+  assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+  assert not out.exists()

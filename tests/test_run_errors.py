@@ -26,6 +26,14 @@ BAD_MWER_FLAGS = [
   ("--learning_rate=-1", "--learning_rate"),
   ("--learning_rate=0", "--learning_rate"),
   ("--learning_rate=nan", "--learning_rate"),
+  # Issue 56's fifth round (J7): --warmup_fraction=nan or -1 was a ValueError traceback after the
+  # lists were read and --output_dir made; --learning_rate=inf and --weight_decay_rate=nan trained
+  # until a step was not finite and exited 75, which its same command repeats.
+  ("--learning_rate=inf", "--learning_rate"),
+  ("--weights_learning_rate=inf", "--weights_learning_rate"),
+  ("--warmup_fraction=nan", "--warmup_fraction"),
+  ("--warmup_fraction=-1", "--warmup_fraction"),
+  ("--weight_decay_rate=nan", "--weight_decay_rate"),
 ]
 
 

@@ -92,7 +92,18 @@ CASES = [
       ("--train_batch_size=0", ["--train_batch_size=0", "positive"]),
       ("--num_attention_heads=0", ["--num_attention_heads=0", "positive"]),
       # Issue 56's probes: a negative rate trained (up the loss) and exited 0.
-      ("--learning_rate=-1", ["--learning_rate=-1", "not a number > 0"]),
+      ("--learning_rate=-1", ["--learning_rate=-1", "not a finite number > 0"]),
+      # Issue 56's fifth round (J7): inf trained until a step was not finite, exit 75 (which its
+      # same command repeats); a decay of nan likewise.
+      ("--learning_rate=inf", ["--learning_rate=inf", "not a finite number > 0"]),
+      ("--weight_decay_rate=nan", ["--weight_decay_rate=nan", "not a finite number >= 0"]),
+      # J8: a dropout of nan trained until a step was not finite (exit 3), one of 1.5 was Keras's
+      # traceback, both after run.json was written; --train_minutes=nan ran with no limit, exit 0.
+      ("--hidden_dropout_prob=nan", ["--hidden_dropout_prob=nan", "not a dropout probability"]),
+      ("--attention_probs_dropout_prob=1.5", ["=1.5", "not a dropout probability in [0, 1)"]),
+      ("--train_minutes=nan", ["--train_minutes=nan", "not a finite number >= 0"]),
+      ("--mlm_probability=2", ["--mlm_probability=2", "not a fraction in [0, 1]"]),
+      ("--continuous_logit_scale=nan", ["--continuous_logit_scale=nan", "not a finite number"]),
       ("--num_train_steps=100", ["--num_warmup_steps=10000 exceeds --num_train_steps=100"]),
       ("--init_checkpoint={tmp}/m", ["--init_checkpoint={tmp}/m: no such model dir or checkpoint"]),
       (
@@ -132,7 +143,7 @@ CASES = [
   (
     "reproduce.py",
     ["--budget_minutes=-1", "--data_dir={tmp}"],
-    ["--budget_minutes=-1.0", "not a number > 0"],
+    ["--budget_minutes=-1.0", "not a finite number > 0"],
   ),
   (
     "reproduce.py",
@@ -214,10 +225,65 @@ CASES = [
     ["--train_text={tmp}/t.txt", "--output={tmp}/m.bin", "--order=3", "--prune=0,0,1,1"],
     ["--prune=0,0,1,1 gives 4 thresholds for an --order=3 model"],
   ),
+  # Issue 56's fifth round (J13): an empty or misspelt --memory was lmplz's C++ error and a
+  # RuntimeError traceback.
+  *(
+    (
+      "ngram.py",
+      ["--train_text={tmp}/t.txt", "--output={tmp}/m.bin", flag],
+      [flag, "not an amount"],
+    )
+    for flag in ("--memory=", "--memory=2 G", "--memory=lots")
+  ),
   (
     "run_benchmark.py",
     ["--quick", "--output_dir={tmp}/o", "--peak_only", "--tasks=sts"],
     ["--tasks does nothing with --peak_only: leave one of them out"],
+  ),
+  # Issue 56's fifth round: `--output_file --overwrite` (a value forgotten) wrote a file named
+  # --overwrite and dropped the switch, exit 0 (J1).
+  (
+    "score.py",
+    ["--model_dir={tmp}/absent", "--output_file", "--overwrite"],
+    ["--output_file has no value: the argument after it, --overwrite, is a flag"],
+  ),
+  # `--output_file=` scored every line, then was a FileNotFoundError traceback that left .partial
+  # and .partial.json in the working dir (J2).
+  ("score.py", ["--model_dir={tmp}/absent", "--output_file="], ["--output_file is empty"]),
+  # Issue 56's fifth round (J14): an output of 246 bytes was refused only after the model loaded
+  # (its .NAME.partial.json is 261); an --export_dir of 250 was a traceback once traced.
+  (
+    "score.py",
+    ["--model_dir={tmp}/absent", "--output_file={tmp}/" + "x" * 246],
+    ["its name is 246 bytes", "keep it to 220 bytes"],
+  ),
+  (
+    "export_saved_model.py",
+    ["--model_dir={tmp}/absent", "--export_dir={tmp}/" + "x" * 250],
+    ["its name is 250 bytes"],
+  ),
+  # `--output_file=~/o.jsonl` (no shell expands ~ after =) made a folder named ~ in the working
+  # directory and wrote there, exit 0; ngram.py --output, convert_checkpoint.py --output_dir
+  # likewise (J10).
+  (
+    "score.py",
+    ["--model_dir={tmp}/absent", "--output_file=~/o.jsonl"],
+    ["--output_file ~/o.jsonl: the shell did not expand ~", "--output_file=$HOME/o.jsonl"],
+  ),
+  # run_sts.py --model_dir= ran with no LM and ended in an IndexError traceback, leaving run.json
+  # and pairs/; --pairs_file= ran no set at all, exit 0 (J5).
+  ("run_sts.py", ["--model_dir=", "--output_dir={tmp}/o"], ["--model_dir is required"]),
+  (
+    "run_sts.py",
+    ["--model_dir={tmp}/absent", "--pairs_file=", "--output_dir={tmp}/o"],
+    ["--pairs_file is given an empty value"],
+  ),
+  # run_rescoring.py --settings= (a list whose default is not empty) rescored no setting: an
+  # empty table, exit 0 (J6).
+  (
+    "run_rescoring.py",
+    ["--model_dir={tmp}/absent", "--settings="],
+    ["--settings is given no value"],
   ),
 ]
 

@@ -11,6 +11,8 @@ fields are made with `param` is both a function's arguments and a script's flags
 import contextlib
 import csv
 import dataclasses
+import errno
+import math
 import os
 import sys
 
@@ -43,8 +45,8 @@ def user_input():
   """
   try:
     yield
-  except InputError:
-    raise
+  except (InputError, BrokenPipeError):
+    raise  # a closed standard output ends the command as `run` says, whatever block it is in
   except (ValueError, OSError) as e:
     raise InputError(str(e) or type(e).__name__) from e
 
@@ -53,10 +55,13 @@ def run(main):
   """`app.run(main)`, with every wrong input (see the module docstring) one line and exit 2."""
 
   def parse(argv):
+    _stdio_closed()  # before absl, which writes --help there
     try:
       return flags.FLAGS(merge_repeats(argv))
     except (flags.Error, InputError) as e:
       _refuse(e)
+    except BrokenPipeError:
+      _exit_stdout_closed()
 
   def guarded(argv):
     # From here a stop is `interrupts.exit_stopped`'s, no longer the start-up's one line.
@@ -75,6 +80,8 @@ def run(main):
       _refuse(e)
     except KeyboardInterrupt as e:
       interrupts.exit_stopped(e)
+    except BrokenPipeError:
+      _exit_stdout_closed()
     except Exception:  # pylint: disable=broad-except
       # A stop that C code turned into another error is still the stop, not a bug's traceback.
       stop = interrupts.raised()
@@ -85,15 +92,61 @@ def run(main):
   app.run(guarded, flags_parser=parse)
 
 
+# The exit status of a command whose standard output was closed (128 + SIGPIPE, a shell's tool's).
+EXIT_BROKEN_PIPE = 141
+
+
+class _ClosedStdout:
+  """sys.stdout when file descriptor 1 is closed (`>&-`), where Python's print() to None drops
+  the text in silence (ngram.py --score_file's scores, exit 0): a write is a BrokenPipeError."""
+
+  def write(self, text):
+    if text:
+      raise BrokenPipeError(errno.EBADF, "standard output is closed")
+
+  def flush(self):
+    pass
+
+  def fileno(self):
+    raise BrokenPipeError(errno.EBADF, "standard output is closed")
+
+
+def _exit_stdout_closed():
+  """Ends a command whose standard output is gone: `| head -1` (the reader ended) or `>&-` (there
+  was none): one line, exit EXIT_BROKEN_PIPE."""
+  if isinstance(sys.stdout, _ClosedStdout):
+    why = "standard output is closed (>&-): nothing written there is kept"
+  else:
+    # Python's flush at exit would write into the closed pipe again.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    why = "standard output was closed by its reader (a pipe such as | head)"
+  sys.stderr.write(f"{os.path.basename(sys.argv[0])}: stopped: {why}\n")
+  sys.exit(EXIT_BROKEN_PIPE)
+
+
+def _stdio_closed():
+  """Stands in for a closed stdin (`<&-`: an empty input, as </dev/null) and stdout."""
+  if sys.stdin is None:
+    sys.stdin = open(os.devnull, encoding="utf-8")  # pylint: disable=consider-using-with
+  if sys.stdout is None:
+    sys.stdout = _ClosedStdout()
+
+
 # {alias: flag name} of the aliases `define_param_flags` defined (absl's alias keeps its own name).
 _ALIASES = {}
 
 
 def merge_repeats(argv, flag_values=flags.FLAGS):
-  """`argv` with each flag given more than once (or beside its alias) as one: a list flag's values
-  joined, a multi flag's kept in order, under the flag's own name. absl keeps the last value of a
-  repeated flag in silence; InputError for one that takes a single value (a boolean's --name and
-  --noname included: which one was meant, no order can tell)."""
+  """`argv` with each flag given more than once (or beside its alias, or in a --flagfile) as one: a
+  list flag's values joined, a multi flag's kept in order, under the flag's own name. absl keeps
+  the last value of a repeated flag in silence; InputError for one that takes a single value (a
+  boolean's --name and --noname included: which one was meant, no order can tell)."""
+  # A flag in a --flagfile is given as much as one on the command line (absl reads them in place).
+  try:
+    argv = argv[:1] + flag_values.read_flags_from_files(list(argv[1:]), force_gnu=False)
+  except UnicodeDecodeError as e:
+    named = [arg.partition("=")[2] for arg in argv[1:] if arg.lstrip("-").startswith("flagfile=")]
+    raise InputError(f"--flagfile {', '.join(named)}: not UTF-8 text ({e.reason})") from None
   given = {}  # flag name: [(position in out, value, the argument as given)]
   out, i = list(argv[:1]), 1
   while i < len(argv):
@@ -115,6 +168,14 @@ def merge_repeats(argv, flag_values=flags.FLAGS):
       continue
     if not eq:  # --name value
       value, i = argv[i + 1], i + 1
+      next_name = value.lstrip("-").partition("=")[0]
+      if value.startswith("-") and _given_flag(next_name, flag_values) is not None:
+        # absl takes the next argument as the value: `--output_file --overwrite` would write a
+        # file named --overwrite and drop the switch, in silence.
+        raise InputError(
+          f"--{name} has no value: the argument after it, {value}, is a flag of this command "
+          f"(give --{name}=VALUE)"
+        )
     name = _ALIASES.get(name, flag.name)
     given.setdefault(name, []).append((len(out), value, f"--{name}={value}"))
     out.append(f"--{name}={value}")
@@ -166,10 +227,22 @@ def choices(allowed):
 
 
 def positive(value):
-  """A `param` check refusing a number that is not > 0 (absl's float bounds include the bound and
-  let nan through)."""
-  if not value > 0:
-    raise ValueError(f"{value} is not a number > 0")
+  """A `param` check refusing a number that is not finite and > 0 (absl's float bounds include the
+  bound and let nan and inf through: a rate of inf trains steps that are not finite)."""
+  if not 0 < value < math.inf:
+    raise ValueError(f"{value} is not a finite number > 0")
+
+
+def non_negative(value):
+  """A `param` check refusing a number that is not finite and >= 0 (nan, inf, a negative decay)."""
+  if not 0 <= value < math.inf:
+    raise ValueError(f"{value} is not a finite number >= 0")
+
+
+def fraction(value):
+  """A `param` check refusing a number outside [0, 1] (nan included)."""
+  if not 0 <= value <= 1:
+    raise ValueError(f"{value} is not a fraction in [0, 1]")
 
 
 class EscapedListParser(flags.ListParser):
@@ -451,10 +524,21 @@ def params(cls, flag_values=flags.FLAGS):
       return presets[name]
     return flag_values[name].value
 
-  # Every required flag before any value is checked.
+  # Every required flag before any value is checked; `--name=` is no value (a list flag's parses
+  # as [], a repeatable one's as [""]: run_sts.py --model_dir= ran with no LM into a traceback,
+  # --pairs_file= with no set into an empty success).
   for field, _ in _flag_fields(cls):
-    if field.default is dataclasses.MISSING and value(field) in (None, ""):
-      raise InputError(f"--{flag_name(field)} is required")
+    name = flag_name(field)
+    if field.default is dataclasses.MISSING and value(field) in (None, "", []):
+      raise InputError(f"--{name} is required")
+    if field.metadata["kind"] == MULTI and "" in (value(field) or ()):
+      raise InputError(f"--{name} is given an empty value: give each --{name}=VALUE")
+    if flag_values[name].present and value(field) == [] and field.default:
+      # run_rescoring.py --settings= rescored no setting and wrote an empty table, exit 0.
+      raise InputError(
+        f"--{name} is given no value: name at least one, or leave the flag out for its default "
+        f"({','.join(str(v) for v in field.default)})"
+      )
   for field, _ in _flag_fields(cls):
     name = flag_name(field)
     for other in field.metadata["unused_with"] if flag_values[name].present else ():

@@ -1,13 +1,13 @@
 """Stops by signal, one rule for every command (`cli.run`; docs/DESIGN.md §3.3).
 
-`handling` makes SIGINT (Ctrl-C) and SIGTERM (kill, a scheduler's stop or preemption) raise
-`Interrupted`, a KeyboardInterrupt, so that every `finally` and atomic write unwinds for both, and
-notes them (`raised`): C code may hand on another error in place of the KeyboardInterrupt. `cli.run`
-turns either into one line and exit `status` (128 + the signal's number: 130, 143, the shell's
-convention). The training loop installs its own handlers while it runs
-(pretraining/training_loop.py: save, then exit 75). `worker_pool` starts worker processes that a
-Ctrl-C at the terminal (sent to every process of the group) does not reach, so that the parent
-alone stops them. Standard library only: spawned workers import it.
+`handling` makes SIGINT (Ctrl-C), SIGTERM (kill, a scheduler's stop or preemption) and SIGHUP (the
+terminal closed) raise `Interrupted`, a KeyboardInterrupt, so that every `finally` and atomic
+write unwinds for each, and notes them (`raised`): C code may hand on another error in place of
+the KeyboardInterrupt. `cli.run` turns each into one line and exit `status` (128 + the signal's
+number: 130, 143, 129, the shell's convention). The training loop installs its own handlers
+while it runs (pretraining/training_loop.py: save, then exit 75). `worker_pool` starts worker
+processes that a Ctrl-C at the terminal (sent to every process of the group) does not reach, so
+that the parent alone stops them. Standard library only: spawned workers import it.
 """
 
 import collections
@@ -19,7 +19,8 @@ import signal
 import sys
 import threading
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# SIGHUP's default action ended a command with its lock file and a temporary file left behind.
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -73,8 +74,8 @@ def _main_thread():
 
 @contextlib.contextmanager
 def handling():
-  """SIGTERM and SIGINT raise `Interrupted` in the block (a KeyboardInterrupt, as Python's SIGINT
-  does), each noted for `raised`."""
+  """SIGNALS (SIGINT, SIGTERM, SIGHUP) raise `Interrupted` in the block (a KeyboardInterrupt, as
+  Python's SIGINT does), each noted for `raised`."""
   _raised.clear()
   if not _main_thread():
     yield
@@ -89,7 +90,7 @@ def handling():
 
 @contextlib.contextmanager
 def deferred():
-  """Holds SIGINT and SIGTERM back while the block runs (a teardown that must end), then raises
+  """Holds SIGNALS back while the block runs (a teardown that must end), then raises
   the first that came as `Interrupted` (unless the block raised)."""
   if not _main_thread():
     yield

@@ -530,10 +530,22 @@ def check_output_path(path, flag, is_dir=True, overwrite=None):
   before a command loads or makes anything; leaves nothing behind. A remote path is checked for
   its scheme only (`check_scheme`). overwrite=False (a file output of a command with --overwrite):
   an existing file is refused too, as a command never writes over a file it was not asked to."""
+  if not path:
+    # `--output_file=` is no path: its partial and lock would be `.partial` in the working dir,
+    # and the final rename fails once the work is done.
+    raise cli.InputError(f"--{flag} is empty: give a path")
   if is_remote(path):
     check_scheme(path, flag)
     return
   where = f"--{flag} {path}"
+  head = path.split(os.sep, 1)[0]
+  if head.startswith("~") and not os.path.lexists(head):
+    # A shell expands ~ only at the start of a word: `--output_file=~/x` reached us as is, and
+    # would make a folder named ~ in the working directory.
+    raise cli.InputError(
+      f"{where}: the shell did not expand {head} (it does not after --{flag}=): write "
+      f"--{flag}=$HOME{path[1:] if head == '~' else '/...'} or --{flag} {path}"
+    )
   if os.path.isdir(path) and not is_dir:
     raise cli.InputError(f"{where}: is a directory; give the path of a file")
   if overwrite is False and not is_dir and os.path.lexists(path):
@@ -545,6 +557,7 @@ def check_output_path(path, flag, is_dir=True, overwrite=None):
     existing = os.path.dirname(existing)
   if not os.path.isdir(existing):
     raise cli.InputError(f"{where}: cannot be created: {existing} is not a directory")
+  _check_name_lengths(path, existing, where, is_dir)
   try:
     # A real file, not os.access: modes say nothing of a read-only mount or of /proc.
     fd, probe = tempfile.mkstemp(dir=existing, prefix=".write-probe-")
@@ -552,6 +565,34 @@ def check_output_path(path, flag, is_dir=True, overwrite=None):
     raise cli.InputError(f"{where}: cannot write in {existing} ({e.strerror})") from None
   os.close(fd)
   os.remove(probe)
+
+
+# The bytes an output's hidden siblings add to its name: a file's longest, a partial's state written
+# atomically, is `.NAME.partial.json.tmp-PID-HEX8` (`resumable.Partial`, `write_atomically`); a
+# folder's, a whole folder written aside (`atomic_dir`), `.NAME.HEX8`.
+SIBLING_NAME_ROOM = {
+  False: len(".") + len(".partial.json") + len(".tmp-") + 7 + len("-") + 8,
+  True: len(".") + len(".") + 8,
+}
+
+
+def _check_name_lengths(path, existing, where, is_dir):
+  """Refuses (cli.InputError) a name of `path` that the file system under `existing` cannot hold,
+  or the output's own name when its hidden siblings would not fit: found before any work, where a
+  score.py refused only once its model had loaded and an export was a traceback once traced."""
+  limit = os.pathconf(existing, "PC_NAME_MAX")
+  new_parts = os.path.relpath(os.path.abspath(path), existing).split(os.sep)
+  for part in [p for p in new_parts if p not in (".", "")]:
+    if len(part.encode()) > limit:
+      raise cli.InputError(
+        f"{where}: a name of {len(part.encode())} bytes; {existing} takes {limit}"
+      )
+  name, room = os.path.basename(os.path.abspath(path)), SIBLING_NAME_ROOM[is_dir]
+  if len(name.encode()) + room > limit:
+    raise cli.InputError(
+      f"{where}: its name is {len(name.encode())} bytes, and the hidden files written beside it "
+      f"while it is made add {room}: keep it to {limit - room} bytes"
+    )
 
 
 # A model spec's backend prefix (kenlm:PATH, hf:DIR, bert:DIR) or a pairs file's (senteval:DIR).
