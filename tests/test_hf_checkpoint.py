@@ -245,7 +245,7 @@ def test_vocab_that_does_not_match_the_config_is_refused(tmp_path, bert):
   assert "has 23 tokens but" in refusal(path) and "vocab_size 22" in refusal(path)
 
 
-@pytest.mark.slow(seconds=10)
+@pytest.mark.slow(seconds=5)
 def test_hf_dir_exports_with_its_cls_sep_frame(tmp_path, one_layer_bert):
   hf = write_hf_bert_dir(tmp_path / "hf", one_layer_bert)  # the frame is the tokenizer's
   lm = inference.NeuralLM.from_model_dir(f"hf:{hf}")
