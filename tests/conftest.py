@@ -185,10 +185,11 @@ def _data_missing(reason):
 BERT_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list(WORDS)
 
 
-def tiny_bert(tokens=BERT_TOKENS, seed=21):
-  """A random tiny model_type "bert" model over `tokens` (token types, as Google's)."""
+def tiny_bert(tokens=BERT_TOKENS, seed=21, **overrides):
+  """A random tiny model_type "bert" model over `tokens` (token types, as Google's); `overrides`
+  of its config (a layer count)."""
   config = tiny_config(
-    vocab_size=len(tokens), type_vocab_size=2, mask_token_id=tokens.index("[MASK]")
+    vocab_size=len(tokens), type_vocab_size=2, mask_token_id=tokens.index("[MASK]"), **overrides
   )
   tf.keras.utils.set_random_seed(seed)
   return modeling.build_model(config, "bert")

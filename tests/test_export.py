@@ -38,10 +38,11 @@ ATOL = {"tta": 1e-5, "tta_word": 1e-5, "unilm": 1e-5, "bilm": 1e-4}
 
 
 def export_config(tokenizer, **overrides):
-  """The tiny config every exported model here uses."""
-  sizes = dict(hidden_size=16, num_attention_heads=2, intermediate_size=24)
+  """The tiny config every exported model here uses: one layer (a smaller graph traces and saves
+  faster), as no test here depends on the depth but the self-unknown one, whose export has two."""
+  sizes = dict(hidden_size=16, num_attention_heads=2, intermediate_size=24, num_hidden_layers=1)
   return tiny_config(
-    vocab_size=tokenizer.vocab_size, max_position_embeddings=32, **sizes, **overrides
+    vocab_size=tokenizer.vocab_size, max_position_embeddings=32, **dict(sizes, **overrides)
   )
 
 
@@ -129,8 +130,10 @@ def test_tta_export_is_exactly_self_unknown(tokenizer, scoring_export):
   Text reaches no other position: [SOS]/[EOS] are fixed, and `score` scores each token as its own
   target (tests/test_inference.py checks every position of the graph functions exported here).
   """
-  # The module's tta export at SHARP_ATTENTION: `encode` is the same whatever `score` computes.
-  _, loaded, _ = scoring_export("tta", "word_l2r")
+  # The module's two-layer tta export at SHARP_ATTENTION: `encode` is the same whatever `score`
+  # computes.
+  lm, loaded, _ = scoring_export(*SELF_UNKNOWN_EXPORT)
+  assert lm.model.config.num_hidden_layers >= 2
   encode = loaded.signatures["encode"]
   words = np.array(tokenizer.convert_tokens_to_ids([w for w in WORDS if not w.startswith("##")]))
   lengths = np.array([7, 3, 5, 3])  # [SOS] words [EOS]: two one-word sentences among longer ones
@@ -189,6 +192,8 @@ WORD_PIECES = [
   ["the", "dog", "ran", "."],
 ]
 OTHER_SCORING = {"piece": "word_l2r", "word_l2r": "piece"}
+# The scoring_export of test_tta_export_is_exactly_self_unknown, the module's two-layer model.
+SELF_UNKNOWN_EXPORT = ("tta", "word_l2r")
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +205,11 @@ def scoring_export(tokenizer, tmp_path_factory):
   def get(model_type, scoring):
     if (model_type, scoring) not in cache:
       tf.keras.utils.set_random_seed(5)
-      config = export_config(tokenizer, **SHARP_ATTENTION)
+      # tta's word_l2r export holds the self-unknown test's two layers: a second layer is where
+      # a token could reach its own output through another position (or a later piece of its
+      # word reach an earlier one's score).
+      layers = 2 if (model_type, scoring) == SELF_UNKNOWN_EXPORT else 1
+      config = export_config(tokenizer, num_hidden_layers=layers, **SHARP_ATTENTION)
       lm = inference.NeuralLM(
         modeling.build_model(config, model_type),
         tokenizer,
@@ -364,6 +373,16 @@ def test_normalized_model_rejects_text_that_is_not(exported_normalized, text, si
   assert text in message and "THE CAT'S MAT" not in message
 
 
+@pytest.fixture(scope="module")
+def tta_model_dir(tokenizer, tmp_path_factory):
+  """A tiny tta model dir export_saved_model.py reads (never writes into)."""
+  path = str(tmp_path_factory.mktemp("model_dir") / "tta")
+  model_dir.save_model_dir(
+    modeling.build_model(export_config(tokenizer), "tta"), tokenizer.vocab_file, path
+  )
+  return path
+
+
 @pytest.mark.parametrize(
   "length, error",
   [
@@ -372,12 +391,10 @@ def test_normalized_model_rejects_text_that_is_not(exported_normalized, text, si
     ("-5", "flag --max_seq_length=-5: -5 is not integer >= 3"),
   ],
 )
-def test_a_max_seq_length_the_model_cannot_take_is_refused(tokenizer, tmp_path, length, error):
+def test_a_max_seq_length_the_model_cannot_take_is_refused(tta_model_dir, tmp_path, length, error):
   """export_saved_model.py --max_seq_length above max_position_embeddings (32 here), or below
   3: one line naming the flag, nothing written (a shorter export would not be what was asked)."""
-  model = modeling.build_model(export_config(tokenizer), "tta")
-  path = str(tmp_path / "tta")
-  model_dir.save_model_dir(model, tokenizer.vocab_file, path)
+  path = tta_model_dir
   export_dir = tmp_path / "export"
   result = commands.run(
     "export_saved_model.py",
@@ -414,16 +431,13 @@ def test_overwrite_refuses_an_export_holding_a_file_no_export_writes(tmp_path):
 
 
 def test_a_stop_during_the_check_leaves_no_export_and_the_same_command_redoes_it(
-  tokenizer, tmp_path, monkeypatch
+  tta_model_dir, tmp_path, monkeypatch
 ):
   # Issue 56's probes, fourth round (H9): a Ctrl-C during the check after the export was in place
   # said "the same command resumes or redoes the rest", and the same command was then refused
   # (the export existed).
-  model = modeling.build_model(export_config(tokenizer), "tta")
-  path = str(tmp_path / "tta")
-  model_dir.save_model_dir(model, tokenizer.vocab_file, path)
   export_dir = tmp_path / "export"
-  args = [f"--model_dir={path}", f"--export_dir={export_dir}"]
+  args = [f"--model_dir={tta_model_dir}", f"--export_dir={export_dir}"]
   load = tf.saved_model.load
 
   def stopped_while_loading(*args, **kwargs):
@@ -436,7 +450,7 @@ def test_a_stop_during_the_check_leaves_no_export_and_the_same_command_redoes_it
   stopped = commands.run("export_saved_model.py", *args)
   assert stopped.returncode == 130, stopped.stderr
   assert not export_dir.exists()
-  assert os.listdir(tmp_path) == ["tta"]  # no temporary folder left either
+  assert os.listdir(tmp_path) == []  # no temporary folder beside the export either
   monkeypatch.setattr(tf.saved_model, "load", load)
   commands.run("export_saved_model.py", *args, status=0)
   assert (export_dir / "saved_model.pb").exists()
