@@ -1,6 +1,7 @@
 """Tests for util/io_utils.py: the data root, atomic writes, stage stamps, seeded hashing."""
 
 import os
+import socket
 
 from conftest import HANG_SECONDS
 import pytest
@@ -258,6 +259,27 @@ def test_a_lock_file_lasts_only_while_its_run_holds_it(tmp_path):
   with io_utils.exclusive_lock(str(tmp_path / "cache" / "lm_scores.jsonl")):
     (tmp_path / "cache" / "lm_scores.jsonl").write_text("{}\n")
   assert os.listdir(tmp_path / "cache") == ["lm_scores.jsonl"]
+
+
+def test_a_crashed_holders_temporary_files_go_with_its_lock_on_its_host(tmp_path):
+  # Issue 56's fifth round (J18): a kill -9 during a write left .o.jsonl.partial.json.tmp-PID-HEX
+  # beside the output that the re-run then finished.
+  out = tmp_path / "o.jsonl"
+  host = socket.gethostname()
+  dead = tmp_path / ".o.jsonl.partial.json.tmp-999999-0123abcd"
+  other_pid = tmp_path / ".o.jsonl.partial.json.tmp-999998-0123abcd"
+  users = tmp_path / "notes.tmp-999999-0123abcd"  # not a hidden temporary file of ours
+  for path in (dead, other_pid, users):
+    path.write_text("x")
+  (tmp_path / ".o.jsonl.lock").write_text(f"pid 999999 on {host} since 2026-01-01 00:00:00")
+  with io_utils.exclusive_lock(str(out), wait=False):
+    assert not dead.exists()
+  assert other_pid.exists() and users.exists()
+  # A holder on another host: its pid says nothing here, so nothing is removed.
+  (tmp_path / ".o.jsonl.lock").write_text("pid 999998 on elsewhere since 2026-01-01 00:00:00")
+  with io_utils.exclusive_lock(str(out), wait=False):
+    pass
+  assert other_pid.exists()
 
 
 def test_a_run_waiting_on_a_removed_lock_file_locks_the_one_made_after(tmp_path, monkeypatch):

@@ -384,6 +384,10 @@ def stat(path):
 # --- Atomic writes ---
 
 
+# The name atomic_path gives its temporary file beside NAME: hidden, the writer's pid, 8 hex digits.
+_TEMP_FILE = re.compile(r"\..+\.tmp-(\d+)-[0-9a-f]{8}")
+
+
 @contextlib.contextmanager
 def atomic_path(path):
   """Yields a temporary path beside `path` that replaces `path` only on success (for writers that
@@ -391,7 +395,7 @@ def atomic_path(path):
   gfile = _gfile(path)
   directory, name = os.path.split(path)
   # Hidden, and unique per writer; created by the writer, so it gets the usual permissions.
-  tmp = os.path.join(directory, f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+  tmp = os.path.join(directory, f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")  # _TEMP_FILE
   if directory:
     makedirs(directory)
   try:
@@ -782,6 +786,7 @@ def _open_lock(lock_file, wait, path, made_dir):
           logging.warning(
             "%s: the run that held it (%s) ended without releasing it", lock_file, previous
           )
+          _remove_temp_files_of(previous, directory)
         holder = f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%F %T')}"
         os.ftruncate(fd, 0)
         os.pwrite(fd, holder.encode("utf-8"), 0)
@@ -828,6 +833,20 @@ def _flock(fd, wait, path, lock_file):
 
 def _lock_holder(fd):
   return os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+
+
+def _remove_temp_files_of(holder, directory):
+  """Removes the temporary files (atomic_path) that the lock's crashed holder left in `directory`
+  (a kill -9 during a write leaves one beside the finished output of the re-run). Only on its
+  own host: there the flock this process now holds means that pid is gone."""
+  found = re.match(r"pid (\d+) on (\S+) since", holder)
+  if not found or found.group(2) != socket.gethostname():
+    return
+  for name in os.listdir(directory or "."):
+    temp = _TEMP_FILE.fullmatch(name)
+    if temp and temp.group(1) == found.group(1):
+      with contextlib.suppress(OSError):
+        os.remove(os.path.join(directory, name))
 
 
 # --- Stage stamps ---
