@@ -62,10 +62,21 @@ def pytest_collection_modifyitems(items):
     module = item.nodeid.split("::")[0]
     longest[module] = max(longest.get(module, 0), seconds(item))
     total[module] = total.get(module, 0) + seconds(item)
-  # A stable sort: the tests of a module keep their order.
+  # A stable sort: the tests of a module keep their order. The modules that raise real signals in
+  # the test process come first, in a fresh worker: after ~700 other tests in one xdist worker
+  # (TensorFlow, OpenVINO and Beam loaded) a raised SIGINT or SIGTERM ended that worker although
+  # util/interrupts.py's handler was installed (three full runs at fa951d4; never when the module
+  # ran alone or after the signal and CLI modules). Its cause is not found yet.
   items.sort(
-    key=lambda item: (-longest[item.nodeid.split("::")[0]], -total[item.nodeid.split("::")[0]])
+    key=lambda item: (
+      item.nodeid.split("::")[0] not in SIGNALS_FIRST,
+      -longest[item.nodeid.split("::")[0]],
+      -total[item.nodeid.split("::")[0]],
+    )
   )
+
+
+SIGNALS_FIRST = ("tests/test_interrupts.py",)
 
 
 # A subprocess's timeout only guards against a hang (never a verdict on speed: a busy machine
