@@ -38,15 +38,20 @@ print("ok")
 """
 
 
-def test_sigterm_raises_interrupted_in_the_block_only():
-  proc = subprocess.run(
-    [sys.executable, "-c", _SIGTERM_IN_THE_BLOCK],
+def _python(script):
+  """`python -c script` in a process of its own, the repository importable: its CompletedProcess."""
+  return subprocess.run(
+    [sys.executable, "-c", script],
     cwd=REPO,
     env=dict(os.environ, PYTHONPATH=REPO),
     capture_output=True,
     text=True,
     timeout=HANG_SECONDS,
   )
+
+
+def test_sigterm_raises_interrupted_in_the_block_only():
+  proc = _python(_SIGTERM_IN_THE_BLOCK)
   assert (proc.returncode, proc.stdout) == (0, "ok\n"), proc.stderr
 
 
@@ -162,14 +167,7 @@ print("not stopped")
 @pytest.mark.slow(seconds=1)
 def test_ctrl_c_while_a_command_starts_is_one_line_and_exit_130():
   # Issue 56's probe F4: a KeyboardInterrupt traceback from inside `import tensorflow`.
-  proc = subprocess.run(
-    [sys.executable, "-c", _CTRL_C_WHILE_STARTING],
-    cwd=REPO,
-    env=dict(os.environ, PYTHONPATH=REPO),
-    capture_output=True,
-    text=True,
-    timeout=HANG_SECONDS,
-  )
+  proc = _python(_CTRL_C_WHILE_STARTING)
   assert (proc.returncode, proc.stdout) == (130, "")
   assert proc.stderr == "score.py: stopped by SIGINT while starting: nothing was done\n"
 
